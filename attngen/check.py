@@ -1,0 +1,80 @@
+"""Semantic checks of a spec against a target profile; every problem reported at once.
+
+The frontend has already checked the language (known keys, value ranges, heads that divide).
+Here we check what depends on the target: dtypes and features it has, what attngen does not
+generate yet for it, and whether the tiles fit its memory and threads. Each message names the
+target and profile and the reason; nothing is silently changed.
+"""
+
+from __future__ import annotations
+
+from .errors import Diagnostic, SpecError
+from .profiles import Profile
+from .spec import AttentionSpec
+from .tiling import TileProblem, cuda_config, wgsl_config
+
+# Head dims the current kernels generate (the language allows up to 1024 with `tile d=`).
+MAX_GENERATED_HEAD_DIM = 256
+
+
+def _where(profile: Profile) -> str:
+    return f"target {profile.target} (profile {profile.name})"
+
+
+def check(spec: AttentionSpec, profile: Profile) -> list[Diagnostic]:
+    """All diagnostics for building `spec` on `profile` (empty when it can be built)."""
+    diags: list[Diagnostic] = []
+    where = _where(profile)
+
+    def error(key, message, hint=None):
+        diags.append(Diagnostic(f"{where}: {message}", spec.span(key), hint))
+
+    def not_yet(key, what, hint=None):
+        error(key, f"{what} is not supported yet by the {profile.target} target", hint)
+
+    # -- features attngen does not generate yet (the language accepts them) ---------------
+    if spec.mask.kind == "custom":
+        not_yet("mask", "mask custom", "use none, causal, causal(bottom_right) or window(...)")
+    if spec.kv_cache.kind == "paged":
+        not_yet("kv_cache", "kv_cache paged", "use kv_cache contiguous")
+    if spec.schedule.kind != "fused":
+        name = "split_kv" if spec.schedule.kind == "split_kv" else spec.schedule.kind
+        not_yet("schedule", f"schedule {name}", "use schedule fused")
+    if spec.tile.d is not None:
+        not_yet("tile", "tile d= (chunking the head dim)", "leave d out; head dims up to 256 need no chunks")
+    big = max(spec.head_dim_qk, spec.head_dim_v)
+    if big > MAX_GENERATED_HEAD_DIM:
+        not_yet("head_dim", f"head_dim {big} (above {MAX_GENERATED_HEAD_DIM})")
+
+    # -- dtypes and features ---------------------------------------------------------------
+    if spec.dtype not in profile.storage_dtypes:
+        if profile.target == "wgsl" and spec.dtype == "bf16":
+            error("dtype", "dtype bf16 is not available: WGSL has no bf16 type",
+                  "use dtype f16 (needs the shader-f16 feature) or f32 for WGSL; bf16 runs on cuda")
+        else:
+            error("dtype", f"dtype {spec.dtype} is not available (has: {', '.join(profile.storage_dtypes)})")
+    if profile.target == "wgsl":
+        uses_f16 = spec.dtype == "f16" or "f16" in (spec.acc_qk, spec.acc_pv)
+        if uses_f16 and not profile.may_use_feature("shader-f16"):
+            error("dtype", "f16 needs the shader-f16 feature, which this profile does not offer",
+                  "use dtype f32")
+        if spec.wgsl.subgroups == "on" and not profile.may_use_feature("subgroups"):
+            error("target.wgsl", "subgroups=on, but this profile has no subgroups feature",
+                  "use subgroups=auto or off")
+
+    # -- tiles, threads, memory --------------------------------------------------------------
+    if not diags:
+        try:
+            if profile.target == "cuda":
+                cuda_config(spec, profile)
+            else:
+                wgsl_config(spec, profile)
+        except TileProblem as p:
+            error(p.key, p.message, p.hint)
+    return diags
+
+
+def check_or_raise(spec: AttentionSpec, profile: Profile) -> None:
+    diags = check(spec, profile)
+    if diags:
+        raise SpecError(diags)

@@ -1,0 +1,201 @@
+"""What both emitters share: the jinja environment, the source header, the manifest.
+
+Templates only substitute: Python builds every list and number they print. A template
+error names the template and its line.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+from dataclasses import dataclass
+
+import jinja2
+
+from .. import __version__
+from ..ir import KernelPlan
+from ..resources import resource_dir
+from ..spec import LOG2E
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """Generated source and the manifest a foreign runtime needs to launch it."""
+
+    source: str
+    manifest: dict
+    plan: KernelPlan
+
+    def __str__(self) -> str:
+        return self.source
+
+
+class TemplateError(RuntimeError):
+    """A template failed to render: a bug in attngen, reported with template and line."""
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resource_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render(template: str, **context) -> str:
+    try:
+        return environment().get_template(template).render(**context)
+    except jinja2.TemplateSyntaxError as e:
+        raise TemplateError(f"{e.filename or e.name}:{e.lineno}: {e.message}") from None
+    except jinja2.UndefinedError as e:
+        raise TemplateError(f"{template}{_template_line(e)}: {e.message}") from None
+
+
+def _template_line(exc: BaseException) -> str:
+    """':LINE (in NAME)' of the innermost template frame of a rendering error."""
+    tb, found = exc.__traceback__, ""
+    while tb is not None:
+        name = tb.tb_frame.f_globals.get("__jinja_template__")
+        if name is not None:
+            found = f":{name.get_corresponding_lineno(tb.tb_lineno)} (in {name.name})"
+        tb = tb.tb_next
+    return found
+
+
+@functools.lru_cache(maxsize=1)
+def generator_version() -> str:
+    """Package version plus a digest of the templates: the cache key changes with either."""
+    h = hashlib.sha256()
+    root = resource_dir("templates")
+    for path in sorted(root.rglob("*.j2")):
+        h.update(path.relative_to(root).as_posix().encode())
+        h.update(path.read_bytes())
+    return f"{__version__}+{h.hexdigest()[:12]}"
+
+
+def c_float(x: float) -> str:
+    """A float literal both C++ (with the f suffix added by the caller's template) and WGSL read."""
+    if not math.isfinite(x):
+        raise ValueError(f"not a finite constant: {x}")
+    text = repr(float(x))
+    return text if ("e" in text or "." in text) else text + ".0"
+
+
+def constants(plan: KernelPlan) -> dict:
+    """The numeric constants both templates print, with what they mean."""
+    scale = plan.scale
+    out = {
+        "scale": c_float(scale),
+        "scale_log2": c_float(scale * LOG2E),
+        "scale_doc": ("1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec"),
+    }
+    if plan.softcap is not None:
+        out.update(
+            softcap=c_float(plan.softcap),
+            scale_over_cap=c_float(scale / plan.softcap),
+            softcap_log2=c_float(plan.softcap * LOG2E),
+        )
+    else:
+        out["softcap"] = None
+    return out
+
+
+def mask_doc(plan: KernelPlan) -> str:
+    m = plan.mask
+    if m.kind == "none":
+        return "mask none: every query row sees every key j < Lk."
+    if m.kind == "causal" and not m.bottom_right:
+        return "mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i."
+    if m.kind == "causal":
+        return "mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq)."
+    return (f"mask window(left={m.left}, right={m.right}), bottom-right aligned: query i sees key j "
+            f"iff i + (Lk - Lq) - {m.left} <= j <= i + (Lk - Lq) + {m.right}.")
+
+
+def transform_doc(plan: KernelPlan) -> str:
+    if plan.softcap is not None:
+        return "softcap * tanh(scale * s / softcap)"
+    return "scale * s"
+
+
+def header_lines(plan: KernelPlan, layout_lines: list[str]) -> list[str]:
+    """The comment at the top of every generated source (without comment markers)."""
+    lines = [
+        f"attngen {__version__}: flash-attention forward kernel for target {plan.target} "
+        f"(profile {plan.profile}).",
+        f"Generated from the spec below; regenerate with `attngen build SPEC --target {plan.target}"
+        f" --kernel {plan.spec.name}` rather than editing.",
+        "",
+        "Spec (normalised, every default filled in):",
+    ]
+    lines += ["  " + ln for ln in plan.spec_text.rstrip("\n").splitlines()]
+    lines += [
+        "",
+        f"Plan: {plan.summary()}.",
+        f"Scale {plan.scale!r}" + (f", softcap {plan.softcap!r}" if plan.softcap is not None else "")
+        + f"; {mask_doc(plan)}",
+        *layout_lines,
+        f"Grid: ({', '.join(plan.grid)}), {plan.threads} threads each; tensors are "
+        "(batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), "
+        "out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.",
+        f"Entry point: {plan.entry}; the manifest (attngen build --emit manifest) lists the "
+        "parameters in order.",
+    ]
+    return lines
+
+
+def comment_block(lines: list[str], prefix: str = "//") -> str:
+    width = 96
+    out = [prefix + " " + "=" * (width - len(prefix) - 1)]
+    for ln in lines:
+        out.append((prefix + " " + ln).rstrip())
+    out.append(prefix + " " + "=" * (width - len(prefix) - 1))
+    return "\n".join(out)
+
+
+def manifest(plan: KernelPlan, extra: dict) -> dict:
+    """Everything a runtime without Python needs to launch the source."""
+    c = plan.config
+    params = []
+    for p in plan.params:
+        entry = {"name": p.name, "kind": p.kind, "dtype": p.dtype}
+        if p.shape:
+            entry["shape"] = list(p.shape)
+        if p.binding is not None:
+            entry["binding"] = p.binding
+            entry["group"] = 0
+        entry["access"] = p.access
+        if p.optional:
+            entry["optional"] = True
+        entry["doc"] = p.doc
+        params.append(entry)
+    out = {
+        "attngen": __version__,
+        "generator": generator_version(),
+        "target": plan.target,
+        "profile": plan.profile,
+        "entry_point": plan.entry,
+        "kernel": plan.spec.name,
+        "spec": plan.spec_text,
+        "parameters": params,
+        "grid": list(plan.grid),
+        "grid_symbols": {
+            "B": "batch", "Lq": "query rows per sequence", "Lk": "keys per sequence",
+            "Hq": "query heads", "Hkv": "KV heads", "Dqk": plan.d_qk, "Dv": plan.d_v,
+        },
+        "tile": {"q": c.tile_q, "kv": c.tile_kv},
+        "dtype": plan.dtype,
+        "accumulate": {"qk": plan.acc_qk, "pv": plan.acc_pv},
+        "scale": plan.scale,
+        "softcap": plan.softcap,
+        "lse": {"layout": ["B", "Hq", "Lq"], "dtype": "f32", "units": "natural log",
+                "empty_row": "-inf"},
+        "layout": "contiguous head_dim (stride 1); other strides as passed",
+    }
+    out.update(extra)
+    return out

@@ -1,0 +1,138 @@
+"""KernelPlan -> WGSL source (for WebGPU: wgpu/naga, Chrome's Tint, ...) and its manifest.
+
+The kernel is templates/wgsl/kernel.wgsl.j2 with its parts (config, memory, math, mask). This
+module only turns the plan into the lists and numbers the templates print: the `enable`
+directives, the Params struct, the bindings, the buffer sizes and the shuffle masks of the
+subgroup reduction. No decisions are made here; they are the plan's.
+"""
+
+from __future__ import annotations
+
+from ..ir import KernelPlan
+from .common import Emitted, comment_block, constants, header_lines, manifest, mask_doc, render, transform_doc
+
+# WGSL scalar types of the attngen dtypes a WGSL kernel can hold (bf16 is rejected by the checker).
+_SCALAR = {"f16": "f16", "f32": "f32"}
+
+_TYPES_DOC = {
+    "f32": "Storage is f32; all arithmetic is f32 unless an accumulator below says f16.",
+    "f16": "Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup "
+           "memory and are widened where the arithmetic is f32.",
+}
+
+
+def _layout_lines(plan: KernelPlan) -> list[str]:
+    c = plan.config
+    lines = [f"Workgroup memory: {c.smem_bytes} bytes (each buffer rounded up to 16 bytes):"]
+    for b in c.buffers:
+        copies = f"{b.copies} x " if b.copies > 1 else ""
+        lines.append(f"  {b.name:<4} at {b.offset:>6}: {copies}{b.rows} x {b.cols} {b.dtype} ({b.doc})")
+    return lines
+
+
+def _aligned(rows: list[dict], key: str, width_of) -> list[dict]:
+    """Add `pad` to each row so that the trailing comments line up."""
+    width = max((width_of(r) for r in rows), default=0)
+    return [{**r, "pad": width - width_of(r)} for r in rows]
+
+
+def _fields(plan: KernelPlan) -> list[dict]:
+    rows = [{"name": n, "type": t, "doc": d} for n, t, d in plan.uniform_fields]
+    return _aligned(rows, "pad", lambda r: len(r["name"]) + len(r["type"]))
+
+
+def _bindings(plan: KernelPlan) -> list[dict]:
+    """One row per Param: WGSL address space and type, from the param's kind, access and dtype."""
+    rows = []
+    for p in sorted(plan.params, key=lambda p: p.binding):
+        if p.kind == "uniform":
+            space, typ = "uniform", "Params"
+        else:
+            # WGSL has no write-only storage buffers: outputs are read_write.
+            space = "storage, read" if p.access == "read" else "storage, read_write"
+            typ = "array<elem_t>" if p.dtype == plan.dtype else f"array<{_SCALAR[p.dtype]}>"
+        doc = p.doc
+        if p.shape:
+            doc = f"({', '.join(p.shape)}) {p.dtype}: {doc}"
+        rows.append({"binding": p.binding, "name": p.name, "space": space, "type": typ, "doc": doc})
+    return _aligned(rows, "pad", lambda r: len(str(r["binding"])) + len(r["space"]) + len(r["name"]) + len(r["type"]))
+
+
+def _shuffle_masks(threads_per_row: int) -> list[int]:
+    """Lane masks of the butterfly reduction over a row: T/2, T/4, ..., 1."""
+    masks, m = [], threads_per_row // 2
+    while m >= 1:
+        masks.append(m)
+        m //= 2
+    return masks
+
+
+def _binding_manifest(plan: KernelPlan) -> list[dict]:
+    out = []
+    for p in sorted(plan.params, key=lambda p: p.binding):
+        entry = {"group": 0, "binding": p.binding, "name": p.name}
+        if p.kind == "uniform":
+            entry.update(
+                type="uniform",
+                struct="Params",
+                size_bytes=4 * len(plan.uniform_fields),
+                fields=[{"name": n, "type": t, "offset": 4 * i, "doc": d}
+                        for i, (n, t, d) in enumerate(plan.uniform_fields)],
+            )
+        else:
+            entry.update(
+                type="read-only-storage" if p.access == "read" else "storage",
+                dtype=p.dtype,
+                shape=list(p.shape),
+            )
+            if p.optional:
+                entry["optional"] = "bind any buffer of at least 4 bytes and set write_lse = 0 to skip it"
+        out.append(entry)
+    return out
+
+
+def emit_wgsl(plan: KernelPlan) -> Emitted:
+    c = plan.config
+    sizes = {b.name: b.rows * b.cols for b in c.buffers}
+    if c.subgroups:
+        reduction_doc = "with a butterfly of subgroup shuffles (sum_over_row)"
+    else:
+        reduction_doc = "through workgroup memory (sRed)"
+    source = render(
+        "wgsl/kernel.wgsl.j2",
+        header=comment_block(header_lines(plan, _layout_lines(plan))),
+        directives=list(plan.directives),
+        c=c,
+        entry=plan.entry,
+        dims_qk=c.d_qk // c.threads_per_row,
+        dims_v=c.d_v // c.threads_per_row,
+        elem=_SCALAR[plan.dtype],
+        acc_qk=_SCALAR[plan.acc_qk],
+        acc_pv=_SCALAR[plan.acc_pv],
+        types_doc=_TYPES_DOC[plan.dtype],
+        fields=_fields(plan),
+        bindings=_bindings(plan),
+        sizes=sizes,
+        shuffle_masks=_shuffle_masks(c.threads_per_row),
+        reduction_doc=reduction_doc,
+        mask=plan.mask,
+        mask_doc=mask_doc(plan),
+        transform_doc=transform_doc(plan),
+        **constants(plan),
+    )
+    extra = {
+        "language": "WGSL",
+        "directives": [f"enable {d};" for d in plan.directives],
+        "workgroup_size": [c.workgroup, 1, 1],
+        "dispatch": list(plan.grid),
+        "dispatch_note": "dispatchWorkgroups(x, y, z) with the grid formulas; each dimension at most "
+                         "maxComputeWorkgroupsPerDimension",
+        "workgroup_storage_bytes": c.smem_bytes,
+        "features": list(plan.features),
+        "bindings": _binding_manifest(plan),
+        "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
+                  "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides",
+        "buffer_note": "buffers are contiguous (B, L, H, D); f16 buffers are padded with zeros to a "
+                       "multiple of 4 bytes (WebGPU buffer sizes)",
+    }
+    return Emitted(source, manifest(plan, extra), plan)

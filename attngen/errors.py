@@ -1,0 +1,116 @@
+"""Errors users see: positions in spec files, diagnostics with carets and hints.
+
+A `Span` points into a `Source` (the file's name and text). Spans never take part in the
+equality of the dataclasses that carry them, so a spec parsed from two differently
+formatted files compares equal when it means the same thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import difflib
+
+
+@dataclass(frozen=True, eq=False)
+class Source:
+    """A spec file's name and text, shared by all spans into it."""
+
+    name: str
+    text: str
+
+    def line(self, lineno: int) -> str:
+        lines = self.text.splitlines()
+        return lines[lineno - 1] if 1 <= lineno <= len(lines) else ""
+
+
+@dataclass(frozen=True)
+class Span:
+    """A region of a source: 1-based line and column of its start and end."""
+
+    source: Source = field(compare=False, repr=False)
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    @property
+    def filename(self) -> str:
+        return self.source.name
+
+    def __str__(self) -> str:
+        return f"{self.source.name}:{self.line}:{self.column}"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """One error: where, what, and how to fix it."""
+
+    message: str
+    span: Span | None = None
+    hint: str | None = None
+
+    def sort_key(self):
+        if self.span is None:
+            return ("", 0, 0, self.message)
+        return (self.span.filename, self.span.line, self.span.column, self.message)
+
+    def format(self) -> str:
+        if self.span is None:
+            out = [f"error: {self.message}"]
+        else:
+            s = self.span
+            out = [f"{s}: error: {self.message}"]
+            text = s.source.line(s.line)
+            if text or s.line >= 1:
+                shown = _printable(text)
+                width = 1
+                if s.end_line == s.line and s.end_column > s.column:
+                    width = s.end_column - s.column
+                col = max(1, min(s.column, len(shown) + 1))
+                width = max(1, min(width, len(shown) + 1 - col + 1))
+                out.append(f"    {shown}")
+                out.append("    " + " " * (col - 1) + "^" * width)
+        if self.hint:
+            out.append(f"  hint: {self.hint}")
+        return "\n".join(out)
+
+
+def _printable(text: str) -> str:
+    """The line as shown in a snippet: tabs as one space, control characters as '?'."""
+    return "".join(" " if c == "\t" else (c if c.isprintable() else "?") for c in text)
+
+
+class SpecError(ValueError):
+    """An invalid spec: every diagnostic found, sorted by position."""
+
+    def __init__(self, diagnostics):
+        diags = sorted(diagnostics, key=Diagnostic.sort_key)
+        if not diags:
+            raise ValueError("SpecError needs at least one diagnostic")
+        self.diagnostics = tuple(diags)
+        super().__init__(self.format())
+
+    def format(self) -> str:
+        body = "\n".join(d.format() for d in self.diagnostics)
+        n = len(self.diagnostics)
+        if n > 1:
+            body += f"\n{n} errors"
+        return body
+
+
+class LaunchError(ValueError):
+    """Bad run-time inputs to a compiled kernel: wrong shape, dtype, device or layout."""
+
+
+class CompileError(RuntimeError):
+    """A generated kernel failed to compile: a bug in attngen, reported with the log."""
+
+
+def did_you_mean(word: str, choices, aliases: dict[str, str] | None = None) -> str | None:
+    """A hint naming the closest valid choice, or None."""
+    if aliases and word.lower() in aliases:
+        return f"did you mean '{aliases[word.lower()]}'?"
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    if not close:
+        close = difflib.get_close_matches(word.lower(), list(choices), n=1, cutoff=0.6)
+    return f"did you mean '{close[0]}'?" if close else None

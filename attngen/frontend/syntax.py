@@ -1,0 +1,204 @@
+"""Text -> syntax tree: one cached LALR parser, positions kept, lark errors made ours.
+
+The tree is small frozen dataclasses (Block, Setting, Word, Number, Pair, Call), each with
+a Span. Nothing here knows which keys exist; that is attngen.frontend.build's job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import functools
+
+import lark
+from lark import Transformer, v_args
+
+from ..errors import Diagnostic, Source, Span, SpecError, did_you_mean
+from ..resources import resource_path
+
+# Kernel names become C and WGSL identifiers (prefixed); keep them short and plain.
+MAX_NAME_LENGTH = 64
+
+
+@dataclass(frozen=True)
+class Word:
+    text: str
+    span: Span = field(compare=False)
+
+    def show(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Number:
+    value: int | float
+    text: str
+    span: Span = field(compare=False)
+
+    def show(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True)
+class Pair:
+    key: str
+    key_span: Span = field(compare=False)
+    value: Word | Number = None
+    span: Span = field(compare=False, default=None)
+
+    def show(self) -> str:
+        return f"{self.key}={self.value.show()}"
+
+
+@dataclass(frozen=True)
+class Call:
+    name: str
+    args: tuple
+    span: Span = field(compare=False)
+
+    def show(self) -> str:
+        return f"{self.name}({', '.join(a.show() for a in self.args)})"
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    key_span: Span = field(compare=False)
+    values: tuple
+    options: tuple | None  # the pairs of a `{ ... }` block, or None
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str
+    name_span: Span = field(compare=False)
+    settings: tuple
+    span: Span = field(compare=False)
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> lark.Lark:
+    grammar = resource_path("grammar", "attn.lark").read_text()
+    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=False)
+
+
+def _span(source: Source, meta_or_token) -> Span:
+    m = meta_or_token
+    return Span(source, m.line, m.column, m.end_line, m.end_column)
+
+
+class _ToAst(Transformer):
+    def __init__(self, source: Source):
+        super().__init__()
+        self.source = source
+
+    def _s(self, x):
+        return _span(self.source, x)
+
+    def start(self, items):
+        return tuple(items)
+
+    @v_args(meta=True)
+    def attention(self, meta, items):
+        name, *settings = items
+        return Block(str(name), self._s(name), tuple(settings), self._s(meta))
+
+    @v_args(meta=True)
+    def setting(self, meta, items):
+        key, *rest = items
+        options = None
+        if rest and isinstance(rest[-1], list):
+            options = tuple(rest.pop())
+        return Setting(str(key), self._s(key), tuple(rest), options, self._s(meta))
+
+    def options(self, items):
+        return list(items)
+
+    @v_args(meta=True)
+    def pair(self, meta, items):
+        key, value = items
+        return Pair(str(key), self._s(key), value, self._s(meta))
+
+    @v_args(meta=True)
+    def call(self, meta, items):
+        name, *args = items
+        return Call(str(name), tuple(a for a in args if a is not None), self._s(meta))
+
+    def word(self, items):
+        (tok,) = items
+        return Word(str(tok), self._s(tok))
+
+    def number(self, items):
+        (tok,) = items
+        text = str(tok)
+        is_int = all(c.isdigit() or c in "+-" for c in text)
+        if is_int:
+            # Python refuses to convert very long digit strings; anything that long is
+            # out of every range anyway, so keep a stand-in that is too large.
+            value = int(text) if len(text.lstrip("+-")) <= 40 else 10**40
+        else:
+            value = float(text)
+        return Number(value, text, self._s(tok))
+
+
+_TOKEN_NAMES = {
+    "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "EQUAL": "'='",
+    "COMMA": "','", "_NL": "a new line", "NAME": "a name", "NUMBER": "a number",
+    "ATTENTION": "'attention'", "$END": "the end of the file",
+}
+
+
+def _describe(expected) -> str:
+    names = sorted({_TOKEN_NAMES.get(e, e) for e in expected})
+    return ", ".join(names[:-1]) + (" or " if len(names) > 1 else "") + names[-1] if names else "nothing"
+
+
+def _syntax_error(source: Source, err: lark.exceptions.UnexpectedInput) -> Diagnostic:
+    line, col = max(err.line, 1), max(err.column, 1)
+    hint = None
+    if isinstance(err, lark.exceptions.UnexpectedCharacters):
+        ch = source.text[err.pos_in_stream] if err.pos_in_stream < len(source.text) else ""
+        shown = repr(ch) if ch.isprintable() else f"U+{ord(ch):04X}" if ch else "end of file"
+        msg = f"unexpected character {shown}"
+        if ch in "-.":
+            hint = "names are letters, digits and '_', starting with a letter or '_'"
+        end_col = col + 1
+    elif isinstance(err, lark.exceptions.UnexpectedEOF):
+        msg = f"unexpected end of file; expected {_describe(err.expected)}"
+        lines = source.text.splitlines() or [""]
+        line, col = len(lines), len(lines[-1]) + 1
+        end_col = col + 1
+        if "RBRACE" in err.expected:
+            hint = "a block opened with '{' is not closed with '}'"
+    else:
+        tok = err.token
+        if tok.type == "$END":
+            lines = source.text.splitlines() or [""]
+            line, col = len(lines), len(lines[-1]) + 1
+            msg = f"unexpected end of file; expected {_describe(err.expected)}"
+            if "RBRACE" in err.expected:
+                hint = "a block opened with '{' is not closed with '}'"
+            end_col = col + 1
+        else:
+            shown = "a new line" if tok.type == "_NL" else repr(str(tok))
+            msg = f"unexpected {shown}; expected {_describe(err.expected)}"
+            end_col = col + max(1, len(str(tok).split("\n")[0]))
+            if "ATTENTION" in err.expected and tok.type == "NAME":
+                hint = did_you_mean(str(tok), ["attention"]) or "a file holds `attention NAME { ... }` blocks"
+            elif tok.type == "_NL" and "RBRACE" in err.expected:
+                hint = "put one setting per line; a target's options go inside { } on one or more lines"
+            elif tok.type == "RBRACE" and "_NL" in err.expected:
+                hint = "is a '{' missing before it?"
+            elif tok.type in ("NAME", "ATTENTION") and "_NL" in err.expected:
+                hint = "settings go one per line"
+    return Diagnostic(msg, Span(source, line, col, line, end_col), hint)
+
+
+def parse_blocks(text: str, filename: str = "<string>") -> tuple[Source, tuple[Block, ...]]:
+    """Parse text into blocks; syntax errors raise SpecError (the first one, with position)."""
+    source = Source(filename, text)
+    try:
+        tree = _parser().parse(text)
+    except lark.exceptions.UnexpectedInput as err:
+        raise SpecError([_syntax_error(source, err)]) from None
+    return source, _ToAst(source).transform(tree)

@@ -1,0 +1,72 @@
+"""The lowered plan: everything an emitter needs to print a kernel, and a runtime to launch it.
+
+A KernelPlan is made by attngen.plan from a checked spec and a target profile. Emitters turn
+it into source text plus a manifest; they add no decisions of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .spec import AttentionSpec, Mask
+from .tiling import CudaConfig, WgslConfig
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter (CUDA, in order) or binding (WGSL, by number)."""
+
+    name: str
+    kind: str  # "tensor" (a pointer / storage buffer), "scalar", or "uniform" (WGSL params struct)
+    dtype: str  # f16 bf16 f32 i32 i64 u32, or "struct" for the uniform
+    shape: tuple | None = None  # symbolic: ("B", "Lq", "Hq", "Dqk")
+    access: str = "read"  # read | write
+    optional: bool = False  # may be null (CUDA) / a 4-byte dummy (WGSL)
+    binding: int | None = None  # WGSL binding number in group 0
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    target: str  # "cuda" | "wgsl"
+    profile: str
+    spec: AttentionSpec
+    spec_text: str  # the normalised spec (format_spec)
+    entry: str  # kernel / entry-point name
+    config: CudaConfig | WgslConfig
+    dtype: str
+    acc_qk: str
+    acc_pv: str
+    d_qk: int
+    d_v: int
+    scale: float
+    softcap: float | None
+    mask: Mask  # with window sizes clamped to WINDOW_CAP
+    threads: int  # per block / workgroup
+    grid: tuple  # three formulas over B, Lq, Hq
+    params: tuple  # Param, in launch order
+    uniform_fields: tuple  # WGSL: (name, type, doc) of the params struct; CUDA: ()
+    features: tuple  # WGSL features the source needs; CUDA: ()
+    arch: str | None  # CUDA: minimum architecture, e.g. "sm_80"
+    smem_bytes: int
+    directives: tuple  # WGSL `enable ...;` lines; CUDA: ()
+
+    @property
+    def tile_q(self) -> int:
+        return self.config.tile_q
+
+    @property
+    def tile_kv(self) -> int:
+        return self.config.tile_kv
+
+    def summary(self) -> str:
+        """One line a person reads in `attngen check` and in source headers."""
+        c = self.config
+        if self.target == "cuda":
+            math = "tensor cores (mma.sync m16n8k16)" if c.math == "mma" else "CUDA cores (fma)"
+            who = f"{c.warps} warps ({c.threads} threads), {c.stages} K/V stage(s), {math}"
+        else:
+            sg = "subgroup" if c.subgroups else "workgroup-memory"
+            who = (f"workgroup {c.workgroup} ({c.tile_q} rows x {c.threads_per_row} invocations), "
+                   f"{sg} reductions")
+        return f"tile q={c.tile_q} kv={c.tile_kv}, {who}"

@@ -1,0 +1,145 @@
+"""AttentionSpec + target profile -> KernelPlan.
+
+The plan is where target decisions are made (and written down): tiles and threads
+(attngen.tiling), the parameter list, the grid, the features and directives a WGSL source
+needs, and legalisation. Emitters only print what the plan says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .check import check_or_raise
+from .ir import KernelPlan, Param
+from .profiles import Profile, get_profile
+from .spec import AttentionSpec, format_spec
+from .tiling import cuda_config, wgsl_config
+
+# Window sizes at or above this are unbounded for every sequence the runtimes accept
+# (they refuse lengths above MAX_SEQ_LEN), and keep the kernels' index arithmetic in 32 bits.
+MAX_SEQ_LEN = 2**30
+WINDOW_CAP = 2**30
+
+ENTRY_PREFIX = "attngen_"
+
+_TENSOR_SHAPES = {
+    "q": ("B", "Lq", "Hq", "Dqk"),
+    "k": ("B", "Lk", "Hkv", "Dqk"),
+    "v": ("B", "Lk", "Hkv", "Dv"),
+    "out": ("B", "Lq", "Hq", "Dv"),
+    "lse": ("B", "Hq", "Lq"),
+}
+_TENSOR_DOCS = {
+    "q": "queries",
+    "k": "keys",
+    "v": "values",
+    "out": "attention output",
+    "lse": "log-sum-exp of each row's scores (natural log; -inf where a row sees no key); "
+           "written only when requested",
+}
+
+
+def _tensor(name, dtype, **kw) -> Param:
+    access = "write" if name in ("out", "lse") else "read"
+    return Param(name, "tensor", dtype, _TENSOR_SHAPES[name], access, doc=_TENSOR_DOCS[name], **kw)
+
+
+def _cuda_params(spec: AttentionSpec) -> tuple:
+    params = [_tensor(n, spec.dtype) for n in ("q", "k", "v", "out")]
+    params.append(_tensor("lse", "f32", optional=True))
+    for t, full in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "out")):
+        for axis, what in (("b", "batch"), ("l", "sequence"), ("h", "head")):
+            params.append(Param(f"{t}_s{axis}", "scalar", "i64",
+                                doc=f"stride of {full} along its {what} axis, in elements"))
+    params += [
+        Param("len_q", "scalar", "i32", doc="Lq, query rows per sequence"),
+        Param("len_k", "scalar", "i32", doc="Lk, keys per sequence"),
+        Param("heads_q", "scalar", "i32", doc="Hq, query heads"),
+        Param("group", "scalar", "i32", doc="Hq / Hkv, query heads per KV head"),
+    ]
+    return tuple(params)
+
+
+_WGSL_UNIFORM = (
+    ("batch", "u32", "B"),
+    ("len_q", "u32", "Lq, query rows per sequence"),
+    ("len_k", "u32", "Lk, keys per sequence"),
+    ("heads_q", "u32", "Hq, query heads"),
+    ("heads_kv", "u32", "Hkv, KV heads"),
+    ("group", "u32", "Hq / Hkv, query heads per KV head"),
+    ("write_lse", "u32", "1 to write lse, 0 to skip it"),
+    ("_pad", "u32", "keeps the struct 16-byte sized"),
+)
+
+
+def _wgsl_params(spec: AttentionSpec) -> tuple:
+    storage = [_tensor(n, spec.dtype, binding=i + 1) for i, n in enumerate(("q", "k", "v", "out"))]
+    return (
+        Param("params", "uniform", "struct", binding=0, doc="sizes of this launch (struct Params)"),
+        *storage,
+        _tensor("lse", "f32", optional=True, binding=5),
+    )
+
+
+def _clamped_mask(spec: AttentionSpec):
+    m = spec.mask
+    if m.kind != "window":
+        return m
+    return replace(m, left=min(m.left, WINDOW_CAP), right=min(m.right, WINDOW_CAP))
+
+
+def plan(spec: AttentionSpec, target: str, profile: Profile | str | None = None) -> KernelPlan:
+    """Check `spec` for `target` and lower it; raises SpecError with every problem."""
+    if not isinstance(profile, Profile):
+        profile = get_profile(profile, target)
+    check_or_raise(spec, profile)
+    common = dict(
+        target=target,
+        profile=profile.name,
+        spec=spec,
+        spec_text=format_spec(spec),
+        entry=ENTRY_PREFIX + spec.name,
+        dtype=spec.dtype,
+        acc_qk=spec.acc_qk,
+        acc_pv=spec.acc_pv,
+        d_qk=spec.head_dim_qk,
+        d_v=spec.head_dim_v,
+        scale=spec.resolved_scale,
+        softcap=spec.softcap,
+        mask=_clamped_mask(spec),
+    )
+    if target == "cuda":
+        cfg = cuda_config(spec, profile)
+        return KernelPlan(
+            **common,
+            config=cfg,
+            threads=cfg.threads,
+            grid=(f"ceil(Lq / {cfg.tile_q})", "Hq", "B"),
+            params=_cuda_params(spec),
+            uniform_fields=(),
+            features=(),
+            arch=profile.device["arch"],
+            smem_bytes=cfg.smem_bytes,
+            directives=(),
+        )
+    cfg = wgsl_config(spec, profile)
+    features, directives = [], []
+    if spec.dtype == "f16" or "f16" in (spec.acc_qk, spec.acc_pv):
+        features.append("shader-f16")
+        directives.append("f16")
+    if cfg.subgroups:
+        features.append("subgroups")
+        if profile.dialect.get("subgroups_directive", False):
+            directives.append("subgroups")
+    return KernelPlan(
+        **common,
+        config=cfg,
+        threads=cfg.workgroup,
+        grid=(f"ceil(Lq / {cfg.tile_q})", "Hq", "B"),
+        params=_wgsl_params(spec),
+        uniform_fields=_WGSL_UNIFORM,
+        features=tuple(features),
+        arch=None,
+        smem_bytes=cfg.smem_bytes,
+        directives=tuple(directives),
+    )

@@ -1,0 +1,206 @@
+"""The float64 numpy oracle: what every kernel must compute, for every feature of the language.
+
+    out = attngen.reference(spec, q, k, v)                      # (B, Lq, Hq, Dv) float64
+    out, lse = attngen.reference(spec, q, k, v, return_lse=True)
+
+Inputs are first rounded to the spec's dtype (so the oracle sees exactly what a kernel
+reads), then computed in float64: scores s = scale * q.k, optional softcap c * tanh(s / c),
+the mask, a softmax over the visible keys, and the weighted sum of v. A row that sees no key
+gives 0 and lse = -inf. Besides the spec's structured masks it takes the run-time inputs of
+later features: a custom mask (boolean, True = attend, or additive), per-sequence KV lengths
+(`kv_lens`), packed variable-length batches (`cu_seqlens_q` / `cu_seqlens_k`) and paged KV
+caches (`block_table`). Masks align per sequence (Lk is that sequence's key count).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .spec import AttentionSpec
+
+_ROW_CHUNK = 512  # query rows per step, to keep the float64 score block small
+
+
+def to_numpy(x) -> np.ndarray:
+    """Host copy of a numpy / CuPy / PyTorch array (bf16 tensors become float32)."""
+    if isinstance(x, np.ndarray):
+        return x
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch":
+        t = x.detach()
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        return t.cpu().numpy()
+    if hasattr(x, "get") and mod == "cupy":
+        return x.get()
+    return np.asarray(x)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), returned as float32."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def round_to_dtype(x, dtype: str) -> np.ndarray:
+    """The values a kernel with storage `dtype` reads, as float64."""
+    a = to_numpy(x)
+    if a.dtype == np.uint16 and dtype == "bf16":  # raw bf16 bits
+        a = (a.astype(np.uint32) << 16).view(np.float32)
+    if dtype == "f16":
+        a = a.astype(np.float16)
+    elif dtype == "bf16":
+        a = round_bf16(a.astype(np.float32))
+    else:
+        a = a.astype(np.float32)
+    return a.astype(np.float64)
+
+
+def structured_mask(spec: AttentionSpec, len_q: int, len_k: int) -> np.ndarray | None:
+    """(Lq, Lk) boolean visibility of the spec's mask (None = everything visible)."""
+    m = spec.mask
+    if m.kind in ("none", "custom"):
+        return None
+    i = np.arange(len_q)[:, None]
+    j = np.arange(len_k)[None, :]
+    off = len_k - len_q
+    if m.kind == "causal":
+        return j <= i + (off if m.bottom_right else 0)
+    d = j - (i + off)
+    return (d >= -m.left) & (d <= m.right)
+
+
+def _attend(spec, q, k, v, visible, bias):
+    """One sequence, one KV head group. q (Lq, G, D), k (Lk, D), v (Lk, Dv) -> out, lse."""
+    scale = spec.resolved_scale
+    len_q, groups = q.shape[0], q.shape[1]
+    out = np.zeros((len_q, groups, v.shape[1]))
+    lse = np.full((groups, len_q), -np.inf)
+    if k.shape[0] == 0:
+        return out, lse
+    for r0 in range(0, len_q, _ROW_CHUNK):
+        r1 = min(r0 + _ROW_CHUNK, len_q)
+        s = np.einsum("igd,jd->gij", q[r0:r1], k) * scale
+        if spec.softcap is not None:
+            s = spec.softcap * np.tanh(s / spec.softcap)
+        if bias is not None:
+            s = s + bias[:, r0:r1]
+        ok = np.isfinite(s) if bias is not None else np.ones(s.shape, bool)
+        if visible is not None:
+            ok &= visible[:, r0:r1]
+        s = np.where(ok, s, -np.inf)
+        m = s.max(axis=-1, keepdims=True)
+        seen = np.isfinite(m)
+        p = np.where(ok, np.exp(s - np.where(seen, m, 0.0)), 0.0)
+        l = p.sum(axis=-1, keepdims=True)
+        o = np.einsum("gij,jd->igd", p / np.where(l > 0, l, 1.0), v)
+        out[r0:r1] = o
+        with np.errstate(divide="ignore"):
+            lse[:, r0:r1] = np.where(l[..., 0] > 0, (m + np.log(np.where(l > 0, l, 1.0)))[..., 0], -np.inf)
+    return out, lse
+
+
+def _mask_for(mask, b, hq0, groups, len_q, len_k):
+    """Slice a run-time mask (broadcastable to (B, Hq, Lq, Lk)) for one batch and head group."""
+    if mask is None:
+        return None, None
+    m = np.asarray(mask)
+    while m.ndim < 4:
+        m = m[None]
+    m = m[b if m.shape[0] > 1 else 0]
+    m = m[hq0:hq0 + groups] if m.shape[0] > 1 else np.repeat(m, groups, axis=0)
+    m = np.broadcast_to(m, (groups, len_q, len_k))
+    if m.dtype == bool:
+        return m, None
+    return None, m.astype(np.float64)
+
+
+def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None,
+              cu_seqlens_k=None, block_table=None, return_lse: bool = False):
+    """float64 attention as the spec defines it (see the module docstring for the inputs).
+
+    Shapes: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv); packed varlen:
+    q (total_q, Hq, Dqk), k/v (total_k, Hkv, D) with cu_seqlens_* (B + 1,); paged: k/v
+    (pages, page_size, Hkv, D) with block_table (B, max_pages) and kv_lens (B,).
+    Returns out (B, Lq, Hq, Dv) (packed: (total_q, Hq, Dv)) and, with return_lse, lse
+    (B, Hq, Lq) (packed: (Hq, total_q)).
+    """
+    q = round_to_dtype(q, spec.dtype)
+    k = round_to_dtype(k, spec.dtype)
+    v = round_to_dtype(v, spec.dtype)
+    mask_np = None if mask is None else to_numpy(mask)
+    packed = cu_seqlens_q is not None
+    if packed:
+        cq = to_numpy(cu_seqlens_q).astype(np.int64)
+        ck = to_numpy(cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q).astype(np.int64)
+        seqs = [(q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]]) for b in range(len(cq) - 1)]
+    elif block_table is not None:
+        table = to_numpy(block_table).astype(np.int64)
+        lens = to_numpy(kv_lens).astype(np.int64)
+        page = k.shape[1]
+        seqs = []
+        for b in range(table.shape[0]):
+            n_pages = -(-int(lens[b]) // page)
+            pages = table[b, :n_pages]
+            kb = k[pages].reshape(-1, *k.shape[2:])[: lens[b]]
+            vb = v[pages].reshape(-1, *v.shape[2:])[: lens[b]]
+            seqs.append((q[b], kb, vb))
+    else:
+        lens = None if kv_lens is None else to_numpy(kv_lens).astype(np.int64)
+        seqs = [(q[b], k[b, : (lens[b] if lens is not None else k.shape[1])],
+                 v[b, : (lens[b] if lens is not None else v.shape[1])]) for b in range(q.shape[0])]
+
+    outs, lses = [], []
+    for b, (qb, kb, vb) in enumerate(seqs):
+        len_q, heads_q = qb.shape[0], qb.shape[1]
+        heads_kv = kb.shape[1]
+        groups = heads_q // heads_kv
+        len_k = kb.shape[0]
+        visible = structured_mask(spec, len_q, len_k)
+        ob = np.zeros((len_q, heads_q, vb.shape[2]))
+        lb = np.full((heads_q, len_q), -np.inf)
+        for h in range(heads_kv):
+            sl = slice(h * groups, (h + 1) * groups)
+            vis, bias = _mask_for(mask_np, b, h * groups, groups, len_q, mask_np.shape[-1]
+                                  if mask_np is not None else len_k)
+            if vis is not None:
+                vis = vis[..., :len_k]
+            if bias is not None:
+                bias = bias[..., :len_k]
+            if visible is not None:
+                vis = visible[None] if vis is None else (vis & visible[None])
+            o, l = _attend(spec, qb[:, sl], kb[:, h], vb[:, h], vis, bias)
+            ob[:, sl] = o
+            lb[sl] = l
+        outs.append(ob)
+        lses.append(lb)
+    if packed:
+        out = np.concatenate(outs, axis=0) if outs else np.zeros((0,) + q.shape[1:2] + v.shape[-1:])
+        lse = np.concatenate(lses, axis=1) if lses else np.zeros((q.shape[1], 0))
+    else:
+        out = np.stack(outs)
+        lse = np.stack(lses)
+    return (out, lse) if return_lse else out
+
+
+def relative_error(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float64 (NaN anywhere gives inf)."""
+    o = np.asarray(to_numpy(out), dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    if not np.all(np.isfinite(o)):
+        return float("inf")
+    denom = np.linalg.norm(r)
+    diff = np.linalg.norm(o - r)
+    return float(diff / denom) if denom > 0 else float(diff)
+
+
+TOLERANCE = {"f32": 1e-5, "f16": 2e-3, "bf16": 1e-2}
+F16_ACCUMULATOR_TOLERANCE = 1e-2
+
+
+def tolerance(spec: AttentionSpec) -> float:
+    """Relative L2 error allowed against the reference (DESIGN.md's table)."""
+    if "f16" in (spec.acc_qk, spec.acc_pv):
+        return max(F16_ACCUMULATOR_TOLERANCE, TOLERANCE[spec.dtype])
+    return TOLERANCE[spec.dtype]

@@ -1,0 +1,229 @@
+"""CUDA runtime: NVRTC -> cubin (cached on disk) -> CuPy module -> launch.
+
+Accepts CuPy arrays, PyTorch CUDA tensors, anything with __cuda_array_interface__, and
+DLPack producers. Strides are honoured: the kernel reads any layout whose head dim is
+contiguous, whose other strides are multiples of 16 bytes and whose base pointer is 16-byte
+aligned; other layouts are first copied to a contiguous buffer (inputs only; an `out=` that
+the kernel cannot write directly is an error). Work is launched on the caller's current
+stream (PyTorch's for torch tensors, CuPy's otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..emit import emit_plan, generator_version
+from ..errors import LaunchError
+from ..plan import plan as make_plan
+from ..profiles import Profile, get_profile
+from . import nvrtc
+from .cache import cache_dir, cache_key, cached
+from .common import Kernel, reject_unsupported, validate
+
+_TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
+_NP_DTYPES = {"float16": "f16", "float32": "f32", "bfloat16": "bf16"}
+_TYPESTR = {"<f2": "f16", "<f4": "f32"}
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+
+
+def _cupy():
+    try:
+        import cupy  # type: ignore
+    except ImportError:
+        raise LaunchError("the cuda target needs CuPy: pip install 'attngen[cuda13]' (or [cuda12])") from None
+    return cupy
+
+
+@dataclass
+class _Tensor:
+    """A device array seen through its pointer, shape, strides (elements) and dtype."""
+
+    obj: object
+    kind: str  # torch | cupy
+    ptr: int
+    shape: tuple
+    strides: tuple
+    dtype: str  # f16 | bf16 | f32, or a description of something else
+    device: int
+
+
+def _describe_dtype(name: str) -> str:
+    return _NP_DTYPES.get(name, name)
+
+
+def _as_tensor(name: str, x) -> _Tensor:
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch":
+        if not x.is_cuda:
+            raise LaunchError(f"{name} is a PyTorch tensor on {x.device}; the cuda target needs CUDA "
+                              "tensors (move it with .cuda())")
+        dtype = _TORCH_DTYPES.get(str(x.dtype), str(x.dtype).replace("torch.", ""))
+        return _Tensor(x, "torch", x.data_ptr(), tuple(x.shape), tuple(x.stride()), dtype, x.device.index)
+    if isinstance(x, np.ndarray):
+        raise LaunchError(f"{name} is a numpy array in host memory; the cuda target needs device "
+                          "arrays (CuPy, PyTorch CUDA tensors, or anything with "
+                          "__cuda_array_interface__ or DLPack)")
+    cupy = _cupy()
+    if not isinstance(x, cupy.ndarray):
+        if hasattr(x, "__cuda_array_interface__"):
+            x = cupy.asarray(x)
+        elif hasattr(x, "__dlpack__"):
+            try:
+                x = cupy.from_dlpack(x)
+            except Exception as e:  # a host DLPack array, an unsupported dtype, ...
+                raise LaunchError(f"{name}: cannot take it through DLPack onto the GPU ({e})") from None
+        else:
+            raise LaunchError(f"{name} is a {type(x).__name__}; the cuda target needs CuPy arrays, "
+                              "PyTorch CUDA tensors, or objects with __cuda_array_interface__ / DLPack")
+    item = x.dtype.itemsize
+    strides = tuple(s // item for s in x.strides)
+    return _Tensor(x, "cupy", x.data.ptr, tuple(x.shape), strides,
+                   _describe_dtype(x.dtype.name), x.device.id)
+
+
+def _readable(t: _Tensor) -> bool:
+    """Whether the kernel's 16-byte copies can read this layout directly."""
+    vec = 16 // _ELEM_BYTES.get(t.dtype, 16)
+    if t.ptr % 16 or (t.shape[-1] > 1 and t.strides[-1] != 1):
+        return False
+    return all(s % vec == 0 for s, n in zip(t.strides[:-1], t.shape[:-1]) if n > 1)
+
+
+def _contiguous(name: str, t: _Tensor) -> _Tensor:
+    if t.kind == "torch":
+        c = t.obj.contiguous()
+        if c.data_ptr() % 16:
+            c = c.clone()
+        return _as_tensor(name, c)
+    cupy = _cupy()
+    return _as_tensor(name, cupy.array(t.obj, copy=True, order="C"))
+
+
+def _empty_like(t: _Tensor, shape, dtype: str):
+    if t.kind == "torch":
+        import torch  # only reached with torch tensors, so torch is installed
+        tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+        return torch.empty(shape, dtype=tdt, device=t.obj.device)
+    cupy = _cupy()
+    with cupy.cuda.Device(t.device):
+        return cupy.empty(shape, dtype={"f16": cupy.float16, "f32": cupy.float32}[dtype])
+
+
+def _stream(t: _Tensor):
+    cupy = _cupy()
+    if t.kind == "torch":
+        import torch
+        return cupy.cuda.ExternalStream(torch.cuda.current_stream(t.obj.device).cuda_stream)
+    return cupy.cuda.get_current_stream()
+
+
+def device_profile(device_id: int | None = None) -> Profile:
+    """The profile for a CUDA device, narrowed to what the device reports."""
+    cupy = _cupy()
+    dev = cupy.cuda.Device(device_id) if device_id is not None else cupy.cuda.Device()
+    cc = int(dev.compute_capability)
+    if cc < 80:
+        raise LaunchError(f"GPU {dev.id} has compute capability {cc // 10}.{cc % 10}; attngen's CUDA "
+                          "kernels need 8.0 or newer (mma.sync m16n8k16 and cp.async)")
+    base = get_profile("cuda-sm90" if cc >= 90 else "cuda-sm80", "cuda")
+    attrs = dev.attributes
+    smem = attrs.get("MaxSharedMemoryPerBlockOptin", base.limit("shared_memory_bytes"))
+    return base.narrowed(
+        limits={"shared_memory_bytes": min(smem, base.limit("shared_memory_bytes"))},
+        device={"arch": f"sm_{cc}", "compute_capability": cc},
+    )
+
+
+class CudaKernel(Kernel):
+    target = "cuda"
+
+    def __init__(self, emitted, cubin: bytes, device_id: int):
+        super().__init__(emitted)
+        self.cubin = cubin
+        self._functions: dict = {}
+        self._home_device = device_id
+
+    def _function(self, device_id: int):
+        fn = self._functions.get(device_id)
+        if fn is None:
+            cupy = _cupy()
+            with cupy.cuda.Device(device_id):
+                module = cupy.cuda.function.Module()
+                module.load(self.cubin)
+                fn = module.get_function(self.plan.entry)
+                # Above 48 KiB of dynamic shared memory a kernel must opt in.
+                cupy.cuda.driver.funcSetAttribute(
+                    fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    self.plan.smem_bytes)
+            self._functions[device_id] = (module, fn)
+        return self._functions[device_id][1]
+
+    def __call__(self, q, k, v, *, mask=None, kv_lens=None, return_lse=False, out=None):
+        reject_unsupported(self.plan, mask, kv_lens)
+        tq, tk, tv = _as_tensor("q", q), _as_tensor("k", k), _as_tensor("v", v)
+        devices = {tq.device, tk.device, tv.device}
+        if len(devices) > 1:
+            raise LaunchError(f"q, k and v are on different GPUs ({tq.device}, {tk.device}, {tv.device})")
+        shapes = validate(self.plan, tq.shape, tk.shape, tv.shape,
+                          {"q": tq.dtype, "k": tk.dtype, "v": tv.dtype})
+        tq, tk, tv = (t if _readable(t) else _contiguous(n, t) for n, t in (("q", tq), ("k", tk), ("v", tv)))
+        out_shape = (shapes.batch, shapes.len_q, shapes.heads_q, self.plan.d_v)
+        if out is None:
+            out = _empty_like(tq, out_shape, self.plan.dtype)
+        to = _as_tensor("out", out)
+        if to.shape != out_shape or to.dtype != self.plan.dtype:
+            raise LaunchError(f"out must have shape {out_shape} and dtype {self.plan.dtype}, "
+                              f"got {to.shape} {to.dtype}")
+        if to.device != tq.device:
+            raise LaunchError(f"out is on GPU {to.device}, q on GPU {tq.device}")
+        if not _readable(to):
+            raise LaunchError("out must have a contiguous head dim, strides that are multiples of 16 "
+                              "bytes and a 16-byte aligned pointer")
+        lse = _empty_like(tq, (shapes.batch, shapes.heads_q, shapes.len_q), "f32") if return_lse else None
+        if shapes.batch and shapes.len_q:
+            self._launch(tq, tk, tv, to, lse, shapes)
+        return (out, lse) if return_lse else out
+
+    def _launch(self, tq, tk, tv, to, lse, shapes):
+        cupy = _cupy()
+        fn = self._function(tq.device)
+        lse_ptr = 0 if lse is None else _as_tensor("lse", lse).ptr
+        args = [np.uint64(tq.ptr), np.uint64(tk.ptr), np.uint64(tv.ptr), np.uint64(to.ptr), np.uint64(lse_ptr)]
+        for t in (tq, tk, tv, to):
+            args += [np.int64(t.strides[0]), np.int64(t.strides[1]), np.int64(t.strides[2])]
+        args += [np.int32(shapes.len_q), np.int32(shapes.len_k), np.int32(shapes.heads_q),
+                 np.int32(shapes.group)]
+        with cupy.cuda.Device(tq.device):
+            fn(shapes.grid(self.plan.tile_q), (self.plan.threads, 1, 1), tuple(args),
+               shared_mem=self.plan.smem_bytes, stream=_stream(tq))
+
+
+def build_cubin(emitted, arch: str) -> bytes:
+    """The cubin for an emitted kernel, from the on-disk cache or NVRTC."""
+    key = cache_key(spec=emitted.plan.spec_text, generator=generator_version(), target="cuda",
+                    arch=arch, profile=emitted.plan.profile, nvrtc=list(nvrtc.version()))
+    data, _ = cached(key, ".cubin", lambda: nvrtc.compile_cubin(emitted.source, arch)[0])
+    return data
+
+
+def compile_kernel(spec, profile: Profile | str | None = None, device_id: int | None = None) -> CudaKernel:
+    """Plan, emit and compile `spec` for a CUDA device (the current one by default)."""
+    cupy = _cupy()
+    if device_id is None:
+        device_id = cupy.cuda.Device().id
+    live = device_profile(device_id)
+    if profile is None:
+        profile = live
+    elif not isinstance(profile, Profile):
+        profile = get_profile(profile, "cuda")
+    emitted = emit_plan(make_plan(spec, "cuda", profile))
+    if emitted.plan.smem_bytes > live.limit("shared_memory_bytes"):
+        raise LaunchError(f"kernel '{spec.name}' needs {emitted.plan.smem_bytes} bytes of shared memory; "
+                          f"GPU {device_id} allows {live.limit('shared_memory_bytes')}")
+    cubin = build_cubin(emitted, live.device["arch"])
+    return CudaKernel(emitted, cubin, device_id)
+
+
+__all__ = ["CudaKernel", "build_cubin", "cache_dir", "compile_kernel", "device_profile"]

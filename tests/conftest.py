@@ -1,0 +1,129 @@
+"""Shared test fixtures: which devices are here, random inputs, running a kernel on a target."""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+
+import numpy as np
+import pytest
+
+import attngen
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite tests/golden/* from the current generator")
+
+
+@pytest.fixture
+def update_golden(request):
+    return request.config.getoption("--update-golden")
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_available() -> bool:
+    try:
+        import cupy
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def wgsl_available() -> bool:
+    try:
+        from attngen.runtime import wgsl
+        wgsl.device()
+        return True
+    except Exception:
+        return False
+
+
+def require(target: str):
+    if target == "cuda" and not cuda_available():
+        pytest.skip("no CUDA GPU with CuPy here (the GPU machine runs these)")
+    if target == "wgsl" and not wgsl_available():
+        pytest.skip("no wgpu adapter here")
+
+
+def example_specs():
+    """(file, spec) for every block of every examples/*.attn file."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.attn"))):
+        for spec in attngen.parse(open(path).read(), path):
+            out.append((os.path.basename(path), spec))
+    return out
+
+
+def spec_of(body: str, name: str = "t") -> attngen.AttentionSpec:
+    return attngen.parse(f"attention {name} {{\n" + body.strip() + "\n}\n")[0]
+
+
+NP_DTYPE = {"f16": np.float16, "f32": np.float32, "bf16": np.float32}
+
+
+def random_qkv(spec, batch, len_q, len_k, heads_q=None, heads_kv=None, seed=0, scale=1.0):
+    """Random normal q, k, v (never zeros) as float32 numpy arrays; heads from the spec."""
+    rng = np.random.default_rng(seed)
+    hq = heads_q or spec.heads_q or 4
+    hkv = heads_kv or spec.heads_kv or (hq // 2 if hq % 2 == 0 else hq)
+    q = rng.standard_normal((batch, len_q, hq, spec.head_dim_qk)).astype(np.float32) * scale
+    k = rng.standard_normal((batch, len_k, hkv, spec.head_dim_qk)).astype(np.float32) * scale
+    v = rng.standard_normal((batch, len_k, hkv, spec.head_dim_v)).astype(np.float32)
+    return q, k, v
+
+
+def to_device(target, dtype, *arrays):
+    """numpy float32 arrays -> what the target's kernel takes in `dtype`."""
+    if target == "wgsl":
+        return [a.astype(NP_DTYPE[dtype]) for a in arrays]
+    if dtype == "bf16":
+        import torch
+        return [torch.from_numpy(a).cuda().to(torch.bfloat16) for a in arrays]
+    import cupy
+    return [cupy.asarray(a.astype(NP_DTYPE[dtype])) for a in arrays]
+
+
+def _to_numpy(x):
+    from attngen.reference import to_numpy
+    return np.asarray(to_numpy(x), dtype=np.float64)
+
+
+_KERNELS: dict = {}
+
+
+def kernel_for(spec, target):
+    key = (spec, target)
+    if key not in _KERNELS:
+        _KERNELS[key] = attngen.compile(spec, target=target)
+    return _KERNELS[key]
+
+
+def check_against_reference(spec, target, q, k, v, *, return_lse=True, tol=None):
+    """Run the kernel and the reference on the same inputs; assert the error bounds."""
+    from attngen.reference import reference, relative_error, tolerance
+    kernel = kernel_for(spec, target)
+    dq, dk, dv = to_device(target, spec.dtype, q, k, v)
+    out, lse = kernel(dq, dk, dv, return_lse=True)
+    out, lse = _to_numpy(out), _to_numpy(lse)
+    ref, ref_lse = reference(spec, q, k, v, return_lse=True)
+    assert out.shape == ref.shape
+    assert not np.isnan(out).any(), "NaN in the output"
+    assert not np.isnan(lse).any(), "NaN in lse"
+    bound = tol if tol is not None else tolerance(spec)
+    err = relative_error(out, ref)
+    assert err <= bound, f"{target} {spec.name}: relative L2 error {err:.3g} > {bound:g}"
+    empty = np.isneginf(ref_lse)
+    assert np.array_equal(np.isneginf(lse), empty), "lse is -inf exactly where a row sees no key"
+    if empty.any():
+        rows = np.transpose(empty, (0, 2, 1))  # (B, Lq, Hq)
+        assert np.all(out[rows] == 0), "rows that see no key output exactly 0"
+    if (~empty).any():
+        lerr = np.abs(lse[~empty] - ref_lse[~empty]).max()
+        assert lerr <= max(bound, 1e-5) * 10 * max(1.0, np.abs(ref_lse[~empty]).max()), \
+            f"lse error {lerr:.3g}"
+    return err

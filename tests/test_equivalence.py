@@ -1,0 +1,115 @@
+"""Both targets compute the reference's function: every example, odd shapes, every variant.
+
+CUDA runs where a GPU with CuPy is present (the GPU machine); WGSL runs on whatever wgpu
+adapter is present (lavapipe in CI). Tolerances are DESIGN.md's, by dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import attngen
+from attngen.plan import plan
+
+from conftest import check_against_reference, example_specs, random_qkv, require, spec_of
+
+TARGETS = ["cuda", "wgsl"]
+# (batch, Lq, Lk): single tokens, odd lengths, Lq != Lk both ways, a long key sequence.
+SHAPES = [(1, 1, 1), (2, 7, 113), (1, 113, 7), (1, 33, 1023)]
+GPU_SHAPES = SHAPES + [(1, 1023, 1023), (3, 257, 300)]
+
+
+def _runnable(spec, target):
+    """The spec as run on `target`: bf16 examples run as f16 on WGSL, after checking that the
+    WGSL target refuses bf16 with a message that says why."""
+    if target == "wgsl" and spec.dtype == "bf16":
+        with pytest.raises(attngen.SpecError, match="WGSL has no bf16"):
+            plan(spec, "wgsl", "webgpu-core")
+        return dataclasses.replace(spec, dtype="f16")
+    return spec
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("example", example_specs(), ids=lambda e: e[1].name)
+def test_examples(example, target):
+    require(target)
+    _, spec = example
+    spec = _runnable(spec, target)
+    for i, (b, lq, lk) in enumerate(GPU_SHAPES if target == "cuda" else SHAPES):
+        q, k, v = random_qkv(spec, b, lq, lk, seed=i)
+        check_against_reference(spec, target, q, k, v)
+
+
+# Variants across the language's generated features: dtypes, head dims, masks, softcap,
+# scale, GQA groups (1, 4, 7), accumulators.
+VARIANTS = [
+    ("f32 d64", "head_dim 64\n dtype f32", 4, 4),
+    ("f16 d8 causal", "head_dim 8\n dtype f16\n mask causal", 2, 1),
+    ("f16 d40 bottom-right", "head_dim 40\n dtype f16\n mask causal(bottom_right)", 7, 1),
+    ("f16 d72 window", "head_dim 72\n dtype f16\n mask window(left=5, right=2)", 8, 2),
+    ("f16 d96 window0", "head_dim 96\n dtype f16\n mask window(left=0)", 3, 3),
+    ("f16 192/128 softcap", "head_dim qk=192 v=128\n dtype f16\n softcap 30\n mask causal", 4, 1),
+    ("f16 d256 scale", "head_dim 256\n dtype f16\n scale 0.3", 2, 2),
+    ("f32 d128 causal bottom-right", "head_dim 128\n dtype f32\n mask causal(bottom_right)", 7, 7),
+    ("f16 acc f16", "head_dim 64\n dtype f16\n accumulate f16\n mask causal", 4, 2),
+    ("f16 acc qk f16", "head_dim 128\n dtype f16\n accumulate qk=f16 pv=f32", 4, 4),
+    ("f16 small tiles", "head_dim 32\n dtype f16\n tile q=16 kv=16\n mask window(left=20, right=20)", 4, 4),
+    ("bf16 d128 window softcap", "head_dim 128\n dtype bf16\n mask window(left=64)\n softcap 20", 4, 2),
+    ("bf16 d256 causal", "head_dim 256\n dtype bf16\n mask causal", 2, 1),
+    ("f32 d256 softcap", "head_dim 256\n dtype f32\n softcap 10", 2, 1),
+]
+VARIANT_SHAPES = [(1, 1, 1), (1, 7, 113), (2, 113, 7), (1, 65, 200)]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v[0])
+def test_variants(variant, target):
+    require(target)
+    label, body, hq, hkv = variant
+    spec = spec_of(body, name="v")
+    if target == "wgsl" and spec.dtype == "bf16":
+        spec = _runnable(spec, target)
+    for i, (b, lq, lk) in enumerate(VARIANT_SHAPES):
+        q, k, v = random_qkv(spec, b, lq, lk, heads_q=hq, heads_kv=hkv, seed=100 + i)
+        check_against_reference(spec, target, q, k, v)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_rows_that_see_no_key(target):
+    """causal(bottom_right) with Lq > Lk: the first Lq - Lk rows see nothing -> 0, lse -inf."""
+    require(target)
+    spec = spec_of("head_dim 32\n dtype f16\n mask causal(bottom_right)")
+    q, k, v = random_qkv(spec, 2, 40, 9, heads_q=2, heads_kv=1, seed=7)
+    check_against_reference(spec, target, q, k, v)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_large_scores_do_not_overflow(target):
+    """Scores far beyond exp's range still give a finite, correct softmax."""
+    require(target)
+    spec = spec_of("head_dim 64\n dtype f32\n mask causal")
+    q, k, v = random_qkv(spec, 1, 50, 50, heads_q=2, heads_kv=2, seed=3, scale=12.0)
+    check_against_reference(spec, target, q, k, v)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_output_is_fully_written(target):
+    """A poisoned out= buffer is overwritten everywhere (no element left unwritten)."""
+    require(target)
+    from conftest import kernel_for, to_device
+    spec = spec_of("head_dim 64\n dtype f16\n mask causal")
+    q, k, v = random_qkv(spec, 2, 37, 51, heads_q=4, heads_kv=2, seed=5)
+    dq, dk, dv = to_device(target, "f16", q, k, v)
+    kernel = kernel_for(spec, target)
+    if target == "wgsl":
+        out = np.full((2, 37, 4, 64), np.nan, dtype=np.float16)
+    else:
+        import cupy
+        out = cupy.full((2, 37, 4, 64), cupy.nan, dtype=cupy.float16)
+    res = kernel(dq, dk, dv, out=out)
+    assert res is out
+    from conftest import _to_numpy
+    assert not np.isnan(_to_numpy(out)).any()
