@@ -22,7 +22,7 @@ def _where(profile: Profile) -> str:
 
 
 def check(spec: AttentionSpec, profile: Profile) -> list[Diagnostic]:
-    """All diagnostics for building `spec` on `profile` (empty when it can be built)."""
+    """All diagnostics for building `spec` on `profile`, sorted by position (empty: it builds)."""
     diags: list[Diagnostic] = []
     where = _where(profile)
 
@@ -71,7 +71,7 @@ def check(spec: AttentionSpec, profile: Profile) -> list[Diagnostic]:
                 wgsl_config(spec, profile)
         except TileProblem as p:
             error(p.key, p.message, p.hint)
-    return diags
+    return sorted(diags, key=Diagnostic.sort_key)
 
 
 def check_or_raise(spec: AttentionSpec, profile: Profile) -> None:

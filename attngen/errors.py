@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import difflib
+import functools
 
 
 @dataclass(frozen=True, eq=False)
@@ -18,8 +19,14 @@ class Source:
     name: str
     text: str
 
+    @functools.cached_property
+    def lines(self) -> list[str]:
+        """The lines as the parser counts them: split at newlines only (str.splitlines also
+        breaks at form feeds, lone carriage returns and U+2028), a CRLF's carriage return dropped."""
+        return [ln[:-1] if ln.endswith("\r") else ln for ln in self.text.split("\n")]
+
     def line(self, lineno: int) -> str:
-        lines = self.text.splitlines()
+        lines = self.lines
         return lines[lineno - 1] if 1 <= lineno <= len(lines) else ""
 
 
@@ -68,11 +75,28 @@ class Diagnostic:
                     width = s.end_column - s.column
                 col = max(1, min(s.column, len(shown) + 1))
                 width = max(1, min(width, len(shown) + 1 - col + 1))
+                shown, col, width = _clip(shown, col, width)
                 out.append(f"    {shown}")
                 out.append("    " + " " * (col - 1) + "^" * width)
         if self.hint:
             out.append(f"  hint: {self.hint}")
         return "\n".join(out)
+
+
+# Snippet lines longer than this are cut to a window around the caret.
+SNIPPET_WIDTH = 100
+
+
+def _clip(shown: str, col: int, width: int) -> tuple[str, int, int]:
+    """A window of at most SNIPPET_WIDTH characters of a long line, '...' marking the cuts."""
+    if len(shown) <= SNIPPET_WIDTH:
+        return shown, col, width
+    width = min(width, SNIPPET_WIDTH // 2)
+    start = max(0, col - 1 - SNIPPET_WIDTH // 4)
+    end = start + SNIPPET_WIDTH
+    head = "..." if start > 0 else ""
+    tail = "..." if end < len(shown) else ""
+    return head + shown[start:end] + tail, col - start + len(head), width
 
 
 def _printable(text: str) -> str:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from .profiles import Profile
 from .spec import DTYPE_BYTES, AttentionSpec
 
-CUDA_ROWS_PER_WARP = 16  # one m16n8k16 fragment of rows per warp
+CUDA_ROWS_PER_WARP = 16  # rows of one m16n8k16 fragment; a warp owns 1 or 2 of them
+CUDA_SPILL_FACTOR = 1.5  # register estimates above this multiple of the cap are refused
 CUDA_SMEM_SKEW_BYTES = 16  # row padding that keeps ldmatrix / float4 reads free of bank conflicts
 
 
@@ -67,10 +68,16 @@ class CudaConfig:
     buffers: tuple
     smem_bytes: int
     registers_estimate: int
+    registers_cap: int
 
     @property
     def threads(self) -> int:
         return self.warps * 32
+
+    @property
+    def frags(self) -> int:
+        """16-row fragments of Q per warp (1 or 2)."""
+        return self.tile_q // (self.warps * CUDA_ROWS_PER_WARP)
 
     @property
     def smem_summary(self) -> str:
@@ -129,16 +136,16 @@ def _cuda_layout(spec, math, tile_q, tile_kv, stages):
     return d_qk_pad, d_v_pad, buffers, total
 
 
-def _cuda_registers(math, tile_kv, d_qk_pad, d_v_pad, q_in_registers):
+def _cuda_registers(math, frags, tile_kv, d_qk_pad, d_v_pad, q_in_registers):
     """Estimated 32-bit registers per thread, calibrated on ptxas -v reports for sm_90.
 
-    The accumulator (16 rows x d_v over 32 lanes), the scores and their exponentials, the Q
-    fragments when they stay in registers, the K rows the CUDA-core path holds per step, and
-    about 48 for addresses, loop state and the softmax statistics.
+    Per 16-row fragment: the accumulator (16 rows x d_v over 32 lanes), the scores and their
+    exponentials, the Q fragments when they stay in registers; the K rows the CUDA-core path
+    holds per step; and about 48 for addresses, loop state and the softmax statistics.
     """
-    acc = d_v_pad // 2
-    scores = tile_kv * 3 // 2
-    q = d_qk_pad // 4 if q_in_registers else 0
+    acc = frags * d_v_pad // 2
+    scores = frags * tile_kv * 3 // 2
+    q = frags * d_qk_pad // 4 if q_in_registers else 0
     k_rows = tile_kv if math == "fma" else 0
     return acc + scores + q + k_rows + 48
 
@@ -149,6 +156,26 @@ def cuda_register_cap(profile: Profile, threads: int) -> int:
     return min(profile.limit("registers_per_thread"), per_thread)
 
 
+def _cuda_rows(given_q, given_w, default_q):
+    """(tile_q, warps) from the spec's tile q and warps: each warp owns 16 or 32 rows."""
+    if given_q is not None and given_q % CUDA_ROWS_PER_WARP:
+        raise TileProblem(f"tile q={given_q} is not a multiple of {CUDA_ROWS_PER_WARP} (a warp owns "
+                          f"whole {CUDA_ROWS_PER_WARP}-row fragments of Q)", hint="try tile q=64 or q=128")
+    if given_q is not None and given_w is not None:
+        if given_q % given_w or (given_q // given_w) not in (16, 32):
+            raise TileProblem(f"tile q={given_q} over warps={given_w} gives {given_q / given_w:g} rows per "
+                              "warp; each warp owns 16 or 32 rows of Q", key="target.cuda",
+                              hint=f"use warps={given_q // 16} or warps={given_q // 32}"
+                              if given_q % 32 == 0 else f"use warps={given_q // 16}")
+        return given_q, given_w
+    if given_w is not None:
+        return given_w * CUDA_ROWS_PER_WARP, given_w
+    tile_q = given_q if given_q is not None else default_q
+    # Up to 8 warps of one fragment each; larger tiles give each warp two fragments.
+    frags = 2 if tile_q > 128 and tile_q % 32 == 0 else 1
+    return tile_q, tile_q // (CUDA_ROWS_PER_WARP * frags)
+
+
 def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     """Resolve tiles for CUDA; raise TileProblem if the spec's own choices cannot work."""
     math = cuda_math(spec)
@@ -156,43 +183,32 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     row = profile.default_row(big, math)
     given_q, given_kv, given_w, given_st = spec.tile.q, spec.tile.kv, spec.cuda.warps, spec.cuda.stages
 
-    if given_q is not None and given_q % CUDA_ROWS_PER_WARP:
-        raise TileProblem(f"tile q={given_q} is not a multiple of {CUDA_ROWS_PER_WARP} (each warp owns "
-                          f"{CUDA_ROWS_PER_WARP} rows of Q)", hint="try tile q=64 or q=128")
     if given_kv is not None and given_kv % 16:
         raise TileProblem(f"tile kv={given_kv} is not a multiple of 16 (the k dimension of the "
                           "tensor-core product P V)", hint="try tile kv=32 or kv=64")
-    if given_q is not None and given_w is not None and given_q != given_w * CUDA_ROWS_PER_WARP:
-        raise TileProblem(f"tile q={given_q} needs {given_q // CUDA_ROWS_PER_WARP} warps "
-                          f"({CUDA_ROWS_PER_WARP} rows each), but target cuda says warps={given_w}",
-                          key="target.cuda", hint="drop one of the two or make them agree")
-    if given_q is not None:
-        tile_q = given_q
-    elif given_w is not None:
-        tile_q = given_w * CUDA_ROWS_PER_WARP
-    else:
-        tile_q = row["tile_q"]
-    warps = tile_q // CUDA_ROWS_PER_WARP
-    threads_limit = profile.limit("threads_per_block")
-    if warps * 32 > threads_limit or tile_q > 256:
-        raise TileProblem(f"tile q={tile_q} needs {warps} warps ({warps * 32} threads); at most "
-                          f"{min(threads_limit, 512)} threads (tile q=256) per block",
-                          key="tile" if given_q else "target.cuda", hint="use tile q=128 or less")
     if given_kv is not None and given_kv > 256:
         raise TileProblem(f"tile kv={given_kv} is too large (at most 256)", hint="try tile kv=64")
+    tile_q, warps = _cuda_rows(given_q, given_w, row["tile_q"])
+    threads_limit = min(profile.limit("threads_per_block"), 512)
+    if warps * 32 > threads_limit or tile_q > 256:
+        raise TileProblem(f"tile q={tile_q} needs {warps} warps ({warps * 32} threads); at most "
+                          f"{threads_limit} threads and 256 rows per block",
+                          key="tile" if given_q else "target.cuda", hint="use tile q=128 or less")
     tile_kv = given_kv if given_kv is not None else row["tile_kv"]
     stages = given_st if given_st is not None else row["stages"]
     if stages > 4:
         raise TileProblem(f"stages={stages}: at most 4 K/V pipeline stages", key="target.cuda")
 
-    q_in_regs = math == "mma" and _round_up(spec.head_dim_qk, 16) <= 128
-    limit = profile.limit("shared_memory_bytes")
     while True:
+        frags = tile_q // (warps * CUDA_ROWS_PER_WARP)
+        q_in_regs = math == "mma" and frags * _round_up(spec.head_dim_qk, 16) <= 128
         d_qk_pad, d_v_pad, buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages)
-        regs = _cuda_registers(math, tile_kv, d_qk_pad, d_v_pad, q_in_regs)
+        regs = _cuda_registers(math, frags, tile_kv, d_qk_pad, d_v_pad, q_in_regs)
         reg_cap = cuda_register_cap(profile, warps * 32)
-        fits = smem <= limit and regs <= reg_cap
-        if fits:
+        # Defaults are shrunk until nothing spills; the spec's own choices may spill a little
+        # (slower, still correct) but not pathologically (CUDA_SPILL_FACTOR).
+        regs_ok = regs <= reg_cap or (given_kv is not None and (given_q is not None or given_w is not None))
+        if smem <= profile.limit("shared_memory_bytes") and regs_ok:
             break
         if given_kv is None and tile_kv > 16:
             tile_kv //= 2
@@ -203,19 +219,22 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
             warps = tile_q // CUDA_ROWS_PER_WARP
         else:
             break
+    limit = profile.limit("shared_memory_bytes")
     if smem > limit:
         raise TileProblem(
             f"tile q={tile_q} kv={tile_kv} with {stages} stage(s) and head_dim qk={spec.head_dim_qk} "
             f"v={spec.head_dim_v} needs {smem} bytes of shared memory ({_describe(buffers)}), but "
             f"{profile.name} allows {limit}",
             hint="use a smaller tile kv or q, or fewer stages (target cuda { stages=1 })")
-    if regs > reg_cap:
+    if regs > reg_cap * CUDA_SPILL_FACTOR:
         raise TileProblem(
-            f"tile q={tile_q} kv={tile_kv} with head_dim v={spec.head_dim_v} needs about {regs} "
-            f"registers per thread for scores and accumulators, but {warps * 32} threads may use at "
-            f"most {reg_cap} each", hint="use a smaller tile kv or tile q")
+            f"tile q={tile_q} kv={tile_kv} on {warps} warps with head_dim v={spec.head_dim_v} needs "
+            f"about {regs} registers per thread for scores and accumulators, but {warps * 32} "
+            f"threads may use at most {reg_cap} each (more than {CUDA_SPILL_FACTOR:g}x would spill "
+            "most of them to local memory)",
+            hint="use a smaller tile kv, or more warps (16 rows each)")
     return CudaConfig(math, tile_q, tile_kv, warps, stages, spec.head_dim_qk, spec.head_dim_v,
-                      d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs)
+                      d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap)
 
 
 def _wgsl_layout(spec, tile_q, tile_kv, threads_per_row, subgroups):
@@ -257,6 +276,9 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
         tpr = row["threads_per_row"]
         if subgroups is not False:
             tpr = min(tpr, sg_min)
+        # a default that does not divide the head dims (e.g. 16 for head_dim 136) is halved
+        while tpr > 1 and (spec.head_dim_qk % tpr or spec.head_dim_v % tpr):
+            tpr //= 2
     if tpr & (tpr - 1):
         raise TileProblem(f"{tpr} invocations per row of Q (workgroup / tile q) is not a power of two",
                           key="target.wgsl", hint="make workgroup = tile q x 1, 2, 4, 8, 16 or 32")

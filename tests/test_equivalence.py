@@ -60,6 +60,10 @@ VARIANTS = [
     ("bf16 d128 window softcap", "head_dim 128\n dtype bf16\n mask window(left=64)\n softcap 20", 4, 2),
     ("bf16 d256 causal", "head_dim 256\n dtype bf16\n mask causal", 2, 1),
     ("f32 d256 softcap", "head_dim 256\n dtype f32\n softcap 10", 2, 1),
+    # Two 16-row fragments per warp on CUDA (FlashAttention-2's 128 rows on 4 warps).
+    ("f16 two fragments per warp", "head_dim 64\n dtype f16\n mask causal\n tile q=128 kv=64\n"
+     " target cuda { warps=4 }", 4, 2),
+    ("f32 two fragments per warp", "head_dim 32\n dtype f32\n tile q=64 kv=16\n target cuda { warps=2 }", 2, 1),
 ]
 VARIANT_SHAPES = [(1, 1, 1), (1, 7, 113), (2, 113, 7), (1, 65, 200)]
 
@@ -113,3 +117,33 @@ def test_output_is_fully_written(target):
     assert res is out
     from conftest import _to_numpy
     assert not np.isnan(_to_numpy(out)).any()
+
+
+# DESIGN.md's example block, verbatim: every key of the language in one spec.
+DESIGN_EXAMPLE = """
+# Llama-3-8B prefill: grouped-query attention, causal, half precision
+attention llama3_8b_prefill {
+    head_dim   128                      # or: head_dim qk=192 v=128
+    heads      q=32 kv=8                # optional; omitted = any head count at run time
+    dtype      f16                      # storage of q, k, v, out: f16 | bf16 | f32
+    accumulate qk=f32 pv=f32            # matmul accumulators: f32 | f16 (softmax stats are f32)
+    mask       causal                   # see below
+    softcap    50.0                     # optional: s = c * tanh(s / c)
+    scale      auto                     # auto = 1/sqrt(head_dim qk), or a number
+    tile       q=128 kv=64              # rows of Q and of K/V per block; d= chunks the head dim
+    schedule   fused                    # fused | split_kv(N) | split_kv(auto) | two_pass
+    kv_cache   contiguous               # contiguous | paged(page=16)
+    target cuda { warps=4 stages=2 }
+    target wgsl { workgroup=128 subgroups=auto }
+}
+"""
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_design_example(target):
+    """The spec DESIGN.md shows builds and runs on both targets' devices."""
+    require(target)
+    spec = attngen.parse(DESIGN_EXAMPLE)[0]
+    for i, (b, lq, lk) in enumerate([(1, 7, 113), (1, 130, 130)]):
+        q, k, v = random_qkv(spec, b, lq, lk, seed=200 + i)
+        check_against_reference(spec, target, q, k, v)

@@ -36,7 +36,6 @@ def emit_cuda(plan: KernelPlan) -> Emitted:
         header=comment_block(header_lines(plan, _layout_lines(plan))),
         c=c,
         entry=plan.entry,
-        rows_per_warp=16,
         elem_bytes=4 if plan.dtype == "f32" else 2,
         pad=16 if c.math == "mma" else 8,
         pad_doc=pad_doc,

@@ -8,16 +8,23 @@ subgroup reduction. No decisions are made here; they are the plan's.
 
 from __future__ import annotations
 
+import textwrap
+
 from ..ir import KernelPlan
 from .common import Emitted, comment_block, constants, header_lines, manifest, mask_doc, render, transform_doc
+
+# Longest loop over an invocation's dims that is left to the compiler in one piece (longer ones
+# are split in chunks; see the DIM_CHUNK_QK comment in templates/wgsl/config.j2).
+MAX_DIM_CHUNK = 32
+_COMMENT_WIDTH = 92  # text width of wrapped comments (96 columns with '// ')
 
 # WGSL scalar types of the attngen dtypes a WGSL kernel can hold (bf16 is rejected by the checker).
 _SCALAR = {"f16": "f16", "f32": "f32"}
 
 _TYPES_DOC = {
-    "f32": "Storage is f32; all arithmetic is f32 unless an accumulator below says f16.",
-    "f16": "Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup "
-           "memory and are widened where the arithmetic is f32.",
+    "f32": ["Storage is f32; all arithmetic is f32 unless an accumulator below says f16."],
+    "f16": ["Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup",
+            "memory and are widened to f32 where the arithmetic is f32."],
 }
 
 
@@ -30,32 +37,36 @@ def _layout_lines(plan: KernelPlan) -> list[str]:
     return lines
 
 
-def _aligned(rows: list[dict], key: str, width_of) -> list[dict]:
-    """Add `pad` to each row so that the trailing comments line up."""
-    width = max((width_of(r) for r in rows), default=0)
-    return [{**r, "pad": width - width_of(r)} for r in rows]
-
-
 def _fields(plan: KernelPlan) -> list[dict]:
+    """The Params struct's fields, with `pad` spaces so that their trailing comments line up."""
     rows = [{"name": n, "type": t, "doc": d} for n, t, d in plan.uniform_fields]
-    return _aligned(rows, "pad", lambda r: len(r["name"]) + len(r["type"]))
+    width = max((len(r["name"]) + len(r["type"]) for r in rows), default=0)
+    return [{**r, "pad": width - len(r["name"]) - len(r["type"])} for r in rows]
 
 
 def _bindings(plan: KernelPlan) -> list[dict]:
-    """One row per Param: WGSL address space and type, from the param's kind, access and dtype."""
+    """One row per Param: WGSL address space and type, from the param's kind, access and dtype,
+    and its doc as comment lines."""
     rows = []
     for p in sorted(plan.params, key=lambda p: p.binding):
         if p.kind == "uniform":
             space, typ = "uniform", "Params"
         else:
-            # WGSL has no write-only storage buffers: outputs are read_write.
+            # WGSL has no write-only storage buffers: outputs are read_write. Tensors in the
+            # storage dtype are elem_t; lse is f32 whatever the storage.
             space = "storage, read" if p.access == "read" else "storage, read_write"
-            typ = "array<elem_t>" if p.dtype == plan.dtype else f"array<{_SCALAR[p.dtype]}>"
-        doc = p.doc
+            typ = f"array<{_SCALAR[p.dtype]}>" if p.name == "lse" else "array<elem_t>"
+        doc = f"{p.name}: {p.doc}"
         if p.shape:
-            doc = f"({', '.join(p.shape)}) {p.dtype}: {doc}"
-        rows.append({"binding": p.binding, "name": p.name, "space": space, "type": typ, "doc": doc})
-    return _aligned(rows, "pad", lambda r: len(str(r["binding"])) + len(r["space"]) + len(r["name"]) + len(r["type"]))
+            doc = f"{p.name} ({', '.join(p.shape)}) {p.dtype}: {p.doc}"
+        rows.append({"binding": p.binding, "name": p.name, "space": space, "type": typ,
+                     "doc": textwrap.wrap(doc, width=_COMMENT_WIDTH)})
+    return rows
+
+
+def _chunk(n: int, cap: int = MAX_DIM_CHUNK) -> int:
+    """The largest divisor of n that is at most cap."""
+    return max(c for c in range(1, min(n, cap) + 1) if n % c == 0)
 
 
 def _shuffle_masks(threads_per_row: int) -> list[int]:
@@ -106,6 +117,8 @@ def emit_wgsl(plan: KernelPlan) -> Emitted:
         entry=plan.entry,
         dims_qk=c.d_qk // c.threads_per_row,
         dims_v=c.d_v // c.threads_per_row,
+        dim_chunk_qk=_chunk(c.d_qk // c.threads_per_row),
+        max_chunk=MAX_DIM_CHUNK,
         elem=_SCALAR[plan.dtype],
         acc_qk=_SCALAR[plan.acc_qk],
         acc_pv=_SCALAR[plan.acc_pv],
@@ -134,5 +147,8 @@ def emit_wgsl(plan: KernelPlan) -> Emitted:
                   "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides",
         "buffer_note": "buffers are contiguous (B, L, H, D); f16 buffers are padded with zeros to a "
                        "multiple of 4 bytes (WebGPU buffer sizes)",
+        "completion_note": "if a driver cuts the main loop short (Mesa's llvmpipe ends all loops of a "
+                           "shader after 65535 iterations), the kernel stores nothing for those rows: "
+                           "fill out with NaN before the dispatch to detect it",
     }
     return Emitted(source, manifest(plan, extra), plan)

@@ -19,6 +19,9 @@ from .syntax import MAX_NAME_LENGTH, Block, Call, Number, Pair, Setting, Word, p
 MAX_INT = 2**31 - 1
 MAX_HEAD_DIM = 1024
 MAX_HEADS = 65535  # one grid dimension / dispatch dimension per head
+# scale and softcap become f32 constants in the kernels (scale * log2(e), scale / softcap,
+# softcap * log2(e)); within this range every one of them is a finite, normal f32.
+MIN_REAL, MAX_REAL = 1e-12, 1e12
 
 USAGE = {
     "head_dim": "head_dim N  or  head_dim qk=N v=M  (multiples of 8, 8..1024)",
@@ -69,11 +72,11 @@ class _Reader:
                        f"not '{shown}'", node.span, f"write: {usage}")
             return False
         v = node.value
+        shown = _short(node.text)
         if v < lo:
-            self.error(f"'{key}' must be at least {lo}, not {v}", node.span)
+            self.error(f"'{key}' must be at least {lo}, not {shown}", node.span)
             return False
         if v > hi:
-            shown = node.text if len(node.text) <= 24 else node.text[:20] + "..."
             self.error(f"'{key}' = {shown} is too large (at most {hi})", node.span)
             return False
         if multiple_of and v % multiple_of:
@@ -88,23 +91,30 @@ class _Reader:
         if isinstance(node, Number):
             v = float(node.value)
             if math.isfinite(v) and v > 0:
-                return v
-            self.error(f"'{key}' must be a positive finite number, not {node.text}", node.span)
+                if MIN_REAL <= v <= MAX_REAL:
+                    return v
+                self.error(f"'{key}' = {_short(node.text)} is out of range ({MIN_REAL:g} to {MAX_REAL:g}: "
+                           "the kernels hold it in f32)", node.span)
+                return False
+            self.error(f"'{key}' must be a positive finite number, not {_short(node.text)}", node.span)
         else:
             self.error(f"'{key}' must be a positive finite number, not '{node.show()}'", node.span,
                        f"write: {USAGE[key]}")
         return False
 
-    def choice(self, key, node, choices, aliases=None):
+    def choice(self, key, node, choices, aliases=None, what=None):
         if isinstance(node, Word) and node.text in choices:
             return node.text
         word = node.text if isinstance(node, Word) else node.show()
         hint = did_you_mean(word, choices, aliases) or f"write: {USAGE[key]}"
-        self.error(f"unknown {key} '{word}' (expected {', '.join(choices)})", node.span, hint)
+        self.error(f"unknown {what or key} '{word}' (expected {', '.join(choices)})", node.span, hint)
         return False
 
-    def pairs(self, key, nodes, allowed, required=()):
-        """Values that must all be key=value pairs with known, distinct keys."""
+    def pairs(self, key, nodes, allowed, required=(), at=None):
+        """Values that must all be key=value pairs with known, distinct keys.
+
+        `at` is the span to point at when a required pair is missing and there are no values.
+        """
         out, ok = {}, True
         for node in nodes:
             if not isinstance(node, Pair):
@@ -123,7 +133,7 @@ class _Reader:
                 out[node.key] = node
         for name in required:
             if ok and name not in out:
-                self.error(f"'{key}' needs {name}=", nodes[0].span if nodes else None,
+                self.error(f"'{key}' needs {name}=", nodes[0].span if nodes else at,
                            f"write: {USAGE[key]}")
                 ok = False
         return out if ok else None
@@ -175,6 +185,9 @@ class _Reader:
 
     def key_head_dim(self, s):
         vals = s.values
+        if not vals:
+            self.usage("head_dim", _At(s.key_span), "missing value")
+            return
         if len(vals) == 1 and not isinstance(vals[0], Pair):
             d = self.integer("head_dim", vals[0], 8, MAX_HEAD_DIM, 8)
             if d is not False:
@@ -190,6 +203,9 @@ class _Reader:
 
     def key_heads(self, s):
         vals = s.values
+        if not vals:
+            self.usage("heads", _At(s.key_span), "missing value")
+            return
         if len(vals) == 1 and isinstance(vals[0], Word) and vals[0].text == "any":
             return
         if len(vals) == 1 and isinstance(vals[0], Number):
@@ -266,7 +282,7 @@ class _Reader:
                            arg.span, hint)
             return
         if node.name == "window":
-            p = self.pairs("mask", node.args, ("left", "right"), ("left",))
+            p = self.pairs("mask", node.args, ("left", "right"), ("left",), at=node.span)
             if p is None:
                 return
             left = self.integer("window.left", p["left"].value, 0)
@@ -342,7 +358,7 @@ class _Reader:
         elif isinstance(node, Word) and node.text == "paged":
             self.error("paged needs its page size", node.span, "write: paged(page=16)")
         elif isinstance(node, Call) and node.name == "paged":
-            p = self.pairs("kv_cache", node.args, ("page",), ("page",))
+            p = self.pairs("kv_cache", node.args, ("page",), ("page",), at=node.span)
             if p is not None:
                 page = self.integer("kv_cache.page", p["page"].value, 1, 65536)
                 if page is not False:
@@ -379,7 +395,8 @@ class _Reader:
         else:
             wg = (self.integer("target.workgroup", p["workgroup"].value, 1, 1024, allow_auto=True)
                   if "workgroup" in p else None)
-            sg = self.choice("target", p["subgroups"].value, SUBGROUP_MODES) if "subgroups" in p else "auto"
+            sg = (self.choice("target", p["subgroups"].value, SUBGROUP_MODES, what="subgroups mode")
+                  if "subgroups" in p else "auto")
             if wg is not False and sg:
                 self.fields["wgsl"] = WgslOptions(wg, sg)
 
@@ -395,6 +412,11 @@ class _Reader:
                 self.error(f"accumulate f16 needs dtype f16 (this kernel stores {f['dtype']}: its "
                            "products are not f16 and tensor cores accumulate bf16 only in f32)",
                            self.spans["accumulate"], "use accumulate qk=f32 pv=f32")
+
+
+def _short(text: str) -> str:
+    """A number's text as quoted in a message: a 5000-digit one is cut short."""
+    return text if len(text) <= 24 else text[:20] + "..."
 
 
 class _At:
@@ -448,6 +470,8 @@ def parse_collect(text, filename="<string>"):
         text = decode_source(bytes(text), filename)
     if not isinstance(text, str):
         raise TypeError(f"spec text must be str, not {type(text).__name__}")
+    if text.startswith("\ufeff"):
+        text = text[1:]  # a UTF-8 byte-order mark (some Windows editors write one) is not text
     source, blocks = parse_blocks(text, filename)
     return build_specs(blocks, source)
 

@@ -134,8 +134,10 @@ class _ToAst(Transformer):
         is_int = all(c.isdigit() or c in "+-" for c in text)
         if is_int:
             # Python refuses to convert very long digit strings; anything that long is
-            # out of every range anyway, so keep a stand-in that is too large.
-            value = int(text) if len(text.lstrip("+-")) <= 40 else 10**40
+            # out of every range anyway, so keep a stand-in that is too large (or, for a
+            # negative number, too small). Leading zeros do not make a number large.
+            digits = text.lstrip("+-").lstrip("0") or "0"
+            value = (-1 if text.startswith("-") else 1) * (int(digits) if len(digits) <= 40 else 10**40)
         else:
             value = float(text)
         return Number(value, text, self._s(tok))
@@ -153,6 +155,27 @@ def _describe(expected) -> str:
     return ", ".join(names[:-1]) + (" or " if len(names) > 1 else "") + names[-1] if names else "nothing"
 
 
+def _end_of_text(source: Source) -> tuple[int, int]:
+    """Line and column just after the last line that is not blank."""
+    lines = source.lines
+    n = len(lines)
+    while n > 1 and not lines[n - 1].strip():
+        n -= 1
+    return n, len(lines[n - 1]) + 1
+
+
+def _unclosed_block(source: Source, upto_line: int) -> int | None:
+    """The line of an `attention` block opened inside another one before `upto_line`, if any:
+    the usual cause of a confusing syntax error is a '}' missing before that line."""
+    depth = 0
+    for n, text in enumerate(source.lines[:upto_line], start=1):
+        code = text.split("#", 1)[0]
+        if depth > 0 and code.split()[:1] == ["attention"]:
+            return n
+        depth += code.count("{") - code.count("}")
+    return None
+
+
 def _syntax_error(source: Source, err: lark.exceptions.UnexpectedInput) -> Diagnostic:
     line, col = max(err.line, 1), max(err.column, 1)
     hint = None
@@ -160,21 +183,21 @@ def _syntax_error(source: Source, err: lark.exceptions.UnexpectedInput) -> Diagn
         ch = source.text[err.pos_in_stream] if err.pos_in_stream < len(source.text) else ""
         shown = repr(ch) if ch.isprintable() else f"U+{ord(ch):04X}" if ch else "end of file"
         msg = f"unexpected character {shown}"
-        if ch in "-.":
-            hint = "names are letters, digits and '_', starting with a letter or '_'"
+        before = source.text[err.pos_in_stream - 1] if err.pos_in_stream > 0 else ""
+        in_name = before.isascii() and (before.isalnum() or before == "_")
+        if ch and ((ch in "-." and in_name) or (ch.isalpha() and not ch.isascii())):
+            hint = "names are ASCII letters, digits and '_', starting with a letter or '_'"
         end_col = col + 1
     elif isinstance(err, lark.exceptions.UnexpectedEOF):
         msg = f"unexpected end of file; expected {_describe(err.expected)}"
-        lines = source.text.splitlines() or [""]
-        line, col = len(lines), len(lines[-1]) + 1
+        line, col = _end_of_text(source)
         end_col = col + 1
         if "RBRACE" in err.expected:
             hint = "a block opened with '{' is not closed with '}'"
     else:
         tok = err.token
         if tok.type == "$END":
-            lines = source.text.splitlines() or [""]
-            line, col = len(lines), len(lines[-1]) + 1
+            line, col = _end_of_text(source)
             msg = f"unexpected end of file; expected {_describe(err.expected)}"
             if "RBRACE" in err.expected:
                 hint = "a block opened with '{' is not closed with '}'"
@@ -183,8 +206,17 @@ def _syntax_error(source: Source, err: lark.exceptions.UnexpectedInput) -> Diagn
             shown = "a new line" if tok.type == "_NL" else repr(str(tok))
             msg = f"unexpected {shown}; expected {_describe(err.expected)}"
             end_col = col + max(1, len(str(tok).split("\n")[0]))
-            if "ATTENTION" in err.expected and tok.type == "NAME":
+            unclosed = _unclosed_block(source, line)
+            if unclosed is not None:
+                hint = f"the block before line {unclosed} is not closed: is a '}}' missing there?"
+            elif "ATTENTION" in err.expected and tok.type == "NAME":
                 hint = did_you_mean(str(tok), ["attention"]) or "a file holds `attention NAME { ... }` blocks"
+            elif tok.type == "RBRACE" and "ATTENTION" in err.expected:
+                hint = "this '}' closes no block: is there one '}' too many?"
+            elif tok.type == "NUMBER" and set(err.expected) == {"NAME"}:
+                hint = "names are ASCII letters, digits and '_', starting with a letter or '_'"
+            elif tok.type == "COMMA" and "RBRACE" in err.expected:
+                hint = "separate a target's options with spaces, not commas"
             elif tok.type == "_NL" and "RBRACE" in err.expected:
                 hint = "put one setting per line; a target's options go inside { } on one or more lines"
             elif tok.type == "RBRACE" and "_NL" in err.expected:

@@ -112,11 +112,28 @@ def _empty_like(t: _Tensor, shape, dtype: str):
 
 
 def _stream(t: _Tensor):
+    """The stream the caller's framework is using now, as a CuPy stream."""
     cupy = _cupy()
-    if t.kind == "torch":
-        import torch
-        return cupy.cuda.ExternalStream(torch.cuda.current_stream(t.obj.device).cuda_stream)
-    return cupy.cuda.get_current_stream()
+    if t.kind != "torch":
+        return cupy.cuda.get_current_stream()
+    import torch
+    ptr = torch.cuda.current_stream(t.obj.device).cuda_stream
+    cached = _TORCH_STREAMS.get(ptr)
+    if cached is None:
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)
+        cached = None
+        if from_external is not None:
+            try:
+                cached = from_external(torch.cuda.current_stream(t.obj.device))
+            except (TypeError, AttributeError, ValueError):
+                cached = None
+        if cached is None:
+            cached = cupy.cuda.ExternalStream(ptr)
+        _TORCH_STREAMS[ptr] = cached
+    return cached
+
+
+_TORCH_STREAMS: dict = {}
 
 
 def device_profile(device_id: int | None = None) -> Profile:

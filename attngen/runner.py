@@ -1,0 +1,106 @@
+"""`attngen run`: random inputs on this machine's device, the kernel against the reference,
+and the time it took.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from .errors import LaunchError
+from .reference import reference, relative_error, structured_mask, to_numpy, tolerance
+
+_NP = {"f16": np.float16, "f32": np.float32}
+
+
+def visible_pairs(spec, len_q: int, len_k: int) -> int:
+    """How many (query, key) pairs the mask lets through (the work that counts as FLOPs)."""
+    vis = structured_mask(spec, len_q, len_k)
+    return len_q * len_k if vis is None else int(vis.sum())
+
+
+def _inputs(spec, target, shape, seed):
+    rng = np.random.default_rng(seed)
+    b, lq, lk, hq, hkv = shape["B"], shape["Lq"], shape["Lk"], shape["Hq"], shape["Hkv"]
+    host = (
+        rng.standard_normal((b, lq, hq, spec.head_dim_qk), dtype=np.float32),
+        rng.standard_normal((b, lk, hkv, spec.head_dim_qk), dtype=np.float32),
+        rng.standard_normal((b, lk, hkv, spec.head_dim_v), dtype=np.float32),
+    )
+    if target == "wgsl":
+        return host, tuple(a.astype(_NP[spec.dtype]) for a in host)
+    if spec.dtype == "bf16":
+        try:
+            import torch
+        except ImportError:
+            raise LaunchError("bf16 inputs on the cuda target are made with PyTorch, which is not "
+                              "installed") from None
+        return host, tuple(torch.from_numpy(a).cuda().to(torch.bfloat16) for a in host)
+    import cupy
+    return host, tuple(cupy.asarray(a.astype(_NP[spec.dtype])) for a in host)
+
+
+def _time_cuda(kernel, args, repeat) -> float:
+    import cupy
+    kernel(*args)  # warm-up (module load)
+    times = []
+    for _ in range(repeat):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        kernel(*args)
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return statistics.median(times)
+
+
+def _time_wall(kernel, args, repeat) -> float:
+    kernel(*args)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        kernel(*args)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def _compile(spec, target, profile):
+    from .api import compile as compile_kernel
+    try:
+        return compile_kernel(spec, target=target, profile=profile)
+    except (ImportError, RuntimeError, OSError) as e:
+        what = "CUDA GPU (with CuPy)" if target == "cuda" else "wgpu adapter"
+        raise LaunchError(f"no usable {what} on this machine: {type(e).__name__}: {e}") from None
+
+
+def run_shapes(spec, target, profile, shapes, *, repeat=10, seed=0, use_reference=True, echo=print) -> bool:
+    """Run every shape; print one line each; True when all are within tolerance."""
+    kernel = _compile(spec, target, profile)
+    bound = tolerance(spec)
+    timing = "GPU time (events)" if target == "cuda" else "wall time, uploads and read-back included"
+    echo(f"{spec.name} on {target} ({kernel.plan.profile}): {kernel.plan.summary()}")
+    echo(f"{'B':>4} {'Lq':>7} {'Lk':>7} {'Hq':>4} {'Hkv':>4}  {'rel. error':>10}  {'ms':>9}  {'TFLOP/s':>8}  result")
+    all_ok = True
+    for i, shape in enumerate(shapes):
+        host, args = _inputs(spec, target, shape, seed + i)
+        timer = _time_cuda if target == "cuda" else _time_wall
+        ms = timer(kernel, args, repeat)
+        flops = 2.0 * shape["B"] * shape["Hq"] * visible_pairs(spec, shape["Lq"], shape["Lk"]) * \
+            (spec.head_dim_qk + spec.head_dim_v)
+        tflops = flops / (ms * 1e-3) / 1e12 if ms > 0 else float("nan")
+        if use_reference:
+            out = to_numpy(kernel(*args))
+            err = relative_error(out, reference(spec, *host))
+            ok = err <= bound
+            verdict = "ok" if ok else f"FAIL (tolerance {bound:g})"
+            err_text = f"{err:10.2e}"
+        else:
+            ok, verdict, err_text = True, "not checked", f"{'-':>10}"
+        all_ok &= ok
+        echo(f"{shape['B']:>4} {shape['Lq']:>7} {shape['Lk']:>7} {shape['Hq']:>4} {shape['Hkv']:>4}  "
+             f"{err_text}  {ms:9.3f}  {tflops:8.2f}  {verdict}")
+    echo(f"times: median of {repeat} runs after a warm-up; {timing}; tolerance {bound:g} "
+         "(relative L2 vs float64)")
+    return all_ok

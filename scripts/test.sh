@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install everything the tests need on a fresh Debian/Ubuntu machine, then run them.
+#   bash scripts/test.sh            # the whole suite (what CI runs)
+#   bash scripts/test.sh -k parse   # extra arguments go to pytest
+# Installs: the software Vulkan adapter (Mesa's lavapipe, for WGSL through wgpu), a virtual
+# environment in .venv with attngen and its test extras (pytest, hypothesis, wgpu, NVRTC for
+# compile checks). On a machine with a GPU and CuPy the CUDA tests run too; else they skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need_apt+=(mesa-vulkan-drivers libvulkan1)
+python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    # --system-site-packages lets a GPU machine's CuPy / PyTorch be seen by the tests.
+    python3 -m venv --system-site-packages .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,423 @@
+// =============================================================================================
+// attngen 0.1.0: flash-attention forward kernel for target cuda (profile cuda-sm90).
+// Generated from the spec below; regenerate with `attngen build SPEC --target cuda --kernel llama3_8b_prefill` rather than editing.
+//
+// Spec (normalised, every default filled in):
+//   attention llama3_8b_prefill {
+//       head_dim   128
+//       heads      q=32 kv=8
+//       dtype      f16
+//       accumulate qk=f32 pv=f32
+//       mask       causal
+//       softcap    none
+//       scale      auto
+//       tile       q=auto kv=auto d=auto
+//       schedule   fused
+//       kv_cache   contiguous
+//       target     cuda { warps=auto stages=auto }
+//       target     wgsl { workgroup=auto subgroups=auto }
+//   }
+//
+// Plan: tile q=128 kv=64, 8 warps (256 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
+// Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
+// Shared memory: 104448 bytes:
+//   sQ  at      0: 128 x 136 f16 (the block's rows of Q)
+//   sK  at  34816: 2 x 64 x 136 f16 (K tiles, one per pipeline stage)
+//   sV  at  69632: 2 x 64 x 136 f16 (V tiles, one per pipeline stage)
+// Grid: (ceil(Lq / 128), Hq, B), 256 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Entry point: attngen_llama3_8b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
+// =============================================================================================
+// ---- section: config ----------------------------------------------------------------
+// Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
+// run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
+constexpr int kBlockQ = 128;      // tile q: rows of Q per block, 16 per warp
+constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kWarps = 8;
+constexpr int kThreads = 256;    // kWarps * 32
+constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kHeadDimQK = 128;    // head dim of q and k
+constexpr int kHeadDimV = 128;     // head dim of v and out
+constexpr int kHeadDimQKPad = 128; // padded to a multiple of 16 (the k of m16n8k16); padding is zero
+constexpr int kHeadDimVPad = 128;
+// Shared-memory rows are padded by 16 bytes so that the 8 rows one ldmatrix / float4 read
+// touches fall into different banks.
+constexpr int kStrideQ = 136;
+constexpr int kStrideK = 136;
+constexpr int kStrideV = 136;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (104448 bytes)
+constexpr int kOffsetK = 34816;
+constexpr int kOffsetV = 69632;
+constexpr int kSmemBytes = 104448;
+static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
+
+// Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
+// scale = 0.08838834764831843 (1 / sqrt(head_dim qk)).
+constexpr float kScaleLog2 = 0.12751743082459868f;  // scale * log2(e)
+constexpr float kLn2 = 0.6931471805599453f;
+
+static_assert(kBlockQ == kWarps * 16, "each warp owns 16 rows of Q");
+static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
+static_assert(kHeadDimQK % 8 == 0 && kHeadDimV % 8 == 0, "head dims are multiples of 8");
+static_assert(kHeadDimQKPad % 16 == 0 && kHeadDimVPad % 16 == 0, "padded head dims");
+static_assert(kThreads <= 1024, "threads per block");
+
+// ---- section: types -----------------------------------------------------------------
+// Storage is IEEE binary16 (f16), held as raw 16-bit words: the kernel does no f16
+// arithmetic in C++; conversions are single PTX instructions and the products run on
+// tensor cores. No CUDA headers are needed.
+typedef unsigned short elem_t;
+
+__device__ __forceinline__ float to_float(elem_t x) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+}
+
+// Two floats -> one 32-bit register holding {lo, hi} as f16 (round to nearest even).
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    unsigned r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// The f16 pair in one register -> two floats.
+__device__ __forceinline__ void unpack2(unsigned x, float& lo, float& hi) {
+    lo = to_float(static_cast<elem_t>(x & 0xffffu));
+    hi = to_float(static_cast<elem_t>(x >> 16));
+}
+
+// Store two adjacent output elements (one 32-bit store).
+__device__ __forceinline__ void store_pair(elem_t* p, float a, float b) {
+    *reinterpret_cast<unsigned*>(p) = pack2(a, b);
+}
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+
+// ---- section: memory --------------------------------------------------------------------
+// Global -> shared copies go through cp.async (sm_80+), 16 bytes per thread per copy, so a
+// warp moves 512 contiguous bytes at a time and the copies overlap the math of the previous
+// tile (kStages deep).
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Wait until at most N groups of copies are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+
+// Copy kRows rows of kCols elements (row r at src + r * row_stride) into shared-memory rows
+// of kStride elements. Rows at or past valid_rows are zero-filled, so keys past Lk and
+// queries past Lq read as zeros.
+template <int kRows, int kCols, int kStride>
+__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long long row_stride,
+                                          int valid_rows, int tid) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));  // elements per copy
+    constexpr int kChunks = kCols / kVec;                         // copies per row
+    constexpr int kCopies = kRows * kChunks;
+    static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
+    #pragma unroll
+    for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        if (kCopies % kThreads == 0 || c < kCopies) {
+            const int r = c / kChunks, col = (c % kChunks) * kVec;
+            const bool valid = r < valid_rows;
+            cp_async_16(dst + r * kStride + col, valid ? src + r * row_stride + col : src, valid);
+        }
+    }
+}
+
+// Zero columns [kCols, kColsPad) of kRows rows: the head-dim padding the products read.
+template <int kRows, int kCols, int kColsPad, int kStride>
+__device__ __forceinline__ void zero_padding(elem_t* dst, int tid) {
+    if constexpr (kColsPad > kCols) {
+        for (int i = tid; i < kRows * (kColsPad - kCols); i += kThreads) {
+            dst[(i / (kColsPad - kCols)) * kStride + kCols + i % (kColsPad - kCols)] = elem_t(0);
+        }
+    }
+}
+
+// ---- section: matmul primitives ---------------------------------------------------------
+// Both products on tensor cores with mma.sync.m16n8k16 (f16 inputs). Fragment
+// layout (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane = 4 * g + t; an accumulator
+// fragment holds rows g and g + 8, columns 2t and 2t + 1 of a 16 x 8 tile, as c[0], c[1]
+// (row g) and c[2], c[3] (row g + 8). S and the output accumulator acc use that layout.
+constexpr int kNTilesKV = kBlockKV / 8;        // 8-column tiles of S
+constexpr int kNTilesV = kHeadDimVPad / 8;     // 8-column tiles of acc
+constexpr int kKStepsQK = kHeadDimQKPad / 16;  // k16 steps of Q K^T
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const elem_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const elem_t* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+// d += a * b, f32 accumulators.
+__device__ __forceinline__ void mma_f32acc(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{ %0, %1, %2, %3}, { %4, %5, %6, %7}, { %8, %9}, { %0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One warp's share of both products: its 16 rows of Q against the current K/V tile.
+struct WarpMath {
+    unsigned q_frag[kKStepsQK][4];  // the warp's rows of Q as A fragments, loaded once
+    int lane;
+
+    __device__ __forceinline__ void init(unsigned char* smem, int warp, int lane_) {
+        lane = lane_;
+    }
+
+    // A fragment of Q for k step kk. ldmatrix.x4: lanes 0-15 address rows 0-15 at column
+    // 16 kk, lanes 16-31 the same rows at column 16 kk + 8.
+    __device__ __forceinline__ void q_fragment(unsigned (&a)[4], const elem_t* sQ_warp, int kk) const {
+        ldmatrix_x4(a, sQ_warp + (lane % 16) * kStrideQ + kk * 16 + (lane / 16) * 8);
+    }
+
+    // Called once the block's Q tile is in shared memory.
+    __device__ __forceinline__ void load_q(unsigned char* smem, int warp) {
+        const elem_t* sQ_warp = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + warp * 16 * kStrideQ;
+        #pragma unroll
+        for (int kk = 0; kk < kKStepsQK; ++kk) q_fragment(q_frag[kk], sQ_warp, kk);
+    }
+
+    // s = Q K^T: raw dot products of the warp's 16 rows with the tile's kBlockKV keys.
+    // ldmatrix.x4 on K (row-major [key][dim]) yields B fragments of two 8-key tiles.
+    __device__ __forceinline__ void scores(float (&s)[kNTilesKV][4], const elem_t* sK) const {
+        #pragma unroll
+        for (int n = 0; n < kNTilesKV; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        #pragma unroll
+        for (int kk = 0; kk < kKStepsQK; ++kk) {
+            const unsigned (&a)[4] = q_frag[kk];
+            #pragma unroll
+            for (int np = 0; np < kNTilesKV / 2; ++np) {
+                unsigned b[4];
+                ldmatrix_x4(b, sK + (np * 16 + (lane / 16) * 8 + lane % 8) * kStrideK + kk * 16 + ((lane / 8) % 2) * 8);
+                mma_f32acc(s[2 * np], a, b[0], b[1]);
+                mma_f32acc(s[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+    }
+
+    // acc += P V. P (probabilities in s's layout) is re-packed in registers into A fragments:
+    // the accumulator layout of two 8-key tiles is the A layout of one 16-key step.
+    // ldmatrix.x4.trans on V (row-major [key][dim]) yields B fragments of two 8-dim tiles.
+    __device__ __forceinline__ void pv(float (&acc)[kNTilesV][4], const float (&p)[kNTilesKV][4], const elem_t* sV) const {
+        #pragma unroll
+        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+            unsigned a[4];
+            a[0] = pack2(p[2 * ks][0], p[2 * ks][1]);          // row g,     keys 2t, 2t+1
+            a[1] = pack2(p[2 * ks][2], p[2 * ks][3]);          // row g + 8, keys 2t, 2t+1
+            a[2] = pack2(p[2 * ks + 1][0], p[2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
+            a[3] = pack2(p[2 * ks + 1][2], p[2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
+            #pragma unroll
+            for (int dp = 0; dp < kNTilesV / 2; ++dp) {
+                unsigned b[4];
+                ldmatrix_x4_trans(b, sV + (ks * 16 + lane % 16) * kStrideV + dp * 16 + (lane / 16) * 8);
+                mma_f32acc(acc[2 * dp], a, b[0], b[1]);
+                mma_f32acc(acc[2 * dp + 1], a, b[2], b[3]);
+            }
+        }
+    }
+};
+
+// ---- section: mask ------------------------------------------------------------------------
+// mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
+// key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
+// the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
+// tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
+// per-element mask. Range arithmetic is 64-bit: window sizes go up to 2^30.
+struct Mask {
+    int len_q, len_k;
+
+    __device__ __forceinline__ bool visible(int i, int j) const {
+        return j < len_k && j <= i;
+    }
+
+    __device__ __forceinline__ void key_range(int r0, int r1, int& begin, int& end) const {
+        begin = 0;
+        end = min(len_k, r1);  // row r1 - 1 sees keys up to r1 - 1
+        if (end < begin) end = begin;
+    }
+
+    __device__ __forceinline__ bool tile_is_full(int r0, int r1, int j0, int j1) const {
+        return j1 <= len_k && j1 - 1 <= r0;
+    }
+};
+
+// ---- section: score transform --------------------------------------------------------------
+// Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
+__device__ __forceinline__ float score_transform(float s) {
+    return s * kScaleLog2;
+}
+
+// ---- section: kernel ------------------------------------------------------------------------
+// One block computes kBlockQ rows of the output of one (batch, query head), FlashAttention-2
+// style (Dao 2023, Algorithm 1): loop over the visible K/V tiles keeping, per row, the running
+// max m_i, the running sum l_i of exp2(t - m_i) and the unnormalised output acc; when the max
+// grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
+// The score matrix is never stored: each warp holds its 16 x kBlockKV slice in registers.
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+attngen_llama3_8b_prefill(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
+                          const elem_t* __restrict__ v, elem_t* __restrict__ out,
+                          float* __restrict__ lse,
+                          long long q_sb, long long q_sl, long long q_sh,
+                          long long k_sb, long long k_sl, long long k_sh,
+                          long long v_sb, long long v_sl, long long v_sh,
+                          long long o_sb, long long o_sl, long long o_sh,
+                          int len_q, int len_k, int heads_q, int group) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    elem_t* sQ = reinterpret_cast<elem_t*>(smem + kOffsetQ);
+    elem_t* sK = reinterpret_cast<elem_t*>(smem + kOffsetK);
+    elem_t* sV = reinterpret_cast<elem_t*>(smem + kOffsetV);
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int t = lane % 4;                  // this lane's columns: 2t and 2t + 1 of each 8
+    const int head = blockIdx.y, batch = blockIdx.z;
+    const int kv_head = head / group;        // grouped-query attention: Hq / Hkv heads share K/V
+    const int row0 = blockIdx.x * kBlockQ;   // the block's first query row
+    const int row_end = min(row0 + kBlockQ, len_q);
+    const int row_a = row0 + warp * 16 + lane / 4;  // this lane's rows: row_a and row_a + 8
+    const int rows[2] = {row_a, row_a + 8};
+
+    const elem_t* k_head = k + batch * k_sb + kv_head * k_sh;
+    const elem_t* v_head = v + batch * v_sb + kv_head * v_sh;
+
+    // ---- section: prologue: load Q ----
+    zero_padding<kBlockQ, kHeadDimQK, kHeadDimQKPad, kStrideQ>(sQ, tid);
+    #pragma unroll
+    for (int st = 0; st < kStages; ++st) {
+        zero_padding<kBlockKV, kHeadDimQK, kHeadDimQKPad, kStrideK>(sK + st * kBlockKV * kStrideK, tid);
+        zero_padding<kBlockKV, kHeadDimV, kHeadDimVPad, kStrideV>(sV + st * kBlockKV * kStrideV, tid);
+    }
+    load_tile<kBlockQ, kHeadDimQK, kStrideQ>(
+        sQ, q + batch * q_sb + head * q_sh + (long long)row0 * q_sl, q_sl, row_end - row0, tid);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    WarpMath math;
+    math.init(smem, warp, lane);
+    math.load_q(smem, warp);
+
+    // ---- section: loop bounds (mask) ----
+    const Mask mask{len_q, len_k};
+    int kv_begin, kv_end;
+    mask.key_range(row0, row_end, kv_begin, kv_end);
+    const int tile_first = kv_begin / kBlockKV;
+    const int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+
+    float m_i[2] = {neg_inf(), neg_inf()};  // running max of each row's scores (log2 domain)
+    float l_i[2] = {0.f, 0.f};              // running sum; this lane's columns only, summed at the end
+    float acc[kNTilesV][4];                 // unnormalised output
+    #pragma unroll
+    for (int n = 0; n < kNTilesV; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+    auto load_kv = [&](int stage, int tile) {
+        const int j0 = (tile_first + tile) * kBlockKV;
+        load_tile<kBlockKV, kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK,
+                                                  k_head + (long long)j0 * k_sl, k_sl, len_k - j0, tid);
+        load_tile<kBlockKV, kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV,
+                                                 v_head + (long long)j0 * v_sl, v_sl, len_k - j0, tid);
+    };
+
+    // ---- section: main loop over K/V tiles ----
+    #pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) {
+        if (st < n_tiles) load_kv(st, st);
+        cp_async_commit();
+    }
+    for (int it = 0; it < n_tiles; ++it) {
+        // -- load K/V tile: issue the copy kStages - 1 tiles ahead, then wait for this one
+        const int ahead = it + kStages - 1;
+        if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
+        cp_async_commit();
+        cp_async_wait<kStages - 1>();
+        __syncthreads();
+        const int stage = it % kStages;
+        const int j0 = (tile_first + it) * kBlockKV;
+
+        // -- S = Q K^T
+        float s[kNTilesKV][4];
+        math.scores(s, sK + stage * kBlockKV * kStrideK);
+
+        // -- score transform and mask
+        const bool partial = !mask.tile_is_full(row0, row_end, j0, j0 + kBlockKV);
+        #pragma unroll
+        for (int n = 0; n < kNTilesKV; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float x = score_transform(s[n][e]);
+                if (partial && !mask.visible(rows[e / 2], j0 + n * 8 + 2 * t + e % 2)) x = neg_inf();
+                s[n][e] = x;
+            }
+        }
+
+        // -- online softmax: m_i, l_i, alpha
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float m_new = m_i[h];
+            #pragma unroll
+            for (int n = 0; n < kNTilesKV; ++n) m_new = fmaxf(m_new, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+            m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
+            m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+            // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
+            const float m_use = m_new == neg_inf() ? 0.f : m_new;
+            const float alpha = exp2f(m_i[h] - m_use);
+            m_i[h] = m_new;
+            float row_sum = 0.f;
+            #pragma unroll
+            for (int n = 0; n < kNTilesKV; ++n) {
+                s[n][2 * h] = exp2f(s[n][2 * h] - m_use);
+                s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - m_use);
+                row_sum += s[n][2 * h] + s[n][2 * h + 1];
+            }
+            l_i[h] = l_i[h] * alpha + row_sum;
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) {
+                acc[n][2 * h] *= alpha;
+                acc[n][2 * h + 1] *= alpha;
+            }
+        }
+
+        // -- O += P V
+        math.pv(acc, s, sV + stage * kBlockKV * kStrideV);
+        __syncthreads();  // every warp is done with this stage before it is refilled
+    }
+
+    // ---- section: epilogue: normalise and store ----
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float l = l_i[h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
+        const float inv_l = l > 0.f ? 1.f / l : 0.f;
+        const int row = rows[h];
+        if (row < len_q) {
+            elem_t* o_row = out + batch * o_sb + head * o_sh + (long long)row * o_sl;
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) {
+                if (n * 8 < kHeadDimV) store_pair(o_row + n * 8 + 2 * t, acc[n][2 * h] * inv_l, acc[n][2 * h + 1] * inv_l);
+            }
+            if (lse != nullptr && t == 0) {
+                lse[((long long)batch * heads_q + head) * len_q + row] = l > 0.f ? m_i[h] * kLn2 + logf(l) : neg_inf();
+            }
+        }
+    }
+}

@@ -1,0 +1,45 @@
+"""Every example's CUDA source, and every variant's, compiles with NVRTC for sm_80 and sm_90.
+
+Needs no GPU: NVRTC comes from the cuda-bindings and nvidia-cuda-nvrtc packages.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from attngen.emit import emit_plan
+from attngen.plan import plan
+from attngen.runtime import nvrtc
+
+from conftest import example_specs, spec_of
+from test_equivalence import VARIANTS
+
+pytestmark = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
+
+PROFILES = [("cuda-sm80", "sm_80"), ("cuda-sm90", "sm_90")]
+
+
+def _compile(spec, profile, arch):
+    source = emit_plan(plan(spec, "cuda", profile)).source
+    cubin, log = nvrtc.compile_cubin(source, arch)
+    assert cubin[:4] == b"\x7fELF", "NVRTC returns an ELF cubin"
+    assert "warning" not in log.lower(), log
+    return cubin
+
+
+@pytest.mark.parametrize("profile, arch", PROFILES)
+@pytest.mark.parametrize("example", example_specs(), ids=lambda e: e[1].name)
+def test_examples_compile(example, profile, arch):
+    _compile(example[1], profile, arch)
+
+
+@pytest.mark.parametrize("profile, arch", PROFILES)
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v[0])
+def test_variants_compile(variant, profile, arch):
+    _compile(spec_of(variant[1], name="v"), profile, arch)
+
+
+def test_compile_errors_are_reported_with_the_log():
+    from attngen.errors import CompileError
+    with pytest.raises(CompileError, match="undefined|identifier"):
+        nvrtc.compile_cubin('extern "C" __global__ void f() { undefined_thing(); }', "sm_80")
