@@ -66,7 +66,7 @@ class KernelPlan:
             math = "tensor cores (mma.sync m16n8k16)" if c.math == "mma" else "CUDA cores (fma)"
             who = f"{c.warps} warps ({c.threads} threads), {c.stages} K/V stage(s), {math}"
         else:
-            sg = "subgroup" if c.subgroups else "workgroup-memory"
-            who = (f"workgroup {c.workgroup} ({c.tile_q} rows x {c.threads_per_row} invocations), "
-                   f"{sg} reductions")
+            how = {"subgroup": "subgroup reductions", "workgroup": "workgroup-memory reductions",
+                   "none": "no cross-invocation reductions"}[c.reduction]
+            who = f"workgroup {c.workgroup} ({c.tile_q} rows x {c.threads_per_row} invocations), {how}"
         return f"tile q={c.tile_q} kv={c.tile_kv}, {who}"

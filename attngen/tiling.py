@@ -100,6 +100,13 @@ class WgslConfig:
         return self.tile_q * self.threads_per_row
 
     @property
+    def reduction(self) -> str:
+        """How a row's partial dot products are summed: none, subgroup or workgroup (memory)."""
+        if self.threads_per_row == 1:
+            return "none"
+        return "subgroup" if self.subgroups else "workgroup"
+
+    @property
     def smem_summary(self) -> str:
         return _describe(self.buffers)
 
@@ -243,7 +250,7 @@ def _wgsl_layout(spec, tile_q, tile_kv, threads_per_row, subgroups):
         ("sK", elem, 1, tile_kv, spec.head_dim_qk, "the current K tile"),
         ("sV", elem, 1, tile_kv, spec.head_dim_v, "the current V tile"),
     ]
-    if not subgroups:
+    if not subgroups and threads_per_row > 1:
         entries.append(("sRed", "f32", 1, tile_q * threads_per_row, tile_kv,
                         "partial dot products, summed across a row's invocations"))
     return _layout(entries)
@@ -286,7 +293,9 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
         if d % tpr:
             raise TileProblem(f"{tpr} invocations per row of Q do not divide head dim {d}",
                               key="target.wgsl", hint="use fewer invocations per row")
-    if subgroups is None:
+    if tpr == 1:
+        subgroups = False  # one invocation per row: nothing to reduce, no feature needed
+    elif subgroups is None:
         subgroups = tpr <= sg_min
     elif subgroups and tpr > sg_min:
         raise TileProblem(f"subgroups=on with {tpr} invocations per row of Q, but {profile.name} "

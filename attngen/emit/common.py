@@ -10,6 +10,7 @@ import functools
 import hashlib
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import jinja2
 
@@ -67,13 +68,24 @@ def _template_line(exc: BaseException) -> str:
     return found
 
 
+# What decides the generated text: the templates, the target profiles, and the modules that
+# lower a spec and print it. Their digest is part of the generator version.
+_GENERATOR_FILES = ("spec.py", "tiling.py", "check.py", "plan.py", "ir.py", "emit/common.py",
+                    "emit/cuda.py", "emit/wgsl.py")
+
+
 @functools.lru_cache(maxsize=1)
 def generator_version() -> str:
-    """Package version plus a digest of the templates: the cache key changes with either."""
+    """Package version plus a digest of everything that shapes the generated source, so the
+    on-disk kernel cache never serves a kernel built by a different generator."""
     h = hashlib.sha256()
-    root = resource_dir("templates")
-    for path in sorted(root.rglob("*.j2")):
-        h.update(path.relative_to(root).as_posix().encode())
+    package = Path(__file__).resolve().parent.parent
+    files = [(f"attngen/{name}", package / name) for name in _GENERATOR_FILES]
+    for kind, pattern in (("templates", "*.j2"), ("targets", "*.toml")):
+        root = resource_dir(kind)
+        files += [(f"{kind}/{p.relative_to(root).as_posix()}", p) for p in sorted(root.rglob(pattern))]
+    for name, path in files:
+        h.update(name.encode())
         h.update(path.read_bytes())
     return f"{__version__}+{h.hexdigest()[:12]}"
 

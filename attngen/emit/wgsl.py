@@ -105,10 +105,11 @@ def _binding_manifest(plan: KernelPlan) -> list[dict]:
 def emit_wgsl(plan: KernelPlan) -> Emitted:
     c = plan.config
     sizes = {b.name: b.rows * b.cols for b in c.buffers}
-    if c.subgroups:
-        reduction_doc = "with a butterfly of subgroup shuffles (sum_over_row)"
-    else:
-        reduction_doc = "through workgroup memory (sRed)"
+    reduction_doc = {
+        "subgroup": "with a butterfly of subgroup shuffles (sum_over_row)",
+        "workgroup": "through workgroup memory (sRed)",
+        "none": "(THREADS_PER_ROW is 1: the partial is the whole dot product)",
+    }[c.reduction]
     source = render(
         "wgsl/kernel.wgsl.j2",
         header=comment_block(header_lines(plan, _layout_lines(plan))),

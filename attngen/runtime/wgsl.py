@@ -11,7 +11,7 @@ optional features attngen uses ("shader-f16", and "subgroup", wgpu-py's name for
 "subgroups") when the adapter has them.
 
 Profiles. `adapter_profile()` matches the live adapter against the [match] tables of
-targets/*.toml (vendor_id, backend, adapter_type, ...; webgpu-core when none matches) and
+targets/*.toml (keys of adapter.info: vendor_id, backend_type, adapter_type, ...; webgpu-core when none matches) and
 narrows the profile to the device: its limits, the features it really has, and its subgroup
 sizes as the adapter reports them (never assumed). Once per device a probe shader checks that
 subgroups are consecutive runs of local_invocation_index (which the kernels' row reductions
@@ -74,8 +74,6 @@ _RAISED_LIMITS = ("max-compute-workgroup-storage-size", "max-compute-invocations
                   "max-compute-workgroup-size-x", "max-storage-buffer-binding-size", "max-buffer-size",
                   "max-storage-buffers-per-shader-stage")
 # [match] keys of the profiles -> adapter.info keys.
-_MATCH_KEYS = {"backend": "backend_type"}
-
 # Mesa's llvmpipe (the CPU driver behind lavapipe, what CI runs WGSL on) ends every loop of a
 # shader invocation, silently, once the invocation's loops have run this many iterations in
 # total (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, "shared between every loop"; seen on Mesa
@@ -234,7 +232,7 @@ def _matches(profile: Profile, info: dict) -> bool:
     if not profile.match:
         return False
     for key, want in profile.match.items():
-        have = info.get(_MATCH_KEYS.get(key, key))
+        have = info.get(key)
         if isinstance(want, str) and isinstance(have, str):
             if want.lower() != have.lower():
                 return False

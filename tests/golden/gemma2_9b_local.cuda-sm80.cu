@@ -30,7 +30,9 @@
 // ---- section: config ----------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-constexpr int kBlockQ = 64;      // tile q: rows of Q per block, 16 per warp
+constexpr int kBlockQ = 64;      // tile q: rows of Q per block
+constexpr int kFrags = 1;         // 16-row fragments of Q per warp
+constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 4;
 constexpr int kThreads = 128;    // kWarps * 32
@@ -57,7 +59,7 @@ constexpr float kScaleOverCap = 0.00125f;  // scale / softcap
 constexpr float kSoftcapLog2 = 72.13475204444816f;   // softcap * log2(e)
 constexpr float kLn2 = 0.6931471805599453f;
 
-static_assert(kBlockQ == kWarps * 16, "each warp owns 16 rows of Q");
+static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
 static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
 static_assert(kHeadDimQK % 8 == 0 && kHeadDimV % 8 == 0, "head dims are multiples of 8");
 static_assert(kHeadDimQKPad % 16 == 0 && kHeadDimVPad % 16 == 0, "padded head dims");
@@ -174,41 +176,51 @@ __device__ __forceinline__ void mma_f32acc(float (&d)[4], const unsigned (&a)[4]
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// One warp's share of both products: its 16 rows of Q against the current K/V tile.
+// One warp's share of both products: its kRowsPerWarp rows of Q (kFrags fragments of 16)
+// against the current K/V tile. Each K or V fragment read from shared memory serves all of
+// the warp's fragments.
 struct WarpMath {
-    const elem_t* sQ;               // the warp's rows of Q, re-read from shared memory per tile
+    const elem_t* sQ;                       // the warp's rows of Q, re-read from shared memory per tile
     int lane;
 
     __device__ __forceinline__ void init(unsigned char* smem, int warp, int lane_) {
         lane = lane_;
-        sQ = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + warp * 16 * kStrideQ;
+        sQ = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + warp * kRowsPerWarp * kStrideQ;
     }
 
-    // A fragment of Q for k step kk. ldmatrix.x4: lanes 0-15 address rows 0-15 at column
-    // 16 kk, lanes 16-31 the same rows at column 16 kk + 8.
-    __device__ __forceinline__ void q_fragment(unsigned (&a)[4], const elem_t* sQ_warp, int kk) const {
-        ldmatrix_x4(a, sQ_warp + (lane % 16) * kStrideQ + kk * 16 + (lane / 16) * 8);
+    // A fragment of Q for fragment mf and k step kk. ldmatrix.x4: lanes 0-15 address rows
+    // 0-15 of the fragment at column 16 kk, lanes 16-31 the same rows at column 16 kk + 8.
+    __device__ __forceinline__ void q_fragment(unsigned (&a)[4], const elem_t* sQ_warp, int mf, int kk) const {
+        ldmatrix_x4(a, sQ_warp + (mf * 16 + lane % 16) * kStrideQ + kk * 16 + (lane / 16) * 8);
     }
 
     // Called once the block's Q tile is in shared memory.
     __device__ __forceinline__ void load_q(unsigned char* smem, int warp) {
     }
 
-    // s = Q K^T: raw dot products of the warp's 16 rows with the tile's kBlockKV keys.
+    // s = Q K^T: raw dot products of the warp's rows with the tile's kBlockKV keys.
     // ldmatrix.x4 on K (row-major [key][dim]) yields B fragments of two 8-key tiles.
-    __device__ __forceinline__ void scores(float (&s)[kNTilesKV][4], const elem_t* sK) const {
+    __device__ __forceinline__ void scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
         #pragma unroll
-        for (int n = 0; n < kNTilesKV; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int n = 0; n < kNTilesKV; ++n) s[mf][n][0] = s[mf][n][1] = s[mf][n][2] = s[mf][n][3] = 0.f;
+        }
         #pragma unroll
         for (int kk = 0; kk < kKStepsQK; ++kk) {
-            unsigned a[4];
-            q_fragment(a, sQ, kk);
+            unsigned a[kFrags][4];
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) q_fragment(a[mf], sQ, mf, kk);
             #pragma unroll
             for (int np = 0; np < kNTilesKV / 2; ++np) {
                 unsigned b[4];
                 ldmatrix_x4(b, sK + (np * 16 + (lane / 16) * 8 + lane % 8) * kStrideK + kk * 16 + ((lane / 8) % 2) * 8);
-                mma_f32acc(s[2 * np], a, b[0], b[1]);
-                mma_f32acc(s[2 * np + 1], a, b[2], b[3]);
+                #pragma unroll
+                for (int mf = 0; mf < kFrags; ++mf) {
+                    const unsigned (&a_mf)[4] = a[mf];
+                    mma_f32acc(s[mf][2 * np], a_mf, b[0], b[1]);
+                    mma_f32acc(s[mf][2 * np + 1], a_mf, b[2], b[3]);
+                }
             }
         }
     }
@@ -216,20 +228,27 @@ struct WarpMath {
     // acc += P V. P (probabilities in s's layout) is re-packed in registers into A fragments:
     // the accumulator layout of two 8-key tiles is the A layout of one 16-key step.
     // ldmatrix.x4.trans on V (row-major [key][dim]) yields B fragments of two 8-dim tiles.
-    __device__ __forceinline__ void pv(float (&acc)[kNTilesV][4], const float (&p)[kNTilesKV][4], const elem_t* sV) const {
+    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const float (&p)[kFrags][kNTilesKV][4],
+                                       const elem_t* sV) const {
         #pragma unroll
         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            unsigned a[4];
-            a[0] = pack2(p[2 * ks][0], p[2 * ks][1]);          // row g,     keys 2t, 2t+1
-            a[1] = pack2(p[2 * ks][2], p[2 * ks][3]);          // row g + 8, keys 2t, 2t+1
-            a[2] = pack2(p[2 * ks + 1][0], p[2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
-            a[3] = pack2(p[2 * ks + 1][2], p[2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
+            unsigned a[kFrags][4];
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                a[mf][0] = pack2(p[mf][2 * ks][0], p[mf][2 * ks][1]);          // row g,     keys 2t, 2t+1
+                a[mf][1] = pack2(p[mf][2 * ks][2], p[mf][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
+                a[mf][2] = pack2(p[mf][2 * ks + 1][0], p[mf][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
+                a[mf][3] = pack2(p[mf][2 * ks + 1][2], p[mf][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
+            }
             #pragma unroll
             for (int dp = 0; dp < kNTilesV / 2; ++dp) {
                 unsigned b[4];
                 ldmatrix_x4_trans(b, sV + (ks * 16 + lane % 16) * kStrideV + dp * 16 + (lane / 16) * 8);
-                mma_f32acc(acc[2 * dp], a, b[0], b[1]);
-                mma_f32acc(acc[2 * dp + 1], a, b[2], b[3]);
+                #pragma unroll
+                for (int mf = 0; mf < kFrags; ++mf) {
+                    mma_f32acc(acc[mf][2 * dp], a[mf], b[0], b[1]);
+                    mma_f32acc(acc[mf][2 * dp + 1], a[mf], b[2], b[3]);
+                }
             }
         }
     }
@@ -276,7 +295,7 @@ __device__ __forceinline__ float score_transform(float s) {
 // style (Dao 2023, Algorithm 1): loop over the visible K/V tiles keeping, per row, the running
 // max m_i, the running sum l_i of exp2(t - m_i) and the unnormalised output acc; when the max
 // grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
-// The score matrix is never stored: each warp holds its 16 x kBlockKV slice in registers.
+// The score matrix is never stored: each warp holds its kRowsPerWarp x kBlockKV slice in registers.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 attngen_gemma2_9b_local(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
                         const elem_t* __restrict__ v, elem_t* __restrict__ out,
@@ -297,8 +316,8 @@ attngen_gemma2_9b_local(const elem_t* __restrict__ q, const elem_t* __restrict__
     const int kv_head = head / group;        // grouped-query attention: Hq / Hkv heads share K/V
     const int row0 = blockIdx.x * kBlockQ;   // the block's first query row
     const int row_end = min(row0 + kBlockQ, len_q);
-    const int row_a = row0 + warp * 16 + lane / 4;  // this lane's rows: row_a and row_a + 8
-    const int rows[2] = {row_a, row_a + 8};
+    // This lane's rows: row_a + 16 mf + 8 h for fragment mf < kFrags and half h < 2.
+    const int row_a = row0 + warp * kRowsPerWarp + lane / 4;
 
     const elem_t* k_head = k + batch * k_sb + kv_head * k_sh;
     const elem_t* v_head = v + batch * v_sb + kv_head * v_sh;
@@ -326,11 +345,16 @@ attngen_gemma2_9b_local(const elem_t* __restrict__ q, const elem_t* __restrict__
     const int tile_first = kv_begin / kBlockKV;
     const int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
 
-    float m_i[2] = {neg_inf(), neg_inf()};  // running max of each row's scores (log2 domain)
-    float l_i[2] = {0.f, 0.f};              // running sum; this lane's columns only, summed at the end
-    float acc[kNTilesV][4];                 // unnormalised output
+    float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
+    float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
+    float acc[kFrags][kNTilesV][4];  // unnormalised output
     #pragma unroll
-    for (int n = 0; n < kNTilesV; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    for (int mf = 0; mf < kFrags; ++mf) {
+        m_i[mf][0] = m_i[mf][1] = neg_inf();
+        l_i[mf][0] = l_i[mf][1] = 0.f;
+        #pragma unroll
+        for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
+    }
 
     auto load_kv = [&](int stage, int tile) {
         const int j0 = (tile_first + tile) * kBlockKV;
@@ -357,45 +381,55 @@ attngen_gemma2_9b_local(const elem_t* __restrict__ q, const elem_t* __restrict__
         const int j0 = (tile_first + it) * kBlockKV;
 
         // -- S = Q K^T
-        float s[kNTilesKV][4];
+        float s[kFrags][kNTilesKV][4];
         math.scores(s, sK + stage * kBlockKV * kStrideK);
 
         // -- score transform and mask
         const bool partial = !mask.tile_is_full(row0, row_end, j0, j0 + kBlockKV);
         #pragma unroll
-        for (int n = 0; n < kNTilesKV; ++n) {
+        for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float x = score_transform(s[n][e]);
-                if (partial && !mask.visible(rows[e / 2], j0 + n * 8 + 2 * t + e % 2)) x = neg_inf();
-                s[n][e] = x;
+            for (int n = 0; n < kNTilesKV; ++n) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float x = score_transform(s[mf][n][e]);
+                    if (partial && !mask.visible(row_a + 16 * mf + 8 * (e / 2), j0 + n * 8 + 2 * t + e % 2)) {
+                        x = neg_inf();
+                    }
+                    s[mf][n][e] = x;
+                }
             }
         }
 
         // -- online softmax: m_i, l_i, alpha
         #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float m_new = m_i[h];
+        for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
-            for (int n = 0; n < kNTilesKV; ++n) m_new = fmaxf(m_new, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-            m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
-            m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-            // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
-            const float m_use = m_new == neg_inf() ? 0.f : m_new;
-            const float alpha = exp2f(m_i[h] - m_use);
-            m_i[h] = m_new;
-            float row_sum = 0.f;
-            #pragma unroll
-            for (int n = 0; n < kNTilesKV; ++n) {
-                s[n][2 * h] = exp2f(s[n][2 * h] - m_use);
-                s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - m_use);
-                row_sum += s[n][2 * h] + s[n][2 * h + 1];
-            }
-            l_i[h] = l_i[h] * alpha + row_sum;
-            #pragma unroll
-            for (int n = 0; n < kNTilesV; ++n) {
-                acc[n][2 * h] *= alpha;
-                acc[n][2 * h + 1] *= alpha;
+            for (int h = 0; h < 2; ++h) {
+                float m_new = m_i[mf][h];
+                #pragma unroll
+                for (int n = 0; n < kNTilesKV; ++n) {
+                    m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
+                }
+                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
+                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
+                const float m_use = m_new == neg_inf() ? 0.f : m_new;
+                const float alpha = exp2f(m_i[mf][h] - m_use);
+                m_i[mf][h] = m_new;
+                float row_sum = 0.f;
+                #pragma unroll
+                for (int n = 0; n < kNTilesKV; ++n) {
+                    s[mf][n][2 * h] = exp2f(s[mf][n][2 * h] - m_use);
+                    s[mf][n][2 * h + 1] = exp2f(s[mf][n][2 * h + 1] - m_use);
+                    row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
+                }
+                l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
+                #pragma unroll
+                for (int n = 0; n < kNTilesV; ++n) {
+                    acc[mf][n][2 * h] *= alpha;
+                    acc[mf][n][2 * h + 1] *= alpha;
+                }
             }
         }
 
@@ -406,21 +440,27 @@ attngen_gemma2_9b_local(const elem_t* __restrict__ q, const elem_t* __restrict__
 
     // ---- section: epilogue: normalise and store ----
     #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float l = l_i[h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
-        const float inv_l = l > 0.f ? 1.f / l : 0.f;
-        const int row = rows[h];
-        if (row < len_q) {
-            elem_t* o_row = out + batch * o_sb + head * o_sh + (long long)row * o_sl;
-            #pragma unroll
-            for (int n = 0; n < kNTilesV; ++n) {
-                if (n * 8 < kHeadDimV) store_pair(o_row + n * 8 + 2 * t, acc[n][2 * h] * inv_l, acc[n][2 * h + 1] * inv_l);
-            }
-            if (lse != nullptr && t == 0) {
-                lse[((long long)batch * heads_q + head) * len_q + row] = l > 0.f ? m_i[h] * kLn2 + logf(l) : neg_inf();
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float l = l_i[mf][h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
+            const float inv_l = l > 0.f ? 1.f / l : 0.f;
+            const int row = row_a + 16 * mf + 8 * h;
+            if (row < len_q) {
+                elem_t* o_row = out + batch * o_sb + head * o_sh + (long long)row * o_sl;
+                #pragma unroll
+                for (int n = 0; n < kNTilesV; ++n) {
+                    if (n * 8 < kHeadDimV) {
+                        store_pair(o_row + n * 8 + 2 * t, acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
+                    }
+                }
+                if (lse != nullptr && t == 0) {
+                    lse[((long long)batch * heads_q + head) * len_q + row] =
+                        l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : neg_inf();
+                }
             }
         }
     }

@@ -31,7 +31,9 @@
 // ---- section: config ----------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-constexpr int kBlockQ = 64;      // tile q: rows of Q per block, 16 per warp
+constexpr int kBlockQ = 64;      // tile q: rows of Q per block
+constexpr int kFrags = 1;         // 16-row fragments of Q per warp
+constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 4;
 constexpr int kThreads = 128;    // kWarps * 32
@@ -58,7 +60,7 @@ static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 4 <= kSmemBytes, "share
 constexpr float kScaleLog2 = 0.18033688011112042f;  // scale * log2(e)
 constexpr float kLn2 = 0.6931471805599453f;
 
-static_assert(kBlockQ == kWarps * 16, "each warp owns 16 rows of Q");
+static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
 static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
 static_assert(kHeadDimQK % 8 == 0 && kHeadDimV % 8 == 0, "head dims are multiples of 8");
 static_assert(kHeadDimQKPad % 8 == 0 && kHeadDimVPad % 8 == 0, "padded head dims");
@@ -144,15 +146,15 @@ __device__ __forceinline__ float dot4(float4 a, float4 b) {
     return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
 
-// One warp's share of both products: its 16 rows of Q against the current K/V tile.
+// One warp's share of both products: its kRowsPerWarp rows of Q against the current K/V tile.
 struct WarpMath {
-    const float* sQ;  // the warp's 16 rows of Q
-    float* sP;        // the warp's 16 rows of P (the product P V needs whole rows)
+    const float* sQ;  // the warp's rows of Q
+    float* sP;        // the warp's rows of P (the product P V needs whole rows)
     int g, t;
 
     __device__ __forceinline__ void init(unsigned char* smem, int warp, int lane) {
-        sQ = reinterpret_cast<const float*>(smem + kOffsetQ) + warp * 16 * kStrideQ;
-        sP = reinterpret_cast<float*>(smem + kOffsetP) + warp * 16 * kStrideP;
+        sQ = reinterpret_cast<const float*>(smem + kOffsetQ) + warp * kRowsPerWarp * kStrideQ;
+        sP = reinterpret_cast<float*>(smem + kOffsetP) + warp * kRowsPerWarp * kStrideP;
         g = lane / 4;
         t = lane % 4;
     }
@@ -160,47 +162,63 @@ struct WarpMath {
     __device__ __forceinline__ void load_q(unsigned char*, int) {}  // Q stays in shared memory
 
     // s = Q K^T: raw dot products, four dims at a time.
-    __device__ __forceinline__ void scores(float (&s)[kNTilesKV][4], const float* sK) const {
+    __device__ __forceinline__ void scores(float (&s)[kFrags][kNTilesKV][4], const float* sK) const {
         #pragma unroll
-        for (int n = 0; n < kNTilesKV; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-        const float* qa = sQ + g * kStrideQ;  // row g
-        const float* qb = qa + 8 * kStrideQ;  // row g + 8
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int n = 0; n < kNTilesKV; ++n) s[mf][n][0] = s[mf][n][1] = s[mf][n][2] = s[mf][n][3] = 0.f;
+        }
         #pragma unroll 1
         for (int d = 0; d < kHeadDimQK; d += 4) {
-            const float4 xa = *reinterpret_cast<const float4*>(qa + d);
-            const float4 xb = *reinterpret_cast<const float4*>(qb + d);
+            float4 xa[kFrags], xb[kFrags];  // rows g + 16 mf and g + 16 mf + 8
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                xa[mf] = *reinterpret_cast<const float4*>(sQ + (mf * 16 + g) * kStrideQ + d);
+                xb[mf] = *reinterpret_cast<const float4*>(sQ + (mf * 16 + g + 8) * kStrideQ + d);
+            }
             #pragma unroll
             for (int n = 0; n < kNTilesKV; ++n) {
                 const float* key = sK + (n * 8 + 2 * t) * kStrideK + d;
                 const float4 ya = *reinterpret_cast<const float4*>(key);             // key 2t
                 const float4 yb = *reinterpret_cast<const float4*>(key + kStrideK);  // key 2t + 1
-                s[n][0] += dot4(xa, ya);
-                s[n][1] += dot4(xa, yb);
-                s[n][2] += dot4(xb, ya);
-                s[n][3] += dot4(xb, yb);
+                #pragma unroll
+                for (int mf = 0; mf < kFrags; ++mf) {
+                    s[mf][n][0] += dot4(xa[mf], ya);
+                    s[mf][n][1] += dot4(xa[mf], yb);
+                    s[mf][n][2] += dot4(xb[mf], ya);
+                    s[mf][n][3] += dot4(xb[mf], yb);
+                }
             }
         }
     }
 
     // acc += P V, through the warp's rows of P in shared memory.
-    __device__ __forceinline__ void pv(float (&acc)[kNTilesV][4], const float (&p)[kNTilesKV][4], const float* sV) const {
+    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const float (&p)[kFrags][kNTilesKV][4],
+                                       const float* sV) const {
         #pragma unroll
-        for (int n = 0; n < kNTilesKV; ++n) {
-            *reinterpret_cast<float2*>(sP + g * kStrideP + n * 8 + 2 * t) = make_float2(p[n][0], p[n][1]);
-            *reinterpret_cast<float2*>(sP + (g + 8) * kStrideP + n * 8 + 2 * t) = make_float2(p[n][2], p[n][3]);
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int n = 0; n < kNTilesKV; ++n) {
+                float* row = sP + (mf * 16 + g) * kStrideP + n * 8 + 2 * t;
+                *reinterpret_cast<float2*>(row) = make_float2(p[mf][n][0], p[mf][n][1]);
+                *reinterpret_cast<float2*>(row + 8 * kStrideP) = make_float2(p[mf][n][2], p[mf][n][3]);
+            }
         }
         __syncwarp();
         #pragma unroll 1
         for (int j = 0; j < kBlockKV; ++j) {
-            const float pa = sP[g * kStrideP + j], pb = sP[(g + 8) * kStrideP + j];
             const float* vj = sV + j * kStrideV + 2 * t;
             #pragma unroll
-            for (int n = 0; n < kNTilesV; ++n) {
-                const float2 y = *reinterpret_cast<const float2*>(vj + n * 8);
-                acc[n][0] += pa * y.x;
-                acc[n][1] += pa * y.y;
-                acc[n][2] += pb * y.x;
-                acc[n][3] += pb * y.y;
+            for (int mf = 0; mf < kFrags; ++mf) {
+                const float pa = sP[(mf * 16 + g) * kStrideP + j], pb = sP[(mf * 16 + g + 8) * kStrideP + j];
+                #pragma unroll
+                for (int n = 0; n < kNTilesV; ++n) {
+                    const float2 y = *reinterpret_cast<const float2*>(vj + n * 8);
+                    acc[mf][n][0] += pa * y.x;
+                    acc[mf][n][1] += pa * y.y;
+                    acc[mf][n][2] += pb * y.x;
+                    acc[mf][n][3] += pb * y.y;
+                }
             }
         }
         __syncwarp();  // sP is rewritten by the next tile
@@ -242,7 +260,7 @@ __device__ __forceinline__ float score_transform(float s) {
 // style (Dao 2023, Algorithm 1): loop over the visible K/V tiles keeping, per row, the running
 // max m_i, the running sum l_i of exp2(t - m_i) and the unnormalised output acc; when the max
 // grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
-// The score matrix is never stored: each warp holds its 16 x kBlockKV slice in registers.
+// The score matrix is never stored: each warp holds its kRowsPerWarp x kBlockKV slice in registers.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 attngen_vit_b16(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
                 const elem_t* __restrict__ v, elem_t* __restrict__ out,
@@ -263,8 +281,8 @@ attngen_vit_b16(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
     const int kv_head = head / group;        // grouped-query attention: Hq / Hkv heads share K/V
     const int row0 = blockIdx.x * kBlockQ;   // the block's first query row
     const int row_end = min(row0 + kBlockQ, len_q);
-    const int row_a = row0 + warp * 16 + lane / 4;  // this lane's rows: row_a and row_a + 8
-    const int rows[2] = {row_a, row_a + 8};
+    // This lane's rows: row_a + 16 mf + 8 h for fragment mf < kFrags and half h < 2.
+    const int row_a = row0 + warp * kRowsPerWarp + lane / 4;
 
     const elem_t* k_head = k + batch * k_sb + kv_head * k_sh;
     const elem_t* v_head = v + batch * v_sb + kv_head * v_sh;
@@ -292,11 +310,16 @@ attngen_vit_b16(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
     const int tile_first = kv_begin / kBlockKV;
     const int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
 
-    float m_i[2] = {neg_inf(), neg_inf()};  // running max of each row's scores (log2 domain)
-    float l_i[2] = {0.f, 0.f};              // running sum; this lane's columns only, summed at the end
-    float acc[kNTilesV][4];                 // unnormalised output
+    float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
+    float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
+    float acc[kFrags][kNTilesV][4];  // unnormalised output
     #pragma unroll
-    for (int n = 0; n < kNTilesV; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    for (int mf = 0; mf < kFrags; ++mf) {
+        m_i[mf][0] = m_i[mf][1] = neg_inf();
+        l_i[mf][0] = l_i[mf][1] = 0.f;
+        #pragma unroll
+        for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
+    }
 
     auto load_kv = [&](int stage, int tile) {
         const int j0 = (tile_first + tile) * kBlockKV;
@@ -323,45 +346,55 @@ attngen_vit_b16(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
         const int j0 = (tile_first + it) * kBlockKV;
 
         // -- S = Q K^T
-        float s[kNTilesKV][4];
+        float s[kFrags][kNTilesKV][4];
         math.scores(s, sK + stage * kBlockKV * kStrideK);
 
         // -- score transform and mask
         const bool partial = !mask.tile_is_full(row0, row_end, j0, j0 + kBlockKV);
         #pragma unroll
-        for (int n = 0; n < kNTilesKV; ++n) {
+        for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float x = score_transform(s[n][e]);
-                if (partial && !mask.visible(rows[e / 2], j0 + n * 8 + 2 * t + e % 2)) x = neg_inf();
-                s[n][e] = x;
+            for (int n = 0; n < kNTilesKV; ++n) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float x = score_transform(s[mf][n][e]);
+                    if (partial && !mask.visible(row_a + 16 * mf + 8 * (e / 2), j0 + n * 8 + 2 * t + e % 2)) {
+                        x = neg_inf();
+                    }
+                    s[mf][n][e] = x;
+                }
             }
         }
 
         // -- online softmax: m_i, l_i, alpha
         #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float m_new = m_i[h];
+        for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
-            for (int n = 0; n < kNTilesKV; ++n) m_new = fmaxf(m_new, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-            m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
-            m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-            // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
-            const float m_use = m_new == neg_inf() ? 0.f : m_new;
-            const float alpha = exp2f(m_i[h] - m_use);
-            m_i[h] = m_new;
-            float row_sum = 0.f;
-            #pragma unroll
-            for (int n = 0; n < kNTilesKV; ++n) {
-                s[n][2 * h] = exp2f(s[n][2 * h] - m_use);
-                s[n][2 * h + 1] = exp2f(s[n][2 * h + 1] - m_use);
-                row_sum += s[n][2 * h] + s[n][2 * h + 1];
-            }
-            l_i[h] = l_i[h] * alpha + row_sum;
-            #pragma unroll
-            for (int n = 0; n < kNTilesV; ++n) {
-                acc[n][2 * h] *= alpha;
-                acc[n][2 * h + 1] *= alpha;
+            for (int h = 0; h < 2; ++h) {
+                float m_new = m_i[mf][h];
+                #pragma unroll
+                for (int n = 0; n < kNTilesKV; ++n) {
+                    m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
+                }
+                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
+                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
+                const float m_use = m_new == neg_inf() ? 0.f : m_new;
+                const float alpha = exp2f(m_i[mf][h] - m_use);
+                m_i[mf][h] = m_new;
+                float row_sum = 0.f;
+                #pragma unroll
+                for (int n = 0; n < kNTilesKV; ++n) {
+                    s[mf][n][2 * h] = exp2f(s[mf][n][2 * h] - m_use);
+                    s[mf][n][2 * h + 1] = exp2f(s[mf][n][2 * h + 1] - m_use);
+                    row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
+                }
+                l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
+                #pragma unroll
+                for (int n = 0; n < kNTilesV; ++n) {
+                    acc[mf][n][2 * h] *= alpha;
+                    acc[mf][n][2 * h + 1] *= alpha;
+                }
             }
         }
 
@@ -372,21 +405,27 @@ attngen_vit_b16(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
 
     // ---- section: epilogue: normalise and store ----
     #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        float l = l_i[h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
-        const float inv_l = l > 0.f ? 1.f / l : 0.f;
-        const int row = rows[h];
-        if (row < len_q) {
-            elem_t* o_row = out + batch * o_sb + head * o_sh + (long long)row * o_sl;
-            #pragma unroll
-            for (int n = 0; n < kNTilesV; ++n) {
-                if (n * 8 < kHeadDimV) store_pair(o_row + n * 8 + 2 * t, acc[n][2 * h] * inv_l, acc[n][2 * h + 1] * inv_l);
-            }
-            if (lse != nullptr && t == 0) {
-                lse[((long long)batch * heads_q + head) * len_q + row] = l > 0.f ? m_i[h] * kLn2 + logf(l) : neg_inf();
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float l = l_i[mf][h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
+            const float inv_l = l > 0.f ? 1.f / l : 0.f;
+            const int row = row_a + 16 * mf + 8 * h;
+            if (row < len_q) {
+                elem_t* o_row = out + batch * o_sb + head * o_sh + (long long)row * o_sl;
+                #pragma unroll
+                for (int n = 0; n < kNTilesV; ++n) {
+                    if (n * 8 < kHeadDimV) {
+                        store_pair(o_row + n * 8 + 2 * t, acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
+                    }
+                }
+                if (lse != nullptr && t == 0) {
+                    lse[((long long)batch * heads_q + head) * len_q + row] =
+                        l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : neg_inf();
+                }
             }
         }
     }

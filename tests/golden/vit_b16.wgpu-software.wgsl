@@ -1,0 +1,321 @@
+// =============================================================================================
+// attngen 0.1.0: flash-attention forward kernel for target wgsl (profile wgpu-software).
+// Generated from the spec below; regenerate with `attngen build SPEC --target wgsl --kernel vit_b16` rather than editing.
+//
+// Spec (normalised, every default filled in):
+//   attention vit_b16 {
+//       head_dim   64
+//       heads      q=12 kv=12
+//       dtype      f32
+//       accumulate qk=f32 pv=f32
+//       mask       none
+//       softcap    none
+//       scale      auto
+//       tile       q=auto kv=auto d=auto
+//       schedule   fused
+//       kv_cache   contiguous
+//       target     cuda { warps=auto stages=auto }
+//       target     wgsl { workgroup=auto subgroups=auto }
+//   }
+//
+// Plan: tile q=16 kv=16, workgroup 64 (16 rows x 4 invocations), subgroup reductions.
+// Scale 0.125; mask none: every query row sees every key j < Lk.
+// Workgroup memory: 8192 bytes (each buffer rounded up to 16 bytes):
+//   sK   at      0: 16 x 64 f32 (the current K tile)
+//   sV   at   4096: 16 x 64 f32 (the current V tile)
+// Grid: (ceil(Lq / 16), Hq, B), 64 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Entry point: attngen_vit_b16; the manifest (attngen build --emit manifest) lists the parameters in order.
+// =============================================================================================
+
+// ---- section: config ------------------------------------------------------------------------
+// Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
+// run-time values in `params`; any length >= 1 works (partial tiles are zero-filled and masked).
+const TILE_Q: u32 = 16u;           // tile q: rows of Q per workgroup
+const TILE_KV: u32 = 16u;          // tile kv: rows of K and V per iteration of the main loop
+const THREADS_PER_ROW: u32 = 4u;   // invocations sharing one row of Q (a power of two)
+const WORKGROUP_SIZE: u32 = 64u;  // TILE_Q * THREADS_PER_ROW
+const HEAD_DIM_QK: u32 = 64u;      // head dim of q and k
+const HEAD_DIM_V: u32 = 64u;       // head dim of v and out
+// Each invocation owns the head dims d = lane + THREADS_PER_ROW * i of its row (strided, so the
+// invocations of a row read consecutive words of workgroup memory).
+const DIMS_QK: u32 = 16u;         // HEAD_DIM_QK / THREADS_PER_ROW
+const DIMS_V: u32 = 16u;          // HEAD_DIM_V / THREADS_PER_ROW
+// The dot products run over an invocation's dims in chunks of at most 32 iterations.
+// Mesa's software Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops
+// all loops of a shader after 65535 iterations in total; unrolled loops do not count, so
+// chunking keeps long sequences within that budget. Other drivers unroll or not as they like.
+const DIM_CHUNK_QK: u32 = 16u;     // divides DIMS_QK
+
+// Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
+// scale = 0.125 (1 / sqrt(head_dim qk)).
+const SCALE_LOG2: f32 = 0.18033688011112042;  // scale * log2(e)
+const LN2: f32 = 0.6931471805599453;       // ln(2): lse = m_i * ln(2) + ln(l_i)
+// WGSL implementations may assume that no value is infinite (and a const-expression cannot
+// even be -inf), so the kernel marks masked scores and "no maximum yet" with this finite
+// sentinel and selects p = 0 for it explicitly. Real scores are far above it.
+const MASKED: f32 = -3.0e38;
+// The bits of -inf, written to lse for rows that see no key (built at run time, see epilogue).
+const NEG_INF_BITS: u32 = 0xff800000u;
+
+// ---- section: types -------------------------------------------------------------------------
+// Storage is f32; all arithmetic is f32 unless an accumulator below says f16.
+alias elem_t = f32;    // storage of q, k, v and out
+alias qk_acc_t = f32;  // accumulate qk=f32: q registers and partial dot products of S = Q K^T
+alias pv_acc_t = f32;  // accumulate pv=f32: one K/V tile's contribution to O += P V
+
+// ---- section: memory ------------------------------------------------------------------------
+// Bindings (group 0). Tensors are contiguous, row-major (batch, seq, heads, head_dim):
+// q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse is
+// (B, Hq, Lq) f32. Element indices fit in u32 (a binding holds at most 2^32 bytes).
+struct Params {
+    batch: u32,      // B
+    len_q: u32,      // Lq, query rows per sequence
+    len_k: u32,      // Lk, keys per sequence
+    heads_q: u32,    // Hq, query heads
+    heads_kv: u32,   // Hkv, KV heads
+    group: u32,      // Hq / Hkv, query heads per KV head
+    write_lse: u32,  // 1 to write lse, 0 to skip it
+    _pad: u32,       // keeps the struct 16-byte sized
+}
+
+// params: sizes of this launch (struct Params)
+@group(0) @binding(0) var<uniform> params: Params;
+// q (B, Lq, Hq, Dqk) f32: queries
+@group(0) @binding(1) var<storage, read> q: array<elem_t>;
+// k (B, Lk, Hkv, Dqk) f32: keys
+@group(0) @binding(2) var<storage, read> k: array<elem_t>;
+// v (B, Lk, Hkv, Dv) f32: values
+@group(0) @binding(3) var<storage, read> v: array<elem_t>;
+// out (B, Lq, Hq, Dv) f32: attention output
+@group(0) @binding(4) var<storage, read_write> out: array<elem_t>;
+// lse (B, Hq, Lq) f32: log-sum-exp of each row's scores (natural log; -inf where a row sees no
+// key); written only when requested
+@group(0) @binding(5) var<storage, read_write> lse: array<f32>;
+
+// Workgroup memory (8192 bytes as the planner counts it, each buffer rounded up
+// to 16 bytes). Tiles are stored densely, row-major: sK[j * HEAD_DIM_QK + d].
+var<workgroup> sK: array<elem_t, 1024>;  // TILE_KV x HEAD_DIM_QK: the current K tile
+var<workgroup> sV: array<elem_t, 1024>;  // TILE_KV x HEAD_DIM_V: the current V tile
+
+// Copy keys [j0, j0 + TILE_KV) of one (batch, KV head) into sK and sV, all invocations of the
+// workgroup together (consecutive invocations copy consecutive elements). Keys at or past Lk
+// are zero-filled, so a partial last tile reads zeros (and is masked).
+fn load_kv_tile(lid: u32, batch: u32, kv_head: u32, j0: u32) {
+    for (var e = lid; e < TILE_KV * HEAD_DIM_QK; e += WORKGROUP_SIZE) {
+        let key = j0 + e / HEAD_DIM_QK;
+        var x = elem_t(0.0);
+        if (key < params.len_k) {
+            // flat index of (batch, key, kv_head) in (B, Lk, Hkv)
+            let key_row = (batch * params.len_k + key) * params.heads_kv + kv_head;
+            x = k[key_row * HEAD_DIM_QK + e % HEAD_DIM_QK];
+        }
+        sK[e] = x;
+    }
+    for (var e = lid; e < TILE_KV * HEAD_DIM_V; e += WORKGROUP_SIZE) {
+        let key = j0 + e / HEAD_DIM_V;
+        var x = elem_t(0.0);
+        if (key < params.len_k) {
+            // flat index of (batch, key, kv_head) in (B, Lk, Hkv)
+            let key_row = (batch * params.len_k + key) * params.heads_kv + kv_head;
+            x = v[key_row * HEAD_DIM_V + e % HEAD_DIM_V];
+        }
+        sV[e] = x;
+    }
+}
+
+// ---- section: matmul primitives -------------------------------------------------------------
+// Both products on the invocations' own registers (WGSL has no portable matrix units). Row r
+// of the tile belongs to invocations r * THREADS_PER_ROW + lane, lane < THREADS_PER_ROW; each
+// holds its dims d = lane + THREADS_PER_ROW * i (i < DIMS_QK) of the row's q in q_reg.
+
+// The sum of x over the THREADS_PER_ROW invocations of a row: a butterfly of subgroup
+// shuffles, after which every invocation of the row holds the same (bitwise) sum. The lanes of
+// a row are consecutive invocations of one subgroup: the plan guarantees THREADS_PER_ROW <= the
+// smallest subgroup size, and the runtime checks once per device that subgroups are
+// consecutive runs of local_invocation_index. Must be called in uniform control flow.
+fn sum_over_row(x: f32) -> f32 {
+    var r = x;
+    r += subgroupShuffleXor(r, 2u);
+    r += subgroupShuffleXor(r, 1u);
+    return r;
+}
+
+// S = Q K^T for the invocation's row and the TILE_KV keys in sK: raw dot products into s.
+// Each invocation forms the partial dot product over its dims (in qk_acc_t); the row's
+// THREADS_PER_ROW partials are then summed with a butterfly of subgroup shuffles (sum_over_row),
+// so every invocation of the row ends with all TILE_KV scores. Called by all invocations
+// (uniform control flow).
+fn scores(s: ptr<function, array<f32, TILE_KV>>, q_reg: ptr<function, array<qk_acc_t, DIMS_QK>>, lid: u32) {
+    let lane = lid % THREADS_PER_ROW;
+    for (var j = 0u; j < TILE_KV; j++) {
+        var part = qk_acc_t(0.0);
+        for (var c = 0u; c < DIMS_QK; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
+            for (var u = 0u; u < DIM_CHUNK_QK; u++) {
+                let i = c + u;
+                part += (*q_reg)[i] * qk_acc_t(sK[j * HEAD_DIM_QK + lane + THREADS_PER_ROW * i]);
+            }
+        }
+        (*s)[j] = sum_over_row(f32(part));
+    }
+}
+
+// O += P V for the invocation's row, with the online-softmax rescale folded in:
+// acc[i] = alpha * acc[i] + sum_j p_j V[j][d] for its dims d = lane + THREADS_PER_ROW * i.
+// Each dim's sum over the tile is formed in pv_acc_t and then added to the f32 acc (so f16
+// accumulation cannot overflow across tiles).
+fn pv(acc: ptr<function, array<f32, DIMS_V>>, p: ptr<function, array<f32, TILE_KV>>, alpha: f32, lane: u32) {
+    for (var i = 0u; i < DIMS_V; i++) {
+        var o = pv_acc_t(0.0);
+        for (var j = 0u; j < TILE_KV; j++) {
+            o += pv_acc_t((*p)[j]) * pv_acc_t(sV[j * HEAD_DIM_V + lane + THREADS_PER_ROW * i]);
+        }
+        (*acc)[i] = alpha * (*acc)[i] + f32(o);
+    }
+}
+
+// ---- section: mask --------------------------------------------------------------------------
+// mask none: every query row sees every key j < Lk.
+// visible(i, j): query row i sees key j.
+// key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
+// the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
+// tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
+// per-element mask.
+// Rows and keys are i32. Lengths are at most 2^30 and window sizes are clamped to 2^30 by the
+// planner, so every expression below stays inside i32: windows are compared against the
+// distance j - diag(i), never added to a position, except where noted.
+
+fn visible(i: i32, j: i32) -> bool {
+    return j < i32(params.len_k);
+}
+
+fn key_range(r0: i32, r1: i32) -> vec2<i32> {
+    let len_k = i32(params.len_k);
+    return vec2<i32>(0, len_k);
+}
+
+fn tile_is_full(r0: i32, r1: i32, j0: i32, j1: i32) -> bool {
+    let len_k = i32(params.len_k);
+    return j1 <= len_k;
+}
+
+// ---- section: score transform ---------------------------------------------------------------
+// Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
+fn score_transform(s: f32) -> f32 {
+    return s * SCALE_LOG2;
+}
+
+// ---- section: kernel ------------------------------------------------------------------------
+// One workgroup computes TILE_Q rows of the output of one (batch, query head), FlashAttention-2
+// style (Dao 2023, Algorithm 1): loop over the visible K/V tiles keeping, per row, the running
+// max m_i, the running sum l_i of exp2(t - m_i) and the unnormalised output acc; when the max
+// grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
+// Every invocation of a row holds all of the row's scores after the reduction in scores(), so
+// m_i and l_i are computed redundantly (identically) by each of them; acc is split by dims.
+// All barriers are in uniform control flow: the loop bounds depend only on the workgroup, and
+// invocations whose row is past Lq run the loop too and just do not store.
+@compute @workgroup_size(64, 1, 1)
+fn attngen_vit_b16(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let lane = lid % THREADS_PER_ROW;             // which dims of the row: lane + THREADS_PER_ROW * i
+    let head = wg.y;
+    let batch = wg.z;
+    let kv_head = head / params.group;            // grouped-query attention: Hq / Hkv heads share K/V
+    let row0 = wg.x * TILE_Q;                     // the workgroup's first query row
+    let row_end = min(row0 + TILE_Q, params.len_q);
+    let row = row0 + lid / THREADS_PER_ROW;       // this invocation's query row
+
+    // ---- section: prologue: load Q ----
+    // The row's q slice stays in registers for the whole loop; rows past Lq read as zeros.
+    var q_reg: array<qk_acc_t, DIMS_QK>;
+    if (row < params.len_q) {
+        let q_base = ((batch * params.len_q + row) * params.heads_q + head) * HEAD_DIM_QK + lane;
+        for (var i = 0u; i < DIMS_QK; i++) {
+            q_reg[i] = qk_acc_t(q[q_base + THREADS_PER_ROW * i]);
+        }
+    }
+
+    // ---- section: loop bounds (mask) ----
+    let range = key_range(i32(row0), i32(row_end));
+    let tile_first = range.x / i32(TILE_KV);
+    let n_tiles = select(0, (range.y + i32(TILE_KV) - 1) / i32(TILE_KV) - tile_first, range.y > range.x);
+
+    var m_i = MASKED;                   // running max of the row's scores (log2 domain); MASKED = none yet
+    var l_i = 0.0;                      // running sum of exp2(t - m_i)
+    var acc: array<f32, DIMS_V>;        // unnormalised output, this invocation's dims
+    var s: array<f32, TILE_KV>;         // the row's scores of the current tile, then its probabilities P
+
+    // ---- section: main loop over K/V tiles ----
+    // The loop ends with one extra, empty pass. A driver that silently cuts long-running loops
+    // short (Mesa's llvmpipe ends all loops of a shader after 65535 iterations in total) exits
+    // before that pass; the epilogue then stores nothing, which the runtime detects.
+    var it = 0;
+    for (; it <= n_tiles; it++) {
+        if (it == n_tiles) {
+            continue;  // the empty pass
+        }
+        let j0 = (tile_first + it) * i32(TILE_KV);
+
+        // -- load K/V tile
+        load_kv_tile(lid, batch, kv_head, u32(j0));
+        workgroupBarrier();
+
+        // -- S = Q K^T
+        scores(&s, &q_reg, lid);
+
+        // -- score transform and mask
+        let partial = !tile_is_full(i32(row0), i32(row_end), j0, j0 + i32(TILE_KV));
+        for (var j = 0u; j < TILE_KV; j++) {
+            var t = score_transform(s[j]);
+            if (partial && !visible(i32(row), j0 + i32(j))) {
+                t = MASKED;
+            }
+            s[j] = t;
+        }
+
+        // -- online softmax: m_i, l_i, alpha
+        var m_new = m_i;
+        for (var j = 0u; j < TILE_KV; j++) {
+            m_new = max(m_new, s[j]);
+        }
+        // A row that has seen no key yet keeps m = MASKED; subtracting 0 instead keeps the
+        // exponents finite, and the selects give p = 0 and alpha = 0 without relying on exp2
+        // of a huge negative number.
+        let m_use = select(m_new, 0.0, m_new <= MASKED);
+        let alpha = select(exp2(m_i - m_use), 0.0, m_i <= MASKED);
+        m_i = m_new;
+        var row_sum = 0.0;
+        for (var j = 0u; j < TILE_KV; j++) {
+            let p = select(exp2(s[j] - m_use), 0.0, s[j] <= MASKED);
+            s[j] = p;
+            row_sum += p;
+        }
+        l_i = l_i * alpha + row_sum;
+
+        // -- O += P V (and acc *= alpha, in the same pass)
+        pv(&acc, &s, alpha, lane);
+        workgroupBarrier();  // every invocation is done with sK, sV before the next tile overwrites them
+    }
+
+    // ---- section: epilogue: normalise and store ----
+    // A row that saw no key has l_i = 0: its output is 0 and its lse is -inf, never NaN.
+    let completed = it > n_tiles;  // false only when the driver cut the main loop short
+    if (row < params.len_q && completed) {
+        var inv_l = 0.0;
+        if (l_i > 0.0) {
+            inv_l = 1.0 / l_i;
+        }
+        let o_base = ((batch * params.len_q + row) * params.heads_q + head) * HEAD_DIM_V + lane;
+        for (var i = 0u; i < DIMS_V; i++) {
+            out[o_base + THREADS_PER_ROW * i] = elem_t(acc[i] * inv_l);
+        }
+        if (lane == 0u && params.write_lse != 0u) {
+            // -inf cannot be a WGSL constant: build it at run time from its bits (a var is
+            // never a const-expression, so no front end folds it).
+            var neg_inf_bits = NEG_INF_BITS;
+            var row_lse = bitcast<f32>(neg_inf_bits);
+            if (l_i > 0.0) {
+                row_lse = m_i * LN2 + log(l_i);
+            }
+            lse[(batch * params.heads_q + head) * params.len_q + row] = row_lse;
+        }
+    }
+}
