@@ -43,3 +43,11 @@ def test_compile_errors_are_reported_with_the_log():
     from attngen.errors import CompileError
     with pytest.raises(CompileError, match="undefined|identifier"):
         nvrtc.compile_cubin('extern "C" __global__ void f() { undefined_thing(); }', "sm_80")
+
+
+def test_compiling_leaves_python_objects_alone():
+    """NVRTC writes its log and cubin into buffers we pass: they must be our own mutable ones.
+    (Writing into b" " * 1 once turned every b" " in the process into b"\\x00", and WGSL text
+    passed to wgpu afterwards was cut short at the first space.)"""
+    nvrtc.compile_cubin('extern "C" __global__ void f() {}', "sm_80")  # an empty log: size 1
+    assert b" " == bytes([32]) and " ".encode() == b"\x20"

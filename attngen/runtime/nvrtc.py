@@ -58,14 +58,14 @@ def _compile_cuda_bindings(nv, source, options, name):
     prog = ok(nv.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []))
     try:
         (result,) = nv.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
-        size = ok(nv.nvrtcGetProgramLogSize(prog))
-        log = b" " * size
+        # NVRTC writes into these buffers: they must be mutable. (NVIDIA's examples pass
+        # b" " * size, which for size 1 overwrites CPython's shared b" " object, process-wide.)
+        log = bytearray(ok(nv.nvrtcGetProgramLogSize(prog)))
         ok(nv.nvrtcGetProgramLog(prog, log))
-        log_text = log.rstrip(b"\x00 ").decode(errors="replace")
+        log_text = bytes(log).rstrip(b"\x00 ").decode(errors="replace")
         if result != nv.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"NVRTC failed to compile {name} ({' '.join(options)}):\n{log_text}")
-        size = ok(nv.nvrtcGetCUBINSize(prog))
-        cubin = b" " * size
+        cubin = bytearray(ok(nv.nvrtcGetCUBINSize(prog)))
         ok(nv.nvrtcGetCUBIN(prog, cubin))
         return bytes(cubin), log_text
     finally:
