@@ -176,6 +176,7 @@ def test_subprocess_has_no_traceback(tmp_path):
     path = spec_file(tmp_path, b"\xff\xfe garbage \x00")
     for argv in (["check", path], ["build", path, "--target", "wgsl"], ["--version"]):
         r = subprocess.run([sys.executable, "-m", "attngen", *argv], capture_output=True, text=True,
-                           cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+                           cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                               filter(None, [ROOT, os.environ.get("PYTHONPATH")]))})
         assert "Traceback" not in r.stdout + r.stderr
         assert r.returncode == (0 if argv == ["--version"] else 1), r.stderr
