@@ -866,3 +866,13 @@ def test_many_errors_format_fast():
     assert len(err.diagnostics) == 2000
     assert [d.span.line for d in err.diagnostics] == sorted(d.span.line for d in err.diagnostics)
     assert time.perf_counter() - t0 < 5.0
+
+
+def test_a_block_with_a_bad_name_still_reports_its_other_errors():
+    text = ("attention a {\n head_dim 64\n dtype f16\n}\n"
+            "attention a {\n head_dim 63\n dtype f16\n}\n")
+    with pytest.raises(SpecError) as info:
+        attngen.parse(text, "dup.attn")
+    messages = [d.message for d in info.value.diagnostics]
+    assert any("duplicate kernel name 'a'" in m for m in messages)
+    assert any("multiple of 8" in m for m in messages)

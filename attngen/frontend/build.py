@@ -436,22 +436,24 @@ def build_specs(blocks, source) -> tuple[list[AttentionSpec], list[Diagnostic]]:
         diags.append(Diagnostic("the file defines no attention kernel", Span(source, 1, 1, 1, 2),
                                 "a spec file holds one or more `attention NAME { ... }` blocks"))
     for block in blocks:
+        name_diag = None
         if len(block.name) > MAX_NAME_LENGTH:
-            diags.append(Diagnostic(f"kernel name is {len(block.name)} characters long (at most "
-                                    f"{MAX_NAME_LENGTH})", block.name_span))
-            continue
-        if block.name.startswith("__"):
-            diags.append(Diagnostic("kernel names may not start with '__' (reserved in C++ and WGSL)",
-                                    block.name_span))
-            continue
-        if block.name in names:
-            diags.append(Diagnostic(f"duplicate kernel name '{block.name}' (first on line "
-                                    f"{names[block.name].line})", block.name_span,
-                                    "each attention block needs its own name"))
-            continue
-        names[block.name] = block.name_span
+            name_diag = Diagnostic(f"kernel name is {len(block.name)} characters long (at most "
+                                   f"{MAX_NAME_LENGTH})", block.name_span)
+        elif block.name.startswith("__"):
+            name_diag = Diagnostic("kernel names may not start with '__' (reserved in C++ and WGSL)",
+                                   block.name_span)
+        elif block.name in names:
+            name_diag = Diagnostic(f"duplicate kernel name '{block.name}' (first on line "
+                                   f"{names[block.name].line})", block.name_span,
+                                   "each attention block needs its own name")
+        else:
+            names[block.name] = block.name_span
+        # A block with a bad name is still read, so that its other errors are reported too.
         fields = _Reader(block, diags).read()
-        if fields is not None:
+        if name_diag is not None:
+            diags.append(name_diag)
+        elif fields is not None:
             specs.append(AttentionSpec(name=block.name, **fields))
     return specs, diags
 
