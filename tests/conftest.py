@@ -13,6 +13,25 @@ import attngen
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The example block of DESIGN.md ("The language"), verbatim.
+DESIGN_EXAMPLE = """\
+# Llama-3-8B prefill: grouped-query attention, causal, half precision
+attention llama3_8b_prefill {
+    head_dim   128                      # or: head_dim qk=192 v=128
+    heads      q=32 kv=8                # optional; omitted = any head count at run time
+    dtype      f16                      # storage of q, k, v, out: f16 | bf16 | f32
+    accumulate qk=f32 pv=f32            # matmul accumulators: f32 | f16 (softmax stats are f32)
+    mask       causal                   # see below
+    softcap    50.0                     # optional: s = c * tanh(s / c)
+    scale      auto                     # auto = 1/sqrt(head_dim qk), or a number
+    tile       q=128 kv=64              # rows of Q and of K/V per block; d= chunks the head dim
+    schedule   fused                    # fused | split_kv(N) | split_kv(auto) | two_pass
+    kv_cache   contiguous               # contiguous | paged(page=16)
+    target cuda { warps=4 stages=2 }
+    target wgsl { workgroup=128 subgroups=auto }
+}
+"""
+
 
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,

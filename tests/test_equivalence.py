@@ -14,7 +14,7 @@ import pytest
 import attngen
 from attngen.plan import plan
 
-from conftest import check_against_reference, example_specs, random_qkv, require, spec_of
+from conftest import DESIGN_EXAMPLE, check_against_reference, example_specs, random_qkv, require, spec_of
 
 TARGETS = ["cuda", "wgsl"]
 # (batch, Lq, Lk): single tokens, odd lengths, Lq != Lk both ways, a long key sequence.
@@ -117,26 +117,6 @@ def test_output_is_fully_written(target):
     assert res is out
     from conftest import _to_numpy
     assert not np.isnan(_to_numpy(out)).any()
-
-
-# DESIGN.md's example block, verbatim: every key of the language in one spec.
-DESIGN_EXAMPLE = """
-# Llama-3-8B prefill: grouped-query attention, causal, half precision
-attention llama3_8b_prefill {
-    head_dim   128                      # or: head_dim qk=192 v=128
-    heads      q=32 kv=8                # optional; omitted = any head count at run time
-    dtype      f16                      # storage of q, k, v, out: f16 | bf16 | f32
-    accumulate qk=f32 pv=f32            # matmul accumulators: f32 | f16 (softmax stats are f32)
-    mask       causal                   # see below
-    softcap    50.0                     # optional: s = c * tanh(s / c)
-    scale      auto                     # auto = 1/sqrt(head_dim qk), or a number
-    tile       q=128 kv=64              # rows of Q and of K/V per block; d= chunks the head dim
-    schedule   fused                    # fused | split_kv(N) | split_kv(auto) | two_pass
-    kv_cache   contiguous               # contiguous | paged(page=16)
-    target cuda { warps=4 stages=2 }
-    target wgsl { workgroup=128 subgroups=auto }
-}
-"""
 
 
 @pytest.mark.parametrize("target", TARGETS)

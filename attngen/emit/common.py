@@ -135,6 +135,17 @@ def transform_doc(plan: KernelPlan) -> str:
     return "scale * s"
 
 
+def layout_lines(plan: KernelPlan, title: str) -> list[str]:
+    """The header's description of the on-chip buffers, one line each."""
+    c = plan.config
+    width = max(len(b.name) for b in c.buffers)
+    lines = [f"{title}: {c.smem_bytes} bytes (each buffer 16-byte aligned):"]
+    for b in c.buffers:
+        copies = f"{b.copies} x " if b.copies > 1 else ""
+        lines.append(f"  {b.name:<{width}} at {b.offset:>6}: {copies}{b.rows} x {b.cols} {b.dtype} ({b.doc})")
+    return lines
+
+
 def header_lines(plan: KernelPlan, layout_lines: list[str]) -> list[str]:
     """The comment at the top of every generated source (without comment markers)."""
     lines = [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..ir import KernelPlan
-from .common import Emitted, comment_block, constants, header_lines, manifest, mask_doc, render, transform_doc
+from .common import Emitted, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
 _TYPES = {
@@ -11,15 +11,6 @@ _TYPES = {
     "bf16": ("cuda/types_bf16.j2", "bf16"),
     "f32": ("cuda/types_f32.j2", None),
 }
-
-
-def _layout_lines(plan: KernelPlan) -> list[str]:
-    c = plan.config
-    lines = [f"Shared memory: {c.smem_bytes} bytes:"]
-    for b in c.buffers:
-        copies = f"{b.copies} x " if b.copies > 1 else ""
-        lines.append(f"  {b.name:<3} at {b.offset:>6}: {copies}{b.rows} x {b.cols} {b.dtype} ({b.doc})")
-    return lines
 
 
 def emit_cuda(plan: KernelPlan) -> Emitted:
@@ -33,7 +24,7 @@ def emit_cuda(plan: KernelPlan) -> Emitted:
         pad_doc = "no padding on CUDA cores"
     source = render(
         "cuda/kernel.cu.j2",
-        header=comment_block(header_lines(plan, _layout_lines(plan))),
+        header=comment_block(header_lines(plan, layout_lines(plan, "Shared memory"))),
         c=c,
         entry=plan.entry,
         elem_bytes=4 if plan.dtype == "f32" else 2,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import textwrap
 
 from ..ir import KernelPlan
-from .common import Emitted, comment_block, constants, header_lines, manifest, mask_doc, render, transform_doc
+from .common import Emitted, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 
 # Longest loop over an invocation's dims that is left to the compiler in one piece (longer ones
 # are split in chunks; see the DIM_CHUNK_QK comment in templates/wgsl/config.j2).
@@ -26,15 +26,6 @@ _TYPES_DOC = {
     "f16": ["Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup",
             "memory and are widened to f32 where the arithmetic is f32."],
 }
-
-
-def _layout_lines(plan: KernelPlan) -> list[str]:
-    c = plan.config
-    lines = [f"Workgroup memory: {c.smem_bytes} bytes (each buffer rounded up to 16 bytes):"]
-    for b in c.buffers:
-        copies = f"{b.copies} x " if b.copies > 1 else ""
-        lines.append(f"  {b.name:<4} at {b.offset:>6}: {copies}{b.rows} x {b.cols} {b.dtype} ({b.doc})")
-    return lines
 
 
 def _fields(plan: KernelPlan) -> list[dict]:
@@ -112,7 +103,7 @@ def emit_wgsl(plan: KernelPlan) -> Emitted:
     }[c.reduction]
     source = render(
         "wgsl/kernel.wgsl.j2",
-        header=comment_block(header_lines(plan, _layout_lines(plan))),
+        header=comment_block(header_lines(plan, layout_lines(plan, "Workgroup memory"))),
         directives=list(plan.directives),
         c=c,
         entry=plan.entry,

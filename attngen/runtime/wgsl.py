@@ -73,7 +73,6 @@ _LIMITS = {
 _RAISED_LIMITS = ("max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",
                   "max-compute-workgroup-size-x", "max-storage-buffer-binding-size", "max-buffer-size",
                   "max-storage-buffers-per-shader-stage")
-# [match] keys of the profiles -> adapter.info keys.
 # Mesa's llvmpipe (the CPU driver behind lavapipe, what CI runs WGSL on) ends every loop of a
 # shader invocation, silently, once the invocation's loops have run this many iterations in
 # total (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, "shared between every loop"; seen on Mesa

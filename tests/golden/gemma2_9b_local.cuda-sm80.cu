@@ -20,10 +20,10 @@
 //
 // Plan: tile q=64 kv=32, 4 warps (128 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.0625, softcap 50.0; mask window(left=4096, right=0), bottom-right aligned: query i sees key j iff i + (Lk - Lq) - 4096 <= j <= i + (Lk - Lq) + 0.
-// Shared memory: 101376 bytes:
-//   sQ  at      0: 64 x 264 bf16 (the block's rows of Q)
-//   sK  at  33792: 2 x 32 x 264 bf16 (K tiles, one per pipeline stage)
-//   sV  at  67584: 2 x 32 x 264 bf16 (V tiles, one per pipeline stage)
+// Shared memory: 101376 bytes (each buffer 16-byte aligned):
+//   sQ at      0: 64 x 264 bf16 (the block's rows of Q)
+//   sK at  33792: 2 x 32 x 264 bf16 (K tiles, one per pipeline stage)
+//   sV at  67584: 2 x 32 x 264 bf16 (V tiles, one per pipeline stage)
 // Grid: (ceil(Lq / 64), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_gemma2_9b_local; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================

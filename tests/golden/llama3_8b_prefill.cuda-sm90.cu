@@ -20,10 +20,10 @@
 //
 // Plan: tile q=128 kv=64, 8 warps (256 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 104448 bytes:
-//   sQ  at      0: 128 x 136 f16 (the block's rows of Q)
-//   sK  at  34816: 2 x 64 x 136 f16 (K tiles, one per pipeline stage)
-//   sV  at  69632: 2 x 64 x 136 f16 (V tiles, one per pipeline stage)
+// Shared memory: 104448 bytes (each buffer 16-byte aligned):
+//   sQ at      0: 128 x 136 f16 (the block's rows of Q)
+//   sK at  34816: 2 x 64 x 136 f16 (K tiles, one per pipeline stage)
+//   sV at  69632: 2 x 64 x 136 f16 (V tiles, one per pipeline stage)
 // Grid: (ceil(Lq / 128), Hq, B), 256 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================

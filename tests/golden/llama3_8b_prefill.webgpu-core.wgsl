@@ -20,7 +20,7 @@
 //
 // Plan: tile q=16 kv=16, workgroup 128 (16 rows x 8 invocations), workgroup-memory reductions.
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Workgroup memory: 16384 bytes (each buffer rounded up to 16 bytes):
+// Workgroup memory: 16384 bytes (each buffer 16-byte aligned):
 //   sK   at      0: 16 x 128 f16 (the current K tile)
 //   sV   at   4096: 16 x 128 f16 (the current V tile)
 //   sRed at   8192: 128 x 16 f32 (partial dot products, summed across a row's invocations)

@@ -20,9 +20,9 @@
 //
 // Plan: tile q=16 kv=32, workgroup 128 (16 rows x 8 invocations), subgroup reductions.
 // Scale 0.08838834764831843; mask window(left=4096, right=0), bottom-right aligned: query i sees key j iff i + (Lk - Lq) - 4096 <= j <= i + (Lk - Lq) + 0.
-// Workgroup memory: 16384 bytes (each buffer rounded up to 16 bytes):
-//   sK   at      0: 32 x 128 f16 (the current K tile)
-//   sV   at   8192: 32 x 128 f16 (the current V tile)
+// Workgroup memory: 16384 bytes (each buffer 16-byte aligned):
+//   sK at      0: 32 x 128 f16 (the current K tile)
+//   sV at   8192: 32 x 128 f16 (the current V tile)
 // Grid: (ceil(Lq / 16), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_mistral_7b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================

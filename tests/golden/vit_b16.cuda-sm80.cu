@@ -20,11 +20,11 @@
 //
 // Plan: tile q=64 kv=32, 4 warps (128 threads), 2 K/V stage(s), CUDA cores (fma).
 // Scale 0.125; mask none: every query row sees every key j < Lk.
-// Shared memory: 61440 bytes:
-//   sQ  at      0: 64 x 68 f32 (the block's rows of Q)
-//   sK  at  17408: 2 x 32 x 68 f32 (K tiles, one per pipeline stage)
-//   sV  at  34816: 2 x 32 x 68 f32 (V tiles, one per pipeline stage)
-//   sP  at  52224: 64 x 36 f32 (probabilities P of the current tile)
+// Shared memory: 61440 bytes (each buffer 16-byte aligned):
+//   sQ at      0: 64 x 68 f32 (the block's rows of Q)
+//   sK at  17408: 2 x 32 x 68 f32 (K tiles, one per pipeline stage)
+//   sV at  34816: 2 x 32 x 68 f32 (V tiles, one per pipeline stage)
+//   sP at  52224: 64 x 36 f32 (probabilities P of the current tile)
 // Grid: (ceil(Lq / 64), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_vit_b16; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================

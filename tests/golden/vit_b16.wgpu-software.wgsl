@@ -20,9 +20,9 @@
 //
 // Plan: tile q=16 kv=16, workgroup 64 (16 rows x 4 invocations), subgroup reductions.
 // Scale 0.125; mask none: every query row sees every key j < Lk.
-// Workgroup memory: 8192 bytes (each buffer rounded up to 16 bytes):
-//   sK   at      0: 16 x 64 f32 (the current K tile)
-//   sV   at   4096: 16 x 64 f32 (the current V tile)
+// Workgroup memory: 8192 bytes (each buffer 16-byte aligned):
+//   sK at      0: 16 x 64 f32 (the current K tile)
+//   sV at   4096: 16 x 64 f32 (the current V tile)
 // Grid: (ceil(Lq / 16), Hq, B), 64 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_vit_b16; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
