@@ -18,24 +18,24 @@
 //       target     wgsl { workgroup=auto subgroups=auto }
 //   }
 //
-// Plan: tile q=128 kv=64, 8 warps (256 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
+// Plan: tile q=128 kv=32, 4 warps (128 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 104448 bytes (each buffer 16-byte aligned):
+// Shared memory: 69632 bytes (each buffer 16-byte aligned):
 //   sQ at      0: 128 x 136 f16 (the block's rows of Q)
-//   sK at  34816: 2 x 64 x 136 f16 (K tiles, one per pipeline stage)
-//   sV at  69632: 2 x 64 x 136 f16 (V tiles, one per pipeline stage)
-// Grid: (ceil(Lq / 128), Hq, B), 256 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+//   sK at  34816: 2 x 32 x 136 f16 (K tiles, one per pipeline stage)
+//   sV at  52224: 2 x 32 x 136 f16 (V tiles, one per pipeline stage)
+// Grid: (ceil(Lq / 128), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 // ---- section: config ----------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
 constexpr int kBlockQ = 128;      // tile q: rows of Q per block
-constexpr int kFrags = 1;         // 16-row fragments of Q per warp
+constexpr int kFrags = 2;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
-constexpr int kWarps = 8;
-constexpr int kThreads = 256;    // kWarps * 32
+constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kWarps = 4;
+constexpr int kThreads = 128;    // kWarps * 32
 constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
@@ -46,10 +46,10 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 136;
 constexpr int kStrideK = 136;
 constexpr int kStrideV = 136;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (104448 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (69632 bytes)
 constexpr int kOffsetK = 34816;
-constexpr int kOffsetV = 69632;
-constexpr int kSmemBytes = 104448;
+constexpr int kOffsetV = 52224;
+constexpr int kSmemBytes = 69632;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -181,11 +181,12 @@ __device__ __forceinline__ void mma_f32acc(float (&d)[4], const unsigned (&a)[4]
 // against the current K/V tile. Each K or V fragment read from shared memory serves all of
 // the warp's fragments.
 struct WarpMath {
-    unsigned q_frag[kFrags][kKStepsQK][4];  // the warp's rows of Q as A fragments, loaded once
+    const elem_t* sQ;                       // the warp's rows of Q, re-read from shared memory per tile
     int lane;
 
     __device__ __forceinline__ void init(unsigned char* smem, int warp, int lane_) {
         lane = lane_;
+        sQ = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + warp * kRowsPerWarp * kStrideQ;
     }
 
     // A fragment of Q for fragment mf and k step kk. ldmatrix.x4: lanes 0-15 address rows
@@ -196,12 +197,6 @@ struct WarpMath {
 
     // Called once the block's Q tile is in shared memory.
     __device__ __forceinline__ void load_q(unsigned char* smem, int warp) {
-        const elem_t* sQ_warp = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + warp * kRowsPerWarp * kStrideQ;
-        #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int kk = 0; kk < kKStepsQK; ++kk) q_fragment(q_frag[mf][kk], sQ_warp, mf, kk);
-        }
     }
 
     // s = Q K^T: raw dot products of the warp's rows with the tile's kBlockKV keys.
@@ -214,13 +209,16 @@ struct WarpMath {
         }
         #pragma unroll
         for (int kk = 0; kk < kKStepsQK; ++kk) {
+            unsigned a[kFrags][4];
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) q_fragment(a[mf], sQ, mf, kk);
             #pragma unroll
             for (int np = 0; np < kNTilesKV / 2; ++np) {
                 unsigned b[4];
                 ldmatrix_x4(b, sK + (np * 16 + (lane / 16) * 8 + lane % 8) * kStrideK + kk * 16 + ((lane / 8) % 2) * 8);
                 #pragma unroll
                 for (int mf = 0; mf < kFrags; ++mf) {
-                    const unsigned (&a_mf)[4] = q_frag[mf][kk];
+                    const unsigned (&a_mf)[4] = a[mf];
                     mma_f32acc(s[mf][2 * np], a_mf, b[0], b[1]);
                     mma_f32acc(s[mf][2 * np + 1], a_mf, b[2], b[3]);
                 }
