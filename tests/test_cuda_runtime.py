@@ -101,6 +101,7 @@ def test_runs_on_the_callers_torch_stream():
     ("batch", "batch sizes differ"),
     ("heads", "not a multiple"),
     ("out_shape", "out must have shape"),
+    ("out_overlap", "zero stride"),
 ])
 def test_bad_inputs_raise_launch_error(case, match):
     spec = spec_of(SPEC)
@@ -124,6 +125,8 @@ def test_bad_inputs_raise_launch_error(case, match):
         tq = tq[:, :, :3]
     elif case == "out_shape":
         kw["out"] = torch.empty((1, 8, 4, 32), dtype=torch.float16, device="cuda")
+    elif case == "out_overlap":
+        kw["out"] = torch.empty((1, 1, 4, 64), dtype=torch.float16, device="cuda").expand(1, 8, 4, 64)
     with pytest.raises(attngen.LaunchError, match=match):
         kernel(tq, tk, tv, **kw)
 
@@ -143,3 +146,33 @@ def test_empty_batch_and_zero_length_keys():
     tq, tk, tv = (torch.from_numpy(a).half().cuda() for a in (q, k, v))
     out, lse = kernel(tq, tk, tv, return_lse=True)
     assert torch.all(out == 0) and torch.all(torch.isneginf(lse))
+
+
+class _OnlyCudaArrayInterface:
+    """Something that is neither CuPy nor PyTorch: only __cuda_array_interface__."""
+
+    def __init__(self, t):
+        self._t = t
+        self.__cuda_array_interface__ = t.__cuda_array_interface__
+
+
+class _OnlyDLPack:
+    """Something that only speaks DLPack (like a JAX array)."""
+
+    def __init__(self, t):
+        self._t = t
+
+    def __dlpack__(self, **kw):
+        return self._t.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._t.__dlpack_device__()
+
+
+@pytest.mark.parametrize("wrap", [_OnlyCudaArrayInterface, _OnlyDLPack], ids=["cai", "dlpack"])
+def test_cuda_array_interface_and_dlpack_inputs(wrap):
+    spec = spec_of(SPEC)
+    q, k, v = random_qkv(spec, 2, 31, 45, heads_q=4, heads_kv=2)
+    tq, tk, tv = (torch.from_numpy(a).half().cuda() for a in (q, k, v))
+    out = kernel_for(spec, "cuda")(wrap(tq), wrap(tk), wrap(tv))
+    _check(spec, out, q, k, v)

@@ -198,6 +198,9 @@ class CudaKernel(Kernel):
         if not _readable(to):
             raise LaunchError("out must have a contiguous head dim, strides that are multiples of 16 "
                               "bytes and a 16-byte aligned pointer")
+        if any(st == 0 for st, n in zip(to.strides, to.shape) if n > 1):
+            raise LaunchError(f"out has a zero stride (strides {to.strides}): its elements overlap, so "
+                              "the kernel cannot write it (an expanded / broadcast view?)")
         lse = _empty_like(tq, (shapes.batch, shapes.heads_q, shapes.len_q), "f32") if return_lse else None
         if shapes.batch and shapes.len_q:
             self._launch(tq, tk, tv, to, lse, shapes)
