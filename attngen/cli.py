@@ -224,6 +224,8 @@ def cmd_run(args) -> int:
     spec = _one_spec(args)
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
+    if args.seed < 0:
+        raise UsageError("--seed must be a non-negative integer")
     shapes = [_parse_shape(s, spec) for s in (args.shape or [""])]
     profile = _profile(args.profile, args.target) if args.profile else None
     ok = run_shapes(spec, args.target, profile, shapes, repeat=args.repeat, seed=args.seed,

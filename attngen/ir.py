@@ -50,6 +50,9 @@ class KernelPlan:
     arch: str | None  # CUDA: minimum architecture, e.g. "sm_80"
     smem_bytes: int
     directives: tuple  # WGSL `enable ...;` lines; CUDA: ()
+    # With f16 accumulators for Q K^T, Q is multiplied by the scale as it is staged, so the
+    # f16 sums are sqrt(head_dim) times smaller; the score transform then leaves out the scale.
+    prescale_q: bool = False
 
     @property
     def tile_q(self) -> int:

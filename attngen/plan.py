@@ -107,6 +107,7 @@ def plan(spec: AttentionSpec, target: str, profile: Profile | str | None = None)
         scale=spec.resolved_scale,
         softcap=spec.softcap,
         mask=_clamped_mask(spec),
+        prescale_q=spec.acc_qk == "f16",
     )
     if target == "cuda":
         cfg = cuda_config(spec, profile)

@@ -10,20 +10,44 @@ import time
 import numpy as np
 
 from .errors import LaunchError
-from .reference import reference, relative_error, structured_mask, to_numpy, tolerance
+from .reference import reference, relative_error, to_numpy, tolerance
 
 _NP = {"f16": np.float16, "f32": np.float32}
 
 
 def visible_pairs(spec, len_q: int, len_k: int) -> int:
-    """How many (query, key) pairs the mask lets through (the work that counts as FLOPs)."""
-    vis = structured_mask(spec, len_q, len_k)
-    return len_q * len_k if vis is None else int(vis.sum())
+    """How many (query, key) pairs the mask lets through (the work that counts as FLOPs).
+
+    Each row sees one interval of keys, so this is a sum over rows, in chunks (no Lq x Lk array).
+    """
+    m = spec.mask
+    if m.kind in ("none", "custom"):
+        return len_q * len_k
+    off = len_k - len_q
+    total = 0
+    for r0 in range(0, len_q, 1 << 20):
+        i = np.arange(r0, min(len_q, r0 + (1 << 20)), dtype=np.int64)
+        if m.kind == "causal":
+            lo, hi = np.zeros_like(i), i + (off if m.bottom_right else 0)
+        else:
+            lo, hi = i + off - m.left, i + off + m.right
+        lo, hi = np.maximum(lo, 0), np.minimum(hi, len_k - 1)
+        total += int(np.maximum(hi - lo + 1, 0).sum())
+    return total
+
+
+# Inputs are drawn on the host in float32 first; refuse shapes that would not fit there.
+MAX_HOST_INPUT_BYTES = 32 << 30
 
 
 def _inputs(spec, target, shape, seed):
     rng = np.random.default_rng(seed)
     b, lq, lk, hq, hkv = shape["B"], shape["Lq"], shape["Lk"], shape["Hq"], shape["Hkv"]
+    need = 4 * b * (lq * hq * spec.head_dim_qk + lk * hkv * (spec.head_dim_qk + spec.head_dim_v))
+    if need > MAX_HOST_INPUT_BYTES:
+        raise LaunchError(f"random inputs for B={b} Lq={lq} Lk={lk} Hq={hq} Hkv={hkv} would take "
+                          f"{need / 2**30:.1f} GiB of host memory (attngen run draws them on the host; "
+                          f"at most {MAX_HOST_INPUT_BYTES >> 30} GiB)")
     host = (
         rng.standard_normal((b, lq, hq, spec.head_dim_qk), dtype=np.float32),
         rng.standard_normal((b, lk, hkv, spec.head_dim_qk), dtype=np.float32),

@@ -100,16 +100,19 @@ def c_float(x: float) -> str:
 
 def constants(plan: KernelPlan) -> dict:
     """The numeric constants both templates print, with what they mean."""
-    scale = plan.scale
+    # The factor left to apply to a raw dot product: 1 when Q was pre-scaled.
+    left = 1.0 if plan.prescale_q else plan.scale
     out = {
-        "scale": c_float(scale),
-        "scale_log2": c_float(scale * LOG2E),
-        "scale_doc": ("1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec"),
+        "scale": c_float(plan.scale),
+        "scale_log2": c_float(left * LOG2E),
+        "scale_doc": ("1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec")
+        + ("; applied to Q as it is staged (f16 accumulators)" if plan.prescale_q else ""),
+        "prescale_q": plan.prescale_q,
     }
     if plan.softcap is not None:
         out.update(
             softcap=c_float(plan.softcap),
-            scale_over_cap=c_float(scale / plan.softcap),
+            scale_over_cap=c_float(left / plan.softcap),
             softcap_log2=c_float(plan.softcap * LOG2E),
         )
     else:
@@ -130,9 +133,10 @@ def mask_doc(plan: KernelPlan) -> str:
 
 
 def transform_doc(plan: KernelPlan) -> str:
+    s = "s" if plan.prescale_q else "scale * s"
     if plan.softcap is not None:
-        return "softcap * tanh(scale * s / softcap)"
-    return "scale * s"
+        return f"softcap * tanh({s} / softcap)"
+    return s
 
 
 def layout_lines(plan: KernelPlan, title: str) -> list[str]:

@@ -274,9 +274,10 @@ class _Reader:
                     node.args[0].text in ("bottom_right", "top_left"):
                 self.fields["mask"] = Mask("causal", bottom_right=node.args[0].text == "bottom_right")
             else:
-                arg = node.args[0] if node.args else node
+                bad = [a for a in node.args if not (isinstance(a, Word) and a.text in ("bottom_right", "top_left"))]
+                arg = bad[0] if bad else (node.args[1] if len(node.args) > 1 else node)
                 hint = None
-                if isinstance(arg, Word):
+                if isinstance(arg, Word) and arg.text not in ("bottom_right", "top_left"):
                     hint = did_you_mean(arg.text, ["bottom_right", "top_left"])
                 self.error("causal takes one alignment: causal(bottom_right) or causal(top_left)",
                            arg.span, hint)
@@ -474,6 +475,8 @@ def parse_collect(text, filename="<string>"):
         raise TypeError(f"spec text must be str, not {type(text).__name__}")
     if text.startswith("\ufeff"):
         text = text[1:]  # a UTF-8 byte-order mark (some Windows editors write one) is not text
+    if "\r" in text:  # classic Mac line endings: lone CRs end lines too
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     source, blocks = parse_blocks(text, filename)
     return build_specs(blocks, source)
 

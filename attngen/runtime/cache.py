@@ -43,24 +43,29 @@ def cached(key: str, suffix: str, build) -> tuple[bytes, bool]:
         return path.read_bytes(), True
     try:
         root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / f"{key}.lock", "a+b")
     except OSError:
         return build(), False  # an unwritable cache only costs time
-    with open(root / f"{key}.lock", "a+b") as lock:
+    with lock:
         if fcntl is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if path.exists():
                 return path.read_bytes(), True
             data = build()
-            fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{key}.", suffix=".tmp")
+            try:
+                fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{key}.", suffix=".tmp")
+            except OSError:
+                return data, False
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
                 os.replace(tmp, path)
-            except BaseException:
+            except OSError:
+                pass  # a full or read-only disk only costs time
+            finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)
-                raise
             return data, False
         finally:
             if fcntl is not None:

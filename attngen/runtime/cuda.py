@@ -10,6 +10,7 @@ stream (PyTorch's for torch tensors, CuPy's otherwise).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -89,6 +90,21 @@ def _readable(t: _Tensor) -> bool:
     if t.ptr % 16 or (t.shape[-1] > 1 and t.strides[-1] != 1):
         return False
     return all(s % vec == 0 for s, n in zip(t.strides[:-1], t.shape[:-1]) if n > 1)
+
+
+def _extent(t: _Tensor) -> tuple[int, int]:
+    """The byte range [start, end) a tensor's elements span."""
+    item = _ELEM_BYTES.get(t.dtype, 1)
+    if any(n == 0 for n in t.shape):
+        return t.ptr, t.ptr
+    lo = sum((n - 1) * s for n, s in zip(t.shape, t.strides) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(t.shape, t.strides) if s > 0)
+    return t.ptr + lo * item, t.ptr + (hi + 1) * item
+
+
+def _overlap(a: _Tensor, b: _Tensor) -> bool:
+    (a0, a1), (b0, b1) = _extent(a), _extent(b)
+    return a.device == b.device and a0 < b1 and b0 < a1
 
 
 def _contiguous(name: str, t: _Tensor) -> _Tensor:
@@ -201,8 +217,12 @@ class CudaKernel(Kernel):
         if any(st == 0 for st, n in zip(to.strides, to.shape) if n > 1):
             raise LaunchError(f"out has a zero stride (strides {to.strides}): its elements overlap, so "
                               "the kernel cannot write it (an expanded / broadcast view?)")
+        for name, t in (("q", tq), ("k", tk), ("v", tv)):
+            if _overlap(to, t):
+                raise LaunchError(f"out overlaps {name} in memory: the kernel reads {name} while it writes "
+                                  "out, so the result would be wrong; pass a separate out=")
         lse = _empty_like(tq, (shapes.batch, shapes.heads_q, shapes.len_q), "f32") if return_lse else None
-        if shapes.batch and shapes.len_q:
+        if shapes.batch and shapes.len_q and shapes.heads_q:
             self._launch(tq, tk, tv, to, lse, shapes)
         return (out, lse) if return_lse else out
 
@@ -222,8 +242,11 @@ class CudaKernel(Kernel):
 
 def build_cubin(emitted, arch: str) -> bytes:
     """The cubin for an emitted kernel, from the on-disk cache or NVRTC."""
+    # The source's own digest too: a custom or narrowed profile may keep a name and still
+    # change the tiles.
     key = cache_key(spec=emitted.plan.spec_text, generator=generator_version(), target="cuda",
-                    arch=arch, profile=emitted.plan.profile, nvrtc=list(nvrtc.version()))
+                    arch=arch, profile=emitted.plan.profile, nvrtc=list(nvrtc.version()),
+                    source=hashlib.sha256(emitted.source.encode()).hexdigest())
     data, _ = cached(key, ".cubin", lambda: nvrtc.compile_cubin(emitted.source, arch)[0])
     return data
 

@@ -385,6 +385,11 @@ def _as_input(name: str, x):
     if isinstance(x, WgslTensor):
         if x.dtype not in _NP_DTYPES:
             raise LaunchError(f"{name} is a WgslTensor of dtype {x.dtype!r}; WGSL kernels take f16 or f32")
+        shape = tuple(x.shape) if isinstance(x.shape, (tuple, list)) else None
+        if shape is None or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
+                                    for n in shape):
+            raise LaunchError(f"{name} is a WgslTensor whose shape {x.shape!r} is not a tuple of "
+                              "non-negative integers")
         return x
     if wgpu is not None and isinstance(x, wgpu.GPUBuffer):
         raise LaunchError(f"{name} is a bare wgpu buffer: wrap it as WgslTensor(buffer, shape, dtype) so its "
