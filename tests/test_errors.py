@@ -52,7 +52,8 @@ def assert_well_formed(err: SpecError, text: str | None = None) -> None:
         assert re.fullmatch(r"    *\^+", caret), caret
         assert len(snippet) <= 4 + 106  # long lines are cut to a window
         if text is not None:
-            src = text.split("\n")[d.span.line - 1].rstrip("\r")
+            lines_of_text = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+            src = lines_of_text[d.span.line - 1]
             if len(src) <= 100 and d.span.column <= len(src):
                 # the whole line is shown (one character for one), the caret under the span's start
                 assert len(snippet) - 4 == len(src)
@@ -527,11 +528,14 @@ def test_snippet_shows_the_line_the_parser_counted(odd):
     assert str(err).split("\n")[1:3] == ["      dtype f1", "            ^^"]
 
 
-def test_lone_carriage_returns_are_not_line_breaks():
-    err = error_of("attention a {\rhead_dim 64\rdtype f16\r}\r")
-    stray = [d for d in err.diagnostics if "starts another setting" in d.message]
-    assert len(stray) == 1 and (stray[0].span.line, stray[0].span.column) == (1, 27)
-    assert "\n    attention a {?head_dim 64?dtype f16?}\n" in str(err)
+def test_lone_carriage_returns_end_lines_like_newlines():
+    """Classic Mac line endings read as line breaks; error positions count lines the same way."""
+    (spec,) = attngen.parse("attention a {\rhead_dim 64\rdtype f16\r}\r")
+    assert spec == attngen.parse("attention a {\nhead_dim 64\ndtype f16\n}\n")[0]
+    err = error_of("attention a {\rhead_dim 64\rdtype f1\r}\r")
+    (d,) = err.diagnostics
+    assert (d.span.line, d.span.column) == (3, 7)
+    assert str(err).split("\n")[1:3] == ["    dtype f1", "          ^^"]
 
 
 def test_control_characters_are_shown_as_question_marks():
