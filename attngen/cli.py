@@ -64,8 +64,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def _read_specs(path: str):
-    from .frontend import decode_source, parse
+def _read_source(path: str) -> tuple[str, str]:
+    """(text, name) of a spec file, or of standard input for '-'."""
+    from .frontend import decode_source
     if path == "-":
         data, name = sys.stdin.buffer.read(), "<stdin>"
     else:
@@ -75,7 +76,13 @@ def _read_specs(path: str):
         except OSError as e:
             raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
         name = path
-    return parse(decode_source(data, name), filename=name), name
+    return decode_source(data, name), name
+
+
+def _read_specs(path: str):
+    from .frontend import parse
+    text, name = _read_source(path)
+    return parse(text, filename=name), name
 
 
 def _one_spec(args):
@@ -151,18 +158,12 @@ def cmd_build(args) -> int:
 def cmd_check(args) -> int:
     from .check import check
     from .frontend import parse_collect
-    from .frontend.build import decode_source
+    from .plan import plan
     from .profiles import profiles_for
-    if args.spec == "-":
-        data, name = sys.stdin.buffer.read(), "<stdin>"
-    else:
-        try:
-            with open(args.spec, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise UsageError(f"cannot read {args.spec}: {e.strerror or e}") from None
-        name = args.spec
-    specs, diags = parse_collect(decode_source(data, name), name)
+    if args.profile and args.profile != "all" and not args.target:
+        raise UsageError("--profile needs --target (or use --profile all)")
+    text, name = _read_source(args.spec)
+    specs, diags = parse_collect(text, name)
     if args.kernel is not None:
         specs = [s for s in specs if s.name == args.kernel]
         if not specs and not diags:
@@ -172,19 +173,13 @@ def cmd_check(args) -> int:
     for spec in specs:
         lines = [spec.name]
         for target in targets:
-            if args.profile == "all":
-                profiles = profiles_for(target)
-            elif args.profile and not args.target:
-                raise UsageError("--profile needs --target (or use --profile all)")
-            else:
-                profiles = [_profile(args.profile, target)]
+            profiles = profiles_for(target) if args.profile == "all" else [_profile(args.profile, target)]
             for prof in profiles:
                 found = check(spec, prof)
                 if found:
                     diags += found
                     lines.append(f"  {target} ({prof.name}): error (see above)")
                     continue
-                from .plan import plan
                 p = plan(spec, target, prof)
                 lines.append(f"  {target} ({prof.name}): ok")
                 lines += [f"    {ln}" for ln in _plan_lines(p)]

@@ -101,7 +101,6 @@ def cuda_section(cases, results):
         print(f"{label:22s} attngen {row['attngen_tflops']:6.1f} TFLOP/s  "
               f"flash {row['SDPA flash_tflops'] or 0:6.1f}  cuDNN {row['SDPA cuDNN_tflops'] or 0:6.1f}  "
               f"err {row['rel_err_vs_flash']:.1e}", flush=True)
-        del q, k, v, out, ref
 
 
 def wgsl_section(results):

@@ -20,7 +20,7 @@ from ..errors import LaunchError
 from ..plan import plan as make_plan
 from ..profiles import Profile, get_profile
 from . import nvrtc
-from .cache import cache_dir, cache_key, cached
+from .cache import cache_key, cached
 from .common import Kernel, reject_unsupported, validate
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
@@ -50,10 +50,6 @@ class _Tensor:
     device: int
 
 
-def _describe_dtype(name: str) -> str:
-    return _NP_DTYPES.get(name, name)
-
-
 def _as_tensor(name: str, x) -> _Tensor:
     mod = type(x).__module__.split(".")[0]
     if mod == "torch":
@@ -81,7 +77,7 @@ def _as_tensor(name: str, x) -> _Tensor:
     item = x.dtype.itemsize
     strides = tuple(s // item for s in x.strides)
     return _Tensor(x, "cupy", x.data.ptr, tuple(x.shape), strides,
-                   _describe_dtype(x.dtype.name), x.device.id)
+                   _NP_DTYPES.get(x.dtype.name, x.dtype.name), x.device.id)
 
 
 def _readable(t: _Tensor) -> bool:
@@ -269,4 +265,4 @@ def compile_kernel(spec, profile: Profile | str | None = None, device_id: int | 
     return CudaKernel(emitted, cubin, device_id)
 
 
-__all__ = ["CudaKernel", "build_cubin", "cache_dir", "compile_kernel", "device_profile"]
+__all__ = ["CudaKernel", "build_cubin", "compile_kernel", "device_profile"]
