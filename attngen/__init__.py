@@ -12,8 +12,10 @@ __version__ = "0.1.0"
 from .errors import CompileError, LaunchError, SpecError  # noqa: E402
 from .spec import AttentionSpec, format_spec  # noqa: E402
 from .api import compile, emit, load, parse, reference  # noqa: E402
+from .blockmask import BlockMask, block_mask  # noqa: E402
+from .merge import merge  # noqa: E402
 
 __all__ = [
-    "AttentionSpec", "CompileError", "LaunchError", "SpecError", "compile", "emit", "format_spec",
-    "load", "parse", "reference", "__version__",
+    "AttentionSpec", "BlockMask", "CompileError", "LaunchError", "SpecError", "compile", "block_mask", "emit", "format_spec",
+    "load", "merge", "parse", "reference", "__version__",
 ]

@@ -13,9 +13,6 @@ from .profiles import Profile
 from .spec import AttentionSpec
 from .tiling import TileProblem, cuda_config, wgsl_config
 
-# Head dims the current kernels generate (the language allows up to 1024 with `tile d=`).
-MAX_GENERATED_HEAD_DIM = 256
-
 
 def _where(profile: Profile) -> str:
     return f"target {profile.target} (profile {profile.name})"
@@ -40,11 +37,6 @@ def check(spec: AttentionSpec, profile: Profile) -> list[Diagnostic]:
     if spec.schedule.kind != "fused":
         name = "split_kv" if spec.schedule.kind == "split_kv" else spec.schedule.kind
         not_yet("schedule", f"schedule {name}", "use schedule fused")
-    if spec.tile.d is not None:
-        not_yet("tile", "tile d= (chunking the head dim)", "leave d out; head dims up to 256 need no chunks")
-    big = max(spec.head_dim_qk, spec.head_dim_v)
-    if big > MAX_GENERATED_HEAD_DIM:
-        not_yet("head_dim", f"head_dim {big} (above {MAX_GENERATED_HEAD_DIM})")
 
     # -- dtypes and features ---------------------------------------------------------------
     if spec.dtype not in profile.storage_dtypes:

@@ -27,6 +27,20 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Entry:
+    """A further entry point of the same source, launched after the main one (in order):
+    the split_kv / two_pass combine, two_pass's second pass. Same fields as the main kernel's."""
+
+    name: str  # role: "combine", "pv", ...
+    entry: str  # function / entry-point name
+    doc: str
+    params: tuple  # Param, in launch order (CUDA) / by binding (WGSL)
+    grid: tuple  # three formulas
+    threads: int
+    smem_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class KernelPlan:
     target: str  # "cuda" | "wgsl"
     profile: str
@@ -53,6 +67,8 @@ class KernelPlan:
     # With f16 accumulators for Q K^T, Q is multiplied by the scale as it is staged, so the
     # f16 sums are sqrt(head_dim) times smaller; the score transform then leaves out the scale.
     prescale_q: bool = False
+    # Launched after the main kernel, in order (split_kv: the combine; two_pass: P V, combine).
+    entries: tuple = ()
 
     @property
     def tile_q(self) -> int:

@@ -110,7 +110,7 @@ def _mask_for(mask, b, hq0, groups, len_q, len_k):
         m = m[None]
     m = m[b if m.shape[0] > 1 else 0]
     m = m[hq0:hq0 + groups] if m.shape[0] > 1 else np.repeat(m, groups, axis=0)
-    m = np.broadcast_to(m, (groups, len_q, len_k))
+    m = np.broadcast_to(m[:, :len_q], (groups, len_q, len_k))  # packed: the sequence's top-left corner
     if m.dtype == bool:
         return m, None
     return None, m.astype(np.float64)

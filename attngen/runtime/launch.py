@@ -1,0 +1,302 @@
+"""Run-time inputs of a call, checked and resolved the same way for both targets.
+
+`resolve()` takes the shapes and dtypes of q, k, v and the host copies of the integer inputs
+(kv_lens, cu_seqlens_q/k, block_table), checks every one against the plan and each other,
+and returns a `Launch`: the layout, the per-sequence lengths, the output shapes and the
+number of KV splits. Nothing here touches a device: the runtimes copy integer inputs to the
+host with `host_ints()` first and launch from the Launch afterwards. docs/variants.md is
+the contract these checks implement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import LaunchError
+from ..ir import KernelPlan
+from ..plan import MAX_SEQ_LEN
+
+MAX_GRID_YZ = 65535  # CUDA grid.y / grid.z and WebGPU dispatch dimensions
+MAX_SPLITS = 64  # split_kv(auto) never picks more; split_kv(N) is bounded by the language
+INT32_MAX = 2**31 - 1
+
+
+def _module(x) -> str:
+    return type(x).__module__.split(".")[0]
+
+
+def host_ints(name: str, x, ndim: int) -> np.ndarray:
+    """A host int64 copy of an integer array (numpy, CuPy, PyTorch, lists), checked for
+    dimensionality and int32 range; anything else is a LaunchError naming `name`."""
+    mod = _module(x)
+    try:
+        if mod == "torch":
+            if x.dtype.is_floating_point or x.dtype.is_complex or str(x.dtype) == "torch.bool":
+                raise LaunchError(f"{name} must be an integer tensor, not {x.dtype}")
+            a = x.detach().cpu().numpy()
+        elif mod == "cupy":
+            a = x.get()
+        elif hasattr(x, "numpy") and hasattr(x, "buffer"):  # WgslTensor
+            a = x.numpy()
+        else:
+            a = np.asarray(x)
+    except LaunchError:
+        raise
+    except Exception as e:
+        raise LaunchError(f"{name}: cannot read it as an integer array ({e})") from None
+    if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
+        raise LaunchError(f"{name} must hold integers, not {a.dtype}")
+    if a.ndim != ndim:
+        raise LaunchError(f"{name} must have {ndim} dimension(s), got shape {tuple(a.shape)}")
+    a = a.astype(np.int64)
+    if a.size and (a.min() < -INT32_MAX or a.max() > INT32_MAX):
+        raise LaunchError(f"{name} has values outside the int32 range")
+    return a
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One call's sizes, after every check. Lengths are per sequence."""
+
+    layout: str  # padded | packed | paged
+    batch: int
+    len_q: int  # padded/paged: Lq; packed: the longest query sequence
+    len_k: int  # keys the kernel may see in the longest sequence, after the append
+    heads_q: int
+    heads_kv: int
+    total_q: int  # packed: rows of q; else B * Lq
+    kv_lens: np.ndarray | None  # (B,) keys before the append; None: all Lk (padded)
+    cu_seqlens_q: np.ndarray | None  # (B + 1,)
+    cu_seqlens_k: np.ndarray | None
+    block_table: np.ndarray | None  # (B, max_pages)
+    page: int  # paged: page size; else 0
+    capacity: int  # padded: Lk of the k/v tensors; paged: num_pages * page; packed: total_k
+    len_new: int  # rows appended per sequence (0: no append)
+    splits: int  # KV splits (1 for fused)
+
+    @property
+    def group(self) -> int:
+        return self.heads_q // self.heads_kv
+
+    def out_shape_for(self, d_v: int) -> tuple:
+        if self.layout == "packed":
+            return (self.total_q, self.heads_q, d_v)
+        return (self.batch, self.len_q, self.heads_q, d_v)
+
+    @property
+    def lse_shape(self) -> tuple:
+        if self.layout == "packed":
+            return (self.heads_q, self.total_q)
+        return (self.batch, self.heads_q, self.len_q)
+
+    def seq_lens_k(self) -> np.ndarray:
+        """(B,) keys each sequence attends to (after the append)."""
+        if self.cu_seqlens_k is not None:
+            return np.diff(self.cu_seqlens_k)
+        if self.kv_lens is not None:
+            return self.kv_lens + self.len_new
+        return np.full(self.batch, self.len_k, np.int64)
+
+    @property
+    def empty(self) -> bool:
+        return self.batch == 0 or self.len_q == 0 or self.heads_q == 0
+
+
+def _check_tensor(plan: KernelPlan, name: str, shape, dtype: str, ndim: int, d: int, what: str):
+    if len(shape) != ndim:
+        raise LaunchError(f"{name} must have {ndim} dimensions ({what}), got shape {tuple(shape)}")
+    if shape[-1] != d:
+        which = "v" if name in ("v", "v_new") else "qk"
+        raise LaunchError(f"{name} has head_dim {shape[-1]}, but kernel '{plan.spec.name}' was built "
+                          f"for head_dim {which}={d} (shape {tuple(shape)})")
+    if dtype != plan.dtype:
+        raise LaunchError(f"{name} has dtype {dtype}, but kernel '{plan.spec.name}' was built "
+                          f"for dtype {plan.dtype}")
+
+
+def _check_heads(plan: KernelPlan, hq: int, hkv: int):
+    spec = plan.spec
+    if hkv == 0 or hq % hkv:
+        raise LaunchError(f"q has {hq} heads, which is not a multiple of the {hkv} KV heads of k and v")
+    if spec.heads_q is not None and (hq, hkv) != (spec.heads_q, spec.heads_kv):
+        raise LaunchError(f"kernel '{spec.name}' was built for heads q={spec.heads_q} kv={spec.heads_kv}, "
+                          f"but q has {hq} heads and k, v have {hkv}")
+
+
+def _cu_seqlens(name: str, x, total: int, batch: int | None) -> np.ndarray:
+    cu = host_ints(name, x, 1)
+    if len(cu) < 1:
+        raise LaunchError(f"{name} must have B + 1 entries (at least 1), got 0")
+    if batch is not None and len(cu) != batch + 1:
+        raise LaunchError(f"{name} has {len(cu)} entries, but cu_seqlens_q has {batch + 1}: both are B + 1")
+    if cu[0] != 0:
+        raise LaunchError(f"{name} must start at 0, got {cu[0]}")
+    steps = np.diff(cu)
+    if (steps < 0).any():
+        b = int(np.argmax(steps < 0))
+        raise LaunchError(f"{name} must be non-decreasing, but entry {b + 1} ({cu[b + 1]}) is below "
+                          f"entry {b} ({cu[b]})")
+    if cu[-1] != total:
+        raise LaunchError(f"{name} ends at {cu[-1]}, but the packed tensor has {total} rows: "
+                          "the last entry must be the total length")
+    return cu
+
+
+def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_seqlens_q=None,
+            cu_seqlens_k=None, block_table=None, has_mask: bool = False, cores: int = 1) -> Launch:
+    """Check a call's inputs against the plan and each other; see the module docstring.
+
+    `shapes` / `dtypes` map q, k, v (and k_new, v_new when given) to shape tuples and attngen
+    dtype names; `cores` is the device's multiprocessors / compute units (for split_kv(auto)).
+    """
+    spec = plan.spec
+    paged = spec.kv_cache.kind == "paged"
+    packed = cu_seqlens_q is not None
+    append = "k_new" in shapes or "v_new" in shapes
+    if spec.mask.kind == "custom" and not has_mask:
+        raise LaunchError(f"kernel '{spec.name}' was built with `mask custom`: pass mask= (a BlockMask from "
+                          "attngen.block_mask, or a boolean / additive mask tensor)")
+    if spec.mask.kind != "custom" and has_mask:
+        raise LaunchError(f"mask= needs a kernel built with `mask custom`; kernel '{spec.name}' has "
+                          f"mask {spec.mask.kind}")
+    if block_table is not None and not paged:
+        raise LaunchError(f"block_table= needs a kernel built with `kv_cache paged(page=N)`; kernel "
+                          f"'{spec.name}' has kv_cache contiguous")
+    if paged and block_table is None:
+        raise LaunchError(f"kernel '{spec.name}' was built with `kv_cache paged`: pass block_table= "
+                          "(B, max_pages) and kv_lens= (B,)")
+    if cu_seqlens_k is not None and not packed:
+        raise LaunchError("cu_seqlens_k= needs cu_seqlens_q= too (packed queries and keys)")
+    if packed and (paged or append or kv_lens is not None):
+        what = "kv_cache paged" if paged else ("k_new/v_new" if append else "kv_lens=")
+        raise LaunchError(f"packed sequences (cu_seqlens_q=) cannot be combined with {what}; give each "
+                          "sequence's keys through cu_seqlens_k instead")
+    if ("k_new" in shapes) != ("v_new" in shapes):
+        raise LaunchError("k_new and v_new go together: pass both or neither")
+    if append and kv_lens is None:
+        raise LaunchError("k_new/v_new append to a cache: pass kv_lens= (keys already in each sequence's "
+                          "cache, before the append)")
+
+    dqk, dv = plan.d_qk, plan.d_v
+    if packed:
+        _check_tensor(plan, "q", shapes["q"], dtypes["q"], 3, dqk, "total_q, heads, head_dim")
+        _check_tensor(plan, "k", shapes["k"], dtypes["k"], 3, dqk, "total_k, heads, head_dim")
+        _check_tensor(plan, "v", shapes["v"], dtypes["v"], 3, dv, "total_k, heads, head_dim")
+        (tq, hq, _), (tk, hkv, _), (tv, hv, _) = shapes["q"], shapes["k"], shapes["v"]
+    else:
+        kv_what = "num_pages, page, heads, head_dim" if paged else "batch, seq, heads, head_dim"
+        _check_tensor(plan, "q", shapes["q"], dtypes["q"], 4, dqk, "batch, seq, heads, head_dim")
+        _check_tensor(plan, "k", shapes["k"], dtypes["k"], 4, dqk, kv_what)
+        _check_tensor(plan, "v", shapes["v"], dtypes["v"], 4, dv, kv_what)
+        (b, len_q, hq, _), k, v = shapes["q"], shapes["k"], shapes["v"]
+        if k[1] != v[1] or k[0] != v[0]:
+            raise LaunchError(f"k and v must have the same leading dimensions: k {tuple(k)}, v {tuple(v)}")
+        hkv, hv = k[2], v[2]
+        if not paged and k[0] != b:
+            raise LaunchError(f"batch sizes differ: q {b}, k {k[0]}, v {v[0]}")
+    if hkv != hv:
+        raise LaunchError(f"k and v have different head counts: k {hkv}, v {hv}")
+    _check_heads(plan, hq, hkv)
+
+    page, cap, kvl, table, cuq, cuk, len_new = 0, 0, None, None, None, None, 0
+    if packed:
+        if tk != tv:
+            raise LaunchError(f"k and v have different lengths: k {tk}, v {tv}")
+        cuq = _cu_seqlens("cu_seqlens_q", cu_seqlens_q, tq, None)
+        b = len(cuq) - 1
+        cuk = cuq if cu_seqlens_k is None else _cu_seqlens("cu_seqlens_k", cu_seqlens_k, tk, b)
+        if cu_seqlens_k is None and tk != tq:
+            raise LaunchError(f"q has {tq} packed rows and k {tk}: pass cu_seqlens_k for keys packed "
+                              "differently from the queries")
+        len_q = int(np.diff(cuq).max()) if b else 0
+        len_k = int(np.diff(cuk).max()) if b else 0
+        cap = tk
+        total_q = tq
+    else:
+        total_q = b * len_q
+        if paged:
+            page = shapes["k"][1]
+            if page != spec.kv_cache.page:
+                raise LaunchError(f"k and v have pages of {page} rows, but kernel '{spec.name}' was built for "
+                                  f"kv_cache paged(page={spec.kv_cache.page}): shape (num_pages, page, heads, "
+                                  "head_dim)")
+            num_pages = shapes["k"][0]
+            cap = num_pages * page
+            table = host_ints("block_table", block_table, 2)
+            if table.shape[0] != b:
+                raise LaunchError(f"block_table has {table.shape[0]} rows, but the batch is {b}")
+            if kv_lens is None:
+                raise LaunchError("kv_cache paged needs kv_lens= (B,): keys in each sequence's pages")
+        else:
+            cap = shapes["k"][1]
+        if kv_lens is not None:
+            kvl = host_ints("kv_lens", kv_lens, 1)
+            if len(kvl) != b:
+                raise LaunchError(f"kv_lens has {len(kvl)} entries, but the batch is {b}")
+            if (kvl < 0).any():
+                raise LaunchError(f"kv_lens must be >= 0, got {int(kvl.min())}")
+        if append:
+            kn, vn = shapes["k_new"], shapes["v_new"]
+            _check_tensor(plan, "k_new", kn, dtypes["k_new"], 4, dqk, "batch, new rows, heads, head_dim")
+            _check_tensor(plan, "v_new", vn, dtypes["v_new"], 4, dv, "batch, new rows, heads, head_dim")
+            if kn[:3] != (b, kn[1], hkv) or vn[:3] != kn[:3]:
+                raise LaunchError(f"k_new and v_new must be (B={b}, Lnew, Hkv={hkv}, D) with the same Lnew: "
+                                  f"k_new {tuple(kn)}, v_new {tuple(vn)}")
+            len_new = kn[1]
+        if kvl is not None:
+            need = kvl + len_new
+            if paged:
+                room = table.shape[1] * page
+                worst = int(np.argmax(need))
+                if b and need[worst] > room:
+                    raise LaunchError(f"kv_lens[{worst}] = {kvl[worst]}" + (f" + {len_new} new" if len_new else "")
+                                      + f" keys need {-(-int(need[worst]) // page)} pages, but block_table rows "
+                                      f"give {table.shape[1]} (page={page})")
+                for bi in range(b):
+                    used = table[bi, : -(-int(need[bi]) // page)]
+                    bad = (used < 0) | (used >= shapes["k"][0])
+                    if bad.any():
+                        j = int(np.argmax(bad))
+                        raise LaunchError(f"block_table[{bi}, {j}] = {used[j]} points outside the cache "
+                                          f"(k and v have {shapes['k'][0]} pages)")
+                    if len_new and len(set(used.tolist())) != len(used):
+                        raise LaunchError(f"block_table row {bi} repeats a page: appending would overwrite "
+                                          "keys it still reads")
+            else:
+                worst = int(np.argmax(need)) if b else 0
+                if b and need[worst] > cap:
+                    raise LaunchError(f"kv_lens[{worst}] = {kvl[worst]}" + (f" + {len_new} new" if len_new else "")
+                                      + f" keys exceed the cache's {cap} rows (k has shape "
+                                      f"{tuple(shapes['k'])})")
+            len_k = int(need.max()) if b else 0
+        else:
+            len_k = cap
+    for name, n in (("Lq", len_q), ("Lk", len_k)):
+        if n > MAX_SEQ_LEN:
+            raise LaunchError(f"sequence length {name}={n} exceeds {MAX_SEQ_LEN}")
+    if b > MAX_GRID_YZ or hq > MAX_GRID_YZ:
+        raise LaunchError(f"batch {b} and query heads {hq} must each be at most {MAX_GRID_YZ}")
+    splits = choose_splits(plan, b, len_q, len_k, hq, hkv, cores)
+    return Launch(layout="packed" if packed else ("paged" if paged else "padded"), batch=b, len_q=len_q,
+                  len_k=len_k, heads_q=hq, heads_kv=hkv, total_q=total_q, kv_lens=kvl, cu_seqlens_q=cuq,
+                  cu_seqlens_k=cuk, block_table=table, page=page, capacity=cap, len_new=len_new,
+                  splits=splits)
+
+
+def choose_splits(plan: KernelPlan, batch: int, len_q: int, len_k: int, heads_q: int, heads_kv: int,
+                  cores: int) -> int:
+    """KV splits: 1 for fused; N for split_kv(N); for split_kv(auto) and two_pass, enough blocks for
+    about two waves over the device's `cores`, with at least four key tiles per split."""
+    sched = plan.spec.schedule
+    if sched.kind == "fused":
+        return 1
+    if sched.splits is not None:
+        return sched.splits
+    rows = plan.tile_q
+    # split schedules process the query heads of a GQA group together (rows = Lq x group)
+    blocks = batch * heads_kv * max(1, -(-(len_q * (heads_q // max(heads_kv, 1))) // rows))
+    want = max(1, -(-2 * cores // max(blocks, 1)))
+    most = max(1, len_k // (4 * plan.tile_kv))
+    return int(min(want, most, MAX_SPLITS))
