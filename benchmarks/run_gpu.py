@@ -1,6 +1,9 @@
 """Check and time attngen against PyTorch's attention backends on one GPU, in one process.
 
-    . .gl/env.sh && python3 benchmarks/run_gpu.py [--out DIR] [--quick]
+    . .gl/env.sh && python3 benchmarks/run_gpu.py [--out DIR] [--quick] [--only SECTIONS]
+
+Sections: dense (the cases below), wgsl, and issue 3's masks, decode and head_dims
+(benchmarks/variants.py); --only takes a comma-separated subset.
 
 For every case: build the attngen CUDA kernel, check its output against SDPA's flash backend
 on the same random inputs (relative L2, fp16 vs fp16), then time attngen, SDPA flash
@@ -30,6 +33,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import attngen  # noqa: E402
+import variants  # noqa: E402  (benchmarks/variants.py)
 
 CASES = [
     # (label, dtype, head_dim, L, mask)
@@ -169,7 +173,9 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="three cases only")
     ap.add_argument("--no-wgsl", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated: dense,wgsl,masks,decode,head_dims")
     args = ap.parse_args()
+    only = set(filter(None, args.only.split(",")))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -179,9 +185,13 @@ def main():
     meta = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__, "cuda": torch.version.cuda, "commit": commit}
     cases = [c for c in CASES if not args.quick or c[0] in QUICK]
-    rows, extra = [], []
-    cuda_section(cases, rows)
-    if not args.no_wgsl:
+    rows, extra, var_rows = [], [], []
+    if not only or "dense" in only:
+        cuda_section(cases, rows)
+    var_only = only & {"masks", "decode", "head_dims"}
+    if not only or var_only:
+        variants.run_all(var_rows, var_only or None)
+    if not args.no_wgsl and (not only or "wgsl" in only):
         try:
             wgsl_section(extra)
         except Exception as e:  # report, keep the CUDA table
@@ -191,8 +201,8 @@ def main():
         meta["wgsl_adapter"] = extra[0]["wgsl_adapter"]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"meta": meta, "cuda": rows, "wgsl": wgsl_rows}, f, indent=2)
-    md = markdown(meta, rows, wgsl_rows)
+        json.dump({"meta": meta, "cuda": rows, "wgsl": wgsl_rows, "variants": var_rows}, f, indent=2)
+    md = markdown(meta, rows, wgsl_rows) + (variants.markdown(var_rows) if var_rows else "")
     with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
         f.write(md)
     print()

@@ -39,6 +39,11 @@ def test_examples(example, target):
     _, spec = example
     spec = _runnable(spec, target)
     for i, (b, lq, lk) in enumerate(GPU_SHAPES if target == "cuda" else SHAPES):
+        # big examples (DeepSeek-V3's 128 heads of 576 dims) skip the shapes whose float64
+        # reference (and lavapipe run) would take minutes; their small shapes still run
+        work = b * lq * lk * (spec.heads_q or 4) * (spec.head_dim_qk + spec.head_dim_v)
+        if i > 1 and work > (4e9 if target == "cuda" else 3e8):
+            continue
         q, k, v = random_qkv(spec, b, lq, lk, seed=i)
         check_against_reference(spec, target, q, k, v)
 

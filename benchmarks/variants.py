@@ -1,0 +1,247 @@
+"""Issue 3's benchmark sections for run_gpu.py: masks, decode schedules, large head dims.
+
+Each section builds the attngen kernels, checks them against a PyTorch peer on the same
+inputs (relative L2 error), and times attngen and the peers side by side in this process
+(triton do_bench: median of CUDA events after warm-up). Rows are dicts; markdown() renders
+them. Cases follow issue 3 and ../shared/ANCHORS.md:
+
+- masks: L=16384, d128, 16 heads, B=1, f16. Sliding window of 1024 keys (structured
+  `mask window(left=1023)`, and the same window as a `mask custom` block mask) and a
+  document-causal mask (8 documents of uneven lengths) against the same attngen kernel with
+  no mask and against FlexAttention with the same block mask.
+- decode: B=8, 32 query heads over 8 KV heads, d128, Lq=1, Lk 4096 and 32768: attngen
+  fused, split_kv(auto), two_pass against SDPA flash / cuDNN (enable_gqa), as effective K+V
+  bytes per second (the bytes of K and V divided by the time; copy ceiling 2.97 TB/s).
+- head dims 320, 512, 1024: B=1, 48 heads, L=4096, f16, no mask, against SDPA's
+  memory-efficient kernel (the only PyTorch backend that runs them).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+import attngen
+
+COPY_CEILING_TBS = 2.97
+
+
+def bench_ms(fn) -> float:
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def rel_err(a, b) -> float:
+    a, b = a.float(), b.float()
+    return float((a - b).norm() / b.norm())
+
+
+def spec(name, body):
+    return attngen.parse(f"attention {name} {{\n{body}\n}}\n")[0]
+
+
+def _sdpa(backend, q, k, v, **kw):
+    with sdpa_kernel([backend]):
+        return F.scaled_dot_product_attention(q, k, v, **kw)
+
+
+def _try(fn):
+    try:
+        return fn(), None
+    except Exception as e:  # a peer that cannot run the case: reported, not fatal
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
+
+
+# ---- masks -------------------------------------------------------------------------------------
+
+DOC_LENGTHS = [1024, 3072, 512, 2560, 2048, 4096, 1536, 1536]  # 8 documents, 16384 tokens
+
+
+def mask_section(rows):
+    L, H, D = 16384, 16, 128
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn((1, L, H, D), device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    i = torch.arange(L, device="cuda")
+    doc = torch.repeat_interleave(torch.arange(len(DOC_LENGTHS), device="cuda"),
+                                  torch.tensor(DOC_LENGTHS, device="cuda"))
+    window = 1024
+    masks = {
+        "window 1024": (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window),
+        "document-causal": (doc[:, None] == doc[None, :]) & (i[None, :] <= i[:, None]),
+    }
+    mask_mods = {
+        "window 1024": lambda b, h, qi, kj: (kj <= qi) & (kj > qi - window),
+        "document-causal": lambda b, h, qi, kj: (doc[qi] == doc[kj]) & (kj <= qi),
+    }
+    dense_k = attngen.compile(spec("dense", f"head_dim {D}\n dtype f16\n mask none"), target="cuda")
+    dense_ms = bench_ms(lambda: dense_k(q, k, v))
+    full_flops = 4.0 * H * L * L * D
+    rows.append({"section": "masks", "case": "no mask (same kernel family)", "attngen_ms": dense_ms,
+                 "live_fraction": 1.0, "attngen_tflops_live": full_flops / dense_ms / 1e9})
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        flex = torch.compile(flex_attention)
+    except Exception as e:
+        flex, create_block_mask = None, None
+        print(f"FlexAttention unavailable: {e}")
+    custom = attngen.compile(spec("custom", f"head_dim {D}\n dtype f16\n mask custom"), target="cuda")
+    structured = attngen.compile(spec("window", f"head_dim {D}\n dtype f16\n mask window(left={window - 1})"),
+                                 target="cuda")
+    for name, dense_mask in masks.items():
+        live = float(dense_mask.float().mean())
+        t0 = time.perf_counter()
+        bm = attngen.block_mask(dense_mask, custom)
+        torch.cuda.synchronize()
+        build_ms = (time.perf_counter() - t0) * 1e3
+        out = custom(q, k, v, mask=bm)
+        ref = _sdpa(SDPBackend.EFFICIENT_ATTENTION, qt, kt, vt, attn_mask=dense_mask).transpose(1, 2)
+        row = {"section": "masks", "case": f"{name} (mask custom)", "live_fraction": live,
+               "tile_density": bm.density, "block_mask_build_ms": build_ms, "rel_err": rel_err(out, ref),
+               "attngen_ms": bench_ms(lambda: custom(q, k, v, mask=bm))}
+        if flex is not None:
+            fbm = create_block_mask(mask_mods[name], None, None, L, L, device="cuda")
+            fo, err = _try(lambda: flex(qt, kt, vt, block_mask=fbm))
+            if fo is not None:
+                row["flex_ms"] = bench_ms(lambda: flex(qt, kt, vt, block_mask=fbm))
+                row["flex_rel_err_vs_attngen"] = rel_err(fo.transpose(1, 2), out)
+            else:
+                row["flex_error"] = err
+        rows.append(row)
+        if name == "window 1024":
+            out_s = structured(q, k, v)
+            rows.append({"section": "masks", "case": "window 1024 (mask window, analytic bounds)",
+                         "live_fraction": live, "rel_err": rel_err(out_s, ref),
+                         "attngen_ms": bench_ms(lambda: structured(q, k, v)),
+                         "flex_ms": row.get("flex_ms")})
+    for r in rows:
+        if r.get("section") == "masks":
+            r["vs_dense"] = r["attngen_ms"] / dense_ms
+            r["attngen_tflops_live"] = full_flops * r["live_fraction"] / r["attngen_ms"] / 1e9
+            print(f"{r['case']:44s} {r['attngen_ms']:7.3f} ms ({r['vs_dense']:.3f} of dense)  "
+                  f"flex {r.get('flex_ms') or float('nan'):7.3f} ms", flush=True)
+
+
+# ---- decode ------------------------------------------------------------------------------------
+
+def decode_section(rows):
+    B, HQ, HKV, D = 8, 32, 8, 128
+    for lk in (4096, 32768):
+        g = torch.Generator(device="cuda").manual_seed(1)
+        q = torch.randn((B, 1, HQ, D), device="cuda", dtype=torch.float16, generator=g)
+        k, v = (torch.randn((B, lk, HKV, D), device="cuda", dtype=torch.float16, generator=g) for _ in range(2))
+        nbytes = 2 * k.numel() * k.element_size()
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        ref = _sdpa(SDPBackend.EFFICIENT_ATTENTION, qt, kt, vt, enable_gqa=True).transpose(1, 2)
+        for sched in ("fused", "split_kv(auto)", "two_pass"):
+            kern = attngen.compile(spec(f"decode_{sched.split('(')[0]}",
+                                        f"head_dim {D}\n dtype f16\n heads q={HQ} kv={HKV}\n schedule {sched}"),
+                                   target="cuda")
+            out, err = _try(lambda: kern(q, k, v))
+            row = {"section": "decode", "case": f"Lk {lk} attngen {sched}", "bytes": nbytes}
+            if out is None:
+                row["error"] = err
+            else:
+                row["rel_err"] = rel_err(out, ref)
+                row["ms"] = bench_ms(lambda: kern(q, k, v))
+            rows.append(row)
+        for name, backend in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
+                              ("SDPA mem-eff", SDPBackend.EFFICIENT_ATTENTION)):
+            row = {"section": "decode", "case": f"Lk {lk} {name}", "bytes": nbytes}
+            _, err = _try(lambda: _sdpa(backend, qt, kt, vt, enable_gqa=True))
+            if err:
+                row["error"] = err
+            else:
+                row["ms"] = bench_ms(lambda: _sdpa(backend, qt, kt, vt, enable_gqa=True))
+            rows.append(row)
+    for r in rows:
+        if r.get("section") == "decode" and "ms" in r:
+            r["tbs"] = r["bytes"] / (r["ms"] * 1e-3) / 1e12
+            print(f"{r['case']:36s} {r['ms']:7.3f} ms {r['tbs']:5.2f} TB/s", flush=True)
+
+
+# ---- head dims -----------------------------------------------------------------------------------
+
+def head_dim_section(rows):
+    B, H, L = 1, 48, 4096
+    for d in (320, 512, 1024):
+        g = torch.Generator(device="cuda").manual_seed(2)
+        q, k, v = (torch.randn((B, L, H, d), device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        flops = 4.0 * B * H * L * L * d
+        row = {"section": "head_dims", "case": f"d{d} L{L} B{B} H{H}", "flops": flops}
+        kern, err = _try(lambda: attngen.compile(spec(f"d{d}", f"head_dim {d}\n dtype f16"), target="cuda"))
+        ref, ref_err = _try(lambda: _sdpa(SDPBackend.EFFICIENT_ATTENTION, qt, kt, vt).transpose(1, 2))
+        if kern is None:
+            row["error"] = err
+        else:
+            row["plan"] = kern.plan.summary()
+            out = kern(q, k, v)
+            if ref is not None:
+                row["rel_err"] = rel_err(out, ref)
+            row["attngen_ms"] = bench_ms(lambda: kern(q, k, v))
+        if ref is not None:
+            row["mem_eff_ms"] = bench_ms(lambda: _sdpa(SDPBackend.EFFICIENT_ATTENTION, qt, kt, vt))
+        else:
+            row["mem_eff_error"] = ref_err
+        for key in ("attngen", "mem_eff"):
+            if f"{key}_ms" in row:
+                row[f"{key}_tflops"] = flops / (row[f"{key}_ms"] * 1e-3) / 1e12
+        rows.append(row)
+        print(f"{row['case']:24s} attngen {row.get('attngen_tflops', 0):6.1f}  mem-eff "
+              f"{row.get('mem_eff_tflops', 0):6.1f} TFLOP/s", flush=True)
+
+
+def run_all(rows, only=None):
+    for name, fn in (("masks", mask_section), ("decode", decode_section), ("head_dims", head_dim_section)):
+        if only and name not in only:
+            continue
+        try:
+            fn(rows)
+        except Exception as e:  # one failing section must not lose the others' numbers
+            import traceback
+            traceback.print_exc()
+            rows.append({"section": name, "case": "section failed", "error": f"{type(e).__name__}: {e}"[:300]})
+
+
+def _f(x, fmt="{:.3f}"):
+    return "n/a" if x is None else fmt.format(x)
+
+
+def markdown(rows) -> str:
+    lines = ["", "### Issue 3 variants", ""]
+    masks = [r for r in rows if r["section"] == "masks"]
+    if masks:
+        lines += ["Masks: B=1, L=16384, 16 heads, d128, f16. `vs dense` = time / the no-mask kernel's time "
+                  "(live tiles decide the work); FlexAttention with the same block mask (torch.compile).", "",
+                  "| case | live pairs | attngen ms | vs dense | TFLOP/s on live pairs | FlexAttention ms | "
+                  "rel. err | block-mask build ms |", "|---|---|---|---|---|---|---|---|"]
+        for r in masks:
+            lines.append(f"| {r['case']} | {_f(r.get('live_fraction'))} | {_f(r.get('attngen_ms'))} | "
+                         f"{_f(r.get('vs_dense'))} | {_f(r.get('attngen_tflops_live'), '{:.0f}')} | "
+                         f"{_f(r.get('flex_ms')) if 'flex_error' not in r else r['flex_error']} | "
+                         f"{_f(r.get('rel_err'), '{:.1e}')} | {_f(r.get('block_mask_build_ms'), '{:.1f}')} |")
+    dec = [r for r in rows if r["section"] == "decode"]
+    if dec:
+        lines += ["", f"Decode: B=8, Lq=1, 32 query heads over 8 KV heads, d128, f16. Effective K+V bytes per "
+                  f"second (copy ceiling {COPY_CEILING_TBS} TB/s). SDPA with enable_gqa=True.", "",
+                  "| case | ms | TB/s | rel. err vs SDPA mem-eff |", "|---|---|---|---|"]
+        for r in dec:
+            lines.append(f"| {r['case']} | {_f(r.get('ms'))} | {_f(r.get('tbs'), '{:.2f}')} | "
+                         f"{_f(r.get('rel_err'), '{:.1e}') if 'error' not in r else r['error']} |")
+    hd = [r for r in rows if r["section"] == "head_dims"]
+    if hd:
+        lines += ["", "Large head dims: B=1, 48 heads, L=4096, f16, no mask; TFLOP/s = 4 B H L^2 D.", "",
+                  "| case | attngen TFLOP/s | SDPA mem-eff TFLOP/s | rel. err | attngen plan |", "|---|---|---|---|---|"]
+        for r in hd:
+            lines.append(f"| {r['case']} | {_f(r.get('attngen_tflops'), '{:.0f}')} | "
+                         f"{_f(r.get('mem_eff_tflops'), '{:.0f}')} | "
+                         f"{_f(r.get('rel_err'), '{:.1e}') if 'error' not in r else r['error']} | "
+                         f"{r.get('plan', '')} |")
+    failed = [r for r in rows if r.get("case") == "section failed"]
+    for r in failed:
+        lines.append(f"\nSection {r['section']} failed: {r['error']}")
+    return "\n".join(lines) + "\n"
