@@ -53,39 +53,71 @@ def _inputs(spec, target, shape, seed):
         rng.standard_normal((b, lk, hkv, spec.head_dim_qk), dtype=np.float32),
         rng.standard_normal((b, lk, hkv, spec.head_dim_v), dtype=np.float32),
     )
+    k, v, opts = runtime_inputs(spec, *host, rng)
+    host = (host[0], k, v)
     if target == "wgsl":
-        return host, tuple(a.astype(_NP[spec.dtype]) for a in host)
+        return host, tuple(a.astype(_NP[spec.dtype]) for a in host), opts
+    if "mask" in opts:
+        import cupy
+        opts = {**opts, "mask": cupy.asarray(opts["mask"])}
     if spec.dtype == "bf16":
         try:
             import torch
         except ImportError:
             raise LaunchError("bf16 inputs on the cuda target are made with PyTorch, which is not "
                               "installed") from None
-        return host, tuple(torch.from_numpy(a).cuda().to(torch.bfloat16) for a in host)
+        return host, tuple(torch.from_numpy(a).cuda().to(torch.bfloat16) for a in host), opts
     import cupy
-    return host, tuple(cupy.asarray(a.astype(_NP[spec.dtype])) for a in host)
+    return host, tuple(cupy.asarray(a.astype(_NP[spec.dtype])) for a in host), opts
 
 
-def _time_cuda(kernel, args, repeat) -> float:
+def runtime_inputs(spec, q, k, v, rng):
+    """(k, v, options) for specs that need run-time inputs, on the host: a custom mask (three
+    documents with random holes, so tiles are empty, full and partial) or a paged cache (the
+    contiguous k, v scattered over shuffled pages, with block_table and kv_lens). The same
+    options serve the kernel and attngen.reference; other specs get k, v and no options."""
+    opts = {}
+    b, lq = q.shape[:2]
+    lk = k.shape[1]
+    if spec.mask.kind == "custom":
+        docs = 3
+        same = (np.arange(lq)[:, None] * docs // lq) == (np.arange(lk)[None, :] * docs // lk)
+        opts["mask"] = same & (rng.random((b, 1, lq, lk)) < 0.9)
+    if spec.kv_cache.kind == "paged":
+        page = spec.kv_cache.page
+        per = -(-lk // page)
+        table = rng.permutation(b * per + 1)[: b * per].reshape(b, per).astype(np.int32)
+        kc = rng.standard_normal((b * per + 1, page) + k.shape[2:]).astype(np.float32)
+        vc = rng.standard_normal((b * per + 1, page) + v.shape[2:]).astype(np.float32)
+        pos = np.arange(lk)
+        for bi in range(b):
+            kc[table[bi, pos // page], pos % page] = k[bi]
+            vc[table[bi, pos // page], pos % page] = v[bi]
+        k, v = kc, vc
+        opts.update(kv_lens=np.full(b, lk, np.int32), block_table=table)
+    return k, v, opts
+
+
+def _time_cuda(kernel, args, opts, repeat) -> float:
     import cupy
-    kernel(*args)  # warm-up (module load)
+    kernel(*args, **opts)  # warm-up (module load)
     times = []
     for _ in range(repeat):
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
-        kernel(*args)
+        kernel(*args, **opts)
         stop.record()
         stop.synchronize()
         times.append(cupy.cuda.get_elapsed_time(start, stop))
     return statistics.median(times)
 
 
-def _time_wall(kernel, args, repeat) -> float:
-    kernel(*args)
+def _time_wall(kernel, args, opts, repeat) -> float:
+    kernel(*args, **opts)
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        kernel(*args)
+        kernel(*args, **opts)
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
@@ -108,15 +140,16 @@ def run_shapes(spec, target, profile, shapes, *, repeat=10, seed=0, use_referenc
     echo(f"{'B':>4} {'Lq':>7} {'Lk':>7} {'Hq':>4} {'Hkv':>4}  {'rel. error':>10}  {'ms':>9}  {'TFLOP/s':>8}  result")
     all_ok = True
     for i, shape in enumerate(shapes):
-        host, args = _inputs(spec, target, shape, seed + i)
+        host, args, opts = _inputs(spec, target, shape, seed + i)
         timer = _time_cuda if target == "cuda" else _time_wall
-        ms = timer(kernel, args, repeat)
+        ms = timer(kernel, args, opts, repeat)
         flops = 2.0 * shape["B"] * shape["Hq"] * visible_pairs(spec, shape["Lq"], shape["Lk"]) * \
             (spec.head_dim_qk + spec.head_dim_v)
         tflops = flops / (ms * 1e-3) / 1e12 if ms > 0 else float("nan")
         if use_reference:
-            out = to_numpy(kernel(*args))
-            err = relative_error(out, reference(spec, *host))
+            out = to_numpy(kernel(*args, **opts))
+            ref_opts = {n: to_numpy(x) for n, x in opts.items()}
+            err = relative_error(out, reference(spec, *host, **ref_opts))
             ok = err <= bound
             verdict = "ok" if ok else f"FAIL (tolerance {bound:g})"
             err_text = f"{err:10.2e}"

@@ -123,40 +123,15 @@ def kernel_for(spec, target):
 
 
 def runtime_inputs(spec, target, q, k, v, seed=0):
-    """(k, v, call options, reference options) for specs that need run-time inputs: a custom
-    mask (documents with holes, so tiles are empty, full and partial) or a paged cache (the
-    contiguous k, v scattered over shuffled pages). Other specs: k, v unchanged, no options."""
-    rng = np.random.default_rng(seed)
-    call, ref = {}, {}
-    b, lq = q.shape[:2]
-    lk = k.shape[1]
-    if spec.mask.kind == "custom":
-        docs = 3
-        same = (np.arange(lq)[:, None] * docs // lq) == (np.arange(lk)[None, :] * docs // lk)
-        mask = same & (rng.random((b, 1, lq, lk)) < 0.9)
-        call["mask"] = mask if target == "wgsl" else to_device_mask(mask)
-        ref["mask"] = mask
-    if spec.kv_cache.kind == "paged":
-        page = spec.kv_cache.page
-        per = -(-lk // page)
-        order = rng.permutation(b * per + 1)
-        table = order[: b * per].reshape(b, per).astype(np.int32)
-        kc = rng.standard_normal((b * per + 1, page) + k.shape[2:]).astype(np.float32)
-        vc = rng.standard_normal((b * per + 1, page) + v.shape[2:]).astype(np.float32)
-        for bi in range(b):
-            for j in range(lk):
-                kc[table[bi, j // page], j % page] = k[bi, j]
-                vc[table[bi, j // page], j % page] = v[bi, j]
-        lens = np.full(b, lk, np.int32)
-        k, v = kc, vc
-        call.update(kv_lens=lens, block_table=table)
-        ref.update(kv_lens=lens, block_table=table)
-    return k, v, call, ref
-
-
-def to_device_mask(mask):
-    import cupy
-    return cupy.asarray(mask)
+    """(k, v, call options, reference options) for specs that need run-time inputs (custom
+    masks, paged caches: attngen.runner.runtime_inputs); masks go to the GPU for cuda."""
+    from attngen.runner import runtime_inputs as host_inputs
+    k, v, opts = host_inputs(spec, q, k, v, np.random.default_rng(seed))
+    call = dict(opts)
+    if "mask" in opts and target == "cuda":
+        import cupy
+        call["mask"] = cupy.asarray(opts["mask"])
+    return k, v, call, opts
 
 
 def check_against_reference(spec, target, q, k, v, *, return_lse=True, tol=None, seed=0):
