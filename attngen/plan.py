@@ -7,6 +7,7 @@ needs, and legalisation. Emitters only print what the plan says.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
 
 from .check import check_or_raise
@@ -81,6 +82,26 @@ def _wgsl_params(spec: AttentionSpec) -> tuple:
     )
 
 
+def grid_size(grid: tuple, **sizes: int) -> tuple[int, ...]:
+    """The numbers of a plan's grid formulas (as in the manifest) for run-time sizes B, Lq, Hq,
+    ...: a runtime launches what a foreign one reading the manifest would. The formulas use
+    names, integers, +, *, / (exact) and ceil(a / b) only."""
+    def value(node):
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name) and node.id in sizes:
+            return sizes[node.id]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+            a, b = value(node.left), value(node.right)
+            return a + b if isinstance(node.op, ast.Add) else a * b
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "ceil"
+                and len(node.args) == 1 and isinstance(node.args[0], ast.BinOp)
+                and isinstance(node.args[0].op, ast.Div)):
+            return -(-value(node.args[0].left) // value(node.args[0].right))
+        raise ValueError(f"unexpected term in a grid formula: {ast.dump(node)}")
+    return tuple(value(ast.parse(f, mode="eval").body) for f in grid)
+
+
 def _clamped_mask(spec: AttentionSpec):
     m = spec.mask
     if m.kind != "window":
@@ -136,7 +157,8 @@ def plan(spec: AttentionSpec, target: str, profile: Profile | str | None = None)
         **common,
         config=cfg,
         threads=cfg.workgroup,
-        grid=(f"ceil(Lq / {cfg.tile_q})", "Hq", "B"),
+        # x: row tiles; y: (query head, block of output columns), head-major; z: batch
+        grid=(f"ceil(Lq / {cfg.tile_q})", f"Hq * {cfg.v_blocks}" if cfg.v_blocks > 1 else "Hq", "B"),
         params=_wgsl_params(spec),
         uniform_fields=_WGSL_UNIFORM,
         features=tuple(features),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import textwrap
 
 from ..ir import KernelPlan
+from ..tiling import WGSL_MAX_DIMS_V
 from .common import Emitted, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 
 # Longest loop over an invocation's dims that is left to the compiler in one piece (longer ones
@@ -101,16 +102,21 @@ def emit_wgsl(plan: KernelPlan) -> Emitted:
         "workgroup": "through workgroup memory (sRed)",
         "none": "(THREADS_PER_ROW is 1: the partial is the whole dot product)",
     }[c.reduction]
+    layout = layout_lines(plan, "Workgroup memory")
+    if c.chunked:
+        layout.append(f"Head dim: {c.chunk_summary}.")
+    tpr = c.threads_per_row
     source = render(
         "wgsl/kernel.wgsl.j2",
-        header=comment_block(header_lines(plan, layout_lines(plan, "Workgroup memory"))),
+        header=comment_block(header_lines(plan, layout)),
         directives=list(plan.directives),
         c=c,
         entry=plan.entry,
-        dims_qk=c.d_qk // c.threads_per_row,
-        dims_v=c.d_v // c.threads_per_row,
-        dim_chunk_qk=_chunk(c.d_qk // c.threads_per_row),
+        dims_qk=c.d_qk // tpr,
+        dims_v=c.v_cols // tpr,
+        dim_chunk_qk=_chunk(c.tile_dqk // tpr),
         max_chunk=MAX_DIM_CHUNK,
+        max_dims_v=WGSL_MAX_DIMS_V,
         elem=_SCALAR[plan.dtype],
         acc_qk=_SCALAR[plan.acc_qk],
         acc_pv=_SCALAR[plan.acc_pv],
@@ -131,8 +137,11 @@ def emit_wgsl(plan: KernelPlan) -> Emitted:
         "workgroup_size": [c.workgroup, 1, 1],
         "dispatch": list(plan.grid),
         "dispatch_note": "dispatchWorkgroups(x, y, z) with the grid formulas; each dimension at most "
-                         "maxComputeWorkgroupsPerDimension",
+                         "maxComputeWorkgroupsPerDimension; y = Hq * V_BLOCKS (head-major) when the "
+                         "output columns are split over V_BLOCKS workgroups",
         "workgroup_storage_bytes": c.smem_bytes,
+        "head_dim_chunks": {"tile_d": c.tile_d, "from_spec": c.tile_d_given, "v_blocks": c.v_blocks,
+                            "note": c.chunk_summary},
         "features": list(plan.features),
         "bindings": _binding_manifest(plan),
         "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "

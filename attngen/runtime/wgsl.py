@@ -45,7 +45,7 @@ import numpy as np
 
 from ..emit import Emitted, emit_plan, generator_version
 from ..errors import CompileError, LaunchError
-from ..plan import plan as make_plan
+from ..plan import grid_size, plan as make_plan
 from ..profiles import Profile, ProfileError, get_profile, profiles_for
 from ..spec import AttentionSpec
 from .cache import cache_key, cached
@@ -77,9 +77,10 @@ _RAISED_LIMITS = ("max-compute-workgroup-storage-size", "max-compute-invocations
 # shader invocation, silently, once the invocation's loops have run this many iterations in
 # total (gallivm's LP_MAX_TGSI_LOOP_ITERATIONS, "shared between every loop"; seen on Mesa
 # 22.3). Loops the driver unrolls do not count. A kernel's loop over K/V tiles runs about
-# 70 (head dim 64) to 260 (head dim 256) counted iterations per tile there, so rows that see
-# more than roughly 4k-15k keys would come out wrong. The kernels detect it (their main loop
-# ends with an empty pass that a cut-short loop never reaches, and then they store nothing);
+# 70 (head dim 64) to 260 (head dim 256), ~700 at 1024 (d-chunks), counted iterations per
+# tile there, so rows that see more than roughly 1.5k-15k keys would come out wrong. The kernels
+# detect it (their main loop ends with an empty pass that a cut-short loop never reaches, and
+# then they store nothing);
 # on such an adapter the runtime fills `out` with a sentinel NaN before the dispatch, checks
 # afterwards that every element was written, and refuses with a LaunchError otherwise.
 LLVMPIPE_LOOP_BUDGET = 65535
@@ -568,7 +569,7 @@ class WgslKernel(Kernel):
         cp = enc.begin_compute_pass()
         cp.set_pipeline(self._pipeline)
         cp.set_bind_group(0, group)
-        cp.dispatch_workgroups(*shapes.grid(self.plan.tile_q))
+        cp.dispatch_workgroups(*self._grid(shapes))
         cp.end()
         dev.queue.submit([enc.finish()])
 
@@ -587,10 +588,14 @@ class WgslKernel(Kernel):
     def _binding_limit(self) -> int:
         return self._limit("storage_buffer_binding_bytes")
 
+    def _grid(self, shapes: Shapes) -> tuple:
+        """The plan's grid formulas (the manifest's) evaluated for this launch."""
+        return grid_size(self.plan.grid, B=shapes.batch, Lq=shapes.len_q, Lk=shapes.len_k,
+                         Hq=shapes.heads_q, Hkv=shapes.heads_kv)
+
     def _check_limits(self, shapes: Shapes) -> None:
-        grid = shapes.grid(self.plan.tile_q)
         limit = self._limit("workgroups_per_dimension")
-        for axis, n, what in zip("xyz", grid, (f"ceil(Lq / {self.plan.tile_q})", "Hq", "B")):
+        for axis, n, what in zip("xyz", self._grid(shapes), self.plan.grid):
             if n > limit:
                 raise LaunchError(f"dispatch {axis} = {what} = {n} exceeds the {limit} workgroups per "
                                   "dimension this device allows")
