@@ -104,11 +104,13 @@ def test_manifest_describes_the_launch():
     assert m["features"] == ["shader-f16", "subgroups"]
     binds = m["bindings"]
     assert [(b["binding"], b["name"]) for b in binds] == [(0, "params"), (1, "q"), (2, "k"), (3, "v"),
-                                                          (4, "out"), (5, "lse")]
+                                                          (4, "out"), (5, "lse"), (6, "seq_meta"),
+                                                          (7, "kv_new")]
     assert all(b["group"] == 0 for b in binds)
     assert [f["name"] for f in binds[0]["fields"]] == [f[0] for f in em.plan.uniform_fields]
-    assert binds[0]["size_bytes"] == 32
+    assert binds[0]["size_bytes"] == 4 * len(em.plan.uniform_fields) and binds[0]["size_bytes"] % 16 == 0
     assert binds[1]["type"] == "read-only-storage" and binds[4]["type"] == "storage"
+    assert binds[2]["type"] == "storage"  # k: appended rows are written in place
     assert binds[5]["dtype"] == "f32"
     assert "multiple of 4 bytes" in m["buffer_note"]
 
@@ -326,7 +328,7 @@ def test_f16_buffers(rt):
     (lambda q, k, v: (q, k.astype(np.float16), v), "k has dtype f16"),
     (lambda q, k, v: (q[:1], k, v), "batch"),
     (lambda q, k, v: (q[:, :, :7], k, v), "not a multiple"),
-    (lambda q, k, v: (q, k[:, :5], v), "sequence lengths"),
+    (lambda q, k, v: (q, k[:, :5], v), "same leading dimensions"),
     (lambda q, k, v: ([[1.0]], k, v), "numpy array or a WgslTensor, not list"),
     (lambda q, k, v: (object(), k, v), "numpy array or a WgslTensor"),
 ])
@@ -346,8 +348,8 @@ def test_launch_errors_for_options(f32_kernel):
         kernel(q, k, v, out=np.zeros((1, 7, 2, 64), np.float16))
     with pytest.raises(LaunchError, match="mask custom"):
         kernel(q, k, v, mask=np.ones((7, 9), bool))
-    with pytest.raises(LaunchError, match="kv_lens"):
-        kernel(q, k, v, kv_lens=np.array([3]))
+    with pytest.raises(LaunchError, match="kv_lens has 2 entries"):
+        kernel(q, k, v, kv_lens=np.array([3, 4]))
 
 
 def test_device_refusals(rt):
@@ -376,7 +378,7 @@ def test_pipelines_are_cached_in_process(rt, f32_kernel):
     base = spec_of("head_dim 64\n dtype f32")
     same = replace(base, mask=replace(base.mask, kind="causal"), wgsl=replace(base.wgsl, subgroups="on"))
     again = rt.compile_kernel(same)
-    assert again._pipeline is kernel._pipeline and again.source == kernel.source
+    assert again._pipes is kernel._pipes and again.source == kernel.source
     check_against_reference(again, same, (1, 7, 7, 1, 1))
 
 

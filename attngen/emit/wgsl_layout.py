@@ -1,0 +1,91 @@
+"""What the WGSL manifest says about the packed buffers and the entry points, for runtimes
+outside Python (a browser): the word layout of `seq_meta` and `mask`, the sizes of the split
+schedules' workspaces, and every entry point in dispatch order with its bindings and grid.
+
+The formulas use the Params fields (meta_cu_q, mask_counts, ...) and the grid symbols (B, Lq,
+Hq, Hkv, G = Hq / Hkv, S = splits); attngen's own runtime fills them the same way
+(runtime/wgsl_args.py).
+"""
+
+from __future__ import annotations
+
+from ..ir import KernelPlan
+from ..wgsl_plan import max_splits
+
+BUFFER_LAYOUTS = {
+    "seq_meta": {
+        "element": "u32",
+        "sections": [
+            {"name": "cu_seqlens_q", "offset": "meta_cu_q", "words": "B + 1", "when": "kv_layout = 1 (packed)"},
+            {"name": "cu_seqlens_k", "offset": "meta_cu_k", "words": "B + 1",
+             "when": "kv_layout = 1 (packed; a copy of cu_seqlens_q when not given)"},
+            {"name": "kv_lens", "offset": "meta_kv_lens", "words": "B", "when": "has_kv_lens = 1"},
+            {"name": "block_table", "offset": "meta_table", "words": "B * table_width",
+             "when": "kv_layout = 2 (paged), row-major (B, table_width)"},
+        ],
+        "note": "attngen packs them in this order, each right after the previous one; any offsets work",
+    },
+    "mask": {
+        "element": "u32",
+        "sections": [
+            {"name": "counts", "offset": "mask_counts", "words": "Bm * Hm * n_qtiles",
+             "doc": "live kv tiles of each q tile, (Bm, Hm, n_qtiles)"},
+            {"name": "tiles", "offset": "mask_tiles", "words": "Bm * Hm * n_qtiles * n_kvtiles",
+             "doc": "per q tile, its live kv tiles in ascending order as kv_tile * 2 + partial (entries past "
+                    "the count: 0xffffffff)"},
+            {"name": "data", "offset": "mask_data",
+             "words": "ceil(Bm * Hm * Lq_m * Lk_m / 4) (bool) or Bm * Hm * Lq_m * Lk_m (additive)",
+             "doc": "the mask (Bm, Hm, Lq_m, Lk_m) row-major: bool as bytes (1 = attend), 4 per word, "
+                    "little-endian (byte e in word e / 4 at bit 8 * (e % 4)); additive as f32 bits, -inf masked"},
+        ],
+        "note": "n_qtiles = ceil(Lq_m / tile q) = mask_qtiles, n_kvtiles = ceil(Lk_m / tile kv) = mask_kvtiles; "
+                "the entry point block_mask of the block-mask module fills counts and tiles from data",
+    },
+    "kv_new": {"element": "storage dtype", "k_new": "elements [0, new_v): (B, Lnew, Hkv, Dqk)",
+               "v_new": "elements [new_v, new_v + B * Lnew * Hkv * Dv): (B, Lnew, Hkv, Dv)"},
+    "o_part": {"bytes": "4 * S * B * Lq * Hq * Dv", "index": "(((s * B + b) * Lq + row) * Hq + head) * Dv + d"},
+    "lse_part": {"bytes": "4 * S * B * Hq * Lq", "index": "((s * B + b) * Hq + head) * Lq + row",
+                 "fill": "0x7fc0dead in every word before the launch (the combine's unwritten-row check)"},
+    "s_scratch": {"bytes": "4 * B * Hq * Lq * Lk", "index": "((b * Hq + head) * Lq + row) * Lk + key"},
+    "stats": {"bytes": "8 * S * B * Hq * Lq", "index": "2 * (((s * B + b) * Hq + head) * Lq + row) (+1: sum)",
+              "fill": "0x7fc0dead in every word before the launch"},
+}
+
+
+def _entry(name: str, role: str, doc: str, params, grid, workgroup: int) -> dict:
+    return {
+        "entry_point": name,
+        "role": role,
+        "doc": doc,
+        "workgroup_size": [workgroup, 1, 1],
+        "dispatch": list(grid),
+        "bindings": [p.binding for p in sorted(params, key=lambda p: p.binding)],
+        "storage_buffers": sum(1 for p in params if p.kind == "tensor"),
+    }
+
+
+def entry_points(plan: KernelPlan) -> list[dict]:
+    """Every entry point in dispatch order (one command encoder, in this order)."""
+    kind = plan.spec.schedule.kind
+    main_doc = {
+        "fused": "the attention: out and lse",
+        "split_kv": "attention over each split's key tiles: o_part and lse_part",
+        "two_pass": "pass 1: the scores S of each split's key tiles into s_scratch, row max and sum into stats",
+    }[kind]
+    out = [_entry(plan.entry, "attention", main_doc, plan.params, plan.grid, plan.threads)]
+    for e in plan.entries:
+        out.append(_entry(e.entry, e.name, e.doc, e.params, e.grid, e.threads))
+    return out
+
+
+def schedule_manifest(plan: KernelPlan) -> dict:
+    spec = plan.spec
+    kind = spec.schedule.kind
+    out = {"kind": kind}
+    if kind != "fused":
+        out["splits"] = ("N of split_kv(N)" if spec.schedule.splits else
+                         "chosen at launch (runtime/launch.py choose_splits): about two waves over the "
+                         "profile's compute_units, at least four key tiles per split")
+        out["max_splits"] = max_splits(spec)
+        out["rows"] = "a workgroup's rows are (query row, head in group) pairs of one KV head"
+    return out
