@@ -15,6 +15,7 @@ from .ir import KernelPlan, Param
 from .profiles import Profile, get_profile
 from .spec import AttentionSpec, format_spec
 from .tiling import cuda_config, wgsl_config
+from . import wgsl_plan
 
 # Window sizes at or above this are unbounded for every sequence the runtimes accept
 # (they refuse lengths above MAX_SEQ_LEN), and keep the kernels' index arithmetic in 32 bits.
@@ -59,27 +60,6 @@ def _cuda_params(spec: AttentionSpec) -> tuple:
         Param("group", "scalar", "i32", doc="Hq / Hkv, query heads per KV head"),
     ]
     return tuple(params)
-
-
-_WGSL_UNIFORM = (
-    ("batch", "u32", "B"),
-    ("len_q", "u32", "Lq, query rows per sequence"),
-    ("len_k", "u32", "Lk, keys per sequence"),
-    ("heads_q", "u32", "Hq, query heads"),
-    ("heads_kv", "u32", "Hkv, KV heads"),
-    ("group", "u32", "Hq / Hkv, query heads per KV head"),
-    ("write_lse", "u32", "1 to write lse, 0 to skip it"),
-    ("_pad", "u32", "keeps the struct 16-byte sized"),
-)
-
-
-def _wgsl_params(spec: AttentionSpec) -> tuple:
-    storage = [_tensor(n, spec.dtype, binding=i + 1) for i, n in enumerate(("q", "k", "v", "out"))]
-    return (
-        Param("params", "uniform", "struct", binding=0, doc="sizes of this launch (struct Params)"),
-        *storage,
-        _tensor("lse", "f32", optional=True, binding=5),
-    )
 
 
 def grid_size(grid: tuple, **sizes: int) -> tuple[int, ...]:
@@ -157,10 +137,12 @@ def plan(spec: AttentionSpec, target: str, profile: Profile | str | None = None)
         **common,
         config=cfg,
         threads=cfg.workgroup,
-        # x: row tiles; y: (query head, block of output columns), head-major; z: batch
-        grid=(f"ceil(Lq / {cfg.tile_q})", f"Hq * {cfg.v_blocks}" if cfg.v_blocks > 1 else "Hq", "B"),
-        params=_wgsl_params(spec),
-        uniform_fields=_WGSL_UNIFORM,
+        # x: row tiles (split schedules: row tiles of (query row, head in group) pairs x splits);
+        # y: (query head, or KV head for split schedules; block of output columns), head-major; z: batch
+        grid=wgsl_plan.grids(spec, cfg.tile_q, cfg.v_blocks)["main"],
+        params=wgsl_plan.main_params(spec),
+        uniform_fields=wgsl_plan.uniform_fields(spec),
+        entries=wgsl_plan.entries(spec, ENTRY_PREFIX + spec.name, cfg.tile_q, cfg.v_blocks, cfg.workgroup),
         features=tuple(features),
         arch=None,
         smem_bytes=cfg.smem_bytes,

@@ -70,7 +70,7 @@ def _template_line(exc: BaseException) -> str:
 
 # What decides the generated text: the templates, the target profiles, and the modules that
 # lower a spec and print it. Their digest is part of the generator version.
-_GENERATOR_FILES = ("spec.py", "tiling.py", "check.py", "plan.py", "ir.py", "emit/common.py",
+_GENERATOR_FILES = ("spec.py", "tiling.py", "check.py", "plan.py", "wgsl_plan.py", "ir.py", "emit/common.py",
                     "emit/cuda.py", "emit/wgsl.py")
 
 

@@ -12,15 +12,20 @@ import textwrap
 
 from ..ir import KernelPlan
 from ..tiling import WGSL_MAX_DIMS_V
+from ..wgsl_plan import COMBINE_WORKGROUP, max_splits
+from . import wgsl_layout
 from .common import Emitted, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 
 # Longest loop over an invocation's dims that is left to the compiler in one piece (longer ones
 # are split in chunks; see the DIM_CHUNK_QK comment in templates/wgsl/config.j2).
 MAX_DIM_CHUNK = 32
+BLOCK_MASK_WORKGROUP = 64  # invocations per workgroup of the block-mask builder
 _COMMENT_WIDTH = 92  # text width of wrapped comments (96 columns with '// ')
 
 # WGSL scalar types of the attngen dtypes a WGSL kernel can hold (bf16 is rejected by the checker).
 _SCALAR = {"f16": "f16", "f32": "f32"}
+_WORD = {"f16": "f16", "f32": "f32", "u32": "u32"}
+_F32_ALWAYS = ("lse", "o_part", "lse_part", "s_scratch", "stats")  # f32 whatever the storage dtype
 
 _TYPES_DOC = {
     "f32": ["Storage is f32; all arithmetic is f32 unless an accumulator below says f16."],
@@ -36,24 +41,40 @@ def _fields(plan: KernelPlan) -> list[dict]:
     return [{**r, "pad": width - len(r["name"]) - len(r["type"])} for r in rows]
 
 
+def module_params(plan: KernelPlan) -> list:
+    """Every binding of the module (the union over its entry points), by binding number."""
+    seen = {}
+    for p in list(plan.params) + [q for e in plan.entries for q in e.params]:
+        seen.setdefault(p.binding, p)
+    return [seen[b] for b in sorted(seen)]
+
+
 def _bindings(plan: KernelPlan) -> list[dict]:
     """One row per Param: WGSL address space and type, from the param's kind, access and dtype,
     and its doc as comment lines."""
     rows = []
-    for p in sorted(plan.params, key=lambda p: p.binding):
+    for p in module_params(plan):
         if p.kind == "uniform":
             space, typ = "uniform", "Params"
         else:
             # WGSL has no write-only storage buffers: outputs are read_write. Tensors in the
-            # storage dtype are elem_t; lse is f32 whatever the storage.
+            # storage dtype are elem_t; lse, workspaces (f32) and the word buffers (u32) are not.
             space = "storage, read" if p.access == "read" else "storage, read_write"
-            typ = f"array<{_SCALAR[p.dtype]}>" if p.name == "lse" else "array<elem_t>"
+            typ = "array<elem_t>" if p.dtype == plan.dtype and p.dtype != "u32" and p.name not in _F32_ALWAYS \
+                else f"array<{_WORD[p.dtype]}>"
         doc = f"{p.name}: {p.doc}"
         if p.shape:
             doc = f"{p.name} ({', '.join(p.shape)}) {p.dtype}: {p.doc}"
         rows.append({"binding": p.binding, "name": p.name, "space": space, "type": typ,
                      "doc": textwrap.wrap(doc, width=_COMMENT_WIDTH)})
     return rows
+
+
+_OPTIONAL_NOTE = {
+    "lse": "bind any buffer of at least 4 bytes and set write_lse = 0 to skip it",
+    "seq_meta": "bind any buffer of at least 4 bytes when the layout is padded without kv_lens",
+    "kv_new": "bind any buffer of at least 4 bytes and set len_new = 0 when nothing is appended",
+}
 
 
 def _chunk(n: int, cap: int = MAX_DIM_CHUNK) -> int:
@@ -72,7 +93,7 @@ def _shuffle_masks(threads_per_row: int) -> list[int]:
 
 def _binding_manifest(plan: KernelPlan) -> list[dict]:
     out = []
-    for p in sorted(plan.params, key=lambda p: p.binding):
+    for p in module_params(plan):
         entry = {"group": 0, "binding": p.binding, "name": p.name}
         if p.kind == "uniform":
             entry.update(
@@ -89,7 +110,9 @@ def _binding_manifest(plan: KernelPlan) -> list[dict]:
                 shape=list(p.shape),
             )
             if p.optional:
-                entry["optional"] = "bind any buffer of at least 4 bytes and set write_lse = 0 to skip it"
+                entry["optional"] = _OPTIONAL_NOTE[p.name]
+            if p.name in wgsl_layout.BUFFER_LAYOUTS:
+                entry["layout"] = wgsl_layout.BUFFER_LAYOUTS[p.name]
         out.append(entry)
     return out
 
@@ -127,6 +150,11 @@ def emit_wgsl(plan: KernelPlan) -> Emitted:
         shuffle_masks=_shuffle_masks(c.threads_per_row),
         reduction_doc=reduction_doc,
         mask=plan.mask,
+        schedule=plan.spec.schedule.kind,
+        paged=plan.spec.kv_cache.kind == "paged",
+        page=plan.spec.kv_cache.page,
+        max_splits=max_splits(plan.spec),
+        combine_workgroup=COMBINE_WORKGROUP,
         mask_doc=mask_doc(plan),
         transform_doc=transform_doc(plan),
         **constants(plan),
@@ -144,8 +172,15 @@ def emit_wgsl(plan: KernelPlan) -> Emitted:
                             "note": c.chunk_summary},
         "features": list(plan.features),
         "bindings": _binding_manifest(plan),
+        "entry_points": wgsl_layout.entry_points(plan),
+        "entry_points_note": "dispatch every entry point in this order, each with a bind group of exactly "
+                             "its bindings (its own pipeline layout, group 0); the params uniform is shared",
+        "schedule": wgsl_layout.schedule_manifest(plan),
+        "grid_extra_symbols": {"G": "Hq / Hkv, query heads per KV head", "S": "KV splits of this launch"},
         "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
-                  "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides",
+                  "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides. Packed "
+                  "(kv_layout = 1): q (total_q, Hq, Dqk), k, v (total_k, Hkv, D), out (total_q, Hq, Dv), "
+                  "lse (Hq, total_q); paged (kv_layout = 2): k, v (num_pages, page, Hkv, D)",
         "buffer_note": "buffers are contiguous (B, L, H, D); f16 buffers are padded with zeros to a "
                        "multiple of 4 bytes (WebGPU buffer sizes)",
         "completion_note": "if a driver cuts the main loop short (Mesa's llvmpipe ends all loops of a "
@@ -153,3 +188,10 @@ def emit_wgsl(plan: KernelPlan) -> Emitted:
                            "fill out with NaN before the dispatch to detect it",
     }
     return Emitted(source, manifest(plan, extra), plan)
+
+
+def block_mask_source(plan: KernelPlan) -> str:
+    """The block-mask builder for `plan`'s tiles (templates/wgsl/block_mask.wgsl.j2)."""
+    c = plan.config
+    return render("wgsl/block_mask.wgsl.j2", tile_q=c.tile_q, tile_kv=c.tile_kv, kernel=plan.spec.name,
+                  workgroup=BLOCK_MASK_WORKGROUP)

@@ -45,11 +45,11 @@ import numpy as np
 
 from ..emit import Emitted, emit_plan, generator_version
 from ..errors import CompileError, LaunchError
-from ..plan import grid_size, plan as make_plan
+from ..plan import plan as make_plan
 from ..profiles import Profile, ProfileError, get_profile, profiles_for
 from ..spec import AttentionSpec
 from .cache import cache_key, cached
-from .common import Kernel, Shapes, reject_unsupported, validate
+from .common import Kernel
 
 try:
     import wgpu
@@ -306,9 +306,10 @@ def _check_device(plan, st: _DeviceState) -> None:
             raise LaunchError(f"kernel '{plan.spec.name}' needs {value} {what}, but {who} allows {limit}")
 
 
-def _layout(plan, dev):
+def _layout(params, dev):
+    """The bind group layout of one entry point: exactly its bindings (docs: wgsl_plan.py)."""
     entries = []
-    for p in sorted(plan.params, key=lambda p: p.binding):
+    for p in sorted(params, key=lambda p: p.binding):
         if p.kind == "uniform":
             kind = wgpu.BufferBindingType.uniform
         elif p.access == "read":
@@ -351,12 +352,16 @@ def compile_kernel(spec: AttentionSpec, profile: Profile | str | None = None) ->
     dev = st.device
     try:
         module = dev.create_shader_module(label=plan.entry, code=source)
-        layout = _layout(plan, dev)
-        pipeline = dev.create_compute_pipeline(
-            label=plan.entry,
-            layout=dev.create_pipeline_layout(bind_group_layouts=[layout]),
-            compute={"module": module, "entry_point": plan.entry},
-        )
+        # one pipeline per entry point, in dispatch order, each with a layout of its own bindings
+        pipeline = []
+        for role, entry, params, grid in [("attention", plan.entry, plan.params, plan.grid)] + [
+                (e.name, e.entry, e.params, e.grid) for e in plan.entries]:
+            bgl = _layout(params, dev)
+            pipeline.append((role, dev.create_compute_pipeline(
+                label=entry, layout=dev.create_pipeline_layout(bind_group_layouts=[bgl]),
+                compute={"module": module, "entry_point": entry}), bgl, params, grid))
+        pipeline = tuple(pipeline)
+        layout = pipeline[0][2]
     except wgpu.GPUError as e:
         raise CompileError(f"wgpu rejected the generated WGSL of kernel '{spec.name}' (profile {prof.name}); "
                            f"this is a bug in attngen, please report it with the spec:\n{e}") from None
@@ -419,7 +424,8 @@ class WgslKernel(Kernel):
     def __init__(self, emitted: Emitted, pipeline, layout, profile: Profile, state: _DeviceState):
         super().__init__(emitted)
         self.profile = profile  # what the kernel was planned for
-        self._pipeline = pipeline
+        # (role, pipeline, bind group layout, params, grid) of each entry point, in dispatch order
+        self._pipes = pipeline
         self._layout = layout
         self._state = state
 
@@ -472,111 +478,32 @@ class WgslKernel(Kernel):
             raise LaunchError("out is read-only")
 
     # -- the call ---------------------------------------------------------------------------------
-    def __call__(self, q, k, v, *, mask=None, kv_lens=None, return_lse: bool = False, out=None):
-        """out (B, Lq, Hq, Dv) in the spec's dtype, and lse (B, Hq, Lq) f32 with return_lse.
+    def __call__(self, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                 block_table=None, k_new=None, v_new=None, return_lse: bool = False, out=None):
+        """out in the spec's dtype, and lse f32 with return_lse; layouts and options as in
+        docs/variants.md (runtime/wgsl_launch.py does the work).
 
         Results are numpy arrays, or WgslTensor when q, k and v are all WgslTensor (nothing is
         read back then); `out=` (numpy array or WgslTensor of the right shape and dtype) is
-        written into and returned.
+        written into and returned. k_new / v_new are appended to k and v in place.
         """
-        plan = self.plan
-        reject_unsupported(plan, mask, kv_lens)
-        q, k, v = _as_input("q", q), _as_input("k", k), _as_input("v", v)
-        shapes = validate(plan, tuple(q.shape), tuple(k.shape), tuple(v.shape),
-                          {"q": _dtype_name(q), "k": _dtype_name(k), "v": _dtype_name(v)})
-        out_shape = (shapes.batch, shapes.len_q, shapes.heads_q, plan.d_v)
-        lse_shape = (shapes.batch, shapes.heads_q, shapes.len_q)
-        if out is not None:
-            self._check_out(out, out_shape, plan.dtype)
-        np_dtype = _NP_DTYPES[plan.dtype]
-        # q, k and v all on the GPU: the results stay there too (WgslTensor); else numpy.
-        on_gpu = all(isinstance(x, WgslTensor) for x in (q, k, v))
-        if shapes.batch == 0 or shapes.len_q == 0 or shapes.heads_q == 0:
-            if on_gpu:
-                o = out if out is not None else WgslTensor.from_numpy(np.zeros(out_shape, np_dtype))
-                return (o, WgslTensor.from_numpy(np.zeros(lse_shape, np.float32))) if return_lse else o
-            o = out if out is not None else np.zeros(out_shape, np_dtype)
-            return (o, np.zeros(lse_shape, np.float32)) if return_lse else o
-        self._check_limits(shapes)
+        from .wgsl_launch import call
+        return call(self, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
+                    cu_seqlens_k=cu_seqlens_k, block_table=block_table, k_new=k_new, v_new=v_new,
+                    return_lse=return_lse, out=out)
 
-        st = self._state
-        dev = st.device
-        limit = self._binding_limit()
-        bufs = {"q": self._buffer("q", q, limit), "k": self._buffer("k", k, limit),
-                "v": self._buffer("v", v, limit)}
-        out_bytes = int(np.prod(out_shape)) * _DTYPE_BYTES[plan.dtype]
-        lse_bytes = int(np.prod(lse_shape)) * 4
-        for name, n in (("out", out_bytes), ("lse", lse_bytes)):
-            if n > limit:
-                raise LaunchError(f"{name} would be {n} bytes, above the {limit}-byte storage binding limit")
-        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
-        # llvmpipe: the kernel writes into a sentinel-filled buffer of ours, checked afterwards
-        guard = self._state.loop_budget is not None
-        if guard:
-            bufs["out"] = dev.create_buffer_with_data(data=_sentinel_bytes(plan.dtype, out_bytes), usage=usage)
-        elif isinstance(out, WgslTensor):
-            bufs["out"] = out.buffer
-        else:
-            bufs["out"] = dev.create_buffer(size=_padded(out_bytes), usage=usage)
-        bufs["lse"] = dev.create_buffer(size=_padded(lse_bytes if return_lse else 4), usage=usage)
-        params = np.array([shapes.batch, shapes.len_q, shapes.len_k, shapes.heads_q, shapes.heads_kv,
-                           shapes.group, 1 if return_lse else 0, 0], dtype=np.uint32)
-        assert len(params) == len(plan.uniform_fields)
-        bufs["params"] = dev.create_buffer_with_data(data=params.tobytes(), usage=wgpu.BufferUsage.UNIFORM)
-        self._dispatch(bufs, shapes)
+    def block_mask(self, mask):
+        """A BlockMask of `mask` (numpy bool or additive float) for this kernel, built on the GPU."""
+        from .wgsl_blockmask import build_block_mask
+        return build_block_mask(self, mask)
 
-        count = out_bytes // _DTYPE_BYTES[plan.dtype]
-        data = None
-        if guard or not (on_gpu or isinstance(out, WgslTensor)):
-            data = dev.queue.read_buffer(bufs["out"], size=_padded(out_bytes))
-        if guard:
-            bits_type, sentinel = _SENTINEL[plan.dtype]
-            unwritten = int(np.count_nonzero(np.frombuffer(data, dtype=bits_type, count=count) == sentinel))
-            if unwritten:
-                raise self._budget_error(shapes, f"{unwritten} of {count} output elements were not written")
-        if isinstance(out, WgslTensor):
-            if guard:  # the checked result is in our buffer: move it into the caller's
-                if out.buffer.usage & wgpu.BufferUsage.COPY_DST:
-                    enc = dev.create_command_encoder()
-                    enc.copy_buffer_to_buffer(bufs["out"], 0, out.buffer, 0, _padded(out_bytes))
-                    dev.queue.submit([enc.finish()])
-                else:  # no COPY_DST: run again straight into it (the kernel is deterministic)
-                    self._dispatch({**bufs, "out": out.buffer}, shapes)
-            result = out
-        elif on_gpu:
-            result = WgslTensor(bufs["out"], out_shape, plan.dtype)
-        else:
-            o = np.frombuffer(data, dtype=np_dtype, count=count).reshape(out_shape)
-            if out is not None:
-                np.copyto(out, o)
-                result = out
-            else:
-                result = o.copy()
-        if not return_lse:
-            return result
-        if on_gpu:
-            return result, WgslTensor(bufs["lse"], lse_shape, "f32")
-        data = dev.queue.read_buffer(bufs["lse"], size=_padded(lse_bytes))
-        lse = np.frombuffer(data, dtype=np.float32, count=lse_bytes // 4).reshape(lse_shape).copy()
-        return result, lse
+    def _sentinel_of(self):
+        return _SENTINEL[self.plan.dtype]
 
-    def _dispatch(self, bufs: dict, shapes: Shapes) -> None:
-        dev = self._state.device
-        group = dev.create_bind_group(layout=self._layout, entries=[
-            {"binding": p.binding, "resource": {"buffer": bufs[p.name], "offset": 0, "size": bufs[p.name].size}}
-            for p in self.plan.params])
-        enc = dev.create_command_encoder()
-        cp = enc.begin_compute_pass()
-        cp.set_pipeline(self._pipeline)
-        cp.set_bind_group(0, group)
-        cp.dispatch_workgroups(*self._grid(shapes))
-        cp.end()
-        dev.queue.submit([enc.finish()])
-
-    def _budget_error(self, shapes: Shapes, what: str) -> LaunchError:
+    def _budget_error(self, len_k: int, what: str) -> LaunchError:
         name = self._state.info.get("device") or "llvmpipe"
         return LaunchError(
-            f"kernel '{self.spec.name}' with Lk={shapes.len_k}: the software adapter {name} (Mesa's "
+            f"kernel '{self.spec.name}' with Lk={len_k}: the software adapter {name} (Mesa's "
             f"llvmpipe) stops all loops of a shader after {self._state.loop_budget} iterations in total, "
             f"and this launch needed more ({what}); nothing was returned. Use shorter key sequences "
             "on this adapter, or a hardware one")
@@ -587,15 +514,3 @@ class WgslKernel(Kernel):
 
     def _binding_limit(self) -> int:
         return self._limit("storage_buffer_binding_bytes")
-
-    def _grid(self, shapes: Shapes) -> tuple:
-        """The plan's grid formulas (the manifest's) evaluated for this launch."""
-        return grid_size(self.plan.grid, B=shapes.batch, Lq=shapes.len_q, Lk=shapes.len_k,
-                         Hq=shapes.heads_q, Hkv=shapes.heads_kv)
-
-    def _check_limits(self, shapes: Shapes) -> None:
-        limit = self._limit("workgroups_per_dimension")
-        for axis, n, what in zip("xyz", self._grid(shapes), self.plan.grid):
-            if n > limit:
-                raise LaunchError(f"dispatch {axis} = {what} = {n} exceeds the {limit} workgroups per "
-                                  "dimension this device allows")
