@@ -89,6 +89,17 @@ def _clamped_mask(spec: AttentionSpec):
     return replace(m, left=min(m.left, WINDOW_CAP), right=min(m.right, WINDOW_CAP))
 
 
+def cuda_grid(cfg) -> tuple[str, str, str]:
+    """The CUDA launch grid as formulas of the run-time shapes (the manifest's `grid`).
+
+    x: tiles of query rows (later also KV splits); y: query heads times the blocks that split
+    the output columns (head = blockIdx.y / v_blocks); z: batch. The runtime evaluates these
+    formulas (grid_size), so it launches what a foreign runtime reading the manifest would.
+    """
+    heads = "Hq" if cfg.v_blocks == 1 else f"Hq * {cfg.v_blocks}"
+    return (f"ceil(Lq / {cfg.tile_q})", heads, "B")
+
+
 def plan(spec: AttentionSpec, target: str, profile: Profile | str | None = None) -> KernelPlan:
     """Check `spec` for `target` and lower it; raises SpecError with every problem."""
     if not isinstance(profile, Profile):
@@ -116,7 +127,7 @@ def plan(spec: AttentionSpec, target: str, profile: Profile | str | None = None)
             **common,
             config=cfg,
             threads=cfg.threads,
-            grid=(f"ceil(Lq / {cfg.tile_q})", "Hq", "B"),
+            grid=cuda_grid(cfg),
             params=_cuda_params(spec),
             uniform_fields=(),
             features=(),

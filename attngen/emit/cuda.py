@@ -22,9 +22,12 @@ def emit_cuda(plan: KernelPlan) -> Emitted:
         pad_doc = "padded to a multiple of 16 (the k of m16n8k16); padding is zero"
     else:
         pad_doc = "no padding on CUDA cores"
+    layout = layout_lines(plan, "Shared memory")
+    if c.chunked:
+        layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")
     source = render(
         "cuda/kernel.cu.j2",
-        header=comment_block(header_lines(plan, layout_lines(plan, "Shared memory"))),
+        header=comment_block(header_lines(plan, layout)),
         c=c,
         entry=plan.entry,
         elem_bytes=4 if plan.dtype == "f32" else 2,
@@ -55,4 +58,11 @@ def emit_cuda(plan: KernelPlan) -> Emitted:
                      f"{16 // (4 if plan.dtype == 'f32' else 2)} elements",
         "features": [],
     }
+    if c.chunked:
+        # tile d and the split of the output columns over blocks (already in the grid formula).
+        extra["tile"] = {"q": c.tile_q, "kv": c.tile_kv, "d": c.chunk}
+        extra["output_column_blocks"] = {
+            "blocks": c.v_blocks, "columns_per_block": c.d_v_block,
+            "grid_y": f"head * {c.v_blocks} + block; block b writes out[..., b * {c.d_v_block} : "
+                      f"(b + 1) * {c.d_v_block}] (clipped to Dv); block 0 writes lse"}
     return Emitted(source, manifest(plan, extra), plan)

@@ -17,11 +17,12 @@ import numpy as np
 
 from ..emit import emit_plan, generator_version
 from ..errors import LaunchError
+from ..plan import grid_size
 from ..plan import plan as make_plan
 from ..profiles import Profile, get_profile
 from . import nvrtc
 from .cache import cache_key, cached
-from .common import Kernel, reject_unsupported, validate
+from .common import MAX_GRID_YZ, Kernel, reject_unsupported, validate
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
 _NP_DTYPES = {"float16": "f16", "float32": "f32", "bfloat16": "bf16"}
@@ -231,8 +232,12 @@ class CudaKernel(Kernel):
             args += [np.int64(t.strides[0]), np.int64(t.strides[1]), np.int64(t.strides[2])]
         args += [np.int32(shapes.len_q), np.int32(shapes.len_k), np.int32(shapes.heads_q),
                  np.int32(shapes.group)]
+        grid = grid_size(self.plan.grid, B=shapes.batch, Lq=shapes.len_q, Hq=shapes.heads_q)
+        if grid[1] > MAX_GRID_YZ:
+            raise LaunchError(f"{shapes.heads_q} query heads x {self.plan.config.v_blocks} output-column "
+                              f"blocks is {grid[1]} blocks along grid y; at most {MAX_GRID_YZ}")
         with cupy.cuda.Device(tq.device):
-            fn(shapes.grid(self.plan.tile_q), (self.plan.threads, 1, 1), tuple(args),
+            fn(grid, (self.plan.threads, 1, 1), tuple(args),
                shared_mem=self.plan.smem_bytes, stream=_stream(tq))
 
 
