@@ -15,7 +15,7 @@ from .ir import KernelPlan, Param
 from .profiles import Profile, get_profile
 from .spec import AttentionSpec, format_spec
 from .tiling import cuda_config, wgsl_config
-from . import wgsl_plan
+from . import cuda_plan, wgsl_plan
 
 # Window sizes at or above this are unbounded for every sequence the runtimes accept
 # (they refuse lengths above MAX_SEQ_LEN), and keep the kernels' index arithmetic in 32 bits.
@@ -47,19 +47,7 @@ def _tensor(name, dtype, **kw) -> Param:
 
 
 def _cuda_params(spec: AttentionSpec) -> tuple:
-    params = [_tensor(n, spec.dtype) for n in ("q", "k", "v", "out")]
-    params.append(_tensor("lse", "f32", optional=True))
-    for t, full in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "out")):
-        for axis, what in (("b", "batch"), ("l", "sequence"), ("h", "head")):
-            params.append(Param(f"{t}_s{axis}", "scalar", "i64",
-                                doc=f"stride of {full} along its {what} axis, in elements"))
-    params += [
-        Param("len_q", "scalar", "i32", doc="Lq, query rows per sequence"),
-        Param("len_k", "scalar", "i32", doc="Lk, keys per sequence"),
-        Param("heads_q", "scalar", "i32", doc="Hq, query heads"),
-        Param("group", "scalar", "i32", doc="Hq / Hkv, query heads per KV head"),
-    ]
-    return tuple(params)
+    return cuda_plan.main_params(spec)
 
 
 def grid_size(grid: tuple, **sizes: int) -> tuple[int, ...]:
@@ -89,15 +77,14 @@ def _clamped_mask(spec: AttentionSpec):
     return replace(m, left=min(m.left, WINDOW_CAP), right=min(m.right, WINDOW_CAP))
 
 
-def cuda_grid(cfg) -> tuple[str, str, str]:
+def cuda_grid(spec: AttentionSpec, cfg) -> tuple[str, str, str]:
     """The CUDA launch grid as formulas of the run-time shapes (the manifest's `grid`).
 
-    x: tiles of query rows (later also KV splits); y: query heads times the blocks that split
+    x: tiles of query rows times KV splits; y: query heads (KV heads for split schedules) times the blocks that split
     the output columns (head = blockIdx.y / v_blocks); z: batch. The runtime evaluates these
     formulas (grid_size), so it launches what a foreign runtime reading the manifest would.
     """
-    heads = "Hq" if cfg.v_blocks == 1 else f"Hq * {cfg.v_blocks}"
-    return (f"ceil(Lq / {cfg.tile_q})", heads, "B")
+    return cuda_plan.grid(spec, cfg)
 
 
 def plan(spec: AttentionSpec, target: str, profile: Profile | str | None = None) -> KernelPlan:
@@ -127,8 +114,9 @@ def plan(spec: AttentionSpec, target: str, profile: Profile | str | None = None)
             **common,
             config=cfg,
             threads=cfg.threads,
-            grid=cuda_grid(cfg),
+            grid=cuda_grid(spec, cfg),
             params=_cuda_params(spec),
+            entries=cuda_plan.entries(spec, ENTRY_PREFIX + spec.name, cfg),
             uniform_fields=(),
             features=(),
             arch=profile.device["arch"],

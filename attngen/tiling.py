@@ -16,6 +16,7 @@ from .spec import DTYPE_BYTES, AttentionSpec
 CUDA_ROWS_PER_WARP = 16  # rows of one m16n8k16 fragment; a warp owns 1 or 2 of them
 CUDA_SPILL_FACTOR = 1.5  # register estimates above this multiple of the cap are refused or shrunk
 CUDA_SMEM_SKEW_BYTES = 16  # row padding that keeps ldmatrix / float4 reads free of bank conflicts
+CUDA_SPLIT_ROWS = 16  # default rows per block of the split schedules (split_kv, two_pass)
 CUDA_MAX_DV_BLOCK = 256  # output columns one block keeps in registers; wider outputs split over blocks
 # Candidates for a default `tile d` (head-dim columns per shared-memory step), largest first. The
 # tensor-core path needs multiples of 16 (the k of m16n8k16), the CUDA-core path multiples of 8.
@@ -324,6 +325,10 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
     """Tiles for one way of holding the head dims (whole, or `chunk` columns at a time)."""
     big = max(spec.head_dim_qk, spec.head_dim_v)
     row = profile.default_row(big, math)
+    if spec.schedule.kind != "fused":
+        # Split schedules serve decode: a block's rows are (query row, head in group) pairs, a few
+        # per KV head, so one warp of CUDA_SPLIT_ROWS rows; the splits give the parallelism.
+        row = {**row, "tile_q": CUDA_SPLIT_ROWS, "warps": 1, "tile_kv": max(row["tile_kv"], 64)}
     given_q, given_kv, given_w, given_st = spec.tile.q, spec.tile.kv, spec.cuda.warps, spec.cuda.stages
 
     if given_kv is not None and given_kv % 16:

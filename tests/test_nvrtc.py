@@ -39,6 +39,28 @@ def test_variants_compile(variant, profile, arch):
     _compile(spec_of(variant[1], name="v"), profile, arch)
 
 
+# docs/variants.md: custom masks, paged caches, split schedules (with GQA packing), two_pass.
+ISSUE3_VARIANTS = [
+    ("mask custom f16", "head_dim 64\n dtype f16\n mask custom"),
+    ("mask custom f32 softcap", "head_dim 32\n dtype f32\n mask custom\n softcap 20"),
+    ("mask custom chunked", "head_dim 512\n dtype f16\n mask custom"),
+    ("paged", "head_dim 64\n dtype bf16\n mask causal(bottom_right)\n kv_cache paged(page=16)"),
+    ("paged small pages", "head_dim 128\n dtype f16\n kv_cache paged(page=8)\n tile kv=32"),
+    ("split_kv auto", "head_dim 128\n dtype f16\n schedule split_kv(auto)"),
+    ("split_kv window f32", "head_dim 64\n dtype f32\n mask window(left=50)\n schedule split_kv(3)"),
+    ("split_kv custom", "head_dim 64\n dtype bf16\n mask custom\n schedule split_kv(2)"),
+    ("split_kv paged chunked", "head_dim 512\n dtype f16\n kv_cache paged(page=16)\n schedule split_kv(auto)"),
+    ("two_pass", "head_dim 64\n dtype f16\n mask causal(bottom_right)\n schedule two_pass"),
+    ("two_pass paged custom", "head_dim 128\n dtype f16\n mask custom\n kv_cache paged(page=32)\n schedule two_pass"),
+]
+
+
+@pytest.mark.parametrize("profile, arch", PROFILES)
+@pytest.mark.parametrize("variant", ISSUE3_VARIANTS, ids=lambda v: v[0])
+def test_issue3_variants_compile(variant, profile, arch):
+    _compile(spec_of(variant[1], name="v"), profile, arch)
+
+
 def test_compile_errors_are_reported_with_the_log():
     from attngen.errors import CompileError
     with pytest.raises(CompileError, match="undefined|identifier"):

@@ -70,7 +70,7 @@ def _template_line(exc: BaseException) -> str:
 
 # What decides the generated text: the templates, the target profiles, and the modules that
 # lower a spec and print it. Their digest is part of the generator version.
-_GENERATOR_FILES = ("spec.py", "tiling.py", "check.py", "plan.py", "wgsl_plan.py", "ir.py", "emit/common.py",
+_GENERATOR_FILES = ("spec.py", "tiling.py", "check.py", "plan.py", "wgsl_plan.py", "cuda_plan.py", "ir.py", "emit/common.py",
                     "emit/cuda.py", "emit/wgsl.py")
 
 
@@ -124,6 +124,9 @@ def mask_doc(plan: KernelPlan) -> str:
     m = plan.mask
     if m.kind == "none":
         return "mask none: every query row sees every key j < Lk."
+    if m.kind == "custom":
+        return ("mask custom: a boolean or additive mask given at run time, applied per tile from a "
+                "BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.")
     if m.kind == "causal" and not m.bottom_right:
         return "mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i."
     if m.kind == "causal":
@@ -188,19 +191,6 @@ def comment_block(lines: list[str], prefix: str = "//") -> str:
 def manifest(plan: KernelPlan, extra: dict) -> dict:
     """Everything a runtime without Python needs to launch the source."""
     c = plan.config
-    params = []
-    for p in plan.params:
-        entry = {"name": p.name, "kind": p.kind, "dtype": p.dtype}
-        if p.shape:
-            entry["shape"] = list(p.shape)
-        if p.binding is not None:
-            entry["binding"] = p.binding
-            entry["group"] = 0
-        entry["access"] = p.access
-        if p.optional:
-            entry["optional"] = True
-        entry["doc"] = p.doc
-        params.append(entry)
     out = {
         "attngen": __version__,
         "generator": generator_version(),
@@ -209,8 +199,17 @@ def manifest(plan: KernelPlan, extra: dict) -> dict:
         "entry_point": plan.entry,
         "kernel": plan.spec.name,
         "spec": plan.spec_text,
-        "parameters": params,
+        "parameters": manifest_params(plan.params),
         "grid": list(plan.grid),
+    }
+    if plan.entries:
+        # Every entry point in launch order; the later ones run after the main one on the same stream.
+        out["entry_points"] = [{"role": "main", "entry_point": plan.entry, "grid": list(plan.grid),
+                                "threads": plan.threads, "shared_memory_bytes": plan.smem_bytes}]
+        out["entry_points"] += [{"role": e.name, "entry_point": e.entry, "doc": e.doc, "grid": list(e.grid),
+                                 "threads": e.threads, "shared_memory_bytes": e.smem_bytes,
+                                 "parameters": manifest_params(e.params)} for e in plan.entries]
+    out.update({
         "grid_symbols": {
             "B": "batch", "Lq": "query rows per sequence", "Lk": "keys per sequence",
             "Hq": "query heads", "Hkv": "KV heads", "Dqk": plan.d_qk, "Dv": plan.d_v,
@@ -223,6 +222,24 @@ def manifest(plan: KernelPlan, extra: dict) -> dict:
         "lse": {"layout": ["B", "Hq", "Lq"], "dtype": "f32", "units": "natural log",
                 "empty_row": "-inf"},
         "layout": "contiguous head_dim (stride 1); other strides as passed",
-    }
+    })
     out.update(extra)
+    return out
+
+
+def manifest_params(params) -> list:
+    """The parameters (CUDA, in order) or bindings (WGSL) of one entry point, as JSON."""
+    out = []
+    for p in params:
+        entry = {"name": p.name, "kind": p.kind, "dtype": p.dtype}
+        if p.shape:
+            entry["shape"] = list(p.shape)
+        if p.binding is not None:
+            entry["binding"] = p.binding
+            entry["group"] = 0
+        entry["access"] = p.access
+        if p.optional:
+            entry["optional"] = True
+        entry["doc"] = p.doc
+        out.append(entry)
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import cuda_plan
 from ..ir import KernelPlan
 from .common import Emitted, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 
@@ -11,6 +12,46 @@ _TYPES = {
     "bf16": ("cuda/types_bf16.j2", "bf16"),
     "f32": ("cuda/types_f32.j2", None),
 }
+
+
+# Tensors stored in the spec's dtype (elem_t in the source); other tensors by their dtype.
+_STORAGE = ("q", "k", "v", "out", "k_new", "v_new")
+_C_TYPES = {"f32": "float", "i32": "int", "u8": "unsigned char", "i64": "long long"}
+
+
+def _c_decl(p) -> str:
+    """The C++ declaration of one kernel parameter."""
+    if p.kind == "scalar":
+        return f"{_C_TYPES[p.dtype]} {p.name}"
+    base = "elem_t" if p.name in _STORAGE else _C_TYPES[p.dtype]
+    # k and v are written only by an append, at keys no block reads from the cache (docs/variants.md)
+    const = "const " if p.access == "read" or p.name in ("k", "v") else ""
+    return f"{const}{base}* __restrict__ {p.name}"
+
+
+def param_list(params, indent: int) -> str:
+    """Declarations, one per line, aligned after the opening parenthesis."""
+    return (",\n" + " " * indent).join(_c_decl(p) for p in params)
+
+
+def _variant_context(plan: KernelPlan) -> dict:
+    """What the templates need to know of docs/variants.md's variants (flags only)."""
+    spec = plan.spec
+    combine = [e for e in plan.entries if e.name == "combine"]
+    return dict(
+        params_decl=param_list(plan.params, len("__device__ __forceinline__ void attention(")),
+        entry_decl=param_list(plan.params, len(plan.entry) + 1),
+        pv_decl=param_list(plan.params, len(plan.entry) + len("_pv(")),
+        param_names=", ".join(p.name for p in plan.params),
+        custom=spec.mask.kind == "custom",
+        paged=spec.kv_cache.kind == "paged",
+        page=spec.kv_cache.page,
+        split=cuda_plan.split(spec),
+        two_pass=spec.schedule.kind == "two_pass",
+        pack_gqa=cuda_plan.pack_gqa(spec),
+        combine_warps=cuda_plan.COMBINE_WARPS,
+        combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
+    )
 
 
 def emit_cuda(plan: KernelPlan) -> Emitted:
@@ -43,6 +84,7 @@ def emit_cuda(plan: KernelPlan) -> Emitted:
         any_f16_acc="f16" in (plan.acc_qk, plan.acc_pv),
         mask=plan.mask,
         mask_doc=mask_doc(plan),
+        **_variant_context(plan),
         transform_doc=transform_doc(plan),
         **constants(plan),
     )
@@ -58,6 +100,26 @@ def emit_cuda(plan: KernelPlan) -> Emitted:
                      f"{16 // (4 if plan.dtype == 'f32' else 2)} elements",
         "features": [],
     }
+    extra["grid_symbols"] = {
+        "B": "batch", "Lq": "query rows per sequence (packed: the longest sequence's)",
+        "Lk": "keys per sequence (kv_lens / packed: the longest sequence's, after the append)",
+        "Hq": "query heads", "Hkv": "KV heads", "G": "Hq / Hkv", "Dqk": plan.d_qk, "Dv": plan.d_v,
+        "S": "KV splits (1 for fused)", "Tq": "rows of packed q", "Tk": "rows of packed k",
+        "Lnew": "rows appended per sequence", "P": "pages", "Pmax": "block_table columns",
+        "Bm": "mask batch (1 or B)", "Hm": "mask heads (1 or Hq)", "Nq": f"ceil(Lq / {c.tile_q})",
+        "Nk": f"ceil(Lk / {c.tile_kv})",
+    }
+    extra["lse"] = {"layout": ["B", "Hq", "Lq"], "packed_layout": ["Hq", "Tq"], "dtype": "f32",
+                    "units": "natural log", "empty_row": "-inf"}
+    extra["variants"] = "docs/variants.md: layouts, kv_lens, packed sequences, paged caches, appends"
+    if cuda_plan.split(plan.spec):
+        splits = plan.spec.schedule.splits
+        extra["splits"] = (f"S = {splits}" if splits is not None else
+                           "S = min(ceil(2 * multiprocessors / (B * Hkv * ceil(Lq * G / tile_q))), "
+                           f"max(1, floor(Lk / (4 * {c.tile_kv}))), 64) (attngen.runtime.launch.choose_splits)")
+        extra["workspaces"] = {name: {"bytes": size, "dtype": "f32", "note": "allocated by the launcher, "
+                                      "uninitialised; reused only after the combine has run"}
+                               for name, size in cuda_plan.workspace_sizes(plan.spec).items()}
     if c.chunked:
         # tile d and the split of the output columns over blocks (already in the grid formula).
         extra["tile"] = {"q": c.tile_q, "kv": c.tile_kv, "d": c.chunk}

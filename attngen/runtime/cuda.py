@@ -17,12 +17,14 @@ import numpy as np
 
 from ..emit import emit_plan, generator_version
 from ..errors import LaunchError
-from ..plan import grid_size
+from ..blockmask import BlockMask, check_against
 from ..plan import plan as make_plan
 from ..profiles import Profile, get_profile
 from . import nvrtc
 from .cache import cache_key, cached
-from .common import MAX_GRID_YZ, Kernel, reject_unsupported, validate
+from . import cuda_args
+from .common import Kernel
+from .launch import resolve
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
 _NP_DTYPES = {"float16": "f16", "float32": "f32", "bfloat16": "bf16"}
@@ -174,32 +176,73 @@ class CudaKernel(Kernel):
         self.cubin = cubin
         self._functions: dict = {}
         self._home_device = device_id
+        self._sm_count: dict = {}
 
-    def _function(self, device_id: int):
-        fn = self._functions.get(device_id)
-        if fn is None:
+    def _function(self, device_id: int, entry: str | None = None):
+        """The loaded entry point (the main one by default) on a device."""
+        entry = entry or self.plan.entry
+        module = self._functions.get(device_id)
+        if module is None:
             cupy = _cupy()
             with cupy.cuda.Device(device_id):
                 module = cupy.cuda.function.Module()
                 module.load(self.cubin)
-                fn = module.get_function(self.plan.entry)
+            self._functions[device_id] = module = (module, {})
+        fns = module[1]
+        if entry not in fns:
+            cupy = _cupy()
+            with cupy.cuda.Device(device_id):
+                fn = module[0].get_function(entry)
+                smem = next((e.smem_bytes for e in self.plan.entries if e.entry == entry), self.plan.smem_bytes)
                 # Above 48 KiB of dynamic shared memory a kernel must opt in.
                 cupy.cuda.driver.funcSetAttribute(
-                    fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    self.plan.smem_bytes)
-            self._functions[device_id] = (module, fn)
-        return self._functions[device_id][1]
+                    fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+            fns[entry] = fn
+        return fns[entry]
 
-    def __call__(self, q, k, v, *, mask=None, kv_lens=None, return_lse=False, out=None):
-        reject_unsupported(self.plan, mask, kv_lens)
+    def _cores(self, device_id: int) -> int:
+        if device_id not in self._sm_count:
+            cupy = _cupy()
+            self._sm_count[device_id] = cupy.cuda.Device(device_id).attributes["MultiProcessorCount"]
+        return self._sm_count[device_id]
+
+    def block_mask(self, mask) -> BlockMask:
+        """A BlockMask of `mask` for this kernel's tiles, built on the GPU (attngen.block_mask)."""
+        device = _cupy().cuda.Device().id
+        mod = type(mask).__module__.split(".")[0]
+        if mod == "cupy":
+            device = mask.device.id
+        elif mod == "torch" and mask.is_cuda:
+            device = mask.device.index
+        return cuda_args.build_block_mask(mask, self.plan.tile_q, self.plan.tile_kv, device)
+
+    def __call__(self, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                 block_table=None, k_new=None, v_new=None, return_lse=False, out=None):
+        """See docs/variants.md for the options; every input is checked before the launch."""
         tq, tk, tv = _as_tensor("q", q), _as_tensor("k", k), _as_tensor("v", v)
-        devices = {tq.device, tk.device, tv.device}
+        named = {"q": tq, "k": tk, "v": tv}
+        if k_new is not None:
+            named["k_new"] = _as_tensor("k_new", k_new)
+        if v_new is not None:
+            named["v_new"] = _as_tensor("v_new", v_new)
+        devices = {t.device for t in named.values()}
         if len(devices) > 1:
-            raise LaunchError(f"q, k and v are on different GPUs ({tq.device}, {tk.device}, {tv.device})")
-        shapes = validate(self.plan, tq.shape, tk.shape, tv.shape,
-                          {"q": tq.dtype, "k": tk.dtype, "v": tv.dtype})
-        tq, tk, tv = (t if _readable(t) else _contiguous(n, t) for n, t in (("q", tq), ("k", tk), ("v", tv)))
-        out_shape = (shapes.batch, shapes.len_q, shapes.heads_q, self.plan.d_v)
+            raise LaunchError("q, k, v (and k_new, v_new) are on different GPUs: "
+                              + ", ".join(f"{n} on {t.device}" for n, t in named.items()))
+        launch = resolve(self.plan, {n: t.shape for n, t in named.items()}, {n: t.dtype for n, t in named.items()},
+                         kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                         block_table=block_table, has_mask=mask is not None, cores=self._cores(tq.device))
+        append = launch.len_new > 0
+        for name in list(named):
+            t = named[name]
+            if not _readable(t):
+                if append and name in ("k", "v"):
+                    raise LaunchError(f"{name} is the cache that k_new / v_new are appended to, so the kernel "
+                                      "writes it in place: it needs a contiguous head dim, strides that are "
+                                      "multiples of 16 bytes and a 16-byte aligned pointer")
+                named[name] = _contiguous(name, t)
+        tq, tk, tv = named["q"], named["k"], named["v"]
+        out_shape = launch.out_shape_for(self.plan.d_v)
         if out is None:
             out = _empty_like(tq, out_shape, self.plan.dtype)
         to = _as_tensor("out", out)
@@ -214,31 +257,60 @@ class CudaKernel(Kernel):
         if any(st == 0 for st, n in zip(to.strides, to.shape) if n > 1):
             raise LaunchError(f"out has a zero stride (strides {to.strides}): its elements overlap, so "
                               "the kernel cannot write it (an expanded / broadcast view?)")
-        for name, t in (("q", tq), ("k", tk), ("v", tv)):
+        for name, t in named.items():
             if _overlap(to, t):
                 raise LaunchError(f"out overlaps {name} in memory: the kernel reads {name} while it writes "
                                   "out, so the result would be wrong; pass a separate out=")
-        lse = _empty_like(tq, (shapes.batch, shapes.heads_q, shapes.len_q), "f32") if return_lse else None
-        if shapes.batch and shapes.len_q and shapes.heads_q:
-            self._launch(tq, tk, tv, to, lse, shapes)
+        lse = _empty_like(tq, launch.lse_shape, "f32") if return_lse else None
+        bm = None
+        if mask is not None:
+            bm = mask if isinstance(mask, BlockMask) else cuda_args.build_block_mask(
+                mask, self.plan.tile_q, self.plan.tile_kv, tq.device)
+            check_against(bm, launch.batch, launch.heads_q, launch.len_q, launch.len_k,
+                          self.plan.tile_q, self.plan.tile_kv, "cuda")
+        if not launch.empty:
+            self._launch(named, to, lse, bm, launch, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table)
         return (out, lse) if return_lse else out
 
-    def _launch(self, tq, tk, tv, to, lse, shapes):
+    def _launch(self, named, to, lse, bm, launch, cu_q, cu_k, kv_lens, block_table):
         cupy = _cupy()
-        fn = self._function(tq.device)
-        lse_ptr = 0 if lse is None else _as_tensor("lse", lse).ptr
-        args = [np.uint64(tq.ptr), np.uint64(tk.ptr), np.uint64(tv.ptr), np.uint64(to.ptr), np.uint64(lse_ptr)]
-        for t in (tq, tk, tv, to):
-            args += [np.int64(t.strides[0]), np.int64(t.strides[1]), np.int64(t.strides[2])]
-        args += [np.int32(shapes.len_q), np.int32(shapes.len_k), np.int32(shapes.heads_q),
-                 np.int32(shapes.group)]
-        grid = grid_size(self.plan.grid, B=shapes.batch, Lq=shapes.len_q, Hq=shapes.heads_q)
-        if grid[1] > MAX_GRID_YZ:
-            raise LaunchError(f"{shapes.heads_q} query heads x {self.plan.config.v_blocks} output-column "
-                              f"blocks is {grid[1]} blocks along grid y; at most {MAX_GRID_YZ}")
-        with cupy.cuda.Device(tq.device):
-            fn(grid, (self.plan.threads, 1, 1), tuple(args),
-               shared_mem=self.plan.smem_bytes, stream=_stream(tq))
+        dev = named["q"].device
+        packed = launch.layout == "packed"
+        values = {"q": named["q"].ptr, "k": named["k"].ptr, "v": named["v"].ptr, "out": to.ptr,
+                  "lse": None if lse is None else _as_tensor("lse", lse).ptr}
+        for prefix, name in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "out")):
+            t = to if name == "out" else named[name]
+            for axis, st in zip("blh", cuda_args.strides3(t, packed)):
+                values[f"{prefix}_s{axis}"] = st
+        values.update(len_q=launch.len_q, len_k=launch.len_k, heads_q=launch.heads_q, group=launch.group,
+                      batch=launch.batch, splits=launch.splits, len_new=launch.len_new,
+                      lse_sb=0 if packed else launch.heads_q * launch.len_q,
+                      lse_sh=launch.total_q if packed else launch.len_q)
+        keep = []  # device copies that must live until the launches are queued
+        stream = _stream(named["q"])
+        with cupy.cuda.Device(dev), stream:
+            for name, host, given in (("cu_seqlens_q", launch.cu_seqlens_q, cu_q),
+                                      ("cu_seqlens_k", launch.cu_seqlens_k if cu_k is not None else None, cu_k),
+                                      ("kv_lens", launch.kv_lens, kv_lens),
+                                      ("block_table", launch.block_table, block_table)):
+                values[name] = None if host is None else cuda_args.device_ints(name, host, given, dev)
+                keep.append(values[name])
+            if "block_table" in values and values["block_table"] is not None:
+                values["bt_stride"] = launch.block_table.shape[1]
+            for prefix, name in (("kn", "k_new"), ("vn", "v_new")):
+                t = named.get(name)
+                values[name] = None if t is None else t.ptr
+                for axis, st in zip("blh", (0, 0, 0) if t is None else cuda_args.strides3(t, False)):
+                    values[f"{prefix}_s{axis}"] = st
+            if bm is not None:
+                values.update(cuda_args.mask_values(bm, dev))
+            for name, shape in cuda_args.workspace_shapes(self.plan, launch).items():
+                values[name] = _empty_like(named["q"], shape, "f32")
+                keep.append(values[name])
+            if "ws_s" in values:
+                values["s_stride"] = max(launch.len_k, 1)
+            for entry, grid, threads, smem, args in cuda_args.launches(self.plan, values, launch):
+                self._function(dev, entry)(grid, (threads, 1, 1), args, shared_mem=smem, stream=stream)
 
 
 def build_cubin(emitted, arch: str) -> bytes:

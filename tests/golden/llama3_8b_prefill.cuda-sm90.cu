@@ -279,6 +279,104 @@ struct Mask {
     }
 };
 
+// ---- section: sequences -------------------------------------------------------------------
+// One sequence's rows and keys (docs/variants.md). Padded: q rows 0 .. len_q - 1 of its batch
+// entry and keys 0 .. len_k - 1, or kv_lens[b] + len_new keys. Packed (cu_seqlens_q given): q
+// rows cu_seqlens_q[b] .. of the packed tensor, keys cu_seqlens_k[b] .. (the batch strides are
+// then 0). Masks use the sequence's own lengths.
+struct Seq {
+    int q_start;  // first row of the sequence in q / out (packed), else 0
+    int k_start;  // first key of the sequence in k / v (packed), else 0
+    int len_q;    // query rows of the sequence
+    int len_k;    // keys it attends to (after the append)
+    int cached;   // keys already in the cache: keys cached .. len_k - 1 are rows of k_new / v_new
+};
+
+__device__ __forceinline__ Seq sequence(int b, int len_q, int len_k, const int* cu_seqlens_q,
+                                        const int* cu_seqlens_k, const int* kv_lens, int len_new) {
+    Seq s{0, 0, len_q, len_k, len_k};
+    if (cu_seqlens_q != nullptr) {
+        const int* cu_k = cu_seqlens_k != nullptr ? cu_seqlens_k : cu_seqlens_q;
+        s.q_start = cu_seqlens_q[b];
+        s.len_q = cu_seqlens_q[b + 1] - s.q_start;
+        s.k_start = cu_k[b];
+        s.len_k = s.cached = cu_k[b + 1] - s.k_start;
+    } else if (kv_lens != nullptr) {
+        s.cached = kv_lens[b];
+        s.len_k = s.cached + len_new;
+    }
+    return s;
+}
+
+// ---- section: key rows --------------------------------------------------------------------
+// Key j (0 <= j < len_k) of the block's (sequence, KV head) in K or V. Keys below `cached` are
+// in the cache: rows of k / v;
+// keys from `cached` on are rows j - cached of k_new / v_new (appended in this call: every
+// block reads them there, so the writes of the appending blocks never race with the reads).
+struct KeyRows {
+    const elem_t* cache;   // key 0's row
+    long long row_stride;  // stride between consecutive keys
+    const elem_t* fresh;   // k_new / v_new at (batch, row 0, KV head), or nullptr
+    long long fresh_stride;
+    int cached;
+
+    // Where key j sits in the cache (also for j >= cached: where the append stores it).
+    __device__ __forceinline__ const elem_t* stored(int j) const {
+        return cache + (long long)j * row_stride;
+    }
+
+    // Where key j is read from.
+    __device__ __forceinline__ const elem_t* row(int j) const {
+        return j >= cached ? fresh + (long long)(j - cached) * fresh_stride : stored(j);
+    }
+
+    // Whether keys j0 .. j0 + n - 1 (n >= 1) lie row_stride apart in the cache: one load_tile.
+    __device__ __forceinline__ bool strided(int j0, int n) const {
+        return n > 0 && j0 + n <= cached;
+    }
+};
+
+// Like load_tile, with row r at row_ptr(r) (a gather: paged keys, appended keys, rows of the
+// heads of a GQA group). Rows at or past valid_rows are zero-filled.
+template <int kRows, int kCols, int kStride, class RowPtr>
+__device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, int valid_rows, int tid) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
+    constexpr int kChunks = kCols / kVec;
+    constexpr int kCopies = kRows * kChunks;
+    #pragma unroll
+    for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        if (kCopies % kThreads == 0 || c < kCopies) {
+            const int r = c / kChunks, col = (c % kChunks) * kVec;
+            const bool valid = r < valid_rows;
+            cp_async_16(dst + r * kStride + col, valid ? row_ptr(r) + col : nullptr, valid);
+        }
+    }
+}
+
+// kBlockKV keys from j0 (those below j0 + valid exist; the rest read as zeros).
+template <int kCols, int kStride>
+__device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows& src, int j0, int valid, int tid) {
+    if (src.strided(j0, min(valid, kBlockKV))) {
+        load_tile<kBlockKV, kCols, kStride>(dst, src.row(j0), src.row_stride, valid, tid);
+    } else {
+        load_rows<kBlockKV, kCols, kStride>(dst, [&](int r) { return src.row(j0 + r); }, valid, tid);
+    }
+}
+
+// The append: copy rows 0 .. len_new - 1 of k_new (or v_new) to keys cached .. of the cache,
+// 16 bytes per copy. Done by the blocks of the first q tile of each (sequence, KV head).
+template <int kCols>
+__device__ __forceinline__ void append_rows(const KeyRows& rows, int len_new, int tid) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
+    constexpr int kChunks = kCols / kVec;
+    for (int c = tid; c < len_new * kChunks; c += kThreads) {
+        const int r = c / kChunks, col = (c % kChunks) * kVec;
+        elem_t* dst = const_cast<elem_t*>(rows.stored(rows.cached + r)) + col;
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(rows.row(rows.cached + r) + col);
+    }
+}
+
 // ---- section: score transform --------------------------------------------------------------
 // Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
 __device__ __forceinline__ float score_transform(float s) {
@@ -291,15 +389,44 @@ __device__ __forceinline__ float score_transform(float s) {
 // max m_i, the running sum l_i of exp2(t - m_i) and the unnormalised output acc; when the max
 // grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
 // The score matrix is never stored: each warp holds its kRowsPerWarp x kBlockKV slice in registers.
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-attngen_llama3_8b_prefill(const elem_t* __restrict__ q, const elem_t* __restrict__ k,
-                          const elem_t* __restrict__ v, elem_t* __restrict__ out,
-                          float* __restrict__ lse,
-                          long long q_sb, long long q_sl, long long q_sh,
-                          long long k_sb, long long k_sl, long long k_sh,
-                          long long v_sb, long long v_sl, long long v_sh,
-                          long long o_sb, long long o_sl, long long o_sh,
-                          int len_q, int len_k, int heads_q, int group) {
+// kPass: 0 = the whole algorithm (fused, split_kv).
+// The entry points at the end of the file instantiate it.
+template <int kPass>
+__device__ __forceinline__ void attention(const elem_t* __restrict__ q,
+                                          const elem_t* __restrict__ k,
+                                          const elem_t* __restrict__ v,
+                                          elem_t* __restrict__ out,
+                                          float* __restrict__ lse,
+                                          long long q_sb,
+                                          long long q_sl,
+                                          long long q_sh,
+                                          long long k_sb,
+                                          long long k_sl,
+                                          long long k_sh,
+                                          long long v_sb,
+                                          long long v_sl,
+                                          long long v_sh,
+                                          long long o_sb,
+                                          long long o_sl,
+                                          long long o_sh,
+                                          int len_q,
+                                          int len_k,
+                                          int heads_q,
+                                          int group,
+                                          long long lse_sb,
+                                          long long lse_sh,
+                                          const int* __restrict__ cu_seqlens_q,
+                                          const int* __restrict__ cu_seqlens_k,
+                                          const int* __restrict__ kv_lens,
+                                          const elem_t* __restrict__ k_new,
+                                          const elem_t* __restrict__ v_new,
+                                          long long kn_sb,
+                                          long long kn_sl,
+                                          long long kn_sh,
+                                          long long vn_sb,
+                                          long long vn_sl,
+                                          long long vn_sh,
+                                          int len_new) {
     extern __shared__ __align__(16) unsigned char smem[];
     elem_t* sQ = reinterpret_cast<elem_t*>(smem + kOffsetQ);
     elem_t* sK = reinterpret_cast<elem_t*>(smem + kOffsetK);
@@ -307,15 +434,42 @@ attngen_llama3_8b_prefill(const elem_t* __restrict__ q, const elem_t* __restrict
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;                  // this lane's columns: 2t and 2t + 1 of each 8
-    const int head = blockIdx.y, batch = blockIdx.z;
-    const int kv_head = head / group;        // grouped-query attention: Hq / Hkv heads share K/V
-    const int row0 = blockIdx.x * kBlockQ;   // the block's first query row
-    const int row_end = min(row0 + kBlockQ, len_q);
+    const int head_y = blockIdx.y, batch = blockIdx.z;  // query head, batch
+    const int q_tile = blockIdx.x;
+
+    // ---- section: sequences ----
+    const Seq seq = sequence(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+    const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
+    const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
+    auto query_of = [](int p) { return p; };
+    auto head_of = [&](int) { return head; };
+    auto q_row = [&](int p) {
+        return q + batch * q_sb + (long long)(seq.q_start + query_of(p)) * q_sl + head_of(p) * q_sh;
+    };
+    const int row0 = q_tile * kBlockQ;       // the block's first row
+    const int row_end = min(row0 + kBlockQ, n_rows);
     // This lane's rows: row_a + 16 mf + 8 h for fragment mf < kFrags and half h < 2.
     const int row_a = row0 + warp * kRowsPerWarp + lane / 4;
 
-    const elem_t* k_head = k + batch * k_sb + kv_head * k_sh;
-    const elem_t* v_head = v + batch * v_sb + kv_head * v_sh;
+    // ---- section: key rows ----
+    auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
+                        long long fb, long long fl, long long fh) {
+        KeyRows r;
+        r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
+        r.row_stride = sl;
+        r.fresh = fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
+        r.fresh_stride = fl;
+        r.cached = seq.cached;
+        return r;
+    };
+    const KeyRows keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
+    const KeyRows values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
+    // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
+    if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+        append_rows<kHeadDimQK>(keys, len_new, tid);
+        append_rows<kHeadDimV>(values, len_new, tid);
+    }
+    if (row0 >= n_rows) return;  // packed sequences: the grid covers the longest one
 
     // ---- section: prologue: load Q ----
     zero_padding<kBlockQ, kHeadDimQK, kHeadDimQKPad, kStrideQ>(sQ, tid);
@@ -324,8 +478,7 @@ attngen_llama3_8b_prefill(const elem_t* __restrict__ q, const elem_t* __restrict
         zero_padding<kBlockKV, kHeadDimQK, kHeadDimQKPad, kStrideK>(sK + st * kBlockKV * kStrideK, tid);
         zero_padding<kBlockKV, kHeadDimV, kHeadDimVPad, kStrideV>(sV + st * kBlockKV * kStrideV, tid);
     }
-    load_tile<kBlockQ, kHeadDimQK, kStrideQ>(
-        sQ, q + batch * q_sb + head * q_sh + (long long)row0 * q_sl, q_sl, row_end - row0, tid);
+    load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, tid);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -334,11 +487,24 @@ attngen_llama3_8b_prefill(const elem_t* __restrict__ q, const elem_t* __restrict
     math.load_q(smem, warp);
 
     // ---- section: loop bounds (mask) ----
-    const Mask mask{len_q, len_k};
+    const Mask mask{seq.len_q, seq.len_k};  // aligned to this sequence's own lengths
+    const int qrow0 = query_of(row0), qrow_end = query_of(row_end - 1) + 1;  // the block's query rows
     int kv_begin, kv_end;
-    mask.key_range(row0, row_end, kv_begin, kv_end);
-    const int tile_first = kv_begin / kBlockKV;
-    const int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+    mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
+    int tile_first = kv_begin / kBlockKV;
+    int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+    // The kv tile of iteration it.
+    auto kv_tile = [&](int it) { return tile_first + it; };
+    // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
+    int qi[kFrags][2];
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int p = row_a + 16 * mf + 8 * h;
+            qi[mf][h] = query_of(p);
+        }
+    }
 
     float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
     float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
@@ -352,11 +518,9 @@ attngen_llama3_8b_prefill(const elem_t* __restrict__ q, const elem_t* __restrict
     }
 
     auto load_kv = [&](int stage, int tile) {
-        const int j0 = (tile_first + tile) * kBlockKV;
-        load_tile<kBlockKV, kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK,
-                                                  k_head + (long long)j0 * k_sl, k_sl, len_k - j0, tid);
-        load_tile<kBlockKV, kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV,
-                                                 v_head + (long long)j0 * v_sl, v_sl, len_k - j0, tid);
+        const int j0 = kv_tile(tile) * kBlockKV;
+        load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, tid);
+        load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, tid);
     };
 
     // ---- section: main loop over K/V tiles ----
@@ -373,24 +537,23 @@ attngen_llama3_8b_prefill(const elem_t* __restrict__ q, const elem_t* __restrict
         cp_async_wait<kStages - 1>();
         __syncthreads();
         const int stage = it % kStages;
-        const int j0 = (tile_first + it) * kBlockKV;
+        const int j0 = kv_tile(it) * kBlockKV;
 
         // -- S = Q K^T
         float s[kFrags][kNTilesKV][4];
         math.scores(s, sK + stage * kBlockKV * kStrideK);
 
         // -- score transform and mask
-        const bool partial = !mask.tile_is_full(row0, row_end, j0, j0 + kBlockKV);
+        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
             for (int n = 0; n < kNTilesKV; ++n) {
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
+                    const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2;
                     float x = score_transform(s[mf][n][e]);
-                    if (partial && !mask.visible(row_a + 16 * mf + 8 * (e / 2), j0 + n * 8 + 2 * t + e % 2)) {
-                        x = neg_inf();
-                    }
+                    if (partial && !mask.visible(i, j)) x = neg_inf();
                     s[mf][n][e] = x;
                 }
             }
@@ -444,8 +607,9 @@ attngen_llama3_8b_prefill(const elem_t* __restrict__ q, const elem_t* __restrict
             // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
             const float inv_l = l > 0.f ? 1.f / l : 0.f;
             const int row = row_a + 16 * mf + 8 * h;
-            if (row < len_q) {
-                elem_t* o_row = out + batch * o_sb + head * o_sh + (long long)row * o_sl;
+            if (row < row_end) {
+                const int i = qi[mf][h], hh = head_of(row);
+                elem_t* o_row = out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl;
                 #pragma unroll
                 for (int n = 0; n < kNTilesV; ++n) {
                     if (n * 8 < kHeadDimV) {
@@ -453,10 +617,50 @@ attngen_llama3_8b_prefill(const elem_t* __restrict__ q, const elem_t* __restrict
                     }
                 }
                 if (lse != nullptr && t == 0) {
-                    lse[((long long)batch * heads_q + head) * len_q + row] =
+                    lse[batch * lse_sb + hh * lse_sh + seq.q_start + i] =
                         l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : neg_inf();
                 }
             }
         }
     }
+}
+
+// ---- section: entry points ------------------------------------------------------------------
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+attngen_llama3_8b_prefill(const elem_t* __restrict__ q,
+                          const elem_t* __restrict__ k,
+                          const elem_t* __restrict__ v,
+                          elem_t* __restrict__ out,
+                          float* __restrict__ lse,
+                          long long q_sb,
+                          long long q_sl,
+                          long long q_sh,
+                          long long k_sb,
+                          long long k_sl,
+                          long long k_sh,
+                          long long v_sb,
+                          long long v_sl,
+                          long long v_sh,
+                          long long o_sb,
+                          long long o_sl,
+                          long long o_sh,
+                          int len_q,
+                          int len_k,
+                          int heads_q,
+                          int group,
+                          long long lse_sb,
+                          long long lse_sh,
+                          const int* __restrict__ cu_seqlens_q,
+                          const int* __restrict__ cu_seqlens_k,
+                          const int* __restrict__ kv_lens,
+                          const elem_t* __restrict__ k_new,
+                          const elem_t* __restrict__ v_new,
+                          long long kn_sb,
+                          long long kn_sl,
+                          long long kn_sh,
+                          long long vn_sb,
+                          long long vn_sl,
+                          long long vn_sh,
+                          int len_new) {
+    attention<0>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new);
 }
