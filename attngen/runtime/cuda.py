@@ -177,6 +177,7 @@ class CudaKernel(Kernel):
         self._functions: dict = {}
         self._home_device = device_id
         self._sm_count: dict = {}
+        self._capture: list | None = None  # set by prepared()
 
     def _function(self, device_id: int, entry: str | None = None):
         """The loaded entry point (the main one by default) on a device."""
@@ -309,8 +310,32 @@ class CudaKernel(Kernel):
                 keep.append(values[name])
             if "ws_s" in values:
                 values["s_stride"] = max(launch.len_k, 1)
-            for entry, grid, threads, smem, args in cuda_args.launches(self.plan, values, launch):
-                self._function(dev, entry)(grid, (threads, 1, 1), args, shared_mem=smem, stream=stream)
+            todo = [(self._function(dev, entry), grid, threads, smem, args)
+                    for entry, grid, threads, smem, args in cuda_args.launches(self.plan, values, launch)]
+            for fn, grid, threads, smem, args in todo:
+                fn(grid, (threads, 1, 1), args, shared_mem=smem, stream=stream)
+        if self._capture is not None:
+            self._capture.append((dev, stream, todo, keep))
+
+    def prepared(self, q, k, v, **options):
+        """Run one checked call and return a function that launches the same kernels again with
+        the same arguments and buffers, without the Python-side checks (benchmarks, replay).
+        The inputs must stay alive and unchanged in shape while it is used."""
+        self._capture = []
+        try:
+            result = self(q, k, v, **options)
+            captured = self._capture
+        finally:
+            self._capture = None
+        cupy = _cupy()
+
+        def launch():
+            for dev, stream, todo, _keep in captured:
+                with cupy.cuda.Device(dev):
+                    for fn, grid, threads, smem, args in todo:
+                        fn(grid, (threads, 1, 1), args, shared_mem=smem, stream=stream)
+            return result
+        return launch
 
 
 def build_cubin(emitted, arch: str) -> bytes:

@@ -9,6 +9,8 @@ so what is launched is what the manifest describes.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..blockmask import BlockMask, build_arrays, mask_kind
@@ -117,13 +119,19 @@ def launches(plan, values: dict, launch: Launch) -> list:
     out = []
     for name, params, grid, threads, smem in [(plan.entry, plan.params, plan.grid, plan.threads, plan.smem_bytes)] + [
             (e.entry, e.params, e.grid, e.threads, e.smem_bytes) for e in plan.entries]:
-        g = grid_size(grid, **sizes)
+        g = _grid(grid, tuple(sorted(sizes.items())))
         if g[1] > MAX_GRID_YZ or g[2] > MAX_GRID_YZ:
             raise LaunchError(f"{name}'s grid {g} exceeds {MAX_GRID_YZ} blocks along y or z")
         if g[0] >= 2**31:
             raise LaunchError(f"{name}'s grid {g} exceeds 2^31 - 1 blocks along x")
         out.append((name, g, threads, smem, tuple(_arg(p, values) for p in params)))
     return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _grid(formulas: tuple, sizes: tuple) -> tuple:
+    """grid_size, remembered: decode calls repeat their shapes, and parsing costs microseconds."""
+    return grid_size(formulas, **dict(sizes))
 
 
 def _arg(p, values: dict):
