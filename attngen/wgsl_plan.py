@@ -28,15 +28,15 @@ kv_new, seq_meta) take any buffer of at least 4 bytes when unused.
 from __future__ import annotations
 
 from .ir import Entry, Param
+from .schedule import MAX_SPLITS
 from .spec import AttentionSpec
 
 COMBINE_WORKGROUP = 64  # invocations of the combine entry point: one (query row, head) each
-AUTO_MAX_SPLITS = 64  # split_kv(auto) and two_pass never use more (runtime/launch.py MAX_SPLITS)
 
 
 def max_splits(spec: AttentionSpec) -> int:
     """The most KV splits a launch of `spec` uses: N of split_kv(N), else the auto bound."""
-    return spec.schedule.splits or AUTO_MAX_SPLITS
+    return spec.schedule.splits or MAX_SPLITS
 
 # binding number, name, dtype ("elem" = the storage dtype), shape, access, optional, doc
 _BINDINGS = {

@@ -8,7 +8,8 @@ import pytest
 import attngen
 from attngen.blockmask import reference_block_mask
 from attngen.plan import plan
-from attngen.runtime.launch import choose_splits, resolve
+from attngen.runtime.launch import resolve
+from attngen.schedule import choose_splits
 
 from conftest import spec_of
 
@@ -67,7 +68,7 @@ def test_packed_errors(kw, message):
 
 def test_split_choice():
     p = _plan("head_dim 128\n dtype f16\n schedule split_kv(auto)")
-    # decode over 8 x 8 KV heads on 132 SMs: enough splits for about two waves, bounded by the keys
+    # decode over 8 x 8 KV heads on 132 SMs: about 8 blocks per SM, bounded by the keys
     n = choose_splits(p, 8, 1, 32768, 32, 8, 132)
     assert 2 <= n <= 64
     assert choose_splits(p, 8, 1, 64, 32, 8, 132) == 1  # too few keys to split

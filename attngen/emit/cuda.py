@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .. import cuda_plan
 from ..ir import KernelPlan
+from ..schedule import split_rule
 from .common import Emitted, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
@@ -115,8 +116,8 @@ def emit_cuda(plan: KernelPlan) -> Emitted:
     if cuda_plan.split(plan.spec):
         splits = plan.spec.schedule.splits
         extra["splits"] = (f"S = {splits}" if splits is not None else
-                           "S = min(ceil(2 * multiprocessors / (B * Hkv * ceil(Lq * G / tile_q))), "
-                           f"max(1, floor(Lk / (4 * {c.tile_kv}))), 64) (attngen.runtime.launch.choose_splits)")
+                           split_rule(c.tile_q, c.tile_kv) + " (attngen.schedule.choose_splits; "
+                           "compute_units = the GPU's multiprocessors)")
         extra["workspaces"] = {name: {"bytes": size, "dtype": "f32", "note": "allocated by the launcher, "
                                       "uninitialised; reused only after the combine has run"}
                                for name, size in cuda_plan.workspace_sizes(plan.spec).items()}

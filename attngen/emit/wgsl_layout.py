@@ -10,6 +10,7 @@ Hq, Hkv, G = Hq / Hkv, S = splits); attngen's own runtime fills them the same wa
 from __future__ import annotations
 
 from ..ir import KernelPlan
+from ..schedule import split_rule
 from ..wgsl_plan import max_splits
 
 BUFFER_LAYOUTS = {
@@ -84,8 +85,8 @@ def schedule_manifest(plan: KernelPlan) -> dict:
     out = {"kind": kind}
     if kind != "fused":
         out["splits"] = ("N of split_kv(N)" if spec.schedule.splits else
-                         "chosen at launch (runtime/launch.py choose_splits): about two waves over the "
-                         "profile's compute_units, at least four key tiles per split")
+                         split_rule(plan.tile_q, plan.tile_kv) + " (attngen.schedule.choose_splits; "
+                         "compute_units from the profile)")
         out["max_splits"] = max_splits(spec)
         out["rows"] = "a workgroup's rows are (query row, head in group) pairs of one KV head"
     return out

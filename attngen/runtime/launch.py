@@ -17,9 +17,9 @@ import numpy as np
 from ..errors import LaunchError
 from ..ir import KernelPlan
 from ..plan import MAX_SEQ_LEN
+from ..schedule import choose_splits
 
 MAX_GRID_YZ = 65535  # CUDA grid.y / grid.z and WebGPU dispatch dimensions
-MAX_SPLITS = 64  # split_kv(auto) never picks more; split_kv(N) is bounded by the language
 INT32_MAX = 2**31 - 1
 
 
@@ -283,20 +283,3 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                   len_k=len_k, heads_q=hq, heads_kv=hkv, total_q=total_q, kv_lens=kvl, cu_seqlens_q=cuq,
                   cu_seqlens_k=cuk, block_table=table, page=page, capacity=cap, len_new=len_new,
                   splits=splits)
-
-
-def choose_splits(plan: KernelPlan, batch: int, len_q: int, len_k: int, heads_q: int, heads_kv: int,
-                  cores: int) -> int:
-    """KV splits: 1 for fused; N for split_kv(N); for split_kv(auto) and two_pass, enough blocks for
-    about two waves over the device's `cores`, with at least four key tiles per split."""
-    sched = plan.spec.schedule
-    if sched.kind == "fused":
-        return 1
-    if sched.splits is not None:
-        return sched.splits
-    rows = plan.tile_q
-    # split schedules process the query heads of a GQA group together (rows = Lq x group)
-    blocks = batch * heads_kv * max(1, -(-(len_q * (heads_q // max(heads_kv, 1))) // rows))
-    want = max(1, -(-2 * cores // max(blocks, 1)))
-    most = max(1, len_k // (4 * plan.tile_kv))
-    return int(min(want, most, MAX_SPLITS))
