@@ -157,5 +157,5 @@ def test_cuda_grid_y_limit_is_a_launch_error():
     spec = _spec("head_dim 1024\n dtype f16")
     q, k, v = random_qkv(spec, 1, 1, 1, heads_q=20000, heads_kv=20000)
     from conftest import kernel_for, to_device
-    with pytest.raises(attngen.LaunchError, match="grid y"):
+    with pytest.raises(attngen.LaunchError, match="exceeds 65535 blocks along y"):
         kernel_for(spec, "cuda")(*to_device("cuda", "f16", q, k, v))

@@ -42,9 +42,9 @@ def test_every_head_dim_builds_on_every_profile(profile, dtype):
         if c.chunked:
             assert f"const TILE_D: u32 = {c.tile_d}u;" in src and f"const V_BLOCKS: u32 = {c.v_blocks}u;" in src
             assert f"Head dim: tile d={c.tile_d} (chosen" in src  # the header says so
-            assert "fn load_k_chunk(" in src and "fn load_kv_tile(" not in src
+            assert "fn load_k_chunk(" in src and "fn load_k_tile(" not in src
         else:
-            assert "TILE_D" not in src and "fn load_kv_tile(" in src
+            assert "TILE_D" not in src and "fn load_k_tile(" in src and "fn load_k_chunk(" not in src
 
 
 def _limit(profile):
