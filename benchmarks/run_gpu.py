@@ -177,11 +177,13 @@ def main():
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=root).stdout.strip() or os.environ.get("ATTNGEN_COMMIT", "unknown")
-    except OSError:
-        commit = os.environ.get("ATTNGEN_COMMIT", "unknown")
+    commit = os.environ.get("ATTNGEN_COMMIT")  # first: the GPU machine's copy may carry a stale .git
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=root).stdout.strip() or "unknown"
+        except OSError:
+            commit = "unknown"
     meta = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__, "cuda": torch.version.cuda, "commit": commit}
     cases = [c for c in CASES if not args.quick or c[0] in QUICK]

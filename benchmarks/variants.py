@@ -94,6 +94,8 @@ def mask_section(rows):
                                  target="cuda")
     for name, dense_mask in masks.items():
         live = float(dense_mask.float().mean())
+        attngen.block_mask(dense_mask, custom)  # warm-up: CuPy compiles its reductions once
+        torch.cuda.synchronize()
         t0 = time.perf_counter()
         bm = attngen.block_mask(dense_mask, custom)
         torch.cuda.synchronize()
@@ -140,7 +142,10 @@ def decode_section(rows):
         k, v = (torch.randn((B, lk, HKV, D), device="cuda", dtype=torch.float16, generator=g) for _ in range(2))
         nbytes = 2 * k.numel() * k.element_size()
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-        ref = _sdpa(SDPBackend.EFFICIENT_ATTENTION, qt, kt, vt, enable_gqa=True).transpose(1, 2)
+        # SDPA's fused kernels may refuse enable_gqa: then they run on K/V expanded to 32 heads
+        # (the bytes counted stay those of the 8 KV heads, so their TB/s is what a user gets)
+        ke, ve = (x.repeat_interleave(HQ // HKV, dim=1) for x in (kt, vt))
+        ref = _sdpa(SDPBackend.EFFICIENT_ATTENTION, qt, ke, ve).transpose(1, 2)
         for sched, kern in kernels.items():
             row = {"section": "decode", "case": f"Lk {lk} attngen {sched}", "bytes": nbytes}
             launch, err = _try(lambda: kern.prepared(q, k, v))
@@ -153,13 +158,17 @@ def decode_section(rows):
             rows.append(row)
         for name, backend in (("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
                               ("SDPA mem-eff", SDPBackend.EFFICIENT_ATTENTION)):
-            row = {"section": "decode", "case": f"Lk {lk} {name}", "bytes": nbytes}
-            out, err = _try(lambda: _sdpa(backend, qt, kt, vt, enable_gqa=True))
+            for label, args, kw in (("enable_gqa", (qt, kt, vt), {"enable_gqa": True}),
+                                    ("K/V expanded", (qt, ke, ve), {})):
+                out, err = _try(lambda: _sdpa(backend, *args, **kw))
+                if out is not None:
+                    break
+            row = {"section": "decode", "case": f"Lk {lk} {name} ({label})", "bytes": nbytes}
             if err:
                 row["error"] = err
             else:
                 row["rel_err"] = rel_err(out.transpose(1, 2), ref)
-                row["ms"] = row["call_ms"] = bench_ms(lambda: _sdpa(backend, qt, kt, vt, enable_gqa=True))
+                row["ms"] = row["call_ms"] = bench_ms(lambda: _sdpa(backend, *args, **kw))
             rows.append(row)
     for r in rows:
         if r.get("section") == "decode" and "ms" in r:
@@ -234,7 +243,8 @@ def markdown(rows) -> str:
         lines += ["", f"Decode: B=8, Lq=1, 32 query heads over 8 KV heads, d128, f16. Effective K+V bytes per "
                   f"second (copy ceiling {COPY_CEILING_TBS} TB/s). attngen: `launches` times the kernels' "
                   "launches alone (kernel.prepared), `call` a whole kernel(...) call with its Python checks "
-                  "and workspace allocation; SDPA (enable_gqa=True) is timed as a call.", "",
+                  "and workspace allocation; SDPA is timed as a call, with enable_gqa=True where its kernel takes it, "
+                  "else on K/V expanded to 32 heads (bytes still counted for 8).", "",
                   "| case | launches ms | launches TB/s | call ms | call TB/s | rel. err vs SDPA mem-eff |",
                   "|---|---|---|---|---|---|"]
         for r in dec:
