@@ -10,16 +10,18 @@ from __future__ import annotations
 from .ir import KernelPlan
 
 MAX_SPLITS = 64  # split_kv(auto) and two_pass never pick more; split_kv(N) is bounded by the language
-# split_kv(auto) aims at this many blocks (workgroups) per multiprocessor (compute unit): decode
-# is bound by memory bandwidth, and a split block is small (one warp on CUDA), so several per
-# multiprocessor keep enough loads in flight. Measured in benchmarks (decode section).
-BLOCKS_PER_CORE = 8
+# split_kv(auto) aims at this many blocks (workgroups) per multiprocessor (compute unit), rounded
+# down: decode is bound by memory bandwidth, and one wave of blocks that all run at once beats a
+# second, partial wave. Measured on the H100 (benchmarks/NOTES.md, decode B8 32q/8kv d128): 4
+# splits (256 one-warp blocks on 132 SMs) 1.67 / 2.60 TB/s at Lk 4096 / 32768; 5 splits 1.37 /
+# 1.86; 8 splits 1.26 / 1.72; 16 splits 1.29 / 2.01.
+BLOCKS_PER_CORE = 2
 MIN_TILES_PER_SPLIT = 2
 
 
 def choose_splits(plan: KernelPlan, batch: int, len_q: int, len_k: int, heads_q: int, heads_kv: int,
                   cores: int) -> int:
-    """KV splits: 1 for fused; N for split_kv(N); for split_kv(auto) and two_pass, about
+    """KV splits: 1 for fused; N for split_kv(N); for split_kv(auto) and two_pass, at most
     BLOCKS_PER_CORE blocks per multiprocessor of the device (`cores`), with at least
     MIN_TILES_PER_SPLIT key tiles per split and at most MAX_SPLITS splits."""
     sched = plan.spec.schedule
@@ -30,12 +32,12 @@ def choose_splits(plan: KernelPlan, batch: int, len_q: int, len_k: int, heads_q:
     rows = plan.tile_q
     # split schedules process the query heads of a GQA group together (rows = Lq x group)
     blocks = batch * heads_kv * max(1, -(-(len_q * (heads_q // max(heads_kv, 1))) // rows))
-    want = max(1, -(-BLOCKS_PER_CORE * cores // max(blocks, 1)))
+    want = max(1, BLOCKS_PER_CORE * cores // max(blocks, 1))
     most = max(1, len_k // (MIN_TILES_PER_SPLIT * plan.tile_kv))
     return int(min(want, most, MAX_SPLITS))
 
 
 def split_rule(tile_q: int, tile_kv: int) -> str:
     """choose_splits as a formula, for manifests (S = KV splits of a launch)."""
-    return (f"S = min(ceil({BLOCKS_PER_CORE} * compute_units / (B * Hkv * ceil(Lq * (Hq / Hkv) / {tile_q}))), "
+    return (f"S = min(max(1, floor({BLOCKS_PER_CORE} * compute_units / (B * Hkv * ceil(Lq * (Hq / Hkv) / {tile_q})))), "
             f"max(1, floor(Lk / ({MIN_TILES_PER_SPLIT} * {tile_kv}))), {MAX_SPLITS})")

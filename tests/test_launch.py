@@ -68,7 +68,7 @@ def test_packed_errors(kw, message):
 
 def test_split_choice():
     p = _plan("head_dim 128\n dtype f16\n schedule split_kv(auto)")
-    # decode over 8 x 8 KV heads on 132 SMs: about 8 blocks per SM, bounded by the keys
+    # decode over 8 x 8 KV heads on 132 SMs: 2 blocks per SM (4 splits), bounded by the keys
     n = choose_splits(p, 8, 1, 32768, 32, 8, 132)
     assert 2 <= n <= 64
     assert choose_splits(p, 8, 1, 64, 32, 8, 132) == 1  # too few keys to split
