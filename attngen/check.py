@@ -30,16 +30,12 @@ def check(spec: AttentionSpec, profile: Profile) -> list[Diagnostic]:
         error(key, f"{what} is not supported yet by the {profile.target} target", hint)
 
     # -- features attngen does not generate yet (the language accepts them) ---------------
-    if profile.target == "wgsl":
-        # The WGSL kernels generate every variant of docs/variants.md except one combination.
-        if spec.mask.kind == "custom" and spec.schedule.kind != "fused":
-            name = "split_kv" if spec.schedule.kind == "split_kv" else spec.schedule.kind
-            not_yet("schedule", f"mask custom with schedule {name}",
-                    "use schedule fused with mask custom (its block lists already skip empty tiles)")
+    # The WGSL kernels generate every variant of docs/variants.md, mask custom with split_kv /
+    # two_pass included (one query head per workgroup then: attngen/wgsl_plan.py pack_gqa).
     # The CUDA kernels generate every variant of docs/variants.md (mask custom, kv_cache paged,
     # split_kv, two_pass; see attngen/cuda_plan.py), except two_pass over head dims streamed in
     # chunks (tile d): its passes would need their own chunk steps.
-    elif spec.schedule.kind == "two_pass" and (spec.tile.d is not None or max(spec.head_dim_qk, spec.head_dim_v) > 256):
+    if profile.target == "cuda" and spec.schedule.kind == "two_pass" and (spec.tile.d is not None or max(spec.head_dim_qk, spec.head_dim_v) > 256):
         not_yet("schedule", "schedule two_pass with head dims streamed in chunks (tile d, head dims above 256)",
                 "use schedule split_kv(auto), which reads K and V once as well")
 

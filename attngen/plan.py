@@ -136,8 +136,9 @@ def plan(spec: AttentionSpec, target: str, profile: Profile | str | None = None)
         **common,
         config=cfg,
         threads=cfg.workgroup,
-        # x: row tiles (split schedules: row tiles of (query row, head in group) pairs x splits);
-        # y: (query head, or KV head for split schedules; block of output columns), head-major; z: batch
+        # x: row tiles (split schedules: row tiles of (query row, head in group) pairs x splits;
+        # with mask custom, q tiles x splits); y: (query head, or KV head for split schedules that
+        # pack GQA groups (wgsl_plan.pack_gqa); block of output columns), head-major; z: batch
         grid=wgsl_plan.grids(spec, cfg.tile_q, cfg.v_blocks)["main"],
         params=wgsl_plan.main_params(spec),
         uniform_fields=wgsl_plan.uniform_fields(spec),

@@ -14,7 +14,7 @@ bindings it uses, so that none needs more than webgpu-core's 8 storage buffers:
     5        lse       fused attention, combine     (B, Hq, Lq) / packed (Hq, total_q), f32
     6        seq_meta  every entry point            u32 words: cu_seqlens_q/k, kv_lens, block_table
     7        kv_new    attention, pv                k_new then v_new (appending to the cache)
-    8        mask      attention (mask custom)      u32 words: counts | tiles | data
+    8        mask      attention, pv (mask custom)  u32 words: counts | tiles | data
     9        o_part    split schedules              (S, B, Lq, Hq, Dv) f32 partial outputs
     10       lse_part  split schedules              (S, B, Hq, Lq) f32 partial lse
     11       s_scratch two_pass                     (B, Hq, Lq, Lk) f32 transformed, masked S
@@ -37,6 +37,14 @@ COMBINE_WORKGROUP = 64  # invocations of the combine entry point: one (query row
 def max_splits(spec: AttentionSpec) -> int:
     """The most KV splits a launch of `spec` uses: N of split_kv(N), else the auto bound."""
     return spec.schedule.splits or MAX_SPLITS
+
+
+def pack_gqa(spec: AttentionSpec) -> bool:
+    """Split schedules process a GQA group's query heads together: a workgroup's rows are
+    (query row, head in group) pairs of one KV head, so each K/V tile is read once per group.
+    Not with `mask custom`, whose block lists are per query head: then a workgroup's rows are
+    query rows of one query head, as in the fused schedule (as attngen/cuda_plan.py does)."""
+    return spec.schedule.kind != "fused" and spec.mask.kind != "custom"
 
 # binding number, name, dtype ("elem" = the storage dtype), shape, access, optional, doc
 _BINDINGS = {
@@ -154,7 +162,10 @@ def grids(spec: AttentionSpec, tile_q: int, v_blocks: int) -> dict:
     y = (lambda h: f"{h} * {v_blocks}") if v_blocks > 1 else (lambda h: h)
     if spec.schedule.kind == "fused":
         return {"main": (f"ceil(Lq / {tile_q})", y("Hq"), "B")}
-    rows = (f"ceil(Lq * G / {tile_q}) * S", y("Hkv"), "B")
+    if pack_gqa(spec):
+        rows = (f"ceil(Lq * G / {tile_q}) * S", y("Hkv"), "B")
+    else:  # mask custom: one query head's rows per workgroup
+        rows = (f"ceil(Lq / {tile_q}) * S", y("Hq"), "B")
     return {"main": rows, "pv": rows, "combine": (f"ceil(Lq * Hq / {COMBINE_WORKGROUP})", "B", "1")}
 
 
@@ -166,11 +177,14 @@ def entries(spec: AttentionSpec, entry: str, tile_q: int, v_blocks: int, threads
     g = grids(spec, tile_q, v_blocks)
     out = []
     if kind == "two_pass":
+        # mask custom: pass 2 walks the same BlockMask list entries as pass 1 (8 storage buffers)
+        mask = ("mask",) if spec.mask.kind == "custom" else ()
         out.append(Entry(
             name="pv", entry=entry + "_pv",
             doc="two_pass, pass 2: per row, the splits' statistics merged into the row's max and sum; "
                 "P = exp2(S - m) / l from the scores scratch (no K read) times V, per split, into o_part",
-            params=_params(spec, ("params", "v", "seq_meta", "kv_new", "o_part", "lse_part", "s_scratch", "stats")),
+            params=_params(spec, ("params", "v", "seq_meta", "kv_new", *mask, "o_part", "lse_part", "s_scratch",
+                                  "stats")),
             grid=g["pv"], threads=threads))
     how = ("sums the splits' outputs (already normalised by the row's sum)" if kind == "two_pass" else
            "merges the splits by their lse: lse = log(sum_s exp(lse_s)), out = sum_s exp(lse_s - lse) out_s")

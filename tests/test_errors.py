@@ -7,6 +7,7 @@ attngen.check.check and attngen.plan.plan with a profile.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import re
 import time
@@ -741,11 +742,21 @@ def test_cuda_two_pass_with_head_dim_chunks_is_not_generated_yet(profile):
 
 
 def test_all_target_errors_at_once_sorted():
-    s = spec_of("head_dim 512\ndtype bf16\nmask custom\nkv_cache paged(page=16)\nschedule two_pass\ntile d=64")
-    diags = target_errors(s, "wgsl", "webgpu-core")
-    assert [d.span.line for d in diags] == [3, 6]  # dtype; mask custom with two_pass (at the schedule)
+    # webgpu-core without its optional features: subgroups=on is refused as well
+    bare = dataclasses.replace(get_profile("webgpu-core", "wgsl"), features={"guaranteed": [], "optional": []})
+    s = spec_of("head_dim 512\ndtype bf16\nmask custom\nkv_cache paged(page=16)\nschedule two_pass\ntile d=64\n"
+                "target wgsl { subgroups=on }")
+    diags = check(s, bare)
+    with pytest.raises(SpecError) as info:
+        plan(s, "wgsl", bare)
+    assert list(info.value.diagnostics) == diags
+    assert [d.span.line for d in diags] == [3, 8]  # dtype; the target wgsl line
     assert "WGSL has no bf16" in diags[0].message
-    assert "mask custom with schedule two_pass is not supported yet by the wgsl target" in diags[1].message
+    assert "subgroups=on" in diags[1].message
+    # mask custom with two_pass over a paged cache and head dim chunks is generated (no error of its own)
+    assert not any("mask custom" in d.message or "two_pass" in d.message for d in diags)
+    ok = spec_of("head_dim 512\ndtype f32\nmask custom\nkv_cache paged(page=16)\nschedule two_pass\ntile d=64")
+    assert check(ok, get_profile("webgpu-core", "wgsl")) == []
 
 
 @pytest.mark.parametrize("profile", ["webgpu-core", "wgpu-software", "wgpu-vulkan-nvidia"])

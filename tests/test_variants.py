@@ -295,6 +295,50 @@ def test_schedules_over_paged_cache(schedule, target):
           ref_kw={"kv_lens": lens, "block_table": table})
 
 
+def split_mask(rng, b, lq, lk, hq):
+    """A (B, Hq, Lq, Lk) mask for tiles q=16 kv=16 whose block lists differ per query head:
+    random partial tiles, kv tiles that are empty for every head and others empty for one head,
+    fully masked rows, and (Lq > 16) a q tile with no live kv tile at all."""
+    m = rng.random((b, hq, lq, lk)) < 0.6
+    m[..., 112:144] = False                      # kv tiles 7 and 8: empty everywhere
+    for h in range(hq):
+        t = (3 * h) % 7                          # one more empty kv tile per head, not the same
+        m[:, h, :, 16 * t:16 * t + 16] = False
+    m[:, 2, 0] = False                           # a row of head 2 sees no key
+    if lq > 20:
+        m[:, :, 20] = False                      # row 20 sees no key in any head
+        m[1, 5, 16:32] = False                   # q tile 1 of (batch 1, head 5): an empty list
+    return m
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("lq", [1, 37])
+def test_custom_mask_with_split_schedules(lq, schedule, target):
+    """mask custom with split_kv / two_pass: a block's rows are one query head's (the block lists
+    are per head, so GQA groups are not packed), and the splits share each q tile's list; every
+    live tile is visited once, splits with no tile weigh 0, rows that see no key get 0 / -inf."""
+    require(target)
+    spec = spec_of(f"head_dim 32\n dtype f32\n mask custom\n tile q=16 kv=16\n schedule {schedule}")
+    rng = np.random.default_rng(11 + lq)
+    b, lk, hq, hkv = 2, 200, 8, 2                # GQA group 4
+    q, k, v = _rand(rng, b, lq, hq, 32), _rand(rng, b, lk, hkv, 32), _rand(rng, b, lk, hkv, 32)
+    mask = split_mask(rng, b, lq, lk, hq)
+    bm = attngen.block_mask(_device_mask(target, mask), kernel_for(spec, target))
+    counts = _np(bm.counts)
+    assert counts.min() < counts.max() and counts.max() > 3, "lists of different lengths, some over 3 splits"
+    if lq > 16:
+        assert counts.min() == 0, "a q tile with an empty list"
+    check(spec, target, q, k, v, mask=bm, ref_kw={"mask": mask}, expect_empty_rows=True)
+    # a mask shared by all heads (Hm = 1) and an additive one take the same paths
+    shared = mask[:, :1]
+    check(spec, target, q, k, v, mask=_device_mask(target, shared), ref_kw={"mask": shared},
+          expect_empty_rows=lq > 20)
+    additive = np.where(mask, rng.standard_normal(mask.shape), -np.inf).astype(np.float32)
+    check(spec, target, q, k, v, mask=_device_mask(target, additive), ref_kw={"mask": additive},
+          expect_empty_rows=True)
+
+
 # ---- lse and merge -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("target", TARGETS)

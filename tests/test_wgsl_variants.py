@@ -26,8 +26,6 @@ def _specs():
     for sched, mask, cache, body in itertools.product(
             SCHEDULES, ["causal", "custom"], ["contiguous", "paged(page=16)"],
             ["head_dim 64\n dtype f16", "head_dim 512\n dtype f32", "head_dim 64\n dtype f32\n tile d=32"]):
-        if mask == "custom" and sched != "fused":
-            continue  # refused by the checker (see test_custom_mask_with_split_is_refused)
         yield spec_of(f"{body}\n mask {mask}\n schedule {sched}\n kv_cache {cache}")
 
 
@@ -78,9 +76,24 @@ def test_tint_dialect_for_webgpu_core(sched):
         assert "_combine(" in src
 
 
-def test_custom_mask_with_split_is_refused():
-    with pytest.raises(attngen.SpecError, match="mask custom with schedule split_kv"):
-        attngen.emit(spec_of("head_dim 64\n dtype f16\n mask custom\n schedule split_kv(2)"), "wgsl")
+@pytest.mark.parametrize("sched", ["split_kv(2)", "two_pass"])
+def test_custom_mask_with_split_schedules_is_one_head_per_workgroup(sched):
+    """mask custom: the block lists are per query head, so split workgroups do not pack GQA heads."""
+    spec = spec_of(f"head_dim 64\n dtype f16\n mask custom\n schedule {sched}")
+    em = attngen.emit(spec, "wgsl", "webgpu-core")
+    m = em.manifest
+    main = m["entry_points"][0]
+    assert main["dispatch"] == ["ceil(Lq / 16) * S", "Hq", "B"] == m["dispatch"]
+    assert "one query head" in m["schedule"]["rows"] and "split_of_the_list" in m["schedule"]
+    mask = next(b["binding"] for b in m["bindings"] if b["name"] == "mask")
+    for e in m["entry_points"]:  # the attention (and two_pass's pass 2) walk the lists
+        assert (mask in e["bindings"]) == (e["role"] in ("attention", "pv")), e
+        assert e["storage_buffers"] <= 8
+    assert em.source.count("u32(tile_first + it)") == (2 if sched == "two_pass" else 1)
+    # without mask custom the same schedule packs the group's heads
+    packed = attngen.emit(spec_of(f"head_dim 64\n dtype f16\n mask causal\n schedule {sched}"), "wgsl",
+                          "webgpu-core").manifest
+    assert packed["dispatch"][:2] == ["ceil(Lq * G / 16) * S", "Hkv"]
 
 
 # ---- on the device ------------------------------------------------------------------------------
@@ -177,6 +190,53 @@ def test_split_schedules_over_packed_sequences(sched, dims):
     assert lse.shape == (6, cuq[-1])
     assert relative_error(out, ref) <= tolerance(spec)
     assert np.allclose(lse, ref_lse, atol=1e-4)
+
+
+@pytest.mark.parametrize("sched", ["split_kv(2)", "two_pass"])
+@pytest.mark.parametrize("dims", ["head_dim 32\n tile d=16", "head_dim 512"], ids=["tile-d", "v-blocks"])
+def test_custom_mask_split_schedules_over_packed_sequences(sched, dims):
+    """mask custom with a split schedule (one query head per workgroup) over packed sequences,
+    with head dims in chunks or over V blocks (grid y = Hq * V_BLOCKS)."""
+    require("wgsl")
+    spec = spec_of(f"{dims}\n dtype f32\n mask custom\n schedule {sched}")
+    d = spec.head_dim_qk
+    rng = np.random.default_rng(4)
+    lq, lk = [3, 0, 17], [40, 5, 70]
+    cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cuk = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    q = rng.standard_normal((cuq[-1], 6, d)).astype(np.float32)
+    k = rng.standard_normal((cuk[-1], 2, d)).astype(np.float32)
+    v = rng.standard_normal((cuk[-1], 2, d)).astype(np.float32)
+    mask = rng.random((3, 6, 17, 70)) < 0.3
+    kw = dict(mask=mask, cu_seqlens_q=cuq, cu_seqlens_k=cuk, return_lse=True)
+    out, lse = kernel_for(spec, "wgsl")(q, k, v, **kw)
+    ref, ref_lse = reference(spec, q, k, v, **kw)
+    assert relative_error(out, ref) <= tolerance(spec)
+    assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
+    ok = ~np.isneginf(ref_lse)
+    assert np.allclose(lse[ok], ref_lse[ok], atol=1e-4)
+
+
+@pytest.mark.parametrize("sched", ["split_kv(2)", "two_pass"])
+def test_custom_mask_split_schedules_append(sched):
+    """The append with one query head per workgroup: the first head of each GQA group writes."""
+    require("wgsl")
+    spec = spec_of(f"head_dim 32\n dtype f32\n mask custom\n schedule {sched}")
+    rng = np.random.default_rng(5)
+    lens, lnew = np.array([5, 0], np.int32), 2
+    k = rng.standard_normal((2, 12, 2, 32)).astype(np.float32)
+    v = rng.standard_normal(k.shape).astype(np.float32)
+    kn = rng.standard_normal((2, lnew, 2, 32)).astype(np.float32)
+    vn = rng.standard_normal((2, lnew, 2, 32)).astype(np.float32)
+    q = rng.standard_normal((2, 3, 4, 32)).astype(np.float32)
+    mask = rng.random((2, 4, 3, 7)) < 0.5
+    k_after, v_after = k.copy(), v.copy()
+    for b in range(2):
+        k_after[b, lens[b]:lens[b] + lnew], v_after[b, lens[b]:lens[b] + lnew] = kn[b], vn[b]
+    out = kernel_for(spec, "wgsl")(q, k, v, mask=mask, kv_lens=lens, k_new=kn, v_new=vn)
+    assert np.array_equal(k, k_after) and np.array_equal(v, v_after)
+    ref = reference(spec, q, k_after, v_after, mask=mask, kv_lens=lens + lnew)
+    assert relative_error(out, ref) <= tolerance(spec)
 
 
 def test_merge_of_wgsl_numpy_results_with_lse():

@@ -12,7 +12,7 @@ import textwrap
 
 from ..ir import KernelPlan
 from ..tiling import WGSL_MAX_DIMS_V
-from ..wgsl_plan import COMBINE_WORKGROUP, max_splits
+from ..wgsl_plan import COMBINE_WORKGROUP, max_splits, pack_gqa
 from . import wgsl_layout
 from .common import Emitted, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 
@@ -151,6 +151,7 @@ def emit_wgsl(plan: KernelPlan) -> Emitted:
         reduction_doc=reduction_doc,
         mask=plan.mask,
         schedule=plan.spec.schedule.kind,
+        pack_gqa=pack_gqa(plan.spec),
         paged=plan.spec.kv_cache.kind == "paged",
         page=plan.spec.kv_cache.page,
         max_splits=max_splits(plan.spec),
@@ -165,8 +166,9 @@ def emit_wgsl(plan: KernelPlan) -> Emitted:
         "workgroup_size": [c.workgroup, 1, 1],
         "dispatch": list(plan.grid),
         "dispatch_note": "dispatchWorkgroups(x, y, z) with the grid formulas; each dimension at most "
-                         "maxComputeWorkgroupsPerDimension; y = Hq * V_BLOCKS (head-major) when the "
-                         "output columns are split over V_BLOCKS workgroups",
+                         "maxComputeWorkgroupsPerDimension; y = heads * V_BLOCKS (head-major) when the "
+                         "output columns are split over V_BLOCKS workgroups, heads being Hq, or Hkv for "
+                         "split schedules that pack GQA groups (schedule.rows)",
         "workgroup_storage_bytes": c.smem_bytes,
         "head_dim_chunks": {"tile_d": c.tile_d, "from_spec": c.tile_d_given, "v_blocks": c.v_blocks,
                             "note": c.chunk_summary},

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..ir import KernelPlan
 from ..schedule import split_rule
-from ..wgsl_plan import max_splits
+from ..wgsl_plan import max_splits, pack_gqa
 
 BUFFER_LAYOUTS = {
     "seq_meta": {
@@ -88,5 +88,12 @@ def schedule_manifest(plan: KernelPlan) -> dict:
                          split_rule(plan.tile_q, plan.tile_kv) + " (attngen.schedule.choose_splits; "
                          "compute_units from the profile)")
         out["max_splits"] = max_splits(spec)
-        out["rows"] = "a workgroup's rows are (query row, head in group) pairs of one KV head"
+        if pack_gqa(spec):
+            out["rows"] = "a workgroup's rows are (query row, head in group) pairs of one KV head (dispatch y = Hkv)"
+        else:
+            out["rows"] = ("mask custom: a workgroup's rows are query rows of one query head (dispatch y = Hq), "
+                           "since the BlockMask's lists are per query head")
+            out["split_of_the_list"] = ("split s of S takes the contiguous entries [s * P, min(count, (s + 1) * P)) "
+                                        "of its q tile's list, P = ceil(count / S); a split with no entry writes "
+                                        "lse_part MASKED (weight 0)")
     return out
