@@ -30,8 +30,10 @@ def choose_splits(plan: KernelPlan, batch: int, len_q: int, len_k: int, heads_q:
     if sched.splits is not None:
         return sched.splits
     rows = plan.tile_q
-    # split schedules process the query heads of a GQA group together (rows = Lq x group)
-    blocks = batch * heads_kv * max(1, -(-(len_q * (heads_q // max(heads_kv, 1))) // rows))
+    if plan.spec.mask.kind == "custom":  # block lists are per query head: one head's rows per block
+        blocks = batch * heads_q * max(1, -(-len_q // rows))
+    else:  # the query heads of a GQA group are processed together (rows = Lq x group)
+        blocks = batch * heads_kv * max(1, -(-(len_q * (heads_q // max(heads_kv, 1))) // rows))
     want = max(1, BLOCKS_PER_CORE * cores // max(blocks, 1))
     most = max(1, len_k // (MIN_TILES_PER_SPLIT * plan.tile_kv))
     return int(min(want, most, MAX_SPLITS))
@@ -39,5 +41,6 @@ def choose_splits(plan: KernelPlan, batch: int, len_q: int, len_k: int, heads_q:
 
 def split_rule(tile_q: int, tile_kv: int) -> str:
     """choose_splits as a formula, for manifests (S = KV splits of a launch)."""
-    return (f"S = min(max(1, floor({BLOCKS_PER_CORE} * compute_units / (B * Hkv * ceil(Lq * (Hq / Hkv) / {tile_q})))), "
-            f"max(1, floor(Lk / ({MIN_TILES_PER_SPLIT} * {tile_kv}))), {MAX_SPLITS})")
+    return (f"S = min(max(1, floor({BLOCKS_PER_CORE} * compute_units / blocks)), "
+            f"max(1, floor(Lk / ({MIN_TILES_PER_SPLIT} * {tile_kv}))), {MAX_SPLITS}) with blocks = "
+            f"B * Hkv * ceil(Lq * (Hq / Hkv) / {tile_q}) (mask custom: B * Hq * ceil(Lq / {tile_q}))")
