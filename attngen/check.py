@@ -33,11 +33,7 @@ def check(spec: AttentionSpec, profile: Profile) -> list[Diagnostic]:
     # The WGSL kernels generate every variant of docs/variants.md, mask custom with split_kv /
     # two_pass included (one query head per workgroup then: attngen/wgsl_plan.py pack_gqa).
     # The CUDA kernels generate every variant of docs/variants.md (mask custom, kv_cache paged,
-    # split_kv, two_pass; see attngen/cuda_plan.py), except two_pass over head dims streamed in
-    # chunks (tile d): its passes would need their own chunk steps.
-    if profile.target == "cuda" and spec.schedule.kind == "two_pass" and (spec.tile.d is not None or max(spec.head_dim_qk, spec.head_dim_v) > 256):
-        not_yet("schedule", "schedule two_pass with head dims streamed in chunks (tile d, head dims above 256)",
-                "use schedule split_kv(auto), which reads K and V once as well")
+    # split_kv, two_pass, each with head dims streamed in chunks; see attngen/cuda_plan.py).
 
     # -- dtypes and features ---------------------------------------------------------------
     if spec.dtype not in profile.storage_dtypes:

@@ -144,10 +144,14 @@ def workspace_sizes(spec: AttentionSpec) -> dict:
     return out
 
 
-def grid(spec: AttentionSpec, cfg) -> tuple:
+def grid(spec: AttentionSpec, cfg, column_blocks: bool | None = None) -> tuple:
     """The main kernel's grid. x: tiles of rows times splits (split index = blockIdx.x % S);
-    y: heads (KV heads when GQA groups are packed) times output-column blocks; z: batch."""
-    vb = f" * {cfg.v_blocks}" if cfg.v_blocks > 1 else ""
+    y: heads (KV heads when GQA groups are packed) times output-column blocks; z: batch.
+    two_pass's pass 1 (the main entry) writes scores and statistics, no output columns: its y
+    has no column blocks (column_blocks defaults to that); its pass 2 has them."""
+    if column_blocks is None:
+        column_blocks = spec.schedule.kind != "two_pass"
+    vb = f" * {cfg.v_blocks}" if cfg.v_blocks > 1 and column_blocks else ""
     if pack_gqa(spec):
         return (f"ceil(Lq * G / {cfg.tile_q}) * S", "Hkv" + vb, "B")
     if split(spec):
@@ -164,7 +168,7 @@ def entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
         out.append(Entry("pv", entry + "_pv",
                          "two_pass pass 2: merges the splits' row statistics, P = exp2(t - m) / l from ws_s, "
                          "P V per split into ws_o (no K read); same parameters as the main entry",
-                         main_params(spec), grid(spec, cfg), cfg.threads, cfg.smem_bytes))
+                         main_params(spec), grid(spec, cfg, column_blocks=True), cfg.threads, cfg.smem_bytes))
     d = spec.dtype
     combine = [
         _p("ws_o", "tensor", "f32", ("S", "B * Hq * Lq", "Dv")),

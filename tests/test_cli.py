@@ -115,8 +115,8 @@ BAD_SPECS = {
     "zero scale": ("attention x {\n head_dim 64\n dtype f16\n scale 0\n}\n", "positive finite"),
     "negative softcap": ("attention x {\n head_dim 64\n dtype f16\n softcap -3.5\n}\n", "positive finite"),
     "inf softcap": ("attention x {\n head_dim 64\n dtype f16\n softcap 1e999\n}\n", "positive finite"),
-    "not generated yet": ("attention x {\n head_dim 512\n dtype f16\n schedule two_pass\n}\n",
-                          "not supported yet by the cuda target"),
+    "bad tile d": ("attention x {\n head_dim 512\n dtype f16\n tile d=24\n schedule two_pass\n}\n",
+                   "tile d=24 is not a multiple of 16"),
 }
 
 

@@ -732,13 +732,11 @@ def test_variants_are_generated(line, target, profile):
 
 
 @pytest.mark.parametrize("profile", ["cuda-sm80", "cuda-sm90"])
-def test_cuda_two_pass_with_head_dim_chunks_is_not_generated_yet(profile):
-    s = spec_of("head_dim 512\ndtype f16\nschedule two_pass")
-    (d,) = target_errors(s, "cuda", profile)
-    assert d.message.startswith(f"target cuda (profile {profile}): schedule two_pass with head dims streamed in "
-                                "chunks")
-    assert (d.span.line, d.span.column) == (4, 1)
-    assert "split_kv" in d.hint
+@pytest.mark.parametrize("body", ["head_dim 512\ndtype f16", "head_dim qk=576 v=512\ndtype bf16",
+                                  "head_dim 320\ndtype f16\ntile d=64", "head_dim 64\ndtype f32\ntile d=16"])
+def test_cuda_two_pass_with_head_dim_chunks_is_generated(body, profile):
+    """two_pass streams head dims in chunks like the other schedules (tests/test_head_dims.py)."""
+    assert check(spec_of(f"{body}\nschedule two_pass"), get_profile(profile, "cuda")) == []
 
 
 def test_all_target_errors_at_once_sorted():

@@ -152,6 +152,67 @@ def test_cuda_matches_reference(case):
         check_against_reference(spec, "cuda", q, k, v)
 
 
+# -- two_pass over chunked head dims ------------------------------------------------------------
+# Pass 1 streams chunks of Q and K (no V) and writes the scores and statistics once per head;
+# pass 2 streams chunks of V over its block's output columns (no K; scores from ws_s).
+TWO_PASS_CASES = [
+    ("bf16 d512", "head_dim 512\n dtype bf16\n schedule two_pass"),
+    ("bf16 576/512 mla", "head_dim qk=576 v=512\n dtype bf16\n mask causal(bottom_right)\n schedule two_pass"),
+    ("f16 d320 d=64", "head_dim 320\n dtype f16\n tile d=64\n mask window(left=100)\n schedule two_pass"),
+    ("f32 d320 d=64 softcap", "head_dim 320\n dtype f32\n tile d=64\n softcap 30\n schedule two_pass"),
+]
+
+
+@pytest.mark.parametrize("case", TWO_PASS_CASES, ids=lambda c: c[0])
+def test_two_pass_chunked_plan(case):
+    """Only pass 2 has column blocks; pass 1 computes each head's scores once."""
+    p = plan(_spec(case[1]), "cuda", "cuda-sm90")
+    c = p.config
+    assert c.chunked and c.v_blocks == 2
+    assert p.grid == (f"ceil(Lq * G / {c.tile_q}) * S", "Hkv", "B")
+    (pv,) = [e for e in p.entries if e.name == "pv"]
+    assert pv.grid == (f"ceil(Lq * G / {c.tile_q}) * S", "Hkv * 2", "B")
+    source = emit_plan(p).source
+    assert "constexpr int kColumnBlocks = kPass == 1 ? 1 : kVBlocks;" in source
+    assert "constexpr int kStepsQK = kPass == 2 ? 0 : kChunksQK;" in source
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
+@pytest.mark.parametrize("profile, arch", [("cuda-sm80", "sm_80"), ("cuda-sm90", "sm_90")])
+@pytest.mark.parametrize("case", TWO_PASS_CASES, ids=lambda c: c[0])
+def test_two_pass_chunked_compiles(case, profile, arch):
+    source = emit_plan(plan(_spec(case[1]), "cuda", profile)).source
+    cubin, log = nvrtc.compile_cubin(source, arch)
+    assert cubin[:4] == b"\x7fELF"
+    assert "warning" not in log.lower(), log
+
+
+@pytest.mark.parametrize("case", TWO_PASS_CASES, ids=lambda c: c[0])
+def test_two_pass_chunked_matches_reference(case):
+    """Decode (Lq 1) and a chunk of prefill (Lq 37), GQA group 4, Lk 300; then kv_lens with an
+    empty sequence (its rows: out 0, lse -inf)."""
+    require("cuda")
+    import cupy
+    import numpy as np
+    from attngen.reference import reference, relative_error, to_numpy, tolerance
+    from conftest import kernel_for, to_device
+    spec = _spec(case[1])
+    kernel = kernel_for(spec, "cuda")
+    for i, lq in enumerate((1, 37)):
+        q, k, v = random_qkv(spec, 2, lq, 300, heads_q=8, heads_kv=2, seed=400 + i)
+        check_against_reference(spec, "cuda", q, k, v)
+        lens = np.array([0, 217], np.int32)
+        dq, dk, dv = to_device("cuda", spec.dtype, q, k, v)
+        out, lse = kernel(dq, dk, dv, kv_lens=cupy.asarray(lens), return_lse=True)
+        out, lse = np.asarray(to_numpy(out), np.float64), np.asarray(to_numpy(lse), np.float64)
+        ref, ref_lse = reference(spec, q, k, v, return_lse=True, kv_lens=lens)
+        assert not np.isnan(out).any() and not np.isnan(lse).any(), "NaN"
+        err = relative_error(out, ref)
+        assert err <= tolerance(spec), f"relative error {err:.3g} > {tolerance(spec):g}"
+        assert np.isneginf(lse[0]).all() and not np.isneginf(lse[1]).any()
+        assert np.all(out[0] == 0)
+
+
 def test_cuda_grid_y_limit_is_a_launch_error():
     require("cuda")
     spec = _spec("head_dim 1024\n dtype f16")

@@ -128,4 +128,8 @@ def emit_cuda(plan: KernelPlan) -> Emitted:
             "blocks": c.v_blocks, "columns_per_block": c.d_v_block,
             "grid_y": f"head * {c.v_blocks} + block; block b writes out[..., b * {c.d_v_block} : "
                       f"(b + 1) * {c.d_v_block}] (clipped to Dv); block 0 writes lse"}
+        if plan.spec.schedule.kind == "two_pass":
+            extra["output_column_blocks"]["two_pass"] = (
+                "pass 1 (the main entry) computes the scores once per head, without column blocks "
+                "(grid.y = heads); pass 2 (the _pv entry) has them: block b writes its columns of ws_o")
     return Emitted(source, manifest(plan, extra), plan)
