@@ -284,6 +284,10 @@ struct Mask {
 // entry and keys 0 .. len_k - 1, or kv_lens[b] + len_new keys. Packed (cu_seqlens_q given): q
 // rows cu_seqlens_q[b] .. of the packed tensor, keys cu_seqlens_k[b] .. (the batch strides are
 // then 0). Masks use the sequence's own lengths.
+// kVarlen: whether the launch has any of cu_seqlens_q, kv_lens, an append (len_new > 0). The
+// entry points instantiate the kernel both ways and pick one per launch: without them every
+// sequence is len_q rows by len_k keys, all in the cache, and the paths for them (and the
+// registers they hold through the main loop) are not compiled in.
 struct Seq {
     int q_start;  // first row of the sequence in q / out (packed), else 0
     int k_start;  // first key of the sequence in k / v (packed), else 0
@@ -292,18 +296,21 @@ struct Seq {
     int cached;   // keys already in the cache: keys cached .. len_k - 1 are rows of k_new / v_new
 };
 
+template <bool kVarlen>
 __device__ __forceinline__ Seq sequence(int b, int len_q, int len_k, const int* cu_seqlens_q,
                                         const int* cu_seqlens_k, const int* kv_lens, int len_new) {
     Seq s{0, 0, len_q, len_k, len_k};
-    if (cu_seqlens_q != nullptr) {
-        const int* cu_k = cu_seqlens_k != nullptr ? cu_seqlens_k : cu_seqlens_q;
-        s.q_start = cu_seqlens_q[b];
-        s.len_q = cu_seqlens_q[b + 1] - s.q_start;
-        s.k_start = cu_k[b];
-        s.len_k = s.cached = cu_k[b + 1] - s.k_start;
-    } else if (kv_lens != nullptr) {
-        s.cached = kv_lens[b];
-        s.len_k = s.cached + len_new;
+    if constexpr (kVarlen) {
+        if (cu_seqlens_q != nullptr) {
+            const int* cu_k = cu_seqlens_k != nullptr ? cu_seqlens_k : cu_seqlens_q;
+            s.q_start = cu_seqlens_q[b];
+            s.len_q = cu_seqlens_q[b + 1] - s.q_start;
+            s.k_start = cu_k[b];
+            s.len_k = s.cached = cu_k[b + 1] - s.k_start;
+        } else if (kv_lens != nullptr) {
+            s.cached = kv_lens[b];
+            s.len_k = s.cached + len_new;
+        }
     }
     return s;
 }
@@ -313,10 +320,12 @@ __device__ __forceinline__ Seq sequence(int b, int len_q, int len_k, const int* 
 // in the cache: rows of k / v;
 // keys from `cached` on are rows j - cached of k_new / v_new (appended in this call: every
 // block reads them there, so the writes of the appending blocks never race with the reads).
+// Without kVarlen (see Seq) nothing is appended: every key is in the cache.
+template <bool kVarlen>
 struct KeyRows {
     const elem_t* cache;   // key 0's row
     long long row_stride;  // stride between consecutive keys
-    const elem_t* fresh;   // k_new / v_new at (batch, row 0, KV head), or nullptr
+    const elem_t* fresh;   // k_new / v_new at (batch, row 0, KV head) (kVarlen, len_new > 0)
     long long fresh_stride;
     int cached;
 
@@ -327,7 +336,10 @@ struct KeyRows {
 
     // Where key j is read from.
     __device__ __forceinline__ const elem_t* row(int j) const {
-        return j >= cached ? fresh + (long long)(j - cached) * fresh_stride : stored(j);
+        if constexpr (kVarlen) {
+            if (j >= cached) return fresh + (long long)(j - cached) * fresh_stride;
+        }
+        return stored(j);
     }
 
     // Whether keys j0 .. j0 + n - 1 (n >= 1) lie row_stride apart in the cache: one load_tile.
@@ -355,9 +367,12 @@ __device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, in
 }
 
 // kBlockKV keys from j0 (those below j0 + valid exist; the rest read as zeros).
-template <int kCols, int kStride>
-__device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows& src, int j0, int valid, int tid) {
-    if (src.strided(j0, min(valid, kBlockKV))) {
+template <int kCols, int kStride, bool kVarlen>
+__device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& src, int j0, int valid, int tid) {
+    if constexpr (!kVarlen) {
+        // Contiguous cache, nothing appended: every tile is one strided copy (no per-tile branch).
+        load_tile<kBlockKV, kCols, kStride>(dst, src.stored(j0), src.row_stride, valid, tid);
+    } else if (src.strided(j0, min(valid, kBlockKV))) {
         load_tile<kBlockKV, kCols, kStride>(dst, src.row(j0), src.row_stride, valid, tid);
     } else {
         load_rows<kBlockKV, kCols, kStride>(dst, [&](int r) { return src.row(j0 + r); }, valid, tid);
@@ -367,7 +382,7 @@ __device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows& src, int j
 // The append: copy rows 0 .. len_new - 1 of k_new (or v_new) to keys cached .. of the cache,
 // 16 bytes per copy. Done by the blocks of the first q tile of each (sequence, KV head).
 template <int kCols>
-__device__ __forceinline__ void append_rows(const KeyRows& rows, int len_new, int tid) {
+__device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int len_new, int tid) {
     constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
     constexpr int kChunks = kCols / kVec;
     for (int c = tid; c < len_new * kChunks; c += kThreads) {
@@ -390,8 +405,9 @@ __device__ __forceinline__ float score_transform(float s) {
 // grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
 // The score matrix is never stored: each warp holds its kRowsPerWarp x kBlockKV slice in registers.
 // kPass: 0 = the whole algorithm (fused, split_kv).
+// kVarlen: the launch has per-sequence lengths or an append (see the sequences section).
 // The entry points at the end of the file instantiate it.
-template <int kPass>
+template <int kPass, bool kVarlen>
 __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           const elem_t* __restrict__ k,
                                           const elem_t* __restrict__ v,
@@ -438,7 +454,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     const int q_tile = blockIdx.x;
 
     // ---- section: sequences ----
-    const Seq seq = sequence(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
     const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
     const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
     auto query_of = [](int p) { return p; };
@@ -454,20 +470,22 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // ---- section: key rows ----
     auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
                         long long fb, long long fl, long long fh) {
-        KeyRows r;
+        KeyRows<kVarlen> r;
         r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
         r.row_stride = sl;
-        r.fresh = fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
+        r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
         r.fresh_stride = fl;
         r.cached = seq.cached;
         return r;
     };
-    const KeyRows keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
-    const KeyRows values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
-    // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-    if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
-        append_rows<kHeadDimQK>(keys, len_new, tid);
-        append_rows<kHeadDimV>(values, len_new, tid);
+    const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
+    const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
+    if constexpr (kVarlen) {
+        // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
+        if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+            append_rows<kHeadDimQK>(keys, len_new, tid);
+            append_rows<kHeadDimV>(values, len_new, tid);
+        }
     }
     if (row0 >= n_rows) return;  // packed sequences: the grid covers the longest one
 
@@ -607,7 +625,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
             const float inv_l = l > 0.f ? 1.f / l : 0.f;
             const int row = row_a + 16 * mf + 8 * h;
-            if (row < row_end) {
+            if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
                 const int i = qi[mf][h], hh = head_of(row);
                 elem_t* o_row = out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl;
                 #pragma unroll
@@ -626,6 +644,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
 }
 
 // ---- section: entry points ------------------------------------------------------------------
+// Each entry point picks the instantiation once per launch (kVarlen: see the sequences section).
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
 attngen_llama3_8b_prefill(const elem_t* __restrict__ q,
                           const elem_t* __restrict__ k,
@@ -662,5 +681,9 @@ attngen_llama3_8b_prefill(const elem_t* __restrict__ q,
                           long long vn_sl,
                           long long vn_sh,
                           int len_new) {
-    attention<0>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new);
+    if (cu_seqlens_q != nullptr || kv_lens != nullptr || len_new > 0) {
+        attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new);
+    } else {
+        attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new);
+    }
 }
