@@ -54,6 +54,12 @@ def test_paged_and_append_lengths():
                  k_new=(2, 1, 2, 32), v_new=(2, 1, 2, 32))
 
 
+def test_append_without_queries_is_refused():
+    with pytest.raises(attngen.LaunchError, match="no query rows"):
+        _resolve("head_dim 32\n dtype f16", (2, 0, 4, 32), (2, 9, 2, 32), kv_lens=[1, 2],
+                 k_new=(2, 1, 2, 32), v_new=(2, 1, 2, 32))
+
+
 @pytest.mark.parametrize("kw, message", [
     ({"cu_seqlens_q": [0, 3, 12], "kv_lens": [1, 2]}, "cannot be combined with kv_lens"),
     ({"cu_seqlens_k": [0, 12]}, "needs cu_seqlens_q"),

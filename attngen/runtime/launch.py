@@ -245,6 +245,10 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                 raise LaunchError(f"k_new and v_new must be (B={b}, Lnew, Hkv={hkv}, D) with the same Lnew: "
                                   f"k_new {tuple(kn)}, v_new {tuple(vn)}")
             len_new = kn[1]
+            if len_new and (len_q == 0 or hq == 0):
+                raise LaunchError("k_new/v_new are appended by the attention kernels, and a call with no query "
+                                  f"rows (q has shape {tuple(shapes['q'])}) launches none: pass the new tokens' "
+                                  "queries too")
         if kvl is not None:
             need = kvl + len_new
             if paged:
