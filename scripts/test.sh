@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a fresh Debian/Ubuntu machine, then run them.
 #   bash scripts/test.sh            # the whole suite (what CI runs)
-#   bash scripts/test.sh -k parse   # extra arguments go to pytest
+#   bash scripts/test.sh -k parse   # extra arguments go to pytest (-n 0: one process)
 # Installs: the software Vulkan adapter (Mesa's lavapipe, for WGSL through wgpu), a virtual
 # environment in .venv with attngen and its test extras (pytest, hypothesis, wgpu, NVRTC for
 # compile checks). On a machine with a GPU and CuPy the CUDA tests run too; else they skip.
@@ -24,4 +24,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
-exec .venv/bin/python -m pytest "$@"
+# One test process per core (pytest-xdist): the NVRTC compile checks and the lavapipe runs
+# dominate and are independent. Pass -n 0 to run in one process.
+exec .venv/bin/python -m pytest -n auto "$@"

@@ -55,7 +55,10 @@ ISSUE3_VARIANTS = [
 ]
 
 
-@pytest.mark.parametrize("profile, arch", PROFILES)
+# The variants compile for sm_90 only: their kernels take the same code paths on sm_80 (which
+# the examples above compile for both architectures: paged, split_kv, two_pass, custom masks,
+# head dims in chunks), and each of these sources takes NVRTC 10-40 s on CI's two cores.
+@pytest.mark.parametrize("profile, arch", PROFILES[1:])
 @pytest.mark.parametrize("variant", ISSUE3_VARIANTS, ids=lambda v: v[0])
 def test_issue3_variants_compile(variant, profile, arch):
     _compile(spec_of(variant[1], name="v"), profile, arch)

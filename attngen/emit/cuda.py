@@ -50,6 +50,13 @@ def _variant_context(plan: KernelPlan) -> dict:
         split=cuda_plan.split(spec),
         two_pass=spec.schedule.kind == "two_pass",
         pack_gqa=cuda_plan.pack_gqa(spec),
+        # The plain prefill kernel (fused, contiguous cache, structured mask, whole head dims) gets
+        # a second instantiation without the per-sequence machinery, picked when a launch has no
+        # cu_seqlens / kv_lens / append: it keeps the pre-variant register budget (benchmarks/
+        # NOTES.md). The other kinds use one general instantiation (half the NVRTC time).
+        padded_fast_path=not cuda_plan.split(spec) and spec.kv_cache.kind == "contiguous"
+        and spec.mask.kind != "custom" and not plan.config.chunked,
+        general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=cuda_plan.COMBINE_WARPS,
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )
