@@ -5,17 +5,47 @@
     src = attngen.emit(spec, target="wgsl").source
     kernel = attngen.compile(spec, target="cuda")
     out = kernel(q, k, v)
+
+The names below are imported on first use, so `import attngen` loads neither the parser (lark),
+nor the templates (jinja2), nor a device library: each comes when a call needs it.
 """
 
-__version__ = "0.1.0"
+from .version import __version__
+from .errors import CompileError, LaunchError, SpecError
 
-from .errors import CompileError, LaunchError, SpecError  # noqa: E402
-from .spec import AttentionSpec, format_spec  # noqa: E402
-from .api import compile, emit, load, parse, reference  # noqa: E402
-from .blockmask import BlockMask, block_mask  # noqa: E402
-from .merge import merge  # noqa: E402
+# public name -> (module, attribute)
+_LAZY = {
+    "AttentionSpec": ("lang.spec", "AttentionSpec"),
+    "format_spec": ("api", "format_spec"),
+    "parse": ("api", "parse"),
+    "load": ("api", "load"),
+    "lower": ("api", "lower"),
+    "check": ("api", "check"),
+    "emit": ("api", "emit"),
+    "compile": ("api", "compile"),
+    "targets": ("api", "targets"),
+    "reference": ("reference", "reference"),
+    "BlockMask": ("runtime.blockmask", "BlockMask"),
+    "block_mask": ("runtime.blockmask", "block_mask"),
+    "merge": ("merge", "merge"),
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
-    "AttentionSpec", "BlockMask", "CompileError", "LaunchError", "SpecError", "compile", "block_mask", "emit", "format_spec",
-    "load", "merge", "parse", "reference", "__version__",
+    "AttentionSpec", "BlockMask", "CompileError", "LaunchError", "SpecError", "block_mask", "check", "compile",
+    "emit", "format_spec", "load", "lower", "merge", "parse", "reference", "targets", "__version__",
 ]

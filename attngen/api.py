@@ -1,24 +1,63 @@
-"""The public API: parse, load, emit, compile, reference (see README's "Python API")."""
+"""The public API: parse, load, emit, compile, reference, and the steps between them.
+
+    specs  = parse(text, filename="x.attn")     # list[AttentionSpec]
+    spec   = load("x.attn", name=None)          # one spec
+    plan   = lower(spec, target="wgsl")         # the KernelPlan (what `attngen check` shows)
+    out    = emit(spec, target="cuda")          # .source, .manifest
+    kernel = compile(spec, target="wgsl")       # runnable, cached
+    ref    = reference(spec, q, k, v)           # float64 numpy oracle
+
+This module and the command line are the only places that see every layer: they look the
+target's backend up (attngen.backends) and hand it to the target-neutral core.
+"""
 
 from __future__ import annotations
 
 import os
 
-from .emit import Emitted, emit_plan
-from .errors import Diagnostic, SpecError
-from .frontend import decode_source, parse
-from .plan import plan as _plan
+from . import backends
+from .errors import Diagnostic, SpecError, did_you_mean
+from .lang import decode_source
+from .lang import parse as _parse
+from .lang import parse_collect as _parse_collect
+from .lang.spec import AttentionSpec
+from .lang.spec import format_spec as _format_spec
+from .plan.check import check as _check
+from .plan.kernel_plan import Emitted, KernelPlan
+from .plan.lower import lower as _lower
 from .reference import reference
-from .spec import TARGETS, AttentionSpec
+
+
+def parse(text, filename: str = "<string>") -> list[AttentionSpec]:
+    """Parse spec text into validated AttentionSpecs; raise SpecError with every problem."""
+    backends.load_builtin()  # the targets' options are part of the language
+    return _parse(text, filename)
+
+
+def parse_collect(text, filename: str = "<string>"):
+    """Like parse, but return (specs, diagnostics) without raising for semantic errors."""
+    backends.load_builtin()
+    return _parse_collect(text, filename)
+
+
+def format_spec(spec: AttentionSpec) -> str:
+    """Print a spec in the language, every default filled in; parse(format_spec(s)) == [s]."""
+    backends.load_builtin()
+    return _format_spec(spec)
+
+
+def read_spec_file(path) -> tuple[str, str]:
+    """(text, name) of a spec file; SpecError for text that is not UTF-8, OSError as raised."""
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    return decode_source(data, path), path
 
 
 def load(path, name: str | None = None) -> AttentionSpec:
     """The spec in file `path`; `name` picks one when the file defines several."""
-    path = os.fspath(path)
-    with open(path, "rb") as f:
-        data = f.read()
-    specs = parse(decode_source(data, path), filename=path)
-    return pick(specs, name, path)
+    text, where = read_spec_file(path)
+    return pick(parse(text, filename=where), name, where)
 
 
 def pick(specs: list[AttentionSpec], name: str | None, where: str) -> AttentionSpec:
@@ -32,29 +71,48 @@ def pick(specs: list[AttentionSpec], name: str | None, where: str) -> AttentionS
     for s in specs:
         if s.name == name:
             return s
-    from .errors import did_you_mean
     hint = did_you_mean(name, names) or f"kernels in this file: {', '.join(names)}"
     raise SpecError([Diagnostic(f"{where} has no kernel named '{name}'", None, hint)])
 
 
-def _target(target: str) -> str:
-    if target not in TARGETS:
-        raise ValueError(f"unknown target {target!r} (expected one of: {', '.join(TARGETS)})")
-    return target
+def targets() -> tuple[str, ...]:
+    """The names of the registered targets."""
+    return backends.names()
 
 
-def emit(spec: AttentionSpec, target: str = "cuda", profile=None) -> Emitted:
+def get_profile(name: str | None, target: str):
+    """The named profile of `target` (None: the target's default), checked for its keys."""
+    return backends.get(target).profile(name)
+
+
+def check(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=None) -> list[Diagnostic]:
+    """Every problem of building `spec` for `target` (empty: it builds)."""
+    backend = backends.get(target)
+    return _check(spec, backend, backend.profile(profile))[1]
+
+
+def lower(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=None) -> KernelPlan:
+    """Check `spec` for `target` and lower it to a KernelPlan; SpecError with every problem.
+    `profile`: a profile name or Profile (default: the target's default profile)."""
+    backend = backends.get(target)
+    return _lower(spec, backend, backend.profile(profile))
+
+
+def emit_plan(plan: KernelPlan) -> Emitted:
+    """Source and manifest of a plan, by its target's backend."""
+    backend = backends.get(plan.target)
+    return Emitted(backend.render(plan), backend.manifest(plan), plan)
+
+
+def emit(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=None) -> Emitted:
     """Generate source + manifest for `target` (default profiles: cuda-sm80, webgpu-core)."""
-    return emit_plan(_plan(spec, _target(target), profile))
+    return emit_plan(lower(spec, target, profile))
 
 
-def compile(spec: AttentionSpec, target: str = "cuda", profile=None):
+def compile(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=None):
     """A runnable, cached kernel for this machine's device: kernel(q, k, v) -> out."""
-    if _target(target) == "cuda":
-        from .runtime.cuda import compile_kernel
-    else:
-        from .runtime.wgsl import compile_kernel
-    return compile_kernel(spec, profile)
+    return backends.get(target).compile(spec, profile)
 
 
-__all__ = ["compile", "emit", "load", "parse", "pick", "reference"]
+__all__ = ["check", "compile", "decode_source", "emit", "emit_plan", "format_spec", "get_profile", "load", "lower",
+           "parse", "parse_collect", "pick", "read_spec_file", "reference", "targets"]

@@ -11,9 +11,10 @@ import argparse
 import json
 import sys
 
-from . import __version__
+from . import api, backends
 from .errors import CompileError, LaunchError, SpecError
-from .spec import TARGETS
+from .plan.profiles import ProfileError
+from .version import __version__
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
@@ -29,6 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
+    targets = backends.names()
     p = _Parser(prog="attngen", description="Compile attention specs into flash-attention kernels "
                 "for CUDA and WGSL.")
     p.add_argument("--version", action="version", version=f"attngen {__version__}")
@@ -37,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("build", help="generate kernel source, IR or manifest")
     b.add_argument("spec", metavar="SPEC", help="a .attn file ('-' reads standard input)")
-    b.add_argument("--target", required=True, choices=TARGETS)
+    b.add_argument("--target", required=True, choices=targets)
     b.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
     b.add_argument("--profile", metavar="P", help="target profile (default cuda-sm80 / webgpu-core)")
     b.add_argument("--emit", choices=("source", "ir", "manifest"), default="source")
@@ -45,13 +47,13 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="validate a spec; print tiles, threads, memory, features")
     c.add_argument("spec", metavar="SPEC")
-    c.add_argument("--target", choices=TARGETS, help="only this target (default: both)")
+    c.add_argument("--target", choices=targets, help="only this target (default: both)")
     c.add_argument("--profile", metavar="P", help="a profile name, or 'all' (default: the target's default)")
     c.add_argument("--kernel", metavar="NAME")
 
     r = sub.add_parser("run", help="run on this machine's device and compare with the reference")
     r.add_argument("spec", metavar="SPEC")
-    r.add_argument("--target", required=True, choices=TARGETS)
+    r.add_argument("--target", required=True, choices=targets)
     r.add_argument("--kernel", metavar="NAME")
     r.add_argument("--profile", metavar="P", help="profile (default: the live device's)")
     r.add_argument("--shape", action="append", metavar="B=..,Lq=..,Lk=..[,Hq=..,Hkv=..]",
@@ -66,42 +68,34 @@ def _parser() -> argparse.ArgumentParser:
 # -- helpers ------------------------------------------------------------------------------------
 def _read_source(path: str) -> tuple[str, str]:
     """(text, name) of a spec file, or of standard input for '-'."""
-    from .frontend import decode_source
     if path == "-":
-        data, name = sys.stdin.buffer.read(), "<stdin>"
-    else:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
-        name = path
-    return decode_source(data, name), name
+        return api.decode_source(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
+    try:
+        return api.read_spec_file(path)
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
 
 
 def _read_specs(path: str):
-    from .frontend import parse
     text, name = _read_source(path)
-    return parse(text, filename=name), name
+    return api.parse(text, filename=name), name
 
 
 def _one_spec(args):
-    from .api import pick
     specs, name = _read_specs(args.spec)
     if args.kernel is None and len(specs) > 1:
         names = ", ".join(s.name for s in specs)
         raise UsageError(f"{name} defines {len(specs)} kernels ({names}); choose one with --kernel")
     try:
-        return pick(specs, args.kernel, name)
+        return api.pick(specs, args.kernel, name)
     except SpecError as e:
         raise UsageError(e.diagnostics[0].message + (f" ({e.diagnostics[0].hint})"
                          if e.diagnostics[0].hint else "")) from None
 
 
 def _profile(name, target):
-    from .profiles import ProfileError, get_profile
     try:
-        return get_profile(name, target)
+        return backends.get(target).profile(name)
     except ProfileError as e:
         raise UsageError(str(e)) from None
 
@@ -118,36 +112,20 @@ def _write(args, text: str):
 
 
 def _plan_lines(p) -> list[str]:
-    c = p.config
-    mem = "shared memory" if p.target == "cuda" else "workgroup memory"
-    lines = [
-        f"{p.summary()}",
-        f"{mem}: {p.smem_bytes} bytes ({c.smem_summary})",
-        f"grid: ({', '.join(p.grid)}) x {p.threads} threads",
-    ]
-    if p.target == "wgsl":
-        lines.append(f"features: {', '.join(p.features) or 'none'}")
-    else:
-        spill = " (expect some spilling to local memory)" if c.registers_estimate > c.registers_cap else ""
-        lines.append(f"registers: about {c.registers_estimate} per thread, at most {c.registers_cap}{spill}")
-        lines.append(f"arch: {p.arch} or newer")
-    return lines
+    return backends.get(p.target).describe(p)
 
 
 # -- commands ------------------------------------------------------------------------------------
 def cmd_build(args) -> int:
-    from .emit import emit_plan
-    from .plan import plan
     spec = _one_spec(args)
-    p = plan(spec, args.target, _profile(args.profile, args.target))
+    p = api.lower(spec, args.target, _profile(args.profile, args.target))
     if args.emit == "ir":
-        from .spec import format_spec
-        text = format_spec(spec)
+        text = api.format_spec(spec)
         text += f"\n# plan for {p.target} (profile {p.profile})\n"
         text += "".join(f"#   {ln}\n" for ln in _plan_lines(p))
         _write(args, text)
         return EXIT_OK
-    out = emit_plan(p)
+    out = api.emit_plan(p)
     if args.emit == "manifest":
         _write(args, json.dumps(out.manifest, indent=2) + "\n")
     else:
@@ -156,31 +134,28 @@ def cmd_build(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .check import check
-    from .frontend import parse_collect
-    from .plan import plan
-    from .profiles import profiles_for
     if args.profile and args.profile != "all" and not args.target:
         raise UsageError("--profile needs --target (or use --profile all)")
     text, name = _read_source(args.spec)
-    specs, diags = parse_collect(text, name)
+    specs, diags = api.parse_collect(text, name)
     if args.kernel is not None:
         specs = [s for s in specs if s.name == args.kernel]
         if not specs and not diags:
             raise UsageError(f"{name} has no kernel named '{args.kernel}'")
-    targets = [args.target] if args.target else list(TARGETS)
+    targets = [args.target] if args.target else list(backends.names())
     report = []
     for spec in specs:
         lines = [spec.name]
         for target in targets:
-            profiles = profiles_for(target) if args.profile == "all" else [_profile(args.profile, target)]
+            backend = backends.get(target)
+            profiles = backend.profiles() if args.profile == "all" else [_profile(args.profile, target)]
             for prof in profiles:
-                found = check(spec, prof)
-                if found:
-                    diags += found
+                try:  # one configuration search: what build would use
+                    p = api.lower(spec, target, prof)
+                except SpecError as e:
+                    diags += e.diagnostics
                     lines.append(f"  {target} ({prof.name}): error (see above)")
                     continue
-                p = plan(spec, target, prof)
                 lines.append(f"  {target} ({prof.name}): ok")
                 lines += [f"    {ln}" for ln in _plan_lines(p)]
         report.append("\n".join(lines))
@@ -215,7 +190,7 @@ def _parse_shape(text: str, spec) -> dict:
 
 
 def cmd_run(args) -> int:
-    from .runner import run_shapes
+    from .runtime.runner import run_shapes
     spec = _one_spec(args)
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
@@ -223,7 +198,13 @@ def cmd_run(args) -> int:
         raise UsageError("--seed must be a non-negative integer")
     shapes = [_parse_shape(s, spec) for s in (args.shape or [""])]
     profile = _profile(args.profile, args.target) if args.profile else None
-    ok = run_shapes(spec, args.target, profile, shapes, repeat=args.repeat, seed=args.seed,
+    backend = backends.get(args.target)
+    try:
+        kernel = api.compile(spec, target=args.target, profile=profile)
+    except (ImportError, RuntimeError, OSError) as e:
+        raise LaunchError(f"no usable {getattr(backend, 'device_name', 'device')} on this machine: "
+                          f"{type(e).__name__}: {e}") from None
+    ok = run_shapes(kernel, backend, shapes, repeat=args.repeat, seed=args.seed,
                     use_reference=not args.no_reference, echo=print)
     return EXIT_OK if ok else EXIT_INVALID
 

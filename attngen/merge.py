@@ -18,19 +18,18 @@ from __future__ import annotations
 from .errors import LaunchError
 
 
+# Array libraries whose arrays merge takes, by the top-level module of the array's type: numpy,
+# PyTorch, and CuPy (the CUDA backend's outputs); each provides the numpy-like functions below.
+_NAMESPACES = ("numpy", "torch", "cupy")
+
+
 def _namespace(x):
+    import importlib
     mod = type(x).__module__.split(".")[0]
-    if mod == "torch":
-        import torch
-        return "torch", torch
-    if mod == "cupy":
-        import cupy
-        return "cupy", cupy
-    if mod == "numpy":
-        import numpy
-        return "numpy", numpy
-    raise LaunchError(f"merge takes numpy, CuPy or PyTorch arrays, not {type(x).__name__} (WGSL results "
-                      "on the GPU: read them back with .numpy() first)")
+    if mod in _NAMESPACES:
+        return mod, importlib.import_module(mod)
+    raise LaunchError(f"merge takes numpy, CuPy or PyTorch arrays, not {type(x).__name__} (results kept "
+                      "in GPU buffers: read them back with .numpy() first)")
 
 
 def merge(outs, lses):

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .spec import AttentionSpec
+from .lang.spec import AttentionSpec
+from .plan import masks
 
 _ROW_CHUNK = 512  # query rows per step, to keep the float64 score block small
 
 
 def to_numpy(x) -> np.ndarray:
-    """Host copy of a numpy / CuPy / PyTorch array (bf16 tensors become float32)."""
+    """Host copy of a numpy / PyTorch / device array (bf16 tensors become float32). Device
+    arrays copy themselves to the host with .get() (CuPy) or .numpy() (a GPU buffer's handle)."""
     if isinstance(x, np.ndarray):
         return x
     mod = type(x).__module__.split(".")[0]
@@ -31,8 +33,10 @@ def to_numpy(x) -> np.ndarray:
         if str(t.dtype) == "torch.bfloat16":
             t = t.float()
         return t.cpu().numpy()
-    if hasattr(x, "get") and mod == "cupy":
+    if callable(getattr(x, "get", None)) and hasattr(x, "shape") and hasattr(x, "dtype"):
         return x.get()
+    if callable(getattr(x, "numpy", None)) and hasattr(x, "shape"):
+        return x.numpy()
     return np.asarray(x)
 
 
@@ -59,16 +63,7 @@ def round_to_dtype(x, dtype: str) -> np.ndarray:
 
 def structured_mask(spec: AttentionSpec, len_q: int, len_k: int) -> np.ndarray | None:
     """(Lq, Lk) boolean visibility of the spec's mask (None = everything visible)."""
-    m = spec.mask
-    if m.kind in ("none", "custom"):
-        return None
-    i = np.arange(len_q)[:, None]
-    j = np.arange(len_k)[None, :]
-    off = len_k - len_q
-    if m.kind == "causal":
-        return j <= i + (off if m.bottom_right else 0)
-    d = j - (i + off)
-    return (d >= -m.left) & (d <= m.right)
+    return masks.visible(spec.mask, len_q, len_k)
 
 
 def _attend(spec, q, k, v, visible, bias):
@@ -200,7 +195,7 @@ F16_ACCUMULATOR_TOLERANCE = 1e-2
 
 
 def tolerance(spec: AttentionSpec) -> float:
-    """Relative L2 error allowed against the reference (DESIGN.md's table)."""
+    """Relative L2 error allowed against the reference (docs/architecture.md, "Numerics")."""
     if "f16" in (spec.acc_qk, spec.acc_pv):
         return max(F16_ACCUMULATOR_TOLERANCE, TOLERANCE[spec.dtype])
     return TOLERANCE[spec.dtype]

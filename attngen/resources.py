@@ -2,13 +2,18 @@
 
 In an installed wheel they sit inside the package (attngen/grammar, attngen/templates,
 attngen/targets: pyproject force-includes them); in a source checkout run with
-PYTHONPATH=. they sit at the top of the repository, beside the package.
+PYTHONPATH=. they sit at the top of the repository, beside the package. The generator
+version (part of every cache key and manifest) is a digest of all of them and of the package's
+own modules.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from pathlib import Path
+
+from .version import __version__
 
 _PACKAGE = Path(__file__).resolve().parent
 _KINDS = ("grammar", "templates", "targets")
@@ -29,3 +34,31 @@ def resource_dir(kind: str) -> Path:
 
 def resource_path(kind: str, *parts: str) -> Path:
     return resource_dir(kind).joinpath(*parts)
+
+
+def generator_files(package: Path = _PACKAGE, dirs: dict | None = None) -> list[tuple[str, Path]]:
+    """Every file the generated text and the compiled objects can depend on: each Python module
+    of the package, and the grammar, templates and target profiles, as (stable name, path)."""
+    files = [(f"attngen/{p.relative_to(package).as_posix()}", p) for p in sorted(package.rglob("*.py"))
+             if "__pycache__" not in p.parts]
+    for kind in _KINDS:
+        root = (dirs or {}).get(kind) or resource_dir(kind)
+        files += [(f"{kind}/{p.relative_to(root).as_posix()}", p) for p in sorted(root.rglob("*"))
+                  if p.is_file() and "__pycache__" not in p.parts]
+    return files
+
+
+def digest_of(files: list[tuple[str, Path]]) -> str:
+    h = hashlib.sha256()
+    for name, path in files:
+        data = path.read_bytes()
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def generator_version() -> str:
+    """The package version plus a digest of every file of generator_files(), so that the disk
+    cache never serves a kernel built by a different generator (an edit anywhere counts)."""
+    return f"{__version__}+{digest_of(generator_files())[:12]}"

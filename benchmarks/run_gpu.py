@@ -109,7 +109,7 @@ def cuda_section(cases, results):
 
 def wgsl_section(results):
     """attngen's WGSL kernels through wgpu on the same GPU (GPU time of the dispatch)."""
-    from attngen.runtime import wgsl
+    from attngen.backends import wgsl
     info = dict(wgsl.device().adapter.info)
     rows = []
     for label, d, seqlen, batch, heads, mask in [

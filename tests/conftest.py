@@ -55,7 +55,7 @@ def cuda_available() -> bool:
 @functools.lru_cache(maxsize=1)
 def wgsl_available() -> bool:
     try:
-        from attngen.runtime import wgsl
+        from attngen.backends import wgsl
         wgsl.device()
         return True
     except Exception:
@@ -125,7 +125,7 @@ def kernel_for(spec, target):
 def runtime_inputs(spec, target, q, k, v, seed=0):
     """(k, v, call options, reference options) for specs that need run-time inputs (custom
     masks, paged caches: attngen.runner.runtime_inputs); masks go to the GPU for cuda."""
-    from attngen.runner import runtime_inputs as host_inputs
+    from attngen.runtime.runner import runtime_inputs as host_inputs
     k, v, opts = host_inputs(spec, q, k, v, np.random.default_rng(seed))
     call = dict(opts)
     if "mask" in opts and target == "cuda":
@@ -160,3 +160,27 @@ def check_against_reference(spec, target, q, k, v, *, return_lse=True, tol=None,
         assert lerr <= max(bound, 1e-5) * 10 * max(1.0, np.abs(ref_lse[~empty]).max()), \
             f"lse error {lerr:.3g}"
     return err
+
+
+# Spec variants that the equivalence suite runs on both targets and the NVRTC tests compile:
+# (label, spec body, query heads, KV heads).
+VARIANTS = [
+    ("f32 d64", "head_dim 64\n dtype f32", 4, 4),
+    ("f16 d8 causal", "head_dim 8\n dtype f16\n mask causal", 2, 1),
+    ("f16 d40 bottom-right", "head_dim 40\n dtype f16\n mask causal(bottom_right)", 7, 1),
+    ("f16 d72 window", "head_dim 72\n dtype f16\n mask window(left=5, right=2)", 8, 2),
+    ("f16 d96 window0", "head_dim 96\n dtype f16\n mask window(left=0)", 3, 3),
+    ("f16 192/128 softcap", "head_dim qk=192 v=128\n dtype f16\n softcap 30\n mask causal", 4, 1),
+    ("f16 d256 scale", "head_dim 256\n dtype f16\n scale 0.3", 2, 2),
+    ("f32 d128 causal bottom-right", "head_dim 128\n dtype f32\n mask causal(bottom_right)", 7, 7),
+    ("f16 acc f16", "head_dim 64\n dtype f16\n accumulate f16\n mask causal", 4, 2),
+    ("f16 acc qk f16", "head_dim 128\n dtype f16\n accumulate qk=f16 pv=f32", 4, 4),
+    ("f16 small tiles", "head_dim 32\n dtype f16\n tile q=16 kv=16\n mask window(left=20, right=20)", 4, 4),
+    ("bf16 d128 window softcap", "head_dim 128\n dtype bf16\n mask window(left=64)\n softcap 20", 4, 2),
+    ("bf16 d256 causal", "head_dim 256\n dtype bf16\n mask causal", 2, 1),
+    ("f32 d256 softcap", "head_dim 256\n dtype f32\n softcap 10", 2, 1),
+    # Two 16-row fragments per warp on CUDA (FlashAttention-2's 128 rows on 4 warps).
+    ("f16 two fragments per warp", "head_dim 64\n dtype f16\n mask causal\n tile q=128 kv=64\n"
+     " target cuda { warps=4 }", 4, 2),
+    ("f32 two fragments per warp", "head_dim 32\n dtype f32\n tile q=64 kv=16\n target cuda { warps=2 }", 2, 1),
+]

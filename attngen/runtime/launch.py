@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import LaunchError
-from ..ir import KernelPlan
-from ..plan import MAX_SEQ_LEN
-from ..schedule import choose_splits
+from ..plan.kernel_plan import KernelPlan
+from ..plan.masks import MAX_SEQ_LEN
+from ..plan.schedule import choose_splits
 
 MAX_GRID_YZ = 65535  # CUDA grid.y / grid.z and WebGPU dispatch dimensions
 INT32_MAX = 2**31 - 1
@@ -28,18 +28,21 @@ def _module(x) -> str:
 
 
 def host_ints(name: str, x, ndim: int) -> np.ndarray:
-    """A host int64 copy of an integer array (numpy, CuPy, PyTorch, lists), checked for
-    dimensionality and int32 range; anything else is a LaunchError naming `name`."""
+    """A host int64 copy of an integer array (numpy, lists, PyTorch, device arrays that copy to
+    the host with .get() or .numpy()), checked for dimensionality and int32 range; anything
+    else is a LaunchError naming `name`."""
     mod = _module(x)
     try:
         if mod == "torch":
             if x.dtype.is_floating_point or x.dtype.is_complex or str(x.dtype) == "torch.bool":
                 raise LaunchError(f"{name} must be an integer tensor, not {x.dtype}")
             a = x.detach().cpu().numpy()
-        elif mod == "cupy":
-            a = x.get()
-        elif hasattr(x, "numpy") and hasattr(x, "buffer"):  # WgslTensor
-            a = x.numpy()
+        elif isinstance(x, (np.ndarray, list, tuple)) or np.isscalar(x):
+            a = np.asarray(x)
+        elif callable(getattr(x, "get", None)) and hasattr(x, "shape"):  # a device array: copy to the host
+            a = np.asarray(x.get())
+        elif callable(getattr(x, "numpy", None)) and hasattr(x, "shape"):  # a GPU buffer's handle
+            a = np.asarray(x.numpy())
         else:
             a = np.asarray(x)
     except LaunchError:
@@ -152,13 +155,13 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
     dtype names; `cores` is the device's multiprocessors / compute units (for split_kv(auto)).
     """
     spec = plan.spec
-    paged = spec.kv_cache.kind == "paged"
+    paged = spec.kv_cache.is_paged
     packed = cu_seqlens_q is not None
     append = "k_new" in shapes or "v_new" in shapes
-    if spec.mask.kind == "custom" and not has_mask:
+    if spec.mask.is_custom and not has_mask:
         raise LaunchError(f"kernel '{spec.name}' was built with `mask custom`: pass mask= (a BlockMask from "
                           "attngen.block_mask, or a boolean / additive mask tensor)")
-    if spec.mask.kind != "custom" and has_mask:
+    if not spec.mask.is_custom and has_mask:
         raise LaunchError(f"mask= needs a kernel built with `mask custom`; kernel '{spec.name}' has "
                           f"mask {spec.mask.kind}")
     if block_table is not None and not paged:

@@ -1,0 +1,114 @@
+"""The Backend protocol: what the target-neutral core asks of a target.
+
+A backend is one object per target, registered by name (attngen.backends). The core calls it
+at each step of the pipeline and never looks inside it:
+
+    language  schema            the options of `target NAME { ... }` blocks
+    profiles  profile(name)     a targets/*.toml profile of this target, checked for its keys
+    check     check(spec, p)    target problems (dtypes, features) -> [Problem]
+    configure configure(spec,p) the tile configuration, searched once (raises Problem)
+    lower     lower(...)        parameters, grid, entry points, workspaces -> Lowered
+    render    render(plan)      the source text
+    manifest  manifest(plan)    what a launcher without Python needs (JSON-able dict)
+    describe  describe(plan)    lines for `attngen check` and `--emit ir`
+    compile   compile(spec, p)  a runnable Kernel on this machine's device
+    run       device_inputs / time_call: what `attngen run` needs of the device
+
+Adding a target is a new package under attngen/backends/ with a subclass of Backend, its
+templates and its profiles; tests/plan/test_toy_backend.py registers one without an edit to
+the core.
+"""
+
+from __future__ import annotations
+
+from ..lang.options import TargetSchema
+from ..lang.spec import AttentionSpec
+from ..plan.kernel_plan import KernelPlan, Lowered, Problem
+from ..plan.profiles import Profile, ProfileError, find_profile, profiles_for, require
+
+
+class Backend:
+    """Base class of the backends; subclasses set the class attributes and override the steps."""
+
+    name: str = ""
+    schema: TargetSchema = TargetSchema("", ())
+    default_profile: str = ""
+    # Keys every profile of this target must have (checked when a profile is looked up).
+    required_limits: tuple = ()
+    required_defaults: tuple = ()
+    required_sections: tuple = ()
+    # What `attngen run` says of its timings.
+    timing: str = "wall time"
+
+    # -- profiles ---------------------------------------------------------------------------
+    def extra_profiles(self) -> tuple:
+        """Profiles the backend brings besides targets/*.toml (none by default)."""
+        return ()
+
+    def profile(self, profile: Profile | str | None = None) -> Profile:
+        """The named profile (default: the target's), checked to be this target's and to have
+        the keys this target needs; a Profile object is checked and returned."""
+        if isinstance(profile, Profile):
+            if profile.target != self.name:
+                raise ProfileError(f"profile '{profile.name}' is for target {profile.target}, not {self.name}")
+            return profile
+        prof = find_profile(profile or self.default_profile, self.name, self.extra_profiles())
+        return require(prof, self.required_limits, self.required_defaults, self.required_sections)
+
+    def profiles(self) -> list[Profile]:
+        return [require(p, self.required_limits, self.required_defaults, self.required_sections)
+                for p in profiles_for(self.name, self.extra_profiles())]
+
+    # -- the pipeline -----------------------------------------------------------------------------
+    def check(self, spec: AttentionSpec, profile: Profile) -> list[Problem]:
+        """Problems of `spec` on this target that do not depend on tiles (dtypes, features)."""
+        if spec.dtype not in profile.storage_dtypes:
+            return [Problem(f"dtype {spec.dtype} is not available (has: {', '.join(profile.storage_dtypes)})",
+                            key="dtype")]
+        return []
+
+    def configure(self, spec: AttentionSpec, profile: Profile):
+        """The tile configuration (tile_q, tile_kv, buffers, smem_bytes, summary()); raise
+        Problem when the spec's own choices cannot work."""
+        raise NotImplementedError
+
+    def lower(self, spec: AttentionSpec, profile: Profile, config, entry: str) -> Lowered:
+        raise NotImplementedError
+
+    def render(self, plan: KernelPlan) -> str:
+        raise NotImplementedError
+
+    def manifest(self, plan: KernelPlan) -> dict:
+        raise NotImplementedError
+
+    def describe(self, plan: KernelPlan) -> list[str]:
+        """What `attngen check` prints under a plan (one line each)."""
+        c = plan.config
+        return [plan.summary(), f"on-chip memory: {plan.smem_bytes} bytes",
+                f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads"] + (
+            [f"features: {', '.join(plan.features)}"] if plan.features else []) + (
+            [f"buffers: {c.smem_summary}"] if hasattr(c, "smem_summary") else [])
+
+    def compile(self, spec: AttentionSpec, profile: Profile | str | None = None):
+        """A runnable kernel for this machine's device (attngen.runtime.kernel.Kernel)."""
+        raise NotImplementedError(f"target {self.name} generates source only: it has no runtime here")
+
+    # -- attngen run ------------------------------------------------------------------------------
+    def device_inputs(self, spec: AttentionSpec, host: tuple, options: dict) -> tuple[tuple, dict]:
+        """(q, k, v, options) on the device, from float32 host arrays and host options."""
+        raise NotImplementedError(f"target {self.name} has no runtime here")
+
+    def time_call(self, kernel, args: tuple, options: dict, repeat: int) -> float:
+        """Median milliseconds of `repeat` calls after a warm-up."""
+        import statistics
+        import time
+        kernel(*args, **options)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            kernel(*args, **options)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+    def __repr__(self) -> str:
+        return f"<attngen backend '{self.name}'>"

@@ -1,0 +1,96 @@
+"""The CUDA backend: CUDA C++ for NVRTC, launched through CuPy (sm_80 and newer).
+
+    config.py   the tile configuration (warps, stages, shared-memory layout)
+    lower.py    parameters, grids, workspaces and entry points of the plan
+    emit.py     the source (templates/cuda) and the manifest
+    nvrtc.py    source -> cubin (no GPU needed)
+    runtime.py  the kernel object: tensors in, launch on the caller's stream
+    args.py     one call's kernel arguments, workspaces and block masks
+
+This module only describes the backend; CuPy, NVRTC and jinja2 are imported when needed.
+"""
+
+from __future__ import annotations
+
+from ...lang.options import Option, TargetSchema
+from ..base import Backend
+
+_NP = {"f16": "float16", "f32": "float32"}
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    schema = TargetSchema("cuda", (
+        Option("warps", "int", 1, 32),
+        Option("stages", "int", 1, 8),
+    ))
+    default_profile = "cuda-sm80"
+    required_limits = ("shared_memory_bytes", "threads_per_block", "registers_per_thread", "registers_per_block")
+    required_defaults = ("math", "max_head_dim", "tile_q", "tile_kv", "stages")
+    required_sections = ("device.arch",)
+    timing = "GPU time (events)"
+    device_name = "CUDA GPU (with CuPy)"
+
+    def configure(self, spec, profile):
+        from .config import cuda_config
+        return cuda_config(spec, profile)
+
+    def lower(self, spec, profile, config, entry):
+        from .lower import lower
+        return lower(spec, profile, config, entry)
+
+    def render(self, plan):
+        from .emit import render_source
+        return render_source(plan)
+
+    def manifest(self, plan):
+        from .emit import render_manifest
+        return render_manifest(plan)
+
+    def describe(self, plan):
+        c = plan.config
+        spill = " (expect some spilling to local memory)" if c.registers_estimate > c.registers_cap else ""
+        return [
+            plan.summary(),
+            f"shared memory: {plan.smem_bytes} bytes ({c.smem_summary})",
+            f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
+            f"registers: about {c.registers_estimate} per thread, at most {c.registers_cap}{spill}",
+            f"arch: {plan.details.arch} or newer",
+        ]
+
+    def compile(self, spec, profile=None):
+        from .runtime import compile_kernel
+        return compile_kernel(spec, profile)
+
+    def device_inputs(self, spec, host, options):
+        from ...errors import LaunchError
+        from .runtime import cupy_module
+        cupy = cupy_module()
+        if "mask" in options:
+            options = {**options, "mask": cupy.asarray(options["mask"])}
+        if spec.dtype == "bf16":
+            try:
+                import torch
+            except ImportError:
+                raise LaunchError("bf16 inputs on the cuda target are made with PyTorch, which is not "
+                                  "installed") from None
+            return tuple(torch.from_numpy(a).cuda().to(torch.bfloat16) for a in host), options
+        return tuple(cupy.asarray(a.astype(_NP[spec.dtype])) for a in host), options
+
+    def time_call(self, kernel, args, options, repeat):
+        import statistics
+        from .runtime import cupy_module
+        cupy = cupy_module()
+        kernel(*args, **options)  # warm-up (module load)
+        times = []
+        for _ in range(repeat):
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            kernel(*args, **options)
+            stop.record()
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop))
+        return statistics.median(times)
+
+
+BACKEND = CudaBackend()

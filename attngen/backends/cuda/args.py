@@ -1,0 +1,138 @@
+"""The CUDA kernels' arguments for one call: values by parameter name, in the plan's order.
+
+runtime.py checks the tensors and resolves the call (attngen.runtime.launch.resolve); this
+module turns the result into the argument tuples of the main entry point and of the further
+ones (plan.entries: two_pass's P V pass, the split combine), sizes the split workspaces from
+the plan's formulas, and builds block masks on the GPU. Every name here is a parameter name of
+lower.py, so what is launched is what the manifest describes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import LaunchError
+from ...plan.formulas import evaluate_all
+from ...runtime.blockmask import BlockMask, build_arrays, mask_kind
+from ...runtime.launch import MAX_GRID_YZ, Launch
+
+_SCALARS = {"i64": np.int64, "i32": np.int32}
+
+
+def _cupy():
+    import cupy  # the CUDA runtime checked it is installed
+    return cupy
+
+
+def strides3(t, packed: bool) -> tuple:
+    """(batch, sequence, head) strides in elements; packed (T, H, D) tensors have batch stride 0."""
+    if packed:
+        return (0, t.strides[0], t.strides[1])
+    return tuple(t.strides[:3])
+
+
+def device_ints(name: str, host: np.ndarray, x, device: int):
+    """An int32 copy on `device` of a checked integer input (`host` is resolve's host copy);
+    a device array on another GPU is refused."""
+    mod = type(x).__module__.split(".")[0]
+    where = None
+    if mod == "torch" and x.is_cuda:
+        where = x.device.index
+    elif mod == "cupy":
+        where = x.device.id
+    if where is not None and where != device:
+        raise LaunchError(f"{name} is on GPU {where}, but q is on GPU {device}")
+    cupy = _cupy()
+    with cupy.cuda.Device(device):
+        return cupy.asarray(np.ascontiguousarray(host, dtype=np.int32))
+
+
+def build_block_mask(mask, tile_q: int, tile_kv: int, device: int) -> BlockMask:
+    """A BlockMask on `device` from a CuPy / PyTorch (through DLPack) / numpy mask."""
+    cupy = _cupy()
+    mod = type(mask).__module__.split(".")[0]
+    kind = mask_kind(mask.dtype)
+    with cupy.cuda.Device(device):
+        if mod == "torch":
+            if mask.is_cuda and mask.device.index != device:
+                raise LaunchError(f"mask is on GPU {mask.device.index}, but the kernel runs on GPU {device}")
+            t = mask.detach()
+            # DLPack has no bool everywhere, nor bfloat16 in CuPy: go through uint8 / float32.
+            t = t.to(dtype=__import__("torch").uint8) if kind == "bool" else t.float()
+            if not t.is_cuda:
+                t = t.cuda(device)
+            m = cupy.from_dlpack(t.contiguous())
+            m = m.astype(bool) if kind == "bool" else m
+        elif mod == "cupy":
+            if mask.device.id != device:
+                raise LaunchError(f"mask is on GPU {mask.device.id}, but the kernel runs on GPU {device}")
+            m = mask
+        else:
+            m = cupy.asarray(np.asarray(mask))
+        kind, data, counts, tiles, live, partial = build_arrays(cupy, m, tile_q, tile_kv)
+    return BlockMask("cuda", kind, tuple(data.shape), tile_q, tile_kv, device, counts, tiles, data,
+                     live_tiles=live, partial_tiles=partial)
+
+
+def mask_values(bm: BlockMask, device: int) -> dict:
+    if bm.device != device:
+        raise LaunchError(f"mask= is a BlockMask built on GPU {bm.device}; this call runs on GPU {device}")
+    bm_b, bm_h, lq, lk = bm.shape
+    nq, nk = bm.n_qtiles, bm.n_kvtiles
+    return {
+        "mask_bool": bm.data if bm.kind == "bool" else None,
+        "mask_add": bm.data if bm.kind == "additive" else None,
+        "mask_counts": bm.counts,
+        "mask_tiles": bm.tiles,
+        "mask_sb": bm_h * lq * lk if bm_b > 1 else 0,
+        "mask_sh": lq * lk if bm_h > 1 else 0,
+        "mask_sl": lk,
+        "list_sb": bm_h * nq if bm_b > 1 else 0,
+        "list_sh": nq if bm_h > 1 else 0,
+        "n_kvtiles": nk,
+    }
+
+
+def workspace_shapes(plan, launch: Launch) -> dict:
+    """The split schedules' workspaces (plan.workspaces) as (shape, dtype) for this call; a key
+    axis of Lk = 0 still gets one column (the scores' row stride)."""
+    sizes = {**grid_sizes(plan, launch), "Lk": max(launch.len_k, 1), "Dv": plan.d_v, "Dqk": plan.d_qk}
+    return {w.name: evaluate_all(w.shape, **sizes) for w in plan.workspaces}
+
+
+def grid_sizes(plan, launch: Launch) -> dict:
+    """The run-time values of the grid formulas' symbols."""
+    return dict(B=launch.batch, Lq=launch.len_q, Lk=launch.len_k, Hq=launch.heads_q, Hkv=launch.heads_kv,
+                G=launch.group, S=launch.splits)
+
+
+def launches(plan, values: dict, launch: Launch) -> list:
+    """[(entry point name, grid, block, shared bytes, args)] in launch order."""
+    sizes = grid_sizes(plan, launch)
+    out = []
+    for name, params, grid, threads, smem in [(plan.entry, plan.params, plan.grid, plan.threads, plan.smem_bytes)] + [
+            (e.entry, e.params, e.grid, e.threads, e.smem_bytes) for e in plan.entries]:
+        g = evaluate_all(grid, **sizes)
+        if g[1] > MAX_GRID_YZ or g[2] > MAX_GRID_YZ:
+            raise LaunchError(f"{name}'s grid {g} exceeds {MAX_GRID_YZ} blocks along y or z")
+        if g[0] >= 2**31:
+            raise LaunchError(f"{name}'s grid {g} exceeds 2^31 - 1 blocks along x")
+        out.append((name, g, threads, smem, tuple(_arg(p, values) for p in params)))
+    return out
+
+
+def _arg(p, values: dict):
+    if p.name not in values:
+        raise AssertionError(f"no value for kernel parameter {p.name}")  # a bug in attngen
+    x = values[p.name]
+    if p.kind == "scalar":
+        return _SCALARS[p.dtype](x)
+    if x is None:
+        if not p.optional:
+            raise AssertionError(f"kernel parameter {p.name} may not be null")
+        return np.uint64(0)
+    if isinstance(x, int):
+        return np.uint64(x)
+    if hasattr(x, "data_ptr"):
+        return np.uint64(x.data_ptr())
+    return np.uint64(x.data.ptr)

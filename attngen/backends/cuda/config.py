@@ -1,0 +1,299 @@
+"""The CUDA tile configuration: tile sizes, warps, stages and the shared-memory layout.
+
+The backend's configure(): the checker runs it once (a configuration that cannot work is a
+Problem, with the bytes it needs and the limit) and the plan is built from what it returns.
+Values the spec leaves at `auto` come from the profile's tuned defaults and are shrunk until
+they fit; values the spec gives are never changed: if they do not fit, that is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...lang.spec import DTYPE_BYTES, AttentionSpec
+from ...plan.kernel_plan import Problem, describe_buffers as _describe, place_buffers as _layout
+from ...plan.profiles import Profile
+
+CUDA_ROWS_PER_WARP = 16  # rows of one m16n8k16 fragment; a warp owns 1 or 2 of them
+CUDA_SPILL_FACTOR = 1.5  # register estimates above this multiple of the cap are refused or shrunk
+CUDA_SMEM_SKEW_BYTES = 16  # row padding that keeps ldmatrix / float4 reads free of bank conflicts
+CUDA_SPLIT_ROWS = 16  # default rows per block of the split schedules (split_kv, two_pass)
+CUDA_MAX_DV_BLOCK = 256  # output columns one block keeps in registers; wider outputs split over blocks
+# Candidates for a default `tile d` (head-dim columns per shared-memory step), largest first. The
+# tensor-core path needs multiples of 16 (the k of m16n8k16), the CUDA-core path multiples of 8.
+CUDA_CHUNKS = {"mma": (64, 32, 16), "fma": (64, 32, 16, 8)}
+CUDA_CHUNK_ALIGN = {"mma": 16, "fma": 8}
+CUDA_STEP_COST = 16  # a shared-memory step's fixed cost, in head-dim columns of math (an estimate)
+
+
+@dataclass(frozen=True)
+class CudaConfig:
+    math: str  # "mma" (tensor cores, f16/bf16) or "fma" (CUDA cores, f32)
+    tile_q: int
+    tile_kv: int
+    warps: int
+    stages: int
+    d_qk: int
+    d_v: int
+    d_qk_pad: int  # head dims padded for the math (mma: multiple of 16)
+    d_v_pad: int
+    q_in_registers: bool
+    buffers: tuple
+    smem_bytes: int
+    registers_estimate: int
+    registers_cap: int
+    # tile d: head-dim columns per shared-memory step, or None when the whole head dims sit in
+    # shared memory at once. With a chunk, Q, K and V stream through shared memory chunk by chunk.
+    chunk: int | None = None
+    chunk_given: bool = False  # from the spec's `tile d=` (else chosen: the whole head dim did not fit)
+    v_blocks: int = 1  # blocks per (batch, query head) along the output columns: grid.y = Hq * v_blocks
+    d_v_block: int = 0  # output columns per block, a whole number of chunks (chunked kernels only)
+
+    @property
+    def chunked(self) -> bool:
+        return self.chunk is not None
+
+    @property
+    def chunk_summary(self) -> str:
+        """How the head dims are tiled, in words (attngen check, source headers); '' unchunked."""
+        if not self.chunked:
+            return ""
+        why = "from the spec" if self.chunk_given else "chosen: the whole head dim does not fit"
+        text = f"tile d={self.chunk} ({why}): Q, K and V stream through shared memory {self.chunk} columns at a time"
+        if self.v_blocks > 1:
+            text += f"; out split over {self.v_blocks} blocks of {self.d_v_block} columns (grid.y = Hq x {self.v_blocks})"
+        return text
+
+    @property
+    def threads(self) -> int:
+        return self.warps * 32
+
+    @property
+    def frags(self) -> int:
+        """16-row fragments of Q per warp (1 or 2)."""
+        return self.tile_q // (self.warps * CUDA_ROWS_PER_WARP)
+
+    @property
+    def smem_summary(self) -> str:
+        text = _describe(self.buffers)
+        return f"{text}; {self.chunk_summary}" if self.chunked else text
+
+    def summary(self) -> str:
+        """One line a person reads in `attngen check` and in source headers."""
+        math = "tensor cores (mma.sync m16n8k16)" if self.math == "mma" else "CUDA cores (fma)"
+        who = f"{self.warps} warps ({self.threads} threads), {self.stages} K/V stage(s), {math}"
+        return f"tile q={self.tile_q} kv={self.tile_kv}, {who}"
+
+
+def cuda_math(spec: AttentionSpec) -> str:
+    return "fma" if spec.dtype == "f32" else "mma"
+
+
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
+
+
+def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk):
+    """Shared-memory buffers: the whole head dims (chunk None), or one chunk per pipeline stage."""
+    elem = spec.dtype
+    skew = CUDA_SMEM_SKEW_BYTES // DTYPE_BYTES[elem]
+    if chunk is None:
+        pad = 16 if math == "mma" else 1
+        d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, pad), _round_up(spec.head_dim_v, pad)
+        entries = [
+            ("sQ", elem, 1, tile_q, d_qk_pad + skew, "the block's rows of Q"),
+            ("sK", elem, stages, tile_kv, d_qk_pad + skew, "K tiles, one per pipeline stage"),
+            ("sV", elem, stages, tile_kv, d_v_pad + skew, "V tiles, one per pipeline stage"),
+        ]
+    else:
+        entries = [
+            ("sQ", elem, stages, tile_q, chunk + skew, "a chunk of the block's rows of Q, one per stage"),
+            ("sKV", elem, stages, tile_kv, chunk + skew,
+             "a chunk of the K tile (Q K^T steps) or of the V tile (P V steps), one per stage"),
+        ]
+    if math == "fma":
+        entries.append(("sP", "f32", 1, tile_q, tile_kv + 4, "probabilities P of the current tile"))
+    return _layout(entries)
+
+
+def _cuda_registers(math, frags, tile_kv, d_qk_pad, d_v_pad, q_in_registers):
+    """Estimated 32-bit registers per thread, calibrated on ptxas -v reports for sm_90.
+
+    Per 16-row fragment: the accumulator (16 rows x d_v over 32 lanes), the scores and their
+    exponentials, the Q fragments when they stay in registers; the K rows the CUDA-core path
+    holds per step; and about 48 for addresses, loop state and the softmax statistics.
+    """
+    acc = frags * d_v_pad // 2
+    scores = frags * tile_kv * 3 // 2
+    q = frags * d_qk_pad // 4 if q_in_registers else 0
+    k_rows = tile_kv if math == "fma" else 0
+    return acc + scores + q + k_rows + 48
+
+
+def cuda_register_cap(profile: Profile, threads: int) -> int:
+    """Registers one thread may use when `threads` threads share the block's register file."""
+    per_thread = profile.limit("registers_per_block") // threads // 8 * 8
+    return min(profile.limit("registers_per_thread"), per_thread)
+
+
+def _cuda_rows(given_q, given_w, row):
+    """(tile_q, warps) from the spec's tile q and warps (else the profile's default row): each
+    warp owns 16 or 32 rows."""
+    if given_q is not None and given_q % CUDA_ROWS_PER_WARP:
+        raise Problem(f"tile q={given_q} is not a multiple of {CUDA_ROWS_PER_WARP} (a warp owns "
+                          f"whole {CUDA_ROWS_PER_WARP}-row fragments of Q)", hint="try tile q=64 or q=128")
+    if given_q is not None and given_w is not None:
+        if given_q % given_w or (given_q // given_w) not in (16, 32):
+            raise Problem(f"tile q={given_q} over warps={given_w} gives {given_q / given_w:g} rows per "
+                              "warp; each warp owns 16 or 32 rows of Q", key="target.cuda",
+                              hint=f"use warps={given_q // 16} or warps={given_q // 32}"
+                              if given_q % 32 == 0 else f"use warps={given_q // 16}")
+        return given_q, given_w
+    if given_w is not None:
+        return given_w * CUDA_ROWS_PER_WARP, given_w
+    if given_q is None and "warps" in row:
+        return row["tile_q"], row["warps"]
+    tile_q = given_q if given_q is not None else row["tile_q"]
+    # Up to 8 warps of one fragment each; larger tiles give each warp two fragments.
+    frags = 2 if tile_q > 128 and tile_q % 32 == 0 else 1
+    return tile_q, tile_q // (CUDA_ROWS_PER_WARP * frags)
+
+
+def _cuda_v_split(d_v: int, chunk: int, cap: int) -> tuple[int, int]:
+    """(v_blocks, d_v_block): the output columns over the fewest blocks of at most `cap` columns,
+    each a whole number of chunks (the last block's columns past d_v are computed, not stored)."""
+    cap = max(chunk, cap // chunk * chunk)
+    blocks = -(-d_v // cap)
+    d_v_block = _round_up(-(-d_v // blocks), chunk)
+    return -(-d_v // d_v_block), d_v_block
+
+
+def _cuda_default_chunk(spec: AttentionSpec, math: str) -> int:
+    """The candidate chunk with the least estimated work: the head-dim columns computed (padding
+    to whole chunks, Q K^T once per output block) plus, per shared-memory step, a fixed cost
+    (barriers, copy latency) of about CUDA_STEP_COST columns. Ties go to the larger chunk."""
+    def work(chunk):
+        v_blocks, d_v_block = _cuda_v_split(spec.head_dim_v, chunk, CUDA_MAX_DV_BLOCK)
+        columns = v_blocks * (_round_up(spec.head_dim_qk, chunk) + d_v_block)
+        return columns * (chunk + CUDA_STEP_COST) / chunk
+    return min(CUDA_CHUNKS[math], key=work)
+
+
+def _cuda_check_chunk(spec: AttentionSpec, math: str, chunk: int) -> None:
+    """A `tile d` the spec gives is used as is, or refused with the reason."""
+    align = CUDA_CHUNK_ALIGN[math]  # (the language already wants a multiple of 8, at most the head dim)
+    if chunk % align:
+        why = ("the k of the tensor-core product m16n8k16" if math == "mma"
+               else "the 8-column output tiles of the CUDA-core path")
+        widest = max(spec.head_dim_qk, spec.head_dim_v)
+        hint = (f"leave d out: head dim {widest} fits whole" if chunk >= widest
+                else f"try tile d={max(align, chunk // align * align)} or d=64")
+        raise Problem(f"tile d={chunk} is not a multiple of {align} ({why})", hint=hint)
+    if chunk > CUDA_MAX_DV_BLOCK:
+        raise Problem(f"tile d={chunk} is too large (at most {CUDA_MAX_DV_BLOCK}: a block keeps at most "
+                          f"{CUDA_MAX_DV_BLOCK} output columns in registers, a whole number of chunks)",
+                          hint="try tile d=64")
+
+
+def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
+    """Resolve tiles for CUDA; raise Problem if the spec's own choices cannot work.
+
+    Head dims up to CUDA_MAX_DV_BLOCK sit in shared memory whole when they fit; otherwise (or
+    when the spec gives `tile d`) they stream through it in chunks.
+    """
+    math = cuda_math(spec)
+    if spec.tile.d is not None:
+        _cuda_check_chunk(spec, math, spec.tile.d)
+        return _cuda_fit(spec, profile, math, spec.tile.d)
+    chunk = _cuda_default_chunk(spec, math)
+    if max(spec.head_dim_qk, spec.head_dim_v) > CUDA_MAX_DV_BLOCK:
+        return _cuda_fit(spec, profile, math, chunk)
+    try:
+        return _cuda_fit(spec, profile, math, None)
+    except Problem as whole:
+        try:
+            return _cuda_fit(spec, profile, math, chunk)
+        except Problem:
+            raise whole from None  # chunks do not help either: report the plain configuration
+
+
+def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | None) -> CudaConfig:
+    """Tiles for one way of holding the head dims (whole, or `chunk` columns at a time)."""
+    big = max(spec.head_dim_qk, spec.head_dim_v)
+    row = profile.default_row(big, math)
+    if spec.schedule.is_split:
+        # Split schedules serve decode: a block's rows are (query row, head in group) pairs, a few
+        # per KV head, so one warp of CUDA_SPLIT_ROWS rows; the splits give the parallelism.
+        row = {**row, "tile_q": CUDA_SPLIT_ROWS, "warps": 1, "tile_kv": max(row["tile_kv"], 64)}
+    opts = spec.options("cuda")
+    given_q, given_kv, given_w, given_st = spec.tile.q, spec.tile.kv, opts.get("warps"), opts.get("stages")
+
+    if given_kv is not None and given_kv % 16:
+        raise Problem(f"tile kv={given_kv} is not a multiple of 16 (the k dimension of the "
+                          "tensor-core product P V)", hint="try tile kv=32 or kv=64")
+    if given_kv is not None and given_kv > 256:
+        raise Problem(f"tile kv={given_kv} is too large (at most 256)", hint="try tile kv=64")
+    tile_q, warps = _cuda_rows(given_q, given_w, row)
+    threads_limit = min(profile.limit("threads_per_block"), 512)
+    if warps * 32 > threads_limit or tile_q > 256:
+        raise Problem(f"tile q={tile_q} needs {warps} warps ({warps * 32} threads); at most "
+                          f"{threads_limit} threads and 256 rows per block",
+                          key="tile" if given_q else "target.cuda", hint="use tile q=128 or less")
+    tile_kv = given_kv if given_kv is not None else row["tile_kv"]
+    stages = given_st if given_st is not None else row["stages"]
+    if stages > 4:
+        raise Problem(f"stages={stages}: at most 4 K/V pipeline stages", key="target.cuda")
+
+    v_cap = CUDA_MAX_DV_BLOCK  # output columns per block; shrinks (more blocks) as a last resort
+    while True:
+        frags = tile_q // (warps * CUDA_ROWS_PER_WARP)
+        if chunk is None:
+            pad = 16 if math == "mma" else 1
+            d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, pad), _round_up(spec.head_dim_v, pad)
+            v_blocks, d_v_block = 1, d_v_pad
+            q_in_regs = math == "mma" and frags * _round_up(spec.head_dim_qk, 16) <= 128
+        else:  # Q streams through shared memory with K; the block keeps d_v_block output columns
+            v_blocks, d_v_block = _cuda_v_split(spec.head_dim_v, chunk, v_cap)
+            d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, chunk), v_blocks * d_v_block
+            q_in_regs = False
+        buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk)
+        regs = _cuda_registers(math, frags, tile_kv, d_qk_pad, d_v_block, q_in_regs)
+        reg_cap = cuda_register_cap(profile, warps * 32)
+        # A little spilling is slower, not wrong: the profile's measured defaults and the spec's
+        # own choices may exceed the estimate's cap, but not pathologically (CUDA_SPILL_FACTOR).
+        if smem <= profile.limit("shared_memory_bytes") and regs <= reg_cap * CUDA_SPILL_FACTOR:
+            break
+        if given_kv is None and tile_kv > 16:
+            tile_kv //= 2
+        elif given_st is None and stages > 1:
+            stages -= 1
+        elif given_q is None and given_w is None and tile_q > 16:
+            tile_q //= 2
+            warps = tile_q // CUDA_ROWS_PER_WARP
+        elif chunk is not None and d_v_block > chunk:
+            v_cap = d_v_block - chunk
+        else:
+            break
+    limit = profile.limit("shared_memory_bytes")
+    dims = f"head_dim qk={spec.head_dim_qk} v={spec.head_dim_v}"
+    if chunk is not None:
+        dims += f" in chunks of d={chunk}"
+    if smem > limit:
+        raise Problem(
+            f"tile q={tile_q} kv={tile_kv} with {stages} stage(s) and {dims} "
+            f"needs {smem} bytes of shared memory ({_describe(buffers)}), but "
+            f"{profile.name} allows {limit}",
+            hint="use a smaller tile kv or q, or fewer stages (target cuda { stages=1 })"
+            + (", or a smaller tile d" if chunk is not None else ""))
+    if regs > reg_cap * CUDA_SPILL_FACTOR:
+        cols = f"head_dim v={spec.head_dim_v}" if chunk is None else f"{d_v_block} output columns per block"
+        raise Problem(
+            f"tile q={tile_q} kv={tile_kv} on {warps} warps with {cols} needs "
+            f"about {regs} registers per thread for scores and accumulators, but {warps * 32} "
+            f"threads may use at most {reg_cap} each (more than {CUDA_SPILL_FACTOR:g}x would spill "
+            "most of them to local memory)",
+            hint="use a smaller tile kv, or more warps (16 rows each)")
+    return CudaConfig(math, tile_q, tile_kv, warps, stages, spec.head_dim_qk, spec.head_dim_v,
+                      d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap,
+                      chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
+                      d_v_block=d_v_block)

@@ -1,0 +1,151 @@
+"""KernelPlan -> CUDA C++ source (for NVRTC) and its manifest."""
+
+from __future__ import annotations
+
+from ...plan.kernel_plan import KernelPlan
+from ...plan.schedule import pack_gqa, split_rule
+from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
+from .lower import COMBINE_WARPS
+
+# Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
+_TYPES = {
+    "f16": ("cuda/types_f16.j2", "f16"),
+    "bf16": ("cuda/types_bf16.j2", "bf16"),
+    "f32": ("cuda/types_f32.j2", None),
+}
+
+
+# Tensors stored in the spec's dtype (elem_t in the source); other tensors by their dtype.
+_STORAGE = ("q", "k", "v", "out", "k_new", "v_new")
+_C_TYPES = {"f32": "float", "i32": "int", "u8": "unsigned char", "i64": "long long"}
+
+
+def _c_decl(p) -> str:
+    """The C++ declaration of one kernel parameter."""
+    if p.kind == "scalar":
+        return f"{_C_TYPES[p.dtype]} {p.name}"
+    base = "elem_t" if p.name in _STORAGE else _C_TYPES[p.dtype]
+    # k and v are written only by an append, at keys no block reads from the cache (docs/variants.md)
+    const = "const " if p.access == "read" or p.name in ("k", "v") else ""
+    return f"{const}{base}* __restrict__ {p.name}"
+
+
+def param_list(params, indent: int) -> str:
+    """Declarations, one per line, aligned after the opening parenthesis."""
+    return (",\n" + " " * indent).join(_c_decl(p) for p in params)
+
+
+def _variant_context(plan: KernelPlan) -> dict:
+    """What the templates need to know of docs/variants.md's variants (flags only)."""
+    spec = plan.spec
+    combine = [e for e in plan.entries if e.name == "combine"]
+    return dict(
+        params_decl=param_list(plan.params, len("__device__ __forceinline__ void attention(")),
+        entry_decl=param_list(plan.params, len(plan.entry) + 1),
+        pv_decl=param_list(plan.params, len(plan.entry) + len("_pv(")),
+        param_names=", ".join(p.name for p in plan.params),
+        custom=spec.mask.is_custom,
+        paged=spec.kv_cache.is_paged,
+        page=spec.kv_cache.page,
+        split=spec.schedule.is_split,
+        two_pass=spec.schedule.is_two_pass,
+        pack_gqa=pack_gqa(spec),
+        # The plain prefill kernel (fused, contiguous cache, structured mask, whole head dims) gets
+        # a second instantiation without the per-sequence machinery, picked when a launch has no
+        # cu_seqlens / kv_lens / append: it keeps the pre-variant register budget (benchmarks/
+        # NOTES.md). The other kinds use one general instantiation (half the NVRTC time).
+        padded_fast_path=not spec.schedule.is_split and not spec.kv_cache.is_paged
+        and not spec.mask.is_custom and not plan.config.chunked,
+        general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
+        combine_warps=COMBINE_WARPS,
+        combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
+    )
+
+
+def render_source(plan: KernelPlan) -> str:
+    """The CUDA C++ source of a plan."""
+    c = plan.config
+    types_template, mma_type = _TYPES[plan.dtype]
+    offsets = {b.name: b.offset for b in c.buffers}
+    strides = {b.name[1:].lower(): b.cols for b in c.buffers}
+    if c.math == "mma":
+        pad_doc = "padded to a multiple of 16 (the k of m16n8k16); padding is zero"
+    else:
+        pad_doc = "no padding on CUDA cores"
+    layout = layout_lines(plan, "Shared memory")
+    if c.chunked:
+        layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")
+    source = render(
+        "cuda/kernel.cu.j2",
+        header=comment_block(header_lines(plan, layout)),
+        c=c,
+        entry=plan.entry,
+        elem_bytes=4 if plan.dtype == "f32" else 2,
+        pad=16 if c.math == "mma" else 8,
+        pad_doc=pad_doc,
+        strides=strides,
+        offsets=offsets,
+        types_template=types_template,
+        math_template=f"cuda/math_{c.math}.j2",
+        mma_type=mma_type,
+        acc_qk=plan.acc_qk,
+        acc_pv=plan.acc_pv,
+        any_f16_acc="f16" in (plan.acc_qk, plan.acc_pv),
+        mask=plan.mask,
+        mask_doc=mask_doc(plan),
+        **_variant_context(plan),
+        transform_doc=transform_doc(plan),
+        **constants(plan),
+    )
+    return source
+
+
+def render_manifest(plan: KernelPlan) -> dict:
+    """What a launcher without Python needs (the common part, attngen.backends.render.manifest,
+    plus the CUDA launch facts)."""
+    c = plan.config
+    arch = plan.details.arch
+    extra = {
+        "language": "CUDA C++17 (NVRTC), no headers",
+        "arch": arch,
+        "compile_options": ["--std=c++17", f"--gpu-architecture={arch}"],
+        "block": [c.threads, 1, 1],
+        "dynamic_shared_memory_bytes": c.smem_bytes,
+        "shared_memory_note": "above 48 KiB a launcher must raise the kernel's "
+                              "cudaFuncAttributeMaxDynamicSharedMemorySize first",
+        "alignment": "q, k, v, out base pointers 16-byte aligned; strides multiples of "
+                     f"{16 // (4 if plan.dtype == 'f32' else 2)} elements",
+        "features": [],
+    }
+    extra["grid_symbols"] = {
+        "B": "batch", "Lq": "query rows per sequence (packed: the longest sequence's)",
+        "Lk": "keys per sequence (kv_lens / packed: the longest sequence's, after the append)",
+        "Hq": "query heads", "Hkv": "KV heads", "G": "Hq / Hkv", "Dqk": plan.d_qk, "Dv": plan.d_v,
+        "S": "KV splits (1 for fused)", "Tq": "rows of packed q", "Tk": "rows of packed k",
+        "Lnew": "rows appended per sequence", "P": "pages", "Pmax": "block_table columns",
+        "Bm": "mask batch (1 or B)", "Hm": "mask heads (1 or Hq)", "Nq": f"ceil(Lq / {c.tile_q})",
+        "Nk": f"ceil(Lk / {c.tile_kv})",
+    }
+    extra["lse"] = {"layout": ["B", "Hq", "Lq"], "packed_layout": ["Hq", "Tq"], "dtype": "f32",
+                    "units": "natural log", "empty_row": "-inf"}
+    extra["variants"] = "docs/variants.md: layouts, kv_lens, packed sequences, paged caches, appends"
+    if plan.spec.schedule.is_split:
+        splits = plan.spec.schedule.splits
+        extra["splits"] = (f"S = {splits}" if splits is not None else
+                           split_rule(c.tile_q, c.tile_kv) + " (attngen.schedule.choose_splits; "
+                           "compute_units = the GPU's multiprocessors)")
+        extra["workspaces"] = {w.name: {"bytes": w.bytes_formula, "dtype": w.dtype, "note": "allocated by the "
+                                        "launcher, uninitialised; reused only after the combine has run"}
+                               for w in plan.workspaces}
+    if c.chunked:
+        # tile d and the split of the output columns over blocks (already in the grid formula).
+        extra["tile"] = {"q": c.tile_q, "kv": c.tile_kv, "d": c.chunk}
+        extra["output_column_blocks"] = {
+            "blocks": c.v_blocks, "columns_per_block": c.d_v_block,
+            "grid_y": f"head * {c.v_blocks} + block; block b writes out[..., b * {c.d_v_block} : "
+                      f"(b + 1) * {c.d_v_block}] (clipped to Dv); block 0 writes lse"}
+        if plan.spec.schedule.is_two_pass:
+            extra["output_column_blocks"]["two_pass"] = (
+                "pass 1 (the main entry) computes the scores once per head, without column blocks "
+                "(grid.y = heads); pass 2 (the _pv entry) has them: block b writes its columns of ws_o")
+    return manifest(plan, extra)

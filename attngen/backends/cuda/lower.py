@@ -1,0 +1,205 @@
+"""The CUDA part of lowering: the kernel's parameters, grids, workspaces and further entry
+points (docs/variants.md, docs/cuda-variants.md).
+
+The lowering driver (attngen.plan.lower) calls lower() through the backend; the emitter prints
+the parameter list from the plan and the manifest describes it, so a foreign runtime launches
+exactly what the CUDA runtime does.
+Groups of parameters are present only when the spec needs them: the block-mask group for
+`mask custom`, the block table for `kv_cache paged`, the workspaces for split schedules.
+Run-time options that any spec takes (packed sequences, kv_lens, appending) are nullable
+pointers of every kernel.
+
+Symbols of the shape and grid formulas: B, Lq (the longest sequence's query rows), Lk (its
+keys), Hq, Hkv, G = Hq / Hkv, Dqk, Dv, S (KV splits: the spec's N, or chosen at launch for
+split_kv(auto) / two_pass), Tq (rows of the packed q tensor), Tk (keys of the packed k tensor),
+P (pages), Pmax (block-table columns), Bm / Hm (mask batch / heads), Nq = ceil(Lq / tile q),
+Nk = ceil(Lk / tile kv).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...lang.spec import AttentionSpec
+from ...plan.kernel_plan import Entry, Lowered, Param, Workspace
+from ...plan.profiles import Profile
+from ...plan.schedule import main_grid
+
+COMBINE_WARPS = 4  # rows per combine block (one warp each)
+
+_I64, _I32 = "i64", "i32"
+
+
+@dataclass(frozen=True)
+class CudaDetails:
+    """What only the CUDA target needs of a plan (KernelPlan.details)."""
+
+    arch: str  # the profile's architecture, e.g. "sm_80": the source needs it or newer
+
+
+def _p(name, kind, dtype, shape=None, access="read", optional=False, doc=""):
+    return Param(name, kind, dtype, shape, access, optional, doc=doc)
+
+
+def _strides(prefix, full, axes):
+    return [_p(f"{prefix}_s{a}", "scalar", _I64, doc=f"stride of {full} along its {what} axis, in elements")
+            for a, what in axes]
+
+
+_BLH = (("b", "batch"), ("l", "sequence"), ("h", "head"))
+
+
+def main_params(spec: AttentionSpec) -> tuple:
+    d = spec.dtype
+    paged = spec.kv_cache.is_paged
+    kv_shape = ("P", spec.kv_cache.page, "Hkv") if paged else ("B", "Lk", "Hkv")
+    kv_doc = "; keys kv_lens[b] .. are written in place when k_new / v_new are given"
+    where = f" in pages of {spec.kv_cache.page} keys" if paged else " (packed: (Tk, Hkv, D))"
+    ps = [
+        _p("q", "tensor", d, ("B", "Lq", "Hq", "Dqk"), doc="queries (packed: (Tq, Hq, Dqk))"),
+        _p("k", "tensor", d, kv_shape + ("Dqk",), "readwrite", doc="keys" + where + kv_doc),
+        _p("v", "tensor", d, kv_shape + ("Dv",), "readwrite", doc="values" + where + kv_doc),
+        _p("out", "tensor", d, ("B", "Lq", "Hq", "Dv"), "write", doc="attention output (packed: (Tq, Hq, Dv))"),
+        _p("lse", "tensor", "f32", ("B", "Hq", "Lq"), "write", True,
+           doc="log-sum-exp of each row's scores (natural log; -inf where a row sees no key), packed: "
+               "(Hq, Tq); written only when requested (null: not written)"),
+    ]
+    for t, full in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "out")):
+        ps += _strides(t, full, _BLH)
+    ps += [
+        _p("len_q", "scalar", _I32, doc="Lq: query rows per sequence (packed: the longest sequence's)"),
+        _p("len_k", "scalar", _I32, doc="Lk: keys per sequence when neither kv_lens nor cu_seqlens says"),
+        _p("heads_q", "scalar", _I32, doc="Hq, query heads"),
+        _p("group", "scalar", _I32, doc="G = Hq / Hkv, query heads per KV head"),
+        _p("lse_sb", "scalar", _I64, doc="stride of lse along the batch (padded: Hq * Lq; packed: 0)"),
+        _p("lse_sh", "scalar", _I64, doc="stride of lse along the heads (padded: Lq; packed: Tq)"),
+        _p("cu_seqlens_q", "tensor", _I32, ("B + 1",), optional=True,
+           doc="packed sequences: first q row of each sequence (null: padded)"),
+        _p("cu_seqlens_k", "tensor", _I32, ("B + 1",), optional=True,
+           doc="packed sequences: first key of each sequence (null: cu_seqlens_q)"),
+        _p("kv_lens", "tensor", _I32, ("B",), optional=True,
+           doc="keys in each sequence's cache before the append (null: Lk)"),
+        _p("k_new", "tensor", d, ("B", "Lnew", "Hkv", "Dqk"), optional=True,
+           doc="keys appended at kv_lens[b] in this call (null: no append)"),
+        _p("v_new", "tensor", d, ("B", "Lnew", "Hkv", "Dv"), optional=True, doc="values appended with k_new"),
+    ]
+    ps += _strides("kn", "k_new", _BLH) + _strides("vn", "v_new", _BLH)
+    ps.append(_p("len_new", "scalar", _I32, doc="Lnew, rows appended per sequence (0: none)"))
+    if paged:
+        ps += [
+            _p("block_table", "tensor", _I32, ("B", "Pmax"),
+               doc=f"page of key j of sequence b: block_table[b, j / {spec.kv_cache.page}]"),
+            _p("bt_stride", "scalar", _I32, doc="Pmax, the block table's row stride"),
+        ]
+    if spec.mask.is_custom:
+        ps += [
+            _p("mask_bool", "tensor", "u8", ("Bm", "Hm", "Lq", "Lk"), optional=True,
+               doc="boolean mask, 1 = attend (BlockMask.data); null for an additive mask"),
+            _p("mask_add", "tensor", "f32", ("Bm", "Hm", "Lq", "Lk"), optional=True,
+               doc="additive mask (-inf = masked); null for a boolean mask"),
+            _p("mask_counts", "tensor", _I32, ("Bm", "Hm", "Nq"), doc="live kv tiles per q tile (BlockMask.counts)"),
+            _p("mask_tiles", "tensor", _I32, ("Bm", "Hm", "Nq", "Nk"),
+               doc="live kv tiles per q tile, ascending, as kv_tile * 2 + partial (BlockMask.tiles)"),
+            _p("mask_sb", "scalar", _I64, doc="stride of the mask along the batch (0 when Bm = 1)"),
+            _p("mask_sh", "scalar", _I64, doc="stride of the mask along the heads (0 when Hm = 1)"),
+            _p("mask_sl", "scalar", _I64, doc="stride of the mask along its rows (its Lk)"),
+            _p("list_sb", "scalar", _I32, doc="stride of mask_counts along the batch (Hm * Nq; 0 when Bm = 1)"),
+            _p("list_sh", "scalar", _I32, doc="stride of mask_counts along the heads (Nq; 0 when Hm = 1)"),
+            _p("n_kvtiles", "scalar", _I32, doc="Nk, the row length of mask_tiles"),
+        ]
+    if spec.schedule.is_split:
+        ps += _workspaces(spec)
+    return tuple(ps)
+
+
+def _workspaces(spec: AttentionSpec) -> list:
+    rows = "B * Hq * Lq"
+    ps = [
+        _p("ws_o", "tensor", "f32", ("S", rows, "Dv"), "readwrite",
+           doc="workspace: each split's output for row ((b * Hq + h) * Lq + i), normalised by its own sum"
+               + (" (two_pass: by the merged sum, so the splits add up)" if spec.schedule.is_two_pass
+                  else "")),
+        _p("ws_lse", "tensor", "f32", ("S", rows), "readwrite",
+           doc="workspace: each split's log2-domain log-sum-exp (two_pass: its row max m), -inf: no key"),
+    ]
+    if spec.schedule.is_two_pass:
+        ps += [
+            _p("ws_l", "tensor", "f32", ("S", rows), "readwrite",
+               doc="workspace (two_pass): each split's row sum l of exp2(t - m)"),
+            _p("ws_s", "tensor", "f32", (rows, "Lk"), "readwrite",
+               doc="workspace (two_pass): the transformed, masked scores t (log2 domain: "
+                   "log2(e) * scale * q.k, softcapped, plus log2(e) * additive mask; -inf where masked)"),
+            _p("s_stride", "scalar", _I32, doc="row stride of ws_s (Lk)"),
+        ]
+    ps.append(_p("splits", "scalar", _I32, doc="S, KV splits"))
+    return ps
+
+
+def workspaces(spec: AttentionSpec) -> tuple:
+    """The split schedules' f32 workspaces, allocated by the launcher (uninitialised)."""
+    if not spec.schedule.is_split:
+        return ()
+    rows = "B * Hq * Lq"
+    out = [Workspace("ws_o", "f32", ("S", rows, "Dv")), Workspace("ws_lse", "f32", ("S", rows))]
+    if spec.schedule.is_two_pass:
+        out += [Workspace("ws_l", "f32", ("S", rows)), Workspace("ws_s", "f32", (rows, "Lk"))]
+    return tuple(out)
+
+
+def grid(spec: AttentionSpec, cfg, column_blocks: bool | None = None) -> tuple:
+    """The main kernel's grid (attngen.plan.schedule.main_grid) with the blocks that split the
+    output columns (head = blockIdx.y / v_blocks). two_pass's pass 1 (the main entry) writes
+    scores and statistics, no output columns: its y has no column blocks (column_blocks
+    defaults to that); its pass 2 has them."""
+    if column_blocks is None:
+        column_blocks = not spec.schedule.is_two_pass
+    return main_grid(spec, cfg.tile_q, cfg.v_blocks if column_blocks else 1)
+
+
+def entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
+    """Entry points launched after the main one, in order."""
+    if not spec.schedule.is_split:
+        return ()
+    out = []
+    if spec.schedule.is_two_pass:
+        out.append(Entry("pv", entry + "_pv",
+                         "two_pass pass 2: merges the splits' row statistics, P = exp2(t - m) / l from ws_s, "
+                         "P V per split into ws_o (no K read); same parameters as the main entry",
+                         main_params(spec), grid(spec, cfg, column_blocks=True), cfg.threads, cfg.smem_bytes))
+    d = spec.dtype
+    combine = [
+        _p("ws_o", "tensor", "f32", ("S", "B * Hq * Lq", "Dv")),
+        _p("ws_lse", "tensor", "f32", ("S", "B * Hq * Lq")),
+    ]
+    if spec.schedule.is_two_pass:
+        combine.append(_p("ws_l", "tensor", "f32", ("S", "B * Hq * Lq")))
+    combine += [
+        _p("out", "tensor", d, ("B", "Lq", "Hq", "Dv"), "write"),
+        _p("lse", "tensor", "f32", ("B", "Hq", "Lq"), "write", True),
+        *_strides("o", "out", _BLH),
+        _p("lse_sb", "scalar", _I64), _p("lse_sh", "scalar", _I64),
+        _p("cu_seqlens_q", "tensor", _I32, ("B + 1",), optional=True),
+        _p("len_q", "scalar", _I32), _p("heads_q", "scalar", _I32), _p("batch", "scalar", _I32),
+        _p("splits", "scalar", _I32),
+    ]
+    how = ("sums the splits' outputs; lse from the merged max and sum" if spec.schedule.is_two_pass
+           else "lse = log(sum_s exp(lse_s)), out = sum_s exp(lse_s - lse) * out_s; -inf splits weigh 0")
+    out.append(Entry("combine", entry + "_combine",
+                     f"merges the S partial results of each row into out and lse: {how}. One warp per "
+                     "row (b, h, i); rows past a packed sequence's length are skipped. Same names as the main "
+                     "entry's parameters mean the same values.",
+                     tuple(combine), (f"ceil(B * Hq * Lq / {COMBINE_WARPS})", "1", "1"), 32 * COMBINE_WARPS))
+    return tuple(out)
+
+
+def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
+    """The CUDA part of the KernelPlan of `spec` with configuration `cfg`."""
+    return Lowered(
+        threads=cfg.threads,
+        grid=grid(spec, cfg),
+        params=main_params(spec),
+        smem_bytes=cfg.smem_bytes,
+        entries=entries(spec, entry, cfg),
+        workspaces=workspaces(spec),
+        details=CudaDetails(arch=profile.section("device")["arch"]),
+    )

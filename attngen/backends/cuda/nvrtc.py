@@ -1,0 +1,90 @@
+"""CUDA source -> cubin with NVRTC. Needs no GPU: CI uses it to compile-check every kernel.
+
+The generated kernels include no headers, so no include path is needed. NVRTC comes from
+NVIDIA's `cuda-bindings` package (`cuda.bindings.nvrtc`, with the `nvidia-cuda-nvrtc`
+library); where only CuPy is installed, CuPy's own NVRTC binding is used instead.
+"""
+
+from __future__ import annotations
+
+from ...errors import CompileError
+
+OPTIONS = ("--std=c++17",)
+
+
+def _cuda_bindings():
+    try:
+        from cuda.bindings import nvrtc  # type: ignore
+    except ImportError:
+        return None
+    return nvrtc
+
+
+def available() -> bool:
+    if _cuda_bindings() is not None:
+        return True
+    try:
+        from cupy_backends.cuda.libs import nvrtc  # type: ignore  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def version() -> tuple[int, int]:
+    nv = _cuda_bindings()
+    if nv is not None:
+        err, major, minor = nv.nvrtcVersion()
+        return (major, minor)
+    from cupy_backends.cuda.libs import nvrtc  # type: ignore
+    return tuple(nvrtc.getVersion())
+
+
+def compile_cubin(source: str, arch: str, name: str = "attngen.cu") -> tuple[bytes, str]:
+    """Compile to a cubin for `arch` (e.g. "sm_90"); returns (cubin, compiler log)."""
+    options = [*OPTIONS, f"--gpu-architecture={arch}"]
+    nv = _cuda_bindings()
+    if nv is not None:
+        return _compile_cuda_bindings(nv, source, options, name)
+    return _compile_cupy(source, options, name)
+
+
+def _compile_cuda_bindings(nv, source, options, name):
+    def ok(result):
+        err, *rest = result if isinstance(result, tuple) else (result,)
+        if err != nv.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"NVRTC: {nv.nvrtcGetErrorString(err)[1].decode()}")
+        return rest[0] if len(rest) == 1 else rest
+
+    prog = ok(nv.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []))
+    try:
+        (result,) = nv.nvrtcCompileProgram(prog, len(options), [o.encode() for o in options])
+        # NVRTC writes into these buffers: they must be mutable. (NVIDIA's examples pass
+        # b" " * size, which for size 1 overwrites CPython's shared b" " object, process-wide.)
+        log = bytearray(ok(nv.nvrtcGetProgramLogSize(prog)))
+        ok(nv.nvrtcGetProgramLog(prog, log))
+        log_text = bytes(log).rstrip(b"\x00 ").decode(errors="replace")
+        if result != nv.nvrtcResult.NVRTC_SUCCESS:
+            raise CompileError(f"NVRTC failed to compile {name} ({' '.join(options)}):\n{log_text}")
+        cubin = bytearray(ok(nv.nvrtcGetCUBINSize(prog)))
+        ok(nv.nvrtcGetCUBIN(prog, cubin))
+        return bytes(cubin), log_text
+    finally:
+        nv.nvrtcDestroyProgram(prog)
+
+
+def _compile_cupy(source, options, name):
+    try:
+        from cupy_backends.cuda.libs import nvrtc  # type: ignore
+    except ImportError:
+        raise CompileError("no NVRTC found: install cuda-bindings and nvidia-cuda-nvrtc "
+                           "(pip install 'attngen[cuda13]')") from None
+    prog = nvrtc.createProgram(source, name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, options)
+        except nvrtc.NVRTCError:
+            log = nvrtc.getProgramLog(prog)
+            raise CompileError(f"NVRTC failed to compile {name} ({' '.join(options)}):\n{log}") from None
+        return nvrtc.getCUBIN(prog), nvrtc.getProgramLog(prog)
+    finally:
+        nvrtc.destroyProgram(prog)

@@ -1,0 +1,102 @@
+"""The WGSL backend: WGSL for WebGPU (browsers' Tint, wgpu's naga), launched through wgpu-py.
+
+    config.py     the tile configuration (invocations per row, workgroup-memory layout)
+    lower.py      the Params struct, bindings, dispatches, workspaces and entry points
+    emit.py       the source (templates/wgsl) and the manifest (manifest.py: packed buffers)
+    adapter.py    the process's wgpu device, the adapter's profile, WgslTensor
+    kernel.py     the kernel object: compile, inputs, the call
+    launch.py     one call: upload, dispatch every entry point, read back
+    args.py       the Params words and the packed integer inputs
+    blockmask.py  BlockMask lists built on the GPU by a generated shader
+
+This module only describes the backend; wgpu and jinja2 are imported when needed.
+    from attngen.backends.wgsl import WgslTensor, device   # the runtime's public names
+"""
+
+from __future__ import annotations
+
+from ...lang.options import Option, TargetSchema
+from ..base import Backend
+from ...plan.kernel_plan import Problem
+
+_NP = {"f16": "float16", "f32": "float32"}
+
+
+class WgslBackend(Backend):
+    name = "wgsl"
+    schema = TargetSchema("wgsl", (
+        Option("workgroup", "int", 1, 1024),
+        Option("subgroups", "choice", choices=("auto", "on", "off"), what="subgroups mode", usage="auto|on|off"),
+    ))
+    default_profile = "webgpu-core"
+    required_limits = ("workgroup_storage_bytes", "invocations_per_workgroup", "storage_buffers_per_stage",
+                       "workgroups_per_dimension", "storage_buffer_binding_bytes")
+    required_defaults = ("max_head_dim", "tile_q", "threads_per_row", "tile_kv")
+    required_sections = ("dialect",)
+    timing = "wall time, uploads and read-back included"
+    device_name = "wgpu adapter"
+
+    def check(self, spec, profile):
+        problems = []
+        if spec.dtype not in profile.storage_dtypes:
+            if spec.dtype == "bf16":
+                problems.append(Problem("dtype bf16 is not available: WGSL has no bf16 type", key="dtype",
+                                        hint="use dtype f16 (needs the shader-f16 feature) or f32 for WGSL; "
+                                             "bf16 runs on cuda"))
+            else:
+                problems += super().check(spec, profile)
+        uses_f16 = spec.dtype == "f16" or "f16" in (spec.acc_qk, spec.acc_pv)
+        if uses_f16 and not profile.may_use_feature("shader-f16"):
+            problems.append(Problem("f16 needs the shader-f16 feature, which this profile does not offer",
+                                    key="dtype", hint="use dtype f32"))
+        if spec.options(self.name).get("subgroups") == "on" and not profile.may_use_feature("subgroups"):
+            problems.append(Problem("subgroups=on, but this profile has no subgroups feature", key="target.wgsl",
+                                    hint="use subgroups=auto or off"))
+        return problems
+
+    def configure(self, spec, profile):
+        from .config import wgsl_config
+        return wgsl_config(spec, profile)
+
+    def lower(self, spec, profile, config, entry):
+        from .lower import lower
+        return lower(spec, profile, config, entry)
+
+    def render(self, plan):
+        from .emit import render_source
+        return render_source(plan)
+
+    def manifest(self, plan):
+        from .emit import render_manifest
+        return render_manifest(plan)
+
+    def describe(self, plan):
+        c = plan.config
+        return [
+            plan.summary(),
+            f"workgroup memory: {plan.smem_bytes} bytes ({c.smem_summary})",
+            f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
+            f"features: {', '.join(plan.features) or 'none'}",
+        ]
+
+    def compile(self, spec, profile=None):
+        from .kernel import compile_kernel
+        return compile_kernel(spec, profile)
+
+    def device_inputs(self, spec, host, options):
+        import numpy as np
+        return tuple(a.astype(np.dtype(_NP[spec.dtype])) for a in host), options
+
+
+BACKEND = WgslBackend()
+
+# The runtime's public names, imported on first use (they need wgpu).
+_RUNTIME = {"WgslTensor": "adapter", "device": "adapter", "adapter_profile": "adapter", "device_state": "adapter",
+            "WgslKernel": "kernel", "compile_kernel": "kernel"}
+
+
+def __getattr__(name):
+    if name in _RUNTIME:
+        import importlib
+        return getattr(importlib.import_module(f"{__name__}.{_RUNTIME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,211 @@
+"""KernelPlan -> WGSL source (for WebGPU: wgpu/naga, Chrome's Tint, ...) and its manifest.
+
+The kernel is templates/wgsl/kernel.wgsl.j2 with its parts (config, memory, math, mask). This
+module only turns the plan into the lists and numbers the templates print: the `enable`
+directives, the Params struct, the bindings, the buffer sizes and the shuffle masks of the
+subgroup reduction. No decisions are made here; they are the plan's.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from ...plan.kernel_plan import KernelPlan
+from ...plan.schedule import WORKSPACE_FILL, max_splits, pack_gqa
+from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
+from . import manifest as wgsl_layout
+from .config import WGSL_MAX_DIMS_V
+from .lower import COMBINE_WORKGROUP
+
+# Longest loop over an invocation's dims that is left to the compiler in one piece (longer ones
+# are split in chunks; see the DIM_CHUNK_QK comment in templates/wgsl/config.j2).
+MAX_DIM_CHUNK = 32
+BLOCK_MASK_WORKGROUP = 64  # invocations per workgroup of the block-mask builder
+_COMMENT_WIDTH = 92  # text width of wrapped comments (96 columns with '// ')
+
+# WGSL scalar types of the attngen dtypes a WGSL kernel can hold (bf16 is rejected by the checker).
+_SCALAR = {"f16": "f16", "f32": "f32"}
+_WORD = {"f16": "f16", "f32": "f32", "u32": "u32"}
+_F32_ALWAYS = ("lse", "o_part", "lse_part", "s_scratch", "stats")  # f32 whatever the storage dtype
+
+_TYPES_DOC = {
+    "f32": ["Storage is f32; all arithmetic is f32 unless an accumulator below says f16."],
+    "f16": ["Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup",
+            "memory and are widened to f32 where the arithmetic is f32."],
+}
+
+
+def _fields(plan: KernelPlan) -> list[dict]:
+    """The Params struct's fields, with `pad` spaces so that their trailing comments line up."""
+    rows = [{"name": n, "type": t, "doc": d} for n, t, d in plan.details.uniform_fields]
+    width = max((len(r["name"]) + len(r["type"]) for r in rows), default=0)
+    return [{**r, "pad": width - len(r["name"]) - len(r["type"])} for r in rows]
+
+
+def module_params(plan: KernelPlan) -> list:
+    """Every binding of the module (the union over its entry points), by binding number."""
+    seen = {}
+    for p in list(plan.params) + [q for e in plan.entries for q in e.params]:
+        seen.setdefault(p.binding, p)
+    return [seen[b] for b in sorted(seen)]
+
+
+def _bindings(plan: KernelPlan) -> list[dict]:
+    """One row per Param: WGSL address space and type, from the param's kind, access and dtype,
+    and its doc as comment lines."""
+    rows = []
+    for p in module_params(plan):
+        if p.kind == "uniform":
+            space, typ = "uniform", "Params"
+        else:
+            # WGSL has no write-only storage buffers: outputs are read_write. Tensors in the
+            # storage dtype are elem_t; lse, workspaces (f32) and the word buffers (u32) are not.
+            space = "storage, read" if p.access == "read" else "storage, read_write"
+            typ = "array<elem_t>" if p.dtype == plan.dtype and p.dtype != "u32" and p.name not in _F32_ALWAYS \
+                else f"array<{_WORD[p.dtype]}>"
+        doc = f"{p.name}: {p.doc}"
+        if p.shape:
+            doc = f"{p.name} ({', '.join(p.shape)}) {p.dtype}: {p.doc}"
+        rows.append({"binding": p.binding, "name": p.name, "space": space, "type": typ,
+                     "doc": textwrap.wrap(doc, width=_COMMENT_WIDTH)})
+    return rows
+
+
+_OPTIONAL_NOTE = {
+    "lse": "bind any buffer of at least 4 bytes and set write_lse = 0 to skip it",
+    "seq_meta": "bind any buffer of at least 4 bytes when the layout is padded without kv_lens",
+    "kv_new": "bind any buffer of at least 4 bytes and set len_new = 0 when nothing is appended",
+}
+
+
+def _chunk(n: int, cap: int = MAX_DIM_CHUNK) -> int:
+    """The largest divisor of n that is at most cap."""
+    return max(c for c in range(1, min(n, cap) + 1) if n % c == 0)
+
+
+def _shuffle_masks(threads_per_row: int) -> list[int]:
+    """Lane masks of the butterfly reduction over a row: T/2, T/4, ..., 1."""
+    masks, m = [], threads_per_row // 2
+    while m >= 1:
+        masks.append(m)
+        m //= 2
+    return masks
+
+
+def _binding_manifest(plan: KernelPlan) -> list[dict]:
+    out = []
+    layouts = wgsl_layout.buffer_layouts(plan)
+    fields = plan.details.uniform_fields
+    for p in module_params(plan):
+        entry = {"group": 0, "binding": p.binding, "name": p.name}
+        if p.kind == "uniform":
+            entry.update(
+                type="uniform",
+                struct="Params",
+                size_bytes=4 * len(fields),
+                fields=[{"name": n, "type": t, "offset": 4 * i, "doc": d}
+                        for i, (n, t, d) in enumerate(fields)],
+            )
+        else:
+            entry.update(
+                type="read-only-storage" if p.access == "read" else "storage",
+                dtype=p.dtype,
+                shape=list(p.shape),
+            )
+            if p.optional:
+                entry["optional"] = _OPTIONAL_NOTE[p.name]
+            if p.name in layouts:
+                entry["layout"] = layouts[p.name]
+        out.append(entry)
+    return out
+
+
+def render_source(plan: KernelPlan) -> str:
+    """The WGSL source of a plan (every entry point of its schedule in one module)."""
+    c = plan.config
+    sizes = {b.name: b.rows * b.cols for b in c.buffers}
+    reduction_doc = {
+        "subgroup": "with a butterfly of subgroup shuffles (sum_over_row)",
+        "workgroup": "through workgroup memory (sRed)",
+        "none": "(THREADS_PER_ROW is 1: the partial is the whole dot product)",
+    }[c.reduction]
+    layout = layout_lines(plan, "Workgroup memory")
+    if c.chunked:
+        layout.append(f"Head dim: {c.chunk_summary}.")
+    tpr = c.threads_per_row
+    source = render(
+        "wgsl/kernel.wgsl.j2",
+        header=comment_block(header_lines(plan, layout)),
+        directives=list(plan.details.directives),
+        c=c,
+        entry=plan.entry,
+        dims_qk=c.d_qk // tpr,
+        dims_v=c.v_cols // tpr,
+        dim_chunk_qk=_chunk(c.tile_dqk // tpr),
+        max_chunk=MAX_DIM_CHUNK,
+        max_dims_v=WGSL_MAX_DIMS_V,
+        elem=_SCALAR[plan.dtype],
+        acc_qk=_SCALAR[plan.acc_qk],
+        acc_pv=_SCALAR[plan.acc_pv],
+        types_doc=_TYPES_DOC[plan.dtype],
+        fields=_fields(plan),
+        bindings=_bindings(plan),
+        sizes=sizes,
+        shuffle_masks=_shuffle_masks(c.threads_per_row),
+        reduction_doc=reduction_doc,
+        mask=plan.mask,
+        schedule=plan.spec.schedule.kind,
+        pack_gqa=pack_gqa(plan.spec),
+        paged=plan.spec.kv_cache.is_paged,
+        page=plan.spec.kv_cache.page,
+        max_splits=max_splits(plan.spec),
+        combine_workgroup=COMBINE_WORKGROUP,
+        unwritten_bits=f"0x{WORKSPACE_FILL:08x}",
+        mask_doc=mask_doc(plan),
+        transform_doc=transform_doc(plan),
+        **constants(plan),
+    )
+    return source
+
+
+def render_manifest(plan: KernelPlan) -> dict:
+    """What a launcher without Python (a browser) needs: the common part
+    (attngen.backends.render.manifest) plus bindings, entry points and dispatches."""
+    c = plan.config
+    extra = {
+        "language": "WGSL",
+        "directives": [f"enable {d};" for d in plan.details.directives],
+        "workgroup_size": [c.workgroup, 1, 1],
+        "dispatch": list(plan.grid),
+        "dispatch_note": "dispatchWorkgroups(x, y, z) with the grid formulas; each dimension at most "
+                         "maxComputeWorkgroupsPerDimension; y = heads * V_BLOCKS (head-major) when the "
+                         "output columns are split over V_BLOCKS workgroups, heads being Hq, or Hkv for "
+                         "split schedules that pack GQA groups (schedule.rows)",
+        "workgroup_storage_bytes": c.smem_bytes,
+        "head_dim_chunks": {"tile_d": c.tile_d, "from_spec": c.tile_d_given, "v_blocks": c.v_blocks,
+                            "note": c.chunk_summary},
+        "features": list(plan.features),
+        "bindings": _binding_manifest(plan),
+        "entry_points": wgsl_layout.entry_points(plan),
+        "entry_points_note": "dispatch every entry point in this order, each with a bind group of exactly "
+                             "its bindings (its own pipeline layout, group 0); the params uniform is shared",
+        "schedule": wgsl_layout.schedule_manifest(plan),
+        "grid_extra_symbols": {"G": "Hq / Hkv, query heads per KV head", "S": "KV splits of this launch"},
+        "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
+                  "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides. Packed "
+                  "(kv_layout = 1): q (total_q, Hq, Dqk), k, v (total_k, Hkv, D), out (total_q, Hq, Dv), "
+                  "lse (Hq, total_q); paged (kv_layout = 2): k, v (num_pages, page, Hkv, D)",
+        "buffer_note": "buffers are contiguous (B, L, H, D); f16 buffers are padded with zeros to a "
+                       "multiple of 4 bytes (WebGPU buffer sizes)",
+        "completion_note": "if a driver cuts the main loop short (Mesa's llvmpipe ends all loops of a "
+                           "shader after 65535 iterations), the kernel stores nothing for those rows: "
+                           "fill out with NaN before the dispatch to detect it",
+    }
+    return manifest(plan, extra)
+
+
+def block_mask_source(plan: KernelPlan) -> str:
+    """The block-mask builder for `plan`'s tiles (templates/wgsl/block_mask.wgsl.j2)."""
+    c = plan.config
+    return render("wgsl/block_mask.wgsl.j2", tile_q=c.tile_q, tile_kv=c.tile_kv, kernel=plan.spec.name,
+                  workgroup=BLOCK_MASK_WORKGROUP)

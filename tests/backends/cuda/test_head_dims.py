@@ -1,0 +1,229 @@
+"""Head dims 8..1024 on CUDA: `tile d` chunking of the head dim and output columns split over blocks.
+
+The planner tests run everywhere; the NVRTC compile checks need the NVRTC wheels (no GPU);
+the equivalence tests run on a machine with a CUDA GPU and CuPy (PyTorch for bf16).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import attngen
+from attngen.api import check as _check
+
+
+def check(spec, profile):
+    """The checker's diagnostics for `spec` on a Profile (its target from the profile)."""
+    return _check(spec, profile.target, profile)
+from attngen.api import emit_plan
+from attngen.api import lower as plan
+from attngen.plan.formulas import evaluate_all as grid_size
+from attngen.api import get_profile
+from attngen.backends.cuda import nvrtc
+from attngen.backends.cuda.config import cuda_config
+
+from conftest import check_against_reference, random_qkv, require, spec_of
+
+# (label, spec body, query heads, KV heads): every path of the chunked kernel. "d=" cases give
+# `tile d`; the others are chosen by the planner (above 256, whole head dims do not fit).
+CASES = [
+    ("f32 d8 d=8 causal", "head_dim 8\n dtype f32\n tile d=8\n mask causal", 2, 1),
+    ("f16 d8 whole", "head_dim 8\n dtype f16\n mask window(left=3)", 3, 1),
+    ("bf16 d40 d=16 bottom-right", "head_dim 40\n dtype bf16\n tile d=16\n mask causal(bottom_right)", 4, 2),
+    ("f32 d80 d=32 window", "head_dim 80\n dtype f32\n tile d=32\n mask window(left=5, right=2)", 6, 2),
+    ("f16 d96 d=32 acc f16", "head_dim 96\n dtype f16\n accumulate f16\n tile d=32\n mask causal", 4, 4),
+    ("bf16 d160 d=64 softcap", "head_dim 160\n dtype bf16\n tile d=64\n softcap 30", 3, 1),
+    ("f16 192/128 d=64", "head_dim qk=192 v=128\n dtype f16\n tile d=64\n mask causal", 4, 1),
+    ("f16 d264", "head_dim 264\n dtype f16\n mask window(left=40)", 2, 2),
+    ("f16 d320 causal", "head_dim 320\n dtype f16\n mask causal", 4, 2),
+    ("f32 d320 window", "head_dim 320\n dtype f32\n mask window(left=20, right=3)", 2, 1),
+    ("bf16 d512 gqa", "head_dim 512\n dtype bf16\n mask causal(bottom_right)", 8, 2),
+    ("f16 d512 acc pv f16", "head_dim 512\n dtype f16\n accumulate qk=f32 pv=f16", 2, 1),
+    ("f16 576/512 mla", "head_dim qk=576 v=512\n dtype f16\n mask causal", 8, 1),
+    ("f16 d1024 bottom-right", "head_dim 1024\n dtype f16\n mask causal(bottom_right)", 2, 1),
+    ("bf16 d1024 d=128", "head_dim 1024\n dtype bf16\n tile d=128", 2, 2),
+    ("f32 d1024", "head_dim 1024\n dtype f32\n mask causal", 2, 1),
+    ("f16 1024/64 acc qk f16", "head_dim qk=1024 v=64\n dtype f16\n accumulate qk=f16 pv=f32", 2, 1),
+]
+# (batch, Lq, Lk): single tokens, odd lengths, Lq != Lk both ways, several K/V and Q tiles.
+SHAPES = [(1, 1, 1), (1, 7, 113), (2, 113, 7), (1, 65, 200)]
+
+
+def _spec(body: str):
+    return spec_of(body, name="hd")
+
+
+# -- the planner --------------------------------------------------------------------------------
+@pytest.mark.parametrize("head_dim, chunk, v_blocks, d_v_block", [
+    ("320", 64, 2, 192), ("512", 64, 2, 256), ("qk=576 v=512", 64, 2, 256), ("1024", 64, 4, 256),
+    ("qk=1024 v=64", 64, 1, 64), ("264", 64, 2, 192),
+])
+@pytest.mark.parametrize("profile", ["cuda-sm80", "cuda-sm90"])
+def test_wide_head_dims_get_a_chunk_and_column_blocks(head_dim, chunk, v_blocks, d_v_block, profile):
+    c = cuda_config(_spec(f"head_dim {head_dim}\n dtype f16"), get_profile(profile, "cuda"))
+    assert (c.chunk, c.v_blocks, c.d_v_block) == (chunk, v_blocks, d_v_block)
+    assert not c.chunk_given and c.d_v_block <= 256
+    assert [b.name for b in c.buffers] == ["sQ", "sKV"]
+    assert all(b.cols == chunk + 8 for b in c.buffers)  # O(tile x chunk), rows padded by 16 bytes
+
+
+@pytest.mark.parametrize("head_dim", ["8", "40", "64", "96", "128", "qk=192 v=128", "256"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+def test_head_dims_that_fit_keep_the_whole_head_dim_path(head_dim, dtype):
+    c = cuda_config(_spec(f"head_dim {head_dim}\n dtype {dtype}"), get_profile("cuda-sm80", "cuda"))
+    assert c.chunk is None and c.v_blocks == 1 and c.chunk_summary == ""
+
+
+def test_a_given_tile_d_is_kept():
+    c = cuda_config(_spec("head_dim 1024\n dtype f16\n tile d=32"), get_profile("cuda-sm90", "cuda"))
+    assert (c.chunk, c.chunk_given, c.v_blocks, c.d_v_block) == (32, True, 4, 256)
+    c = cuda_config(_spec("head_dim 64\n dtype f32\n tile d=8"), get_profile("cuda-sm90", "cuda"))
+    assert (c.chunk, c.v_blocks, c.d_v_block) == (8, 1, 64)
+
+
+def test_tiles_too_big_for_whole_head_dims_fall_back_to_chunks():
+    """q=128 kv=128 on 3 stages with head dim 256 needs 473 KB whole; in chunks 108 KB."""
+    s = _spec("head_dim 256\n dtype f16\n tile q=128 kv=128\n target cuda { warps=8 stages=3 }")
+    c = cuda_config(s, get_profile("cuda-sm80", "cuda"))
+    assert (c.chunk, c.chunk_given, c.v_blocks) == (64, False, 1)
+    assert (c.tile_q, c.tile_kv, c.stages, c.smem_bytes) == (128, 128, 3, 110592)
+
+
+@pytest.mark.parametrize("head_dim, line, message, hint", [
+    (64, "tile d=24", "tile d=24 is not a multiple of 16 (the k of the tensor-core product m16n8k16)",
+     "try tile d=16 or d=64"),
+    (1024, "tile d=512", "tile d=512 is too large (at most 256: a block keeps at most 256 output columns",
+     "try tile d=64"),
+    (8, "tile d=8", "tile d=8 is not a multiple of 16", "leave d out: head dim 8 fits whole"),
+])
+def test_bad_tile_d_is_refused_with_the_reason(head_dim, line, message, hint):
+    """(The language itself refuses a tile d that is not a multiple of 8 or exceeds the head dim.)"""
+    s = _spec(f"head_dim {head_dim}\n dtype f16\n {line}")
+    (d,) = check(s, get_profile("cuda-sm80", "cuda"))
+    assert message in d.message and d.hint == hint
+    assert d.span.line == 4  # the tile line
+
+
+def test_a_chunk_that_does_not_fit_states_bytes_and_limit():
+    s = _spec("head_dim 1024\n dtype f32\n tile q=256 kv=256 d=256\n target cuda { warps=16 stages=4 }")
+    (d,) = check(s, get_profile("cuda-sm80", "cuda"))
+    assert "in chunks of d=256 needs" in d.message and "cuda-sm80 allows 166912" in d.message
+    assert "smaller tile d" in d.hint
+
+
+def test_chunk_and_grid_show_in_check_source_and_manifest(capsys):
+    from attngen.cli import main
+    s = _spec("head_dim 1024\n dtype f16\n mask causal")
+    p = plan(s, "cuda", "cuda-sm90")
+    assert p.grid == ("ceil(Lq / 64)", "Hq * 4", "B")
+    assert grid_size(p.grid, B=3, Lq=130, Hq=5) == (3, 20, 3)
+    e = emit_plan(p)
+    assert "// Tile d=64 (chosen: the whole head dim does not fit)" in e.source
+    assert "constexpr int kChunk = 64;" in e.source and "constexpr int kVBlocks = 4;" in e.source
+    assert "Grid: (ceil(Lq / 64), Hq * 4, B)" in e.source
+    assert e.manifest["tile"] == {"q": 64, "kv": 32, "d": 64}
+    assert e.manifest["grid"] == ["ceil(Lq / 64)", "Hq * 4", "B"]
+    assert e.manifest["output_column_blocks"]["blocks"] == 4
+    path = "hd.attn"
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "hd.attn")
+        with open(path, "w") as f:
+            f.write("attention hd {\n head_dim 1024\n dtype f16\n}\n")
+        assert main(["check", path, "--target", "cuda", "--profile", "cuda-sm90"]) == 0
+    out = capsys.readouterr().out
+    assert "tile d=64" in out and "grid: (ceil(Lq / 64), Hq * 4, B)" in out
+
+
+# -- NVRTC (no GPU needed) --------------------------------------------------------------------
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
+@pytest.mark.parametrize("profile, arch", [("cuda-sm80", "sm_80"), ("cuda-sm90", "sm_90")])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_compiles(case, profile, arch):
+    source = emit_plan(plan(_spec(case[1]), "cuda", profile)).source
+    cubin, log = nvrtc.compile_cubin(source, arch)
+    assert cubin[:4] == b"\x7fELF"
+    assert "warning" not in log.lower(), log
+
+
+# -- equivalence on a GPU -----------------------------------------------------------------------
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_cuda_matches_reference(case):
+    require("cuda")
+    label, body, hq, hkv = case
+    spec = _spec(body)
+    for i, (b, lq, lk) in enumerate(SHAPES):
+        q, k, v = random_qkv(spec, b, lq, lk, heads_q=hq, heads_kv=hkv, seed=300 + i)
+        check_against_reference(spec, "cuda", q, k, v)
+
+
+# -- two_pass over chunked head dims ------------------------------------------------------------
+# Pass 1 streams chunks of Q and K (no V) and writes the scores and statistics once per head;
+# pass 2 streams chunks of V over its block's output columns (no K; scores from ws_s).
+TWO_PASS_CASES = [
+    ("bf16 d512", "head_dim 512\n dtype bf16\n schedule two_pass"),
+    ("bf16 576/512 mla", "head_dim qk=576 v=512\n dtype bf16\n mask causal(bottom_right)\n schedule two_pass"),
+    ("f16 d320 d=64", "head_dim 320\n dtype f16\n tile d=64\n mask window(left=100)\n schedule two_pass"),
+    ("f32 d320 d=64 softcap", "head_dim 320\n dtype f32\n tile d=64\n softcap 30\n schedule two_pass"),
+]
+
+
+@pytest.mark.parametrize("case", TWO_PASS_CASES, ids=lambda c: c[0])
+def test_two_pass_chunked_plan(case):
+    """Only pass 2 has column blocks; pass 1 computes each head's scores once."""
+    p = plan(_spec(case[1]), "cuda", "cuda-sm90")
+    c = p.config
+    assert c.chunked and c.v_blocks == 2
+    assert p.grid == (f"ceil(Lq * G / {c.tile_q}) * S", "Hkv", "B")
+    (pv,) = [e for e in p.entries if e.name == "pv"]
+    assert pv.grid == (f"ceil(Lq * G / {c.tile_q}) * S", "Hkv * 2", "B")
+    source = emit_plan(p).source
+    assert "constexpr int kColumnBlocks = kPass == 1 ? 1 : kVBlocks;" in source
+    assert "constexpr int kStepsQK = kPass == 2 ? 0 : kChunksQK;" in source
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
+# sm_90 only: the same code paths compile for sm_80 in tests/test_nvrtc.py's examples (NVRTC time).
+@pytest.mark.parametrize("profile, arch", [("cuda-sm90", "sm_90")])
+@pytest.mark.parametrize("case", TWO_PASS_CASES, ids=lambda c: c[0])
+def test_two_pass_chunked_compiles(case, profile, arch):
+    source = emit_plan(plan(_spec(case[1]), "cuda", profile)).source
+    cubin, log = nvrtc.compile_cubin(source, arch)
+    assert cubin[:4] == b"\x7fELF"
+    assert "warning" not in log.lower(), log
+
+
+@pytest.mark.parametrize("case", TWO_PASS_CASES, ids=lambda c: c[0])
+def test_two_pass_chunked_matches_reference(case):
+    """Decode (Lq 1) and a chunk of prefill (Lq 37), GQA group 4, Lk 300; then kv_lens with an
+    empty sequence (its rows: out 0, lse -inf)."""
+    require("cuda")
+    import cupy
+    import numpy as np
+    from attngen.reference import reference, relative_error, to_numpy, tolerance
+    from conftest import kernel_for, to_device
+    spec = _spec(case[1])
+    kernel = kernel_for(spec, "cuda")
+    for i, lq in enumerate((1, 37)):
+        q, k, v = random_qkv(spec, 2, lq, 300, heads_q=8, heads_kv=2, seed=400 + i)
+        check_against_reference(spec, "cuda", q, k, v)
+        lens = np.array([0, 217], np.int32)
+        dq, dk, dv = to_device("cuda", spec.dtype, q, k, v)
+        out, lse = kernel(dq, dk, dv, kv_lens=cupy.asarray(lens), return_lse=True)
+        out, lse = np.asarray(to_numpy(out), np.float64), np.asarray(to_numpy(lse), np.float64)
+        ref, ref_lse = reference(spec, q, k, v, return_lse=True, kv_lens=lens)
+        assert not np.isnan(out).any() and not np.isnan(lse).any(), "NaN"
+        err = relative_error(out, ref)
+        assert err <= tolerance(spec), f"relative error {err:.3g} > {tolerance(spec):g}"
+        assert np.isneginf(lse[0]).all() and not np.isneginf(lse[1]).any()
+        assert np.all(out[0] == 0)
+
+
+def test_cuda_grid_y_limit_is_a_launch_error():
+    require("cuda")
+    spec = _spec("head_dim 1024\n dtype f16")
+    q, k, v = random_qkv(spec, 1, 1, 1, heads_q=20000, heads_kv=20000)
+    from conftest import kernel_for, to_device
+    with pytest.raises(attngen.LaunchError, match="exceeds 65535 blocks along y"):
+        kernel_for(spec, "cuda")(*to_device("cuda", "f16", q, k, v))

@@ -1,0 +1,168 @@
+"""Run-time input checks (runtime/launch.py), the block-mask oracle and merge, without a device."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import attngen
+from attngen.runtime.blockmask import reference_block_mask
+from attngen.api import lower as plan
+from attngen.runtime.launch import resolve
+from attngen.plan.schedule import choose_splits
+
+from conftest import spec_of
+
+
+def _plan(body, target="cuda"):
+    return plan(spec_of(body), target, "cuda-sm90" if target == "cuda" else "webgpu-core")
+
+
+def _resolve(body, q, k, v=None, **kw):
+    p = _plan(body)
+    v = v or k[:-1] + (p.d_v,)
+    shapes = {"q": q, "k": k, "v": v}
+    dt = {"q": p.dtype, "k": p.dtype, "v": p.dtype}
+    for extra in ("k_new", "v_new"):
+        if extra in kw:
+            shapes[extra] = kw.pop(extra)
+            dt[extra] = p.dtype
+    return resolve(p, shapes, dt, **kw)
+
+
+def test_padded_defaults():
+    ln = _resolve("head_dim 64\n dtype f16", (2, 5, 8, 64), (2, 9, 2, 64))
+    assert (ln.layout, ln.batch, ln.len_q, ln.len_k, ln.group, ln.splits) == ("padded", 2, 5, 9, 4, 1)
+    assert ln.out_shape_for(64) == (2, 5, 8, 64) and ln.lse_shape == (2, 8, 5)
+
+
+def test_packed_lengths():
+    ln = _resolve("head_dim 64\n dtype f16", (12, 8, 64), (20, 2, 64), cu_seqlens_q=[0, 2, 2, 12],
+                  cu_seqlens_k=np.array([0, 5, 19, 20]))
+    assert (ln.layout, ln.batch, ln.len_q, ln.len_k) == ("packed", 3, 10, 14)
+    assert ln.out_shape_for(64) == (12, 8, 64) and ln.lse_shape == (8, 12)
+    assert list(ln.seq_lens_k()) == [5, 14, 1]
+
+
+def test_paged_and_append_lengths():
+    body = "head_dim 32\n dtype f16\n kv_cache paged(page=16)"
+    ln = _resolve(body, (2, 1, 4, 32), (6, 16, 2, 32), kv_lens=[3, 20], block_table=[[5, 0], [1, 2]],
+                  k_new=(2, 1, 2, 32), v_new=(2, 1, 2, 32))
+    assert (ln.layout, ln.page, ln.capacity, ln.len_k, ln.len_new) == ("paged", 16, 96, 21, 1)
+    with pytest.raises(attngen.LaunchError, match="repeats a page"):
+        _resolve(body, (2, 1, 4, 32), (6, 16, 2, 32), kv_lens=[3, 20], block_table=[[5, 0], [1, 1]],
+                 k_new=(2, 1, 2, 32), v_new=(2, 1, 2, 32))
+
+
+def test_append_without_queries_is_refused():
+    with pytest.raises(attngen.LaunchError, match="no query rows"):
+        _resolve("head_dim 32\n dtype f16", (2, 0, 4, 32), (2, 9, 2, 32), kv_lens=[1, 2],
+                 k_new=(2, 1, 2, 32), v_new=(2, 1, 2, 32))
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"cu_seqlens_q": [0, 3, 12], "kv_lens": [1, 2]}, "cannot be combined with kv_lens"),
+    ({"cu_seqlens_k": [0, 12]}, "needs cu_seqlens_q"),
+    ({"cu_seqlens_q": [0, 5, 12], "cu_seqlens_k": [0, 12]}, "2 entries"),
+])
+def test_packed_errors(kw, message):
+    q = (12, 4, 32) if "cu_seqlens_q" in kw else (1, 12, 4, 32)
+    k = (12, 2, 32) if "cu_seqlens_q" in kw else (1, 12, 2, 32)
+    with pytest.raises(attngen.LaunchError, match=message):
+        _resolve("head_dim 32\n dtype f32", q, k, **kw)
+
+
+def test_split_choice():
+    p = _plan("head_dim 128\n dtype f16\n schedule split_kv(auto)")
+    # decode over 8 x 8 KV heads on 132 SMs: 2 blocks per SM (4 splits), bounded by the keys
+    n = choose_splits(p, 8, 1, 32768, 32, 8, 132)
+    assert 2 <= n <= 64
+    assert choose_splits(p, 8, 1, 64, 32, 8, 132) == 1  # too few keys to split
+    assert choose_splits(_plan("head_dim 64\n dtype f16\n schedule split_kv(5)"), 1, 1, 10, 1, 1, 1) == 5
+    assert choose_splits(_plan("head_dim 64\n dtype f16"), 1, 1, 10**6, 1, 1, 132) == 1
+
+
+# ---- block masks (numpy oracle) ----------------------------------------------------------------
+
+def _naive_classes(mask, tq, tkv):
+    m = mask.reshape((1,) * (4 - mask.ndim) + mask.shape)
+    bm, hm, lq, lk = m.shape
+    nq, nk = -(-lq // tq), -(-lk // tkv)
+    out = np.zeros((bm, hm, nq, nk), int)  # 0 empty, 1 full, 2 partial
+    for b in range(bm):
+        for h in range(hm):
+            for i in range(nq):
+                for j in range(nk):
+                    blk = m[b, h, i * tq:(i + 1) * tq, j * tkv:(j + 1) * tkv]
+                    live = blk != 0 if m.dtype == bool else blk > -np.inf
+                    plain = live if m.dtype == bool else blk == 0
+                    out[b, h, i, j] = 0 if not live.any() else (1 if plain.all() else 2)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_block_mask_oracle_matches_naive(seed):
+    rng = np.random.default_rng(seed)
+    lq, lk = rng.integers(1, 70, 2)
+    tq, tkv = [(16, 16), (64, 32), (8, 8), (128, 64)][seed]
+    if seed % 2:
+        mask = rng.random((2, 3, lq, lk)) < 0.1
+        mask[:, :, :, : lk // 2] = True
+    else:
+        mask = np.where(rng.random((lq, lk)) < 0.5, -np.inf, 0.0).astype(np.float32)
+        mask[: lq // 2] = rng.standard_normal((lq // 2, lk))
+    bm = reference_block_mask(mask, tq, tkv)
+    classes = _naive_classes(mask, tq, tkv)
+    for idx in np.ndindex(bm.counts.shape):
+        live = [j for j in range(classes.shape[-1]) if classes[idx][j]]
+        assert bm.counts[idx] == len(live)
+        want = [2 * j + (classes[idx][j] == 2) for j in live]
+        assert list(bm.tiles[idx][: len(live)]) == want
+        assert (bm.tiles[idx][len(live):] == -1).all()
+
+
+@pytest.mark.parametrize("mask, message", [
+    (np.ones((3,), bool), "shape"),
+    (np.ones((2, 2), np.int8), "boolean"),
+    (np.full((2, 2), np.nan, np.float32), "NaN"),
+    (np.full((2, 2), np.inf, np.float32), r"\+inf"),
+])
+def test_block_mask_bad_masks(mask, message):
+    with pytest.raises(attngen.LaunchError, match=message):
+        reference_block_mask(mask, 16, 16)
+
+
+def test_block_mask_needs_a_kernel():
+    with pytest.raises(attngen.LaunchError, match="compiled attngen kernel"):
+        attngen.block_mask(np.ones((2, 2), bool), object())
+
+
+# ---- merge -------------------------------------------------------------------------------------
+
+def test_merge_matches_softmax_over_union():
+    rng = np.random.default_rng(0)
+    s = rng.standard_normal((2, 3, 5, 40))  # (B, H, L, keys)
+    v = rng.standard_normal((2, 40, 3, 8))  # (B, keys, H, D)
+
+    def attend(sl):
+        x = s[..., sl]
+        m = x.max(-1, keepdims=True)
+        p = np.exp(x - m)
+        out = np.einsum("bhlk,bkhd->blhd", p / p.sum(-1, keepdims=True), v[:, sl])
+        return out, (m + np.log(p.sum(-1, keepdims=True)))[..., 0]
+
+    parts = [attend(slice(0, 13)), attend(slice(13, 40))]
+    out, lse = attngen.merge([p[0] for p in parts], [p[1] for p in parts])
+    full_out, full_lse = attend(slice(0, 40))
+    assert np.allclose(out, full_out) and np.allclose(lse, full_lse)
+
+
+@pytest.mark.parametrize("outs, lses, message", [
+    ([np.zeros((1, 2, 3, 4))], [], "as many lse"),
+    ([np.zeros((1, 2, 3, 4))], [np.zeros((1, 2, 3))], "do not match"),
+    ([np.zeros((1, 2, 3, 4)), np.zeros((1, 2, 3, 5))], [np.zeros((1, 3, 2))] * 2, "part 1"),
+    (["x"], [np.zeros(1)], "numpy, CuPy or PyTorch"),
+])
+def test_merge_errors(outs, lses, message):
+    with pytest.raises(attngen.LaunchError, match=message):
+        attngen.merge(outs, lses)
