@@ -32,7 +32,7 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     targets = backends.names()
     p = _Parser(prog="attngen", description="Compile attention specs into flash-attention kernels "
-                "for CUDA and WGSL.")
+                f"(targets: {', '.join(targets)}).")
     p.add_argument("--version", action="version", version=f"attngen {__version__}")
     p.add_argument("--debug", action="store_true", help="show Python tracebacks")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -41,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("spec", metavar="SPEC", help="a .attn file ('-' reads standard input)")
     b.add_argument("--target", required=True, choices=targets)
     b.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
-    b.add_argument("--profile", metavar="P", help="target profile (default cuda-sm80 / webgpu-core)")
+    defaults = " / ".join(backends.get(t).default_profile for t in targets)
+    b.add_argument("--profile", metavar="P", help=f"target profile (default {defaults})")
     b.add_argument("--emit", choices=("source", "ir", "manifest"), default="source")
     b.add_argument("-o", "--output", metavar="PATH", help="write here instead of standard output")
 

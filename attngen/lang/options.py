@@ -36,6 +36,7 @@ class TargetSchema:
 
     name: str
     options: tuple
+    language: str = ""  # the language kernels are generated in ("C++"), for messages
 
     def option(self, name: str) -> Option | None:
         return next((o for o in self.options if o.name == name), None)

@@ -48,6 +48,12 @@ def target_usage() -> str:
     return "  or  ".join(t.usage for t in target_schemas()) or USAGE["target"]
 
 
+def _both(names) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1] if names else ""
+
+
 def _either(names) -> str:
     """'a', 'a or b', 'a, b or c'."""
     names = list(names)
@@ -457,7 +463,8 @@ def build_specs(blocks, source) -> tuple[list[AttentionSpec], list[Diagnostic]]:
             name_diag = Diagnostic(f"kernel name is {len(block.name)} characters long (at most "
                                    f"{MAX_NAME_LENGTH})", block.name_span)
         elif block.name.startswith("__"):
-            name_diag = Diagnostic("kernel names may not start with '__' (reserved in C++ and WGSL)",
+            languages = _both(t.language for t in target_schemas() if t.language) or "the generated code"
+            name_diag = Diagnostic(f"kernel names may not start with '__' (reserved in {languages})",
                                    block.name_span)
         elif block.name in names:
             name_diag = Diagnostic(f"duplicate kernel name '{block.name}' (first on line "

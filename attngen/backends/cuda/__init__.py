@@ -23,7 +23,7 @@ class CudaBackend(Backend):
     schema = TargetSchema("cuda", (
         Option("warps", "int", 1, 32),
         Option("stages", "int", 1, 8),
-    ))
+    ), language="C++")
     default_profile = "cuda-sm80"
     required_limits = ("shared_memory_bytes", "threads_per_block", "registers_per_thread", "registers_per_block")
     required_defaults = ("math", "max_head_dim", "tile_q", "tile_kv", "stages")
@@ -60,7 +60,7 @@ class CudaBackend(Backend):
 
     def compile(self, spec, profile=None):
         from .runtime import compile_kernel
-        return compile_kernel(spec, profile)
+        return compile_kernel(self, spec, profile)
 
     def device_inputs(self, spec, host, options):
         from ...errors import LaunchError

@@ -132,7 +132,7 @@ def render_manifest(plan: KernelPlan) -> dict:
     if plan.spec.schedule.is_split:
         splits = plan.spec.schedule.splits
         extra["splits"] = (f"S = {splits}" if splits is not None else
-                           split_rule(c.tile_q, c.tile_kv) + " (attngen.schedule.choose_splits; "
+                           split_rule(c.tile_q, c.tile_kv) + " (attngen.plan.schedule.choose_splits; "
                            "compute_units = the GPU's multiprocessors)")
         extra["workspaces"] = {w.name: {"bytes": w.bytes_formula, "dtype": w.dtype, "note": "allocated by the "
                                         "launcher, uninitialised; reused only after the combine has run"}

@@ -156,26 +156,22 @@ def _stream(t: _Tensor):
 _TORCH_STREAMS: dict = {}
 
 
-def device_profile(device_id: int | None = None) -> Profile:
-    """The profile for a CUDA device, narrowed to what the device reports."""
+def device_profile(backend, device_id: int | None = None) -> Profile:
+    """The profile for a CUDA device, narrowed to what the device reports (`backend`: the CUDA
+    backend, which looks profiles up)."""
     cupy = _cupy()
     dev = cupy.cuda.Device(device_id) if device_id is not None else cupy.cuda.Device()
     cc = int(dev.compute_capability)
     if cc < 80:
         raise LaunchError(f"GPU {dev.id} has compute capability {cc // 10}.{cc % 10}; attngen's CUDA "
                           "kernels need 8.0 or newer (mma.sync m16n8k16 and cp.async)")
-    base = _backend().profile("cuda-sm90" if cc >= 90 else "cuda-sm80")
+    base = backend.profile("cuda-sm90" if cc >= 90 else "cuda-sm80")
     attrs = dev.attributes
     smem = attrs.get("MaxSharedMemoryPerBlockOptin", base.limit("shared_memory_bytes"))
     return base.narrowed(
         limits={"shared_memory_bytes": min(smem, base.limit("shared_memory_bytes"))},
         sections={"device": {"arch": f"sm_{cc}", "compute_capability": cc}},
     )
-
-
-def _backend():
-    from . import BACKEND
-    return BACKEND
 
 
 class CudaKernel(Kernel):
@@ -359,13 +355,13 @@ def build_cubin(emitted, arch: str) -> bytes:
     return data
 
 
-def compile_kernel(spec, profile: Profile | str | None = None, device_id: int | None = None) -> CudaKernel:
-    """Plan, emit and compile `spec` for a CUDA device (the current one by default)."""
+def compile_kernel(backend, spec, profile: Profile | str | None = None, device_id: int | None = None) -> CudaKernel:
+    """Plan, emit and compile `spec` with `backend` (the CUDA backend) for a CUDA device (the
+    current one by default)."""
     cupy = _cupy()
     if device_id is None:
         device_id = cupy.cuda.Device().id
-    live = device_profile(device_id)
-    backend = _backend()
+    live = device_profile(backend, device_id)
     profile = live if profile is None else backend.profile(profile)
     plan = lower(spec, backend, profile)
     emitted = Emitted(backend.render(plan), backend.manifest(plan), plan)

@@ -27,7 +27,7 @@ class WgslBackend(Backend):
     schema = TargetSchema("wgsl", (
         Option("workgroup", "int", 1, 1024),
         Option("subgroups", "choice", choices=("auto", "on", "off"), what="subgroups mode", usage="auto|on|off"),
-    ))
+    ), language="WGSL")
     default_profile = "webgpu-core"
     required_limits = ("workgroup_storage_bytes", "invocations_per_workgroup", "storage_buffers_per_stage",
                        "workgroups_per_dimension", "storage_buffer_binding_bytes")
@@ -81,7 +81,7 @@ class WgslBackend(Backend):
 
     def compile(self, spec, profile=None):
         from .kernel import compile_kernel
-        return compile_kernel(spec, profile)
+        return compile_kernel(self, spec, profile)
 
     def device_inputs(self, spec, host, options):
         import numpy as np
@@ -90,9 +90,20 @@ class WgslBackend(Backend):
 
 BACKEND = WgslBackend()
 
+
+def compile_kernel(spec, profile=None):
+    """A WGSL kernel for the live adapter (attngen.compile(spec, target="wgsl"))."""
+    return BACKEND.compile(spec, profile)
+
+
+def adapter_profile():
+    """The profile of the live adapter, narrowed to what it reports."""
+    from .adapter import adapter_profile as profile_of
+    return profile_of(BACKEND)
+
+
 # The runtime's public names, imported on first use (they need wgpu).
-_RUNTIME = {"WgslTensor": "adapter", "device": "adapter", "adapter_profile": "adapter", "device_state": "adapter",
-            "WgslKernel": "kernel", "compile_kernel": "kernel"}
+_RUNTIME = {"WgslTensor": "adapter", "device": "adapter", "device_state": "adapter", "WgslKernel": "kernel"}
 
 
 def __getattr__(name):

@@ -237,13 +237,13 @@ def naga_dialect(profile: Profile) -> Profile:
 _PROFILE: Profile | None = None
 
 
-def adapter_profile() -> Profile:
-    """The profile of the live adapter: the matching targets/*.toml profile, narrowed to it."""
+def adapter_profile(backend) -> Profile:
+    """The profile of the live adapter: the matching targets/*.toml profile, narrowed to it
+    (`backend`: the WGSL backend, which looks profiles up)."""
     global _PROFILE
     if _PROFILE is not None:
         return _PROFILE
     st = device_state()
-    backend = _backend()
     matching = [p for p in backend.profiles() if _matches(p, st.info)]
     # the most specific match wins (most [match] keys), then the first by name
     base = max(matching, key=lambda p: len(p.section("match"))) if matching else backend.profile("webgpu-core")
@@ -261,11 +261,6 @@ def adapter_profile() -> Profile:
     _PROFILE = base.narrowed(name=name, limits=limits, features=features,
                              sections={"dialect": {"subgroups_directive": False}})
     return _PROFILE
-
-
-def _backend():
-    from . import BACKEND
-    return BACKEND
 
 
 # ---- buffers and inputs ----------------------------------------------------------------------------------

@@ -83,12 +83,12 @@ _PIPELINES: dict = {}
 _PIPELINES_LOCK = threading.Lock()
 
 
-def compile_kernel(spec: AttentionSpec, profile: Profile | str | None = None) -> "WgslKernel":
-    """Plan, emit and compile `spec` for the live device (profile None = the adapter's profile)."""
-    from . import BACKEND
+def compile_kernel(backend, spec: AttentionSpec, profile: Profile | str | None = None) -> "WgslKernel":
+    """Plan, emit and compile `spec` with `backend` (the WGSL backend) for the live device
+    (profile None = the adapter's profile)."""
     st = device_state()
-    prof = adapter_profile() if profile is None else naga_dialect(BACKEND.profile(profile))
-    plan = lower(spec, BACKEND, prof)
+    prof = adapter_profile(backend) if profile is None else naga_dialect(backend.profile(profile))
+    plan = lower(spec, backend, prof)
     _check_device(plan, st)
     key = (plan.spec_text, _profile_key(prof), generator_version())
     with _PIPELINES_LOCK:
@@ -98,8 +98,8 @@ def compile_kernel(spec: AttentionSpec, profile: Profile | str | None = None) ->
 
     # The source is always emitted afresh (it is cheap, and a disk copy could go stale behind
     # the template digest); the disk cache keeps a record of it and its manifest once it compiles.
-    source = BACKEND.render(plan)
-    em = Emitted(source, BACKEND.manifest(plan), plan)
+    source = backend.render(plan)
+    em = Emitted(source, backend.manifest(plan), plan)
     disk_key = cache_key(spec=plan.spec_text, generator=generator_version(), target="wgsl",
                          adapter=st.description(), profile=_profile_key(prof))
 

@@ -99,7 +99,7 @@ def schedule_manifest(plan: KernelPlan) -> dict:
     out = {"kind": kind}
     if kind != "fused":
         out["splits"] = ("N of split_kv(N)" if spec.schedule.splits else
-                         split_rule(plan.tile_q, plan.tile_kv) + " (attngen.schedule.choose_splits; "
+                         split_rule(plan.tile_q, plan.tile_kv) + " (attngen.plan.schedule.choose_splits; "
                          "compute_units from the profile)")
         out["max_splits"] = max_splits(spec)
         if pack_gqa(spec):

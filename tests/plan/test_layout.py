@@ -1,0 +1,212 @@
+"""The package's layout is its architecture (docs/architecture.md): imports point one way.
+
+    text -> lang -> plan -> (reference, merge) -> runtime -> backends -> api / cli
+
+A module may import modules of its own layer or of layers below it, never above; no module
+imports another in a circle (imports inside functions count too); only attngen/backends/<name>/
+knows its target, and no backend imports another; nothing imports names from the package root.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+PACKAGE = Path(ROOT) / "attngen"
+
+# Layers, bottom up: a module's layer is the first prefix that matches its name.
+LAYERS = [
+    ("attngen.version", 0), ("attngen.errors", 0), ("attngen.resources", 0),
+    ("attngen.lang", 1),
+    ("attngen.plan", 2),
+    ("attngen.reference", 3), ("attngen.merge", 3),
+    ("attngen.runtime", 4),
+    ("attngen.backends", 5),
+    ("attngen.api", 6), ("attngen.cli", 6), ("attngen.__main__", 6), ("attngen", 6),
+]
+# Words that name a target or its device machinery: none may appear in code outside backends/.
+TARGET_WORDS = ("cuda", "wgsl", "nvrtc", "wgpu")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py")) if "__pycache__" not in p.parts}
+
+
+def layer(name: str) -> int:
+    for prefix, rank in LAYERS:
+        if name == prefix or name.startswith(prefix + "."):
+            return rank
+    raise AssertionError(f"module {name} is in no layer of this test: add it to LAYERS")
+
+
+def imports(name: str, path: Path, known: dict) -> set[str]:
+    """Modules of attngen that `name` imports, anywhere in its body."""
+    tree = ast.parse(path.read_text(), str(path))
+    is_package = path.name == "__init__.py"
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.split(".")[0] == "attngen"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "attngen":
+                continue
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                out.add(sub if sub in known else target)
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(name, path, known) & set(known) for name, path in known.items()}
+
+
+def test_no_module_imports_from_a_higher_layer():
+    bad = [f"{a} (layer {layer(a)}) imports {b} (layer {layer(b)})"
+           for a, deps in graph().items() for b in deps if layer(b) > layer(a)]
+    assert not bad, "imports against the direction of the pipeline:\n" + "\n".join(bad)
+
+
+def test_no_circles():
+    g = graph()
+    # Tarjan's strongly connected components; any component of two or more modules is a circle.
+    index, low, stack, on, circles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in g[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in g[v]:
+                circles.append(sorted(comp))
+    for v in g:
+        if v not in index:
+            visit(v)
+    assert not circles, f"modules that import each other in a circle: {circles}"
+
+
+def test_nothing_imports_the_package_root():
+    bad = [a for a, deps in graph().items() if "attngen" in deps and a != "attngen"]
+    assert not bad, f"modules importing names from the package root (import from their module instead): {bad}"
+
+
+def _backend_package(name: str) -> str | None:
+    """The target package a module belongs to (attngen.backends.<target>...), or None."""
+    parts = name.split(".")
+    if len(parts) >= 3 and parts[1] == "backends" and (PACKAGE / "backends" / parts[2]).is_dir():
+        return parts[2]
+    return None
+
+
+def test_only_its_backend_knows_a_target():
+    """No backend imports another's modules; the neutral backend modules (base, render, the
+    registry) import none. (The registry loads the built-in backends by name, at run time.)"""
+    bad = [f"{a} imports {b}" for a, deps in graph().items() if a.startswith("attngen.backends")
+           for b in deps if _backend_package(b) is not None and _backend_package(b) != _backend_package(a)]
+    assert not bad, "\n".join(bad)
+
+
+def _code_words(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string constant (docstrings left out) and every identifier of a module."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = getattr(node, "body", [])
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                docstrings.add(id(body[0].value))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            out.append((node.lineno, node.value))
+        elif isinstance(node, ast.Name):
+            out.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute):
+            out.append((node.lineno, node.attr))
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            out.append((node.lineno, node.name))
+        elif isinstance(node, ast.arg):
+            out.append((node.lineno, node.arg))
+        elif isinstance(node, ast.alias):
+            out.append((getattr(node, "lineno", 0), node.name))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append((node.lineno, node.module))
+    return out
+
+
+def test_no_target_knowledge_outside_backends():
+    """Outside attngen/backends/ no code names a target or its machinery (CUDA, NVRTC, WGSL,
+    wgpu): no target-name comparisons, no target-specific fields or imports. Prose in
+    docstrings and comments may mention them."""
+    bad = []
+    for name, path in modules().items():
+        if name.startswith("attngen.backends"):
+            continue
+        for line, text in _code_words(path):
+            low = text.lower()
+            hit = next((w for w in TARGET_WORDS if w in low), None)
+            if hit:
+                bad.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {text[:70]!r}")
+    assert not bad, "target knowledge outside attngen/backends/:\n" + "\n".join(bad)
+
+
+def _imported_after(code: str) -> set[str]:
+    probe = (f"import sys\n{code}\n"
+             "print(' '.join(sorted({m.split('.')[0] for m in sys.modules})))")
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    return set(res.stdout.split())
+
+
+HEAVY = {"cupy", "wgpu", "jinja2", "lark", "torch"}
+
+
+def test_import_attngen_is_light():
+    assert not _imported_after("import attngen") & HEAVY
+
+
+@pytest.mark.parametrize("code, allowed", [
+    ("import attngen; attngen.parse('attention a { head_dim 64\\n dtype f16 }')", {"lark"}),
+    ("import attngen; attngen.emit(attngen.parse('attention a { head_dim 64\\n dtype f16 }')[0], 'wgsl')",
+     {"lark", "jinja2"}),
+    ("import attngen; attngen.emit(attngen.parse('attention a { head_dim 64\\n dtype f16 }')[0], 'cuda')",
+     {"lark", "jinja2"}),
+])
+def test_libraries_load_when_needed(code, allowed):
+    assert _imported_after(code) & HEAVY <= allowed
