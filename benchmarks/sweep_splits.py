@@ -1,4 +1,4 @@
-"""Sweep the KV split count of split_kv decode on the GPU (tuning data for attngen/schedule.py).
+"""Sweep the KV split count of split_kv decode on the GPU (tuning data for attngen/plan/schedule.py).
 
     . .gl/env.sh && python3 benchmarks/sweep_splits.py
 

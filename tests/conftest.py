@@ -13,7 +13,7 @@ import attngen
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The example block of DESIGN.md ("The language"), verbatim.
+# The example block of the design's "The language" (README.md shows it too), verbatim.
 DESIGN_EXAMPLE = """\
 # Llama-3-8B prefill: grouped-query attention, causal, half precision
 attention llama3_8b_prefill {
@@ -124,7 +124,7 @@ def kernel_for(spec, target):
 
 def runtime_inputs(spec, target, q, k, v, seed=0):
     """(k, v, call options, reference options) for specs that need run-time inputs (custom
-    masks, paged caches: attngen.runner.runtime_inputs); masks go to the GPU for cuda."""
+    masks, paged caches: attngen.runtime.runner.runtime_inputs); masks go to the GPU for cuda."""
     from attngen.runtime.runner import runtime_inputs as host_inputs
     k, v, opts = host_inputs(spec, q, k, v, np.random.default_rng(seed))
     call = dict(opts)

@@ -19,9 +19,6 @@ from .options import target_schemas
 
 DTYPES = ("f16", "bf16", "f32")
 ACC_DTYPES = ("f32", "f16")
-MASK_KINDS = ("none", "causal", "window", "custom")
-SCHEDULES = ("fused", "split_kv", "two_pass")
-KV_CACHES = ("contiguous", "paged")
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 

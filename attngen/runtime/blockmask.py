@@ -25,8 +25,6 @@ import numpy as np
 
 from ..errors import LaunchError
 
-MASK_KINDS = ("bool", "additive")
-
 
 @dataclass
 class BlockMask:

@@ -1,7 +1,7 @@
 """Both targets compute the reference's function: every example, odd shapes, every variant.
 
 CUDA runs where a GPU with CuPy is present (the GPU machine); WGSL runs on whatever wgpu
-adapter is present (lavapipe in CI). Tolerances are DESIGN.md's, by dtype.
+adapter is present (lavapipe in CI). Tolerances are docs/architecture.md's, by dtype.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_output_is_fully_written(target):
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_design_example(target):
-    """The spec DESIGN.md shows builds and runs on both targets' devices."""
+    """The spec of the design example (conftest.DESIGN_EXAMPLE) builds and runs on both targets' devices."""
     require(target)
     spec = attngen.parse(DESIGN_EXAMPLE)[0]
     for i, (b, lq, lk) in enumerate([(1, 7, 113), (1, 130, 130)]):

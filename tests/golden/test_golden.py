@@ -1,6 +1,6 @@
 """Golden files of generated source: a change to what attngen prints shows up as a diff here.
 
-Regenerate deliberately with `pytest tests/test_golden.py --update-golden` and review the diff.
+Regenerate deliberately with `pytest tests/golden --update-golden` and review the diff.
 A refactor that changes no behaviour changes no golden file.
 """
 

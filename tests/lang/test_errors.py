@@ -2,7 +2,7 @@
 
 Nothing here may raise anything but attngen.SpecError. Language errors come from
 attngen.parse; target errors (memory, dtypes, what is not generated yet) from
-attngen.check.check and attngen.plan.plan with a profile.
+attngen.check and attngen.lower with a profile.
 """
 
 from __future__ import annotations
@@ -639,7 +639,7 @@ def test_accumulate_f16_needs_dtype_f16(dtype, acc):
     assert (d.span.line, d.span.column) == (4, 1)
 
 
-# -- target checks: through attngen.check.check and attngen.plan.plan -----------------------
+# -- target checks: through attngen.check and attngen.lower --------------------------------
 
 def spec_of(body: str, name: str = "k"):
     (s,) = attngen.parse(block(body), "t.attn")
@@ -716,7 +716,7 @@ def test_wgsl_webgpu_core_f16_memory_message():
 
 
 def test_cuda_tile_q_and_warps_must_agree():
-    """Each warp owns 16 or 32 rows of Q: tile q=128 on 4 warps (DESIGN.md's example) is fine,
+    """Each warp owns 16 or 32 rows of Q: tile q=128 on 4 warps (the design example's) is fine,
     on 2 warps (64 rows each) it is not."""
     ok = spec_of("head_dim 128\ndtype f16\ntile q=128 kv=64\ntarget cuda { warps=4 stages=2 }")
     assert check(ok, get_profile("cuda-sm80", "cuda")) == []
@@ -740,7 +740,7 @@ def test_variants_are_generated(line, target, profile):
 @pytest.mark.parametrize("body", ["head_dim 512\ndtype f16", "head_dim qk=576 v=512\ndtype bf16",
                                   "head_dim 320\ndtype f16\ntile d=64", "head_dim 64\ndtype f32\ntile d=16"])
 def test_cuda_two_pass_with_head_dim_chunks_is_generated(body, profile):
-    """two_pass streams head dims in chunks like the other schedules (tests/test_head_dims.py)."""
+    """two_pass streams head dims in chunks like the other schedules (tests/backends/cuda/test_head_dims.py)."""
     assert check(spec_of(f"{body}\nschedule two_pass"), get_profile(profile, "cuda")) == []
 
 

@@ -1,4 +1,4 @@
-"""The spec language: every form DESIGN.md shows parses, defaults, round trips, spans, names."""
+"""The spec language: every form the design example shows parses, defaults, round trips, spans, names."""
 
 from __future__ import annotations
 

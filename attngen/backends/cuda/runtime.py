@@ -29,7 +29,6 @@ from . import nvrtc
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
 _NP_DTYPES = {"float16": "f16", "float32": "f32", "bfloat16": "bf16"}
-_TYPESTR = {"<f2": "f16", "<f4": "f32"}
 _ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 
 

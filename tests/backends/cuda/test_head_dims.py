@@ -184,7 +184,7 @@ def test_two_pass_chunked_plan(case):
 
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
-# sm_90 only: the same code paths compile for sm_80 in tests/test_nvrtc.py's examples (NVRTC time).
+# sm_90 only: the same code paths compile for sm_80 in tests/backends/cuda/test_nvrtc.py's examples (NVRTC time).
 @pytest.mark.parametrize("profile, arch", [("cuda-sm90", "sm_90")])
 @pytest.mark.parametrize("case", TWO_PASS_CASES, ids=lambda c: c[0])
 def test_two_pass_chunked_compiles(case, profile, arch):

@@ -1,4 +1,4 @@
-"""WGSL-specific checks of issue 3's variants (tests/test_variants.py runs the shared ones).
+"""WGSL-specific checks of issue 3's variants (tests/equivalence/test_variants.py runs the shared ones).
 
 The block-mask shader against the numpy oracle on odd shapes, the binding budget of every
 entry point (webgpu-core: 8 storage buffers per stage), the manifest's description of the
