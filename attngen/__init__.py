@@ -12,6 +12,10 @@ nor the templates (jinja2), nor a device library: each comes when a call needs i
 
 from .version import __version__
 from .errors import CompileError, LaunchError, SpecError
+# Functions named like their modules are bound here, so that a later import of the module
+# (attngen.reference, attngen.merge) cannot shadow them; both need only numpy.
+from .merge import merge
+from .reference import reference
 
 # public name -> (module, attribute)
 _LAZY = {
@@ -24,10 +28,8 @@ _LAZY = {
     "emit": ("api", "emit"),
     "compile": ("api", "compile"),
     "targets": ("api", "targets"),
-    "reference": ("reference", "reference"),
     "BlockMask": ("runtime.blockmask", "BlockMask"),
     "block_mask": ("runtime.blockmask", "block_mask"),
-    "merge": ("merge", "merge"),
 }
 
 

@@ -210,3 +210,16 @@ def test_import_attngen_is_light():
 ])
 def test_libraries_load_when_needed(code, allowed):
     assert _imported_after(code) & HEAVY <= allowed
+
+
+def test_public_functions_are_not_shadowed_by_their_modules():
+    """attngen.reference and attngen.merge stay the functions once every module is imported."""
+    import importlib
+    import attngen
+    for name in modules():
+        if ".backends.wgsl." in name or ".backends.cuda." in name or name.endswith("__main__"):
+            continue  # device libraries may be missing here; __main__ runs the command
+        importlib.import_module(name)
+    for name in attngen.__all__:
+        value = getattr(attngen, name)
+        assert not isinstance(value, type(attngen)), f"attngen.{name} is a module"
