@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # One device call: the whole test suite on both targets (CUDA through CuPy, WGSL through wgpu on
 # the GPU's Vulkan driver), then the benchmark. Logs and results go to $OUT (default ./gpu-out).
-#   . .gl/env.sh && bash benchmarks/gpu_session.sh [tests|bench|all] [pytest args...]
+#   . .gl/env.sh && ATTNGEN_COMMIT=<sha> bash benchmarks/gpu_session.sh [tests|bench|all] [pytest args...]
+# The device machine's copy of .git may be stale: pass the commit you run (git rev-parse --short
+# HEAD, here) as ATTNGEN_COMMIT, or the results say "unknown".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-all}; shift || true
 out=${OUT:-gpu-out}; mkdir -p "$out"
 export ATTNGEN_CACHE_DIR=${ATTNGEN_CACHE_DIR:-/tmp/attngen-cache}
+export ATTNGEN_COMMIT=${ATTNGEN_COMMIT:-unknown}
 rc=0
 if [ "$what" = tests ] || [ "$what" = all ]; then
     start=$(date +%s)

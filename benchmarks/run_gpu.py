@@ -177,7 +177,9 @@ def main():
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    commit = os.environ.get("ATTNGEN_COMMIT")  # first: the GPU machine's copy may carry a stale .git
+    # The GPU machine's copy of the repository may carry a stale .git: only ATTNGEN_COMMIT is trusted
+    # there (benchmarks/gpu_session.sh passes it); elsewhere git is asked.
+    commit = os.environ.get("ATTNGEN_COMMIT")
     if not commit:
         try:
             commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
