@@ -83,6 +83,15 @@ class Launch:
     def group(self) -> int:
         return self.heads_q // self.heads_kv
 
+    def sizes(self, plan: KernelPlan | None = None) -> dict:
+        """The values of the formulas' symbols for this call (attngen.plan.formulas): B, Lq, Lk,
+        Hq, Hkv, G, S, and the head dims Dqk, Dv of `plan`."""
+        out = dict(B=self.batch, Lq=self.len_q, Lk=self.len_k, Hq=self.heads_q, Hkv=self.heads_kv,
+                   G=self.group, S=self.splits)
+        if plan is not None:
+            out.update(Dqk=plan.d_qk, Dv=plan.d_v)
+        return out
+
     def out_shape_for(self, d_v: int) -> tuple:
         if self.layout == "packed":
             return (self.total_q, self.heads_q, d_v)

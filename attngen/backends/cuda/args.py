@@ -96,19 +96,13 @@ def mask_values(bm: BlockMask, device: int) -> dict:
 def workspace_shapes(plan, launch: Launch) -> dict:
     """The split schedules' workspaces (plan.workspaces) as (shape, dtype) for this call; a key
     axis of Lk = 0 still gets one column (the scores' row stride)."""
-    sizes = {**grid_sizes(plan, launch), "Lk": max(launch.len_k, 1), "Dv": plan.d_v, "Dqk": plan.d_qk}
+    sizes = {**launch.sizes(plan), "Lk": max(launch.len_k, 1)}
     return {w.name: evaluate_all(w.shape, **sizes) for w in plan.workspaces}
-
-
-def grid_sizes(plan, launch: Launch) -> dict:
-    """The run-time values of the grid formulas' symbols."""
-    return dict(B=launch.batch, Lq=launch.len_q, Lk=launch.len_k, Hq=launch.heads_q, Hkv=launch.heads_kv,
-                G=launch.group, S=launch.splits)
 
 
 def launches(plan, values: dict, launch: Launch) -> list:
     """[(entry point name, grid, block, shared bytes, args)] in launch order."""
-    sizes = grid_sizes(plan, launch)
+    sizes = launch.sizes(plan)
     out = []
     for name, params, grid, threads, smem in [(plan.entry, plan.params, plan.grid, plan.threads, plan.smem_bytes)] + [
             (e.entry, e.params, e.grid, e.threads, e.smem_bytes) for e in plan.entries]:

@@ -77,8 +77,7 @@ def params_words(plan: KernelPlan, launch: Launch, *, write_lse: bool, offsets: 
 
 def workspace_bytes(plan: KernelPlan, launch: Launch) -> dict:
     """Bytes of the split schedules' workspaces (the plan's formulas), by binding name."""
-    sizes = dict(B=launch.batch, Lq=launch.len_q, Lk=launch.len_k, Hq=launch.heads_q, Hkv=launch.heads_kv,
-                 S=launch.splits, Dv=plan.d_v, Dqk=plan.d_qk)
+    sizes = launch.sizes(plan)
     out = {}
     for w in plan.workspaces:
         n = 4

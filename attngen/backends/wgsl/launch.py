@@ -78,7 +78,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
         return (o, np.zeros(lse_shape, np.float32)) if return_lse else o
 
     limit = kernel.binding_limit()
-    sizes = dict(B=L.batch, Lq=L.len_q, Lk=L.len_k, Hq=L.heads_q, Hkv=L.heads_kv, G=L.group, S=L.splits)
+    sizes = L.sizes(plan)
     dims = kernel.limit("workgroups_per_dimension")
     for role, _, _, _, grid in kernel.pipelines:
         for axis, n, what in zip("xyz", evaluate_all(grid, **sizes), grid):
