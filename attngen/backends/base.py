@@ -21,6 +21,8 @@ the core.
 
 from __future__ import annotations
 
+import importlib
+
 from ..lang.options import TargetSchema
 from ..lang.spec import AttentionSpec
 from ..plan.kernel_plan import KernelPlan, Lowered, Problem
@@ -31,6 +33,10 @@ class Backend:
     """Base class of the backends; subclasses set the class attributes and override the steps."""
 
     name: str = ""
+    # A backend package may implement the steps in modules of the usual names, which are
+    # imported only when a step runs: config.configure, lower.lower, emit.render_source and
+    # emit.render_manifest. Otherwise a subclass overrides the methods.
+    package: str | None = None
     schema: TargetSchema = TargetSchema("", ())
     default_profile: str = ""
     # Keys every profile of this target must have (checked when a profile is looked up).
@@ -67,19 +73,24 @@ class Backend:
                             key="dtype")]
         return []
 
+    def _step(self, module: str, function: str):
+        if self.package is None:
+            raise NotImplementedError(f"backend {self.name} implements no {function}")
+        return getattr(importlib.import_module(f"{self.package}.{module}"), function)
+
     def configure(self, spec: AttentionSpec, profile: Profile):
         """The tile configuration (tile_q, tile_kv, buffers, smem_bytes, summary()); raise
         Problem when the spec's own choices cannot work."""
-        raise NotImplementedError
+        return self._step("config", "configure")(spec, profile)
 
     def lower(self, spec: AttentionSpec, profile: Profile, config, entry: str) -> Lowered:
-        raise NotImplementedError
+        return self._step("lower", "lower")(spec, profile, config, entry)
 
     def render(self, plan: KernelPlan) -> str:
-        raise NotImplementedError
+        return self._step("emit", "render_source")(plan)
 
     def manifest(self, plan: KernelPlan) -> dict:
-        raise NotImplementedError
+        return self._step("emit", "render_manifest")(plan)
 
     def describe(self, plan: KernelPlan) -> list[str]:
         """What `attngen check` prints under a plan (one line each)."""

@@ -8,6 +8,8 @@ imports a backend: attngen.api looks the backend up and passes it.
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from ..errors import SpecError
 from ..lang.spec import AttentionSpec, format_spec
 from . import masks
@@ -41,12 +43,5 @@ def lower(spec: AttentionSpec, backend, profile: Profile) -> KernelPlan:
         softcap=spec.softcap,
         mask=masks.clamp(spec.mask),
         prescale_q=spec.acc_qk == "f16",
-        threads=low.threads,
-        grid=low.grid,
-        params=low.params,
-        features=low.features,
-        smem_bytes=low.smem_bytes,
-        entries=low.entries,
-        workspaces=low.workspaces,
-        details=low.details,
+        **{f.name: getattr(low, f.name) for f in fields(low)},  # the backend's part
     )

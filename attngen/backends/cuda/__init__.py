@@ -20,6 +20,7 @@ _NP = {"f16": "float16", "f32": "float32"}
 
 class CudaBackend(Backend):
     name = "cuda"
+    package = __name__  # config.py, lower.py and emit.py implement configure, lower, render, manifest
     schema = TargetSchema("cuda", (
         Option("warps", "int", 1, 32),
         Option("stages", "int", 1, 8),
@@ -30,22 +31,6 @@ class CudaBackend(Backend):
     required_sections = ("device.arch",)
     timing = "GPU time (events)"
     device_name = "CUDA GPU (with CuPy)"
-
-    def configure(self, spec, profile):
-        from .config import cuda_config
-        return cuda_config(spec, profile)
-
-    def lower(self, spec, profile, config, entry):
-        from .lower import lower
-        return lower(spec, profile, config, entry)
-
-    def render(self, plan):
-        from .emit import render_source
-        return render_source(plan)
-
-    def manifest(self, plan):
-        from .emit import render_manifest
-        return render_manifest(plan)
 
     def describe(self, plan):
         c = plan.config

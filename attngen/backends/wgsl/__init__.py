@@ -24,6 +24,7 @@ _NP = {"f16": "float16", "f32": "float32"}
 
 class WgslBackend(Backend):
     name = "wgsl"
+    package = __name__  # config.py, lower.py and emit.py implement configure, lower, render, manifest
     schema = TargetSchema("wgsl", (
         Option("workgroup", "int", 1, 1024),
         Option("subgroups", "choice", choices=("auto", "on", "off"), what="subgroups mode", usage="auto|on|off"),
@@ -53,22 +54,6 @@ class WgslBackend(Backend):
             problems.append(Problem("subgroups=on, but this profile has no subgroups feature", key="target.wgsl",
                                     hint="use subgroups=auto or off"))
         return problems
-
-    def configure(self, spec, profile):
-        from .config import wgsl_config
-        return wgsl_config(spec, profile)
-
-    def lower(self, spec, profile, config, entry):
-        from .lower import lower
-        return lower(spec, profile, config, entry)
-
-    def render(self, plan):
-        from .emit import render_source
-        return render_source(plan)
-
-    def manifest(self, plan):
-        from .emit import render_manifest
-        return render_manifest(plan)
 
     def describe(self, plan):
         c = plan.config
