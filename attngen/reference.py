@@ -67,32 +67,45 @@ def structured_mask(spec: AttentionSpec, len_q: int, len_k: int) -> np.ndarray |
 
 
 def _attend(spec, q, k, v, visible, bias):
-    """One sequence, one KV head group. q (Lq, G, D), k (Lk, D), v (Lk, Dv) -> out, lse."""
+    """One sequence, one KV head group. q (Lq, G, D), k (Lk, D), v (Lk, Dv) -> out, lse.
+
+    A key a row does not see contributes nothing to it, whatever its values: scores and P V
+    select on visibility, never multiply a hidden key's values by zero (0 * inf is NaN). A
+    non-finite value a row does see makes that row non-finite (NaN in, NaN out)."""
     scale = spec.resolved_scale
     len_q, groups = q.shape[0], q.shape[1]
     out = np.zeros((len_q, groups, v.shape[1]))
     lse = np.full((groups, len_q), -np.inf)
     if k.shape[0] == 0:
         return out, lse
+    finite_v = np.isfinite(v)
+    v_clean = np.where(finite_v, v, 0.0)
+    poisoned = np.nonzero(~finite_v.all(axis=1))[0]  # keys with a non-finite value
     for r0 in range(0, len_q, _ROW_CHUNK):
         r1 = min(r0 + _ROW_CHUNK, len_q)
-        s = np.einsum("igd,jd->gij", q[r0:r1], k) * scale
-        if spec.softcap is not None:
-            s = spec.softcap * np.tanh(s / spec.softcap)
-        if bias is not None:
-            s = s + bias[:, r0:r1]
-        ok = np.isfinite(s) if bias is not None else np.ones(s.shape, bool)
+        with np.errstate(invalid="ignore", over="ignore"):
+            s = np.einsum("igd,jd->gij", q[r0:r1], k) * scale
+            if spec.softcap is not None:
+                s = spec.softcap * np.tanh(s / spec.softcap)
+        ok = np.ones(s.shape, bool) if bias is None else (bias[:, r0:r1] > -np.inf)
         if visible is not None:
             ok &= visible[:, r0:r1]
-        s = np.where(ok, s, -np.inf)
-        m = s.max(axis=-1, keepdims=True)
-        seen = np.isfinite(m)
-        p = np.where(ok, np.exp(s - np.where(seen, m, 0.0)), 0.0)
-        l = p.sum(axis=-1, keepdims=True)
-        o = np.einsum("gij,jd->igd", p / np.where(l > 0, l, 1.0), v)
+        s = np.where(ok, s if bias is None else s + np.where(ok, bias[:, r0:r1], 0.0), -np.inf)
+        with np.errstate(invalid="ignore"):
+            m = s.max(axis=-1, keepdims=True)  # NaN when a visible score is NaN
+            seen = np.isfinite(m)
+            p = np.where(ok, np.exp(s - np.where(seen, m, 0.0)), 0.0)
+            l = p.sum(axis=-1, keepdims=True)
+            w = p / np.where(l > 0, l, 1.0)
+            o = np.einsum("gij,jd->igd", w, v_clean)
+            for j in poisoned:  # only the rows that see key j take its non-finite values
+                wj = w[:, :, j][..., None]
+                o += np.transpose(np.where(wj != 0, wj * np.where(finite_v[j], 0.0, v[j]), 0.0), (1, 0, 2))
         out[r0:r1] = o
-        with np.errstate(divide="ignore"):
-            lse[:, r0:r1] = np.where(l[..., 0] > 0, (m + np.log(np.where(l > 0, l, 1.0)))[..., 0], -np.inf)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # no key seen: -inf; a NaN (or inf) in the row's inputs: NaN
+            lse[:, r0:r1] = np.where(l[..., 0] > 0, (m + np.log(np.where(l > 0, l, 1.0)))[..., 0],
+                                     np.where(l[..., 0] == 0, -np.inf, np.nan))
     return out, lse
 
 

@@ -33,6 +33,13 @@ def clamp(mask: Mask) -> Mask:
     return replace(mask, left=min(mask.left, WINDOW_CAP), right=min(mask.right, WINDOW_CAP))
 
 
+def hides_loaded_keys(mask: Mask) -> bool:
+    """Whether some rows of a block may not see keys of a tile the kernel loads: every mask but
+    none (which only bounds keys by Lk; the loads zero-fill rows past it). Such keys must
+    contribute nothing whatever their values, inf and NaN included."""
+    return mask.kind != "none"
+
+
 def describe(mask: Mask) -> str:
     """One sentence for source headers."""
     m = mask

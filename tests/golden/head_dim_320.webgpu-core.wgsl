@@ -58,6 +58,20 @@ const LN2: f32 = 0.6931471805599453;       // ln(2): lse = m_i * ln(2) + ln(l_i)
 const MASKED: f32 = -3.0e38;
 // The bits of -inf, written to lse for rows that see no key (built at run time, see epilogue).
 const NEG_INF_BITS: u32 = 0xff800000u;
+// The bits of a quiet NaN, written to out and lse of a row whose result is undefined: it saw a
+// NaN (or a +inf score) among the keys it sees. Tested on bits, not with float compares, which
+// implementations that assume finite math may fold away.
+const NAN_BITS: u32 = 0x7fc00000u;
+
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// A score that makes its row's result undefined: NaN or +inf (a -inf score only gives p = 0).
+fn poisons(t: f32) -> bool {
+    let b = bitcast<u32>(t);
+    return (b & 0x7fffffffu) > 0x7f800000u || b == 0x7f800000u;
+}
 
 // ---- section: types -------------------------------------------------------------------------
 // Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup
@@ -190,12 +204,14 @@ fn scores(s: ptr<function, array<f32, TILE_KV>>, q_reg: ptr<function, array<qk_a
 // O += P V for the invocation's row, with the online-softmax rescale folded in:
 // acc[i] = alpha * acc[i] + sum_j p_j V[j][d] for its dims d = lane + THREADS_PER_ROW * i.
 // Each dim's sum over the tile is formed in pv_acc_t and then added to the f32 acc (so f16
-// accumulation cannot overflow across tiles).
+// accumulation cannot overflow across tiles). A key with p = 0 (masked, or outside the row's
+// keys) is selected out, never multiplied: its V may hold anything, inf and NaN included.
 fn pv(acc: ptr<function, array<f32, DIMS_V>>, p: ptr<function, array<f32, TILE_KV>>, alpha: f32, lane: u32) {
     for (var i = 0u; i < DIMS_V; i++) {
         var o = pv_acc_t(0.0);
         for (var j = 0u; j < TILE_KV; j++) {
-            o += pv_acc_t((*p)[j]) * pv_acc_t(sV[j * HEAD_DIM_V + lane + THREADS_PER_ROW * i]);
+            let pj = (*p)[j];
+            o += select(pv_acc_t(0.0), pv_acc_t(pj) * pv_acc_t(sV[j * HEAD_DIM_V + lane + THREADS_PER_ROW * i]), pj != 0.0);
         }
         (*acc)[i] = alpha * (*acc)[i] + f32(o);
     }
@@ -375,6 +391,7 @@ fn attngen_head_dim_320(@builtin(local_invocation_index) lid: u32, @builtin(work
 
     var m_i = MASKED;                   // running max of the row's scores (log2 domain); MASKED = none yet
     var l_i = 0.0;                      // running sum of exp2(t - m_i)
+    var row_bad = false;                // the row saw a NaN or +inf score: its result is NaN
     var acc: array<f32, DIMS_V>;        // unnormalised output, this invocation's dims
     var s: array<f32, TILE_KV>;         // the row's scores of the current tile, then its probabilities P
 
@@ -402,6 +419,10 @@ fn attngen_head_dim_320(@builtin(local_invocation_index) lid: u32, @builtin(work
         for (var j = 0u; j < TILE_KV; j++) {
             var t = score_transform(s[j]);
             if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                t = MASKED;
+            }
+            if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                row_bad = true;
                 t = MASKED;
             }
             s[j] = t;
@@ -432,8 +453,11 @@ fn attngen_head_dim_320(@builtin(local_invocation_index) lid: u32, @builtin(work
     }
 
     // ---- section: epilogue: normalise and store ----
-    // A row that saw no key has l_i = 0: its output is 0 and its lse is -inf, never NaN.
+    // A row that saw no key has l_i = 0: its output is 0 and its lse is -inf, never NaN. A row
+    // that saw a NaN or +inf score (row_bad) gets NaN: its result is undefined.
     let completed = it > n_tiles;  // false only when the driver cut the main loop short
+    var nan_bits = NAN_BITS;
+    let nan = bitcast<f32>(nan_bits);  // a var's bits: never a const-expression
     if (row < seq.len_q && completed) {
         var inv_l = 0.0;
         if (l_i > 0.0) {
@@ -441,7 +465,7 @@ fn attngen_head_dim_320(@builtin(local_invocation_index) lid: u32, @builtin(work
         }
         let o_base = ((seq.q_row0 + row) * params.heads_q + head) * HEAD_DIM_V + lane;
         for (var i = 0u; i < DIMS_V; i++) {
-            out[o_base + THREADS_PER_ROW * i] = elem_t(acc[i] * inv_l);
+            out[o_base + THREADS_PER_ROW * i] = elem_t(select(acc[i] * inv_l, nan, row_bad));
         }
         if (lane == 0u && params.write_lse != 0u) {
             // -inf cannot be a WGSL constant: build it at run time from its bits (a var is
@@ -451,7 +475,7 @@ fn attngen_head_dim_320(@builtin(local_invocation_index) lid: u32, @builtin(work
             if (l_i > 0.0) {
                 row_lse = m_i * LN2 + log(l_i);
             }
-            lse[seq.lse0 + head * seq.lse_stride + row] = row_lse;
+            lse[seq.lse0 + head * seq.lse_stride + row] = select(row_lse, nan, row_bad);
         }
     }
 }

@@ -58,6 +58,20 @@ const LN2: f32 = 0.6931471805599453;       // ln(2): lse = m_i * ln(2) + ln(l_i)
 const MASKED: f32 = -3.0e38;
 // The bits of -inf, written to lse for rows that see no key (built at run time, see epilogue).
 const NEG_INF_BITS: u32 = 0xff800000u;
+// The bits of a quiet NaN, written to out and lse of a row whose result is undefined: it saw a
+// NaN (or a +inf score) among the keys it sees. Tested on bits, not with float compares, which
+// implementations that assume finite math may fold away.
+const NAN_BITS: u32 = 0x7fc00000u;
+
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// A score that makes its row's result undefined: NaN or +inf (a -inf score only gives p = 0).
+fn poisons(t: f32) -> bool {
+    let b = bitcast<u32>(t);
+    return (b & 0x7fffffffu) > 0x7f800000u || b == 0x7f800000u;
+}
 
 // ---- section: types -------------------------------------------------------------------------
 // Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup
@@ -196,12 +210,14 @@ fn scores(s: ptr<function, array<f32, TILE_KV>>, q_reg: ptr<function, array<qk_a
 // O += P V for the invocation's row, with the online-softmax rescale folded in:
 // acc[i] = alpha * acc[i] + sum_j p_j V[j][d] for its dims d = lane + THREADS_PER_ROW * i.
 // Each dim's sum over the tile is formed in pv_acc_t and then added to the f32 acc (so f16
-// accumulation cannot overflow across tiles).
+// accumulation cannot overflow across tiles). A key with p = 0 (masked, or outside the row's
+// keys) is selected out, never multiplied: its V may hold anything, inf and NaN included.
 fn pv(acc: ptr<function, array<f32, DIMS_V>>, p: ptr<function, array<f32, TILE_KV>>, alpha: f32, lane: u32) {
     for (var i = 0u; i < DIMS_V; i++) {
         var o = pv_acc_t(0.0);
         for (var j = 0u; j < TILE_KV; j++) {
-            o += pv_acc_t((*p)[j]) * pv_acc_t(sV[j * HEAD_DIM_V + lane + THREADS_PER_ROW * i]);
+            let pj = (*p)[j];
+            o += select(pv_acc_t(0.0), pv_acc_t(pj) * pv_acc_t(sV[j * HEAD_DIM_V + lane + THREADS_PER_ROW * i]), pj != 0.0);
         }
         (*acc)[i] = alpha * (*acc)[i] + f32(o);
     }
@@ -401,6 +417,7 @@ fn attngen_llama3_8b_decode(@builtin(local_invocation_index) lid: u32, @builtin(
 
     var m_i = MASKED;                   // running max of the row's scores (log2 domain); MASKED = none yet
     var l_i = 0.0;                      // running sum of exp2(t - m_i)
+    var row_bad = false;                // the row saw a NaN or +inf score: its result is NaN
     var acc: array<f32, DIMS_V>;        // unnormalised output, this invocation's dims
     var s: array<f32, TILE_KV>;         // the row's scores of the current tile, then its probabilities P
 
@@ -428,6 +445,10 @@ fn attngen_llama3_8b_decode(@builtin(local_invocation_index) lid: u32, @builtin(
         for (var j = 0u; j < TILE_KV; j++) {
             var t = score_transform(s[j]);
             if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                t = MASKED;
+            }
+            if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                row_bad = true;
                 t = MASKED;
             }
             s[j] = t;
@@ -458,8 +479,11 @@ fn attngen_llama3_8b_decode(@builtin(local_invocation_index) lid: u32, @builtin(
     }
 
     // ---- section: epilogue: normalise and store ----
-    // A row that saw no key has l_i = 0: its output is 0 and its lse is -inf, never NaN.
+    // A row that saw no key has l_i = 0: its output is 0 and its lse is -inf, never NaN. A row
+    // that saw a NaN or +inf score (row_bad) gets NaN: its result is undefined.
     let completed = it > n_tiles;  // false only when the driver cut the main loop short
+    var nan_bits = NAN_BITS;
+    let nan = bitcast<f32>(nan_bits);  // a var's bits: never a const-expression
     // This split's output normalised by its own sum (f32), and its lse; MASKED when it saw no key.
     if (row < seq.len_q && completed) {
         let part = split * params.batch + seq.batch;
@@ -469,10 +493,11 @@ fn attngen_llama3_8b_decode(@builtin(local_invocation_index) lid: u32, @builtin(
         }
         let o_base = ((part * params.len_q + row) * params.heads_q + head) * HEAD_DIM_V + lane;
         for (var i = 0u; i < DIMS_V; i++) {
-            o_part[o_base + THREADS_PER_ROW * i] = acc[i] * inv_l;
+            o_part[o_base + THREADS_PER_ROW * i] = select(acc[i] * inv_l, nan, row_bad);
         }
         if (lane == 0u) {
-            lse_part[(part * params.heads_q + head) * params.len_q + row] = select(MASKED, m_i * LN2 + log(l_i), l_i > 0.0);
+            let part_lse = select(MASKED, m_i * LN2 + log(l_i), l_i > 0.0);
+            lse_part[(part * params.heads_q + head) * params.len_q + row] = select(part_lse, nan, row_bad);
         }
     }
 }
@@ -503,14 +528,18 @@ fn attngen_llama3_8b_decode_combine(@builtin(global_invocation_id) gid: vec3<u32
     // weights of the splits
     var w: array<f32, MAX_SPLITS>;
     var m = MASKED;
+    var row_bad = false;  // a split's result is NaN (undefined): so is the row's
     for (var sp = 0u; sp < params.splits; sp++) {
         let x = lse_part[sp * split_stride + lse_at];
         if (bitcast<u32>(x) == UNWRITTEN_BITS) {
             return;  // a split's workgroup was cut short by the driver: leave the row unwritten
         }
-        w[sp] = x;
-        m = max(m, x);
+        row_bad = row_bad || is_nan(x);
+        w[sp] = select(x, MASKED, is_nan(x));
+        m = max(m, w[sp]);
     }
+    var nan_bits = NAN_BITS;
+    let nan = bitcast<f32>(nan_bits);
     var total = 0.0;
     for (var sp = 0u; sp < params.splits; sp++) {
         w[sp] = select(exp(w[sp] - m), 0.0, w[sp] <= MASKED || m <= MASKED);
@@ -530,7 +559,7 @@ fn attngen_llama3_8b_decode_combine(@builtin(global_invocation_id) gid: vec3<u32
                 o += w[sp] * o_part[sp * o_split + o_row + d];
             }
         }
-        out[out_base + d] = elem_t(o);
+        out[out_base + d] = elem_t(select(o, nan, row_bad));
     }
     if (params.write_lse != 0u) {
         var neg_inf_bits = NEG_INF_BITS;
@@ -538,6 +567,6 @@ fn attngen_llama3_8b_decode_combine(@builtin(global_invocation_id) gid: vec3<u32
         if (m > MASKED && total > 0.0) {
             value = row_lse;
         }
-        lse[seq.lse0 + head * seq.lse_stride + row] = value;
+        lse[seq.lse0 + head * seq.lse_stride + row] = select(value, nan, row_bad);
     }
 }

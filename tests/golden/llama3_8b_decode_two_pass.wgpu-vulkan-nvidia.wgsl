@@ -57,6 +57,20 @@ const LN2: f32 = 0.6931471805599453;       // ln(2): lse = m_i * ln(2) + ln(l_i)
 const MASKED: f32 = -3.0e38;
 // The bits of -inf, written to lse for rows that see no key (built at run time, see epilogue).
 const NEG_INF_BITS: u32 = 0xff800000u;
+// The bits of a quiet NaN, written to out and lse of a row whose result is undefined: it saw a
+// NaN (or a +inf score) among the keys it sees. Tested on bits, not with float compares, which
+// implementations that assume finite math may fold away.
+const NAN_BITS: u32 = 0x7fc00000u;
+
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// A score that makes its row's result undefined: NaN or +inf (a -inf score only gives p = 0).
+fn poisons(t: f32) -> bool {
+    let b = bitcast<u32>(t);
+    return (b & 0x7fffffffu) > 0x7f800000u || b == 0x7f800000u;
+}
 
 // ---- section: types -------------------------------------------------------------------------
 // Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup
@@ -202,12 +216,14 @@ fn scores(s: ptr<function, array<f32, TILE_KV>>, q_reg: ptr<function, array<qk_a
 // O += P V for the invocation's row, with the online-softmax rescale folded in:
 // acc[i] = alpha * acc[i] + sum_j p_j V[j][d] for its dims d = lane + THREADS_PER_ROW * i.
 // Each dim's sum over the tile is formed in pv_acc_t and then added to the f32 acc (so f16
-// accumulation cannot overflow across tiles).
+// accumulation cannot overflow across tiles). A key with p = 0 (masked, or outside the row's
+// keys) is selected out, never multiplied: its V may hold anything, inf and NaN included.
 fn pv(acc: ptr<function, array<f32, DIMS_V>>, p: ptr<function, array<f32, TILE_KV>>, alpha: f32, lane: u32) {
     for (var i = 0u; i < DIMS_V; i++) {
         var o = pv_acc_t(0.0);
         for (var j = 0u; j < TILE_KV; j++) {
-            o += pv_acc_t((*p)[j]) * pv_acc_t(sV[j * HEAD_DIM_V + lane + THREADS_PER_ROW * i]);
+            let pj = (*p)[j];
+            o += select(pv_acc_t(0.0), pv_acc_t(pj) * pv_acc_t(sV[j * HEAD_DIM_V + lane + THREADS_PER_ROW * i]), pj != 0.0);
         }
         (*acc)[i] = alpha * (*acc)[i] + f32(o);
     }
@@ -408,6 +424,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
 
     var m_i = MASKED;                   // running max of the row's scores (log2 domain); MASKED = none yet
     var l_i = 0.0;                      // running sum of exp2(t - m_i)
+    var row_bad = false;                // the row saw a NaN or +inf score: its result is NaN
     var acc: array<f32, DIMS_V>;        // unnormalised output, this invocation's dims
     var s: array<f32, TILE_KV>;         // the row's scores of the current tile, then its probabilities P
 
@@ -434,6 +451,10 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
         for (var j = 0u; j < TILE_KV; j++) {
             var t = score_transform(s[j]);
             if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                t = MASKED;
+            }
+            if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                row_bad = true;
                 t = MASKED;
             }
             s[j] = t;
@@ -472,12 +493,16 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
     }
 
     // ---- section: epilogue: normalise and store ----
-    // A row that saw no key has l_i = 0: its output is 0 and its lse is -inf, never NaN.
+    // A row that saw no key has l_i = 0: its output is 0 and its lse is -inf, never NaN. A row
+    // that saw a NaN or +inf score (row_bad) gets NaN: its result is undefined.
     let completed = it > n_tiles;  // false only when the driver cut the main loop short
-    // Pass 1 stores this split's row max (log2 domain; MASKED: no key) and sum for pass 2.
+    var nan_bits = NAN_BITS;
+    let nan = bitcast<f32>(nan_bits);  // a var's bits: never a const-expression
+    // Pass 1 stores this split's row max (log2 domain; MASKED: no key; NaN: the row's result is
+    // undefined) and sum for pass 2.
     if (row < seq.len_q && completed && lane == 0u) {
         let at = 2u * ((((split * params.batch + seq.batch) * params.heads_q) + head) * params.len_q + row);
-        stats[at] = m_i;
+        stats[at] = select(m_i, nan, row_bad);
         stats[at + 1u] = l_i;
     }
 }
@@ -510,20 +535,23 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
     // -- merge the statistics of every split of the row
     var m_i = MASKED;
     var missing = false;  // a pass-1 workgroup that the driver cut short (see UNWRITTEN_BITS)
+    var row_bad = false;  // a split saw a NaN or +inf score of the row: its result is NaN
     let row_at = (seq.batch * params.heads_q + head) * params.len_q + row;
     let split_stride = params.batch * params.heads_q * params.len_q;
     if (row < seq.len_q) {
         for (var sp = 0u; sp < params.splits; sp++) {
             let m_s = stats[2u * (sp * split_stride + row_at)];
-            missing = missing || bitcast<u32>(m_s) == UNWRITTEN_BITS;
-            m_i = max(m_i, select(m_s, MASKED, bitcast<u32>(m_s) == UNWRITTEN_BITS));
+            let unwritten = bitcast<u32>(m_s) == UNWRITTEN_BITS;
+            missing = missing || unwritten;
+            row_bad = row_bad || (is_nan(m_s) && !unwritten);
+            m_i = max(m_i, select(m_s, MASKED, is_nan(m_s)));
         }
     }
     var l_i = 0.0;
     if (row < seq.len_q && m_i > MASKED) {
         for (var sp = 0u; sp < params.splits; sp++) {
             let at = 2u * (sp * split_stride + row_at);
-            if (stats[at] > MASKED && !missing) {
+            if (stats[at] > MASKED && !is_nan(stats[at]) && !missing) {
                 l_i += stats[at + 1u] * exp2(stats[at] - m_i);
             }
         }
@@ -570,15 +598,18 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
 
     // ---- section: epilogue: store this split's share ----
     let completed = it > n_tiles;  // false only when the driver cut the loop short
+    var nan_bits = NAN_BITS;
+    let nan = bitcast<f32>(nan_bits);
     if (row < seq.len_q && completed && !missing) {
         let part = split * params.batch + seq.batch;
         let o_base = ((part * params.len_q + row) * params.heads_q + head) * HEAD_DIM_V + lane;
         for (var i = 0u; i < DIMS_V; i++) {
-            o_part[o_base + THREADS_PER_ROW * i] = acc[i];
+            o_part[o_base + THREADS_PER_ROW * i] = select(acc[i], nan, row_bad);
         }
         if (lane == 0u) {
-            // the row's lse (natural log; MASKED: no key), the same in every split
-            lse_part[(part * params.heads_q + head) * params.len_q + row] = select(MASKED, m_i * LN2 + log(l_i), l_i > 0.0);
+            // the row's lse (natural log; MASKED: no key; NaN: undefined), the same in every split
+            let row_lse = select(MASKED, m_i * LN2 + log(l_i), l_i > 0.0);
+            lse_part[(part * params.heads_q + head) * params.len_q + row] = select(row_lse, nan, row_bad);
         }
     }
 }
@@ -603,14 +634,18 @@ fn attngen_llama3_8b_decode_two_pass_combine(@builtin(global_invocation_id) gid:
     // weights of the splits
     var w: array<f32, MAX_SPLITS>;
     var m = MASKED;
+    var row_bad = false;  // a split's result is NaN (undefined): so is the row's
     for (var sp = 0u; sp < params.splits; sp++) {
         let x = lse_part[sp * split_stride + lse_at];
         if (bitcast<u32>(x) == UNWRITTEN_BITS) {
             return;  // a split's workgroup was cut short by the driver: leave the row unwritten
         }
-        w[sp] = x;
-        m = max(m, x);
+        row_bad = row_bad || is_nan(x);
+        w[sp] = select(x, MASKED, is_nan(x));
+        m = max(m, w[sp]);
     }
+    var nan_bits = NAN_BITS;
+    let nan = bitcast<f32>(nan_bits);
     var total = 0.0;
     for (var sp = 0u; sp < params.splits; sp++) {
         w[sp] = 1.0;  // pass 2 normalised every split by the row's sum
@@ -629,7 +664,7 @@ fn attngen_llama3_8b_decode_two_pass_combine(@builtin(global_invocation_id) gid:
                 o += w[sp] * o_part[sp * o_split + o_row + d];
             }
         }
-        out[out_base + d] = elem_t(o);
+        out[out_base + d] = elem_t(select(o, nan, row_bad));
     }
     if (params.write_lse != 0u) {
         var neg_inf_bits = NEG_INF_BITS;
@@ -637,6 +672,6 @@ fn attngen_llama3_8b_decode_two_pass_combine(@builtin(global_invocation_id) gid:
         if (m > MASKED && total > 0.0) {
             value = row_lse;
         }
-        lse[seq.lse0 + head * seq.lse_stride + row] = value;
+        lse[seq.lse0 + head * seq.lse_stride + row] = select(value, nan, row_bad);
     }
 }

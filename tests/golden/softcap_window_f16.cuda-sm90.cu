@@ -95,6 +95,14 @@ __device__ __forceinline__ void store_pair(elem_t* p, float a, float b) {
     *reinterpret_cast<unsigned*>(p) = pack2(a, b);
 }
 
+// The 32-bit word w (two f16) with its inf and NaN elements zeroed; `found` set if any was.
+__device__ __forceinline__ unsigned clear_nonfinite(unsigned w, bool& found) {
+    const unsigned lo = (w & 0x7c00u) == 0x7c00u ? 0x0000ffffu : 0u;
+    const unsigned hi = (w & 0x7c000000u) == 0x7c000000u ? 0xffff0000u : 0u;
+    found |= (lo | hi) != 0u;
+    return w & ~(lo | hi);
+}
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 
 // ---- section: memory --------------------------------------------------------------------
@@ -400,6 +408,63 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int len_n
     }
 }
 
+// ---- section: non-finite values -----------------------------------------------------------
+// A key a row does not see contributes nothing to that row, whatever its values: masked scores
+// are selected to -inf (never added to or multiplied), so their P is exactly 0; but in P V a 0
+// times an inf or NaN value of V is NaN. In a tile that some rows of the block see only in part
+// (a partial tile of a mask), every warp therefore zeroes the non-finite values of V before
+// P V (all warps write the same zeros) and learns which keys held them; a row that does see
+// such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. A NaN or +inf
+// score a row sees makes its sum l NaN, and so its output and lse (the epilogue keeps NaN).
+constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
+
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
+
+// Zero the non-finite values of the kBlockKV x kCols tile at `tile` (row stride kStride, rows
+// 16-byte aligned) and return, in `bad`, this warp's mask of the keys that held any.
+template <int kCols, int kStride>
+__device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyWords], int lane) {
+    constexpr int kWordsPerRow = kCols * static_cast<int>(sizeof(elem_t)) / 16;  // uint4 per row
+    static_assert(kCols * sizeof(elem_t) % 16 == 0, "rows of whole 16-byte words");
+    #pragma unroll
+    for (int w = 0; w < kKeyWords; ++w) {
+        const int r = w * 32 + lane;
+        bool found = false;
+        if (r < kBlockKV) {
+            uint4* row = reinterpret_cast<uint4*>(tile + r * kStride);
+            #pragma unroll 4
+            for (int c = 0; c < kWordsPerRow; ++c) {
+                uint4 x = row[c];
+                bool here = false;
+                x.x = clear_nonfinite(x.x, here);
+                x.y = clear_nonfinite(x.y, here);
+                x.z = clear_nonfinite(x.z, here);
+                x.w = clear_nonfinite(x.w, here);
+                if (here) row[c] = x;
+                found |= here;
+            }
+        }
+        bad[w] = __ballot_sync(0xffffffffu, found);
+    }
+    __syncwarp();
+}
+
+// Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad.
+__device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p)[kFrags][kNTilesKV][4],
+                                              const unsigned (&bad)[kKeyWords], int t) {
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int n = 0; n < kNTilesKV; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int j = n * 8 + 2 * t + e % 2;
+                if (((bad[j / 32] >> (j % 32)) & 1u) && p[mf][n][e] != 0.f) row_bad |= 1u << (2 * mf + e / 2);
+            }
+        }
+    }
+}
+
 // ---- section: score transform --------------------------------------------------------------
 // Raw dot product -> score in the log2 domain, t = log2(e) * softcap * tanh(scale * s / softcap).
 __device__ __forceinline__ float score_transform(float s) {
@@ -535,6 +600,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
     float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
     float acc[kFrags][kNTilesV][4];  // unnormalised output
+    unsigned row_bad = 0u;          // bit 2 mf + h: the row saw a non-finite value of V (section non-finite values)
     #pragma unroll
     for (int mf = 0; mf < kFrags; ++mf) {
         m_i[mf][0] = m_i[mf][1] = neg_inf();
@@ -618,6 +684,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
 
         // -- O += P V
+        if (partial) {  // keys not every row sees: see section non-finite values
+            unsigned bad[kKeyWords];
+            clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+            mark_bad_rows(row_bad, s, bad, t);
+        }
         math.pv(acc, s, sV + stage * kBlockKV * kStrideV);
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
@@ -630,8 +701,13 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             float l = l_i[mf][h];
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
+            unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
+            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
+            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
+            if (bad_row) l = quiet_nan();
             // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
-            const float inv_l = l > 0.f ? 1.f / l : 0.f;
+            // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
+            const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
             const int row = row_a + 16 * mf + 8 * h;
             if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
                 const int i = qi[mf][h], hh = head_of(row);
@@ -644,7 +720,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 }
                 if (lse != nullptr && t == 0) {
                     lse[batch * lse_sb + hh * lse_sh + seq.q_start + i] =
-                        l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : neg_inf();
+                        l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : (l == 0.f ? neg_inf() : l);
                 }
             }
         }

@@ -593,7 +593,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
-            const float inv_l = l > 0.f ? 1.f / l : 0.f;
+            // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
+            const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
             const int row = row_a + 16 * mf + 8 * h;
             if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
                 const int i = qi[mf][h], hh = head_of(row);
@@ -606,7 +607,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 }
                 if (lse != nullptr && t == 0) {
                     lse[batch * lse_sb + hh * lse_sh + seq.q_start + i] =
-                        l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : neg_inf();
+                        l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : (l == 0.f ? neg_inf() : l);
                 }
             }
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...plan import masks
 from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import pack_gqa, split_rule
 from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
@@ -45,6 +46,7 @@ def _variant_context(plan: KernelPlan) -> dict:
         pv_decl=param_list(plan.params, len(plan.entry) + len("_pv(")),
         param_names=", ".join(p.name for p in plan.params),
         custom=spec.mask.is_custom,
+        clean_hidden=masks.hides_loaded_keys(plan.mask),
         paged=spec.kv_cache.is_paged,
         page=spec.kv_cache.page,
         split=spec.schedule.is_split,

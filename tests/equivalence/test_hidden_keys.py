@@ -1,0 +1,160 @@
+"""Keys a row does not see contribute exactly nothing, whatever their values.
+
+inf and NaN are planted in K and V at keys that some rows see and others do not (masked,
+outside the window, beyond kv_len, in a dead tile). The rows that see a planted key may come
+out non-finite (so does the float64 reference: NaN in, NaN out for that row); every other row
+must match the reference within the dtype's tolerance, with no NaN. For every mask mode and
+schedule, on both targets.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attngen.reference import reference, relative_error, tolerance
+
+from conftest import kernel_for, require, spec_of, to_device
+
+TARGETS = ["cuda", "wgsl"]
+SCHEDULES = ["fused", "split_kv(3)", "two_pass"]
+MASKS = ["causal", "causal(bottom_right)", "window(left=9, right=3)", "custom bool", "custom additive"]
+
+
+def _np(x):
+    from attngen.reference import to_numpy
+    return np.asarray(to_numpy(x), dtype=np.float64)
+
+
+def _plant(k, v, keys):
+    """inf / -inf / NaN at the given keys of K and V (all heads, all batches)."""
+    k, v = k.copy(), v.copy()
+    vals = [np.inf, np.nan, -np.inf]
+    for n, j in enumerate(keys):
+        k[:, j, :, n % k.shape[3]] = vals[n % 3]
+        v[:, j, :, (3 * n) % v.shape[3]] = vals[(n + 1) % 3]
+    return k, v
+
+
+def _compare(spec, out, lse, ref, ref_lse):
+    """Finite reference rows: within tolerance, no NaN; non-finite ones: not finite here."""
+    rows_ref = np.isfinite(ref).all(axis=-1)  # (B, Lq, Hq)
+    rows_out = np.isfinite(out).all(axis=-1)
+    assert rows_ref.any(), "the case must leave rows that see no planted key"
+    assert (~rows_ref).any(), "the case must have rows that see a planted key"
+    assert rows_out[rows_ref].all(), "a row that sees no planted key came out non-finite"
+    assert not rows_out[~rows_ref].any(), "a row that sees a planted key came out finite"
+    err = relative_error(out[rows_ref], ref[rows_ref])
+    assert err <= tolerance(spec), f"relative error {err:.3g} over the clean rows"
+    clean = np.transpose(rows_ref, (0, 2, 1))  # (B, Hq, Lq)
+    assert np.array_equal(np.isneginf(lse[clean]), np.isneginf(ref_lse[clean]))
+    fin = clean & np.isfinite(ref_lse)
+    assert np.abs(lse[fin] - ref_lse[fin]).max() <= 1e-2 * max(1.0, np.abs(ref_lse[fin]).max())
+
+
+def _case(mask, lq, lk, rng):
+    """(spec mask setting, call options for the kernel and the reference, keys to plant)."""
+    if mask.startswith("custom"):
+        m = np.tril(np.ones((lq, lk), bool), k=lk - lq)
+        m[:, 5:9] = False  # keys no row sees, inside live tiles
+        m[20:30, 40:50] = False
+        if mask.endswith("additive"):
+            m = np.where(m, rng.standard_normal((lq, lk)).astype(np.float32), -np.inf).astype(np.float32)
+        return "custom", {"mask": m}, [6, 45, lk - 1, lk - 20]
+    return mask, {}, [lq // 2, lq // 2 + 1, lk - 1, 2, lk - 20]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("mask", MASKS)
+def test_planted_keys(mask, schedule, target):
+    require(target)
+    rng = np.random.default_rng(11)
+    b, lq, lk, hq, hkv, d = 2, 57, 83, 4, 2, 32
+    setting, opts, keys = _case(mask, lq, lk, rng)
+    spec = spec_of(f"head_dim {d}\n dtype f16\n mask {setting}\n schedule {schedule}")
+    q = rng.standard_normal((b, lq, hq, d)).astype(np.float32)
+    k = rng.standard_normal((b, lk, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((b, lk, hkv, d)).astype(np.float32)
+    k, v = _plant(k, v, keys)
+    kernel = kernel_for(spec, target)
+    dq, dk, dv = to_device(target, spec.dtype, q, k, v)
+    call = dict(opts)
+    if "mask" in call and target == "cuda":
+        import cupy
+        call["mask"] = cupy.asarray(call["mask"])
+    out, lse = kernel(dq, dk, dv, return_lse=True, **call)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref, ref_lse = reference(spec, q, k, v, return_lse=True, **opts)
+    _compare(spec, _np(out), _np(lse), ref, ref_lse)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_keys_past_kv_lens_and_in_unused_pages(schedule, target):
+    """Cache rows at or past kv_lens[b] (padded and paged) hold inf / NaN: no row sees them."""
+    require(target)
+    rng = np.random.default_rng(12)
+    b, lq, hq, hkv, d, page = 3, 5, 4, 2, 32, 16
+    lens = np.array([0, 37, 70], np.int32)
+    q = rng.standard_normal((b, lq, hq, d)).astype(np.float32)
+    for paged in (False, True):
+        spec = spec_of(f"head_dim {d}\n dtype f16\n mask causal(bottom_right)\n schedule {schedule}"
+                       + ("\n kv_cache paged(page=16)" if paged else ""))
+        if paged:
+            pages = 16
+            k = rng.standard_normal((pages, page, hkv, d)).astype(np.float32)
+            v = rng.standard_normal((pages, page, hkv, d)).astype(np.float32)
+            table = rng.permutation(pages)[: b * 5].reshape(b, 5).astype(np.int32)
+            for bi in range(b):  # everything past the sequence's length: poison
+                for j in range(int(lens[bi]), 5 * page):
+                    k[table[bi, j // page], j % page] = np.nan
+                    v[table[bi, j // page], j % page] = np.inf
+            k[table[0, 0]] = np.inf  # a page of an empty sequence
+            opts = {"kv_lens": lens, "block_table": table}
+        else:
+            k = rng.standard_normal((b, 80, hkv, d)).astype(np.float32)
+            v = rng.standard_normal((b, 80, hkv, d)).astype(np.float32)
+            for bi in range(b):
+                k[bi, lens[bi]:] = np.nan
+                v[bi, lens[bi]:] = -np.inf
+            opts = {"kv_lens": lens}
+        kernel = kernel_for(spec, target)
+        dq, dk, dv = to_device(target, spec.dtype, q, k, v)
+        call = {n: (_ints(target, x)) for n, x in opts.items()}
+        out, lse = kernel(dq, dk, dv, return_lse=True, **call)
+        ref, ref_lse = reference(spec, q, k, v, return_lse=True, **opts)
+        out, lse = _np(out), _np(lse)
+        assert np.isfinite(out).all() and not np.isnan(lse).any()
+        assert relative_error(out, ref) <= tolerance(spec)
+        assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
+
+
+def _ints(target, a):
+    a = np.asarray(a, np.int32)
+    if target == "cuda":
+        import cupy
+        return cupy.asarray(a)
+    return a
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_nan_query_row_gives_nan(schedule, target):
+    """A NaN in a query row makes that row's result undefined: out and lse NaN, not 0 / -inf;
+    the other rows are untouched."""
+    require(target)
+    rng = np.random.default_rng(13)
+    spec = spec_of(f"head_dim 32\n dtype f32\n mask causal\n schedule {schedule}")
+    q = rng.standard_normal((1, 9, 2, 32)).astype(np.float32)
+    k = rng.standard_normal((1, 9, 1, 32)).astype(np.float32)
+    v = rng.standard_normal((1, 9, 1, 32)).astype(np.float32)
+    q[0, 4, 1, 7] = np.nan
+    out, lse = kernel_for(spec, target)(*to_device(target, "f32", q, k, v), return_lse=True)
+    out, lse = _np(out), _np(lse)
+    assert np.isnan(out[0, 4, 1]).all() and np.isnan(lse[0, 1, 4])
+    ok = np.ones(out.shape[:3], bool)
+    ok[0, 4, 1] = False
+    ref, _ = reference(spec, np.where(np.isnan(q), 0, q), k, v, return_lse=True)
+    assert np.isfinite(out[ok]).all()
+    assert relative_error(out[ok], ref[ok]) <= tolerance(spec)
