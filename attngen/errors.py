@@ -69,14 +69,14 @@ class Diagnostic:
             out = [f"{s}: error: {self.message}"]
             text = s.source.line(s.line)
             if text or s.line >= 1:
-                shown = _printable(text)
                 width = 1
                 if s.end_line == s.line and s.end_column > s.column:
                     width = s.end_column - s.column
-                col = max(1, min(s.column, len(shown) + 1))
-                width = max(1, min(width, len(shown) + 1 - col + 1))
-                shown, col, width = _clip(shown, col, width)
-                out.append(f"    {shown}")
+                col = max(1, min(s.column, len(text) + 1))
+                width = max(1, min(width, len(text) + 1 - col + 1))
+                # clip first: a diagnostic costs the window, not the whole line (linear in errors)
+                shown, col, width = _clip(text, col, width)
+                out.append(f"    {_printable(shown)}")
                 out.append("    " + " " * (col - 1) + "^" * width)
         if self.hint:
             out.append(f"  hint: {self.hint}")
@@ -85,10 +85,13 @@ class Diagnostic:
 
 # Snippet lines longer than this are cut to a window around the caret.
 SNIPPET_WIDTH = 100
+# A SpecError shows at most this many diagnostics (the first by position), then how many more.
+MAX_SHOWN = 50
 
 
 def _clip(shown: str, col: int, width: int) -> tuple[str, int, int]:
-    """A window of at most SNIPPET_WIDTH characters of a long line, '...' marking the cuts."""
+    """A window of at most SNIPPET_WIDTH characters of a long line, '...' marking the cuts
+    (the caret's column and width moved into the window)."""
     if len(shown) <= SNIPPET_WIDTH:
         return shown, col, width
     width = min(width, SNIPPET_WIDTH // 2)
@@ -115,8 +118,11 @@ class SpecError(ValueError):
         super().__init__(self.format())
 
     def format(self) -> str:
-        body = "\n".join(d.format() for d in self.diagnostics)
+        """The first MAX_SHOWN diagnostics by position, then how many more there are."""
         n = len(self.diagnostics)
+        body = "\n".join(d.format() for d in self.diagnostics[:MAX_SHOWN])
+        if n > MAX_SHOWN:
+            body += f"\n... and {n - MAX_SHOWN} more (the first {MAX_SHOWN} are shown)"
         if n > 1:
             body += f"\n{n} errors"
         return body

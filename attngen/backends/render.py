@@ -13,7 +13,7 @@ import math
 import jinja2
 
 from ..plan import masks
-from ..plan.kernel_plan import LN2, LOG2E, KernelPlan
+from ..plan.kernel_plan import F16_SCORE_BOUND, LN2, LOG2E, KernelPlan
 from ..resources import generator_version, resource_dir
 from ..version import __version__
 
@@ -74,6 +74,7 @@ def constants(plan: KernelPlan) -> dict:
         "prescale_q": plan.prescale_q,
         "ln2": c_float(LN2),
         "log2e": c_float(LOG2E),
+        "f16_score_bound": c_float(F16_SCORE_BOUND),
     }
     if plan.softcap is not None:
         out.update(

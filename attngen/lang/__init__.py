@@ -19,10 +19,16 @@ def parse_collect(text, filename: str = "<string>"):
     return _parse_collect(text, filename)
 
 
+def validate(spec):
+    """Every problem of an AttentionSpec however it was made (list of Diagnostic; empty: valid)."""
+    from .reader import validate as _validate
+    return _validate(spec)
+
+
 def decode_source(data: bytes, filename: str) -> str:
     """UTF-8 text of a spec file, or a SpecError pointing at the first undecodable byte."""
     from .reader import decode_source as _decode
     return _decode(data, filename)
 
 
-__all__ = ["decode_source", "parse", "parse_collect"]
+__all__ = ["decode_source", "parse", "parse_collect", "validate"]

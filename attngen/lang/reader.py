@@ -13,7 +13,7 @@ import math
 
 from ..errors import Diagnostic, Source, Span, SpecError, did_you_mean
 from .options import target_schema, target_schemas
-from .spec import AttentionSpec, KVCache, Mask, Schedule, Tile, ACC_DTYPES, DTYPES
+from .spec import AttentionSpec, KVCache, Mask, Schedule, Tile, ACC_DTYPES, DTYPES, format_spec
 from .syntax import MAX_NAME_LENGTH, Block, Call, Number, Pair, Setting, Word, parse_blocks
 
 MAX_INT = 2**31 - 1
@@ -22,6 +22,7 @@ MAX_HEADS = 65535  # one grid dimension / dispatch dimension per head
 # scale and softcap become f32 constants in the kernels (scale * log2(e), scale / softcap,
 # softcap * log2(e)); within this range every one of them is a finite, normal f32.
 MIN_REAL, MAX_REAL = 1e-12, 1e12
+MAX_F16_SCALE = 1.0  # with accumulate qk=f16 (see cross_checks)
 
 USAGE = {
     "head_dim": "head_dim N  or  head_dim qk=N v=M  (multiples of 8, 8..1024)",
@@ -435,6 +436,12 @@ class _Reader:
                 self.error(f"accumulate f16 needs dtype f16 (this kernel stores {f['dtype']}: its "
                            "products are not f16 and tensor cores accumulate bf16 only in f32)",
                            self.spans["accumulate"], "use accumulate qk=f32 pv=f32")
+        if f.get("acc_qk") == "f16" and f.get("scale") is not None and f["scale"] > MAX_F16_SCALE:
+            # Q is multiplied by the scale as it is staged in f16 (so the f16 sums stay small):
+            # a scale above 1 could push |q| past the f16 range (docs/language.md, Numerics).
+            self.error(f"accumulate qk=f16 needs scale <= {MAX_F16_SCALE:g} (Q is multiplied by the scale in f16), "
+                       f"not {f['scale']:g}", self.spans["scale"],
+                       "use accumulate qk=f32, or a smaller scale")
 
 
 def _short(text: str) -> str:
@@ -523,3 +530,42 @@ def decode_source(data: bytes, filename: str) -> str:
         raise SpecError([Diagnostic("the file contains a NUL byte (is it binary?)",
                                     Span(src, line, col, line, col + 1), "spec files are plain text")])
     return text
+
+
+# The fields of AttentionSpec and the types their values must have (before the language's rules).
+_FIELD_TYPES = {
+    "name": str, "head_dim_qk": int, "head_dim_v": int, "dtype": str, "heads_q": (int, type(None)),
+    "heads_kv": (int, type(None)), "acc_qk": str, "acc_pv": str, "mask": Mask, "softcap": (int, float, type(None)),
+    "scale": (int, float, type(None)), "tile": Tile, "schedule": Schedule, "kv_cache": KVCache, "targets": tuple,
+}
+
+
+def validate(spec) -> list[Diagnostic]:
+    """Every problem of an AttentionSpec however it was made (parsed, built directly, changed
+    with dataclasses.replace), by the language's own rules: the spec is printed (format_spec)
+    and read back by this reader, so an object is checked exactly as strictly as text. A value
+    the text cannot say (a wrong type, a field that reads back differently) is reported by name.
+    Diagnostics point into the printed text, named <AttentionSpec NAME>."""
+    if not isinstance(spec, AttentionSpec):
+        return [Diagnostic(f"expected an AttentionSpec, not {type(spec).__name__}")]
+    bad = [f"{f} = {getattr(spec, f)!r}" for f, types in _FIELD_TYPES.items()
+           if not isinstance(getattr(spec, f), types) or isinstance(getattr(spec, f), bool)]
+    if bad:
+        return [Diagnostic(f"AttentionSpec {spec.name!r}: field {b} has the wrong type") for b in bad]
+    where = f"<AttentionSpec {spec.name[:64]!r}>"
+    try:
+        text = format_spec(spec)
+    except (TypeError, ValueError, AttributeError, OverflowError) as e:
+        return [Diagnostic(f"AttentionSpec {spec.name!r} cannot be written in the language: {e}")]
+    try:
+        specs, diags = parse_collect(text, where)
+    except SpecError as e:
+        return list(e.diagnostics)
+    if diags:
+        return diags
+    if specs != [spec]:
+        back = specs[0]
+        fields = [f for f in _FIELD_TYPES if getattr(back, f) != getattr(spec, f)]
+        return [Diagnostic(f"AttentionSpec {spec.name!r}: field {f} = {getattr(spec, f)!r} is not a value of the "
+                           f"language (it reads back as {getattr(back, f)!r})") for f in fields]
+    return []

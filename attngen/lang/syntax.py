@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import functools
+import re
 
 import lark
 from lark import Transformer, v_args
@@ -131,7 +132,7 @@ class _ToAst(Transformer):
     def number(self, items):
         (tok,) = items
         text = str(tok)
-        is_int = all(c.isdigit() or c in "+-" for c in text)
+        is_int = all(c in "0123456789+-" for c in text)
         if is_int:
             # Python refuses to convert very long digit strings; anything that long is
             # out of every range anyway, so keep a stand-in that is too large (or, for a
@@ -187,6 +188,8 @@ def _syntax_error(source: Source, err: lark.exceptions.UnexpectedInput) -> Diagn
         in_name = before.isascii() and (before.isalnum() or before == "_")
         if ch and ((ch in "-." and in_name) or (ch.isalpha() and not ch.isascii())):
             hint = "names are ASCII letters, digits and '_', starting with a letter or '_'"
+        elif ch and ch.isdigit() and not ch.isascii():
+            hint = "numbers are written with the ASCII digits 0-9"
         end_col = col + 1
     elif isinstance(err, lark.exceptions.UnexpectedEOF):
         msg = f"unexpected end of file; expected {_describe(err.expected)}"
@@ -203,7 +206,7 @@ def _syntax_error(source: Source, err: lark.exceptions.UnexpectedInput) -> Diagn
                 hint = "a block opened with '{' is not closed with '}'"
             end_col = col + 1
         else:
-            shown = "a new line" if tok.type == "_NL" else repr(str(tok))
+            shown = "end of line" if tok.type == "_NL" else repr(str(tok))
             msg = f"unexpected {shown}; expected {_describe(err.expected)}"
             end_col = col + max(1, len(str(tok).split("\n")[0]))
             unclosed = _unclosed_block(source, line)
@@ -226,9 +229,34 @@ def _syntax_error(source: Source, err: lark.exceptions.UnexpectedInput) -> Diagn
     return Diagnostic(msg, Span(source, line, col, line, end_col), hint)
 
 
+# A spec file holds a few lines per kernel (about 50 tokens). Past this many tokens a file is
+# refused before it is parsed, so that a huge or hostile file costs a fraction of a second: the
+# scan below runs in C (the regex engine), the parser in Python.
+MAX_TOKENS = 20_000
+_TOKENS = re.compile(r"#[^\n]*|[A-Za-z_][A-Za-z0-9_]*|[^\s#]")
+
+
+def _check_size(source: Source) -> None:
+    """A SpecError at the first token past MAX_TOKENS (comments and blanks do not count)."""
+    count = 0
+    for m in _TOKENS.finditer(source.text):
+        if m.group().startswith("#"):
+            continue
+        count += 1
+        if count > MAX_TOKENS:
+            pos = m.start()
+            line = source.text.count("\n", 0, pos) + 1
+            col = pos - (source.text.rfind("\n", 0, pos) + 1) + 1
+            raise SpecError([Diagnostic(
+                f"the file has more than {MAX_TOKENS} tokens; a spec file holds a few lines per kernel",
+                Span(source, line, col, line, col + 1),
+                "is this a spec file? split very large files, one or more kernels each")])
+
+
 def parse_blocks(text: str, filename: str = "<string>") -> tuple[Source, tuple[Block, ...]]:
     """Parse text into blocks; syntax errors raise SpecError (the first one, with position)."""
     source = Source(filename, text)
+    _check_size(source)
     try:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as err:

@@ -10,7 +10,10 @@ nothing is silently changed. The configuration found is the one the plan is buil
 
 from __future__ import annotations
 
+import functools
+
 from ..errors import Diagnostic
+from ..lang import validate
 from ..lang.spec import AttentionSpec
 from .kernel_plan import Problem
 from .profiles import Profile
@@ -26,6 +29,9 @@ def check(spec: AttentionSpec, backend, profile: Profile) -> tuple[object | None
     def diagnostic(p: Problem) -> Diagnostic:
         return Diagnostic(f"{where(profile)}: {p.message}", spec.span(p.key), p.hint)
 
+    diags = _validated(spec)  # the language's rules first, whoever built the spec
+    if diags:
+        return None, diags
     diags = [diagnostic(p) for p in backend.check(spec, profile)]
     config = None
     if not diags:
@@ -34,3 +40,18 @@ def check(spec: AttentionSpec, backend, profile: Profile) -> tuple[object | None
         except Problem as p:
             diags.append(diagnostic(p))
     return config, sorted(diags, key=Diagnostic.sort_key)
+
+
+def _validated(spec) -> list[Diagnostic]:
+    """attngen.lang.validate, remembered per spec (a spec is checked once however often it is
+    planned); an unhashable spec is invalid anyway and is checked every time."""
+    try:
+        hash(spec)
+    except TypeError:
+        return validate(spec)
+    return list(_validate_cached(spec))
+
+
+@functools.lru_cache(maxsize=1024)
+def _validate_cached(spec) -> tuple:
+    return tuple(validate(spec))

@@ -17,6 +17,10 @@ from ..lang.spec import DTYPE_BYTES, AttentionSpec, Mask
 # log: these are the factors, printed into every kernel from here.
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
+# With accumulate qk=f16 the scores are f16 sums; their rounding stays within the f16-accumulator
+# tolerance (1e-2) while a row's largest score |t| (log2 domain) is at most this. Rows beyond it
+# come out NaN rather than wrong (docs/language.md, Numerics).
+F16_SCORE_BOUND = 16.0
 
 
 class Problem(Exception):

@@ -102,6 +102,7 @@ __device__ __forceinline__ unsigned clear_nonfinite(unsigned w, bool& found) {
 }
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }  // an undefined result
 
 // ---- section: memory --------------------------------------------------------------------
 // Global -> shared copies go through cp.async (sm_80+), 16 bytes per thread per copy, so a
@@ -433,8 +434,6 @@ struct CustomMask {
 // such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. A NaN or +inf
 // score a row sees makes its sum l NaN, and so its output and lse (the epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
-
-__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
 
 // Zero the non-finite values of the kBlockKV x kCols tile at `tile` (row stride kStride, rows
 // 16-byte aligned) and return, in `bad`, this warp's mask of the keys that held any.

@@ -57,6 +57,9 @@ static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "share
 constexpr float kScale = 0.1f;  // applied to Q in shared memory before Q K^T
 constexpr float kScaleLog2 = 1.4426950408889634f;  // log2(e): Q carries the scale
 constexpr float kLn2 = 0.6931471805599453f;
+// accumulate qk=f16: f16 sums of Q K^T hold the tolerance only while a row's scores stay within
+// +-kF16ScoreBound (log2 domain); a row whose largest score leaves that range outputs NaN.
+constexpr float kF16ScoreBound = 16.0f;
 
 static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
 static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
@@ -109,6 +112,7 @@ __device__ __forceinline__ unsigned clear_nonfinite(unsigned w, bool& found) {
 }
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }  // an undefined result
 
 // ---- section: memory --------------------------------------------------------------------
 // Global -> shared copies go through cp.async (sm_80+), 16 bytes per thread per copy, so a
@@ -252,12 +256,11 @@ struct WarpMath {
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
             for (int n = 0; n < kNTilesKV; ++n) {
+                // A sum past the f16 range is +-inf (or NaN from inf - inf) and stays so: +inf or
+                // NaN makes the row's result NaN, -inf gives p = 0; rows whose scores leave the range
+                // where f16 sums hold the tolerance are NaN as well (epilogue, kF16ScoreBound).
                 unpack2(s16[mf][n][0], s[mf][n][0], s[mf][n][1]);
                 unpack2(s16[mf][n][1], s[mf][n][2], s[mf][n][3]);
-                // A sum past the f16 range is inf (or NaN from inf - inf): saturate it to the
-                // largest f16 so that the softmax stays finite. fmaxf/fminf drop NaN.
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) s[mf][n][e] = fminf(fmaxf(s[mf][n][e], -65504.f), 65504.f);
             }
         }
     }
@@ -456,8 +459,6 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int len_n
 // such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. A NaN or +inf
 // score a row sees makes its sum l NaN, and so its output and lse (the epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
-
-__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }
 
 // Zero the non-finite values of the kBlockKV x kCols tile at `tile` (row stride kStride, rows
 // 16-byte aligned) and return, in `bad`, this warp's mask of the keys that held any.
@@ -750,6 +751,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
             bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
             if (bad_row) l = quiet_nan();
+            if (l > 0.f && fabsf(m_i[mf][h]) > kF16ScoreBound) l = quiet_nan();  // see kF16ScoreBound
             // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
             // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
             const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);

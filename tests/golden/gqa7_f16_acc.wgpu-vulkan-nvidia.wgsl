@@ -52,6 +52,9 @@ const DIM_CHUNK_QK: u32 = 16u;     // divides DIMS_QK
 const SCALE: f32 = 0.1;  // applied to q as it is loaded into registers
 const SCALE_LOG2: f32 = 1.4426950408889634;  // log2(e): q carries the scale
 const LN2: f32 = 0.6931471805599453;       // ln(2): lse = m_i * ln(2) + ln(l_i)
+// accumulate qk=f16: f16 sums of Q K^T hold the tolerance only while a row's scores stay within
+// +-F16_SCORE_BOUND (log2 domain); a row whose largest score leaves that range outputs NaN.
+const F16_SCORE_BOUND: f32 = 16.0;
 // WGSL implementations may assume that no value is infinite (and a const-expression cannot
 // even be -inf), so the kernel marks masked scores and "no maximum yet" with this finite
 // sentinel and selects p = 0 for it explicitly. Real scores are far above it.
@@ -198,8 +201,9 @@ fn scores(s: ptr<function, array<f32, TILE_KV>>, q_reg: ptr<function, array<qk_a
                 part += (*q_reg)[i] * qk_acc_t(sK[j * HEAD_DIM_QK + lane + THREADS_PER_ROW * i]);
             }
         }
-        // An f16 sum past the f16 range saturates to the largest f16 (the softmax stays finite).
-        let partial = clamp(f32(part), -65504.0, 65504.0);
+        // An f16 sum past the f16 range is +-inf and stays so: +inf (or NaN) marks the row's result
+        // undefined (poisons), -inf gives p = 0; see F16_SCORE_BOUND for the range that holds.
+        let partial = f32(part);
         (*s)[j] = sum_over_row(partial);
     }
 }
@@ -468,6 +472,7 @@ fn attngen_gqa7_f16_acc(@builtin(local_invocation_index) lid: u32, @builtin(work
     let completed = it > n_tiles;  // false only when the driver cut the main loop short
     var nan_bits = NAN_BITS;
     let nan = bitcast<f32>(nan_bits);  // a var's bits: never a const-expression
+    row_bad = row_bad || (l_i > 0.0 && abs(m_i) > F16_SCORE_BOUND);  // see F16_SCORE_BOUND
     if (row < seq.len_q && completed) {
         var inv_l = 0.0;
         if (l_i > 0.0) {

@@ -55,6 +55,8 @@ const SOFTCAP_LOG2: f32 = 72.13475204444816;   // softcap * log2(e)
 // tanh(x) is +-1 in f32 once |x| > 9.01; clamping the argument keeps implementations that
 // compute tanh through exp from overflowing to inf / inf = NaN.
 const TANH_CLAMP: f32 = 15.0;
+// Below this |x|, tanh_accurate uses its series (next term 17 x^7 / 315: below f32 rounding).
+const TANH_SERIES: f32 = 0.0625;
 const LN2: f32 = 0.6931471805599453;       // ln(2): lse = m_i * ln(2) + ln(l_i)
 // WGSL implementations may assume that no value is infinite (and a const-expression cannot
 // even be -inf), so the kernel marks masked scores and "no maximum yet" with this finite
@@ -357,8 +359,22 @@ fn append_rows(lid: u32, seq: Seq, kv_head: u32) {
 
 // ---- section: score transform ---------------------------------------------------------------
 // Raw dot product -> score in the log2 domain, t = log2(e) * softcap * tanh(scale * s / softcap).
+// tanh, accurate for small arguments too: implementations may compute tanh through exp, and
+// (e^2x - 1) / (e^2x + 1) loses most digits for |x| below ~1e-3 (a large softcap); there the odd
+// series x - x^3 / 3 + 2 x^5 / 15 is exact to f32. A NaN stays NaN (clamp might hide it).
+fn tanh_accurate(x: f32) -> f32 {
+    if (is_nan(x)) {
+        return x;
+    }
+    if (abs(x) < TANH_SERIES) {
+        let x2 = x * x;
+        return x * (1.0 - x2 * (1.0 / 3.0 - x2 * (2.0 / 15.0)));
+    }
+    return tanh(clamp(x, -TANH_CLAMP, TANH_CLAMP));
+}
+
 fn score_transform(s: f32) -> f32 {
-    return SOFTCAP_LOG2 * tanh(clamp(s * SCALE_OVER_CAP, -TANH_CLAMP, TANH_CLAMP));
+    return SOFTCAP_LOG2 * tanh_accurate(s * SCALE_OVER_CAP);
 }
 
 // ---- section: kernel ------------------------------------------------------------------------

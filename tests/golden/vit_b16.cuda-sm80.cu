@@ -79,6 +79,7 @@ __device__ __forceinline__ void store_pair(elem_t* p, float a, float b) {
 }
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
+__device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }  // an undefined result
 
 // ---- section: memory --------------------------------------------------------------------
 // Global -> shared copies go through cp.async (sm_80+), 16 bytes per thread per copy, so a

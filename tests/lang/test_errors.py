@@ -391,10 +391,10 @@ def test_extra_closing_brace_inside_a_block():
 
 
 @pytest.mark.parametrize("text, line, col, message", [
-    ("attention a\n    head_dim 64\n    dtype f16\n}\n", 1, 12, "unexpected a new line; expected '{'"),
+    ("attention a\n    head_dim 64\n    dtype f16\n}\n", 1, 12, "unexpected end of line; expected '{'"),
     ("attention {\n}\n", 1, 11, "unexpected '{'; expected a name"),
     ("attention a {\n  head_dim 64\n  dtype f16\n  mask window(left=4\n}\n", 4, 21,
-     "unexpected a new line; expected ')' or ','"),
+     "unexpected end of line; expected ')' or ','"),
     ("attention a {\n  head_dim 64\n  dtype f16\n  mask window left=4)\n}\n", 4, 21, "unexpected ')'"),
     ("attention a {\n  head_dim = 64\n}\n", 2, 12, "unexpected '='"),
     ("head_dim 64\n", 1, 1, "unexpected 'head_dim'; expected 'attention'"),

@@ -159,6 +159,12 @@ def _cuda_rows(given_q, given_w, row):
     return tile_q, tile_q // (CUDA_ROWS_PER_WARP * frags)
 
 
+def _smaller(*options) -> str | None:
+    """A hint naming only the changes that are still possible: (words, possible) pairs."""
+    words = [w for w, ok in options if ok]
+    return "use " + (", or ".join(words)) if words else None
+
+
 def _cuda_v_split(d_v: int, chunk: int, cap: int) -> tuple[int, int]:
     """(v_blocks, d_v_block): the output columns over the fewest blocks of at most `cap` columns,
     each a whole number of chunks (the last block's columns past d_v are computed, not stored)."""
@@ -283,8 +289,9 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             f"tile q={tile_q} kv={tile_kv} with {stages} stage(s) and {dims} "
             f"needs {smem} bytes of shared memory ({_describe(buffers)}), but "
             f"{profile.name} allows {limit}",
-            hint="use a smaller tile kv or q, or fewer stages (target cuda { stages=1 })"
-            + (", or a smaller tile d" if chunk is not None else ""))
+            hint=_smaller(("a smaller tile kv", tile_kv > 16), ("a smaller tile q", tile_q > 16),
+                          (f"fewer stages (target cuda {{ stages={stages - 1} }})", stages > 1),
+                          ("a smaller tile d", chunk is not None and chunk > CUDA_CHUNK_ALIGN[math])))
     if regs > reg_cap * CUDA_SPILL_FACTOR:
         cols = f"head_dim v={spec.head_dim_v}" if chunk is None else f"{d_v_block} output columns per block"
         raise Problem(
@@ -292,7 +299,8 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             f"about {regs} registers per thread for scores and accumulators, but {warps * 32} "
             f"threads may use at most {reg_cap} each (more than {CUDA_SPILL_FACTOR:g}x would spill "
             "most of them to local memory)",
-            hint="use a smaller tile kv, or more warps (16 rows each)")
+            hint=_smaller(("a smaller tile kv", tile_kv > 16), ("more warps (16 rows each)", tile_q // warps > 16))
+            or "use a smaller head dim v or tile d")
     return CudaConfig(math, tile_q, tile_kv, warps, stages, spec.head_dim_qk, spec.head_dim_v,
                       d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap,
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,

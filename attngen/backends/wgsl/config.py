@@ -238,7 +238,8 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
     raise Problem(
         f"{what} with head_dim qk={d_qk} v={d_v} needs {cfg.smem_bytes} bytes of workgroup memory "
         f"({_describe(cfg.buffers)}), but {profile.name} allows {limit}",
-        hint="use a smaller tile kv" if given_d is None else "use a smaller tile d or tile kv")
+        hint=("use a smaller tile kv" if cfg.tile_kv > 4 else "use a smaller tile q")
+        if given_d is None else "use a smaller tile d or tile kv")
 
 
 configure = wgsl_config  # the backend's configure() (attngen.backends.base.Backend)

@@ -90,6 +90,21 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
 
     usage_rw = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
     appending = L.len_new > 0
+    if appending:  # every argument is checked before anything is written: never half an append
+        for name, x in (("k", k), ("v", v)):
+            if isinstance(x, np.ndarray) and not x.flags.writeable:
+                raise LaunchError(f"{name} is read-only, but k_new/v_new are appended to it in place")
+    if st.loop_budget is not None and plan.spec.schedule.is_split:
+        # the combine loops over the splits for each output column, three times besides, and
+        # over the columns (a loop's own passes count against the budget too)
+        need = L.splits * (plan.d_v + 4) + plan.d_v + 4
+        if need >= st.loop_budget:
+            most = max(1, (st.loop_budget - plan.d_v - 5) // (plan.d_v + 4))
+            raise LaunchError(
+                f"kernel '{plan.spec.name}' with {L.splits} KV splits: the combine loops over the splits for "
+                f"each of the {plan.d_v} output columns ({need} iterations), above the {st.loop_budget}-iteration "
+                f"loop budget of the software adapter {st.info.get('device') or 'llvmpipe'} (Mesa's llvmpipe); "
+                f"use at most {most} splits (split_kv(N) with N <= {most}, or split_kv(auto)), or a hardware adapter")
     bufs = {"q": kernel.buffer("q", q, limit)}
     for name, x in (("k", k), ("v", v)):
         if appending and not isinstance(x, WgslTensor):  # read back after the append
@@ -155,8 +170,6 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
             if not isinstance(x, WgslTensor):
                 raw = dev.queue.read_buffer(bufs[name], size=padded(x.nbytes))
                 new = np.frombuffer(raw, dtype=x.dtype, count=x.size).reshape(x.shape)
-                if not x.flags.writeable:
-                    raise LaunchError(f"{name} is read-only, but k_new/v_new are appended to it in place")
                 np.copyto(x, new)
     if isinstance(out, WgslTensor):
         if guard:  # the checked result is in our buffer: move it into the caller's

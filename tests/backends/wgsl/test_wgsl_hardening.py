@@ -1,0 +1,57 @@
+"""WGSL runtime: every argument is checked before anything is written, and a launch refused on
+a software adapter says what to change."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import attngen
+
+from conftest import kernel_for, require, spec_of
+
+pytestmark = pytest.mark.wgsl
+
+
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("readonly", ["k", "v"])
+def test_append_to_a_read_only_cache_writes_nothing(paged, readonly):
+    """A paged append with a read-only V raised only after K had been written: half an append."""
+    require("wgsl")
+    rng = np.random.default_rng(31)
+    cache = "paged(page=8)" if paged else "contiguous"
+    spec = spec_of(f"head_dim 32\n dtype f32\n mask causal(bottom_right)\n kv_cache {cache}")
+    shape = (6, 8, 2, 32) if paged else (2, 24, 2, 32)
+    k = rng.standard_normal(shape).astype(np.float32)
+    v = rng.standard_normal(shape).astype(np.float32)
+    before = k.copy(), v.copy()
+    {"k": k, "v": v}[readonly].flags.writeable = False
+    q = rng.standard_normal((2, 3, 4, 32)).astype(np.float32)
+    kn = rng.standard_normal((2, 3, 2, 32)).astype(np.float32)
+    opts = {"kv_lens": np.array([5, 9], np.int32), "k_new": kn, "v_new": kn}
+    if paged:
+        opts["block_table"] = np.array([[0, 1, 2], [3, 4, 5]], np.int32)
+    with pytest.raises(attngen.LaunchError, match=f"{readonly} is read-only"):
+        kernel_for(spec, "wgsl")(q, k, v, **opts)
+    assert np.array_equal(k, before[0]) and np.array_equal(v, before[1])
+
+
+def test_too_many_splits_for_a_software_adapter_says_so():
+    """split_kv(1024) failed with a message about a loop budget that advised shorter sequences."""
+    require("wgsl")
+    from attngen.backends import wgsl
+    if wgsl.device_state().loop_budget is None:
+        pytest.skip("not llvmpipe: no loop budget")
+    spec = spec_of("head_dim 64\n dtype f32\n schedule split_kv(1024)")
+    rng = np.random.default_rng(32)
+    q = rng.standard_normal((1, 1, 2, 64)).astype(np.float32)
+    k = rng.standard_normal((1, 100, 2, 64)).astype(np.float32)
+    with pytest.raises(attngen.LaunchError) as info:
+        kernel_for(spec, "wgsl")(q, k, k)
+    message = str(info.value)
+    most = int(message.split("use at most ")[1].split()[0])
+    assert "1024 KV splits" in message and 900 < most < 1024
+    assert "shorter key sequences" not in message
+    ok = spec_of(f"head_dim 64\n dtype f32\n schedule split_kv({most})")  # the advice works
+    out = kernel_for(ok, "wgsl")(q, k, k)
+    assert np.isfinite(out).all()

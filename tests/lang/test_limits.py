@@ -1,0 +1,118 @@
+"""Hostile input to the language: every answer a clear SpecError, quickly.
+
+Diagnostics are capped (the first 50 by position, then how many more) and cost linear time; a
+file of over 20,000 tokens is refused before it is parsed; numbers are ASCII; an AttentionSpec
+built directly is checked exactly as strictly as parsed text (attngen.lang.validate), by every
+entry point that plans or emits it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+
+import attngen
+from attngen import AttentionSpec
+from attngen.errors import MAX_SHOWN
+from attngen.lang.spec import Mask
+from attngen.lang.syntax import MAX_TOKENS
+
+
+def _error(text) -> attngen.SpecError:
+    with pytest.raises(attngen.SpecError) as info:
+        attngen.parse(text, "hostile.attn")
+    return info.value
+
+
+def test_diagnostics_are_capped_and_linear():
+    """16,000 stray tokens after `head_dim 64` took 35 s and printed 16,001 diagnostics."""
+    text = "attention a {\n    head_dim 64 " + " x" * 16000 + "\n    dtype f16\n}\n"
+    t0 = time.perf_counter()
+    err = _error(text)
+    message = str(err)
+    assert time.perf_counter() - t0 < 2.0
+    assert len(err.diagnostics) >= 1
+    shown = [ln for ln in message.splitlines() if ": error: " in ln]
+    assert len(shown) <= MAX_SHOWN
+    many = "attention a {\n    head_dim 64\n    dtype f16\n" + "    junk 1\n" * 3000 + "}\n"
+    err = _error(many)
+    assert len(err.diagnostics) == 3000
+    lines = str(err).splitlines()
+    assert sum(": error: " in ln for ln in lines) == MAX_SHOWN
+    assert f"... and {3000 - MAX_SHOWN} more (the first {MAX_SHOWN} are shown)" in lines
+    assert lines[-1] == "3000 errors"
+
+
+@pytest.mark.parametrize("text", [
+    "attention a {\n head_dim 64 " + " ".join(f"x{i}" for i in range(120000)) + "\n dtype f16\n}\n",
+    "attention a {\n head_dim 64\n dtype f16\n" + "".join(f" junk{i} {i}\n" for i in range(80000)) + "}\n",
+    "".join(f"attention a{i} {{ head_dim 63\n dtype f16 }}\n" for i in range(30000)),
+    "@" * 1_000_000,
+], ids=["one long line", "many bad keys", "many blocks", "garbage"])
+def test_a_megabyte_of_hostile_text_is_refused_in_under_a_second(text):
+    assert len(text) >= 800_000
+    t0 = time.perf_counter()
+    err = _error(text)
+    assert time.perf_counter() - t0 < 1.0
+    assert len(err.diagnostics) == 1
+    assert str(err).count("^") == 1
+
+
+def test_the_token_limit_points_at_the_first_token_past_it():
+    text = "attention a {\n    head_dim 64\n    dtype f16\n" + "    # a comment does not count\n" * 5000
+    text += "    junk 1\n" * (MAX_TOKENS // 2) + "}\n"
+    (d,) = _error(text).diagnostics
+    assert f"more than {MAX_TOKENS} tokens" in d.message
+    assert d.span.line > 5000 and d.hint
+
+
+def test_numbers_are_ascii():
+    """Python's \\d takes other scripts' digits: `head_dim ٦٤` was read as 64."""
+    (d,) = _error("attention a {\n    head_dim ٦٤\n    dtype f16\n}\n").diagnostics
+    assert d.message == "unexpected character '٦'"
+    assert d.hint == "numbers are written with the ASCII digits 0-9"
+    (d,) = _error("attention a {\n    head_dim 64\n    dtype f16\n    scale 0.١\n}\n").diagnostics
+    assert (d.span.line, d.span.column) == (4, 13)
+
+
+BUILT = [
+    # (fields of a directly built spec, part of the message)
+    (dict(name="x*/\n#include <stdio.h>\n/*"), "unexpected character '*'"),
+    (dict(scale=float("nan")), "'scale' must be a positive finite number, not 'nan'"),
+    (dict(scale=-1.0), "'scale' must be a positive finite number, not -1.0"),
+    (dict(head_dim_qk=7, head_dim_v=7), "'head_dim' must be at least 8, not 7"),
+    (dict(mask=Mask("window", left=-3, right=0)), "'window.left' must be at least 0, not -3"),
+    (dict(mask=Mask("causal", left=4)), "field mask = Mask(kind='causal'"),
+    (dict(mask=None), "field mask = None has the wrong type"),
+    (dict(head_dim_qk="64"), "field head_dim_qk = '64' has the wrong type"),
+    (dict(targets={"cuda": {"warps": 3.5}}), "'target.warps' must be an integer or auto, not '3.5'"),
+    (dict(targets={"nope": {"x": 1}}), "field targets = (('nope', (('x', 1),)),) is not a value of the language"),
+    (dict(softcap=float("inf")), "'softcap' must be a positive finite number"),
+]
+
+
+@pytest.mark.parametrize("fields, message", BUILT, ids=[m[:30] for _, m in BUILT])
+@pytest.mark.parametrize("entry", ["emit cuda", "emit wgsl", "lower", "check"])
+def test_a_spec_built_directly_is_checked_as_strictly_as_text(fields, message, entry):
+    """attngen.emit() on an AttentionSpec built directly skipped validation: a name holding */
+    and a newline put an #include into the generated source; scale=nan raised a raw ValueError;
+    scale=-1, head_dim 7 and a negative window were emitted."""
+    spec = AttentionSpec(**{**dict(name="a", head_dim_qk=64, head_dim_v=64, dtype="f16"), **fields})
+    with pytest.raises(attngen.SpecError) as info:
+        if entry.startswith("emit"):
+            attngen.emit(spec, target=entry.split()[1])
+        elif entry == "lower":
+            attngen.lower(spec, "cuda")
+        else:
+            raise attngen.SpecError(attngen.check(spec, "wgsl"))
+    assert message in str(info.value)
+
+
+def test_a_spec_changed_with_replace_is_checked_too():
+    (spec,) = attngen.parse("attention a {\n head_dim 64\n dtype f16\n}\n")
+    assert attngen.check(spec, "cuda") == []
+    bad = dataclasses.replace(spec, head_dim_v=1004)
+    with pytest.raises(attngen.SpecError, match="'head_dim.v' must be a multiple of 8, not 1004"):
+        attngen.emit(bad, "cuda")
