@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: the whole test suite on both targets (CUDA through CuPy, WGSL through wgpu on
 # the GPU's Vulkan driver), then the benchmark. Logs and results go to $OUT (default ./gpu-out).
-#   . .gl/env.sh && ATTNGEN_COMMIT=<sha> bash benchmarks/gpu_session.sh [tests|bench|all] [pytest args...]
+#   ATTNGEN_COMMIT=<sha> bash benchmarks/gpu_session.sh [tests|bench|all] [pytest args...]
+# (on a GPU machine prepared as benchmarks/README.md says)
 # The device machine's copy of .git may be stale: pass the commit you run (git rev-parse --short
 # HEAD, here) as ATTNGEN_COMMIT, or the results say "unknown".
 set -uo pipefail

@@ -1,6 +1,6 @@
 """Check and time attngen against PyTorch's attention backends on one GPU, in one process.
 
-    . .gl/env.sh && python3 benchmarks/run_gpu.py [--out DIR] [--quick] [--only SECTIONS]
+    python3 benchmarks/run_gpu.py [--out DIR] [--quick] [--only SECTIONS]   (benchmarks/README.md)
 
 Sections: dense (the cases below), wgsl, and issue 3's masks, decode and head_dims
 (benchmarks/variants.py); --only takes a comma-separated subset.
@@ -8,7 +8,7 @@ Sections: dense (the cases below), wgsl, and issue 3's masks, decode and head_di
 For every case: build the attngen CUDA kernel, check its output against SDPA's flash backend
 on the same random inputs (relative L2, fp16 vs fp16), then time attngen, SDPA flash
 (FlashAttention-2), SDPA cuDNN and SDPA memory-efficient with CUDA events (median after
-warm-up, triton.testing.do_bench). Cases follow ../shared/ANCHORS.md: batch * seqlen = 16384,
+warm-up, triton.testing.do_bench). Cases follow benchmarks/ANCHORS.md: batch * seqlen = 16384,
 heads * head_dim = 2048, fp16 unless said; TFLOP/s counts 4 * B * H * Lq * Lk * D, halved
 for causal. A WGSL section times the same kernels through wgpu on the GPU's Vulkan driver.
 Writes results.json and RESULTS.md (date, GPU, commit) into --out; prints the table last.

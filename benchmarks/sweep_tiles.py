@@ -1,6 +1,6 @@
 """Time attngen CUDA kernels over tile configurations (for the profiles' [[defaults]]).
 
-    . .gl/env.sh && python3 benchmarks/sweep_tiles.py
+    python3 benchmarks/sweep_tiles.py
 
 Same method as run_gpu.py (fp16, B L = 16384, H D = 2048, CUDA events, median); each
 configuration is checked against SDPA flash before it is timed.

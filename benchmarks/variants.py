@@ -3,7 +3,7 @@
 Each section builds the attngen kernels, checks them against a PyTorch peer on the same
 inputs (relative L2 error), and times attngen and the peers side by side in this process
 (triton do_bench: median of CUDA events after warm-up). Rows are dicts; markdown() renders
-them. Cases follow issue 3 and ../shared/ANCHORS.md:
+them. Cases follow issue 3 and benchmarks/ANCHORS.md:
 
 - masks: L=16384, d128, 16 heads, B=1, f16. Sliding window of 1024 keys (structured
   `mask window(left=1023)`, and the same window as a `mask custom` block mask) and a

@@ -3,8 +3,8 @@
 #   bash scripts/test.sh            # the whole suite (what CI runs)
 #   bash scripts/test.sh -k parse   # extra arguments go to pytest (-n 0: one process)
 # Installs: the software Vulkan adapter (Mesa's lavapipe, for WGSL through wgpu), a virtual
-# environment in .venv with attngen and its test extras (pytest, hypothesis, wgpu, NVRTC for
-# compile checks). On a machine with a GPU and CuPy the CUDA tests run too; else they skip.
+# environment in .venv with attngen (wgpu included) and its test extra (pytest, hypothesis, NVRTC
+# for compile checks). On a machine with a GPU and CuPy the CUDA tests run too; else they skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -76,8 +76,8 @@ def _compile_cupy(source, options, name):
     try:
         from cupy_backends.cuda.libs import nvrtc  # type: ignore
     except ImportError:
-        raise CompileError("no NVRTC found: install cuda-bindings and nvidia-cuda-nvrtc "
-                           "(pip install 'attngen[cuda13]')") from None
+        raise CompileError("no NVRTC found: pip install cuda-bindings nvidia-cuda-nvrtc "
+                           "(or in attngen's checkout: pip install '.[gpu]')") from None
     prog = nvrtc.createProgram(source, name, [], [])
     try:
         try:

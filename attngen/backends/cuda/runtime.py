@@ -37,7 +37,8 @@ def cupy_module():
     try:
         import cupy  # type: ignore
     except ImportError:
-        raise LaunchError("the cuda target needs CuPy: pip install 'attngen[cuda13]' (or [cuda12])") from None
+        raise LaunchError("the cuda target needs CuPy (and a CUDA 13 driver): pip install cupy-cuda13x, "
+                          "or in attngen's checkout: pip install '.[gpu]'") from None
     return cupy
 
 

@@ -127,7 +127,7 @@ class WgslTensor:
 class _DeviceState:
     def __init__(self):
         if wgpu is None:
-            raise LaunchError("the WGSL runtime needs wgpu-py: pip install 'attngen[wgpu]' (wgpu>=0.32,<0.33)")
+            raise LaunchError("the WGSL runtime needs wgpu-py: pip install 'wgpu>=0.32,<0.33'")
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         if adapter is None:
             raise LaunchError("no WebGPU adapter found (on a machine without a GPU, install a software "
