@@ -117,6 +117,9 @@ class SpecError(ValueError):
         self.diagnostics = tuple(diags)
         super().__init__(self.format())
 
+    def __reduce__(self):  # picklable (process pools, pytest-xdist): rebuilt from its diagnostics
+        return (type(self), (self.diagnostics,))
+
     def format(self) -> str:
         """The first MAX_SHOWN diagnostics by position, then how many more there are."""
         n = len(self.diagnostics)
