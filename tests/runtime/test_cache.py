@@ -1,10 +1,22 @@
-"""The on-disk kernel cache: keys, hits, and two processes building the same entry at once."""
+"""The on-disk kernel cache: keys, hits, two processes building the same entry at once, digests
+(a corrupt, unverifiable or unreadable entry is rebuilt with a warning), the functions behind
+`attngen cache info` / `clear`, and the suite's own temporary cache directory."""
 
 from __future__ import annotations
 
+import builtins
+import errno
+import hashlib
+import io
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import time
+import warnings
+from pathlib import Path
+
+import pytest
 
 from attngen.runtime import cache
 
@@ -70,15 +82,6 @@ def test_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
 
 
 # ---- digests: a corrupt or unverifiable entry is rebuilt, never loaded ---------------------------
-
-import builtins
-import errno
-import hashlib
-import io
-import warnings
-from pathlib import Path
-
-import pytest
 
 KEY = "0123456789abcdef0123456789abcdef"  # the shape of cache_key()'s keys
 
@@ -226,7 +229,6 @@ def _repair_in_process(args):
 
 
 def test_processes_finding_the_same_corrupt_entry_rebuild_it_once(tmp_path):
-    import multiprocessing as mp
     root, log = tmp_path / "cache", str(tmp_path / "builds.log")
     root.mkdir()
     (root / f"{KEY}.cubin").write_bytes(b"corrupt")
@@ -278,8 +280,6 @@ def test_the_suite_uses_a_temporary_cache():
     assert home_cache not in where.parents and where != home_cache
     assert not where.is_relative_to(Path(os.path.expanduser("~")).resolve())
     # and child processes (the command-line tests run some) inherit it
-    import subprocess
-    import sys
     r = subprocess.run([sys.executable, "-c", "from attngen.runtime.cache import cache_dir; print(cache_dir())"],
                        capture_output=True, text=True, check=True)
     assert Path(r.stdout.strip()).resolve() == where
