@@ -1,18 +1,39 @@
-"""The `attngen` command: build, check, run.
+"""The `attngen` command: build, check, run, cache. docs/cli.md describes every option.
 
 Exit codes: 0 success; 1 invalid spec, failed check or failed run (error above tolerance, no
-device); 2 usage error (bad arguments, unreadable file, unknown profile or kernel). No Python
-traceback reaches the user unless --debug is given.
+device), output that cannot be written (a full disk, a closed pipe, no permission, a FIFO or a
+directory as the output file), or a cache directory that cannot be read; 2 usage error (bad
+arguments, unreadable spec file, unknown profile or kernel, --shape heads that contradict the
+spec's). No Python traceback reaches the user unless --debug is given (anywhere on the line).
+
+Inputs. SPEC is a .attn file, '-' for standard input, or (check and build) a directory, which
+means every *.attn file directly in it, in sorted order. `check DIR` reports every file
+(exit 1 if any fails); `build DIR` needs `-o OUTDIR` (made if missing) and writes one file per
+kernel, OUTDIR/<kernel>.<ext> (ext: the target's source extension, json for --emit manifest,
+ir for --emit ir); it checks every kernel first and writes nothing if any fails.
+
+Output of build. No -o, or `-o -`: standard output. `-o PATH`: the file PATH (to write a file
+named '-', say `-o ./-`); `-o ''` is a usage error. An existing PATH that is a FIFO (named pipe)
+or a socket is refused: opening a FIFO blocks until a reader comes, possibly forever (the file
+is opened with O_NONBLOCK and checked again after opening, so a FIFO made meanwhile is refused
+too instead of blocking). Character devices (/dev/null, a terminal) are written like files.
+
+`attngen run` prints its table on standard output and what it is doing (compiling, drawing
+inputs, timing, the float64 reference) on standard error, unless --quiet.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import stat
 import sys
+import time
+import warnings
 
 from . import api, backends
-from .errors import CompileError, LaunchError, SpecError
+from .errors import CompileError, LaunchError, SpecError, did_you_mean
 from .plan.profiles import ProfileError
 from .version import __version__
 
@@ -23,58 +44,113 @@ class UsageError(Exception):
     """Bad command-line use: exit code 2."""
 
 
+class OutputError(Exception):
+    """Output that cannot be written, or a cache directory that cannot be read: exit code 1."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.print_usage(sys.stderr)
         raise UsageError(f"{self.prog}: {message}")
 
 
+DIRECTORIES = ("SPEC may be a directory: every *.attn file in it, in sorted order")
+
+
 def _parser() -> argparse.ArgumentParser:
     targets = backends.names()
+    # --debug is accepted before and after the command (SUPPRESS: a command's parser does not
+    # reset what the top-level one read).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show Python tracebacks")
     p = _Parser(prog="attngen", description="Compile attention specs into flash-attention kernels "
-                f"(targets: {', '.join(targets)}).")
+                f"(targets: {', '.join(targets)}).",
+                epilog="Exit codes: 0 success; 1 invalid spec, failed check or run, output that cannot be "
+                       "written; 2 usage error. See docs/cli.md.")
     p.add_argument("--version", action="version", version=f"attngen {__version__}")
-    p.add_argument("--debug", action="store_true", help="show Python tracebacks")
+    p.add_argument("--debug", action="store_true", default=False, help="show Python tracebacks")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    b = sub.add_parser("build", help="generate kernel source, IR or manifest")
-    b.add_argument("spec", metavar="SPEC", help="a .attn file ('-' reads standard input)")
+    b = sub.add_parser("build", parents=[common], help="generate kernel source, IR or manifest",
+                       description="Generate a kernel's source, IR or manifest. " + DIRECTORIES +
+                       "; then -o must name an output directory, which gets one file per kernel, "
+                       "<kernel>.<ext> (the target's source extension, json or ir).")
+    b.add_argument("spec", metavar="SPEC", help="a .attn file, '-' for standard input, or a directory")
     b.add_argument("--target", required=True, choices=targets)
     b.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
     defaults = " / ".join(backends.get(t).default_profile for t in targets)
     b.add_argument("--profile", metavar="P", help=f"target profile (default {defaults})")
     b.add_argument("--emit", choices=("source", "ir", "manifest"), default="source")
-    b.add_argument("-o", "--output", metavar="PATH", help="write here instead of standard output")
+    b.add_argument("-o", "--output", metavar="PATH",
+                   help="write here instead of standard output ('-': standard output; a directory "
+                        "when SPEC is one; FIFOs are refused)")
 
-    c = sub.add_parser("check", help="validate a spec; print tiles, threads, memory, features")
-    c.add_argument("spec", metavar="SPEC")
+    c = sub.add_parser("check", parents=[common],
+                       help="validate a spec; print tiles, threads, memory, features",
+                       description="Validate specs and print the plan of each kernel. " + DIRECTORIES +
+                       ", all of them reported (exit 1 if any fails).")
+    c.add_argument("spec", metavar="SPEC", help="a .attn file, '-' for standard input, or a directory")
     c.add_argument("--target", choices=targets, help="only this target (default: both)")
     c.add_argument("--profile", metavar="P", help="a profile name, or 'all' (default: the target's default)")
-    c.add_argument("--kernel", metavar="NAME")
+    c.add_argument("--kernel", metavar="NAME", help="only this kernel (default: every kernel)")
 
-    r = sub.add_parser("run", help="run on this machine's device and compare with the reference")
-    r.add_argument("spec", metavar="SPEC")
+    r = sub.add_parser("run", parents=[common],
+                       help="run on this machine's device and compare with the reference",
+                       description="Run a kernel on this machine's device with random inputs, time it and "
+                       "compare it with the float64 reference. The table goes to standard output, "
+                       "progress to standard error.")
+    r.add_argument("spec", metavar="SPEC", help="a .attn file or '-' for standard input")
     r.add_argument("--target", required=True, choices=targets)
-    r.add_argument("--kernel", metavar="NAME")
+    r.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
     r.add_argument("--profile", metavar="P", help="profile (default: the live device's)")
     r.add_argument("--shape", action="append", metavar="B=..,Lq=..,Lk=..[,Hq=..,Hkv=..]",
-                   help="a run-time shape; repeat for several (default B=1,Lq=Lk=256)")
+                   help="a run-time shape; repeat for several (default B=1,Lq=Lk=256; Hq and Hkv "
+                        "default to the spec's heads, and must equal them when the spec fixes them)")
     r.add_argument("--repeat", type=int, default=10, help="timed runs per shape (median reported)")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     r.add_argument("--no-reference", action="store_true",
                    help="time only (the float64 reference is slow for large shapes)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress lines on standard error")
+
+    k = sub.add_parser("cache", parents=[common], help="show or empty the disk cache of built kernels",
+                       description="The disk cache of built kernels: $ATTNGEN_CACHE_DIR, else "
+                       "$XDG_CACHE_HOME/attngen, else ~/.cache/attngen.")
+    actions = k.add_subparsers(dest="action", parser_class=_Parser)
+    actions.add_parser("info", parents=[common], help="the cache's directory, entries and size")
+    actions.add_parser("clear", parents=[common], help="remove every entry (files attngen did not write stay)")
     return p
 
 
 # -- helpers ------------------------------------------------------------------------------------
+def _reason(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
 def _read_source(path: str) -> tuple[str, str]:
     """(text, name) of a spec file, or of standard input for '-'."""
     if path == "-":
         return api.decode_source(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
     try:
         return api.read_spec_file(path)
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory; run takes one spec file (check and build take "
+                         "directories)") from None
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def _spec_files(path: str) -> list[str] | None:
+    """The *.attn files directly in `path`, sorted, when it is a directory; else None."""
+    if path == "-" or not os.path.isdir(path):
+        return None
+    try:
+        names = sorted(n for n in os.listdir(path) if n.endswith(".attn") and os.path.isfile(os.path.join(path, n)))
+    except OSError as e:
+        raise UsageError(f"cannot read the directory {path}: {_reason(e)}") from None
+    if not names:
+        raise UsageError(f"the directory {path} has no *.attn files")
+    return [os.path.join(path, n) for n in names]
 
 
 def _read_specs(path: str):
@@ -101,50 +177,164 @@ def _profile(name, target):
         raise UsageError(str(e)) from None
 
 
-def _write(args, text: str):
-    if args.output:
-        try:
-            with open(args.output, "w") as f:
-                f.write(text)
-        except OSError as e:
-            raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from None
-    else:
+def _write_stdout(text: str) -> None:
+    try:
         sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as e:
+        raise OutputError(f"cannot write to standard output: {_reason(e)}") from None
+
+
+def _print(line: str = "") -> None:
+    _write_stdout(line + "\n")
+
+
+def _silence_stdout() -> None:
+    """After a failed write to standard output: point it at /dev/null, so that the interpreter's
+    last flush of what is still buffered neither fails again nor prints "Exception ignored"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # standard output is not a file descriptor (tests capture it)
+
+
+_NOT_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse(path: str, mode: int) -> None:
+    for test, what in _NOT_FILES:
+        if test(mode):
+            raise OutputError(f"cannot write {path}: it is {what}, which attngen does not write to (it "
+                              "could block forever); write to standard output instead and redirect it")
+
+
+def _write_file(path: str, text: str) -> None:
+    """Write `text` to the file `path` (module docstring: FIFOs and sockets are refused)."""
+    try:
+        _refuse(path, os.stat(path).st_mode)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {_reason(e)}") from None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {_reason(e)}") from None
+    try:
+        _refuse(path, os.fstat(fd).st_mode)  # made a FIFO between the stat and the open
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(fd, True)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            fd = None
+            f.write(text)
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {_reason(e)}") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _write(args, text: str):
+    if args.output is None or args.output == "-":
+        _write_stdout(text)
+    else:
+        _write_file(args.output, text)
+
+
+def _check_output(args) -> None:
+    if args.output == "":
+        raise UsageError("-o/--output is empty: give a file name, or '-' for standard output")
 
 
 def _plan_lines(p) -> list[str]:
     return backends.get(p.target).describe(p)
 
 
-# -- commands ------------------------------------------------------------------------------------
-def cmd_build(args) -> int:
-    spec = _one_spec(args)
-    p = api.lower(spec, args.target, _profile(args.profile, args.target))
+def _render(spec, args, profile) -> str:
+    """What build writes for one kernel."""
+    p = api.lower(spec, args.target, profile)
     if args.emit == "ir":
         text = api.format_spec(spec)
         text += f"\n# plan for {p.target} (profile {p.profile})\n"
         text += "".join(f"#   {ln}\n" for ln in _plan_lines(p))
-        _write(args, text)
-        return EXIT_OK
+        return text
     out = api.emit_plan(p)
     if args.emit == "manifest":
-        _write(args, json.dumps(out.manifest, indent=2) + "\n")
-    else:
-        _write(args, out.source)
+        return json.dumps(out.manifest, indent=2) + "\n"
+    return out.source
+
+
+# -- commands ------------------------------------------------------------------------------------
+def cmd_build(args) -> int:
+    _check_output(args)
+    files = _spec_files(args.spec)
+    if files is not None:
+        return _build_directory(args, files)
+    spec = _one_spec(args)
+    _write(args, _render(spec, args, _profile(args.profile, args.target)))
     return EXIT_OK
 
 
-def cmd_check(args) -> int:
-    if args.profile and args.profile != "all" and not args.target:
-        raise UsageError("--profile needs --target (or use --profile all)")
-    text, name = _read_source(args.spec)
-    specs, diags = api.parse_collect(text, name)
+def _build_directory(args, files: list[str]) -> int:
+    """build DIR -o OUTDIR: every kernel of every file checked first, then one file each."""
+    if args.output is None or args.output == "-":
+        where = "no -o" if args.output is None else "-o -"
+        raise UsageError(f"{args.spec} is a directory: building it writes one file per kernel, so it needs "
+                         f"an output directory (-o DIR), not standard output ({where})")
+    out_dir = args.output
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError(f"-o {out_dir} is not a directory: building the directory {args.spec} writes one "
+                         "file per kernel into -o DIR")
+    profile = _profile(args.profile, args.target)
+    kernels, diags = [], []
+    for path in files:
+        try:
+            specs, name = _read_specs(path)
+        except SpecError as e:
+            diags += e.diagnostics
+            continue
+        kernels += [(spec, name) for spec in specs]
+    if args.kernel is not None:
+        chosen = [(s, f) for s, f in kernels if s.name == args.kernel]
+        if not chosen and not diags:
+            hint = did_you_mean(args.kernel, [s.name for s, _ in kernels])
+            raise UsageError(f"no *.attn file in {args.spec} defines a kernel named '{args.kernel}'"
+                             + (f" ({hint})" if hint else ""))
+        kernels = chosen
+    seen: dict = {}
+    for spec, name in kernels:
+        if spec.name in seen:
+            raise UsageError(f"kernel '{spec.name}' is defined in both {seen[spec.name]} and {name}: both "
+                             f"would be written to the same file of {out_dir}")
+        seen[spec.name] = name
+    ext = {"ir": "ir", "manifest": "json"}.get(args.emit) or backends.get(args.target).source_suffix
+    outputs = []
+    for spec, _ in kernels:
+        try:
+            outputs.append((os.path.join(out_dir, f"{spec.name}.{ext}"), _render(spec, args, profile)))
+        except SpecError as e:
+            diags += e.diagnostics
+    if diags:
+        raise SpecError(diags)  # nothing is written
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot make the directory {out_dir}: {_reason(e)}") from None
+    for path, text in outputs:
+        _write_file(path, text)
+        _print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _check_one(args, text, name, targets, diags, report) -> bool:
+    """Check the kernels of one source; False when --kernel names none of them."""
+    specs, found = api.parse_collect(text, name)
+    diags += found
     if args.kernel is not None:
         specs = [s for s in specs if s.name == args.kernel]
-        if not specs and not diags:
-            raise UsageError(f"{name} has no kernel named '{args.kernel}'")
-    targets = [args.target] if args.target else list(backends.names())
-    report = []
     for spec in specs:
         lines = [spec.name]
         for target in targets:
@@ -160,16 +350,50 @@ def cmd_check(args) -> int:
                 lines.append(f"  {target} ({prof.name}): ok")
                 lines += [f"    {ln}" for ln in _plan_lines(p)]
         report.append("\n".join(lines))
+    return bool(specs)
+
+
+def cmd_check(args) -> int:
+    if args.profile and args.profile != "all" and not args.target:
+        raise UsageError("--profile needs --target (or use --profile all)")
+    targets = [args.target] if args.target else list(backends.names())
+    files = _spec_files(args.spec)
+    diags, report, unreadable = [], [], False
+    if files is None:
+        text, name = _read_source(args.spec)
+        if not _check_one(args, text, name, targets, diags, report) and args.kernel is not None and not diags:
+            raise UsageError(f"{name} has no kernel named '{args.kernel}'")
+    else:  # every file of the directory, each under a line naming it
+        found = False
+        for path in files:
+            before = len(diags)
+            part: list = []
+            try:
+                text, name = _read_source(path)
+                found |= _check_one(args, text, name, targets, diags, part)
+            except SpecError as e:  # not UTF-8
+                diags += e.diagnostics
+            except UsageError as e:  # unreadable: a failed check of this file
+                print(f"error: {e}", file=sys.stderr)
+                unreadable = True
+                part = ["  error: cannot read it (see above)"]
+            if not part and len(diags) > before:
+                part = ["  error (see above)"]
+            if part:  # with --kernel, files without that kernel are left out
+                report.append(f"# {path}\n" + "\n".join(part))
+        if args.kernel is not None and not found and not diags and not unreadable:
+            raise UsageError(f"no *.attn file in {args.spec} defines a kernel named '{args.kernel}'")
     if diags:
         print(SpecError(diags).format(), file=sys.stderr)
     if report:
-        print("\n".join(report))
-    return EXIT_INVALID if diags else EXIT_OK
+        _print("\n".join(report))
+    return EXIT_INVALID if diags or unreadable else EXIT_OK
 
 
 def _parse_shape(text: str, spec) -> dict:
     keys = {"b": "B", "lq": "Lq", "lk": "Lk", "hq": "Hq", "hkv": "Hkv"}
     out = {"B": 1, "Lq": 256, "Lk": 256, "Hq": spec.heads_q, "Hkv": spec.heads_kv}
+    fixed = {"Hq": spec.heads_q, "Hkv": spec.heads_kv}
     for part in filter(None, text.replace(" ", "").split(",")):
         key, _, value = part.partition("=")
         if key.lower() not in keys or not value:
@@ -180,7 +404,12 @@ def _parse_shape(text: str, spec) -> dict:
             raise UsageError(f"bad --shape value {part!r}: not an integer") from None
         if n < 1 or n > 1 << 30:
             raise UsageError(f"bad --shape value {part!r}: must be between 1 and 2^30")
-        out[keys[key.lower()]] = n
+        name = keys[key.lower()]
+        if fixed.get(name) is not None and n != fixed[name]:
+            raise UsageError(f"--shape {name}={n}: kernel '{spec.name}' is built for heads q={spec.heads_q} "
+                             f"kv={spec.heads_kv} (the spec's 'heads' line); leave Hq and Hkv out of --shape, "
+                             "or give those numbers")
+        out[name] = n
     if out["Hq"] is None:
         out["Hq"] = 8
     if out["Hkv"] is None:
@@ -200,33 +429,93 @@ def cmd_run(args) -> int:
     shapes = [_parse_shape(s, spec) for s in (args.shape or [""])]
     profile = _profile(args.profile, args.target) if args.profile else None
     backend = backends.get(args.target)
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(f"attngen run: {line}", file=sys.stderr, flush=True)
+    progress(f"compiling {spec.name} for {args.target} on this machine's device")
+    t0 = time.perf_counter()
     try:
         kernel = api.compile(spec, target=args.target, profile=profile)
     except (ImportError, RuntimeError, OSError) as e:
         raise LaunchError(f"no usable {getattr(backend, 'device_name', 'device')} on this machine: "
                           f"{type(e).__name__}: {e}") from None
+    progress(f"compiled in {time.perf_counter() - t0:.2f} s")
     ok = run_shapes(kernel, backend, shapes, repeat=args.repeat, seed=args.seed,
-                    use_reference=not args.no_reference, echo=print)
+                    use_reference=not args.no_reference, echo=_print, progress=progress)
     return EXIT_OK if ok else EXIT_INVALID
 
 
-COMMANDS = {"build": cmd_build, "check": cmd_check, "run": cmd_run}
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def cmd_cache(args) -> int:
+    from .runtime import cache
+    if args.action is None:
+        raise UsageError("attngen cache needs an action: 'info' (show the cache) or 'clear' (empty it)")
+    where = cache.cache_dir()
+    try:
+        if args.action == "info":
+            for line in cache.describe(cache.summary(where)):
+                _print(line)
+            return EXIT_OK
+        report = cache.clear(where)
+    except OSError as e:
+        raise OutputError(f"cannot read the cache directory {where}: {_reason(e)}") from None
+    if not report.exists:
+        _print(f"nothing to remove: the cache directory {where} does not exist")
+    elif not (report.removed_files or report.busy_locks or report.errors):
+        _print(f"nothing to remove: no attngen files in {where}")
+    else:
+        _print(f"removed {_count(report.removed_entries, 'entry', 'entries')} "
+               f"({_count(report.removed_files, 'file', 'files')}, {cache.human_size(report.removed_bytes)}) "
+               f"from {where}")
+    if report.busy_locks:
+        _print(f"left {_count(report.busy_locks, 'lock file', 'lock files')} of builds in progress")
+    if report.other_files:
+        _print(f"left {_count(len(report.other_files), 'file', 'files')} that attngen did not write: "
+               + ", ".join(report.other_files))
+    for name, reason in report.errors:
+        print(f"error: cannot remove {where / name}: {reason}", file=sys.stderr)
+    return EXIT_INVALID if report.errors else EXIT_OK
+
+
+COMMANDS = {"build": cmd_build, "check": cmd_check, "run": cmd_run, "cache": cmd_cache}
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings (e.g. a cache entry rebuilt) as one line, without the source line."""
+    try:
+        print(f"warning: {message}", file=sys.stderr)
+    except OSError:
+        pass
 
 
 def main(argv=None) -> int:
     parser = _parser()
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # until the line is parsed
     try:
-        args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help(sys.stderr)
-            return EXIT_USAGE
-        return COMMANDS[args.command](args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            args = parser.parse_args(argv)
+            debug = args.debug
+            if args.command is None:
+                parser.print_help(sys.stderr)
+                return EXIT_USAGE
+            code = COMMANDS[args.command](args)
+            _write_stdout("")  # what print() left in the buffer, while errors can be reported
+            return code
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except SpecError as e:
         print(e.format(), file=sys.stderr)
+        return EXIT_INVALID
+    except OutputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        _silence_stdout()
         return EXIT_INVALID
     except (LaunchError, CompileError) as e:
         if debug:
@@ -236,6 +525,12 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         return 130
     except SystemExit as e:  # --help / --version
+        try:
+            _write_stdout("")
+        except OutputError as oe:
+            print(f"error: {oe}", file=sys.stderr)
+            _silence_stdout()
+            return EXIT_INVALID
         return e.code if isinstance(e.code, int) else EXIT_OK
     except Exception as e:  # a bug in attngen: say so without a traceback
         if debug:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import shutil
+import tempfile
 
 import numpy as np
 import pytest
@@ -31,6 +33,26 @@ attention llama3_8b_prefill {
     target wgsl { workgroup=128 subgroups=auto }
 }
 """
+
+
+# The suite's own disk cache: never the user's ~/.cache/attngen (nor a directory the user set).
+# The first pytest process (the controller under pytest-xdist) makes a temporary directory and
+# removes it at the end; the xdist workers and every subprocess a test starts inherit it.
+_CACHE_OWNER = "_ATTNGEN_TEST_CACHE_OWNER"
+
+
+def pytest_configure(config):
+    if os.environ.get(_CACHE_OWNER) and os.environ.get("ATTNGEN_CACHE_DIR") == os.environ[_CACHE_OWNER]:
+        return  # a worker: the controller's directory
+    path = tempfile.mkdtemp(prefix="attngen-test-cache-")
+    os.environ["ATTNGEN_CACHE_DIR"] = os.environ[_CACHE_OWNER] = path
+    config._attngen_test_cache = path
+
+
+def pytest_unconfigure(config):
+    path = getattr(config, "_attngen_test_cache", None)
+    if path:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_addoption(parser):

@@ -45,6 +45,9 @@ class Backend:
     required_sections: tuple = ()
     # What `attngen run` says of its timings.
     timing: str = "wall time"
+    # The file name extension of the generated source (`attngen build DIR -o OUT` writes
+    # OUT/<kernel>.<source_suffix>).
+    source_suffix: str = "txt"
 
     # -- profiles ---------------------------------------------------------------------------
     def extra_profiles(self) -> tuple:

@@ -62,21 +62,42 @@ def runtime_inputs(spec, q, k, v, rng):
     return k, v, opts
 
 
-def run_shapes(kernel, backend, shapes, *, repeat=10, seed=0, use_reference=True, echo=print) -> bool:
-    """Run a compiled kernel on every shape; print one line each; True when all are within
-    tolerance. `backend` is the kernel's target's (attngen.backends)."""
+def _ms(x: float) -> str:
+    """Milliseconds with four significant digits (0.01234, 1.480, 123.4; 1234 and above whole)."""
+    if x != x or x >= 1000:
+        return f"{x:.0f}"
+    return f"{x:#.4g}".rstrip(".")
+
+
+def _tflops(x: float) -> str:
+    """TFLOP/s with three significant digits, so that a tiny run does not show 0.00."""
+    return "nan" if x != x else f"{x:#.3g}".rstrip(".")
+
+
+def run_shapes(kernel, backend, shapes, *, repeat=10, seed=0, use_reference=True, echo=print,
+               progress=None) -> bool:
+    """Run a compiled kernel on every shape; print one line each with `echo`; True when all
+    are within tolerance. `backend` is the kernel's target's (attngen.backends). `progress`,
+    when given, is called with a line before each step (drawing inputs, timing, the float64
+    reference), which can take long on big shapes."""
     spec = kernel.spec
     bound = tolerance(spec)
+    say = progress or (lambda line: None)
     echo(f"{spec.name} on {backend.name} ({kernel.plan.profile}): {kernel.plan.summary()}")
     echo(f"{'B':>4} {'Lq':>7} {'Lk':>7} {'Hq':>4} {'Hkv':>4}  {'rel. error':>10}  {'ms':>9}  {'TFLOP/s':>8}  result")
     all_ok = True
     for i, shape in enumerate(shapes):
+        where = f"shape {i + 1}/{len(shapes)}"
+        say(f"{where} (B={shape['B']} Lq={shape['Lq']} Lk={shape['Lk']} Hq={shape['Hq']} Hkv={shape['Hkv']}): "
+            "drawing inputs")
         host, args, opts = _inputs(spec, backend, shape, seed + i)
+        say(f"{where}: timing {repeat} run{'s' if repeat != 1 else ''} after a warm-up")
         ms = backend.time_call(kernel, args, opts, repeat)
         flops = 2.0 * shape["B"] * shape["Hq"] * visible_pairs(spec.mask, shape["Lq"], shape["Lk"]) * \
             (spec.head_dim_qk + spec.head_dim_v)
         tflops = flops / (ms * 1e-3) / 1e12 if ms > 0 else float("nan")
         if use_reference:
+            say(f"{where}: comparing with the float64 reference")
             out = to_numpy(kernel(*args, **opts))
             ref_opts = {n: to_numpy(x) for n, x in opts.items()}
             err = relative_error(out, reference(spec, *host, **ref_opts))
@@ -87,7 +108,7 @@ def run_shapes(kernel, backend, shapes, *, repeat=10, seed=0, use_reference=True
             ok, verdict, err_text = True, "not checked", f"{'-':>10}"
         all_ok &= ok
         echo(f"{shape['B']:>4} {shape['Lq']:>7} {shape['Lk']:>7} {shape['Hq']:>4} {shape['Hkv']:>4}  "
-             f"{err_text}  {ms:9.3f}  {tflops:8.2f}  {verdict}")
+             f"{err_text}  {_ms(ms):>9}  {_tflops(tflops):>8}  {verdict}")
     echo(f"times: median of {repeat} runs after a warm-up; {backend.timing}; tolerance {bound:g} "
          "(relative L2 vs float64)")
     return all_ok

@@ -1,10 +1,22 @@
-"""The on-disk kernel cache: keys, hits, and two processes building the same entry at once."""
+"""The on-disk kernel cache: keys, hits, two processes building the same entry at once, digests
+(a corrupt, unverifiable or unreadable entry is rebuilt with a warning), the functions behind
+`attngen cache info` / `clear`, and the suite's own temporary cache directory."""
 
 from __future__ import annotations
 
+import builtins
+import errno
+import hashlib
+import io
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import time
+import warnings
+from pathlib import Path
+
+import pytest
 
 from attngen.runtime import cache
 
@@ -67,3 +79,207 @@ def test_unwritable_cache_only_costs_time(tmp_path, monkeypatch):
     blocker.write_text("not a directory")
     monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(blocker / "cache"))
     assert cache.cached("k", ".bin", lambda: b"x") == (b"x", False)
+
+
+# ---- digests: a corrupt or unverifiable entry is rebuilt, never loaded ---------------------------
+
+KEY = "0123456789abcdef0123456789abcdef"  # the shape of cache_key()'s keys
+
+
+def _use(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _no_warnings(fn, *args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return fn(*args)
+
+
+def test_entries_carry_a_sha256_digest(tmp_path, monkeypatch):
+    root = _use(tmp_path, monkeypatch)
+    assert _no_warnings(cache.cached, KEY, ".cubin", lambda: b"kernel") == (b"kernel", False)
+    digest = (root / f"{KEY}.cubin.sha256").read_text()
+    # the format of sha256sum, so `sha256sum -c` checks an entry by hand
+    assert digest == f"{hashlib.sha256(b'kernel').hexdigest()}  {KEY}.cubin\n"
+    assert _no_warnings(cache.cached, KEY, ".cubin", lambda: b"other") == (b"kernel", True)
+
+
+def test_a_corrupt_entry_is_rebuilt_with_a_warning(tmp_path, monkeypatch):
+    root = _use(tmp_path, monkeypatch)
+    cache.cached(KEY, ".cubin", lambda: b"good kernel")
+    (root / f"{KEY}.cubin").write_bytes(b"good kernel, flipped bits")
+    with pytest.warns(cache.CacheWarning, match=f"{KEY}.cubin.*corrupt"):
+        assert cache.cached(KEY, ".cubin", lambda: b"good kernel") == (b"good kernel", False)
+    # rewritten: the next load verifies, without a warning
+    assert _no_warnings(cache.cached, KEY, ".cubin", lambda: b"unused") == (b"good kernel", True)
+    assert not [n for n in os.listdir(root) if n.endswith(".tmp")]
+
+
+def test_an_entry_without_a_digest_is_rebuilt(tmp_path, monkeypatch):
+    root = _use(tmp_path, monkeypatch)
+    (root / f"{KEY}.cubin").write_bytes(b"from an older attngen, or truncated")
+    with pytest.warns(cache.CacheWarning, match=f"{KEY}.cubin.*no digest"):
+        assert cache.cached(KEY, ".cubin", lambda: b"fresh") == (b"fresh", False)
+    assert _no_warnings(cache.cached, KEY, ".cubin", lambda: b"unused") == (b"fresh", True)
+
+
+def test_a_bad_digest_file_is_rebuilt(tmp_path, monkeypatch):
+    root = _use(tmp_path, monkeypatch)
+    cache.cached(KEY, ".json", lambda: b"{}")
+    (root / f"{KEY}.json.sha256").write_bytes(b"\xff\xfe not a digest")
+    with pytest.warns(cache.CacheWarning, match=f"{KEY}.json"):
+        assert cache.cached(KEY, ".json", lambda: b"{}") == (b"{}", False)
+    assert _no_warnings(cache.cached, KEY, ".json", lambda: b"unused") == (b"{}", True)
+
+
+# ---- unreadable entries: rebuilt with a warning, never a raw OS error -----------------------------
+
+def _deny(monkeypatch, target: Path, inside: bool):
+    """Fail every open (and, for a directory, every stat) of `target` (inside=False) or of
+    anything inside it (inside=True) with EACCES: what mode 000 does to anyone but root, which
+    ignores modes (the suite may run as root)."""
+    target = os.fspath(target)
+
+    def hit(p) -> bool:
+        if not isinstance(p, (str, bytes, os.PathLike)):
+            return False
+        p = os.fsdecode(os.fspath(p))
+        return p.startswith(target + os.sep) if inside else p == target
+
+    def guard(fn):
+        def wrapper(p, *args, **kwargs):
+            if hit(p):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(p))
+            return fn(p, *args, **kwargs)
+        return wrapper
+    names = [(io, "open"), (builtins, "open"), (os, "open")]
+    if inside:
+        names += [(os, "stat"), (os, "lstat"), (os, "listdir"), (os, "scandir")]
+    for mod, name in names:
+        monkeypatch.setattr(mod, name, guard(getattr(mod, name)))
+
+
+def test_an_unreadable_entry_is_rebuilt_and_rewritten(tmp_path, monkeypatch):
+    root = _use(tmp_path, monkeypatch)
+    cache.cached(KEY, ".cubin", lambda: b"kernel")
+    with monkeypatch.context() as m:
+        _deny(m, root / f"{KEY}.cubin", inside=False)
+        with pytest.warns(cache.CacheWarning, match=f"{KEY}.cubin.*(P|p)ermission denied"):
+            assert cache.cached(KEY, ".cubin", lambda: b"kernel") == (b"kernel", False)
+    assert _no_warnings(cache.cached, KEY, ".cubin", lambda: b"unused") == (b"kernel", True)
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads mode-000 files")
+def test_a_mode_000_entry_is_rebuilt(tmp_path, monkeypatch):
+    root = _use(tmp_path, monkeypatch)
+    cache.cached(KEY, ".cubin", lambda: b"kernel")
+    os.chmod(root / f"{KEY}.cubin", 0)
+    with pytest.warns(cache.CacheWarning, match=f"{KEY}.cubin"):
+        assert cache.cached(KEY, ".cubin", lambda: b"kernel") == (b"kernel", False)
+
+
+def test_a_directory_in_place_of_an_entry(tmp_path, monkeypatch):
+    root = _use(tmp_path, monkeypatch)
+    (root / f"{KEY}.cubin").mkdir()
+    with pytest.warns(cache.CacheWarning, match=f"{KEY}.cubin"):
+        assert cache.cached(KEY, ".cubin", lambda: b"kernel") == (b"kernel", False)
+    assert (root / f"{KEY}.cubin").is_dir(), "what attngen did not write is left alone"
+    assert not [n for n in os.listdir(root) if n.endswith(".tmp")]
+
+
+def test_an_unreadable_cache_directory(tmp_path, monkeypatch):
+    root = _use(tmp_path / "cache", monkeypatch)
+    root.mkdir()
+    cache.cached(KEY, ".cubin", lambda: b"kernel")
+    with monkeypatch.context() as m:
+        _deny(m, root, inside=True)
+        with pytest.warns(cache.CacheWarning, match=f"{KEY}.cubin"):
+            assert cache.cached(KEY, ".cubin", lambda: b"kernel") == (b"kernel", False)
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root reads mode-000 directories")
+def test_a_mode_000_cache_directory(tmp_path, monkeypatch):
+    root = _use(tmp_path / "cache", monkeypatch)
+    root.mkdir()
+    cache.cached(KEY, ".cubin", lambda: b"kernel")
+    os.chmod(root, 0)
+    try:
+        with pytest.warns(cache.CacheWarning, match=f"{KEY}.cubin"):
+            assert cache.cached(KEY, ".cubin", lambda: b"kernel") == (b"kernel", False)
+    finally:
+        os.chmod(root, 0o700)
+
+
+def _repair_in_process(args):
+    """Run in a child: find the same corrupt entry as the others, rebuild it under the lock."""
+    root, log = args
+    os.environ["ATTNGEN_CACHE_DIR"] = root
+
+    def build():
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(0.3)
+        return b"repaired " * 1000
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        data, hit = cache.cached(KEY, ".cubin", build)
+    return data, hit, len(seen)
+
+
+def test_processes_finding_the_same_corrupt_entry_rebuild_it_once(tmp_path):
+    root, log = tmp_path / "cache", str(tmp_path / "builds.log")
+    root.mkdir()
+    (root / f"{KEY}.cubin").write_bytes(b"corrupt")
+    (root / f"{KEY}.cubin.sha256").write_text(f"{hashlib.sha256(b'other').hexdigest()}  {KEY}.cubin\n")
+    with mp.get_context("spawn").Pool(4) as pool:
+        results = pool.map(_repair_in_process, [(str(root), log)] * 4)
+    assert {data for data, _, _ in results} == {b"repaired " * 1000}
+    assert open(log).read().count("\n") == 1
+    assert sorted((hit, warned) for _, hit, warned in results) == [(False, 1), (True, 0), (True, 0), (True, 0)]
+
+
+# ---- attngen cache info / clear: the functions ----------------------------------------------------
+
+def test_summary_and_clear(tmp_path, monkeypatch):
+    root = _use(tmp_path / "cache", monkeypatch)
+    s = cache.summary()
+    assert s.directory == root and not s.exists and s.entries == 0
+    assert cache.clear().removed_entries == 0  # a missing cache is fine
+    k2 = "f" * 32
+    cache.cached(KEY, ".cubin", lambda: b"x" * 1000)
+    cache.cached(KEY, ".json", lambda: b"{}")
+    cache.cached(k2, ".json", lambda: b"[]")
+    (root / "notes.txt").write_text("not attngen's")
+    s = cache.summary()
+    assert s.exists and s.entries == 3
+    assert s.kinds == {"cubin": (1, 1000), "json": (2, 4)}
+    assert s.total_bytes > 1004  # digests and lock files count too
+    assert s.other_files == ["notes.txt"]
+    text = "\n".join(cache.describe(s))
+    assert str(root) in text and "cubin" in text and "json" in text and "3 entries" in text
+    report = cache.clear()
+    assert report.removed_entries == 3 and report.errors == []
+    assert sorted(os.listdir(root)) == ["notes.txt"], "only files attngen writes are removed"
+    assert cache.summary().entries == 0
+
+
+def test_the_summary_honours_xdg_cache_home(tmp_path, monkeypatch):
+    monkeypatch.delenv("ATTNGEN_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache.summary().directory == tmp_path / "attngen"
+
+
+# ---- the suite itself never writes to the user's cache --------------------------------------------
+
+def test_the_suite_uses_a_temporary_cache():
+    home_cache = Path(os.path.expanduser("~")).resolve() / ".cache"
+    where = cache.cache_dir().resolve()
+    assert os.environ.get("ATTNGEN_CACHE_DIR"), "tests/conftest.py sets it for every process"
+    assert home_cache not in where.parents and where != home_cache
+    assert not where.is_relative_to(Path(os.path.expanduser("~")).resolve())
+    # and child processes (the command-line tests run some) inherit it
+    r = subprocess.run([sys.executable, "-c", "from attngen.runtime.cache import cache_dir; print(cache_dir())"],
+                       capture_output=True, text=True, check=True)
+    assert Path(r.stdout.strip()).resolve() == where

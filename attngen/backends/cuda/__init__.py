@@ -31,6 +31,7 @@ class CudaBackend(Backend):
     required_sections = ("device.arch",)
     timing = "GPU time (events)"
     device_name = "CUDA GPU (with CuPy)"
+    source_suffix = "cu"
 
     def describe(self, plan):
         c = plan.config

@@ -36,6 +36,7 @@ class WgslBackend(Backend):
     required_sections = ("dialect",)
     timing = "wall time, uploads and read-back included"
     device_name = "wgpu adapter"
+    source_suffix = "wgsl"
 
     def check(self, spec, profile):
         problems = []

@@ -23,10 +23,23 @@ differs is renamed NAME@wgpu so that its source is not mistaken for the browser 
 Software adapters. Mesa's llvmpipe (lavapipe) silently ends all loops of a shader after 65535
 iterations in total, which rows with very many keys exceed; on that adapter every launch is
 checked and refused with a LaunchError rather than answered wrongly (see LLVMPIPE_LOOP_BUDGET).
+
+XDG_RUNTIME_DIR. Mesa's Vulkan device-selection layer (VK_LAYER_MESA_device_select, loaded by
+the Vulkan loader for every instance wgpu creates) asks the Wayland compositor for the default
+GPU with wl_display_connect(), and libwayland-client prints "error: XDG_RUNTIME_DIR is invalid
+or not set in the environment." when that variable is unset or not an absolute path -- once
+per instance, twice per run. The device needs no compositor, so when XDG_RUNTIME_DIR is not an
+existing absolute directory, `quiet_wayland()` points it at a private temporary directory (mode
+0700, removed at exit) before the adapter is requested: the connection then fails quietly
+(no socket) and nothing else changes. A valid XDG_RUNTIME_DIR is left as it is.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 import threading
 from dataclasses import dataclass, replace
 
@@ -124,10 +137,26 @@ class WgslTensor:
 
 # ---- the device ---------------------------------------------------------------------------------
 
+def quiet_wayland() -> None:
+    """Give the process a valid XDG_RUNTIME_DIR (a private temporary directory) when it has
+    none, so that libwayland-client, called by Mesa's device-selection layer, does not print
+    its complaint (module docstring)."""
+    current = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(current) and os.path.isdir(current):
+        return
+    try:
+        path = tempfile.mkdtemp(prefix="attngen-xdg-runtime-")  # mode 0700
+    except OSError:
+        return  # no temporary directory: the complaint is only noise
+    os.environ["XDG_RUNTIME_DIR"] = path
+    atexit.register(shutil.rmtree, path, True)
+
+
 class _DeviceState:
     def __init__(self):
         if wgpu is None:
             raise LaunchError("the WGSL runtime needs wgpu-py: pip install 'wgpu>=0.32,<0.33'")
+        quiet_wayland()
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         if adapter is None:
             raise LaunchError("no WebGPU adapter found (on a machine without a GPU, install a software "

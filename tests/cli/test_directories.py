@@ -1,0 +1,141 @@
+"""`attngen check DIR` and `attngen build DIR -o OUT`: every *.attn file of a directory."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+
+import attngen
+from attngen.cli import main
+
+from conftest import ROOT
+
+EXAMPLES = os.path.join(ROOT, "examples")
+GOOD = "attention ok_{n} {{\n    head_dim 64\n    dtype f16\n}}\n"
+BAD = "attention bad {\n    head_dm 64\n    dtype f16\n}\n"
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def example_kernels() -> list[str]:
+    return [s.name for p in sorted(glob.glob(os.path.join(EXAMPLES, "*.attn")))
+            for s in attngen.parse(open(p).read(), p)]
+
+
+def test_check_a_directory(capsys):
+    code, out, err = run(capsys, "check", EXAMPLES, "--target", "cuda")
+    assert code == 0, err
+    for path in sorted(glob.glob(os.path.join(EXAMPLES, "*.attn"))):
+        assert path in out
+    names = example_kernels()
+    assert len(names) >= 12 and all(f"\n{n}\n" in out for n in names)
+    assert out.count("cuda (cuda-sm80): ok") == len(names)
+
+
+def test_check_a_directory_trailing_slash_reports_every_failure(capsys, tmp_path):
+    (tmp_path / "b_bad.attn").write_text(BAD)
+    (tmp_path / "a_good.attn").write_text(GOOD.format(n=1))
+    (tmp_path / "c_bad.attn").write_text(BAD.replace("head_dm", "head_dim").replace("dtype f16", "dtype f17"))
+    (tmp_path / "notes.txt").write_text("not a spec")
+    code, out, err = run(capsys, "check", str(tmp_path) + os.sep, "--target", "cuda")
+    assert code == 1
+    assert "ok_1" in out and "cuda (cuda-sm80): ok" in out
+    assert f"b_bad.attn:2:" in err and "did you mean 'head_dim'" in err
+    assert f"c_bad.attn:3:" in err
+    assert out.index("a_good.attn") < out.index("ok_1")
+
+
+def test_check_an_empty_directory_is_a_usage_error(capsys, tmp_path):
+    code, _, err = run(capsys, "check", str(tmp_path))
+    assert code == 2 and "no *.attn files" in err and str(tmp_path) in err
+
+
+EXT = {("source", "cuda"): "cu", ("source", "wgsl"): "wgsl", ("manifest", "cuda"): "json",
+       ("manifest", "wgsl"): "json", ("ir", "cuda"): "ir", ("ir", "wgsl"): "ir"}
+
+
+@pytest.mark.parametrize("emit, target", sorted(EXT))
+def test_build_a_directory(capsys, tmp_path, emit, target):
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "one.attn").write_text(GOOD.format(n=1))
+    (specs / "two.attn").write_text(GOOD.format(n=2) + GOOD.format(n=3))
+    out_dir = tmp_path / "out"
+    code, out, err = run(capsys, "build", str(specs), "--target", target, "--emit", emit, "-o", str(out_dir))
+    assert code == 0, err
+    ext = EXT[emit, target]
+    assert sorted(os.listdir(out_dir)) == [f"ok_{n}.{ext}" for n in (1, 2, 3)]
+    text = (out_dir / f"ok_2.{ext}").read_text()
+    if emit == "manifest":
+        assert json.loads(text)["entry_point"] == "attngen_ok_2"
+    elif emit == "ir":
+        assert attngen.parse(text)[0].name == "ok_2"
+    else:
+        assert "attngen_ok_2" in text
+    assert all(str(out_dir / f"ok_{n}.{ext}") in out for n in (1, 2, 3))
+
+
+def test_build_the_examples_directory(capsys, tmp_path):
+    code, _, err = run(capsys, "build", EXAMPLES, "--target", "cuda", "-o", str(tmp_path / "k"))
+    assert code == 0, err
+    assert sorted(os.listdir(tmp_path / "k")) == sorted(f"{n}.cu" for n in example_kernels())
+
+
+@pytest.mark.parametrize("extra, message", [
+    ([], "-o DIR"),
+    (["-o", "-"], "-o DIR"),
+    (["--kernel", "nope", "-o", "OUT"], "nope"),
+])
+def test_build_a_directory_usage_errors(capsys, tmp_path, extra, message):
+    (tmp_path / "one.attn").write_text(GOOD.format(n=1))
+    extra = [str(tmp_path / "out") if a == "OUT" else a for a in extra]
+    code, _, err = run(capsys, "build", str(tmp_path), "--target", "cuda", *extra)
+    assert code == 2 and message in err
+
+
+def test_build_a_directory_into_a_file_is_a_usage_error(capsys, tmp_path):
+    (tmp_path / "one.attn").write_text(GOOD.format(n=1))
+    target = tmp_path / "file.cu"
+    target.write_text("")
+    code, _, err = run(capsys, "build", str(tmp_path), "--target", "cuda", "-o", str(target))
+    assert code == 2 and "not a directory" in err
+
+
+def test_build_a_directory_with_an_invalid_spec_writes_nothing(capsys, tmp_path):
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "a.attn").write_text(GOOD.format(n=1))
+    (specs / "b.attn").write_text(BAD)
+    code, _, err = run(capsys, "build", str(specs), "--target", "cuda", "-o", str(tmp_path / "out"))
+    assert code == 1 and "did you mean 'head_dim'" in err
+    assert not (tmp_path / "out").exists() or os.listdir(tmp_path / "out") == []
+
+
+def test_build_a_directory_with_a_kernel_name_twice(capsys, tmp_path):
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    (specs / "a.attn").write_text(GOOD.format(n=1))
+    (specs / "b.attn").write_text(GOOD.format(n=1))
+    code, _, err = run(capsys, "build", str(specs), "--target", "cuda", "-o", str(tmp_path / "out"))
+    assert code == 2 and "ok_1" in err and "a.attn" in err and "b.attn" in err
+
+
+def test_build_one_kernel_of_a_directory(capsys, tmp_path):
+    code, _, err = run(capsys, "build", EXAMPLES, "--target", "wgsl", "--kernel", "vit_b16",
+                       "-o", str(tmp_path))
+    assert code == 0, err
+    assert os.listdir(tmp_path) == ["vit_b16.wgsl"]
+
+
+def test_help_documents_directories(capsys):
+    for command in ("build", "check"):
+        code, out, _ = run(capsys, command, "--help")
+        assert code == 0 and "directory" in out
