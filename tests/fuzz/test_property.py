@@ -134,7 +134,7 @@ def positive_real(lo=1e-3, hi=1e3):
         st.floats(lo, hi).map(lambda x: (f"{x:.3e}", float(f"{x:.3e}"))),
         st.integers(1, 1000).map(lambda n: (str(n), float(n))),
         st.sampled_from([("0.125", 0.125), (".5", 0.5), ("50.0", 50.0), ("30", 30.0), ("1e-2", 0.01)]),
-    )
+    ).filter(lambda tv: lo <= tv[1] <= hi)
 
 
 @st.composite
