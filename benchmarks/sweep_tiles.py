@@ -1,12 +1,18 @@
-"""Time attngen CUDA kernels over tile configurations (for the profiles' [[defaults]]).
+"""Time attngen CUDA kernels over tile configurations, with ptxas's spill report for each (the
+tuning data behind the profiles' [[defaults]]: the default plans must not spill).
 
-    python3 benchmarks/sweep_tiles.py
+    python3 benchmarks/sweep_tiles.py [--only prefill,decode]
 
-Same method as run_gpu.py (fp16, B L = 16384, H D = 2048, CUDA events, median); each
-configuration is checked against SDPA flash before it is timed.
+Prefill: fp16, B L = 16384, H D = 2048 as run_gpu.py, CUDA events (median); each configuration is
+checked against SDPA flash before it is timed. Decode: B8, 32 query heads over 8 KV heads, d128,
+Lk 4096 and 32768 (launches alone, kernel.prepared), split_kv(auto) and two_pass; MLA decode
+(qk 576 / v 512, 128 heads over 1, bf16, paged 64, Lk 4096). Spills: registers and spill-store
+bytes of every entry point for sm_90 from NVRTC's ptxas report.
 """
 
+import argparse
 import os
+import re
 import sys
 
 import torch
@@ -16,20 +22,40 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import attngen  # noqa: E402
+from attngen.backends.cuda import nvrtc  # noqa: E402
 
-CONFIGS = {
-    64: ["q=128 kv=64 | ", "q=128 kv=32 | warps=4", "q=128 kv=64 | warps=4", "q=64 kv=64 | ",
-         "q=128 kv=64 | stages=3", "q=128 kv=128 | "],
-    128: ["q=128 kv=64 | ", "q=128 kv=32 | warps=4", "q=128 kv=64 | warps=4", "q=64 kv=64 | ",
-          "q=128 kv=64 | stages=3", "q=128 kv=32 | ", "q=64 kv=32 | "],
-    256: ["q=64 kv=32 | ", "q=128 kv=32 | ", "q=64 kv=64 | ", "q=128 kv=16 | ", "q=64 kv=32 | stages=3",
-          "q=128 kv=32 | warps=4"],
+PREFILL = {
+    64: ["q=128 kv=64 | warps=4", "q=128 kv=32 | warps=4", "q=128 kv=64 | warps=8", "q=128 kv=32 | warps=4 stages=3",
+         "q=64 kv=64 | warps=4", "q=128 kv=32 | warps=8"],
+    128: ["q=128 kv=32 | warps=4", "q=128 kv=32 | warps=4 stages=1", "q=128 kv=16 | warps=4",
+          "q=128 kv=16 | warps=4 stages=3", "q=128 kv=32 | warps=8", "q=64 kv=32 | warps=4"],
 }
+DECODE = ["tile kv=64", "tile kv=32", "tile kv=32\n target cuda { stages=3 }", "tile kv=16\n target cuda { stages=4 }"]
 
 
-def main():
-    print(f"{'d':>4} {'mask':7} {'tile':28} {'TFLOP/s':>8} {'err':>8}")
-    for d, configs in CONFIGS.items():
+def spills(kernel) -> str:
+    nv = nvrtc._cuda_bindings()
+    _, log = nvrtc._compile_cuda_bindings(nv, kernel.source, ["--std=c++17", "--gpu-architecture=sm_90",
+                                                             "--ptxas-options=-v"], "sweep.cu")
+    parts = re.split(r"Compiling entry function '(\w+)'", log)
+    out = []
+    for i in range(1, len(parts), 2):
+        regs = re.search(r"Used (\d+) registers", parts[i + 1]).group(1)
+        spill = re.search(r"(\d+) bytes spill stores", parts[i + 1]).group(1)
+        out.append(f"{regs}r/{spill}s")
+    return " ".join(out)
+
+
+def compile_text(text):
+    try:
+        return attngen.compile(attngen.parse(text)[0], target="cuda"), None
+    except attngen.SpecError as e:
+        return None, e.diagnostics[0].message[:80]
+
+
+def prefill():
+    print(f"{'d':>4} {'mask':7} {'tile':36} {'TFLOP/s':>8} {'err':>8}  sm_90 regs/spill bytes")
+    for d, configs in PREFILL.items():
         for mask in ("none", "causal"):
             L, B, H = 4096, 4, 2048 // d
             q, k, v = (torch.randn(B, L, H, d, device="cuda", dtype=torch.float16) for _ in range(3))
@@ -41,15 +67,65 @@ def main():
                 tile, opts = (x.strip() for x in cfg.split("|"))
                 text = f"attention s {{\n head_dim {d}\n dtype f16\n mask {mask}\n tile {tile}\n"
                 text += f" target cuda {{ {opts} }}\n}}\n" if opts else "}\n"
-                try:
-                    kernel = attngen.compile(attngen.parse(text)[0], target="cuda")
-                except attngen.SpecError as e:
-                    print(f"{d:>4} {mask:7} {cfg:28} refused: {e.diagnostics[0].message[:80]}")
+                kernel, why = compile_text(text)
+                if kernel is None:
+                    print(f"{d:>4} {mask:7} {cfg:36} refused: {why}")
                     continue
                 out = kernel(q, k, v)
                 err = float((out.float() - ref.float()).norm() / ref.float().norm())
                 ms = do_bench(lambda: kernel(q, k, v), warmup=25, rep=100, return_mode="median")
-                print(f"{d:>4} {mask:7} {cfg:28} {flops / ms / 1e9:8.1f} {err:8.1e}", flush=True)
+                print(f"{d:>4} {mask:7} {cfg:36} {flops / ms / 1e9:8.1f} {err:8.1e}  {spills(kernel)}", flush=True)
+
+
+def decode():
+    B, HQ, HKV, D = 8, 32, 8, 128
+    print(f"{'decode':28} {'config':40} {'ms':>7} {'TB/s':>6}  sm_90 regs/spill bytes (per entry)")
+    for lk in (4096, 32768):
+        q = torch.randn((B, 1, HQ, D), device="cuda", dtype=torch.float16)
+        k, v = (torch.randn((B, lk, HKV, D), device="cuda", dtype=torch.float16) for _ in range(2))
+        nbytes = 2 * k.numel() * k.element_size()
+        for sched in ("split_kv(auto)", "two_pass"):
+            for cfg in DECODE:
+                text = (f"attention d {{\n head_dim {D}\n dtype f16\n heads q={HQ} kv={HKV}\n schedule {sched}\n"
+                        f" {cfg}\n}}\n")
+                kernel, why = compile_text(text)
+                label = cfg.replace("\n", ";")
+                if kernel is None:
+                    print(f"Lk {lk} {sched:22} {label:40} refused: {why}")
+                    continue
+                launch = kernel.prepared(q, k, v)
+                ms = do_bench(launch, warmup=25, rep=100, return_mode="median")
+                print(f"Lk {lk} {sched:22} {label:40} {ms:7.3f} {nbytes / ms / 1e9:6.2f}  {spills(kernel)}", flush=True)
+    # MLA decode (DeepSeek-V3 shape): 128 query heads over one latent KV head, paged
+    HQ, LK, PAGE = 128, 4096, 64
+    q = torch.randn((B, 1, HQ, 576), device="cuda", dtype=torch.bfloat16)
+    pages = B * LK // PAGE
+    kc = torch.randn((pages, PAGE, 1, 576), device="cuda", dtype=torch.bfloat16)
+    vc = kc[..., :512]
+    table = torch.arange(pages, device="cuda", dtype=torch.int32).reshape(B, -1)
+    lens = torch.full((B,), LK, device="cuda", dtype=torch.int32)
+    nbytes = kc.numel() * kc.element_size()
+    for cfg in ("tile d=64", "tile kv=32 d=64", "tile d=32"):
+        text = (f"attention m {{\n head_dim qk=576 v=512\n heads q={HQ} kv=1\n dtype bf16\n mask causal(bottom_right)\n"
+                f" {cfg}\n schedule split_kv(auto)\n kv_cache paged(page={PAGE})\n}}\n")
+        kernel, why = compile_text(text)
+        if kernel is None:
+            print(f"MLA {cfg:40} refused: {why}")
+            continue
+        launch = kernel.prepared(q, kc, vc.contiguous(), kv_lens=lens, block_table=table)
+        ms = do_bench(launch, warmup=25, rep=100, return_mode="median")
+        print(f"MLA Lk {LK} {'split_kv(auto)':18} {cfg:40} {ms:7.3f} {nbytes / ms / 1e9:6.2f}  {spills(kernel)}",
+              flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="prefill,decode")
+    only = set(ap.parse_args().only.split(","))
+    if "prefill" in only:
+        prefill()
+    if "decode" in only:
+        decode()
 
 
 if __name__ == "__main__":

@@ -421,7 +421,8 @@ struct CustomMask {
     __device__ __forceinline__ float apply(float t, int i, int j) const {
         const long long at = i * row_stride + j;
         if (bool_data != nullptr) return bool_data[at] != 0 ? t : neg_inf();
-        return t + add_data[at] * kLog2e;
+        const float add = add_data[at];
+        return add == neg_inf() ? neg_inf() : t + add * kLog2e;  // select: a masked NaN score stays out
     }
 };
 
