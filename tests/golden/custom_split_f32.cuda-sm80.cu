@@ -18,13 +18,13 @@
 //       target     wgsl { workgroup=auto subgroups=auto }
 //   }
 //
-// Plan: tile q=16 kv=64, 1 warps (32 threads), 2 K/V stage(s), CUDA cores (fma).
+// Plan: tile q=16 kv=32, 1 warps (32 threads), 2 K/V stage(s), CUDA cores (fma).
 // Scale 0.125; mask custom: a boolean or additive mask given at run time, applied per tile from a BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.
-// Shared memory: 78336 bytes (each buffer 16-byte aligned):
+// Shared memory: 41472 bytes (each buffer 16-byte aligned):
 //   sQ at      0: 16 x 68 f32 (the block's rows of Q)
-//   sK at   4352: 2 x 64 x 68 f32 (K tiles, one per pipeline stage)
-//   sV at  39168: 2 x 64 x 68 f32 (V tiles, one per pipeline stage)
-//   sP at  73984: 16 x 68 f32 (probabilities P of the current tile)
+//   sK at   4352: 2 x 32 x 68 f32 (K tiles, one per pipeline stage)
+//   sV at  21760: 2 x 32 x 68 f32 (V tiles, one per pipeline stage)
+//   sP at  39168: 16 x 36 f32 (probabilities P of the current tile)
 // Grid: (ceil(Lq / 16) * S, Hq, B), 32 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_custom_split_f32; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -34,7 +34,7 @@
 constexpr int kBlockQ = 16;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 1;
 constexpr int kThreads = 32;    // kWarps * 32
 constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
@@ -47,12 +47,12 @@ constexpr int kHeadDimVPad = 64;
 constexpr int kStrideQ = 68;
 constexpr int kStrideK = 68;
 constexpr int kStrideV = 68;
-constexpr int kStrideP = 68;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (78336 bytes)
+constexpr int kStrideP = 36;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (41472 bytes)
 constexpr int kOffsetK = 4352;
-constexpr int kOffsetV = 39168;
-constexpr int kOffsetP = 73984;
-constexpr int kSmemBytes = 78336;
+constexpr int kOffsetV = 21760;
+constexpr int kOffsetP = 39168;
+constexpr int kSmemBytes = 41472;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 4 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -238,7 +238,9 @@ struct WarpMath {
 // key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
 // the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
 // tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
-// per-element mask. Range arithmetic is 64-bit: window sizes go up to 2^30.
+// per-element mask. Rows and keys are int. Lengths are at most 2^30 and window sizes are clamped
+// to 2^30 by the planner, so the per-element tests stay inside int (windows are compared against
+// the distance j - diag(i), never added to a position); key_range, once per block, is 64-bit.
 struct Mask {
     int len_q, len_k;
 
@@ -838,6 +840,7 @@ attngen_custom_split_f32_combine(const float* __restrict__ ws_o,
     elem_t* o_row = out + b * o_sb + (long long)(q_start + i) * o_sl + h * o_sh;
     for (int c = 4 * lane; c < kHeadDimV; c += 128) {
         float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        #pragma unroll 1  // unrolled, ptxas spilled registers here (benchmarks/NOTES.md)
         for (int s = 0; s < splits; ++s) {
             const float w = exp2f(ws_lse[s * rows + r] - m_use) * inv_sum;
             const float4 x = *reinterpret_cast<const float4*>(ws_o + (s * rows + r) * kHeadDimV + c);

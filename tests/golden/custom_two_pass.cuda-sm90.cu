@@ -18,12 +18,12 @@
 //       target     wgsl { workgroup=auto subgroups=auto }
 //   }
 //
-// Plan: tile q=16 kv=64, 1 warps (32 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
+// Plan: tile q=16 kv=32, 1 warps (32 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.125; mask custom: a boolean or additive mask given at run time, applied per tile from a BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.
-// Shared memory: 39168 bytes (each buffer 16-byte aligned):
+// Shared memory: 20736 bytes (each buffer 16-byte aligned):
 //   sQ at      0: 16 x 72 f16 (the block's rows of Q)
-//   sK at   2304: 2 x 64 x 72 f16 (K tiles, one per pipeline stage)
-//   sV at  20736: 2 x 64 x 72 f16 (V tiles, one per pipeline stage)
+//   sK at   2304: 2 x 32 x 72 f16 (K tiles, one per pipeline stage)
+//   sV at  11520: 2 x 32 x 72 f16 (V tiles, one per pipeline stage)
 // Grid: (ceil(Lq / 16) * S, Hq, B), 32 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_custom_two_pass; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -33,7 +33,7 @@
 constexpr int kBlockQ = 16;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 1;
 constexpr int kThreads = 32;    // kWarps * 32
 constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
@@ -46,10 +46,10 @@ constexpr int kHeadDimVPad = 64;
 constexpr int kStrideQ = 72;
 constexpr int kStrideK = 72;
 constexpr int kStrideV = 72;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (39168 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (20736 bytes)
 constexpr int kOffsetK = 2304;
-constexpr int kOffsetV = 20736;
-constexpr int kSmemBytes = 39168;
+constexpr int kOffsetV = 11520;
+constexpr int kSmemBytes = 20736;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -271,7 +271,9 @@ struct WarpMath {
 // key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
 // the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
 // tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
-// per-element mask. Range arithmetic is 64-bit: window sizes go up to 2^30.
+// per-element mask. Rows and keys are int. Lengths are at most 2^30 and window sizes are clamped
+// to 2^30 by the planner, so the per-element tests stay inside int (windows are compared against
+// the distance j - diag(i), never added to a position); key_range, once per block, is 64-bit.
 struct Mask {
     int len_q, len_k;
 
@@ -971,6 +973,7 @@ attngen_custom_two_pass_combine(const float* __restrict__ ws_o,
     elem_t* o_row = out + b * o_sb + (long long)(q_start + i) * o_sl + h * o_sh;
     for (int c = 4 * lane; c < kHeadDimV; c += 128) {
         float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        #pragma unroll 1  // unrolled, ptxas spilled registers here (benchmarks/NOTES.md)
         for (int s = 0; s < splits; ++s) {
             const float w = 1.f;
             const float4 x = *reinterpret_cast<const float4*>(ws_o + (s * rows + r) * kHeadDimV + c);

@@ -266,7 +266,9 @@ struct WarpMath {
 // key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
 // the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
 // tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
-// per-element mask. Range arithmetic is 64-bit: window sizes go up to 2^30.
+// per-element mask. Rows and keys are int. Lengths are at most 2^30 and window sizes are clamped
+// to 2^30 by the planner, so the per-element tests stay inside int (windows are compared against
+// the distance j - diag(i), never added to a position); key_range, once per block, is 64-bit.
 struct Mask {
     int len_q, len_k;
 

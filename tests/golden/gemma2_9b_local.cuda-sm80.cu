@@ -268,28 +268,32 @@ struct WarpMath {
 // key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
 // the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
 // tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
-// per-element mask. Range arithmetic is 64-bit: window sizes go up to 2^30.
+// per-element mask. Rows and keys are int. Lengths are at most 2^30 and window sizes are clamped
+// to 2^30 by the planner, so the per-element tests stay inside int (windows are compared against
+// the distance j - diag(i), never added to a position); key_range, once per block, is 64-bit.
 struct Mask {
     int len_q, len_k;
-    static constexpr long long kLeft = 4096;   // window(left=...)
-    static constexpr long long kRight = 0;  // window(right=...)
+    static constexpr int kLeft = 4096;   // window(left=...)
+    static constexpr int kRight = 0;  // window(right=...)
 
-    // Bottom-right alignment: the last query row lines up with the last key.
-    __device__ __forceinline__ long long offset() const { return (long long)len_k - len_q; }
+    // Bottom-right alignment: the last query row lines up with the last key. diag(i) = i + (Lk - Lq),
+    // the key on row i's diagonal, is in [-2^30, 2^30) for every row i < Lq.
+    __device__ __forceinline__ int offset() const { return len_k - len_q; }
+    __device__ __forceinline__ int diag(int i) const { return i + offset(); }
 
     __device__ __forceinline__ bool visible(int i, int j) const {
-        const long long d = j - (i + offset());
+        const int d = j - diag(i);  // with j < Lk: in (-2^30, 2^31)
         return j < len_k && d >= -kLeft && d <= kRight;
     }
 
     __device__ __forceinline__ void key_range(int r0, int r1, int& begin, int& end) const {
-        begin = (int)min((long long)len_k, max(0LL, r0 + offset() - kLeft));
-        end = (int)max(0LL, min((long long)len_k, r1 + offset() + kRight));
+        begin = (int)min((long long)len_k, max(0LL, (long long)r0 + offset() - kLeft));
+        end = (int)max(0LL, min((long long)len_k, (long long)r1 + offset() + kRight));
         if (end < begin) end = begin;
     }
 
     __device__ __forceinline__ bool tile_is_full(int r0, int r1, int j0, int j1) const {
-        return j1 <= len_k && j0 >= (r1 - 1) + offset() - kLeft && j1 - 1 <= r0 + offset() + kRight;
+        return j1 <= len_k && j0 - diag(r1 - 1) >= -kLeft && (j1 - 1) - diag(r0) <= kRight;
     }
 };
 

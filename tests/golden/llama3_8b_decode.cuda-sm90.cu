@@ -18,12 +18,12 @@
 //       target     wgsl { workgroup=auto subgroups=auto }
 //   }
 //
-// Plan: tile q=16 kv=64, 1 warps (32 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
+// Plan: tile q=16 kv=32, 1 warps (32 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.08838834764831843; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
-// Shared memory: 73984 bytes (each buffer 16-byte aligned):
+// Shared memory: 39168 bytes (each buffer 16-byte aligned):
 //   sQ at      0: 16 x 136 f16 (the block's rows of Q)
-//   sK at   4352: 2 x 64 x 136 f16 (K tiles, one per pipeline stage)
-//   sV at  39168: 2 x 64 x 136 f16 (V tiles, one per pipeline stage)
+//   sK at   4352: 2 x 32 x 136 f16 (K tiles, one per pipeline stage)
+//   sV at  21760: 2 x 32 x 136 f16 (V tiles, one per pipeline stage)
 // Grid: (ceil(Lq * G / 16) * S, Hkv, B), 32 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_decode; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -33,7 +33,7 @@
 constexpr int kBlockQ = 16;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 1;
 constexpr int kThreads = 32;    // kWarps * 32
 constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
@@ -46,10 +46,10 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 136;
 constexpr int kStrideK = 136;
 constexpr int kStrideV = 136;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (73984 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (39168 bytes)
 constexpr int kOffsetK = 4352;
-constexpr int kOffsetV = 39168;
-constexpr int kSmemBytes = 73984;
+constexpr int kOffsetV = 21760;
+constexpr int kSmemBytes = 39168;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -271,25 +271,29 @@ struct WarpMath {
 // key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
 // the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
 // tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
-// per-element mask. Range arithmetic is 64-bit: window sizes go up to 2^30.
+// per-element mask. Rows and keys are int. Lengths are at most 2^30 and window sizes are clamped
+// to 2^30 by the planner, so the per-element tests stay inside int (windows are compared against
+// the distance j - diag(i), never added to a position); key_range, once per block, is 64-bit.
 struct Mask {
     int len_q, len_k;
 
-    // Bottom-right alignment: the last query row lines up with the last key.
-    __device__ __forceinline__ long long offset() const { return (long long)len_k - len_q; }
+    // Bottom-right alignment: the last query row lines up with the last key. diag(i) = i + (Lk - Lq),
+    // the key on row i's diagonal, is in [-2^30, 2^30) for every row i < Lq.
+    __device__ __forceinline__ int offset() const { return len_k - len_q; }
+    __device__ __forceinline__ int diag(int i) const { return i + offset(); }
 
     __device__ __forceinline__ bool visible(int i, int j) const {
-        return j < len_k && j <= i + offset();
+        return j < len_k && j <= diag(i);
     }
 
     __device__ __forceinline__ void key_range(int r0, int r1, int& begin, int& end) const {
         begin = 0;
-        end = (int)max(0LL, min((long long)len_k, r1 + offset()));
+        end = (int)max(0LL, min((long long)len_k, (long long)r1 + offset()));
         if (end < begin) end = begin;
     }
 
     __device__ __forceinline__ bool tile_is_full(int r0, int r1, int j0, int j1) const {
-        return j1 <= len_k && j1 - 1 <= r0 + offset();
+        return j1 <= len_k && j1 - 1 <= diag(r0);
     }
 };
 
@@ -833,6 +837,7 @@ attngen_llama3_8b_decode_combine(const float* __restrict__ ws_o,
     elem_t* o_row = out + b * o_sb + (long long)(q_start + i) * o_sl + h * o_sh;
     for (int c = 4 * lane; c < kHeadDimV; c += 128) {
         float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        #pragma unroll 1  // unrolled, ptxas spilled registers here (benchmarks/NOTES.md)
         for (int s = 0; s < splits; ++s) {
             const float w = exp2f(ws_lse[s * rows + r] - m_use) * inv_sum;
             const float4 x = *reinterpret_cast<const float4*>(ws_o + (s * rows + r) * kHeadDimV + c);

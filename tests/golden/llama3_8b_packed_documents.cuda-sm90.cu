@@ -18,20 +18,20 @@
 //       target     wgsl { workgroup=auto subgroups=auto }
 //   }
 //
-// Plan: tile q=128 kv=32, 4 warps (128 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
+// Plan: tile q=64 kv=32, 4 warps (128 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.08838834764831843; mask custom: a boolean or additive mask given at run time, applied per tile from a BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.
-// Shared memory: 69632 bytes (each buffer 16-byte aligned):
-//   sQ at      0: 128 x 136 f16 (the block's rows of Q)
-//   sK at  34816: 2 x 32 x 136 f16 (K tiles, one per pipeline stage)
-//   sV at  52224: 2 x 32 x 136 f16 (V tiles, one per pipeline stage)
-// Grid: (ceil(Lq / 128), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Shared memory: 52224 bytes (each buffer 16-byte aligned):
+//   sQ at      0: 64 x 136 f16 (the block's rows of Q)
+//   sK at  17408: 2 x 32 x 136 f16 (K tiles, one per pipeline stage)
+//   sV at  34816: 2 x 32 x 136 f16 (V tiles, one per pipeline stage)
+// Grid: (ceil(Lq / 64), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_packed_documents; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 // ---- section: config ----------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-constexpr int kBlockQ = 128;      // tile q: rows of Q per block
-constexpr int kFrags = 2;         // 16-row fragments of Q per warp
+constexpr int kBlockQ = 64;      // tile q: rows of Q per block
+constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 4;
@@ -46,10 +46,10 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 136;
 constexpr int kStrideK = 136;
 constexpr int kStrideV = 136;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (69632 bytes)
-constexpr int kOffsetK = 34816;
-constexpr int kOffsetV = 52224;
-constexpr int kSmemBytes = 69632;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (52224 bytes)
+constexpr int kOffsetK = 17408;
+constexpr int kOffsetV = 34816;
+constexpr int kSmemBytes = 52224;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -190,12 +190,11 @@ __device__ __forceinline__ void mma_f32acc(float (&d)[4], const unsigned (&a)[4]
 // against the current K/V tile. Each K or V fragment read from shared memory serves all of
 // the warp's fragments.
 struct WarpMath {
-    const elem_t* sQ;                       // the warp's rows of Q, re-read from shared memory per tile
+    unsigned q_frag[kFrags][kKStepsQK][4];  // the warp's rows of Q as A fragments, loaded once
     int lane;
 
     __device__ __forceinline__ void init(unsigned char* smem, int warp, int lane_) {
         lane = lane_;
-        sQ = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + warp * kRowsPerWarp * kStrideQ;
     }
 
     // A fragment of Q for fragment mf and k step kk. ldmatrix.x4: lanes 0-15 address rows
@@ -206,6 +205,12 @@ struct WarpMath {
 
     // Called once the block's Q tile is in shared memory.
     __device__ __forceinline__ void load_q(unsigned char* smem, int warp) {
+        const elem_t* sQ_warp = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + warp * kRowsPerWarp * kStrideQ;
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int kk = 0; kk < kKStepsQK; ++kk) q_fragment(q_frag[mf][kk], sQ_warp, mf, kk);
+        }
     }
 
     // s = Q K^T: raw dot products of the warp's rows with the tile's kBlockKV keys.
@@ -218,16 +223,13 @@ struct WarpMath {
         }
         #pragma unroll
         for (int kk = 0; kk < kKStepsQK; ++kk) {
-            unsigned a[kFrags][4];
-            #pragma unroll
-            for (int mf = 0; mf < kFrags; ++mf) q_fragment(a[mf], sQ, mf, kk);
             #pragma unroll
             for (int np = 0; np < kNTilesKV / 2; ++np) {
                 unsigned b[4];
                 ldmatrix_x4(b, sK + (np * 16 + (lane / 16) * 8 + lane % 8) * kStrideK + kk * 16 + ((lane / 8) % 2) * 8);
                 #pragma unroll
                 for (int mf = 0; mf < kFrags; ++mf) {
-                    const unsigned (&a_mf)[4] = a[mf];
+                    const unsigned (&a_mf)[4] = q_frag[mf][kk];
                     mma_f32acc(s[mf][2 * np], a_mf, b[0], b[1]);
                     mma_f32acc(s[mf][2 * np + 1], a_mf, b[2], b[3]);
                 }
@@ -269,7 +271,9 @@ struct WarpMath {
 // key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
 // the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
 // tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
-// per-element mask. Range arithmetic is 64-bit: window sizes go up to 2^30.
+// per-element mask. Rows and keys are int. Lengths are at most 2^30 and window sizes are clamped
+// to 2^30 by the planner, so the per-element tests stay inside int (windows are compared against
+// the distance j - diag(i), never added to a position); key_range, once per block, is 64-bit.
 struct Mask {
     int len_q, len_k;
 

@@ -18,11 +18,11 @@
 //       target     wgsl { workgroup=auto subgroups=auto }
 //   }
 //
-// Plan: tile q=16 kv=64, 1 warps (32 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
+// Plan: tile q=16 kv=32, 1 warps (32 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.041666666666666664; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
-// Shared memory: 23040 bytes (each buffer 16-byte aligned):
+// Shared memory: 13824 bytes (each buffer 16-byte aligned):
 //   sQ  at      0: 2 x 16 x 72 f16 (a chunk of the block's rows of Q, one per stage)
-//   sKV at   4608: 2 x 64 x 72 f16 (a chunk of the K tile (Q K^T steps) or of the V tile (P V steps), one per stage)
+//   sKV at   4608: 2 x 32 x 72 f16 (a chunk of the K tile (Q K^T steps) or of the V tile (P V steps), one per stage)
 // Tile d=64 (from the spec): Q, K and V stream through shared memory 64 columns at a time; out split over 2 blocks of 256 columns (grid.y = Hq x 2).
 // Grid: (ceil(Lq * G / 16) * S, Hkv * 2, B), 32 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_mla_decode_f16; the manifest (attngen build --emit manifest) lists the parameters in order.
@@ -33,7 +33,7 @@
 constexpr int kBlockQ = 16;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 1;
 constexpr int kThreads = 32;    // kWarps * 32
 constexpr int kStages = 2;      // shared-memory steps in flight (cp.async pipeline depth)
@@ -56,9 +56,9 @@ constexpr int kStrideQ = 72;
 constexpr int kStrideKV = 72;
 constexpr int kStrideK = kStrideKV;
 constexpr int kStrideV = kStrideKV;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (23040 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (13824 bytes)
 constexpr int kOffsetKV = 4608;
-constexpr int kSmemBytes = 23040;
+constexpr int kSmemBytes = 13824;
 static_assert(kOffsetKV + kStages * kBlockKV * kStrideKV * 2 <= kSmemBytes, "shared-memory layout");
 static_assert(kChunk % 16 == 0 && kDvBlock % kChunk == 0, "whole chunks of the padded head dims");
 static_assert(kChunksQK * kChunk >= kHeadDimQK && kVBlocks * kDvBlock >= kHeadDimV, "chunks cover the head dims");
@@ -282,25 +282,29 @@ struct WarpMath {
 // key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
 // the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
 // tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
-// per-element mask. Range arithmetic is 64-bit: window sizes go up to 2^30.
+// per-element mask. Rows and keys are int. Lengths are at most 2^30 and window sizes are clamped
+// to 2^30 by the planner, so the per-element tests stay inside int (windows are compared against
+// the distance j - diag(i), never added to a position); key_range, once per block, is 64-bit.
 struct Mask {
     int len_q, len_k;
 
-    // Bottom-right alignment: the last query row lines up with the last key.
-    __device__ __forceinline__ long long offset() const { return (long long)len_k - len_q; }
+    // Bottom-right alignment: the last query row lines up with the last key. diag(i) = i + (Lk - Lq),
+    // the key on row i's diagonal, is in [-2^30, 2^30) for every row i < Lq.
+    __device__ __forceinline__ int offset() const { return len_k - len_q; }
+    __device__ __forceinline__ int diag(int i) const { return i + offset(); }
 
     __device__ __forceinline__ bool visible(int i, int j) const {
-        return j < len_k && j <= i + offset();
+        return j < len_k && j <= diag(i);
     }
 
     __device__ __forceinline__ void key_range(int r0, int r1, int& begin, int& end) const {
         begin = 0;
-        end = (int)max(0LL, min((long long)len_k, r1 + offset()));
+        end = (int)max(0LL, min((long long)len_k, (long long)r1 + offset()));
         if (end < begin) end = begin;
     }
 
     __device__ __forceinline__ bool tile_is_full(int r0, int r1, int j0, int j1) const {
-        return j1 <= len_k && j1 - 1 <= r0 + offset();
+        return j1 <= len_k && j1 - 1 <= diag(r0);
     }
 };
 
@@ -870,6 +874,7 @@ attngen_mla_decode_f16_combine(const float* __restrict__ ws_o,
     elem_t* o_row = out + b * o_sb + (long long)(q_start + i) * o_sl + h * o_sh;
     for (int c = 4 * lane; c < kHeadDimV; c += 128) {
         float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        #pragma unroll 1  // unrolled, ptxas spilled registers here (benchmarks/NOTES.md)
         for (int s = 0; s < splits; ++s) {
             const float w = exp2f(ws_lse[s * rows + r] - m_use) * inv_sum;
             const float4 x = *reinterpret_cast<const float4*>(ws_o + (s * rows + r) * kHeadDimV + c);

@@ -100,11 +100,28 @@ def workspace_shapes(plan, launch: Launch) -> dict:
     return {w.name: evaluate_all(w.shape, **sizes) for w in plan.workspaces}
 
 
+def entry_points(plan) -> list:
+    """Every entry point of the source as (name, params, grid, threads, shared bytes): the main
+    one, its stand-in for launches with per-sequence lengths, the ones launched after it."""
+    main = [(plan.entry, plan.params, plan.grid, plan.threads, plan.smem_bytes)]
+    v = plan.details.varlen
+    alt = [(v.entry, v.params, v.grid, v.threads, v.smem_bytes)] if v is not None else []
+    return main + alt + [(e.entry, e.params, e.grid, e.threads, e.smem_bytes) for e in plan.entries]
+
+
+def varlen_launch(launch: Launch) -> bool:
+    """A launch with per-sequence lengths (the entry point CudaDetails.varlen serves)."""
+    return launch.layout == "packed" or launch.kv_lens is not None or launch.len_new > 0
+
+
 def launches(plan, values: dict, launch: Launch) -> list:
     """[(entry point name, grid, block, shared bytes, args)] in launch order."""
     sizes = launch.sizes(plan)
     out = []
-    for name, params, grid, threads, smem in [(plan.entry, plan.params, plan.grid, plan.threads, plan.smem_bytes)] + [
+    first = plan.details.varlen if plan.details.varlen is not None and varlen_launch(launch) else None
+    main = (plan.entry, plan.params, plan.grid, plan.threads, plan.smem_bytes) if first is None else (
+        first.entry, first.params, first.grid, first.threads, first.smem_bytes)
+    for name, params, grid, threads, smem in [main] + [
             (e.entry, e.params, e.grid, e.threads, e.smem_bytes) for e in plan.entries]:
         g = evaluate_all(grid, **sizes)
         if g[1] > MAX_GRID_YZ or g[2] > MAX_GRID_YZ:

@@ -8,7 +8,7 @@ they fit; values the spec gives are never changed: if they do not fit, that is a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...lang.spec import DTYPE_BYTES, AttentionSpec
 from ...plan.kernel_plan import Problem, describe_buffers as _describe, place_buffers as _layout
@@ -18,6 +18,7 @@ CUDA_ROWS_PER_WARP = 16  # rows of one m16n8k16 fragment; a warp owns 1 or 2 of 
 CUDA_SPILL_FACTOR = 1.5  # register estimates above this multiple of the cap are refused or shrunk
 CUDA_SMEM_SKEW_BYTES = 16  # row padding that keeps ldmatrix / float4 reads free of bank conflicts
 CUDA_SPLIT_ROWS = 16  # default rows per block of the split schedules (split_kv, two_pass)
+CUDA_SPLIT_KV = 32  # default tile kv of the split schedules (64 spilled registers: benchmarks/NOTES.md)
 CUDA_MAX_DV_BLOCK = 256  # output columns one block keeps in registers; wider outputs split over blocks
 # Candidates for a default `tile d` (head-dim columns per shared-memory step), largest first. The
 # tensor-core path needs multiples of 16 (the k of m16n8k16), the CUDA-core path multiples of 8.
@@ -48,6 +49,13 @@ class CudaConfig:
     chunk_given: bool = False  # from the spec's `tile d=` (else chosen: the whole head dim did not fit)
     v_blocks: int = 1  # blocks per (batch, query head) along the output columns: grid.y = Hq * v_blocks
     d_v_block: int = 0  # output columns per block, a whole number of chunks (chunked kernels only)
+    # The plain kernel (fused, contiguous cache, structured mask, whole head dims) has a padded-only
+    # path for launches without per-sequence lengths (no cu_seqlens, kv_lens or append): it keeps
+    # the registers of the plain algorithm. Launches with them take `varlen`: the same tiles with
+    # one 16-row fragment per warp (a block of warps x 16 rows), a separate entry point, so that
+    # the extra per-sequence state does not spill registers; None: one entry point serves both.
+    fast_path: bool = False
+    varlen: "CudaConfig | None" = None
 
     @property
     def chunked(self) -> bool:
@@ -83,6 +91,15 @@ class CudaConfig:
         math = "tensor cores (mma.sync m16n8k16)" if self.math == "mma" else "CUDA cores (fma)"
         who = f"{self.warps} warps ({self.threads} threads), {self.stages} K/V stage(s), {math}"
         return f"tile q={self.tile_q} kv={self.tile_kv}, {who}"
+
+    @property
+    def varlen_summary(self) -> str:
+        """Which entry point a launch with per-sequence lengths takes, in words ('' when none)."""
+        if self.varlen is None:
+            return ""
+        v = self.varlen
+        return (f"launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q={v.tile_q} "
+                f"({v.frags} fragment per warp, {v.smem_bytes} bytes of shared memory)")
 
 
 def cuda_math(spec: AttentionSpec) -> str:
@@ -215,24 +232,40 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     if max(spec.head_dim_qk, spec.head_dim_v) > CUDA_MAX_DV_BLOCK:
         return _cuda_fit(spec, profile, math, chunk)
     try:
-        return _cuda_fit(spec, profile, math, None)
+        cfg = _cuda_fit(spec, profile, math, None)
     except Problem as whole:
         try:
             return _cuda_fit(spec, profile, math, chunk)
         except Problem:
             raise whole from None  # chunks do not help either: report the plain configuration
+    one_frag = None  # the configuration with one 16-row fragment per warp
+    if cfg.frags > 1:
+        one_frag = _cuda_fit(spec, profile, math, None, rows=(cfg.warps * CUDA_ROWS_PER_WARP, cfg.warps),
+                             kv=(cfg.tile_kv, cfg.stages))
+    if spec.schedule.is_split or spec.kv_cache.is_paged or spec.mask.is_custom:
+        # One general instantiation serves every launch of these kinds; with its per-sequence state,
+        # two fragments per warp spill registers, so auto tiles take one (the spec's own are kept).
+        auto_rows = spec.tile.q is None and spec.options("cuda").get("warps") is None
+        return one_frag if one_frag is not None and auto_rows else cfg
+    return replace(cfg, fast_path=True, varlen=one_frag)
 
 
-def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | None) -> CudaConfig:
-    """Tiles for one way of holding the head dims (whole, or `chunk` columns at a time)."""
+def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | None, rows=None,
+              kv=None) -> CudaConfig:
+    """Tiles for one way of holding the head dims (whole, or `chunk` columns at a time); `rows`
+    (tile q, warps) and `kv` (tile kv, stages) fix those instead of the spec (the varlen path)."""
     big = max(spec.head_dim_qk, spec.head_dim_v)
     row = profile.default_row(big, math)
     if spec.schedule.is_split:
         # Split schedules serve decode: a block's rows are (query row, head in group) pairs, a few
         # per KV head, so one warp of CUDA_SPLIT_ROWS rows; the splits give the parallelism.
-        row = {**row, "tile_q": CUDA_SPLIT_ROWS, "warps": 1, "tile_kv": max(row["tile_kv"], 64)}
+        row = {**row, "tile_q": CUDA_SPLIT_ROWS, "warps": 1, "tile_kv": CUDA_SPLIT_KV, "stages": 2}
     opts = spec.options("cuda")
     given_q, given_kv, given_w, given_st = spec.tile.q, spec.tile.kv, opts.get("warps"), opts.get("stages")
+    if rows is not None:
+        given_q, given_w = rows
+    if kv is not None:
+        given_kv, given_st = kv
 
     if given_kv is not None and given_kv % 16:
         raise Problem(f"tile kv={given_kv} is not a multiple of 16 (the k dimension of the "

@@ -53,23 +53,35 @@ def _variant_context(plan: KernelPlan) -> dict:
         two_pass=spec.schedule.is_two_pass,
         pack_gqa=pack_gqa(spec),
         # The plain prefill kernel (fused, contiguous cache, structured mask, whole head dims) gets
-        # a second instantiation without the per-sequence machinery, picked when a launch has no
-        # cu_seqlens / kv_lens / append: it keeps the pre-variant register budget (benchmarks/
-        # NOTES.md). The other kinds use one general instantiation (half the NVRTC time).
-        padded_fast_path=not spec.schedule.is_split and not spec.kv_cache.is_paged
-        and not spec.mask.is_custom and not plan.config.chunked,
+        # a second instantiation without the per-sequence machinery, for launches without
+        # cu_seqlens / kv_lens / append: it keeps the plain algorithm's registers (CudaConfig:
+        # fast_path, varlen). The other kinds use one general instantiation (half the NVRTC time).
+        padded_fast_path=plan.config.fast_path,
+        varlen=plan.details.varlen is not None,
+        varlen_decl=param_list(plan.params, len(plan.entry) + len("_varlen(")),
         general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=COMBINE_WARPS,
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )
 
 
+def _namespace(name: str, c, doc: str) -> dict:
+    """One tile configuration's context for body.j2 (its shared-memory offsets and strides)."""
+    return {"name": name, "c": c, "doc": doc, "offsets": {b.name: b.offset for b in c.buffers},
+            "strides": {b.name[1:].lower(): b.cols for b in c.buffers}}
+
+
 def render_source(plan: KernelPlan) -> str:
     """The CUDA C++ source of a plan."""
     c = plan.config
     types_template, mma_type = _TYPES[plan.dtype]
-    offsets = {b.name: b.offset for b in c.buffers}
-    strides = {b.name[1:].lower(): b.cols for b in c.buffers}
+    main = _namespace("padded", c, "launches without cu_seqlens_q, kv_lens or an append (the main "
+                                   "entry point)")
+    offsets, strides = main["offsets"], main["strides"]
+    namespaces = [main]
+    if c.varlen is not None:
+        namespaces.append(_namespace("varlen", c.varlen, f"launches with cu_seqlens_q, kv_lens or an append "
+                                                         f"(entry point {plan.entry}_varlen)"))
     if c.math == "mma":
         pad_doc = "padded to a multiple of 16 (the k of m16n8k16); padding is zero"
     else:
@@ -77,6 +89,8 @@ def render_source(plan: KernelPlan) -> str:
     layout = layout_lines(plan, "Shared memory")
     if c.chunked:
         layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")
+    if c.varlen is not None:
+        layout.append(c.varlen_summary[0].upper() + c.varlen_summary[1:] + ".")
     source = render(
         "cuda/kernel.cu.j2",
         header=comment_block(header_lines(plan, layout)),
@@ -87,6 +101,7 @@ def render_source(plan: KernelPlan) -> str:
         pad_doc=pad_doc,
         strides=strides,
         offsets=offsets,
+        namespaces=namespaces,
         types_template=types_template,
         math_template=f"cuda/math_{c.math}.j2",
         mma_type=mma_type,
@@ -131,6 +146,13 @@ def render_manifest(plan: KernelPlan) -> dict:
     extra["lse"] = {"layout": ["B", "Hq", "Lq"], "packed_layout": ["Hq", "Tq"], "dtype": "f32",
                     "units": "natural log", "empty_row": "-inf"}
     extra["variants"] = "docs/variants.md: layouts, kv_lens, packed sequences, paged caches, appends"
+    if plan.details.varlen is not None:
+        v = plan.details.varlen
+        extra["varlen_entry_point"] = {
+            "entry_point": v.entry,
+            "when": "launch it instead of entry_point when cu_seqlens_q, kv_lens or k_new / v_new is given",
+            "grid": list(v.grid), "block": [v.threads, 1, 1], "dynamic_shared_memory_bytes": v.smem_bytes,
+            "parameters": "the same as entry_point's", "doc": v.doc}
     if plan.spec.schedule.is_split:
         splits = plan.spec.schedule.splits
         extra["splits"] = (f"S = {splits}" if splits is not None else

@@ -35,6 +35,9 @@ class CudaDetails:
     """What only the CUDA target needs of a plan (KernelPlan.details)."""
 
     arch: str  # the profile's architecture, e.g. "sm_80": the source needs it or newer
+    # The entry point a launch with per-sequence lengths (cu_seqlens_q, kv_lens or an append)
+    # takes instead of the main one (CudaConfig.varlen); None: the main one serves every launch.
+    varlen: Entry | None = None
 
 
 def _p(name, kind, dtype, shape=None, access="read", optional=False, doc=""):
@@ -201,5 +204,16 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
         smem_bytes=cfg.smem_bytes,
         entries=entries(spec, entry, cfg),
         workspaces=workspaces(spec),
-        details=CudaDetails(arch=profile.section("device")["arch"]),
+        details=CudaDetails(arch=profile.section("device")["arch"], varlen=varlen_entry(spec, cfg, entry)),
     )
+
+
+def varlen_entry(spec: AttentionSpec, cfg, entry: str) -> Entry | None:
+    """The main entry point's stand-in for launches with per-sequence lengths (CudaConfig.varlen)."""
+    v = cfg.varlen
+    if v is None:
+        return None
+    return Entry("varlen", entry + "_varlen",
+                 "launched instead of the main entry point when cu_seqlens_q, kv_lens or k_new / v_new is "
+                 f"given: the same algorithm with tile q={v.tile_q} (one 16-row fragment per warp); same "
+                 "parameters", main_params(spec), main_grid(spec, v.tile_q), v.threads, v.smem_bytes)

@@ -39,9 +39,10 @@ def version() -> tuple[int, int]:
     return tuple(nvrtc.getVersion())
 
 
-def compile_cubin(source: str, arch: str, name: str = "attngen.cu") -> tuple[bytes, str]:
-    """Compile to a cubin for `arch` (e.g. "sm_90"); returns (cubin, compiler log)."""
-    options = [*OPTIONS, f"--gpu-architecture={arch}"]
+def compile_cubin(source: str, arch: str, name: str = "attngen.cu", report: bool = False) -> tuple[bytes, str]:
+    """Compile to a cubin for `arch` (e.g. "sm_90"); returns (cubin, compiler log). With
+    `report`, the log holds ptxas's resource report (registers, spills) of every entry point."""
+    options = [*OPTIONS, f"--gpu-architecture={arch}"] + (["--ptxas-options=-v"] if report else [])
     nv = _cuda_bindings()
     if nv is not None:
         return _compile_cuda_bindings(nv, source, options, name)
@@ -88,3 +89,16 @@ def _compile_cupy(source, options, name):
         return nvrtc.getCUBIN(prog), nvrtc.getProgramLog(prog)
     finally:
         nvrtc.destroyProgram(prog)
+
+
+def resource_usage(log: str) -> dict:
+    """{entry point: (registers, spill-store bytes, spill-load bytes)} from a ptxas report."""
+    import re
+    out = {}
+    parts = re.split(r"Compiling entry function '(\w+)'", log)
+    for name, body in zip(parts[1::2], parts[2::2]):
+        regs = re.search(r"Used (\d+) registers", body)
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", body)
+        out[name] = (int(regs.group(1)) if regs else 0, int(spill.group(1)) if spill else 0,
+                     int(spill.group(2)) if spill else 0)
+    return out

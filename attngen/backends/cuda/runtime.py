@@ -200,7 +200,7 @@ class CudaKernel(Kernel):
             cupy = _cupy()
             with cupy.cuda.Device(device_id):
                 fn = module[0].get_function(entry)
-                smem = next((e.smem_bytes for e in self.plan.entries if e.entry == entry), self.plan.smem_bytes)
+                smem = next(e[4] for e in cuda_args.entry_points(self.plan) if e[0] == entry)
                 # Above 48 KiB of dynamic shared memory a kernel must opt in.
                 cupy.cuda.driver.funcSetAttribute(
                     fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)

@@ -1,0 +1,36 @@
+"""The default plan of every example spec compiles without register spills for sm_80 and sm_90:
+ptxas's own report (through NVRTC), for every entry point of each source. (Spills are local
+memory traffic in the inner loop; the tile defaults and the varlen entry point are chosen so
+that there are none: benchmarks/NOTES.md, issue 10.)"""
+
+from __future__ import annotations
+
+import pytest
+
+import attngen
+from attngen.api import emit_plan
+from attngen.backends.cuda import nvrtc
+
+from conftest import example_specs
+
+pytestmark = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
+
+CASES = [(f, s, p) for f, s in example_specs() for p in ("cuda-sm80", "cuda-sm90")]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{s.name}-{p}" for _, s, p in CASES])
+def test_default_plan_does_not_spill(case):
+    _, spec, profile = case
+    plan = attngen.lower(spec, "cuda", profile)
+    _, log = nvrtc.compile_cubin(emit_plan(plan).source, plan.details.arch, report=True)
+    usage = nvrtc.resource_usage(log)
+    assert usage, log
+    spilling = {name: u for name, u in usage.items() if u[1] or u[2]}
+    assert not spilling, f"{spec.name} on {profile}: (registers, spill stores, spill loads) {spilling}"
+
+
+def test_the_report_is_read():
+    log = ("ptxas info    : Compiling entry function 'attngen_x' for 'sm_90'\n"
+           "ptxas         .     8 bytes stack frame, 4 bytes spill stores, 8 bytes spill loads\n"
+           "ptxas info    : Used 40 registers, used 0 barriers\n")
+    assert nvrtc.resource_usage(log) == {"attngen_x": (40, 4, 8)}
