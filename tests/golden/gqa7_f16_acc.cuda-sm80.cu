@@ -1498,8 +1498,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
 }  // namespace varlen
 
 // ---- section: entry points ------------------------------------------------------------------
-// The main entry point takes launches without per-sequence lengths, attngen_gqa7_f16_acc_varlen those with
-// cu_seqlens_q, kv_lens or an append (the launcher picks; kVarlen: see the sequences section).
+// The main entry point takes launches without per-sequence lengths; the one named with _varlen
+// takes those with cu_seqlens_q, kv_lens or an append (the launcher picks; kVarlen: see the
+// sequences section), with one 16-row fragment per warp.
 extern "C" __global__ void __launch_bounds__(padded::kThreads, 1)
 attngen_gqa7_f16_acc(const elem_t* __restrict__ q,
                      const elem_t* __restrict__ k,
