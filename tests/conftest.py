@@ -206,3 +206,26 @@ VARIANTS = [
      " target cuda { warps=4 }", 4, 2),
     ("f32 two fragments per warp", "head_dim 32\n dtype f32\n tile q=64 kv=16\n target cuda { warps=2 }", 2, 1),
 ]
+
+
+# ---- the fuzz campaign (tests/fuzz) -----------------------------------------------------------
+# In CI the campaign is bounded (a few minutes on 2 cores). The whole campaign runs on demand:
+#     ATTNGEN_FUZZ=full ATTNGEN_FUZZ_REPORT=fuzz-count.jsonl bash scripts/test.sh tests/fuzz
+# ATTNGEN_FUZZ=full multiplies every property's number of examples by FUZZ_SCALE; with
+# ATTNGEN_FUZZ_REPORT each test process appends its count of cases per property (one JSON line),
+# which scripts/fuzz_count.py sums. docs/fuzzing.md keeps the last whole count.
+FUZZ_SCALE = 40 if os.environ.get("ATTNGEN_FUZZ") == "full" else 1
+_FUZZ_COUNTS: dict = {}
+
+
+def count(name: str) -> None:
+    """One case of fuzz property `name` ran (called from the property's body)."""
+    _FUZZ_COUNTS[name] = _FUZZ_COUNTS.get(name, 0) + 1
+
+
+def pytest_sessionfinish(session):
+    path = os.environ.get("ATTNGEN_FUZZ_REPORT")
+    if path and _FUZZ_COUNTS:
+        import json
+        with open(path, "a") as f:
+            f.write(json.dumps(_FUZZ_COUNTS) + "\n")

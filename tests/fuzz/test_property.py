@@ -20,6 +20,8 @@ from attngen.api import lower as plan
 from attngen.api import get_profile
 from attngen.lang.spec import KVCache, Mask, Schedule, Tile
 
+from conftest import FUZZ_SCALE, count
+
 
 # What a spec keeps of `target cuda { ... }` / `target wgsl { ... }` (spec.options(target)):
 # the options given, those left at auto absent.
@@ -35,10 +37,11 @@ def WgslOptions(workgroup=None, subgroups="auto"):
 PROFILES = [("cuda", "cuda-sm80"), ("cuda", "cuda-sm90"), ("wgsl", "webgpu-core"),
             ("wgsl", "wgpu-software"), ("wgsl", "wgpu-vulkan-nvidia")]
 
-# Modest, deterministic settings: the whole file runs in well under a minute on 2 CPU cores.
-SETTINGS = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+# Modest, deterministic settings: the whole file runs in well under a minute on 2 CPU cores; the
+# whole campaign (ATTNGEN_FUZZ=full, tests/conftest.py) runs FUZZ_SCALE times as many.
+SETTINGS = settings(max_examples=150 * FUZZ_SCALE, deadline=None, derandomize=FUZZ_SCALE == 1, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-SPEC_SETTINGS = settings(SETTINGS, max_examples=100)  # each example draws a whole spec
+SPEC_SETTINGS = settings(SETTINGS, max_examples=100 * FUZZ_SCALE)  # each example draws a whole spec
 
 
 def parse_or_spec_error(text):
@@ -79,18 +82,21 @@ TOKEN_SOUP = st.lists(TOKENS, max_size=60).map(lambda ts: " ".join(ts) if len(ts
 @SETTINGS
 @given(st.text(max_size=300))
 def test_any_text_parses_or_raises_spec_error(text):
+    count("test_any_text_parses_or_raises_spec_error")
     parse_or_spec_error(text)
 
 
 @SETTINGS
 @given(st.binary(max_size=300))
 def test_any_bytes_decoded_with_replace_parse_or_raise_spec_error(data):
+    count("test_any_bytes_decoded_with_replace_parse_or_raise_spec_error")
     parse_or_spec_error(data.decode("utf-8", errors="replace"))
 
 
 @SETTINGS
 @given(st.binary(max_size=300))
 def test_any_bytes_through_decode_source_parse_or_raise_spec_error(data):
+    count("test_any_bytes_through_decode_source_parse_or_raise_spec_error")
     try:
         text = decode_source(data, "prop.attn")
     except SpecError as err:
@@ -104,12 +110,14 @@ def test_any_bytes_through_decode_source_parse_or_raise_spec_error(data):
 @SETTINGS
 @given(TOKEN_SOUP)
 def test_token_soup_parses_or_raises_spec_error(text):
+    count("test_token_soup_parses_or_raises_spec_error")
     parse_or_spec_error(text)
 
 
 @SETTINGS
 @given(st.lists(TOKENS, max_size=25).map(" ".join), st.integers(0, 20))
 def test_token_soup_inside_a_block_parses_or_raises_spec_error(soup, where):
+    count("test_token_soup_inside_a_block_parses_or_raises_spec_error")
     lines = ["head_dim 64", "dtype f16", "mask causal"]
     lines.insert(where % 4, soup)
     result = parse_or_spec_error("attention p {\n" + "\n".join(lines) + "\n}\n")
@@ -246,6 +254,7 @@ def spec_text_and_value(draw):
 @SPEC_SETTINGS
 @given(spec_text_and_value())
 def test_valid_spec_text_parses_to_what_was_written(case):
+    count("test_valid_spec_text_parses_to_what_was_written")
     text, expected = case
     (spec,) = attngen.parse(text, "valid.attn")
     assert spec == expected
@@ -286,6 +295,7 @@ def check_emitted(spec, p):
 @SPEC_SETTINGS
 @given(spec_text_and_value())
 def test_valid_specs_plan_and_emit_for_cuda_or_are_refused(case):
+    count("test_valid_specs_plan_and_emit_for_cuda_or_are_refused")
     text, _ = case
     (spec,) = attngen.parse(text)
     for target, _profile, result in plan_everywhere(spec):
@@ -296,6 +306,7 @@ def test_valid_specs_plan_and_emit_for_cuda_or_are_refused(case):
 @SPEC_SETTINGS
 @given(spec_text_and_value())
 def test_valid_specs_plan_and_emit_for_wgsl_or_are_refused(case):
+    count("test_valid_specs_plan_and_emit_for_wgsl_or_are_refused")
     text, _ = case
     (spec,) = attngen.parse(text)
     for target, _profile, result in plan_everywhere(spec):
@@ -307,6 +318,7 @@ def test_valid_specs_plan_and_emit_for_wgsl_or_are_refused(case):
 @given(spec_text_and_value())
 def test_the_simplest_valid_specs_build_everywhere_they_should(case):
     """Specs that use nothing a target lacks and no explicit tiles are never refused."""
+    count("test_the_simplest_valid_specs_build_everywhere_they_should")
     _, spec = case
     plain = AttentionSpec(name=spec.name, head_dim_qk=spec.head_dim_qk, head_dim_v=spec.head_dim_v,
                           dtype=spec.dtype, heads_q=spec.heads_q, heads_kv=spec.heads_kv,
@@ -325,6 +337,7 @@ def test_the_simplest_valid_specs_build_everywhere_they_should(case):
 @SPEC_SETTINGS
 @given(spec_text_and_value())
 def test_round_trip_of_random_valid_specs(case):
+    count("test_round_trip_of_random_valid_specs")
     text, _ = case
     (spec,) = attngen.parse(text)
     printed = format_spec(spec)
@@ -364,6 +377,7 @@ SPECS = st.builds(
 @SPEC_SETTINGS
 @given(SPECS, st.sampled_from(["f16", "bf16", "f32"]), st.integers(1, 64), st.integers(1, 16))
 def test_round_trip_of_spec_objects(spec, dtype, kv, group):
+    count("test_round_trip_of_spec_objects")
     from dataclasses import replace
     if dtype != "f16":
         spec = replace(spec, dtype=dtype, acc_qk="f32", acc_pv="f32")
@@ -376,6 +390,7 @@ def test_round_trip_of_spec_objects(spec, dtype, kv, group):
 @settings(SETTINGS, max_examples=40)
 @given(st.lists(spec_text_and_value(), min_size=1, max_size=4, unique_by=lambda c: c[1].name))
 def test_files_of_several_kernels_round_trip(cases):
+    count("test_files_of_several_kernels_round_trip")
     text = "\n".join(t for t, _ in cases)
     specs = attngen.parse(text)
     assert specs == [s for _, s in cases]

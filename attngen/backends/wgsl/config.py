@@ -124,7 +124,9 @@ def _wgsl_v_blocks(d_v: int, tpr: int, tile_d: int | None) -> int:
     WGSL_MAX_DIMS_V of them, each block a whole number of tile d chunks."""
     n = d_v // tpr  # output columns per invocation without a split
     for b in range(1, n + 1):
-        if n % b == 0 and n // b <= WGSL_MAX_DIMS_V and (tile_d is None or _chunk_fits(d_v // b, tile_d)):
+        # a split output must be chunkable when tile d is chosen later: whole multiples of 8 columns
+        chunkable = _chunk_fits(d_v // b, tile_d) if tile_d is not None else b == 1 or (d_v // b) % 8 == 0
+        if n % b == 0 and n // b <= WGSL_MAX_DIMS_V and chunkable:
             return b
     return n  # not reached: b = n gives tpr columns per block, and tile d is a multiple of tpr
 
@@ -225,6 +227,13 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
         step = max(8, tpr)
         chunks = [c for c in range(max(d_qk, v_cols) // step * step, 0, -step)
                   if _chunk_fits(d_qk, c) and _chunk_fits(v_cols, c)]
+        if not chunks:
+            raise Problem(
+                f"head_dim qk={d_qk} v={d_v} does not fit whole, and no chunk of a multiple of {step} columns "
+                f"covers both the qk head dim and the {v_cols} output columns per workgroup "
+                f"({v_blocks} workgroups share the {d_v}) exactly",
+                key="head_dim", hint="use head dims whose chunks line up (e.g. multiples of 32), or fewer "
+                                     "invocations per row (target wgsl { workgroup=... })")
     for tile_kv in kv_steps:
         for tile_d in chunks:
             cfg = make(tile_kv, tile_d)

@@ -154,3 +154,15 @@ def test_webgpu_core_plan_runs():
     assert not np.isnan(out).any()
     assert relative_error(out, ref) <= tolerance(spec)
     np.testing.assert_allclose(lse, ref_lse, rtol=0, atol=1e-4)
+
+
+def test_a_split_output_whose_blocks_are_not_multiples_of_8_plans_and_runs():
+    """Fuzz finding: v=264 with qk=64 on wgpu-software split the output into 2 blocks of 132
+    columns, which no chunk of multiples of 8 covers, and the planner raised IndexError. The
+    split now keeps blocks chunkable (3 blocks of 88)."""
+    spec = spec_of("head_dim qk=64 v=264\n dtype f32")
+    c = plan(spec, "wgsl", "wgpu-software").config
+    assert c.chunked and c.v_blocks == 3 and c.tile_d % 8 == 0
+    require("wgsl")
+    q, k, v = random_qkv(spec, 1, 7, 13, heads_q=1, heads_kv=1, seed=3)
+    check_against_reference(spec, "wgsl", q, k, v)
