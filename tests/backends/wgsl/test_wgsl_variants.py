@@ -171,20 +171,27 @@ def test_append_to_a_cache_on_the_gpu(paged):
     assert relative_error(out.numpy(), ref) <= tolerance(spec)
 
 
+
+def packed_sequences(spec, seed):
+    """Three packed sequences (lengths q 3, 0, 17 and k 40, 5, 70), 6 query heads over 2 KV heads."""
+    rng = np.random.default_rng(seed)
+    lq, lk = [3, 0, 17], [40, 5, 70]
+    cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cuk = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    d = spec.head_dim_qk
+    q = rng.standard_normal((cuq[-1], 6, d)).astype(np.float32)
+    k = rng.standard_normal((cuk[-1], 2, d)).astype(np.float32)
+    v = rng.standard_normal((cuk[-1], 2, spec.head_dim_v)).astype(np.float32)
+    return rng, cuq, cuk, q, k, v
+
+
 @pytest.mark.parametrize("sched", ["split_kv(2)", "two_pass"])
 @pytest.mark.parametrize("dims", ["head_dim 32", "head_dim 32\n tile d=16", "head_dim 512"],
                          ids=["whole", "tile-d", "v-blocks"])
 def test_split_schedules_over_packed_sequences(sched, dims):
     require("wgsl")
     spec = spec_of(f"{dims}\n dtype f32\n mask causal(bottom_right)\n schedule {sched}")
-    d = spec.head_dim_qk
-    rng = np.random.default_rng(2)
-    lq, lk = [3, 0, 17], [40, 5, 70]
-    cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
-    cuk = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
-    q = rng.standard_normal((cuq[-1], 6, d)).astype(np.float32)
-    k = rng.standard_normal((cuk[-1], 2, d)).astype(np.float32)
-    v = rng.standard_normal((cuk[-1], 2, d)).astype(np.float32)
+    rng, cuq, cuk, q, k, v = packed_sequences(spec, seed=2)
     out, lse = kernel_for(spec, "wgsl")(q, k, v, cu_seqlens_q=cuq, cu_seqlens_k=cuk, return_lse=True)
     ref, ref_lse = reference(spec, q, k, v, cu_seqlens_q=cuq, cu_seqlens_k=cuk, return_lse=True)
     assert lse.shape == (6, cuq[-1])
@@ -199,14 +206,7 @@ def test_custom_mask_split_schedules_over_packed_sequences(sched, dims):
     with head dims in chunks or over V blocks (grid y = Hq * V_BLOCKS)."""
     require("wgsl")
     spec = spec_of(f"{dims}\n dtype f32\n mask custom\n schedule {sched}")
-    d = spec.head_dim_qk
-    rng = np.random.default_rng(4)
-    lq, lk = [3, 0, 17], [40, 5, 70]
-    cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
-    cuk = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
-    q = rng.standard_normal((cuq[-1], 6, d)).astype(np.float32)
-    k = rng.standard_normal((cuk[-1], 2, d)).astype(np.float32)
-    v = rng.standard_normal((cuk[-1], 2, d)).astype(np.float32)
+    rng, cuq, cuk, q, k, v = packed_sequences(spec, seed=4)
     mask = rng.random((3, 6, 17, 70)) < 0.3
     kw = dict(mask=mask, cu_seqlens_q=cuq, cu_seqlens_k=cuk, return_lse=True)
     out, lse = kernel_for(spec, "wgsl")(q, k, v, **kw)
