@@ -122,13 +122,30 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
-    #pragma unroll
-    for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
-        const int c = tid + i * kThreads;
-        if (kCopies % kThreads == 0 || c < kCopies) {
-            const int r = c / kChunks, col = (c % kChunks) * kVec;
-            const bool valid = r < valid_rows;
-            cp_async_16(dst + r * kStride + col, valid ? src + r * row_stride + col : src, valid);
+    if constexpr (kThreads % kChunks == 0) {
+        // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
+        // pointer, so that no per-row 64-bit offsets stay live across the main loop.
+        constexpr int kRowStep = kThreads / kChunks;
+        const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
+        const elem_t* s = src + r0 * row_stride + col;
+        const long long step = kRowStep * row_stride;
+        #pragma unroll
+        for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i, s += step) {
+            const int r = r0 + i * kRowStep;
+            if (kRows % kRowStep == 0 || r < kRows) {
+                const bool valid = r < valid_rows;
+                cp_async_16(dst + r * kStride + col, valid ? s : src, valid);
+            }
+        }
+    } else {
+        #pragma unroll
+        for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
+            const int c = tid + i * kThreads;
+            if (kCopies % kThreads == 0 || c < kCopies) {
+                const int r = c / kChunks, col = (c % kChunks) * kVec;
+                const bool valid = r < valid_rows;
+                cp_async_16(dst + r * kStride + col, valid ? src + r * row_stride + col : src, valid);
+            }
         }
     }
 }
@@ -200,9 +217,19 @@ struct WarpMath {
         }
     }
 
+    // P, the probabilities, in the scores' layout (f32: nothing to pack).
+    using PTile = float[kFrags][kNTilesKV][4];
+    __device__ __forceinline__ void pack_p(const float (&s)[kFrags][kNTilesKV][4], PTile& p) const {
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int n = 0; n < kNTilesKV; ++n) p[mf][n][0] = s[mf][n][0], p[mf][n][1] = s[mf][n][1],
+                                                 p[mf][n][2] = s[mf][n][2], p[mf][n][3] = s[mf][n][3];
+        }
+    }
+
     // acc += P V, through the warp's rows of P in shared memory.
-    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const float (&p)[kFrags][kNTilesKV][4],
-                                       const float* sV) const {
+    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const float* sV) const {
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
@@ -644,12 +671,17 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const int stage = it % kStages;
         const int j0 = kv_tile(it) * kBlockKV;
 
+        const bool partial = (cmask.tiles[tile_first + it] & 1) != 0 || j0 + kBlockKV > seq.len_k;
+        // -- clean V of a partial tile (section non-finite values), before the scores are live:
+        // fewer registers at once than after the softmax, where only the keys' mask is kept.
+        unsigned bad[kKeyWords];
+        if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+
         // -- S = Q K^T
         float s[kFrags][kNTilesKV][4];
         math.scores(s, sK + stage * kBlockKV * kStrideK);
 
         // -- score transform and mask
-        const bool partial = (cmask.tiles[tile_first + it] & 1) != 0 || j0 + kBlockKV > seq.len_k;
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
@@ -697,12 +729,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
 
         // -- O += P V
-        if (partial) {  // keys not every row sees: see section non-finite values
-            unsigned bad[kKeyWords];
-            clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
-            mark_bad_rows(row_bad, s, bad, t);
-        }
-        math.pv(acc, s, sV + stage * kBlockKV * kStrideV);
+        // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
+        if (partial) mark_bad_rows(row_bad, s, bad, t);
+        WarpMath::PTile p;
+        math.pack_p(s, p);
+        math.pv(acc, p, sV + stage * kBlockKV * kStrideV);
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
 

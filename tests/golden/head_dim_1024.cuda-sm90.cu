@@ -150,13 +150,30 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
-    #pragma unroll
-    for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
-        const int c = tid + i * kThreads;
-        if (kCopies % kThreads == 0 || c < kCopies) {
-            const int r = c / kChunks, col = (c % kChunks) * kVec;
-            const bool valid = r < valid_rows && col < valid_cols;
-            cp_async_16(dst + r * kStride + col, valid ? src + r * row_stride + col : src, valid);
+    if constexpr (kThreads % kChunks == 0) {
+        // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
+        // pointer, so that no per-row 64-bit offsets stay live across the main loop.
+        constexpr int kRowStep = kThreads / kChunks;
+        const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
+        const elem_t* s = src + r0 * row_stride + col;
+        const long long step = kRowStep * row_stride;
+        #pragma unroll
+        for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i, s += step) {
+            const int r = r0 + i * kRowStep;
+            if (kRows % kRowStep == 0 || r < kRows) {
+                const bool valid = r < valid_rows && col < valid_cols;
+                cp_async_16(dst + r * kStride + col, valid ? s : src, valid);
+            }
+        }
+    } else {
+        #pragma unroll
+        for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
+            const int c = tid + i * kThreads;
+            if (kCopies % kThreads == 0 || c < kCopies) {
+                const int r = c / kChunks, col = (c % kChunks) * kVec;
+                const bool valid = r < valid_rows && col < valid_cols;
+                cp_async_16(dst + r * kStride + col, valid ? src + r * row_stride + col : src, valid);
+            }
         }
     }
 }
@@ -246,31 +263,38 @@ struct WarpMath {
         }
     }
 
-    // acc += P V. P (probabilities in s's layout) is re-packed in registers into A fragments:
-    // the accumulator layout of two 8-key tiles is the A layout of one 16-key step.
-    // ldmatrix.x4.trans on V (row-major [key][dim]) yields B fragments of two 8-dim tiles.
+    // P, the probabilities, as the A fragments of P V: the accumulator layout of two 8-key
+    // tiles is the A layout of one 16-key step, so P is packed into elem_t pairs in registers
+    // right after the softmax (half the registers of the f32 scores it replaces).
+    using PTile = unsigned[kFrags][kBlockKV / 16][4];
+    __device__ __forceinline__ void pack_p(const float (&s)[kFrags][kNTilesKV][4], PTile& p) const {
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+                p[mf][ks][0] = pack2(s[mf][2 * ks][0], s[mf][2 * ks][1]);          // row g,     keys 2t, 2t+1
+                p[mf][ks][1] = pack2(s[mf][2 * ks][2], s[mf][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
+                p[mf][ks][2] = pack2(s[mf][2 * ks + 1][0], s[mf][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
+                p[mf][ks][3] = pack2(s[mf][2 * ks + 1][2], s[mf][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
+            }
+        }
+    }
+
+    // acc += P V. ldmatrix.x4.trans on V (row-major [key][dim]) yields B fragments of two 8-dim tiles.
     // One chunk: sV holds kChunk columns of V, those of acc's tiles [n0, n0 + kNTilesVChunk).
-    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const float (&p)[kFrags][kNTilesKV][4],
-                                       const elem_t* sV, int chunk) const {
+    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV,
+                                       int chunk) const {
         const int n0 = chunk * kNTilesVChunk;
         #pragma unroll
         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            unsigned a[kFrags][4];
-            #pragma unroll
-            for (int mf = 0; mf < kFrags; ++mf) {
-                a[mf][0] = pack2(p[mf][2 * ks][0], p[mf][2 * ks][1]);          // row g,     keys 2t, 2t+1
-                a[mf][1] = pack2(p[mf][2 * ks][2], p[mf][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
-                a[mf][2] = pack2(p[mf][2 * ks + 1][0], p[mf][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
-                a[mf][3] = pack2(p[mf][2 * ks + 1][2], p[mf][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
-            }
             #pragma unroll
             for (int dp = 0; dp < kNTilesVChunk / 2; ++dp) {
                 unsigned b[4];
                 ldmatrix_x4_trans(b, sV + (ks * 16 + lane % 16) * kStrideV + dp * 16 + (lane / 16) * 8);
                 #pragma unroll
                 for (int mf = 0; mf < kFrags; ++mf) {
-                    mma_f32acc(acc[mf][n0 + 2 * dp], a[mf], b[0], b[1]);
-                    mma_f32acc(acc[mf][n0 + 2 * dp + 1], a[mf], b[2], b[3]);
+                    mma_f32acc(acc[mf][n0 + 2 * dp], p[mf][ks], b[0], b[1]);
+                    mma_f32acc(acc[mf][n0 + 2 * dp + 1], p[mf][ks], b[2], b[3]);
                 }
             }
         }
@@ -662,9 +686,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             math.scores(s, sKV + slot * kBlockKV * kStrideKV, sQ + slot * kBlockQ * kStrideQ);
             __syncthreads();  // every warp is done with this slot before it is refilled
         }
+        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
 
         // -- score transform and mask
-        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
@@ -720,7 +744,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 clean_values<kChunk, kStrideKV>(sKV + slot * kBlockKV * kStrideKV, bad, lane);
                 mark_bad_rows(row_bad, s, bad, t);
             }
-            math.pv(acc, s, sKV + slot * kBlockKV * kStrideKV, ch);
+            WarpMath::PTile p;
+            math.pack_p(s, p);
+            math.pv(acc, p, sKV + slot * kBlockKV * kStrideKV, ch);
             __syncthreads();  // every warp is done with this slot before it is refilled
         }
     }

@@ -138,13 +138,30 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
-    #pragma unroll
-    for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
-        const int c = tid + i * kThreads;
-        if (kCopies % kThreads == 0 || c < kCopies) {
-            const int r = c / kChunks, col = (c % kChunks) * kVec;
-            const bool valid = r < valid_rows;
-            cp_async_16(dst + r * kStride + col, valid ? src + r * row_stride + col : src, valid);
+    if constexpr (kThreads % kChunks == 0) {
+        // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
+        // pointer, so that no per-row 64-bit offsets stay live across the main loop.
+        constexpr int kRowStep = kThreads / kChunks;
+        const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
+        const elem_t* s = src + r0 * row_stride + col;
+        const long long step = kRowStep * row_stride;
+        #pragma unroll
+        for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i, s += step) {
+            const int r = r0 + i * kRowStep;
+            if (kRows % kRowStep == 0 || r < kRows) {
+                const bool valid = r < valid_rows;
+                cp_async_16(dst + r * kStride + col, valid ? s : src, valid);
+            }
+        }
+    } else {
+        #pragma unroll
+        for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
+            const int c = tid + i * kThreads;
+            if (kCopies % kThreads == 0 || c < kCopies) {
+                const int r = c / kChunks, col = (c % kChunks) * kVec;
+                const bool valid = r < valid_rows;
+                cp_async_16(dst + r * kStride + col, valid ? src + r * row_stride + col : src, valid);
+            }
         }
     }
 }
@@ -237,29 +254,35 @@ struct WarpMath {
         }
     }
 
-    // acc += P V. P (probabilities in s's layout) is re-packed in registers into A fragments:
-    // the accumulator layout of two 8-key tiles is the A layout of one 16-key step.
-    // ldmatrix.x4.trans on V (row-major [key][dim]) yields B fragments of two 8-dim tiles.
-    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const float (&p)[kFrags][kNTilesKV][4],
-                                       const elem_t* sV) const {
+    // P, the probabilities, as the A fragments of P V: the accumulator layout of two 8-key
+    // tiles is the A layout of one 16-key step, so P is packed into elem_t pairs in registers
+    // right after the softmax (half the registers of the f32 scores it replaces).
+    using PTile = unsigned[kFrags][kBlockKV / 16][4];
+    __device__ __forceinline__ void pack_p(const float (&s)[kFrags][kNTilesKV][4], PTile& p) const {
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+                p[mf][ks][0] = pack2(s[mf][2 * ks][0], s[mf][2 * ks][1]);          // row g,     keys 2t, 2t+1
+                p[mf][ks][1] = pack2(s[mf][2 * ks][2], s[mf][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
+                p[mf][ks][2] = pack2(s[mf][2 * ks + 1][0], s[mf][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
+                p[mf][ks][3] = pack2(s[mf][2 * ks + 1][2], s[mf][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
+            }
+        }
+    }
+
+    // acc += P V. ldmatrix.x4.trans on V (row-major [key][dim]) yields B fragments of two 8-dim tiles.
+    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
         #pragma unroll
         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            unsigned a[kFrags][4];
-            #pragma unroll
-            for (int mf = 0; mf < kFrags; ++mf) {
-                a[mf][0] = pack2(p[mf][2 * ks][0], p[mf][2 * ks][1]);          // row g,     keys 2t, 2t+1
-                a[mf][1] = pack2(p[mf][2 * ks][2], p[mf][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
-                a[mf][2] = pack2(p[mf][2 * ks + 1][0], p[mf][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
-                a[mf][3] = pack2(p[mf][2 * ks + 1][2], p[mf][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
-            }
             #pragma unroll
             for (int dp = 0; dp < kNTilesV / 2; ++dp) {
                 unsigned b[4];
                 ldmatrix_x4_trans(b, sV + (ks * 16 + lane % 16) * kStrideV + dp * 16 + (lane / 16) * 8);
                 #pragma unroll
                 for (int mf = 0; mf < kFrags; ++mf) {
-                    mma_f32acc(acc[mf][2 * dp], a[mf], b[0], b[1]);
-                    mma_f32acc(acc[mf][2 * dp + 1], a[mf], b[2], b[3]);
+                    mma_f32acc(acc[mf][2 * dp], p[mf][ks], b[0], b[1]);
+                    mma_f32acc(acc[mf][2 * dp + 1], p[mf][ks], b[2], b[3]);
                 }
             }
         }
@@ -649,12 +672,17 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const int stage = it % kStages;
         const int j0 = kv_tile(it) * kBlockKV;
 
+        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
+        // -- clean V of a partial tile (section non-finite values), before the scores are live:
+        // fewer registers at once than after the softmax, where only the keys' mask is kept.
+        unsigned bad[kKeyWords];
+        if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+
         // -- S = Q K^T
         float s[kFrags][kNTilesKV][4];
         math.scores(s, sK + stage * kBlockKV * kStrideK);
 
         // -- score transform and mask
-        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
@@ -702,12 +730,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
 
         // -- O += P V
-        if (partial) {  // keys not every row sees: see section non-finite values
-            unsigned bad[kKeyWords];
-            clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
-            mark_bad_rows(row_bad, s, bad, t);
-        }
-        math.pv(acc, s, sV + stage * kBlockKV * kStrideV);
+        // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
+        if (partial) mark_bad_rows(row_bad, s, bad, t);
+        WarpMath::PTile p;
+        math.pack_p(s, p);
+        math.pv(acc, p, sV + stage * kBlockKV * kStrideV);
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
 
