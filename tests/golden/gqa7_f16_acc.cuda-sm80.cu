@@ -18,13 +18,13 @@
 //       target     wgsl { workgroup=auto subgroups=auto }
 //   }
 //
-// Plan: tile q=128 kv=32, 4 warps (128 threads), 1 K/V stage(s), tensor cores (mma.sync m16n8k16).
+// Plan: tile q=128 kv=32, 4 warps (128 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.1; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
-// Shared memory: 52224 bytes (each buffer 16-byte aligned):
+// Shared memory: 69632 bytes (each buffer 16-byte aligned):
 //   sQ at      0: 128 x 136 f16 (the block's rows of Q)
-//   sK at  34816: 32 x 136 f16 (K tiles, one per pipeline stage)
-//   sV at  43520: 32 x 136 f16 (V tiles, one per pipeline stage)
-// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 (1 fragment per warp, 34816 bytes of shared memory).
+//   sK at  34816: 2 x 32 x 136 f16 (K tiles, one per pipeline stage)
+//   sV at  52224: 2 x 32 x 136 f16 (V tiles, one per pipeline stage)
+// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 (1 fragment per warp, 52224 bytes of shared memory).
 // Grid: (ceil(Lq / 128), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_gqa7_f16_acc; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -89,7 +89,7 @@ constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 4;
 constexpr int kThreads = 128;    // kWarps * 32
-constexpr int kStages = 1;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
 constexpr int kHeadDimQKPad = 128; // padded to a multiple of 16 (the k of m16n8k16); padding is zero
@@ -99,10 +99,10 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 136;
 constexpr int kStrideK = 136;
 constexpr int kStrideV = 136;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (52224 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (69632 bytes)
 constexpr int kOffsetK = 34816;
-constexpr int kOffsetV = 43520;
-constexpr int kSmemBytes = 52224;
+constexpr int kOffsetV = 52224;
+constexpr int kSmemBytes = 69632;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -826,7 +826,7 @@ constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 4;
 constexpr int kThreads = 128;    // kWarps * 32
-constexpr int kStages = 1;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
 constexpr int kHeadDimQKPad = 128; // padded to a multiple of 16 (the k of m16n8k16); padding is zero
@@ -836,10 +836,10 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 136;
 constexpr int kStrideK = 136;
 constexpr int kStrideV = 136;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (34816 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (52224 bytes)
 constexpr int kOffsetK = 17408;
-constexpr int kOffsetV = 26112;
-constexpr int kSmemBytes = 34816;
+constexpr int kOffsetV = 34816;
+constexpr int kSmemBytes = 52224;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
