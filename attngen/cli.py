@@ -113,6 +113,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="time only (the float64 reference is slow for large shapes)")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress lines on standard error")
 
+    pc = sub.add_parser("precompile", parents=[common],
+                        help="build kernels into the disk cache ahead of time (no GPU needed)",
+                        description="Build every kernel of the SPECs for the named devices into the disk "
+                        "cache, so that attngen.compile() on such a device finds it (a new process then "
+                        "neither renders nor compiles). Needs the target's compiler, not its device. "
+                        "A SPEC may be a directory: every *.attn file in it.")
+    pc.add_argument("spec", metavar="SPEC", nargs="+", help="a .attn file or a directory")
+    pc.add_argument("--target", required=True, choices=targets)
+    kinds = "; ".join(f"{t}: {backends.get(t).device_kinds}" for t in targets if backends.get(t).device_kinds)
+    pc.add_argument("--device", action="append", metavar="D[,D...]",
+                    help=f"devices to build for ({kinds}); default: this machine's devices, else every "
+                         "architecture of the target's profiles")
+    pc.add_argument("--kernel", metavar="NAME", help="only this kernel")
+    pc.add_argument("-q", "--quiet", action="store_true", help="no progress on standard error")
+
     k = sub.add_parser("cache", parents=[common], help="show or empty the disk cache of built kernels",
                        description="The disk cache of built kernels: $ATTNGEN_CACHE_DIR, else "
                        "$XDG_CACHE_HOME/attngen, else ~/.cache/attngen.")
@@ -450,6 +465,92 @@ def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
+def cmd_precompile(args) -> int:
+    backend = backends.get(args.target)
+    if not backend.device_kinds:
+        raise UsageError(f"target {args.target} builds its kernels when they are loaded: there is nothing "
+                         "to precompile")
+    devices = [d.strip() for arg in (args.device or []) for d in arg.split(",") if d.strip()]
+    if args.device is not None and not devices:
+        raise UsageError(f"--device is empty: name {backend.device_kinds}")
+    devices = list(dict.fromkeys(devices)) or list(backend.precompile_devices())
+    kernels, diags = [], []
+    for path in args.spec:
+        for file in _spec_files(path) or [path]:
+            try:
+                specs, name = _read_specs(file)
+            except SpecError as e:
+                diags += e.diagnostics
+                continue
+            kernels += [s for s in specs if args.kernel is None or s.name == args.kernel]
+    if diags:
+        raise SpecError(diags)
+    if not kernels:
+        raise UsageError(f"no kernel named {args.kernel} in {', '.join(args.spec)}" if args.kernel
+                         else f"no kernels in {', '.join(args.spec)}")
+    todo = [(spec, device) for spec in kernels for device in devices]
+    progress = _Progress(len(todo), quiet=args.quiet)
+    built = found = failed = 0
+    for spec, device in todo:
+        start = time.perf_counter()
+        try:
+            hit = backend.precompile(spec, device)
+        except SpecError as e:  # the target refuses this spec (attngen check says why)
+            failed += 1
+            progress.step(f"{spec.name} {device}: refused: {e.diagnostics[0].message}", failed=True)
+            continue
+        except LaunchError:  # no compiler on this machine: the same for every kernel
+            raise
+        except ValueError as e:  # a device name the target does not know
+            raise UsageError(f"--device {device}: {e}") from None
+        except CompileError as e:
+            failed += 1
+            progress.step(f"{spec.name} {device}: compile error: {str(e).splitlines()[0]}", failed=True)
+            continue
+        found += hit
+        built += not hit
+        progress.step(f"{spec.name} {device}: " + ("already cached" if hit else
+                                                    f"built in {time.perf_counter() - start:.1f} s"))
+    progress.done()
+    from .runtime import cache
+    _print(f"{_count(built, 'kernel', 'kernels')} built, {found} already cached"
+           + (f", {failed} failed" if failed else "") + f" (cache: {cache.cache_dir()})")
+    return EXIT_INVALID if failed else EXIT_OK
+
+
+class _Progress:
+    """Progress of a long command on standard error: a bar redrawn in place on a terminal, one
+    line per step otherwise (logs, pipes)."""
+
+    WIDTH = 24
+
+    def __init__(self, total: int, quiet: bool = False):
+        self.total, self.n, self.quiet = total, 0, quiet
+        self.tty = sys.stderr.isatty()
+
+    def step(self, what: str, failed: bool = False) -> None:
+        self.n += 1
+        if self.quiet and not failed:
+            return
+        filled = self.WIDTH * self.n // max(self.total, 1)
+        line = f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {self.n}/{self.total} {what}"
+        try:
+            if self.tty and not failed:
+                sys.stderr.write("\r\x1b[2K" + line)
+            else:
+                sys.stderr.write(("\r\x1b[2K" if self.tty else "") + line + "\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
+
+    def done(self) -> None:
+        if self.tty and not self.quiet and self.n:
+            try:
+                sys.stderr.write("\n")
+            except OSError:
+                pass
+
+
 def cmd_cache(args) -> int:
     from .runtime import cache
     if args.action is None:
@@ -481,7 +582,8 @@ def cmd_cache(args) -> int:
     return EXIT_INVALID if report.errors else EXIT_OK
 
 
-COMMANDS = {"build": cmd_build, "check": cmd_check, "run": cmd_run, "cache": cmd_cache}
+COMMANDS = {"build": cmd_build, "check": cmd_check, "run": cmd_run, "precompile": cmd_precompile,
+            "cache": cmd_cache}
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):

@@ -12,6 +12,7 @@ at each step of the pipeline and never looks inside it:
     manifest  manifest(plan)    what a launcher without Python needs (JSON-able dict)
     describe  describe(plan)    lines for `attngen check` and `--emit ir`
     compile   compile(spec, p)  a runnable Kernel on this machine's device
+    precompile precompile(spec, device)  fill the disk cache ahead of time (`attngen precompile`)
     run       device_inputs / time_call: what `attngen run` needs of the device
 
 Adding a target is a new package under attngen/backends/ with a subclass of Backend, its
@@ -106,6 +107,21 @@ class Backend:
     def compile(self, spec: AttentionSpec, profile: Profile | str | None = None):
         """A runnable kernel for this machine's device (attngen.runtime.kernel.Kernel)."""
         raise NotImplementedError(f"target {self.name} generates source only: it has no runtime here")
+
+    # -- attngen precompile ---------------------------------------------------------------------
+    # What `--device` names for this target, in words ("" when the target builds nothing ahead of time).
+    device_kinds: str = ""
+
+    def precompile_devices(self) -> tuple:
+        """The devices `attngen precompile` builds for when none are named."""
+        return ()
+
+    def precompile(self, spec: AttentionSpec, device: str) -> bool:
+        """Build `spec` for `device` into the disk cache, as compile() on such a device will look
+        it up; True when it was there already. ValueError for a device name this target does
+        not know."""
+        raise NotImplementedError(f"target {self.name} builds its kernels when they are loaded: there is "
+                                  "nothing to precompile")
 
     # -- attngen run ------------------------------------------------------------------------------
     def device_inputs(self, spec: AttentionSpec, host: tuple, options: dict) -> tuple[tuple, dict]:

@@ -3,7 +3,31 @@ in attngen/runtime/launch.py; each backend subclasses Kernel with its own call."
 
 from __future__ import annotations
 
-from ..plan.kernel_plan import Emitted
+import functools
+
+from ..plan.kernel_plan import Emitted, KernelPlan
+
+
+class Rendered:
+    """The Emitted of a plan, rendered when first asked for: a kernel whose compiled object
+    comes from the disk cache runs from its plan alone, and renders its source and manifest
+    only if someone reads them (the same text the object was built from: the cache key
+    covers the plan and every file of the generator)."""
+
+    def __init__(self, plan: KernelPlan, render, manifest):
+        self.plan = plan
+        self._render, self._manifest = render, manifest
+
+    @functools.cached_property
+    def source(self) -> str:
+        return self._render(self.plan)
+
+    @functools.cached_property
+    def manifest(self) -> dict:
+        return self._manifest(self.plan)
+
+    def __str__(self) -> str:
+        return self.source
 
 
 class Kernel:
@@ -11,7 +35,7 @@ class Kernel:
 
     target = ""
 
-    def __init__(self, emitted: Emitted):
+    def __init__(self, emitted: Emitted | Rendered):
         self.emitted = emitted
         self.plan = emitted.plan
         self.spec = emitted.plan.spec

@@ -50,6 +50,33 @@ class CudaBackend(Backend):
         from .runtime import compile_kernel
         return compile_kernel(self, spec, profile)
 
+    device_kinds = "CUDA architectures: sm_80, sm_86, sm_89, sm_90, ... (compute capability 8.0 or newer)"
+
+    def precompile_devices(self):
+        """The GPUs of this machine, else the two architectures of the profiles (A100, H100)."""
+        try:
+            import cupy  # type: ignore
+            n = cupy.cuda.runtime.getDeviceCount()
+            found = sorted({f"sm_{cupy.cuda.Device(i).compute_capability}" for i in range(n)})
+        except Exception:  # no CuPy, no driver or no GPU: CI machines precompile for both profiles
+            found = []
+        return tuple(found) or ("sm_80", "sm_90")
+
+    def precompile(self, spec, device):
+        import re
+        from .runtime import precompile
+        m = re.fullmatch(r"sm_(\d{2,3})", device.strip())
+        if m is None or int(m.group(1)) < 80:
+            raise ValueError(f"unknown CUDA device {device!r}: give an architecture such as sm_80 or sm_90 "
+                             "(compute capability 8.0 or newer)")
+        from ...errors import LaunchError
+        from . import nvrtc
+        if not nvrtc.available():
+            raise LaunchError("precompiling for the cuda target needs NVRTC: pip install 'attngen[gpu]' "
+                              "(cuda-bindings and nvidia-cuda-nvrtc; no GPU needed)")
+        hit, _ = precompile(self, spec, int(m.group(1)))
+        return hit
+
     def device_inputs(self, spec, host, options):
         from ...errors import LaunchError
         from .runtime import cupy_module

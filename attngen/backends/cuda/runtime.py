@@ -16,13 +16,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import LaunchError
-from ...plan.kernel_plan import Emitted
 from ...plan.lower import lower
 from ...plan.profiles import Profile
 from ...resources import generator_version
 from ...runtime.blockmask import BlockMask, check_against
 from ...runtime.cache import cache_key, cached
-from ...runtime.kernel import Kernel
+from ...runtime.kernel import Kernel, Rendered
 from ...runtime.launch import resolve
 from . import args as cuda_args
 from . import nvrtc
@@ -156,6 +155,30 @@ def _stream(t: _Tensor):
 _TORCH_STREAMS: dict = {}
 
 
+# Dynamic shared memory per block after opt-in, by compute capability (CUDA C++ Programming
+# Guide, "Technical Specifications per Compute Capability"): what a device of that kind reports
+# as MaxSharedMemoryPerBlockOptin. Used to plan for a device that is not here (precompile).
+SHARED_MEMORY_OPTIN = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448,
+                       100: 232448, 103: 232448, 110: 232448, 120: 101376, 121: 101376}
+
+
+def profile_for(backend, cc: int, smem_optin: int | None = None) -> Profile:
+    """The profile of a device of compute capability `cc` (e.g. 90) whose opt-in shared memory
+    per block is `smem_optin` bytes (by default what devices of that capability have): the
+    sm80 or sm90 profile narrowed to the device. A device's own kernels (device_profile) and
+    kernels built ahead of time for it (precompile) plan with the same profile, so they find
+    each other in the disk cache."""
+    if cc < 80:
+        raise LaunchError(f"compute capability {cc // 10}.{cc % 10}: attngen's CUDA kernels need 8.0 or newer "
+                          "(mma.sync m16n8k16 and cp.async)")
+    base = backend.profile("cuda-sm90" if cc >= 90 else "cuda-sm80")
+    smem = smem_optin if smem_optin is not None else SHARED_MEMORY_OPTIN.get(cc, base.limit("shared_memory_bytes"))
+    return base.narrowed(
+        limits={"shared_memory_bytes": min(smem, base.limit("shared_memory_bytes"))},
+        sections={"device": {"arch": f"sm_{cc}", "compute_capability": cc}},
+    )
+
+
 def device_profile(backend, device_id: int | None = None) -> Profile:
     """The profile for a CUDA device, narrowed to what the device reports (`backend`: the CUDA
     backend, which looks profiles up)."""
@@ -165,13 +188,18 @@ def device_profile(backend, device_id: int | None = None) -> Profile:
     if cc < 80:
         raise LaunchError(f"GPU {dev.id} has compute capability {cc // 10}.{cc % 10}; attngen's CUDA "
                           "kernels need 8.0 or newer (mma.sync m16n8k16 and cp.async)")
-    base = backend.profile("cuda-sm90" if cc >= 90 else "cuda-sm80")
-    attrs = dev.attributes
-    smem = attrs.get("MaxSharedMemoryPerBlockOptin", base.limit("shared_memory_bytes"))
-    return base.narrowed(
-        limits={"shared_memory_bytes": min(smem, base.limit("shared_memory_bytes"))},
-        sections={"device": {"arch": f"sm_{cc}", "compute_capability": cc}},
-    )
+    optin = _device_attribute(dev, "MaxSharedMemoryPerBlockOptin")
+    return profile_for(backend, cc, optin)
+
+
+def _device_attribute(dev, name: str):
+    """One attribute of a CuPy device (None when CuPy cannot name it). CuPy's Device.attributes
+    queries every attribute the driver has; one is all a compile needs."""
+    try:
+        from cupy.cuda import runtime  # type: ignore
+        return runtime.deviceGetAttribute(getattr(runtime, f"cudaDevAttr{name}"), dev.id)
+    except (ImportError, AttributeError):
+        return dev.attributes.get(name)
 
 
 class CudaKernel(Kernel):
@@ -344,32 +372,48 @@ class CudaKernel(Kernel):
         return launch
 
 
-def build_cubin(emitted, arch: str) -> bytes:
-    """The cubin for an emitted kernel, from the on-disk cache or NVRTC."""
-    # The source's own digest too: a custom or narrowed profile may keep a name and still
-    # change the tiles.
-    key = cache_key(spec=emitted.plan.spec_text, generator=generator_version(), target="cuda",
-                    arch=arch, profile=emitted.plan.profile, nvrtc=list(nvrtc.version()),
-                    source=hashlib.sha256(emitted.source.encode()).hexdigest())
-    data, _ = cached(key, ".cubin", lambda: nvrtc.compile_cubin(emitted.source, arch)[0])
-    return data
+def kernel_key(plan) -> str:
+    """The disk-cache key of a plan's cubin. The plan (tiles, entry points, arch: everything the
+    emitter reads) and the generator version (a digest of every template, profile and module)
+    determine the source, so no source is rendered to look a kernel up. The NVRTC version is not
+    part of the key: a cubin is machine code for its arch and stays valid; `attngen cache clear`
+    rebuilds everything with a newer compiler (docs/architecture.md, "The generator version and the
+    cache")."""
+    return cache_key(generator=generator_version(), target="cuda", arch=plan.details.arch,
+                     plan=hashlib.sha256(repr(plan).encode()).hexdigest())
+
+
+def build_cubin(plan, render) -> tuple[bytes, bool]:
+    """(cubin, found in the cache) for a plan: from the on-disk cache, else NVRTC compiles
+    render(plan)."""
+    return cached(kernel_key(plan), ".cubin", lambda: nvrtc.compile_cubin(render(plan), plan.details.arch)[0])
 
 
 def compile_kernel(backend, spec, profile: Profile | str | None = None, device_id: int | None = None) -> CudaKernel:
-    """Plan, emit and compile `spec` with `backend` (the CUDA backend) for a CUDA device (the
-    current one by default)."""
+    """Plan and compile `spec` with `backend` (the CUDA backend) for a CUDA device (the current
+    one by default). A kernel found in the disk cache is neither rendered nor compiled."""
     cupy = _cupy()
     if device_id is None:
         device_id = cupy.cuda.Device().id
     live = device_profile(backend, device_id)
-    profile = live if profile is None else backend.profile(profile)
+    # a profile named by the caller still compiles for this device's arch
+    profile = live if profile is None else backend.profile(profile).narrowed(sections={"device": live.section("device")})
     plan = lower(spec, backend, profile)
-    emitted = Emitted(backend.render(plan), backend.manifest(plan), plan)
-    if emitted.plan.smem_bytes > live.limit("shared_memory_bytes"):
-        raise LaunchError(f"kernel '{spec.name}' needs {emitted.plan.smem_bytes} bytes of shared memory; "
+    if plan.smem_bytes > live.limit("shared_memory_bytes"):
+        raise LaunchError(f"kernel '{spec.name}' needs {plan.smem_bytes} bytes of shared memory; "
                           f"GPU {device_id} allows {live.limit('shared_memory_bytes')}")
-    cubin = build_cubin(emitted, live.section("device")["arch"])
+    emitted = Rendered(plan, backend.render, backend.manifest)
+    cubin, _ = build_cubin(plan, lambda _plan: emitted.source)
     return CudaKernel(emitted, cubin, device_id)
 
 
-__all__ = ["CudaKernel", "build_cubin", "compile_kernel", "cupy_module", "device_profile"]
+def precompile(backend, spec, cc: int) -> tuple[bool, str]:
+    """Fill the disk cache with `spec`'s kernel for devices of compute capability `cc`, as
+    compile_kernel will look it up there; needs NVRTC, no GPU. (found already, entry key)."""
+    plan = lower(spec, backend, profile_for(backend, cc))
+    _, hit = build_cubin(plan, backend.render)
+    return hit, kernel_key(plan)
+
+
+__all__ = ["CudaKernel", "build_cubin", "compile_kernel", "cupy_module", "device_profile", "kernel_key",
+           "precompile", "profile_for"]
