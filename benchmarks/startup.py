@@ -39,9 +39,16 @@ print(json.dumps({"import cupy": t1 - t0, "import attngen": t2 - t1, "load spec"
 """
 
 
+def _env(cache: str) -> dict:
+    path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "ATTNGEN_CACHE_DIR": cache, "PYTHONPATH": path}
+
+
 def child(spec: str, cache: str) -> dict:
-    env = {**os.environ, "ATTNGEN_CACHE_DIR": cache, "PYTHONPATH": ROOT}
-    out = subprocess.run([sys.executable, "-c", CHILD, spec], env=env, capture_output=True, text=True, check=True)
+    env = _env(cache)
+    out = subprocess.run([sys.executable, "-c", CHILD, spec], env=env, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"a child process failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -63,7 +70,7 @@ def main() -> int:
         rows["warm (built by an earlier process)"] = [child(args.spec, os.path.join(tmp, "cold0"))
                                                      for _ in range(args.runs)]
         pre = os.path.join(tmp, "pre")
-        env = {**os.environ, "ATTNGEN_CACHE_DIR": pre, "PYTHONPATH": ROOT}
+        env = _env(pre)
         subprocess.run([sys.executable, "-m", "attngen", "precompile", args.spec, "--target", "cuda", "-q"],
                        env=env, check=True, capture_output=True)
         rows["warm (after attngen precompile)"] = [child(args.spec, pre) for _ in range(args.runs)]

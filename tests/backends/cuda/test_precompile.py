@@ -112,7 +112,9 @@ def test_precompile_a_directory_for_one_kernel(capsys):
     code, out, err = run(capsys, "precompile", os.path.join(ROOT, "examples"), "--target", "cuda",
                          "--device", "sm_90", "--kernel", "vit_b16", "-q")
     assert code == 0, err
-    assert "1 kernel built" in out
+    # built now, or found: on a GPU machine other tests compile vit_b16 for the same device,
+    # and a precompiled kernel and a compiled one share their cache entry
+    assert re.match(r"(1 kernel built, 0|0 kernels built, 1) already cached", out), out
 
 
 @pytest.mark.parametrize("argv, message", [
