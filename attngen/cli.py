@@ -293,6 +293,28 @@ def cmd_build(args) -> int:
     return EXIT_OK
 
 
+def _kernels_of(files: list[str], kernel: str | None, where: str) -> tuple[list, list]:
+    """(spec, file name) of every kernel of the files (only those named `kernel`, when given),
+    and the diagnostics of the files that do not parse; a UsageError when no file that parses
+    defines `kernel`."""
+    kernels, diags = [], []
+    for path in files:
+        try:
+            specs, name = _read_specs(path)
+        except SpecError as e:
+            diags += e.diagnostics
+            continue
+        kernels += [(spec, name) for spec in specs]
+    if kernel is not None:
+        chosen = [(s, f) for s, f in kernels if s.name == kernel]
+        if not chosen and not diags:
+            hint = did_you_mean(kernel, [s.name for s, _ in kernels])
+            raise UsageError(f"no *.attn file in {where} defines a kernel named '{kernel}'"
+                             + (f" ({hint})" if hint else ""))
+        kernels = chosen
+    return kernels, diags
+
+
 def _build_directory(args, files: list[str]) -> int:
     """build DIR -o OUTDIR: every kernel of every file checked first, then one file each."""
     if args.output is None or args.output == "-":
@@ -304,21 +326,7 @@ def _build_directory(args, files: list[str]) -> int:
         raise UsageError(f"-o {out_dir} is not a directory: building the directory {args.spec} writes one "
                          "file per kernel into -o DIR")
     profile = _profile(args.profile, args.target)
-    kernels, diags = [], []
-    for path in files:
-        try:
-            specs, name = _read_specs(path)
-        except SpecError as e:
-            diags += e.diagnostics
-            continue
-        kernels += [(spec, name) for spec in specs]
-    if args.kernel is not None:
-        chosen = [(s, f) for s, f in kernels if s.name == args.kernel]
-        if not chosen and not diags:
-            hint = did_you_mean(args.kernel, [s.name for s, _ in kernels])
-            raise UsageError(f"no *.attn file in {args.spec} defines a kernel named '{args.kernel}'"
-                             + (f" ({hint})" if hint else ""))
-        kernels = chosen
+    kernels, diags = _kernels_of(files, args.kernel, args.spec)
     seen: dict = {}
     for spec, name in kernels:
         if spec.name in seen:
@@ -474,21 +482,11 @@ def cmd_precompile(args) -> int:
     if args.device is not None and not devices:
         raise UsageError(f"--device is empty: name {backend.device_kinds}")
     devices = list(dict.fromkeys(devices)) or list(backend.precompile_devices())
-    kernels, diags = [], []
-    for path in args.spec:
-        for file in _spec_files(path) or [path]:
-            try:
-                specs, name = _read_specs(file)
-            except SpecError as e:
-                diags += e.diagnostics
-                continue
-            kernels += [s for s in specs if args.kernel is None or s.name == args.kernel]
+    files = [file for path in args.spec for file in (_spec_files(path) or [path])]
+    kernels, diags = _kernels_of(files, args.kernel, ", ".join(args.spec))
     if diags:
         raise SpecError(diags)
-    if not kernels:
-        raise UsageError(f"no kernel named {args.kernel} in {', '.join(args.spec)}" if args.kernel
-                         else f"no kernels in {', '.join(args.spec)}")
-    todo = [(spec, device) for spec in kernels for device in devices]
+    todo = [(spec, device) for spec, _ in kernels for device in devices]
     progress = _Progress(len(todo), quiet=args.quiet)
     built = found = failed = 0
     for spec, device in todo:

@@ -121,7 +121,7 @@ def test_precompile_a_directory_for_one_kernel(capsys):
     (["--device", "sm_75"], "--device sm_75: unknown CUDA device 'sm_75'"),
     (["--device", "volta"], "unknown CUDA device 'volta'"),
     (["--device", ","], "--device is empty"),
-    (["--kernel", "nope"], "no kernel named nope"),
+    (["--kernel", "nope"], "defines a kernel named 'nope'"),
 ])
 def test_precompile_usage_errors(capsys, argv, message):
     code, out, err = run(capsys, "precompile", LLAMA, "--target", "cuda", *argv)
