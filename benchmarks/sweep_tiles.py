@@ -24,18 +24,23 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import attngen  # noqa: E402
 from attngen.backends.cuda import nvrtc  # noqa: E402
 
+# Tile configurations per head dim. On the H100 a spec with whole warpgroups (warps a multiple of
+# 4 with 16 rows each, or no warps given) takes the Hopper family (wgmma); `warps=4` with 32 rows
+# per warp keeps mma.sync: both families side by side in one run.
 PREFILL = {
-    64: ["q=128 kv=64 | warps=4", "q=128 kv=32 | warps=4", "q=128 kv=64 | warps=8", "q=128 kv=32 | warps=4 stages=3",
-         "q=64 kv=64 | warps=4", "q=128 kv=32 | warps=8"],
-    128: ["q=128 kv=32 | warps=4", "q=128 kv=32 | warps=4 stages=1", "q=128 kv=16 | warps=4",
-          "q=128 kv=16 | warps=4 stages=3", "q=128 kv=32 | warps=8", "q=64 kv=32 | warps=4"],
+    64: ["q=128 kv=64 | warps=4", "q=128 kv=128", "q=128 kv=64", "q=192 kv=128", "q=128 kv=128 | stages=3",
+         "q=64 kv=128"],
+    128: ["q=128 kv=32 | warps=4", "q=128 kv=128", "q=128 kv=64", "q=128 kv=96", "q=128 kv=128 | stages=1",
+          "q=192 kv=64"],
+    256: ["q=128 kv=64", "q=128 kv=32", "q=64 kv=64", "q=128 kv=64 | stages=1", "q=128 kv=80"],
 }
 DECODE = ["tile kv=64", "tile kv=32", "tile kv=32\n target cuda { stages=3 }", "tile kv=16\n target cuda { stages=4 }"]
 
 
 def spills(kernel) -> str:
     nv = nvrtc._cuda_bindings()
-    _, log = nvrtc._compile_cuda_bindings(nv, kernel.source, ["--std=c++17", "--gpu-architecture=sm_90",
+    arch = kernel.plan.details.arch
+    _, log = nvrtc._compile_cuda_bindings(nv, kernel.source, ["--std=c++17", f"--gpu-architecture={arch}",
                                                              "--ptxas-options=-v"], "sweep.cu")
     parts = re.split(r"Compiling entry function '(\w+)'", log)
     out = []
@@ -54,7 +59,7 @@ def compile_text(text):
 
 
 def prefill():
-    print(f"{'d':>4} {'mask':7} {'tile':36} {'TFLOP/s':>8} {'err':>8}  sm_90 regs/spill bytes")
+    print(f"{'d':>4} {'mask':7} {'tile':36} {'family':6} {'TFLOP/s':>8} {'err':>8}  regs/spill bytes")
     for d, configs in PREFILL.items():
         for mask in ("none", "causal"):
             L, B, H = 4096, 4, 2048 // d
@@ -64,7 +69,7 @@ def prefill():
                                                      is_causal=mask == "causal").transpose(1, 2)
             flops = 4.0 * B * H * L * L * d * (0.5 if mask == "causal" else 1.0)
             for cfg in configs:
-                tile, opts = (x.strip() for x in cfg.split("|"))
+                tile, _, opts = (x.strip() for x in cfg.partition("|"))
                 text = f"attention s {{\n head_dim {d}\n dtype f16\n mask {mask}\n tile {tile}\n"
                 text += f" target cuda {{ {opts} }}\n}}\n" if opts else "}\n"
                 kernel, why = compile_text(text)
@@ -74,7 +79,9 @@ def prefill():
                 out = kernel(q, k, v)
                 err = float((out.float() - ref.float()).norm() / ref.float().norm())
                 ms = do_bench(lambda: kernel(q, k, v), warmup=25, rep=100, return_mode="median")
-                print(f"{d:>4} {mask:7} {cfg:36} {flops / ms / 1e9:8.1f} {err:8.1e}  {spills(kernel)}", flush=True)
+                family = kernel.plan.config.math
+                print(f"{d:>4} {mask:7} {cfg:36} {family:6} {flops / ms / 1e9:8.1f} {err:8.1e}  {spills(kernel)}",
+                      flush=True)
 
 
 def decode():

@@ -18,14 +18,14 @@
 //       target     wgsl { workgroup=auto subgroups=auto }
 //   }
 //
-// Plan: tile q=128 kv=32, 4 warps (128 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
+// Plan: tile q=128 kv=128, 8 warps (256 threads), 2 K/V stage(s), Hopper tensor cores (wgmma m64n128k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a).
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 69632 bytes (each buffer 16-byte aligned):
-//   sQ at      0: 128 x 136 f16 (the block's rows of Q)
-//   sK at  34816: 2 x 32 x 136 f16 (K tiles, one per pipeline stage)
-//   sV at  52224: 2 x 32 x 136 f16 (V tiles, one per pipeline stage)
-// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 (1 fragment per warp, 52224 bytes of shared memory).
-// Grid: (ceil(Lq / 128), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Shared memory: 164864 bytes (each buffer 16-byte aligned):
+//   sQ at      0: 128 x 128 f16 (the block's rows of Q (128-byte swizzle))
+//   sK at  32768: 2 x 128 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
+//   sV at  98304: 2 x 128 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
+// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=128 kv=64 (99328 bytes of shared memory).
+// Grid: (ceil(Lq / 128), Hq, B), 256 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 // ---- section: types -----------------------------------------------------------------
@@ -78,25 +78,25 @@ namespace padded {
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
 constexpr int kBlockQ = 128;      // tile q: rows of Q per block
-constexpr int kFrags = 2;         // 16-row fragments of Q per warp
+constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
-constexpr int kWarps = 4;
-constexpr int kThreads = 128;    // kWarps * 32
+constexpr int kBlockKV = 128;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kWarps = 8;
+constexpr int kThreads = 256;    // kWarps * 32
 constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
-constexpr int kHeadDimQKPad = 128; // padded to a multiple of 16 (the k of m16n8k16); padding is zero
+constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
 constexpr int kHeadDimVPad = 128;
-// Shared-memory rows are padded by 16 bytes so that the 8 rows one ldmatrix / float4 read
-// touches fall into different banks.
-constexpr int kStrideQ = 136;
-constexpr int kStrideK = 136;
-constexpr int kStrideV = 136;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (69632 bytes)
-constexpr int kOffsetK = 34816;
-constexpr int kOffsetV = 52224;
-constexpr int kSmemBytes = 69632;
+// Shared-memory tiles are in the 128-byte swizzled layout of the wgmma descriptors (section
+// memory: swizzled); the strides are the padded row widths, in elements.
+constexpr int kStrideQ = 128;
+constexpr int kStrideK = 128;
+constexpr int kStrideV = 128;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (164864 bytes)
+constexpr int kOffsetK = 32768;
+constexpr int kOffsetV = 98304;
+constexpr int kSmemBytes = 164864;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -107,7 +107,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
 static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
 static_assert(kHeadDimQK % 8 == 0 && kHeadDimV % 8 == 0, "head dims are multiples of 8");
-static_assert(kHeadDimQKPad % 16 == 0 && kHeadDimVPad % 16 == 0, "padded head dims");
+static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "padded head dims");
 static_assert(kThreads <= 1024, "threads per block");
 
 // ---- section: memory --------------------------------------------------------------------
@@ -116,6 +116,23 @@ static_assert(kThreads <= 1024, "threads per block");
 // tile (kStages deep).
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+
+// The shared-memory layout of every tile (Q, K, V): the 128-byte swizzle of the wgmma
+// descriptors. A tile of kRows rows is stored as column blocks of 64 elements (128 bytes per
+// row, kRows * 128 bytes per block, each block 1024-byte aligned); in a block, the 16-byte chunk
+// c of row r sits at chunk c ^ (r % 8), so the 8 rows one 8x8 core matrix spans lie in
+// different banks. Element (r, col) of the tile:
+template <int kRows>
+__device__ __forceinline__ int swizzled(int r, int col) {
+    return (col / 64) * (kRows * 64) + r * 64 + ((((col / 8) % 8) ^ (r % 8)) * 8) + col % 8;
+}
+
+// Make the ordinary shared-memory writes of this thread (cp.async, zero fills, cleaned values)
+// visible to the tensor cores' reads, which go through the async proxy. Before a barrier.
+__device__ __forceinline__ void fence_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
@@ -144,10 +161,12 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
-    if constexpr (kThreads % kChunks == 0) {
+    if constexpr (kThreads >= kChunks) {
         // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
-        // pointer, so that no per-row 64-bit offsets stay live across the main loop.
+        // pointer, so that no per-row 64-bit offsets stay live across the main loop. (When the
+        // threads are not a multiple of the chunks per row, the last few threads copy nothing.)
         constexpr int kRowStep = kThreads / kChunks;
+        if (kThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
         const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
         const elem_t* s = src + r0 * row_stride + col;
         const long long step = kRowStep * row_stride;
@@ -156,7 +175,7 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
             const int r = r0 + i * kRowStep;
             if (kRows % kRowStep == 0 || r < kRows) {
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + r * kStride + col, valid ? s : src, valid);
+                cp_async_16(dst + swizzled<kRows>(r, col), valid ? s : src, valid);
             }
         }
     } else {
@@ -166,7 +185,7 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
             if (kCopies % kThreads == 0 || c < kCopies) {
                 const int r = c / kChunks, col = (c % kChunks) * kVec;
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + r * kStride + col, valid ? src + r * row_stride + col : src, valid);
+                cp_async_16(dst + swizzled<kRows>(r, col), valid ? src + r * row_stride + col : src, valid);
             }
         }
     }
@@ -177,119 +196,142 @@ template <int kRows, int kCols, int kColsPad, int kStride>
 __device__ __forceinline__ void zero_padding(elem_t* dst, int tid) {
     if constexpr (kColsPad > kCols) {
         for (int i = tid; i < kRows * (kColsPad - kCols); i += kThreads) {
-            dst[(i / (kColsPad - kCols)) * kStride + kCols + i % (kColsPad - kCols)] = elem_t(0);
+            dst[swizzled<kRows>(i / (kColsPad - kCols), kCols + i % (kColsPad - kCols))] = elem_t(0);
         }
     }
 }
 
 // ---- section: matmul primitives ---------------------------------------------------------
-// Both products on tensor cores with mma.sync.m16n8k16 (f16 inputs). Fragment
-// layout (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane = 4 * g + t; an accumulator
-// fragment holds rows g and g + 8, columns 2t and 2t + 1 of a 16 x 8 tile, as c[0], c[1]
-// (row g) and c[2], c[3] (row g + 8). S and the output accumulator acc use that layout.
+// Both products on Hopper's warpgroup tensor cores: wgmma.mma_async m64nNk16 (f16
+// inputs, f32 accumulators; sm_90a). A warpgroup is 4 consecutive warps (128 threads) and owns
+// 64 rows of Q; warp w of it owns rows 16 w .. 16 w + 15. The accumulators of m64nN have, per
+// warp, the layout of mma.sync m16n8 (PTX ISA, "Register Fragments and Shared Memory Matrix
+// Layouts" of wgmma): lane = 4 g + t holds, for every 8-column tile n, rows g and g + 8 and
+// columns 8 n + 2 t, 8 n + 2 t + 1 as registers 4 n .. 4 n + 3 — the s[0][n][e] and acc[0][n][e]
+// of the algorithm below, which is the same for both kernel families.
+//   S = Q K^T: A (Q) and B (K) from shared memory, both K-major (the head dim is contiguous).
+//   acc += P V: A (P) from registers (the accumulator layout of S is the A layout of one
+//   16-key step, as with mma.sync), B (V) from shared memory, MN-major (the head dim of V is
+//   contiguous: the transposed-B mode of wgmma).
+// Each product is issued by the whole warpgroup, committed and waited for before its result is
+// used (wgmma.fence before, wgmma.wait_group 0 after); the two warpgroups of a block overlap one
+// another's softmax with their products.
 constexpr int kNTilesKV = kBlockKV / 8;        // 8-column tiles of S
 constexpr int kNTilesV = kHeadDimVPad / 8;     // 8-column tiles of acc
 constexpr int kKStepsQK = kHeadDimQKPad / 16;  // k16 steps of Q K^T
+static_assert(kFrags == 1 && kBlockQ % 64 == 0, "a warpgroup owns 64 rows, a warp 16");
+static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "head dims in whole 128-byte swizzle blocks");
+static_assert(kBlockKV % 16 == 0 && kBlockKV <= 256 && kHeadDimVPad <= 256, "N of m64nNk16 is at most 256");
 
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const elem_t* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address,
+// leading and stride byte offsets (all >> 4), 128-byte swizzle (mode 1 in bits 62-63).
+__device__ __forceinline__ unsigned long long smem_descriptor(const elem_t* p, unsigned lead, unsigned stride) {
+    return static_cast<unsigned long long>((smem_addr(p) & 0x3ffffu) >> 4)
+         | (static_cast<unsigned long long>(lead >> 4) << 16)
+         | (static_cast<unsigned long long>(stride >> 4) << 32)
+         | (1ull << 62);
 }
 
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const elem_t* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Keep the compiler from moving reads or writes of accumulators across a wgmma wait.
+template <int kTiles>
+__device__ __forceinline__ void fence_registers(float (&d)[kTiles][4]) {
+    #pragma unroll
+    for (int n = 0; n < kTiles; ++n) {
+        asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+    }
 }
 
-// d += a * b, f32 accumulators.
-__device__ __forceinline__ void mma_f32acc(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{ %0, %1, %2, %3}, { %4, %5, %6, %7}, { %8, %9}, { %0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// d (= or +=, by scale_d) A B for one k16 step: m64n128k16, A and B from shared memory, K-major.
+__device__ __forceinline__ void wgmma_scores(float (&d)[kNTilesKV][4], unsigned long long a, unsigned long long b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %64, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63 }, "
+        "%65, %66, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
+"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
+"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
+"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
+"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), 
+"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), 
+"+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), 
+"+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(scale_d), "l"(a), "l"(b));
 }
 
-// One warp's share of both products: its kRowsPerWarp rows of Q (kFrags fragments of 16)
-// against the current K/V tile. Each K or V fragment read from shared memory serves all of
-// the warp's fragments.
+// d += A B for one k16 step: m64n128k16, A from registers, B from shared memory, MN-major.
+__device__ __forceinline__ void wgmma_pv(float (&d)[kNTilesV][4], const unsigned (&a)[4], unsigned long long b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63 }, "
+        "{ %64, %65, %66, %67 }, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
+"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
+"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
+"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
+"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), 
+"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), 
+"+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), 
+"+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+// One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
-    const elem_t* sQ;                       // the warp's rows of Q, re-read from shared memory per tile
-    int lane;
+    const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
 
-    __device__ __forceinline__ void init(unsigned char* smem, int warp, int lane_) {
-        lane = lane_;
-        sQ = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + warp * kRowsPerWarp * kStrideQ;
+    __device__ __forceinline__ void init(unsigned char* smem, int warp, int) {
+        sQ = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + (warp / 4) * 64 * 64;
     }
 
-    // A fragment of Q for fragment mf and k step kk. ldmatrix.x4: lanes 0-15 address rows
-    // 0-15 of the fragment at column 16 kk, lanes 16-31 the same rows at column 16 kk + 8.
-    __device__ __forceinline__ void q_fragment(unsigned (&a)[4], const elem_t* sQ_warp, int mf, int kk) const {
-        ldmatrix_x4(a, sQ_warp + (mf * 16 + lane % 16) * kStrideQ + kk * 16 + (lane / 16) * 8);
-    }
+    __device__ __forceinline__ void load_q(unsigned char*, int) {}  // Q stays in shared memory
 
-    // Called once the block's Q tile is in shared memory.
-    __device__ __forceinline__ void load_q(unsigned char* smem, int warp) {
-    }
-
-    // s = Q K^T: raw dot products of the warp's rows with the tile's kBlockKV keys.
-    // ldmatrix.x4 on K (row-major [key][dim]) yields B fragments of two 8-key tiles.
+    // s = Q K^T: raw dot products of the warpgroup's rows with the tile's kBlockKV keys. Step kk
+    // reads columns 16 kk .. 16 kk + 15: column block kk / 4, 32 bytes further per step inside it
+    // (the swizzle is applied by the hardware to the whole address). Stride: 8 rows = 1024 bytes.
     __device__ __forceinline__ void scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
-        #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int n = 0; n < kNTilesKV; ++n) s[mf][n][0] = s[mf][n][1] = s[mf][n][2] = s[mf][n][3] = 0.f;
-        }
+        wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < kKStepsQK; ++kk) {
-            unsigned a[kFrags][4];
-            #pragma unroll
-            for (int mf = 0; mf < kFrags; ++mf) q_fragment(a[mf], sQ, mf, kk);
-            #pragma unroll
-            for (int np = 0; np < kNTilesKV / 2; ++np) {
-                unsigned b[4];
-                ldmatrix_x4(b, sK + (np * 16 + (lane / 16) * 8 + lane % 8) * kStrideK + kk * 16 + ((lane / 8) % 2) * 8);
-                #pragma unroll
-                for (int mf = 0; mf < kFrags; ++mf) {
-                    const unsigned (&a_mf)[4] = a[mf];
-                    mma_f32acc(s[mf][2 * np], a_mf, b[0], b[1]);
-                    mma_f32acc(s[mf][2 * np + 1], a_mf, b[2], b[3]);
-                }
-            }
+            const int at = (kk / 4) * 64, step = (kk % 4) * 16;
+            wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
+                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
         }
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_registers(s[0]);
     }
 
-    // P, the probabilities, as the A fragments of P V: the accumulator layout of two 8-key
-    // tiles is the A layout of one 16-key step, so P is packed into elem_t pairs in registers
-    // right after the softmax (half the registers of the f32 scores it replaces).
+    // P, the probabilities, as the A fragments of P V (as with mma.sync: the accumulator layout
+    // of two 8-key tiles is the A layout of one 16-key step).
     using PTile = unsigned[kFrags][kBlockKV / 16][4];
     __device__ __forceinline__ void pack_p(const float (&s)[kFrags][kNTilesKV][4], PTile& p) const {
         #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-                p[mf][ks][0] = pack2(s[mf][2 * ks][0], s[mf][2 * ks][1]);          // row g,     keys 2t, 2t+1
-                p[mf][ks][1] = pack2(s[mf][2 * ks][2], s[mf][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
-                p[mf][ks][2] = pack2(s[mf][2 * ks + 1][0], s[mf][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
-                p[mf][ks][3] = pack2(s[mf][2 * ks + 1][2], s[mf][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
-            }
+        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+            p[0][ks][0] = pack2(s[0][2 * ks][0], s[0][2 * ks][1]);          // row g,     keys 2t, 2t+1
+            p[0][ks][1] = pack2(s[0][2 * ks][2], s[0][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
+            p[0][ks][2] = pack2(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
+            p[0][ks][3] = pack2(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
         }
     }
 
-    // acc += P V. ldmatrix.x4.trans on V (row-major [key][dim]) yields B fragments of two 8-dim tiles.
+    // acc += P V. Step ks reads keys 16 ks .. 16 ks + 15 of V (rows of 128 bytes: 2048 bytes per
+    // step). MN-major descriptor: leading offset = from one 64-column block of V to the next
+    // (kBlockKV rows of 128 bytes), stride offset = from 8 keys to the next 8 (1024 bytes).
     __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
+        wgmma_fence();
         #pragma unroll
         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            #pragma unroll
-            for (int dp = 0; dp < kNTilesV / 2; ++dp) {
-                unsigned b[4];
-                ldmatrix_x4_trans(b, sV + (ks * 16 + lane % 16) * kStrideV + dp * 16 + (lane / 16) * 8);
-                #pragma unroll
-                for (int mf = 0; mf < kFrags; ++mf) {
-                    mma_f32acc(acc[mf][2 * dp], p[mf][ks], b[0], b[1]);
-                    mma_f32acc(acc[mf][2 * dp + 1], p[mf][ks], b[2], b[3]);
-                }
-            }
+            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
         }
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_registers(acc[0]);
     }
 };
 
@@ -401,7 +443,7 @@ __device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, in
         if (kCopies % kThreads == 0 || c < kCopies) {
             const int r = c / kChunks, col = (c % kChunks) * kVec;
             const bool valid = r < valid_rows;
-            cp_async_16(dst + r * kStride + col, valid ? row_ptr(r) + col : nullptr, valid);
+            cp_async_16(dst + swizzled<kRows>(r, col), valid ? row_ptr(r) + col : nullptr, valid);
         }
     }
 }
@@ -453,21 +495,22 @@ __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyW
         const int r = w * 32 + lane;
         bool found = false;
         if (r < kBlockKV) {
-            uint4* row = reinterpret_cast<uint4*>(tile + r * kStride);
             #pragma unroll 4
             for (int c = 0; c < kWordsPerRow; ++c) {
-                uint4 x = row[c];
+                uint4* word = reinterpret_cast<uint4*>(tile + swizzled<kBlockKV>(r, c * (16 / static_cast<int>(sizeof(elem_t)))));
+                uint4 x = *word;
                 bool here = false;
                 x.x = clear_nonfinite(x.x, here);
                 x.y = clear_nonfinite(x.y, here);
                 x.z = clear_nonfinite(x.z, here);
                 x.w = clear_nonfinite(x.w, here);
-                if (here) row[c] = x;
+                if (here) *word = x;
                 found |= here;
             }
         }
         bad[w] = __ballot_sync(0xffffffffu, found);
     }
+    fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
     __syncwarp();
 }
 
@@ -538,7 +581,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           long long vn_sl,
                                           long long vn_sh,
                                           int len_new) {
-    extern __shared__ __align__(16) unsigned char smem[];
+    // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
+    // (the launch asks for 1024 bytes more than the buffers take).
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     elem_t* sQ = reinterpret_cast<elem_t*>(smem + kOffsetQ);
     elem_t* sK = reinterpret_cast<elem_t*>(smem + kOffsetK);
     elem_t* sV = reinterpret_cast<elem_t*>(smem + kOffsetV);
@@ -594,6 +640,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, tid);
     cp_async_commit();
     cp_async_wait<0>();
+    fence_async_shared();
     __syncthreads();
     WarpMath math;
     math.init(smem, warp, lane);
@@ -649,6 +696,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
         cp_async_commit();
         cp_async_wait<kStages - 1>();
+        fence_async_shared();  // the tile is read by the tensor cores (async proxy)
         __syncthreads();
         const int stage = it % kStages;
         const int j0 = kv_tile(it) * kBlockKV;
@@ -762,26 +810,26 @@ namespace varlen {
 // ---- section: config ----------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-constexpr int kBlockQ = 64;      // tile q: rows of Q per block
+constexpr int kBlockQ = 128;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
-constexpr int kWarps = 4;
-constexpr int kThreads = 128;    // kWarps * 32
+constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kWarps = 8;
+constexpr int kThreads = 256;    // kWarps * 32
 constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
-constexpr int kHeadDimQKPad = 128; // padded to a multiple of 16 (the k of m16n8k16); padding is zero
+constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
 constexpr int kHeadDimVPad = 128;
-// Shared-memory rows are padded by 16 bytes so that the 8 rows one ldmatrix / float4 read
-// touches fall into different banks.
-constexpr int kStrideQ = 136;
-constexpr int kStrideK = 136;
-constexpr int kStrideV = 136;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (52224 bytes)
-constexpr int kOffsetK = 17408;
-constexpr int kOffsetV = 34816;
-constexpr int kSmemBytes = 52224;
+// Shared-memory tiles are in the 128-byte swizzled layout of the wgmma descriptors (section
+// memory: swizzled); the strides are the padded row widths, in elements.
+constexpr int kStrideQ = 128;
+constexpr int kStrideK = 128;
+constexpr int kStrideV = 128;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (99328 bytes)
+constexpr int kOffsetK = 32768;
+constexpr int kOffsetV = 65536;
+constexpr int kSmemBytes = 99328;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -792,7 +840,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
 static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
 static_assert(kHeadDimQK % 8 == 0 && kHeadDimV % 8 == 0, "head dims are multiples of 8");
-static_assert(kHeadDimQKPad % 16 == 0 && kHeadDimVPad % 16 == 0, "padded head dims");
+static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "padded head dims");
 static_assert(kThreads <= 1024, "threads per block");
 
 // ---- section: memory --------------------------------------------------------------------
@@ -801,6 +849,23 @@ static_assert(kThreads <= 1024, "threads per block");
 // tile (kStages deep).
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+
+// The shared-memory layout of every tile (Q, K, V): the 128-byte swizzle of the wgmma
+// descriptors. A tile of kRows rows is stored as column blocks of 64 elements (128 bytes per
+// row, kRows * 128 bytes per block, each block 1024-byte aligned); in a block, the 16-byte chunk
+// c of row r sits at chunk c ^ (r % 8), so the 8 rows one 8x8 core matrix spans lie in
+// different banks. Element (r, col) of the tile:
+template <int kRows>
+__device__ __forceinline__ int swizzled(int r, int col) {
+    return (col / 64) * (kRows * 64) + r * 64 + ((((col / 8) % 8) ^ (r % 8)) * 8) + col % 8;
+}
+
+// Make the ordinary shared-memory writes of this thread (cp.async, zero fills, cleaned values)
+// visible to the tensor cores' reads, which go through the async proxy. Before a barrier.
+__device__ __forceinline__ void fence_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
@@ -829,10 +894,12 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
-    if constexpr (kThreads % kChunks == 0) {
+    if constexpr (kThreads >= kChunks) {
         // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
-        // pointer, so that no per-row 64-bit offsets stay live across the main loop.
+        // pointer, so that no per-row 64-bit offsets stay live across the main loop. (When the
+        // threads are not a multiple of the chunks per row, the last few threads copy nothing.)
         constexpr int kRowStep = kThreads / kChunks;
+        if (kThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
         const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
         const elem_t* s = src + r0 * row_stride + col;
         const long long step = kRowStep * row_stride;
@@ -841,7 +908,7 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
             const int r = r0 + i * kRowStep;
             if (kRows % kRowStep == 0 || r < kRows) {
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + r * kStride + col, valid ? s : src, valid);
+                cp_async_16(dst + swizzled<kRows>(r, col), valid ? s : src, valid);
             }
         }
     } else {
@@ -851,7 +918,7 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
             if (kCopies % kThreads == 0 || c < kCopies) {
                 const int r = c / kChunks, col = (c % kChunks) * kVec;
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + r * kStride + col, valid ? src + r * row_stride + col : src, valid);
+                cp_async_16(dst + swizzled<kRows>(r, col), valid ? src + r * row_stride + col : src, valid);
             }
         }
     }
@@ -862,121 +929,138 @@ template <int kRows, int kCols, int kColsPad, int kStride>
 __device__ __forceinline__ void zero_padding(elem_t* dst, int tid) {
     if constexpr (kColsPad > kCols) {
         for (int i = tid; i < kRows * (kColsPad - kCols); i += kThreads) {
-            dst[(i / (kColsPad - kCols)) * kStride + kCols + i % (kColsPad - kCols)] = elem_t(0);
+            dst[swizzled<kRows>(i / (kColsPad - kCols), kCols + i % (kColsPad - kCols))] = elem_t(0);
         }
     }
 }
 
 // ---- section: matmul primitives ---------------------------------------------------------
-// Both products on tensor cores with mma.sync.m16n8k16 (f16 inputs). Fragment
-// layout (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane = 4 * g + t; an accumulator
-// fragment holds rows g and g + 8, columns 2t and 2t + 1 of a 16 x 8 tile, as c[0], c[1]
-// (row g) and c[2], c[3] (row g + 8). S and the output accumulator acc use that layout.
+// Both products on Hopper's warpgroup tensor cores: wgmma.mma_async m64nNk16 (f16
+// inputs, f32 accumulators; sm_90a). A warpgroup is 4 consecutive warps (128 threads) and owns
+// 64 rows of Q; warp w of it owns rows 16 w .. 16 w + 15. The accumulators of m64nN have, per
+// warp, the layout of mma.sync m16n8 (PTX ISA, "Register Fragments and Shared Memory Matrix
+// Layouts" of wgmma): lane = 4 g + t holds, for every 8-column tile n, rows g and g + 8 and
+// columns 8 n + 2 t, 8 n + 2 t + 1 as registers 4 n .. 4 n + 3 — the s[0][n][e] and acc[0][n][e]
+// of the algorithm below, which is the same for both kernel families.
+//   S = Q K^T: A (Q) and B (K) from shared memory, both K-major (the head dim is contiguous).
+//   acc += P V: A (P) from registers (the accumulator layout of S is the A layout of one
+//   16-key step, as with mma.sync), B (V) from shared memory, MN-major (the head dim of V is
+//   contiguous: the transposed-B mode of wgmma).
+// Each product is issued by the whole warpgroup, committed and waited for before its result is
+// used (wgmma.fence before, wgmma.wait_group 0 after); the two warpgroups of a block overlap one
+// another's softmax with their products.
 constexpr int kNTilesKV = kBlockKV / 8;        // 8-column tiles of S
 constexpr int kNTilesV = kHeadDimVPad / 8;     // 8-column tiles of acc
 constexpr int kKStepsQK = kHeadDimQKPad / 16;  // k16 steps of Q K^T
+static_assert(kFrags == 1 && kBlockQ % 64 == 0, "a warpgroup owns 64 rows, a warp 16");
+static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "head dims in whole 128-byte swizzle blocks");
+static_assert(kBlockKV % 16 == 0 && kBlockKV <= 256 && kHeadDimVPad <= 256, "N of m64nNk16 is at most 256");
 
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const elem_t* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 { %0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address,
+// leading and stride byte offsets (all >> 4), 128-byte swizzle (mode 1 in bits 62-63).
+__device__ __forceinline__ unsigned long long smem_descriptor(const elem_t* p, unsigned lead, unsigned stride) {
+    return static_cast<unsigned long long>((smem_addr(p) & 0x3ffffu) >> 4)
+         | (static_cast<unsigned long long>(lead >> 4) << 16)
+         | (static_cast<unsigned long long>(stride >> 4) << 32)
+         | (1ull << 62);
 }
 
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const elem_t* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 { %0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Keep the compiler from moving reads or writes of accumulators across a wgmma wait.
+template <int kTiles>
+__device__ __forceinline__ void fence_registers(float (&d)[kTiles][4]) {
+    #pragma unroll
+    for (int n = 0; n < kTiles; ++n) {
+        asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+    }
 }
 
-// d += a * b, f32 accumulators.
-__device__ __forceinline__ void mma_f32acc(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{ %0, %1, %2, %3}, { %4, %5, %6, %7}, { %8, %9}, { %0, %1, %2, %3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// d (= or +=, by scale_d) A B for one k16 step: m64n64k16, A and B from shared memory, K-major.
+__device__ __forceinline__ void wgmma_scores(float (&d)[kNTilesKV][4], unsigned long long a, unsigned long long b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %32, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31 }, "
+        "%33, %34, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
+"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
+"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
+"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(scale_d), "l"(a), "l"(b));
 }
 
-// One warp's share of both products: its kRowsPerWarp rows of Q (kFrags fragments of 16)
-// against the current K/V tile. Each K or V fragment read from shared memory serves all of
-// the warp's fragments.
+// d += A B for one k16 step: m64n128k16, A from registers, B from shared memory, MN-major.
+__device__ __forceinline__ void wgmma_pv(float (&d)[kNTilesV][4], const unsigned (&a)[4], unsigned long long b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63 }, "
+        "{ %64, %65, %66, %67 }, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
+"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
+"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
+"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
+"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), 
+"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), 
+"+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), 
+"+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+// One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
-    unsigned q_frag[kFrags][kKStepsQK][4];  // the warp's rows of Q as A fragments, loaded once
-    int lane;
+    const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
 
-    __device__ __forceinline__ void init(unsigned char* smem, int warp, int lane_) {
-        lane = lane_;
+    __device__ __forceinline__ void init(unsigned char* smem, int warp, int) {
+        sQ = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + (warp / 4) * 64 * 64;
     }
 
-    // A fragment of Q for fragment mf and k step kk. ldmatrix.x4: lanes 0-15 address rows
-    // 0-15 of the fragment at column 16 kk, lanes 16-31 the same rows at column 16 kk + 8.
-    __device__ __forceinline__ void q_fragment(unsigned (&a)[4], const elem_t* sQ_warp, int mf, int kk) const {
-        ldmatrix_x4(a, sQ_warp + (mf * 16 + lane % 16) * kStrideQ + kk * 16 + (lane / 16) * 8);
-    }
+    __device__ __forceinline__ void load_q(unsigned char*, int) {}  // Q stays in shared memory
 
-    // Called once the block's Q tile is in shared memory.
-    __device__ __forceinline__ void load_q(unsigned char* smem, int warp) {
-        const elem_t* sQ_warp = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + warp * kRowsPerWarp * kStrideQ;
-        #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int kk = 0; kk < kKStepsQK; ++kk) q_fragment(q_frag[mf][kk], sQ_warp, mf, kk);
-        }
-    }
-
-    // s = Q K^T: raw dot products of the warp's rows with the tile's kBlockKV keys.
-    // ldmatrix.x4 on K (row-major [key][dim]) yields B fragments of two 8-key tiles.
+    // s = Q K^T: raw dot products of the warpgroup's rows with the tile's kBlockKV keys. Step kk
+    // reads columns 16 kk .. 16 kk + 15: column block kk / 4, 32 bytes further per step inside it
+    // (the swizzle is applied by the hardware to the whole address). Stride: 8 rows = 1024 bytes.
     __device__ __forceinline__ void scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
-        #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int n = 0; n < kNTilesKV; ++n) s[mf][n][0] = s[mf][n][1] = s[mf][n][2] = s[mf][n][3] = 0.f;
-        }
+        wgmma_fence();
         #pragma unroll
         for (int kk = 0; kk < kKStepsQK; ++kk) {
-            #pragma unroll
-            for (int np = 0; np < kNTilesKV / 2; ++np) {
-                unsigned b[4];
-                ldmatrix_x4(b, sK + (np * 16 + (lane / 16) * 8 + lane % 8) * kStrideK + kk * 16 + ((lane / 8) % 2) * 8);
-                #pragma unroll
-                for (int mf = 0; mf < kFrags; ++mf) {
-                    const unsigned (&a_mf)[4] = q_frag[mf][kk];
-                    mma_f32acc(s[mf][2 * np], a_mf, b[0], b[1]);
-                    mma_f32acc(s[mf][2 * np + 1], a_mf, b[2], b[3]);
-                }
-            }
+            const int at = (kk / 4) * 64, step = (kk % 4) * 16;
+            wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
+                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
         }
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_registers(s[0]);
     }
 
-    // P, the probabilities, as the A fragments of P V: the accumulator layout of two 8-key
-    // tiles is the A layout of one 16-key step, so P is packed into elem_t pairs in registers
-    // right after the softmax (half the registers of the f32 scores it replaces).
+    // P, the probabilities, as the A fragments of P V (as with mma.sync: the accumulator layout
+    // of two 8-key tiles is the A layout of one 16-key step).
     using PTile = unsigned[kFrags][kBlockKV / 16][4];
     __device__ __forceinline__ void pack_p(const float (&s)[kFrags][kNTilesKV][4], PTile& p) const {
         #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-                p[mf][ks][0] = pack2(s[mf][2 * ks][0], s[mf][2 * ks][1]);          // row g,     keys 2t, 2t+1
-                p[mf][ks][1] = pack2(s[mf][2 * ks][2], s[mf][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
-                p[mf][ks][2] = pack2(s[mf][2 * ks + 1][0], s[mf][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
-                p[mf][ks][3] = pack2(s[mf][2 * ks + 1][2], s[mf][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
-            }
+        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+            p[0][ks][0] = pack2(s[0][2 * ks][0], s[0][2 * ks][1]);          // row g,     keys 2t, 2t+1
+            p[0][ks][1] = pack2(s[0][2 * ks][2], s[0][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
+            p[0][ks][2] = pack2(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
+            p[0][ks][3] = pack2(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
         }
     }
 
-    // acc += P V. ldmatrix.x4.trans on V (row-major [key][dim]) yields B fragments of two 8-dim tiles.
+    // acc += P V. Step ks reads keys 16 ks .. 16 ks + 15 of V (rows of 128 bytes: 2048 bytes per
+    // step). MN-major descriptor: leading offset = from one 64-column block of V to the next
+    // (kBlockKV rows of 128 bytes), stride offset = from 8 keys to the next 8 (1024 bytes).
     __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
+        wgmma_fence();
         #pragma unroll
         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            #pragma unroll
-            for (int dp = 0; dp < kNTilesV / 2; ++dp) {
-                unsigned b[4];
-                ldmatrix_x4_trans(b, sV + (ks * 16 + lane % 16) * kStrideV + dp * 16 + (lane / 16) * 8);
-                #pragma unroll
-                for (int mf = 0; mf < kFrags; ++mf) {
-                    mma_f32acc(acc[mf][2 * dp], p[mf][ks], b[0], b[1]);
-                    mma_f32acc(acc[mf][2 * dp + 1], p[mf][ks], b[2], b[3]);
-                }
-            }
+            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
         }
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_registers(acc[0]);
     }
 };
 
@@ -1088,7 +1172,7 @@ __device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, in
         if (kCopies % kThreads == 0 || c < kCopies) {
             const int r = c / kChunks, col = (c % kChunks) * kVec;
             const bool valid = r < valid_rows;
-            cp_async_16(dst + r * kStride + col, valid ? row_ptr(r) + col : nullptr, valid);
+            cp_async_16(dst + swizzled<kRows>(r, col), valid ? row_ptr(r) + col : nullptr, valid);
         }
     }
 }
@@ -1140,21 +1224,22 @@ __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyW
         const int r = w * 32 + lane;
         bool found = false;
         if (r < kBlockKV) {
-            uint4* row = reinterpret_cast<uint4*>(tile + r * kStride);
             #pragma unroll 4
             for (int c = 0; c < kWordsPerRow; ++c) {
-                uint4 x = row[c];
+                uint4* word = reinterpret_cast<uint4*>(tile + swizzled<kBlockKV>(r, c * (16 / static_cast<int>(sizeof(elem_t)))));
+                uint4 x = *word;
                 bool here = false;
                 x.x = clear_nonfinite(x.x, here);
                 x.y = clear_nonfinite(x.y, here);
                 x.z = clear_nonfinite(x.z, here);
                 x.w = clear_nonfinite(x.w, here);
-                if (here) row[c] = x;
+                if (here) *word = x;
                 found |= here;
             }
         }
         bad[w] = __ballot_sync(0xffffffffu, found);
     }
+    fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
     __syncwarp();
 }
 
@@ -1225,7 +1310,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           long long vn_sl,
                                           long long vn_sh,
                                           int len_new) {
-    extern __shared__ __align__(16) unsigned char smem[];
+    // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
+    // (the launch asks for 1024 bytes more than the buffers take).
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
     elem_t* sQ = reinterpret_cast<elem_t*>(smem + kOffsetQ);
     elem_t* sK = reinterpret_cast<elem_t*>(smem + kOffsetK);
     elem_t* sV = reinterpret_cast<elem_t*>(smem + kOffsetV);
@@ -1281,6 +1369,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, tid);
     cp_async_commit();
     cp_async_wait<0>();
+    fence_async_shared();
     __syncthreads();
     WarpMath math;
     math.init(smem, warp, lane);
@@ -1336,6 +1425,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
         cp_async_commit();
         cp_async_wait<kStages - 1>();
+        fence_async_shared();  // the tile is read by the tensor cores (async proxy)
         __syncthreads();
         const int stage = it % kStages;
         const int j0 = kv_tile(it) * kBlockKV;

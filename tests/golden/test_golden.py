@@ -21,7 +21,8 @@ GOLDEN = os.path.join(ROOT, "tests", "golden")
 
 CASES = [
     # (example file, kernel, target, profile): one per kernel path worth watching
-    ("llama3_8b.attn", "llama3_8b_prefill", "cuda", "cuda-sm90"),        # f16 tensor cores, causal
+    ("llama3_8b.attn", "llama3_8b_prefill", "cuda", "cuda-sm90"),        # f16 wgmma (Hopper family), causal
+    ("llama3_8b.attn", "llama3_8b_prefill", "cuda", "cuda-sm80"),        # f16 mma.sync, padded + varlen entries
     ("gemma2_9b.attn", "gemma2_9b_local", "cuda", "cuda-sm80"),          # bf16, window, softcap
     ("vit_b16.attn", "vit_b16", "cuda", "cuda-sm80"),                    # f32 on CUDA cores
     ("llama3_8b.attn", "llama3_8b_prefill", "wgsl", "webgpu-core"),      # workgroup-memory reductions

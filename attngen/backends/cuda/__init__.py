@@ -43,8 +43,10 @@ class CudaBackend(Backend):
             f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
             f"registers: about {c.registers_estimate} per thread by the planner's estimate (the compiler "
             f"decides), at most {c.registers_cap}",
-            f"arch: {plan.details.arch} or newer",
-        ] + ([c.varlen_summary] if c.varlen is not None else [])
+            f"arch: {plan.details.arch} (compute capability 9.0 only)" if plan.details.arch.endswith("a")
+            else f"arch: {plan.details.arch} or newer",
+        ] + ([c.varlen_summary] if c.varlen is not None else []) + (
+            [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else [])
 
     def compile(self, spec, profile=None):
         from .runtime import compile_kernel

@@ -25,11 +25,18 @@ CUDA_MAX_DV_BLOCK = 256  # output columns one block keeps in registers; wider ou
 CUDA_CHUNKS = {"mma": (64, 32, 16), "fma": (64, 32, 16, 8)}
 CUDA_CHUNK_ALIGN = {"mma": 16, "fma": 8}
 CUDA_STEP_COST = 16  # a shared-memory step's fixed cost, in head-dim columns of math (an estimate)
+# The Hopper family (math "wgmma", sm_90a): a warpgroup of 4 warps owns 64 rows of Q, and the
+# shared-memory tiles use the 128-byte swizzle of the wgmma descriptors: rows of whole 64-element
+# blocks, each block 1024-byte aligned (the kernel aligns its buffers at run time: 1024 bytes of
+# slack in the launch's shared memory).
+CUDA_WGMMA_ROWS = 64
+CUDA_WGMMA_PAD = 64
+CUDA_WGMMA_ALIGN = 1024
 
 
 @dataclass(frozen=True)
 class CudaConfig:
-    math: str  # "mma" (tensor cores, f16/bf16) or "fma" (CUDA cores, f32)
+    math: str  # "wgmma" (Hopper warpgroup tensor cores), "mma" (tensor cores, f16/bf16) or "fma" (CUDA cores, f32)
     tile_q: int
     tile_kv: int
     warps: int
@@ -56,6 +63,9 @@ class CudaConfig:
     # the extra per-sequence state does not spill registers; None: one entry point serves both.
     fast_path: bool = False
     varlen: "CudaConfig | None" = None
+    # Why a profile that has the Hopper family (wgmma) does not use it for this spec ('' when it
+    # does, or when the profile has none): `attngen check` shows it, never a silent fallback.
+    family_note: str = ""
 
     @property
     def chunked(self) -> bool:
@@ -84,11 +94,15 @@ class CudaConfig:
     @property
     def smem_summary(self) -> str:
         text = _describe(self.buffers)
+        if self.math == "wgmma":
+            text += f" + {CUDA_WGMMA_ALIGN} bytes to align them to {CUDA_WGMMA_ALIGN}"
         return f"{text}; {self.chunk_summary}" if self.chunked else text
 
     def summary(self) -> str:
         """One line a person reads in `attngen check` and in source headers."""
-        math = "tensor cores (mma.sync m16n8k16)" if self.math == "mma" else "CUDA cores (fma)"
+        math = {"wgmma": f"Hopper tensor cores (wgmma m64n{self.tile_kv}k16 and m64n{self.d_v_pad}k16, "
+                         f"{self.warps // 4} warpgroups of 64 rows, sm_90a)",
+                "mma": "tensor cores (mma.sync m16n8k16)", "fma": "CUDA cores (fma)"}[self.math]
         who = f"{self.warps} warps ({self.threads} threads), {self.stages} K/V stage(s), {math}"
         return f"tile q={self.tile_q} kv={self.tile_kv}, {who}"
 
@@ -98,12 +112,41 @@ class CudaConfig:
         if self.varlen is None:
             return ""
         v = self.varlen
+        if v.math == "wgmma":
+            return (f"launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q={v.tile_q} "
+                    f"kv={v.tile_kv} ({v.smem_bytes} bytes of shared memory)")
         return (f"launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q={v.tile_q} "
                 f"({v.frags} fragment per warp, {v.smem_bytes} bytes of shared memory)")
 
 
-def cuda_math(spec: AttentionSpec) -> str:
-    return "fma" if spec.dtype == "f32" else "mma"
+def cuda_math(spec: AttentionSpec, profile: Profile | None = None) -> str:
+    if spec.dtype == "f32":
+        return "fma"
+    return "wgmma" if profile is not None and wgmma_refusal(spec, profile) is None else "mma"
+
+
+def wgmma_refusal(spec: AttentionSpec, profile: Profile) -> str | None:
+    """Why the Hopper family (wgmma) does not serve this spec on this profile; None when it does.
+    ('' when the profile has no such family: nothing to explain.) What it leaves to the mma.sync
+    family is listed in docs/targets.md."""
+    if not profile.features.get("wgmma"):
+        return ""
+    if spec.dtype == "f32":
+        return "f32 storage runs on CUDA cores"
+    if "f16" in (spec.acc_qk, spec.acc_pv):
+        return "accumulate f16: the wgmma family accumulates in f32"
+    if spec.schedule.is_split:
+        return f"schedule {spec.schedule.kind}: the split decode schedules stay on mma.sync"
+    if spec.kv_cache.is_paged:
+        return "a paged KV cache: gathered pages stay on mma.sync"
+    if spec.tile.d is not None or max(spec.head_dim_qk, spec.head_dim_v) > 256:
+        return "head dims above 256 (tile d) stream in chunks on mma.sync"
+    q, warps = spec.tile.q, spec.options("cuda").get("warps")
+    if q is not None and q % CUDA_WGMMA_ROWS:
+        return f"tile q={q} is not a multiple of {CUDA_WGMMA_ROWS} (a warpgroup owns 64 rows)"
+    if warps is not None and (warps % 4 or (q is not None and q != warps * CUDA_ROWS_PER_WARP)):
+        return f"warps={warps}: the wgmma family has whole warpgroups of 4 warps, 16 rows each"
+    return None
 
 
 def _round_up(x: int, m: int) -> int:
@@ -113,6 +156,15 @@ def _round_up(x: int, m: int) -> int:
 def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk):
     """Shared-memory buffers: the whole head dims (chunk None), or one chunk per pipeline stage."""
     elem = spec.dtype
+    if math == "wgmma":  # swizzled, no skew; whole 64-element blocks; 1024 bytes of alignment slack
+        d_qk_pad = _round_up(spec.head_dim_qk, CUDA_WGMMA_PAD)
+        d_v_pad = _round_up(spec.head_dim_v, CUDA_WGMMA_PAD)
+        buffers, smem = _layout([
+            ("sQ", elem, 1, tile_q, d_qk_pad, "the block's rows of Q (128-byte swizzle)"),
+            ("sK", elem, stages, tile_kv, d_qk_pad, "K tiles, one per pipeline stage (128-byte swizzle)"),
+            ("sV", elem, stages, tile_kv, d_v_pad, "V tiles, one per pipeline stage (128-byte swizzle)"),
+        ])
+        return buffers, smem + CUDA_WGMMA_ALIGN
     skew = CUDA_SMEM_SKEW_BYTES // DTYPE_BYTES[elem]
     if chunk is None:
         pad = 16 if math == "mma" else 1
@@ -140,6 +192,8 @@ def _cuda_registers(math, frags, tile_kv, d_qk_pad, d_v_pad, q_in_registers):
     exponentials, the Q fragments when they stay in registers; the K rows the CUDA-core path
     holds per step; and about 48 for addresses, loop state and the softmax statistics.
     """
+    if math == "wgmma":  # S, P packed in pairs, acc: 16 rows of each over a warp's 32 lanes
+        return tile_kv // 2 + tile_kv // 4 + d_v_pad // 2 + 80  # (242 measured at d128 kv128)
     acc = frags * d_v_pad // 2
     scores = frags * tile_kv * 3 // 2
     q = frags * d_qk_pad // 4 if q_in_registers else 0
@@ -224,7 +278,25 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     Head dims up to CUDA_MAX_DV_BLOCK sit in shared memory whole when they fit; otherwise (or
     when the spec gives `tile d`) they stream through it in chunks.
     """
-    math = cuda_math(spec)
+    math = cuda_math(spec, profile)
+    note = wgmma_refusal(spec, profile) or ""
+    if math == "wgmma":
+        cfg = _cuda_fit(spec, profile, math, None)
+        if spec.mask.is_custom:  # one general instantiation serves every launch
+            return cfg
+        # Launches with per-sequence lengths take the _varlen entry point: the same family with
+        # a smaller tile kv (64, or 32 above head dim 128), so that the per-sequence state does
+        # not spill registers (ptxas reports, benchmarks/NOTES.md).
+        kv_cap = 64 if max(cfg.d_qk_pad, cfg.d_v_pad) <= 128 else 32
+        varlen = _cuda_fit(spec, profile, math, None, rows=(cfg.tile_q, cfg.warps),
+                           kv=(min(cfg.tile_kv, kv_cap), cfg.stages))
+        return replace(cfg, fast_path=True, varlen=varlen)
+    if note:
+        return replace(_cuda_config(spec, profile, math), family_note=note)
+    return _cuda_config(spec, profile, math)
+
+
+def _cuda_config(spec: AttentionSpec, profile: Profile, math: str) -> CudaConfig:
     if spec.tile.d is not None:
         _cuda_check_chunk(spec, math, spec.tile.d)
         return _cuda_fit(spec, profile, math, spec.tile.d)
@@ -272,7 +344,11 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                           "tensor-core product P V)", hint="try tile kv=32 or kv=64")
     if given_kv is not None and given_kv > 256:
         raise Problem(f"tile kv={given_kv} is too large (at most 256)", hint="try tile kv=64")
-    tile_q, warps = _cuda_rows(given_q, given_w, row)
+    if math == "wgmma":  # one 16-row fragment per warp, whole warpgroups
+        tile_q = given_q if given_q is not None else (given_w * CUDA_ROWS_PER_WARP if given_w else row["tile_q"])
+        warps = tile_q // CUDA_ROWS_PER_WARP
+    else:
+        tile_q, warps = _cuda_rows(given_q, given_w, row)
     threads_limit = min(profile.limit("threads_per_block"), 512)
     if warps * 32 > threads_limit or tile_q > 256:
         raise Problem(f"tile q={tile_q} needs {warps} warps ({warps * 32} threads); at most "
@@ -287,7 +363,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
     while True:
         frags = tile_q // (warps * CUDA_ROWS_PER_WARP)
         if chunk is None:
-            pad = 16 if math == "mma" else 1
+            pad = {"wgmma": CUDA_WGMMA_PAD, "mma": 16, "fma": 1}[math]
             d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, pad), _round_up(spec.head_dim_v, pad)
             v_blocks, d_v_block = 1, d_v_pad
             q_in_regs = math == "mma" and frags * _round_up(spec.head_dim_qk, 16) <= 128
@@ -306,7 +382,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             tile_kv //= 2
         elif given_st is None and stages > 1:
             stages -= 1
-        elif given_q is None and given_w is None and tile_q > 16:
+        elif given_q is None and given_w is None and tile_q > (CUDA_WGMMA_ROWS if math == "wgmma" else 16):
             tile_q //= 2
             warps = tile_q // CUDA_ROWS_PER_WARP
         elif chunk is not None and d_v_block > chunk:

@@ -82,7 +82,9 @@ def render_source(plan: KernelPlan) -> str:
     if c.varlen is not None:
         namespaces.append(_namespace("varlen", c.varlen, f"launches with cu_seqlens_q, kv_lens or an append "
                                                          f"(entry point {plan.entry}_varlen)"))
-    if c.math == "mma":
+    if c.math == "wgmma":
+        pad_doc = "padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero"
+    elif c.math == "mma":
         pad_doc = "padded to a multiple of 16 (the k of m16n8k16); padding is zero"
     else:
         pad_doc = "no padding on CUDA cores"
@@ -97,7 +99,7 @@ def render_source(plan: KernelPlan) -> str:
         c=c,
         entry=plan.entry,
         elem_bytes=4 if plan.dtype == "f32" else 2,
-        pad=16 if c.math == "mma" else 8,
+        pad={"wgmma": 64, "mma": 16}.get(c.math, 8),
         pad_doc=pad_doc,
         strides=strides,
         offsets=offsets,

@@ -173,9 +173,12 @@ def profile_for(backend, cc: int, smem_optin: int | None = None) -> Profile:
                           "(mma.sync m16n8k16 and cp.async)")
     base = backend.profile("cuda-sm90" if cc >= 90 else "cuda-sm80")
     smem = smem_optin if smem_optin is not None else SHARED_MEMORY_OPTIN.get(cc, base.limit("shared_memory_bytes"))
+    # wgmma exists on compute capability 9.0 only (sm_90a); later GPUs get the mma.sync family
+    arch = f"sm_{cc}a" if cc == 90 and base.features.get("wgmma") else f"sm_{cc}"
     return base.narrowed(
         limits={"shared_memory_bytes": min(smem, base.limit("shared_memory_bytes"))},
-        sections={"device": {"arch": f"sm_{cc}", "compute_capability": cc}},
+        features={"wgmma": bool(base.features.get("wgmma")) and cc == 90},
+        sections={"device": {"arch": arch, "compute_capability": cc}},
     )
 
 

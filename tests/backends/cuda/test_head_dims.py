@@ -138,7 +138,7 @@ def test_chunk_and_grid_show_in_check_source_and_manifest(capsys):
 
 # -- NVRTC (no GPU needed) --------------------------------------------------------------------
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
-@pytest.mark.parametrize("profile, arch", [("cuda-sm80", "sm_80"), ("cuda-sm90", "sm_90")])
+@pytest.mark.parametrize("profile, arch", [("cuda-sm80", "sm_80"), ("cuda-sm90", "sm_90a")])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
 def test_compiles(case, profile, arch):
     source = emit_plan(plan(_spec(case[1]), "cuda", profile)).source
@@ -185,7 +185,7 @@ def test_two_pass_chunked_plan(case):
 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
 # sm_90 only: the same code paths compile for sm_80 in tests/backends/cuda/test_nvrtc.py's examples (NVRTC time).
-@pytest.mark.parametrize("profile, arch", [("cuda-sm90", "sm_90")])
+@pytest.mark.parametrize("profile, arch", [("cuda-sm90", "sm_90a")])
 @pytest.mark.parametrize("case", TWO_PASS_CASES, ids=lambda c: c[0])
 def test_two_pass_chunked_compiles(case, profile, arch):
     source = emit_plan(plan(_spec(case[1]), "cuda", profile)).source

@@ -15,7 +15,7 @@ from conftest import VARIANTS, example_specs, spec_of
 
 pytestmark = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
 
-PROFILES = [("cuda-sm80", "sm_80"), ("cuda-sm90", "sm_90")]
+PROFILES = [("cuda-sm80", "sm_80"), ("cuda-sm90", "sm_90a")]
 
 
 def _compile(spec, profile, arch):

@@ -36,7 +36,10 @@ def ptxas_report(compiler, source, arch):
         path = os.path.join(tmp, "kernel.cu")
         with open(path, "w") as f:
             f.write(source)
-        run = subprocess.run([nvcc, "-cubin", *nvrtc.OPTIONS, f"-arch={arch}", "-Xptxas", "-v",
+        # the -gencode form: nvcc's -arch=sm_90a shorthand also runs a plain sm_90 pass, which
+        # rejects wgmma
+        target = f"-gencode=arch=compute_{arch.removeprefix('sm_')},code={arch}"
+        run = subprocess.run([nvcc, "-cubin", *nvrtc.OPTIONS, target, "-Xptxas", "-v",
                               "-o", os.devnull, path], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     return run.stderr
