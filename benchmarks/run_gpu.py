@@ -7,11 +7,12 @@ Sections: dense (the cases below), wgsl, and issue 3's masks, decode and head_di
 
 For every case: build the attngen CUDA kernel, check its output against SDPA's flash backend
 on the same random inputs (relative L2, fp16 vs fp16), then time attngen, SDPA flash
-(FlashAttention-2), SDPA cuDNN and SDPA memory-efficient with CUDA events (median after
+(FlashAttention-2), SDPA cuDNN, SDPA memory-efficient and FlexAttention (torch.compile) with CUDA events (median after
 warm-up, triton.testing.do_bench). Cases follow benchmarks/ANCHORS.md: batch * seqlen = 16384,
 heads * head_dim = 2048, fp16 unless said; TFLOP/s counts 4 * B * H * Lq * Lk * D, halved
 for causal. A WGSL section times the same kernels through wgpu on the GPU's Vulkan driver.
-Writes results.json and RESULTS.md (date, GPU, commit) into --out; prints the table last.
+Writes results.json, latest.json (the committed benchmarks/results/latest.json form), dense.png
+(matplotlib, where installed) and RESULTS.md (date, GPU, commit) into --out; prints the table last.
 """
 
 from __future__ import annotations
@@ -35,20 +36,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import attngen  # noqa: E402
 import variants  # noqa: E402  (benchmarks/variants.py)
 
-CASES = [
-    # (label, dtype, head_dim, L, mask)
-    ("d64 L4096 full", "f16", 64, 4096, "none"),
-    ("d64 L4096 causal", "f16", 64, 4096, "causal"),
-    ("d128 L1024 full", "f16", 128, 1024, "none"),
-    ("d128 L4096 full", "f16", 128, 4096, "none"),
-    ("d128 L4096 causal", "f16", 128, 4096, "causal"),
-    ("d128 L16384 full", "f16", 128, 16384, "none"),
-    ("d128 L16384 causal", "f16", 128, 16384, "causal"),
-    ("d256 L4096 full", "f16", 256, 4096, "none"),
-    ("d256 L16384 causal", "f16", 256, 16384, "causal"),
-    ("bf16 d128 L4096 full", "bf16", 128, 4096, "none"),
-]
-QUICK = {"d128 L4096 full", "d128 L4096 causal", "d64 L4096 full"}
+# The dense suite (issue 11): f16 and bf16, head dims 64 / 128 / 256, L 1k / 4k / 16k, full and causal.
+CASES = [(f"{dtype} d{d} L{L} {'causal' if mask == 'causal' else 'full'}", dtype, d, L, mask)
+         for dtype in ("f16", "bf16") for d in (64, 128, 256) for L in (1024, 4096, 16384)
+         for mask in ("none", "causal")]
+QUICK = {"f16 d128 L4096 full", "f16 d128 L4096 causal", "f16 d64 L4096 full"}
 BACKENDS = [
     ("SDPA flash", SDPBackend.FLASH_ATTENTION),
     ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
@@ -71,7 +63,17 @@ def rel_err(a, b) -> float:
     return float((a - b).norm() / b.norm())
 
 
+def _flex():
+    """FlexAttention compiled (Triton), or None where this torch has none."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError:
+        return None, None
+    return torch.compile(flex_attention), create_block_mask
+
+
 def cuda_section(cases, results):
+    flex, create_block_mask = _flex()
     for label, dtype, d, seqlen, mask in cases:
         batch, heads = 16384 // seqlen, 2048 // d
         spec = spec_for(dtype, d, mask)
@@ -98,13 +100,24 @@ def cuda_section(cases, results):
             except RuntimeError as e:
                 row[f"{name}_ms"] = None
                 row[f"{name}_error"] = str(e).splitlines()[0][:120]
+        if flex is not None:
+            try:
+                bm = None
+                if causal:
+                    bm = create_block_mask(lambda b, h, qi, kj: qi >= kj, None, None, seqlen, seqlen, device="cuda")
+                fo = flex(qt, kt, vt, block_mask=bm)
+                row["flex_rel_err_vs_flash"] = rel_err(fo.transpose(1, 2), ref)
+                row["flex_ms"] = bench_ms(lambda: flex(qt, kt, vt, block_mask=bm))
+            except Exception as e:  # a peer that cannot run the case is absent, not zero
+                row["flex_ms"] = None
+                row["flex_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:100]}"
         for key in [k for k in row if k.endswith("_ms")]:
             ms = row[key]
             row[key.replace("_ms", "_tflops")] = None if ms is None else flops / (ms * 1e-3) / 1e12
         results.append(row)
         print(f"{label:22s} attngen {row['attngen_tflops']:6.1f} TFLOP/s  "
               f"flash {row['SDPA flash_tflops'] or 0:6.1f}  cuDNN {row['SDPA cuDNN_tflops'] or 0:6.1f}  "
-              f"err {row['rel_err_vs_flash']:.1e}", flush=True)
+              f"flex {row.get('flex_tflops') or 0:6.1f}  err {row['rel_err_vs_flash']:.1e}", flush=True)
 
 
 def wgsl_section(results):
@@ -147,17 +160,20 @@ def markdown(meta, rows, wgsl_rows) -> str:
         "25 ms warm-up, 100 ms of runs); TFLOP/s = 4 B H L^2 D (halved for causal); B L = 16384, "
         "H D = 2048. attngen is checked against SDPA flash on the same inputs (rel. error).",
         "",
-        "| case | attngen | SDPA flash (FA2) | SDPA cuDNN | SDPA mem-eff | attngen / flash | rel. err | attngen plan |",
-        "|---|---|---|---|---|---|---|---|",
+        "| case | attngen | SDPA flash (FA2) | SDPA cuDNN | SDPA mem-eff | FlexAttention | attngen / flash | "
+        "attngen / cuDNN | rel. err | attngen plan |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         def f(key):
             v = r.get(key)
             return "n/a" if v is None else f"{v:.0f}"
-        ratio = (r["attngen_tflops"] / r["SDPA flash_tflops"]) if r.get("SDPA flash_tflops") else None
+        def ratio(peer):
+            v = r.get(f"{peer}_tflops")
+            return f"{r['attngen_tflops'] / v:.2f}x" if v else "n/a"
         lines.append(f"| {r['case']} | {f('attngen_tflops')} | {f('SDPA flash_tflops')} | "
-                     f"{f('SDPA cuDNN_tflops')} | {f('SDPA mem-eff_tflops')} | "
-                     f"{'n/a' if ratio is None else f'{ratio:.2f}x'} | {r['rel_err_vs_flash']:.1e} | {r['plan']} |")
+                     f"{f('SDPA cuDNN_tflops')} | {f('SDPA mem-eff_tflops')} | {f('flex_tflops')} | "
+                     f"{ratio('SDPA flash')} | {ratio('SDPA cuDNN')} | {r['rel_err_vs_flash']:.1e} | {r['plan']} |")
     if wgsl_rows:
         lines += ["", f"WGSL through wgpu on the same GPU ({meta.get('wgsl_adapter')}), f16, wall time "
                   "of dispatch + completion, median of 5, inputs resident on the GPU:", "",
@@ -168,12 +184,130 @@ def markdown(meta, rows, wgsl_rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+MODELS = [("llama3_8b.attn", "llama3_8b_prefill"), ("qwen2_7b.attn", "qwen2_7b_prefill"),
+          ("gemma2_9b.attn", "gemma2_9b_local"), ("deepseek_v2_lite.attn", "deepseek_v2_lite_mla_prefill"),
+          ("phi35_mini.attn", "phi35_mini")]
+
+
+def models_section(results, seqlen=4096):
+    """The example specs of real models at L 4096 (B 1), against SDPA where it runs them (GQA by
+    enable_gqa; softcap has no SDPA peer)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for path, name in MODELS:
+        spec = attngen.load(os.path.join(root, "examples", path), name)
+        kernel = attngen.compile(spec, target="cuda")
+        dt = TORCH_DTYPE[spec.dtype]
+        g = torch.Generator(device="cuda").manual_seed(3)
+        hq, hkv = spec.heads_q or 16, spec.heads_kv or 16
+        q = torch.randn((1, seqlen, hq, spec.head_dim_qk), device="cuda", dtype=dt, generator=g)
+        k = torch.randn((1, seqlen, hkv, spec.head_dim_qk), device="cuda", dtype=dt, generator=g)
+        v = torch.randn((1, seqlen, hkv, spec.head_dim_v), device="cuda", dtype=dt, generator=g)
+        causal = spec.mask.kind == "causal" or (spec.mask.kind == "window" and (spec.mask.left or 0) >= seqlen
+                                                 and not spec.mask.right)
+        flops = 2.0 * hq * seqlen * seqlen * (spec.head_dim_qk + spec.head_dim_v) * (0.5 if causal else 1.0)
+        row = {"case": f"{name} L{seqlen}", "plan": kernel.plan.summary(), "dtype": spec.dtype}
+        out = kernel(q, k, v)
+        row["attngen_ms"] = bench_ms(lambda: kernel(q, k, v))
+        row["attngen_tflops"] = flops / (row["attngen_ms"] * 1e-3) / 1e12
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        comparable = spec.softcap is None and spec.mask.kind in ("none", "causal", "window") and (
+            spec.mask.kind != "window" or causal)
+        for pname, backend in BACKENDS:
+            if not comparable:
+                break
+            try:
+                with sdpa_kernel([backend]):
+                    ref = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal, enable_gqa=hq != hkv,
+                                                         scale=spec.scale)
+                    row[f"{pname}_ms"] = bench_ms(lambda: F.scaled_dot_product_attention(
+                        qt, kt, vt, is_causal=causal, enable_gqa=hq != hkv, scale=spec.scale))
+                row[f"{pname}_tflops"] = flops / (row[f"{pname}_ms"] * 1e-3) / 1e12
+                row.setdefault("rel_err", rel_err(out, ref.transpose(1, 2)))
+            except RuntimeError:
+                pass  # a peer that cannot run the case is absent
+        results.append(row)
+        print(f"{row['case']:40s} attngen {row['attngen_tflops']:6.1f}  cuDNN {row.get('SDPA cuDNN_tflops') or 0:6.1f}"
+              f"  err {row.get('rel_err', float('nan')):.1e}", flush=True)
+
+
+PEERS = {"SDPA flash": "sdpa_flash", "SDPA cuDNN": "sdpa_cudnn", "SDPA mem-eff": "sdpa_mem_efficient",
+         "flex": "flex"}
+
+
+def latest(meta, rows, wgsl_rows, var_rows, model_rows) -> dict:
+    """benchmarks/results/latest.json: one row per case, attngen and the peers that ran it (issue
+    11's form; a peer that cannot run a case is absent)."""
+    out = []
+    for r in rows:
+        peers = {}
+        for name, key in PEERS.items():
+            if r.get(f"{name}_ms") is not None:
+                peers[key] = {"ms": r[f"{name}_ms"], "tflops": r[f"{name}_tflops"]}
+        out.append({"suite": "dense", "case": r["case"], "target": "cuda", "plan": r["plan"],
+                    "rel_err": r["rel_err_vs_flash"],
+                    "attngen": {"ms": r["attngen_ms"], "tflops": r["attngen_tflops"]}, "peers": peers})
+    for r in wgsl_rows:
+        out.append({"suite": "wgsl", "case": r["case"], "target": "wgsl", "plan": r["plan"],
+                    "rel_err": r["rel_err_vs_reference"], "attngen": {"ms": r["ms"], "tflops": r["tflops"]},
+                    "peers": {}})
+    for r in model_rows:
+        peers = {PEERS[n]: {"ms": r[f"{n}_ms"], "tflops": r[f"{n}_tflops"]} for n in PEERS if r.get(f"{n}_ms")}
+        out.append({"suite": "models", "case": r["case"], "target": "cuda", "plan": r["plan"],
+                    "rel_err": r.get("rel_err"), "attngen": {"ms": r["attngen_ms"], "tflops": r["attngen_tflops"]},
+                    "peers": peers})
+    out += variants.latest_rows(var_rows)
+    return {"gpu": meta["gpu"], "commit": meta["commit"], "date": meta["date"], "torch": meta["torch"],
+            "rows": out}
+
+
+def plot(rows, path) -> bool:
+    """TFLOP/s per dense case, attngen beside the peers (matplotlib PNG); False without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    names = [("attngen", "attngen")] + [(k, k) for k in PEERS]
+    fig, ax = plt.subplots(figsize=(max(8, len(rows) * 0.55), 4.5))
+    width = 0.8 / len(names)
+    for i, (key, label) in enumerate(names):
+        ys = [r.get(f"{key}_tflops") or 0 for r in rows]
+        ax.bar([x + i * width for x in range(len(rows))], ys, width, label=label)
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(rows))])
+    ax.set_xticklabels([r["case"] for r in rows], rotation=70, ha="right", fontsize=7)
+    ax.set_ylabel("TFLOP/s")
+    ax.legend(fontsize=7, ncol=5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def models_markdown(rows) -> str:
+    if not rows:
+        return ""
+    lines = ["", "Models (the example specs, B 1, L 4096; TFLOP/s = 2 Hq L^2 (Dqk + Dv), halved for causal):", "",
+             "| case | attngen | SDPA flash | SDPA cuDNN | SDPA mem-eff | attngen / cuDNN | rel. err | plan |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        def f(key):
+            v = r.get(key)
+            return "n/a" if v is None else f"{v:.0f}"
+        cud = r.get("SDPA cuDNN_tflops")
+        ratio = f"{r['attngen_tflops'] / cud:.2f}x" if cud else "n/a"
+        err = r.get("rel_err")
+        lines.append(f"| {r['case']} | {f('attngen_tflops')} | {f('SDPA flash_tflops')} | {f('SDPA cuDNN_tflops')} | "
+                     f"{f('SDPA mem-eff_tflops')} | {ratio} | "
+                     f"{'n/a' if err is None else f'{err:.1e}'} | {r['plan']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="three cases only")
     ap.add_argument("--no-wgsl", action="store_true")
-    ap.add_argument("--only", default="", help="comma-separated: dense,wgsl,masks,decode,head_dims")
+    ap.add_argument("--only", default="", help="comma-separated: dense,models,wgsl,masks,decode,head_dims")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -192,6 +326,12 @@ def main():
     rows, extra, var_rows = [], [], []
     if not only or "dense" in only:
         cuda_section(cases, rows)
+    model_rows = []
+    if not only or "models" in only:
+        try:
+            models_section(model_rows)
+        except Exception as e:  # report, keep the other tables
+            print(f"models section failed: {type(e).__name__}: {e}")
     var_only = only & {"masks", "decode", "head_dims"}
     if not only or var_only:
         variants.run_all(var_rows, var_only or None)
@@ -205,8 +345,13 @@ def main():
         meta["wgsl_adapter"] = extra[0]["wgsl_adapter"]
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"meta": meta, "cuda": rows, "wgsl": wgsl_rows, "variants": var_rows}, f, indent=2)
-    md = markdown(meta, rows, wgsl_rows) + (variants.markdown(var_rows) if var_rows else "")
+        json.dump({"meta": meta, "cuda": rows, "wgsl": wgsl_rows, "variants": var_rows, "models": model_rows}, f,
+                  indent=2)
+    with open(os.path.join(args.out, "latest.json"), "w") as f:
+        json.dump(latest(meta, rows, wgsl_rows, var_rows, model_rows), f, indent=1)
+    if rows and not plot(rows, os.path.join(args.out, "dense.png")):
+        print("no matplotlib here: no plot")
+    md = markdown(meta, rows, wgsl_rows) + models_markdown(model_rows) + (variants.markdown(var_rows) if var_rows else "")
     with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
         f.write(md)
     print()

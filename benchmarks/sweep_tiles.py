@@ -28,11 +28,12 @@ from attngen.backends.cuda import nvrtc  # noqa: E402
 # 4 with 16 rows each, or no warps given) takes the Hopper family (wgmma); `warps=4` with 32 rows
 # per warp keeps mma.sync: both families side by side in one run.
 PREFILL = {
-    64: ["q=128 kv=64 | warps=4", "q=128 kv=128", "q=128 kv=64", "q=192 kv=128", "q=128 kv=128 | stages=3",
-         "q=64 kv=128"],
-    128: ["q=128 kv=32 | warps=4", "q=128 kv=128", "q=128 kv=64", "q=128 kv=96", "q=128 kv=128 | stages=1",
-          "q=192 kv=64"],
-    256: ["q=128 kv=64", "q=128 kv=32", "q=64 kv=64", "q=128 kv=64 | stages=1", "q=128 kv=80"],
+    64: ["q=128 kv=64 | warps=4", "q=64 kv=128 | stages=2", "q=64 kv=128", "q=128 kv=128", "q=128 kv=64",
+         "q=192 kv=128"],
+    128: ["q=128 kv=32 | warps=4", "q=128 kv=128 | stages=2", "q=128 kv=128", "q=64 kv=64 | stages=3",
+          "q=64 kv=64 | stages=2", "q=64 kv=96 | stages=2", "q=64 kv=32 | stages=3", "q=64 kv=128"],
+    256: ["q=128 kv=64 | stages=2", "q=128 kv=32 | stages=3", "q=64 kv=64 | stages=3", "q=128 kv=48 | stages=3",
+          "q=64 kv=128 | stages=3"],
 }
 DECODE = ["tile kv=64", "tile kv=32", "tile kv=32\n target cuda { stages=3 }", "tile kv=16\n target cuda { stages=4 }"]
 

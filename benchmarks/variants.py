@@ -264,3 +264,39 @@ def markdown(rows) -> str:
     for r in failed:
         lines.append(f"\nSection {r['section']} failed: {r['error']}")
     return "\n".join(lines) + "\n"
+
+
+_PEER_KEYS = {"SDPA flash": "sdpa_flash", "SDPA cuDNN": "sdpa_cudnn", "SDPA mem-eff": "sdpa_mem_efficient"}
+
+
+def latest_rows(rows) -> list:
+    """These sections' rows in benchmarks/results/latest.json's form (suites masks, decode,
+    head_dims; a peer that did not run a case is absent)."""
+    out = []
+    for r in rows:
+        if r.get("section") == "masks" and "attngen_ms" in r:
+            peers = {"flex": {"ms": r["flex_ms"]}} if r.get("flex_ms") else {}
+            out.append({"suite": "masks", "case": f"L16384 d128 H16 {r['case']}", "target": "cuda",
+                        "plan": r.get("plan", ""), "rel_err": r.get("rel_err"),
+                        "attngen": {"ms": r["attngen_ms"], "tflops": r.get("attngen_tflops_live")}, "peers": peers})
+    decode = [r for r in rows if r.get("section") == "decode" and "ms" in r]
+    for r in decode:
+        if " attngen " not in r["case"]:
+            continue
+        lk = r["case"].split()[1]
+        peers = {}
+        for p in decode:
+            for name, key in _PEER_KEYS.items():
+                if p["case"].startswith(f"Lk {lk} {name} "):
+                    peers[key] = {"ms": p["ms"], "tbs": p["tbs"]}
+        out.append({"suite": "decode", "case": f"B8 32q/8kv d128 {r['case']}", "target": "cuda",
+                    "plan": r.get("plan", ""), "rel_err": r.get("rel_err"),
+                    "attngen": {"ms": r["ms"], "tbs": r["tbs"], "call_ms": r.get("call_ms")}, "peers": peers})
+    for r in rows:
+        if r.get("section") == "head_dims" and "attngen_ms" in r:
+            peers = ({"sdpa_mem_efficient": {"ms": r["mem_eff_ms"], "tflops": r.get("mem_eff_tflops")}}
+                     if r.get("mem_eff_ms") else {})
+            out.append({"suite": "head_dims", "case": r["case"], "target": "cuda", "plan": r.get("plan", ""),
+                        "rel_err": r.get("rel_err"),
+                        "attngen": {"ms": r["attngen_ms"], "tflops": r.get("attngen_tflops")}, "peers": peers})
+    return out

@@ -18,13 +18,13 @@
 //       target     wgsl { workgroup=auto subgroups=auto }
 //   }
 //
-// Plan: tile q=128 kv=128, 8 warps (256 threads), 2 K/V stage(s), Hopper tensor cores (wgmma m64n128k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a).
+// Plan: tile q=128 kv=128, 8 warps (256 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n128k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V).
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 164864 bytes (each buffer 16-byte aligned):
+// Shared memory: 230400 bytes (each buffer 16-byte aligned):
 //   sQ at      0: 128 x 128 bf16 (the block's rows of Q (128-byte swizzle))
-//   sK at  32768: 2 x 128 x 128 bf16 (K tiles, one per pipeline stage (128-byte swizzle))
-//   sV at  98304: 2 x 128 x 128 bf16 (V tiles, one per pipeline stage (128-byte swizzle))
-// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=128 kv=64 (99328 bytes of shared memory).
+//   sK at  32768: 3 x 128 x 128 bf16 (K tiles, one per pipeline stage (128-byte swizzle))
+//   sV at 131072: 3 x 128 x 128 bf16 (V tiles, one per pipeline stage (128-byte swizzle))
+// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=128 kv=64 (132096 bytes of shared memory).
 // Grid: (ceil(Lq / 128), Hq, B), 256 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_qwen2_7b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -80,7 +80,7 @@ constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 128;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 8;
 constexpr int kThreads = 256;    // kWarps * 32
-constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
 constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
@@ -90,10 +90,10 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (164864 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (230400 bytes)
 constexpr int kOffsetK = 32768;
-constexpr int kOffsetV = 98304;
-constexpr int kSmemBytes = 164864;
+constexpr int kOffsetV = 131072;
+constexpr int kSmemBytes = 230400;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -227,6 +227,14 @@ __device__ __forceinline__ unsigned long long smem_descriptor(const elem_t* p, u
          | (static_cast<unsigned long long>(lead >> 4) << 16)
          | (static_cast<unsigned long long>(stride >> 4) << 32)
          | (1ull << 62);
+}
+
+// 2^x in one MUFU.EX2 (ex2.approx.ftz: results below 2^-126 are 0, which a probability that small
+// is anyway next to the row's largest one, 1); exp2f adds a denormal-range fix-up around it.
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -278,6 +286,17 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[kNTilesV][4], const unsigned
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
+using PTileArg = unsigned[kFrags][kBlockKV / 16][4];
+
+// Keep the A fragments of a P V in flight where they are until its wait (PTX ISA: the registers
+// of a wgmma's A must not be written before the wait_group that covers it).
+__device__ __forceinline__ void fence_fragments(PTileArg& p) {
+    #pragma unroll
+    for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+        asm volatile("" : "+r"(p[0][ks][0]), "+r"(p[0][ks][1]), "+r"(p[0][ks][2]), "+r"(p[0][ks][3]) :: "memory");
+    }
+}
+
 // One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
     const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
@@ -302,6 +321,40 @@ struct WarpMath {
         wgmma_commit();
         wgmma_wait_all();
         fence_registers(s[0]);
+    }
+
+    // The overlapped main loop issues the products and waits for them separately: S of this
+    // tile (one commit group), then P V of the previous one (a second group).
+    __device__ __forceinline__ void issue_scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < kKStepsQK; ++kk) {
+            const int at = (kk / 4) * 64, step = (kk % 4) * 16;
+            wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
+                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+    }
+
+    // Wait until at most kPending groups (the P V in flight) remain: S is then complete.
+    template <int kPending>
+    __device__ __forceinline__ void wait_scores(float (&s)[kFrags][kNTilesKV][4]) const {
+        asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(kPending) : "memory");
+        fence_registers(s[0]);
+    }
+
+    __device__ __forceinline__ void issue_pv(float (&acc)[kFrags][kNTilesV][4], const PTileArg& p, const elem_t* sV) const {
+        wgmma_fence();
+        #pragma unroll
+        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
+        }
+        wgmma_commit();
+    }
+
+    __device__ __forceinline__ void wait_pv(float (&acc)[kFrags][kNTilesV][4]) const {
+        wgmma_wait_all();
+        fence_registers(acc[0]);
     }
 
     // P, the probabilities, as the A fragments of P V (as with mma.sync: the accumulator layout
@@ -682,31 +735,45 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     };
 
     // ---- section: main loop over K/V tiles ----
+    // Hopper family, FlashAttention-3 order (Shah et al. 2024, section 3.2): in iteration it the
+    // warpgroup issues S = Q K^T of tile it and acc += P V of tile it - 1 together, waits for S
+    // only, and does the softmax of tile it while the tensor cores still run P V; acc is rescaled
+    // once P V is done. V of tile it - 1 is thus still read during iteration it: the copies run
+    // kStages - 2 tiles ahead, into the stage of tile it - 2, which every warp finished with in
+    // iteration it - 1 (before this iteration's barrier).
     #pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) {
+    for (int st = 0; st < kStages - 2; ++st) {
         if (st < n_tiles) load_kv(st, st);
         cp_async_commit();
     }
+    WarpMath::PTile p;       // P of the previous tile: the A operand of its P V, in flight
+    float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
     for (int it = 0; it < n_tiles; ++it) {
-        // -- load K/V tile: issue the copy kStages - 1 tiles ahead, then wait for this one
-        const int ahead = it + kStages - 1;
-        if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
-        cp_async_commit();
-        cp_async_wait<kStages - 1>();
+        // -- load K/V tile: wait for this one, then issue the copy kStages - 2 tiles ahead
+        cp_async_wait<kStages - 3>();
         fence_async_shared();  // the tile is read by the tensor cores (async proxy)
         __syncthreads();
+        {
+            const int ahead = it + kStages - 2;
+            if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
+            cp_async_commit();
+        }
         const int stage = it % kStages;
         const int j0 = kv_tile(it) * kBlockKV;
-
         const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-        // -- clean V of a partial tile (section non-finite values), before the scores are live:
-        // fewer registers at once than after the softmax, where only the keys' mask is kept.
+        // -- clean V of a partial tile (section non-finite values); its P V is issued next iteration
         unsigned bad[kKeyWords];
         if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
 
-        // -- S = Q K^T
+        // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
         float s[kFrags][kNTilesKV][4];
-        math.scores(s, sK + stage * kBlockKV * kStrideK);
+        math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
+        if (it > 0) {
+            math.issue_pv(acc, p, sV + ((it + kStages - 1) % kStages) * kBlockKV * kStrideV);
+            math.wait_scores<1>(s);  // S is done; P V may still run
+        } else {
+            math.wait_scores<0>(s);
+        }
 
         // -- score transform and mask
         #pragma unroll
@@ -737,31 +804,41 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
                 // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
                 const float m_use = m_new == neg_inf() ? 0.f : m_new;
-                const float alpha = exp2f(m_i[mf][h] - m_use);
+                const float alpha = exp2_approx(m_i[mf][h] - m_use);
                 m_i[mf][h] = m_new;
                 float row_sum = 0.f;
                 #pragma unroll
                 for (int n = 0; n < kNTilesKV; ++n) {
-                    s[mf][n][2 * h] = exp2f(s[mf][n][2 * h] - m_use);
-                    s[mf][n][2 * h + 1] = exp2f(s[mf][n][2 * h + 1] - m_use);
+                    s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
+                    s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
                     row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
                 }
                 l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
-                #pragma unroll
-                for (int n = 0; n < kNTilesV; ++n) {
-                    acc[mf][n][2 * h] *= alpha;
-                    acc[mf][n][2 * h + 1] *= alpha;
-                }
+                alpha_i[mf][h] = alpha;  // acc is rescaled once the product in flight is done
             }
         }
 
-        // -- O += P V
+        // -- the previous P V is done: rescale acc, then P of this tile
+        math.wait_pv(acc);
+        fence_fragments(p);  // P stayed untouched while its P V ran
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) {
+                acc[mf][n][0] *= alpha_i[mf][0];
+                acc[mf][n][1] *= alpha_i[mf][0];
+                acc[mf][n][2] *= alpha_i[mf][1];
+                acc[mf][n][3] *= alpha_i[mf][1];
+            }
+        }
         // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
         if (partial) mark_bad_rows(row_bad, s, bad, t);
-        WarpMath::PTile p;
         math.pack_p(s, p);
-        math.pv(acc, p, sV + stage * kBlockKV * kStrideV);
-        __syncthreads();  // every warp is done with this stage before it is refilled
+    }
+    // -- O += P V of the last tile
+    if (n_tiles > 0) {
+        math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
+        math.wait_pv(acc);
     }
 
     // ---- section: epilogue: normalise and store ----
@@ -813,7 +890,7 @@ constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 8;
 constexpr int kThreads = 256;    // kWarps * 32
-constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
 constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
@@ -823,10 +900,10 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (99328 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (132096 bytes)
 constexpr int kOffsetK = 32768;
-constexpr int kOffsetV = 65536;
-constexpr int kSmemBytes = 99328;
+constexpr int kOffsetV = 81920;
+constexpr int kSmemBytes = 132096;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -962,6 +1039,14 @@ __device__ __forceinline__ unsigned long long smem_descriptor(const elem_t* p, u
          | (1ull << 62);
 }
 
+// 2^x in one MUFU.EX2 (ex2.approx.ftz: results below 2^-126 are 0, which a probability that small
+// is anyway next to the row's largest one, 1); exp2f adds a denormal-range fix-up around it.
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -1007,6 +1092,17 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[kNTilesV][4], const unsigned
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
+using PTileArg = unsigned[kFrags][kBlockKV / 16][4];
+
+// Keep the A fragments of a P V in flight where they are until its wait (PTX ISA: the registers
+// of a wgmma's A must not be written before the wait_group that covers it).
+__device__ __forceinline__ void fence_fragments(PTileArg& p) {
+    #pragma unroll
+    for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+        asm volatile("" : "+r"(p[0][ks][0]), "+r"(p[0][ks][1]), "+r"(p[0][ks][2]), "+r"(p[0][ks][3]) :: "memory");
+    }
+}
+
 // One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
     const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
@@ -1031,6 +1127,40 @@ struct WarpMath {
         wgmma_commit();
         wgmma_wait_all();
         fence_registers(s[0]);
+    }
+
+    // The overlapped main loop issues the products and waits for them separately: S of this
+    // tile (one commit group), then P V of the previous one (a second group).
+    __device__ __forceinline__ void issue_scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < kKStepsQK; ++kk) {
+            const int at = (kk / 4) * 64, step = (kk % 4) * 16;
+            wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
+                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+    }
+
+    // Wait until at most kPending groups (the P V in flight) remain: S is then complete.
+    template <int kPending>
+    __device__ __forceinline__ void wait_scores(float (&s)[kFrags][kNTilesKV][4]) const {
+        asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(kPending) : "memory");
+        fence_registers(s[0]);
+    }
+
+    __device__ __forceinline__ void issue_pv(float (&acc)[kFrags][kNTilesV][4], const PTileArg& p, const elem_t* sV) const {
+        wgmma_fence();
+        #pragma unroll
+        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
+        }
+        wgmma_commit();
+    }
+
+    __device__ __forceinline__ void wait_pv(float (&acc)[kFrags][kNTilesV][4]) const {
+        wgmma_wait_all();
+        fence_registers(acc[0]);
     }
 
     // P, the probabilities, as the A fragments of P V (as with mma.sync: the accumulator layout
@@ -1411,31 +1541,45 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     };
 
     // ---- section: main loop over K/V tiles ----
+    // Hopper family, FlashAttention-3 order (Shah et al. 2024, section 3.2): in iteration it the
+    // warpgroup issues S = Q K^T of tile it and acc += P V of tile it - 1 together, waits for S
+    // only, and does the softmax of tile it while the tensor cores still run P V; acc is rescaled
+    // once P V is done. V of tile it - 1 is thus still read during iteration it: the copies run
+    // kStages - 2 tiles ahead, into the stage of tile it - 2, which every warp finished with in
+    // iteration it - 1 (before this iteration's barrier).
     #pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) {
+    for (int st = 0; st < kStages - 2; ++st) {
         if (st < n_tiles) load_kv(st, st);
         cp_async_commit();
     }
+    WarpMath::PTile p;       // P of the previous tile: the A operand of its P V, in flight
+    float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
     for (int it = 0; it < n_tiles; ++it) {
-        // -- load K/V tile: issue the copy kStages - 1 tiles ahead, then wait for this one
-        const int ahead = it + kStages - 1;
-        if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
-        cp_async_commit();
-        cp_async_wait<kStages - 1>();
+        // -- load K/V tile: wait for this one, then issue the copy kStages - 2 tiles ahead
+        cp_async_wait<kStages - 3>();
         fence_async_shared();  // the tile is read by the tensor cores (async proxy)
         __syncthreads();
+        {
+            const int ahead = it + kStages - 2;
+            if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
+            cp_async_commit();
+        }
         const int stage = it % kStages;
         const int j0 = kv_tile(it) * kBlockKV;
-
         const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-        // -- clean V of a partial tile (section non-finite values), before the scores are live:
-        // fewer registers at once than after the softmax, where only the keys' mask is kept.
+        // -- clean V of a partial tile (section non-finite values); its P V is issued next iteration
         unsigned bad[kKeyWords];
         if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
 
-        // -- S = Q K^T
+        // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
         float s[kFrags][kNTilesKV][4];
-        math.scores(s, sK + stage * kBlockKV * kStrideK);
+        math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
+        if (it > 0) {
+            math.issue_pv(acc, p, sV + ((it + kStages - 1) % kStages) * kBlockKV * kStrideV);
+            math.wait_scores<1>(s);  // S is done; P V may still run
+        } else {
+            math.wait_scores<0>(s);
+        }
 
         // -- score transform and mask
         #pragma unroll
@@ -1466,31 +1610,41 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
                 // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
                 const float m_use = m_new == neg_inf() ? 0.f : m_new;
-                const float alpha = exp2f(m_i[mf][h] - m_use);
+                const float alpha = exp2_approx(m_i[mf][h] - m_use);
                 m_i[mf][h] = m_new;
                 float row_sum = 0.f;
                 #pragma unroll
                 for (int n = 0; n < kNTilesKV; ++n) {
-                    s[mf][n][2 * h] = exp2f(s[mf][n][2 * h] - m_use);
-                    s[mf][n][2 * h + 1] = exp2f(s[mf][n][2 * h + 1] - m_use);
+                    s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
+                    s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
                     row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
                 }
                 l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
-                #pragma unroll
-                for (int n = 0; n < kNTilesV; ++n) {
-                    acc[mf][n][2 * h] *= alpha;
-                    acc[mf][n][2 * h + 1] *= alpha;
-                }
+                alpha_i[mf][h] = alpha;  // acc is rescaled once the product in flight is done
             }
         }
 
-        // -- O += P V
+        // -- the previous P V is done: rescale acc, then P of this tile
+        math.wait_pv(acc);
+        fence_fragments(p);  // P stayed untouched while its P V ran
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) {
+                acc[mf][n][0] *= alpha_i[mf][0];
+                acc[mf][n][1] *= alpha_i[mf][0];
+                acc[mf][n][2] *= alpha_i[mf][1];
+                acc[mf][n][3] *= alpha_i[mf][1];
+            }
+        }
         // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
         if (partial) mark_bad_rows(row_bad, s, bad, t);
-        WarpMath::PTile p;
         math.pack_p(s, p);
-        math.pv(acc, p, sV + stage * kBlockKV * kStrideV);
-        __syncthreads();  // every warp is done with this stage before it is refilled
+    }
+    // -- O += P V of the last tile
+    if (n_tiles > 0) {
+        math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
+        math.wait_pv(acc);
     }
 
     // ---- section: epilogue: normalise and store ----

@@ -234,6 +234,14 @@ __device__ __forceinline__ unsigned long long smem_descriptor(const elem_t* p, u
          | (1ull << 62);
 }
 
+// 2^x in one MUFU.EX2 (ex2.approx.ftz: results below 2^-126 are 0, which a probability that small
+// is anyway next to the row's largest one, 1); exp2f adds a denormal-range fix-up around it.
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -286,6 +294,8 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[kNTilesV][4], const unsigned
 "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
+
+using PTileArg = unsigned[kFrags][kBlockKV / 16][4];
 
 // One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
@@ -754,13 +764,13 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
                 // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
                 const float m_use = m_new == neg_inf() ? 0.f : m_new;
-                const float alpha = exp2f(m_i[mf][h] - m_use);
+                const float alpha = exp2_approx(m_i[mf][h] - m_use);
                 m_i[mf][h] = m_new;
                 float row_sum = 0.f;
                 #pragma unroll
                 for (int n = 0; n < kNTilesKV; ++n) {
-                    s[mf][n][2 * h] = exp2f(s[mf][n][2 * h] - m_use);
-                    s[mf][n][2 * h + 1] = exp2f(s[mf][n][2 * h + 1] - m_use);
+                    s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
+                    s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
                     row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
                 }
                 l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
@@ -981,6 +991,14 @@ __device__ __forceinline__ unsigned long long smem_descriptor(const elem_t* p, u
          | (1ull << 62);
 }
 
+// 2^x in one MUFU.EX2 (ex2.approx.ftz: results below 2^-126 are 0, which a probability that small
+// is anyway next to the row's largest one, 1); exp2f adds a denormal-range fix-up around it.
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
@@ -1031,6 +1049,8 @@ __device__ __forceinline__ void wgmma_pv(float (&d)[kNTilesV][4], const unsigned
 "+f"(d[30][0]), "+f"(d[30][1]), "+f"(d[30][2]), "+f"(d[30][3]), "+f"(d[31][0]), "+f"(d[31][1]), "+f"(d[31][2]), "+f"(d[31][3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
+
+using PTileArg = unsigned[kFrags][kBlockKV / 16][4];
 
 // One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
@@ -1499,13 +1519,13 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
                 // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
                 const float m_use = m_new == neg_inf() ? 0.f : m_new;
-                const float alpha = exp2f(m_i[mf][h] - m_use);
+                const float alpha = exp2_approx(m_i[mf][h] - m_use);
                 m_i[mf][h] = m_new;
                 float row_sum = 0.f;
                 #pragma unroll
                 for (int n = 0; n < kNTilesKV; ++n) {
-                    s[mf][n][2 * h] = exp2f(s[mf][n][2 * h] - m_use);
-                    s[mf][n][2 * h + 1] = exp2f(s[mf][n][2 * h + 1] - m_use);
+                    s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
+                    s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
                     row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
                 }
                 l_i[mf][h] = l_i[mf][h] * alpha + row_sum;

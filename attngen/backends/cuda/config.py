@@ -32,6 +32,10 @@ CUDA_STEP_COST = 16  # a shared-memory step's fixed cost, in head-dim columns of
 CUDA_WGMMA_ROWS = 64
 CUDA_WGMMA_PAD = 64
 CUDA_WGMMA_ALIGN = 1024
+# The largest auto tile kv of the Hopper family per kind of mask (and softcap): the plain
+# overlapped loop holds S, P and acc at 255 registers with tile kv 128; a window's bounds or a
+# custom mask's pointers need a few more (ptxas reports, benchmarks/NOTES.md, issue 11).
+CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 96, "softcap": 96}
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,12 @@ class CudaConfig:
         return text
 
     @property
+    def overlap(self) -> bool:
+        """The Hopper family's main loop that runs the softmax of a tile while the tensor cores do
+        the previous tile's P V (it needs a third K/V stage: docs/cuda-variants.md)."""
+        return self.math == "wgmma" and self.stages >= 3
+
+    @property
     def threads(self) -> int:
         return self.warps * 32
 
@@ -101,7 +111,8 @@ class CudaConfig:
     def summary(self) -> str:
         """One line a person reads in `attngen check` and in source headers."""
         math = {"wgmma": f"Hopper tensor cores (wgmma m64n{self.tile_kv}k16 and m64n{self.d_v_pad}k16, "
-                         f"{self.warps // 4} warpgroups of 64 rows, sm_90a)",
+                         f"{self.warps // 4} warpgroups of 64 rows, sm_90a"
+                         + ("; softmax overlapped with P V" if self.overlap else "") + ")",
                 "mma": "tensor cores (mma.sync m16n8k16)", "fma": "CUDA cores (fma)"}[self.math]
         who = f"{self.warps} warps ({self.threads} threads), {self.stages} K/V stage(s), {math}"
         return f"tile q={self.tile_q} kv={self.tile_kv}, {who}"
@@ -281,7 +292,13 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     math = cuda_math(spec, profile)
     note = wgmma_refusal(spec, profile) or ""
     if math == "wgmma":
-        cfg = _cuda_fit(spec, profile, math, None)
+        kv = None
+        if spec.tile.kv is None:  # masks with more per-element state take a narrower tile kv
+            cap = CUDA_WGMMA_KV_CAP.get("softcap" if spec.softcap is not None else spec.mask.kind)
+            row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v), math)
+            if cap is not None and row["tile_kv"] > cap:
+                kv = (cap, spec.options("cuda").get("stages"))
+        cfg = _cuda_fit(spec, profile, math, None, kv=kv)
         if spec.mask.is_custom:  # one general instantiation serves every launch
             return cfg
         # Launches with per-sequence lengths take the _varlen entry point: the same family with
