@@ -18,12 +18,12 @@
 //       target     wgsl { workgroup=auto subgroups=auto }
 //   }
 //
-// Plan: tile q=128 kv=96, 8 warps (256 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V).
+// Plan: tile q=128 kv=80, 8 warps (256 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n80k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V).
 // Scale 0.08838834764831843; mask custom: a boolean or additive mask given at run time, applied per tile from a BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.
-// Shared memory: 181248 bytes (each buffer 16-byte aligned):
+// Shared memory: 156672 bytes (each buffer 16-byte aligned):
 //   sQ at      0: 128 x 128 f16 (the block's rows of Q (128-byte swizzle))
-//   sK at  32768: 3 x 96 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
-//   sV at 106496: 3 x 96 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
+//   sK at  32768: 3 x 80 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
+//   sV at  94208: 3 x 80 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
 // Grid: (ceil(Lq / 128), Hq, B), 256 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_packed_documents; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -33,7 +33,7 @@
 constexpr int kBlockQ = 128;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 96;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kBlockKV = 80;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 8;
 constexpr int kThreads = 256;    // kWarps * 32
 constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
@@ -46,10 +46,10 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (181248 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (156672 bytes)
 constexpr int kOffsetK = 32768;
-constexpr int kOffsetV = 106496;
-constexpr int kSmemBytes = 181248;
+constexpr int kOffsetV = 94208;
+constexpr int kSmemBytes = 156672;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -247,19 +247,18 @@ __device__ __forceinline__ void fence_registers(float (&d)[kTiles][4]) {
     }
 }
 
-// d (= or +=, by scale_d) A B for one k16 step: m64n96k16, A and B from shared memory, K-major.
+// d (= or +=, by scale_d) A B for one k16 step: m64n80k16, A and B from shared memory, K-major.
 __device__ __forceinline__ void wgmma_scores(float (&d)[kNTilesKV][4], unsigned long long a, unsigned long long b, int scale_d) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %48, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
-        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47 }, "
-        "%49, %50, p, 1, 1, 0, 0;\n}\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %40, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39 }, "
+        "%41, %42, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
-"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), 
-"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3])
+"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
         : "r"(scale_d), "l"(a), "l"(b));
 }
 

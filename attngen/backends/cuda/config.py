@@ -35,7 +35,7 @@ CUDA_WGMMA_ALIGN = 1024
 # The largest auto tile kv of the Hopper family per kind of mask (and softcap): the plain
 # overlapped loop holds S, P and acc at 255 registers with tile kv 128; a window's bounds or a
 # custom mask's pointers need a few more (ptxas reports, benchmarks/NOTES.md, issue 11).
-CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 96, "softcap": 96}
+CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 80, "softcap": 96}
 
 
 @dataclass(frozen=True)
