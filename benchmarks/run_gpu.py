@@ -64,11 +64,17 @@ def rel_err(a, b) -> float:
 
 
 def _flex():
-    """FlexAttention compiled (Triton), or None where this torch has none."""
+    """FlexAttention compiled (Triton), or None where this torch has none. Every (dtype, head dim,
+    mask, length) is a recompilation: past dynamo's default limit (8) flex_attention falls back
+    to its unfused eager path (seen at 601c14b: 7-25 TFLOP/s), so the limit is raised."""
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError:
         return None, None
+    import torch._dynamo
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 512)
     return torch.compile(flex_attention), create_block_mask
 
 
