@@ -18,14 +18,14 @@
 //       target     wgsl { workgroup=auto subgroups=auto }
 //   }
 //
-// Plan: tile q=128 kv=128, 8 warps (256 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n128k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V).
+// Plan: tile q=64 kv=64, 4 warps (128 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n64k16 and m64n128k16, 1 warpgroup of 64 rows, sm_90a; softmax overlapped with P V).
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 230400 bytes (each buffer 16-byte aligned):
-//   sQ at      0: 128 x 128 f16 (the block's rows of Q (128-byte swizzle))
-//   sK at  32768: 3 x 128 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
-//   sV at 131072: 3 x 128 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
-// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=128 kv=64 (132096 bytes of shared memory).
-// Grid: (ceil(Lq / 128), Hq, B), 256 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Shared memory: 115712 bytes (each buffer 16-byte aligned):
+//   sQ at      0: 64 x 128 f16 (the block's rows of Q (128-byte swizzle))
+//   sK at  16384: 3 x 64 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
+//   sV at  65536: 3 x 64 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
+// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 kv=64 (115712 bytes of shared memory).
+// Grid: (ceil(Lq / 64), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 // ---- section: types -----------------------------------------------------------------
@@ -77,822 +77,12 @@ namespace padded {
 // ---- section: config ----------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-constexpr int kBlockQ = 128;      // tile q: rows of Q per block
-constexpr int kFrags = 1;         // 16-row fragments of Q per warp
-constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 128;     // tile kv: rows of K and V per iteration of the main loop
-constexpr int kWarps = 8;
-constexpr int kThreads = 256;    // kWarps * 32
-constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
-constexpr int kHeadDimQK = 128;    // head dim of q and k
-constexpr int kHeadDimV = 128;     // head dim of v and out
-constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
-constexpr int kHeadDimVPad = 128;
-// Shared-memory tiles are in the 128-byte swizzled layout of the wgmma descriptors (section
-// memory: swizzled); the strides are the padded row widths, in elements.
-constexpr int kStrideQ = 128;
-constexpr int kStrideK = 128;
-constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (230400 bytes)
-constexpr int kOffsetK = 32768;
-constexpr int kOffsetV = 131072;
-constexpr int kSmemBytes = 230400;
-static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
-
-// Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
-// scale = 0.08838834764831843 (1 / sqrt(head_dim qk)).
-constexpr float kScaleLog2 = 0.12751743082459868f;  // scale * log2(e)
-constexpr float kLn2 = 0.6931471805599453f;
-
-static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
-static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
-static_assert(kHeadDimQK % 8 == 0 && kHeadDimV % 8 == 0, "head dims are multiples of 8");
-static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "padded head dims");
-static_assert(kThreads <= 1024, "threads per block");
-
-// ---- section: memory --------------------------------------------------------------------
-// Global -> shared copies go through cp.async (sm_80+), 16 bytes per thread per copy, so a
-// warp moves 512 contiguous bytes at a time and the copies overlap the math of the previous
-// tile (kStages deep).
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-
-// The shared-memory layout of every tile (Q, K, V): the 128-byte swizzle of the wgmma
-// descriptors. A tile of kRows rows is stored as column blocks of 64 elements (128 bytes per
-// row, kRows * 128 bytes per block, each block 1024-byte aligned); in a block, the 16-byte chunk
-// c of row r sits at chunk c ^ (r % 8), so the 8 rows one 8x8 core matrix spans lie in
-// different banks. Element (r, col) of the tile:
-template <int kRows>
-__device__ __forceinline__ int swizzled(int r, int col) {
-    return (col / 64) * (kRows * 64) + r * 64 + ((((col / 8) % 8) ^ (r % 8)) * 8) + col % 8;
-}
-
-// Make the ordinary shared-memory writes of this thread (cp.async, zero fills, cleaned values)
-// visible to the tensor cores' reads, which go through the async proxy. Before a barrier.
-__device__ __forceinline__ void fence_async_shared() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
-// 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
-}
-
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// Wait until at most N groups of copies are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
-}
-
-// Copy kRows rows of kCols elements (row r at src + r * row_stride) into shared-memory rows
-// of kStride elements. Rows at or past valid_rows are zero-filled, so keys past Lk and
-// queries past Lq read as zeros.
-template <int kRows, int kCols, int kStride>
-__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long long row_stride,
-                                          int valid_rows, int tid) {
-    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));  // elements per copy
-    constexpr int kChunks = kCols / kVec;                         // copies per row
-    constexpr int kCopies = kRows * kChunks;
-    static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
-    if constexpr (kThreads >= kChunks) {
-        // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
-        // pointer, so that no per-row 64-bit offsets stay live across the main loop. (When the
-        // threads are not a multiple of the chunks per row, the last few threads copy nothing.)
-        constexpr int kRowStep = kThreads / kChunks;
-        if (kThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
-        const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
-        const elem_t* s = src + r0 * row_stride + col;
-        const long long step = kRowStep * row_stride;
-        #pragma unroll
-        for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i, s += step) {
-            const int r = r0 + i * kRowStep;
-            if (kRows % kRowStep == 0 || r < kRows) {
-                const bool valid = r < valid_rows;
-                cp_async_16(dst + swizzled<kRows>(r, col), valid ? s : src, valid);
-            }
-        }
-    } else {
-        #pragma unroll
-        for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
-            const int c = tid + i * kThreads;
-            if (kCopies % kThreads == 0 || c < kCopies) {
-                const int r = c / kChunks, col = (c % kChunks) * kVec;
-                const bool valid = r < valid_rows;
-                cp_async_16(dst + swizzled<kRows>(r, col), valid ? src + r * row_stride + col : src, valid);
-            }
-        }
-    }
-}
-
-// Zero columns [kCols, kColsPad) of kRows rows: the head-dim padding the products read.
-template <int kRows, int kCols, int kColsPad, int kStride>
-__device__ __forceinline__ void zero_padding(elem_t* dst, int tid) {
-    if constexpr (kColsPad > kCols) {
-        for (int i = tid; i < kRows * (kColsPad - kCols); i += kThreads) {
-            dst[swizzled<kRows>(i / (kColsPad - kCols), kCols + i % (kColsPad - kCols))] = elem_t(0);
-        }
-    }
-}
-
-// ---- section: matmul primitives ---------------------------------------------------------
-// Both products on Hopper's warpgroup tensor cores: wgmma.mma_async m64nNk16 (f16
-// inputs, f32 accumulators; sm_90a). A warpgroup is 4 consecutive warps (128 threads) and owns
-// 64 rows of Q; warp w of it owns rows 16 w .. 16 w + 15. The accumulators of m64nN have, per
-// warp, the layout of mma.sync m16n8 (PTX ISA, "Register Fragments and Shared Memory Matrix
-// Layouts" of wgmma): lane = 4 g + t holds, for every 8-column tile n, rows g and g + 8 and
-// columns 8 n + 2 t, 8 n + 2 t + 1 as registers 4 n .. 4 n + 3 — the s[0][n][e] and acc[0][n][e]
-// of the algorithm below, which is the same for both kernel families.
-//   S = Q K^T: A (Q) and B (K) from shared memory, both K-major (the head dim is contiguous).
-//   acc += P V: A (P) from registers (the accumulator layout of S is the A layout of one
-//   16-key step, as with mma.sync), B (V) from shared memory, MN-major (the head dim of V is
-//   contiguous: the transposed-B mode of wgmma).
-// Each product is issued by the whole warpgroup, committed and waited for before its result is
-// used (wgmma.fence before, wgmma.wait_group 0 after); the two warpgroups of a block overlap one
-// another's softmax with their products.
-constexpr int kNTilesKV = kBlockKV / 8;        // 8-column tiles of S
-constexpr int kNTilesV = kHeadDimVPad / 8;     // 8-column tiles of acc
-constexpr int kKStepsQK = kHeadDimQKPad / 16;  // k16 steps of Q K^T
-static_assert(kFrags == 1 && kBlockQ % 64 == 0, "a warpgroup owns 64 rows, a warp 16");
-static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "head dims in whole 128-byte swizzle blocks");
-static_assert(kBlockKV % 16 == 0 && kBlockKV <= 256 && kHeadDimVPad <= 256, "N of m64nNk16 is at most 256");
-
-// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address,
-// leading and stride byte offsets (all >> 4), 128-byte swizzle (mode 1 in bits 62-63).
-__device__ __forceinline__ unsigned long long smem_descriptor(const elem_t* p, unsigned lead, unsigned stride) {
-    return static_cast<unsigned long long>((smem_addr(p) & 0x3ffffu) >> 4)
-         | (static_cast<unsigned long long>(lead >> 4) << 16)
-         | (static_cast<unsigned long long>(stride >> 4) << 32)
-         | (1ull << 62);
-}
-
-// 2^x in one MUFU.EX2 (ex2.approx.ftz: results below 2^-126 are 0, which a probability that small
-// is anyway next to the row's largest one, 1); exp2f adds a denormal-range fix-up around it.
-__device__ __forceinline__ float exp2_approx(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
-
-// Keep the compiler from moving reads or writes of accumulators across a wgmma wait.
-template <int kTiles>
-__device__ __forceinline__ void fence_registers(float (&d)[kTiles][4]) {
-    #pragma unroll
-    for (int n = 0; n < kTiles; ++n) {
-        asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
-    }
-}
-
-// d (= or +=, by scale_d) A B for one k16 step: m64n128k16, A and B from shared memory, K-major.
-__device__ __forceinline__ void wgmma_scores(float (&d)[kNTilesKV][4], unsigned long long a, unsigned long long b, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %64, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63 }, "
-        "%65, %66, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
-"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
-"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
-"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
-"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), 
-"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), 
-"+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), 
-"+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "r"(scale_d), "l"(a), "l"(b));
-}
-
-// d += A B for one k16 step: m64n128k16, A from registers, B from shared memory, MN-major.
-__device__ __forceinline__ void wgmma_pv(float (&d)[kNTilesV][4], const unsigned (&a)[4], unsigned long long b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63 }, "
-        "{ %64, %65, %66, %67 }, %68, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
-"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
-"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
-"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
-"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), 
-"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), 
-"+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), 
-"+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-
-using PTileArg = unsigned[kFrags][kBlockKV / 16][4];
-
-// Keep the A fragments of a P V in flight where they are until its wait (PTX ISA: the registers
-// of a wgmma's A must not be written before the wait_group that covers it).
-__device__ __forceinline__ void fence_fragments(PTileArg& p) {
-    #pragma unroll
-    for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-        asm volatile("" : "+r"(p[0][ks][0]), "+r"(p[0][ks][1]), "+r"(p[0][ks][2]), "+r"(p[0][ks][3]) :: "memory");
-    }
-}
-
-// One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
-struct WarpMath {
-    const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
-
-    __device__ __forceinline__ void init(unsigned char* smem, int warp, int) {
-        sQ = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + (warp / 4) * 64 * 64;
-    }
-
-    __device__ __forceinline__ void load_q(unsigned char*, int) {}  // Q stays in shared memory
-
-    // s = Q K^T: raw dot products of the warpgroup's rows with the tile's kBlockKV keys. Step kk
-    // reads columns 16 kk .. 16 kk + 15: column block kk / 4, 32 bytes further per step inside it
-    // (the swizzle is applied by the hardware to the whole address). Stride: 8 rows = 1024 bytes.
-    __device__ __forceinline__ void scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
-        wgmma_fence();
-        #pragma unroll
-        for (int kk = 0; kk < kKStepsQK; ++kk) {
-            const int at = (kk / 4) * 64, step = (kk % 4) * 16;
-            wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
-                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
-        }
-        wgmma_commit();
-        wgmma_wait_all();
-        fence_registers(s[0]);
-    }
-
-    // The overlapped main loop issues the products and waits for them separately: S of this
-    // tile (one commit group), then P V of the previous one (a second group).
-    __device__ __forceinline__ void issue_scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
-        wgmma_fence();
-        #pragma unroll
-        for (int kk = 0; kk < kKStepsQK; ++kk) {
-            const int at = (kk / 4) * 64, step = (kk % 4) * 16;
-            wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
-                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
-        }
-        wgmma_commit();
-    }
-
-    // Wait until at most kPending groups (the P V in flight) remain: S is then complete.
-    template <int kPending>
-    __device__ __forceinline__ void wait_scores(float (&s)[kFrags][kNTilesKV][4]) const {
-        asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(kPending) : "memory");
-        fence_registers(s[0]);
-    }
-
-    __device__ __forceinline__ void issue_pv(float (&acc)[kFrags][kNTilesV][4], const PTileArg& p, const elem_t* sV) const {
-        wgmma_fence();
-        #pragma unroll
-        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
-        }
-        wgmma_commit();
-    }
-
-    __device__ __forceinline__ void wait_pv(float (&acc)[kFrags][kNTilesV][4]) const {
-        wgmma_wait_all();
-        fence_registers(acc[0]);
-    }
-
-    // P, the probabilities, as the A fragments of P V (as with mma.sync: the accumulator layout
-    // of two 8-key tiles is the A layout of one 16-key step).
-    using PTile = unsigned[kFrags][kBlockKV / 16][4];
-    __device__ __forceinline__ void pack_p(const float (&s)[kFrags][kNTilesKV][4], PTile& p) const {
-        #pragma unroll
-        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            p[0][ks][0] = pack2(s[0][2 * ks][0], s[0][2 * ks][1]);          // row g,     keys 2t, 2t+1
-            p[0][ks][1] = pack2(s[0][2 * ks][2], s[0][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
-            p[0][ks][2] = pack2(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
-            p[0][ks][3] = pack2(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
-        }
-    }
-
-    // acc += P V. Step ks reads keys 16 ks .. 16 ks + 15 of V (rows of 128 bytes: 2048 bytes per
-    // step). MN-major descriptor: leading offset = from one 64-column block of V to the next
-    // (kBlockKV rows of 128 bytes), stride offset = from 8 keys to the next 8 (1024 bytes).
-    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
-        wgmma_fence();
-        #pragma unroll
-        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
-        }
-        wgmma_commit();
-        wgmma_wait_all();
-        fence_registers(acc[0]);
-    }
-};
-
-// ---- section: mask ------------------------------------------------------------------------
-// mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
-// the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
-// tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
-// per-element mask. Rows and keys are int. Lengths are at most 2^30 and window sizes are clamped
-// to 2^30 by the planner, so the per-element tests stay inside int (windows are compared against
-// the distance j - diag(i), never added to a position); key_range, once per block, is 64-bit.
-struct Mask {
-    int len_q, len_k;
-
-    __device__ __forceinline__ bool visible(int i, int j) const {
-        return j < len_k && j <= i;
-    }
-
-    __device__ __forceinline__ void key_range(int r0, int r1, int& begin, int& end) const {
-        begin = 0;
-        end = min(len_k, r1);  // row r1 - 1 sees keys up to r1 - 1
-        if (end < begin) end = begin;
-    }
-
-    __device__ __forceinline__ bool tile_is_full(int r0, int r1, int j0, int j1) const {
-        return j1 <= len_k && j1 - 1 <= r0;
-    }
-};
-
-// ---- section: sequences -------------------------------------------------------------------
-// One sequence's rows and keys (docs/variants.md). Padded: q rows 0 .. len_q - 1 of its batch
-// entry and keys 0 .. len_k - 1, or kv_lens[b] + len_new keys. Packed (cu_seqlens_q given): q
-// rows cu_seqlens_q[b] .. of the packed tensor, keys cu_seqlens_k[b] .. (the batch strides are
-// then 0). Masks use the sequence's own lengths.
-// kVarlen: whether the launch has any of cu_seqlens_q, kv_lens, an append (len_new > 0). The
-// entry points instantiate the kernel both ways and pick one per launch: without them every
-// sequence is len_q rows by len_k keys, all in the cache, and the paths for them (and the
-// registers they hold through the main loop) are not compiled in.
-struct Seq {
-    int q_start;  // first row of the sequence in q / out (packed), else 0
-    int k_start;  // first key of the sequence in k / v (packed), else 0
-    int len_q;    // query rows of the sequence
-    int len_k;    // keys it attends to (after the append)
-    int cached;   // keys already in the cache: keys cached .. len_k - 1 are rows of k_new / v_new
-};
-
-template <bool kVarlen>
-__device__ __forceinline__ Seq sequence(int b, int len_q, int len_k, const int* cu_seqlens_q,
-                                        const int* cu_seqlens_k, const int* kv_lens, int len_new) {
-    Seq s{0, 0, len_q, len_k, len_k};
-    if constexpr (kVarlen) {
-        if (cu_seqlens_q != nullptr) {
-            const int* cu_k = cu_seqlens_k != nullptr ? cu_seqlens_k : cu_seqlens_q;
-            s.q_start = cu_seqlens_q[b];
-            s.len_q = cu_seqlens_q[b + 1] - s.q_start;
-            s.k_start = cu_k[b];
-            s.len_k = s.cached = cu_k[b + 1] - s.k_start;
-        } else if (kv_lens != nullptr) {
-            s.cached = kv_lens[b];
-            s.len_k = s.cached + len_new;
-        }
-    }
-    return s;
-}
-
-// ---- section: key rows --------------------------------------------------------------------
-// Key j (0 <= j < len_k) of the block's (sequence, KV head) in K or V. Keys below `cached` are
-// in the cache: rows of k / v;
-// keys from `cached` on are rows j - cached of k_new / v_new (appended in this call: every
-// block reads them there, so the writes of the appending blocks never race with the reads).
-// Without kVarlen (see Seq) nothing is appended: every key is in the cache.
-template <bool kVarlen>
-struct KeyRows {
-    const elem_t* cache;   // key 0's row
-    long long row_stride;  // stride between consecutive keys
-    const elem_t* fresh;   // k_new / v_new at (batch, row 0, KV head) (kVarlen, len_new > 0)
-    long long fresh_stride;
-    int cached;
-
-    // Where key j sits in the cache (also for j >= cached: where the append stores it).
-    __device__ __forceinline__ const elem_t* stored(int j) const {
-        return cache + (long long)j * row_stride;
-    }
-
-    // Where key j is read from.
-    __device__ __forceinline__ const elem_t* row(int j) const {
-        if constexpr (kVarlen) {
-            if (j >= cached) return fresh + (long long)(j - cached) * fresh_stride;
-        }
-        return stored(j);
-    }
-
-    // Whether keys j0 .. j0 + n - 1 (n >= 1) lie row_stride apart in the cache: one load_tile.
-    __device__ __forceinline__ bool strided(int j0, int n) const {
-        return n > 0 && j0 + n <= cached;
-    }
-};
-
-// Like load_tile, with row r at row_ptr(r) (a gather: paged keys, appended keys, rows of the
-// heads of a GQA group). Rows at or past valid_rows are zero-filled.
-template <int kRows, int kCols, int kStride, class RowPtr>
-__device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, int valid_rows, int tid) {
-    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
-    constexpr int kChunks = kCols / kVec;
-    constexpr int kCopies = kRows * kChunks;
-    #pragma unroll
-    for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
-        const int c = tid + i * kThreads;
-        if (kCopies % kThreads == 0 || c < kCopies) {
-            const int r = c / kChunks, col = (c % kChunks) * kVec;
-            const bool valid = r < valid_rows;
-            cp_async_16(dst + swizzled<kRows>(r, col), valid ? row_ptr(r) + col : nullptr, valid);
-        }
-    }
-}
-
-// kBlockKV keys from j0 (those below j0 + valid exist; the rest read as zeros).
-template <int kCols, int kStride, bool kVarlen>
-__device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& src, int j0, int valid, int tid) {
-    if constexpr (!kVarlen) {
-        // Contiguous cache, nothing appended: every tile is one strided copy (no per-tile branch).
-        load_tile<kBlockKV, kCols, kStride>(dst, src.stored(j0), src.row_stride, valid, tid);
-    } else if (src.strided(j0, min(valid, kBlockKV))) {
-        load_tile<kBlockKV, kCols, kStride>(dst, src.row(j0), src.row_stride, valid, tid);
-    } else {
-        load_rows<kBlockKV, kCols, kStride>(dst, [&](int r) { return src.row(j0 + r); }, valid, tid);
-    }
-}
-
-// The append: copy rows 0 .. len_new - 1 of k_new (or v_new) to keys cached .. of the cache,
-// 16 bytes per copy. Done by the blocks of the first q tile of each (sequence, KV head).
-template <int kCols>
-__device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int len_new, int tid) {
-    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
-    constexpr int kChunks = kCols / kVec;
-    for (int c = tid; c < len_new * kChunks; c += kThreads) {
-        const int r = c / kChunks, col = (c % kChunks) * kVec;
-        elem_t* dst = const_cast<elem_t*>(rows.stored(rows.cached + r)) + col;
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(rows.row(rows.cached + r) + col);
-    }
-}
-
-// ---- section: non-finite values -----------------------------------------------------------
-// A key a row does not see contributes nothing to that row, whatever its values: masked scores
-// are selected to -inf (never added to or multiplied), so their P is exactly 0; but in P V a 0
-// times an inf or NaN value of V is NaN. In a tile that some rows of the block see only in part
-// (a partial tile of a mask), every warp therefore zeroes the non-finite values of V before
-// P V (all warps write the same zeros) and learns which keys held them; a row that does see
-// such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. A NaN or +inf
-// score a row sees makes its sum l NaN, and so its output and lse (the epilogue keeps NaN).
-constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
-
-// Zero the non-finite values of the kBlockKV x kCols tile at `tile` (row stride kStride, rows
-// 16-byte aligned) and return, in `bad`, this warp's mask of the keys that held any.
-template <int kCols, int kStride>
-__device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyWords], int lane) {
-    constexpr int kWordsPerRow = kCols * static_cast<int>(sizeof(elem_t)) / 16;  // uint4 per row
-    static_assert(kCols * sizeof(elem_t) % 16 == 0, "rows of whole 16-byte words");
-    #pragma unroll
-    for (int w = 0; w < kKeyWords; ++w) {
-        const int r = w * 32 + lane;
-        bool found = false;
-        if (r < kBlockKV) {
-            #pragma unroll 4
-            for (int c = 0; c < kWordsPerRow; ++c) {
-                uint4* word = reinterpret_cast<uint4*>(tile + swizzled<kBlockKV>(r, c * (16 / static_cast<int>(sizeof(elem_t)))));
-                uint4 x = *word;
-                bool here = false;
-                x.x = clear_nonfinite(x.x, here);
-                x.y = clear_nonfinite(x.y, here);
-                x.z = clear_nonfinite(x.z, here);
-                x.w = clear_nonfinite(x.w, here);
-                if (here) *word = x;
-                found |= here;
-            }
-        }
-        bad[w] = __ballot_sync(0xffffffffu, found);
-    }
-    fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
-    __syncwarp();
-}
-
-// Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad.
-__device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p)[kFrags][kNTilesKV][4],
-                                              const unsigned (&bad)[kKeyWords], int t) {
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
-        #pragma unroll
-        for (int n = 0; n < kNTilesKV; ++n) {
-            #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = n * 8 + 2 * t + e % 2;
-                if (((bad[j / 32] >> (j % 32)) & 1u) && p[mf][n][e] != 0.f) row_bad |= 1u << (2 * mf + e / 2);
-            }
-        }
-    }
-}
-
-// ---- section: score transform --------------------------------------------------------------
-// Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
-__device__ __forceinline__ float score_transform(float s) {
-    return s * kScaleLog2;
-}
-
-// ---- section: kernel ------------------------------------------------------------------------
-// One block computes kBlockQ rows of the output of one (batch, query head), FlashAttention-2
-// style (Dao 2023, Algorithm 1): loop over the visible K/V tiles keeping, per row, the running
-// max m_i, the running sum l_i of exp2(t - m_i) and the unnormalised output acc; when the max
-// grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
-// The score matrix is never stored: each warp holds its kRowsPerWarp x kBlockKV slice in registers.
-// kPass: 0 = the whole algorithm (fused, split_kv).
-// kVarlen: the launch has per-sequence lengths or an append (see the sequences section).
-// The entry points at the end of the file instantiate it.
-template <int kPass, bool kVarlen>
-__device__ __forceinline__ void attention(const elem_t* __restrict__ q,
-                                          const elem_t* __restrict__ k,
-                                          const elem_t* __restrict__ v,
-                                          elem_t* __restrict__ out,
-                                          float* __restrict__ lse,
-                                          long long q_sb,
-                                          long long q_sl,
-                                          long long q_sh,
-                                          long long k_sb,
-                                          long long k_sl,
-                                          long long k_sh,
-                                          long long v_sb,
-                                          long long v_sl,
-                                          long long v_sh,
-                                          long long o_sb,
-                                          long long o_sl,
-                                          long long o_sh,
-                                          int len_q,
-                                          int len_k,
-                                          int heads_q,
-                                          int group,
-                                          long long lse_sb,
-                                          long long lse_sh,
-                                          const int* __restrict__ cu_seqlens_q,
-                                          const int* __restrict__ cu_seqlens_k,
-                                          const int* __restrict__ kv_lens,
-                                          const elem_t* __restrict__ k_new,
-                                          const elem_t* __restrict__ v_new,
-                                          long long kn_sb,
-                                          long long kn_sl,
-                                          long long kn_sh,
-                                          long long vn_sb,
-                                          long long vn_sl,
-                                          long long vn_sh,
-                                          int len_new) {
-    // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
-    // (the launch asks for 1024 bytes more than the buffers take).
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
-    elem_t* sQ = reinterpret_cast<elem_t*>(smem + kOffsetQ);
-    elem_t* sK = reinterpret_cast<elem_t*>(smem + kOffsetK);
-    elem_t* sV = reinterpret_cast<elem_t*>(smem + kOffsetV);
-
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int t = lane % 4;                  // this lane's columns: 2t and 2t + 1 of each 8
-    const int head_y = blockIdx.y, batch = blockIdx.z;  // query head, batch
-    const int q_tile = blockIdx.x;
-
-    // ---- section: sequences ----
-    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
-    const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
-    const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
-    auto query_of = [](int p) { return p; };
-    auto head_of = [&](int) { return head; };
-    auto q_row = [&](int p) {
-        return q + batch * q_sb + (long long)(seq.q_start + query_of(p)) * q_sl + head_of(p) * q_sh;
-    };
-    const int row0 = q_tile * kBlockQ;       // the block's first row
-    const int row_end = min(row0 + kBlockQ, n_rows);
-    // This lane's rows: row_a + 16 mf + 8 h for fragment mf < kFrags and half h < 2.
-    const int row_a = row0 + warp * kRowsPerWarp + lane / 4;
-
-    // ---- section: key rows ----
-    auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
-                        long long fb, long long fl, long long fh) {
-        KeyRows<kVarlen> r;
-        r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
-        r.row_stride = sl;
-        r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
-        r.fresh_stride = fl;
-        r.cached = seq.cached;
-        return r;
-    };
-    const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
-    const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
-    if constexpr (kVarlen) {
-        // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-        if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
-            append_rows<kHeadDimQK>(keys, len_new, tid);
-            append_rows<kHeadDimV>(values, len_new, tid);
-        }
-    }
-    if (row0 >= n_rows) return;  // packed sequences: the grid covers the longest one
-
-    // ---- section: prologue: load Q ----
-    zero_padding<kBlockQ, kHeadDimQK, kHeadDimQKPad, kStrideQ>(sQ, tid);
-    #pragma unroll
-    for (int st = 0; st < kStages; ++st) {
-        zero_padding<kBlockKV, kHeadDimQK, kHeadDimQKPad, kStrideK>(sK + st * kBlockKV * kStrideK, tid);
-        zero_padding<kBlockKV, kHeadDimV, kHeadDimVPad, kStrideV>(sV + st * kBlockKV * kStrideV, tid);
-    }
-    load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, tid);
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_async_shared();
-    __syncthreads();
-    WarpMath math;
-    math.init(smem, warp, lane);
-    math.load_q(smem, warp);
-
-    // ---- section: loop bounds (mask) ----
-    const Mask mask{seq.len_q, seq.len_k};  // aligned to this sequence's own lengths
-    const int qrow0 = query_of(row0), qrow_end = query_of(row_end - 1) + 1;  // the block's query rows
-    int kv_begin, kv_end;
-    mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
-    int tile_first = kv_begin / kBlockKV;
-    int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
-    // The kv tile of iteration it.
-    auto kv_tile = [&](int it) { return tile_first + it; };
-    // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
-    int qi[kFrags][2];
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
-        #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int p = row_a + 16 * mf + 8 * h;
-            qi[mf][h] = query_of(p);
-        }
-    }
-
-    float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
-    float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
-    float acc[kFrags][kNTilesV][4];  // unnormalised output
-    unsigned row_bad = 0u;          // bit 2 mf + h: the row saw a non-finite value of V (section non-finite values)
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
-        m_i[mf][0] = m_i[mf][1] = neg_inf();
-        l_i[mf][0] = l_i[mf][1] = 0.f;
-        #pragma unroll
-        for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
-    }
-
-    auto load_kv = [&](int stage, int tile) {
-        const int j0 = kv_tile(tile) * kBlockKV;
-        load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, tid);
-        load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, tid);
-    };
-
-    // ---- section: main loop over K/V tiles ----
-    // Hopper family, FlashAttention-3 order (Shah et al. 2024, section 3.2): in iteration it the
-    // warpgroup issues S = Q K^T of tile it and acc += P V of tile it - 1 together, waits for S
-    // only, and does the softmax of tile it while the tensor cores still run P V; acc is rescaled
-    // once P V is done. V of tile it - 1 is thus still read during iteration it: the copies run
-    // kStages - 2 tiles ahead, into the stage of tile it - 2, which every warp finished with in
-    // iteration it - 1 (before this iteration's barrier).
-    #pragma unroll
-    for (int st = 0; st < kStages - 2; ++st) {
-        if (st < n_tiles) load_kv(st, st);
-        cp_async_commit();
-    }
-    WarpMath::PTile p;       // P of the previous tile: the A operand of its P V, in flight
-    float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
-    for (int it = 0; it < n_tiles; ++it) {
-        // -- load K/V tile: wait for this one, then issue the copy kStages - 2 tiles ahead
-        cp_async_wait<kStages - 3>();
-        fence_async_shared();  // the tile is read by the tensor cores (async proxy)
-        __syncthreads();
-        {
-            const int ahead = it + kStages - 2;
-            if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
-            cp_async_commit();
-        }
-        const int stage = it % kStages;
-        const int j0 = kv_tile(it) * kBlockKV;
-        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-        // -- clean V of a partial tile (section non-finite values); its P V is issued next iteration
-        unsigned bad[kKeyWords];
-        if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
-
-        // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
-        float s[kFrags][kNTilesKV][4];
-        math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
-        if (it > 0) {
-            math.issue_pv(acc, p, sV + ((it + kStages - 1) % kStages) * kBlockKV * kStrideV);
-            math.wait_scores<1>(s);  // S is done; P V may still run
-        } else {
-            math.wait_scores<0>(s);
-        }
-
-        // -- score transform and mask
-        #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int n = 0; n < kNTilesKV; ++n) {
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2;
-                    float x = score_transform(s[mf][n][e]);
-                    if (partial && !mask.visible(i, j)) x = neg_inf();
-                    s[mf][n][e] = x;
-                }
-            }
-        }
-
-        // -- online softmax: m_i, l_i, alpha
-        #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float m_new = m_i[mf][h];
-                #pragma unroll
-                for (int n = 0; n < kNTilesKV; ++n) {
-                    m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
-                }
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-                // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
-                const float m_use = m_new == neg_inf() ? 0.f : m_new;
-                const float alpha = exp2_approx(m_i[mf][h] - m_use);
-                m_i[mf][h] = m_new;
-                float row_sum = 0.f;
-                #pragma unroll
-                for (int n = 0; n < kNTilesKV; ++n) {
-                    s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
-                    s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
-                    row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
-                }
-                l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
-                alpha_i[mf][h] = alpha;  // acc is rescaled once the product in flight is done
-            }
-        }
-
-        // -- the previous P V is done: rescale acc, then P of this tile
-        math.wait_pv(acc);
-        fence_fragments(p);  // P stayed untouched while its P V ran
-        #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int n = 0; n < kNTilesV; ++n) {
-                acc[mf][n][0] *= alpha_i[mf][0];
-                acc[mf][n][1] *= alpha_i[mf][0];
-                acc[mf][n][2] *= alpha_i[mf][1];
-                acc[mf][n][3] *= alpha_i[mf][1];
-            }
-        }
-        // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
-        if (partial) mark_bad_rows(row_bad, s, bad, t);
-        math.pack_p(s, p);
-    }
-    // -- O += P V of the last tile
-    if (n_tiles > 0) {
-        math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
-        math.wait_pv(acc);
-    }
-
-    // ---- section: epilogue: normalise and store ----
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
-        #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float l = l_i[mf][h];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
-            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
-            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
-            if (bad_row) l = quiet_nan();
-            // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
-            // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
-            const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
-            const int row = row_a + 16 * mf + 8 * h;
-            if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
-                const int i = qi[mf][h], hh = head_of(row);
-                elem_t* o_row = out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl;
-                #pragma unroll
-                for (int n = 0; n < kNTilesV; ++n) {
-                    if (n * 8 < kHeadDimV) {
-                        store_pair(o_row + n * 8 + 2 * t, acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
-                    }
-                }
-                if (lse != nullptr && t == 0) {
-                    lse[batch * lse_sb + hh * lse_sh + seq.q_start + i] =
-                        l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : (l == 0.f ? neg_inf() : l);
-                }
-            }
-        }
-    }
-}
-}  // namespace padded
-
-// =============================================================================================
-// namespace varlen: launches with cu_seqlens_q, kv_lens or an append (entry point attngen_llama3_8b_prefill_varlen)
-// =============================================================================================
-namespace varlen {
-
-// ---- section: config ----------------------------------------------------------------
-// Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
-// run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-constexpr int kBlockQ = 128;      // tile q: rows of Q per block
+constexpr int kBlockQ = 64;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
-constexpr int kWarps = 8;
-constexpr int kThreads = 256;    // kWarps * 32
+constexpr int kWarps = 4;
+constexpr int kThreads = 128;    // kWarps * 32
 constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
@@ -903,10 +93,10 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (132096 bytes)
-constexpr int kOffsetK = 32768;
-constexpr int kOffsetV = 81920;
-constexpr int kSmemBytes = 132096;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (115712 bytes)
+constexpr int kOffsetK = 16384;
+constexpr int kOffsetV = 65536;
+constexpr int kSmemBytes = 115712;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -1451,7 +641,817 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;                  // this lane's columns: 2t and 2t + 1 of each 8
     const int head_y = blockIdx.y, batch = blockIdx.z;  // query head, batch
-    const int q_tile = blockIdx.x;
+    // causal: the last row tiles see the most keys; blocks start in blockIdx order, so the
+    // longest tiles go first and the grid ends on short ones (less idle tail)
+    const int q_tile = gridDim.x - 1 - blockIdx.x;
+
+    // ---- section: sequences ----
+    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+    const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
+    const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
+    auto query_of = [](int p) { return p; };
+    auto head_of = [&](int) { return head; };
+    auto q_row = [&](int p) {
+        return q + batch * q_sb + (long long)(seq.q_start + query_of(p)) * q_sl + head_of(p) * q_sh;
+    };
+    const int row0 = q_tile * kBlockQ;       // the block's first row
+    const int row_end = min(row0 + kBlockQ, n_rows);
+    // This lane's rows: row_a + 16 mf + 8 h for fragment mf < kFrags and half h < 2.
+    const int row_a = row0 + warp * kRowsPerWarp + lane / 4;
+
+    // ---- section: key rows ----
+    auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
+                        long long fb, long long fl, long long fh) {
+        KeyRows<kVarlen> r;
+        r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
+        r.row_stride = sl;
+        r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
+        r.fresh_stride = fl;
+        r.cached = seq.cached;
+        return r;
+    };
+    const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
+    const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
+    if constexpr (kVarlen) {
+        // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
+        if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+            append_rows<kHeadDimQK>(keys, len_new, tid);
+            append_rows<kHeadDimV>(values, len_new, tid);
+        }
+    }
+    if (row0 >= n_rows) return;  // packed sequences: the grid covers the longest one
+
+    // ---- section: prologue: load Q ----
+    zero_padding<kBlockQ, kHeadDimQK, kHeadDimQKPad, kStrideQ>(sQ, tid);
+    #pragma unroll
+    for (int st = 0; st < kStages; ++st) {
+        zero_padding<kBlockKV, kHeadDimQK, kHeadDimQKPad, kStrideK>(sK + st * kBlockKV * kStrideK, tid);
+        zero_padding<kBlockKV, kHeadDimV, kHeadDimVPad, kStrideV>(sV + st * kBlockKV * kStrideV, tid);
+    }
+    load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, tid);
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_async_shared();
+    __syncthreads();
+    WarpMath math;
+    math.init(smem, warp, lane);
+    math.load_q(smem, warp);
+
+    // ---- section: loop bounds (mask) ----
+    const Mask mask{seq.len_q, seq.len_k};  // aligned to this sequence's own lengths
+    const int qrow0 = query_of(row0), qrow_end = query_of(row_end - 1) + 1;  // the block's query rows
+    int kv_begin, kv_end;
+    mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
+    int tile_first = kv_begin / kBlockKV;
+    int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+    // The kv tile of iteration it.
+    auto kv_tile = [&](int it) { return tile_first + it; };
+    // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
+    int qi[kFrags][2];
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int p = row_a + 16 * mf + 8 * h;
+            qi[mf][h] = query_of(p);
+        }
+    }
+
+    float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
+    float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
+    float acc[kFrags][kNTilesV][4];  // unnormalised output
+    unsigned row_bad = 0u;          // bit 2 mf + h: the row saw a non-finite value of V (section non-finite values)
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        m_i[mf][0] = m_i[mf][1] = neg_inf();
+        l_i[mf][0] = l_i[mf][1] = 0.f;
+        #pragma unroll
+        for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
+    }
+
+    auto load_kv = [&](int stage, int tile) {
+        const int j0 = kv_tile(tile) * kBlockKV;
+        load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, tid);
+        load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, tid);
+    };
+
+    // ---- section: main loop over K/V tiles ----
+    // Hopper family, FlashAttention-3 order (Shah et al. 2024, section 3.2): in iteration it the
+    // warpgroup issues S = Q K^T of tile it and acc += P V of tile it - 1 together, waits for S
+    // only, and does the softmax of tile it while the tensor cores still run P V; acc is rescaled
+    // once P V is done. V of tile it - 1 is thus still read during iteration it: the copies run
+    // kStages - 2 tiles ahead, into the stage of tile it - 2, which every warp finished with in
+    // iteration it - 1 (before this iteration's barrier).
+    #pragma unroll
+    for (int st = 0; st < kStages - 2; ++st) {
+        if (st < n_tiles) load_kv(st, st);
+        cp_async_commit();
+    }
+    WarpMath::PTile p;       // P of the previous tile: the A operand of its P V, in flight
+    float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
+    for (int it = 0; it < n_tiles; ++it) {
+        // -- load K/V tile: wait for this one, then issue the copy kStages - 2 tiles ahead
+        cp_async_wait<kStages - 3>();
+        fence_async_shared();  // the tile is read by the tensor cores (async proxy)
+        __syncthreads();
+        {
+            const int ahead = it + kStages - 2;
+            if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
+            cp_async_commit();
+        }
+        const int stage = it % kStages;
+        const int j0 = kv_tile(it) * kBlockKV;
+        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
+        // -- clean V of a partial tile (section non-finite values); its P V is issued next iteration
+        unsigned bad[kKeyWords];
+        if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+
+        // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
+        float s[kFrags][kNTilesKV][4];
+        math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
+        if (it > 0) {
+            math.issue_pv(acc, p, sV + ((it + kStages - 1) % kStages) * kBlockKV * kStrideV);
+            math.wait_scores<1>(s);  // S is done; P V may still run
+        } else {
+            math.wait_scores<0>(s);
+        }
+
+        // -- score transform and mask
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int n = 0; n < kNTilesKV; ++n) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2;
+                    float x = score_transform(s[mf][n][e]);
+                    if (partial && !mask.visible(i, j)) x = neg_inf();
+                    s[mf][n][e] = x;
+                }
+            }
+        }
+
+        // -- online softmax: m_i, l_i, alpha
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float m_new = m_i[mf][h];
+                #pragma unroll
+                for (int n = 0; n < kNTilesKV; ++n) {
+                    m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
+                }
+                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
+                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
+                const float m_use = m_new == neg_inf() ? 0.f : m_new;
+                const float alpha = exp2_approx(m_i[mf][h] - m_use);
+                m_i[mf][h] = m_new;
+                float row_sum = 0.f;
+                #pragma unroll
+                for (int n = 0; n < kNTilesKV; ++n) {
+                    s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
+                    s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
+                    row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
+                }
+                l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
+                alpha_i[mf][h] = alpha;  // acc is rescaled once the product in flight is done
+            }
+        }
+
+        // -- the previous P V is done: rescale acc, then P of this tile
+        math.wait_pv(acc);
+        fence_fragments(p);  // P stayed untouched while its P V ran
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) {
+                acc[mf][n][0] *= alpha_i[mf][0];
+                acc[mf][n][1] *= alpha_i[mf][0];
+                acc[mf][n][2] *= alpha_i[mf][1];
+                acc[mf][n][3] *= alpha_i[mf][1];
+            }
+        }
+        // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
+        if (partial) mark_bad_rows(row_bad, s, bad, t);
+        math.pack_p(s, p);
+    }
+    // -- O += P V of the last tile
+    if (n_tiles > 0) {
+        math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
+        math.wait_pv(acc);
+    }
+
+    // ---- section: epilogue: normalise and store ----
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float l = l_i[mf][h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
+            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
+            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
+            if (bad_row) l = quiet_nan();
+            // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
+            // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
+            const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
+            const int row = row_a + 16 * mf + 8 * h;
+            if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
+                const int i = qi[mf][h], hh = head_of(row);
+                elem_t* o_row = out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl;
+                #pragma unroll
+                for (int n = 0; n < kNTilesV; ++n) {
+                    if (n * 8 < kHeadDimV) {
+                        store_pair(o_row + n * 8 + 2 * t, acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
+                    }
+                }
+                if (lse != nullptr && t == 0) {
+                    lse[batch * lse_sb + hh * lse_sh + seq.q_start + i] =
+                        l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : (l == 0.f ? neg_inf() : l);
+                }
+            }
+        }
+    }
+}
+}  // namespace padded
+
+// =============================================================================================
+// namespace varlen: launches with cu_seqlens_q, kv_lens or an append (entry point attngen_llama3_8b_prefill_varlen)
+// =============================================================================================
+namespace varlen {
+
+// ---- section: config ----------------------------------------------------------------
+// Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
+// run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
+constexpr int kBlockQ = 64;      // tile q: rows of Q per block
+constexpr int kFrags = 1;         // 16-row fragments of Q per warp
+constexpr int kRowsPerWarp = 16 * kFrags;
+constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kWarps = 4;
+constexpr int kThreads = 128;    // kWarps * 32
+constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kHeadDimQK = 128;    // head dim of q and k
+constexpr int kHeadDimV = 128;     // head dim of v and out
+constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
+constexpr int kHeadDimVPad = 128;
+// Shared-memory tiles are in the 128-byte swizzled layout of the wgmma descriptors (section
+// memory: swizzled); the strides are the padded row widths, in elements.
+constexpr int kStrideQ = 128;
+constexpr int kStrideK = 128;
+constexpr int kStrideV = 128;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (115712 bytes)
+constexpr int kOffsetK = 16384;
+constexpr int kOffsetV = 65536;
+constexpr int kSmemBytes = 115712;
+static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
+
+// Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
+// scale = 0.08838834764831843 (1 / sqrt(head_dim qk)).
+constexpr float kScaleLog2 = 0.12751743082459868f;  // scale * log2(e)
+constexpr float kLn2 = 0.6931471805599453f;
+
+static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
+static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
+static_assert(kHeadDimQK % 8 == 0 && kHeadDimV % 8 == 0, "head dims are multiples of 8");
+static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "padded head dims");
+static_assert(kThreads <= 1024, "threads per block");
+
+// ---- section: memory --------------------------------------------------------------------
+// Global -> shared copies go through cp.async (sm_80+), 16 bytes per thread per copy, so a
+// warp moves 512 contiguous bytes at a time and the copies overlap the math of the previous
+// tile (kStages deep).
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+
+// The shared-memory layout of every tile (Q, K, V): the 128-byte swizzle of the wgmma
+// descriptors. A tile of kRows rows is stored as column blocks of 64 elements (128 bytes per
+// row, kRows * 128 bytes per block, each block 1024-byte aligned); in a block, the 16-byte chunk
+// c of row r sits at chunk c ^ (r % 8), so the 8 rows one 8x8 core matrix spans lie in
+// different banks. Element (r, col) of the tile:
+template <int kRows>
+__device__ __forceinline__ int swizzled(int r, int col) {
+    return (col / 64) * (kRows * 64) + r * 64 + ((((col / 8) % 8) ^ (r % 8)) * 8) + col % 8;
+}
+
+// Make the ordinary shared-memory writes of this thread (cp.async, zero fills, cleaned values)
+// visible to the tensor cores' reads, which go through the async proxy. Before a barrier.
+__device__ __forceinline__ void fence_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Wait until at most N groups of copies are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+
+// Copy kRows rows of kCols elements (row r at src + r * row_stride) into shared-memory rows
+// of kStride elements. Rows at or past valid_rows are zero-filled, so keys past Lk and
+// queries past Lq read as zeros.
+template <int kRows, int kCols, int kStride>
+__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long long row_stride,
+                                          int valid_rows, int tid) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));  // elements per copy
+    constexpr int kChunks = kCols / kVec;                         // copies per row
+    constexpr int kCopies = kRows * kChunks;
+    static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
+    if constexpr (kThreads >= kChunks) {
+        // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
+        // pointer, so that no per-row 64-bit offsets stay live across the main loop. (When the
+        // threads are not a multiple of the chunks per row, the last few threads copy nothing.)
+        constexpr int kRowStep = kThreads / kChunks;
+        if (kThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
+        const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
+        const elem_t* s = src + r0 * row_stride + col;
+        const long long step = kRowStep * row_stride;
+        #pragma unroll
+        for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i, s += step) {
+            const int r = r0 + i * kRowStep;
+            if (kRows % kRowStep == 0 || r < kRows) {
+                const bool valid = r < valid_rows;
+                cp_async_16(dst + swizzled<kRows>(r, col), valid ? s : src, valid);
+            }
+        }
+    } else {
+        #pragma unroll
+        for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
+            const int c = tid + i * kThreads;
+            if (kCopies % kThreads == 0 || c < kCopies) {
+                const int r = c / kChunks, col = (c % kChunks) * kVec;
+                const bool valid = r < valid_rows;
+                cp_async_16(dst + swizzled<kRows>(r, col), valid ? src + r * row_stride + col : src, valid);
+            }
+        }
+    }
+}
+
+// Zero columns [kCols, kColsPad) of kRows rows: the head-dim padding the products read.
+template <int kRows, int kCols, int kColsPad, int kStride>
+__device__ __forceinline__ void zero_padding(elem_t* dst, int tid) {
+    if constexpr (kColsPad > kCols) {
+        for (int i = tid; i < kRows * (kColsPad - kCols); i += kThreads) {
+            dst[swizzled<kRows>(i / (kColsPad - kCols), kCols + i % (kColsPad - kCols))] = elem_t(0);
+        }
+    }
+}
+
+// ---- section: matmul primitives ---------------------------------------------------------
+// Both products on Hopper's warpgroup tensor cores: wgmma.mma_async m64nNk16 (f16
+// inputs, f32 accumulators; sm_90a). A warpgroup is 4 consecutive warps (128 threads) and owns
+// 64 rows of Q; warp w of it owns rows 16 w .. 16 w + 15. The accumulators of m64nN have, per
+// warp, the layout of mma.sync m16n8 (PTX ISA, "Register Fragments and Shared Memory Matrix
+// Layouts" of wgmma): lane = 4 g + t holds, for every 8-column tile n, rows g and g + 8 and
+// columns 8 n + 2 t, 8 n + 2 t + 1 as registers 4 n .. 4 n + 3 — the s[0][n][e] and acc[0][n][e]
+// of the algorithm below, which is the same for both kernel families.
+//   S = Q K^T: A (Q) and B (K) from shared memory, both K-major (the head dim is contiguous).
+//   acc += P V: A (P) from registers (the accumulator layout of S is the A layout of one
+//   16-key step, as with mma.sync), B (V) from shared memory, MN-major (the head dim of V is
+//   contiguous: the transposed-B mode of wgmma).
+// Each product is issued by the whole warpgroup, committed and waited for before its result is
+// used (wgmma.fence before, wgmma.wait_group 0 after); the two warpgroups of a block overlap one
+// another's softmax with their products.
+constexpr int kNTilesKV = kBlockKV / 8;        // 8-column tiles of S
+constexpr int kNTilesV = kHeadDimVPad / 8;     // 8-column tiles of acc
+constexpr int kKStepsQK = kHeadDimQKPad / 16;  // k16 steps of Q K^T
+static_assert(kFrags == 1 && kBlockQ % 64 == 0, "a warpgroup owns 64 rows, a warp 16");
+static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "head dims in whole 128-byte swizzle blocks");
+static_assert(kBlockKV % 16 == 0 && kBlockKV <= 256 && kHeadDimVPad <= 256, "N of m64nNk16 is at most 256");
+
+// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address,
+// leading and stride byte offsets (all >> 4), 128-byte swizzle (mode 1 in bits 62-63).
+__device__ __forceinline__ unsigned long long smem_descriptor(const elem_t* p, unsigned lead, unsigned stride) {
+    return static_cast<unsigned long long>((smem_addr(p) & 0x3ffffu) >> 4)
+         | (static_cast<unsigned long long>(lead >> 4) << 16)
+         | (static_cast<unsigned long long>(stride >> 4) << 32)
+         | (1ull << 62);
+}
+
+// 2^x in one MUFU.EX2 (ex2.approx.ftz: results below 2^-126 are 0, which a probability that small
+// is anyway next to the row's largest one, 1); exp2f adds a denormal-range fix-up around it.
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Keep the compiler from moving reads or writes of accumulators across a wgmma wait.
+template <int kTiles>
+__device__ __forceinline__ void fence_registers(float (&d)[kTiles][4]) {
+    #pragma unroll
+    for (int n = 0; n < kTiles; ++n) {
+        asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+    }
+}
+
+// d (= or +=, by scale_d) A B for one k16 step: m64n64k16, A and B from shared memory, K-major.
+__device__ __forceinline__ void wgmma_scores(float (&d)[kNTilesKV][4], unsigned long long a, unsigned long long b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %32, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31 }, "
+        "%33, %34, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
+"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
+"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
+"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(scale_d), "l"(a), "l"(b));
+}
+
+// d += A B for one k16 step: m64n128k16, A from registers, B from shared memory, MN-major.
+__device__ __forceinline__ void wgmma_pv(float (&d)[kNTilesV][4], const unsigned (&a)[4], unsigned long long b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63 }, "
+        "{ %64, %65, %66, %67 }, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
+"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
+"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
+"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
+"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), 
+"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), 
+"+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), 
+"+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+using PTileArg = unsigned[kFrags][kBlockKV / 16][4];
+
+// Keep the A fragments of a P V in flight where they are until its wait (PTX ISA: the registers
+// of a wgmma's A must not be written before the wait_group that covers it).
+__device__ __forceinline__ void fence_fragments(PTileArg& p) {
+    #pragma unroll
+    for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+        asm volatile("" : "+r"(p[0][ks][0]), "+r"(p[0][ks][1]), "+r"(p[0][ks][2]), "+r"(p[0][ks][3]) :: "memory");
+    }
+}
+
+// One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
+struct WarpMath {
+    const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
+
+    __device__ __forceinline__ void init(unsigned char* smem, int warp, int) {
+        sQ = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + (warp / 4) * 64 * 64;
+    }
+
+    __device__ __forceinline__ void load_q(unsigned char*, int) {}  // Q stays in shared memory
+
+    // s = Q K^T: raw dot products of the warpgroup's rows with the tile's kBlockKV keys. Step kk
+    // reads columns 16 kk .. 16 kk + 15: column block kk / 4, 32 bytes further per step inside it
+    // (the swizzle is applied by the hardware to the whole address). Stride: 8 rows = 1024 bytes.
+    __device__ __forceinline__ void scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < kKStepsQK; ++kk) {
+            const int at = (kk / 4) * 64, step = (kk % 4) * 16;
+            wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
+                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_registers(s[0]);
+    }
+
+    // The overlapped main loop issues the products and waits for them separately: S of this
+    // tile (one commit group), then P V of the previous one (a second group).
+    __device__ __forceinline__ void issue_scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < kKStepsQK; ++kk) {
+            const int at = (kk / 4) * 64, step = (kk % 4) * 16;
+            wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
+                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+    }
+
+    // Wait until at most kPending groups (the P V in flight) remain: S is then complete.
+    template <int kPending>
+    __device__ __forceinline__ void wait_scores(float (&s)[kFrags][kNTilesKV][4]) const {
+        asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(kPending) : "memory");
+        fence_registers(s[0]);
+    }
+
+    __device__ __forceinline__ void issue_pv(float (&acc)[kFrags][kNTilesV][4], const PTileArg& p, const elem_t* sV) const {
+        wgmma_fence();
+        #pragma unroll
+        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
+        }
+        wgmma_commit();
+    }
+
+    __device__ __forceinline__ void wait_pv(float (&acc)[kFrags][kNTilesV][4]) const {
+        wgmma_wait_all();
+        fence_registers(acc[0]);
+    }
+
+    // P, the probabilities, as the A fragments of P V (as with mma.sync: the accumulator layout
+    // of two 8-key tiles is the A layout of one 16-key step).
+    using PTile = unsigned[kFrags][kBlockKV / 16][4];
+    __device__ __forceinline__ void pack_p(const float (&s)[kFrags][kNTilesKV][4], PTile& p) const {
+        #pragma unroll
+        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+            p[0][ks][0] = pack2(s[0][2 * ks][0], s[0][2 * ks][1]);          // row g,     keys 2t, 2t+1
+            p[0][ks][1] = pack2(s[0][2 * ks][2], s[0][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
+            p[0][ks][2] = pack2(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
+            p[0][ks][3] = pack2(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
+        }
+    }
+
+    // acc += P V. Step ks reads keys 16 ks .. 16 ks + 15 of V (rows of 128 bytes: 2048 bytes per
+    // step). MN-major descriptor: leading offset = from one 64-column block of V to the next
+    // (kBlockKV rows of 128 bytes), stride offset = from 8 keys to the next 8 (1024 bytes).
+    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
+        wgmma_fence();
+        #pragma unroll
+        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
+        }
+        wgmma_commit();
+        wgmma_wait_all();
+        fence_registers(acc[0]);
+    }
+};
+
+// ---- section: mask ------------------------------------------------------------------------
+// mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
+// key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
+// the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
+// tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
+// per-element mask. Rows and keys are int. Lengths are at most 2^30 and window sizes are clamped
+// to 2^30 by the planner, so the per-element tests stay inside int (windows are compared against
+// the distance j - diag(i), never added to a position); key_range, once per block, is 64-bit.
+struct Mask {
+    int len_q, len_k;
+
+    __device__ __forceinline__ bool visible(int i, int j) const {
+        return j < len_k && j <= i;
+    }
+
+    __device__ __forceinline__ void key_range(int r0, int r1, int& begin, int& end) const {
+        begin = 0;
+        end = min(len_k, r1);  // row r1 - 1 sees keys up to r1 - 1
+        if (end < begin) end = begin;
+    }
+
+    __device__ __forceinline__ bool tile_is_full(int r0, int r1, int j0, int j1) const {
+        return j1 <= len_k && j1 - 1 <= r0;
+    }
+};
+
+// ---- section: sequences -------------------------------------------------------------------
+// One sequence's rows and keys (docs/variants.md). Padded: q rows 0 .. len_q - 1 of its batch
+// entry and keys 0 .. len_k - 1, or kv_lens[b] + len_new keys. Packed (cu_seqlens_q given): q
+// rows cu_seqlens_q[b] .. of the packed tensor, keys cu_seqlens_k[b] .. (the batch strides are
+// then 0). Masks use the sequence's own lengths.
+// kVarlen: whether the launch has any of cu_seqlens_q, kv_lens, an append (len_new > 0). The
+// entry points instantiate the kernel both ways and pick one per launch: without them every
+// sequence is len_q rows by len_k keys, all in the cache, and the paths for them (and the
+// registers they hold through the main loop) are not compiled in.
+struct Seq {
+    int q_start;  // first row of the sequence in q / out (packed), else 0
+    int k_start;  // first key of the sequence in k / v (packed), else 0
+    int len_q;    // query rows of the sequence
+    int len_k;    // keys it attends to (after the append)
+    int cached;   // keys already in the cache: keys cached .. len_k - 1 are rows of k_new / v_new
+};
+
+template <bool kVarlen>
+__device__ __forceinline__ Seq sequence(int b, int len_q, int len_k, const int* cu_seqlens_q,
+                                        const int* cu_seqlens_k, const int* kv_lens, int len_new) {
+    Seq s{0, 0, len_q, len_k, len_k};
+    if constexpr (kVarlen) {
+        if (cu_seqlens_q != nullptr) {
+            const int* cu_k = cu_seqlens_k != nullptr ? cu_seqlens_k : cu_seqlens_q;
+            s.q_start = cu_seqlens_q[b];
+            s.len_q = cu_seqlens_q[b + 1] - s.q_start;
+            s.k_start = cu_k[b];
+            s.len_k = s.cached = cu_k[b + 1] - s.k_start;
+        } else if (kv_lens != nullptr) {
+            s.cached = kv_lens[b];
+            s.len_k = s.cached + len_new;
+        }
+    }
+    return s;
+}
+
+// ---- section: key rows --------------------------------------------------------------------
+// Key j (0 <= j < len_k) of the block's (sequence, KV head) in K or V. Keys below `cached` are
+// in the cache: rows of k / v;
+// keys from `cached` on are rows j - cached of k_new / v_new (appended in this call: every
+// block reads them there, so the writes of the appending blocks never race with the reads).
+// Without kVarlen (see Seq) nothing is appended: every key is in the cache.
+template <bool kVarlen>
+struct KeyRows {
+    const elem_t* cache;   // key 0's row
+    long long row_stride;  // stride between consecutive keys
+    const elem_t* fresh;   // k_new / v_new at (batch, row 0, KV head) (kVarlen, len_new > 0)
+    long long fresh_stride;
+    int cached;
+
+    // Where key j sits in the cache (also for j >= cached: where the append stores it).
+    __device__ __forceinline__ const elem_t* stored(int j) const {
+        return cache + (long long)j * row_stride;
+    }
+
+    // Where key j is read from.
+    __device__ __forceinline__ const elem_t* row(int j) const {
+        if constexpr (kVarlen) {
+            if (j >= cached) return fresh + (long long)(j - cached) * fresh_stride;
+        }
+        return stored(j);
+    }
+
+    // Whether keys j0 .. j0 + n - 1 (n >= 1) lie row_stride apart in the cache: one load_tile.
+    __device__ __forceinline__ bool strided(int j0, int n) const {
+        return n > 0 && j0 + n <= cached;
+    }
+};
+
+// Like load_tile, with row r at row_ptr(r) (a gather: paged keys, appended keys, rows of the
+// heads of a GQA group). Rows at or past valid_rows are zero-filled.
+template <int kRows, int kCols, int kStride, class RowPtr>
+__device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, int valid_rows, int tid) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
+    constexpr int kChunks = kCols / kVec;
+    constexpr int kCopies = kRows * kChunks;
+    #pragma unroll
+    for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
+        const int c = tid + i * kThreads;
+        if (kCopies % kThreads == 0 || c < kCopies) {
+            const int r = c / kChunks, col = (c % kChunks) * kVec;
+            const bool valid = r < valid_rows;
+            cp_async_16(dst + swizzled<kRows>(r, col), valid ? row_ptr(r) + col : nullptr, valid);
+        }
+    }
+}
+
+// kBlockKV keys from j0 (those below j0 + valid exist; the rest read as zeros).
+template <int kCols, int kStride, bool kVarlen>
+__device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& src, int j0, int valid, int tid) {
+    if constexpr (!kVarlen) {
+        // Contiguous cache, nothing appended: every tile is one strided copy (no per-tile branch).
+        load_tile<kBlockKV, kCols, kStride>(dst, src.stored(j0), src.row_stride, valid, tid);
+    } else if (src.strided(j0, min(valid, kBlockKV))) {
+        load_tile<kBlockKV, kCols, kStride>(dst, src.row(j0), src.row_stride, valid, tid);
+    } else {
+        load_rows<kBlockKV, kCols, kStride>(dst, [&](int r) { return src.row(j0 + r); }, valid, tid);
+    }
+}
+
+// The append: copy rows 0 .. len_new - 1 of k_new (or v_new) to keys cached .. of the cache,
+// 16 bytes per copy. Done by the blocks of the first q tile of each (sequence, KV head).
+template <int kCols>
+__device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int len_new, int tid) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
+    constexpr int kChunks = kCols / kVec;
+    for (int c = tid; c < len_new * kChunks; c += kThreads) {
+        const int r = c / kChunks, col = (c % kChunks) * kVec;
+        elem_t* dst = const_cast<elem_t*>(rows.stored(rows.cached + r)) + col;
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(rows.row(rows.cached + r) + col);
+    }
+}
+
+// ---- section: non-finite values -----------------------------------------------------------
+// A key a row does not see contributes nothing to that row, whatever its values: masked scores
+// are selected to -inf (never added to or multiplied), so their P is exactly 0; but in P V a 0
+// times an inf or NaN value of V is NaN. In a tile that some rows of the block see only in part
+// (a partial tile of a mask), every warp therefore zeroes the non-finite values of V before
+// P V (all warps write the same zeros) and learns which keys held them; a row that does see
+// such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. A NaN or +inf
+// score a row sees makes its sum l NaN, and so its output and lse (the epilogue keeps NaN).
+constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
+
+// Zero the non-finite values of the kBlockKV x kCols tile at `tile` (row stride kStride, rows
+// 16-byte aligned) and return, in `bad`, this warp's mask of the keys that held any.
+template <int kCols, int kStride>
+__device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyWords], int lane) {
+    constexpr int kWordsPerRow = kCols * static_cast<int>(sizeof(elem_t)) / 16;  // uint4 per row
+    static_assert(kCols * sizeof(elem_t) % 16 == 0, "rows of whole 16-byte words");
+    #pragma unroll
+    for (int w = 0; w < kKeyWords; ++w) {
+        const int r = w * 32 + lane;
+        bool found = false;
+        if (r < kBlockKV) {
+            #pragma unroll 4
+            for (int c = 0; c < kWordsPerRow; ++c) {
+                uint4* word = reinterpret_cast<uint4*>(tile + swizzled<kBlockKV>(r, c * (16 / static_cast<int>(sizeof(elem_t)))));
+                uint4 x = *word;
+                bool here = false;
+                x.x = clear_nonfinite(x.x, here);
+                x.y = clear_nonfinite(x.y, here);
+                x.z = clear_nonfinite(x.z, here);
+                x.w = clear_nonfinite(x.w, here);
+                if (here) *word = x;
+                found |= here;
+            }
+        }
+        bad[w] = __ballot_sync(0xffffffffu, found);
+    }
+    fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
+    __syncwarp();
+}
+
+// Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad.
+__device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p)[kFrags][kNTilesKV][4],
+                                              const unsigned (&bad)[kKeyWords], int t) {
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int n = 0; n < kNTilesKV; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int j = n * 8 + 2 * t + e % 2;
+                if (((bad[j / 32] >> (j % 32)) & 1u) && p[mf][n][e] != 0.f) row_bad |= 1u << (2 * mf + e / 2);
+            }
+        }
+    }
+}
+
+// ---- section: score transform --------------------------------------------------------------
+// Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
+__device__ __forceinline__ float score_transform(float s) {
+    return s * kScaleLog2;
+}
+
+// ---- section: kernel ------------------------------------------------------------------------
+// One block computes kBlockQ rows of the output of one (batch, query head), FlashAttention-2
+// style (Dao 2023, Algorithm 1): loop over the visible K/V tiles keeping, per row, the running
+// max m_i, the running sum l_i of exp2(t - m_i) and the unnormalised output acc; when the max
+// grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
+// The score matrix is never stored: each warp holds its kRowsPerWarp x kBlockKV slice in registers.
+// kPass: 0 = the whole algorithm (fused, split_kv).
+// kVarlen: the launch has per-sequence lengths or an append (see the sequences section).
+// The entry points at the end of the file instantiate it.
+template <int kPass, bool kVarlen>
+__device__ __forceinline__ void attention(const elem_t* __restrict__ q,
+                                          const elem_t* __restrict__ k,
+                                          const elem_t* __restrict__ v,
+                                          elem_t* __restrict__ out,
+                                          float* __restrict__ lse,
+                                          long long q_sb,
+                                          long long q_sl,
+                                          long long q_sh,
+                                          long long k_sb,
+                                          long long k_sl,
+                                          long long k_sh,
+                                          long long v_sb,
+                                          long long v_sl,
+                                          long long v_sh,
+                                          long long o_sb,
+                                          long long o_sl,
+                                          long long o_sh,
+                                          int len_q,
+                                          int len_k,
+                                          int heads_q,
+                                          int group,
+                                          long long lse_sb,
+                                          long long lse_sh,
+                                          const int* __restrict__ cu_seqlens_q,
+                                          const int* __restrict__ cu_seqlens_k,
+                                          const int* __restrict__ kv_lens,
+                                          const elem_t* __restrict__ k_new,
+                                          const elem_t* __restrict__ v_new,
+                                          long long kn_sb,
+                                          long long kn_sl,
+                                          long long kn_sh,
+                                          long long vn_sb,
+                                          long long vn_sl,
+                                          long long vn_sh,
+                                          int len_new) {
+    // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
+    // (the launch asks for 1024 bytes more than the buffers take).
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    elem_t* sQ = reinterpret_cast<elem_t*>(smem + kOffsetQ);
+    elem_t* sK = reinterpret_cast<elem_t*>(smem + kOffsetK);
+    elem_t* sV = reinterpret_cast<elem_t*>(smem + kOffsetV);
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int t = lane % 4;                  // this lane's columns: 2t and 2t + 1 of each 8
+    const int head_y = blockIdx.y, batch = blockIdx.z;  // query head, batch
+    // causal: the last row tiles see the most keys; blocks start in blockIdx order, so the
+    // longest tiles go first and the grid ends on short ones (less idle tail)
+    const int q_tile = gridDim.x - 1 - blockIdx.x;
 
     // ---- section: sequences ----
     const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);

@@ -36,6 +36,10 @@ CUDA_WGMMA_ALIGN = 1024
 # overlapped loop holds S, P and acc at 255 registers with tile kv 128; a window's bounds or a
 # custom mask's pointers need a few more (ptxas reports, benchmarks/NOTES.md, issue 11).
 CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 80, "softcap": 96}
+# Causal masks up to head dim 128 take smaller tiles (tile q, tile kv): less of the diagonal tile
+# is computed and masked, and two blocks share an SM. H100, f16, causal (benchmarks/NOTES.md):
+# d128 L4096 345 vs 317 TFLOP/s (q128 kv128), L1024 238 vs 185; d64 L1024 219 vs 172.
+CUDA_WGMMA_CAUSAL_TILE = (64, 64)
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,7 @@ class CudaConfig:
     def summary(self) -> str:
         """One line a person reads in `attngen check` and in source headers."""
         math = {"wgmma": f"Hopper tensor cores (wgmma m64n{self.tile_kv}k16 and m64n{self.d_v_pad}k16, "
-                         f"{self.warps // 4} warpgroups of 64 rows, sm_90a"
+                         f"{self.warps // 4} warpgroup{'s' if self.warps > 4 else ''} of 64 rows, sm_90a"
                          + ("; softmax overlapped with P V" if self.overlap else "") + ")",
                 "mma": "tensor cores (mma.sync m16n8k16)", "fma": "CUDA cores (fma)"}[self.math]
         who = f"{self.warps} warps ({self.threads} threads), {self.stages} K/V stage(s), {math}"
@@ -292,13 +296,18 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     math = cuda_math(spec, profile)
     note = wgmma_refusal(spec, profile) or ""
     if math == "wgmma":
-        kv = None
+        kv = rows = None
+        opts = spec.options("cuda")
+        row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v), math)
         if spec.tile.kv is None:  # masks with more per-element state take a narrower tile kv
             cap = CUDA_WGMMA_KV_CAP.get("softcap" if spec.softcap is not None else spec.mask.kind)
-            row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v), math)
             if cap is not None and row["tile_kv"] > cap:
-                kv = (cap, spec.options("cuda").get("stages"))
-        cfg = _cuda_fit(spec, profile, math, None, kv=kv)
+                kv = (cap, opts.get("stages"))
+        if (spec.mask.kind == "causal" and max(spec.head_dim_qk, spec.head_dim_v) <= 128 and spec.tile.q is None
+                and spec.tile.kv is None and opts.get("warps") is None):
+            rows, kv = (CUDA_WGMMA_CAUSAL_TILE[0], CUDA_WGMMA_CAUSAL_TILE[0] // CUDA_ROWS_PER_WARP), (
+                CUDA_WGMMA_CAUSAL_TILE[1], opts.get("stages"))
+        cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv)
         if spec.mask.is_custom:  # one general instantiation serves every launch
             return cfg
         # Launches with per-sequence lengths take the _varlen entry point: the same family with
