@@ -15,7 +15,7 @@
 //       schedule   fused
 //       kv_cache   contiguous
 //       target     cuda { warps=auto stages=auto }
-//       target     wgsl { workgroup=auto subgroups=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
 // Plan: tile q=16 kv=32, workgroup 128 (16 rows x 8 invocations), subgroup reductions.

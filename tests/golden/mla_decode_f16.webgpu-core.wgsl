@@ -15,7 +15,7 @@
 //       schedule   split_kv(4)
 //       kv_cache   paged(page=64)
 //       target     cuda { warps=auto stages=auto }
-//       target     wgsl { workgroup=auto subgroups=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
 // Plan: tile q=16 kv=16, workgroup 128 (16 rows x 8 invocations), workgroup-memory reductions.

@@ -15,7 +15,7 @@
 //       schedule   fused
 //       kv_cache   contiguous
 //       target     cuda { warps=auto stages=auto }
-//       target     wgsl { workgroup=auto subgroups=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
 // Plan: tile q=64 kv=64, 4 warps (128 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n64k16 and m64n128k16, 1 warpgroup of 64 rows, sm_90a; softmax overlapped with P V).

@@ -51,6 +51,7 @@ CASES = [
     ("golden/variants.attn", "custom_two_pass", "wgsl", "webgpu-core"),
     ("golden/variants.attn", "custom_split_f32", "cuda", "cuda-sm80"),   # custom mask, split_kv(auto), f32
     ("golden/variants.attn", "custom_split_f32", "wgsl", "wgpu-software"),
+    ("golden/variants.attn", "f16_packed_append", "wgsl", "webgpu-core"),  # f16 in u32 words, append, split
 ]
 # Manifests are pinned too (without the generator digest, which changes with every edit of the
 # package): what a foreign runtime launches must not change by accident either.

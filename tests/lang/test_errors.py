@@ -441,7 +441,7 @@ def test_one_setting_per_line():
     ("kv_cache paged(16)", "unexpected '16' for 'kv_cache'"),
     ("head_dim qk=64", "'head_dim' needs v="),
     ("heads kv=8", "'heads' needs q="),
-    ("target wgsl { warps=4 }", "unknown option 'warps' for 'target' (expected workgroup, subgroups)"),
+    ("target wgsl { warps=4 }", "unknown option 'warps' for 'target' (expected workgroup, subgroups, f16)"),
     ("target metal", "unknown target 'metal' (expected cuda, wgsl)"),
     ("target wgsl { subgroups=maybe }", "unknown subgroups mode 'maybe' (expected auto, on, off)"),
 ])
@@ -783,12 +783,16 @@ def test_bf16_examples_build_for_cuda_and_are_refused_for_wgsl_with_the_reason()
 
 
 def test_f16_on_a_wgsl_profile_without_shader_f16():
+    """f16 storage is packed in u32 words there (no feature needed); what needs f16 arithmetic or
+    the native f16 type is refused, naming the profile and the reason."""
     prof = get_profile("webgpu-core", "wgsl").narrowed(name="no-f16", features={"optional": ["subgroups"]})
-    s = spec_of("head_dim 64\ndtype f16")
-    (d,) = check(s, prof)
-    assert d.message == ("target wgsl (profile no-f16): f16 needs the shader-f16 feature, which this profile "
-                         "does not offer")
-    assert d.hint == "use dtype f32"
+    assert check(spec_of("head_dim 64\ndtype f16"), prof) == []
+    (d,) = check(spec_of("head_dim 64\ndtype f16\ntarget wgsl { f16=native }"), prof)
+    assert d.message == ("target wgsl (profile no-f16): f16=native needs the shader-f16 feature, which this "
+                         "profile does not offer")
+    assert d.hint == "use f16=packed (or auto): f16 in u32 words"
+    (d,) = check(spec_of("head_dim 64\ndtype f16\naccumulate qk=f16"), prof)
+    assert "accumulate f16 needs the shader-f16 feature (f16 arithmetic)" in d.message
     assert check(spec_of("head_dim 64\ndtype f32"), prof) == []
 
 

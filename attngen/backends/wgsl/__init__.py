@@ -28,6 +28,7 @@ class WgslBackend(Backend):
     schema = TargetSchema("wgsl", (
         Option("workgroup", "int", 1, 1024),
         Option("subgroups", "choice", choices=("auto", "on", "off"), what="subgroups mode", usage="auto|on|off"),
+        Option("f16", "choice", choices=("auto", "native", "packed"), what="f16 storage", usage="auto|native|packed"),
     ), language="WGSL")
     default_profile = "webgpu-core"
     required_limits = ("workgroup_storage_bytes", "invocations_per_workgroup", "storage_buffers_per_stage",
@@ -47,10 +48,19 @@ class WgslBackend(Backend):
                                              "bf16 runs on cuda"))
             else:
                 problems += super().check(spec, profile)
-        uses_f16 = spec.dtype == "f16" or "f16" in (spec.acc_qk, spec.acc_pv)
-        if uses_f16 and not profile.may_use_feature("shader-f16"):
-            problems.append(Problem("f16 needs the shader-f16 feature, which this profile does not offer",
-                                    key="dtype", hint="use dtype f32"))
+        from .config import f16_storage
+        storage = f16_storage(spec, profile)
+        f16_math = "f16" in (spec.acc_qk, spec.acc_pv)
+        if storage == "native" and not profile.may_use_feature("shader-f16"):
+            problems.append(Problem("f16=native needs the shader-f16 feature, which this profile does not "
+                                    "offer", key="target.wgsl", hint="use f16=packed (or auto): f16 in u32 words"))
+        elif f16_math and not profile.may_use_feature("shader-f16"):
+            problems.append(Problem("accumulate f16 needs the shader-f16 feature (f16 arithmetic), which this "
+                                    "profile does not offer", key="accumulate",
+                                    hint="use accumulate qk=f32 pv=f32: f16 storage is then packed in u32 words"))
+        elif f16_math and storage == "packed":
+            problems.append(Problem("accumulate f16 with f16=packed: packed storage computes in f32",
+                                    key="accumulate", hint="use accumulate qk=f32 pv=f32, or f16=native"))
         if spec.options(self.name).get("subgroups") == "on" and not profile.may_use_feature("subgroups"):
             problems.append(Problem("subgroups=on, but this profile has no subgroups feature", key="target.wgsl",
                                     hint="use subgroups=auto or off"))

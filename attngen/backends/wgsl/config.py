@@ -34,6 +34,9 @@ class WgslConfig:
     tile_d: int | None = None
     tile_d_given: bool = False  # from the spec's `tile d=` (else chosen because the head dim did not fit)
     v_blocks: int = 1  # workgroups splitting the output columns (grid.y = Hq * v_blocks)
+    # f16 storage without shader-f16: tensors are read and written as pairs of f16 in u32 words
+    # (unpack2x16float / pack2x16float) and all arithmetic is f32 (f16_storage()).
+    f16_packed: bool = False
 
     @property
     def workgroup(self) -> int:
@@ -86,12 +89,31 @@ class WgslConfig:
         how = {"subgroup": "subgroup reductions", "workgroup": "workgroup-memory reductions",
                "none": "no cross-invocation reductions"}[self.reduction]
         who = f"workgroup {self.workgroup} ({self.tile_q} rows x {self.threads_per_row} invocations), {how}"
-        return f"tile q={self.tile_q} kv={self.tile_kv}, {who}"
+        packed = ", f16 packed in u32 words (f32 arithmetic)" if self.f16_packed else ""
+        return f"tile q={self.tile_q} kv={self.tile_kv}, {who}{packed}"
 
 
-def _wgsl_layout(spec, tile_q, tile_kv, threads_per_row, subgroups, cols_qk, cols_v):
-    """Workgroup buffers: K and V tiles of `cols_*` columns (whole head dims or one chunk)."""
-    elem = spec.dtype
+def f16_storage(spec: AttentionSpec, profile: Profile) -> str | None:
+    """How f16 tensors are stored: "native" (WGSL's f16 type, the shader-f16 feature) or "packed"
+    (two f16 in each u32 word, converted with unpack2x16float / pack2x16float, arithmetic in f32);
+    None when the spec stores f32. The spec's `target wgsl { f16=... }` decides, else the
+    profile's `[dialect] f16_storage`; "auto" (the default) is native where the profile may use
+    shader-f16 and packed where it may not (an adapter without the feature: the runtime's
+    profile of the live adapter lists only the features it has)."""
+    if spec.dtype != "f16":
+        return None
+    mode = spec.options("wgsl").get("f16")
+    if mode in (None, "auto"):
+        mode = profile.section("dialect").get("f16_storage", "auto")
+    if mode == "auto":
+        mode = "native" if profile.may_use_feature("shader-f16") else "packed"
+    return mode
+
+
+def _wgsl_layout(spec, tile_q, tile_kv, threads_per_row, subgroups, cols_qk, cols_v, packed=False):
+    """Workgroup buffers: K and V tiles of `cols_*` columns (whole head dims or one chunk); with
+    packed f16 storage the tiles hold the values widened to f32."""
+    elem = "f32" if packed else spec.dtype
     chunk = cols_qk < spec.head_dim_qk or cols_v < spec.head_dim_v
     what = "one d-chunk of the current {} tile" if chunk else "the current {} tile"
     entries = [
@@ -210,11 +232,13 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
     limit = profile.limit("workgroup_storage_bytes")
     kv_steps = _kv_steps(given_kv, row["tile_kv"])
 
+    packed = f16_storage(spec, profile) == "packed"
+
     def make(tile_kv, tile_d):
         cols = (d_qk, d_v) if tile_d is None else (min(tile_d, d_qk), min(tile_d, v_cols))
-        buffers, smem = _wgsl_layout(spec, tile_q, tile_kv, tpr, subgroups, *cols)
+        buffers, smem = _wgsl_layout(spec, tile_q, tile_kv, tpr, subgroups, *cols, packed=packed)
         return WgslConfig(tile_q, tile_kv, tpr, subgroups, d_qk, d_v, buffers, smem, tile_d,
-                          given_d is not None, v_blocks)
+                          given_d is not None, v_blocks, f16_packed=packed)
 
     if given_d is None and v_blocks == 1:  # the whole head dims, if they fit
         for tile_kv in kv_steps:

@@ -32,7 +32,10 @@ _TYPES_DOC = {
     "f32": ["Storage is f32; all arithmetic is f32 unless an accumulator below says f16."],
     "f16": ["Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup",
             "memory and are widened to f32 where the arithmetic is f32."],
+    "f16 packed": ["Storage is f16 packed in u32 words (no shader-f16; section memory): elem_t, the",
+                   "type of the tiles in workgroup memory, is f32, and so is all arithmetic."],
 }
+_PACKED = ("q", "k", "v", "kv_new")  # read through <name>_elem(i) when f16 is packed; out: store_out
 
 
 def _fields(plan: KernelPlan) -> list[dict]:
@@ -63,6 +66,8 @@ def _bindings(plan: KernelPlan) -> list[dict]:
             space = "storage, read" if p.access == "read" else "storage, read_write"
             typ = "array<elem_t>" if p.dtype == plan.dtype and p.dtype != "u32" and p.name not in _F32_ALWAYS \
                 else f"array<{_WORD[p.dtype]}>"
+            if plan.details.f16_packed and typ == "array<elem_t>":
+                typ = "array<atomic<u32>>" if p.name == "out" else "array<u32>"
         doc = f"{p.name}: {p.doc}"
         if p.shape:
             doc = f"{p.name} ({', '.join(p.shape)}) {p.dtype}: {p.doc}"
@@ -114,6 +119,9 @@ def _binding_manifest(plan: KernelPlan) -> list[dict]:
             )
             if p.optional:
                 entry["optional"] = _OPTIONAL_NOTE[p.name]
+            if plan.details.f16_packed and (p.name in _PACKED or p.name == "out"):
+                entry["packing"] = ("two f16 per u32 word, element 2w in the low 16 bits (the bytes of a "
+                                    "little-endian f16 array)")
             if p.name in layouts:
                 entry["layout"] = layouts[p.name]
         out.append(entry)
@@ -144,10 +152,12 @@ def render_source(plan: KernelPlan) -> str:
         dim_chunk_qk=_chunk(c.tile_dqk // tpr),
         max_chunk=MAX_DIM_CHUNK,
         max_dims_v=WGSL_MAX_DIMS_V,
-        elem=_SCALAR[plan.dtype],
+        elem="f32" if plan.details.f16_packed else _SCALAR[plan.dtype],
+        f16_packed=plan.details.f16_packed,
+        packed_inputs=[p.name for p in module_params(plan) if p.name in _PACKED],
         acc_qk=_SCALAR[plan.acc_qk],
         acc_pv=_SCALAR[plan.acc_pv],
-        types_doc=_TYPES_DOC[plan.dtype],
+        types_doc=_TYPES_DOC["f16 packed" if plan.details.f16_packed else plan.dtype],
         fields=_fields(plan),
         bindings=_bindings(plan),
         sizes=sizes,
@@ -185,6 +195,7 @@ def render_manifest(plan: KernelPlan) -> dict:
         "head_dim_chunks": {"tile_d": c.tile_d, "from_spec": c.tile_d_given, "v_blocks": c.v_blocks,
                             "note": c.chunk_summary},
         "features": list(plan.features),
+        **({"f16_storage": "packed" if plan.details.f16_packed else "native"} if plan.dtype == "f16" else {}),
         "bindings": _binding_manifest(plan),
         "entry_points": wgsl_layout.entry_points(plan),
         "entry_points_note": "dispatch every entry point in this order, each with a bind group of exactly "

@@ -43,6 +43,7 @@ class WgslDetails:
 
     uniform_fields: tuple  # (name, type, doc) of struct Params, in order
     directives: tuple  # `enable ...;` lines the source needs
+    f16_packed: bool = False  # f16 tensors as pairs in u32 words (WgslConfig.f16_packed)
 
 # binding number, name, dtype ("elem" = the storage dtype), shape, access, optional, doc
 _BINDINGS = {
@@ -210,7 +211,7 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
     """The WGSL part of the KernelPlan of `spec` with configuration `cfg`: the features and
     `enable` directives the source needs (per the profile's dialect), bindings, dispatches."""
     features, directives = [], []
-    if spec.dtype == "f16" or "f16" in (spec.acc_qk, spec.acc_pv):
+    if (spec.dtype == "f16" and not cfg.f16_packed) or "f16" in (spec.acc_qk, spec.acc_pv):
         features.append("shader-f16")
         directives.append("f16")
     if cfg.subgroups:
@@ -225,5 +226,6 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
         entries=entries(spec, entry, cfg.tile_q, cfg.v_blocks, cfg.workgroup),
         features=tuple(features),
         workspaces=workspaces(spec),
-        details=WgslDetails(uniform_fields=uniform_fields(spec), directives=tuple(directives)),
+        details=WgslDetails(uniform_fields=uniform_fields(spec), directives=tuple(directives),
+                            f16_packed=cfg.f16_packed),
     )

@@ -1,0 +1,605 @@
+// =============================================================================================
+// attngen 0.1.0: flash-attention forward kernel for target wgsl (profile webgpu-core).
+// Generated from the spec below; regenerate with `attngen build SPEC --target wgsl --kernel f16_packed_append` rather than editing.
+//
+// Spec (normalised, every default filled in):
+//   attention f16_packed_append {
+//       head_dim   64
+//       heads      q=8 kv=2
+//       dtype      f16
+//       accumulate qk=f32 pv=f32
+//       mask       causal(bottom_right)
+//       softcap    none
+//       scale      auto
+//       tile       q=auto kv=auto d=auto
+//       schedule   split_kv(2)
+//       kv_cache   paged(page=16)
+//       target     cuda { warps=auto stages=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=packed }
+//   }
+//
+// Plan: tile q=16 kv=16, workgroup 128 (16 rows x 8 invocations), workgroup-memory reductions, f16 packed in u32 words (f32 arithmetic).
+// Scale 0.125; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
+// Workgroup memory: 16384 bytes (each buffer 16-byte aligned):
+//   sK   at      0: 16 x 64 f32 (the current K tile)
+//   sV   at   4096: 16 x 64 f32 (the current V tile)
+//   sRed at   8192: 128 x 16 f32 (partial dot products, summed across a row's invocations)
+// Grid: (ceil(Lq * G / 16) * S, Hkv, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Entry point: attngen_f16_packed_append; the manifest (attngen build --emit manifest) lists the parameters in order.
+// =============================================================================================
+
+// ---- section: config ------------------------------------------------------------------------
+// Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
+// run-time values in `params`; any length >= 1 works (partial tiles are zero-filled and masked).
+const TILE_Q: u32 = 16u;           // tile q: rows of Q per workgroup
+const TILE_KV: u32 = 16u;          // tile kv: rows of K and V per iteration of the main loop
+const THREADS_PER_ROW: u32 = 8u;   // invocations sharing one row of Q (a power of two)
+const WORKGROUP_SIZE: u32 = 128u;  // TILE_Q * THREADS_PER_ROW
+const HEAD_DIM_QK: u32 = 64u;      // head dim of q and k
+const HEAD_DIM_V: u32 = 64u;       // head dim of v and out
+// Each invocation owns the head dims d = lane + THREADS_PER_ROW * i of its row (strided, so the
+// invocations of a row read consecutive words of workgroup memory).
+const DIMS_QK: u32 = 8u;         // HEAD_DIM_QK / THREADS_PER_ROW
+const DIMS_V: u32 = 8u;          // HEAD_DIM_V / THREADS_PER_ROW
+// The dot products run over an invocation's dims in chunks of at most 32 iterations.
+// Mesa's software Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops
+// all loops of a shader after 65535 iterations in total; unrolled loops do not count, so
+// chunking keeps long sequences within that budget. Other drivers unroll or not as they like.
+const DIM_CHUNK_QK: u32 = 8u;     // divides DIMS_QK
+
+// Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
+// scale = 0.125 (1 / sqrt(head_dim qk)).
+const SCALE_LOG2: f32 = 0.18033688011112042;  // scale * log2(e)
+const LN2: f32 = 0.6931471805599453;       // ln(2): lse = m_i * ln(2) + ln(l_i)
+// WGSL implementations may assume that no value is infinite (and a const-expression cannot
+// even be -inf), so the kernel marks masked scores and "no maximum yet" with this finite
+// sentinel and selects p = 0 for it explicitly. Real scores are far above it.
+const MASKED: f32 = -3.0e38;
+// The bits of -inf, written to lse for rows that see no key (built at run time, see epilogue).
+const NEG_INF_BITS: u32 = 0xff800000u;
+// The bits of a quiet NaN, written to out and lse of a row whose result is undefined: it saw a
+// NaN (or a +inf score) among the keys it sees. Tested on bits, not with float compares, which
+// implementations that assume finite math may fold away.
+const NAN_BITS: u32 = 0x7fc00000u;
+
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// A score that makes its row's result undefined: NaN or +inf (a -inf score only gives p = 0).
+fn poisons(t: f32) -> bool {
+    let b = bitcast<u32>(t);
+    return (b & 0x7fffffffu) > 0x7f800000u || b == 0x7f800000u;
+}
+
+// ---- section: types -------------------------------------------------------------------------
+// Storage is f16 packed in u32 words (no shader-f16; section memory): elem_t, the
+// type of the tiles in workgroup memory, is f32, and so is all arithmetic.
+alias elem_t = f32;    // storage of q, k, v and out
+alias qk_acc_t = f32;  // accumulate qk=f32: q registers and partial dot products of S = Q K^T
+alias pv_acc_t = f32;  // accumulate pv=f32: one K/V tile's contribution to O += P V
+
+// ---- section: memory ------------------------------------------------------------------------
+// Bindings (group 0). Tensors are contiguous, row-major (batch, seq, heads, head_dim):
+// q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse is
+// (B, Hq, Lq) f32. Packed sequences drop the batch axis (q (total_q, Hq, Dqk), lse (Hq, total_q));
+// a paged cache is (num_pages, page, Hkv, D); section "sequences" finds a sequence's rows. Each
+// entry point uses only some of the bindings (the manifest lists them per entry point).
+// Element indices fit in u32 (a binding holds at most 2^32 bytes).
+struct Params {
+    batch: u32,         // B, sequences
+    len_q: u32,         // Lq: query rows per sequence (packed: of the longest sequence)
+    len_k: u32,         // Lk: keys per sequence (with kv_lens or packed: of the longest, after the append)
+    heads_q: u32,       // Hq, query heads
+    heads_kv: u32,      // Hkv, KV heads
+    group: u32,         // Hq / Hkv, query heads per KV head
+    write_lse: u32,     // 1 to write lse, 0 to skip it
+    kv_layout: u32,     // 0 padded (B, L, H, D), 1 packed (cu_seqlens), 2 paged (block_table)
+    has_kv_lens: u32,   // 1: sequence b has seq_meta[meta_kv_lens + b] keys (+ len_new); 0: len_k
+    cap: u32,           // padded: rows per sequence of k and v; paged: rows per page
+    total_q: u32,       // rows of q: packed total_q, else B * Lq
+    len_new: u32,       // Lnew, rows appended per sequence (0: no append)
+    meta_cu_q: u32,     // word offset of cu_seqlens_q in seq_meta
+    meta_cu_k: u32,     // word offset of cu_seqlens_k in seq_meta
+    meta_kv_lens: u32,  // word offset of kv_lens in seq_meta
+    meta_table: u32,    // word offset of block_table in seq_meta
+    table_width: u32,   // max_pages, entries per row of block_table
+    new_v: u32,         // element offset of v_new in kv_new: B * Lnew * Hkv * Dqk
+    splits: u32,        // S, KV splits: key tiles are divided over S workgroups
+    _pad19: u32,        // keeps the struct a multiple of 16 bytes
+}
+
+// params: sizes and word offsets of this launch (struct Params)
+@group(0) @binding(0) var<uniform> params: Params;
+// q (B, Lq, Hq, Dqk) f16: queries (packed: (total_q, Hq, Dqk))
+@group(0) @binding(1) var<storage, read> q: array<u32>;
+// k (B, Lk, Hkv, Dqk) f16: keys (packed: (total_k, Hkv, Dqk); paged: (num_pages, page, Hkv,
+// Dqk)); read_write: appended rows are written in place
+@group(0) @binding(2) var<storage, read_write> k: array<u32>;
+// v (B, Lk, Hkv, Dv) f16: values, laid out as k; read_write: appended rows are written in
+// place
+@group(0) @binding(3) var<storage, read_write> v: array<u32>;
+// out (B, Lq, Hq, Dv) f16: attention output (packed: (total_q, Hq, Dv))
+@group(0) @binding(4) var<storage, read_write> out: array<atomic<u32>>;
+// lse (B, Hq, Lq) f32: log-sum-exp of each row's scores (natural log; -inf where a row sees no
+// key; packed: (Hq, total_q)); written only when requested
+@group(0) @binding(5) var<storage, read_write> lse: array<f32>;
+// seq_meta (meta_words) u32: the integer inputs as u32 words at the offsets in params:
+// cu_seqlens_q (B + 1) at meta_cu_q, cu_seqlens_k (B + 1) at meta_cu_k, kv_lens (B) at
+// meta_kv_lens, block_table (B, table_width) row-major at meta_table; only those the layout
+// uses are read
+@group(0) @binding(6) var<storage, read> seq_meta: array<u32>;
+// kv_new (2, B, Lnew, Hkv, D) f16: rows to append: k_new (B, Lnew, Hkv, Dqk) at element 0,
+// then v_new (B, Lnew, Hkv, Dv) at element params.new_v; read only when params.len_new > 0
+@group(0) @binding(7) var<storage, read> kv_new: array<u32>;
+// o_part (S, B, Lq, Hq, Dv) f32: workspace: each KV split's output, normalised by its own sum
+// (two_pass: by the row's)
+@group(0) @binding(9) var<storage, read_write> o_part: array<f32>;
+// lse_part (S, B, Hq, Lq) f32: workspace: each KV split's lse (MASKED = -3e38 for a split that
+// saw no key)
+@group(0) @binding(10) var<storage, read_write> lse_part: array<f32>;
+
+// f16 storage without shader-f16: each u32 word of q, k, v, kv_new and out holds two f16, element
+// 2w in the low half and 2w + 1 in the high half (the bytes of a little-endian f16 array). Reads
+// widen an element to f32; all arithmetic is f32. out is written half a word at a time with
+// atomics: the two elements of a word belong to different invocations.
+fn q_elem(i: u32) -> f32 {
+    return unpack2x16float(q[i >> 1u])[i & 1u];
+}
+
+fn k_elem(i: u32) -> f32 {
+    return unpack2x16float(k[i >> 1u])[i & 1u];
+}
+
+fn v_elem(i: u32) -> f32 {
+    return unpack2x16float(v[i >> 1u])[i & 1u];
+}
+
+fn kv_new_elem(i: u32) -> f32 {
+    return unpack2x16float(kv_new[i >> 1u])[i & 1u];
+}
+
+fn store_out(i: u32, x: f32) {
+    let shift = (i & 1u) * 16u;
+    var half = pack2x16float(vec2<f32>(x, 0.0)) & 0xffffu;
+    if (is_nan(x)) {
+        half = 0x7e00u;  // a quiet f16 NaN (pack2x16float leaves non-finite values indeterminate)
+    }
+    atomicAnd(&out[i >> 1u], ~(0xffffu << shift));
+    atomicOr(&out[i >> 1u], half << shift);
+}
+
+// Workgroup memory (16384 bytes as the planner counts it, each buffer rounded up
+// to 16 bytes). Tiles are stored densely, row-major: sK[j * HEAD_DIM_QK + d].
+var<workgroup> sK: array<elem_t, 1024>;  // TILE_KV x HEAD_DIM_QK: the current K tile
+var<workgroup> sV: array<elem_t, 1024>;  // TILE_KV x HEAD_DIM_V: the current V tile
+// Partial dot products of the rows' invocations, key-major: sRed[j * WORKGROUP_SIZE + invocation],
+// so that the invocations writing one key's partials hit consecutive words.
+var<workgroup> sRed: array<f32, 2048>;  // TILE_KV x WORKGROUP_SIZE
+
+// Copy keys [j0, j0 + TILE_KV) of one (sequence, KV head) into sK (load_k_tile) and sV
+// (load_v_tile), all invocations of the workgroup together (consecutive invocations copy
+// consecutive elements). Keys at or past the sequence's Lk are zero-filled, so a partial last
+// tile reads zeros (and is masked).
+fn load_k_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
+    for (var e = lid; e < TILE_KV * HEAD_DIM_QK; e += WORKGROUP_SIZE) {
+        let key = j0 + e / HEAD_DIM_QK;
+        var x = elem_t(0.0);
+        if (key < seq.len_k) {
+            x = k_at(seq, key, kv_head, e % HEAD_DIM_QK);  // cache or appended row
+        }
+        sK[e] = x;
+    }
+}
+
+fn load_v_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
+    for (var e = lid; e < TILE_KV * HEAD_DIM_V; e += WORKGROUP_SIZE) {
+        let key = j0 + e / HEAD_DIM_V;
+        var x = elem_t(0.0);
+        if (key < seq.len_k) {
+            x = v_at(seq, key, kv_head, e % HEAD_DIM_V);  // cache or appended row
+        }
+        sV[e] = x;
+    }
+}
+
+// ---- section: matmul primitives -------------------------------------------------------------
+// Both products on the invocations' own registers (WGSL has no portable matrix units). Row r
+// of the tile belongs to invocations r * THREADS_PER_ROW + lane, lane < THREADS_PER_ROW; each
+// holds its dims d = lane + THREADS_PER_ROW * i (i < DIMS_QK) of the row's q in q_reg.
+
+// S = Q K^T for the invocation's row and the TILE_KV keys in sK: raw dot products into s.
+// Each invocation forms the partial dot product over its dims (in qk_acc_t); the row's
+// THREADS_PER_ROW partials are then summed through workgroup memory (sRed),
+// so every invocation of the row ends with all TILE_KV scores. Called by all invocations
+// (uniform control flow).
+fn scores(s: ptr<function, array<f32, TILE_KV>>, q_reg: ptr<function, array<qk_acc_t, DIMS_QK>>, lid: u32) {
+    let lane = lid % THREADS_PER_ROW;
+    for (var j = 0u; j < TILE_KV; j++) {
+        var part = qk_acc_t(0.0);
+        for (var c = 0u; c < DIMS_QK; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
+            for (var u = 0u; u < DIM_CHUNK_QK; u++) {
+                let i = c + u;
+                part += (*q_reg)[i] * qk_acc_t(sK[j * HEAD_DIM_QK + lane + THREADS_PER_ROW * i]);
+            }
+        }
+        sRed[j * WORKGROUP_SIZE + lid] = f32(part);
+    }
+    workgroupBarrier();  // every partial of the tile is in sRed
+    let first = lid - lane;  // the row's first invocation
+    for (var j = 0u; j < TILE_KV; j++) {
+        var sum = 0.0;
+        for (var l = 0u; l < THREADS_PER_ROW; l++) {
+            sum += sRed[j * WORKGROUP_SIZE + first + l];
+        }
+        (*s)[j] = sum;
+    }
+}
+
+// O += P V for the invocation's row, with the online-softmax rescale folded in:
+// acc[i] = alpha * acc[i] + sum_j p_j V[j][d] for its dims d = lane + THREADS_PER_ROW * i.
+// Each dim's sum over the tile is formed in pv_acc_t and then added to the f32 acc (so f16
+// accumulation cannot overflow across tiles). A key with p = 0 (masked, or outside the row's
+// keys) is selected out, never multiplied: its V may hold anything, inf and NaN included.
+fn pv(acc: ptr<function, array<f32, DIMS_V>>, p: ptr<function, array<f32, TILE_KV>>, alpha: f32, lane: u32) {
+    for (var i = 0u; i < DIMS_V; i++) {
+        var o = pv_acc_t(0.0);
+        for (var j = 0u; j < TILE_KV; j++) {
+            let pj = (*p)[j];
+            o += select(pv_acc_t(0.0), pv_acc_t(pj) * pv_acc_t(sV[j * HEAD_DIM_V + lane + THREADS_PER_ROW * i]), pj != 0.0);
+        }
+        (*acc)[i] = alpha * (*acc)[i] + f32(o);
+    }
+}
+
+// ---- section: mask --------------------------------------------------------------------------
+// mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
+// visible(seq, i, j): query row i of sequence seq sees key j.
+// key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
+// the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
+// tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
+// per-element mask.
+// Rows and keys are i32. Lengths are at most 2^30 and window sizes are clamped to 2^30 by the
+// planner, so every expression below stays inside i32: windows are compared against the
+// distance j - diag(i), never added to a position, except where noted.
+// Lengths are the sequence's own (seq.len_q, seq.len_k): with packed sequences or kv_lens, a
+// mask aligns per sequence exactly as if the sequence were attended to alone.
+
+// Bottom-right alignment: the key on query row i's diagonal, i + (Lk - Lq); the last query row
+// lines up with the last key. In [-2^30, 2^30) for every row i < Lq.
+fn diag(seq: Seq, i: i32) -> i32 {
+    return i + (i32(seq.len_k) - i32(seq.len_q));
+}
+
+fn visible(seq: Seq, i: i32, j: i32) -> bool {
+    return j < i32(seq.len_k) && j <= diag(seq, i);
+}
+
+fn key_range(seq: Seq, r0: i32, r1: i32) -> vec2<i32> {
+    let len_k = i32(seq.len_k);
+    return vec2<i32>(0, clamp(diag(seq, r1 - 1) + 1, 0, len_k));
+}
+
+fn tile_is_full(seq: Seq, r0: i32, r1: i32, j0: i32, j1: i32) -> bool {
+    let len_k = i32(seq.len_k);
+    return j1 <= len_k && j1 - 1 <= diag(seq, r0);
+}
+
+// ---- section: sequences ---------------------------------------------------------------------
+// Sequence `batch` (dispatch z) by params.kv_layout:
+//   0 padded: query row i is row batch * Lq + i of q and out (viewed as (rows, Hq, D)); key j is
+//             row batch * cap + j of k and v (viewed as (rows, Hkv, D)); lse (B, Hq, Lq).
+//   1 packed: query row i is row cu_seqlens_q[batch] + i, key j row cu_seqlens_k[batch] + j;
+//             lse (Hq, total_q).
+//   2 paged:  queries as padded; key j is slot j % PAGE of page block_table[batch, j / PAGE].
+// With kv_lens (has_kv_lens = 1) the sequence has kv_lens[batch] keys in the cache and, when a
+// call appends (len_new > 0), the len_new keys of k_new / v_new after them: every workgroup reads
+// those from kv_new, never from the cache, so nobody waits for the append to land.
+const PAGE: u32 = 16u;  // kv_cache paged(page=16): keys per page
+
+struct Seq {
+    batch: u32,
+    len_q: u32,       // query rows of the sequence
+    len_k: u32,       // keys it attends to (after the append)
+    cached: u32,      // keys in the cache; keys cached .. len_k - 1 come from kv_new
+    q_row0: u32,      // row of q and out of its first query
+    k_row0: u32,      // padded / packed: row of k and v of its first key
+    lse0: u32,        // lse index of (head 0, its first query)
+    lse_stride: u32,  // lse elements from one head to the next
+}
+
+// The sequence's lengths and offsets, read from params and seq_meta. Every invocation of a
+// workgroup computes the same values from uniform inputs, so loop bounds derived from them
+// keep the barriers in uniform control flow.
+fn sequence(batch: u32) -> Seq {
+    var s: Seq;
+    s.batch = batch;
+    if (params.kv_layout == 1u) {
+        s.q_row0 = seq_meta[params.meta_cu_q + batch];
+        s.k_row0 = seq_meta[params.meta_cu_k + batch];
+        s.len_q = seq_meta[params.meta_cu_q + batch + 1u] - s.q_row0;
+        s.len_k = seq_meta[params.meta_cu_k + batch + 1u] - s.k_row0;
+        s.cached = s.len_k;
+        s.lse0 = s.q_row0;
+        s.lse_stride = params.total_q;
+        return s;
+    }
+    s.len_q = params.len_q;
+    s.cached = params.len_k;
+    if (params.has_kv_lens != 0u) {
+        s.cached = seq_meta[params.meta_kv_lens + batch];
+    }
+    s.len_k = s.cached + params.len_new;
+    s.q_row0 = batch * params.len_q;
+    s.k_row0 = batch * params.cap;
+    s.lse0 = batch * params.heads_q * params.len_q;
+    s.lse_stride = params.len_q;
+    return s;
+}
+
+// Row of k and v (viewed as (rows, Hkv, D)) holding key j of the sequence in the cache.
+fn key_row(seq: Seq, j: u32) -> u32 {
+    let page = seq_meta[params.meta_table + seq.batch * params.table_width + j / PAGE];
+    return page * PAGE + j % PAGE;
+}
+
+// Row of kv_new (viewed as (B, Lnew, Hkv)) holding appended key j >= seq.cached.
+fn new_row(seq: Seq, j: u32, kv_head: u32) -> u32 {
+    return (seq.batch * params.len_new + j - seq.cached) * params.heads_kv + kv_head;
+}
+
+// Column d of key j of the sequence, KV head kv_head: k_at from the keys, v_at from the values.
+fn k_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
+    if (j >= seq.cached) {
+        return kv_new_elem(new_row(seq, j, kv_head) * HEAD_DIM_QK + d);
+    }
+    return k_elem((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d);
+}
+
+fn v_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
+    if (j >= seq.cached) {
+        return kv_new_elem(params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d);
+    }
+    return v_elem((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d);
+}
+
+// ---- section: append ------------------------------------------------------------------------
+// The fused append: the workgroups of the first q tile of each (sequence, KV head) copy the
+// sequence's len_new rows of k_new / v_new into the cache, at keys cached .. cached + len_new - 1
+// (padded: rows of the sequence; paged: the slots the block table gives). Other workgroups
+// read those keys from kv_new, so there is no race and no separate copy launch.
+fn append_rows(lid: u32, seq: Seq, kv_head: u32) {
+    // Packed f16: whole u32 words (two columns: head dims are even) are copied bit for bit, so
+    // no two invocations write halves of one word.
+    for (var e = lid; e < params.len_new * HEAD_DIM_QK / 2u; e += WORKGROUP_SIZE) {
+        let j = seq.cached + 2u * e / HEAD_DIM_QK;
+        let d = 2u * e % HEAD_DIM_QK;
+        k[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d) / 2u] =
+            kv_new[(new_row(seq, j, kv_head) * HEAD_DIM_QK + d) / 2u];
+    }
+    for (var e = lid; e < params.len_new * HEAD_DIM_V / 2u; e += WORKGROUP_SIZE) {
+        let j = seq.cached + 2u * e / HEAD_DIM_V;
+        let d = 2u * e % HEAD_DIM_V;
+        v[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d) / 2u] =
+            kv_new[(params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d) / 2u];
+    }
+}
+
+// ---- section: score transform ---------------------------------------------------------------
+// Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
+fn score_transform(s: f32) -> f32 {
+    return s * SCALE_LOG2;
+}
+
+// ---- section: kernel ------------------------------------------------------------------------
+// One workgroup computes TILE_Q rows of the output of one (batch, query head), FlashAttention-2
+// style (Dao 2023, Algorithm 1): loop over the visible K/V tiles keeping, per row, the running
+// max m_i, the running sum l_i of exp2(t - m_i) and the unnormalised output acc; when the max
+// grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
+// Every invocation of a row holds all of the row's scores after the reduction in scores(), so
+// m_i and l_i are computed redundantly (identically) by each of them; acc is split by dims.
+// schedule split_kv: the key tiles of each row tile are divided over params.splits
+// workgroups (dispatch x = row tiles * splits), and a workgroup's rows are (query row, head in
+// group) pairs of one KV head (dispatch y), so each K/V tile is read once per GQA group.
+// Each split writes its output normalised by its own sum, and its lse, to o_part / lse_part;
+// the entry point attngen_f16_packed_append_combine merges them by lse.
+// All barriers are in uniform control flow: the loop bounds depend only on the workgroup (its
+// sequence's lengths come from params and seq_meta, both uniform), and invocations whose row is
+// past the sequence's Lq run the loop too and just do not store.
+@compute @workgroup_size(128, 1, 1)
+fn attngen_f16_packed_append(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let lane = lid % THREADS_PER_ROW;             // which dims of the row: lane + THREADS_PER_ROW * i
+    let seq = sequence(wg.z);                     // the workgroup's sequence: lengths and offsets
+    let kv_head = wg.y;
+    let split = wg.x % params.splits;             // which share of the row tile's key tiles
+    let pair0 = (wg.x / params.splits) * TILE_Q;  // first (query row, head in group) pair, row-major
+    let pairs = seq.len_q * params.group;
+    let pair = pair0 + lid / THREADS_PER_ROW;     // this invocation's pair:
+    let row = pair / params.group;                //   its query row
+    let head = kv_head * params.group + pair % params.group;  // and query head
+    let row0 = pair0 / params.group;              // the workgroup's query rows: [row0, row_end)
+    let row_end = min((min(pair0 + TILE_Q, pairs) + params.group - 1u) / params.group, seq.len_q);
+
+    // ---- section: append ----
+    // A call with k_new / v_new: this row tile's workgroups of the first query head of each KV
+    // head (and the first V block) store the new rows in the cache (see append_rows).
+    if (params.len_new > 0u && wg.x == 0u) {
+        append_rows(lid, seq, kv_head);
+    }
+
+    // ---- section: prologue: load Q ----
+    // The row's q slice stays in registers for the whole loop; rows past Lq read as zeros.
+    var q_reg: array<qk_acc_t, DIMS_QK>;
+    if (row < seq.len_q) {
+        let q_base = ((seq.q_row0 + row) * params.heads_q + head) * HEAD_DIM_QK + lane;
+        for (var i = 0u; i < DIMS_QK; i++) {
+            q_reg[i] = qk_acc_t(q_elem(q_base + THREADS_PER_ROW * i));
+        }
+    }
+
+    // ---- section: loop bounds (mask) ----
+    let has_rows = row0 < row_end;                // the tile has rows of the sequence
+    let range = key_range(seq, i32(row0), i32(row_end));
+    let tiles_begin = range.x / i32(TILE_KV);
+    let tiles_all = select(0, (range.y + i32(TILE_KV) - 1) / i32(TILE_KV) - tiles_begin,
+                           has_rows && range.y > range.x);
+    // ---- section: KV split: this workgroup's consecutive share of the visible tiles ----
+    let per_split = (tiles_all + i32(params.splits) - 1) / i32(params.splits);
+    let tile_first = tiles_begin + i32(split) * per_split;
+    let n_tiles = clamp(tiles_all - i32(split) * per_split, 0, per_split);
+
+    var m_i = MASKED;                   // running max of the row's scores (log2 domain); MASKED = none yet
+    var l_i = 0.0;                      // running sum of exp2(t - m_i)
+    var row_bad = false;                // the row saw a NaN or +inf score: its result is NaN
+    var acc: array<f32, DIMS_V>;        // unnormalised output, this invocation's dims
+    var s: array<f32, TILE_KV>;         // the row's scores of the current tile, then its probabilities P
+
+    // ---- section: main loop over K/V tiles ----
+    // The loop ends with one extra, empty pass. A driver that silently cuts long-running loops
+    // short (Mesa's llvmpipe ends all loops of a shader after 65535 iterations in total) exits
+    // before that pass; the epilogue then stores nothing, which the runtime detects.
+    var it = 0;
+    for (; it <= n_tiles; it++) {
+        if (it == n_tiles) {
+            continue;  // the empty pass
+        }
+        let j0 = (tile_first + it) * i32(TILE_KV);
+
+        // -- load K/V tile
+        load_k_tile(lid, seq, kv_head, u32(j0));
+        load_v_tile(lid, seq, kv_head, u32(j0));
+        workgroupBarrier();
+
+        // -- S = Q K^T
+        scores(&s, &q_reg, lid);
+
+        // -- score transform and mask
+        let partial = !tile_is_full(seq, i32(row0), i32(row_end), j0, j0 + i32(TILE_KV));
+        for (var j = 0u; j < TILE_KV; j++) {
+            var t = score_transform(s[j]);
+            if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                t = MASKED;
+            }
+            if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                row_bad = true;
+                t = MASKED;
+            }
+            s[j] = t;
+        }
+
+        // -- online softmax: m_i, l_i, alpha
+        var m_new = m_i;
+        for (var j = 0u; j < TILE_KV; j++) {
+            m_new = max(m_new, s[j]);
+        }
+        // A row that has seen no key yet keeps m = MASKED; subtracting 0 instead keeps the
+        // exponents finite, and the selects give p = 0 and alpha = 0 without relying on exp2
+        // of a huge negative number.
+        let m_use = select(m_new, 0.0, m_new <= MASKED);
+        let alpha = select(exp2(m_i - m_use), 0.0, m_i <= MASKED);
+        m_i = m_new;
+        var row_sum = 0.0;
+        for (var j = 0u; j < TILE_KV; j++) {
+            let p = select(exp2(s[j] - m_use), 0.0, s[j] <= MASKED);
+            s[j] = p;
+            row_sum += p;
+        }
+        l_i = l_i * alpha + row_sum;
+
+        // -- O += P V (and acc *= alpha, in the same pass)
+        pv(&acc, &s, alpha, lane);
+        workgroupBarrier();  // every invocation is done with sK, sV before the next tile overwrites them
+    }
+
+    // ---- section: epilogue: normalise and store ----
+    // A row that saw no key has l_i = 0: its output is 0 and its lse is -inf, never NaN. A row
+    // that saw a NaN or +inf score (row_bad) gets NaN: its result is undefined.
+    let completed = it > n_tiles;  // false only when the driver cut the main loop short
+    var nan_bits = NAN_BITS;
+    let nan = bitcast<f32>(nan_bits);  // a var's bits: never a const-expression
+    // This split's output normalised by its own sum (f32), and its lse; MASKED when it saw no key.
+    if (row < seq.len_q && completed) {
+        let part = split * params.batch + seq.batch;
+        var inv_l = 0.0;
+        if (l_i > 0.0) {
+            inv_l = 1.0 / l_i;
+        }
+        let o_base = ((part * params.len_q + row) * params.heads_q + head) * HEAD_DIM_V + lane;
+        for (var i = 0u; i < DIMS_V; i++) {
+            o_part[o_base + THREADS_PER_ROW * i] = select(acc[i] * inv_l, nan, row_bad);
+        }
+        if (lane == 0u) {
+            let part_lse = select(MASKED, m_i * LN2 + log(l_i), l_i > 0.0);
+            lse_part[(part * params.heads_q + head) * params.len_q + row] = select(part_lse, nan, row_bad);
+        }
+    }
+}
+
+// Bits that the runtime fills the lse_part (and stats) workspaces with before the launch. A
+// workgroup that a driver cut short stores nothing, so its bits survive; the combine then
+// leaves the row's output unwritten, and the runtime, which checks every output element on
+// such drivers, refuses the launch instead of returning a wrong answer.
+const UNWRITTEN_BITS: u32 = 0x7fc0deadu;
+
+// ---- section: combine ---------------------------------------------------------------------------
+// One invocation per (query row, query head) of a sequence (dispatch x over Lq * Hq, y over the
+// sequences). Merges the splits by their lse (natural log): lse = log(sum_s exp(lse_s)), out = sum_s exp(lse_s - lse) * out_s; a split that saw no key (lse_s = MASKED) weighs 0.
+// A row that no split saw gets out 0 and lse -inf. No barriers: invocations past the
+// sequence's rows return at once.
+const MAX_SPLITS: u32 = 2u;  // the most splits a launch uses (the runtime's bound)
+
+@compute @workgroup_size(64, 1, 1)
+fn attngen_f16_packed_append_combine(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let seq = sequence(gid.y);
+    let row = gid.x / params.heads_q;
+    let head = gid.x % params.heads_q;
+    if (row >= seq.len_q) {
+        return;
+    }
+    let split_stride = params.batch * params.heads_q * params.len_q;  // lse_part elements per split
+    let lse_at = (seq.batch * params.heads_q + head) * params.len_q + row;
+    // weights of the splits
+    var w: array<f32, MAX_SPLITS>;
+    var m = MASKED;
+    var row_bad = false;  // a split's result is NaN (undefined): so is the row's
+    for (var sp = 0u; sp < params.splits; sp++) {
+        let x = lse_part[sp * split_stride + lse_at];
+        if (bitcast<u32>(x) == UNWRITTEN_BITS) {
+            return;  // a split's workgroup was cut short by the driver: leave the row unwritten
+        }
+        row_bad = row_bad || is_nan(x);
+        w[sp] = select(x, MASKED, is_nan(x));
+        m = max(m, w[sp]);
+    }
+    var nan_bits = NAN_BITS;
+    let nan = bitcast<f32>(nan_bits);
+    var total = 0.0;
+    for (var sp = 0u; sp < params.splits; sp++) {
+        w[sp] = select(exp(w[sp] - m), 0.0, w[sp] <= MASKED || m <= MASKED);
+        total += w[sp];
+    }
+    for (var sp = 0u; sp < params.splits; sp++) {
+        w[sp] = select(0.0, w[sp] / total, total > 0.0);
+    }
+    let row_lse = m + log(select(1.0, total, total > 0.0));
+    let o_row = ((seq.batch * params.len_q + row) * params.heads_q + head) * HEAD_DIM_V;
+    let o_split = params.batch * params.len_q * params.heads_q * HEAD_DIM_V;  // o_part elements per split
+    let out_base = ((seq.q_row0 + row) * params.heads_q + head) * HEAD_DIM_V;
+    for (var d = 0u; d < HEAD_DIM_V; d++) {
+        var o = 0.0;
+        for (var sp = 0u; sp < params.splits; sp++) {
+            if (w[sp] > 0.0) {
+                o += w[sp] * o_part[sp * o_split + o_row + d];
+            }
+        }
+        store_out(out_base + d, select(o, nan, row_bad));
+    }
+    if (params.write_lse != 0u) {
+        var neg_inf_bits = NEG_INF_BITS;
+        var value = bitcast<f32>(neg_inf_bits);
+        if (m > MASKED && total > 0.0) {
+            value = row_lse;
+        }
+        lse[seq.lse0 + head * seq.lse_stride + row] = select(value, nan, row_bad);
+    }
+}
