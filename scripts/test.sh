@@ -2,7 +2,8 @@
 # Install everything the tests need on a fresh Debian/Ubuntu machine, then run them.
 #   bash scripts/test.sh            # the whole suite (what CI runs)
 #   bash scripts/test.sh -k parse   # extra arguments go to pytest (-n 0: one process)
-# Installs: the software Vulkan adapter (Mesa's lavapipe, for WGSL through wgpu), a virtual
+# Installs: the software Vulkan adapter (Mesa's lavapipe, for WGSL through wgpu), Chromium (the
+# browser tests: tests/browser, which then must run: ATTNGEN_REQUIRE_BROWSER=1), a virtual
 # environment in .venv with attngen (wgpu included) and its test extra (pytest, hypothesis, NVRTC
 # for compile checks). On a machine with a GPU and CuPy the CUDA tests run too; else they skip.
 set -euo pipefail
@@ -11,6 +12,8 @@ cd "$(dirname "$0")/.."
 need_apt=()
 ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need_apt+=(mesa-vulkan-drivers libvulkan1)
 python3 -c "import venv, ensurepip" 2>/dev/null || need_apt+=(python3-venv)
+# Debian's Chromium: the browser tests run the WGSL kernels in it (headless, SwiftShader)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" -ne 0 ] && sudo="sudo"
@@ -26,4 +29,5 @@ fi
 .venv/bin/python -m pip install -q -e '.[test]'
 # One test process per core (pytest-xdist): the NVRTC compile checks and the lavapipe runs
 # dominate and are independent. Pass -n 0 to run in one process.
+export ATTNGEN_REQUIRE_BROWSER=${ATTNGEN_REQUIRE_BROWSER:-1}
 exec .venv/bin/python -m pytest -n auto "$@"

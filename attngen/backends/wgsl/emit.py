@@ -97,6 +97,14 @@ def _shuffle_masks(threads_per_row: int) -> list[int]:
     return masks
 
 
+# The value of each Params field for a plain launch: contiguous (B, L, H, D) tensors without
+# cu_seqlens, kv_lens, block tables, appends or masks, as formulas of the manifest's symbols
+# (attngen.plan.formulas' grammar) plus `write_lse` (1 when lse is wanted, else 0). Fields not
+# listed are 0. attngen/backends/wgsl/args.py computes the same values for every kind of launch.
+PLAIN_VALUES = {"batch": "B", "len_q": "Lq", "len_k": "Lk", "heads_q": "Hq", "heads_kv": "Hkv", "group": "G",
+                "write_lse": "write_lse", "cap": "Lk", "total_q": "B * Lq", "splits": "S"}
+
+
 def _binding_manifest(plan: KernelPlan) -> list[dict]:
     out = []
     layouts = wgsl_layout.buffer_layouts(plan)
@@ -108,8 +116,12 @@ def _binding_manifest(plan: KernelPlan) -> list[dict]:
                 type="uniform",
                 struct="Params",
                 size_bytes=4 * len(fields),
-                fields=[{"name": n, "type": t, "offset": 4 * i, "doc": d}
+                fields=[{"name": n, "type": t, "offset": 4 * i, "doc": d, "plain_value": PLAIN_VALUES.get(n, "0")}
                         for i, (n, t, d) in enumerate(fields)],
+                plain_value_note="plain_value: the field's value for a launch of contiguous (B, L, H, D) "
+                                 "tensors without cu_seqlens, kv_lens, block tables, appends or masks, as a "
+                                 "formula (grammar: formula_grammar) of the symbols plus write_lse (1 when "
+                                 "lse is wanted, else 0)",
             )
         else:
             entry.update(
@@ -202,6 +214,8 @@ def render_manifest(plan: KernelPlan) -> dict:
                              "its bindings (its own pipeline layout, group 0); the params uniform is shared",
         "schedule": wgsl_layout.schedule_manifest(plan),
         "grid_extra_symbols": {"G": "Hq / Hkv, query heads per KV head", "S": "KV splits of this launch"},
+        "formula_grammar": "integers, symbol names, a + b, a * b and ceil(a / b) (integer division rounded "
+                           "up); nothing else (attngen/plan/formulas.py)",
         "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
                   "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides. Packed "
                   "(kv_layout = 1): q (total_q, Hq, Dqk), k, v (total_k, Hkv, D), out (total_q, Hq, Dv), "

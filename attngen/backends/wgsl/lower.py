@@ -49,10 +49,10 @@ class WgslDetails:
 _BINDINGS = {
     "params": (0, "struct", None, "read", False, "sizes and word offsets of this launch (struct Params)"),
     "q": (1, "elem", ("B", "Lq", "Hq", "Dqk"), "read", False, "queries (packed: (total_q, Hq, Dqk))"),
-    "k": (2, "elem", ("B", "Lk", "Hkv", "Dqk"), "write", False,
+    "k": (2, "elem", ("B", "Lk", "Hkv", "Dqk"), "readwrite", False,
           "keys (packed: (total_k, Hkv, Dqk); paged: (num_pages, page, Hkv, Dqk)); read_write: appended "
           "rows are written in place"),
-    "v": (3, "elem", ("B", "Lk", "Hkv", "Dv"), "write", False,
+    "v": (3, "elem", ("B", "Lk", "Hkv", "Dv"), "readwrite", False,
           "values, laid out as k; read_write: appended rows are written in place"),
     "out": (4, "elem", ("B", "Lq", "Hq", "Dv"), "write", False, "attention output (packed: (total_q, Hq, Dv))"),
     "lse": (5, "f32", ("B", "Hq", "Lq"), "write", True,

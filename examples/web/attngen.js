@@ -1,0 +1,168 @@
+// attngen's WGSL kernels in a web page: a dependency-free ES module that loads a generated
+// .wgsl file and its manifest (`attngen build SPEC --target wgsl -o k.wgsl` writes both; the
+// manifest is k.wgsl.json) and runs the kernel exactly as the manifest says: the bindings and
+// their types, the Params uniform (each field's `plain_value` formula), the workgroup counts
+// (`dispatch` formulas), the features to request. Nothing here knows attngen's Python.
+//
+//   import { loadKernel } from "./attngen.js";
+//   const kernel = await loadKernel(await (await fetch("k.wgsl")).text(),
+//                                   await (await fetch("k.wgsl.json")).json());
+//   const { out, lse } = await kernel.run({ q, k, v, B, Lq, Lk, Hq, Hkv, lse: true });
+//
+// Inputs are contiguous (B, L, H, D) arrays: Float32Array for dtype f32, Uint16Array of f16 bits
+// for dtype f16 (native or packed storage alike: the bytes are the same). This runtime covers
+// the plain launch (fused schedule, contiguous cache, no cu_seqlens / kv_lens / block tables /
+// appends / custom masks); anything else is refused with the reason (docs/web.md).
+
+// ---- formulas ------------------------------------------------------------------------------
+// The manifest's formula grammar: integers, names, a + b, a * b, ceil(a / b).
+export function evaluate(formula, sizes) {
+  const text = String(formula);
+  let at = 0;
+  const fail = (why) => { throw new Error(`formula ${JSON.stringify(text)}: ${why} at ${at}`); };
+  const space = () => { while (text[at] === " ") at++; };
+  const expect = (s) => { space(); if (text.slice(at, at + s.length) !== s) fail(`expected '${s}'`); at += s.length; };
+  function atom() {
+    space();
+    const m = /^[0-9]+|^[A-Za-z_][A-Za-z0-9_]*/.exec(text.slice(at));
+    if (!m) fail("expected a number, a name or ceil(a / b)");
+    at += m[0].length;
+    if (/^[0-9]/.test(m[0])) return Number(m[0]);
+    if (m[0] === "ceil") {
+      expect("("); const a = sum(); expect("/"); const b = sum(); expect(")");
+      return Math.ceil(a / b);
+    }
+    if (!(m[0] in sizes)) fail(`unknown symbol ${m[0]}`);
+    return sizes[m[0]];
+  }
+  function product() { let v = atom(); for (;;) { space(); if (text[at] !== "*") return v; at++; v *= atom(); } }
+  function sum() { let v = product(); for (;;) { space(); if (text[at] !== "+") return v; at++; v += product(); } }
+  const value = sum();
+  space();
+  if (at !== text.length) fail("unexpected text");
+  return value;
+}
+
+// ---- device --------------------------------------------------------------------------------
+const FEATURE = { "shader-f16": "shader-f16", "subgroups": "subgroups" };
+
+async function deviceFor(manifest) {
+  if (!navigator.gpu) throw new Error("this browser has no WebGPU (navigator.gpu)");
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) throw new Error("no WebGPU adapter");
+  const wanted = manifest.features.map((f) => FEATURE[f] || f);
+  const missing = wanted.filter((f) => !adapter.features.has(f));
+  if (missing.length) {
+    throw new Error(`the kernel needs ${missing.join(", ")}, which this adapter lacks` +
+                    (missing.includes("shader-f16") ? " (build it with target wgsl { f16=packed })" : ""));
+  }
+  const limits = { maxComputeWorkgroupStorageSize: manifest.workgroup_storage_bytes,
+                   maxComputeInvocationsPerWorkgroup: manifest.workgroup_size[0],
+                   maxComputeWorkgroupSizeX: manifest.workgroup_size[0] };
+  for (const [key, value] of Object.entries(limits)) {
+    if (value > adapter.limits[key]) throw new Error(`the kernel needs ${key} = ${value}; the adapter has ${adapter.limits[key]}`);
+  }
+  return adapter.requestDevice({ requiredFeatures: wanted, requiredLimits: limits });
+}
+
+// ---- the kernel ----------------------------------------------------------------------------
+const BYTES = { f16: 2, f32: 4, u32: 4, i32: 4, u8: 1 };
+const ALIGN = (n) => Math.max(4, Math.ceil(n / 4) * 4);  // WebGPU buffer sizes: multiples of 4
+
+export async function loadKernel(wgsl, manifest, device) {
+  if (manifest.target !== "wgsl") throw new Error(`not a WGSL manifest (target ${manifest.target})`);
+  if (manifest.schedule.kind !== "fused") {
+    throw new Error(`schedule ${manifest.schedule.kind}: this runtime runs the fused schedule only (docs/web.md)`);
+  }
+  device = device || await deviceFor(manifest);
+  const lacking = manifest.features.map((f) => FEATURE[f] || f).filter((f) => !device.features.has(f));
+  if (lacking.length) throw new Error(`the device was made without ${lacking.join(", ")}, which the kernel needs`);
+  const module = device.createShaderModule({ code: wgsl });
+  const info = await module.getCompilationInfo();
+  const errors = info.messages.filter((m) => m.type === "error");
+  if (errors.length) throw new Error("WGSL: " + errors.map((m) => `${m.lineNum}:${m.linePos} ${m.message}`).join("; "));
+  const byNumber = Object.fromEntries(manifest.bindings.map((b) => [b.binding, b]));
+  const entries = manifest.entry_points.map((e) => {
+    const layout = device.createBindGroupLayout({
+      entries: e.bindings.map((n) => ({
+        binding: n, visibility: GPUShaderStage.COMPUTE,
+        buffer: { type: byNumber[n].type === "uniform" ? "uniform" : byNumber[n].type },
+      })),
+    });
+    const pipeline = device.createComputePipeline({
+      layout: device.createPipelineLayout({ bindGroupLayouts: [layout] }),
+      compute: { module, entryPoint: e.entry_point },
+    });
+    return { ...e, layout, pipeline };
+  });
+  return new Kernel(device, manifest, byNumber, entries);
+}
+
+class Kernel {
+  constructor(device, manifest, byNumber, entries) {
+    Object.assign(this, { device, manifest, byNumber, entries });
+  }
+
+  // Run once: {q, k, v, B, Lq, Lk, Hq, Hkv, lse: bool}; returns {out, lse} (out as the input
+  // array type, lse as Float32Array of (B, Hq, Lq) or null).
+  async run({ q, k, v, B, Lq, Lk, Hq, Hkv, lse = false }) {
+    const m = this.manifest, dev = this.device;
+    if (Hq % Hkv) throw new Error(`Hq = ${Hq} is not a multiple of Hkv = ${Hkv}`);
+    const sizes = { B, Lq, Lk, Hq, Hkv, G: Hq / Hkv, S: 1, Dqk: m.grid_symbols.Dqk, Dv: m.grid_symbols.Dv,
+                    write_lse: lse ? 1 : 0 };
+    const elem = BYTES[m.dtype];
+    const expect = { q: B * Lq * Hq * sizes.Dqk, k: B * Lk * Hkv * sizes.Dqk, v: B * Lk * Hkv * sizes.Dv };
+    for (const [name, arr] of Object.entries({ q, k, v })) {
+      if (arr.length !== expect[name]) throw new Error(`${name} has ${arr.length} elements; (B, L, H, D) needs ${expect[name]}`);
+    }
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+    const upload = (arr) => {
+      const buf = dev.createBuffer({ size: ALIGN(arr.byteLength), usage, mappedAtCreation: true });
+      new Uint8Array(buf.getMappedRange()).set(new Uint8Array(arr.buffer, arr.byteOffset, arr.byteLength));
+      buf.unmap();
+      return buf;
+    };
+    const outBytes = B * Lq * Hq * sizes.Dv * elem, lseBytes = B * Hq * Lq * 4;
+    const buffers = {
+      q: upload(q), k: upload(k), v: upload(v),
+      out: dev.createBuffer({ size: ALIGN(outBytes), usage }),
+      lse: dev.createBuffer({ size: ALIGN(lse ? lseBytes : 4), usage }),
+    };
+    // struct Params: every field's plain_value
+    const fields = this.byNumber[0].fields;
+    const words = new Uint32Array(this.byNumber[0].size_bytes / 4);
+    for (const f of fields) words[f.offset / 4] = evaluate(f.plain_value, sizes);
+    buffers.params = dev.createBuffer({ size: words.byteLength, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+    dev.queue.writeBuffer(buffers.params, 0, words);
+    const dummy = dev.createBuffer({ size: 16, usage });  // optional bindings of a plain launch
+    const encoder = dev.createCommandEncoder();
+    for (const e of this.entries) {
+      const group = dev.createBindGroup({
+        layout: e.layout,
+        entries: e.bindings.map((n) => ({ binding: n, resource: { buffer: buffers[this.byNumber[n].name] || dummy } })),
+      });
+      const pass = encoder.beginComputePass();
+      pass.setPipeline(e.pipeline);
+      pass.setBindGroup(0, group);
+      pass.dispatchWorkgroups(...e.dispatch.map((f) => evaluate(f, sizes)));
+      pass.end();
+    }
+    const read = (src, bytes) => {
+      const dst = dev.createBuffer({ size: ALIGN(bytes), usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+      encoder.copyBufferToBuffer(src, 0, dst, 0, ALIGN(bytes));
+      return dst;
+    };
+    const outRead = read(buffers.out, outBytes), lseRead = lse ? read(buffers.lse, lseBytes) : null;
+    dev.queue.submit([encoder.finish()]);
+    await outRead.mapAsync(GPUMapMode.READ);
+    const raw = outRead.getMappedRange().slice(0, outBytes);
+    const out = m.dtype === "f16" ? new Uint16Array(raw) : new Float32Array(raw);
+    let lseOut = null;
+    if (lseRead) {
+      await lseRead.mapAsync(GPUMapMode.READ);
+      lseOut = new Float32Array(lseRead.getMappedRange().slice(0, lseBytes));
+    }
+    for (const b of [...Object.values(buffers), dummy, outRead, lseRead]) if (b) b.destroy();
+    return { out, lse: lseOut };
+  }
+}

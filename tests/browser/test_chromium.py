@@ -1,0 +1,202 @@
+"""The WGSL kernels in a real browser (issue 14): headless Chromium on SwiftShader (Dawn and its
+Tint compiler, no shader-f16) runs generated webgpu-core kernels through examples/web/attngen.js,
+the dependency-free runtime that follows only the manifest, and the results are compared with
+the float64 reference. Chromium is Debian's `chromium` package (scripts/test.sh installs it);
+without it these tests are skipped, unless ATTNGEN_REQUIRE_BROWSER=1 makes that a failure."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import numpy as np
+import pytest
+
+import attngen
+from attngen.reference import reference, relative_error, tolerance
+
+from conftest import ROOT, random_qkv, spec_of
+
+BROWSER = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
+if BROWSER is None and os.environ.get("ATTNGEN_REQUIRE_BROWSER") == "1":
+    raise RuntimeError("ATTNGEN_REQUIRE_BROWSER=1 but no chromium on PATH")
+pytestmark = pytest.mark.skipif(BROWSER is None, reason="no chromium on PATH (scripts/test.sh installs it)")
+
+# (name, spec body, B, Lq, Lk, Hq, Hkv): odd lengths, Lq != Lk, GQA 7, f16 packed in u32 words
+CASES = [
+    ("plain_f32", "head_dim 64\n dtype f32", 2, 7, 113, 4, 2),
+    ("causal_gqa7_f32", "head_dim 32\n dtype f32\n mask causal(bottom_right)", 1, 13, 113, 7, 1),
+    ("causal_f16_packed", "head_dim 64\n dtype f16\n mask causal\n target wgsl { f16=packed }", 2, 37, 37, 2, 2),
+    ("window_softcap_f32", "head_dim 64\n dtype f32\n mask window(left=9, right=3)\n softcap 30", 1, 50, 61, 2, 1),
+    ("decode_f16_packed", "head_dim 128\n dtype f16\n target wgsl { f16=packed }", 3, 1, 1023, 4, 4),
+    # subgroup reductions: Tint needs `enable subgroups;` (the webgpu-core dialect), SwiftShader
+    # runs subgroups of 4
+    ("subgroups_f32", "head_dim 64\n dtype f32\n mask causal\n target wgsl { subgroups=on }", 2, 19, 40, 4, 2),
+]
+
+PAGE = """<!doctype html><meta charset="utf-8"><title>attngen browser test</title><pre id="log"></pre>
+<script type="module">
+import { loadKernel } from "/web/attngen.js";
+const log = (s) => { document.getElementById("log").textContent += s + "\\n"; };
+const b64 = (buf) => { let s = ""; const u = new Uint8Array(buf); for (let i = 0; i < u.length; i++) s += String.fromCharCode(u[i]); return btoa(s); };
+const cases = await (await fetch("/cases.json")).json();
+const results = {};
+for (const c of cases) {
+  try {
+    const wgsl = await (await fetch(`/${c.name}/kernel.wgsl`)).text();
+    const manifest = await (await fetch(`/${c.name}/kernel.wgsl.json`)).json();
+    const kernel = await loadKernel(wgsl, manifest);  // a device with the features this kernel needs
+    const Arr = manifest.dtype === "f16" ? Uint16Array : Float32Array;
+    const get = async (n) => new Arr(await (await fetch(`/${c.name}/${n}.bin`)).arrayBuffer());
+    const { out, lse } = await kernel.run({ q: await get("q"), k: await get("k"), v: await get("v"),
+                                            B: c.B, Lq: c.Lq, Lk: c.Lk, Hq: c.Hq, Hkv: c.Hkv, lse: true });
+    results[c.name] = { out: b64(out.buffer), lse: b64(lse.buffer) };
+    log(`${c.name}: ok`);
+  } catch (e) {
+    results[c.name] = { error: String(e && e.message || e) };
+    log(`${c.name}: ${e}`);
+  }
+}
+await fetch("/results", { method: "POST", body: JSON.stringify(results) });
+</script>
+"""
+
+
+def _serve(root, web, got):
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def translate_path(self, path):
+            path = path.split("?", 1)[0]
+            if path.startswith("/web/"):
+                return os.path.join(web, path[len("/web/"):])
+            return os.path.join(root, path.lstrip("/"))
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            try:
+                got["results"] = json.loads(body)
+            except ValueError:  # the demo page posts its log as text
+                got["results"] = body.decode()
+            self.send_response(200)
+            self.end_headers()
+            got["done"].set()
+
+        def log_message(self, *args):
+            pass
+
+    Handler.extensions_map = {**Handler.extensions_map, ".js": "text/javascript", ".wgsl": "text/plain"}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture(scope="module")
+def browser_results():
+    """Build every case, run them all in one headless Chromium, return {name: (spec, inputs, result)}."""
+    tmp = tempfile.mkdtemp(prefix="attngen-browser-")
+    cases, inputs = [], {}
+    for name, body, b, lq, lk, hq, hkv in CASES:
+        spec = spec_of(body, name=name)
+        em = attngen.emit(spec, target="wgsl", profile="webgpu-core")
+        os.makedirs(os.path.join(tmp, name))
+        with open(os.path.join(tmp, name, "kernel.wgsl"), "w") as f:
+            f.write(em.source)
+        with open(os.path.join(tmp, name, "kernel.wgsl.json"), "w") as f:
+            json.dump(em.manifest, f)
+        q, k, v = random_qkv(spec, b, lq, lk, heads_q=hq, heads_kv=hkv, seed=lq + lk)
+        dt = np.float16 if spec.dtype == "f16" else np.float32
+        for n, a in (("q", q), ("k", k), ("v", v)):
+            a.astype(dt).tofile(os.path.join(tmp, name, f"{n}.bin"))
+        inputs[name] = (spec, [a.astype(dt).astype(np.float32) for a in (q, k, v)])
+        cases.append({"name": name, "B": b, "Lq": lq, "Lk": lk, "Hq": hq, "Hkv": hkv})
+    with open(os.path.join(tmp, "cases.json"), "w") as f:
+        json.dump(cases, f)
+    with open(os.path.join(tmp, "index.html"), "w") as f:
+        f.write(PAGE)
+    got = {"done": threading.Event()}
+    server = _serve(tmp, os.path.join(ROOT, "examples", "web"), got)
+    url = f"http://127.0.0.1:{server.server_address[1]}/index.html"
+    profile_dir = tempfile.mkdtemp(prefix="attngen-chromium-")
+    proc = subprocess.Popen([BROWSER, "--headless=new", "--no-sandbox", "--enable-unsafe-webgpu",
+                             "--use-webgpu-adapter=swiftshader", "--enable-features=Vulkan", "--disable-gpu-sandbox",
+                             f"--user-data-dir={profile_dir}", "--no-first-run", url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        finished = got["done"].wait(timeout=240)
+    finally:
+        proc.kill()
+        proc.wait()
+        server.shutdown()
+        shutil.rmtree(profile_dir, ignore_errors=True)
+    assert finished, "Chromium did not report back within 240 s"
+    results = got["results"]
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {name: (*inputs[name], results.get(name), c) for name, c in ((c["name"], c) for c in cases)}
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CASES])
+def test_the_browser_computes_the_reference(browser_results, name):
+    spec, (q, k, v), result, case = browser_results[name]
+    assert result is not None and "error" not in result, result
+    dt = np.float16 if spec.dtype == "f16" else np.float32
+    out = np.frombuffer(base64.b64decode(result["out"]), dt).astype(np.float64)
+    out = out.reshape(case["B"], case["Lq"], case["Hq"], spec.head_dim_v)
+    lse = np.frombuffer(base64.b64decode(result["lse"]), np.float32).astype(np.float64)
+    lse = lse.reshape(case["B"], case["Hq"], case["Lq"])
+    ref, ref_lse = reference(spec, q, k, v, return_lse=True)
+    assert not np.isnan(out).any()
+    assert relative_error(out, ref) <= tolerance(spec)
+    empty = np.isneginf(ref_lse)
+    assert np.array_equal(np.isneginf(lse), empty)
+    assert np.abs(lse[~empty] - ref_lse[~empty]).max() <= 1e-2 * max(1.0, np.abs(ref_lse[~empty]).max())
+
+
+def test_the_manifest_alone_is_enough():
+    """What the JavaScript runtime reads is in every fused manifest: the Params fields' plain
+    values parse as formulas over the manifest's symbols, and so do the dispatches."""
+    from attngen.plan.formulas import evaluate
+    for name, body, *_ in CASES:
+        m = attngen.emit(spec_of(body), target="wgsl", profile="webgpu-core").manifest
+        sizes = {"B": 2, "Lq": 5, "Lk": 7, "Hq": 4, "Hkv": 2, "G": 2, "S": 1, "write_lse": 1}
+        params = m["bindings"][0]
+        assert params["type"] == "uniform" and params["binding"] == 0
+        for f in params["fields"]:
+            evaluate(f["plain_value"], sizes)
+        for e in m["entry_points"]:
+            assert all(evaluate(x, sizes) >= 1 for x in e["dispatch"])
+
+
+def test_the_demo_page_runs_a_kernel(tmp_path):
+    """examples/web/index.html as its comment says to use it: a kernel built beside it, the folder
+    served over HTTP; the page reports a time and no error."""
+    web = os.path.join(ROOT, "examples", "web")
+    for f in ("index.html", "attngen.js"):
+        shutil.copy(os.path.join(web, f), tmp_path / f)
+    spec = attngen.load(os.path.join(ROOT, "examples", "llama3_8b.attn"))
+    spec = attngen.parse(attngen.format_spec(spec).replace("f16=auto", "f16=packed"))[0]
+    em = attngen.emit(spec, target="wgsl", profile="webgpu-core")
+    (tmp_path / "kernel.wgsl").write_text(em.source)
+    (tmp_path / "kernel.wgsl.json").write_text(json.dumps(em.manifest))
+    got = {"done": threading.Event()}
+    server = _serve(str(tmp_path), web, got)
+    url = f"http://127.0.0.1:{server.server_address[1]}/index.html?Lq=33&Lk=70&report=/results"
+    profile_dir = tempfile.mkdtemp(prefix="attngen-chromium-")
+    proc = subprocess.Popen([BROWSER, "--headless=new", "--no-sandbox", "--enable-unsafe-webgpu",
+                             "--use-webgpu-adapter=swiftshader", "--enable-features=Vulkan", "--disable-gpu-sandbox",
+                             f"--user-data-dir={profile_dir}", "--no-first-run", url],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert got["done"].wait(timeout=180), "the page did not report back within 180 s"
+    finally:
+        proc.kill()
+        proc.wait()
+        server.shutdown()
+        shutil.rmtree(profile_dir, ignore_errors=True)
+    log = got["results"]
+    assert "llama3_8b_prefill: f16 (packed)" in log and "B=1 Lq=33 Lk=70 Hq=32 Hkv=8:" in log, log
+    assert "error" not in log, log
