@@ -35,7 +35,8 @@ class WgslBackend(Backend):
                        "workgroups_per_dimension", "storage_buffer_binding_bytes")
     required_defaults = ("max_head_dim", "tile_q", "threads_per_row", "tile_kv")
     required_sections = ("dialect",)
-    timing = "wall time, uploads and read-back included"
+    timing = "wall time, uploads and read-back included"  # where the adapter has no timestamp queries
+    gpu_timing = "GPU time of the dispatches (timestamp queries), inputs resident on the device"
     device_name = "wgpu adapter"
     source_suffix = "wgsl"
 
@@ -81,7 +82,26 @@ class WgslBackend(Backend):
 
     def device_inputs(self, spec, host, options):
         import numpy as np
-        return tuple(a.astype(np.dtype(_NP[spec.dtype])) for a in host), options
+        from .adapter import WgslTensor
+        # resident on the device: a timed call uploads nothing but its uniforms
+        return tuple(WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype]))) for a in host), options
+
+    def time_call(self, kernel, args, options, repeat):
+        """Median GPU milliseconds of `repeat` calls (timestamp queries around the dispatches),
+        or median wall time where the adapter has no timestamp queries (then self.timing says so)."""
+        import statistics
+        from .launch import gpu_timer
+        kernel(*args, **options)  # warm-up (pipelines)
+        with gpu_timer(kernel) as times:
+            if times is None:
+                return super().time_call(kernel, args, options, repeat)
+            per_call = []
+            for _ in range(repeat):
+                times.clear()
+                kernel(*args, **options)
+                per_call.append(sum(times))
+        self.timing = self.gpu_timing
+        return statistics.median(per_call)
 
 
 BACKEND = WgslBackend()

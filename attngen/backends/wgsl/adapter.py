@@ -163,7 +163,8 @@ class _DeviceState:
                               "Vulkan driver such as Mesa's lavapipe)")
         self.adapter = adapter
         self.info = dict(adapter.info)
-        wanted = [f for f in ("shader-f16", "subgroup") if f in adapter.features]
+        # timestamp-query: GPU time of the dispatches (launch.gpu_timer), where the adapter has it
+        wanted = [f for f in ("shader-f16", "subgroup", "timestamp-query") if f in adapter.features]
         limits = {name: adapter.limits[name] for name in _RAISED_LIMITS if name in adapter.limits}
         self.device = adapter.request_device_sync(required_features=wanted, required_limits=limits)
         self.features = set(self.device.features)

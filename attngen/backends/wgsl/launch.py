@@ -14,6 +14,9 @@ workspaces carry the same bits so that a cut-short workgroup leaves its rows of 
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import numpy as np
 
 from ...errors import LaunchError
@@ -197,17 +200,53 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
     return result, np.frombuffer(raw, dtype=np.float32, count=lse_bytes // 4).reshape(lse_shape).copy()
 
 
+_TIMER = threading.local()
+
+
+@contextlib.contextmanager
+def gpu_timer(kernel):
+    """Collect the GPU time (ms) of every dispatch made inside the block, from timestamp queries
+    written at the start of the first compute pass and the end of the last one: the kernels'
+    time on the GPU, without uploads, read-back or Python. Yields the list of times, or None when
+    the device has no timestamp-query feature (then time on the wall)."""
+    if "timestamp-query" not in kernel.state.features:
+        yield None
+        return
+    times = []
+    _TIMER.times = times
+    try:
+        yield times
+    finally:
+        _TIMER.times = None
+
+
 def dispatch(kernel, bufs: dict, sizes: dict) -> None:
     """Every entry point in order, one compute pass each, in one submission."""
     dev = kernel.state.device
     enc = dev.create_command_encoder()
-    for _, pipeline, bgl, params, grid in kernel.pipelines:
+    times = getattr(_TIMER, "times", None)
+    queries = dev.create_query_set(type=wgpu.QueryType.timestamp, count=2) if times is not None else None
+    last = len(kernel.pipelines) - 1
+    for i, (_, pipeline, bgl, params, grid) in enumerate(kernel.pipelines):
         group = dev.create_bind_group(layout=bgl, entries=[
             {"binding": p.binding, "resource": {"buffer": bufs[p.name], "offset": 0, "size": bufs[p.name].size}}
             for p in params])
-        cp = enc.begin_compute_pass()
+        writes = None
+        if queries is not None:
+            writes = {"query_set": queries}
+            if i == 0:
+                writes["beginning_of_pass_write_index"] = 0
+            if i == last:
+                writes["end_of_pass_write_index"] = 1
+        cp = enc.begin_compute_pass(timestamp_writes=writes)
         cp.set_pipeline(pipeline)
         cp.set_bind_group(0, group)
         cp.dispatch_workgroups(*evaluate_all(grid, **sizes))
         cp.end()
+    if queries is not None:
+        stamps = dev.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        enc.resolve_query_set(queries, 0, 2, stamps, 0)
     dev.queue.submit([enc.finish()])
+    if queries is not None:
+        t0, t1 = np.frombuffer(dev.queue.read_buffer(stamps), dtype=np.uint64)
+        times.append(float(t1 - t0) / 1e6)  # WebGPU timestamps are nanoseconds
