@@ -71,8 +71,11 @@ const ALIGN = (n) => Math.max(4, Math.ceil(n / 4) * 4);  // WebGPU buffer sizes:
 
 export async function loadKernel(wgsl, manifest, device) {
   if (manifest.target !== "wgsl") throw new Error(`not a WGSL manifest (target ${manifest.target})`);
-  if (manifest.schedule.kind !== "fused") {
-    throw new Error(`schedule ${manifest.schedule.kind}: this runtime runs the fused schedule only (docs/web.md)`);
+  if (!["fused", "split_kv", "two_pass"].includes(manifest.schedule.kind)) {
+    throw new Error(`schedule ${manifest.schedule.kind}: not known to this runtime (docs/web.md)`);
+  }
+  if (manifest.spec.includes("mask       custom")) {
+    throw new Error("mask custom needs the block-mask builder, which this runtime does not run yet (docs/web.md)");
   }
   device = device || await deviceFor(manifest);
   const lacking = manifest.features.map((f) => FEATURE[f] || f).filter((f) => !device.features.has(f));
@@ -103,13 +106,27 @@ class Kernel {
     Object.assign(this, { device, manifest, byNumber, entries });
   }
 
-  // Run once: {q, k, v, B, Lq, Lk, Hq, Hkv, lse: bool}; returns {out, lse} (out as the input
-  // array type, lse as Float32Array of (B, Hq, Lq) or null).
-  async run({ q, k, v, B, Lq, Lk, Hq, Hkv, lse = false }) {
+  // KV splits of a launch (the symbol S): 1 for fused, N for split_kv(N), else the manifest's
+  // split_rule over the shapes and the device's compute units.
+  splits({ B, Lq, Lk, Hq, Hkv }, computeUnits = 8) {
+    const s = this.manifest.schedule;
+    if (s.kind === "fused") return 1;
+    if (s.splits_fixed) return s.splits_fixed;
+    const r = s.split_rule;
+    const blocks = r.rows_per_kv_head ? B * Hkv * Math.max(1, Math.ceil(Lq * (Hq / Hkv) / r.tile_q))
+                                      : B * Hq * Math.max(1, Math.ceil(Lq / r.tile_q));
+    const want = Math.max(1, Math.floor(r.blocks_per_core * computeUnits / Math.max(blocks, 1)));
+    const most = Math.max(1, Math.floor(Lk / (r.min_tiles_per_split * r.tile_kv)));
+    return Math.min(want, most, r.max_splits);
+  }
+
+  // Run once: {q, k, v, B, Lq, Lk, Hq, Hkv, lse: bool, computeUnits}; returns {out, lse} (out as
+  // the input array type, lse as Float32Array of (B, Hq, Lq) or null).
+  async run({ q, k, v, B, Lq, Lk, Hq, Hkv, lse = false, computeUnits = 8 }) {
     const m = this.manifest, dev = this.device;
     if (Hq % Hkv) throw new Error(`Hq = ${Hq} is not a multiple of Hkv = ${Hkv}`);
-    const sizes = { B, Lq, Lk, Hq, Hkv, G: Hq / Hkv, S: 1, Dqk: m.grid_symbols.Dqk, Dv: m.grid_symbols.Dv,
-                    write_lse: lse ? 1 : 0 };
+    const sizes = { B, Lq, Lk, Hq, Hkv, G: Hq / Hkv, S: this.splits({ B, Lq, Lk, Hq, Hkv }, computeUnits),
+                    Dqk: m.grid_symbols.Dqk, Dv: m.grid_symbols.Dv, write_lse: lse ? 1 : 0 };
     const elem = BYTES[m.dtype];
     const expect = { q: B * Lq * Hq * sizes.Dqk, k: B * Lk * Hkv * sizes.Dqk, v: B * Lk * Hkv * sizes.Dv };
     for (const [name, arr] of Object.entries({ q, k, v })) {
@@ -134,6 +151,16 @@ class Kernel {
     for (const f of fields) words[f.offset / 4] = evaluate(f.plain_value, sizes);
     buffers.params = dev.createBuffer({ size: words.byteLength, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
     dev.queue.writeBuffer(buffers.params, 0, words);
+    // workspaces of the split schedules: their byte formulas, filled where the manifest says
+    for (const b of m.bindings) {
+      if (!b.layout || !b.layout.bytes || b.name in buffers || b.name === "seq_meta" || b.name === "kv_new") continue;
+      const bytes = ALIGN(evaluate(b.layout.bytes, sizes));
+      buffers[b.name] = dev.createBuffer({ size: bytes, usage, mappedAtCreation: b.layout.fill_word !== undefined });
+      if (b.layout.fill_word !== undefined) {
+        new Uint32Array(buffers[b.name].getMappedRange()).fill(b.layout.fill_word);
+        buffers[b.name].unmap();
+      }
+    }
     const dummy = dev.createBuffer({ size: 16, usage });  // optional bindings of a plain launch
     const encoder = dev.createCommandEncoder();
     for (const e of this.entries) {

@@ -38,6 +38,13 @@ CASES = [
     # subgroup reductions: Tint needs `enable subgroups;` (the webgpu-core dialect), SwiftShader
     # runs subgroups of 4
     ("subgroups_f32", "head_dim 64\n dtype f32\n mask causal\n target wgsl { subgroups=on }", 2, 19, 40, 4, 2),
+    # decode schedules: workspaces from the manifest's byte formulas and fill words, S from
+    # split_kv(N) or the manifest's split rule, then the combine
+    ("split3_gqa4_f16_packed", "head_dim 64\n dtype f16\n schedule split_kv(3)\n target wgsl { f16=packed }",
+     2, 1, 301, 8, 2),
+    ("two_pass_window_f32", "head_dim 32\n dtype f32\n mask window(left=50)\n schedule two_pass", 1, 3, 257, 4, 4),
+    ("split_auto_gqa7_f32", "head_dim 64\n dtype f32\n mask causal(bottom_right)\n schedule split_kv(auto)",
+     1, 5, 400, 7, 1),
 ]
 
 PAGE = """<!doctype html><meta charset="utf-8"><title>attngen browser test</title><pre id="log"></pre>

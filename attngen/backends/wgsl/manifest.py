@@ -10,7 +10,7 @@ Hq, Hkv, G = Hq / Hkv, S = splits); attngen's own runtime fills them the same wa
 from __future__ import annotations
 
 from ...plan.kernel_plan import KernelPlan
-from ...plan.schedule import max_splits, pack_gqa, split_rule
+from ...plan.schedule import BLOCKS_PER_CORE, MAX_SPLITS, MIN_TILES_PER_SPLIT, max_splits, pack_gqa, split_rule
 
 BUFFER_LAYOUTS = {
     "seq_meta": {
@@ -63,6 +63,7 @@ def buffer_layouts(plan: KernelPlan) -> dict:
         entry = {"bytes": w.bytes_formula, "index": _WORKSPACE_INDEX[w.name]}
         if w.fill is not None:
             entry["fill"] = f"0x{w.fill:08x} in every word before the launch{_FILL_WHY.get(w.name, '')}"
+            entry["fill_word"] = w.fill  # the same, as a number: every u32 word of the buffer
         out[w.name] = entry
     return out
 
@@ -102,6 +103,17 @@ def schedule_manifest(plan: KernelPlan) -> dict:
                          split_rule(plan.tile_q, plan.tile_kv) + " (attngen.plan.schedule.choose_splits; "
                          "compute_units from the profile)")
         out["max_splits"] = max_splits(spec)
+        if spec.schedule.splits:
+            out["splits_fixed"] = spec.schedule.splits  # S, whatever the shapes
+        else:  # choose_splits' rule as numbers (a runtime evaluates it from the shapes)
+            out["split_rule"] = {"blocks_per_core": BLOCKS_PER_CORE, "min_tiles_per_split": MIN_TILES_PER_SPLIT,
+                                 "max_splits": MAX_SPLITS, "tile_q": plan.tile_q, "tile_kv": plan.tile_kv,
+                                 "rows_per_kv_head": pack_gqa(spec),
+                                 "note": "S = min(max(1, floor(blocks_per_core * compute_units / blocks)), max(1, "
+                                         "floor(Lk / (min_tiles_per_split * tile_kv))), max_splits), blocks = "
+                                         "B * Hkv * ceil(Lq * G / tile_q) when rows_per_kv_head, else B * Hq * "
+                                         "ceil(Lq / tile_q); compute_units: the device's (browsers do not say: "
+                                         "the webgpu-core profile guesses 8)"}
         if pack_gqa(spec):
             out["rows"] = "a workgroup's rows are (query row, head in group) pairs of one KV head (dispatch y = Hkv)"
         else:
