@@ -144,10 +144,15 @@ def comment_block(lines: list[str], prefix: str = "//") -> str:
     return "\n".join(out)
 
 
+MANIFEST_VERSION = 1  # raised when a field a foreign runtime reads changes meaning or goes away
+
+
 def manifest(plan: KernelPlan, extra: dict) -> dict:
     """Everything a runtime without Python needs to launch the source."""
     c = plan.config
     out = {
+        # the manifest's own version: a foreign runtime checks it (WGSL: docs/manifest-wgsl.schema.json)
+        "manifest_version": MANIFEST_VERSION,
         "attngen": __version__,
         "generator": generator_version(),
         "target": plan.target,
