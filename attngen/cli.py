@@ -128,6 +128,19 @@ def _parser() -> argparse.ArgumentParser:
     pc.add_argument("--kernel", metavar="NAME", help="only this kernel")
     pc.add_argument("-q", "--quiet", action="store_true", help="no progress on standard error")
 
+    d = sub.add_parser("serve-demo", parents=[common], help="a web page that runs a kernel in the browser",
+                       description="Build a kernel with its manifest into a folder beside the web runtime "
+                       "and a demo page (docs/web.md), and serve the folder over HTTP on localhost: open the "
+                       "address it prints in a browser with WebGPU. With --no-serve the folder is only written "
+                       "(a static page to copy anywhere).")
+    d.add_argument("spec", metavar="SPEC", help="a .attn file or '-' for standard input")
+    d.add_argument("--target", required=True, choices=targets, help="a target with a web runtime")
+    d.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
+    d.add_argument("--profile", metavar="P", help="target profile (default: the target's)")
+    d.add_argument("--dir", metavar="DIR", help="write the page here (default: a new temporary folder)")
+    d.add_argument("--port", type=int, default=8000, help="HTTP port on 127.0.0.1 (default 8000; 0: any free)")
+    d.add_argument("--no-serve", action="store_true", help="write the folder and exit")
+
     k = sub.add_parser("cache", parents=[common], help="show or empty the disk cache of built kernels",
                        description="The disk cache of built kernels: $ATTNGEN_CACHE_DIR, else "
                        "$XDG_CACHE_HOME/attngen, else ~/.cache/attngen.")
@@ -580,8 +593,44 @@ def cmd_cache(args) -> int:
     return EXIT_INVALID if report.errors else EXIT_OK
 
 
+def cmd_serve_demo(args) -> int:
+    backend = backends.get(args.target)
+    spec = _one_spec(args)
+    try:
+        files = backend.demo_files(spec, _profile(args.profile, args.target))
+    except NotImplementedError as e:
+        raise UsageError(f"{e}: serve-demo needs a target with a web runtime") from None
+    import tempfile
+    folder = args.dir or tempfile.mkdtemp(prefix=f"attngen-demo-{spec.name}-")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot make {folder}: {_reason(e)}") from None
+    for name, text in files.items():
+        _write_file(os.path.join(folder, name), text)
+    print(f"wrote {', '.join(files)} to {folder}")
+    if args.no_serve:
+        return EXIT_OK
+    import functools
+    import http.server
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=folder)
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+    except OSError as e:
+        raise UsageError(f"cannot listen on 127.0.0.1:{args.port}: {_reason(e)} (try --port 0)") from None
+    print(f"serving on http://127.0.0.1:{server.server_address[1]}/ (a browser with WebGPU; Ctrl-C stops)",
+          flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return EXIT_OK
+
+
 COMMANDS = {"build": cmd_build, "check": cmd_check, "run": cmd_run, "precompile": cmd_precompile,
-            "cache": cmd_cache}
+            "serve-demo": cmd_serve_demo, "cache": cmd_cache}
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):

@@ -17,15 +17,18 @@ from .version import __version__
 
 _PACKAGE = Path(__file__).resolve().parent
 _KINDS = ("grammar", "templates", "targets")
+# Files shipped for users, not read by the generator (so not in its digest): the web runtime
+# and demo page (examples/web in a checkout, attngen/web in a wheel).
+_SHIPPED = {"web": "examples/web"}
 
 
 @functools.lru_cache(maxsize=None)
 def resource_dir(kind: str) -> Path:
-    if kind not in _KINDS:
+    if kind not in _KINDS and kind not in _SHIPPED:
         raise ValueError(f"unknown resource kind {kind!r}")
-    for base in (_PACKAGE, _PACKAGE.parent):
-        if (base / kind).is_dir():
-            return base / kind
+    for path in (_PACKAGE / kind, _PACKAGE.parent / _SHIPPED.get(kind, kind)):
+        if path.is_dir():
+            return path
     raise FileNotFoundError(
         f"attngen cannot find its {kind}/ folder (looked in {_PACKAGE} and {_PACKAGE.parent}); "
         "reinstall the package or run from a source checkout with PYTHONPATH set to it"

@@ -123,6 +123,12 @@ class Backend:
         raise NotImplementedError(f"target {self.name} builds its kernels when they are loaded: there is "
                                   "nothing to precompile")
 
+    # -- attngen serve-demo -----------------------------------------------------------------------
+    def demo_files(self, spec: AttentionSpec, profile: Profile) -> dict:
+        """{file name: text} of a static web page that runs the kernel (attngen serve-demo);
+        targets without a web runtime raise NotImplementedError."""
+        raise NotImplementedError(f"target {self.name} has no web demo")
+
     # -- attngen run ------------------------------------------------------------------------------
     def device_inputs(self, spec: AttentionSpec, host: tuple, options: dict) -> tuple[tuple, dict]:
         """(q, k, v, options) on the device, from float32 host arrays and host options."""

@@ -1,6 +1,7 @@
 // attngen's WGSL kernels in a web page: a dependency-free ES module that loads a generated
-// .wgsl file and its manifest (`attngen build SPEC --target wgsl -o k.wgsl` writes both; the
-// manifest is k.wgsl.json) and runs the kernel exactly as the manifest says: the bindings and
+// .wgsl file and its manifest (`attngen build SPEC --target wgsl -o k.wgsl`, and with
+// `--emit manifest -o k.wgsl.json`; `attngen serve-demo` does both beside a demo page) and runs
+// the kernel exactly as the manifest says: the bindings and
 // their types, the Params uniform (each field's `plain_value` formula), the workgroup counts
 // (`dispatch` formulas), the features to request. Nothing here knows attngen's Python.
 //

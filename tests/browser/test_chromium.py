@@ -179,16 +179,17 @@ def test_the_manifest_alone_is_enough():
 
 
 def test_the_demo_page_runs_a_kernel(tmp_path):
-    """examples/web/index.html as its comment says to use it: a kernel built beside it, the folder
-    served over HTTP; the page reports a time and no error."""
+    """examples/web/index.html as `attngen serve-demo --no-serve` writes it, for Llama-3 with f16
+    packed in u32 words (SwiftShader has no shader-f16), served over HTTP: the page reports a time
+    and no error."""
+    from attngen.cli import main
     web = os.path.join(ROOT, "examples", "web")
-    for f in ("index.html", "attngen.js"):
-        shutil.copy(os.path.join(web, f), tmp_path / f)
-    spec = attngen.load(os.path.join(ROOT, "examples", "llama3_8b.attn"))
-    spec = attngen.parse(attngen.format_spec(spec).replace("f16=auto", "f16=packed"))[0]
-    em = attngen.emit(spec, target="wgsl", profile="webgpu-core")
-    (tmp_path / "kernel.wgsl").write_text(em.source)
-    (tmp_path / "kernel.wgsl.json").write_text(json.dumps(em.manifest))
+    text = open(os.path.join(ROOT, "examples", "llama3_8b.attn")).read().replace(
+        "    mask       causal\n", "    mask       causal\n    target     wgsl { f16=packed }\n")
+    (tmp_path / "llama.attn").write_text(text)
+    assert main(["serve-demo", str(tmp_path / "llama.attn"), "--target", "wgsl", "--dir", str(tmp_path / "page"),
+                 "--no-serve"]) == 0
+    tmp_path = tmp_path / "page"
     got = {"done": threading.Event()}
     server = _serve(str(tmp_path), web, got)
     url = f"http://127.0.0.1:{server.server_address[1]}/index.html?Lq=33&Lk=70&report=/results"

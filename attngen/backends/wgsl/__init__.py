@@ -76,6 +76,17 @@ class WgslBackend(Backend):
             f"features: {', '.join(plan.features) or 'none'}",
         ]
 
+    def demo_files(self, spec, profile):
+        """The kernel, its manifest, examples/web's page and runtime (docs/web.md)."""
+        import json
+        from ...plan.lower import lower
+        from ...resources import resource_path
+        plan = lower(spec, self, self.profile(profile))  # checked: SpecError with every problem
+        files = {"kernel.wgsl": self.render(plan), "kernel.wgsl.json": json.dumps(self.manifest(plan), indent=1) + "\n"}
+        for name in ("index.html", "attngen.js"):
+            files[name] = resource_path("web", name).read_text()
+        return files
+
     def compile(self, spec, profile=None):
         from .kernel import compile_kernel
         return compile_kernel(self, spec, profile)
