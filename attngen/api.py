@@ -26,6 +26,7 @@ from .plan.check import check as _check
 from .plan.kernel_plan import Emitted, KernelPlan
 from .plan.lower import lower as _lower
 from .reference import reference
+from .runtime import tune as tune_results
 
 
 def parse(text, filename: str = "<string>") -> list[AttentionSpec]:
@@ -109,9 +110,19 @@ def emit(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=Non
     return emit_plan(lower(spec, target, profile))
 
 
-def compile(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=None):
-    """A runnable, cached kernel for this machine's device: kernel(q, k, v) -> out."""
-    return backends.get(target).compile(spec, profile)
+def compile(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=None, tuned: bool = True):
+    """A runnable, cached kernel for this machine's device: kernel(q, k, v) -> out. When the spec
+    leaves its tiles and target options at auto and `attngen tune` stored a result for this
+    device and spec, that result is used (tuned=False: the profile's defaults)."""
+    backend = backends.get(target)
+    if tuned and profile is None and tune_results.is_auto(spec, target):
+        try:
+            found = tune_results.lookup(backend, spec)
+        except NotImplementedError:
+            found = None
+        if found is not None:
+            spec = tune_results.apply(spec, target, found["choice"])
+    return backend.compile(spec, profile)
 
 
 __all__ = ["check", "compile", "decode_source", "emit", "emit_plan", "format_spec", "get_profile", "load", "lower",

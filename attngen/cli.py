@@ -128,6 +128,21 @@ def _parser() -> argparse.ArgumentParser:
     pc.add_argument("--kernel", metavar="NAME", help="only this kernel")
     pc.add_argument("-q", "--quiet", action="store_true", help="no progress on standard error")
 
+    t = sub.add_parser("tune", parents=[common], help="find the fastest tiles for this machine's device",
+                       description="Sweep the tile choices of a kernel (tile q, tile kv and the target's options) "
+                       "on this machine's device: every candidate is checked against the float64 reference "
+                       "before it is timed; the fastest is stored in the cache and used by attngen.compile on "
+                       "this device when the spec leaves those choices at auto (attngen check lists it).")
+    t.add_argument("spec", metavar="SPEC", help="a .attn file or '-' for standard input")
+    t.add_argument("--target", required=True, choices=targets)
+    t.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
+    t.add_argument("--shape", metavar="B=..,Lq=..,Lk=..[,Hq=..,Hkv=..]",
+                   help="the shape to tune for (default B=1,Lq=Lk=256); results are kept per shape class "
+                        "(decode or prefill, and the order of Lk)")
+    t.add_argument("--repeat", type=int, default=5, help="timed runs per candidate (median)")
+    t.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    t.add_argument("-q", "--quiet", action="store_true", help="no progress lines on standard error")
+
     d = sub.add_parser("serve-demo", parents=[common], help="a web page that runs a kernel in the browser",
                        description="Build a kernel with its manifest into a folder beside the web runtime "
                        "and a demo page (docs/web.md), and serve the folder over HTTP on localhost: open the "
@@ -385,6 +400,7 @@ def _check_one(args, text, name, targets, diags, report) -> bool:
                     continue
                 lines.append(f"  {target} ({prof.name}): ok")
                 lines += [f"    {ln}" for ln in _plan_lines(p)]
+                lines += [f"    {ln}" for ln in _tuned_lines(spec, target)]
         report.append("\n".join(lines))
     return bool(specs)
 
@@ -453,6 +469,71 @@ def _parse_shape(text: str, spec) -> dict:
     if out["Hq"] % out["Hkv"]:
         raise UsageError(f"--shape Hq={out['Hq']} is not a multiple of Hkv={out['Hkv']}")
     return out
+
+
+def _tuned_lines(spec, target) -> list[str]:
+    """Where the tile choices come from: the profile's defaults, and any `attngen tune` result
+    stored for this spec (compile uses the one of its device when the spec leaves tiles auto)."""
+    from .runtime import tune
+    if not tune.is_auto(spec, target):
+        return ["tiles: from the spec"]
+    found = tune.stored_for(target, spec)
+    if not found:
+        return ["tiles: the profile's defaults (no attngen tune result stored for this spec)"]
+    return ["tiles: the profile's defaults here; attngen.compile on a tuned device uses its result:"] + [
+        f"  tuned {tune.label(r['choice'])} on {r['device']} for {r['shape_class']} ({r['ms']:.4g} ms, "
+        f"defaults {r['default_ms']:.4g} ms; {r['date']})" if r.get("default_ms") else
+        f"  tuned {tune.label(r['choice'])} on {r['device']} for {r['shape_class']} ({r['date']})" for r in found]
+
+
+def cmd_tune(args) -> int:
+    from .runtime import tune
+    spec = _one_spec(args)
+    backend = backends.get(args.target)
+    if not tune.is_auto(spec, args.target):
+        raise UsageError(f"{spec.name} fixes its own tiles or target {args.target} options: tune sweeps those, "
+                         "so leave them at auto")
+    if not backend.tune_space(spec):
+        raise UsageError(f"target {args.target} has nothing to tune")
+    if args.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    shape = _parse_shape(args.shape or "", spec)
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(f"attngen tune: {line}", file=sys.stderr, flush=True)
+    try:
+        profile = backend.profile(None)
+        diags = api.check(spec, args.target, profile)
+        if diags:
+            raise SpecError(diags)
+        progress(f"{spec.name} on {backend.device_identity()}, B={shape['B']} Lq={shape['Lq']} Lk={shape['Lk']}: "
+                 "the profile's defaults first")
+        default = api.compile(spec, args.target, tuned=False)
+        rows = tune.sweep(backend, spec, shape, repeat=args.repeat, seed=args.seed, progress=progress,
+                          check=lambda s: api.check(s, args.target, profile),
+                          compile_=lambda s: api.compile(s, args.target, tuned=False))
+        from .runtime.runner import _inputs
+        _, dargs, dopts = _inputs(spec, backend, shape, args.seed)
+        default_ms = backend.time_call(default, dargs, dopts, args.repeat)
+    except (ImportError, RuntimeError, OSError) as e:
+        raise LaunchError(f"no usable {getattr(backend, 'device_name', 'device')} on this machine: "
+                          f"{type(e).__name__}: {e}") from None
+    _print(f"{spec.name} on {args.target} ({backend.device_identity()}), B={shape['B']} Lq={shape['Lq']} "
+           f"Lk={shape['Lk']} Hq={shape['Hq']} Hkv={shape['Hkv']}; {backend.timing}")
+    _print(f"  {'candidate':42} {'ms':>10}  result")
+    _print(f"  {'the defaults: ' + default.plan.summary().split(',')[0]:42} {default_ms:>10.4g}  ok")
+    for choice, status, ms, _, summary in rows:
+        same = " (the defaults' plan)" if summary == default.plan.summary() else ""
+        _print(f"  {tune.label(choice):42} {('-' if ms is None else f'{ms:.4g}'):>10}  {status}{same}")
+    ok = [r for r in rows if r[2] is not None]
+    if not ok:
+        _print("no candidate ran correctly: nothing stored")
+        return EXIT_INVALID
+    choice, _, ms, _, _ = ok[0]
+    where = tune.store(backend, spec, shape, choice, ms, default_ms)
+    _print(f"fastest: {tune.label(choice)}, {ms:.4g} ms ({default_ms / ms:.2f}x the defaults); stored in {where}")
+    return EXIT_OK
 
 
 def cmd_run(args) -> int:
@@ -630,7 +711,7 @@ def cmd_serve_demo(args) -> int:
 
 
 COMMANDS = {"build": cmd_build, "check": cmd_check, "run": cmd_run, "precompile": cmd_precompile,
-            "serve-demo": cmd_serve_demo, "cache": cmd_cache}
+            "serve-demo": cmd_serve_demo, "tune": cmd_tune, "cache": cmd_cache}
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):

@@ -123,6 +123,16 @@ class Backend:
         raise NotImplementedError(f"target {self.name} builds its kernels when they are loaded: there is "
                                   "nothing to precompile")
 
+    # -- attngen tune -----------------------------------------------------------------------------
+    def tune_space(self, spec: AttentionSpec) -> list:
+        """The choices `attngen tune` sweeps: dicts of tile_q, tile_kv and options (this target's
+        `target NAME { ... }` values); the planner refuses the illegal ones."""
+        return []
+
+    def device_identity(self) -> str:
+        """This machine's device, as tuned results are keyed: vendor, architecture, device, driver."""
+        raise NotImplementedError(f"target {self.name} has no runtime here")
+
     # -- attngen serve-demo -----------------------------------------------------------------------
     def demo_files(self, spec: AttentionSpec, profile: Profile) -> dict:
         """{file name: text} of a static web page that runs the kernel (attngen serve-demo);

@@ -138,6 +138,32 @@ def _warn(path: Path, problem: str, stored: str | None) -> None:
     warnings.warn(f"attngen cache entry {path} {problem}; {done}", CacheWarning, stacklevel=3)
 
 
+def get(key: str, suffix: str) -> bytes | None:
+    """The bytes of an entry written by put(), or None (missing, unreadable or failing its digest)."""
+    data, _ = _load(cache_dir() / f"{key}{suffix}")
+    return data
+
+
+def put(key: str, suffix: str, data: bytes) -> str | None:
+    """Write (or replace) an entry, atomically with its digest; None, or why it could not be."""
+    root = cache_dir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return _reason(e)
+    return _store(root, key, root / f"{key}{suffix}", data)
+
+
+def entries(suffix: str):
+    """The bytes of every valid entry with this suffix."""
+    listing = _scan(cache_dir()) or []
+    for name, kind, _ in listing:
+        if kind == "entry" and name.endswith(suffix):
+            data = get(name[: -len(suffix)], suffix)
+            if data is not None:
+                yield data
+
+
 def cached(key: str, suffix: str, build) -> tuple[bytes, bool]:
     """The cached bytes for `key`, built by `build()` on a miss. Returns (data, was_hit).
 

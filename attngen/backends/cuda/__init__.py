@@ -48,6 +48,19 @@ class CudaBackend(Backend):
         ] + ([c.varlen_summary] if c.varlen is not None else []) + (
             [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else [])
 
+    def tune_space(self, spec):
+        """Rows per block x keys per tile x K/V stages (the planner picks the kernel family)."""
+        return [{"tile_q": q, "tile_kv": kv, "options": {"stages": st}}
+                for q in (64, 128) for kv in (32, 64, 128) for st in (2, 3)]
+
+    def device_identity(self):
+        from .runtime import cupy_module
+        cupy = cupy_module()
+        dev = cupy.cuda.Device()
+        name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"]
+        name = name.decode() if isinstance(name, bytes) else name
+        return f"NVIDIA / sm_{dev.compute_capability} / {name} / driver {cupy.cuda.runtime.driverGetVersion()}"
+
     def compile(self, spec, profile=None):
         from .runtime import compile_kernel
         return compile_kernel(self, spec, profile)

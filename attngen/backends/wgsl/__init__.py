@@ -76,6 +76,17 @@ class WgslBackend(Backend):
             f"features: {', '.join(plan.features) or 'none'}",
         ]
 
+    def tune_space(self, spec):
+        """Rows per workgroup x keys per tile x invocations per row (workgroup = rows x that)."""
+        return [{"tile_q": q, "tile_kv": kv, "options": {"workgroup": q * per_row}}
+                for q in (8, 16, 32) for kv in (16, 32) for per_row in (2, 4, 8)]
+
+    def device_identity(self):
+        from .adapter import device_state
+        info = device_state().info
+        parts = [str(info.get(k) or "") for k in ("vendor", "architecture", "device", "description", "backend_type")]
+        return " / ".join(p for p in parts if p)
+
     def demo_files(self, spec, profile):
         """The kernel, its manifest, examples/web's page and runtime (docs/web.md)."""
         import json

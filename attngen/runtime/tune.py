@@ -1,0 +1,136 @@
+"""attngen tune: sweep a kernel's legal tile choices on this machine's device, check every
+candidate against the float64 reference before timing it, and store the fastest.
+
+A result is a cache entry (<key>.tuned, JSON) keyed by the target, the device's identity (the
+backend's `device_identity()`: vendor, architecture, device, driver) and the spec with its
+tuned choices taken out (`spec_key`); it records the shape class it was tuned for. attngen.compile
+uses a stored result for the live device when the spec leaves those choices at auto;
+`attngen check` lists the stored results of a spec. The backend says what to sweep
+(`tune_space`); this module knows no target.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import replace
+
+from ..lang.spec import AttentionSpec, Tile
+from ..lang.spec import format_spec
+from . import cache
+from .runner import _inputs
+from ..reference import reference, relative_error, to_numpy, tolerance
+
+SUFFIX = ".tuned"
+
+
+def spec_key(spec: AttentionSpec, target: str) -> str:
+    """The spec without its name, tile q / kv and this target's options: what a tuned result
+    stands for."""
+    bare = replace(spec, name="tuned", tile=Tile(d=spec.tile.d),
+                   targets=tuple((t, o) for t, o in spec.targets if t != target))
+    return format_spec(bare)
+
+
+def is_auto(spec: AttentionSpec, target: str) -> bool:
+    """Whether the spec leaves every tuned choice to attngen (tile q, kv and the target's options)."""
+    return spec.tile.q is None and spec.tile.kv is None and not spec.options(target)
+
+
+def shape_class(shape: dict) -> str:
+    """Decode (Lq = 1) or prefill, and the order of magnitude of Lk."""
+    kind = "decode" if shape["Lq"] == 1 else "prefill"
+    bucket = next((b for b in (512, 2048, 8192, 32768) if shape["Lk"] <= b), None)
+    return f"{kind} Lk<={bucket}" if bucket else f"{kind} Lk>32768"
+
+
+def apply(spec: AttentionSpec, target: str, choice: dict) -> AttentionSpec:
+    """The spec with a tuned choice: {"tile_q", "tile_kv", "options"}."""
+    targets = dict((t, dict(o)) for t, o in spec.targets)
+    targets[target] = dict(choice.get("options") or {})
+    return replace(spec, tile=replace(spec.tile, q=choice.get("tile_q"), kv=choice.get("tile_kv")), targets=targets)
+
+
+def label(choice: dict) -> str:
+    parts = [f"q={choice['tile_q']}", f"kv={choice['tile_kv']}"]
+    parts += [f"{k}={v}" for k, v in sorted((choice.get("options") or {}).items())]
+    return " ".join(parts)
+
+
+def _key(target: str, identity: str, spec: AttentionSpec) -> str:
+    return cache.cache_key(kind="tuned", target=target, device=identity, spec=spec_key(spec, target))
+
+
+def sweep(backend, spec: AttentionSpec, shape: dict, *, repeat: int = 5, seed: int = 0, progress=None,
+          check=None, compile_=None):
+    """Every candidate of backend.tune_space(spec): (choice, status, ms, rel_err, plan summary)
+    rows, fastest first among the ok ones. `check(spec) -> problems` and `compile_(spec) -> kernel` come from the
+    caller (the API layer)."""
+    say = progress or (lambda line: None)
+    space = backend.tune_space(spec)
+    rows = []
+    host = args = opts = None
+    for i, choice in enumerate(space):
+        cand = apply(spec, backend.name, choice)
+        where = f"[{i + 1}/{len(space)}] {label(choice)}"
+        problems = check(cand)
+        if problems:
+            rows.append((choice, "refused: " + problems[0].message.split(": ", 1)[-1][:60], None, None, None))
+            say(f"{where}: refused by the planner")
+            continue
+        kernel = compile_(cand)
+        if host is None:
+            host, args, opts = _inputs(cand, backend, shape, seed)
+        out = to_numpy(kernel(*args, **opts))
+        err = relative_error(out, reference(cand, *host, **{n: to_numpy(x) for n, x in opts.items()}))
+        if not err <= tolerance(cand):
+            rows.append((choice, f"WRONG (error {err:.2e})", None, err, kernel.plan.summary()))
+            say(f"{where}: wrong result, not timed")
+            continue
+        ms = backend.time_call(kernel, args, opts, repeat)
+        rows.append((choice, "ok", ms, err, kernel.plan.summary()))
+        say(f"{where}: {ms:.4g} ms")
+    ok = sorted((r for r in rows if r[2] is not None), key=lambda r: r[2])
+    return ok + [r for r in rows if r[2] is None]
+
+
+def store(backend, spec: AttentionSpec, shape: dict, choice: dict, ms: float, default_ms: float | None) -> str:
+    """Record the winner for this device and spec (one entry per shape class inside); returns
+    where, or why it could not be stored."""
+    identity = backend.device_identity()
+    key = _key(backend.name, identity, spec)
+    found = cache.get(key, SUFFIX)
+    entry = json.loads(found) if found else {"target": backend.name, "device": identity,
+                                             "spec": spec_key(spec, backend.name), "results": {}}
+    entry["results"][shape_class(shape)] = {
+        "choice": choice, "ms": ms, "default_ms": default_ms, "shape": shape,
+        "date": datetime.date.today().isoformat()}
+    entry["latest"] = shape_class(shape)
+    problem = cache.put(key, SUFFIX, json.dumps(entry, indent=1).encode())
+    return problem or str(cache.cache_dir() / f"{key}{SUFFIX}")
+
+
+def lookup(backend, spec: AttentionSpec) -> dict | None:
+    """The stored result for this device (the most recently tuned shape class), or None."""
+    found = cache.get(_key(backend.name, backend.device_identity(), spec), SUFFIX)
+    if not found:
+        return None
+    entry = json.loads(found)
+    result = entry["results"].get(entry.get("latest", ""))
+    return {**result, "device": entry["device"], "shape_class": entry.get("latest")} if result else None
+
+
+def stored_for(target: str, spec: AttentionSpec) -> list[dict]:
+    """Every stored result for this spec and target, whatever the device (attngen check)."""
+    want = spec_key(spec, target)
+    out = []
+    for data in cache.entries(SUFFIX):
+        try:
+            entry = json.loads(data)
+        except ValueError:
+            continue
+        if entry.get("target") != target or entry.get("spec") != want:
+            continue
+        for cls, r in sorted(entry.get("results", {}).items()):
+            out.append({**r, "device": entry["device"], "shape_class": cls})
+    return out

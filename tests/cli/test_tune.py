@@ -1,0 +1,68 @@
+"""attngen tune on the adapter at hand (lavapipe in CI): every candidate checked against the
+reference before it is timed, the fastest stored per device, spec and shape class; compile uses
+it when the spec leaves the tiles at auto; check lists it; the cache counts and clears it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import attngen
+from attngen.cli import main
+from attngen.runtime import cache, tune
+
+from conftest import require, spec_of
+
+SPEC = "attention t {\n head_dim 32\n heads q=4 kv=2\n dtype f32\n mask causal\n}\n"
+
+
+@pytest.fixture
+def own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "t.attn"
+    path.write_text(SPEC)
+    return path
+
+
+def test_tune_stores_the_fastest_and_compile_uses_it(own_cache, capsys):
+    require("wgsl")
+    assert main(["tune", str(own_cache), "--target", "wgsl", "--shape", "B=1,Lq=40,Lk=40", "--repeat", "1", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "the defaults: tile q=" in out and "fastest: " in out and "refused: " in out
+    assert out.count(" ok") >= 5
+    (entry,) = [json.loads(d) for d in cache.entries(tune.SUFFIX)]
+    result = entry["results"]["prefill Lk<=512"]
+    choice = result["choice"]
+    assert entry["target"] == "wgsl" and result["shape"]["Lq"] == 40 and result["ms"] > 0
+    spec = spec_of("head_dim 32\n heads q=4 kv=2\n dtype f32\n mask causal")
+    kernel = attngen.compile(spec, target="wgsl")
+    c = kernel.plan.config
+    assert (c.tile_q, c.tile_kv, c.workgroup) == (choice["tile_q"], choice["tile_kv"], choice["options"]["workgroup"])
+    # a spec that fixes its tiles is compiled as written
+    fixed = spec_of("head_dim 32\n heads q=4 kv=2\n dtype f32\n mask causal\n tile q=8 kv=16")
+    assert attngen.compile(fixed, target="wgsl").plan.config.tile_q == 8
+    # check says where the tiles come from
+    assert main(["check", str(own_cache), "--target", "wgsl"]) == 0
+    text = capsys.readouterr().out
+    assert f"tuned {tune.label(choice)} on " in text and "for prefill Lk<=512" in text
+    # the cache counts the result and clears it
+    assert main(["cache", "info"]) == 0 and ".tuned" in capsys.readouterr().out
+    assert main(["cache", "clear"]) == 0
+    assert list(cache.entries(tune.SUFFIX)) == []
+
+
+def test_tune_refuses_what_it_cannot_tune(own_cache, tmp_path, capsys):
+    fixed = tmp_path / "fixed.attn"
+    fixed.write_text(SPEC.replace("mask causal", "mask causal\n tile q=16"))
+    assert main(["tune", str(fixed), "--target", "wgsl", "-q"]) == 2
+    assert "leave them at auto" in capsys.readouterr().err
+
+
+def test_the_key_leaves_out_what_is_tuned():
+    a = spec_of("head_dim 32\n dtype f32")
+    b = spec_of("head_dim 32\n dtype f32\n tile q=8 kv=16\n target wgsl { workgroup=32 }", name="other")
+    assert tune.spec_key(a, "wgsl") == tune.spec_key(b, "wgsl")
+    assert tune.spec_key(a, "wgsl") != tune.spec_key(spec_of("head_dim 64\n dtype f32"), "wgsl")
+    assert tune.shape_class({"Lq": 1, "Lk": 5000}) == "decode Lk<=8192"
+    assert tune.shape_class({"Lq": 7, "Lk": 100000}) == "prefill Lk>32768"
