@@ -57,9 +57,14 @@ class CudaBackend(Backend):
         from .runtime import cupy_module
         cupy = cupy_module()
         dev = cupy.cuda.Device()
-        name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"]
-        name = name.decode() if isinstance(name, bytes) else name
-        return f"NVIDIA / sm_{dev.compute_capability} / {name} / driver {cupy.cuda.runtime.driverGetVersion()}"
+        if dev.id not in self._identities:  # asked by every attngen.compile: once per device
+            name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"]
+            name = name.decode() if isinstance(name, bytes) else name
+            self._identities[dev.id] = (f"NVIDIA / sm_{dev.compute_capability} / {name} / driver "
+                                        f"{cupy.cuda.runtime.driverGetVersion()}")
+        return self._identities[dev.id]
+
+    _identities: dict = {}
 
     def compile(self, spec, profile=None):
         from .runtime import compile_kernel
