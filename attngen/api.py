@@ -118,7 +118,7 @@ def compile(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=
     if tuned and profile is None and tune_results.is_auto(spec, target):
         try:
             found = tune_results.lookup(backend, spec)
-        except NotImplementedError:
+        except Exception:  # no device or no runtime here: backend.compile says so in its own words
             found = None
         if found is not None:
             spec = tune_results.apply(spec, target, found["choice"])
