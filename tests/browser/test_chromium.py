@@ -102,6 +102,27 @@ def _serve(root, web, got):
     return server
 
 
+def _open_in_chromium(root, web, page, timeout):
+    """Serve `root` (and `web` under /web/), open `page` in headless Chromium on SwiftShader and
+    wait until the page POSTs its results (got["results"]) or `timeout` seconds pass."""
+    got = {"done": threading.Event()}
+    server = _serve(root, web, got)
+    profile_dir = tempfile.mkdtemp(prefix="attngen-chromium-")
+    proc = subprocess.Popen([BROWSER, "--headless=new", "--no-sandbox", "--enable-unsafe-webgpu",
+                             "--use-webgpu-adapter=swiftshader", "--enable-features=Vulkan", "--disable-gpu-sandbox",
+                             f"--user-data-dir={profile_dir}", "--no-first-run",
+                             f"http://127.0.0.1:{server.server_address[1]}/{page}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        got["done"].wait(timeout=timeout)
+    finally:
+        proc.kill()
+        proc.wait()
+        server.shutdown()
+        shutil.rmtree(profile_dir, ignore_errors=True)
+    return got
+
+
 @pytest.fixture(scope="module")
 def browser_results():
     """Build every case, run them all in one headless Chromium, return {name: (spec, inputs, result)}."""
@@ -125,21 +146,8 @@ def browser_results():
         json.dump(cases, f)
     with open(os.path.join(tmp, "index.html"), "w") as f:
         f.write(PAGE)
-    got = {"done": threading.Event()}
-    server = _serve(tmp, os.path.join(ROOT, "examples", "web"), got)
-    url = f"http://127.0.0.1:{server.server_address[1]}/index.html"
-    profile_dir = tempfile.mkdtemp(prefix="attngen-chromium-")
-    proc = subprocess.Popen([BROWSER, "--headless=new", "--no-sandbox", "--enable-unsafe-webgpu",
-                             "--use-webgpu-adapter=swiftshader", "--enable-features=Vulkan", "--disable-gpu-sandbox",
-                             f"--user-data-dir={profile_dir}", "--no-first-run", url],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        finished = got["done"].wait(timeout=240)
-    finally:
-        proc.kill()
-        proc.wait()
-        server.shutdown()
-        shutil.rmtree(profile_dir, ignore_errors=True)
+    got = _open_in_chromium(tmp, os.path.join(ROOT, "examples", "web"), "index.html", timeout=240)
+    finished = got["done"].is_set()
     assert finished, "Chromium did not report back within 240 s"
     results = got["results"]
     shutil.rmtree(tmp, ignore_errors=True)
@@ -190,21 +198,8 @@ def test_the_demo_page_runs_a_kernel(tmp_path):
     assert main(["serve-demo", str(tmp_path / "llama.attn"), "--target", "wgsl", "--dir", str(tmp_path / "page"),
                  "--no-serve"]) == 0
     tmp_path = tmp_path / "page"
-    got = {"done": threading.Event()}
-    server = _serve(str(tmp_path), web, got)
-    url = f"http://127.0.0.1:{server.server_address[1]}/index.html?Lq=33&Lk=70&report=/results"
-    profile_dir = tempfile.mkdtemp(prefix="attngen-chromium-")
-    proc = subprocess.Popen([BROWSER, "--headless=new", "--no-sandbox", "--enable-unsafe-webgpu",
-                             "--use-webgpu-adapter=swiftshader", "--enable-features=Vulkan", "--disable-gpu-sandbox",
-                             f"--user-data-dir={profile_dir}", "--no-first-run", url],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        assert got["done"].wait(timeout=180), "the page did not report back within 180 s"
-    finally:
-        proc.kill()
-        proc.wait()
-        server.shutdown()
-        shutil.rmtree(profile_dir, ignore_errors=True)
+    got = _open_in_chromium(str(tmp_path), web, "index.html?Lq=33&Lk=70&report=/results", timeout=180)
+    assert got["done"].is_set(), "the page did not report back within 180 s"
     log = got["results"]
     assert "llama3_8b_prefill: f16 (packed)" in log and "B=1 Lq=33 Lk=70 Hq=32 Hkv=8:" in log, log
     assert "error" not in log, log
