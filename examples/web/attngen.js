@@ -2,7 +2,7 @@
 // .wgsl file and its manifest (`attngen build SPEC --target wgsl -o k.wgsl`, and with
 // `--emit manifest -o k.wgsl.json`; `attngen serve-demo` does both beside a demo page) and runs
 // the kernel exactly as the manifest says: the bindings and
-// their types, the Params uniform (each field's `plain_value` formula), the workgroup counts
+// their types, the Params uniform (each field's `value` formula), the workgroup counts
 // (`dispatch` formulas), the features to request. Nothing here knows attngen's Python.
 //
 //   import { loadKernel } from "./attngen.js";
@@ -12,8 +12,8 @@
 //
 // Inputs are contiguous (B, L, H, D) arrays: Float32Array for dtype f32, Uint16Array of f16 bits
 // for dtype f16 (native or packed storage alike: the bytes are the same). This runtime covers
-// the plain launch (fused schedule, contiguous cache, no cu_seqlens / kv_lens / block tables /
-// appends / custom masks); anything else is refused with the reason (docs/web.md).
+// the fused and split schedules over contiguous tensors or a KV cache (kv_lens, paged, appends);
+// packed sequences (cu_seqlens) and custom masks are refused with the reason (docs/web.md).
 
 // ---- formulas ------------------------------------------------------------------------------
 // The manifest's formula grammar: integers, names, a + b, a * b, ceil(a / b).
@@ -121,17 +121,38 @@ class Kernel {
     return Math.min(want, most, r.max_splits);
   }
 
-  // Run once: {q, k, v, B, Lq, Lk, Hq, Hkv, lse: bool, computeUnits}; returns {out, lse} (out as
-  // the input array type, lse as Float32Array of (B, Hq, Lq) or null).
-  async run({ q, k, v, B, Lq, Lk, Hq, Hkv, lse = false, computeUnits = 8 }) {
+  // Run once: {q, k, v, B, Lq, Lk, Hq, Hkv, lse: bool, computeUnits} and, for a KV cache,
+  // kvLens (Int32Array, B: keys cached per sequence), blockTable (Int32Array, B x Pmax row-major)
+  // with page (rows per page: k and v are then (pages, page, Hkv, D)), kNew / vNew (B, Lnew, Hkv, D)
+  // with Lnew (appended to the cache in place, and seen by this call). Lk: k's rows per sequence
+  // (padded), or is computed (max kvLens + Lnew). Returns {out, lse} (out as the input array type,
+  // lse as Float32Array of (B, Hq, Lq) or null).
+  async run({ q, k, v, B, Lq, Lk, Hq, Hkv, lse = false, computeUnits = 8,
+              kvLens = null, blockTable = null, Pmax = 0, page = 0, kNew = null, vNew = null, Lnew = 0 }) {
     const m = this.manifest, dev = this.device;
     if (Hq % Hkv) throw new Error(`Hq = ${Hq} is not a multiple of Hkv = ${Hkv}`);
-    const sizes = { B, Lq, Lk, Hq, Hkv, G: Hq / Hkv, S: this.splits({ B, Lq, Lk, Hq, Hkv }, computeUnits),
-                    Dqk: m.grid_symbols.Dqk, Dv: m.grid_symbols.Dv, write_lse: lse ? 1 : 0 };
+    if (blockTable && !(kvLens && page && Pmax)) throw new Error("a paged cache needs kvLens, page and Pmax");
+    if ((kNew || vNew) && !(kNew && vNew && Lnew && kvLens)) throw new Error("an append needs kNew, vNew, Lnew and kvLens");
+    const Dqk = m.grid_symbols.Dqk, Dv = m.grid_symbols.Dv;
+    const cap = blockTable ? page : k.length / (B * Hkv * Dqk);  // rows per sequence (padded) or per page
+    if (kvLens) Lk = Math.max(...kvLens) + Lnew;
+    // seq_meta: the sections of its layout in order, each right after the previous one
+    const meta = [], offsets = {};
+    const given = { kv_lens: kvLens, block_table: blockTable };
+    for (const s of this.byNumber[m.bindings.find((b) => b.name === "seq_meta").binding].layout.sections) {
+      offsets[s.offset] = meta.length;
+      if (given[s.name]) meta.push(...given[s.name]);
+    }
+    const sizes = { B, Lq, Lk, Hq, Hkv, G: Hq / Hkv, Dqk, Dv, write_lse: lse ? 1 : 0,
+                    layout: blockTable ? 2 : 0, has_kv_lens: kvLens ? 1 : 0, cap, Tq: B * Lq, Lnew, Pmax, ...offsets };
+    sizes.S = this.splits({ B, Lq, Lk, Hq, Hkv }, computeUnits);
     const elem = BYTES[m.dtype];
-    const expect = { q: B * Lq * Hq * sizes.Dqk, k: B * Lk * Hkv * sizes.Dqk, v: B * Lk * Hkv * sizes.Dv };
+    const expect = { q: B * Lq * Hq * Dqk };
+    if (!blockTable) Object.assign(expect, { k: B * cap * Hkv * Dqk, v: B * cap * Hkv * Dv });
     for (const [name, arr] of Object.entries({ q, k, v })) {
-      if (arr.length !== expect[name]) throw new Error(`${name} has ${arr.length} elements; (B, L, H, D) needs ${expect[name]}`);
+      if (name in expect && arr.length !== expect[name]) {
+        throw new Error(`${name} has ${arr.length} elements; (B, L, H, D) needs ${expect[name]}`);
+      }
     }
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
     const upload = (arr) => {
@@ -146,10 +167,17 @@ class Kernel {
       out: dev.createBuffer({ size: ALIGN(outBytes), usage }),
       lse: dev.createBuffer({ size: ALIGN(lse ? lseBytes : 4), usage }),
     };
-    // struct Params: every field's plain_value
+    if (meta.length) buffers.seq_meta = upload(Uint32Array.from(meta));
+    if (kNew) {
+      const both = new kNew.constructor(kNew.length + vNew.length);
+      both.set(kNew, 0);
+      both.set(vNew, kNew.length);
+      buffers.kv_new = upload(both);
+    }
+    // struct Params: every field's value, a formula of the shapes and the launch symbols
     const fields = this.byNumber[0].fields;
     const words = new Uint32Array(this.byNumber[0].size_bytes / 4);
-    for (const f of fields) words[f.offset / 4] = evaluate(f.plain_value, sizes);
+    for (const f of fields) words[f.offset / 4] = evaluate(f.value, sizes);
     buffers.params = dev.createBuffer({ size: words.byteLength, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
     dev.queue.writeBuffer(buffers.params, 0, words);
     // workspaces of the split schedules: their byte formulas, filled where the manifest says

@@ -47,6 +47,42 @@ CASES = [
      1, 5, 400, 7, 1),
 ]
 
+def _paged(rng):
+    """Decode over a paged cache (attngen run's: the keys scattered over shuffled pages), with
+    kv_lens and a block table, split_kv(auto)."""
+    from attngen.runtime.runner import runtime_inputs
+    spec = spec_of(CACHE_CASES[0][1])
+    q = rng.standard_normal((3, 1, 8, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((3, 100, 2, 64)).astype(np.float32) for _ in range(2))
+    k, v, opts = runtime_inputs(spec, q, k, v, rng)
+    table = opts["block_table"]
+    case = {"B": 3, "Lq": 1, "Lk": 100, "Hq": 8, "Hkv": 2,
+            "cache": {"kvLens": opts["kv_lens"].tolist(), "blockTable": table.reshape(-1).tolist(),
+                      "Pmax": table.shape[1], "page": 16}}
+    return {"q": q, "k": k, "v": v}, case, opts, (k, v)
+
+
+def _append(rng):
+    """A padded cache with kv_lens and three rows appended in the same call (chunked prefill)."""
+    lens = np.array([0, 13, 30], np.int32)
+    k, v = rng.standard_normal((3, 40, 2, 32)).astype(np.float32), rng.standard_normal((3, 40, 2, 32)).astype(np.float32)
+    k_new, v_new = (rng.standard_normal((3, 3, 2, 32)).astype(np.float32) for _ in range(2))
+    q = rng.standard_normal((3, 3, 4, 32)).astype(np.float32)
+    k_after, v_after = k.copy(), v.copy()  # the cache the reference sees: the new rows after each sequence's
+    for b, n in enumerate(lens):
+        k_after[b, n:n + 3], v_after[b, n:n + 3] = k_new[b], v_new[b]
+    case = {"B": 3, "Lq": 3, "Lk": 40, "Hq": 4, "Hkv": 2, "cache": {"kvLens": lens.tolist(), "Lnew": 3}}
+    return ({"q": q, "k": k, "v": v, "k_new": k_new, "v_new": v_new}, case, {"kv_lens": lens + 3},
+            (k_after, v_after))
+
+
+# (name, spec body, inputs builder): launches with a KV cache
+CACHE_CASES = [
+    ("paged_split_f16_packed", "head_dim 64\n dtype f16\n mask causal(bottom_right)\n kv_cache paged(page=16)\n"
+     " schedule split_kv(auto)\n target wgsl { f16=packed }", _paged),
+    ("append_kv_lens_f32", "head_dim 32\n dtype f32\n mask causal(bottom_right)", _append),
+]
+
 PAGE = """<!doctype html><meta charset="utf-8"><title>attngen browser test</title><pre id="log"></pre>
 <script type="module">
 import { loadKernel } from "/web/attngen.js";
@@ -61,8 +97,15 @@ for (const c of cases) {
     const kernel = await loadKernel(wgsl, manifest);  // a device with the features this kernel needs
     const Arr = manifest.dtype === "f16" ? Uint16Array : Float32Array;
     const get = async (n) => new Arr(await (await fetch(`/${c.name}/${n}.bin`)).arrayBuffer());
+    const cache = {};  // a KV cache: kv_lens, block table, appended rows
+    if (c.cache) {
+      const x = c.cache;
+      if (x.kvLens) cache.kvLens = Int32Array.from(x.kvLens);
+      if (x.blockTable) Object.assign(cache, { blockTable: Int32Array.from(x.blockTable), Pmax: x.Pmax, page: x.page });
+      if (x.Lnew) Object.assign(cache, { kNew: await get("k_new"), vNew: await get("v_new"), Lnew: x.Lnew });
+    }
     const { out, lse } = await kernel.run({ q: await get("q"), k: await get("k"), v: await get("v"),
-                                            B: c.B, Lq: c.Lq, Lk: c.Lk, Hq: c.Hq, Hkv: c.Hkv, lse: true });
+                                            B: c.B, Lq: c.Lq, Lk: c.Lk, Hq: c.Hq, Hkv: c.Hkv, lse: true, ...cache });
     results[c.name] = { out: b64(out.buffer), lse: b64(lse.buffer) };
     log(`${c.name}: ok`);
   } catch (e) {
@@ -140,8 +183,24 @@ def browser_results():
         dt = np.float16 if spec.dtype == "f16" else np.float32
         for n, a in (("q", q), ("k", k), ("v", v)):
             a.astype(dt).tofile(os.path.join(tmp, name, f"{n}.bin"))
-        inputs[name] = (spec, [a.astype(dt).astype(np.float32) for a in (q, k, v)])
+        inputs[name] = (spec, [a.astype(dt).astype(np.float32) for a in (q, k, v)], {})
         cases.append({"name": name, "B": b, "Lq": lq, "Lk": lk, "Hq": hq, "Hkv": hkv})
+    for name, body, build in CACHE_CASES:
+        spec = spec_of(body, name=name)
+        em = attngen.emit(spec, target="wgsl", profile="webgpu-core")
+        os.makedirs(os.path.join(tmp, name))
+        with open(os.path.join(tmp, name, "kernel.wgsl"), "w") as f:
+            f.write(em.source)
+        with open(os.path.join(tmp, name, "kernel.wgsl.json"), "w") as f:
+            json.dump(em.manifest, f)
+        dt = np.float16 if spec.dtype == "f16" else np.float32
+        arrays, case, ref_kw, ref_kv = build(np.random.default_rng(len(name)))
+        for n, a in arrays.items():
+            a.astype(dt).tofile(os.path.join(tmp, name, f"{n}.bin"))
+        q = arrays["q"].astype(dt).astype(np.float32)
+        k, v = (a.astype(dt).astype(np.float32) for a in ref_kv)
+        inputs[name] = (spec, [q, k, v], ref_kw)
+        cases.append({"name": name, **case})
     with open(os.path.join(tmp, "cases.json"), "w") as f:
         json.dump(cases, f)
     with open(os.path.join(tmp, "index.html"), "w") as f:
@@ -154,16 +213,16 @@ def browser_results():
     return {name: (*inputs[name], results.get(name), c) for name, c in ((c["name"], c) for c in cases)}
 
 
-@pytest.mark.parametrize("name", [c[0] for c in CASES])
+@pytest.mark.parametrize("name", [c[0] for c in CASES] + [c[0] for c in CACHE_CASES])
 def test_the_browser_computes_the_reference(browser_results, name):
-    spec, (q, k, v), result, case = browser_results[name]
+    spec, (q, k, v), ref_kw, result, case = browser_results[name]
     assert result is not None and "error" not in result, result
     dt = np.float16 if spec.dtype == "f16" else np.float32
     out = np.frombuffer(base64.b64decode(result["out"]), dt).astype(np.float64)
     out = out.reshape(case["B"], case["Lq"], case["Hq"], spec.head_dim_v)
     lse = np.frombuffer(base64.b64decode(result["lse"]), np.float32).astype(np.float64)
     lse = lse.reshape(case["B"], case["Hq"], case["Lq"])
-    ref, ref_lse = reference(spec, q, k, v, return_lse=True)
+    ref, ref_lse = reference(spec, q, k, v, return_lse=True, **ref_kw)
     assert not np.isnan(out).any()
     assert relative_error(out, ref) <= tolerance(spec)
     empty = np.isneginf(ref_lse)

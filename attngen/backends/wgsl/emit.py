@@ -103,6 +103,22 @@ def _shuffle_masks(threads_per_row: int) -> list[int]:
 # listed are 0. attngen/backends/wgsl/args.py computes the same values for every kind of launch.
 PLAIN_VALUES = {"batch": "B", "len_q": "Lq", "len_k": "Lk", "heads_q": "Hq", "heads_kv": "Hkv", "group": "G",
                 "write_lse": "write_lse", "cap": "Lk", "total_q": "B * Lq", "splits": "S"}
+# The value of each field for any launch but custom masks, over the launch symbols the manifest
+# lists in "launch_symbols" (fields not listed are 0).
+VALUES = {**PLAIN_VALUES, "kv_layout": "layout", "has_kv_lens": "has_kv_lens", "cap": "cap", "total_q": "Tq",
+          "len_new": "Lnew", "meta_cu_q": "meta_cu_q", "meta_cu_k": "meta_cu_k", "meta_kv_lens": "meta_kv_lens",
+          "meta_table": "meta_table", "table_width": "Pmax", "new_v": "B * Lnew * Hkv * Dqk"}
+LAUNCH_SYMBOLS = {
+    "layout": "0 padded (B, L, H, D) tensors, 1 packed sequences (cu_seqlens), 2 a paged cache (block_table)",
+    "has_kv_lens": "1 when kv_lens is given, else 0",
+    "cap": "padded: rows per sequence of k and v (their second dimension); paged: rows per page",
+    "Tq": "rows of q: packed, total_q; else B * Lq",
+    "Lnew": "rows appended per sequence (k_new / v_new), else 0",
+    "Pmax": "columns of block_table, else 0",
+    "Lk": "keys per sequence; with kv_lens or packed: of the longest sequence, after the append",
+    "meta_cu_q, meta_cu_k, meta_kv_lens, meta_table": "word offsets of the seq_meta sections (its layout)",
+    "write_lse": "1 when lse is wanted, else 0",
+}
 
 
 def _binding_manifest(plan: KernelPlan) -> list[dict]:
@@ -116,8 +132,10 @@ def _binding_manifest(plan: KernelPlan) -> list[dict]:
                 type="uniform",
                 struct="Params",
                 size_bytes=4 * len(fields),
-                fields=[{"name": n, "type": t, "offset": 4 * i, "doc": d, "plain_value": PLAIN_VALUES.get(n, "0")}
-                        for i, (n, t, d) in enumerate(fields)],
+                fields=[{"name": n, "type": t, "offset": 4 * i, "doc": d, "plain_value": PLAIN_VALUES.get(n, "0"),
+                         "value": VALUES.get(n, "0")} for i, (n, t, d) in enumerate(fields)],
+                value_note="value: the field's value as a formula of the symbols and launch_symbols (any "
+                           "launch without a custom mask, whose fields the block mask sets)",
                 plain_value_note="plain_value: the field's value for a launch of contiguous (B, L, H, D) "
                                  "tensors without cu_seqlens, kv_lens, block tables, appends or masks, as a "
                                  "formula (grammar: formula_grammar) of the symbols plus write_lse (1 when "
@@ -216,6 +234,7 @@ def render_manifest(plan: KernelPlan) -> dict:
         "grid_extra_symbols": {"G": "Hq / Hkv, query heads per KV head", "S": "KV splits of this launch"},
         "formula_grammar": "integers, symbol names, a + b, a * b and ceil(a / b) (integer division rounded "
                            "up); nothing else (attngen/plan/formulas.py)",
+        "launch_symbols": LAUNCH_SYMBOLS,
         "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
                   "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides. Packed "
                   "(kv_layout = 1): q (total_q, Hq, Dqk), k, v (total_k, Hkv, D), out (total_q, Hq, Dv), "
