@@ -12,8 +12,8 @@
 //
 // Inputs are contiguous (B, L, H, D) arrays: Float32Array for dtype f32, Uint16Array of f16 bits
 // for dtype f16 (native or packed storage alike: the bytes are the same). This runtime covers
-// the fused and split schedules over contiguous tensors or a KV cache (kv_lens, paged, appends);
-// packed sequences (cu_seqlens) and custom masks are refused with the reason (docs/web.md).
+// the fused and split schedules over contiguous tensors, packed sequences (cu_seqlens) or a KV
+// cache (kv_lens, paged, appends); custom masks are refused with the reason (docs/web.md).
 
 // ---- formulas ------------------------------------------------------------------------------
 // The manifest's formula grammar: integers, names, a + b, a * b, ceil(a / b).
@@ -127,28 +127,44 @@ class Kernel {
   // with Lnew (appended to the cache in place, and seen by this call). Lk: k's rows per sequence
   // (padded), or is computed (max kvLens + Lnew). Returns {out, lse} (out as the input array type,
   // lse as Float32Array of (B, Hq, Lq) or null).
+  //   Packed sequences: cuSeqlensQ (Int32Array, B + 1 offsets into q's rows) and cuSeqlensK (k's;
+  //   default cuSeqlensQ): q is then (total_q, Hq, D), k and v (total_k, Hkv, D), out
+  //   (total_q, Hq, Dv) and lse (Hq, total_q); Lq and Lk are computed (the longest sequence's).
   async run({ q, k, v, B, Lq, Lk, Hq, Hkv, lse = false, computeUnits = 8,
-              kvLens = null, blockTable = null, Pmax = 0, page = 0, kNew = null, vNew = null, Lnew = 0 }) {
+              kvLens = null, blockTable = null, Pmax = 0, page = 0, kNew = null, vNew = null, Lnew = 0,
+              cuSeqlensQ = null, cuSeqlensK = null }) {
     const m = this.manifest, dev = this.device;
+    const packed = cuSeqlensQ !== null;
+    if (packed) {
+      if (blockTable || kNew) throw new Error("packed sequences with a paged cache or an append are not supported here");
+      cuSeqlensK = cuSeqlensK || cuSeqlensQ;
+      B = cuSeqlensQ.length - 1;
+      const longest = (cu) => Math.max(0, ...Array.from({ length: B }, (_, i) => cu[i + 1] - cu[i]));
+      Lq = longest(cuSeqlensQ);
+      Lk = longest(cuSeqlensK);
+    }
     if (Hq % Hkv) throw new Error(`Hq = ${Hq} is not a multiple of Hkv = ${Hkv}`);
     if (blockTable && !(kvLens && page && Pmax)) throw new Error("a paged cache needs kvLens, page and Pmax");
     if ((kNew || vNew) && !(kNew && vNew && Lnew && kvLens)) throw new Error("an append needs kNew, vNew, Lnew and kvLens");
     const Dqk = m.grid_symbols.Dqk, Dv = m.grid_symbols.Dv;
-    const cap = blockTable ? page : k.length / (B * Hkv * Dqk);  // rows per sequence (padded) or per page
+    const Tq = packed ? cuSeqlensQ[B] : B * Lq;
+    // rows per sequence of k (padded), rows per page (paged), or all of k's rows (packed)
+    const cap = blockTable ? page : packed ? k.length / (Hkv * Dqk) : k.length / (B * Hkv * Dqk);
     if (kvLens) Lk = Math.max(...kvLens) + Lnew;
     // seq_meta: the sections of its layout in order, each right after the previous one
     const meta = [], offsets = {};
-    const given = { kv_lens: kvLens, block_table: blockTable };
+    const given = { kv_lens: kvLens, block_table: blockTable, cu_seqlens_q: cuSeqlensQ, cu_seqlens_k: cuSeqlensK };
     for (const s of this.byNumber[m.bindings.find((b) => b.name === "seq_meta").binding].layout.sections) {
       offsets[s.offset] = meta.length;
       if (given[s.name]) meta.push(...given[s.name]);
     }
     const sizes = { B, Lq, Lk, Hq, Hkv, G: Hq / Hkv, Dqk, Dv, write_lse: lse ? 1 : 0,
-                    layout: blockTable ? 2 : 0, has_kv_lens: kvLens ? 1 : 0, cap, Tq: B * Lq, Lnew, Pmax, ...offsets };
+                    layout: blockTable ? 2 : packed ? 1 : 0, has_kv_lens: kvLens ? 1 : 0, cap, Tq, Lnew, Pmax,
+                    ...offsets };
     sizes.S = this.splits({ B, Lq, Lk, Hq, Hkv }, computeUnits);
     const elem = BYTES[m.dtype];
-    const expect = { q: B * Lq * Hq * Dqk };
-    if (!blockTable) Object.assign(expect, { k: B * cap * Hkv * Dqk, v: B * cap * Hkv * Dv });
+    const expect = { q: Tq * Hq * Dqk };
+    if (!blockTable && !packed) Object.assign(expect, { k: B * cap * Hkv * Dqk, v: B * cap * Hkv * Dv });
     for (const [name, arr] of Object.entries({ q, k, v })) {
       if (name in expect && arr.length !== expect[name]) {
         throw new Error(`${name} has ${arr.length} elements; (B, L, H, D) needs ${expect[name]}`);
@@ -161,7 +177,7 @@ class Kernel {
       buf.unmap();
       return buf;
     };
-    const outBytes = B * Lq * Hq * sizes.Dv * elem, lseBytes = B * Hq * Lq * 4;
+    const outBytes = Tq * Hq * Dv * elem, lseBytes = Tq * Hq * 4;
     const buffers = {
       q: upload(q), k: upload(k), v: upload(v),
       out: dev.createBuffer({ size: ALIGN(outBytes), usage }),

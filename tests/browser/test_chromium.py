@@ -76,11 +76,21 @@ def _append(rng):
             (k_after, v_after))
 
 
-# (name, spec body, inputs builder): launches with a KV cache
+def _packed(rng):
+    """Three documents of 5, 1 and 17 rows packed into one sequence (cu_seqlens), causal in each."""
+    cu = np.array([0, 5, 6, 23], np.int32)
+    q = rng.standard_normal((23, 4, 32)).astype(np.float32)
+    k, v = (rng.standard_normal((23, 2, 32)).astype(np.float32) for _ in range(2))
+    case = {"B": 3, "Lq": 17, "Lk": 17, "Hq": 4, "Hkv": 2, "Tq": 23, "cache": {"cuSeqlensQ": cu.tolist()}}
+    return {"q": q, "k": k, "v": v}, case, {"cu_seqlens_q": cu}, (k, v)
+
+
+# (name, spec body, inputs builder): launches with a KV cache or packed sequences
 CACHE_CASES = [
     ("paged_split_f16_packed", "head_dim 64\n dtype f16\n mask causal(bottom_right)\n kv_cache paged(page=16)\n"
      " schedule split_kv(auto)\n target wgsl { f16=packed }", _paged),
     ("append_kv_lens_f32", "head_dim 32\n dtype f32\n mask causal(bottom_right)", _append),
+    ("packed_documents_f32", "head_dim 32\n dtype f32\n mask causal", _packed),
 ]
 
 PAGE = """<!doctype html><meta charset="utf-8"><title>attngen browser test</title><pre id="log"></pre>
@@ -103,6 +113,7 @@ for (const c of cases) {
       if (x.kvLens) cache.kvLens = Int32Array.from(x.kvLens);
       if (x.blockTable) Object.assign(cache, { blockTable: Int32Array.from(x.blockTable), Pmax: x.Pmax, page: x.page });
       if (x.Lnew) Object.assign(cache, { kNew: await get("k_new"), vNew: await get("v_new"), Lnew: x.Lnew });
+      if (x.cuSeqlensQ) cache.cuSeqlensQ = Int32Array.from(x.cuSeqlensQ);
     }
     const { out, lse } = await kernel.run({ q: await get("q"), k: await get("k"), v: await get("v"),
                                             B: c.B, Lq: c.Lq, Lk: c.Lk, Hq: c.Hq, Hkv: c.Hkv, lse: true, ...cache });
@@ -219,9 +230,12 @@ def test_the_browser_computes_the_reference(browser_results, name):
     assert result is not None and "error" not in result, result
     dt = np.float16 if spec.dtype == "f16" else np.float32
     out = np.frombuffer(base64.b64decode(result["out"]), dt).astype(np.float64)
-    out = out.reshape(case["B"], case["Lq"], case["Hq"], spec.head_dim_v)
     lse = np.frombuffer(base64.b64decode(result["lse"]), np.float32).astype(np.float64)
-    lse = lse.reshape(case["B"], case["Hq"], case["Lq"])
+    if "Tq" in case:  # packed sequences: (total_q, Hq, Dv) and (Hq, total_q)
+        out, lse = out.reshape(case["Tq"], case["Hq"], spec.head_dim_v), lse.reshape(case["Hq"], case["Tq"])
+    else:
+        out = out.reshape(case["B"], case["Lq"], case["Hq"], spec.head_dim_v)
+        lse = lse.reshape(case["B"], case["Hq"], case["Lq"])
     ref, ref_lse = reference(spec, q, k, v, return_lse=True, **ref_kw)
     assert not np.isnan(out).any()
     assert relative_error(out, ref) <= tolerance(spec)
