@@ -81,7 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
     defaults = " / ".join(backends.get(t).default_profile for t in targets)
     b.add_argument("--profile", metavar="P", help=f"target profile (default {defaults})")
-    b.add_argument("--emit", choices=("source", "ir", "manifest"), default="source")
+    b.add_argument("--emit", choices=("source", "ir", "manifest", "block-mask"), default="source",
+                   help="block-mask: the block-mask builder a foreign runtime runs before a mask custom kernel")
     b.add_argument("-o", "--output", metavar="PATH",
                    help="write here instead of standard output ('-': standard output; a directory "
                         "when SPEC is one; FIFOs are refused)")
@@ -304,6 +305,12 @@ def _render(spec, args, profile) -> str:
         text += f"\n# plan for {p.target} (profile {p.profile})\n"
         text += "".join(f"#   {ln}\n" for ln in _plan_lines(p))
         return text
+    if args.emit not in ("source", "manifest"):  # a helper module
+        helpers = backends.get(p.target).helper_sources(p)
+        if args.emit not in helpers:
+            raise UsageError(f"target {p.target} emits no {args.emit} for kernel '{spec.name}' (only mask custom "
+                             "kernels of targets whose runtime is foreign have one; the manifest says)")
+        return helpers[args.emit]
     out = api.emit_plan(p)
     if args.emit == "manifest":
         return json.dumps(out.manifest, indent=2) + "\n"

@@ -133,6 +133,11 @@ class Backend:
         """This machine's device, as tuned results are keyed: vendor, architecture, device, driver."""
         raise NotImplementedError(f"target {self.name} has no runtime here")
 
+    def helper_sources(self, plan: KernelPlan) -> dict:
+        """{name: source} of the helper modules a foreign runtime runs beside the kernel
+        (`attngen build --emit NAME`); none by default."""
+        return {}
+
     # -- attngen serve-demo -----------------------------------------------------------------------
     def demo_files(self, spec: AttentionSpec, profile: Profile) -> dict:
         """{file name: text} of a static web page that runs the kernel (attngen serve-demo);

@@ -13,7 +13,7 @@
 // Inputs are contiguous (B, L, H, D) arrays: Float32Array for dtype f32, Uint16Array of f16 bits
 // for dtype f16 (native or packed storage alike: the bytes are the same). This runtime covers
 // the fused and split schedules over contiguous tensors, packed sequences (cu_seqlens) or a KV
-// cache (kv_lens, paged, appends); custom masks are refused with the reason (docs/web.md).
+// cache (kv_lens, paged, appends), and custom masks through their block-mask builder (docs/web.md).
 
 // ---- formulas ------------------------------------------------------------------------------
 // The manifest's formula grammar: integers, names, a + b, a * b, ceil(a / b).
@@ -70,13 +70,16 @@ async function deviceFor(manifest) {
 const BYTES = { f16: 2, f32: 4, u32: 4, i32: 4, u8: 1 };
 const ALIGN = (n) => Math.max(4, Math.ceil(n / 4) * 4);  // WebGPU buffer sizes: multiples of 4
 
-export async function loadKernel(wgsl, manifest, device) {
+// `blockMask`: the block-mask builder's WGSL (`attngen build SPEC --target wgsl --emit block-mask`),
+// needed by mask custom kernels (the manifest has a block_mask section then).
+export async function loadKernel(wgsl, manifest, device, { blockMask = null } = {}) {
   if (manifest.target !== "wgsl") throw new Error(`not a WGSL manifest (target ${manifest.target})`);
   if (!["fused", "split_kv", "two_pass"].includes(manifest.schedule.kind)) {
     throw new Error(`schedule ${manifest.schedule.kind}: not known to this runtime (docs/web.md)`);
   }
-  if (manifest.spec.includes("mask       custom")) {
-    throw new Error("mask custom needs the block-mask builder, which this runtime does not run yet (docs/web.md)");
+  if (manifest.block_mask && !blockMask) {
+    throw new Error("a mask custom kernel needs its block-mask builder: loadKernel(wgsl, manifest, device, " +
+                    "{ blockMask }) with the output of attngen build --emit block-mask");
   }
   device = device || await deviceFor(manifest);
   const lacking = manifest.features.map((f) => FEATURE[f] || f).filter((f) => !device.features.has(f));
@@ -99,12 +102,21 @@ export async function loadKernel(wgsl, manifest, device) {
     });
     return { ...e, layout, pipeline };
   });
-  return new Kernel(device, manifest, byNumber, entries);
+  let builder = null;
+  if (manifest.block_mask) {
+    const bmModule = device.createShaderModule({ code: blockMask });
+    const layout = device.createBindGroupLayout({ entries: manifest.block_mask.bindings.map((b) => ({
+      binding: b.binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: b.type } })) });
+    const pipelineLayout = device.createPipelineLayout({ bindGroupLayouts: [layout] });
+    builder = { layout, entries: manifest.block_mask.entry_points.map((e) => ({ ...e,
+      pipeline: device.createComputePipeline({ layout: pipelineLayout, compute: { module: bmModule, entryPoint: e.entry_point } }) })) };
+  }
+  return new Kernel(device, manifest, byNumber, entries, builder);
 }
 
 class Kernel {
-  constructor(device, manifest, byNumber, entries) {
-    Object.assign(this, { device, manifest, byNumber, entries });
+  constructor(device, manifest, byNumber, entries, builder) {
+    Object.assign(this, { device, manifest, byNumber, entries, builder });
   }
 
   // KV splits of a launch (the symbol S): 1 for fused, N for split_kv(N), else the manifest's
@@ -132,7 +144,7 @@ class Kernel {
   //   (total_q, Hq, Dv) and lse (Hq, total_q); Lq and Lk are computed (the longest sequence's).
   async run({ q, k, v, B, Lq, Lk, Hq, Hkv, lse = false, computeUnits = 8,
               kvLens = null, blockTable = null, Pmax = 0, page = 0, kNew = null, vNew = null, Lnew = 0,
-              cuSeqlensQ = null, cuSeqlensK = null }) {
+              cuSeqlensQ = null, cuSeqlensK = null, mask = null, maskShape = null }) {
     const m = this.manifest, dev = this.device;
     const packed = cuSeqlensQ !== null;
     if (packed) {
@@ -161,6 +173,11 @@ class Kernel {
     const sizes = { B, Lq, Lk, Hq, Hkv, G: Hq / Hkv, Dqk, Dv, write_lse: lse ? 1 : 0,
                     layout: blockTable ? 2 : packed ? 1 : 0, has_kv_lens: kvLens ? 1 : 0, cap, Tq, Lnew, Pmax,
                     ...offsets };
+    if (this.builder && !(mask && maskShape)) throw new Error("a mask custom kernel needs mask and maskShape [Bm, Hm, Lq, Lk]");
+    if (mask) {
+      const [Bm, Hm, Lqm, Lkm] = maskShape;
+      Object.assign(sizes, { Bm, Hm, Lqm, Lkm, mask_additive: mask instanceof Float32Array ? 1 : 0 });
+    }
     sizes.S = this.splits({ B, Lq, Lk, Hq, Hkv }, computeUnits);
     const elem = BYTES[m.dtype];
     const expect = { q: Tq * Hq * Dqk };
@@ -208,6 +225,28 @@ class Kernel {
     }
     const dummy = dev.createBuffer({ size: 16, usage });  // optional bindings of a plain launch
     const encoder = dev.createCommandEncoder();
+    if (mask) {  // the block-mask builder fills counts and tiles of one buffer: [counts | tiles | data]
+      const bm = m.block_mask;
+      const field = (name) => evaluate(bm.bindings[0].fields.find((f) => f.name === name).value, sizes);
+      const head = field("data");
+      const dataWords = mask instanceof Float32Array ? new Uint32Array(mask.buffer, mask.byteOffset, mask.length)
+                                                     : new Uint32Array(Uint8Array.from([...mask, 0, 0, 0].slice(0, Math.ceil(mask.length / 4) * 4)).buffer);
+      const words = new Uint32Array(head + dataWords.length).fill(bm.fill_word, 0, head);
+      words.set(dataWords, head);
+      buffers.mask = upload(words);
+      const bmWords = Uint32Array.from(bm.bindings[0].fields.map((f) => evaluate(f.value, sizes)));
+      const bmParams = dev.createBuffer({ size: bmWords.byteLength, usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST });
+      dev.queue.writeBuffer(bmParams, 0, bmWords);
+      const group = dev.createBindGroup({ layout: this.builder.layout, entries: [
+        { binding: 0, resource: { buffer: bmParams } }, { binding: 1, resource: { buffer: buffers.mask } }] });
+      for (const e of this.builder.entries) {
+        const pass = encoder.beginComputePass();
+        pass.setPipeline(e.pipeline);
+        pass.setBindGroup(0, group);
+        pass.dispatchWorkgroups(...e.dispatch.map((f) => evaluate(f, sizes)));
+        pass.end();
+      }
+    }
     for (const e of this.entries) {
       const group = dev.createBindGroup({
         layout: e.layout,

@@ -91,7 +91,22 @@ CACHE_CASES = [
      " schedule split_kv(auto)\n target wgsl { f16=packed }", _paged),
     ("append_kv_lens_f32", "head_dim 32\n dtype f32\n mask causal(bottom_right)", _append),
     ("packed_documents_f32", "head_dim 32\n dtype f32\n mask causal", _packed),
+    ("custom_documents_f32", "head_dim 32\n dtype f32\n mask custom", None),  # _custom, below
 ]
+
+def _custom(rng):
+    """A custom boolean mask (three documents, causal inside, holes): the block-mask builder runs
+    first in the browser, then the kernel walks its tile lists."""
+    from attngen.runtime.runner import runtime_inputs
+    q, k, v = (rng.standard_normal((1, 45, 2, 32)).astype(np.float32) for _ in range(3))
+    k, v, opts = runtime_inputs(spec_of("head_dim 32\n dtype f32\n mask custom"), q, k, v, rng)
+    mask = opts["mask"]
+    case = {"B": 1, "Lq": 45, "Lk": 45, "Hq": 2, "Hkv": 2,
+            "cache": {"mask": mask.astype(np.uint8).reshape(-1).tolist(), "maskShape": list(mask.shape)}}
+    return {"q": q, "k": k, "v": v}, case, {"mask": mask}, (k, v)
+
+
+CACHE_CASES[-1] = (*CACHE_CASES[-1][:2], _custom)
 
 PAGE = """<!doctype html><meta charset="utf-8"><title>attngen browser test</title><pre id="log"></pre>
 <script type="module">
@@ -104,7 +119,8 @@ for (const c of cases) {
   try {
     const wgsl = await (await fetch(`/${c.name}/kernel.wgsl`)).text();
     const manifest = await (await fetch(`/${c.name}/kernel.wgsl.json`)).json();
-    const kernel = await loadKernel(wgsl, manifest);  // a device with the features this kernel needs
+    const blockMask = manifest.block_mask ? await (await fetch(`/${c.name}/block_mask.wgsl`)).text() : null;
+    const kernel = await loadKernel(wgsl, manifest, undefined, { blockMask });  // a device with its features
     const Arr = manifest.dtype === "f16" ? Uint16Array : Float32Array;
     const get = async (n) => new Arr(await (await fetch(`/${c.name}/${n}.bin`)).arrayBuffer());
     const cache = {};  // a KV cache: kv_lens, block table, appended rows
@@ -114,6 +130,7 @@ for (const c of cases) {
       if (x.blockTable) Object.assign(cache, { blockTable: Int32Array.from(x.blockTable), Pmax: x.Pmax, page: x.page });
       if (x.Lnew) Object.assign(cache, { kNew: await get("k_new"), vNew: await get("v_new"), Lnew: x.Lnew });
       if (x.cuSeqlensQ) cache.cuSeqlensQ = Int32Array.from(x.cuSeqlensQ);
+      if (x.mask) Object.assign(cache, { mask: Uint8Array.from(x.mask), maskShape: x.maskShape });
     }
     const { out, lse } = await kernel.run({ q: await get("q"), k: await get("k"), v: await get("v"),
                                             B: c.B, Lq: c.Lq, Lk: c.Lk, Hq: c.Hq, Hkv: c.Hkv, lse: true, ...cache });
@@ -204,6 +221,10 @@ def browser_results():
             f.write(em.source)
         with open(os.path.join(tmp, name, "kernel.wgsl.json"), "w") as f:
             json.dump(em.manifest, f)
+        helpers = attngen.backends.get("wgsl").helper_sources(em.plan)
+        if "block-mask" in helpers:
+            with open(os.path.join(tmp, name, "block_mask.wgsl"), "w") as f:
+                f.write(helpers["block-mask"])
         dt = np.float16 if spec.dtype == "f16" else np.float32
         arrays, case, ref_kw, ref_kv = build(np.random.default_rng(len(name)))
         for n, a in arrays.items():

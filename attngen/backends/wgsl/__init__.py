@@ -87,6 +87,11 @@ class WgslBackend(Backend):
         parts = [str(info.get(k) or "") for k in ("vendor", "architecture", "device", "description", "backend_type")]
         return " / ".join(p for p in parts if p)
 
+    def helper_sources(self, plan):
+        """The block-mask builder of a custom-mask kernel (manifest: block_mask)."""
+        from .emit import block_mask_source
+        return {"block-mask": block_mask_source(plan)} if plan.spec.mask.is_custom else {}
+
     def demo_files(self, spec, profile):
         """The kernel, its manifest, examples/web's page and runtime (docs/web.md)."""
         import json

@@ -108,6 +108,41 @@ PLAIN_VALUES = {"batch": "B", "len_q": "Lq", "len_k": "Lk", "heads_q": "Hq", "he
 VALUES = {**PLAIN_VALUES, "kv_layout": "layout", "has_kv_lens": "has_kv_lens", "cap": "cap", "total_q": "Tq",
           "len_new": "Lnew", "meta_cu_q": "meta_cu_q", "meta_cu_k": "meta_cu_k", "meta_kv_lens": "meta_kv_lens",
           "meta_table": "meta_table", "table_width": "Pmax", "new_v": "B * Lnew * Hkv * Dqk"}
+
+
+def _values(plan: KernelPlan) -> dict:
+    """VALUES plus the custom-mask fields, over the mask symbols (Bm, Hm, Lqm, Lkm, mask_additive)."""
+    nq, nk = f"ceil(Lqm / {plan.tile_q})", f"ceil(Lkm / {plan.tile_kv})"
+    return {**VALUES, "mask_additive": "mask_additive", "mask_batch": "Bm", "mask_heads": "Hm",
+            "mask_len_q": "Lqm", "mask_len_k": "Lkm", "mask_qtiles": nq, "mask_kvtiles": nk,
+            "mask_counts": "0", "mask_tiles": f"Bm * Hm * {nq}", "mask_data": f"Bm * Hm * {nq} + Bm * Hm * {nq} * {nk}"}
+
+
+def block_mask_manifest(plan: KernelPlan) -> dict:
+    """How to run the block-mask builder (`attngen build --emit block-mask`) before the kernel."""
+    nq, nk = f"ceil(Lqm / {plan.tile_q})", f"ceil(Lkm / {plan.tile_kv})"
+    fields = [("slices", "Bm * Hm"), ("len_q", "Lqm"), ("len_k", "Lkm"), ("qtiles", nq), ("kvtiles", nk),
+              ("additive", "mask_additive"), ("counts", "0"), ("tiles", f"Bm * Hm * {nq}"),
+              ("data", f"Bm * Hm * {nq} + Bm * Hm * {nq} * {nk}"), ("_pad9", "0"), ("_pad10", "0"), ("_pad11", "0")]
+    return {
+        "source": "a separate module: attngen build SPEC --target wgsl --emit block-mask",
+        "workgroup_size": [BLOCK_MASK_WORKGROUP, 1, 1],
+        "bindings": [{"binding": 0, "type": "uniform", "struct": "BmParams", "size_bytes": 4 * len(fields),
+                      "fields": [{"name": n, "type": "u32", "offset": 4 * i, "value": v}
+                                 for i, (n, v) in enumerate(fields)]},
+                     {"binding": 1, "type": "storage", "name": "mask",
+                      "words": f"Bm * Hm * {nq} + Bm * Hm * {nq} * {nk} + data words"}],
+        "data": "bool (mask_additive = 0): the mask as bytes (1 = attend), 4 per u32 word, little-endian, "
+                "(Bm, Hm, Lqm, Lkm) row-major; additive (1): its f32 bits, -inf for masked pairs",
+        "fill_word": 0xFFFFFFFF,
+        "fill_note": "every word before data (counts and tiles) holds fill_word before the builder runs",
+        "entry_points": [
+            {"entry_point": "block_mask_classify", "dispatch": [f"ceil({nk} / {BLOCK_MASK_WORKGROUP})", nq, "Bm * Hm"]},
+            {"entry_point": "block_mask_compact", "dispatch": [f"ceil({nq} / {BLOCK_MASK_WORKGROUP})", "Bm * Hm", "1"]}],
+        "then": "bind the same buffer as the kernel's `mask` binding; Params' mask fields have their values",
+    }
+
+
 LAUNCH_SYMBOLS = {
     "layout": "0 padded (B, L, H, D) tensors, 1 packed sequences (cu_seqlens), 2 a paged cache (block_table)",
     "has_kv_lens": "1 when kv_lens is given, else 0",
@@ -118,6 +153,8 @@ LAUNCH_SYMBOLS = {
     "Lk": "keys per sequence; with kv_lens or packed: of the longest sequence, after the append",
     "meta_cu_q, meta_cu_k, meta_kv_lens, meta_table": "word offsets of the seq_meta sections (its layout)",
     "write_lse": "1 when lse is wanted, else 0",
+    "Bm, Hm, Lqm, Lkm": "mask custom: the mask's (batch, heads, Lq, Lk) shape (Bm 1 or B, Hm 1 or Hq)",
+    "mask_additive": "mask custom: 0 for a boolean mask, 1 for an additive one",
 }
 
 
@@ -125,6 +162,7 @@ def _binding_manifest(plan: KernelPlan) -> list[dict]:
     out = []
     layouts = wgsl_layout.buffer_layouts(plan)
     fields = plan.details.uniform_fields
+    values = _values(plan)
     for p in module_params(plan):
         entry = {"group": 0, "binding": p.binding, "name": p.name}
         if p.kind == "uniform":
@@ -133,7 +171,7 @@ def _binding_manifest(plan: KernelPlan) -> list[dict]:
                 struct="Params",
                 size_bytes=4 * len(fields),
                 fields=[{"name": n, "type": t, "offset": 4 * i, "doc": d, "plain_value": PLAIN_VALUES.get(n, "0"),
-                         "value": VALUES.get(n, "0")} for i, (n, t, d) in enumerate(fields)],
+                         "value": values.get(n, "0")} for i, (n, t, d) in enumerate(fields)],
                 value_note="value: the field's value as a formula of the symbols and launch_symbols (any "
                            "launch without a custom mask, whose fields the block mask sets)",
                 plain_value_note="plain_value: the field's value for a launch of contiguous (B, L, H, D) "
@@ -235,6 +273,7 @@ def render_manifest(plan: KernelPlan) -> dict:
         "formula_grammar": "integers, symbol names, a + b, a * b and ceil(a / b) (integer division rounded "
                            "up); nothing else (attngen/plan/formulas.py)",
         "launch_symbols": LAUNCH_SYMBOLS,
+        **({"block_mask": block_mask_manifest(plan)} if plan.spec.mask.is_custom else {}),
         "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
                   "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides. Packed "
                   "(kv_layout = 1): q (total_q, Hq, Dqk), k, v (total_k, Hkv, D), out (total_q, Hq, Dv), "
