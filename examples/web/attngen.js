@@ -68,12 +68,17 @@ async function deviceFor(manifest) {
 
 // ---- the kernel ----------------------------------------------------------------------------
 const BYTES = { f16: 2, f32: 4, u32: 4, i32: 4, u8: 1 };
+const MANIFEST_VERSION = 1;
 const ALIGN = (n) => Math.max(4, Math.ceil(n / 4) * 4);  // WebGPU buffer sizes: multiples of 4
 
 // `blockMask`: the block-mask builder's WGSL (`attngen build SPEC --target wgsl --emit block-mask`),
 // needed by mask custom kernels (the manifest has a block_mask section then).
 export async function loadKernel(wgsl, manifest, device, { blockMask = null } = {}) {
   if (manifest.target !== "wgsl") throw new Error(`not a WGSL manifest (target ${manifest.target})`);
+  if (manifest.manifest_version !== MANIFEST_VERSION) {
+    throw new Error(`manifest version ${manifest.manifest_version}; this runtime reads version ${MANIFEST_VERSION} ` +
+                    "(docs/manifest-wgsl.schema.json): rebuild the kernel with a matching attngen");
+  }
   if (!["fused", "split_kv", "two_pass"].includes(manifest.schedule.kind)) {
     throw new Error(`schedule ${manifest.schedule.kind}: not known to this runtime (docs/web.md)`);
   }

@@ -45,6 +45,7 @@ CASES = [
     ("two_pass_window_f32", "head_dim 32\n dtype f32\n mask window(left=50)\n schedule two_pass", 1, 3, 257, 4, 4),
     ("split_auto_gqa7_f32", "head_dim 64\n dtype f32\n mask causal(bottom_right)\n schedule split_kv(auto)",
      1, 5, 400, 7, 1),
+    ("head_dim_512_f16_packed", "head_dim 512\n dtype f16\n mask causal\n target wgsl { f16=packed }", 1, 9, 30, 2, 1),
 ]
 
 def _paged(rng):
@@ -76,6 +77,28 @@ def _append(rng):
             (k_after, v_after))
 
 
+def _paged_append(rng):
+    """A paged cache with kv_lens and two rows appended in the same call (pages shuffled)."""
+    lens, lnew, page = np.array([5, 17], np.int32), 2, 8
+    per = -(-(lens + lnew) // page)
+    order = rng.permutation(int(per.sum()) + 2)
+    table = np.zeros((2, int(per.max())), np.int32)
+    table[0, :per[0]], table[1, :per[1]] = order[:per[0]], order[per[0]:per[0] + per[1]]
+    k, v = (rng.standard_normal((len(order), page, 2, 32)).astype(np.float32) for _ in range(2))
+    k_new, v_new = (rng.standard_normal((2, lnew, 2, 32)).astype(np.float32) for _ in range(2))
+    q = rng.standard_normal((2, lnew, 4, 32)).astype(np.float32)
+    k_after, v_after = k.copy(), v.copy()
+    for b in range(2):
+        for i in range(lnew):
+            j = int(lens[b]) + i
+            k_after[table[b, j // page], j % page], v_after[table[b, j // page], j % page] = k_new[b, i], v_new[b, i]
+    case = {"B": 2, "Lq": lnew, "Lk": int(lens.max()) + lnew, "Hq": 4, "Hkv": 2,
+            "cache": {"kvLens": lens.tolist(), "blockTable": table.reshape(-1).tolist(), "Pmax": table.shape[1],
+                      "page": page, "Lnew": lnew}}
+    return ({"q": q, "k": k, "v": v, "k_new": k_new, "v_new": v_new}, case,
+            {"kv_lens": lens + lnew, "block_table": table}, (k_after, v_after))
+
+
 def _packed(rng):
     """Three documents of 5, 1 and 17 rows packed into one sequence (cu_seqlens), causal in each."""
     cu = np.array([0, 5, 6, 23], np.int32)
@@ -91,6 +114,8 @@ CACHE_CASES = [
      " schedule split_kv(auto)\n target wgsl { f16=packed }", _paged),
     ("append_kv_lens_f32", "head_dim 32\n dtype f32\n mask causal(bottom_right)", _append),
     ("packed_documents_f32", "head_dim 32\n dtype f32\n mask causal", _packed),
+    ("paged_append_f32", "head_dim 32\n dtype f32\n mask causal(bottom_right)\n kv_cache paged(page=8)",
+     _paged_append),
     ("custom_documents_f32", "head_dim 32\n dtype f32\n mask custom", None),  # _custom, below
 ]
 
