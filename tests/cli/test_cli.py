@@ -69,7 +69,7 @@ def test_check_prints_the_plan(capsys):
     code, out, _ = run(capsys, "check", LLAMA)
     assert code == 0
     assert "cuda (cuda-sm80): ok" in out and "wgsl (webgpu-core): ok" in out
-    assert "shared memory: 69632 bytes" in out and "features: shader-f16" in out
+    assert "shared memory: 69632 bytes" in out and "f16 packed in u32 words" in out
     code, out, _ = run(capsys, "check", LLAMA, "--target", "wgsl", "--profile", "all")
     assert code == 0 and "wgpu-software" in out and "wgpu-vulkan-nvidia" in out
 

@@ -18,22 +18,21 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
-// Plan: tile q=16 kv=16, workgroup 128 (16 rows x 8 invocations), workgroup-memory reductions.
+// Plan: tile q=16 kv=8, workgroup 128 (16 rows x 8 invocations), workgroup-memory reductions, f16 packed in u32 words (f32 arithmetic).
 // Scale 0.08838834764831843; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
-// Workgroup memory: 16384 bytes (each buffer 16-byte aligned):
-//   sK   at      0: 16 x 128 f16 (the current K tile)
-//   sV   at   4096: 16 x 128 f16 (the current V tile)
-//   sRed at   8192: 128 x 16 f32 (partial dot products, summed across a row's invocations)
+// Workgroup memory: 12288 bytes (each buffer 16-byte aligned):
+//   sK   at      0: 8 x 128 f32 (the current K tile)
+//   sV   at   4096: 8 x 128 f32 (the current V tile)
+//   sRed at   8192: 128 x 8 f32 (partial dot products, summed across a row's invocations)
 // Grid: (ceil(Lq * G / 16) * S, Hkv, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_decode; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
-enable f16;
 
 // ---- section: config ------------------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time values in `params`; any length >= 1 works (partial tiles are zero-filled and masked).
 const TILE_Q: u32 = 16u;           // tile q: rows of Q per workgroup
-const TILE_KV: u32 = 16u;          // tile kv: rows of K and V per iteration of the main loop
+const TILE_KV: u32 = 8u;          // tile kv: rows of K and V per iteration of the main loop
 const THREADS_PER_ROW: u32 = 8u;   // invocations sharing one row of Q (a power of two)
 const WORKGROUP_SIZE: u32 = 128u;  // TILE_Q * THREADS_PER_ROW
 const HEAD_DIM_QK: u32 = 128u;      // head dim of q and k
@@ -74,9 +73,9 @@ fn poisons(t: f32) -> bool {
 }
 
 // ---- section: types -------------------------------------------------------------------------
-// Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup
-// memory and are widened to f32 where the arithmetic is f32.
-alias elem_t = f16;    // storage of q, k, v and out
+// Storage is f16 packed in u32 words (no shader-f16; section memory): elem_t, the
+// type of the tiles in workgroup memory, is f32, and so is all arithmetic.
+alias elem_t = f32;    // storage of q, k, v and out
 alias qk_acc_t = f32;  // accumulate qk=f32: q registers and partial dot products of S = Q K^T
 alias pv_acc_t = f32;  // accumulate pv=f32: one K/V tile's contribution to O += P V
 
@@ -113,15 +112,15 @@ struct Params {
 // params: sizes and word offsets of this launch (struct Params)
 @group(0) @binding(0) var<uniform> params: Params;
 // q (B, Lq, Hq, Dqk) f16: queries (packed: (total_q, Hq, Dqk))
-@group(0) @binding(1) var<storage, read> q: array<elem_t>;
+@group(0) @binding(1) var<storage, read> q: array<u32>;
 // k (B, Lk, Hkv, Dqk) f16: keys (packed: (total_k, Hkv, Dqk); paged: (num_pages, page, Hkv,
 // Dqk)); read_write: appended rows are written in place
-@group(0) @binding(2) var<storage, read_write> k: array<elem_t>;
+@group(0) @binding(2) var<storage, read_write> k: array<u32>;
 // v (B, Lk, Hkv, Dv) f16: values, laid out as k; read_write: appended rows are written in
 // place
-@group(0) @binding(3) var<storage, read_write> v: array<elem_t>;
+@group(0) @binding(3) var<storage, read_write> v: array<u32>;
 // out (B, Lq, Hq, Dv) f16: attention output (packed: (total_q, Hq, Dv))
-@group(0) @binding(4) var<storage, read_write> out: array<elem_t>;
+@group(0) @binding(4) var<storage, read_write> out: array<atomic<u32>>;
 // lse (B, Hq, Lq) f32: log-sum-exp of each row's scores (natural log; -inf where a row sees no
 // key; packed: (Hq, total_q)); written only when requested
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
@@ -132,7 +131,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read> seq_meta: array<u32>;
 // kv_new (2, B, Lnew, Hkv, D) f16: rows to append: k_new (B, Lnew, Hkv, Dqk) at element 0,
 // then v_new (B, Lnew, Hkv, Dv) at element params.new_v; read only when params.len_new > 0
-@group(0) @binding(7) var<storage, read> kv_new: array<elem_t>;
+@group(0) @binding(7) var<storage, read> kv_new: array<u32>;
 // o_part (S, B, Lq, Hq, Dv) f32: workspace: each KV split's output, normalised by its own sum
 // (two_pass: by the row's)
 @group(0) @binding(9) var<storage, read_write> o_part: array<f32>;
@@ -140,13 +139,43 @@ struct Params {
 // saw no key)
 @group(0) @binding(10) var<storage, read_write> lse_part: array<f32>;
 
-// Workgroup memory (16384 bytes as the planner counts it, each buffer rounded up
+// f16 storage without shader-f16: each u32 word of q, k, v, kv_new and out holds two f16, element
+// 2w in the low half and 2w + 1 in the high half (the bytes of a little-endian f16 array). Reads
+// widen an element to f32; all arithmetic is f32. out is written half a word at a time with
+// atomics: the two elements of a word belong to different invocations.
+fn q_elem(i: u32) -> f32 {
+    return unpack2x16float(q[i >> 1u])[i & 1u];
+}
+
+fn k_elem(i: u32) -> f32 {
+    return unpack2x16float(k[i >> 1u])[i & 1u];
+}
+
+fn v_elem(i: u32) -> f32 {
+    return unpack2x16float(v[i >> 1u])[i & 1u];
+}
+
+fn kv_new_elem(i: u32) -> f32 {
+    return unpack2x16float(kv_new[i >> 1u])[i & 1u];
+}
+
+fn store_out(i: u32, x: f32) {
+    let shift = (i & 1u) * 16u;
+    var half = pack2x16float(vec2<f32>(x, 0.0)) & 0xffffu;
+    if (is_nan(x)) {
+        half = 0x7e00u;  // a quiet f16 NaN (pack2x16float leaves non-finite values indeterminate)
+    }
+    atomicAnd(&out[i >> 1u], ~(0xffffu << shift));
+    atomicOr(&out[i >> 1u], half << shift);
+}
+
+// Workgroup memory (12288 bytes as the planner counts it, each buffer rounded up
 // to 16 bytes). Tiles are stored densely, row-major: sK[j * HEAD_DIM_QK + d].
-var<workgroup> sK: array<elem_t, 2048>;  // TILE_KV x HEAD_DIM_QK: the current K tile
-var<workgroup> sV: array<elem_t, 2048>;  // TILE_KV x HEAD_DIM_V: the current V tile
+var<workgroup> sK: array<elem_t, 1024>;  // TILE_KV x HEAD_DIM_QK: the current K tile
+var<workgroup> sV: array<elem_t, 1024>;  // TILE_KV x HEAD_DIM_V: the current V tile
 // Partial dot products of the rows' invocations, key-major: sRed[j * WORKGROUP_SIZE + invocation],
 // so that the invocations writing one key's partials hit consecutive words.
-var<workgroup> sRed: array<f32, 2048>;  // TILE_KV x WORKGROUP_SIZE
+var<workgroup> sRed: array<f32, 1024>;  // TILE_KV x WORKGROUP_SIZE
 
 // Copy keys [j0, j0 + TILE_KV) of one (sequence, KV head) into sK (load_k_tile) and sV
 // (load_v_tile), all invocations of the workgroup together (consecutive invocations copy
@@ -322,16 +351,16 @@ fn new_row(seq: Seq, j: u32, kv_head: u32) -> u32 {
 // Column d of key j of the sequence, KV head kv_head: k_at from the keys, v_at from the values.
 fn k_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
     if (j >= seq.cached) {
-        return kv_new[new_row(seq, j, kv_head) * HEAD_DIM_QK + d];
+        return kv_new_elem(new_row(seq, j, kv_head) * HEAD_DIM_QK + d);
     }
-    return k[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d];
+    return k_elem((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d);
 }
 
 fn v_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
     if (j >= seq.cached) {
-        return kv_new[params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d];
+        return kv_new_elem(params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d);
     }
-    return v[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d];
+    return v_elem((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d);
 }
 
 // ---- section: append ------------------------------------------------------------------------
@@ -340,15 +369,19 @@ fn v_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
 // (padded: rows of the sequence; paged: the slots the block table gives). Other workgroups
 // read those keys from kv_new, so there is no race and no separate copy launch.
 fn append_rows(lid: u32, seq: Seq, kv_head: u32) {
-    for (var e = lid; e < params.len_new * HEAD_DIM_QK; e += WORKGROUP_SIZE) {
-        let j = seq.cached + e / HEAD_DIM_QK;
-        let d = e % HEAD_DIM_QK;
-        k[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d] = k_at(seq, j, kv_head, d);
+    // Packed f16: whole u32 words (two columns: head dims are even) are copied bit for bit, so
+    // no two invocations write halves of one word.
+    for (var e = lid; e < params.len_new * HEAD_DIM_QK / 2u; e += WORKGROUP_SIZE) {
+        let j = seq.cached + 2u * e / HEAD_DIM_QK;
+        let d = 2u * e % HEAD_DIM_QK;
+        k[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d) / 2u] =
+            kv_new[(new_row(seq, j, kv_head) * HEAD_DIM_QK + d) / 2u];
     }
-    for (var e = lid; e < params.len_new * HEAD_DIM_V; e += WORKGROUP_SIZE) {
-        let j = seq.cached + e / HEAD_DIM_V;
-        let d = e % HEAD_DIM_V;
-        v[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d] = v_at(seq, j, kv_head, d);
+    for (var e = lid; e < params.len_new * HEAD_DIM_V / 2u; e += WORKGROUP_SIZE) {
+        let j = seq.cached + 2u * e / HEAD_DIM_V;
+        let d = 2u * e % HEAD_DIM_V;
+        v[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d) / 2u] =
+            kv_new[(params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d) / 2u];
     }
 }
 
@@ -400,7 +433,7 @@ fn attngen_llama3_8b_decode(@builtin(local_invocation_index) lid: u32, @builtin(
     if (row < seq.len_q) {
         let q_base = ((seq.q_row0 + row) * params.heads_q + head) * HEAD_DIM_QK + lane;
         for (var i = 0u; i < DIMS_QK; i++) {
-            q_reg[i] = qk_acc_t(q[q_base + THREADS_PER_ROW * i]);
+            q_reg[i] = qk_acc_t(q_elem(q_base + THREADS_PER_ROW * i));
         }
     }
 
@@ -559,7 +592,7 @@ fn attngen_llama3_8b_decode_combine(@builtin(global_invocation_id) gid: vec3<u32
                 o += w[sp] * o_part[sp * o_split + o_row + d];
             }
         }
-        out[out_base + d] = elem_t(select(o, nan, row_bad));
+        store_out(out_base + d, select(o, nan, row_bad));
     }
     if (params.write_lse != 0u) {
         var neg_inf_bits = NEG_INF_BITS;

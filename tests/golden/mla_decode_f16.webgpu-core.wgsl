@@ -18,17 +18,16 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
-// Plan: tile q=16 kv=16, workgroup 128 (16 rows x 8 invocations), workgroup-memory reductions.
+// Plan: tile q=16 kv=16, workgroup 128 (16 rows x 8 invocations), workgroup-memory reductions, f16 packed in u32 words (f32 arithmetic).
 // Scale 0.041666666666666664; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
-// Workgroup memory: 12288 bytes (each buffer 16-byte aligned):
-//   sK   at      0: 16 x 64 f16 (one d-chunk of the current K tile)
-//   sV   at   2048: 16 x 64 f16 (one d-chunk of the current V tile)
-//   sRed at   4096: 128 x 16 f32 (partial dot products, summed across a row's invocations)
+// Workgroup memory: 16384 bytes (each buffer 16-byte aligned):
+//   sK   at      0: 16 x 64 f32 (one d-chunk of the current K tile)
+//   sV   at   4096: 16 x 64 f32 (one d-chunk of the current V tile)
+//   sRed at   8192: 128 x 16 f32 (partial dot products, summed across a row's invocations)
 // Head dim: tile d=64 (from the spec): K in 9 chunk(s) of 64, V in 8 of 64.
 // Grid: (ceil(Lq * G / 16) * S, Hkv, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_mla_decode_f16; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
-enable f16;
 
 // ---- section: config ------------------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
@@ -91,9 +90,9 @@ fn poisons(t: f32) -> bool {
 }
 
 // ---- section: types -------------------------------------------------------------------------
-// Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup
-// memory and are widened to f32 where the arithmetic is f32.
-alias elem_t = f16;    // storage of q, k, v and out
+// Storage is f16 packed in u32 words (no shader-f16; section memory): elem_t, the
+// type of the tiles in workgroup memory, is f32, and so is all arithmetic.
+alias elem_t = f32;    // storage of q, k, v and out
 alias qk_acc_t = f32;  // accumulate qk=f32: q registers and partial dot products of S = Q K^T
 alias pv_acc_t = f32;  // accumulate pv=f32: one K/V tile's contribution to O += P V
 
@@ -130,15 +129,15 @@ struct Params {
 // params: sizes and word offsets of this launch (struct Params)
 @group(0) @binding(0) var<uniform> params: Params;
 // q (B, Lq, Hq, Dqk) f16: queries (packed: (total_q, Hq, Dqk))
-@group(0) @binding(1) var<storage, read> q: array<elem_t>;
+@group(0) @binding(1) var<storage, read> q: array<u32>;
 // k (B, Lk, Hkv, Dqk) f16: keys (packed: (total_k, Hkv, Dqk); paged: (num_pages, page, Hkv,
 // Dqk)); read_write: appended rows are written in place
-@group(0) @binding(2) var<storage, read_write> k: array<elem_t>;
+@group(0) @binding(2) var<storage, read_write> k: array<u32>;
 // v (B, Lk, Hkv, Dv) f16: values, laid out as k; read_write: appended rows are written in
 // place
-@group(0) @binding(3) var<storage, read_write> v: array<elem_t>;
+@group(0) @binding(3) var<storage, read_write> v: array<u32>;
 // out (B, Lq, Hq, Dv) f16: attention output (packed: (total_q, Hq, Dv))
-@group(0) @binding(4) var<storage, read_write> out: array<elem_t>;
+@group(0) @binding(4) var<storage, read_write> out: array<atomic<u32>>;
 // lse (B, Hq, Lq) f32: log-sum-exp of each row's scores (natural log; -inf where a row sees no
 // key; packed: (Hq, total_q)); written only when requested
 @group(0) @binding(5) var<storage, read_write> lse: array<f32>;
@@ -149,7 +148,7 @@ struct Params {
 @group(0) @binding(6) var<storage, read> seq_meta: array<u32>;
 // kv_new (2, B, Lnew, Hkv, D) f16: rows to append: k_new (B, Lnew, Hkv, Dqk) at element 0,
 // then v_new (B, Lnew, Hkv, Dv) at element params.new_v; read only when params.len_new > 0
-@group(0) @binding(7) var<storage, read> kv_new: array<elem_t>;
+@group(0) @binding(7) var<storage, read> kv_new: array<u32>;
 // o_part (S, B, Lq, Hq, Dv) f32: workspace: each KV split's output, normalised by its own sum
 // (two_pass: by the row's)
 @group(0) @binding(9) var<storage, read_write> o_part: array<f32>;
@@ -157,7 +156,37 @@ struct Params {
 // saw no key)
 @group(0) @binding(10) var<storage, read_write> lse_part: array<f32>;
 
-// Workgroup memory (12288 bytes as the planner counts it, each buffer rounded up
+// f16 storage without shader-f16: each u32 word of q, k, v, kv_new and out holds two f16, element
+// 2w in the low half and 2w + 1 in the high half (the bytes of a little-endian f16 array). Reads
+// widen an element to f32; all arithmetic is f32. out is written half a word at a time with
+// atomics: the two elements of a word belong to different invocations.
+fn q_elem(i: u32) -> f32 {
+    return unpack2x16float(q[i >> 1u])[i & 1u];
+}
+
+fn k_elem(i: u32) -> f32 {
+    return unpack2x16float(k[i >> 1u])[i & 1u];
+}
+
+fn v_elem(i: u32) -> f32 {
+    return unpack2x16float(v[i >> 1u])[i & 1u];
+}
+
+fn kv_new_elem(i: u32) -> f32 {
+    return unpack2x16float(kv_new[i >> 1u])[i & 1u];
+}
+
+fn store_out(i: u32, x: f32) {
+    let shift = (i & 1u) * 16u;
+    var half = pack2x16float(vec2<f32>(x, 0.0)) & 0xffffu;
+    if (is_nan(x)) {
+        half = 0x7e00u;  // a quiet f16 NaN (pack2x16float leaves non-finite values indeterminate)
+    }
+    atomicAnd(&out[i >> 1u], ~(0xffffu << shift));
+    atomicOr(&out[i >> 1u], half << shift);
+}
+
+// Workgroup memory (16384 bytes as the planner counts it, each buffer rounded up
 // to 16 bytes). Tiles are stored densely, row-major: sK[j * TILE_DQK + d - d0] holds column d of
 // key j while the chunk [d0, d0 + TILE_DQK) is loaded (sV likewise with TILE_DV).
 var<workgroup> sK: array<elem_t, 1024>;  // TILE_KV x TILE_DQK: one d-chunk of the current K tile
@@ -354,16 +383,16 @@ fn new_row(seq: Seq, j: u32, kv_head: u32) -> u32 {
 // Column d of key j of the sequence, KV head kv_head: k_at from the keys, v_at from the values.
 fn k_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
     if (j >= seq.cached) {
-        return kv_new[new_row(seq, j, kv_head) * HEAD_DIM_QK + d];
+        return kv_new_elem(new_row(seq, j, kv_head) * HEAD_DIM_QK + d);
     }
-    return k[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d];
+    return k_elem((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d);
 }
 
 fn v_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
     if (j >= seq.cached) {
-        return kv_new[params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d];
+        return kv_new_elem(params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d);
     }
-    return v[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d];
+    return v_elem((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d);
 }
 
 // ---- section: append ------------------------------------------------------------------------
@@ -372,15 +401,19 @@ fn v_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
 // (padded: rows of the sequence; paged: the slots the block table gives). Other workgroups
 // read those keys from kv_new, so there is no race and no separate copy launch.
 fn append_rows(lid: u32, seq: Seq, kv_head: u32) {
-    for (var e = lid; e < params.len_new * HEAD_DIM_QK; e += WORKGROUP_SIZE) {
-        let j = seq.cached + e / HEAD_DIM_QK;
-        let d = e % HEAD_DIM_QK;
-        k[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d] = k_at(seq, j, kv_head, d);
+    // Packed f16: whole u32 words (two columns: head dims are even) are copied bit for bit, so
+    // no two invocations write halves of one word.
+    for (var e = lid; e < params.len_new * HEAD_DIM_QK / 2u; e += WORKGROUP_SIZE) {
+        let j = seq.cached + 2u * e / HEAD_DIM_QK;
+        let d = 2u * e % HEAD_DIM_QK;
+        k[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d) / 2u] =
+            kv_new[(new_row(seq, j, kv_head) * HEAD_DIM_QK + d) / 2u];
     }
-    for (var e = lid; e < params.len_new * HEAD_DIM_V; e += WORKGROUP_SIZE) {
-        let j = seq.cached + e / HEAD_DIM_V;
-        let d = e % HEAD_DIM_V;
-        v[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d] = v_at(seq, j, kv_head, d);
+    for (var e = lid; e < params.len_new * HEAD_DIM_V / 2u; e += WORKGROUP_SIZE) {
+        let j = seq.cached + 2u * e / HEAD_DIM_V;
+        let d = 2u * e % HEAD_DIM_V;
+        v[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d) / 2u] =
+            kv_new[(params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d) / 2u];
     }
 }
 
@@ -437,7 +470,7 @@ fn attngen_mla_decode_f16(@builtin(local_invocation_index) lid: u32, @builtin(wo
     if (row < seq.len_q) {
         let q_base = ((seq.q_row0 + row) * params.heads_q + head) * HEAD_DIM_QK + lane;
         for (var i = 0u; i < DIMS_QK; i++) {
-            q_reg[i] = qk_acc_t(q[q_base + THREADS_PER_ROW * i]);
+            q_reg[i] = qk_acc_t(q_elem(q_base + THREADS_PER_ROW * i));
         }
     }
 
@@ -606,7 +639,7 @@ fn attngen_mla_decode_f16_combine(@builtin(global_invocation_id) gid: vec3<u32>)
                 o += w[sp] * o_part[sp * o_split + o_row + d];
             }
         }
-        out[out_base + d] = elem_t(select(o, nan, row_bad));
+        store_out(out_base + d, select(o, nan, row_bad));
     }
     if (params.write_lse != 0u) {
         var neg_inf_bits = NEG_INF_BITS;

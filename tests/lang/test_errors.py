@@ -708,10 +708,13 @@ def test_wgsl_tiles_that_do_not_fit_workgroup_memory(profile, limit):
 
 
 def test_wgsl_webgpu_core_f16_memory_message():
-    s = spec_of("head_dim 128\ndtype f16\ntile q=16 kv=64")
+    s = spec_of("head_dim 128\ndtype f16\ntile q=16 kv=64\ntarget wgsl { f16=native }")
     (d,) = target_errors(s, "wgsl", "webgpu-core")
     assert d.message.startswith("target wgsl (profile webgpu-core): tile q=16 kv=64 with head_dim qk=128 v=128 needs ")
     assert "sK 64x128 f16 + sV 64x128 f16" in d.message
+    packed = spec_of("head_dim 128\ndtype f16\ntile q=16 kv=64")  # webgpu-core's default: f32 tiles
+    (d,) = target_errors(packed, "wgsl", "webgpu-core")
+    assert "sK 64x128 f32 + sV 64x128 f32" in d.message
     assert d.message.endswith("but webgpu-core allows 16384")
 
 

@@ -45,7 +45,7 @@ class WgslBackend(Backend):
         if spec.dtype not in profile.storage_dtypes:
             if spec.dtype == "bf16":
                 problems.append(Problem("dtype bf16 is not available: WGSL has no bf16 type", key="dtype",
-                                        hint="use dtype f16 (needs the shader-f16 feature) or f32 for WGSL; "
+                                        hint="use dtype f16 (packed in u32 words where shader-f16 is missing) or f32 for WGSL; "
                                              "bf16 runs on cuda"))
             else:
                 problems += super().check(spec, profile)

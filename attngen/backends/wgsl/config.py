@@ -99,12 +99,15 @@ def f16_storage(spec: AttentionSpec, profile: Profile) -> str | None:
     None when the spec stores f32. The spec's `target wgsl { f16=... }` decides, else the
     profile's `[dialect] f16_storage`; "auto" (the default) is native where the profile may use
     shader-f16 and packed where it may not (an adapter without the feature: the runtime's
-    profile of the live adapter lists only the features it has)."""
+    profile of the live adapter lists only the features it has). A spec with f16 accumulators
+    (f16 arithmetic, which needs shader-f16) is native unless it says packed itself."""
     if spec.dtype != "f16":
         return None
     mode = spec.options("wgsl").get("f16")
     if mode in (None, "auto"):
         mode = profile.section("dialect").get("f16_storage", "auto")
+        if "f16" in (spec.acc_qk, spec.acc_pv) and profile.may_use_feature("shader-f16"):
+            mode = "native"  # f16 accumulators are f16 arithmetic: they need shader-f16 anyway
     if mode == "auto":
         mode = "native" if profile.may_use_feature("shader-f16") else "packed"
     return mode

@@ -40,7 +40,7 @@ def code_lines(source: str) -> list[str]:
 
 # ---- emitted source: no device needed ---------------------------------------------------------
 
-FORCED = "head_dim 64\n dtype {dtype}\n tile q=16 kv=16\n target wgsl {{ workgroup=64 subgroups=on }}"
+FORCED = "head_dim 64\n dtype {dtype}\n tile q=16 kv=16\n target wgsl {{ workgroup=64 subgroups=on f16=native }}"
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
@@ -60,8 +60,11 @@ def test_directives_come_from_the_plan():
     src = emit("head_dim 64\n dtype f32\n target wgsl { subgroups=off }", "webgpu-core").source
     assert not re.search(r"^enable ", src, re.M)
     assert "sRed" in src and "subgroupShuffleXor" not in src
-    src = emit("head_dim 64\n dtype f16\n target wgsl { subgroups=off }", "webgpu-core").source
+    src = emit("head_dim 64\n dtype f16\n target wgsl { subgroups=off f16=native }", "webgpu-core").source
     assert re.findall(r"^enable .*$", src, re.M) == ["enable f16;"]
+    # webgpu-core stores f16 packed by default (no shader-f16 in many browsers): no directive
+    src = emit("head_dim 64\n dtype f16\n target wgsl { subgroups=off }", "webgpu-core").source
+    assert not re.search(r"^enable ", src, re.M) and "unpack2x16float" in src
     src = emit("head_dim 64\n dtype f16", "wgpu-software").source
     assert "subgroupShuffleXor" in src and "var<workgroup> sRed" not in src
 

@@ -69,9 +69,12 @@ def test_manifest_describes_the_mask_buffer():
 
 @pytest.mark.parametrize("sched", SCHEDULES)
 def test_tint_dialect_for_webgpu_core(sched):
-    spec = spec_of(f"head_dim 64\n dtype f16\n schedule {sched}\n target wgsl {{ subgroups=on }}")
+    spec = spec_of(f"head_dim 64\n dtype f16\n schedule {sched}\n target wgsl {{ subgroups=on f16=native }}")
     src = attngen.emit(spec, "wgsl", "webgpu-core").source
     assert "enable subgroups;" in src and "enable f16;" in src
+    packed = attngen.emit(spec_of(f"head_dim 64\n dtype f16\n schedule {sched}\n target wgsl {{ subgroups=on }}"),
+                          "wgsl", "webgpu-core").source
+    assert "enable subgroups;" in packed and "enable f16;" not in packed  # webgpu-core packs f16 by default
     if sched != "fused":
         assert "_combine(" in src
 
