@@ -92,7 +92,18 @@ export async function loadKernel(wgsl, manifest, device, { blockMask = null } = 
   const module = device.createShaderModule({ code: wgsl });
   const info = await module.getCompilationInfo();
   const errors = info.messages.filter((m) => m.type === "error");
-  if (errors.length) throw new Error("WGSL: " + errors.map((m) => `${m.lineNum}:${m.linePos} ${m.message}`).join("; "));
+  if (errors.length) {
+    // each message with the template section its line is in (the `// ---- section: NAME` comments)
+    const lines = wgsl.split("\n");
+    const section = (n) => {
+      for (let i = Math.min(n, lines.length) - 1; i >= 0; i--) {
+        const s = /\/\/ ---- section: ([^-]+?)\s*-*$/.exec(lines[i]);
+        if (s) return ` (section ${s[1]})`;
+      }
+      return "";
+    };
+    throw new Error("WGSL: " + errors.map((m) => `${m.lineNum}:${m.linePos}${section(m.lineNum)} ${m.message}`).join("; "));
+  }
   const byNumber = Object.fromEntries(manifest.bindings.map((b) => [b.binding, b]));
   const entries = manifest.entry_points.map((e) => {
     const layout = device.createBindGroupLayout({

@@ -322,3 +322,35 @@ def test_the_demo_page_runs_a_kernel(tmp_path):
     log = got["results"]
     assert "llama3_8b_prefill: f16 (packed)" in log and "B=1 Lq=33 Lk=70 Hq=32 Hkv=8:" in log, log
     assert "error" not in log, log
+
+
+BROKEN_PAGE = """<!doctype html><script type="module">
+import { loadKernel } from "/web/attngen.js";
+let report;
+try {
+  const wgsl = await (await fetch("/kernel.wgsl")).text();
+  const manifest = await (await fetch("/kernel.wgsl.json")).json();
+  await loadKernel(wgsl, manifest);
+  report = "loaded";
+} catch (e) { report = String(e.message || e); }
+await fetch("/results", { method: "POST", body: report });
+</script>
+"""
+
+
+def test_a_compilation_error_names_its_line_and_section(tmp_path):
+    """A kernel that Tint refuses (a line broken in the epilogue) is reported with line:col and
+    the template section it is in; a manifest of another version is refused before compiling."""
+    em = attngen.emit(spec_of("head_dim 32\n dtype f32"), target="wgsl", profile="webgpu-core")
+    lines = em.source.split("\n")
+    at = next(i for i, ln in enumerate(lines) if "section: epilogue" in ln) + 3
+    lines[at] = "    let broken = ;"
+    (tmp_path / "kernel.wgsl").write_text("\n".join(lines))
+    (tmp_path / "kernel.wgsl.json").write_text(json.dumps(em.manifest))
+    (tmp_path / "index.html").write_text(BROKEN_PAGE)
+    got = _open_in_chromium(str(tmp_path), os.path.join(ROOT, "examples", "web"), "index.html", timeout=120)
+    assert got["done"].is_set()
+    assert got["results"].startswith(f"WGSL: {at + 1}:") and "(section epilogue" in got["results"], got["results"]
+    (tmp_path / "kernel.wgsl.json").write_text(json.dumps({**em.manifest, "manifest_version": 2}))
+    got = _open_in_chromium(str(tmp_path), os.path.join(ROOT, "examples", "web"), "index.html", timeout=120)
+    assert "manifest version 2; this runtime reads version 1" in got["results"], got["results"]
