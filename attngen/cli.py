@@ -516,22 +516,20 @@ def cmd_tune(args) -> int:
             raise SpecError(diags)
         progress(f"{spec.name} on {backend.device_identity()}, B={shape['B']} Lq={shape['Lq']} Lk={shape['Lk']}: "
                  "the profile's defaults first")
-        default = api.compile(spec, args.target, tuned=False)
-        rows = tune.sweep(backend, spec, shape, repeat=args.repeat, seed=args.seed, progress=progress,
-                          check=lambda s: api.check(s, args.target, profile),
-                          compile_=lambda s: api.compile(s, args.target, tuned=False))
-        from .runtime.runner import _inputs
-        _, dargs, dopts = _inputs(spec, backend, shape, args.seed)
-        default_ms = backend.time_call(default, dargs, dopts, args.repeat)
+        default, rows = tune.sweep(backend, spec, shape, repeat=args.repeat, seed=args.seed, progress=progress,
+                                   check=lambda s: api.check(s, args.target, profile),
+                                   compile_=lambda s: api.compile(s, args.target, tuned=False))
     except (ImportError, RuntimeError, OSError) as e:
         raise LaunchError(f"no usable {getattr(backend, 'device_name', 'device')} on this machine: "
                           f"{type(e).__name__}: {e}") from None
     _print(f"{spec.name} on {args.target} ({backend.device_identity()}), B={shape['B']} Lq={shape['Lq']} "
            f"Lk={shape['Lk']} Hq={shape['Hq']} Hkv={shape['Hkv']}; {backend.timing}")
     _print(f"  {'candidate':42} {'ms':>10}  result")
-    _print(f"  {'the defaults: ' + default.plan.summary().split(',')[0]:42} {default_ms:>10.4g}  ok")
+    _, status, default_ms, _, default_plan = default
+    ms_text = "-" if default_ms is None else f"{default_ms:.4g}"
+    _print(f"  {'the defaults: ' + default_plan.split(',')[0]:42} {ms_text:>10}  {status}")
     for choice, status, ms, _, summary in rows:
-        same = " (the defaults' plan)" if summary == default.plan.summary() else ""
+        same = " (the defaults' plan)" if summary == default_plan else ""
         _print(f"  {tune.label(choice):42} {('-' if ms is None else f'{ms:.4g}'):>10}  {status}{same}")
     ok = [r for r in rows if r[2] is not None]
     if not ok:
@@ -539,7 +537,8 @@ def cmd_tune(args) -> int:
         return EXIT_INVALID
     choice, _, ms, _, _ = ok[0]
     where = tune.store(backend, spec, shape, choice, ms, default_ms)
-    _print(f"fastest: {tune.label(choice)}, {ms:.4g} ms ({default_ms / ms:.2f}x the defaults); stored in {where}")
+    versus = f"{default_ms / ms:.2f}x the defaults" if default_ms else "the defaults were wrong"
+    _print(f"fastest: {tune.label(choice)}, {ms:.4g} ms ({versus}); stored in {where}")
     return EXIT_OK
 
 

@@ -16,7 +16,7 @@ from ..reference import reference, relative_error, to_numpy, tolerance
 MAX_HOST_INPUT_BYTES = 32 << 30
 
 
-def _inputs(spec, backend, shape, seed):
+def draw_inputs(spec, backend, shape, seed):
     rng = np.random.default_rng(seed)
     b, lq, lk, hq, hkv = shape["B"], shape["Lq"], shape["Lk"], shape["Hq"], shape["Hkv"]
     need = 4 * b * (lq * hq * spec.head_dim_qk + lk * hkv * (spec.head_dim_qk + spec.head_dim_v))
@@ -90,7 +90,7 @@ def run_shapes(kernel, backend, shapes, *, repeat=10, seed=0, use_reference=True
         where = f"shape {i + 1}/{len(shapes)}"
         say(f"{where} (B={shape['B']} Lq={shape['Lq']} Lk={shape['Lk']} Hq={shape['Hq']} Hkv={shape['Hkv']}): "
             "drawing inputs")
-        host, args, opts = _inputs(spec, backend, shape, seed + i)
+        host, args, opts = draw_inputs(spec, backend, shape, seed + i)
         say(f"{where}: timing {repeat} run{'s' if repeat != 1 else ''} after a warm-up")
         ms = backend.time_call(kernel, args, opts, repeat)
         flops = 2.0 * shape["B"] * shape["Hq"] * visible_pairs(spec.mask, shape["Lq"], shape["Lk"]) * \

@@ -18,7 +18,7 @@ from dataclasses import replace
 from ..lang.spec import AttentionSpec, Tile
 from ..lang.spec import format_spec
 from . import cache
-from .runner import _inputs
+from .runner import draw_inputs
 from ..reference import reference, relative_error, to_numpy, tolerance
 
 SUFFIX = ".tuned"
@@ -63,13 +63,28 @@ def _key(target: str, identity: str, spec: AttentionSpec) -> str:
 
 def sweep(backend, spec: AttentionSpec, shape: dict, *, repeat: int = 5, seed: int = 0, progress=None,
           check=None, compile_=None):
-    """Every candidate of backend.tune_space(spec): (choice, status, ms, rel_err, plan summary)
-    rows, fastest first among the ok ones. `check(spec) -> problems` and `compile_(spec) -> kernel` come from the
-    caller (the API layer)."""
+    """The profile's defaults, then every candidate of backend.tune_space(spec), each checked
+    against the float64 reference before it is timed: (default row, candidate rows fastest first
+    among the ok ones). A row is (choice, status, ms, rel_err, plan summary); the default's choice
+    is None. `check(spec) -> problems` and `compile_(spec) -> kernel` come from the caller (the
+    API layer)."""
     say = progress or (lambda line: None)
+    host, args, opts = draw_inputs(spec, backend, shape, seed)
+    ref = reference(spec, *host, **{n: to_numpy(x) for n, x in opts.items()})
+
+    def run(choice, cand, where):
+        kernel = compile_(cand)
+        err = relative_error(to_numpy(kernel(*args, **opts)), ref)
+        if not err <= tolerance(cand):
+            say(f"{where}: wrong result, not timed")
+            return (choice, f"WRONG (error {err:.2e})", None, err, kernel.plan.summary())
+        ms = backend.time_call(kernel, args, opts, repeat)
+        say(f"{where}: {ms:.4g} ms")
+        return (choice, "ok", ms, err, kernel.plan.summary())
+
+    default = run(None, spec, "the profile's defaults")
     space = backend.tune_space(spec)
     rows = []
-    host = args = opts = None
     for i, choice in enumerate(space):
         cand = apply(spec, backend.name, choice)
         where = f"[{i + 1}/{len(space)}] {label(choice)}"
@@ -78,20 +93,9 @@ def sweep(backend, spec: AttentionSpec, shape: dict, *, repeat: int = 5, seed: i
             rows.append((choice, "refused: " + problems[0].message.split(": ", 1)[-1][:60], None, None, None))
             say(f"{where}: refused by the planner")
             continue
-        kernel = compile_(cand)
-        if host is None:
-            host, args, opts = _inputs(cand, backend, shape, seed)
-        out = to_numpy(kernel(*args, **opts))
-        err = relative_error(out, reference(cand, *host, **{n: to_numpy(x) for n, x in opts.items()}))
-        if not err <= tolerance(cand):
-            rows.append((choice, f"WRONG (error {err:.2e})", None, err, kernel.plan.summary()))
-            say(f"{where}: wrong result, not timed")
-            continue
-        ms = backend.time_call(kernel, args, opts, repeat)
-        rows.append((choice, "ok", ms, err, kernel.plan.summary()))
-        say(f"{where}: {ms:.4g} ms")
+        rows.append(run(choice, cand, where))
     ok = sorted((r for r in rows if r[2] is not None), key=lambda r: r[2])
-    return ok + [r for r in rows if r[2] is None]
+    return default, ok + [r for r in rows if r[2] is None]
 
 
 def store(backend, spec: AttentionSpec, shape: dict, choice: dict, ms: float, default_ms: float | None) -> str:

@@ -304,21 +304,8 @@ struct WarpMath {
     // s = Q K^T: raw dot products of the warpgroup's rows with the tile's kBlockKV keys. Step kk
     // reads columns 16 kk .. 16 kk + 15: column block kk / 4, 32 bytes further per step inside it
     // (the swizzle is applied by the hardware to the whole address). Stride: 8 rows = 1024 bytes.
-    __device__ __forceinline__ void scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
-        wgmma_fence();
-        #pragma unroll
-        for (int kk = 0; kk < kKStepsQK; ++kk) {
-            const int at = (kk / 4) * 64, step = (kk % 4) * 16;
-            wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
-                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
-        }
-        wgmma_commit();
-        wgmma_wait_all();
-        fence_registers(s[0]);
-    }
-
-    // The overlapped main loop issues the products and waits for them separately: S of this
-    // tile (one commit group), then P V of the previous one (a second group).
+    // Issued as one commit group; the overlapped main loop waits for it apart from the P V that
+    // follows it (wait_scores<1>), the plain one at once (scores).
     __device__ __forceinline__ void issue_scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
         wgmma_fence();
         #pragma unroll
@@ -330,30 +317,21 @@ struct WarpMath {
         wgmma_commit();
     }
 
-    // Wait until at most kPending groups (the P V in flight) remain: S is then complete.
+    // Wait until at most kPending groups (a P V in flight) remain: S is then complete.
     template <int kPending>
     __device__ __forceinline__ void wait_scores(float (&s)[kFrags][kNTilesKV][4]) const {
         asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(kPending) : "memory");
         fence_registers(s[0]);
     }
 
-    __device__ __forceinline__ void issue_pv(float (&acc)[kFrags][kNTilesV][4], const PTileArg& p, const elem_t* sV) const {
-        wgmma_fence();
-        #pragma unroll
-        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
-        }
-        wgmma_commit();
-    }
-
-    __device__ __forceinline__ void wait_pv(float (&acc)[kFrags][kNTilesV][4]) const {
-        wgmma_wait_all();
-        fence_registers(acc[0]);
+    __device__ __forceinline__ void scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
+        issue_scores(s, sK);
+        wait_scores<0>(s);
     }
 
     // P, the probabilities, as the A fragments of P V (as with mma.sync: the accumulator layout
     // of two 8-key tiles is the A layout of one 16-key step).
-    using PTile = unsigned[kFrags][kBlockKV / 16][4];
+    using PTile = PTileArg;
     __device__ __forceinline__ void pack_p(const float (&s)[kFrags][kNTilesKV][4], PTile& p) const {
         #pragma unroll
         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
@@ -367,15 +345,23 @@ struct WarpMath {
     // acc += P V. Step ks reads keys 16 ks .. 16 ks + 15 of V (rows of 128 bytes: 2048 bytes per
     // step). MN-major descriptor: leading offset = from one 64-column block of V to the next
     // (kBlockKV rows of 128 bytes), stride offset = from 8 keys to the next 8 (1024 bytes).
-    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
+    __device__ __forceinline__ void issue_pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
         wgmma_fence();
         #pragma unroll
         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
             wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
         }
         wgmma_commit();
+    }
+
+    __device__ __forceinline__ void wait_pv(float (&acc)[kFrags][kNTilesV][4]) const {
         wgmma_wait_all();
         fence_registers(acc[0]);
+    }
+
+    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
+        issue_pv(acc, p, sV);
+        wait_pv(acc);
     }
 };
 

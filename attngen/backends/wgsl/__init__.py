@@ -35,8 +35,17 @@ class WgslBackend(Backend):
                        "workgroups_per_dimension", "storage_buffer_binding_bytes")
     required_defaults = ("max_head_dim", "tile_q", "threads_per_row", "tile_kv")
     required_sections = ("dialect",)
-    timing = "wall time, uploads and read-back included"  # where the adapter has no timestamp queries
+    wall_timing = "wall time, uploads and read-back included"  # where the adapter has no timestamp queries
     gpu_timing = "GPU time of the dispatches (timestamp queries), inputs resident on the device"
+
+    @property
+    def timing(self):
+        """How time_call measures on this machine's adapter."""
+        try:
+            from .adapter import device_state
+            return self.gpu_timing if "timestamp-query" in device_state().features else self.wall_timing
+        except Exception:  # no wgpu or no adapter here: nothing is timed
+            return self.wall_timing
     device_name = "wgpu adapter"
     source_suffix = "wgsl"
 
@@ -115,7 +124,7 @@ class WgslBackend(Backend):
 
     def time_call(self, kernel, args, options, repeat):
         """Median GPU milliseconds of `repeat` calls (timestamp queries around the dispatches),
-        or median wall time where the adapter has no timestamp queries (then self.timing says so)."""
+        or median wall time where the adapter has no timestamp queries (self.timing says which)."""
         import statistics
         from .launch import gpu_timer
         kernel(*args, **options)  # warm-up (pipelines)
@@ -127,7 +136,6 @@ class WgslBackend(Backend):
                 times.clear()
                 kernel(*args, **options)
                 per_call.append(sum(times))
-        self.timing = self.gpu_timing
         return statistics.median(per_call)
 
 

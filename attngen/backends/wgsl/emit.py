@@ -97,17 +97,15 @@ def _shuffle_masks(threads_per_row: int) -> list[int]:
     return masks
 
 
-# The value of each Params field for a plain launch: contiguous (B, L, H, D) tensors without
-# cu_seqlens, kv_lens, block tables, appends or masks, as formulas of the manifest's symbols
-# (attngen.plan.formulas' grammar) plus `write_lse` (1 when lse is wanted, else 0). Fields not
-# listed are 0. attngen/backends/wgsl/args.py computes the same values for every kind of launch.
-PLAIN_VALUES = {"batch": "B", "len_q": "Lq", "len_k": "Lk", "heads_q": "Hq", "heads_kv": "Hkv", "group": "G",
-                "write_lse": "write_lse", "cap": "Lk", "total_q": "B * Lq", "splits": "S"}
-# The value of each field for any launch but custom masks, over the launch symbols the manifest
-# lists in "launch_symbols" (fields not listed are 0).
-VALUES = {**PLAIN_VALUES, "kv_layout": "layout", "has_kv_lens": "has_kv_lens", "cap": "cap", "total_q": "Tq",
-          "len_new": "Lnew", "meta_cu_q": "meta_cu_q", "meta_cu_k": "meta_cu_k", "meta_kv_lens": "meta_kv_lens",
-          "meta_table": "meta_table", "table_width": "Pmax", "new_v": "B * Lnew * Hkv * Dqk"}
+# The value of each Params field as a formula (attngen.plan.formulas' grammar) over the grid
+# symbols and the launch symbols the manifest lists in "launch_symbols"; fields not listed are 0.
+# attngen/backends/wgsl/args.py computes the same values from a Launch (tests/backends/wgsl/
+# test_manifest_values.py holds the two together).
+VALUES = {"batch": "B", "len_q": "Lq", "len_k": "Lk", "heads_q": "Hq", "heads_kv": "Hkv", "group": "G",
+          "write_lse": "write_lse", "splits": "S", "kv_layout": "layout", "has_kv_lens": "has_kv_lens", "cap": "cap",
+          "total_q": "Tq", "len_new": "Lnew", "meta_cu_q": "meta_cu_q", "meta_cu_k": "meta_cu_k",
+          "meta_kv_lens": "meta_kv_lens", "meta_table": "meta_table", "table_width": "Pmax",
+          "new_v": "B * Lnew * Hkv * Dqk"}
 
 
 def _values(plan: KernelPlan) -> dict:
@@ -170,14 +168,10 @@ def _binding_manifest(plan: KernelPlan) -> list[dict]:
                 type="uniform",
                 struct="Params",
                 size_bytes=4 * len(fields),
-                fields=[{"name": n, "type": t, "offset": 4 * i, "doc": d, "plain_value": PLAIN_VALUES.get(n, "0"),
-                         "value": values.get(n, "0")} for i, (n, t, d) in enumerate(fields)],
-                value_note="value: the field's value as a formula of the symbols and launch_symbols (any "
-                           "launch without a custom mask, whose fields the block mask sets)",
-                plain_value_note="plain_value: the field's value for a launch of contiguous (B, L, H, D) "
-                                 "tensors without cu_seqlens, kv_lens, block tables, appends or masks, as a "
-                                 "formula (grammar: formula_grammar) of the symbols plus write_lse (1 when "
-                                 "lse is wanted, else 0)",
+                fields=[{"name": n, "type": t, "offset": 4 * i, "doc": d, "value": values.get(n, "0")}
+                        for i, (n, t, d) in enumerate(fields)],
+                value_note="value: the field's value as a formula (grammar: formula_grammar) of the grid "
+                           "symbols and launch_symbols",
             )
         else:
             entry.update(

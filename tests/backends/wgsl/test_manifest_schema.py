@@ -63,7 +63,7 @@ def test_what_a_runtime_could_not_follow_is_refused():
                                            target="wgsl", profile="webgpu-core").manifest))
     assert VALIDATOR.is_valid(m)
     bad = []
-    x = copy.deepcopy(m); del x["bindings"][0]["fields"][0]["plain_value"]; bad.append(x)        # a uniform without its value
+    x = copy.deepcopy(m); del x["bindings"][0]["fields"][0]["value"]; bad.append(x)        # a uniform without its value
     x = copy.deepcopy(m); x["entry_points"][0]["dispatch"][0] = "Lq - 1"; bad.append(x)          # outside the formula grammar
     x = copy.deepcopy(m); del x["schedule"]["split_rule"]; bad.append(x)                          # S cannot be computed
     x = copy.deepcopy(m); x["bindings"][1]["type"] = "write"; bad.append(x)                       # not a WebGPU binding type
