@@ -13,11 +13,13 @@ target's backend up (attngen.backends) and hand it to the target-neutral core.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import pickle
 
 from . import backends
 from .errors import Diagnostic, SpecError, did_you_mean
-from .lang import decode_source
+from .lang import decode_source, mark_read
 from .lang import parse as _parse
 from .lang import parse_collect as _parse_collect
 from .lang.spec import AttentionSpec
@@ -26,13 +28,42 @@ from .plan.check import check as _check
 from .plan.kernel_plan import Emitted, KernelPlan
 from .plan.lower import lower as _lower
 from .reference import reference
+from .resources import generator_version
+from .runtime import cache as disk_cache
 from .runtime import tune as tune_results
 
 
 def parse(text, filename: str = "<string>") -> list[AttentionSpec]:
-    """Parse spec text into validated AttentionSpecs; raise SpecError with every problem."""
+    """Parse spec text into validated AttentionSpecs; raise SpecError with every problem.
+
+    Text parsed before (same text, file name and generator version) comes from the disk cache:
+    a process that compiles a known spec never loads the parser (docs/architecture.md, "Start-up")."""
     backends.load_builtin()  # the targets' options are part of the language
-    return _parse(text, filename)
+    key = _parse_key(text, filename)
+    if key is not None:
+        data = disk_cache.get(key, ".spec")
+        if data is not None:
+            try:
+                specs = pickle.loads(data)  # noqa: S301 - the user's own cache, like its cubins
+            except Exception:  # an entry of another attngen: parse again
+                specs = None
+            if isinstance(specs, list) and all(isinstance(x, AttentionSpec) for x in specs):
+                mark_read(specs)
+                return specs
+    specs = _parse(text, filename)
+    if key is not None:
+        disk_cache.put(key, ".spec", pickle.dumps(specs))  # an unwritable cache only costs time
+    return specs
+
+
+def _parse_key(text, filename: str) -> str | None:
+    """The disk-cache key of parsing `text` as `filename`, or None where the cache is not used
+    (text that is not str; targets registered besides the built-in ones, whose options are part
+    of the language but not of the generator version)."""
+    if not isinstance(text, str) or set(backends.names()) != set(backends.BUILTIN):
+        return None
+    return disk_cache.cache_key(kind="spec", generator=generator_version(), filename=filename,
+                                text=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
 
 def parse_collect(text, filename: str = "<string>"):

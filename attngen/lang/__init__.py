@@ -6,11 +6,15 @@ blocks are registered by the backends (options.py). lark is imported only when t
 
 from __future__ import annotations
 
+from .source import decode_source
+
 
 def parse(text, filename: str = "<string>"):
     """Parse spec text into validated AttentionSpecs; raise SpecError with every problem."""
     from .reader import parse as _parse
-    return _parse(text, filename)
+    specs = _parse(text, filename)
+    mark_read(specs)
+    return specs
 
 
 def parse_collect(text, filename: str = "<string>"):
@@ -19,16 +23,30 @@ def parse_collect(text, filename: str = "<string>"):
     return _parse_collect(text, filename)
 
 
+# Specs the reader built from text with no diagnostic: valid by construction (parse of their
+# printed text gives them back), so validate() need not print and re-read them (which would
+# load lark and build its parser: most of a cached compile's time in a fresh process).
+_READ: dict = {}
+_READ_MAX = 4096
+
+
+def mark_read(specs) -> None:
+    """Remember `specs` as built by the reader (or found in the disk cache of parsed text)."""
+    if len(_READ) > _READ_MAX:
+        _READ.clear()
+    for s in specs:
+        _READ[s] = None
+
+
 def validate(spec):
     """Every problem of an AttentionSpec however it was made (list of Diagnostic; empty: valid)."""
+    try:
+        if spec in _READ:
+            return []
+    except TypeError:  # unhashable: not something the reader made
+        pass
     from .reader import validate as _validate
     return _validate(spec)
 
 
-def decode_source(data: bytes, filename: str) -> str:
-    """UTF-8 text of a spec file, or a SpecError pointing at the first undecodable byte."""
-    from .reader import decode_source as _decode
-    return _decode(data, filename)
-
-
-__all__ = ["decode_source", "parse", "parse_collect", "validate"]
+__all__ = ["decode_source", "mark_read", "parse", "parse_collect", "validate"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 
+from ..errors import LaunchError
 from ..plan.kernel_plan import Emitted, KernelPlan
 
 
@@ -51,6 +52,11 @@ class Kernel:
     def block_mask(self, mask):
         """A BlockMask of `mask` for this kernel's tiles, on its device (attngen.block_mask)."""
         raise NotImplementedError(f"target {self.target} builds no block masks")
+
+    def torch_operator(self, name: str | None = None):
+        """This kernel as a PyTorch operator (attngen.torch.operator)."""
+        raise LaunchError(f"target {self.target}'s kernels are not PyTorch operators: attngen.torch takes "
+                          "kernels whose target runs on the devices PyTorch computes on")
 
     def __repr__(self) -> str:
         return (f"<attngen {self.target} kernel '{self.spec.name}' ({self.plan.profile}): "

@@ -1,11 +1,15 @@
 """Run-time inputs of a call, checked and resolved the same way for both targets.
 
-`resolve()` takes the shapes and dtypes of q, k, v and the host copies of the integer inputs
-(kv_lens, cu_seqlens_q/k, block_table), checks every one against the plan and each other,
-and returns a `Launch`: the layout, the per-sequence lengths, the output shapes and the
-number of KV splits. Nothing here touches a device: the runtimes copy integer inputs to the
-host with `host_ints()` first and launch from the Launch afterwards. docs/variants.md is
-the contract these checks implement.
+`resolve()` takes the shapes and dtypes of q, k, v and the integer inputs (kv_lens,
+cu_seqlens_q/k, block_table), checks every one against the plan and each other, and returns a
+`Launch`: the layout, the per-sequence lengths, the output shapes and the number of KV splits.
+Nothing here touches a device. An integer input is either a host array (`host_ints()`: its
+contents are checked here, at once) or an `OnDevice` description of one that stays on the
+device (`on_device()`: only its shape and dtype are checked here; the kernels check its
+contents and raise the device's error flag, docs/variants.md "Integer inputs on the device"):
+reading it here would cost a device-to-host copy and a synchronisation per call. The grid then
+covers the bounds the shapes give (or max_seqlen_q / max_seqlen_k). docs/variants.md is the
+contract these checks implement.
 """
 
 from __future__ import annotations
@@ -60,6 +64,44 @@ def host_ints(name: str, x, ndim: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class OnDevice:
+    """An integer input that stays on the device: its shape here, its contents checked by the
+    kernel (see the module docstring)."""
+
+    shape: tuple
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def on_device(name: str, shape: tuple, dtype: str, ndim: int) -> OnDevice:
+    """The OnDevice of a device integer tensor of `shape` and `dtype` (its name in numpy's terms:
+    int32, int64, float16, ...): device tensors must be int32 (the kernels read them as is, with
+    no conversion kernel: a narrowing of int64 could wrap silently)."""
+    if dtype != "int32":
+        raise LaunchError(f"{name} is a device tensor of {dtype}; integer inputs on the GPU must be int32 "
+                          "(e.g. torch: x.to(torch.int32), CuPy: x.astype(cupy.int32)), or pass a host array")
+    if len(shape) != ndim:
+        raise LaunchError(f"{name} must have {ndim} dimension(s), got shape {tuple(shape)}")
+    return OnDevice(tuple(int(n) for n in shape))
+
+
+def _max_seqlen(name: str, given, bound: int, actual: int | None) -> int:
+    """The grid's length bound for packed sequences: `given` (max_seqlen_q / _k) when passed,
+    else the exact longest sequence (`actual`, from host cu_seqlens) or the packed rows (`bound`)."""
+    if given is None:
+        return bound if actual is None else actual
+    if isinstance(given, bool) or not isinstance(given, (int, np.integer)) or given < 0:
+        raise LaunchError(f"{name} must be a non-negative int, got {given!r}")
+    if given > bound:
+        raise LaunchError(f"{name}={given} exceeds the {bound} rows of the packed tensor")
+    if actual is not None and given < actual:
+        raise LaunchError(f"{name}={given}, but cu_seqlens holds a sequence of {actual}")
+    return int(given)
+
+
+@dataclass(frozen=True)
 class Launch:
     """One call's sizes, after every check. Lengths are per sequence."""
 
@@ -70,10 +112,11 @@ class Launch:
     heads_q: int
     heads_kv: int
     total_q: int  # packed: rows of q; else B * Lq
-    kv_lens: np.ndarray | None  # (B,) keys before the append; None: all Lk (padded)
-    cu_seqlens_q: np.ndarray | None  # (B + 1,)
-    cu_seqlens_k: np.ndarray | None
-    block_table: np.ndarray | None  # (B, max_pages)
+    # Host arrays (checked), OnDevice (checked by the kernel) or None:
+    kv_lens: np.ndarray | OnDevice | None  # (B,) keys before the append; None: all Lk (padded)
+    cu_seqlens_q: np.ndarray | OnDevice | None  # (B + 1,)
+    cu_seqlens_k: np.ndarray | OnDevice | None
+    block_table: np.ndarray | OnDevice | None  # (B, max_pages)
     page: int  # paged: page size; else 0
     capacity: int  # padded: Lk of the k/v tensors; paged: num_pages * page; packed: total_k
     len_new: int  # rows appended per sequence (0: no append)
@@ -103,8 +146,14 @@ class Launch:
             return (self.heads_q, self.total_q)
         return (self.batch, self.heads_q, self.len_q)
 
+    @property
+    def on_device(self) -> bool:
+        """Whether an integer input stays on the device (its contents are the kernel's to check)."""
+        return any(isinstance(x, OnDevice) for x in (self.kv_lens, self.cu_seqlens_q, self.cu_seqlens_k,
+                                                     self.block_table))
+
     def seq_lens_k(self) -> np.ndarray:
-        """(B,) keys each sequence attends to (after the append)."""
+        """(B,) keys each sequence attends to (after the append); host integer inputs only."""
         if self.cu_seqlens_k is not None:
             return np.diff(self.cu_seqlens_k)
         if self.kv_lens is not None:
@@ -137,7 +186,16 @@ def _check_heads(plan: KernelPlan, hq: int, hkv: int):
                           f"but q has {hq} heads and k, v have {hkv}")
 
 
-def _cu_seqlens(name: str, x, total: int, batch: int | None) -> np.ndarray:
+def _cu_seqlens(name: str, x, total: int, batch: int | None) -> np.ndarray | OnDevice:
+    if isinstance(x, OnDevice):
+        if x.ndim != 1:
+            raise LaunchError(f"{name} must have 1 dimension(s), got shape {x.shape}")
+        n = x.shape[0]
+        if n < 1:
+            raise LaunchError(f"{name} must have B + 1 entries (at least 1), got 0")
+        if batch is not None and n != batch + 1:
+            raise LaunchError(f"{name} has {n} entries, but cu_seqlens_q has {batch + 1}: both are B + 1")
+        return x
     cu = host_ints(name, x, 1)
     if len(cu) < 1:
         raise LaunchError(f"{name} must have B + 1 entries (at least 1), got 0")
@@ -157,11 +215,14 @@ def _cu_seqlens(name: str, x, total: int, batch: int | None) -> np.ndarray:
 
 
 def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_seqlens_q=None,
-            cu_seqlens_k=None, block_table=None, has_mask: bool = False, cores: int = 1) -> Launch:
+            cu_seqlens_k=None, block_table=None, has_mask: bool = False, cores: int = 1, max_seqlen_q=None,
+            max_seqlen_k=None) -> Launch:
     """Check a call's inputs against the plan and each other; see the module docstring.
 
     `shapes` / `dtypes` map q, k, v (and k_new, v_new when given) to shape tuples and attngen
-    dtype names; `cores` is the device's multiprocessors / compute units (for split_kv(auto)).
+    dtype names; the integer inputs are host arrays (anything host_ints reads) or OnDevice;
+    `cores` is the device's multiprocessors / compute units (for split_kv(auto)); max_seqlen_q /
+    max_seqlen_k bound the packed sequences' lengths (the grid's rows and keys).
     """
     spec = plan.spec
     paged = spec.kv_cache.is_paged
@@ -181,6 +242,8 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                           "(B, max_pages) and kv_lens= (B,)")
     if cu_seqlens_k is not None and not packed:
         raise LaunchError("cu_seqlens_k= needs cu_seqlens_q= too (packed queries and keys)")
+    if not packed and (max_seqlen_q is not None or max_seqlen_k is not None):
+        raise LaunchError("max_seqlen_q= / max_seqlen_k= bound packed sequences: pass cu_seqlens_q= too")
     if packed and (paged or append or kv_lens is not None):
         what = "kv_cache paged" if paged else ("k_new/v_new" if append else "kv_lens=")
         raise LaunchError(f"packed sequences (cu_seqlens_q=) cannot be combined with {what}; give each "
@@ -217,13 +280,15 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
         if tk != tv:
             raise LaunchError(f"k and v have different lengths: k {tk}, v {tv}")
         cuq = _cu_seqlens("cu_seqlens_q", cu_seqlens_q, tq, None)
-        b = len(cuq) - 1
+        b = cuq.shape[0] - 1
         cuk = cuq if cu_seqlens_k is None else _cu_seqlens("cu_seqlens_k", cu_seqlens_k, tk, b)
         if cu_seqlens_k is None and tk != tq:
             raise LaunchError(f"q has {tq} packed rows and k {tk}: pass cu_seqlens_k for keys packed "
                               "differently from the queries")
-        len_q = int(np.diff(cuq).max()) if b else 0
-        len_k = int(np.diff(cuk).max()) if b else 0
+        host_q = None if isinstance(cuq, OnDevice) else (int(np.diff(cuq).max()) if b else 0)
+        host_k = None if isinstance(cuk, OnDevice) else (int(np.diff(cuk).max()) if b else 0)
+        len_q = _max_seqlen("max_seqlen_q", max_seqlen_q, tq, host_q)
+        len_k = _max_seqlen("max_seqlen_k", max_seqlen_k, tk, host_k)
         cap = tk
         total_q = tq
     else:
@@ -236,14 +301,22 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                                   "head_dim)")
             num_pages = shapes["k"][0]
             cap = num_pages * page
-            table = host_ints("block_table", block_table, 2)
+            table = block_table if isinstance(block_table, OnDevice) else host_ints("block_table", block_table, 2)
+            if table.ndim != 2:
+                raise LaunchError(f"block_table must have 2 dimension(s), got shape {table.shape}")
             if table.shape[0] != b:
                 raise LaunchError(f"block_table has {table.shape[0]} rows, but the batch is {b}")
             if kv_lens is None:
                 raise LaunchError("kv_cache paged needs kv_lens= (B,): keys in each sequence's pages")
         else:
             cap = shapes["k"][1]
-        if kv_lens is not None:
+        if isinstance(kv_lens, OnDevice):
+            kvl = kv_lens
+            if kvl.ndim != 1:
+                raise LaunchError(f"kv_lens must have 1 dimension(s), got shape {kvl.shape}")
+            if kvl.shape[0] != b:
+                raise LaunchError(f"kv_lens has {kvl.shape[0]} entries, but the batch is {b}")
+        elif kv_lens is not None:
             kvl = host_ints("kv_lens", kv_lens, 1)
             if len(kvl) != b:
                 raise LaunchError(f"kv_lens has {len(kvl)} entries, but the batch is {b}")
@@ -261,7 +334,21 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                 raise LaunchError("k_new/v_new are appended by the attention kernels, and a call with no query "
                                   f"rows (q has shape {tuple(shapes['q'])}) launches none: pass the new tokens' "
                                   "queries too")
-        if kvl is not None:
+        if kvl is not None and (isinstance(kvl, OnDevice) or isinstance(table, OnDevice)):
+            # contents on the device: the grid covers what the cache can hold; the kernels check
+            # kv_lens[b] + len_new against it and every page they use (the device's error flag)
+            room = table.shape[1] * page if paged else cap
+            if len_new > room:
+                raise LaunchError(f"k_new has {len_new} rows per sequence, but the cache holds {room} keys per "
+                                  "sequence" + (f" (block_table gives {table.shape[1]} pages of {page})" if paged
+                                                else f" (k has shape {tuple(shapes['k'])})"))
+            if not isinstance(kvl, OnDevice):
+                worst = int(np.argmax(kvl + len_new)) if b else 0
+                if b and kvl[worst] + len_new > room:
+                    raise LaunchError(f"kv_lens[{worst}] = {kvl[worst]}" + (f" + {len_new} new" if len_new else "")
+                                      + f" keys exceed the {room} keys the cache holds per sequence")
+            len_k = room
+        elif kvl is not None:
             need = kvl + len_new
             if paged:
                 room = table.shape[1] * page

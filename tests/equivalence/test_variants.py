@@ -13,7 +13,7 @@ import pytest
 
 import attngen
 from attngen.runtime.blockmask import reference_block_mask
-from attngen.reference import reference, relative_error, tolerance
+from attngen.reference import reference, relative_error, to_numpy, tolerance
 
 from conftest import kernel_for, require, spec_of, to_device
 
@@ -375,9 +375,10 @@ def _bad_call(target, body, q_shape=(2, 5, 4, 32), k_shape=(2, 40, 2, 32), **kw)
     rng = np.random.default_rng(0)
     q, k, v = (_rand(rng, *s) for s in (q_shape, k_shape, k_shape))
     dq, dk, dv = to_device(target, spec.dtype, q, k, v)
-    # integer inputs go to the target's device as int32; float ones stay as given (to be refused)
-    conv = {n: _device_ints(target, a) if n in ("kv_lens", "cu_seqlens_q", "cu_seqlens_k", "block_table")
-            and a is not None and np.asarray(a).dtype.kind != "f" else a for n, a in kw.items()}
+    # integer inputs as host arrays: every target checks their contents before the launch (on the
+    # GPU the CUDA kernels check them: tests/backends/cuda/test_calls.py)
+    conv = {n: np.asarray(a) if n in ("kv_lens", "cu_seqlens_q", "cu_seqlens_k", "block_table") and a is not None
+            else a for n, a in kw.items()}
     return lambda: kernel(dq, dk, dv, **conv)
 
 
@@ -459,6 +460,13 @@ def test_append_needs_room(target):
     kn = _rand(rng, 2, 3, 2, 32)
     dq, dk, dv, dkn = to_device(target, "f32", q, k, v, kn)
     with pytest.raises(attngen.LaunchError, match=r"kv_lens\[1\] = 8 \+ 3 new keys exceed"):
-        kernel(dq, dk, dv, kv_lens=_device_ints(target, [2, 8]), k_new=dkn, v_new=dkn)
+        kernel(dq, dk, dv, kv_lens=np.array([2, 8]), k_new=dkn, v_new=dkn)  # a host array: checked at once
+    if target == "cuda":  # on the GPU the kernel checks it: check=True raises at once (docs/cuda-calls.md)
+        before = to_numpy(dk).copy()
+        with pytest.raises(attngen.LaunchError, match=r"kv_lens\[1\]"):
+            kernel(dq, dk, dv, kv_lens=_device_ints(target, [2, 8]), k_new=dkn, v_new=dkn, check=True)
+        after = to_numpy(dk)
+        assert (after[1] == before[1]).all()  # the bad sequence appended nothing
+        assert (after[0, 2:5] == to_numpy(dkn)[0]).all()  # the good one did
     with pytest.raises(attngen.LaunchError, match="pass kv_lens"):
         kernel(dq, dk, dv, k_new=dkn, v_new=dkn)

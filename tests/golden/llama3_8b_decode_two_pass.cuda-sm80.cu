@@ -337,20 +337,47 @@ struct Seq {
     int cached;   // keys already in the cache: keys cached .. len_k - 1 are rows of k_new / v_new
 };
 
+// Integer inputs may stay on the device (docs/variants.md, "Integer inputs on the device"): the
+// host checked their shapes only, so the kernel checks what it reads. A sequence whose numbers
+// fall outside the tensors or the launch's bounds (len_q, len_k: the grid and the workspaces)
+// is reported in `errors` (word kind: batch index + 1; the runtime raises it as a LaunchError)
+// and gets no rows (bad cu_seqlens) or no keys (bad kv_lens: its rows are 0, lse -inf): the
+// kernel never reads or writes outside the tensors.
+enum ErrorWord : int { kErrCuSeqlensQ = 0, kErrCuSeqlensK = 1, kErrKvLens = 2, kErrBlockTable = 3 };
+
+__device__ __forceinline__ void report(int* errors, int kind, int b) {
+    if (errors != nullptr && threadIdx.x == 0) *reinterpret_cast<volatile int*>(errors + kind) = b + 1;
+}
+
 template <bool kVarlen>
 __device__ __forceinline__ Seq sequence(int b, int len_q, int len_k, const int* cu_seqlens_q,
-                                        const int* cu_seqlens_k, const int* kv_lens, int len_new) {
+                                        const int* cu_seqlens_k, const int* kv_lens, int len_new,
+                                        int rows_q, int rows_k, int* errors) {
     Seq s{0, 0, len_q, len_k, len_k};
     if constexpr (kVarlen) {
         if (cu_seqlens_q != nullptr) {
             const int* cu_k = cu_seqlens_k != nullptr ? cu_seqlens_k : cu_seqlens_q;
-            s.q_start = cu_seqlens_q[b];
-            s.len_q = cu_seqlens_q[b + 1] - s.q_start;
-            s.k_start = cu_k[b];
-            s.len_k = s.cached = cu_k[b + 1] - s.k_start;
+            const int q0 = cu_seqlens_q[b], q1 = cu_seqlens_q[b + 1], k0 = cu_k[b], k1 = cu_k[b + 1];
+            if (q0 < 0 || q1 < q0 || q1 > rows_q || q1 - q0 > len_q) {
+                report(errors, kErrCuSeqlensQ, b);
+                return Seq{0, 0, 0, 0, 0};
+            }
+            if (k0 < 0 || k1 < k0 || k1 > rows_k || k1 - k0 > len_k) {
+                report(errors, cu_seqlens_k != nullptr ? kErrCuSeqlensK : kErrCuSeqlensQ, b);
+                return Seq{0, 0, 0, 0, 0};
+            }
+            s.q_start = q0;
+            s.len_q = q1 - q0;
+            s.k_start = k0;
+            s.len_k = s.cached = k1 - k0;
         } else if (kv_lens != nullptr) {
-            s.cached = kv_lens[b];
-            s.len_k = s.cached + len_new;
+            const int cached = kv_lens[b];
+            if (cached < 0 || cached > len_k - len_new) {  // len_k: the keys the cache holds
+                report(errors, kErrKvLens, b);
+                return Seq{0, 0, len_q, 0, 0};
+            }
+            s.cached = cached;
+            s.len_k = cached + len_new;
         }
     }
     return s;
@@ -392,6 +419,23 @@ struct KeyRows {
     }
 };
 
+// A device block table is checked where it is used: the pages of keys [j0, j1) must lie in
+// k / v (num_pages of them), and, when this call appends (len_k > cached), the append's pages
+// must appear nowhere else in that range (the append would overwrite keys still read). Every
+// thread of the block calls it; false: the block reports kErrBlockTable and uses no key.
+template <bool kVarlen>
+__device__ __forceinline__ bool pages_ok(const KeyRows<kVarlen>& rows, int j0, int j1, int len_k, int num_pages,
+                                         int tid) {
+    bool bad = false;
+    const int a0 = rows.cached / kPage, a1 = len_k > rows.cached ? (len_k + kPage - 1) / kPage : a0;
+    for (int p = j0 / kPage + tid; p < (j1 + kPage - 1) / kPage; p += kThreads) {
+        const int page = rows.pages[p];
+        bad |= page < 0 || page >= num_pages;
+        for (int a = a0; a < a1; ++a) bad |= a != p && rows.pages[a] == page;
+    }
+    return !__syncthreads_or(bad);
+}
+
 // Like load_tile, with row r at row_ptr(r) (a gather: paged keys, appended keys, rows of the
 // heads of a GQA group). Rows at or past valid_rows are zero-filled.
 template <int kRows, int kCols, int kStride, class RowPtr>
@@ -420,13 +464,14 @@ __device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& s
     }
 }
 
-// The append: copy rows 0 .. len_new - 1 of k_new (or v_new) to keys cached .. of the cache,
-// 16 bytes per copy. Done by the blocks of the first q tile of each (sequence, KV head).
+// The append: copy rows 0 .. n - 1 of k_new (or v_new) to keys cached .. of the cache (n:
+// len_new, or 0 for a sequence with bad kv_lens), 16 bytes per copy. Done by the blocks of the
+// first q tile of each (sequence, KV head).
 template <int kCols>
-__device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int len_new, int tid) {
+__device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, int tid) {
     constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
     constexpr int kChunks = kCols / kVec;
-    for (int c = tid; c < len_new * kChunks; c += kThreads) {
+    for (int c = tid; c < n * kChunks; c += kThreads) {
         const int r = c / kChunks, col = (c % kChunks) * kVec;
         elem_t* dst = const_cast<elem_t*>(rows.stored(rows.cached + r)) + col;
         *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(rows.row(rows.cached + r) + col);
@@ -539,6 +584,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           long long vn_sl,
                                           long long vn_sh,
                                           int len_new,
+                                          int rows_q,
+                                          int rows_k,
+                                          int* __restrict__ errors,
                                           const int* __restrict__ block_table,
                                           int bt_stride,
                                           float* __restrict__ ws_o,
@@ -559,7 +607,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     const int q_tile = blockIdx.x / splits, split = blockIdx.x % splits;
 
     // ---- section: sequences ----
-    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q,
+                                      rows_k, errors);
     // The block's rows are (query row i, head in group g) pairs p = i * group + g of one KV head:
     // the query heads of a GQA group share every K/V tile the block loads.
     const int kv_head = head_y, n_rows = seq.len_q * group;
@@ -591,8 +640,12 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     if constexpr (kVarlen) {
         // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
         if (len_new > 0 && kPass != 2 && blockIdx.x == 0) {
-            append_rows<kHeadDimQK>(keys, len_new, tid);
-            append_rows<kHeadDimV>(values, len_new, tid);
+            if (!pages_ok(keys, seq.cached, seq.len_k, seq.len_k, rows_k, tid)) {
+                report(errors, kErrBlockTable, batch);
+            } else {
+                append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
+                append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
+            }
         }
     }
     if (row0 >= n_rows) return;  // packed sequences: the grid covers the longest one
@@ -628,6 +681,14 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     }
     // The kv tile of iteration it.
     auto kv_tile = [&](int it) { return tile_first + it; };
+    if constexpr (kVarlen) {
+        // The block table is on the device: check the pages of the keys this block reads.
+        if (n_tiles > 0 && !pages_ok(keys, kv_tile(0) * kBlockKV,
+                                     min((kv_tile(n_tiles - 1) + 1) * kBlockKV, seq.cached), seq.len_k, rows_k, tid)) {
+            report(errors, kErrBlockTable, batch);
+            n_tiles = 0;
+        }
+    }
     // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
     int qi[kFrags][2];
     long long ws_row[kFrags][2];
@@ -845,6 +906,9 @@ attngen_llama3_8b_decode_two_pass(const elem_t* __restrict__ q,
                                   long long vn_sl,
                                   long long vn_sh,
                                   int len_new,
+                                  int rows_q,
+                                  int rows_k,
+                                  int* __restrict__ errors,
                                   const int* __restrict__ block_table,
                                   int bt_stride,
                                   float* __restrict__ ws_o,
@@ -853,7 +917,7 @@ attngen_llama3_8b_decode_two_pass(const elem_t* __restrict__ q,
                                   float* __restrict__ ws_s,
                                   int s_stride,
                                   int splits) {
-    attention<1, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, block_table, bt_stride, ws_o, ws_lse, ws_l, ws_s, s_stride, splits);
+    attention<1, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, block_table, bt_stride, ws_o, ws_lse, ws_l, ws_s, s_stride, splits);
 }
 
 // two_pass pass 2: P V from the stored scores (reads V, not K); same parameters.
@@ -893,6 +957,9 @@ attngen_llama3_8b_decode_two_pass_pv(const elem_t* __restrict__ q,
                                      long long vn_sl,
                                      long long vn_sh,
                                      int len_new,
+                                     int rows_q,
+                                     int rows_k,
+                                     int* __restrict__ errors,
                                      const int* __restrict__ block_table,
                                      int bt_stride,
                                      float* __restrict__ ws_o,
@@ -901,7 +968,7 @@ attngen_llama3_8b_decode_two_pass_pv(const elem_t* __restrict__ q,
                                      float* __restrict__ ws_s,
                                      int s_stride,
                                      int splits) {
-    attention<2, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, block_table, bt_stride, ws_o, ws_lse, ws_l, ws_s, s_stride, splits);
+    attention<2, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, block_table, bt_stride, ws_o, ws_lse, ws_l, ws_s, s_stride, splits);
 }
 
 // ---- section: split combine -----------------------------------------------------------------
@@ -922,6 +989,7 @@ attngen_llama3_8b_decode_two_pass_combine(const float* __restrict__ ws_o,
                                           long long lse_sb,
                                           long long lse_sh,
                                           const int* __restrict__ cu_seqlens_q,
+                                          int rows_q,
                                           int len_q,
                                           int heads_q,
                                           int batch,
@@ -934,7 +1002,9 @@ attngen_llama3_8b_decode_two_pass_combine(const float* __restrict__ ws_o,
     int q_start = 0;
     if (cu_seqlens_q != nullptr) {
         q_start = cu_seqlens_q[b];
-        if (i >= cu_seqlens_q[b + 1] - q_start) return;  // past this packed sequence's rows
+        const int q_end = cu_seqlens_q[b + 1];
+        // past this packed sequence's rows, or bad cu_seqlens_q (the main entry reported them)
+        if (i >= q_end - q_start || q_start < 0 || q_end > rows_q || q_end - q_start > len_q) return;
     }
     float m = neg_inf();
     for (int s = lane; s < splits; s += 32) m = fmaxf(m, ws_lse[s * rows + r]);

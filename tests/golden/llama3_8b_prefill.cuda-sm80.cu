@@ -336,20 +336,47 @@ struct Seq {
     int cached;   // keys already in the cache: keys cached .. len_k - 1 are rows of k_new / v_new
 };
 
+// Integer inputs may stay on the device (docs/variants.md, "Integer inputs on the device"): the
+// host checked their shapes only, so the kernel checks what it reads. A sequence whose numbers
+// fall outside the tensors or the launch's bounds (len_q, len_k: the grid and the workspaces)
+// is reported in `errors` (word kind: batch index + 1; the runtime raises it as a LaunchError)
+// and gets no rows (bad cu_seqlens) or no keys (bad kv_lens: its rows are 0, lse -inf): the
+// kernel never reads or writes outside the tensors.
+enum ErrorWord : int { kErrCuSeqlensQ = 0, kErrCuSeqlensK = 1, kErrKvLens = 2, kErrBlockTable = 3 };
+
+__device__ __forceinline__ void report(int* errors, int kind, int b) {
+    if (errors != nullptr && threadIdx.x == 0) *reinterpret_cast<volatile int*>(errors + kind) = b + 1;
+}
+
 template <bool kVarlen>
 __device__ __forceinline__ Seq sequence(int b, int len_q, int len_k, const int* cu_seqlens_q,
-                                        const int* cu_seqlens_k, const int* kv_lens, int len_new) {
+                                        const int* cu_seqlens_k, const int* kv_lens, int len_new,
+                                        int rows_q, int rows_k, int* errors) {
     Seq s{0, 0, len_q, len_k, len_k};
     if constexpr (kVarlen) {
         if (cu_seqlens_q != nullptr) {
             const int* cu_k = cu_seqlens_k != nullptr ? cu_seqlens_k : cu_seqlens_q;
-            s.q_start = cu_seqlens_q[b];
-            s.len_q = cu_seqlens_q[b + 1] - s.q_start;
-            s.k_start = cu_k[b];
-            s.len_k = s.cached = cu_k[b + 1] - s.k_start;
+            const int q0 = cu_seqlens_q[b], q1 = cu_seqlens_q[b + 1], k0 = cu_k[b], k1 = cu_k[b + 1];
+            if (q0 < 0 || q1 < q0 || q1 > rows_q || q1 - q0 > len_q) {
+                report(errors, kErrCuSeqlensQ, b);
+                return Seq{0, 0, 0, 0, 0};
+            }
+            if (k0 < 0 || k1 < k0 || k1 > rows_k || k1 - k0 > len_k) {
+                report(errors, cu_seqlens_k != nullptr ? kErrCuSeqlensK : kErrCuSeqlensQ, b);
+                return Seq{0, 0, 0, 0, 0};
+            }
+            s.q_start = q0;
+            s.len_q = q1 - q0;
+            s.k_start = k0;
+            s.len_k = s.cached = k1 - k0;
         } else if (kv_lens != nullptr) {
-            s.cached = kv_lens[b];
-            s.len_k = s.cached + len_new;
+            const int cached = kv_lens[b];
+            if (cached < 0 || cached > len_k - len_new) {  // len_k: the keys the cache holds
+                report(errors, kErrKvLens, b);
+                return Seq{0, 0, len_q, 0, 0};
+            }
+            s.cached = cached;
+            s.len_k = cached + len_new;
         }
     }
     return s;
@@ -419,13 +446,14 @@ __device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& s
     }
 }
 
-// The append: copy rows 0 .. len_new - 1 of k_new (or v_new) to keys cached .. of the cache,
-// 16 bytes per copy. Done by the blocks of the first q tile of each (sequence, KV head).
+// The append: copy rows 0 .. n - 1 of k_new (or v_new) to keys cached .. of the cache (n:
+// len_new, or 0 for a sequence with bad kv_lens), 16 bytes per copy. Done by the blocks of the
+// first q tile of each (sequence, KV head).
 template <int kCols>
-__device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int len_new, int tid) {
+__device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, int tid) {
     constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
     constexpr int kChunks = kCols / kVec;
-    for (int c = tid; c < len_new * kChunks; c += kThreads) {
+    for (int c = tid; c < n * kChunks; c += kThreads) {
         const int r = c / kChunks, col = (c % kChunks) * kVec;
         elem_t* dst = const_cast<elem_t*>(rows.stored(rows.cached + r)) + col;
         *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(rows.row(rows.cached + r) + col);
@@ -537,7 +565,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           long long vn_sb,
                                           long long vn_sl,
                                           long long vn_sh,
-                                          int len_new) {
+                                          int len_new,
+                                          int rows_q,
+                                          int rows_k,
+                                          int* __restrict__ errors) {
     extern __shared__ __align__(16) unsigned char smem[];
     elem_t* sQ = reinterpret_cast<elem_t*>(smem + kOffsetQ);
     elem_t* sK = reinterpret_cast<elem_t*>(smem + kOffsetK);
@@ -549,7 +580,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     const int q_tile = blockIdx.x;
 
     // ---- section: sequences ----
-    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q,
+                                      rows_k, errors);
     const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
     const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
     auto query_of = [](int p) { return p; };
@@ -578,8 +610,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     if constexpr (kVarlen) {
         // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
         if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
-            append_rows<kHeadDimQK>(keys, len_new, tid);
-            append_rows<kHeadDimV>(values, len_new, tid);
+            append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
+            append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
         }
     }
     if (row0 >= n_rows) return;  // packed sequences: the grid covers the longest one
@@ -1023,20 +1055,47 @@ struct Seq {
     int cached;   // keys already in the cache: keys cached .. len_k - 1 are rows of k_new / v_new
 };
 
+// Integer inputs may stay on the device (docs/variants.md, "Integer inputs on the device"): the
+// host checked their shapes only, so the kernel checks what it reads. A sequence whose numbers
+// fall outside the tensors or the launch's bounds (len_q, len_k: the grid and the workspaces)
+// is reported in `errors` (word kind: batch index + 1; the runtime raises it as a LaunchError)
+// and gets no rows (bad cu_seqlens) or no keys (bad kv_lens: its rows are 0, lse -inf): the
+// kernel never reads or writes outside the tensors.
+enum ErrorWord : int { kErrCuSeqlensQ = 0, kErrCuSeqlensK = 1, kErrKvLens = 2, kErrBlockTable = 3 };
+
+__device__ __forceinline__ void report(int* errors, int kind, int b) {
+    if (errors != nullptr && threadIdx.x == 0) *reinterpret_cast<volatile int*>(errors + kind) = b + 1;
+}
+
 template <bool kVarlen>
 __device__ __forceinline__ Seq sequence(int b, int len_q, int len_k, const int* cu_seqlens_q,
-                                        const int* cu_seqlens_k, const int* kv_lens, int len_new) {
+                                        const int* cu_seqlens_k, const int* kv_lens, int len_new,
+                                        int rows_q, int rows_k, int* errors) {
     Seq s{0, 0, len_q, len_k, len_k};
     if constexpr (kVarlen) {
         if (cu_seqlens_q != nullptr) {
             const int* cu_k = cu_seqlens_k != nullptr ? cu_seqlens_k : cu_seqlens_q;
-            s.q_start = cu_seqlens_q[b];
-            s.len_q = cu_seqlens_q[b + 1] - s.q_start;
-            s.k_start = cu_k[b];
-            s.len_k = s.cached = cu_k[b + 1] - s.k_start;
+            const int q0 = cu_seqlens_q[b], q1 = cu_seqlens_q[b + 1], k0 = cu_k[b], k1 = cu_k[b + 1];
+            if (q0 < 0 || q1 < q0 || q1 > rows_q || q1 - q0 > len_q) {
+                report(errors, kErrCuSeqlensQ, b);
+                return Seq{0, 0, 0, 0, 0};
+            }
+            if (k0 < 0 || k1 < k0 || k1 > rows_k || k1 - k0 > len_k) {
+                report(errors, cu_seqlens_k != nullptr ? kErrCuSeqlensK : kErrCuSeqlensQ, b);
+                return Seq{0, 0, 0, 0, 0};
+            }
+            s.q_start = q0;
+            s.len_q = q1 - q0;
+            s.k_start = k0;
+            s.len_k = s.cached = k1 - k0;
         } else if (kv_lens != nullptr) {
-            s.cached = kv_lens[b];
-            s.len_k = s.cached + len_new;
+            const int cached = kv_lens[b];
+            if (cached < 0 || cached > len_k - len_new) {  // len_k: the keys the cache holds
+                report(errors, kErrKvLens, b);
+                return Seq{0, 0, len_q, 0, 0};
+            }
+            s.cached = cached;
+            s.len_k = cached + len_new;
         }
     }
     return s;
@@ -1106,13 +1165,14 @@ __device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& s
     }
 }
 
-// The append: copy rows 0 .. len_new - 1 of k_new (or v_new) to keys cached .. of the cache,
-// 16 bytes per copy. Done by the blocks of the first q tile of each (sequence, KV head).
+// The append: copy rows 0 .. n - 1 of k_new (or v_new) to keys cached .. of the cache (n:
+// len_new, or 0 for a sequence with bad kv_lens), 16 bytes per copy. Done by the blocks of the
+// first q tile of each (sequence, KV head).
 template <int kCols>
-__device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int len_new, int tid) {
+__device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, int tid) {
     constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
     constexpr int kChunks = kCols / kVec;
-    for (int c = tid; c < len_new * kChunks; c += kThreads) {
+    for (int c = tid; c < n * kChunks; c += kThreads) {
         const int r = c / kChunks, col = (c % kChunks) * kVec;
         elem_t* dst = const_cast<elem_t*>(rows.stored(rows.cached + r)) + col;
         *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(rows.row(rows.cached + r) + col);
@@ -1224,7 +1284,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           long long vn_sb,
                                           long long vn_sl,
                                           long long vn_sh,
-                                          int len_new) {
+                                          int len_new,
+                                          int rows_q,
+                                          int rows_k,
+                                          int* __restrict__ errors) {
     extern __shared__ __align__(16) unsigned char smem[];
     elem_t* sQ = reinterpret_cast<elem_t*>(smem + kOffsetQ);
     elem_t* sK = reinterpret_cast<elem_t*>(smem + kOffsetK);
@@ -1236,7 +1299,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     const int q_tile = blockIdx.x;
 
     // ---- section: sequences ----
-    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q,
+                                      rows_k, errors);
     const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
     const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
     auto query_of = [](int p) { return p; };
@@ -1265,8 +1329,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     if constexpr (kVarlen) {
         // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
         if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
-            append_rows<kHeadDimQK>(keys, len_new, tid);
-            append_rows<kHeadDimV>(values, len_new, tid);
+            append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
+            append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
         }
     }
     if (row0 >= n_rows) return;  // packed sequences: the grid covers the longest one
@@ -1480,8 +1544,11 @@ attngen_llama3_8b_prefill(const elem_t* __restrict__ q,
                           long long vn_sb,
                           long long vn_sl,
                           long long vn_sh,
-                          int len_new) {
-    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new);
+                          int len_new,
+                          int rows_q,
+                          int rows_k,
+                          int* __restrict__ errors) {
+    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors);
 }
 
 extern "C" __global__ void __launch_bounds__(varlen::kThreads, 1)
@@ -1519,6 +1586,9 @@ attngen_llama3_8b_prefill_varlen(const elem_t* __restrict__ q,
                                  long long vn_sb,
                                  long long vn_sl,
                                  long long vn_sh,
-                                 int len_new) {
-    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new);
+                                 int len_new,
+                                 int rows_q,
+                                 int rows_k,
+                                 int* __restrict__ errors) {
+    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors);
 }

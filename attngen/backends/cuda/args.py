@@ -16,9 +16,6 @@ from ...plan.formulas import evaluate_all
 from ...runtime.blockmask import BlockMask, build_arrays, mask_kind
 from ...runtime.launch import MAX_GRID_YZ, Launch
 
-_SCALARS = {"i64": np.int64, "i32": np.int32}
-
-
 def _cupy():
     import cupy  # the CUDA runtime checked it is installed
     return cupy
@@ -29,22 +26,6 @@ def strides3(t, packed: bool) -> tuple:
     if packed:
         return (0, t.strides[0], t.strides[1])
     return tuple(t.strides[:3])
-
-
-def device_ints(name: str, host: np.ndarray, x, device: int):
-    """An int32 copy on `device` of a checked integer input (`host` is resolve's host copy);
-    a device array on another GPU is refused."""
-    mod = type(x).__module__.split(".")[0]
-    where = None
-    if mod == "torch" and x.is_cuda:
-        where = x.device.index
-    elif mod == "cupy":
-        where = x.device.id
-    if where is not None and where != device:
-        raise LaunchError(f"{name} is on GPU {where}, but q is on GPU {device}")
-    cupy = _cupy()
-    with cupy.cuda.Device(device):
-        return cupy.asarray(np.ascontiguousarray(host, dtype=np.int32))
 
 
 def build_block_mask(mask, tile_q: int, tile_kv: int, device: int) -> BlockMask:
@@ -114,8 +95,9 @@ def varlen_launch(launch: Launch) -> bool:
     return launch.layout == "packed" or launch.kv_lens is not None or launch.len_new > 0
 
 
-def launches(plan, values: dict, launch: Launch) -> list:
-    """[(entry point name, grid, block, shared bytes, args)] in launch order."""
+def launches(plan, launch: Launch) -> list:
+    """[(entry point name, its parameters, grid, block, shared bytes)] in launch order (the
+    launcher packs the parameters' values: attngen/backends/cuda/launcher.py)."""
     sizes = launch.sizes(plan)
     out = []
     first = plan.details.varlen if plan.details.varlen is not None and varlen_launch(launch) else None
@@ -128,22 +110,5 @@ def launches(plan, values: dict, launch: Launch) -> list:
             raise LaunchError(f"{name}'s grid {g} exceeds {MAX_GRID_YZ} blocks along y or z")
         if g[0] >= 2**31:
             raise LaunchError(f"{name}'s grid {g} exceeds 2^31 - 1 blocks along x")
-        out.append((name, g, threads, smem, tuple(_arg(p, values) for p in params)))
+        out.append((name, params, g, threads, smem))
     return out
-
-
-def _arg(p, values: dict):
-    if p.name not in values:
-        raise AssertionError(f"no value for kernel parameter {p.name}")  # a bug in attngen
-    x = values[p.name]
-    if p.kind == "scalar":
-        return _SCALARS[p.dtype](x)
-    if x is None:
-        if not p.optional:
-            raise AssertionError(f"kernel parameter {p.name} may not be null")
-        return np.uint64(0)
-    if isinstance(x, int):
-        return np.uint64(x)
-    if hasattr(x, "data_ptr"):
-        return np.uint64(x.data_ptr())
-    return np.uint64(x.data.ptr)

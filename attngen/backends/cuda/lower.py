@@ -88,6 +88,7 @@ def main_params(spec: AttentionSpec) -> tuple:
     ]
     ps += _strides("kn", "k_new", _BLH) + _strides("vn", "v_new", _BLH)
     ps.append(_p("len_new", "scalar", _I32, doc="Lnew, rows appended per sequence (0: none)"))
+    ps += _bounds()
     if paged:
         ps += [
             _p("block_table", "tensor", _I32, ("B", "Pmax"),
@@ -113,6 +114,18 @@ def main_params(spec: AttentionSpec) -> tuple:
     if spec.schedule.is_split:
         ps += _workspaces(spec)
     return tuple(ps)
+
+
+def _bounds() -> list:
+    """What the kernels check integer inputs against (they may stay on the device: docs/variants.md,
+    "Integer inputs on the device"), and where they report a bad one."""
+    return [
+        _p("rows_q", "scalar", _I32, doc="packed: rows of q (Tq), which cu_seqlens_q must stay within; else 0"),
+        _p("rows_k", "scalar", _I32, doc="packed: rows of k / v (Tk); paged: pages in k / v (P); else 0"),
+        _p("errors", "tensor", _I32, ("8",), "write", True,
+           doc="error flags: word 0 cu_seqlens_q, 1 cu_seqlens_k, 2 kv_lens, 3 block_table; a kernel that "
+               "finds a bad entry writes its sequence's index + 1 there (null: not reported)"),
+    ]
 
 
 def _workspaces(spec: AttentionSpec) -> list:
@@ -181,7 +194,7 @@ def entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
         _p("lse", "tensor", "f32", ("B", "Hq", "Lq"), "write", True),
         *_strides("o", "out", _BLH),
         _p("lse_sb", "scalar", _I64), _p("lse_sh", "scalar", _I64),
-        _p("cu_seqlens_q", "tensor", _I32, ("B + 1",), optional=True),
+        _p("cu_seqlens_q", "tensor", _I32, ("B + 1",), optional=True), _p("rows_q", "scalar", _I32),
         _p("len_q", "scalar", _I32), _p("heads_q", "scalar", _I32), _p("batch", "scalar", _I32),
         _p("splits", "scalar", _I32),
     ]

@@ -10,7 +10,10 @@ stream (PyTorch's for torch tensors, CuPy's otherwise).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,9 +25,10 @@ from ...resources import generator_version
 from ...runtime.blockmask import BlockMask, check_against
 from ...runtime.cache import cache_key, cached
 from ...runtime.kernel import Kernel, Rendered
-from ...runtime.launch import resolve
+from ...runtime.launch import OnDevice, host_ints, on_device, resolve
 from . import args as cuda_args
 from . import nvrtc
+from .launcher import Packed, Recipe, error_flags, pending, raise_pending, workspace_layout
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
 _NP_DTYPES = {"float16": "f16", "float32": "f32", "bfloat16": "bf16"}
@@ -120,39 +124,103 @@ def _contiguous(name: str, t: _Tensor) -> _Tensor:
     return _as_tensor(name, cupy.array(t.obj, copy=True, order="C"))
 
 
-def _empty_like(t: _Tensor, shape, dtype: str):
-    if t.kind == "torch":
-        import torch  # only reached with torch tensors, so torch is installed
-        tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
-        return torch.empty(shape, dtype=tdt, device=t.obj.device)
-    cupy = _cupy()
-    with cupy.cuda.Device(t.device):
-        return cupy.empty(shape, dtype={"f16": cupy.float16, "f32": cupy.float32}[dtype])
+def _raw_stream(kind: str, device: int) -> int:
+    """The handle of the stream the caller's framework is using now (PyTorch's for torch tensors,
+    CuPy's otherwise): the kernels are launched on it."""
+    if kind == "torch":
+        import torch
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch.compile's launchers call
+        return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
+    return _cupy().cuda.get_current_stream().ptr
 
 
-def _stream(t: _Tensor):
-    """The stream the caller's framework is using now, as a CuPy stream."""
-    cupy = _cupy()
-    if t.kind != "torch":
-        return cupy.cuda.get_current_stream()
-    import torch
-    ptr = torch.cuda.current_stream(t.obj.device).cuda_stream
-    cached = _TORCH_STREAMS.get(ptr)
-    if cached is None:
-        from_external = getattr(cupy.cuda.Stream, "from_external", None)
-        cached = None
-        if from_external is not None:
-            try:
-                cached = from_external(torch.cuda.current_stream(t.obj.device))
-            except (TypeError, AttributeError, ValueError):
-                cached = None
-        if cached is None:
-            cached = cupy.cuda.ExternalStream(ptr)
-        _TORCH_STREAMS[ptr] = cached
-    return cached
+def _launch_stream(kind: str, device: int):
+    """A context in which CuPy works on the stream the kernels are launched on."""
+    if kind != "torch":
+        return contextlib.nullcontext()  # CuPy's current stream already
+    with warnings.catch_warnings():  # CuPy 14 prefers Stream.from_external, which takes no raw handle
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _cupy().cuda.ExternalStream(_raw_stream(kind, device))
 
 
-_TORCH_STREAMS: dict = {}
+_KINDS: dict = {}  # type -> "torch" | "cupy" | "" (the fast path takes exactly these two array types)
+
+
+def _kind(x) -> str:
+    t = type(x)
+    kind = _KINDS.get(t)
+    if kind is None:
+        mod = t.__module__.split(".")[0]
+        kind = _KINDS[t] = ("torch" if mod == "torch" and t.__name__ == "Tensor" else
+                            "cupy" if mod == "cupy" and t.__name__ == "ndarray" else "")
+    return kind
+
+
+_ARRAYS = ("q", "k", "v", "k_new", "v_new", "kv_lens", "cu_seqlens_q", "cu_seqlens_k", "block_table")
+
+
+def _signature(arrays: tuple, mask, out, options: tuple):
+    """(key of a call's Recipe, addresses of `arrays` (0 where None)), or (None, None) when the
+    call must be checked in full: arrays other than torch tensors and CuPy arrays (host integer
+    arrays, objects seen through __cuda_array_interface__ or DLPack), masks that are not a
+    BlockMask. The key holds what the checks read: shapes, strides, dtypes, devices, alignment."""
+    key, ptrs = [options], []
+    for x in arrays:
+        if x is None:
+            key.append(None)
+            ptrs.append(0)
+            continue
+        kind = _KINDS.get(type(x)) or _kind(x)
+        if kind == "torch":
+            p = x.data_ptr()
+            key.append((x.shape, x.stride(), x.dtype, x.get_device(), p & 15))
+        elif kind == "cupy":
+            p = x.data.ptr
+            key.append((x.shape, x.strides, x.dtype, x.device.id, p & 15))
+        else:
+            return None, None
+        ptrs.append(p)
+    if mask is not None:
+        if not isinstance(mask, BlockMask):
+            return None, None
+        key.append((mask.kind, mask.shape, mask.tile_q, mask.tile_kv, mask.device))
+    if out is not None:
+        kind = _kind(out)
+        if not kind:
+            return None, None
+        p = out.data_ptr() if kind == "torch" else out.data.ptr
+        key.append((out.shape, out.stride() if kind == "torch" else out.strides, out.dtype,
+                    out.get_device() if kind == "torch" else out.device.id, p & 15))
+    return tuple(key), ptrs
+
+
+def _ptr(x) -> int:
+    return x.data_ptr() if _kind(x) == "torch" else x.data.ptr
+
+
+def _int_input(name: str, x, ndim: int, device: int):
+    """(what resolve checks, the device array the kernel reads or None, its row stride in
+    elements) of an integer input: a device array stays where it is (int32, read by the kernel
+    as it is: resolve gets its shape only), anything else is read on the host (resolve checks
+    its contents; it is copied to the GPU after the checks)."""
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch" and x.is_cuda:
+        where, dtype = x.device.index, str(x.dtype).replace("torch.", "")
+    elif mod == "cupy" or (mod != "torch" and hasattr(x, "__cuda_array_interface__")):
+        if mod != "cupy":
+            x = _cupy().asarray(x)
+        where, dtype = x.device.id, x.dtype.name
+    else:
+        return host_ints(name, x, ndim), None, None
+    if where != device:
+        raise LaunchError(f"{name} is on GPU {where}, but q is on GPU {device}")
+    desc = on_device(name, tuple(x.shape), dtype, ndim)
+    strides = tuple(x.stride()) if mod == "torch" else tuple(s // 4 for s in x.strides)
+    if any(n > 1 and st != 1 for n, st in zip(x.shape[1:], strides[1:])) or (
+            ndim == 1 and x.shape[0] > 1 and strides[0] != 1):
+        x = x.contiguous() if mod == "torch" else _cupy().ascontiguousarray(x)
+        strides = tuple(x.stride()) if mod == "torch" else tuple(s // 4 for s in x.strides)
+    return desc, x, (strides[0] if ndim == 2 else 1)
 
 
 # Dynamic shared memory per block after opt-in, by compute capability (CUDA C++ Programming
@@ -214,7 +282,7 @@ class CudaKernel(Kernel):
         self._functions: dict = {}
         self._home_device = device_id
         self._sm_count: dict = {}
-        self._capture: list | None = None  # set by prepared()
+        self._recipes: dict = {}  # call signature -> Recipe (launcher.py)
 
     def _function(self, device_id: int, entry: str | None = None):
         """The loaded entry point (the main one by default) on a device."""
@@ -238,6 +306,11 @@ class CudaKernel(Kernel):
             fns[entry] = fn
         return fns[entry]
 
+    def torch_operator(self, name: str | None = None):
+        """This kernel as a PyTorch operator (attngen.torch.operator; docs/torch.md)."""
+        from .torch_op import TorchOperator, operator_name
+        return TorchOperator(self, name or operator_name(self, kernel_key(self.plan)))
+
     def _cores(self, device_id: int) -> int:
         if device_id not in self._sm_count:
             cupy = _cupy()
@@ -255,22 +328,73 @@ class CudaKernel(Kernel):
         return cuda_args.build_block_mask(mask, self.plan.tile_q, self.plan.tile_kv, device)
 
     def __call__(self, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                 block_table=None, k_new=None, v_new=None, return_lse=False, out=None):
-        """See docs/variants.md for the options; every input is checked before the launch."""
-        tq, tk, tv = _as_tensor("q", q), _as_tensor("k", k), _as_tensor("v", v)
-        named = {"q": tq, "k": tk, "v": tv}
-        if k_new is not None:
-            named["k_new"] = _as_tensor("k_new", k_new)
-        if v_new is not None:
-            named["v_new"] = _as_tensor("v_new", v_new)
+                 block_table=None, k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None,
+                 max_seqlen_k=None, check=False):
+        """See docs/variants.md for the options; every input is checked before the launch, once
+        per signature (docs/cuda-calls.md). Integer inputs on the GPU are checked by the kernels:
+        what they find is raised by the next attngen call, or by this one with check=True (which
+        synchronises)."""
+        return self._call(q, k, v, mask, out, return_lse, max_seqlen_q, max_seqlen_k, check,
+                          {"kv_lens": kv_lens, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+                           "block_table": block_table}, k_new, v_new)[0]
+
+    def _call(self, q, k, v, mask, out, return_lse, max_seqlen_q, max_seqlen_k, check, ints, k_new, v_new):
+        """(result, recipe, addresses, workspace) of a call."""
+        if pending():
+            raise_pending()
+        arrays = (q, k, v, k_new, v_new, ints["kv_lens"], ints["cu_seqlens_q"], ints["cu_seqlens_k"],
+                  ints["block_table"])
+        key, addrs = _signature(arrays, mask, out, (bool(return_lse), max_seqlen_q, max_seqlen_k))
+        recipe = self._recipes.get(key) if key is not None else None
+        if recipe is not None:
+            ptrs = dict(zip(_ARRAYS, addrs))
+            if mask is not None:
+                ptrs.update(_mask_ptrs(mask))
+            if out is not None:
+                recipe.check_out_overlap(_ptr(out), ptrs)
+            keep = ()
+        else:
+            tensors = {"q": q, "k": k, "v": v}
+            if k_new is not None:
+                tensors["k_new"] = k_new
+            if v_new is not None:
+                tensors["v_new"] = v_new
+            recipe, ptrs, keep = self._checked(tensors, ints, mask, out, bool(return_lse), max_seqlen_q,
+                                               max_seqlen_k)
+            if key is not None and recipe.cacheable:
+                if len(self._recipes) >= 64:  # a bound on the signatures kept
+                    self._recipes.clear()
+                self._recipes[key] = recipe
+        result, ws = self._run(recipe, ptrs, out, return_lse)
+        if check:
+            _cupy().cuda.runtime.streamSynchronize(recipe.stream())
+            error_flags(_cupy(), recipe.device).raise_found("this call's kernels")
+        return result, recipe, ptrs, (ws, keep)  # keep: copies that lived until their launches were queued
+
+    def _checked(self, tensors: dict, ints: dict, mask, out, return_lse: bool, max_seqlen_q, max_seqlen_k):
+        """Every check of a call (docs/variants.md); returns its Recipe, the addresses of its
+        inputs and the copies that must live until the launch."""
+        named = {name: _as_tensor(name, x) for name, x in tensors.items()}
         devices = {t.device for t in named.values()}
         if len(devices) > 1:
             raise LaunchError("q, k, v (and k_new, v_new) are on different GPUs: "
                               + ", ".join(f"{n} on {t.device}" for n, t in named.items()))
+        dev = named["q"].device
+        ndims = {"kv_lens": 1, "cu_seqlens_q": 1, "cu_seqlens_k": 1, "block_table": 2}
+        given = {name: _int_input(name, x, ndims[name], dev) for name, x in ints.items() if x is not None}
+        if mask is not None and isinstance(given.get("cu_seqlens_q", (None,))[0], OnDevice):
+            # packed sequences on the device with a mask: the mask's rows and keys are the longest
+            # sequence's (a longer one is reported by the kernel)
+            lq_m, lk_m = (mask.shape[2], mask.shape[3]) if isinstance(mask, BlockMask) else tuple(mask.shape[-2:])
+            max_seqlen_q = lq_m if max_seqlen_q is None else max_seqlen_q
+            max_seqlen_k = lk_m if max_seqlen_k is None else max_seqlen_k
         launch = resolve(self.plan, {n: t.shape for n, t in named.items()}, {n: t.dtype for n, t in named.items()},
-                         kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                         block_table=block_table, has_mask=mask is not None, cores=self._cores(tq.device))
+                         has_mask=mask is not None, cores=self._cores(dev), max_seqlen_q=max_seqlen_q,
+                         max_seqlen_k=max_seqlen_k, **{n: g[0] for n, g in given.items()})
         append = launch.len_new > 0
+        # kept only when the next call of this signature can take its arrays as they are: device
+        # integer arrays read in place (not host arrays, not copies of strided ones)
+        keep, cacheable = [], all(g[1] is ints[n] for n, g in given.items())
         for name in list(named):
             t = named[name]
             if not _readable(t):
@@ -279,100 +403,198 @@ class CudaKernel(Kernel):
                                       "writes it in place: it needs a contiguous head dim, strides that are "
                                       "multiples of 16 bytes and a 16-byte aligned pointer")
                 named[name] = _contiguous(name, t)
-        tq, tk, tv = named["q"], named["k"], named["v"]
+                keep.append(named[name].obj)
+                cacheable = False
+        tq = named["q"]
         out_shape = launch.out_shape_for(self.plan.d_v)
-        if out is None:
-            out = _empty_like(tq, out_shape, self.plan.dtype)
-        to = _as_tensor("out", out)
-        if to.shape != out_shape or to.dtype != self.plan.dtype:
-            raise LaunchError(f"out must have shape {out_shape} and dtype {self.plan.dtype}, "
-                              f"got {to.shape} {to.dtype}")
-        if to.device != tq.device:
-            raise LaunchError(f"out is on GPU {to.device}, q on GPU {tq.device}")
-        if not _readable(to):
-            raise LaunchError("out must have a contiguous head dim, strides that are multiples of 16 "
-                              "bytes and a 16-byte aligned pointer")
-        if any(st == 0 for st, n in zip(to.strides, to.shape) if n > 1):
-            raise LaunchError(f"out has a zero stride (strides {to.strides}): its elements overlap, so "
-                              "the kernel cannot write it (an expanded / broadcast view?)")
-        for name, t in named.items():
-            if _overlap(to, t):
-                raise LaunchError(f"out overlaps {name} in memory: the kernel reads {name} while it writes "
-                                  "out, so the result would be wrong; pass a separate out=")
-        lse = _empty_like(tq, launch.lse_shape, "f32") if return_lse else None
+        if out is not None:
+            to = _as_tensor("out", out)
+            if to.shape != out_shape or to.dtype != self.plan.dtype:
+                raise LaunchError(f"out must have shape {out_shape} and dtype {self.plan.dtype}, "
+                                  f"got {to.shape} {to.dtype}")
+            if to.device != dev:
+                raise LaunchError(f"out is on GPU {to.device}, q on GPU {dev}")
+            if not _readable(to):
+                raise LaunchError("out must have a contiguous head dim, strides that are multiples of 16 "
+                                  "bytes and a 16-byte aligned pointer")
+            if any(st == 0 for st, n in zip(to.strides, to.shape) if n > 1):
+                raise LaunchError(f"out has a zero stride (strides {to.strides}): its elements overlap, so "
+                                  "the kernel cannot write it (an expanded / broadcast view?)")
+            for name, t in named.items():
+                if _overlap(to, t):
+                    raise LaunchError(f"out overlaps {name} in memory: the kernel reads {name} while it writes "
+                                      "out, so the result would be wrong; pass a separate out=")
+        else:
+            to = _Tensor(None, tq.kind, 0, out_shape, _row_major(out_shape), self.plan.dtype, dev)
         bm = None
         if mask is not None:
             bm = mask if isinstance(mask, BlockMask) else cuda_args.build_block_mask(
-                mask, self.plan.tile_q, self.plan.tile_kv, tq.device)
+                mask, self.plan.tile_q, self.plan.tile_kv, dev)
             check_against(bm, launch.batch, launch.heads_q, launch.len_q, launch.len_k,
                           self.plan.tile_q, self.plan.tile_kv, "cuda")
-        if not launch.empty:
-            self._launch(named, to, lse, bm, launch, cu_seqlens_q, cu_seqlens_k, kv_lens, block_table)
-        return (out, lse) if return_lse else out
-
-    def _launch(self, named, to, lse, bm, launch, cu_q, cu_k, kv_lens, block_table):
+            if not isinstance(mask, BlockMask):
+                keep.append(bm)
+                cacheable = False
+        ptrs = {name: t.ptr for name, t in named.items()}
         cupy = _cupy()
-        dev = named["q"].device
+        with cupy.cuda.Device(dev), _launch_stream(tq.kind, dev):  # host arrays go up on the launches' stream
+            for name, (checked, arr, _stride) in given.items():
+                if arr is None:  # a host array, checked by resolve: to the GPU
+                    arr = cupy.asarray(np.ascontiguousarray(checked, dtype=np.int32))
+                    keep.append(arr)
+                ptrs[name] = _ptr(arr)
+            if bm is not None:
+                ptrs.update(_mask_ptrs(bm))
+            recipe = self._recipe(named, to, launch, bm, given, return_lse, dev, cacheable)
+        return recipe, ptrs, keep
+
+    def _recipe(self, named: dict, to: _Tensor, launch, bm, given: dict, return_lse: bool, dev: int,
+                cacheable: bool) -> Recipe:
+        """The launches of a checked call (cuda_args.launches), packed with the tensors as slots."""
         packed = launch.layout == "packed"
-        values = {"q": named["q"].ptr, "k": named["k"].ptr, "v": named["v"].ptr, "out": to.ptr,
-                  "lse": None if lse is None else _as_tensor("lse", lse).ptr}
+        values = {}
         for prefix, name in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "out")):
             t = to if name == "out" else named[name]
             for axis, st in zip("blh", cuda_args.strides3(t, packed)):
                 values[f"{prefix}_s{axis}"] = st
+        for prefix, name in (("kn", "k_new"), ("vn", "v_new")):
+            t = named.get(name)
+            for axis, st in zip("blh", (0, 0, 0) if t is None else cuda_args.strides3(t, False)):
+                values[f"{prefix}_s{axis}"] = st
         values.update(len_q=launch.len_q, len_k=launch.len_k, heads_q=launch.heads_q, group=launch.group,
                       batch=launch.batch, splits=launch.splits, len_new=launch.len_new,
                       lse_sb=0 if packed else launch.heads_q * launch.len_q,
-                      lse_sh=launch.total_q if packed else launch.len_q)
-        keep = []  # device copies that must live until the launches are queued
-        stream = _stream(named["q"])
-        with cupy.cuda.Device(dev), stream:
-            for name, host, given in (("cu_seqlens_q", launch.cu_seqlens_q, cu_q),
-                                      ("cu_seqlens_k", launch.cu_seqlens_k if cu_k is not None else None, cu_k),
-                                      ("kv_lens", launch.kv_lens, kv_lens),
-                                      ("block_table", launch.block_table, block_table)):
-                values[name] = None if host is None else cuda_args.device_ints(name, host, given, dev)
-                keep.append(values[name])
-            if "block_table" in values and values["block_table"] is not None:
-                values["bt_stride"] = launch.block_table.shape[1]
-            for prefix, name in (("kn", "k_new"), ("vn", "v_new")):
-                t = named.get(name)
-                values[name] = None if t is None else t.ptr
-                for axis, st in zip("blh", (0, 0, 0) if t is None else cuda_args.strides3(t, False)):
-                    values[f"{prefix}_s{axis}"] = st
-            if bm is not None:
-                values.update(cuda_args.mask_values(bm, dev))
-            for name, shape in cuda_args.workspace_shapes(self.plan, launch).items():
-                values[name] = _empty_like(named["q"], shape, "f32")
-                keep.append(values[name])
-            if "ws_s" in values:
-                values["s_stride"] = max(launch.len_k, 1)
-            todo = [(self._function(dev, entry), grid, threads, smem, args)
-                    for entry, grid, threads, smem, args in cuda_args.launches(self.plan, values, launch)]
-            for fn, grid, threads, smem, args in todo:
-                fn(grid, (threads, 1, 1), args, shared_mem=smem, stream=stream)
-        if self._capture is not None:
-            self._capture.append((dev, stream, todo, keep))
+                      lse_sh=launch.total_q if packed else launch.len_q,
+                      rows_q=launch.total_q if packed else 0,
+                      rows_k=launch.capacity if packed else (named["k"].shape[0] if launch.layout == "paged" else 0),
+                      errors=error_flags(_cupy(), dev).ptr)
+        if launch.block_table is not None:
+            values["bt_stride"] = given["block_table"][2] or launch.block_table.shape[1]
+        if bm is not None:
+            values.update(cuda_args.mask_values(bm, dev))  # its arrays are slots: the addresses come per call
+        shapes = cuda_args.workspace_shapes(self.plan, launch)
+        layout, ws_bytes = workspace_layout(shapes)
+        if "ws_s" in shapes:
+            values["s_stride"] = max(launch.len_k, 1)
+        slots = frozenset(list(named) + list(given) + ["out", "lse", "mask_bool", "mask_add", "mask_counts",
+                                                       "mask_tiles"] + list(shapes))
+        launches = [] if launch.empty else [
+            Packed(self._function(dev, entry), grid, threads, smem, params, values, slots)
+            for entry, params, grid, threads, smem in cuda_args.launches(self.plan, launch)]
+        # where each input lies relative to its address: a given out= must not overlap any of them
+        extents = {name: tuple(e - t.ptr for e in _extent(t)) for name, t in named.items()}
+        kind = named["q"].kind
+        out_shape, lse_shape = launch.out_shape_for(self.plan.d_v), launch.lse_shape
+        return Recipe(launches, layout, ws_bytes, device=dev, kind=kind, cacheable=cacheable, extents=extents,
+                      out_extent=tuple(e - to.ptr for e in _extent(to)),
+                      alloc_out=_allocator(kind, dev, out_shape, self.plan.dtype),
+                      alloc_lse=_allocator(kind, dev, lse_shape, "f32") if return_lse else None,
+                      alloc_ws=_allocator(kind, dev, (ws_bytes // 4,), "f32") if ws_bytes else None,
+                      stream=_stream_getter(kind, dev))
+
+    def _run(self, recipe: Recipe, ptrs: dict, out, return_lse: bool):
+        """Allocate the outputs and workspace of a call (in q's framework, on its GPU) and launch
+        the recipe's kernels on the caller's current stream; (result, workspace)."""
+        if out is None:
+            out = recipe.alloc_out()
+            ptrs["out"] = _ptr(out)
+        else:
+            ptrs["out"] = _ptr(out) if _kind(out) else _as_tensor("out", out).ptr
+        lse = ws = None
+        if return_lse:
+            lse = recipe.alloc_lse()
+            ptrs["lse"] = _ptr(lse)
+        if recipe.ws_bytes:
+            ws = recipe.alloc_ws()
+            base = _ptr(ws)
+            for name, off in recipe.workspaces:
+                ptrs[name] = base + off
+        if recipe.launches:
+            cupy = _cupy()
+            stream = recipe.stream()
+            if _one_gpu(cupy) or cupy.cuda.runtime.getDevice() == recipe.device:
+                for p in recipe.launches:
+                    p.launch(cupy.cuda.driver, ptrs, stream)
+            else:
+                with cupy.cuda.Device(recipe.device):
+                    for p in recipe.launches:
+                        p.launch(cupy.cuda.driver, ptrs, stream)
+        return ((out, lse) if return_lse else out), ws
 
     def prepared(self, q, k, v, **options):
         """Run one checked call and return a function that launches the same kernels again with
-        the same arguments and buffers, without the Python-side checks (benchmarks, replay).
-        The inputs must stay alive and unchanged in shape while it is used."""
-        self._capture = []
-        try:
-            result = self(q, k, v, **options)
-            captured = self._capture
-        finally:
-            self._capture = None
+        the same arguments and buffers, without any Python-side work but the launches
+        (benchmarks, replay). The inputs must stay alive and unchanged in shape while it is used."""
+        ints = {n: options.pop(n, None) for n in ("kv_lens", "cu_seqlens_q", "cu_seqlens_k", "block_table")}
+        opt = {n: options.pop(n, d) for n, d in (("mask", None), ("out", None), ("return_lse", False),
+                                                 ("max_seqlen_q", None), ("max_seqlen_k", None), ("check", False),
+                                                 ("k_new", None), ("v_new", None))}
+        if options:
+            raise TypeError(f"prepared() got unexpected options: {', '.join(options)}")
+        result, recipe, ptrs, held = self._call(q, k, v, opt["mask"], opt["out"], opt["return_lse"],
+                                                opt["max_seqlen_q"], opt["max_seqlen_k"], opt["check"], ints,
+                                                opt["k_new"], opt["v_new"])
         cupy = _cupy()
+        driver = cupy.cuda.driver
 
         def launch():
-            for dev, stream, todo, _keep in captured:
-                with cupy.cuda.Device(dev):
-                    for fn, grid, threads, smem, args in todo:
-                        fn(grid, (threads, 1, 1), args, shared_mem=smem, stream=stream)
+            with cupy.cuda.Device(recipe.device):
+                stream = recipe.stream()
+                for p in recipe.launches:
+                    p.launch(driver, ptrs, stream)
+            _keep = (q, k, v, held, ints, opt)  # noqa: F841 - the buffers the launches use
             return result
         return launch
+
+
+def _row_major(shape) -> tuple:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _allocator(kind: str, device: int, shape: tuple, dtype: str):
+    """A function that allocates an uninitialised array of `shape` on `device` in the caller's
+    framework: torch's caching allocator (on its current stream) or CuPy's memory pool."""
+    if kind == "torch":
+        import torch  # only reached with torch tensors, so torch is installed
+        tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+        return functools.partial(torch.empty, shape, dtype=tdt, device=torch.device("cuda", device))
+    cupy = _cupy()
+    cdt = {"f16": cupy.float16, "f32": cupy.float32}[dtype]
+
+    def alloc():
+        with cupy.cuda.Device(device):
+            return cupy.empty(shape, dtype=cdt)
+    return alloc
+
+
+def _stream_getter(kind: str, device: int):
+    """A function giving the handle of the caller's current stream (see _raw_stream)."""
+    if kind == "torch":
+        import torch
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return functools.partial(raw, device)
+    return functools.partial(_raw_stream, kind, device)
+
+
+_GPUS: list = []
+
+
+def _one_gpu(cupy) -> bool:
+    """Whether the process sees one GPU (then the current device needs no check per call)."""
+    if not _GPUS:
+        _GPUS.append(cupy.cuda.runtime.getDeviceCount())
+    return _GPUS[0] == 1
+
+
+def _mask_ptrs(bm: BlockMask) -> dict:
+    return {"mask_bool": bm.data.data.ptr if bm.kind == "bool" else 0,
+            "mask_add": bm.data.data.ptr if bm.kind == "additive" else 0,
+            "mask_counts": bm.counts.data.ptr, "mask_tiles": bm.tiles.data.ptr}
 
 
 def kernel_key(plan) -> str:

@@ -191,9 +191,12 @@ class WgslKernel(Kernel):
 
     # -- the call ---------------------------------------------------------------------------------
     def __call__(self, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                 block_table=None, k_new=None, v_new=None, return_lse: bool = False, out=None):
+                 block_table=None, k_new=None, v_new=None, return_lse: bool = False, out=None, max_seqlen_q=None,
+                 max_seqlen_k=None, check=False):
         """out in the spec's dtype, and lse f32 with return_lse; layouts and options as in
-        docs/variants.md (launch.py does the work).
+        docs/variants.md (launch.py does the work). Integer inputs are read on the host and
+        checked before the launch (`check` is accepted for the CUDA target's signature: there
+        is nothing left for the GPU to report).
 
         Results are numpy arrays, or WgslTensor when q, k and v are all WgslTensor (nothing is
         read back then); `out=` (numpy array or WgslTensor of the right shape and dtype) is
@@ -201,7 +204,7 @@ class WgslKernel(Kernel):
         """
         return call(self, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
                     cu_seqlens_k=cu_seqlens_k, block_table=block_table, k_new=k_new, v_new=v_new,
-                    return_lse=return_lse, out=out)
+                    return_lse=return_lse, out=out, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
 
     def block_mask(self, mask):
         """A BlockMask of `mask` (numpy bool or additive float) for this kernel, built on the GPU."""

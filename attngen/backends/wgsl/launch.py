@@ -35,7 +35,7 @@ def _upload(dev, data: np.ndarray | bytes, usage):
 
 
 def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None, block_table=None,
-         k_new=None, v_new=None, return_lse=False, out=None):
+         k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None, max_seqlen_k=None):
     plan = kernel.plan
     st = kernel.state
     dev = st.device
@@ -47,8 +47,8 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
     shapes = {n: tuple(x.shape) for n, x in inputs.items()}
     dtypes = {n: dtype_name(x) for n, x in inputs.items()}
     L = resolve(plan, shapes, dtypes, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
-                block_table=block_table, has_mask=mask is not None,
-                cores=int(kernel.profile.limits.get("compute_units", 8)))
+                block_table=block_table, has_mask=mask is not None, max_seqlen_q=max_seqlen_q,
+                max_seqlen_k=max_seqlen_k, cores=int(kernel.profile.limits.get("compute_units", 8)))
     bm = None
     if mask is not None:
         if not isinstance(mask, BlockMask):

@@ -70,8 +70,7 @@ def test_the_launcher_picks_the_entry_point(opts, varlen):
     p = _plan()
     launch = _launch(p, **opts)
     assert cuda_args.varlen_launch(launch) is varlen
-    values = {q.name: 0 for q in p.params}
-    ((name, grid, threads, smem, _),) = cuda_args.launches(p, values, launch)
+    ((name, _params, grid, threads, smem),) = cuda_args.launches(p, launch)
     want = p.details.varlen if varlen else p
     assert name == (want.entry if varlen else p.entry)
     assert threads == (want.threads if varlen else p.threads)
@@ -85,5 +84,5 @@ def test_packed_launches_take_the_varlen_entry_point():
     p = _plan()
     shapes = {"q": (150, 4, 128), "k": (150, 2, 128), "v": (150, 2, 128)}
     launch = resolve(p, shapes, dict.fromkeys(shapes, "f16"), cu_seqlens_q=np.array([0, 50, 150], np.int32))
-    ((name, grid, *_),) = cuda_args.launches(p, {q.name: 0 for q in p.params}, launch)
+    ((name, _params, grid, *_),) = cuda_args.launches(p, launch)
     assert name == p.entry + "_varlen" and grid == (2, 4, 2)

@@ -1,0 +1,183 @@
+"""The CUDA kernels' launches with no Python work that can be done once (docs/cuda-calls.md).
+
+A call is checked once per *signature* (the shapes, strides, dtypes, devices and alignment of
+its tensors, the shapes of its device integer inputs, its options); what the checks produce is
+a `Recipe`: the entry points with their grids and their parameter buffers packed as the CUDA
+ABI lays them out, every scalar filled in, the tensors' addresses left as slots. Every later
+call with the same signature takes its tensors' addresses, allocates the output (and one
+workspace buffer), writes the slots and launches through the driver (cuLaunchKernel).
+
+Integer inputs on the device are never read here (no device-to-host copy, no synchronisation):
+the kernels check them and write what they find into `ErrorFlags`, page-locked host memory
+the GPU writes directly; every attngen call reads it first and raises what an earlier launch
+found as a LaunchError, and `check=True` synchronises and raises at once.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+
+import numpy as np
+
+from ...errors import LaunchError
+
+ERROR_WORDS = 8  # the kernels' `errors` parameter (lower.py): one int32 word per kind of input
+_KINDS = (
+    ("cu_seqlens_q", "cu_seqlens_q[{b}] .. [{b1}] is not a sequence inside q (entries must start at 0 or more, "
+                     "not decrease, end within q's rows and, with cu_seqlens_k absent, within k's), or it is "
+                     "longer than max_seqlen_q / max_seqlen_k"),
+    ("cu_seqlens_k", "cu_seqlens_k[{b}] .. [{b1}] is not a sequence inside k and v (entries must start at 0 or "
+                     "more, not decrease and end within k's rows), or it is longer than max_seqlen_k"),
+    ("kv_lens", "kv_lens[{b}] is negative or, with the rows appended in the call, more than the cache holds "
+                "(its rows: k.shape[1], or block_table columns x page)"),
+    ("block_table", "block_table row {b} names a page outside k and v, or (with k_new / v_new) a page that the "
+                    "append writes and the row also reads elsewhere"),
+)
+_FLAGS: dict = {}  # device -> ErrorFlags
+_FLAGS_LOCK = threading.Lock()
+
+
+class ErrorFlags:
+    """ERROR_WORDS int32 in page-locked host memory that the kernels of one GPU write (a word is
+    the index + 1 of a sequence with bad inputs of that kind; 0: none)."""
+
+    def __init__(self, cupy, device: int):
+        with cupy.cuda.Device(device):
+            self._mem = cupy.cuda.alloc_pinned_memory(4 * ERROR_WORDS)
+        self.words = np.frombuffer(self._mem, np.int32, ERROR_WORDS)
+        self.words[:] = 0
+        self._bytes = memoryview(self.words).cast("B")  # read without numpy's per-call cost
+        self.ptr = self._mem.ptr  # with unified addressing the GPU uses the host address
+        self.device = device
+
+    def found(self) -> bool:
+        return self._bytes.tobytes() != _CLEAR
+
+    def raise_found(self, when: str):
+        """Raise (and clear) what the kernels reported; nothing when the words are zero."""
+        if not self.found():
+            return
+        found = [text.format(b=int(w) - 1, b1=int(w)) for (_, text), w in zip(_KINDS, self.words) if w > 0]
+        self.words[:] = 0
+        raise LaunchError(f"GPU {self.device}: {when} found bad integer inputs (checked on the device): "
+                          + "; ".join(found))
+
+
+_CLEAR = bytes(4 * ERROR_WORDS)
+
+
+def error_flags(cupy, device: int) -> ErrorFlags:
+    flags = _FLAGS.get(device)
+    if flags is None:
+        with _FLAGS_LOCK:
+            flags = _FLAGS.get(device)
+            if flags is None:
+                flags = _FLAGS[device] = ErrorFlags(cupy, device)
+                _FLAG_LIST.append(flags)
+    return flags
+
+
+_FLAG_LIST: list = []  # the ErrorFlags of every GPU, for pending()
+
+
+def pending() -> bool:
+    """Whether a kernel reported bad inputs that no call has raised yet (cheap: every call asks)."""
+    for flags in _FLAG_LIST:
+        if flags.found():
+            return True
+    return False
+
+
+def raise_pending():
+    """Raise what a kernel launched by an earlier call reported (every GPU attngen used)."""
+    for flags in list(_FLAG_LIST):
+        flags.raise_found("a kernel launched by an earlier attngen call")
+
+
+_FORMATS = {"i64": "q", "i32": "i"}
+
+
+class Packed:
+    """One entry point's launch: its grid and its parameter buffer (native C layout, as the CUDA
+    ABI passes kernel parameters) with the tensors' addresses as slots."""
+
+    def __init__(self, fn, grid: tuple, threads: int, smem: int, params, values: dict, slots: frozenset):
+        self.fn = fn  # keeps the loaded function (and its module) alive
+        self.fn_ptr = fn.ptr
+        self.grid, self.threads, self.smem = tuple(int(g) for g in grid), int(threads), int(smem)
+        fmt, template, self.slots = "@", [], []
+        for p in params:
+            if p.kind == "scalar":
+                fmt += _FORMATS[p.dtype]
+                template.append(int(values[p.name]))
+                continue
+            fmt += "Q"
+            if p.name in slots:
+                self.slots.append((len(template), p.name))
+                template.append(0)
+                continue
+            x = values.get(p.name)
+            if x is None and not p.optional:
+                raise AssertionError(f"kernel parameter {p.name} may not be null")  # a bug in attngen
+            template.append(0 if x is None else int(x))
+        self.struct = struct.Struct(fmt)
+        self.template = template
+        offsets, off = [], 0
+        for c in fmt[1:]:  # each parameter at the next multiple of its size, as in a C struct
+            size = struct.calcsize(c)
+            off = -(-off // size) * size
+            offsets.append(off)
+            off += size
+        assert off == self.struct.size
+        self.buffer = np.zeros(max(self.struct.size, 8), np.uint8)
+        base = self.buffer.ctypes.data
+        self.params = np.array([base + o for o in offsets], np.uint64)
+        self.params_ptr = self.params.ctypes.data
+        self.lock = threading.Lock()
+
+    def launch(self, driver, ptrs: dict, stream: int):
+        values = list(self.template)
+        for i, name in self.slots:
+            values[i] = ptrs.get(name) or 0
+        gx, gy, gz = self.grid
+        with self.lock:  # the buffer is copied by the driver at the launch
+            self.struct.pack_into(self.buffer, 0, *values)
+            driver.launchKernel(self.fn_ptr, gx, gy, gz, self.threads, 1, 1, self.smem, stream, self.params_ptr, 0)
+
+
+class Recipe:
+    """What a call of one signature launches (see the module docstring)."""
+
+    def __init__(self, launches: list, workspaces: list, ws_bytes: int, *, device: int, kind: str, cacheable: bool,
+                 extents: dict, out_extent: tuple, alloc_out, alloc_lse, alloc_ws, stream):
+        self.launches = launches
+        self.workspaces, self.ws_bytes = workspaces, ws_bytes  # [(name, byte offset)], total
+        self.device, self.kind = device, kind  # the GPU, and the framework outputs come from
+        self.cacheable = cacheable  # False: the call copied inputs or read host arrays (not kept)
+        self.extents, self.out_extent = extents, out_extent  # bytes [lo, hi) around each address
+        # allocate out / lse / the workspace buffer; the handle of the caller's current stream
+        self.alloc_out, self.alloc_lse, self.alloc_ws, self.stream = alloc_out, alloc_lse, alloc_ws, stream
+
+    def check_out_overlap(self, out_ptr: int, ptrs: dict):
+        """A given out= must not overlap an input (the kernel would read what it writes)."""
+        o0, o1 = out_ptr + self.out_extent[0], out_ptr + self.out_extent[1]
+        for name, (lo, hi) in self.extents.items():
+            p = ptrs[name]
+            if o0 < p + hi and p + lo < o1:
+                raise LaunchError(f"out overlaps {name} in memory: the kernel reads {name} while it writes "
+                                  "out, so the result would be wrong; pass a separate out=")
+
+
+def workspace_layout(shapes: dict) -> tuple[list, int]:
+    """One f32 buffer for the split workspaces: [(name, byte offset)] (256-byte aligned), bytes."""
+    out, off = [], 0
+    for name, shape in shapes.items():
+        out.append((name, off))
+        n = 4 * int(np.prod(shape, dtype=np.int64))
+        off += -(-max(n, 4) // 256) * 256
+    return out, off
+
+
+__all__ = ["ERROR_WORDS", "ErrorFlags", "Packed", "Recipe", "error_flags", "pending", "raise_pending",
+           "workspace_layout"]

@@ -1,0 +1,224 @@
+"""Calls without Python work that can be done once, and integer inputs left on the GPU
+(docs/cuda-calls.md): a call's checks run once per signature, device kv_lens / cu_seqlens /
+block tables are never read on the host (a captured stream would refuse the copy), and what is
+wrong in them comes back as a LaunchError from the device's error flag.
+
+The Packed layout test runs anywhere; the rest need a GPU with CuPy (the GPU machine).
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+import attngen
+from attngen.backends.cuda.launcher import Packed, workspace_layout
+from attngen.plan.kernel_plan import Param
+from attngen.reference import reference, relative_error, tolerance
+
+from conftest import _to_numpy, cuda_available, kernel_for, random_qkv, spec_of
+
+
+class _Fn:
+    ptr = 1234
+
+
+class _Driver:
+    def __init__(self):
+        self.calls = []
+
+    def launchKernel(self, fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):  # noqa: N802
+        self.calls.append((fn, (gx, gy, gz), bx, smem, stream, params, extra))
+
+
+def test_packed_parameters_follow_the_c_layout():
+    """Scalars in place, an i64 after an i32 at the next multiple of 8, tensors as slots."""
+    params = (Param("q", "tensor", "f16", ()), Param("n", "scalar", "i32", ()), Param("s", "scalar", "i64", ()),
+              Param("lse", "tensor", "f32", (), "write", True), Param("m", "scalar", "i32", ()),
+              Param("errors", "tensor", "i32", (), "write", True))
+    p = Packed(_Fn(), (3, 2, 1), 128, 4096, params, {"n": 7, "s": -5, "m": 9, "errors": 0xABC}, frozenset({"q", "lse"}))
+    assert p.struct.size == 8 + 4 + 4 + 8 + 8 + 4 + 4 + 8  # q, n, pad, s, lse, m, pad, errors
+    drv = _Driver()
+    p.launch(drv, {"q": 0x1000, "lse": None}, stream=77)
+    (fn, grid, threads, smem, stream, params_ptr, extra), = drv.calls
+    assert (fn, grid, threads, smem, stream, extra) == (1234, (3, 2, 1), 128, 4096, 77, 0)
+    offsets = [int(a) - p.buffer.ctypes.data for a in p.params]
+    assert offsets == [0, 8, 16, 24, 32, 40]
+    raw = p.buffer.tobytes()
+    assert struct.unpack_from("<Q", raw, 0)[0] == 0x1000 and struct.unpack_from("<i", raw, 8)[0] == 7
+    assert struct.unpack_from("<q", raw, 16)[0] == -5 and struct.unpack_from("<Q", raw, 24)[0] == 0
+    assert struct.unpack_from("<i", raw, 32)[0] == 9 and struct.unpack_from("<Q", raw, 40)[0] == 0xABC
+
+
+def test_workspaces_share_one_aligned_buffer():
+    layout, total = workspace_layout({"ws_o": (2, 3, 5), "ws_lse": (2, 3)})
+    assert layout == [("ws_o", 0), ("ws_lse", 256)] and total == 512
+
+
+gpu = pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU with CuPy here")
+
+
+def _cupy():
+    import cupy
+    return cupy
+
+
+def _check(spec, out, *args, **kw):
+    ref = reference(spec, *args, **kw)
+    assert relative_error(_to_numpy(out), ref) <= tolerance(spec)
+
+
+@gpu
+def test_one_signature_is_checked_once_and_every_call_is_right():
+    cupy = _cupy()
+    spec = spec_of("head_dim 64\n dtype f16\n mask causal")
+    kernel = attngen.compile(spec, target="cuda")
+    for seed in range(3):  # same shapes, new data (and new addresses) each time
+        q, k, v = random_qkv(spec, 2, 113, 113, heads_q=6, heads_kv=2, seed=seed)
+        out = kernel(*(cupy.asarray(a.astype(np.float16)) for a in (q, k, v)))
+        _check(spec, out, q, k, v)
+    assert len(kernel._recipes) == 1
+    q, k, v = random_qkv(spec, 1, 7, 7, heads_q=6, heads_kv=2, seed=9)  # a new signature
+    _check(spec, kernel(*(cupy.asarray(a.astype(np.float16)) for a in (q, k, v))), q, k, v)
+    assert len(kernel._recipes) == 2
+
+
+@gpu
+def test_a_given_out_that_overlaps_an_input_is_refused_on_the_fast_path_too():
+    cupy = _cupy()
+    spec = spec_of("head_dim 64\n dtype f16")
+    kernel = attngen.compile(spec, target="cuda")
+    q, k, v = (cupy.asarray(a.astype(np.float16)) for a in random_qkv(spec, 1, 16, 16, heads_q=2, heads_kv=2))
+    kernel(q, k, v, out=cupy.empty_like(q))
+    with pytest.raises(attngen.LaunchError, match="out overlaps q"):
+        kernel(q, k, v, out=q)
+
+
+def _decode_case(paged: bool, seed=0):
+    spec = spec_of("head_dim 64\n dtype f16\n schedule split_kv(auto)"
+                   + ("\n kv_cache paged(page=16)" if paged else ""))
+    rng = np.random.default_rng(seed)
+    b, hq, hkv, cap = 3, 6, 2, 96
+    lens = np.array([5, 96, 41], np.int32)
+    q = rng.standard_normal((b, 1, hq, 64)).astype(np.float32)
+    if paged:
+        pages = 3 * (cap // 16)
+        k = rng.standard_normal((pages, 16, hkv, 64)).astype(np.float32)
+        v = rng.standard_normal((pages, 16, hkv, 64)).astype(np.float32)
+        table = rng.permutation(pages).astype(np.int32).reshape(b, cap // 16)
+        return spec, q, k, v, lens, table
+    k = rng.standard_normal((b, cap, hkv, 64)).astype(np.float32)
+    v = rng.standard_normal((b, cap, hkv, 64)).astype(np.float32)
+    return spec, q, k, v, lens, None
+
+
+@gpu
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_device_integer_inputs_are_not_read_on_the_host(paged):
+    """The call is captured into a CUDA graph: a device-to-host copy or a synchronisation in it
+    would fail the capture. The replay gives the reference's answer."""
+    cupy = _cupy()
+    spec, q, k, v, lens, table = _decode_case(paged)
+    kernel = attngen.compile(spec, target="cuda")
+    dq, dk, dv = (cupy.asarray(a.astype(np.float16)) for a in (q, k, v))
+    opts = {"kv_lens": cupy.asarray(lens)}
+    if paged:
+        opts["block_table"] = cupy.asarray(table)
+    kernel(dq, dk, dv, **opts)  # the first call of a signature loads the module and plans the launch
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        out = kernel(dq, dk, dv, **opts)
+        graph = stream.end_capture()
+    graph.launch(stream)
+    stream.synchronize()
+    kw = {"kv_lens": lens} | ({"block_table": table} if paged else {})
+    _check(spec, out, q, k, v, **kw)
+
+
+BAD_DEVICE = [
+    ("kv_lens past the cache", False, {"kv_lens": [5, 97, 41]}, r"kv_lens\[1\]"),
+    ("negative kv_lens", False, {"kv_lens": [5, 3, -1]}, r"kv_lens\[2\]"),
+    ("page outside", True, {"table_entry": (2, 1, 999)}, "block_table row 2"),
+    ("negative page", True, {"table_entry": (0, 0, -3)}, "block_table row 0"),
+]
+
+
+@gpu
+@pytest.mark.parametrize("case", BAD_DEVICE, ids=lambda c: c[0])
+def test_bad_device_integers_are_reported(case):
+    cupy = _cupy()
+    _, paged, change, message = case
+    spec, q, k, v, lens, table = _decode_case(paged)
+    kernel = attngen.compile(spec, target="cuda")
+    dq, dk, dv = (cupy.asarray(a.astype(np.float16)) for a in (q, k, v))
+    lens = np.array(change.get("kv_lens", lens), np.int32)
+    opts = {"kv_lens": cupy.asarray(lens)}
+    if paged:
+        table = table.copy()
+        if "table_entry" in change:
+            b, j, page = change["table_entry"]
+            table[b, j] = page
+        opts["block_table"] = cupy.asarray(table)
+    with pytest.raises(attngen.LaunchError, match=message):
+        kernel(dq, dk, dv, check=True, **opts)
+    # without check=True the next attngen call raises it
+    out = kernel(dq, dk, dv, **opts)
+    assert not cupy.isnan(out).any()
+    cupy.cuda.Device().synchronize()
+    with pytest.raises(attngen.LaunchError, match="earlier attngen call.*" + message):
+        kernel(dq, dk, dv, **opts)
+    cupy.cuda.Device().synchronize()
+    with pytest.raises(attngen.LaunchError):
+        kernel(dq, dk, dv, check=True, **opts)  # (the last call's report)
+    good = {"kv_lens": cupy.asarray(_decode_case(paged)[4])}
+    if paged:
+        good["block_table"] = cupy.asarray(_decode_case(paged)[5])
+    kernel(dq, dk, dv, check=True, **good)  # a good call after the errors: nothing pending
+
+
+@gpu
+@pytest.mark.parametrize("cu, message", [
+    ([0, 6, 4, 10], r"cu_seqlens_q\[1\]"),
+    ([0, 4, 11], r"cu_seqlens_q\[1\]"),
+    ([-2, 4, 10], r"cu_seqlens_q\[0\]"),
+], ids=["decreasing", "past the end", "negative"])
+def test_bad_device_cu_seqlens_are_reported(cu, message):
+    cupy = _cupy()
+    spec = spec_of("head_dim 32\n dtype f16")
+    kernel = attngen.compile(spec, target="cuda")
+    rng = np.random.default_rng(0)
+    q, k, v = (cupy.asarray(rng.standard_normal((10, 2, 32)).astype(np.float16)) for _ in range(3))
+    with pytest.raises(attngen.LaunchError, match=message):
+        kernel(q, k, v, cu_seqlens_q=cupy.asarray(np.array(cu, np.int32)), check=True)
+
+
+@gpu
+def test_max_seqlen_bounds_the_grid_and_a_longer_sequence_is_reported():
+    cupy = _cupy()
+    spec = spec_of("head_dim 32\n dtype f16\n mask causal")
+    kernel = attngen.compile(spec, target="cuda")
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((40, 2, 32)).astype(np.float32) for _ in range(3))
+    cu = np.array([0, 7, 30, 40], np.int32)
+    dq, dk, dv = (cupy.asarray(a.astype(np.float16)) for a in (q, k, v))
+    out = kernel(dq, dk, dv, cu_seqlens_q=cupy.asarray(cu), max_seqlen_q=23, max_seqlen_k=23, check=True)
+    _check(spec, out, q, k, v, cu_seqlens_q=cu)
+    out = kernel(dq, dk, dv, cu_seqlens_q=cupy.asarray(cu), check=True)  # bound: the 40 rows
+    _check(spec, out, q, k, v, cu_seqlens_q=cu)
+    with pytest.raises(attngen.LaunchError, match=r"cu_seqlens_q\[1\]"):
+        kernel(dq, dk, dv, cu_seqlens_q=cupy.asarray(cu), max_seqlen_q=20, max_seqlen_k=20, check=True)
+    with pytest.raises(attngen.LaunchError, match="max_seqlen_q=20, but cu_seqlens holds a sequence of 23"):
+        kernel(dq, dk, dv, cu_seqlens_q=cu, max_seqlen_q=20)  # host arrays are checked at once
+
+
+@gpu
+def test_device_integers_must_be_int32():
+    cupy = _cupy()
+    spec, q, k, v, lens, _ = _decode_case(False)
+    kernel = attngen.compile(spec, target="cuda")
+    dq, dk, dv = (cupy.asarray(a.astype(np.float16)) for a in (q, k, v))
+    with pytest.raises(attngen.LaunchError, match="kv_lens is a device tensor of int64"):
+        kernel(dq, dk, dv, kv_lens=cupy.asarray(lens.astype(np.int64)))
