@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from pathlib import Path
 
 from .version import __version__
@@ -39,15 +40,26 @@ def resource_path(kind: str, *parts: str) -> Path:
     return resource_dir(kind).joinpath(*parts)
 
 
+def _files_under(root: Path, prefix: str, suffix: str = "") -> list[tuple[str, Path]]:
+    """(prefix/relative posix path, path) of the files under root (ending with `suffix`), sorted
+    by name, __pycache__ left out (os.walk: pathlib's rglob costs most of a warm start)."""
+    out = []
+    base = str(root)
+    for dirpath, dirnames, filenames in os.walk(base):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        rel = os.path.relpath(dirpath, base).replace(os.sep, "/")
+        for f in filenames:
+            if f.endswith(suffix):
+                out.append((f"{prefix}/{f}" if rel == "." else f"{prefix}/{rel}/{f}", Path(dirpath, f)))
+    return sorted(out)
+
+
 def generator_files(package: Path = _PACKAGE, dirs: dict | None = None) -> list[tuple[str, Path]]:
     """Every file the generated text and the compiled objects can depend on: each Python module
     of the package, and the grammar, templates and target profiles, as (stable name, path)."""
-    files = [(f"attngen/{p.relative_to(package).as_posix()}", p) for p in sorted(package.rglob("*.py"))
-             if "__pycache__" not in p.parts]
+    files = _files_under(package, "attngen", ".py")
     for kind in _KINDS:
-        root = (dirs or {}).get(kind) or resource_dir(kind)
-        files += [(f"{kind}/{p.relative_to(root).as_posix()}", p) for p in sorted(root.rglob("*"))
-                  if p.is_file() and "__pycache__" not in p.parts]
+        files += _files_under((dirs or {}).get(kind) or resource_dir(kind), kind)
     return files
 
 

@@ -5,7 +5,8 @@ render, no NVRTC), and a warm one after `attngen precompile` filled the cache. M
 
     python3 benchmarks/startup.py [--runs 5] [--spec examples/llama3_8b.attn]
 
-Prints a markdown table (date, GPU, commit) for benchmarks/RESULTS.md.
+Prints a markdown table (date, GPU, commit) for benchmarks/RESULTS.md. The children share one
+PYTHONPYCACHEPREFIX, so that they import from bytecode as an installed package does.
 """
 
 from __future__ import annotations
@@ -39,9 +40,14 @@ print(json.dumps({"import cupy": t1 - t0, "import attngen": t2 - t1, "load spec"
 """
 
 
+_PYC = tempfile.mkdtemp(prefix="attngen-pyc-")  # bytecode kept between the children, as an install has it
+
+
 def _env(cache: str) -> dict:
     path = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "ATTNGEN_CACHE_DIR": cache, "PYTHONPATH": path}
+    env = {**os.environ, "ATTNGEN_CACHE_DIR": cache, "PYTHONPATH": path, "PYTHONPYCACHEPREFIX": _PYC}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
 
 
 def child(spec: str, cache: str) -> dict:

@@ -58,8 +58,7 @@ class CudaBackend(Backend):
         cupy = cupy_module()
         dev = cupy.cuda.Device()
         if dev.id not in self._identities:  # asked by every attngen.compile: once per device
-            name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"]
-            name = name.decode() if isinstance(name, bytes) else name
+            name = _device_name(cupy, dev.id)
             self._identities[dev.id] = (f"NVIDIA / sm_{dev.compute_capability} / {name} / driver "
                                         f"{cupy.cuda.runtime.driverGetVersion()}")
         return self._identities[dev.id]
@@ -129,3 +128,19 @@ class CudaBackend(Backend):
 
 
 BACKEND = CudaBackend()
+
+
+def _device_name(cupy, device: int) -> str:
+    """The GPU's name: the driver's cuDeviceGetName (cudaGetDeviceProperties, which queries
+    every property, costs tens of milliseconds of a cached compile), else the properties."""
+    try:
+        import ctypes
+        lib = ctypes.CDLL("libcuda.so.1")
+        handle = ctypes.c_int()
+        buf = ctypes.create_string_buffer(256)
+        if lib.cuDeviceGet(ctypes.byref(handle), device) == 0 and lib.cuDeviceGetName(buf, 256, handle) == 0:
+            return buf.value.decode()
+    except (OSError, AttributeError, UnicodeDecodeError):
+        pass
+    name = cupy.cuda.runtime.getDeviceProperties(device)["name"]
+    return name.decode() if isinstance(name, bytes) else name
