@@ -408,50 +408,56 @@ struct Seq {
     int cached;   // keys already in the cache: keys cached .. len_k - 1 are rows of k_new / v_new
 };
 
-// Integer inputs may stay on the device (docs/variants.md, "Integer inputs on the device"): the
-// host checked their shapes only, so the kernel checks what it reads. A sequence whose numbers
-// fall outside the tensors or the launch's bounds (len_q, len_k: the grid and the workspaces)
-// is reported in `errors` (word kind: batch index + 1; the runtime raises it as a LaunchError)
-// and gets no rows (bad cu_seqlens) or no keys (bad kv_lens: its rows are 0, lse -inf): the
-// kernel never reads or writes outside the tensors.
+template <bool kVarlen>
+__device__ __forceinline__ Seq sequence(int b, int len_q, int len_k, const int* cu_seqlens_q,
+                                        const int* cu_seqlens_k, const int* kv_lens, int len_new) {
+    Seq s{0, 0, len_q, len_k, len_k};
+    if constexpr (kVarlen) {
+        if (cu_seqlens_q != nullptr) {
+            const int* cu_k = cu_seqlens_k != nullptr ? cu_seqlens_k : cu_seqlens_q;
+            s.q_start = cu_seqlens_q[b];
+            s.len_q = cu_seqlens_q[b + 1] - s.q_start;
+            s.k_start = cu_k[b];
+            s.len_k = s.cached = cu_k[b + 1] - s.k_start;
+        } else if (kv_lens != nullptr) {
+            s.cached = kv_lens[b];
+            s.len_k = s.cached + len_new;
+        }
+    }
+    return s;
+}
+
+// Integer inputs may stay on the device (docs/variants.md, "Integer inputs on the host or on the
+// device"): the host checked their shapes only, so the kernel checks what it reads. A sequence
+// whose numbers fall outside the tensors or the launch's bounds (len_q, len_k: the grid and the
+// workspaces; len_k is also the keys the cache holds) is reported in `errors` (word kind: batch
+// index + 1; the runtime raises it as a LaunchError) and its blocks return at once: nothing of it
+// is read, written or appended (its rows of out and lse are left as they were). A separate
+// test, not folded into sequence(): a Seq that could also take other values costs the custom-mask
+// main loop 15% on the H100 (benchmarks/NOTES.md).
 enum ErrorWord : int { kErrCuSeqlensQ = 0, kErrCuSeqlensK = 1, kErrKvLens = 2, kErrBlockTable = 3 };
 
 __device__ __forceinline__ void report(int* errors, int kind, int b) {
     if (errors != nullptr && threadIdx.x == 0) *reinterpret_cast<volatile int*>(errors + kind) = b + 1;
 }
 
-template <bool kVarlen>
-__device__ __forceinline__ Seq sequence(int b, int len_q, int len_k, const int* cu_seqlens_q,
-                                        const int* cu_seqlens_k, const int* kv_lens, int len_new,
-                                        int rows_q, int rows_k, int* errors) {
-    Seq s{0, 0, len_q, len_k, len_k};
-    if constexpr (kVarlen) {
-        if (cu_seqlens_q != nullptr) {
-            const int* cu_k = cu_seqlens_k != nullptr ? cu_seqlens_k : cu_seqlens_q;
-            const int q0 = cu_seqlens_q[b], q1 = cu_seqlens_q[b + 1], k0 = cu_k[b], k1 = cu_k[b + 1];
-            if (q0 < 0 || q1 < q0 || q1 > rows_q || q1 - q0 > len_q) {
-                report(errors, kErrCuSeqlensQ, b);
-                return Seq{0, 0, 0, 0, 0};
-            }
-            if (k0 < 0 || k1 < k0 || k1 > rows_k || k1 - k0 > len_k) {
-                report(errors, cu_seqlens_k != nullptr ? kErrCuSeqlensK : kErrCuSeqlensQ, b);
-                return Seq{0, 0, 0, 0, 0};
-            }
-            s.q_start = q0;
-            s.len_q = q1 - q0;
-            s.k_start = k0;
-            s.len_k = s.cached = k1 - k0;
-        } else if (kv_lens != nullptr) {
-            const int cached = kv_lens[b];
-            if (cached < 0 || cached > len_k - len_new) {  // len_k: the keys the cache holds
-                report(errors, kErrKvLens, b);
-                return Seq{0, 0, len_q, 0, 0};
-            }
-            s.cached = cached;
-            s.len_k = cached + len_new;
+__device__ __forceinline__ bool sequence_ok(const Seq& s, int b, int len_q, int len_k, const int* cu_seqlens_q,
+                                            const int* cu_seqlens_k, const int* kv_lens, int rows_q, int rows_k,
+                                            int* errors) {
+    if (cu_seqlens_q != nullptr) {
+        if (s.q_start < 0 || s.len_q < 0 || s.q_start + s.len_q > rows_q || s.len_q > len_q) {
+            report(errors, kErrCuSeqlensQ, b);
+            return false;
         }
+        if (s.k_start < 0 || s.len_k < 0 || s.k_start + s.len_k > rows_k || s.len_k > len_k) {
+            report(errors, cu_seqlens_k != nullptr ? kErrCuSeqlensK : kErrCuSeqlensQ, b);
+            return false;
+        }
+    } else if (kv_lens != nullptr && (s.cached < 0 || s.len_k < s.cached || s.len_k > len_k)) {  // (overflow)
+        report(errors, kErrKvLens, b);
+        return false;
     }
-    return s;
+    return true;
 }
 
 // ---- section: key rows --------------------------------------------------------------------
@@ -689,8 +695,12 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     const int q_tile = blockIdx.x;
 
     // ---- section: sequences ----
-    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q,
-                                      rows_k, errors);
+    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+    if constexpr (kVarlen) {
+        if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, rows_q, rows_k, errors)) {
+            return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
+        }
+    }
     const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
     const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
     auto query_of = [](int p) { return p; };

@@ -165,8 +165,7 @@ def test_bad_device_integers_are_reported(case):
     with pytest.raises(attngen.LaunchError, match=message):
         kernel(dq, dk, dv, check=True, **opts)
     # without check=True the next attngen call raises it
-    out = kernel(dq, dk, dv, **opts)
-    assert not cupy.isnan(out).any()
+    kernel(dq, dk, dv, **opts)
     cupy.cuda.Device().synchronize()
     with pytest.raises(attngen.LaunchError, match="earlier attngen call.*" + message):
         kernel(dq, dk, dv, **opts)
