@@ -386,8 +386,8 @@ class CudaKernel(Kernel):
             # packed sequences on the device with a mask: the mask's rows and keys are the longest
             # sequence's (a longer one is reported by the kernel)
             lq_m, lk_m = (mask.shape[2], mask.shape[3]) if isinstance(mask, BlockMask) else tuple(mask.shape[-2:])
-            max_seqlen_q = lq_m if max_seqlen_q is None else max_seqlen_q
-            max_seqlen_k = lk_m if max_seqlen_k is None else max_seqlen_k
+            max_seqlen_q = min(lq_m, named["q"].shape[0]) if max_seqlen_q is None else max_seqlen_q
+            max_seqlen_k = min(lk_m, named["k"].shape[0]) if max_seqlen_k is None else max_seqlen_k
         launch = resolve(self.plan, {n: t.shape for n, t in named.items()}, {n: t.dtype for n, t in named.items()},
                          has_mask=mask is not None, cores=self._cores(dev), max_seqlen_q=max_seqlen_q,
                          max_seqlen_k=max_seqlen_k, **{n: g[0] for n, g in given.items()})
