@@ -371,8 +371,8 @@ __device__ __forceinline__ void report(int* errors, int kind, int b) {
 }
 
 __device__ __forceinline__ bool sequence_ok(const Seq& s, int b, int len_q, int len_k, const int* cu_seqlens_q,
-                                            const int* cu_seqlens_k, const int* kv_lens, int rows_q, int rows_k,
-                                            int* errors) {
+                                            const int* cu_seqlens_k, const int* kv_lens, int len_new, int rows_q,
+                                            int rows_k, int* errors) {
     if (cu_seqlens_q != nullptr) {
         if (s.q_start < 0 || s.len_q < 0 || s.q_start + s.len_q > rows_q || s.len_q > len_q) {
             report(errors, kErrCuSeqlensQ, b);
@@ -382,7 +382,7 @@ __device__ __forceinline__ bool sequence_ok(const Seq& s, int b, int len_q, int 
             report(errors, cu_seqlens_k != nullptr ? kErrCuSeqlensK : kErrCuSeqlensQ, b);
             return false;
         }
-    } else if (kv_lens != nullptr && (s.cached < 0 || s.len_k < s.cached || s.len_k > len_k)) {  // (overflow)
+    } else if (kv_lens != nullptr && (s.cached < 0 || s.cached > len_k - len_new)) {  // (no overflow: len_k >= len_new)
         report(errors, kErrKvLens, b);
         return false;
     }
@@ -427,8 +427,10 @@ struct KeyRows {
 
 // A device block table is checked where it is used: the pages of keys [j0, j1) must lie in
 // k / v (num_pages of them), and, when this call appends (len_k > cached), the append's pages
-// must appear nowhere else in that range (the append would overwrite keys still read). Every
-// thread of the block calls it; false: the block reports kErrBlockTable and returns.
+// must appear nowhere else in that range (the append would overwrite keys still read). The
+// blocks that append check the sequence's whole row first (nothing is written if it is bad);
+// the others check the keys they read. Every thread of the block calls it; false: the block
+// reports kErrBlockTable and returns.
 template <bool kVarlen>
 __device__ __forceinline__ bool pages_ok(const KeyRows<kVarlen>& rows, int j0, int j1, int len_k, int num_pages,
                                          int tid) {
@@ -612,7 +614,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // ---- section: sequences ----
     const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
     if constexpr (kVarlen) {
-        if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, rows_q, rows_k, errors)) {
+        if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                         errors)) {
             return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
         }
     }
@@ -647,7 +650,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     if constexpr (kVarlen) {
         // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
         if (len_new > 0 && kPass != 2 && blockIdx.x == 0) {
-            if (!pages_ok(keys, seq.cached, seq.len_k, seq.len_k, rows_k, tid)) {
+            if (!pages_ok(keys, 0, seq.len_k, seq.len_k, rows_k, tid)) {  // the whole row: before any write
                 report(errors, kErrBlockTable, batch);
                 return;
             }

@@ -442,8 +442,8 @@ __device__ __forceinline__ void report(int* errors, int kind, int b) {
 }
 
 __device__ __forceinline__ bool sequence_ok(const Seq& s, int b, int len_q, int len_k, const int* cu_seqlens_q,
-                                            const int* cu_seqlens_k, const int* kv_lens, int rows_q, int rows_k,
-                                            int* errors) {
+                                            const int* cu_seqlens_k, const int* kv_lens, int len_new, int rows_q,
+                                            int rows_k, int* errors) {
     if (cu_seqlens_q != nullptr) {
         if (s.q_start < 0 || s.len_q < 0 || s.q_start + s.len_q > rows_q || s.len_q > len_q) {
             report(errors, kErrCuSeqlensQ, b);
@@ -453,7 +453,7 @@ __device__ __forceinline__ bool sequence_ok(const Seq& s, int b, int len_q, int 
             report(errors, cu_seqlens_k != nullptr ? kErrCuSeqlensK : kErrCuSeqlensQ, b);
             return false;
         }
-    } else if (kv_lens != nullptr && (s.cached < 0 || s.len_k < s.cached || s.len_k > len_k)) {  // (overflow)
+    } else if (kv_lens != nullptr && (s.cached < 0 || s.cached > len_k - len_new)) {  // (no overflow: len_k >= len_new)
         report(errors, kErrKvLens, b);
         return false;
     }
@@ -697,7 +697,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // ---- section: sequences ----
     const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
     if constexpr (kVarlen) {
-        if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, rows_q, rows_k, errors)) {
+        if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                         errors)) {
             return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
         }
     }
