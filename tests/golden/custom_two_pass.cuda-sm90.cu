@@ -462,6 +462,16 @@ template <int kCols, int kStride, bool kVarlen>
 __device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& src, int j0, int valid, int tid) {
     if (src.strided(j0, min(valid, kBlockKV))) {
         load_tile<kBlockKV, kCols, kStride>(dst, src.row(j0), src.row_stride, valid, tid);
+    } else if (!kVarlen || j0 + min(valid, kBlockKV) <= src.cached) {
+        // The tile is whole pages of the cache (j0 is a multiple of kPage): one strided copy per
+        // page, not a gather per row. A page past the sequence's keys is zero-filled without
+        // reading its block-table entry (which may lie past the row).
+        #pragma unroll
+        for (int pg = 0; pg < kBlockKV / kPage; ++pg) {
+            const int rows = valid - pg * kPage;
+            load_tile<kPage, kCols, kStride>(dst + pg * kPage * kStride, rows > 0 ? src.row(j0 + pg * kPage) : src.cache,
+                                             src.row_stride, rows, tid);
+        }
     } else {
         load_rows<kBlockKV, kCols, kStride>(dst, [&](int r) { return src.row(j0 + r); }, valid, tid);
     }
