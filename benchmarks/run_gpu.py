@@ -34,6 +34,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import attngen  # noqa: E402
+import decode_grid  # noqa: E402  (benchmarks/decode_grid.py)
 import host  # noqa: E402  (benchmarks/host.py)
 import variants  # noqa: E402  (benchmarks/variants.py)
 
@@ -245,7 +246,7 @@ PEERS = {"SDPA flash": "sdpa_flash", "SDPA cuDNN": "sdpa_cudnn", "SDPA mem-eff":
          "flex": "flex"}
 
 
-def latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows=()) -> dict:
+def latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows=(), grid_rows=()) -> dict:
     """benchmarks/results/latest.json: one row per case, attngen and the peers that ran it (issue
     11's form; a peer that cannot run a case is absent)."""
     out = []
@@ -268,6 +269,7 @@ def latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows=()) -> dict:
                     "peers": peers})
     out += variants.latest_rows(var_rows)
     out += host.latest_rows(list(host_rows))
+    out += [{k: v for k, v in r.items() if k not in ("batch", "len_k", "layout")} for r in grid_rows]
     return {"gpu": meta["gpu"], "commit": meta["commit"], "date": meta["date"], "torch": meta["torch"],
             "rows": out}
 
@@ -319,7 +321,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="three cases only")
     ap.add_argument("--no-wgsl", action="store_true")
-    ap.add_argument("--only", default="", help="comma-separated: dense,models,wgsl,masks,decode,head_dims,host")
+    ap.add_argument("--only", default="",
+                    help="comma-separated: dense,models,wgsl,masks,decode,head_dims,host,decode_grid")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -350,6 +353,12 @@ def main():
             host.host_section(host_rows)
         except Exception as e:  # report, keep the other tables
             print(f"host section failed: {type(e).__name__}: {e}")
+    grid_rows = []
+    if not only or "decode_grid" in only:
+        try:
+            decode_grid.run(grid_rows)
+        except Exception as e:  # report, keep the other tables
+            print(f"decode grid failed: {type(e).__name__}: {e}")
     var_only = only & {"masks", "decode", "head_dims"}
     if not only or var_only:
         variants.run_all(var_rows, var_only or None)
@@ -366,10 +375,15 @@ def main():
         json.dump({"meta": meta, "cuda": rows, "wgsl": wgsl_rows, "variants": var_rows, "models": model_rows}, f,
                   indent=2)
     with open(os.path.join(args.out, "latest.json"), "w") as f:
-        json.dump(latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows), f, indent=1)
+        json.dump(latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows, grid_rows), f, indent=1)
     if rows and not plot(rows, os.path.join(args.out, "dense.png")):
         print("no matplotlib here: no plot")
-    md = markdown(meta, rows, wgsl_rows) + models_markdown(model_rows) + (host.markdown(host_rows, meta) if host_rows else "") + (variants.markdown(var_rows) if var_rows else "")
+    md = (markdown(meta, rows, wgsl_rows) + models_markdown(model_rows)
+          + (host.markdown(host_rows, meta) if host_rows else "")
+          + (decode_grid.markdown(grid_rows, meta) if grid_rows else "")
+          + (variants.markdown(var_rows) if var_rows else ""))
+    if grid_rows:
+        decode_grid.plot(grid_rows, os.path.join(args.out, "decode.png"))
     with open(os.path.join(args.out, "RESULTS.md"), "w") as f:
         f.write(md)
     print()
