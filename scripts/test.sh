@@ -3,9 +3,10 @@
 #   bash scripts/test.sh            # the whole suite (what CI runs)
 #   bash scripts/test.sh -k parse   # extra arguments go to pytest (-n 0: one process)
 # Installs: the software Vulkan adapter (Mesa's lavapipe, for WGSL through wgpu), Chromium (the
-# browser tests: tests/browser, which then must run: ATTNGEN_REQUIRE_BROWSER=1), a virtual
-# environment in .venv with attngen (wgpu included) and its test extra (pytest, hypothesis, NVRTC
-# for compile checks). On a machine with a GPU and CuPy the CUDA tests run too; else they skip.
+# browser tests: tests/browser, which then must run: ATTNGEN_REQUIRE_BROWSER=1; its SwiftShader
+# driver also runs the second pass below), a virtual environment in .venv with attngen (wgpu
+# included) and its test extra (pytest, hypothesis, NVRTC for compile checks, wgpudawn). On a
+# machine with a GPU and CuPy the CUDA tests run too; else they skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,4 +31,15 @@ fi
 # One test process per core (pytest-xdist): the NVRTC compile checks and the lavapipe runs
 # dominate and are independent. Pass -n 0 to run in one process.
 export ATTNGEN_REQUIRE_BROWSER=${ATTNGEN_REQUIRE_BROWSER:-1}
-exec .venv/bin/python -m pytest -n auto "$@"
+status=0
+.venv/bin/python -m pytest -n auto "$@" || status=$?
+# The WGSL tests a second time on Dawn, the WebGPU of Chrome (Tint compiles the WGSL instead of
+# naga), through wgpudawn on Chromium's SwiftShader Vulkan driver (Dawn does not take Debian 12's
+# lavapipe). ATTNGEN_TINT=0 leaves this pass out.
+icd=/usr/lib/chromium/vk_swiftshader_icd.json
+if [ "${ATTNGEN_TINT:-1}" = 1 ] && [ -f "$icd" ]; then
+    echo "-- the WGSL tests on Dawn (Tint), SwiftShader"
+    ATTNGEN_WGPU=wgpudawn VK_ICD_FILENAMES=$icd .venv/bin/python -m pytest -n auto tests/backends/wgsl tests/equivalence \
+        -k "wgsl or not cuda" "$@" || status=$?
+fi
+exit $status

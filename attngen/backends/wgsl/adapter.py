@@ -16,9 +16,10 @@ sizes as the adapter reports them (never assumed). Once per device a probe shade
 subgroups are consecutive runs of local_invocation_index (which the kernels' row reductions
 rely on) and that subgroupShuffleXor works; if it does not, subgroups are treated as
 unavailable and kernels use the workgroup-memory reduction instead (the kernel's repr says so).
-Kernels are compiled by naga whatever profile they are planned for, so the runtime plans with
-naga's dialect (no `enable subgroups;`, which naga rejects); a named profile whose dialect
-differs is renamed NAME@wgpu so that its source is not mistaken for the browser one.
+Kernels are compiled by the runtime's compiler whatever profile they are planned for, so the
+runtime plans with its dialect: wgpu-py's naga rejects `enable subgroups;`, Dawn's Tint
+(ATTNGEN_WGPU=wgpudawn) requires it; a named profile whose dialect differs is renamed
+NAME@wgpu / NAME@dawn so that its source is not mistaken for the other one.
 
 Software adapters. Mesa's llvmpipe (lavapipe) silently ends all loops of a shader after 65535
 iterations in total, which rows with very many keys exceed; on that adapter every launch is
@@ -48,16 +49,38 @@ import numpy as np
 from ...errors import LaunchError
 from ...plan.profiles import Profile
 
-try:
-    import wgpu
-except ImportError:  # pragma: no cover - reported when a device is asked for
-    wgpu = None
+# The WebGPU implementation the runtime drives, chosen by $ATTNGEN_WGPU: "wgpu" (wgpu-py: naga
+# compiles the WGSL; the default) or "wgpudawn" (Dawn, the WebGPU of Chrome: Tint compiles it,
+# with the same Python API). The equivalence suite runs the WGSL tests on both (scripts/test.sh).
+RUNTIMES = ("wgpu", "wgpudawn")
+RUNTIME = os.environ.get("ATTNGEN_WGPU", "").strip() or "wgpu"
+_RUNTIME_PROBLEM = None
+wgpu = None
+if RUNTIME not in RUNTIMES:
+    _RUNTIME_PROBLEM = f"ATTNGEN_WGPU={RUNTIME!r} is not a WGSL runtime attngen drives (one of: {', '.join(RUNTIMES)})"
+else:
+    try:
+        wgpu = __import__(RUNTIME)
+    except ImportError:  # reported when a device is asked for
+        pass
+
+
+def _missing_runtime() -> str:
+    """Why there is no WebGPU runtime, and the command that installs it."""
+    if _RUNTIME_PROBLEM:
+        return _RUNTIME_PROBLEM
+    if RUNTIME == "wgpudawn":
+        return "ATTNGEN_WGPU=wgpudawn needs Dawn for Python: pip install 'wgpudawn>=0.32,<0.33'"
+    return "the WGSL runtime needs wgpu-py: pip install 'wgpu>=0.32,<0.33'"
+DAWN = RUNTIME == "wgpudawn"
 
 # numpy dtype <-> attngen storage dtype
 NP_DTYPES = {"f16": np.float16, "f32": np.float32}
 DTYPE_BYTES = {"f16": 2, "f32": 4}
-# WebGPU feature names in plans and manifests -> wgpu-py's names for them.
-WGPU_FEATURE = {"shader-f16": "shader-f16", "subgroups": "subgroup"}
+# WebGPU feature names in plans and manifests -> the runtime's names for them (wgpu-py 0.32 says
+# "subgroup", Dawn "subgroups").
+WGPU_FEATURE = {"shader-f16": "shader-f16", "subgroups": "subgroups" if DAWN else "subgroup"}
+_SUBGROUP = WGPU_FEATURE["subgroups"]
 # Profile limits <- the device limits they are read from (several: the smallest).
 _LIMITS = {
     "workgroup_storage_bytes": ("max-compute-workgroup-storage-size",),
@@ -155,7 +178,7 @@ def quiet_wayland() -> None:
 class _DeviceState:
     def __init__(self):
         if wgpu is None:
-            raise LaunchError("the WGSL runtime needs wgpu-py: pip install 'wgpu>=0.32,<0.33'")
+            raise LaunchError(_missing_runtime())
         quiet_wayland()
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         if adapter is None:
@@ -164,7 +187,7 @@ class _DeviceState:
         self.adapter = adapter
         self.info = dict(adapter.info)
         # timestamp-query: GPU time of the dispatches (launch.gpu_timer), where the adapter has it
-        wanted = [f for f in ("shader-f16", "subgroup", "timestamp-query") if f in adapter.features]
+        wanted = [f for f in ("shader-f16", _SUBGROUP, "timestamp-query") if f in adapter.features]
         limits = {name: adapter.limits[name] for name in _RAISED_LIMITS if name in adapter.limits}
         self.device = adapter.request_device_sync(required_features=wanted, required_limits=limits)
         self.features = set(self.device.features)
@@ -175,14 +198,14 @@ class _DeviceState:
         self.subgroup_seen = ()
         who = f"{self.info.get('vendor', '')} {self.info.get('device', '')}".lower()
         self.loop_budget = LLVMPIPE_LOOP_BUDGET if "llvmpipe" in who else None
-        if "subgroup" in self.features:
+        if _SUBGROUP in self.features:
             self._probe_subgroups()
 
     def _probe_subgroups(self) -> None:
         """Check once that subgroups are what the kernels assume; else do not use them."""
         dev = self.device
         try:
-            module = dev.create_shader_module(code=_PROBE_WGSL)
+            module = dev.create_shader_module(code=("enable subgroups;\n" if DAWN else "") + _PROBE_WGSL)
             pipeline = dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "probe"})
             buf = dev.create_buffer(size=3 * 4 * _PROBE_SIZE,
                                     usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
@@ -214,12 +237,13 @@ class _DeviceState:
 
     @property
     def has_subgroups(self) -> bool:
-        return "subgroup" in self.features and self.subgroup_problem is None
+        return _SUBGROUP in self.features and self.subgroup_problem is None
 
     def description(self) -> str:
         i = self.info
         return (f"{i.get('vendor', '')}/{i.get('device', '')}/{i.get('description', '')}/"
-                f"{i.get('backend_type', '')}/{i.get('adapter_type', '')}/wgpu-py {wgpu.__version__}")
+                f"{i.get('backend_type', '')}/{i.get('adapter_type', '')}/"
+                f"{'wgpudawn' if DAWN else 'wgpu-py'} {getattr(wgpu, '__version__', '?')}")
 
     def device_limit(self, profile_key: str) -> int:
         return min(int(self.device.limits[n]) for n in _LIMITS[profile_key] if n in self.device.limits)
@@ -258,10 +282,14 @@ def _matches(profile: Profile, info: dict) -> bool:
 
 
 def naga_dialect(profile: Profile) -> Profile:
-    """The profile as wgpu compiles it: naga rejects `enable subgroups;` (wgpu 0.32)."""
-    if not profile.section("dialect").get("subgroups_directive", False):
+    """The profile as the runtime's compiler takes it: naga (wgpu) rejects `enable subgroups;`
+    (wgpu 0.32), Tint (Dawn) requires it before subgroup built-ins. A profile whose dialect
+    differs is renamed NAME@wgpu / NAME@dawn, so that its source is not mistaken for the other."""
+    want = DAWN
+    if bool(profile.section("dialect").get("subgroups_directive", False)) == want:
         return profile
-    return profile.narrowed(name=f"{profile.name}@wgpu", sections={"dialect": {"subgroups_directive": False}})
+    return profile.narrowed(name=f"{profile.name}@{'dawn' if DAWN else 'wgpu'}",
+                            sections={"dialect": {"subgroups_directive": want}})
 
 
 _PROFILE: Profile | None = None
@@ -289,7 +317,7 @@ def adapter_profile(backend) -> Profile:
     limits = {key: st.device_limit(key) for key in _LIMITS}
     name = f"{base.name}@{st.info.get('device') or st.info.get('vendor') or 'adapter'}"
     _PROFILE = base.narrowed(name=name, limits=limits, features=features,
-                             sections={"dialect": {"subgroups_directive": False}})
+                             sections={"dialect": {"subgroups_directive": DAWN}})
     return _PROFILE
 
 
@@ -318,7 +346,7 @@ def as_input(name: str, x):
             raise LaunchError(f"{name} is a WgslTensor whose shape {x.shape!r} is not a tuple of "
                               "non-negative integers")
         return x
-    if wgpu is not None and isinstance(x, wgpu.GPUBuffer):
+    if wgpu is not None and isinstance(x, getattr(wgpu, "GPUBuffer", ())):
         raise LaunchError(f"{name} is a bare wgpu buffer: wrap it as WgslTensor(buffer, shape, dtype) so its "
                           "shape and dtype are known")
     if not isinstance(x, np.ndarray):
