@@ -10,6 +10,7 @@ import base64
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -307,6 +308,9 @@ def test_the_demo_page_runs_a_kernel(tmp_path):
     log = got["results"]
     assert "llama3_8b_prefill: f16 (packed)" in log and "B=1 Lq=33 Lk=70 Hq=32 Hkv=8:" in log, log
     assert "error" not in log, log
+    # the page's own float64 check of 16 rows (the causal mask of the spec, JavaScript)
+    diff = float(re.search(r"relative difference (\S+) \(within the f16 tolerance", log).group(1))
+    assert diff < 2e-3, log
 
 
 BROKEN_PAGE = """<!doctype html><script type="module">
