@@ -341,24 +341,14 @@ def main():
     rows, extra, var_rows = [], [], []
     if not only or "dense" in only:
         cuda_section(cases, rows)
-    model_rows = []
-    if not only or "models" in only:
-        try:
-            models_section(model_rows)
-        except Exception as e:  # report, keep the other tables
-            print(f"models section failed: {type(e).__name__}: {e}")
-    host_rows = []
-    if not only or "host" in only:
-        try:
-            host.host_section(host_rows)
-        except Exception as e:  # report, keep the other tables
-            print(f"host section failed: {type(e).__name__}: {e}")
-    grid_rows = []
-    if not only or "decode_grid" in only:
-        try:
-            decode_grid.run(grid_rows)
-        except Exception as e:  # report, keep the other tables
-            print(f"decode grid failed: {type(e).__name__}: {e}")
+    model_rows, host_rows, grid_rows = [], [], []
+    for name, fn, out in (("models", models_section, model_rows), ("host", host.host_section, host_rows),
+                          ("decode_grid", decode_grid.run, grid_rows)):
+        if not only or name in only:
+            try:
+                fn(out)
+            except Exception as e:  # report, keep the other tables
+                print(f"{name} section failed: {type(e).__name__}: {e}")
     var_only = only & {"masks", "decode", "head_dims"}
     if not only or var_only:
         variants.run_all(var_rows, var_only or None)
