@@ -8,7 +8,7 @@ import pytest
 import attngen
 from attngen.runtime.blockmask import reference_block_mask
 from attngen.api import lower as plan
-from attngen.runtime.launch import resolve
+from attngen.runtime.launch import OnDevice, on_device, resolve
 from attngen.plan.schedule import choose_splits
 
 from conftest import spec_of
@@ -52,6 +52,61 @@ def test_paged_and_append_lengths():
     with pytest.raises(attngen.LaunchError, match="repeats a page"):
         _resolve(body, (2, 1, 4, 32), (6, 16, 2, 32), kv_lens=[3, 20], block_table=[[5, 0], [1, 1]],
                  k_new=(2, 1, 2, 32), v_new=(2, 1, 2, 32))
+
+
+# ---- integer inputs left on the device: shapes checked here, contents by the kernels ----------
+
+def test_device_inputs_bound_the_grid_by_the_shapes():
+    """kv_lens on the device: the grid covers the cache's rows (the kernel checks the values);
+    packed sequences: the packed rows, or max_seqlen_q / max_seqlen_k."""
+    ln = _resolve("head_dim 64\n dtype f16\n schedule split_kv(auto)", (8, 1, 32, 64), (8, 4096, 8, 64),
+                  kv_lens=OnDevice((8,)))
+    assert ln.len_k == 4096 and ln.on_device and ln.splits >= 1
+    body = "head_dim 32\n dtype f16\n kv_cache paged(page=16)"
+    ln = _resolve(body, (2, 1, 4, 32), (6, 16, 2, 32), kv_lens=OnDevice((2,)), block_table=OnDevice((2, 3)),
+                  k_new=(2, 2, 2, 32), v_new=(2, 2, 2, 32))
+    assert ln.len_k == 48 and ln.len_new == 2  # block-table columns x page
+    ln = _resolve("head_dim 32\n dtype f16", (40, 4, 32), (50, 2, 32), cu_seqlens_q=OnDevice((4,)),
+                  cu_seqlens_k=OnDevice((4,)))
+    assert (ln.batch, ln.len_q, ln.len_k) == (3, 40, 50)
+    ln = _resolve("head_dim 32\n dtype f16", (40, 4, 32), (50, 2, 32), cu_seqlens_q=OnDevice((4,)),
+                  cu_seqlens_k=OnDevice((4,)), max_seqlen_q=23, max_seqlen_k=30)
+    assert (ln.len_q, ln.len_k) == (23, 30)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"kv_lens": OnDevice((3,))}, "kv_lens has 3 entries, but the batch is 2"),
+    ({"kv_lens": OnDevice((2, 1))}, "kv_lens must have 1 dimension"),
+    ({"kv_lens": OnDevice((2,)), "k_new": (2, 20, 2, 32), "v_new": (2, 20, 2, 32)},
+     "k_new has 20 rows per sequence, but the cache holds 9 keys"),
+    ({"kv_lens": np.array([3, 2]), "k_new": (2, 7, 2, 32), "v_new": (2, 7, 2, 32)}, "kv_lens\\[0\\] = 3 \\+ 7 new"),
+], ids=["count", "ndim", "append beyond the cache", "host kv_lens with an append"])
+def test_device_input_shapes_are_checked(kw, message):
+    with pytest.raises(attngen.LaunchError, match=message):
+        _resolve("head_dim 32\n dtype f16", (2, 5, 4, 32), (2, 9, 2, 32), **kw)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"cu_seqlens_q": OnDevice((0,))}, "at least 1"),
+    ({"cu_seqlens_q": OnDevice((4,)), "cu_seqlens_k": OnDevice((3,))}, "cu_seqlens_k has 3 entries"),
+    ({"cu_seqlens_q": OnDevice((4,)), "max_seqlen_q": 41}, "max_seqlen_q=41 exceeds the 40 rows"),
+    ({"cu_seqlens_q": OnDevice((4,)), "max_seqlen_q": -1}, "non-negative int"),
+    ({"cu_seqlens_q": np.array([0, 7, 30, 40]), "max_seqlen_q": 20}, "max_seqlen_q=20, but cu_seqlens holds a "
+                                                                       "sequence of 23"),
+    ({"max_seqlen_q": 5}, "bound packed sequences"),
+], ids=["empty", "k count", "max beyond rows", "negative max", "host max too small", "not packed"])
+def test_packed_bounds_are_checked(kw, message):
+    q, k = ((40, 4, 32), (40, 2, 32)) if "cu_seqlens_q" in kw else ((2, 5, 4, 32), (2, 9, 2, 32))
+    with pytest.raises(attngen.LaunchError, match=message):
+        _resolve("head_dim 32\n dtype f16", q, k, **kw)
+
+
+def test_device_integers_must_be_int32_and_of_their_rank():
+    assert on_device("kv_lens", (3,), "int32", 1) == OnDevice((3,))
+    with pytest.raises(attngen.LaunchError, match="kv_lens is a device tensor of int64"):
+        on_device("kv_lens", (3,), "int64", 1)
+    with pytest.raises(attngen.LaunchError, match="block_table must have 2 dimension"):
+        on_device("block_table", (3,), "int32", 2)
 
 
 def test_append_without_queries_is_refused():
