@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
+import attngen
 from attngen.runtime import cache
+
+from conftest import ROOT
 
 
 def _build_in_process(args):
@@ -283,3 +286,30 @@ def test_the_suite_uses_a_temporary_cache():
     r = subprocess.run([sys.executable, "-c", "from attngen.runtime.cache import cache_dir; print(cache_dir())"],
                        capture_output=True, text=True, check=True)
     assert Path(r.stdout.strip()).resolve() == where
+
+
+# ---- parsed spec text (api.parse; docs/architecture.md "Start-up and per-call cost") -----------
+
+def test_parsed_text_is_cached_and_a_fresh_process_loads_no_parser(tmp_path, monkeypatch):
+    """The second parse of the same text (another process) comes from the disk cache: equal
+    specs, lark never imported, and the plan's validation does not re-read the spec."""
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(tmp_path))
+    path = os.path.join(ROOT, "examples", "llama3_8b.attn")
+    child = ("import sys, attngen\n"
+             f"s = attngen.load({path!r})\n"
+             "p = attngen.lower(s, 'cuda', 'cuda-sm90')\n"
+             "print(repr(s) == repr(attngen.parse(open(sys.argv[1]).read(), sys.argv[1])[0]), 'lark' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    first = subprocess.run([sys.executable, "-c", child, path], capture_output=True, text=True, env=env, check=True)
+    second = subprocess.run([sys.executable, "-c", child, path], capture_output=True, text=True, env=env, check=True)
+    assert first.stdout.split() == ["True", "True"]  # parsed: lark loaded
+    assert second.stdout.split() == ["True", "False"], second.stdout + second.stderr  # from the cache
+    assert any(name.endswith(".spec") for name in os.listdir(tmp_path))
+
+
+def test_a_changed_text_is_parsed_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(tmp_path))
+    a = attngen.parse("attention a {\n head_dim 64\n dtype f16\n}")[0]
+    b = attngen.parse("attention a {\n head_dim 64\n dtype f16\n mask causal\n}")[0]
+    assert a.mask.kind == "none" and b.mask.kind == "causal"
+    assert attngen.parse("attention a {\n head_dim 64\n dtype f16\n}")[0] == a
