@@ -28,6 +28,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
+# PyTorch for the torch.distributed tests (tests/distributed: ring attention with gloo on the CPU):
+# the CPU build that pip finds on this project's machines; a GPU machine's own torch is kept.
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q 'torch==2.13.0'
 # One test process per core (pytest-xdist): the NVRTC compile checks and the lavapipe runs
 # dominate and are independent. Pass -n 0 to run in one process.
 export ATTNGEN_REQUIRE_BROWSER=${ATTNGEN_REQUIRE_BROWSER:-1}

@@ -1,0 +1,141 @@
+"""attngen.distributed: context-parallel (ring) attention over torch.distributed (docs/distributed.md).
+
+    import torch.distributed as dist, attngen, attngen.distributed
+    dist.init_process_group("nccl")                       # or "gloo" on CPUs (WGSL kernels)
+    kernel = attngen.compile(spec, target=...)
+    out = attngen.distributed.ring_attention(kernel, q, k, v)   # this rank's shard of the sequence
+
+Each rank holds one contiguous shard of the sequence (rank r: positions r S .. r S + S - 1 of q,
+k and v, the same S on every rank). The K/V shards travel round the ring (rank r sends to
+r + 1, receives from r - 1) with isend / irecv, overlapped with the kernel on the shard in
+hand; the partial results are merged by their lse (attngen.merge) on the device, in f32. With
+`mask causal` a shard from a later rank is skipped, the rank's own shard is attended causally
+and earlier ones fully (the same spec with `mask none`, compiled once). torch.distributed is the
+engine (NCCL between GPUs, gloo on CPUs); only point-to-point operations and one all-gather of
+the shapes are used: never NVLink or symmetric-memory multicast (the environment variables
+below are set before any communicator exists).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+
+import numpy as np
+
+from .errors import LaunchError
+from .merge import merge
+
+# No NVLink SHARP / multicast objects in any process that imports this module (the project's
+# rule for multi-GPU hosts): NCCL, PyTorch's symmetric memory and NVSHMEM read these at start.
+for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                      ("NVSHMEM_DISABLE_NVLS", "1")):
+    os.environ.setdefault(_name, _value)
+
+_FULL: dict = {}  # (spec, target) -> the spec's kernel with mask none
+
+
+def _dist():
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        raise LaunchError("attngen.distributed needs PyTorch (torch.distributed): pip install torch") from None
+    if not dist.is_available() or not dist.is_initialized():
+        raise LaunchError("attngen.distributed: initialise torch.distributed first "
+                          "(torch.distributed.init_process_group('nccl' or 'gloo'))")
+    return torch, dist
+
+
+def _full_kernel(kernel):
+    """The kernel's spec with `mask none`, compiled for the same target and profile."""
+    from . import api
+    key = (kernel.spec, kernel.target, kernel.plan.profile)
+    if key not in _FULL:
+        spec = dataclasses.replace(kernel.spec, mask=dataclasses.replace(kernel.spec.mask, kind="none",
+                                                                         bottom_right=False))
+        _FULL[key] = api.compile(spec, target=kernel.target)
+    return _FULL[key]
+
+
+def _as_torch(torch, x):
+    """A torch tensor sharing x's memory (numpy arrays on the host; torch tensors as they are)."""
+    return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x.contiguous()
+
+
+def _like(x, t):
+    """t back in x's kind (numpy for numpy inputs)."""
+    return t.numpy() if isinstance(x, np.ndarray) else t
+
+
+def _f32(x):
+    return x.astype(np.float32) if isinstance(x, np.ndarray) else x.float()
+
+
+def _check_ranks(dist, group, kernel, q, k, v, world):
+    """Every rank learns every rank's spec and shard shapes; any difference is the same
+    LaunchError on every rank (no rank is left waiting in the ring)."""
+    mine = (hashlib.sha256(repr(kernel.spec).encode()).hexdigest()[:16], kernel.target,
+            tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    seen = [None] * world
+    dist.all_gather_object(seen, mine, group=group)
+    specs = {s[0] for s in seen}
+    if len(specs) > 1:
+        raise LaunchError(f"ring_attention: the ranks run different specs ({len(specs)} distinct): every rank "
+                          "must call it with the same kernel")
+    if len({s[1] for s in seen}) > 1:
+        raise LaunchError("ring_attention: the ranks use kernels of different targets")
+    for what, i in (("q", 2), ("k", 3), ("v", 4)):
+        shapes = [s[i] for s in seen]
+        if len(set(shapes)) > 1:
+            raise LaunchError(f"ring_attention: {what} shards differ between ranks ({', '.join(map(str, shapes))}): "
+                              "every rank holds a contiguous shard of the same length")
+    if q.shape[1] != k.shape[1]:
+        raise LaunchError(f"ring_attention: each rank's q and k shards must cover the same positions (q has "
+                          f"{q.shape[1]} rows, k {k.shape[1]})")
+
+
+def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False):
+    """Attention over the whole sequence for this rank's shard of the queries (docstring of the
+    module). q (B, S, Hq, Dqk), k / v (B, S, Hkv, D): this rank's shard, in the kernel's dtype,
+    as the kernel takes them (CUDA tensors with NCCL; numpy arrays for WGSL kernels with gloo).
+    Returns out (B, S, Hq, Dv) (and lse (B, Hq, S) with return_lse), of q's kind."""
+    spec = kernel.spec
+    if spec.mask.kind not in ("none", "causal"):
+        raise LaunchError(f"ring_attention: mask {spec.mask.kind} is not supported yet (none and causal are); "
+                          "docs/distributed.md")
+    if spec.kv_cache.is_paged:
+        raise LaunchError("ring_attention: a paged KV cache is not a sequence shard (use kv_cache contiguous)")
+    if len(getattr(q, "shape", ())) != 4:
+        raise LaunchError(f"ring_attention: q must be (B, S, Hq, D), got shape {tuple(getattr(q, 'shape', ()))}")
+    torch, dist = _dist()
+    world, rank = dist.get_world_size(group), dist.get_rank(group)
+    _check_ranks(dist, group, kernel, q, k, v, world)
+    causal = spec.mask.kind == "causal"
+    full = _full_kernel(kernel) if causal else kernel
+    nxt = dist.get_global_rank(group, (rank + 1) % world) if group is not None else (rank + 1) % world
+    prv = dist.get_global_rank(group, (rank - 1) % world) if group is not None else (rank - 1) % world
+    kt, vt = _as_torch(torch, k), _as_torch(torch, v)
+    out = lse = None
+    for step in range(world):
+        src = (rank - step) % world  # whose K/V shard is in hand
+        pending = []
+        if step < world - 1:  # pass it on while computing with it
+            k_in, v_in = torch.empty_like(kt), torch.empty_like(vt)
+            pending = dist.batch_isend_irecv([dist.P2POp(dist.isend, kt, nxt, group), dist.P2POp(dist.isend, vt, nxt, group),
+                                              dist.P2POp(dist.irecv, k_in, prv, group), dist.P2POp(dist.irecv, v_in, prv, group)])
+        if not (causal and src > rank):  # a later shard holds no key a causal row of this rank sees
+            kern = kernel if (not causal or src == rank) else full
+            o, l = kern(q, _like(k, kt), _like(v, vt), return_lse=True)
+            o = _f32(o)
+            out, lse = (o, l) if out is None else merge([out, o], [lse, l])
+        for req in pending:
+            req.wait()
+        if step < world - 1:
+            kt, vt = k_in, v_in
+    out = out.astype(q.dtype) if isinstance(q, np.ndarray) else out.to(q.dtype)
+    return (out, lse) if return_lse else out
+
+
+__all__ = ["ring_attention"]

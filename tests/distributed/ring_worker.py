@@ -1,0 +1,49 @@
+"""One rank of a ring-attention test (tests/distributed/test_ring.py starts W of them).
+
+    python ring_worker.py RANK WORLD INIT_FILE CASE_JSON OUT_DIR
+
+Builds the case's full q, k, v from its seed (every rank the same), takes this rank's contiguous
+shard, runs attngen.distributed.ring_attention with gloo on the WGSL kernel (the software
+adapter), and writes out_RANK.npy / lse_RANK.npy, or error_RANK.txt with the LaunchError."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import numpy as np
+import torch.distributed as dist
+
+import attngen
+import attngen.distributed
+
+
+def main():
+    rank, world, init, case, out_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    try:
+        spec = attngen.parse(case["spec"])[0]
+        kernel = attngen.compile(spec, target="wgsl")
+        rng = np.random.default_rng(case["seed"])
+        b, L, hq, hkv, d = case["B"], case["L"], case["Hq"], case["Hkv"], spec.head_dim_qk
+        q, k, v = (rng.standard_normal((b, L, h, d)).astype(np.float32) for h in (hq, hkv, hkv))
+        S = L // world
+        sl = slice(rank * S, (rank + 1) * S)
+        if case.get("uneven") and rank == 0:
+            sl = slice(0, S - 1)
+        dt = np.float16 if spec.dtype == "f16" else np.float32
+        try:
+            out, lse = attngen.distributed.ring_attention(kernel, q[:, sl].astype(dt), k[:, sl].astype(dt),
+                                                          v[:, sl].astype(dt), return_lse=True)
+            np.save(os.path.join(out_dir, f"out_{rank}.npy"), out.astype(np.float32))
+            np.save(os.path.join(out_dir, f"lse_{rank}.npy"), lse)
+        except attngen.LaunchError as e:
+            with open(os.path.join(out_dir, f"error_{rank}.txt"), "w") as f:
+                f.write(str(e))
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

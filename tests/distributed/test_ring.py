@@ -1,0 +1,93 @@
+"""attngen.distributed.ring_attention (docs/distributed.md) in 2 and 3 processes with gloo on
+the software adapter (WGSL kernels), against the float64 reference of the whole sequence.
+Needs PyTorch (scripts/test.sh installs the CPU build) and a wgpu adapter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import attngen
+from attngen.reference import reference, relative_error, tolerance
+
+from conftest import ROOT, require
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
+                                reason="this PyTorch has no gloo")
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ring_worker.py")
+
+
+def _run(tmp_path, world, case, timeout=300):
+    init = tmp_path / "pg_init"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+    procs = [subprocess.Popen([sys.executable, WORKER, str(r), str(world), str(init), json.dumps(case), str(tmp_path)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(world)]
+    logs = []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        logs.append(out)
+        assert p.returncode == 0, "\n".join(logs)
+    return logs
+
+
+CASES = [
+    ("none f32 2 ranks", 2, "head_dim 32\n heads q=6 kv=2\n dtype f32", 1, 26),
+    ("causal f32 3 ranks", 3, "head_dim 32\n heads q=6 kv=2\n dtype f32\n mask causal", 2, 39),
+    ("causal f16 2 ranks gqa 3", 2, "head_dim 64\n heads q=6 kv=2\n dtype f16\n mask causal", 1, 14),
+    ("none f16 3 ranks", 3, "head_dim 64\n heads q=4 kv=4\n dtype f16", 1, 21),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_ring_attention_equals_one_process(case, tmp_path):
+    require("wgsl")
+    _, world, body, batch, length = case
+    spec = attngen.parse("attention ring {\n" + body + "\n}")[0]
+    c = {"spec": "attention ring {\n" + body + "\n}", "seed": 7, "B": batch, "L": length,
+         "Hq": spec.heads_q, "Hkv": spec.heads_kv}
+    _run(tmp_path, world, c)
+    rng = np.random.default_rng(7)
+    q, k, v = (rng.standard_normal((batch, length, h, spec.head_dim_qk)).astype(np.float32)
+               for h in (spec.heads_q, spec.heads_kv, spec.heads_kv))
+    if spec.dtype == "f16":
+        q, k, v = (x.astype(np.float16).astype(np.float32) for x in (q, k, v))
+    ref, ref_lse = reference(spec, q, k, v, return_lse=True)
+    out = np.concatenate([np.load(tmp_path / f"out_{r}.npy") for r in range(world)], axis=1)
+    lse = np.concatenate([np.load(tmp_path / f"lse_{r}.npy") for r in range(world)], axis=2)
+    assert relative_error(out, ref) <= tolerance(spec)
+    assert np.abs(lse - ref_lse).max() <= 1e-2 * max(1.0, np.abs(ref_lse).max())
+
+
+def test_unequal_shards_are_an_error_on_every_rank(tmp_path):
+    require("wgsl")
+    body = "head_dim 32\n heads q=2 kv=2\n dtype f32"
+    _run(tmp_path, 2, {"spec": "attention ring {\n" + body + "\n}", "seed": 1, "B": 1, "L": 16, "Hq": 2, "Hkv": 2,
+                       "uneven": True})
+    for r in range(2):
+        text = (tmp_path / f"error_{r}.txt").read_text()
+        assert "shards differ between ranks" in text, text
+
+
+def test_unsupported_inputs_are_refused_before_any_communication():
+    import attngen.distributed as ad
+
+    class Kernel:  # what ring_attention reads of a kernel before it communicates
+        def __init__(self, body):
+            self.spec = attngen.parse("attention w {\n" + body + "\n}")[0]
+    with pytest.raises(attngen.LaunchError, match="mask window is not supported yet"):
+        ad.ring_attention(Kernel("head_dim 32\n dtype f32\n mask window(left=4)"), None, None, None)
+    with pytest.raises(attngen.LaunchError, match="paged KV cache is not a sequence shard"):
+        ad.ring_attention(Kernel("head_dim 32\n dtype f32\n kv_cache paged(page=16)"), None, None, None)
+    with pytest.raises(attngen.LaunchError, match=r"q must be \(B, S, Hq, D\)"):
+        ad.ring_attention(Kernel("head_dim 32\n dtype f32"), np.zeros((3, 2)), None, None)
+    if not torch.distributed.is_initialized():
+        with pytest.raises(attngen.LaunchError, match="initialise torch.distributed"):
+            ad.ring_attention(Kernel("head_dim 32\n dtype f32"), np.zeros((1, 2, 2, 32)), None, None)
