@@ -73,6 +73,21 @@ def _f32(x):
     return x.astype(np.float32) if isinstance(x, np.ndarray) else x.float()
 
 
+def _accumulate(out, lse, part, row0):
+    """Merge a kernel's (out, lse) into the running ones: all rows (row0 None) or the rows from
+    row0 on (zigzag: a second chunk's). The first part seen is all rows."""
+    o, l = part
+    o = _f32(o)
+    if out is None:  # (copies: later merges write rows of them in place)
+        return o, (l.copy() if isinstance(l, np.ndarray) else l.clone())
+    if row0 is None:
+        return merge([out, o], [lse, l])
+    mo, ml = merge([out[:, row0:], o], [lse[:, :, row0:], l])
+    out[:, row0:] = mo
+    lse[:, :, row0:] = ml
+    return out, lse
+
+
 def _check_ranks(dist, group, kernel, q, k, v, world):
     """Every rank learns every rank's spec and shard shapes; any difference is the same
     LaunchError on every rank (no rank is left waiting in the ring)."""
@@ -96,12 +111,32 @@ def _check_ranks(dist, group, kernel, q, k, v, world):
                           f"{q.shape[1]} rows, k {k.shape[1]})")
 
 
-def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False):
+def zigzag_shard(x, rank: int, world: int, axis: int = 1):
+    """Rank `rank`'s zigzag shard of a whole sequence x: its chunks rank and 2 world - 1 - rank of
+    2 world equal chunks along `axis`, concatenated (numpy arrays and torch tensors)."""
+    n = x.shape[axis]
+    if n % (2 * world):
+        raise LaunchError(f"zigzag_shard: the sequence length {n} is not a multiple of 2 x {world} ranks")
+    c = n // (2 * world)
+    idx = [slice(None)] * x.ndim
+    parts = []
+    for chunk in (rank, 2 * world - 1 - rank):
+        idx[axis] = slice(chunk * c, (chunk + 1) * c)
+        parts.append(x[tuple(idx)])
+    return np.concatenate(parts, axis=axis) if isinstance(x, np.ndarray) else __import__("torch").cat(parts, dim=axis)
+
+
+def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False, layout: str = "contiguous"):
     """Attention over the whole sequence for this rank's shard of the queries (docstring of the
     module). q (B, S, Hq, Dqk), k / v (B, S, Hkv, D): this rank's shard, in the kernel's dtype,
     as the kernel takes them (CUDA tensors with NCCL; numpy arrays for WGSL kernels with gloo).
-    Returns out (B, S, Hq, Dv) (and lse (B, Hq, S) with return_lse), of q's kind."""
+    layout "contiguous": rank r holds positions r S .. r S + S - 1; "zigzag" (causal masks: every
+    rank gets the same work): the sequence is 2 W chunks of S / 2 and rank r holds chunks r and
+    2 W - 1 - r, concatenated (zigzag_shard). Returns out (B, S, Hq, Dv) (and lse (B, Hq, S) with
+    return_lse) in the same layout, of q's kind."""
     spec = kernel.spec
+    if layout not in ("contiguous", "zigzag"):
+        raise LaunchError(f"ring_attention: layout must be 'contiguous' or 'zigzag', not {layout!r}")
     if spec.mask.kind not in ("none", "causal"):
         raise LaunchError(f"ring_attention: mask {spec.mask.kind} is not supported yet (none and causal are); "
                           "docs/distributed.md")
@@ -112,8 +147,11 @@ def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False):
     torch, dist = _dist()
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     _check_ranks(dist, group, kernel, q, k, v, world)
+    if layout == "zigzag" and q.shape[1] % 2:
+        raise LaunchError(f"ring_attention: a zigzag shard is two equal chunks, but q has {q.shape[1]} rows")
     causal = spec.mask.kind == "causal"
     full = _full_kernel(kernel) if causal else kernel
+    half = q.shape[1] // 2
     nxt = dist.get_global_rank(group, (rank + 1) % world) if group is not None else (rank + 1) % world
     prv = dist.get_global_rank(group, (rank - 1) % world) if group is not None else (rank - 1) % world
     kt, vt = _as_torch(torch, k), _as_torch(torch, v)
@@ -125,11 +163,18 @@ def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False):
             k_in, v_in = torch.empty_like(kt), torch.empty_like(vt)
             pending = dist.batch_isend_irecv([dist.P2POp(dist.isend, kt, nxt, group), dist.P2POp(dist.isend, vt, nxt, group),
                                               dist.P2POp(dist.irecv, k_in, prv, group), dist.P2POp(dist.irecv, v_in, prv, group)])
-        if not (causal and src > rank):  # a later shard holds no key a causal row of this rank sees
-            kern = kernel if (not causal or src == rank) else full
-            o, l = kern(q, _like(k, kt), _like(v, vt), return_lse=True)
-            o = _f32(o)
-            out, lse = (o, l) if out is None else merge([out, o], [lse, l])
+        kc, vc = _like(k, kt), _like(v, vt)
+        if not causal:
+            out, lse = _accumulate(out, lse, kernel(q, kc, vc, return_lse=True), None)
+        elif src == rank:  # its own positions: causal (zigzag too: chunk r, then chunk 2W-1-r)
+            out, lse = _accumulate(out, lse, kernel(q, kc, vc, return_lse=True), None)
+        elif layout == "contiguous":
+            if src < rank:  # an earlier shard: every key is seen (a later one: none is)
+                out, lse = _accumulate(out, lse, full(q, kc, vc, return_lse=True), None)
+        elif src < rank:  # zigzag: both q chunks see all of the sender's first chunk, none of its second
+            out, lse = _accumulate(out, lse, full(q, kc[:, :half], vc[:, :half], return_lse=True), None)
+        else:  # zigzag, src > rank: the second q chunk sees both of the sender's chunks, the first none
+            out, lse = _accumulate(out, lse, full(q[:, half:], kc, vc, return_lse=True), half)
         for req in pending:
             req.wait()
         if step < world - 1:
@@ -138,4 +183,4 @@ def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False):
     return (out, lse) if return_lse else out
 
 
-__all__ = ["ring_attention"]
+__all__ = ["ring_attention", "zigzag_shard"]

@@ -3,7 +3,7 @@ GPU running the whole sequence with attngen. Started once per host; it starts on
 
     python3 benchmarks/context_parallel.py [--gpus 2] [--lens 32768,65536,131072,262144]
 
-B 1, 32 heads, d128, f16, causal and full. Each process holds L / gpus positions; the ring's
+B 1, 32 heads, d128, f16, causal (zigzag layout) and full. Each process holds L / gpus positions; the ring's
 time is the slowest rank's (events around the call, median of 5 after a warm-up). The one-GPU
 row runs the whole sequence on GPU 0. Prints one JSON row per case (suite context_parallel,
 peers one_gpu) for benchmarks/results/latest.json. NVLink multicast stays off (NCCL_NVLS_ENABLE=0,
@@ -57,7 +57,9 @@ def _rank(rank, world, lens, port, out):
             S = L // world
             g = torch.Generator(device="cuda").manual_seed(0)
             q, k, v = (torch.randn((1, S, H, D), device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
-            ms = torch.tensor([_time(lambda: attngen.distributed.ring_attention(kern, q, k, v))], device="cuda")
+            layout = "zigzag" if mask == "causal" else "contiguous"  # (random data: the shard's contents are moot)
+            ms = torch.tensor([_time(lambda: attngen.distributed.ring_attention(kern, q, k, v, layout=layout))],
+                              device="cuda")
             dist.all_reduce(ms, op=dist.ReduceOp.MAX)
             if rank == 0:
                 one = None

@@ -33,9 +33,14 @@ def main():
         if case.get("uneven") and rank == 0:
             sl = slice(0, S - 1)
         dt = np.float16 if spec.dtype == "f16" else np.float32
+        layout = case.get("layout", "contiguous")
+        if layout == "zigzag":
+            qs, ks, vs = (attngen.distributed.zigzag_shard(x, rank, world) for x in (q, k, v))
+        else:
+            qs, ks, vs = q[:, sl], k[:, sl], v[:, sl]
         try:
-            out, lse = attngen.distributed.ring_attention(kernel, q[:, sl].astype(dt), k[:, sl].astype(dt),
-                                                          v[:, sl].astype(dt), return_lse=True)
+            out, lse = attngen.distributed.ring_attention(kernel, qs.astype(dt), ks.astype(dt), vs.astype(dt),
+                                                          return_lse=True, layout=layout)
             np.save(os.path.join(out_dir, f"out_{rank}.npy"), out.astype(np.float32))
             np.save(os.path.join(out_dir, f"lse_{rank}.npy"), lse)
         except attngen.LaunchError as e:

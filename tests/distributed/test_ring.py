@@ -39,20 +39,33 @@ def _run(tmp_path, world, case, timeout=300):
 
 
 CASES = [
-    ("none f32 2 ranks", 2, "head_dim 32\n heads q=6 kv=2\n dtype f32", 1, 26),
-    ("causal f32 3 ranks", 3, "head_dim 32\n heads q=6 kv=2\n dtype f32\n mask causal", 2, 39),
-    ("causal f16 2 ranks gqa 3", 2, "head_dim 64\n heads q=6 kv=2\n dtype f16\n mask causal", 1, 14),
-    ("none f16 3 ranks", 3, "head_dim 64\n heads q=4 kv=4\n dtype f16", 1, 21),
+    ("none f32 2 ranks", 2, "head_dim 32\n heads q=6 kv=2\n dtype f32", 1, 26, "contiguous"),
+    ("causal f32 3 ranks", 3, "head_dim 32\n heads q=6 kv=2\n dtype f32\n mask causal", 2, 39, "contiguous"),
+    ("causal f16 2 ranks gqa 3", 2, "head_dim 64\n heads q=6 kv=2\n dtype f16\n mask causal", 1, 14, "contiguous"),
+    ("none f16 3 ranks", 3, "head_dim 64\n heads q=4 kv=4\n dtype f16", 1, 21, "contiguous"),
+    ("causal zigzag f32 2 ranks", 2, "head_dim 32\n heads q=6 kv=2\n dtype f32\n mask causal", 1, 28, "zigzag"),
+    ("causal zigzag f16 3 ranks", 3, "head_dim 64\n heads q=4 kv=2\n dtype f16\n mask causal", 2, 42, "zigzag"),
 ]
+
+
+def _unshard(parts, world, layout, axis):
+    """The whole sequence from the ranks' shards (zigzag: chunks r and 2W-1-r of rank r)."""
+    if layout == "contiguous":
+        return np.concatenate(parts, axis=axis)
+    chunks = [None] * (2 * world)
+    for r, p in enumerate(parts):
+        a, b = np.split(p, 2, axis=axis)
+        chunks[r], chunks[2 * world - 1 - r] = a, b
+    return np.concatenate(chunks, axis=axis)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
 def test_ring_attention_equals_one_process(case, tmp_path):
     require("wgsl")
-    _, world, body, batch, length = case
+    _, world, body, batch, length, layout = case
     spec = attngen.parse("attention ring {\n" + body + "\n}")[0]
     c = {"spec": "attention ring {\n" + body + "\n}", "seed": 7, "B": batch, "L": length,
-         "Hq": spec.heads_q, "Hkv": spec.heads_kv}
+         "Hq": spec.heads_q, "Hkv": spec.heads_kv, "layout": layout}
     _run(tmp_path, world, c)
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((batch, length, h, spec.head_dim_qk)).astype(np.float32)
@@ -60,10 +73,20 @@ def test_ring_attention_equals_one_process(case, tmp_path):
     if spec.dtype == "f16":
         q, k, v = (x.astype(np.float16).astype(np.float32) for x in (q, k, v))
     ref, ref_lse = reference(spec, q, k, v, return_lse=True)
-    out = np.concatenate([np.load(tmp_path / f"out_{r}.npy") for r in range(world)], axis=1)
-    lse = np.concatenate([np.load(tmp_path / f"lse_{r}.npy") for r in range(world)], axis=2)
+    out = _unshard([np.load(tmp_path / f"out_{r}.npy") for r in range(world)], world, layout, 1)
+    lse = _unshard([np.load(tmp_path / f"lse_{r}.npy") for r in range(world)], world, layout, 2)
     assert relative_error(out, ref) <= tolerance(spec)
     assert np.abs(lse - ref_lse).max() <= 1e-2 * max(1.0, np.abs(ref_lse).max())
+
+
+def test_zigzag_shards():
+    from attngen.distributed import zigzag_shard
+    x = np.arange(12).reshape(1, 12, 1, 1)
+    assert zigzag_shard(x, 0, 3).ravel().tolist() == [0, 1, 10, 11]
+    assert zigzag_shard(x, 1, 3).ravel().tolist() == [2, 3, 8, 9]
+    assert zigzag_shard(torch.from_numpy(x), 2, 3).flatten().tolist() == [4, 5, 6, 7]
+    with pytest.raises(attngen.LaunchError, match="not a multiple of 2 x 5 ranks"):
+        zigzag_shard(x, 0, 5)
 
 
 def test_unequal_shards_are_an_error_on_every_rank(tmp_path):
