@@ -146,6 +146,18 @@ def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False, lay
         raise LaunchError(f"ring_attention: q must be (B, S, Hq, D), got shape {tuple(getattr(q, 'shape', ()))}")
     torch, dist = _dist()
     world, rank = dist.get_world_size(group), dist.get_rank(group)
+    try:
+        return _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank)
+    except LaunchError:
+        raise
+    except RuntimeError as e:  # torch.distributed's errors (DistBackendError and timeouts among them)
+        raise LaunchError(f"ring_attention on rank {rank} of {world}: the ring's communication failed (a rank "
+                          f"that died, timed out or left the group?): {type(e).__name__}: {str(e)[:300]}") from None
+
+
+def _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank):
+    """ring_attention once the inputs are checked locally (see there)."""
+    spec = kernel.spec
     _check_ranks(dist, group, kernel, q, k, v, world)
     if layout == "zigzag" and q.shape[1] % 2:
         raise LaunchError(f"ring_attention: a zigzag shard is two equal chunks, but q has {q.shape[1]} rows")

@@ -8,6 +8,7 @@ adapter), and writes out_RANK.npy / lse_RANK.npy, or error_RANK.txt with the Lau
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import sys
@@ -21,7 +22,10 @@ import attngen.distributed
 
 def main():
     rank, world, init, case, out_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=30))
+    if case.get("die") == rank:  # a rank that dies after joining the group
+        os._exit(3)
     try:
         spec = attngen.parse(case["spec"])[0]
         kernel = attngen.compile(spec, target="wgsl")
@@ -47,7 +51,8 @@ def main():
             with open(os.path.join(out_dir, f"error_{rank}.txt"), "w") as f:
                 f.write(str(e))
     finally:
-        dist.destroy_process_group()
+        if not case.get("die"):
+            dist.destroy_process_group()
 
 
 if __name__ == "__main__":

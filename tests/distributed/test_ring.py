@@ -24,17 +24,17 @@ pytestmark = pytest.mark.skipif(not torch.distributed.is_available() or not torc
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ring_worker.py")
 
 
-def _run(tmp_path, world, case, timeout=300):
+def _run(tmp_path, world, case, timeout=300, codes=None):
     init = tmp_path / "pg_init"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
     procs = [subprocess.Popen([sys.executable, WORKER, str(r), str(world), str(init), json.dumps(case), str(tmp_path)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(world)]
     logs = []
-    for p in procs:
+    for r, p in enumerate(procs):
         out, _ = p.communicate(timeout=timeout)
         logs.append(out)
-        assert p.returncode == 0, "\n".join(logs)
+        assert p.returncode == (codes or {}).get(r, 0), "\n".join(logs)
     return logs
 
 
@@ -97,6 +97,17 @@ def test_unequal_shards_are_an_error_on_every_rank(tmp_path):
     for r in range(2):
         text = (tmp_path / f"error_{r}.txt").read_text()
         assert "shards differ between ranks" in text, text
+
+
+def test_a_rank_that_dies_is_an_error_on_the_others(tmp_path):
+    """Rank 1 exits after joining the group: rank 0 gets a LaunchError (no hang past the
+    group's timeout, 30 s in the worker)."""
+    require("wgsl")
+    body = "head_dim 32\n heads q=2 kv=2\n dtype f32"
+    _run(tmp_path, 2, {"spec": "attention ring {\n" + body + "\n}", "seed": 1, "B": 1, "L": 16, "Hq": 2, "Hkv": 2,
+                       "die": 1}, timeout=120, codes={1: 3})
+    text = (tmp_path / "error_0.txt").read_text()
+    assert "ring_attention on rank 0 of 2: the ring's communication failed" in text, text
 
 
 def test_unsupported_inputs_are_refused_before_any_communication():
