@@ -24,8 +24,10 @@ def main():
     rank, world, init, case, out_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
     dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=30))
-    if case.get("die") == rank:  # a rank that dies after joining the group
-        os._exit(3)
+    if "die" in case:
+        dist.barrier()  # both ranks have finished joining the group
+        if case["die"] == rank:  # a rank that dies before the ring
+            os._exit(3)
     try:
         spec = attngen.parse(case["spec"])[0]
         kernel = attngen.compile(spec, target="wgsl")
@@ -51,7 +53,7 @@ def main():
             with open(os.path.join(out_dir, f"error_{rank}.txt"), "w") as f:
                 f.write(str(e))
     finally:
-        if not case.get("die"):
+        if "die" not in case:
             dist.destroy_process_group()
 
 
