@@ -63,6 +63,7 @@ else:
         wgpu = __import__(RUNTIME)
     except ImportError:  # reported when a device is asked for
         pass
+DAWN = RUNTIME == "wgpudawn"
 
 
 def _missing_runtime() -> str:
@@ -72,7 +73,7 @@ def _missing_runtime() -> str:
     if RUNTIME == "wgpudawn":
         return "ATTNGEN_WGPU=wgpudawn needs Dawn for Python: pip install 'wgpudawn>=0.32,<0.33'"
     return "the WGSL runtime needs wgpu-py: pip install 'wgpu>=0.32,<0.33'"
-DAWN = RUNTIME == "wgpudawn"
+
 
 # numpy dtype <-> attngen storage dtype
 NP_DTYPES = {"f16": np.float16, "f32": np.float32}
