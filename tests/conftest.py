@@ -143,12 +143,12 @@ def kernel_for(spec, target):
         try:
             _KERNELS[key] = attngen.compile(spec, target=target)
         except attngen.SpecError as e:
-            skip_without_f16(e, target)
+            skip_if_adapter_refuses(e, target)
             raise
     return _KERNELS[key]
 
 
-def skip_without_f16(error, target):
+def skip_if_adapter_refuses(error, target):
     """Skip a test whose spec the live adapter cannot run, where that is the adapter's doing: f16
     arithmetic without shader-f16 (the checker refuses it; tests/equivalence/test_f16_packed.py
     checks the refusal), and, on Dawn (ATTNGEN_WGPU=wgpudawn, SwiftShader: 256 invocations per

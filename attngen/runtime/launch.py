@@ -146,12 +146,6 @@ class Launch:
             return (self.heads_q, self.total_q)
         return (self.batch, self.heads_q, self.len_q)
 
-    @property
-    def on_device(self) -> bool:
-        """Whether an integer input stays on the device (its contents are the kernel's to check)."""
-        return any(isinstance(x, OnDevice) for x in (self.kv_lens, self.cu_seqlens_q, self.cu_seqlens_k,
-                                                     self.block_table))
-
     def seq_lens_k(self) -> np.ndarray:
         """(B,) keys each sequence attends to (after the append); host integer inputs only."""
         if self.cu_seqlens_k is not None:

@@ -61,7 +61,7 @@ def test_device_inputs_bound_the_grid_by_the_shapes():
     packed sequences: the packed rows, or max_seqlen_q / max_seqlen_k."""
     ln = _resolve("head_dim 64\n dtype f16\n schedule split_kv(auto)", (8, 1, 32, 64), (8, 4096, 8, 64),
                   kv_lens=OnDevice((8,)))
-    assert ln.len_k == 4096 and ln.on_device and ln.splits >= 1
+    assert ln.len_k == 4096 and isinstance(ln.kv_lens, OnDevice) and ln.splits >= 1
     body = "head_dim 32\n dtype f16\n kv_cache paged(page=16)"
     ln = _resolve(body, (2, 1, 4, 32), (6, 16, 2, 32), kv_lens=OnDevice((2,)), block_table=OnDevice((2, 3)),
                   k_new=(2, 2, 2, 32), v_new=(2, 2, 2, 32))

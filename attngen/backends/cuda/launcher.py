@@ -23,7 +23,7 @@ import numpy as np
 from ...errors import LaunchError
 
 ERROR_WORDS = 8  # the kernels' `errors` parameter (lower.py): one int32 word per kind of input
-_KINDS = (
+_ERROR_KINDS = (
     ("cu_seqlens_q", "cu_seqlens_q[{b}] .. [{b1}] is not a sequence inside q (entries must start at 0 or more, "
                      "not decrease, end within q's rows and, with cu_seqlens_k absent, within k's), or it is "
                      "longer than max_seqlen_q / max_seqlen_k"),
@@ -58,7 +58,7 @@ class ErrorFlags:
         """Raise (and clear) what the kernels reported; nothing when the words are zero."""
         if not self.found():
             return
-        found = [text.format(b=int(w) - 1, b1=int(w)) for (_, text), w in zip(_KINDS, self.words) if w > 0]
+        found = [text.format(b=int(w) - 1, b1=int(w)) for (_, text), w in zip(_ERROR_KINDS, self.words) if w > 0]
         self.words[:] = 0
         raise LaunchError(f"GPU {self.device}: {when} found bad integer inputs (checked on the device): "
                           + "; ".join(found))

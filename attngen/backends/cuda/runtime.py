@@ -124,23 +124,13 @@ def _contiguous(name: str, t: _Tensor) -> _Tensor:
     return _as_tensor(name, cupy.array(t.obj, copy=True, order="C"))
 
 
-def _raw_stream(kind: str, device: int) -> int:
-    """The handle of the stream the caller's framework is using now (PyTorch's for torch tensors,
-    CuPy's otherwise): the kernels are launched on it."""
-    if kind == "torch":
-        import torch
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch.compile's launchers call
-        return raw(device) if raw is not None else torch.cuda.current_stream(device).cuda_stream
-    return _cupy().cuda.get_current_stream().ptr
-
-
 def _launch_stream(kind: str, device: int):
     """A context in which CuPy works on the stream the kernels are launched on."""
     if kind != "torch":
         return contextlib.nullcontext()  # CuPy's current stream already
     with warnings.catch_warnings():  # CuPy 14 prefers Stream.from_external, which takes no raw handle
         warnings.simplefilter("ignore", DeprecationWarning)
-        return _cupy().cuda.ExternalStream(_raw_stream(kind, device))
+        return _cupy().cuda.ExternalStream(_stream_getter(kind, device)())
 
 
 _KINDS: dict = {}  # type -> "torch" | "cupy" | "" (the fast path takes exactly these two array types)
@@ -351,7 +341,8 @@ class CudaKernel(Kernel):
             if mask is not None:
                 ptrs.update(_mask_ptrs(mask))
             if out is not None:
-                recipe.check_out_overlap(_ptr(out), ptrs)
+                ptrs["out"] = _ptr(out)
+                recipe.check_out_overlap(ptrs["out"], ptrs)
             keep = ()
         else:
             tensors = {"q": q, "k": k, "v": v}
@@ -436,6 +427,8 @@ class CudaKernel(Kernel):
                 keep.append(bm)
                 cacheable = False
         ptrs = {name: t.ptr for name, t in named.items()}
+        if out is not None:
+            ptrs["out"] = to.ptr
         cupy = _cupy()
         with cupy.cuda.Device(dev), _launch_stream(tq.kind, dev):  # host arrays go up on the launches' stream
             for name, (checked, arr, _stride) in given.items():
@@ -495,11 +488,9 @@ class CudaKernel(Kernel):
     def _run(self, recipe: Recipe, ptrs: dict, out, return_lse: bool):
         """Allocate the outputs and workspace of a call (in q's framework, on its GPU) and launch
         the recipe's kernels on the caller's current stream; (result, workspace)."""
-        if out is None:
+        if out is None:  # (a given out's address is in ptrs already)
             out = recipe.alloc_out()
             ptrs["out"] = _ptr(out)
-        else:
-            ptrs["out"] = _ptr(out) if _kind(out) else _as_tensor("out", out).ptr
         lse = ws = None
         if return_lse:
             lse = recipe.alloc_lse()
@@ -572,13 +563,16 @@ def _allocator(kind: str, device: int, shape: tuple, dtype: str):
 
 
 def _stream_getter(kind: str, device: int):
-    """A function giving the handle of the caller's current stream (see _raw_stream)."""
+    """A function giving the handle of the stream the caller's framework is using now (PyTorch's
+    for torch tensors, CuPy's otherwise): the kernels are launched on it."""
     if kind == "torch":
         import torch
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what torch.compile's launchers call
         if raw is not None:
             return functools.partial(raw, device)
-    return functools.partial(_raw_stream, kind, device)
+        return lambda: torch.cuda.current_stream(device).cuda_stream
+    cupy = _cupy()
+    return lambda: cupy.cuda.get_current_stream().ptr
 
 
 _GPUS: list = []

@@ -20,7 +20,7 @@ from attngen.api import lower as plan
 from attngen.backends.wgsl.adapter import DAWN, WGPU_FEATURE
 from attngen.reference import reference, relative_error, tolerance
 
-from conftest import skip_without_f16
+from conftest import skip_if_adapter_refuses
 
 pytestmark = pytest.mark.wgsl
 
@@ -211,7 +211,7 @@ def test_matches_reference(rt, case):
     try:
         kernel = rt.compile_kernel(spec, profile)
     except SpecError as e:
-        skip_without_f16(e, "wgsl")
+        skip_if_adapter_refuses(e, "wgsl")
         raise
     subgroups = kernel.plan.config.subgroups
     if "subgroups-on" in case:
