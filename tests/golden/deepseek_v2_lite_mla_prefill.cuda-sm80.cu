@@ -461,39 +461,60 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 // A key a row does not see contributes nothing to that row, whatever its values: masked scores
 // are selected to -inf (never added to or multiplied), so their P is exactly 0; but in P V a 0
 // times an inf or NaN value of V is NaN. In a tile that some rows of the block see only in part
-// (a partial tile of a mask), every warp therefore zeroes the non-finite values of V before
-// P V (all warps write the same zeros) and learns which keys held them; a row that does see
+// (a partial tile of a mask), the non-finite values of V are therefore zeroed before P V and
+// every warp learns which keys held them (clean_values); a row that does see
 // such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. A NaN or +inf
 // score a row sees makes its sum l NaN, and so its output and lse (the epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
-// Zero the non-finite values of the kBlockKV x kCols tile at `tile` (row stride kStride, rows
-// 16-byte aligned) and return, in `bad`, this warp's mask of the keys that held any.
+// Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)
+// whose values hold an inf or NaN (`bad`: one bit per key, the same in every warp), then zero
+// those values. Every warp scans the tile as the copies left it: the zeros are written only
+// after a barrier, once every warp has scanned (a warp that read a row another warp had already
+// zeroed would not learn of its key), and only when a bad key exists (`bad` is the same in every
+// warp, so the barrier is uniform). All threads of the block call it.
 template <int kCols, int kStride>
 __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyWords], int lane) {
     constexpr int kWordsPerRow = kCols * static_cast<int>(sizeof(elem_t)) / 16;  // uint4 per row
     static_assert(kCols * sizeof(elem_t) % 16 == 0, "rows of whole 16-byte words");
+    auto word = [&](int r, int c) { return reinterpret_cast<uint4*>(tile + r * kStride) + c; };
+    unsigned any = 0u;
     #pragma unroll
-    for (int w = 0; w < kKeyWords; ++w) {
+    for (int w = 0; w < kKeyWords; ++w) {  // read only
         const int r = w * 32 + lane;
         bool found = false;
         if (r < kBlockKV) {
-            uint4* row = reinterpret_cast<uint4*>(tile + r * kStride);
             #pragma unroll 4
             for (int c = 0; c < kWordsPerRow; ++c) {
-                uint4 x = row[c];
+                uint4 x = *word(r, c);
+                clear_nonfinite(x.x, found);
+                clear_nonfinite(x.y, found);
+                clear_nonfinite(x.z, found);
+                clear_nonfinite(x.w, found);
+            }
+        }
+        bad[w] = __ballot_sync(0xffffffffu, found);
+        any |= bad[w];
+    }
+    if (any == 0u) return;  // the common case: nothing to zero, no barrier
+    __syncthreads();        // every warp has scanned the tile as it was
+    #pragma unroll
+    for (int w = 0; w < kKeyWords; ++w) {
+        const int r = w * 32 + lane;
+        if (r < kBlockKV && ((bad[w] >> lane) & 1u)) {
+            for (int c = 0; c < kWordsPerRow; ++c) {
+                uint4* p = word(r, c);
+                uint4 x = *p;
                 bool here = false;
                 x.x = clear_nonfinite(x.x, here);
                 x.y = clear_nonfinite(x.y, here);
                 x.z = clear_nonfinite(x.z, here);
                 x.w = clear_nonfinite(x.w, here);
-                if (here) row[c] = x;
-                found |= here;
+                if (here) *p = x;
             }
         }
-        bad[w] = __ballot_sync(0xffffffffu, found);
     }
-    __syncwarp();
+    __syncthreads();  // every warp's P V reads the tile after all the zeros are written
 }
 
 // Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad.
