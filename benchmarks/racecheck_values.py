@@ -27,7 +27,7 @@ def main() -> int:
         q, k, v = (rng.standard_normal((1, 150, 4, 64)).astype(np.float32) for _ in range(3))
         v[0, 70, 1, 5] = np.inf
         v[0, 133, 2, 9] = np.nan
-        dt = torch.float16 if "f16" in body else torch.bfloat16
+        dt = torch.bfloat16 if "bf16" in body else torch.float16
         out = kern(*(torch.from_numpy(a).cuda().to(dt) for a in (q, k, v)))
         got = out.float().cpu().numpy()
         ref = reference(spec, q, k, v)

@@ -41,7 +41,7 @@ def test_a_bad_spec_writes_nothing(tmp_path, capsys):
 def test_it_serves_the_folder(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "attngen", "serve-demo", LLAMA, "--target", "wgsl", "--port", "0",
                              "--dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": ROOT})
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))})
     try:
         proc.stdout.readline()  # wrote ...
         line = proc.stdout.readline()

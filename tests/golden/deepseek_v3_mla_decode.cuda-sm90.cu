@@ -536,12 +536,14 @@ __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyW
     }
     if (any == 0u) return;  // the common case: nothing to zero, no barrier
     __syncthreads();        // every warp has scanned the tile as it was
+    // Each 16-byte word of a bad key is zeroed by one thread of the block (no two threads write
+    // the same word, and no thread reads a word another is writing).
     #pragma unroll
     for (int w = 0; w < kKeyWords; ++w) {
-        const int r = w * 32 + lane;
-        if (r < kBlockKV && ((bad[w] >> lane) & 1u)) {
-            for (int c = 0; c < kWordsPerRow; ++c) {
-                uint4* p = word(r, c);
+        for (int i = threadIdx.x; i < 32 * kWordsPerRow; i += blockDim.x) {
+            const int r = w * 32 + i / kWordsPerRow;
+            if (r < kBlockKV && ((bad[w] >> (i / kWordsPerRow)) & 1u)) {
+                uint4* p = word(r, i % kWordsPerRow);
                 uint4 x = *p;
                 bool here = false;
                 x.x = clear_nonfinite(x.x, here);

@@ -299,7 +299,7 @@ def test_parsed_text_is_cached_and_a_fresh_process_loads_no_parser(tmp_path, mon
              f"s = attngen.load({path!r})\n"
              "p = attngen.lower(s, 'cuda', 'cuda-sm90')\n"
              "print(repr(s) == repr(attngen.parse(open(sys.argv[1]).read(), sys.argv[1])[0]), 'lark' in sys.modules)")
-    env = {**os.environ, "PYTHONPATH": ROOT}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     first = subprocess.run([sys.executable, "-c", child, path], capture_output=True, text=True, env=env, check=True)
     second = subprocess.run([sys.executable, "-c", child, path], capture_output=True, text=True, env=env, check=True)
     assert first.stdout.split() == ["True", "True"]  # parsed: lark loaded
