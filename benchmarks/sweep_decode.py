@@ -1,11 +1,13 @@
-"""Sweep the split_kv decode kernel's tile kv, K/V stages and split count on the GPU (issue 12
-part 5: what the split rule and the decode defaults should be), beside SDPA flash and cuDNN.
+"""Sweep the split_kv decode kernel's warps over keys, tile kv, K/V stages and split count on the
+GPU (issue 12 part 5: what the split rule and the decode defaults should be), beside SDPA flash
+and cuDNN.
 
-    python3 benchmarks/sweep_decode.py [--lk 4096,32768]
+    python3 benchmarks/sweep_decode.py [--lk 4096,32768] [--batch 8] [--warps-kv 1x32,4x128]
+                                       [--stages 2,3] [--splits auto,4,8]
 
-B=8, Lq=1, 32 query heads over 8 KV heads, d128, f16; the kernels' launches alone
-(kernel.prepared), median of triton do_bench; effective K+V TB/s. One line per configuration,
-then the best per Lk.
+Lq=1, 32 query heads over 8 KV heads, d128, f16; the kernels' launches alone (kernel.prepared),
+median of triton do_bench; effective K+V TB/s. One line per configuration, then the best per Lk.
+--warps-kv: key_warps x tile kv pairs (key_warps 1: one warp per block).
 """
 
 from __future__ import annotations
@@ -19,20 +21,29 @@ from triton.testing import do_bench
 
 import attngen
 
-B, HQ, HKV, D = 8, 32, 8, 128
+HQ, HKV, D = 32, 8, 128
 
 
-def kernel(kv: int, stages: int, splits):
+def kernel(key_warps: int, kv: int, stages: int, splits):
     sched = "split_kv(auto)" if splits == "auto" else f"split_kv({splits})"
-    text = (f"attention dec_{kv}_{stages}_{splits} {{\n head_dim {D}\n heads q={HQ} kv={HKV}\n dtype f16\n"
-            f" tile q=16 kv={kv}\n schedule {sched}\n target cuda {{ stages={stages} }}\n}}")
+    text = (f"attention dec_{key_warps}_{kv}_{stages}_{splits} {{\n head_dim {D}\n heads q={HQ} kv={HKV}\n"
+            f" dtype f16\n tile q=16 kv={kv}\n schedule {sched}\n"
+            f" target cuda {{ stages={stages} key_warps={key_warps} }}\n}}")
     return attngen.compile(attngen.parse(text)[0], target="cuda")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lk", default="4096,32768")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--warps-kv", default="1x32,1x64,2x64,4x64,4x128,8x128")
+    ap.add_argument("--stages", default="2,3,4")
+    ap.add_argument("--splits", default="auto,4,6,8,12,16,24,32")
     args = ap.parse_args()
+    B = args.batch
+    pairs = [tuple(int(x) for x in p.split("x")) for p in args.warps_kv.split(",")]
+    stage_list = [int(x) for x in args.stages.split(",")]
+    split_list = [x if x == "auto" else int(x) for x in args.splits.split(",")]
     for lk in (int(x) for x in args.lk.split(",")):
         q = torch.randn((B, 1, HQ, D), device="cuda", dtype=torch.float16)
         k = torch.randn((B, lk, HKV, D), device="cuda", dtype=torch.float16)
@@ -48,21 +59,23 @@ def main():
                 except RuntimeError as e:
                     print(f"Lk {lk} {name}: n/a ({str(e).splitlines()[0][:80]})")
         best = []
-        for kv in (32, 64):
-            for stages in (2, 3, 4):
-                for splits in ("auto", 4, 6, 8, 12, 16, 24, 32):
+        for key_warps, kv in pairs:
+            for stages in stage_list:
+                for splits in split_list:
+                    name = f"B{B} Lk {lk} w{key_warps} kv{kv} st{stages} S={splits}"
                     try:
-                        kern = kernel(kv, stages, splits)
+                        kern = kernel(key_warps, kv, stages, splits)
                         f = kern.prepared(q, k, v)
                         ms = do_bench(f, warmup=25, rep=100, return_mode="median")
                     except Exception as e:  # a configuration the checker refuses, or shared memory
-                        print(f"Lk {lk} kv{kv} st{stages} S={splits}: {type(e).__name__}: {str(e)[:80]}")
+                        print(f"{name}: {type(e).__name__}: {str(e)[:80]}")
                         continue
                     tbs = nbytes / ms / 1e9
-                    best.append((tbs, kv, stages, splits, ms))
-                    print(f"Lk {lk} kv{kv} st{stages} S={splits}: {ms:.4f} ms {tbs:.2f} TB/s", flush=True)
+                    best.append((tbs, key_warps, kv, stages, splits, ms))
+                    print(f"{name}: {ms:.4f} ms {tbs:.2f} TB/s", flush=True)
         best.sort(reverse=True)
-        print(f"Lk {lk} best: " + "; ".join(f"kv{b[1]} st{b[2]} S={b[3]} {b[0]:.2f} TB/s" for b in best[:5]))
+        print(f"B{B} Lk {lk} best: " + "; ".join(f"w{b[1]} kv{b[2]} st{b[3]} S={b[4]} {b[0]:.2f} TB/s"
+                                                for b in best[:6]))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@
 //       tile       q=auto kv=auto d=auto
 //       schedule   split_kv(auto)
 //       kv_cache   paged(page=16)
-//       target     cuda { warps=auto stages=auto }
+//       target     cuda { warps=auto stages=auto key_warps=auto }
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
@@ -559,8 +559,9 @@ __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyW
 }
 
 // Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad.
+template <int kWords>
 __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p)[kFrags][kNTilesKV][4],
-                                              const unsigned (&bad)[kKeyWords], int t) {
+                                              const unsigned (&bad)[kWords], int t) {
     #pragma unroll
     for (int mf = 0; mf < kFrags; ++mf) {
         #pragma unroll

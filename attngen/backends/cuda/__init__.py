@@ -24,6 +24,7 @@ class CudaBackend(Backend):
     schema = TargetSchema("cuda", (
         Option("warps", "int", 1, 32),
         Option("stages", "int", 1, 8),
+        Option("key_warps", "int", 1, 8),
     ), language="C++")
     default_profile = "cuda-sm80"
     required_limits = ("shared_memory_bytes", "threads_per_block", "registers_per_thread", "registers_per_block")

@@ -19,6 +19,10 @@ CUDA_SPILL_FACTOR = 1.5  # register estimates above this multiple of the cap are
 CUDA_SMEM_SKEW_BYTES = 16  # row padding that keeps ldmatrix / float4 reads free of bank conflicts
 CUDA_SPLIT_ROWS = 16  # default rows per block of the split schedules (split_kv, two_pass)
 CUDA_SPLIT_KV = 32  # default tile kv of the split schedules (64 spilled registers: benchmarks/NOTES.md)
+# split_kv: warps that share a block's rows and divide each K/V tile's keys among them (each warp
+# keeps its own m_i, l_i and acc over its keys; they are merged at the end of the block). The
+# default row of the split_kv schedule, measured on the H100 (benchmarks/NOTES.md, issue 12).
+CUDA_SPLIT_KEY_WARPS = 1
 CUDA_MAX_DV_BLOCK = 256  # output columns one block keeps in registers; wider outputs split over blocks
 # Candidates for a default `tile d` (head-dim columns per shared-memory step), largest first. The
 # tensor-core path needs multiples of 16 (the k of m16n8k16), the CUDA-core path multiples of 8.
@@ -47,7 +51,7 @@ class CudaConfig:
     math: str  # "wgmma" (Hopper warpgroup tensor cores), "mma" (tensor cores, f16/bf16) or "fma" (CUDA cores, f32)
     tile_q: int
     tile_kv: int
-    warps: int
+    warps: int  # per block: (tile_q / 16 / frags) row warps x key_warps
     stages: int
     d_qk: int
     d_v: int
@@ -74,6 +78,9 @@ class CudaConfig:
     # Why a profile that has the Hopper family (wgmma) does not use it for this spec ('' when it
     # does, or when the profile has none): `attngen check` shows it, never a silent fallback.
     family_note: str = ""
+    # split_kv: warps over keys (CUDA_SPLIT_KEY_WARPS): every tile of tile_kv keys is divided
+    # among key_warps warps that own the same rows; 1 everywhere else.
+    key_warps: int = 1
 
     @property
     def chunked(self) -> bool:
@@ -103,7 +110,7 @@ class CudaConfig:
     @property
     def frags(self) -> int:
         """16-row fragments of Q per warp (1 or 2)."""
-        return self.tile_q // (self.warps * CUDA_ROWS_PER_WARP)
+        return self.tile_q // (self.warps // self.key_warps * CUDA_ROWS_PER_WARP)
 
     @property
     def smem_summary(self) -> str:
@@ -119,6 +126,10 @@ class CudaConfig:
                          + ("; softmax overlapped with P V" if self.overlap else "") + ")",
                 "mma": "tensor cores (mma.sync m16n8k16)", "fma": "CUDA cores (fma)"}[self.math]
         who = f"{self.warps} warps ({self.threads} threads), {self.stages} K/V stage(s), {math}"
+        if self.key_warps > 1:
+            who = (f"{self.warps} warps ({self.threads} threads; {self.key_warps} warps over the keys of each "
+                   f"tile, {self.tile_kv // self.key_warps} keys each, merged at the end), {self.stages} K/V "
+                   f"stage(s), {math}")
         return f"tile q={self.tile_q} kv={self.tile_kv}, {who}"
 
     @property
@@ -365,6 +376,13 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
     if kv is not None:
         given_kv, given_st = kv
 
+    key_warps = _cuda_key_warps(spec, math, chunk, opts.get("key_warps"))
+    if key_warps > 1 and given_kv is None:
+        given_kv = row["tile_kv"] * key_warps  # each warp keeps the one-warp tile's keys
+    if given_kv is not None and given_kv % (16 * key_warps):
+        raise Problem(f"tile kv={given_kv} over key_warps={key_warps} gives {given_kv / key_warps:g} keys per "
+                      "warp; each warp's keys must be a multiple of 16 (the k of P V)", key="target.cuda",
+                      hint=f"use tile kv={16 * key_warps * max(1, given_kv // (16 * key_warps))}")
     if given_kv is not None and given_kv % 16:
         raise Problem(f"tile kv={given_kv} is not a multiple of 16 (the k dimension of the "
                           "tensor-core product P V)", hint="try tile kv=32 or kv=64")
@@ -376,6 +394,10 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
     else:
         tile_q, warps = _cuda_rows(given_q, given_w, row)
     threads_limit = min(profile.limit("threads_per_block"), 512)
+    if warps * key_warps * 32 > threads_limit:
+        raise Problem(f"key_warps={key_warps} gives {warps * key_warps} warps ({warps * key_warps * 32} threads); "
+                      f"at most {threads_limit} threads per block", key="target.cuda",
+                      hint=f"use key_warps={max(1, threads_limit // 32 // warps)} or less")
     if warps * 32 > threads_limit or tile_q > 256:
         raise Problem(f"tile q={tile_q} needs {warps} warps ({warps * 32} threads); at most "
                           f"{threads_limit} threads and 256 rows per block",
@@ -398,13 +420,13 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, chunk), v_blocks * d_v_block
             q_in_regs = False
         buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk)
-        regs = _cuda_registers(math, frags, tile_kv, d_qk_pad, d_v_block, q_in_regs)
-        reg_cap = cuda_register_cap(profile, warps * 32)
+        regs = _cuda_registers(math, frags, tile_kv // key_warps, d_qk_pad, d_v_block, q_in_regs)
+        reg_cap = cuda_register_cap(profile, warps * key_warps * 32)
         # A little spilling is slower, not wrong: the profile's measured defaults and the spec's
         # own choices may exceed the estimate's cap, but not pathologically (CUDA_SPILL_FACTOR).
         if smem <= profile.limit("shared_memory_bytes") and regs <= reg_cap * CUDA_SPILL_FACTOR:
             break
-        if given_kv is None and tile_kv > 16:
+        if given_kv is None and tile_kv > 16 * key_warps:
             tile_kv //= 2
         elif given_st is None and stages > 1:
             stages -= 1
@@ -436,10 +458,29 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             "most of them to local memory)",
             hint=_smaller(("a smaller tile kv", tile_kv > 16), ("more warps (16 rows each)", tile_q // warps > 16))
             or "use a smaller head dim v or tile d")
-    return CudaConfig(math, tile_q, tile_kv, warps, stages, spec.head_dim_qk, spec.head_dim_v,
+    return CudaConfig(math, tile_q, tile_kv, warps * key_warps, stages, spec.head_dim_qk, spec.head_dim_v,
                       d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap,
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
-                      d_v_block=d_v_block)
+                      d_v_block=d_v_block, key_warps=key_warps)
+
+
+def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None) -> int:
+    """Warps over the keys of each tile (split_kv only): the spec's `key_warps`, else the
+    default; a given value the kernel cannot honour is refused with the reason."""
+    why = None
+    if not spec.schedule.is_split:
+        why = "warps over keys serve the split decode schedules (split_kv), whose blocks have one warp of rows"
+    elif spec.schedule.is_two_pass:
+        why = "schedule two_pass keeps one warp per block (its passes store per-row statistics)"
+    elif chunk is not None:
+        why = "head dims streamed in chunks (tile d) keep one warp per block"
+    elif math != "mma":
+        why = "f32 storage (CUDA cores) keeps one warp per block"
+    if why is not None:
+        if given is not None and given > 1:
+            raise Problem(f"key_warps={given}: {why}", key="target.cuda", hint="leave key_warps out")
+        return 1
+    return given if given is not None else CUDA_SPLIT_KEY_WARPS
 
 
 configure = cuda_config  # the backend's configure() (attngen.backends.base.Backend)
