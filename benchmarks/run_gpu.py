@@ -1,6 +1,6 @@
 """Check and time attngen against PyTorch's attention backends on one GPU, in one process.
 
-    python3 benchmarks/run_gpu.py [--out DIR] [--quick] [--only SECTIONS]   (benchmarks/README.md)
+    python3 benchmarks/run_gpu.py [--out DIR] [--quick] [--only SECTIONS] [--small]   (benchmarks/README.md)
 
 Sections: dense (the cases below), wgsl, and issue 3's masks, decode and head_dims
 (benchmarks/variants.py); --only takes a comma-separated subset.
@@ -10,7 +10,9 @@ on the same random inputs (relative L2, fp16 vs fp16), then time attngen, SDPA f
 (FlashAttention-2), SDPA cuDNN, SDPA memory-efficient and FlexAttention (torch.compile) with CUDA events (median after
 warm-up, triton.testing.do_bench). Cases follow benchmarks/ANCHORS.md: batch * seqlen = 16384,
 heads * head_dim = 2048, fp16 unless said; TFLOP/s counts 4 * B * H * Lq * Lk * D, halved
-for causal. A WGSL section times the same kernels through wgpu on the GPU's Vulkan driver.
+for causal. A WGSL section (issue 13) times attngen's WGSL kernels through wgpu on the GPU's Vulkan
+driver beside a three-pass WGSL attention and the adapter's FMA ceiling (benchmarks/wgsl_peers.py);
+`--only wgsl --small` runs it at small shapes on a software adapter (lavapipe), without PyTorch.
 Writes results.json, latest.json (the committed benchmarks/results/latest.json form), dense.png
 (matplotlib, where installed) and RESULTS.md (date, GPU, commit) into --out; prints the table last.
 """
@@ -27,16 +29,22 @@ import sys
 import time
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import attngen  # noqa: E402
-import decode_grid  # noqa: E402  (benchmarks/decode_grid.py)
-import host  # noqa: E402  (benchmarks/host.py)
-import variants  # noqa: E402  (benchmarks/variants.py)
+
+try:  # the CUDA sections' stack; without it only `--only wgsl` runs (a machine with lavapipe only)
+    from triton.testing import do_bench  # first: where Triton is missing, torch is not loaded for nothing
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import decode_grid  # noqa: E402  (benchmarks/decode_grid.py)
+    import host  # noqa: E402  (benchmarks/host.py)
+    import variants  # noqa: E402  (benchmarks/variants.py)
+    NO_CUDA_STACK = None
+except ImportError as e:
+    torch = None
+    NO_CUDA_STACK = f"{type(e).__name__}: {e}"
 
 # The dense suite (issue 11): f16 and bf16, head dims 64 / 128 / 256, L 1k / 4k / 16k, full and causal.
 CASES = [(f"{dtype} d{d} L{L} {'causal' if mask == 'causal' else 'full'}", dtype, d, L, mask)
@@ -47,8 +55,8 @@ BACKENDS = [
     ("SDPA flash", SDPBackend.FLASH_ATTENTION),
     ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
     ("SDPA mem-eff", SDPBackend.EFFICIENT_ATTENTION),
-]
-TORCH_DTYPE = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+] if torch is not None else []
+TORCH_DTYPE = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32} if torch is not None else {}
 
 
 def spec_for(dtype, d, mask):
@@ -128,53 +136,153 @@ def cuda_section(cases, results):
               f"flex {row.get('flex_tflops') or 0:6.1f}  err {row['rel_err_vs_flash']:.1e}", flush=True)
 
 
-def wgsl_section(results):
-    """attngen's WGSL kernels through wgpu on the same GPU (GPU time of the dispatch)."""
+# The WGSL suite (issue 13): head dims 64 / 128 x L 1k / 4k x full and causal x f16 and f32 storage,
+# B L = 16384 tokens, 16 heads, beside the three-pass baseline of benchmarks/wgsl_peers.py; --small:
+# the same grid at sizes a software adapter (lavapipe) runs in seconds.
+WGSL_GRID = {"dims": (64, 128), "lengths": (1024, 4096), "masks": ("none", "causal"), "dtypes": ("f16", "f32"),
+             "tokens": 16384, "heads": 16}
+WGSL_SMALL = {**WGSL_GRID, "lengths": (64, 256), "tokens": 256, "heads": 4}
+WGSL_FMA = {"workgroups": 4096, "iters": 2048}  # 0.55 TFLOP of FMAs: ~12 ms at the H100's 45 TFLOP/s
+WGSL_FMA_SMALL = {"workgroups": 8, "iters": 256}
+
+
+def wgsl_case(dtype, d, seqlen, mask) -> str:
+    return f"wgsl {dtype} d{d} L{seqlen} {'causal' if mask == 'causal' else 'full'}"
+
+
+def _time_wgsl_kernel(kernel, dev, out, runs, budget_s):
+    """attngen's kernel: (median ms, timing, runs) of calls into `out`, the GPU time of each call's
+    dispatches (launch.gpu_timer) where the adapter has timestamp queries, else wall time to
+    completion; up to `runs`, at least 2, fewer once `budget_s` seconds are spent."""
     from attngen.backends import wgsl
-    info = dict(wgsl.device().adapter.info)
-    rows = []
-    for label, d, seqlen, batch, heads, mask in [
-        ("wgsl d64 L1024 full", 64, 1024, 4, 16, "none"),
-        ("wgsl d128 L1024 full", 128, 1024, 4, 16, "none"),
-        ("wgsl d128 L4096 causal", 128, 4096, 1, 16, "causal"),
-    ]:
-        spec = spec_for("f16", d, mask)
-        kernel = attngen.compile(spec, target="wgsl")
-        rng = np.random.default_rng(0)
-        host = [rng.standard_normal((batch, seqlen, heads, d)).astype(np.float16) for _ in range(3)]
-        dev = [wgsl.WgslTensor.from_numpy(a) for a in host]
-        out = kernel(*dev)
-        check = attngen.reference(spec, *(a[:, :, :1] for a in host))  # one head, full length
-        err = float(np.linalg.norm(out.numpy()[:, :, :1].astype(np.float64) - check) / np.linalg.norm(check))
-        from attngen.backends.wgsl.launch import gpu_timer
-        with gpu_timer(kernel) as gpu_times:  # timestamp queries where the adapter has them
-            times = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                kernel(*dev, out=out)
-                wgsl.device().queue.read_buffer(out.buffer, 0, 4)  # waits for the dispatch
-                times.append((time.perf_counter() - t0) * 1e3)
-        timing = "GPU (timestamp queries)" if gpu_times else "wall"
-        ms = statistics.median(gpu_times or times)
-        flops = 4.0 * batch * heads * seqlen * seqlen * d * (0.5 if mask == "causal" else 1.0)
-        rows.append({"case": label, "plan": kernel.plan.summary(), "ms": ms, "timing": timing,
-                     "tflops": flops / (ms * 1e-3) / 1e12, "rel_err_vs_reference": err})
-        print(f"{label:24s} {ms:8.2f} ms {rows[-1]['tflops']:6.2f} TFLOP/s err {err:.1e}", flush=True)
-    results.append({"wgsl_adapter": info.get("device"), "wgsl": rows})
+    from attngen.backends.wgsl.launch import gpu_timer
+    import wgsl_peers
+    times = []
+    with gpu_timer(kernel) as gpu_times:
+        start = time.perf_counter()
+        for i in range(runs):
+            if gpu_times is not None:
+                gpu_times.clear()
+            t0 = time.perf_counter()
+            kernel(*dev, out=out)
+            if gpu_times is None:
+                wgsl.device().queue.read_buffer(out.buffer, 0, 4)  # waits for the dispatches
+            times.append(sum(gpu_times) if gpu_times is not None else (time.perf_counter() - t0) * 1e3)
+            if i >= 1 and time.perf_counter() - start > budget_s:
+                break
+    timing = wgsl_peers.GPU_TIMING if gpu_times is not None else "wall (call to completion)"
+    return statistics.median(times), timing, len(times)
+
+
+def wgsl_row(dtype, d, mask, dev, host_qkv, refs, runs=5, budget_s=2.0) -> dict:
+    """One row: attngen's kernel and the three-pass peer on the same resident inputs `dev`
+    (WgslTensors (B, L, H, D)), both checked against the float64 reference on the first and the
+    last (batch, head) pair (`host_qkv`: the same values as numpy; `refs` caches the references by
+    (d, L, mask): f16 values are exact in f32, so both storage dtypes share them), then timed."""
+    import wgsl_peers
+    from attngen.backends import wgsl
+    from attngen.reference import TOLERANCE, relative_error
+    batch, seqlen, heads, _ = dev[0].shape
+    causal = mask == "causal"
+    spec = spec_for(dtype, d, mask)
+    flops = wgsl_peers.attention_flops(batch, heads, seqlen, d, causal)
+    pairs = sorted({(0, 0), (batch - 1, heads - 1)})
+    key = (d, seqlen, mask)
+    if key not in refs:
+        refs[key] = [attngen.reference(spec, *(a[b:b + 1, :, h:h + 1] for a in host_qkv)) for b, h in pairs]
+
+    def err(out):
+        return max(relative_error(out[b:b + 1, :, h:h + 1], r) for (b, h), r in zip(pairs, refs[key]))
+
+    row = {"case": wgsl_case(dtype, d, seqlen, mask), "dtype": dtype, "D": d, "L": seqlen, "B": batch, "H": heads,
+           "mask": mask, "checked_pairs": pairs}
+    kernel = attngen.compile(spec, target="wgsl")
+    row["plan"] = kernel.plan.summary()
+    # an out buffer with COPY_DST: on llvmpipe the checked result is copied into it (launch.py)
+    out = wgsl.WgslTensor.from_numpy(np.zeros(dev[0].shape, np.float16 if dtype == "f16" else np.float32))
+    kernel(*dev, out=out)  # warm-up (pipelines) and the checked output
+    row["rel_err_vs_reference"] = err(out.numpy())
+    row["ms"], row["timing"], row["runs"] = _time_wgsl_kernel(kernel, dev, out, runs, budget_s)
+    row["tflops"] = flops / (row["ms"] * 1e-3) / 1e12
+    del out
+    try:
+        peer = wgsl_peers.ThreePass(*dev, causal=causal, scale=spec.resolved_scale)
+        try:
+            peer.run()
+            row["three_pass_rel_err"] = e = err(peer.output())
+            if not e <= TOLERANCE["f32"]:  # f32 compute on the same values: f32's bound
+                raise RuntimeError(f"the three-pass peer is off the reference: relative error {e:.2e}")
+            ms, row["three_pass_timing"], row["three_pass_runs"] = peer.time(runs, budget_s, warmup=False)
+            row["three_pass_groups"] = peer.chunks
+        finally:
+            peer.release()
+        row["three_pass_ms"], row["three_pass_tflops"] = ms, flops / (ms * 1e-3) / 1e12
+        row["vs_three_pass"] = row["tflops"] / row["three_pass_tflops"]
+    except Exception as e:  # a peer that cannot run the case is absent, not zero
+        row["three_pass_ms"] = row["three_pass_tflops"] = None
+        row["three_pass_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    return row
+
+
+def wgsl_section(results, grid=None, fma=None, runs=5, budget_s=2.0):
+    """attngen's WGSL kernels through wgpu on the same GPU beside a straightforward three-pass
+    WGSL attention (benchmarks/wgsl_peers.py), on the same resident inputs, and the adapter's FMA
+    ceiling, measured once. Appends {"wgsl_adapter", "wgsl_meta", "wgsl": rows} to `results`."""
+    import wgsl_peers
+    from attngen.backends import wgsl
+    grid = {**WGSL_GRID, **(grid or {})}
+    st = wgsl.device_state()
+    ceiling = {dt: wgsl_peers.fma_ceiling(dt, **(fma or WGSL_FMA)) for dt in ("f32", "f16")}
+    meta = {"adapter": st.info.get("device"), "runtime": st.description(),
+            "fma_ceiling_tflops": ceiling["f32"]["tflops"], "fma_ceiling_f16_tflops": ceiling["f16"]["tflops"],
+            "fma_ceiling_timing": ceiling["f32"]["timing"], "tokens": grid["tokens"], "heads": grid["heads"]}
+    print(f"WGSL on {meta['runtime']}: FMA ceiling {ceiling['f32']['tflops']:.3g} TFLOP/s f32, "
+          f"{ceiling['f16']['tflops'] or 0:.3g} f16", flush=True)
+    tokens, heads = grid["tokens"], grid["heads"]
+    rows, refs = [], {}
+    for d in grid["dims"]:
+        rng = np.random.default_rng(d)
+        # f16 values, exact in f32: both storage dtypes see the same inputs (and references)
+        host16 = [rng.standard_normal((tokens, heads, d), dtype=np.float32).astype(np.float16) for _ in range(3)]
+        for dtype in grid["dtypes"]:
+            flat = [wgsl.WgslTensor.from_numpy(a if dtype == "f16" else a.astype(np.float32)) for a in host16]
+            for seqlen in grid["lengths"]:
+                if tokens % seqlen:
+                    raise ValueError(f"{tokens} tokens are not a whole number of sequences of {seqlen}")
+                shape = (tokens // seqlen, seqlen, heads, d)
+                dev = [wgsl.WgslTensor(t.buffer, shape, dtype) for t in flat]  # the same buffers, batched
+                host_qkv = [a.reshape(shape) for a in host16]
+                for mask in grid["masks"]:
+                    try:
+                        row = wgsl_row(dtype, d, mask, dev, host_qkv, refs, runs, budget_s)
+                    except Exception as e:  # report, keep the other rows
+                        row = {"case": wgsl_case(dtype, d, seqlen, mask), "ms": None, "tflops": None,
+                               "error": f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"}
+                        print(f"{row['case']:26s} failed: {row['error']}", flush=True)
+                    else:
+                        print(f"{row['case']:26s} attngen {row['tflops']:8.3g} TFLOP/s {row['ms']:8.3g} ms  "
+                              f"three-pass {row['three_pass_tflops'] or 0:8.3g} TFLOP/s  "
+                              f"x{row.get('vs_three_pass') or 0:.2f}  err {row['rel_err_vs_reference']:.1e} / "
+                              f"{row.get('three_pass_rel_err', float('nan')):.1e}", flush=True)
+                    rows.append(row)
+            for t in flat:
+                t.buffer.destroy()
+    results.append({"wgsl_adapter": meta["adapter"], "wgsl_meta": meta, "wgsl": rows})
 
 
 def markdown(meta, rows, wgsl_rows) -> str:
-    lines = [
-        f"## {meta['date']} — {meta['gpu']} — commit {meta['commit']}",
-        "",
-        f"PyTorch {meta['torch']}, CUDA {meta['cuda']}; medians of CUDA events (triton do_bench, "
-        "25 ms warm-up, 100 ms of runs); TFLOP/s = 4 B H L^2 D (halved for causal); B L = 16384, "
-        "H D = 2048. attngen is checked against SDPA flash on the same inputs (rel. error).",
-        "",
-        "| case | attngen | SDPA flash (FA2) | SDPA cuDNN | SDPA mem-eff | FlexAttention | attngen / flash | "
-        "attngen / cuDNN | rel. err | attngen plan |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = [f"## {meta['date']} — {meta['gpu']} — commit {meta['commit']}"]
+    if rows:
+        lines += [
+            "",
+            f"PyTorch {meta['torch']}, CUDA {meta['cuda']}; medians of CUDA events (triton do_bench, "
+            "25 ms warm-up, 100 ms of runs); TFLOP/s = 4 B H L^2 D (halved for causal); B L = 16384, "
+            "H D = 2048. attngen is checked against SDPA flash on the same inputs (rel. error).",
+            "",
+            "| case | attngen | SDPA flash (FA2) | SDPA cuDNN | SDPA mem-eff | FlexAttention | attngen / flash | "
+            "attngen / cuDNN | rel. err | attngen plan |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
     for r in rows:
         def f(key):
             v = r.get(key)
@@ -186,14 +294,36 @@ def markdown(meta, rows, wgsl_rows) -> str:
                      f"{f('SDPA cuDNN_tflops')} | {f('SDPA mem-eff_tflops')} | {f('flex_tflops')} | "
                      f"{ratio('SDPA flash')} | {ratio('SDPA cuDNN')} | {r['rel_err_vs_flash']:.1e} | {r['plan']} |")
     if wgsl_rows:
-        how = wgsl_rows[0].get("timing", "wall")
-        lines += ["", f"WGSL through wgpu on the same GPU ({meta.get('wgsl_adapter')}), f16, {how} time "
-                  "of the dispatches, median of 5, inputs resident on the GPU:", "",
-                  "| case | ms | TFLOP/s | rel. err (one head vs float64) | plan |", "|---|---|---|---|---|"]
-        for r in wgsl_rows:
-            lines.append(f"| {r['case']} | {r['ms']:.2f} | {r['tflops']:.2f} | {r['rel_err_vs_reference']:.1e} "
-                         f"| {r['plan']} |")
+        lines += [""] + wgsl_markdown(meta.get("wgsl") or {"adapter": meta.get("wgsl_adapter")}, wgsl_rows)
     return "\n".join(lines) + "\n"
+
+
+def wgsl_markdown(wmeta, wgsl_rows) -> list:
+    """The WGSL table's lines: attngen beside the three-pass peer, the FMA ceiling above it."""
+    def g(v, unit=""):
+        return "n/a" if v is None else f"{v:.3g}{unit}"
+    ceiling = wmeta.get("fma_ceiling_tflops")
+    lines = [f"WGSL through wgpu on the same GPU ({wmeta.get('adapter')}): attngen beside a straightforward "
+             "three-pass WGSL attention (benchmarks/wgsl_peers.py: scores, softmax and P V through memory, f32 "
+             f"compute) on the same inputs, resident on the GPU; B L = {wmeta.get('tokens', '?')}, "
+             f"H {wmeta.get('heads', '?')}; TFLOP/s = 4 B H L^2 D (halved for causal); median of up to 5 runs "
+             "(timing column); rel. err: the first and last (batch, head) vs float64. FMA ceiling (independent "
+             f"WGSL FMA chains on this adapter): {g(ceiling)} TFLOP/s f32, "
+             f"{g(wmeta.get('fma_ceiling_f16_tflops'))} f16.", "",
+             "| case | attngen TFLOP/s | attngen ms | three-pass TFLOP/s | three-pass ms | attngen / three-pass | "
+             "attngen / FMA ceiling | rel. err | three-pass rel. err | timing | plan |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in wgsl_rows:
+        if r.get("tflops") is None:
+            lines.append(f"| {r['case']} | failed: {r.get('error', '?')} | | | | | | | | | |")
+            continue
+        peer = g(r.get("three_pass_tflops")) if r.get("three_pass_tflops") else f"n/a ({r.get('three_pass_error')})"
+        of_ceiling = f"{r['tflops'] / ceiling:.0%}" if ceiling else "n/a"
+        p_err = r.get("three_pass_rel_err")
+        lines.append(f"| {r['case']} | {g(r['tflops'])} | {g(r['ms'])} | {peer} | {g(r.get('three_pass_ms'))} | "
+                     f"{g(r.get('vs_three_pass'), 'x')} | {of_ceiling} | {r['rel_err_vs_reference']:.1e} | "
+                     f"{'n/a' if p_err is None else f'{p_err:.1e}'} | {r['timing']} | {r['plan']} |")
+    return lines
 
 
 MODELS = [("llama3_8b.attn", "llama3_8b_prefill"), ("qwen2_7b.attn", "qwen2_7b_prefill"),
@@ -259,19 +389,30 @@ def latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows=(), grid_rows=
                     "rel_err": r["rel_err_vs_flash"],
                     "attngen": {"ms": r["attngen_ms"], "tflops": r["attngen_tflops"]}, "peers": peers})
     for r in wgsl_rows:
+        if r.get("tflops") is None:
+            continue  # attngen failed the case (the table says why)
+        peers = {}
+        if r.get("three_pass_ms") is not None:
+            peers["three_pass"] = {"ms": r["three_pass_ms"], "tflops": r["three_pass_tflops"],
+                                   "rel_err": r["three_pass_rel_err"], "timing": r["three_pass_timing"]}
         out.append({"suite": "wgsl", "case": r["case"], "target": "wgsl", "plan": r["plan"],
                     "rel_err": r["rel_err_vs_reference"], "attngen": {"ms": r["ms"], "tflops": r["tflops"]},
-                    "peers": {}})
+                    "peers": peers, "timing": r["timing"]})
     for r in model_rows:
         peers = {PEERS[n]: {"ms": r[f"{n}_ms"], "tflops": r[f"{n}_tflops"]} for n in PEERS if r.get(f"{n}_ms")}
         out.append({"suite": "models", "case": r["case"], "target": "cuda", "plan": r["plan"],
                     "rel_err": r.get("rel_err"), "attngen": {"ms": r["attngen_ms"], "tflops": r["attngen_tflops"]},
                     "peers": peers})
-    out += variants.latest_rows(var_rows)
-    out += host.latest_rows(list(host_rows))
+    if var_rows:
+        out += variants.latest_rows(var_rows)
+    if host_rows:
+        out += host.latest_rows(list(host_rows))
     out += [{k: v for k, v in r.items() if k not in ("batch", "len_k", "layout")} for r in grid_rows]
-    return {"gpu": meta["gpu"], "commit": meta["commit"], "date": meta["date"], "torch": meta["torch"],
-            "rows": out}
+    result = {"gpu": meta["gpu"], "commit": meta["commit"], "date": meta["date"], "torch": meta["torch"]}
+    if meta.get("wgsl"):  # the WGSL section's adapter and FMA ceiling (fma_ceiling_tflops), once per run
+        result["wgsl"] = meta["wgsl"]
+    result["rows"] = out
+    return result
 
 
 def plot(rows, path) -> bool:
@@ -321,6 +462,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--quick", action="store_true", help="three cases only")
     ap.add_argument("--no-wgsl", action="store_true")
+    ap.add_argument("--small", action="store_true",
+                    help="the WGSL section at small shapes (a software adapter such as lavapipe)")
     ap.add_argument("--only", default="",
                     help="comma-separated: dense,models,wgsl,masks,decode,head_dims,host,decode_grid")
     args = ap.parse_args()
@@ -335,15 +478,19 @@ def main():
                                     cwd=root).stdout.strip() or "unknown"
         except OSError:
             commit = "unknown"
-    meta = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__, "cuda": torch.version.cuda, "commit": commit}
+    if NO_CUDA_STACK and (not only or only - {"wgsl"}):
+        sys.exit(f"the CUDA sections need PyTorch and Triton ({NO_CUDA_STACK}); here only --only wgsl runs")
+    cuda = torch is not None and torch.cuda.is_available()
+    meta = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name() if cuda else None,
+            "torch": getattr(torch, "__version__", None), "cuda": torch.version.cuda if torch else None,
+            "commit": commit}
     cases = [c for c in CASES if not args.quick or c[0] in QUICK]
     rows, extra, var_rows = [], [], []
     if not only or "dense" in only:
         cuda_section(cases, rows)
     model_rows, host_rows, grid_rows = [], [], []
-    for name, fn, out in (("models", models_section, model_rows), ("host", host.host_section, host_rows),
-                          ("decode_grid", decode_grid.run, grid_rows)):
+    for name, fn, out in (("models", models_section, model_rows), ("host", lambda o: host.host_section(o), host_rows),
+                          ("decode_grid", lambda o: decode_grid.run(o), grid_rows)):
         if not only or name in only:
             try:
                 fn(out)
@@ -354,12 +501,18 @@ def main():
         variants.run_all(var_rows, var_only or None)
     if not args.no_wgsl and (not only or "wgsl" in only):
         try:
-            wgsl_section(extra)
+            if args.small:
+                wgsl_section(extra, WGSL_SMALL, WGSL_FMA_SMALL)
+            else:
+                wgsl_section(extra)
         except Exception as e:  # report, keep the CUDA table
             print(f"WGSL section failed: {type(e).__name__}: {e}")
     wgsl_rows = extra[0]["wgsl"] if extra else []
     if extra:
         meta["wgsl_adapter"] = extra[0]["wgsl_adapter"]
+        meta["wgsl"] = extra[0]["wgsl_meta"]
+    if meta["gpu"] is None:  # no CUDA here: the WGSL adapter names the machine
+        meta["gpu"] = meta.get("wgsl_adapter") or "unknown"
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"meta": meta, "cuda": rows, "wgsl": wgsl_rows, "variants": var_rows, "models": model_rows}, f,
