@@ -32,6 +32,31 @@ def kernel(key_warps: int, kv: int, stages: int, splits):
     return attngen.compile(attngen.parse(text)[0], target="cuda")
 
 
+def _sdpa(qt, kt, vt, backend):
+    with sdpa_kernel(backend):
+        return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+
+
+def per_kernel(fn, nbytes: int, reps: int = 50) -> str:
+    """Each kernel's mean GPU time over `reps` calls (torch.profiler), and the K+V TB/s of their sum."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    times = {}
+    for e in prof.events():
+        if e.device_type.name == "CUDA" and e.device_time > 0:
+            times.setdefault(e.name, []).append(e.device_time)
+    parts = sorted(((sum(v) / reps, n) for n, v in times.items()), reverse=True)
+    total = sum(t for t, _ in parts)
+    text = "; ".join(f"{n[:40]} {t:.1f} us" for t, n in parts)
+    return f"sum {total:.1f} us ({nbytes / total / 1e6:.2f} TB/s): {text}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lk", default="4096,32768")
@@ -39,6 +64,9 @@ def main():
     ap.add_argument("--warps-kv", default="1x32,1x64,2x64,4x64,4x128,8x128")
     ap.add_argument("--stages", default="2,3,4")
     ap.add_argument("--splits", default="auto,4,6,8,12,16,24,32")
+    ap.add_argument("--profile", action="store_true",
+                    help="per-kernel GPU times (torch.profiler) of each configuration and of the peers, "
+                         "instead of the sweep's whole-call medians")
     args = ap.parse_args()
     B = args.batch
     pairs = [tuple(int(x) for x in p.split("x")) for p in args.warps_kv.split(",")]
@@ -50,6 +78,14 @@ def main():
         v = torch.randn_like(k)
         nbytes = 2 * k.numel() * 2
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        if args.profile:
+            runs = [(f"sdpa {n}", lambda b=b: _sdpa(qt, kt, vt, b))
+                    for n, b in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))]
+            runs += [(f"w{w} kv{kv} st{st} S={sp}", kernel(w, kv, st, sp).prepared(q, k, v))
+                     for w, kv in pairs for st in stage_list for sp in split_list]
+            for name, fn in runs:
+                print(f"B{B} Lk {lk} {name}: " + per_kernel(fn, nbytes), flush=True)
+            continue
         for name, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION), ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION)):
             with sdpa_kernel(backend):
                 try:
@@ -73,7 +109,7 @@ def main():
                     tbs = nbytes / ms / 1e9
                     best.append((tbs, key_warps, kv, stages, splits, ms))
                     print(f"{name}: {ms:.4f} ms {tbs:.2f} TB/s", flush=True)
-        best.sort(reverse=True)
+        best.sort(key=lambda b: b[0], reverse=True)
         print(f"B{B} Lk {lk} best: " + "; ".join(f"w{b[1]} kv{b[2]} st{b[3]} S={b[4]} {b[0]:.2f} TB/s"
                                                 for b in best[:6]))
 

@@ -150,6 +150,9 @@ class KernelPlan:
     entries: tuple = ()
     workspaces: tuple = ()  # Workspace, allocated per call by the launcher
     details: object = None  # what only the target needs (the backend's own record)
+    # split_kv(auto) / two_pass: blocks (workgroups) of the main kernel one core runs at once, by
+    # the backend's reckoning (shared memory); 0: the schedule's default (attngen.plan.schedule).
+    resident_blocks: int = 0
 
     @property
     def tile_q(self) -> int:
@@ -188,3 +191,4 @@ class Lowered:
     features: tuple = ()
     workspaces: tuple = ()
     details: object = None
+    resident_blocks: int = 0

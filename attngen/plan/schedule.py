@@ -22,7 +22,7 @@ MAX_SPLITS = 64  # split_kv(auto) and two_pass never pick more; split_kv(N) is b
 # second, partial wave. Measured on the H100 (benchmarks/NOTES.md, decode B8 32q/8kv d128): 4
 # splits (256 one-warp blocks on 132 SMs) 1.67 / 2.60 TB/s at Lk 4096 / 32768; 5 splits 1.37 /
 # 1.86; 8 splits 1.26 / 1.72; 16 splits 1.29 / 2.01.
-BLOCKS_PER_CORE = 2
+BLOCKS_PER_CORE = 2  # at most; fewer when a block's shared memory leaves room for fewer (KernelPlan.resident_blocks)
 MIN_TILES_PER_SPLIT = 2
 # Written to every word of the workspaces that must show which rows a split wrote (a quiet NaN
 # with an odd payload): a block that a driver cut short leaves it there, and the combine or the
@@ -76,13 +76,19 @@ def choose_splits(plan, batch: int, len_q: int, len_k: int, heads_q: int, heads_
         blocks = batch * heads_kv * max(1, -(-(len_q * group) // tile_q))
     else:  # block lists are per query head: one head's rows per block
         blocks = batch * heads_q * max(1, -(-len_q // tile_q))
-    want = max(1, BLOCKS_PER_CORE * cores // max(blocks, 1))
+    want = max(1, blocks_per_core(plan) * cores // max(blocks, 1))
     most = max(1, len_k // (MIN_TILES_PER_SPLIT * tile_kv))
     return int(min(want, most, MAX_SPLITS))
 
 
-def split_rule(tile_q: int, tile_kv: int) -> str:
+def blocks_per_core(plan) -> int:
+    """Blocks of the main kernel split_kv(auto) counts on per core: BLOCKS_PER_CORE, or fewer
+    when the backend says fewer fit at once (one wave of blocks that all run beats a second)."""
+    return min(BLOCKS_PER_CORE, plan.resident_blocks) if plan.resident_blocks else BLOCKS_PER_CORE
+
+
+def split_rule(tile_q: int, tile_kv: int, per_core: int = BLOCKS_PER_CORE) -> str:
     """choose_splits as a formula, for manifests (S = KV splits of a launch)."""
-    return (f"S = min(max(1, floor({BLOCKS_PER_CORE} * compute_units / blocks)), "
+    return (f"S = min(max(1, floor({per_core} * compute_units / blocks)), "
             f"max(1, floor(Lk / ({MIN_TILES_PER_SPLIT} * {tile_kv}))), {MAX_SPLITS}) with blocks = "
             f"B * Hkv * ceil(Lq * (Hq / Hkv) / {tile_q}) (mask custom: B * Hq * ceil(Lq / {tile_q}))")

@@ -100,16 +100,19 @@ def test_paged_cache(page):
           ref_kw={"kv_lens": lens, "block_table": table})
 
 
-@pytest.mark.parametrize("mask", ["causal(bottom_right)", "window(left=9, right=3)"])
-def test_planted_keys_only_their_rows_see(mask):
-    """inf / NaN in K and V at keys some rows see: only those rows are non-finite, whichever
-    warp's share of the tile held the key (keys 2, 45, 97 and the last lie in different warps')."""
+@pytest.mark.parametrize("mask, keys", [
+    ("causal(bottom_right)", [212, 215, 230, 249]),        # rows i see keys <= i + 210
+    ("window(left=9, right=3)", [45, 97, 215, 230, 249]),  # 45 and 97: no row sees them
+])
+def test_planted_keys_only_their_rows_see(mask, keys):
+    """inf / NaN in K and V at keys only some rows see: only those rows are non-finite, whichever
+    warp's share of the tile (4 warps of 32 keys in tiles of 128) held the key."""
     require("cuda")
     spec = _spec(f"head_dim 64\n dtype f16\n mask {mask}", 4)
     rng = np.random.default_rng(5)
-    lq, lk = 40, 200
+    lq, lk = 40, 250
     q, k, v = _rand(rng, 2, lq, 4, 64), _rand(rng, 2, lk, 2, 64), _rand(rng, 2, lk, 2, 64)
-    k, v = _plant(k, v, [lq // 2, 45, 97, lk - 1, 2])
+    k, v = _plant(k, v, keys)
     kernel = kernel_for(spec, "cuda")
     out, lse = kernel(*to_device("cuda", spec.dtype, q, k, v), return_lse=True)
     ref, ref_lse = reference(spec, q, k, v, return_lse=True)

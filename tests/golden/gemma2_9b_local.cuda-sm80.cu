@@ -112,8 +112,10 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 }
 
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
+// L2::128B: the L2 fetches whole 128-byte lines from memory (the copies read whole rows anyway);
+// measured +1.5-2% on bandwidth-bound decode (benchmarks/NOTES.md, issue 12).
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n"
                  :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 

@@ -18,13 +18,13 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
-// Plan: tile q=16 kv=32, 1 warps (32 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
+// Plan: tile q=16 kv=128, 4 warps (128 threads; 4 warps over the keys of each tile, 32 keys each, merged at the end), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.08838834764831843; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
-// Shared memory: 39168 bytes (each buffer 16-byte aligned):
+// Shared memory: 143616 bytes (each buffer 16-byte aligned):
 //   sQ at      0: 16 x 136 f16 (the block's rows of Q)
-//   sK at   4352: 2 x 32 x 136 f16 (K tiles, one per pipeline stage)
-//   sV at  21760: 2 x 32 x 136 f16 (V tiles, one per pipeline stage)
-// Grid: (ceil(Lq * G / 16) * S, Hkv, B), 32 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+//   sK at   4352: 2 x 128 x 136 f16 (K tiles, one per pipeline stage)
+//   sV at  73984: 2 x 128 x 136 f16 (V tiles, one per pipeline stage)
+// Grid: (ceil(Lq * G / 16) * S, Hkv, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_decode; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 // ---- section: config ----------------------------------------------------------------
@@ -33,9 +33,15 @@
 constexpr int kBlockQ = 16;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
-constexpr int kWarps = 1;
-constexpr int kThreads = 32;    // kWarps * 32
+constexpr int kBlockKV = 128;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kWarps = 4;
+constexpr int kThreads = 128;    // kWarps * 32
+// Warps over keys (split_kv): the block's kKeyWarps warps own the same rows; each K/V tile is
+// loaded by all of them and warp w computes keys [w kWarpKV, (w + 1) kWarpKV) of it with its own
+// m_i, l_i and acc, so the block reads kKeyWarps times more keys per barrier than one warp would.
+// The warps' partial results are merged at the end of the block (section: merge the key warps).
+constexpr int kKeyWarps = 4;
+constexpr int kWarpKV = kBlockKV / kKeyWarps;  // keys of each tile per warp
 constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
@@ -46,10 +52,10 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 136;
 constexpr int kStrideK = 136;
 constexpr int kStrideV = 136;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (39168 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (143616 bytes)
 constexpr int kOffsetK = 4352;
-constexpr int kOffsetV = 21760;
-constexpr int kSmemBytes = 39168;
+constexpr int kOffsetV = 73984;
+constexpr int kSmemBytes = 143616;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -57,7 +63,8 @@ static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "share
 constexpr float kScaleLog2 = 0.12751743082459868f;  // scale * log2(e)
 constexpr float kLn2 = 0.6931471805599453f;
 
-static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
+static_assert(kBlockQ * kKeyWarps == kWarps * kRowsPerWarp, "each row warp owns kFrags 16-row fragments of Q");
+static_assert(kWarpKV % 16 == 0, "each warp's keys are a multiple of 16 (the k of P V)");
 static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
 static_assert(kHeadDimQK % 8 == 0 && kHeadDimV % 8 == 0, "head dims are multiples of 8");
 static_assert(kHeadDimQKPad % 16 == 0 && kHeadDimVPad % 16 == 0, "padded head dims");
@@ -113,8 +120,10 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 }
 
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
+// L2::128B: the L2 fetches whole 128-byte lines from memory (the copies read whole rows anyway);
+// measured +1.5-2% on bandwidth-bound decode (benchmarks/NOTES.md, issue 12).
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n"
                  :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 
@@ -181,7 +190,7 @@ __device__ __forceinline__ void zero_padding(elem_t* dst, int tid) {
 // layout (PTX ISA, "Matrix fragments for mma.m16n8k16"): lane = 4 * g + t; an accumulator
 // fragment holds rows g and g + 8, columns 2t and 2t + 1 of a 16 x 8 tile, as c[0], c[1]
 // (row g) and c[2], c[3] (row g + 8). S and the output accumulator acc use that layout.
-constexpr int kNTilesKV = kBlockKV / 8;        // 8-column tiles of S
+constexpr int kNTilesKV = kWarpKV / 8;        // 8-column tiles of S (this warp's keys of the tile)
 constexpr int kNTilesV = kHeadDimVPad / 8;     // 8-column tiles of acc
 constexpr int kKStepsQK = kHeadDimQKPad / 16;  // k16 steps of Q K^T
 
@@ -257,12 +266,12 @@ struct WarpMath {
     // P, the probabilities, as the A fragments of P V: the accumulator layout of two 8-key
     // tiles is the A layout of one 16-key step, so P is packed into elem_t pairs in registers
     // right after the softmax (half the registers of the f32 scores it replaces).
-    using PTile = unsigned[kFrags][kBlockKV / 16][4];
+    using PTile = unsigned[kFrags][kWarpKV / 16][4];
     __device__ __forceinline__ void pack_p(const float (&s)[kFrags][kNTilesKV][4], PTile& p) const {
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
-            for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+            for (int ks = 0; ks < kWarpKV / 16; ++ks) {
                 p[mf][ks][0] = pack2(s[mf][2 * ks][0], s[mf][2 * ks][1]);          // row g,     keys 2t, 2t+1
                 p[mf][ks][1] = pack2(s[mf][2 * ks][2], s[mf][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
                 p[mf][ks][2] = pack2(s[mf][2 * ks + 1][0], s[mf][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
@@ -274,7 +283,7 @@ struct WarpMath {
     // acc += P V. ldmatrix.x4.trans on V (row-major [key][dim]) yields B fragments of two 8-dim tiles.
     __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
         #pragma unroll
-        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+        for (int ks = 0; ks < kWarpKV / 16; ++ks) {
             #pragma unroll
             for (int dp = 0; dp < kNTilesV / 2; ++dp) {
                 unsigned b[4];
@@ -575,6 +584,21 @@ __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p
     }
 }
 
+// Warps over keys: the bits of `bad` from key j0 of the tile on (j0: a warp's first key), so that
+// bit j of `out` is the warp's key j. The words are picked by unrolled compares, not indexed at
+// run time (which would put the array in local memory).
+constexpr int kWarpKeyWords = (kWarpKV + 31) / 32;
+__device__ __forceinline__ void shift_bad(unsigned (&out)[kWarpKeyWords], const unsigned (&bad)[kKeyWords], int j0) {
+    auto word = [&](int k) {
+        unsigned x = 0u;
+        #pragma unroll
+        for (int w = 0; w < kKeyWords; ++w) x = w == k ? bad[w] : x;
+        return x;
+    };
+    #pragma unroll
+    for (int i = 0; i < kWarpKeyWords; ++i) out[i] = __funnelshift_r(word(i + j0 / 32), word(i + j0 / 32 + 1), j0 % 32);
+}
+
 // ---- section: score transform --------------------------------------------------------------
 // Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
 __device__ __forceinline__ float score_transform(float s) {
@@ -641,6 +665,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;                  // this lane's columns: 2t and 2t + 1 of each 8
+    const int key_warp = warp % kKeyWarps, row_warp = warp / kKeyWarps;  // warps over keys (section config)
     const int head_y = blockIdx.y, batch = blockIdx.z;  // KV head, batch
     // split schedules: grid.x = row tiles x splits; this block does split `split` of its tile's keys
     const int q_tile = blockIdx.x / splits, split = blockIdx.x % splits;
@@ -664,7 +689,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     const int row0 = q_tile * kBlockQ;       // the block's first row
     const int row_end = min(row0 + kBlockQ, n_rows);
     // This lane's rows: row_a + 16 mf + 8 h for fragment mf < kFrags and half h < 2.
-    const int row_a = row0 + warp * kRowsPerWarp + lane / 4;
+    const int row_a = row0 + row_warp * kRowsPerWarp + lane / 4;
 
     // ---- section: key rows ----
     auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
@@ -706,8 +731,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     cp_async_wait<0>();
     __syncthreads();
     WarpMath math;
-    math.init(smem, warp, lane);
-    math.load_q(smem, warp);
+    math.init(smem, row_warp, lane);
+    math.load_q(smem, row_warp);
 
     // ---- section: loop bounds (mask) ----
     const Mask mask{seq.len_q, seq.len_k};  // aligned to this sequence's own lengths
@@ -778,17 +803,20 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         cp_async_wait<kStages - 1>();
         __syncthreads();
         const int stage = it % kStages;
-        const int j0 = kv_tile(it) * kBlockKV;
+        const int tile_j0 = kv_tile(it) * kBlockKV;
+        const int j0 = tile_j0 + key_warp * kWarpKV;  // this warp's keys of the tile
 
-        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
+        // partial: this warp's keys need the mask; tile_partial: some warp's do (the block cleans V)
+        const bool tile_partial = !mask.tile_is_full(qrow0, qrow_end, tile_j0, tile_j0 + kBlockKV);
+        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kWarpKV);
         // -- clean V of a partial tile (section non-finite values), before the scores are live:
         // fewer registers at once than after the softmax, where only the keys' mask is kept.
         unsigned bad[kKeyWords];
-        if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+        if (tile_partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
 
         // -- S = Q K^T
         float s[kFrags][kNTilesKV][4];
-        math.scores(s, sK + stage * kBlockKV * kStrideK);
+        math.scores(s, sK + (stage * kBlockKV + key_warp * kWarpKV) * kStrideK);
 
         // -- score transform and mask
         #pragma unroll
@@ -839,11 +867,79 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
 
         // -- O += P V
         // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
-        if (partial) mark_bad_rows(row_bad, s, bad, t);
+        if (tile_partial) {
+            unsigned mine[kWarpKeyWords];  // the bits of this warp's keys
+            shift_bad(mine, bad, key_warp * kWarpKV);
+            mark_bad_rows(row_bad, s, mine, t);
+        }
         WarpMath::PTile p;
         math.pack_p(s, p);
-        math.pv(acc, p, sV + stage * kBlockKV * kStrideV);
+        math.pv(acc, p, sV + (stage * kBlockKV + key_warp * kWarpKV) * kStrideV);
         __syncthreads();  // every warp is done with this stage before it is refilled
+    }
+
+    // ---- section: merge the key warps ----
+    // Warp w saw its kWarpKV keys of every tile: its (m_i, l_i, acc) are a softmax over those keys
+    // alone. With M = max_w m_w and f_w = exp2(m_w - M), the block's row has l = sum_w f_w l_w and
+    // acc = sum_w f_w acc_w (the split combine's rule, inside the block). The K/V stages, free
+    // now, take every warp's values (value x of a lane at x * 32 + lane: the same positions in
+    // every warp); warp 0 merges them and runs the epilogue.
+    constexpr int kMergeVals = kFrags * (4 + 4 * kNTilesV) + 1;  // floats per lane
+    static_assert(kOffsetK + kKeyWarps * kMergeVals * 32 * 4 <= kSmemBytes, "the merge fits in the K/V stages");
+    float* merge = reinterpret_cast<float*>(smem + kOffsetK);
+    __syncthreads();  // every warp is done with the last tile's K and V
+    {
+        float* mine = merge + key_warp * kMergeVals * 32 + lane;
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                mine[((mf * 2 + h) * 2) * 32] = m_i[mf][h];
+                mine[((mf * 2 + h) * 2 + 1) * 32] = l_i[mf][h];
+            }
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) mine[(kFrags * 4 + (mf * kNTilesV + n) * 4 + e) * 32] = acc[mf][n][e];
+            }
+        }
+        mine[(kMergeVals - 1) * 32] = __uint_as_float(row_bad);
+    }
+    __syncthreads();
+    if (key_warp != 0) return;
+    {
+        const float* all = merge + lane;  // warp w's value x at all[(w * kMergeVals + x) * 32]
+        float f[kKeyWarps][kFrags][2];    // each warp's weight f_w per row
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float m = neg_inf();
+                #pragma unroll
+                for (int w = 0; w < kKeyWarps; ++w) m = fmaxf(m, all[(w * kMergeVals + (mf * 2 + h) * 2) * 32]);
+                const float m_use = m == neg_inf() ? 0.f : m;  // no inf - inf
+                float l = 0.f;
+                #pragma unroll
+                for (int w = 0; w < kKeyWarps; ++w) {
+                    f[w][mf][h] = exp2f(all[(w * kMergeVals + (mf * 2 + h) * 2) * 32] - m_use);
+                    l += f[w][mf][h] * all[(w * kMergeVals + (mf * 2 + h) * 2 + 1) * 32];
+                }
+                m_i[mf][h] = m;
+                l_i[mf][h] = l;
+            }
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float a = 0.f;
+                    #pragma unroll
+                    for (int w = 0; w < kKeyWarps; ++w) a += f[w][mf][e / 2] * all[(w * kMergeVals + kFrags * 4 + (mf * kNTilesV + n) * 4 + e) * 32];
+                    acc[mf][n][e] = a;
+                }
+            }
+        }
+        #pragma unroll
+        for (int w = 1; w < kKeyWarps; ++w) row_bad |= __float_as_uint(all[(w * kMergeVals + kMergeVals - 1) * 32]);
     }
 
     // ---- section: epilogue: normalise and store ----
@@ -936,6 +1032,7 @@ attngen_llama3_8b_decode(const elem_t* __restrict__ q,
 // lse_s = -inf and weighs 0; a row no split saw gets out 0 and lse -inf.
 // One warp per row (b, h, i) of the workspace; each lane owns 4 output columns of every 128.
 constexpr int kCombineWarps = 4;
+constexpr int kCombineUnroll = kHeadDimV > 256 ? 2 : 4;  // splits merged per step of the output loop
 
 extern "C" __global__ void __launch_bounds__(kCombineWarps * 32)
 attngen_llama3_8b_decode_combine(const float* __restrict__ ws_o,
@@ -978,7 +1075,10 @@ attngen_llama3_8b_decode_combine(const float* __restrict__ ws_o,
     elem_t* o_row = out + b * o_sb + (long long)(q_start + i) * o_sl + h * o_sh;
     for (int c = 4 * lane; c < kHeadDimV; c += 128) {
         float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-        #pragma unroll 1  // unrolled, ptxas spilled registers here (benchmarks/NOTES.md)
+        // several splits' loads in flight at once (one at a time cost B1 decode 9 us per combine:
+        // a latency per split; wholly unrolled, or 4 at a time above 256 columns, ptxas spilled
+        // registers: benchmarks/NOTES.md)
+        #pragma unroll kCombineUnroll
         for (int s = 0; s < splits; ++s) {
             const float w = exp2f(ws_lse[s * rows + r] - m_use) * inv_sum;
             const float4 x = *reinterpret_cast<const float4*>(ws_o + (s * rows + r) * kHeadDimV + c);

@@ -113,8 +113,10 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 }
 
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
+// L2::128B: the L2 fetches whole 128-byte lines from memory (the copies read whole rows anyway);
+// measured +1.5-2% on bandwidth-bound decode (benchmarks/NOTES.md, issue 12).
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n"
                  :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
 }
 
@@ -1023,6 +1025,7 @@ attngen_llama3_8b_decode_two_pass_pv(const elem_t* __restrict__ q,
 // comes from the merged statistics: M = max_s m_s, L = sum_s l_s exp2(m_s - M), lse = (M + log2 L) ln 2.
 // One warp per row (b, h, i) of the workspace; each lane owns 4 output columns of every 128.
 constexpr int kCombineWarps = 4;
+constexpr int kCombineUnroll = kHeadDimV > 256 ? 2 : 4;  // splits merged per step of the output loop
 
 extern "C" __global__ void __launch_bounds__(kCombineWarps * 32)
 attngen_llama3_8b_decode_two_pass_combine(const float* __restrict__ ws_o,
@@ -1065,7 +1068,10 @@ attngen_llama3_8b_decode_two_pass_combine(const float* __restrict__ ws_o,
     elem_t* o_row = out + b * o_sb + (long long)(q_start + i) * o_sl + h * o_sh;
     for (int c = 4 * lane; c < kHeadDimV; c += 128) {
         float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-        #pragma unroll 1  // unrolled, ptxas spilled registers here (benchmarks/NOTES.md)
+        // several splits' loads in flight at once (one at a time cost B1 decode 9 us per combine:
+        // a latency per split; wholly unrolled, or 4 at a time above 256 columns, ptxas spilled
+        // registers: benchmarks/NOTES.md)
+        #pragma unroll kCombineUnroll
         for (int s = 0; s < splits; ++s) {
             const float w = 1.f;
             const float4 x = *reinterpret_cast<const float4*>(ws_o + (s * rows + r) * kHeadDimV + c);

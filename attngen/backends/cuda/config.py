@@ -22,7 +22,7 @@ CUDA_SPLIT_KV = 32  # default tile kv of the split schedules (64 spilled registe
 # split_kv: warps that share a block's rows and divide each K/V tile's keys among them (each warp
 # keeps its own m_i, l_i and acc over its keys; they are merged at the end of the block). The
 # default row of the split_kv schedule, measured on the H100 (benchmarks/NOTES.md, issue 12).
-CUDA_SPLIT_KEY_WARPS = 1
+CUDA_SPLIT_KEY_WARPS = 4
 CUDA_MAX_DV_BLOCK = 256  # output columns one block keeps in registers; wider outputs split over blocks
 # Candidates for a default `tile d` (head-dim columns per shared-memory step), largest first. The
 # tensor-core path needs multiples of 16 (the k of m16n8k16), the CUDA-core path multiples of 8.
@@ -81,6 +81,9 @@ class CudaConfig:
     # split_kv: warps over keys (CUDA_SPLIT_KEY_WARPS): every tile of tile_kv keys is divided
     # among key_warps warps that own the same rows; 1 everywhere else.
     key_warps: int = 1
+    # Blocks one multiprocessor holds at once by shared memory (the profile's per-block limit
+    # stands for the multiprocessor's): split_kv(auto) plans one wave of them.
+    resident_blocks: int = 1
 
     @property
     def chunked(self) -> bool:
@@ -461,7 +464,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
     return CudaConfig(math, tile_q, tile_kv, warps * key_warps, stages, spec.head_dim_qk, spec.head_dim_v,
                       d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap,
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
-                      d_v_block=d_v_block, key_warps=key_warps)
+                      d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem))
 
 
 def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None) -> int:

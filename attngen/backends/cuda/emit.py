@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...plan import masks
 from ...plan.kernel_plan import KernelPlan
-from ...plan.schedule import pack_gqa, split_rule
+from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
 from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 from .lower import COMBINE_WARPS
 
@@ -158,7 +158,7 @@ def render_manifest(plan: KernelPlan) -> dict:
     if plan.spec.schedule.is_split:
         splits = plan.spec.schedule.splits
         extra["splits"] = (f"S = {splits}" if splits is not None else
-                           split_rule(c.tile_q, c.tile_kv) + " (attngen.plan.schedule.choose_splits; "
+                           split_rule(c.tile_q, c.tile_kv, blocks_per_core(plan)) + " (attngen.plan.schedule.choose_splits; "
                            "compute_units = the GPU's multiprocessors)")
         extra["workspaces"] = {w.name: {"bytes": w.bytes_formula, "dtype": w.dtype, "note": "allocated by the "
                                         "launcher, uninitialised; reused only after the combine has run"}

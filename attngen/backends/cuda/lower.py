@@ -218,6 +218,7 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
         entries=entries(spec, entry, cfg),
         workspaces=workspaces(spec),
         details=CudaDetails(arch=profile.section("device")["arch"], varlen=varlen_entry(spec, cfg, entry)),
+        resident_blocks=cfg.resident_blocks,
     )
 
 
