@@ -471,9 +471,25 @@ __device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, in
     }
 }
 
+// The block-table entries of a tile's pages, read one tile before its copies are issued (the
+// main loop), so that the lookups are not on the critical path of each iteration. Entries of
+// pages past the sequence's keys are not read (they may lie past the table's row).
+constexpr int kTilePages = kBlockKV / kPage;
+struct TilePages {
+    int page[kTilePages];
+};
+template <bool kVarlen>
+__device__ __forceinline__ TilePages tile_pages(const KeyRows<kVarlen>& src, int j0, int valid) {
+    TilePages tp;
+    #pragma unroll
+    for (int pg = 0; pg < kTilePages; ++pg) tp.page[pg] = valid > pg * kPage ? src.pages[j0 / kPage + pg] : 0;
+    return tp;
+}
+
 // kBlockKV keys from j0 (those below j0 + valid exist; the rest read as zeros).
+// tp: the tile's pages (tile_pages).
 template <int kCols, int kStride, bool kVarlen>
-__device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& src, int j0, int valid, int tid) {
+__device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& src, int j0, int valid, int tid, const TilePages& tp) {
     if (src.strided(j0, min(valid, kBlockKV))) {
         load_tile<kBlockKV, kCols, kStride>(dst, src.row(j0), src.row_stride, valid, tid);
     } else if (!kVarlen || j0 + min(valid, kBlockKV) <= src.cached) {
@@ -483,7 +499,7 @@ __device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& s
         #pragma unroll
         for (int pg = 0; pg < kBlockKV / kPage; ++pg) {
             const int rows = valid - pg * kPage;
-            load_tile<kPage, kCols, kStride>(dst + pg * kPage * kStride, rows > 0 ? src.row(j0 + pg * kPage) : src.cache,
+            load_tile<kPage, kCols, kStride>(dst + pg * kPage * kStride, src.cache + tp.page[pg] * src.page_stride,
                                              src.row_stride, rows, tid);
         }
     } else {
@@ -783,22 +799,32 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
     }
 
-    auto load_kv = [&](int stage, int tile) {
+    auto load_kv = [&](int stage, int tile, const TilePages& tp) {
         const int j0 = kv_tile(tile) * kBlockKV;
-        load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, tid);
-        load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, tid);
+        load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, tid, tp);
+        load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, tid, tp);
+    };
+    // The block-table entries of tile `tile` (K and V share the table), for load_kv.
+    auto pages_of = [&](int tile) {
+        const int j0 = kv_tile(tile) * kBlockKV;
+        return tile_pages(keys, j0, seq.len_k - j0);
     };
 
     // ---- section: main loop over K/V tiles ----
     #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
-        if (st < n_tiles) load_kv(st, st);
+        if (st < n_tiles) load_kv(st, st, pages_of(st));
         cp_async_commit();
     }
+    // the pages of the next tile to copy, read one iteration before its copies are issued
+    TilePages next_pages = kStages - 1 < n_tiles ? pages_of(kStages - 1) : TilePages{};
     for (int it = 0; it < n_tiles; ++it) {
         // -- load K/V tile: issue the copy kStages - 1 tiles ahead, then wait for this one
         const int ahead = it + kStages - 1;
-        if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
+        if (ahead < n_tiles) {
+            load_kv(ahead % kStages, ahead, next_pages);
+            if (ahead + 1 < n_tiles) next_pages = pages_of(ahead + 1);
+        }
         cp_async_commit();
         cp_async_wait<kStages - 1>();
         __syncthreads();
