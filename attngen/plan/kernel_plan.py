@@ -100,7 +100,7 @@ class Buffer:
 
     @property
     def bytes(self) -> int:
-        return self.copies * self.rows * self.cols * DTYPE_BYTES[self.dtype]
+        return self.copies * self.rows * self.cols * DTYPE_BYTES.get(self.dtype, 4)  # u32 flags: 4
 
 
 def place_buffers(entries) -> tuple[tuple[Buffer, ...], int]:

@@ -1,5 +1,5 @@
 // =================================================================================================
-// attngen: BlockMask builder for kernel 'llama3_8b_packed_documents' (tile q=16 kv=8).
+// attngen: BlockMask builder for kernel 'llama3_8b_packed_documents' (tile q=16 kv=16).
 // Generated; see attngen.blockmask.build_arrays for the numpy oracle it must equal.
 //
 // One storage buffer of u32 words holds counts | tiles | data at the word offsets in BmParams
@@ -19,7 +19,7 @@
 // =================================================================================================
 
 const TILE_Q: u32 = 16u;    // rows of the mask per q tile (the kernel's tile q)
-const TILE_KV: u32 = 8u;   // keys per kv tile (the kernel's tile kv)
+const TILE_KV: u32 = 16u;   // keys per kv tile (the kernel's tile kv)
 const UNSET: u32 = 0xffffffffu;
 const NEG_INF_BITS: u32 = 0xff800000u;  // f32 -inf: a masked pair of an additive mask
 const EMPTY: u32 = 0u;     // classes written by block_mask_classify

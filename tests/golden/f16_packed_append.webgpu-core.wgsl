@@ -18,13 +18,17 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=packed }
 //   }
 //
-// Plan: tile q=16 kv=16, workgroup 128 (16 rows x 8 invocations), workgroup-memory reductions, f16 packed in u32 words (f32 arithmetic).
+// Plan: tile q=16 kv=16, workgroup 64 (8 row groups x 8 invocations per row), sub-block 2 row(s) x 2 key(s) of S and 2 x 8 columns of acc per invocation, row max and sum through workgroup memory, f16 packed in u32 words (f32 arithmetic).
 // Scale 0.125; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
-// Workgroup memory: 16384 bytes (each buffer 16-byte aligned):
-//   sK   at      0: 16 x 64 f32 (the current K tile)
-//   sV   at   4096: 16 x 64 f32 (the current V tile)
-//   sRed at   8192: 128 x 16 f32 (partial dot products, summed across a row's invocations)
-// Grid: (ceil(Lq * G / 16) * S, Hkv, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Workgroup memory: 14608 bytes (each buffer 16-byte aligned):
+//   sQ          at      0: 16 x 68 f32 (the Q tile, resident for the whole loop)
+//   sK          at   4352: 16 x 68 f32 (the current K tile)
+//   sV          at   8704: 16 x 64 f32 (the current V tile)
+//   sP          at  12800: 16 x 20 f32 (probabilities P of the tile, for P V)
+//   p_zero_tile at  14080: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
+//   sRed        at  14096: 16 x 8 f32 (a row's partial max (and sum) per invocation of the row)
+// Register tiling: sub-block 2 row(s) x 2 key(s) of S and 2 x 8 columns of acc per invocation.
+// Grid: (ceil(Lq * G / 16) * S, Hkv, B), 64 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_f16_packed_append; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 
@@ -33,19 +37,33 @@
 // run-time values in `params`; any length >= 1 works (partial tiles are zero-filled and masked).
 const TILE_Q: u32 = 16u;           // tile q: rows of Q per workgroup
 const TILE_KV: u32 = 16u;          // tile kv: rows of K and V per iteration of the main loop
-const THREADS_PER_ROW: u32 = 8u;   // invocations sharing one row of Q (a power of two)
-const WORKGROUP_SIZE: u32 = 128u;  // TILE_Q * THREADS_PER_ROW
 const HEAD_DIM_QK: u32 = 64u;      // head dim of q and k
 const HEAD_DIM_V: u32 = 64u;       // head dim of v and out
-// Each invocation owns the head dims d = lane + THREADS_PER_ROW * i of its row (strided, so the
-// invocations of a row read consecutive words of workgroup memory).
-const DIMS_QK: u32 = 8u;         // HEAD_DIM_QK / THREADS_PER_ROW
-const DIMS_V: u32 = 8u;          // HEAD_DIM_V / THREADS_PER_ROW
-// The dot products run over an invocation's dims in chunks of at most 32 iterations.
-// Mesa's software Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops
-// all loops of a shader after 65535 iterations in total; unrolled loops do not count, so
-// chunking keeps long sequences within that budget. Other drivers unroll or not as they like.
-const DIM_CHUNK_QK: u32 = 8u;     // divides DIMS_QK
+// Register tiling: the workgroup is ROW_GROUPS x THREADS_PER_ROW invocations; invocation
+// (tr, tc) = (lid / THREADS_PER_ROW, lid % THREADS_PER_ROW) owns the ROWS rows tr + ROW_GROUPS * i
+// of the tile, the KEYS keys tc + THREADS_PER_ROW * u of each K/V tile (its block of S), and the
+// column groups tc + THREADS_PER_ROW * w (4 columns each, vec4) of acc: sub-block 2 row(s) x 2 key(s) of S and 2 x 8 columns of acc per invocation.
+const WORKGROUP_SIZE: u32 = 64u;  // ROW_GROUPS * THREADS_PER_ROW
+const THREADS_PER_ROW: u32 = 8u;   // invocations sharing one row of the tile (a power of two)
+const ROW_GROUPS: u32 = 8u;       // TILE_Q / ROWS
+const ROWS: u32 = 2u;              // rows of the tile per invocation
+const KEYS: u32 = 2u;              // keys of each K/V tile per invocation: TILE_KV / THREADS_PER_ROW
+const TILE_DQK: u32 = HEAD_DIM_QK;    // the whole head dims sit in workgroup memory
+const TILE_DV: u32 = HEAD_DIM_V;
+const COL_GROUPS: u32 = 2u;       // vec4 column groups of acc per invocation
+const ACC_GROUPS: u32 = 2u;       // vec4 column groups of acc per invocation in all
+// Workgroup memory is read as vec4 (4 dims of a row of Q or K, 4 columns of a row of V).
+// Rows of sQ and sK are 4 elements longer than the data so that invocations reading different rows at the same column hit different banks.
+const Q_STRIDE: u32 = 17u;        // vec4 per row of sQ
+const K_STRIDE: u32 = 17u;        // vec4 per row of sK
+const V_STRIDE: u32 = 16u;        // vec4 per row of sV
+const P_STRIDE: u32 = 20u;        // f32 per row of sP
+// Loops over the dims run in chunks of at most 8 vec4 iterations. Mesa's software
+// Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops all loops of a
+// shader after 65535 iterations in total; unrolled loops do not count, so chunking keeps long
+// sequences within that budget. Other drivers unroll or not as they like.
+const DIM_CHUNK_QK: u32 = 8u;     // divides TILE_DQK / 4
+const KEY_CHUNK: u32 = 16u;       // divides TILE_KV
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
 // scale = 0.125 (1 / sqrt(head_dim qk)).
@@ -75,8 +93,8 @@ fn poisons(t: f32) -> bool {
 // ---- section: types -------------------------------------------------------------------------
 // Storage is f16 packed in u32 words (no shader-f16; section memory): elem_t, the
 // type of the tiles in workgroup memory, is f32, and so is all arithmetic.
-alias elem_t = f32;    // storage of q, k, v and out
-alias qk_acc_t = f32;  // accumulate qk=f32: q registers and partial dot products of S = Q K^T
+alias elem_t = f32;    // storage of q, k, v and out; the tiles in workgroup memory
+alias qk_acc_t = f32;  // accumulate qk=f32: the dot products of S = Q K^T
 alias pv_acc_t = f32;  // accumulate pv=f32: one K/V tile's contribution to O += P V
 
 // ---- section: memory ------------------------------------------------------------------------
@@ -169,88 +187,78 @@ fn store_out(i: u32, x: f32) {
     atomicOr(&out[i >> 1u], half << shift);
 }
 
-// Workgroup memory (16384 bytes as the planner counts it, each buffer rounded up
-// to 16 bytes). Tiles are stored densely, row-major: sK[j * HEAD_DIM_QK + d].
-var<workgroup> sK: array<elem_t, 1024>;  // TILE_KV x HEAD_DIM_QK: the current K tile
-var<workgroup> sV: array<elem_t, 1024>;  // TILE_KV x HEAD_DIM_V: the current V tile
-// Partial dot products of the rows' invocations, key-major: sRed[j * WORKGROUP_SIZE + invocation],
-// so that the invocations writing one key's partials hit consecutive words.
-var<workgroup> sRed: array<f32, 2048>;  // TILE_KV x WORKGROUP_SIZE
+// Workgroup memory (14608 bytes as the planner counts it, each buffer rounded up
+// to 16 bytes). Tiles are stored row-major as vec4 of consecutive columns:
+// sQ[r * Q_STRIDE + g] holds columns 4g .. 4g + 3 of tile row r (loaded once, before the loop).
+var<workgroup> sQ: array<vec4<elem_t>, 272>;  // TILE_Q x (HEAD_DIM_QK + pad): the Q tile
+var<workgroup> sK: array<vec4<elem_t>, 272>;  // TILE_KV x (HEAD_DIM_QK + pad): the current K tile
+var<workgroup> sV: array<vec4<elem_t>, 256>;  // TILE_KV x HEAD_DIM_V: the current V tile
+// P of the tile, row-major (rows of P_STRIDE): each invocation writes its block of S as
+// probabilities, then reads its rows' whole P for O += P V.
+var<workgroup> sP: array<f32, 320>;  // TILE_Q x (TILE_KV + pad)
+// The last K/V tile (as it + 1: it grows through the loop, so it needs no reset) in which an
+// invocation met a masked key of its rows (p = 0: a score of -inf in a tile the mask keeps whole). O += P V then
+// selects keys with p = 0 out instead of multiplying: 0 * inf is NaN, and such a key must add
+// nothing whatever its V.
+var<workgroup> p_zero_tile: atomic<u32>;
+// A row's partial max (per tile) and sum (at the end), one per invocation of the row:
+// sRed[r * THREADS_PER_ROW + tc].
+var<workgroup> sRed: array<f32, 128>;  // TILE_Q x THREADS_PER_ROW
+
+// Element e of the global tensors read 4 at a time (columns d .. d + 3 of a row; d is a
+// multiple of 4 and head dims are multiples of 8, so the 4 never straddle a row).
+fn q_vec(i: u32) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(q[i >> 1u]), unpack2x16float(q[(i >> 1u) + 1u]));
+}
+
+fn k_vec(i: u32) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(k[i >> 1u]), unpack2x16float(k[(i >> 1u) + 1u]));
+}
+
+fn v_vec(i: u32) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(v[i >> 1u]), unpack2x16float(v[(i >> 1u) + 1u]));
+}
+
+fn kv_new_vec(i: u32) -> vec4<f32> {
+    return vec4<f32>(unpack2x16float(kv_new[i >> 1u]), unpack2x16float(kv_new[(i >> 1u) + 1u]));
+}
+
 
 // Copy keys [j0, j0 + TILE_KV) of one (sequence, KV head) into sK (load_k_tile) and sV
 // (load_v_tile), all invocations of the workgroup together (consecutive invocations copy
-// consecutive elements). Keys at or past the sequence's Lk are zero-filled, so a partial last
-// tile reads zeros (and is masked).
+// consecutive vec4). Keys at or past the sequence's Lk are zero-filled, so a partial last tile
+// reads zeros (and is masked).
 fn load_k_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
-    for (var e = lid; e < TILE_KV * HEAD_DIM_QK; e += WORKGROUP_SIZE) {
-        let key = j0 + e / HEAD_DIM_QK;
-        var x = elem_t(0.0);
+    for (var e = lid; e < TILE_KV * (HEAD_DIM_QK / 4u); e += WORKGROUP_SIZE) {
+        let key = j0 + e / (HEAD_DIM_QK / 4u);
+        var x = vec4<elem_t>();
         if (key < seq.len_k) {
-            x = k_at(seq, key, kv_head, e % HEAD_DIM_QK);  // cache or appended row
+            x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
         }
-        sK[e] = x;
+        sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = x;
     }
 }
 
 fn load_v_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
-    for (var e = lid; e < TILE_KV * HEAD_DIM_V; e += WORKGROUP_SIZE) {
-        let key = j0 + e / HEAD_DIM_V;
-        var x = elem_t(0.0);
+    for (var e = lid; e < TILE_KV * (HEAD_DIM_V / 4u); e += WORKGROUP_SIZE) {
+        let key = j0 + e / (HEAD_DIM_V / 4u);
+        var x = vec4<elem_t>();
         if (key < seq.len_k) {
-            x = v_at(seq, key, kv_head, e % HEAD_DIM_V);  // cache or appended row
+            x = v_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_V / 4u)));  // cache or appended row
         }
-        sV[e] = x;
+        sV[(e / (HEAD_DIM_V / 4u)) * V_STRIDE + e % (HEAD_DIM_V / 4u)] = x;
     }
 }
 
 // ---- section: matmul primitives -------------------------------------------------------------
-// Both products on the invocations' own registers (WGSL has no portable matrix units). Row r
-// of the tile belongs to invocations r * THREADS_PER_ROW + lane, lane < THREADS_PER_ROW; each
-// holds its dims d = lane + THREADS_PER_ROW * i (i < DIMS_QK) of the row's q in q_reg.
-
-// S = Q K^T for the invocation's row and the TILE_KV keys in sK: raw dot products into s.
-// Each invocation forms the partial dot product over its dims (in qk_acc_t); the row's
-// THREADS_PER_ROW partials are then summed through workgroup memory (sRed),
-// so every invocation of the row ends with all TILE_KV scores. Called by all invocations
-// (uniform control flow).
-fn scores(s: ptr<function, array<f32, TILE_KV>>, q_reg: ptr<function, array<qk_acc_t, DIMS_QK>>, lid: u32) {
-    let lane = lid % THREADS_PER_ROW;
-    for (var j = 0u; j < TILE_KV; j++) {
-        var part = qk_acc_t(0.0);
-        for (var c = 0u; c < DIMS_QK; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
-            for (var u = 0u; u < DIM_CHUNK_QK; u++) {
-                let i = c + u;
-                part += (*q_reg)[i] * qk_acc_t(sK[j * HEAD_DIM_QK + lane + THREADS_PER_ROW * i]);
-            }
-        }
-        sRed[j * WORKGROUP_SIZE + lid] = f32(part);
-    }
-    workgroupBarrier();  // every partial of the tile is in sRed
-    let first = lid - lane;  // the row's first invocation
-    for (var j = 0u; j < TILE_KV; j++) {
-        var sum = 0.0;
-        for (var l = 0u; l < THREADS_PER_ROW; l++) {
-            sum += sRed[j * WORKGROUP_SIZE + first + l];
-        }
-        (*s)[j] = sum;
-    }
-}
-
-// O += P V for the invocation's row, with the online-softmax rescale folded in:
-// acc[i] = alpha * acc[i] + sum_j p_j V[j][d] for its dims d = lane + THREADS_PER_ROW * i.
-// Each dim's sum over the tile is formed in pv_acc_t and then added to the f32 acc (so f16
-// accumulation cannot overflow across tiles). A key with p = 0 (masked, or outside the row's
-// keys) is selected out, never multiplied: its V may hold anything, inf and NaN included.
-fn pv(acc: ptr<function, array<f32, DIMS_V>>, p: ptr<function, array<f32, TILE_KV>>, alpha: f32, lane: u32) {
-    for (var i = 0u; i < DIMS_V; i++) {
-        var o = pv_acc_t(0.0);
-        for (var j = 0u; j < TILE_KV; j++) {
-            let pj = (*p)[j];
-            o += select(pv_acc_t(0.0), pv_acc_t(pj) * pv_acc_t(sV[j * HEAD_DIM_V + lane + THREADS_PER_ROW * i]), pj != 0.0);
-        }
-        (*acc)[i] = alpha * (*acc)[i] + f32(o);
-    }
-}
+// Both products on the invocations' own registers (WGSL has no portable matrix units), each
+// invocation on its sub-block (section config): S = Q K^T as ROWS x KEYS 4-term dot products per
+// vec4 of the head dim (one vec4 of K read from workgroup memory serves ROWS rows, one of Q
+// serves KEYS keys), O += P V as ROWS x 4-column updates per key (one vec4 of V serves ROWS rows).
+// The loops are written out in the kernel (templates/wgsl/tiles.j2); here are the reductions
+// over the THREADS_PER_ROW invocations that share a row of the tile.
+// Without subgroups the invocations of a row exchange their partials through sRed (section
+// memory), with barriers: see reduce_rows in the kernel.
 
 // ---- section: mask --------------------------------------------------------------------------
 // mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
@@ -363,6 +371,21 @@ fn v_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
     return v_elem((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d);
 }
 
+// Columns d .. d + 3 of key j (d a multiple of 4), read as one vec4: k_at4, v_at4.
+fn k_at4(seq: Seq, j: u32, kv_head: u32, d: u32) -> vec4<elem_t> {
+    if (j >= seq.cached) {
+        return kv_new_vec(new_row(seq, j, kv_head) * HEAD_DIM_QK + d);
+    }
+    return k_vec((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d);
+}
+
+fn v_at4(seq: Seq, j: u32, kv_head: u32, d: u32) -> vec4<elem_t> {
+    if (j >= seq.cached) {
+        return kv_new_vec(params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d);
+    }
+    return v_vec((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d);
+}
+
 // ---- section: append ------------------------------------------------------------------------
 // The fused append: the workgroups of the first q tile of each (sequence, KV head) copy the
 // sequence's len_new rows of k_new / v_new into the cache, at keys cached .. cached + len_new - 1
@@ -396,29 +419,64 @@ fn score_transform(s: f32) -> f32 {
 // style (Dao 2023, Algorithm 1): loop over the visible K/V tiles keeping, per row, the running
 // max m_i, the running sum l_i of exp2(t - m_i) and the unnormalised output acc; when the max
 // grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
-// Every invocation of a row holds all of the row's scores after the reduction in scores(), so
-// m_i and l_i are computed redundantly (identically) by each of them; acc is split by dims.
+// Register tiling (section config): each invocation computes its ROWS x KEYS block of S from Q
+// and K in workgroup memory (vec4 loads), reduces its rows' max over the THREADS_PER_ROW
+// invocations of each row, and adds P V for its ROWS rows x its column groups of acc, with P exchanged through sP. Each invocation keeps l_i over its own
+// keys (alpha is the row's, so the shares stay consistent) and the shares are summed once, in
+// the epilogue.
+// The Q tile is loaded into workgroup memory once, before the loop.
 // schedule split_kv: the key tiles of each row tile are divided over params.splits
 // workgroups (dispatch x = row tiles * splits), and a workgroup's rows are (query row, head in
 // group) pairs of one KV head (dispatch y), so each K/V tile is read once per GQA group.
 // Each split writes its output normalised by its own sum, and its lse, to o_part / lse_part;
 // the entry point attngen_f16_packed_append_combine merges them by lse.
 // All barriers are in uniform control flow: the loop bounds depend only on the workgroup (its
-// sequence's lengths come from params and seq_meta, both uniform), and invocations whose row is
-// past the sequence's Lq run the loop too and just do not store.
-@compute @workgroup_size(128, 1, 1)
+// sequence's lengths come from params and seq_meta, both uniform), and invocations whose rows
+// are past the sequence's Lq run the loop too and just do not store.
+
+// Tile row r of a workgroup whose first row is `first`: its query row and query head.
+// The rows are (query row, head in group) pairs of KV head `head`, row-major.
+fn tile_row(r: u32, first: u32, head: u32) -> vec2<u32> {
+    let pair = first + r;
+    return vec2<u32>(pair / params.group, head * params.group + pair % params.group);
+}
+
+// Copy columns [d0, d0 + TILE_DQK) of the tile's rows of Q into sQ, all invocations together;
+// rows past the sequence's Lq read as zeros.
+fn load_q(lid: u32, seq: Seq, first: u32, head: u32, d0: u32) {
+    for (var e = lid; e < TILE_Q * (TILE_DQK / 4u); e += WORKGROUP_SIZE) {
+        let r = e / (TILE_DQK / 4u);
+        let g = e % (TILE_DQK / 4u);
+        let rh = tile_row(r, first, head);
+        var x = vec4<elem_t>();
+        if (rh.x < seq.len_q) {
+            let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + d0 + 4u * g;
+            x = q_vec(at);
+        }
+        sQ[r * Q_STRIDE + g] = x;
+    }
+}
+
+@compute @workgroup_size(64, 1, 1)
 fn attngen_f16_packed_append(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let lane = lid % THREADS_PER_ROW;             // which dims of the row: lane + THREADS_PER_ROW * i
+    let tr = lid / THREADS_PER_ROW;               // row group: tile rows tr + ROW_GROUPS * i, i < ROWS
+    let tc = lid % THREADS_PER_ROW;               // keys tc + THREADS_PER_ROW * u and column groups tc + THREADS_PER_ROW * w
     let seq = sequence(wg.z);                     // the workgroup's sequence: lengths and offsets
     let kv_head = wg.y;
     let split = wg.x % params.splits;             // which share of the row tile's key tiles
     let pair0 = (wg.x / params.splits) * TILE_Q;  // first (query row, head in group) pair, row-major
     let pairs = seq.len_q * params.group;
-    let pair = pair0 + lid / THREADS_PER_ROW;     // this invocation's pair:
-    let row = pair / params.group;                //   its query row
-    let head = kv_head * params.group + pair % params.group;  // and query head
     let row0 = pair0 / params.group;              // the workgroup's query rows: [row0, row_end)
     let row_end = min((min(pair0 + TILE_Q, pairs) + params.group - 1u) / params.group, seq.len_q);
+    let first = pair0;                            // tile row r is pair first + r of `kv_head`'s group
+    let tile_head = kv_head;
+    var q_row: array<u32, ROWS>;                  // the query row of each of this invocation's rows
+    var q_head: array<u32, ROWS>;                 // and its query head
+    for (var i = 0u; i < ROWS; i++) {
+        let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
+        q_row[i] = rh.x;
+        q_head[i] = rh.y;
+    }
 
     // ---- section: append ----
     // A call with k_new / v_new: this row tile's workgroups of the first query head of each KV
@@ -427,16 +485,17 @@ fn attngen_f16_packed_append(@builtin(local_invocation_index) lid: u32, @builtin
         append_rows(lid, seq, kv_head);
     }
 
-    // ---- section: prologue: load Q ----
-    // The row's q slice stays in registers for the whole loop; rows past Lq read as zeros.
-    var q_reg: array<qk_acc_t, DIMS_QK>;
-    if (row < seq.len_q) {
-        let q_base = ((seq.q_row0 + row) * params.heads_q + head) * HEAD_DIM_QK + lane;
-        for (var i = 0u; i < DIMS_QK; i++) {
-            q_reg[i] = qk_acc_t(q_elem(q_base + THREADS_PER_ROW * i));
-        }
-    }
 
+    // ---- section: prologue: load Q ----
+    // The Q tile stays in sQ for the whole loop; the loop's first barrier orders the copy
+    // before its first use.
+    load_q(lid, seq, first, tile_head, 0u);
+
+    if (lid == 0u) {
+        // not left to the implementation's zero-fill (not every one does it); the loop's first
+        // barrier orders this store before any use
+        atomicStore(&p_zero_tile, 0u);
+    }
     // ---- section: loop bounds (mask) ----
     let has_rows = row0 < row_end;                // the tile has rows of the sequence
     let range = key_range(seq, i32(row0), i32(row_end));
@@ -448,11 +507,15 @@ fn attngen_f16_packed_append(@builtin(local_invocation_index) lid: u32, @builtin
     let tile_first = tiles_begin + i32(split) * per_split;
     let n_tiles = clamp(tiles_all - i32(split) * per_split, 0, per_split);
 
-    var m_i = MASKED;                   // running max of the row's scores (log2 domain); MASKED = none yet
-    var l_i = 0.0;                      // running sum of exp2(t - m_i)
-    var row_bad = false;                // the row saw a NaN or +inf score: its result is NaN
-    var acc: array<f32, DIMS_V>;        // unnormalised output, this invocation's dims
-    var s: array<f32, TILE_KV>;         // the row's scores of the current tile, then its probabilities P
+    // Per row i of this invocation (tile row tr + ROW_GROUPS * i):
+    var m_i: array<f32, ROWS>;          // running max of the row's scores (log2 domain); MASKED = none yet
+    var l_i: array<f32, ROWS>;          // running sum of exp2(t - m_i) over this invocation's keys
+    var row_bad: array<bool, ROWS>;     // the row saw a NaN or +inf score: its result is NaN
+    var acc: array<array<vec4<f32>, ACC_GROUPS>, ROWS>;  // unnormalised output, this invocation's column groups
+    var s: array<array<f32, KEYS>, ROWS>;  // this invocation's block of the tile's scores, then of P
+    for (var i = 0u; i < ROWS; i++) {
+        m_i[i] = MASKED;
+    }
 
     // ---- section: main loop over K/V tiles ----
     // The loop ends with one extra, empty pass. A driver that silently cuts long-running loops
@@ -465,50 +528,145 @@ fn attngen_f16_packed_append(@builtin(local_invocation_index) lid: u32, @builtin
         }
         let j0 = (tile_first + it) * i32(TILE_KV);
 
+        // this invocation's ROWS x KEYS dot products of S (zeroed by an explicit initialiser:
+        // naga zero-fills a `var` without one only once, not on every pass of a loop)
+        var part = array<array<qk_acc_t, KEYS>, ROWS>();
         // -- load K/V tile
         load_k_tile(lid, seq, kv_head, u32(j0));
         load_v_tile(lid, seq, kv_head, u32(j0));
         workgroupBarrier();
 
         // -- S = Q K^T
-        scores(&s, &q_reg, lid);
+        for (var c = 0u; c < TILE_DQK / 4u; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
+            for (var x = 0u; x < DIM_CHUNK_QK; x++) {
+                let g = c + x;  // vec4 column group of the chunk
+                var qv: array<vec4<qk_acc_t>, ROWS>;
+                for (var i = 0u; i < ROWS; i++) {
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                for (var u = 0u; u < KEYS; u++) {
+                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    for (var i = 0u; i < ROWS; i++) {
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+            }
+        }
 
         // -- score transform and mask
         let partial = !tile_is_full(seq, i32(row0), i32(row_end), j0, j0 + i32(TILE_KV));
-        for (var j = 0u; j < TILE_KV; j++) {
-            var t = score_transform(s[j]);
-            if (partial && !visible(seq, i32(row), j0 + i32(j))) {
-                t = MASKED;
+        for (var i = 0u; i < ROWS; i++) {
+            let row = q_row[i];
+            for (var u = 0u; u < KEYS; u++) {
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
             }
-            if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
-                row_bad = true;
-                t = MASKED;
-            }
-            s[j] = t;
         }
 
         // -- online softmax: m_i, l_i, alpha
-        var m_new = m_i;
-        for (var j = 0u; j < TILE_KV; j++) {
-            m_new = max(m_new, s[j]);
+        var m_new: array<f32, ROWS>;
+        for (var i = 0u; i < ROWS; i++) {
+            var m = m_i[i];
+            for (var u = 0u; u < KEYS; u++) {
+                m = max(m, s[i][u]);
+            }
+            m_new[i] = m;
+        }
+        // the rows' max over all their keys: over the row's THREADS_PER_ROW invocations
+        for (var i = 0u; i < ROWS; i++) {
+            sRed[(tr + ROW_GROUPS * i) * THREADS_PER_ROW + tc] = m_new[i];
+        }
+        workgroupBarrier();  // every partial of the rows is in sRed
+        for (var i = 0u; i < ROWS; i++) {
+            let at = (tr + ROW_GROUPS * i) * THREADS_PER_ROW;
+            var r = sRed[at];
+            for (var l = 1u; l < THREADS_PER_ROW; l++) {
+                r = max(r, sRed[at + l]);
+            }
+            m_new[i] = r;
         }
         // A row that has seen no key yet keeps m = MASKED; subtracting 0 instead keeps the
         // exponents finite, and the selects give p = 0 and alpha = 0 without relying on exp2
         // of a huge negative number.
-        let m_use = select(m_new, 0.0, m_new <= MASKED);
-        let alpha = select(exp2(m_i - m_use), 0.0, m_i <= MASKED);
-        m_i = m_new;
-        var row_sum = 0.0;
-        for (var j = 0u; j < TILE_KV; j++) {
-            let p = select(exp2(s[j] - m_use), 0.0, s[j] <= MASKED);
-            s[j] = p;
-            row_sum += p;
+        var alpha: array<f32, ROWS>;
+        var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
+        for (var i = 0u; i < ROWS; i++) {
+            let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
+            alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
+            m_i[i] = m_new[i];
+            var row_sum = 0.0;
+            for (var u = 0u; u < KEYS; u++) {
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
-        l_i = l_i * alpha + row_sum;
 
+        // -- P of the tile to sP: each row's invocations need all of its keys for P V
+        for (var i = 0u; i < ROWS; i++) {
+            for (var u = 0u; u < KEYS; u++) {
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+        }
+        if (p_zero) {
+            atomicMax(&p_zero_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
+        }
+        workgroupBarrier();  // P of the whole tile is in sP
         // -- O += P V (and acc *= alpha, in the same pass)
-        pv(&acc, &s, alpha, lane);
-        workgroupBarrier();  // every invocation is done with sK, sV before the next tile overwrites them
+        for (var i = 0u; i < ROWS; i++) {
+            for (var w = 0u; w < COL_GROUPS; w++) {
+                acc[i][0u + w] *= alpha[i];
+            }
+        }
+        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
+        // 0 * inf is NaN, and such a key must add nothing whatever its V
+        if (partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) {
+            for (var c = 0u; c < TILE_KV; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+                for (var x = 0u; x < KEY_CHUNK; x++) {
+                    let j = c + x;
+                    var p: array<f32, ROWS>;
+                    for (var i = 0u; i < ROWS; i++) {
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    for (var w = 0u; w < COL_GROUPS; w++) {
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        for (var i = 0u; i < ROWS; i++) {
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                    }
+                }
+            }
+} else {
+            for (var c = 0u; c < TILE_KV; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+                for (var x = 0u; x < KEY_CHUNK; x++) {
+                    let j = c + x;
+                    var p: array<f32, ROWS>;
+                    for (var i = 0u; i < ROWS; i++) {
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    for (var w = 0u; w < COL_GROUPS; w++) {
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        for (var i = 0u; i < ROWS; i++) {
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                    }
+                }
+            }
+}
+workgroupBarrier();  // every invocation is done with sK, sV, sP before the next tile overwrites them
     }
 
     // ---- section: epilogue: normalise and store ----
@@ -517,20 +675,62 @@ fn attngen_f16_packed_append(@builtin(local_invocation_index) lid: u32, @builtin
     let completed = it > n_tiles;  // false only when the driver cut the main loop short
     var nan_bits = NAN_BITS;
     let nan = bitcast<f32>(nan_bits);  // a var's bits: never a const-expression
-    // This split's output normalised by its own sum (f32), and its lse; MASKED when it saw no key.
-    if (row < seq.len_q && completed) {
+    // the rows' sums and NaN flags over the row's invocations (each kept those of its keys)
+    var bad: array<f32, ROWS>;
+    for (var i = 0u; i < ROWS; i++) {
+        bad[i] = select(0.0, 1.0, row_bad[i]);
+    }
+        for (var i = 0u; i < ROWS; i++) {
+            sRed[(tr + ROW_GROUPS * i) * THREADS_PER_ROW + tc] = l_i[i];
+        }
+        workgroupBarrier();  // every partial of the rows is in sRed
+        for (var i = 0u; i < ROWS; i++) {
+            let at = (tr + ROW_GROUPS * i) * THREADS_PER_ROW;
+            var r = sRed[at];
+            for (var l = 1u; l < THREADS_PER_ROW; l++) {
+                r += sRed[at + l];
+            }
+            l_i[i] = r;
+        }
+        workgroupBarrier();  // every invocation has read sRed before it is written again
+        for (var i = 0u; i < ROWS; i++) {
+            sRed[(tr + ROW_GROUPS * i) * THREADS_PER_ROW + tc] = bad[i];
+        }
+        workgroupBarrier();  // every partial of the rows is in sRed
+        for (var i = 0u; i < ROWS; i++) {
+            let at = (tr + ROW_GROUPS * i) * THREADS_PER_ROW;
+            var r = sRed[at];
+            for (var l = 1u; l < THREADS_PER_ROW; l++) {
+                r += sRed[at + l];
+            }
+            bad[i] = r;
+        }
+for (var i = 0u; i < ROWS; i++) {
+        row_bad[i] = bad[i] > 0.0;
+    }
+    for (var i = 0u; i < ROWS; i++) {
+        let row = q_row[i];
+        let head_i = q_head[i];
+        if (row >= seq.len_q || !completed) {
+            continue;
+        }
+        // This split's output normalised by its own sum (f32), and its lse; MASKED when it saw no key.
         let part = split * params.batch + seq.batch;
         var inv_l = 0.0;
-        if (l_i > 0.0) {
-            inv_l = 1.0 / l_i;
+        if (l_i[i] > 0.0) {
+            inv_l = 1.0 / l_i[i];
         }
-        let o_base = ((part * params.len_q + row) * params.heads_q + head) * HEAD_DIM_V + lane;
-        for (var i = 0u; i < DIMS_V; i++) {
-            o_part[o_base + THREADS_PER_ROW * i] = select(acc[i] * inv_l, nan, row_bad);
+        let o_base = ((part * params.len_q + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        for (var w = 0u; w < ACC_GROUPS; w++) {
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            for (var e = 0u; e < 4u; e++) {
+                o_part[o_base + col + e] = select(o[e], nan, row_bad[i]);
+            }
         }
-        if (lane == 0u) {
-            let part_lse = select(MASKED, m_i * LN2 + log(l_i), l_i > 0.0);
-            lse_part[(part * params.heads_q + head) * params.len_q + row] = select(part_lse, nan, row_bad);
+        if (tc == 0u) {
+            let part_lse = select(MASKED, m_i[i] * LN2 + log(l_i[i]), l_i[i] > 0.0);
+            lse_part[(part * params.heads_q + head_i) * params.len_q + row] = select(part_lse, nan, row_bad[i]);
         }
     }
 }

@@ -18,33 +18,51 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
-// Plan: tile q=16 kv=16, workgroup 64 (16 rows x 4 invocations), subgroup reductions.
+// Plan: tile q=32 kv=16, workgroup 64 (16 row groups x 4 invocations per row), sub-block 2 row(s) x 4 key(s) of S and 2 x 16 columns of acc per invocation, row max and sum over subgroup shuffles.
 // Scale 0.125; mask none: every query row sees every key j < Lk.
-// Workgroup memory: 8192 bytes (each buffer 16-byte aligned):
-//   sK at      0: 16 x 64 f32 (the current K tile)
-//   sV at   4096: 16 x 64 f32 (the current V tile)
-// Grid: (ceil(Lq / 16), Hq, B), 64 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Workgroup memory: 19728 bytes (each buffer 16-byte aligned):
+//   sQ          at      0: 32 x 68 f32 (the Q tile, resident for the whole loop)
+//   sK          at   8704: 16 x 68 f32 (the current K tile)
+//   sV          at  13056: 16 x 64 f32 (the current V tile)
+//   sP          at  17152: 32 x 20 f32 (probabilities P of the tile, for P V)
+//   p_zero_tile at  19712: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
+// Register tiling: sub-block 2 row(s) x 4 key(s) of S and 2 x 16 columns of acc per invocation.
+// Grid: (ceil(Lq / 32), Hq, B), 64 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_vit_b16; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 
 // ---- section: config ------------------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time values in `params`; any length >= 1 works (partial tiles are zero-filled and masked).
-const TILE_Q: u32 = 16u;           // tile q: rows of Q per workgroup
+const TILE_Q: u32 = 32u;           // tile q: rows of Q per workgroup
 const TILE_KV: u32 = 16u;          // tile kv: rows of K and V per iteration of the main loop
-const THREADS_PER_ROW: u32 = 4u;   // invocations sharing one row of Q (a power of two)
-const WORKGROUP_SIZE: u32 = 64u;  // TILE_Q * THREADS_PER_ROW
 const HEAD_DIM_QK: u32 = 64u;      // head dim of q and k
 const HEAD_DIM_V: u32 = 64u;       // head dim of v and out
-// Each invocation owns the head dims d = lane + THREADS_PER_ROW * i of its row (strided, so the
-// invocations of a row read consecutive words of workgroup memory).
-const DIMS_QK: u32 = 16u;         // HEAD_DIM_QK / THREADS_PER_ROW
-const DIMS_V: u32 = 16u;          // HEAD_DIM_V / THREADS_PER_ROW
-// The dot products run over an invocation's dims in chunks of at most 32 iterations.
-// Mesa's software Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops
-// all loops of a shader after 65535 iterations in total; unrolled loops do not count, so
-// chunking keeps long sequences within that budget. Other drivers unroll or not as they like.
-const DIM_CHUNK_QK: u32 = 16u;     // divides DIMS_QK
+// Register tiling: the workgroup is ROW_GROUPS x THREADS_PER_ROW invocations; invocation
+// (tr, tc) = (lid / THREADS_PER_ROW, lid % THREADS_PER_ROW) owns the ROWS rows tr + ROW_GROUPS * i
+// of the tile, the KEYS keys tc + THREADS_PER_ROW * u of each K/V tile (its block of S), and the
+// column groups tc + THREADS_PER_ROW * w (4 columns each, vec4) of acc: sub-block 2 row(s) x 4 key(s) of S and 2 x 16 columns of acc per invocation.
+const WORKGROUP_SIZE: u32 = 64u;  // ROW_GROUPS * THREADS_PER_ROW
+const THREADS_PER_ROW: u32 = 4u;   // invocations sharing one row of the tile (a power of two)
+const ROW_GROUPS: u32 = 16u;       // TILE_Q / ROWS
+const ROWS: u32 = 2u;              // rows of the tile per invocation
+const KEYS: u32 = 4u;              // keys of each K/V tile per invocation: TILE_KV / THREADS_PER_ROW
+const TILE_DQK: u32 = HEAD_DIM_QK;    // the whole head dims sit in workgroup memory
+const TILE_DV: u32 = HEAD_DIM_V;
+const COL_GROUPS: u32 = 4u;       // vec4 column groups of acc per invocation
+const ACC_GROUPS: u32 = 4u;       // vec4 column groups of acc per invocation in all
+// Workgroup memory is read as vec4 (4 dims of a row of Q or K, 4 columns of a row of V).
+// Rows of sQ and sK are 4 elements longer than the data so that invocations reading different rows at the same column hit different banks.
+const Q_STRIDE: u32 = 17u;        // vec4 per row of sQ
+const K_STRIDE: u32 = 17u;        // vec4 per row of sK
+const V_STRIDE: u32 = 16u;        // vec4 per row of sV
+const P_STRIDE: u32 = 20u;        // f32 per row of sP
+// Loops over the dims run in chunks of at most 8 vec4 iterations. Mesa's software
+// Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops all loops of a
+// shader after 65535 iterations in total; unrolled loops do not count, so chunking keeps long
+// sequences within that budget. Other drivers unroll or not as they like.
+const DIM_CHUNK_QK: u32 = 8u;     // divides TILE_DQK / 4
+const KEY_CHUNK: u32 = 16u;       // divides TILE_KV
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
 // scale = 0.125 (1 / sqrt(head_dim qk)).
@@ -73,8 +91,8 @@ fn poisons(t: f32) -> bool {
 
 // ---- section: types -------------------------------------------------------------------------
 // Storage is f32; all arithmetic is f32 unless an accumulator below says f16.
-alias elem_t = f32;    // storage of q, k, v and out
-alias qk_acc_t = f32;  // accumulate qk=f32: q registers and partial dot products of S = Q K^T
+alias elem_t = f32;    // storage of q, k, v and out; the tiles in workgroup memory
+alias qk_acc_t = f32;  // accumulate qk=f32: the dot products of S = Q K^T
 alias pv_acc_t = f32;  // accumulate pv=f32: one K/V tile's contribution to O += P V
 
 // ---- section: memory ------------------------------------------------------------------------
@@ -131,87 +149,91 @@ struct Params {
 // then v_new (B, Lnew, Hkv, Dv) at element params.new_v; read only when params.len_new > 0
 @group(0) @binding(7) var<storage, read> kv_new: array<elem_t>;
 
-// Workgroup memory (8192 bytes as the planner counts it, each buffer rounded up
-// to 16 bytes). Tiles are stored densely, row-major: sK[j * HEAD_DIM_QK + d].
-var<workgroup> sK: array<elem_t, 1024>;  // TILE_KV x HEAD_DIM_QK: the current K tile
-var<workgroup> sV: array<elem_t, 1024>;  // TILE_KV x HEAD_DIM_V: the current V tile
+// Workgroup memory (19728 bytes as the planner counts it, each buffer rounded up
+// to 16 bytes). Tiles are stored row-major as vec4 of consecutive columns:
+// sQ[r * Q_STRIDE + g] holds columns 4g .. 4g + 3 of tile row r (loaded once, before the loop).
+var<workgroup> sQ: array<vec4<elem_t>, 544>;  // TILE_Q x (HEAD_DIM_QK + pad): the Q tile
+var<workgroup> sK: array<vec4<elem_t>, 272>;  // TILE_KV x (HEAD_DIM_QK + pad): the current K tile
+var<workgroup> sV: array<vec4<elem_t>, 256>;  // TILE_KV x HEAD_DIM_V: the current V tile
+// P of the tile, row-major (rows of P_STRIDE): each invocation writes its block of S as
+// probabilities, then reads its rows' whole P for O += P V.
+var<workgroup> sP: array<f32, 640>;  // TILE_Q x (TILE_KV + pad)
+// The last K/V tile (as it + 1: it grows through the loop, so it needs no reset) in which an
+// invocation met a masked key of its rows (p = 0: a score of -inf in a tile the mask keeps whole). O += P V then
+// selects keys with p = 0 out instead of multiplying: 0 * inf is NaN, and such a key must add
+// nothing whatever its V.
+var<workgroup> p_zero_tile: atomic<u32>;
+
+// Element e of the global tensors read 4 at a time (columns d .. d + 3 of a row; d is a
+// multiple of 4 and head dims are multiples of 8, so the 4 never straddle a row).
+fn q_vec(i: u32) -> vec4<elem_t> {
+    return vec4<elem_t>(q[i], q[i + 1u], q[i + 2u], q[i + 3u]);
+}
+
+fn k_vec(i: u32) -> vec4<elem_t> {
+    return vec4<elem_t>(k[i], k[i + 1u], k[i + 2u], k[i + 3u]);
+}
+
+fn v_vec(i: u32) -> vec4<elem_t> {
+    return vec4<elem_t>(v[i], v[i + 1u], v[i + 2u], v[i + 3u]);
+}
+
+fn kv_new_vec(i: u32) -> vec4<elem_t> {
+    return vec4<elem_t>(kv_new[i], kv_new[i + 1u], kv_new[i + 2u], kv_new[i + 3u]);
+}
+
 
 // Copy keys [j0, j0 + TILE_KV) of one (sequence, KV head) into sK (load_k_tile) and sV
 // (load_v_tile), all invocations of the workgroup together (consecutive invocations copy
-// consecutive elements). Keys at or past the sequence's Lk are zero-filled, so a partial last
-// tile reads zeros (and is masked).
+// consecutive vec4). Keys at or past the sequence's Lk are zero-filled, so a partial last tile
+// reads zeros (and is masked).
 fn load_k_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
-    for (var e = lid; e < TILE_KV * HEAD_DIM_QK; e += WORKGROUP_SIZE) {
-        let key = j0 + e / HEAD_DIM_QK;
-        var x = elem_t(0.0);
+    for (var e = lid; e < TILE_KV * (HEAD_DIM_QK / 4u); e += WORKGROUP_SIZE) {
+        let key = j0 + e / (HEAD_DIM_QK / 4u);
+        var x = vec4<elem_t>();
         if (key < seq.len_k) {
-            x = k_at(seq, key, kv_head, e % HEAD_DIM_QK);  // cache or appended row
+            x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
         }
-        sK[e] = x;
+        sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = x;
     }
 }
 
 fn load_v_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
-    for (var e = lid; e < TILE_KV * HEAD_DIM_V; e += WORKGROUP_SIZE) {
-        let key = j0 + e / HEAD_DIM_V;
-        var x = elem_t(0.0);
+    for (var e = lid; e < TILE_KV * (HEAD_DIM_V / 4u); e += WORKGROUP_SIZE) {
+        let key = j0 + e / (HEAD_DIM_V / 4u);
+        var x = vec4<elem_t>();
         if (key < seq.len_k) {
-            x = v_at(seq, key, kv_head, e % HEAD_DIM_V);  // cache or appended row
+            x = v_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_V / 4u)));  // cache or appended row
         }
-        sV[e] = x;
+        sV[(e / (HEAD_DIM_V / 4u)) * V_STRIDE + e % (HEAD_DIM_V / 4u)] = x;
     }
 }
 
 // ---- section: matmul primitives -------------------------------------------------------------
-// Both products on the invocations' own registers (WGSL has no portable matrix units). Row r
-// of the tile belongs to invocations r * THREADS_PER_ROW + lane, lane < THREADS_PER_ROW; each
-// holds its dims d = lane + THREADS_PER_ROW * i (i < DIMS_QK) of the row's q in q_reg.
+// Both products on the invocations' own registers (WGSL has no portable matrix units), each
+// invocation on its sub-block (section config): S = Q K^T as ROWS x KEYS 4-term dot products per
+// vec4 of the head dim (one vec4 of K read from workgroup memory serves ROWS rows, one of Q
+// serves KEYS keys), O += P V as ROWS x 4-column updates per key (one vec4 of V serves ROWS rows).
+// The loops are written out in the kernel (templates/wgsl/tiles.j2); here are the reductions
+// over the THREADS_PER_ROW invocations that share a row of the tile.
 
-// The sum of x over the THREADS_PER_ROW invocations of a row: a butterfly of subgroup
-// shuffles, after which every invocation of the row holds the same (bitwise) sum. The lanes of
-// a row are consecutive invocations of one subgroup: the plan guarantees THREADS_PER_ROW <= the
-// smallest subgroup size, and the runtime checks once per device that subgroups are
-// consecutive runs of local_invocation_index. Must be called in uniform control flow.
+// The max and the sum of x over the THREADS_PER_ROW invocations of a row: a butterfly of
+// subgroup shuffles, after which every invocation of the row holds the same (bitwise) value.
+// The invocations of a row are consecutive invocations of one subgroup: the plan guarantees
+// THREADS_PER_ROW <= the smallest subgroup size, and the runtime checks once per device that
+// subgroups are consecutive runs of local_invocation_index. Must be called in uniform control flow.
+fn max_over_row(x: f32) -> f32 {
+    var r = x;
+    r = max(r, subgroupShuffleXor(r, 2u));
+    r = max(r, subgroupShuffleXor(r, 1u));
+    return r;
+}
+
 fn sum_over_row(x: f32) -> f32 {
     var r = x;
     r += subgroupShuffleXor(r, 2u);
     r += subgroupShuffleXor(r, 1u);
     return r;
-}
-
-// S = Q K^T for the invocation's row and the TILE_KV keys in sK: raw dot products into s.
-// Each invocation forms the partial dot product over its dims (in qk_acc_t); the row's
-// THREADS_PER_ROW partials are then summed with a butterfly of subgroup shuffles (sum_over_row),
-// so every invocation of the row ends with all TILE_KV scores. Called by all invocations
-// (uniform control flow).
-fn scores(s: ptr<function, array<f32, TILE_KV>>, q_reg: ptr<function, array<qk_acc_t, DIMS_QK>>, lid: u32) {
-    let lane = lid % THREADS_PER_ROW;
-    for (var j = 0u; j < TILE_KV; j++) {
-        var part = qk_acc_t(0.0);
-        for (var c = 0u; c < DIMS_QK; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
-            for (var u = 0u; u < DIM_CHUNK_QK; u++) {
-                let i = c + u;
-                part += (*q_reg)[i] * qk_acc_t(sK[j * HEAD_DIM_QK + lane + THREADS_PER_ROW * i]);
-            }
-        }
-        (*s)[j] = sum_over_row(f32(part));
-    }
-}
-
-// O += P V for the invocation's row, with the online-softmax rescale folded in:
-// acc[i] = alpha * acc[i] + sum_j p_j V[j][d] for its dims d = lane + THREADS_PER_ROW * i.
-// Each dim's sum over the tile is formed in pv_acc_t and then added to the f32 acc (so f16
-// accumulation cannot overflow across tiles). A key with p = 0 (masked, or outside the row's
-// keys) is selected out, never multiplied: its V may hold anything, inf and NaN included.
-fn pv(acc: ptr<function, array<f32, DIMS_V>>, p: ptr<function, array<f32, TILE_KV>>, alpha: f32, lane: u32) {
-    for (var i = 0u; i < DIMS_V; i++) {
-        var o = pv_acc_t(0.0);
-        for (var j = 0u; j < TILE_KV; j++) {
-            let pj = (*p)[j];
-            o += select(pv_acc_t(0.0), pv_acc_t(pj) * pv_acc_t(sV[j * HEAD_DIM_V + lane + THREADS_PER_ROW * i]), pj != 0.0);
-        }
-        (*acc)[i] = alpha * (*acc)[i] + f32(o);
-    }
 }
 
 // ---- section: mask --------------------------------------------------------------------------
@@ -316,6 +338,21 @@ fn v_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
     return v[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d];
 }
 
+// Columns d .. d + 3 of key j (d a multiple of 4), read as one vec4: k_at4, v_at4.
+fn k_at4(seq: Seq, j: u32, kv_head: u32, d: u32) -> vec4<elem_t> {
+    if (j >= seq.cached) {
+        return kv_new_vec(new_row(seq, j, kv_head) * HEAD_DIM_QK + d);
+    }
+    return k_vec((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d);
+}
+
+fn v_at4(seq: Seq, j: u32, kv_head: u32, d: u32) -> vec4<elem_t> {
+    if (j >= seq.cached) {
+        return kv_new_vec(params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d);
+    }
+    return v_vec((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d);
+}
+
 // ---- section: append ------------------------------------------------------------------------
 // The fused append: the workgroups of the first q tile of each (sequence, KV head) copy the
 // sequence's len_new rows of k_new / v_new into the cache, at keys cached .. cached + len_new - 1
@@ -345,20 +382,55 @@ fn score_transform(s: f32) -> f32 {
 // style (Dao 2023, Algorithm 1): loop over the visible K/V tiles keeping, per row, the running
 // max m_i, the running sum l_i of exp2(t - m_i) and the unnormalised output acc; when the max
 // grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
-// Every invocation of a row holds all of the row's scores after the reduction in scores(), so
-// m_i and l_i are computed redundantly (identically) by each of them; acc is split by dims.
+// Register tiling (section config): each invocation computes its ROWS x KEYS block of S from Q
+// and K in workgroup memory (vec4 loads), reduces its rows' max over the THREADS_PER_ROW
+// invocations of each row, and adds P V for its ROWS rows x its column groups of acc, with P exchanged through sP. Each invocation keeps l_i over its own
+// keys (alpha is the row's, so the shares stay consistent) and the shares are summed once, in
+// the epilogue.
+// The Q tile is loaded into workgroup memory once, before the loop.
 // All barriers are in uniform control flow: the loop bounds depend only on the workgroup (its
-// sequence's lengths come from params and seq_meta, both uniform), and invocations whose row is
-// past the sequence's Lq run the loop too and just do not store.
+// sequence's lengths come from params and seq_meta, both uniform), and invocations whose rows
+// are past the sequence's Lq run the loop too and just do not store.
+
+// Tile row r of a workgroup whose first row is `first`: its query row and query head.
+fn tile_row(r: u32, first: u32, head: u32) -> vec2<u32> {
+    return vec2<u32>(first + r, head);
+}
+
+// Copy columns [d0, d0 + TILE_DQK) of the tile's rows of Q into sQ, all invocations together;
+// rows past the sequence's Lq read as zeros.
+fn load_q(lid: u32, seq: Seq, first: u32, head: u32, d0: u32) {
+    for (var e = lid; e < TILE_Q * (TILE_DQK / 4u); e += WORKGROUP_SIZE) {
+        let r = e / (TILE_DQK / 4u);
+        let g = e % (TILE_DQK / 4u);
+        let rh = tile_row(r, first, head);
+        var x = vec4<elem_t>();
+        if (rh.x < seq.len_q) {
+            let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + d0 + 4u * g;
+            x = q_vec(at);
+        }
+        sQ[r * Q_STRIDE + g] = x;
+    }
+}
+
 @compute @workgroup_size(64, 1, 1)
 fn attngen_vit_b16(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let lane = lid % THREADS_PER_ROW;             // which dims of the row: lane + THREADS_PER_ROW * i
+    let tr = lid / THREADS_PER_ROW;               // row group: tile rows tr + ROW_GROUPS * i, i < ROWS
+    let tc = lid % THREADS_PER_ROW;               // keys tc + THREADS_PER_ROW * u and column groups tc + THREADS_PER_ROW * w
     let seq = sequence(wg.z);                     // the workgroup's sequence: lengths and offsets
     let head = wg.y;
     let kv_head = head / params.group;            // grouped-query attention: Hq / Hkv heads share K/V
     let row0 = wg.x * TILE_Q;                     // the workgroup's first query row
     let row_end = min(row0 + TILE_Q, seq.len_q);  // at or below row0: a tile past the sequence's rows
-    let row = row0 + lid / THREADS_PER_ROW;       // this invocation's query row
+    let first = row0;                             // tile row r is query row first + r of `head`
+    let tile_head = head;
+    var q_row: array<u32, ROWS>;                  // the query row of each of this invocation's rows
+    var q_head: array<u32, ROWS>;                 // and its query head
+    for (var i = 0u; i < ROWS; i++) {
+        let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
+        q_row[i] = rh.x;
+        q_head[i] = rh.y;
+    }
 
     // ---- section: append ----
     // A call with k_new / v_new: this row tile's workgroups of the first query head of each KV
@@ -367,16 +439,17 @@ fn attngen_vit_b16(@builtin(local_invocation_index) lid: u32, @builtin(workgroup
         append_rows(lid, seq, kv_head);
     }
 
-    // ---- section: prologue: load Q ----
-    // The row's q slice stays in registers for the whole loop; rows past Lq read as zeros.
-    var q_reg: array<qk_acc_t, DIMS_QK>;
-    if (row < seq.len_q) {
-        let q_base = ((seq.q_row0 + row) * params.heads_q + head) * HEAD_DIM_QK + lane;
-        for (var i = 0u; i < DIMS_QK; i++) {
-            q_reg[i] = qk_acc_t(q[q_base + THREADS_PER_ROW * i]);
-        }
-    }
 
+    // ---- section: prologue: load Q ----
+    // The Q tile stays in sQ for the whole loop; the loop's first barrier orders the copy
+    // before its first use.
+    load_q(lid, seq, first, tile_head, 0u);
+
+    if (lid == 0u) {
+        // not left to the implementation's zero-fill (not every one does it); the loop's first
+        // barrier orders this store before any use
+        atomicStore(&p_zero_tile, 0u);
+    }
     // ---- section: loop bounds (mask) ----
     let has_rows = row0 < row_end;                // the tile has rows of the sequence
     let range = key_range(seq, i32(row0), i32(row_end));
@@ -386,11 +459,15 @@ fn attngen_vit_b16(@builtin(local_invocation_index) lid: u32, @builtin(workgroup
     let tile_first = tiles_begin;
     let n_tiles = tiles_all;
 
-    var m_i = MASKED;                   // running max of the row's scores (log2 domain); MASKED = none yet
-    var l_i = 0.0;                      // running sum of exp2(t - m_i)
-    var row_bad = false;                // the row saw a NaN or +inf score: its result is NaN
-    var acc: array<f32, DIMS_V>;        // unnormalised output, this invocation's dims
-    var s: array<f32, TILE_KV>;         // the row's scores of the current tile, then its probabilities P
+    // Per row i of this invocation (tile row tr + ROW_GROUPS * i):
+    var m_i: array<f32, ROWS>;          // running max of the row's scores (log2 domain); MASKED = none yet
+    var l_i: array<f32, ROWS>;          // running sum of exp2(t - m_i) over this invocation's keys
+    var row_bad: array<bool, ROWS>;     // the row saw a NaN or +inf score: its result is NaN
+    var acc: array<array<vec4<f32>, ACC_GROUPS>, ROWS>;  // unnormalised output, this invocation's column groups
+    var s: array<array<f32, KEYS>, ROWS>;  // this invocation's block of the tile's scores, then of P
+    for (var i = 0u; i < ROWS; i++) {
+        m_i[i] = MASKED;
+    }
 
     // ---- section: main loop over K/V tiles ----
     // The loop ends with one extra, empty pass. A driver that silently cuts long-running loops
@@ -403,50 +480,136 @@ fn attngen_vit_b16(@builtin(local_invocation_index) lid: u32, @builtin(workgroup
         }
         let j0 = (tile_first + it) * i32(TILE_KV);
 
+        // this invocation's ROWS x KEYS dot products of S (zeroed by an explicit initialiser:
+        // naga zero-fills a `var` without one only once, not on every pass of a loop)
+        var part = array<array<qk_acc_t, KEYS>, ROWS>();
         // -- load K/V tile
         load_k_tile(lid, seq, kv_head, u32(j0));
         load_v_tile(lid, seq, kv_head, u32(j0));
         workgroupBarrier();
 
         // -- S = Q K^T
-        scores(&s, &q_reg, lid);
+        for (var c = 0u; c < TILE_DQK / 4u; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
+            for (var x = 0u; x < DIM_CHUNK_QK; x++) {
+                let g = c + x;  // vec4 column group of the chunk
+                var qv: array<vec4<qk_acc_t>, ROWS>;
+                for (var i = 0u; i < ROWS; i++) {
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                for (var u = 0u; u < KEYS; u++) {
+                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    for (var i = 0u; i < ROWS; i++) {
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+            }
+        }
 
         // -- score transform and mask
         let partial = !tile_is_full(seq, i32(row0), i32(row_end), j0, j0 + i32(TILE_KV));
-        for (var j = 0u; j < TILE_KV; j++) {
-            var t = score_transform(s[j]);
-            if (partial && !visible(seq, i32(row), j0 + i32(j))) {
-                t = MASKED;
+        for (var i = 0u; i < ROWS; i++) {
+            let row = q_row[i];
+            for (var u = 0u; u < KEYS; u++) {
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
             }
-            if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
-                row_bad = true;
-                t = MASKED;
-            }
-            s[j] = t;
         }
 
         // -- online softmax: m_i, l_i, alpha
-        var m_new = m_i;
-        for (var j = 0u; j < TILE_KV; j++) {
-            m_new = max(m_new, s[j]);
+        var m_new: array<f32, ROWS>;
+        for (var i = 0u; i < ROWS; i++) {
+            var m = m_i[i];
+            for (var u = 0u; u < KEYS; u++) {
+                m = max(m, s[i][u]);
+            }
+            m_new[i] = m;
+        }
+        // the rows' max over all their keys: over the row's THREADS_PER_ROW invocations
+        for (var i = 0u; i < ROWS; i++) {
+            m_new[i] = max_over_row(m_new[i]);
         }
         // A row that has seen no key yet keeps m = MASKED; subtracting 0 instead keeps the
         // exponents finite, and the selects give p = 0 and alpha = 0 without relying on exp2
         // of a huge negative number.
-        let m_use = select(m_new, 0.0, m_new <= MASKED);
-        let alpha = select(exp2(m_i - m_use), 0.0, m_i <= MASKED);
-        m_i = m_new;
-        var row_sum = 0.0;
-        for (var j = 0u; j < TILE_KV; j++) {
-            let p = select(exp2(s[j] - m_use), 0.0, s[j] <= MASKED);
-            s[j] = p;
-            row_sum += p;
+        var alpha: array<f32, ROWS>;
+        var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
+        for (var i = 0u; i < ROWS; i++) {
+            let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
+            alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
+            m_i[i] = m_new[i];
+            var row_sum = 0.0;
+            for (var u = 0u; u < KEYS; u++) {
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
-        l_i = l_i * alpha + row_sum;
 
+        // -- P of the tile to sP: each row's invocations need all of its keys for P V
+        for (var i = 0u; i < ROWS; i++) {
+            for (var u = 0u; u < KEYS; u++) {
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+        }
+        if (p_zero) {
+            atomicMax(&p_zero_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
+        }
+        workgroupBarrier();  // P of the whole tile is in sP
         // -- O += P V (and acc *= alpha, in the same pass)
-        pv(&acc, &s, alpha, lane);
-        workgroupBarrier();  // every invocation is done with sK, sV before the next tile overwrites them
+        for (var i = 0u; i < ROWS; i++) {
+            for (var w = 0u; w < COL_GROUPS; w++) {
+                acc[i][0u + w] *= alpha[i];
+            }
+        }
+        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
+        // 0 * inf is NaN, and such a key must add nothing whatever its V
+        if (partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) {
+            for (var c = 0u; c < TILE_KV; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+                for (var x = 0u; x < KEY_CHUNK; x++) {
+                    let j = c + x;
+                    var p: array<f32, ROWS>;
+                    for (var i = 0u; i < ROWS; i++) {
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    for (var w = 0u; w < COL_GROUPS; w++) {
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        for (var i = 0u; i < ROWS; i++) {
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                    }
+                }
+            }
+} else {
+            for (var c = 0u; c < TILE_KV; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+                for (var x = 0u; x < KEY_CHUNK; x++) {
+                    let j = c + x;
+                    var p: array<f32, ROWS>;
+                    for (var i = 0u; i < ROWS; i++) {
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    for (var w = 0u; w < COL_GROUPS; w++) {
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        for (var i = 0u; i < ROWS; i++) {
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                    }
+                }
+            }
+}
+workgroupBarrier();  // every invocation is done with sK, sV, sP before the next tile overwrites them
     }
 
     // ---- section: epilogue: normalise and store ----
@@ -455,24 +618,47 @@ fn attngen_vit_b16(@builtin(local_invocation_index) lid: u32, @builtin(workgroup
     let completed = it > n_tiles;  // false only when the driver cut the main loop short
     var nan_bits = NAN_BITS;
     let nan = bitcast<f32>(nan_bits);  // a var's bits: never a const-expression
-    if (row < seq.len_q && completed) {
+    // the rows' sums and NaN flags over the row's invocations (each kept those of its keys)
+    var bad: array<f32, ROWS>;
+    for (var i = 0u; i < ROWS; i++) {
+        bad[i] = select(0.0, 1.0, row_bad[i]);
+    }
+        for (var i = 0u; i < ROWS; i++) {
+            l_i[i] = sum_over_row(l_i[i]);
+        }
+        for (var i = 0u; i < ROWS; i++) {
+            bad[i] = sum_over_row(bad[i]);
+        }
+for (var i = 0u; i < ROWS; i++) {
+        row_bad[i] = bad[i] > 0.0;
+    }
+    for (var i = 0u; i < ROWS; i++) {
+        let row = q_row[i];
+        let head_i = q_head[i];
+        if (row >= seq.len_q || !completed) {
+            continue;
+        }
         var inv_l = 0.0;
-        if (l_i > 0.0) {
-            inv_l = 1.0 / l_i;
+        if (l_i[i] > 0.0) {
+            inv_l = 1.0 / l_i[i];
         }
-        let o_base = ((seq.q_row0 + row) * params.heads_q + head) * HEAD_DIM_V + lane;
-        for (var i = 0u; i < DIMS_V; i++) {
-            out[o_base + THREADS_PER_ROW * i] = elem_t(select(acc[i] * inv_l, nan, row_bad));
+        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        for (var w = 0u; w < ACC_GROUPS; w++) {
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            for (var e = 0u; e < 4u; e++) {
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
         }
-        if (lane == 0u && params.write_lse != 0u) {
+        if (tc == 0u && params.write_lse != 0u) {  // one writer per row
             // -inf cannot be a WGSL constant: build it at run time from its bits (a var is
             // never a const-expression, so no front end folds it).
             var neg_inf_bits = NEG_INF_BITS;
             var row_lse = bitcast<f32>(neg_inf_bits);
-            if (l_i > 0.0) {
-                row_lse = m_i * LN2 + log(l_i);
+            if (l_i[i] > 0.0) {
+                row_lse = m_i[i] * LN2 + log(l_i[i]);
             }
-            lse[seq.lse0 + head * seq.lse_stride + row] = select(row_lse, nan, row_bad);
+            lse[seq.lse0 + head_i * seq.lse_stride + row] = select(row_lse, nan, row_bad[i]);
         }
     }
 }

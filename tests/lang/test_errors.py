@@ -696,25 +696,29 @@ def test_cuda_register_estimate_may_spill_a_little_when_the_spec_chooses():
 @pytest.mark.parametrize("profile, limit", [("webgpu-core", 16384), ("wgpu-software", 32768),
                                             ("wgpu-vulkan-nvidia", 49152)])
 def test_wgsl_tiles_that_do_not_fit_workgroup_memory(profile, limit):
-    s = spec_of("head_dim 128\ndtype f32\ntile q=16 kv=128\ntarget wgsl { subgroups=off }")
+    # tile d given: the planner may not chunk the head dim further (the register-tiled kernel
+    # streams K, then V, through one buffer sKV of kv x d)
+    s = spec_of("head_dim 128\ndtype f32\ntile q=16 kv=128 d=128\ntarget wgsl { subgroups=off }")
     (d,) = target_errors(s, "wgsl", profile)
     m = re.search(r"needs (\d+) bytes of workgroup memory \((.*)\), but (\S+) allows (\d+)", d.message)
     assert m, d.message
     assert (m[3], int(m[4])) == (profile, limit)
     assert int(m[1]) > limit
-    # sK and sV: 128 rows of 128 f32 each, at least
-    assert int(m[1]) >= 2 * 128 * 128 * 4
-    assert d.hint == "use a smaller tile kv"
+    # sKV: 128 rows of 128 f32, at least
+    assert int(m[1]) >= 128 * 128 * 4
+    assert d.hint == "use a smaller tile d or tile kv"
 
 
 def test_wgsl_webgpu_core_f16_memory_message():
-    s = spec_of("head_dim 128\ndtype f16\ntile q=16 kv=64\ntarget wgsl { f16=native }")
+    # tile d given (else the planner chunks the head dim until it fits)
+    s = spec_of("head_dim 128\ndtype f16\ntile q=16 kv=64 d=128\ntarget wgsl { f16=native }")
     (d,) = target_errors(s, "wgsl", "webgpu-core")
-    assert d.message.startswith("target wgsl (profile webgpu-core): tile q=16 kv=64 with head_dim qk=128 v=128 needs ")
-    assert "sK 64x128 f16 + sV 64x128 f16" in d.message
-    packed = spec_of("head_dim 128\ndtype f16\ntile q=16 kv=64")  # webgpu-core's default: f32 tiles
+    assert d.message.startswith("target wgsl (profile webgpu-core): tile q=16 kv=64 d=128 with head_dim qk=128 "
+                                "v=128 needs ")
+    assert "sQ 16x128 f16 + sKV 64x128 f16" in d.message
+    packed = spec_of("head_dim 128\ndtype f16\ntile q=16 kv=64 d=128")  # webgpu-core's default: f32 tiles
     (d,) = target_errors(packed, "wgsl", "webgpu-core")
-    assert "sK 64x128 f32 + sV 64x128 f32" in d.message
+    assert "sQ 16x128 f32 + sKV 64x128 f32" in d.message
     assert d.message.endswith("but webgpu-core allows 16384")
 
 

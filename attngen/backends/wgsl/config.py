@@ -1,9 +1,18 @@
-"""The WGSL tile configuration: tile sizes, invocations per row and the workgroup-memory layout.
+"""The WGSL tile configuration: tiles, the register sub-block of each invocation, and the
+workgroup-memory layout.
 
 The backend's configure(): the checker runs it once (a configuration that cannot work is a
 Problem, with the bytes it needs and the limit) and the plan is built from what it returns.
 Values the spec leaves at `auto` come from the profile's tuned defaults and are shrunk until
 they fit; values the spec gives are never changed: if they do not fit, that is an error.
+
+The kernel is register-tiled (docs/design-notes.md, "WGSL register tiling"): a workgroup of
+TILE_Q rows is TR x TC invocations; invocation (tr, tc) owns R = TILE_Q / TR rows of the tile
+(tr + TR * i), C = TILE_KV / TC keys of S (tc + TC * u) and, of acc, the same R rows x the
+column groups tc + TC * w (4 columns each, vec4). Q, K, V and P pass through workgroup memory
+as vec4, so one 16-byte load feeds R (or C) 4-term dot products. TC invocations share a row
+(threads_per_row): its max is reduced over them per tile (subgroup shuffles or workgroup memory),
+its sum once at the end. With TC = 1 an invocation owns whole rows of S: P stays in registers.
 """
 
 from __future__ import annotations
@@ -14,37 +23,60 @@ from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Problem, describe_buffers as _describe, place_buffers as _layout
 from ...plan.profiles import Profile
 
-# Output columns one WGSL invocation accumulates (acc registers). A wider head dim v is split
-# over V_BLOCKS workgroups per row tile (grid.y = Hq * V_BLOCKS), each computing V_COLS columns.
+# Register budget of one invocation, in f32 values: scores R x C (WGSL_MAX_SCORES) and the
+# output accumulator R x columns (WGSL_MAX_DIMS_V). A wider head dim v is split over V_BLOCKS
+# workgroups per row tile (grid.y = Hq * V_BLOCKS), each computing V_COLS columns.
 WGSL_MAX_DIMS_V = 64
+WGSL_MAX_SCORES = 32
+WGSL_MAX_ROWS = 4          # rows of the sub-block an auto plan gives an invocation at most
+WGSL_MIN_WORKGROUP = 64    # auto plans give an invocation more rows only while the workgroup keeps this many
+ROW_PAD = 4                # elements added to rows that invocations read at different rows (bank spread)
+VEC = 4                    # elements per vec4: dims of Q/K, columns of V, keys of P
 
 
 @dataclass(frozen=True)
 class WgslConfig:
     tile_q: int
     tile_kv: int
-    threads_per_row: int
+    threads_per_row: int   # TC: invocations sharing a row of the tile (its keys and output columns)
+    rows: int              # R: rows of the tile each invocation owns
     subgroups: bool
     d_qk: int
     d_v: int
     buffers: tuple
     smem_bytes: int
-    # tile d: head-dim columns of K and V per chunk in workgroup memory; None = the whole head
-    # dims at once (one K and one V tile per step, no chunk loops).
+    # tile d: head-dim columns of Q, K and V per chunk in workgroup memory; None = the whole head
+    # dims at once (Q resident for the whole loop, one K and one V tile per step, no chunk loops).
     tile_d: int | None = None
     tile_d_given: bool = False  # from the spec's `tile d=` (else chosen because the head dim did not fit)
     v_blocks: int = 1  # workgroups splitting the output columns (grid.y = Hq * v_blocks)
     # f16 storage without shader-f16: tensors are read and written as pairs of f16 in u32 words
     # (unpack2x16float / pack2x16float) and all arithmetic is f32 (f16_storage()).
     f16_packed: bool = False
+    pad: int = ROW_PAD  # elements of padding on rows of sQ, sK and sP
 
     @property
     def workgroup(self) -> int:
-        return self.tile_q * self.threads_per_row
+        return self.tile_q // self.rows * self.threads_per_row
+
+    @property
+    def row_groups(self) -> int:
+        """TR: invocations along the rows (workgroup / threads_per_row)."""
+        return self.tile_q // self.rows
+
+    @property
+    def keys(self) -> int:
+        """C: keys of S per invocation."""
+        return self.tile_kv // self.threads_per_row
+
+    @property
+    def cols(self) -> int:
+        """Columns of acc per invocation (of the workgroup's V_COLS)."""
+        return self.v_cols // self.threads_per_row
 
     @property
     def reduction(self) -> str:
-        """How a row's partial dot products are summed: none, subgroup or workgroup (memory)."""
+        """How a row's max and sum are combined over its invocations: none, subgroup or workgroup."""
         if self.threads_per_row == 1:
             return "none"
         return "subgroup" if self.subgroups else "workgroup"
@@ -60,7 +92,7 @@ class WgslConfig:
 
     @property
     def tile_dqk(self) -> int:
-        """Columns of K per chunk (a head dim narrower than tile d is one chunk)."""
+        """Columns of Q and K per chunk (a head dim narrower than tile d is one chunk)."""
         return min(self.tile_d, self.d_qk) if self.chunked else self.d_qk
 
     @property
@@ -73,7 +105,7 @@ class WgslConfig:
         if not self.chunked:
             return "whole head dims in workgroup memory"
         why = "from the spec" if self.tile_d_given else "chosen: the whole head dim does not fit"
-        text = (f"tile d={self.tile_d} ({why}): K in {self.d_qk // self.tile_dqk} chunk(s) of "
+        text = (f"tile d={self.tile_d} ({why}): Q and K in {self.d_qk // self.tile_dqk} chunk(s) of "
                 f"{self.tile_dqk}, V in {self.v_cols // self.tile_dv} of {self.tile_dv}")
         if self.v_blocks > 1:
             text += f"; out split over {self.v_blocks} workgroups of {self.v_cols} columns"
@@ -84,11 +116,19 @@ class WgslConfig:
         text = _describe(self.buffers)
         return f"{text}; {self.chunk_summary}" if self.chunked else text
 
+    @property
+    def sub_block(self) -> str:
+        """The register sub-block of one invocation, in words."""
+        return (f"sub-block {self.rows} row(s) x {self.keys} key(s) of S and {self.rows} x {self.cols} "
+                f"columns of acc per invocation")
+
     def summary(self) -> str:
         """One line a person reads in `attngen check` and in source headers."""
-        how = {"subgroup": "subgroup reductions", "workgroup": "workgroup-memory reductions",
-               "none": "no cross-invocation reductions"}[self.reduction]
-        who = f"workgroup {self.workgroup} ({self.tile_q} rows x {self.threads_per_row} invocations), {how}"
+        how = {"subgroup": "row max and sum over subgroup shuffles",
+               "workgroup": "row max and sum through workgroup memory",
+               "none": "whole rows per invocation"}[self.reduction]
+        who = (f"workgroup {self.workgroup} ({self.row_groups} row groups x {self.threads_per_row} "
+               f"invocations per row), {self.sub_block}, {how}")
         packed = ", f16 packed in u32 words (f32 arithmetic)" if self.f16_packed else ""
         return f"tile q={self.tile_q} kv={self.tile_kv}, {who}{packed}"
 
@@ -113,19 +153,25 @@ def f16_storage(spec: AttentionSpec, profile: Profile) -> str | None:
     return mode
 
 
-def _wgsl_layout(spec, tile_q, tile_kv, threads_per_row, subgroups, cols_qk, cols_v, packed=False):
-    """Workgroup buffers: K and V tiles of `cols_*` columns (whole head dims or one chunk); with
-    packed f16 storage the tiles hold the values widened to f32."""
+def _wgsl_layout(spec, tile_q, tile_kv, tc, subgroups, cols_qk, cols_v, chunked, pad, packed=False):
+    """Workgroup buffers: the Q tile (resident) or chunk, K and V tiles of `cols_*` columns (whole
+    head dims: separate; chunks: one buffer sKV holding a K chunk, then a V chunk), P when
+    several invocations share a row, and the row reduction buffer without subgroups. With packed
+    f16 storage the tiles hold the values widened to f32."""
     elem = "f32" if packed else spec.dtype
-    chunk = cols_qk < spec.head_dim_qk or cols_v < spec.head_dim_v
-    what = "one d-chunk of the current {} tile" if chunk else "the current {} tile"
-    entries = [
-        ("sK", elem, 1, tile_kv, cols_qk, what.format("K")),
-        ("sV", elem, 1, tile_kv, cols_v, what.format("V")),
-    ]
-    if not subgroups and threads_per_row > 1:
-        entries.append(("sRed", "f32", 1, tile_q * threads_per_row, tile_kv,
-                        "partial dot products, summed across a row's invocations"))
+    entries = [("sQ", elem, 1, tile_q, cols_qk + pad,
+                "one d-chunk of the Q tile" if chunked else "the Q tile, resident for the whole loop")]
+    if chunked:
+        entries.append(("sKV", elem, 1, tile_kv, max(cols_qk + pad, cols_v),
+                        "one d-chunk of the current K tile, then of the V tile"))
+    else:
+        entries += [("sK", elem, 1, tile_kv, cols_qk + pad, "the current K tile"),
+                    ("sV", elem, 1, tile_kv, cols_v, "the current V tile")]
+    if tc > 1:
+        entries.append(("sP", "f32", 1, tile_q, tile_kv + pad, "probabilities P of the tile, for P V"))
+        entries.append(("p_zero_tile", "u32", 1, 1, 1, "the last tile in which some p was 0 (it + 1)"))
+        if not subgroups:
+            entries.append(("sRed", "f32", 1, tile_q, tc, "a row's partial max (and sum) per invocation of the row"))
     return _layout(entries)
 
 
@@ -144,55 +190,77 @@ def _chunk_fits(width: int, d: int) -> bool:
     return width <= d or width % d == 0
 
 
-def _wgsl_v_blocks(d_v: int, tpr: int, tile_d: int | None) -> int:
+def _v_blocks(d_v: int, tc: int, rows: int, tile_d: int | None) -> int:
     """Fewest workgroups to split the output columns over so that each invocation keeps at most
-    WGSL_MAX_DIMS_V of them, each block a whole number of tile d chunks."""
-    n = d_v // tpr  # output columns per invocation without a split
-    for b in range(1, n + 1):
-        # a split output must be chunkable when tile d is chosen later: whole multiples of 8 columns
-        chunkable = _chunk_fits(d_v // b, tile_d) if tile_d is not None else b == 1 or (d_v // b) % 8 == 0
-        if n % b == 0 and n // b <= WGSL_MAX_DIMS_V and chunkable:
+    WGSL_MAX_DIMS_V accumulators (rows x columns), each block a whole number of vec4 column
+    groups per invocation (and of tile d chunks)."""
+    for b in range(1, d_v // (VEC * tc) + 1):
+        cols = d_v // b
+        if d_v % b or cols % (VEC * tc):
+            continue
+        chunkable = _chunk_fits(cols, tile_d) if tile_d is not None else b == 1 or cols % 8 == 0
+        if rows * cols // tc <= WGSL_MAX_DIMS_V and chunkable:
             return b
-    return n  # not reached: b = n gives tpr columns per block, and tile d is a multiple of tpr
+    return 0  # none: the caller tries other sub-blocks
 
 
-def _wgsl_rows(spec, profile, row, tile_q, subgroups):
-    """Invocations per row of Q (and whether subgroups reduce them), checked."""
+def _sub_blocks(spec, profile, row, tile_q, subgroups):
+    """(threads_per_row, rows, subgroups) to try, in order of preference, checked against the
+    spec's own `workgroup`."""
     sg_min = int(profile.features.get("subgroup_min_size", 4))
-    given_d = spec.tile.d
+    max_inv = profile.limit("invocations_per_workgroup")
     wg = spec.options("wgsl").get("workgroup")
     if wg is not None:
-        if wg % tile_q:
-            raise Problem(f"workgroup={wg} is not a multiple of tile q={tile_q} (each row of Q "
+        if wg >= tile_q:
+            if wg % tile_q:
+                raise Problem(f"workgroup={wg} is not a multiple of tile q={tile_q} (each row of Q "
                               "gets the same number of invocations)", key="target.wgsl")
-        tpr = wg // tile_q
-    else:
-        tpr = row["threads_per_row"]
-        if subgroups is not False:
-            tpr = min(tpr, sg_min)
-        # a default that does not divide the head dims (e.g. 16 for head_dim 136) is halved
-        while tpr > 1 and (spec.head_dim_qk % tpr or spec.head_dim_v % tpr or (given_d or tpr) % tpr):
-            tpr //= 2
-    if tpr & (tpr - 1):
-        raise Problem(f"{tpr} invocations per row of Q (workgroup / tile q) is not a power of two",
+            shapes = [(wg // tile_q, 1)]
+        else:
+            if tile_q % wg:
+                raise Problem(f"workgroup={wg} does not divide tile q={tile_q} (each invocation "
+                              "owns the same number of rows)", key="target.wgsl")
+            shapes = [(1, tile_q // wg)]
+        tc = shapes[0][0]
+        if tc & (tc - 1) or shapes[0][1] & (shapes[0][1] - 1):
+            raise Problem(f"{tc} invocations per row of Q (workgroup / tile q) is not a power of two",
                           key="target.wgsl", hint="make workgroup = tile q x 1, 2, 4, 8, 16 or 32")
-    for d in (spec.head_dim_qk, spec.head_dim_v):
-        if d % tpr:
-            raise Problem(f"{tpr} invocations per row of Q do not divide head dim {d}",
-                              key="target.wgsl", hint="use fewer invocations per row")
-    if given_d is not None and given_d % tpr:
-        raise Problem(f"tile d={given_d} is not a multiple of the {tpr} invocations per row of Q "
-                          "(each owns the same number of a chunk's columns)",
-                          hint=f"use a multiple of {tpr} for d, or fewer invocations per row")
-    if tpr == 1:
-        subgroups = False  # one invocation per row: nothing to reduce, no feature needed
-    elif subgroups is None:
-        subgroups = tpr <= sg_min
-    elif subgroups and tpr > sg_min:
-        raise Problem(f"subgroups=on with {tpr} invocations per row of Q, but {profile.name} "
-                          f"guarantees subgroups of only {sg_min}", key="target.wgsl",
-                          hint=f"use workgroup = tile q x {sg_min} or fewer")
-    return tpr, subgroups
+    else:
+        tc = row["threads_per_row"]
+        if subgroups is not False:
+            tc = min(tc, sg_min)
+        tcs = []
+        while tc >= 1:
+            tcs.append(tc)
+            tc //= 2
+        shapes = []
+        for tc in tcs:
+            for r in (WGSL_MAX_ROWS, 2, 1):
+                if tile_q % r == 0 and r <= tile_q and (tile_q // r * tc >= min(WGSL_MIN_WORKGROUP, tile_q * tc)):
+                    shapes.append((tc, r))
+                    break
+            # rows enough to keep the workgroup within the profile's invocations
+            r = 1
+            while r < tile_q and tile_q // r * tc > max_inv:
+                r *= 2
+            if (tc, r) not in shapes and tile_q % r == 0:
+                shapes.append((tc, r))
+    out = []
+    for tc, r in shapes:
+        if tc == 1:
+            sg = False  # whole rows per invocation: nothing to reduce, no feature needed
+        elif subgroups is None:
+            sg = tc <= sg_min
+        elif subgroups and tc > sg_min:
+            if wg is not None:
+                raise Problem(f"subgroups=on with {tc} invocations per row of Q, but {profile.name} "
+                              f"guarantees subgroups of only {sg_min}", key="target.wgsl",
+                              hint=f"use workgroup = tile q x {sg_min} or fewer")
+            continue
+        else:
+            sg = subgroups
+        out.append((tc, r, sg))
+    return out
 
 
 def _kv_steps(given_kv, default_kv):
@@ -206,76 +274,103 @@ def _kv_steps(given_kv, default_kv):
 
 
 def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
-    """Resolve tiles for WGSL; raise Problem if the spec's own choices cannot work.
+    """Resolve tiles and the sub-block for WGSL; raise Problem if the spec's own choices cannot
+    work.
 
-    The whole head dims go to workgroup memory at once when they fit (tile kv shrinking down to
-    4) and the output columns need no split; otherwise K and V are streamed in chunks of tile d
-    columns: the spec's d as given, else the widest chunk that fits.
+    Candidates are tried in order, the first that fits the profile's workgroup storage and
+    invocations wins: for each sub-block (the profile's invocations per row first, then fewer,
+    down to whole rows per invocation), each tile kv (shrinking down to 4 when not given), the
+    whole head dims first (Q resident) then chunks of tile d columns (the spec's d as given,
+    else the widest that fits), rows padded first, then unpadded.
     """
     row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v))
     max_inv = profile.limit("invocations_per_workgroup")
     tile_q = spec.tile.q if spec.tile.q is not None else row["tile_q"]
-    tpr, subgroups = _wgsl_rows(spec, profile, row, tile_q, wgsl_subgroup_choice(spec, profile))
-    wg = tile_q * tpr
-    if wg > max_inv:
-        raise Problem(f"workgroup of {wg} invocations (tile q={tile_q} x {tpr} per row) exceeds "
-                          f"{profile.name}'s {max_inv}", hint="use a smaller tile q")
     given_kv, given_d = spec.tile.kv, spec.tile.d
     if given_kv is not None and given_kv > 128:
-        raise Problem(f"tile kv={given_kv} is too large for WGSL (at most 128: each invocation "
-                          "keeps a tile row of scores in registers)", hint="try tile kv=32")
+        raise Problem(f"tile kv={given_kv} is too large for WGSL (at most 128: an invocation "
+                      "keeps its keys' scores in registers)", hint="try tile kv=32")
     d_qk, d_v = spec.head_dim_qk, spec.head_dim_v
     if given_d is not None and not _chunk_fits(d_qk, given_d):
-        good = [c for c in range(tpr, d_qk, tpr) if d_qk % c == 0 and c % 8 == 0]
+        good = [c for c in range(8, d_qk, 8) if d_qk % c == 0]
         raise Problem(f"tile d={given_d} does not divide head_dim qk={d_qk} (the chunks cover the "
-                          "head dim exactly)", hint=f"use d={good[-1]}" + (f" or d={good[0]}" if len(good) > 1
-                                                                        else "") if good else None)
-    v_blocks = _wgsl_v_blocks(d_v, tpr, given_d)
-    v_cols = d_v // v_blocks
+                      "head dim exactly)", hint=f"use d={good[-1]}" + (f" or d={good[0]}" if len(good) > 1
+                                                                    else "") if good else None)
+    shapes = _sub_blocks(spec, profile, row, tile_q, wgsl_subgroup_choice(spec, profile))
+    if given_d is not None and spec.options("wgsl").get("workgroup") is not None:
+        tc = shapes[0][0] if shapes else 1
+        if min(given_d, d_v) % (VEC * tc):
+            raise Problem(f"tile d={given_d} is not a multiple of {VEC * tc} (4 columns for each of the {tc} "
+                          "invocations per row)", hint=f"use a multiple of {VEC * tc} for d, or fewer "
+                                                        "invocations per row")
     limit = profile.limit("workgroup_storage_bytes")
-    kv_steps = _kv_steps(given_kv, row["tile_kv"])
-
     packed = f16_storage(spec, profile) == "packed"
+    kv_steps = _kv_steps(given_kv, row["tile_kv"])
+    tried, last, why = [], None, None
 
-    def make(tile_kv, tile_d):
-        cols = (d_qk, d_v) if tile_d is None else (min(tile_d, d_qk), min(tile_d, v_cols))
-        buffers, smem = _wgsl_layout(spec, tile_q, tile_kv, tpr, subgroups, *cols, packed=packed)
-        return WgslConfig(tile_q, tile_kv, tpr, subgroups, d_qk, d_v, buffers, smem, tile_d,
-                          given_d is not None, v_blocks, f16_packed=packed)
-
-    if given_d is None and v_blocks == 1:  # the whole head dims, if they fit
+    if spec.options("wgsl").get("workgroup") is not None and shapes:
+        tc, r = shapes[0][:2]
+        if not _v_blocks(d_v, tc, r, given_d):
+            raise Problem(f"{tc} invocations per row of Q do not divide head dim {d_v} into vec4 groups of "
+                          f"output columns (each owns a multiple of 4 of them, at most {WGSL_MAX_DIMS_V} "
+                          "accumulators)", key="target.wgsl", hint="use fewer invocations per row")
+    for tc, r, sg in shapes:
+        wg = tile_q // r * tc
+        if wg > max_inv:
+            why = why or Problem(f"workgroup of {wg} invocations (tile q={tile_q}: {tile_q // r} row groups x "
+                                 f"{tc} per row) exceeds {profile.name}'s {max_inv}", hint="use a smaller tile q")
+            continue
         for tile_kv in kv_steps:
-            cfg = make(tile_kv, None)
-            if cfg.smem_bytes <= limit:
-                return cfg
-    if given_d is not None:
-        chunks = [given_d]
-    else:  # the widest chunk that fits: multiples of 8 and of tpr covering both head dims exactly
-        step = max(8, tpr)
-        chunks = [c for c in range(max(d_qk, v_cols) // step * step, 0, -step)
-                  if _chunk_fits(d_qk, c) and _chunk_fits(v_cols, c)]
-        if not chunks:
-            raise Problem(
-                f"head_dim qk={d_qk} v={d_v} does not fit whole, and no chunk of a multiple of {step} columns "
-                f"covers both the qk head dim and the {v_cols} output columns per workgroup "
-                f"({v_blocks} workgroups share the {d_v}) exactly",
-                key="head_dim", hint="use head dims whose chunks line up (e.g. multiples of 32), or fewer "
-                                     "invocations per row (target wgsl { workgroup=... })")
-    for tile_kv in kv_steps:
-        for tile_d in chunks:
-            cfg = make(tile_kv, tile_d)
-            if cfg.smem_bytes <= limit:
-                return cfg
-    # Nothing fits: report the whole-head-dim attempt when that was an option (the spec's tile kv
-    # is then what is too large even for the narrowest chunk), else the narrowest chunk.
-    whole = given_d is None and v_blocks == 1
-    cfg = make(kv_steps[-1], None if whole else chunks[-1])
-    what = f"tile q={tile_q} kv={cfg.tile_kv}" + ("" if whole else f" d={cfg.tile_d}")
+            if tile_kv % tc or tile_kv // tc * r > WGSL_MAX_SCORES * (1 if given_kv is None else 4):
+                continue
+            v_blocks = _v_blocks(d_v, tc, r, given_d)
+            if not v_blocks:
+                continue
+            v_cols = d_v // v_blocks
+            chunks = _chunks(d_qk, v_cols, tc, given_d) if (given_d is not None or v_blocks > 1) else \
+                [None] + _chunks(d_qk, v_cols, tc, None)
+            for tile_d in chunks:
+                for pad in (ROW_PAD, 0):
+                    cols = (d_qk, d_v) if tile_d is None else (min(tile_d, d_qk), min(tile_d, v_cols))
+                    if cols[1] % (VEC * tc):
+                        continue
+                    buffers, smem = _wgsl_layout(spec, tile_q, tile_kv, tc, sg, *cols, tile_d is not None,
+                                                 pad, packed=packed)
+                    cfg = WgslConfig(tile_q, tile_kv, tc, r, sg, d_qk, d_v, buffers, smem, tile_d,
+                                     given_d is not None, v_blocks, f16_packed=packed, pad=pad)
+                    last = last or cfg
+                    if smem <= limit:
+                        return cfg
+                    tried.append(cfg)
+    if last is None:
+        if why is not None:
+            raise why
+        raise Problem(f"no register sub-block fits tile q={tile_q} kv={kv_steps[0]} with head_dim "
+                      f"qk={d_qk} v={d_v} (an invocation owns whole vec4 groups of output columns and "
+                      f"an equal share of the tile's keys)", key="target.wgsl" if spec.options("wgsl").get("workgroup")
+                      else None, hint="use fewer invocations per row (target wgsl { workgroup=... }) or a "
+                                      "larger tile kv")
+    # Report the whole-head-dim attempt of the preferred sub-block at the smallest tile kv tried
+    # (unpadded) when that was an option, else the attempt that came closest.
+    first = (tried[0].threads_per_row, tried[0].rows)
+    whole = [c for c in tried if c.tile_d is None and c.pad == 0 and (c.threads_per_row, c.rows) == first]
+    best = whole[-1] if whole else min(tried, key=lambda c: c.smem_bytes)
+    what = f"tile q={tile_q} kv={best.tile_kv}" + ("" if best.tile_d is None else f" d={best.tile_d}")
     raise Problem(
-        f"{what} with head_dim qk={d_qk} v={d_v} needs {cfg.smem_bytes} bytes of workgroup memory "
-        f"({_describe(cfg.buffers)}), but {profile.name} allows {limit}",
-        hint=("use a smaller tile kv" if cfg.tile_kv > 4 else "use a smaller tile q")
+        f"{what} with head_dim qk={d_qk} v={d_v} needs {best.smem_bytes} bytes of workgroup memory "
+        f"({_describe(best.buffers)}), but {profile.name} allows {limit}",
+        hint=("use a smaller tile kv" if best.tile_kv > 4 else "use a smaller tile q")
         if given_d is None else "use a smaller tile d or tile kv")
+
+
+def _chunks(d_qk, v_cols, tc, given_d):
+    """tile d values: the given one, else multiples of 8 (and of 4 x tc) covering both the qk
+    head dim and the workgroup's output columns exactly, widest first."""
+    if given_d is not None:
+        return [given_d]
+    step = max(8, VEC * tc)
+    return [c for c in range(max(d_qk, v_cols) // step * step, 0, -step)
+            if _chunk_fits(d_qk, c) and _chunk_fits(v_cols, c)]
 
 
 configure = wgsl_config  # the backend's configure() (attngen.backends.base.Backend)

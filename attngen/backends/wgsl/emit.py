@@ -17,9 +17,11 @@ from . import manifest as wgsl_layout
 from .config import WGSL_MAX_DIMS_V
 from .lower import COMBINE_WORKGROUP
 
-# Longest loop over an invocation's dims that is left to the compiler in one piece (longer ones
-# are split in chunks; see the DIM_CHUNK_QK comment in templates/wgsl/config.j2).
-MAX_DIM_CHUNK = 32
+# Longest loops over an invocation's vec4 of head dims and over a tile's keys that are left to the
+# compiler in one piece (longer ones are split in chunks; see the DIM_CHUNK_QK comment in
+# templates/wgsl/config.j2).
+MAX_VEC_CHUNK = 8
+MAX_KEY_CHUNK = 16
 BLOCK_MASK_WORKGROUP = 64  # invocations per workgroup of the block-mask builder
 _COMMENT_WIDTH = 92  # text width of wrapped comments (96 columns with '// ')
 
@@ -83,7 +85,7 @@ _OPTIONAL_NOTE = {
 }
 
 
-def _chunk(n: int, cap: int = MAX_DIM_CHUNK) -> int:
+def _chunk(n: int, cap: int) -> int:
     """The largest divisor of n that is at most cap."""
     return max(c for c in range(1, min(n, cap) + 1) if n % c == 0)
 
@@ -194,25 +196,19 @@ def render_source(plan: KernelPlan) -> str:
     """The WGSL source of a plan (every entry point of its schedule in one module)."""
     c = plan.config
     sizes = {b.name: b.rows * b.cols for b in c.buffers}
-    reduction_doc = {
-        "subgroup": "with a butterfly of subgroup shuffles (sum_over_row)",
-        "workgroup": "through workgroup memory (sRed)",
-        "none": "(THREADS_PER_ROW is 1: the partial is the whole dot product)",
-    }[c.reduction]
     layout = layout_lines(plan, "Workgroup memory")
+    layout.append(f"Register tiling: {c.sub_block}.")
     if c.chunked:
         layout.append(f"Head dim: {c.chunk_summary}.")
-    tpr = c.threads_per_row
     source = render(
         "wgsl/kernel.wgsl.j2",
         header=comment_block(header_lines(plan, layout)),
         directives=list(plan.details.directives),
         c=c,
         entry=plan.entry,
-        dims_qk=c.d_qk // tpr,
-        dims_v=c.v_cols // tpr,
-        dim_chunk_qk=_chunk(c.tile_dqk // tpr),
-        max_chunk=MAX_DIM_CHUNK,
+        dim_chunk_qk=_chunk(c.tile_dqk // 4, MAX_VEC_CHUNK),
+        key_chunk=_chunk(c.tile_kv, MAX_KEY_CHUNK),
+        max_chunk=MAX_VEC_CHUNK,
         max_dims_v=WGSL_MAX_DIMS_V,
         elem="f32" if plan.details.f16_packed else _SCALAR[plan.dtype],
         f16_packed=plan.details.f16_packed,
@@ -224,7 +220,6 @@ def render_source(plan: KernelPlan) -> str:
         bindings=_bindings(plan),
         sizes=sizes,
         shuffle_masks=_shuffle_masks(c.threads_per_row),
-        reduction_doc=reduction_doc,
         mask=plan.mask,
         schedule=plan.spec.schedule.kind,
         pack_gqa=pack_gqa(plan.spec),
