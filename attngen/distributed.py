@@ -12,7 +12,7 @@ hand; the partial results are merged by their lse (attngen.merge) on the device,
 `mask causal` a shard from a later rank is skipped, the rank's own shard is attended causally
 and earlier ones fully (the same spec with `mask none`, compiled once). torch.distributed is the
 engine (NCCL between GPUs, gloo on CPUs); only point-to-point operations and one all-gather of
-the shapes are used: never NVLink or symmetric-memory multicast (the environment variables
+the specs' hashes and shapes (14 integers) are used: never NVLink or symmetric-memory multicast (the environment variables
 below are set before any communicator exists).
 """
 
@@ -88,13 +88,21 @@ def _accumulate(out, lse, part, row0):
     return out, lse
 
 
-def _check_ranks(dist, group, kernel, q, k, v, world):
+def _check_ranks(torch, dist, group, kernel, q, k, v, world):
     """Every rank learns every rank's spec and shard shapes; any difference is the same
-    LaunchError on every rank (no rank is left waiting in the ring)."""
-    mine = (hashlib.sha256(repr(kernel.spec).encode()).hexdigest()[:16], kernel.target,
-            tuple(q.shape), tuple(k.shape), tuple(v.shape))
-    seen = [None] * world
-    dist.all_gather_object(seen, mine, group=group)
+    LaunchError on every rank (no rank is left waiting in the ring). One all-gather of 14
+    integers per call, on the group's device (q's for NCCL, the host for gloo), and one wait
+    for its result (not all_gather_object: pickling, two collectives and two waits)."""
+    spec_hash = int(hashlib.sha256(repr(kernel.spec).encode()).hexdigest()[:15], 16)
+    target_hash = int(hashlib.sha256(kernel.target.encode()).hexdigest()[:15], 16)
+    shapes = [tuple(q.shape), tuple(k.shape), tuple(v.shape)]
+    words = [spec_hash, target_hash] + [int(n) for sh in shapes for n in sh]
+    # NCCL gathers device tensors (q's device: the kernels of such a group take device tensors), gloo host ones
+    device = q.device if dist.get_backend(group) == "nccl" and hasattr(q, "device") else torch.device("cpu")
+    mine = torch.tensor(words, dtype=torch.int64, device=device)
+    gathered = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(gathered, mine, group=group)
+    seen = [(w[0], w[1], tuple(w[2:6]), tuple(w[6:10]), tuple(w[10:14])) for w in torch.stack(gathered).cpu().tolist()]
     specs = {s[0] for s in seen}
     if len(specs) > 1:
         raise LaunchError(f"ring_attention: the ranks run different specs ({len(specs)} distinct): every rank "
@@ -142,8 +150,9 @@ def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False, lay
                           "docs/distributed.md")
     if spec.kv_cache.is_paged:
         raise LaunchError("ring_attention: a paged KV cache is not a sequence shard (use kv_cache contiguous)")
-    if len(getattr(q, "shape", ())) != 4:
-        raise LaunchError(f"ring_attention: q must be (B, S, Hq, D), got shape {tuple(getattr(q, 'shape', ()))}")
+    for name, x, dims in (("q", q, "Hq, Dqk"), ("k", k, "Hkv, Dqk"), ("v", v, "Hkv, Dv")):
+        if len(getattr(x, "shape", ())) != 4:
+            raise LaunchError(f"ring_attention: {name} must be (B, S, {dims}), got shape {tuple(getattr(x, 'shape', ()))}")
     torch, dist = _dist()
     world, rank = dist.get_world_size(group), dist.get_rank(group)
     try:
@@ -158,7 +167,7 @@ def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False, lay
 def _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank):
     """ring_attention once the inputs are checked locally (see there)."""
     spec = kernel.spec
-    _check_ranks(dist, group, kernel, q, k, v, world)
+    _check_ranks(torch, dist, group, kernel, q, k, v, world)
     if layout == "zigzag" and q.shape[1] % 2:
         raise LaunchError(f"ring_attention: a zigzag shard is two equal chunks, but q has {q.shape[1]} rows")
     causal = spec.mask.kind == "causal"

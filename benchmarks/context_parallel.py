@@ -89,6 +89,11 @@ def _torch_cp(mesh, L, heads, causal, reps):
         from torch.distributed.tensor.experimental import context_parallel
     except ImportError as e:
         return None, f"no context_parallel in torch {torch.__version__}: {e}"
+    try:  # its causal load balancing refuses full attention ("Load balancing requires is_causal=True")
+        from torch.distributed.tensor.experimental._attention import _cp_options
+        _cp_options.enable_load_balance = causal
+    except (ImportError, AttributeError):
+        pass
     last = ""
     for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                           ("mem-eff", SDPBackend.EFFICIENT_ATTENTION)):

@@ -120,8 +120,11 @@ def test_unsupported_inputs_are_refused_before_any_communication():
         ad.ring_attention(Kernel("head_dim 32\n dtype f32\n mask window(left=4)"), None, None, None)
     with pytest.raises(attngen.LaunchError, match="paged KV cache is not a sequence shard"):
         ad.ring_attention(Kernel("head_dim 32\n dtype f32\n kv_cache paged(page=16)"), None, None, None)
-    with pytest.raises(attngen.LaunchError, match=r"q must be \(B, S, Hq, D\)"):
+    with pytest.raises(attngen.LaunchError, match=r"q must be \(B, S, Hq, Dqk\)"):
         ad.ring_attention(Kernel("head_dim 32\n dtype f32"), np.zeros((3, 2)), None, None)
+    x = np.zeros((1, 2, 2, 32))
+    with pytest.raises(attngen.LaunchError, match=r"v must be \(B, S, Hkv, Dv\), got shape \(2, 32\)"):
+        ad.ring_attention(Kernel("head_dim 32\n dtype f32"), x, x, np.zeros((2, 32)))
     if not torch.distributed.is_initialized():
         with pytest.raises(attngen.LaunchError, match="initialise torch.distributed"):
-            ad.ring_attention(Kernel("head_dim 32\n dtype f32"), np.zeros((1, 2, 2, 32)), None, None)
+            ad.ring_attention(Kernel("head_dim 32\n dtype f32"), x, x, x)
