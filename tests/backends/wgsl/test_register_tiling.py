@@ -94,7 +94,7 @@ def _profile(tile_q, threads_per_row, tile_kv):
 
 ODD = [(1, 1, 7, 7, 1), (2, 7, 113, 7, 7), (1, 113, 40, 7, 1)]  # (B, Lq, Lk, Hq, Hkv): GQA 7, Lq != Lk
 
-# name: (spec body, profile (None: the adapter's), expected (threads_per_row, rows), shapes)
+# name: (spec body, profile (None: the adapter's; a name; or tiles for _profile), expected (threads_per_row, rows), shapes)
 SHAPES = {
     "whole-rows-1": ("head_dim 64\n dtype f32\n mask causal\n tile q=16 kv=16\n target wgsl { workgroup=16 }",
                      None, (1, 1), ODD),
@@ -102,12 +102,13 @@ SHAPES = {
                      " target wgsl { workgroup=8 }", None, (1, 4), ODD),
     "2-per-row": ("head_dim 64\n dtype f32\n mask window(left=5, right=2)\n tile q=16 kv=16\n"
                   " target wgsl { workgroup=32 subgroups=off }", None, (2, 1), ODD),
-    "4x2-subgroups": ("head_dim 64\n dtype f32\n mask causal", None, (4, 2), ODD),
+    # (the software profile pinned: the adapter's own profile picks other sub-blocks, e.g. 4 x 4 on NVIDIA)
+    "4x2-subgroups": ("head_dim 64\n dtype f32\n mask causal", "wgpu-software", (4, 2), ODD),
     "4x4-subgroups": ("head_dim 128\n dtype f16\n softcap 30", (64, 4, 16), (4, 4), ODD),
     "8x4-workgroup-memory": ("head_dim 64\n dtype f16\n mask causal\n target wgsl { subgroups=off }",
                              (64, 8, 32), (8, 4), ODD),
     "8x2-webgpu-core": ("head_dim 64\n dtype f16\n mask causal", "webgpu-core", (8, 2), ODD),
-    "d512-chunked": ("head_dim 512\n dtype f32\n mask causal", None, (4, 2), [(1, 7, 113, 7, 1)]),
+    "d512-chunked": ("head_dim 512\n dtype f32\n mask causal", "wgpu-software", (4, 2), [(1, 7, 113, 7, 1)]),
     "d512-webgpu-core-q64": ("head_dim 512\n dtype f16\n tile q=64 kv=64 d=64\n target wgsl { f16=native }",
                              "webgpu-core", (1, 1), [(1, 7, 113, 7, 1), (1, 113, 7, 1, 1)]),
     "4x4-split-gqa": ("head_dim 64\n dtype f16\n mask causal\n schedule split_kv(3)", (64, 4, 16), (4, 4),
