@@ -10,7 +10,8 @@ k and v, the same S on every rank). The K/V shards travel round the ring (rank r
 r + 1, receives from r - 1) with isend / irecv, overlapped with the kernel on the shard in
 hand; the partial results are merged by their lse (attngen.merge) on the device, in f32. With
 `mask causal` a shard from a later rank is skipped, the rank's own shard is attended causally
-and earlier ones fully (the same spec with `mask none`, compiled once). torch.distributed is the
+and earlier ones fully (the same spec with `mask none`, compiled once); with `mask window` each
+pair of chunks runs the block the window reaches with its own window (window_block). torch.distributed is the
 engine (NCCL between GPUs, gloo on CPUs); only point-to-point operations and one all-gather of
 the specs' hashes and shapes (14 integers) are used: never NVLink or symmetric-memory multicast (the environment variables
 below are set before any communicator exists).
@@ -33,7 +34,7 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
                       ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(_name, _value)
 
-_FULL: dict = {}  # (spec, target) -> the spec's kernel with mask none
+_FULL: dict = {}  # (spec, target, profile[, window]) -> the spec's kernel with mask none (or that window)
 
 
 def _dist():
@@ -73,19 +74,67 @@ def _f32(x):
     return x.astype(np.float32) if isinstance(x, np.ndarray) else x.float()
 
 
-def _accumulate(out, lse, part, row0):
-    """Merge a kernel's (out, lse) into the running ones: all rows (row0 None) or the rows from
-    row0 on (zigzag: a second chunk's). The first part seen is all rows."""
+def _accumulate(out, lse, part, row0, row1=None):
+    """Merge a kernel's (out, lse) into the running ones: all rows (row0 None) or rows row0 ..
+    row1 - 1 (row1 None: to the end; zigzag: a second chunk's, windows: a block's). The first
+    part seen is all rows."""
     o, l = part
     o = _f32(o)
     if out is None:  # (copies: later merges write rows of them in place)
         return o, (l.copy() if isinstance(l, np.ndarray) else l.clone())
     if row0 is None:
         return merge([out, o], [lse, l])
-    mo, ml = merge([out[:, row0:], o], [lse[:, :, row0:], l])
-    out[:, row0:] = mo
-    lse[:, :, row0:] = ml
+    rows = slice(row0, row1)
+    mo, ml = merge([out[:, rows], o], [lse[:, :, rows], l])
+    out[:, rows] = mo
+    lse[:, :, rows] = ml
     return out, lse
+
+
+def _nothing_seen(q, v, heads_q):
+    """(out, lse) of rows that have seen no key yet: zeros and -inf, f32, of q's kind."""
+    b, s = q.shape[0], q.shape[1]
+    if isinstance(q, np.ndarray):
+        return np.zeros((b, s, heads_q, v.shape[3]), np.float32), np.full((b, heads_q, s), -np.inf, np.float32)
+    import torch
+    return (torch.zeros((b, s, heads_q, v.shape[3]), dtype=torch.float32, device=q.device),
+            torch.full((b, heads_q, s), float("-inf"), dtype=torch.float32, device=q.device))
+
+
+def window_block(left: int, right: int, q_off: int, k_off: int, n: int):
+    """Where a chunk of n keys at global position k_off meets a chunk of n queries at q_off under
+    `mask window(left, right)` (key j_g is seen by query i_g iff -left <= j_g - i_g <= right).
+    None: no pair is visible; else (q0, q1, k0, k1, a, b): query rows q0 .. q1 - 1 and keys
+    k0 .. k1 - 1 of the chunks, a square block in which key j' is seen by row i' iff
+    -a <= j' - i' <= b, so the block is `mask window(left=a, right=b)` (0 <= a, b < its size;
+    a = b = n - 1: every pair, `mask none`)."""
+    d = k_off - q_off
+    lo, hi = max(-left - d, -(n - 1)), min(right - d, n - 1)  # the visible j - i of the chunks
+    if lo > hi:
+        return None
+    if lo > 0:  # keys after their queries only: the last n - lo keys, the first n - lo rows
+        q0, q1, k0, k1, a, b = 0, n - lo, lo, n, 0, hi - lo
+    elif hi < 0:  # keys before their queries only: the last n + hi rows, the first n + hi keys
+        q0, q1, k0, k1, a, b = -hi, n, 0, n + hi, hi - lo, 0
+    else:
+        q0, q1, k0, k1, a, b = 0, n, 0, n, -lo, hi
+    m = q1 - q0
+    if a >= m - 1 and b >= m - 1:  # every pair of the block
+        return q0, q1, k0, k1, n - 1, n - 1
+    return q0, q1, k0, k1, min(a, m - 1), min(b, m - 1)
+
+
+def _window_kernel(kernel, left: int, right: int):
+    """The kernel's spec with `mask window(left, right)` (or `mask none` when that window holds
+    every pair of the block, right = left = n - 1 is passed as -1), compiled once."""
+    from . import api
+    key = (kernel.spec, kernel.target, kernel.plan.profile, left, right)
+    if key not in _FULL:
+        mask = (dataclasses.replace(kernel.spec.mask, kind="none", left=None, right=None, bottom_right=False)
+                if left < 0 else dataclasses.replace(kernel.spec.mask, kind="window", left=left, right=right,
+                                                     bottom_right=False))
+        _FULL[key] = api.compile(dataclasses.replace(kernel.spec, mask=mask), target=kernel.target)
+    return _FULL[key]
 
 
 def _check_ranks(torch, dist, group, kernel, q, k, v, world):
@@ -145,9 +194,9 @@ def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False, lay
     spec = kernel.spec
     if layout not in ("contiguous", "zigzag"):
         raise LaunchError(f"ring_attention: layout must be 'contiguous' or 'zigzag', not {layout!r}")
-    if spec.mask.kind not in ("none", "causal"):
-        raise LaunchError(f"ring_attention: mask {spec.mask.kind} is not supported yet (none and causal are); "
-                          "docs/distributed.md")
+    if spec.mask.kind not in ("none", "causal", "window"):
+        raise LaunchError(f"ring_attention: mask {spec.mask.kind} is not supported yet (none, causal and window "
+                          "are); docs/distributed.md")
     if spec.kv_cache.is_paged:
         raise LaunchError("ring_attention: a paged KV cache is not a sequence shard (use kv_cache contiguous)")
     for name, x, dims in (("q", q, "Hq, Dqk"), ("k", k, "Hkv, Dqk"), ("v", v, "Hkv, Dv")):
@@ -171,12 +220,21 @@ def _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank):
     if layout == "zigzag" and q.shape[1] % 2:
         raise LaunchError(f"ring_attention: a zigzag shard is two equal chunks, but q has {q.shape[1]} rows")
     causal = spec.mask.kind == "causal"
+    window = spec.mask.kind == "window"
     full = _full_kernel(kernel) if causal else kernel
     half = q.shape[1] // 2
+    out = lse = None
+    if window:
+        # chunks of positions each rank holds: (global start, local start), n positions each
+        n = half if layout == "zigzag" else q.shape[1]
+        def chunks(r):
+            if layout == "zigzag":
+                return [(r * n, 0), ((2 * world - 1 - r) * n, n)]
+            return [(r * n, 0)]
+        out, lse = _nothing_seen(q, v, spec.heads_q)
     nxt = dist.get_global_rank(group, (rank + 1) % world) if group is not None else (rank + 1) % world
     prv = dist.get_global_rank(group, (rank - 1) % world) if group is not None else (rank - 1) % world
     kt, vt = _as_torch(torch, k), _as_torch(torch, v)
-    out = lse = None
     for step in range(world):
         src = (rank - step) % world  # whose K/V shard is in hand
         pending = []
@@ -185,7 +243,20 @@ def _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank):
             pending = dist.batch_isend_irecv([dist.P2POp(dist.isend, kt, nxt, group), dist.P2POp(dist.isend, vt, nxt, group),
                                               dist.P2POp(dist.irecv, k_in, prv, group), dist.P2POp(dist.irecv, v_in, prv, group)])
         kc, vc = _like(k, kt), _like(v, vt)
-        if not causal:
+        if window:  # every (query chunk, key chunk) pair: the block of it the window sees
+            for q_off, qa in chunks(rank):
+                for k_off, ka in chunks(src):
+                    blk = window_block(spec.mask.left, spec.mask.right, q_off, k_off, n)
+                    if blk is None:
+                        continue
+                    q0, q1, k0, k1, a, b = blk
+                    if (a, b) == (spec.mask.left, spec.mask.right):
+                        kern = kernel
+                    else:  # every pair of the block: mask none
+                        kern = _window_kernel(kernel, -1, -1) if a == b == n - 1 else _window_kernel(kernel, a, b)
+                    part = kern(q[:, qa + q0:qa + q1], kc[:, ka + k0:ka + k1], vc[:, ka + k0:ka + k1], return_lse=True)
+                    out, lse = _accumulate(out, lse, part, qa + q0, qa + q1)
+        elif not causal:
             out, lse = _accumulate(out, lse, kernel(q, kc, vc, return_lse=True), None)
         elif src == rank:  # its own positions: causal (zigzag too: chunk r, then chunk 2W-1-r)
             out, lse = _accumulate(out, lse, kernel(q, kc, vc, return_lse=True), None)
@@ -204,4 +275,4 @@ def _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank):
     return (out, lse) if return_lse else out
 
 
-__all__ = ["ring_attention", "zigzag_shard"]
+__all__ = ["ring_attention", "window_block", "zigzag_shard"]

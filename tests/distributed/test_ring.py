@@ -45,7 +45,31 @@ CASES = [
     ("none f16 3 ranks", 3, "head_dim 64\n heads q=4 kv=4\n dtype f16", 1, 21, "contiguous"),
     ("causal zigzag f32 2 ranks", 2, "head_dim 32\n heads q=6 kv=2\n dtype f32\n mask causal", 1, 28, "zigzag"),
     ("causal zigzag f16 3 ranks", 3, "head_dim 64\n heads q=4 kv=2\n dtype f16\n mask causal", 2, 42, "zigzag"),
+    # windows: narrower than a shard, wider than one (3 ranks of 13), with keys to the right, zigzag
+    ("window f32 2 ranks", 2, "head_dim 32\n heads q=6 kv=2\n dtype f32\n mask window(left=5)", 1, 26, "contiguous"),
+    ("window wide f16 3 ranks", 3, "head_dim 64\n heads q=6 kv=3\n dtype f16\n mask window(left=17, right=4)",
+     2, 39, "contiguous"),
+    ("window zigzag f32 3 ranks", 3, "head_dim 32\n heads q=4 kv=4\n dtype f32\n mask window(left=9, right=2)",
+     1, 42, "zigzag"),
 ]
+
+
+@pytest.mark.parametrize("left, right, n", [(5, 0, 13), (17, 4, 13), (0, 0, 7), (9, 2, 7), (40, 40, 7)])
+def test_window_blocks_cover_exactly_the_window(left, right, n):
+    """window_block's square block with its window holds exactly the pairs of two chunks that
+    the window sees, for every chunk offset (brute force)."""
+    from attngen.distributed import window_block
+    for q_off in range(0, 6 * n, n):
+        for k_off in range(0, 6 * n, n):
+            want = {(i, j) for i in range(n) for j in range(n) if -left <= (k_off + j) - (q_off + i) <= right}
+            blk = window_block(left, right, q_off, k_off, n)
+            if blk is None:
+                assert not want, (q_off, k_off)
+                continue
+            q0, q1, k0, k1, a, b = blk
+            assert q1 - q0 == k1 - k0 > 0
+            got = {(q0 + i, k0 + j) for i in range(q1 - q0) for j in range(k1 - k0) if -a <= j - i <= b}
+            assert got == want, (q_off, k_off, blk)
 
 
 def _unshard(parts, world, layout, axis):
@@ -116,8 +140,8 @@ def test_unsupported_inputs_are_refused_before_any_communication():
     class Kernel:  # what ring_attention reads of a kernel before it communicates
         def __init__(self, body):
             self.spec = attngen.parse("attention w {\n" + body + "\n}")[0]
-    with pytest.raises(attngen.LaunchError, match="mask window is not supported yet"):
-        ad.ring_attention(Kernel("head_dim 32\n dtype f32\n mask window(left=4)"), None, None, None)
+    with pytest.raises(attngen.LaunchError, match="mask custom is not supported yet"):
+        ad.ring_attention(Kernel("head_dim 32\n dtype f32\n mask custom"), None, None, None)
     with pytest.raises(attngen.LaunchError, match="paged KV cache is not a sequence shard"):
         ad.ring_attention(Kernel("head_dim 32\n dtype f32\n kv_cache paged(page=16)"), None, None, None)
     with pytest.raises(attngen.LaunchError, match=r"q must be \(B, S, Hq, Dqk\)"):
