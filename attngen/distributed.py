@@ -137,14 +137,16 @@ def _window_kernel(kernel, left: int, right: int):
     return _FULL[key]
 
 
-def _check_ranks(torch, dist, group, kernel, q, k, v, world):
+def _check_ranks(torch, dist, group, kernel, q, k, v, world, cu_seqlens=None):
     """Every rank learns every rank's spec and shard shapes; any difference is the same
     LaunchError on every rank (no rank is left waiting in the ring). One all-gather of 14
     integers per call, on the group's device (q's for NCCL, the host for gloo), and one wait
     for its result (not all_gather_object: pickling, two collectives and two waits)."""
     spec_hash = int(hashlib.sha256(repr(kernel.spec).encode()).hexdigest()[:15], 16)
     target_hash = int(hashlib.sha256(kernel.target.encode()).hexdigest()[:15], 16)
-    shapes = [tuple(q.shape), tuple(k.shape), tuple(v.shape)]
+    if cu_seqlens is not None:  # the boundaries too: every rank must pass the same (as part of the spec's word)
+        spec_hash ^= int(hashlib.sha256(np.asarray(cu_seqlens, np.int64).tobytes()).hexdigest()[:15], 16)
+    shapes = [(-1,) * (4 - len(x.shape)) + tuple(x.shape) for x in (q, k, v)]  # packed: (-1, S, H, D)
     words = [spec_hash, target_hash] + [int(n) for sh in shapes for n in sh]
     # NCCL gathers device tensors (q's device: the kernels of such a group take device tensors), gloo host ones
     device = q.device if dist.get_backend(group) == "nccl" and hasattr(q, "device") else torch.device("cpu")
@@ -155,7 +157,8 @@ def _check_ranks(torch, dist, group, kernel, q, k, v, world):
     specs = {s[0] for s in seen}
     if len(specs) > 1:
         raise LaunchError(f"ring_attention: the ranks run different specs ({len(specs)} distinct): every rank "
-                          "must call it with the same kernel")
+                          "must call it with the same kernel" + (" and the same cu_seqlens" if cu_seqlens is not None
+                                                                 else ""))
     if len({s[1] for s in seen}) > 1:
         raise LaunchError("ring_attention: the ranks use kernels of different targets")
     for what, i in (("q", 2), ("k", 3), ("v", 4)):
@@ -163,9 +166,10 @@ def _check_ranks(torch, dist, group, kernel, q, k, v, world):
         if len(set(shapes)) > 1:
             raise LaunchError(f"ring_attention: {what} shards differ between ranks ({', '.join(map(str, shapes))}): "
                               "every rank holds a contiguous shard of the same length")
-    if q.shape[1] != k.shape[1]:
+    seq = 0 if cu_seqlens is not None else 1
+    if q.shape[seq] != k.shape[seq]:
         raise LaunchError(f"ring_attention: each rank's q and k shards must cover the same positions (q has "
-                          f"{q.shape[1]} rows, k {k.shape[1]})")
+                          f"{q.shape[seq]} rows, k {k.shape[seq]})")
 
 
 def zigzag_shard(x, rank: int, world: int, axis: int = 1):
@@ -183,15 +187,30 @@ def zigzag_shard(x, rank: int, world: int, axis: int = 1):
     return np.concatenate(parts, axis=axis) if isinstance(x, np.ndarray) else __import__("torch").cat(parts, dim=axis)
 
 
-def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False, layout: str = "contiguous"):
+def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False, layout: str = "contiguous",
+                   cu_seqlens=None):
     """Attention over the whole sequence for this rank's shard of the queries (docstring of the
     module). q (B, S, Hq, Dqk), k / v (B, S, Hkv, D): this rank's shard, in the kernel's dtype,
     as the kernel takes them (CUDA tensors with NCCL; numpy arrays for WGSL kernels with gloo).
     layout "contiguous": rank r holds positions r S .. r S + S - 1; "zigzag" (causal masks: every
     rank gets the same work): the sequence is 2 W chunks of S / 2 and rank r holds chunks r and
     2 W - 1 - r, concatenated (zigzag_shard). Returns out (B, S, Hq, Dv) (and lse (B, Hq, S) with
-    return_lse) in the same layout, of q's kind."""
+    return_lse) in the same layout, of q's kind.
+
+    Packed sequences: with `cu_seqlens` (B + 1 boundaries of the whole packed stream of T tokens,
+    the same on every rank, on the host: a list, numpy array or CPU tensor), q (S, Hq, Dqk) and
+    k / v (S, Hkv, D) are this rank's S = T / W consecutive tokens of the stream (contiguous
+    layout; a sequence may span ranks) and attention stays inside each sequence (masks none and
+    causal); out (S, Hq, Dv), lse (Hq, S)."""
     spec = kernel.spec
+    packed = cu_seqlens is not None
+    if packed:
+        cu_seqlens = _host_boundaries(cu_seqlens)
+        if layout != "contiguous":
+            raise LaunchError("ring_attention: packed sequences (cu_seqlens) take the contiguous layout")
+        if spec.mask.kind not in ("none", "causal"):
+            raise LaunchError(f"ring_attention: mask {spec.mask.kind} with packed sequences (cu_seqlens) is not "
+                              "supported yet (none and causal are); docs/distributed.md")
     if layout not in ("contiguous", "zigzag"):
         raise LaunchError(f"ring_attention: layout must be 'contiguous' or 'zigzag', not {layout!r}")
     if spec.mask.kind not in ("none", "causal", "window"):
@@ -200,12 +219,16 @@ def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False, lay
     if spec.kv_cache.is_paged:
         raise LaunchError("ring_attention: a paged KV cache is not a sequence shard (use kv_cache contiguous)")
     for name, x, dims in (("q", q, "Hq, Dqk"), ("k", k, "Hkv, Dqk"), ("v", v, "Hkv, Dv")):
-        if len(getattr(x, "shape", ())) != 4:
-            raise LaunchError(f"ring_attention: {name} must be (B, S, {dims}), got shape {tuple(getattr(x, 'shape', ()))}")
+        if len(getattr(x, "shape", ())) != (3 if packed else 4):
+            raise LaunchError(f"ring_attention: {name} must be ({'' if packed else 'B, '}S, {dims})"
+                              f"{' with cu_seqlens' if packed else ''}, got shape {tuple(getattr(x, 'shape', ()))}")
     torch, dist = _dist()
     world, rank = dist.get_world_size(group), dist.get_rank(group)
+    if packed and int(cu_seqlens[-1]) != q.shape[0] * world:
+        raise LaunchError(f"ring_attention: cu_seqlens ends at {int(cu_seqlens[-1])} tokens, but {world} ranks of "
+                          f"{q.shape[0]} tokens hold {q.shape[0] * world}: every rank holds T / W consecutive tokens")
     try:
-        return _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank)
+        return _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank, cu_seqlens)
     except LaunchError:
         raise
     except RuntimeError as e:  # torch.distributed's errors (DistBackendError and timeouts among them)
@@ -213,10 +236,38 @@ def ring_attention(kernel, q, k, v, *, group=None, return_lse: bool = False, lay
                           f"that died, timed out or left the group?): {type(e).__name__}: {str(e)[:300]}") from None
 
 
-def _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank):
+def _host_boundaries(cu):
+    """cu_seqlens of the whole packed stream as a host int64 array, checked (ascending from 0)."""
+    if hasattr(cu, "device") and getattr(cu.device, "type", "cpu") != "cpu":
+        raise LaunchError("ring_attention: cu_seqlens must be on the host (a list, numpy array or CPU tensor): the "
+                          "ring cuts it into each step's boundaries")
+    a = np.asarray(cu.numpy() if hasattr(cu, "numpy") else cu, dtype=np.int64)
+    if a.ndim != 1 or a.size < 2 or a[0] != 0 or (np.diff(a) < 0).any():
+        raise LaunchError("ring_attention: cu_seqlens must be 1-d, start at 0 and never decrease "
+                          f"(got {a.tolist()[:8]}{' ...' if a.size > 8 else ''})")
+    return a
+
+
+def packed_pieces(cu, q_start: int, k_start: int, n: int):
+    """The packed boundaries of one ring step: this rank's tokens q_start .. q_start + n - 1 and the
+    key shard's k_start .. k_start + n - 1 of a stream whose sequences are cu (B + 1 boundaries).
+    Returns (cu_q, cu_k): int32 boundaries over the same list of sequences (those that reach
+    either range), each sequence's piece of the query shard and of the key shard (pieces may be
+    empty; both tile their shard in order)."""
+    first = int(np.searchsorted(cu, min(q_start, k_start), side="right")) - 1
+    last = int(np.searchsorted(cu, max(q_start, k_start) + n - 1, side="right")) - 1
+    first, last = max(first, 0), min(last, len(cu) - 2)
+    bounds = cu[first:last + 2]
+    cu_q = np.clip(bounds, q_start, q_start + n) - q_start
+    cu_k = np.clip(bounds, k_start, k_start + n) - k_start
+    cu_q[0], cu_k[0], cu_q[-1], cu_k[-1] = 0, 0, n, n  # sequences before / after the ranges: empty
+    return cu_q.astype(np.int32), cu_k.astype(np.int32)
+
+
+def _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank, cu_seqlens=None):
     """ring_attention once the inputs are checked locally (see there)."""
     spec = kernel.spec
-    _check_ranks(torch, dist, group, kernel, q, k, v, world)
+    _check_ranks(torch, dist, group, kernel, q, k, v, world, cu_seqlens)
     if layout == "zigzag" and q.shape[1] % 2:
         raise LaunchError(f"ring_attention: a zigzag shard is two equal chunks, but q has {q.shape[1]} rows")
     causal = spec.mask.kind == "causal"
@@ -243,7 +294,14 @@ def _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank):
             pending = dist.batch_isend_irecv([dist.P2POp(dist.isend, kt, nxt, group), dist.P2POp(dist.isend, vt, nxt, group),
                                               dist.P2POp(dist.irecv, k_in, prv, group), dist.P2POp(dist.irecv, v_in, prv, group)])
         kc, vc = _like(k, kt), _like(v, vt)
-        if window:  # every (query chunk, key chunk) pair: the block of it the window sees
+        if cu_seqlens is not None:  # packed: within each sequence; an earlier shard's keys are all seen (causal)
+            n = q.shape[0]
+            if not (causal and src > rank):
+                cu_q, cu_k = packed_pieces(cu_seqlens, rank * n, src * n, n)
+                kern = kernel if src == rank else full
+                part = kern(q, kc, vc, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, return_lse=True)
+                out, lse = _accumulate(out, lse, part, None)
+        elif window:  # every (query chunk, key chunk) pair: the block of it the window sees
             for q_off, qa in chunks(rank):
                 for k_off, ka in chunks(src):
                     blk = window_block(spec.mask.left, spec.mask.right, q_off, k_off, n)
@@ -275,4 +333,4 @@ def _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank):
     return (out, lse) if return_lse else out
 
 
-__all__ = ["ring_attention", "window_block", "zigzag_shard"]
+__all__ = ["packed_pieces", "ring_attention", "window_block", "zigzag_shard"]

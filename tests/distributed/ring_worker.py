@@ -33,12 +33,26 @@ def main():
         kernel = attngen.compile(spec, target="wgsl")
         rng = np.random.default_rng(case["seed"])
         b, L, hq, hkv, d = case["B"], case["L"], case["Hq"], case["Hkv"], spec.head_dim_qk
+        dt = np.float16 if spec.dtype == "f16" else np.float32
+        if "cu_seqlens" in case:  # packed: the whole stream of L tokens, this rank's L / W of them
+            q, k, v = (rng.standard_normal((L, h, d)).astype(np.float32) for h in (hq, hkv, hkv))
+            S = L // world
+            sl = slice(rank * S, (rank + 1) * S)
+            try:
+                out, lse = attngen.distributed.ring_attention(kernel, q[sl].astype(dt), k[sl].astype(dt),
+                                                              v[sl].astype(dt), return_lse=True,
+                                                              cu_seqlens=case["cu_seqlens"])
+                np.save(os.path.join(out_dir, f"out_{rank}.npy"), out.astype(np.float32))
+                np.save(os.path.join(out_dir, f"lse_{rank}.npy"), lse)
+            except attngen.LaunchError as e:
+                with open(os.path.join(out_dir, f"error_{rank}.txt"), "w") as f:
+                    f.write(str(e))
+            return
         q, k, v = (rng.standard_normal((b, L, h, d)).astype(np.float32) for h in (hq, hkv, hkv))
         S = L // world
         sl = slice(rank * S, (rank + 1) * S)
         if case.get("uneven") and rank == 0:
             sl = slice(0, S - 1)
-        dt = np.float16 if spec.dtype == "f16" else np.float32
         layout = case.get("layout", "contiguous")
         if layout == "zigzag":
             qs, ks, vs = (attngen.distributed.zigzag_shard(x, rank, world) for x in (q, k, v))

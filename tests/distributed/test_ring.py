@@ -54,6 +54,50 @@ CASES = [
 ]
 
 
+PACKED = [
+    # (name, world, spec body, total tokens, cu_seqlens): sequences across rank boundaries, of one
+    # token, one longer than a shard, and (3 ranks) one that spans all three
+    ("packed causal f32 2 ranks", 2, "head_dim 32\n heads q=6 kv=2\n dtype f32\n mask causal", 30,
+     [0, 1, 9, 22, 23, 30]),
+    ("packed none f16 3 ranks", 3, "head_dim 64\n heads q=4 kv=2\n dtype f16", 33, [0, 5, 6, 33]),
+    ("packed causal f16 3 ranks", 3, "head_dim 64\n heads q=7 kv=1\n dtype f16\n mask causal", 33,
+     [0, 2, 12, 13, 32, 33]),
+]
+
+
+@pytest.mark.parametrize("case", PACKED, ids=lambda c: c[0])
+def test_packed_sequences_across_ranks(case, tmp_path):
+    """cu_seqlens over the whole stream, each rank T / W consecutive tokens: attention stays inside
+    each sequence, also where a sequence spans ranks (vs the reference of the whole packed stream)."""
+    require("wgsl")
+    _, world, body, total, cu = case
+    spec = attngen.parse("attention ring {\n" + body + "\n}")[0]
+    c = {"spec": "attention ring {\n" + body + "\n}", "seed": 5, "B": 1, "L": total, "Hq": spec.heads_q,
+         "Hkv": spec.heads_kv, "cu_seqlens": cu}
+    _run(tmp_path, world, c)
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((total, h, spec.head_dim_qk)).astype(np.float32)
+               for h in (spec.heads_q, spec.heads_kv, spec.heads_kv))
+    if spec.dtype == "f16":
+        q, k, v = (x.astype(np.float16).astype(np.float32) for x in (q, k, v))
+    cu = np.asarray(cu, np.int32)
+    ref, ref_lse = reference(spec, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, return_lse=True)
+    out = np.concatenate([np.load(tmp_path / f"out_{r}.npy") for r in range(world)], axis=0)
+    lse = np.concatenate([np.load(tmp_path / f"lse_{r}.npy") for r in range(world)], axis=1)
+    assert relative_error(out, ref) <= tolerance(spec)
+    assert np.abs(lse - ref_lse).max() <= 1e-2 * max(1.0, np.abs(ref_lse).max())
+
+
+def test_packed_pieces():
+    from attngen.distributed import packed_pieces
+    cu = np.array([0, 1, 9, 22, 23, 30])
+    # rank 1 of 2 (tokens 15 .. 29) against rank 0's keys (0 .. 14): sequences 2 .. 4 reach either
+    cu_q, cu_k = packed_pieces(cu, 15, 0, 15)
+    assert cu_q.tolist() == [0, 0, 0, 7, 8, 15] and cu_k.tolist() == [0, 1, 9, 15, 15, 15]
+    cu_q, cu_k = packed_pieces(cu, 0, 0, 15)
+    assert cu_q.tolist() == cu_k.tolist() == [0, 1, 9, 15]
+
+
 @pytest.mark.parametrize("left, right, n", [(5, 0, 13), (17, 4, 13), (0, 0, 7), (9, 2, 7), (40, 40, 7)])
 def test_window_blocks_cover_exactly_the_window(left, right, n):
     """window_block's square block with its window holds exactly the pairs of two chunks that
@@ -146,6 +190,15 @@ def test_unsupported_inputs_are_refused_before_any_communication():
         ad.ring_attention(Kernel("head_dim 32\n dtype f32\n kv_cache paged(page=16)"), None, None, None)
     with pytest.raises(attngen.LaunchError, match=r"q must be \(B, S, Hq, Dqk\)"):
         ad.ring_attention(Kernel("head_dim 32\n dtype f32"), np.zeros((3, 2)), None, None)
+    with pytest.raises(attngen.LaunchError, match="packed sequences .cu_seqlens. take the contiguous layout"):
+        ad.ring_attention(Kernel("head_dim 32\n dtype f32\n mask causal"), None, None, None, layout="zigzag",
+                          cu_seqlens=[0, 4])
+    with pytest.raises(attngen.LaunchError, match="mask window with packed sequences"):
+        ad.ring_attention(Kernel("head_dim 32\n dtype f32\n mask window(left=3)"), None, None, None, cu_seqlens=[0, 4])
+    with pytest.raises(attngen.LaunchError, match="never decrease"):
+        ad.ring_attention(Kernel("head_dim 32\n dtype f32"), None, None, None, cu_seqlens=[0, 4, 2])
+    with pytest.raises(attngen.LaunchError, match=r"q must be \(S, Hq, Dqk\) with cu_seqlens"):
+        ad.ring_attention(Kernel("head_dim 32\n dtype f32"), np.zeros((1, 4, 2, 32)), None, None, cu_seqlens=[0, 4])
     x = np.zeros((1, 2, 2, 32))
     with pytest.raises(attngen.LaunchError, match=r"v must be \(B, S, Hkv, Dv\), got shape \(2, 32\)"):
         ad.ring_attention(Kernel("head_dim 32\n dtype f32"), x, x, np.zeros((2, 32)))
