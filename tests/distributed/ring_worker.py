@@ -4,7 +4,8 @@
 
 Builds the case's full q, k, v from its seed (every rank the same), takes this rank's contiguous
 shard, runs attngen.distributed.ring_attention with gloo on the WGSL kernel (the software
-adapter), and writes out_RANK.npy / lse_RANK.npy, or error_RANK.txt with the LaunchError."""
+adapter) — or, for a case with "target": "cuda", with NCCL on the CUDA kernel, one GPU per rank —
+and writes out_RANK.npy / lse_RANK.npy, or error_RANK.txt with the LaunchError."""
 
 from __future__ import annotations
 
@@ -22,28 +23,44 @@ import attngen.distributed
 
 def main():
     rank, world, init, case, out_dir = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4]), sys.argv[5]
-    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=30))
+    target = case.get("target", "wgsl")
+    if target == "cuda":
+        import torch
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", init_method=f"file://{init}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=60), device_id=torch.device("cuda", rank))
+    else:
+        dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=30))
     if "die" in case:
         dist.barrier()  # both ranks have finished joining the group
         if case["die"] == rank:  # a rank that dies before the ring
             os._exit(3)
     try:
         spec = attngen.parse(case["spec"])[0]
-        kernel = attngen.compile(spec, target="wgsl")
+        kernel = attngen.compile(spec, target=target)
         rng = np.random.default_rng(case["seed"])
         b, L, hq, hkv, d = case["B"], case["L"], case["Hq"], case["Hkv"], spec.head_dim_qk
         dt = np.float16 if spec.dtype == "f16" else np.float32
+
+        def put(x):  # this rank's shard as the kernel takes it: numpy (WGSL), a CUDA tensor (NCCL)
+            if target != "cuda":
+                return x.astype(dt)
+            import torch
+            t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).cuda()
+            return t.to({"f16": torch.float16, "bf16": torch.bfloat16}.get(spec.dtype, torch.float32))
+
+        def get(y):
+            return y.float().cpu().numpy() if hasattr(y, "cpu") else np.asarray(y, np.float32)
         if "cu_seqlens" in case:  # packed: the whole stream of L tokens, this rank's L / W of them
             q, k, v = (rng.standard_normal((L, h, d)).astype(np.float32) for h in (hq, hkv, hkv))
             S = L // world
             sl = slice(rank * S, (rank + 1) * S)
             try:
-                out, lse = attngen.distributed.ring_attention(kernel, q[sl].astype(dt), k[sl].astype(dt),
-                                                              v[sl].astype(dt), return_lse=True,
-                                                              cu_seqlens=case["cu_seqlens"])
-                np.save(os.path.join(out_dir, f"out_{rank}.npy"), out.astype(np.float32))
-                np.save(os.path.join(out_dir, f"lse_{rank}.npy"), lse)
+                out, lse = attngen.distributed.ring_attention(kernel, put(q[sl]), put(k[sl]), put(v[sl]),
+                                                              return_lse=True, cu_seqlens=case["cu_seqlens"])
+                np.save(os.path.join(out_dir, f"out_{rank}.npy"), get(out))
+                np.save(os.path.join(out_dir, f"lse_{rank}.npy"), get(lse))
             except attngen.LaunchError as e:
                 with open(os.path.join(out_dir, f"error_{rank}.txt"), "w") as f:
                     f.write(str(e))
@@ -59,10 +76,10 @@ def main():
         else:
             qs, ks, vs = q[:, sl], k[:, sl], v[:, sl]
         try:
-            out, lse = attngen.distributed.ring_attention(kernel, qs.astype(dt), ks.astype(dt), vs.astype(dt),
-                                                          return_lse=True, layout=layout)
-            np.save(os.path.join(out_dir, f"out_{rank}.npy"), out.astype(np.float32))
-            np.save(os.path.join(out_dir, f"lse_{rank}.npy"), lse)
+            out, lse = attngen.distributed.ring_attention(kernel, put(qs), put(ks), put(vs), return_lse=True,
+                                                          layout=layout)
+            np.save(os.path.join(out_dir, f"out_{rank}.npy"), get(out))
+            np.save(os.path.join(out_dir, f"lse_{rank}.npy"), get(lse))
         except attngen.LaunchError as e:
             with open(os.path.join(out_dir, f"error_{rank}.txt"), "w") as f:
                 f.write(str(e))

@@ -65,15 +65,24 @@ PACKED = [
 ]
 
 
-@pytest.mark.parametrize("case", PACKED, ids=lambda c: c[0])
+PACKED_NCCL = [
+    ("nccl packed causal f16 2 ranks", 2, "head_dim 128\n heads q=8 kv=2\n dtype f16\n mask causal", 600,
+     [0, 1, 250, 251, 590, 600]),
+]
+
+
+@pytest.mark.parametrize("case", PACKED + PACKED_NCCL, ids=lambda c: c[0])
 def test_packed_sequences_across_ranks(case, tmp_path):
     """cu_seqlens over the whole stream, each rank T / W consecutive tokens: attention stays inside
     each sequence, also where a sequence spans ranks (vs the reference of the whole packed stream)."""
-    require("wgsl")
-    _, world, body, total, cu = case
+    name, world, body, total, cu = case
+    cuda = name.startswith("nccl")
+    if cuda and not _two_gpus():
+        pytest.skip("NCCL cases need two CUDA GPUs with CuPy")
+    require("cuda" if cuda else "wgsl")
     spec = attngen.parse("attention ring {\n" + body + "\n}")[0]
     c = {"spec": "attention ring {\n" + body + "\n}", "seed": 5, "B": 1, "L": total, "Hq": spec.heads_q,
-         "Hkv": spec.heads_kv, "cu_seqlens": cu}
+         "Hkv": spec.heads_kv, "cu_seqlens": cu, "target": "cuda" if cuda else "wgsl"}
     _run(tmp_path, world, c)
     rng = np.random.default_rng(5)
     q, k, v = (rng.standard_normal((total, h, spec.head_dim_qk)).astype(np.float32)
@@ -127,13 +136,39 @@ def _unshard(parts, world, layout, axis):
     return np.concatenate(chunks, axis=axis)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def _two_gpus() -> bool:
+    return (torch.cuda.is_available() and torch.cuda.device_count() >= 2 and torch.distributed.is_nccl_available()
+            and require_ok("cuda"))
+
+
+def require_ok(target) -> bool:
+    try:
+        require(target)
+        return True
+    except pytest.skip.Exception:
+        return False
+
+
+# NCCL on two GPUs (the CUDA kernels), where the machine has them: skipped elsewhere
+NCCL_CASES = [
+    ("nccl none f16 2 ranks", 2, "head_dim 64\n heads q=6 kv=2\n dtype f16", 2, 256, "contiguous"),
+    ("nccl causal zigzag bf16 2 ranks", 2, "head_dim 128\n heads q=8 kv=2\n dtype bf16\n mask causal", 1, 500,
+     "zigzag"),
+    ("nccl window f16 2 ranks", 2, "head_dim 64\n heads q=7 kv=1\n dtype f16\n mask window(left=100, right=9)", 1,
+     402, "contiguous"),
+]
+
+
+@pytest.mark.parametrize("case", CASES + NCCL_CASES, ids=lambda c: c[0])
 def test_ring_attention_equals_one_process(case, tmp_path):
-    require("wgsl")
-    _, world, body, batch, length, layout = case
+    name, world, body, batch, length, layout = case
+    cuda = name.startswith("nccl")
+    if cuda and not _two_gpus():
+        pytest.skip("NCCL cases need two CUDA GPUs with CuPy")
+    require("cuda" if cuda else "wgsl")
     spec = attngen.parse("attention ring {\n" + body + "\n}")[0]
     c = {"spec": "attention ring {\n" + body + "\n}", "seed": 7, "B": batch, "L": length,
-         "Hq": spec.heads_q, "Hkv": spec.heads_kv, "layout": layout}
+         "Hq": spec.heads_q, "Hkv": spec.heads_kv, "layout": layout, "target": "cuda" if cuda else "wgsl"}
     _run(tmp_path, world, c)
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((batch, length, h, spec.head_dim_qk)).astype(np.float32)
