@@ -294,6 +294,24 @@ def naga_dialect(profile: Profile) -> Profile:
 
 
 _PROFILE: Profile | None = None
+# What WebGPU guarantees of any adapter's subgroups; wgpu-py reports exactly these for every
+# adapter until the native API gives the real sizes (pygfx/wgpu-py#699): they say nothing.
+SPEC_SUBGROUP_RANGE = (4, 128)
+
+
+def subgroup_range(reported, profile_range, matched: bool, seen=()):
+    """The subgroup sizes a live adapter's plans may assume, as (min, max), or None to keep the
+    profile's: what the adapter reports; but where that is only the spec's range and a profile
+    matched the adapter by its [match] keys (its vendor's hardware: NVIDIA's subgroups are always
+    32 wide), the profile's range; widened by any size the subgroup probe saw run."""
+    mn, mx = (int(x) if x else 0 for x in reported)
+    if matched and (mn, mx) == SPEC_SUBGROUP_RANGE and all(profile_range):
+        mn, mx = (int(x) for x in profile_range)
+    if not mn or not mx:  # adapters without subgroups may report sizes of 0: keep the profile's
+        return None
+    if seen:
+        mn, mx = min(mn, min(seen)), max(mx, max(seen))
+    return mn, mx
 
 
 def adapter_profile(backend) -> Profile:
@@ -310,11 +328,11 @@ def adapter_profile(backend) -> Profile:
     if st.has_subgroups:
         guaranteed.append("subgroups")
     features = {"guaranteed": guaranteed, "optional": []}
-    # adapters without subgroups may report sizes of 0: keep the base profile's then
-    if st.subgroup_min:
-        features["subgroup_min_size"] = int(st.subgroup_min)
-    if st.subgroup_max:
-        features["subgroup_max_size"] = int(st.subgroup_max)
+    rng = subgroup_range((st.subgroup_min, st.subgroup_max),
+                         (base.features.get("subgroup_min_size"), base.features.get("subgroup_max_size")),
+                         bool(matching), st.subgroup_seen)
+    if rng is not None:
+        features["subgroup_min_size"], features["subgroup_max_size"] = rng
     limits = {key: st.device_limit(key) for key in _LIMITS}
     name = f"{base.name}@{st.info.get('device') or st.info.get('vendor') or 'adapter'}"
     _PROFILE = base.narrowed(name=name, limits=limits, features=features,

@@ -277,8 +277,9 @@ def test_adapter_profile(rt):
     prof = rt.adapter_profile()
     st = rt.device_state()
     info = st.info
-    reported = info.get("subgroup_min_size", info.get("stackgroup_min_size"))
-    assert prof.features["subgroup_min_size"] <= reported
+    if st.subgroup_seen:  # every subgroup size that ran lies in the profile's range
+        assert prof.features["subgroup_min_size"] <= min(st.subgroup_seen)
+        assert prof.features["subgroup_max_size"] >= max(st.subgroup_seen)
     assert prof.limits["workgroup_storage_bytes"] == rt.device().limits["max-compute-workgroup-storage-size"]
     assert prof.section("dialect")["subgroups_directive"] is DAWN  # Tint requires the directive, naga refuses it
     if info.get("adapter_type") == "CPU":
@@ -407,3 +408,14 @@ def test_compile_errors_carry_the_naga_message(rt, monkeypatch):
     with pytest.raises(CompileError, match="kernel 't'") as info:
         rt.compile_kernel(spec)
     assert "score_transform" in str(info.value) or "expected" in str(info.value)
+
+
+def test_subgroup_range_keeps_a_matched_profile_where_the_adapter_says_only_the_spec_range():
+    from attngen.backends.wgsl.adapter import subgroup_range
+    # wgpu-py reports 4..128 for every adapter: NVIDIA's profile (32..32) stands, the probe saw 32
+    assert subgroup_range((4, 128), (32, 32), True, (32,)) == (32, 32)
+    assert subgroup_range((4, 128), (32, 32), False, (32,)) == (4, 128)  # no profile matched: the spec's
+    assert subgroup_range((8, 64), (32, 32), True, ()) == (8, 64)  # a real report wins
+    assert subgroup_range((4, 128), (32, 32), True, (16,)) == (16, 32)  # a smaller size ran: widened
+    assert subgroup_range((0, 0), (32, 32), True, ()) is None  # no subgroups: the profile's as it is
+
