@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call: the whole test suite on both targets (CUDA through CuPy, WGSL through wgpu on
 # the GPU's Vulkan driver), then the benchmark. Logs and results go to $OUT (default ./gpu-out).
-#   ATTNGEN_COMMIT=<sha> bash benchmarks/gpu_session.sh [tests|bench|all] [pytest args...]
+#   ATTNGEN_COMMIT=<sha> bash benchmarks/gpu_session.sh [tests|bench|all|checks] [pytest args...]
+# checks: the probes and sanitizer runs (probe_tma.py, the WGSL adapter's profile, compute-sanitizer
+# racecheck + memcheck on every example and on the bad-input / hidden-value cases), a few minutes.
 # (on a GPU machine prepared as benchmarks/README.md says)
 # The device machine's copy of .git may be stale: pass the commit you run (git rev-parse --short
 # HEAD, here) as ATTNGEN_COMMIT, or the results say "unknown".
@@ -16,6 +18,16 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     start=$(date +%s)
     python3 -m pytest -q -n "$(nproc)" -p no:cacheprovider tests "$@" >"$out/tests.log" 2>&1; rc=$?
     echo "tests: rc=$rc in $(( $(date +%s) - start )) s"; tail -n 25 "$out/tests.log"
+fi
+if [ "$what" = checks ]; then
+    cs=${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}
+    step() { echo "=== $*"; timeout 300 "$@" >"$out/check.log" 2>&1; r=$?; tail -n 12 "$out/check.log"; [ $r = 0 ] || rc=$r; }
+    step python3 benchmarks/probe_tma.py
+    step python3 -c "from attngen.backends import wgsl; p = wgsl.adapter_profile(); print(p.name, p.features)"
+    step "$cs" --tool racecheck --error-exitcode 1 python3 benchmarks/racecheck_examples.py
+    step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/racecheck_examples.py
+    step "$cs" --tool racecheck --error-exitcode 1 python3 benchmarks/racecheck_values.py
+    step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize.py
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     start=$(date +%s)
