@@ -66,7 +66,9 @@ def sweep(backend, spec: AttentionSpec, shape: dict, *, repeat: int = 5, seed: i
     """The profile's defaults, then every candidate of backend.tune_space(spec), each checked
     against the float64 reference before it is timed: (default row, candidate rows fastest first
     among the ok ones). A row is (choice, status, ms, rel_err, plan summary); the default's choice
-    is None. `check(spec) -> problems` and `compile_(spec) -> kernel` come from the caller (the
+    is None. A candidate that raises (compile, launch, a device error) is a FAILED row; if the
+    device then no longer runs the defaults (lost, or reset after a timeout) the sweep stops and
+    the rows so far stand (the caller stores the fastest of them). `check(spec) -> problems` and `compile_(spec) -> kernel` come from the caller (the
     API layer)."""
     say = progress or (lambda line: None)
     host, args, opts = draw_inputs(spec, backend, shape, seed)
@@ -83,6 +85,16 @@ def sweep(backend, spec: AttentionSpec, shape: dict, *, repeat: int = 5, seed: i
         return (choice, "ok", ms, err, kernel.plan.summary())
 
     default = run(None, spec, "the profile's defaults")
+
+    def device_still_runs() -> bool:
+        """After a candidate failed: whether the device still runs the defaults (a lost device,
+        or one the driver reset after a timeout, does not)."""
+        try:
+            to_numpy(compile_(spec)(*args, **opts))
+            return True
+        except Exception:  # noqa: BLE001  (whatever the runtime raises for a lost device)
+            return False
+
     space = backend.tune_space(spec)
     rows = []
     for i, choice in enumerate(space):
@@ -93,7 +105,18 @@ def sweep(backend, spec: AttentionSpec, shape: dict, *, repeat: int = 5, seed: i
             rows.append((choice, "refused: " + problems[0].message.split(": ", 1)[-1][:60], None, None, None))
             say(f"{where}: refused by the planner")
             continue
-        rows.append(run(choice, cand, where))
+        try:
+            rows.append(run(choice, cand, where))
+        except Exception as e:  # noqa: BLE001  (a candidate that fails to compile, launch or finish)
+            reason = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:70]}"
+            say(f"{where}: failed ({reason})")
+            rows.append((choice, "FAILED: " + reason, None, None, None))
+            if not device_still_runs():
+                rest = len(space) - i - 1
+                say(f"the device no longer runs the defaults: the sweep stops here ({rest} candidate(s) not run); "
+                    "the results so far stand")
+                rows += [(c, "not run: the device was lost", None, None, None) for c in space[i + 1:]]
+                break
     ok = sorted((r for r in rows if r[2] is not None), key=lambda r: r[2])
     return default, ok + [r for r in rows if r[2] is None]
 

@@ -66,3 +66,47 @@ def test_the_key_leaves_out_what_is_tuned():
     assert tune.spec_key(a, "wgsl") != tune.spec_key(spec_of("head_dim 64\n dtype f32"), "wgsl")
     assert tune.shape_class({"Lq": 1, "Lk": 5000}) == "decode Lk<=8192"
     assert tune.shape_class({"Lq": 7, "Lk": 100000}) == "prefill Lk>32768"
+
+
+def _failing_compile(fail_at: int, lose_device: bool):
+    """compile_ for tune.sweep: candidate number fail_at raises; with lose_device, every kernel
+    (the defaults' too) raises from then on, as after a lost device."""
+    state = {"n": 0, "lost": False}
+
+    def compile_(s):
+        kernel = attngen.compile(s, target="wgsl", tuned=False)
+        state["n"] += 1
+        if state["n"] == fail_at + 1:  # (call 1 is the defaults)
+            state["lost"] = lose_device
+            raise RuntimeError("device lost (simulated)\nmore detail")
+        if state["lost"]:
+            def dead(*a, **k):
+                raise RuntimeError("device lost (simulated)")
+            return dead
+        return kernel
+    return compile_
+
+
+@pytest.mark.parametrize("lose_device", [False, True])
+def test_a_failing_candidate_or_a_lost_device_keeps_what_ran(own_cache, lose_device):
+    require("wgsl")
+    from attngen.api import check
+    from attngen.backends import get
+    backend = get("wgsl")
+    spec = spec_of("head_dim 32\n heads q=4 kv=2\n dtype f32\n mask causal")
+    lines = []
+    default, rows = tune.sweep(backend, spec, {"B": 1, "Lq": 24, "Lk": 24, "Hq": 4, "Hkv": 2}, repeat=1,
+                               progress=lines.append, check=lambda s: check(s, "wgsl"),
+                               compile_=_failing_compile(3, lose_device))
+    assert default[1] == "ok"
+    failed = [r for r in rows if r[1].startswith("FAILED: RuntimeError: device lost (simulated)")]
+    assert len(failed) == 1 and "more detail" not in failed[0][1]
+    ok = [r for r in rows if r[1] == "ok"]
+    not_run = [r for r in rows if r[1].startswith("not run")]
+    if lose_device:
+        assert any("the sweep stops here" in ln for ln in lines) and not_run
+        assert len(ok) <= 2  # only the candidates before the loss ran
+    else:
+        assert not not_run and len(ok) >= 3  # the sweep went on past the failure
+    assert all(r[2] is not None for r in ok) and rows[:len(ok)] == ok  # the fastest first, failures after
+
