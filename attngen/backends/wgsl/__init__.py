@@ -81,7 +81,8 @@ class WgslBackend(Backend):
         return [
             plan.summary(),
             f"register tiling: {c.sub_block} ({c.workgroup} invocations: {c.row_groups} row groups x "
-            f"{c.threads_per_row} per row; row reductions: {c.reduction})",
+            f"{c.threads_per_row} per row; row reductions: {c.reduction}; the profile's register budget: "
+            f"{c.budget[0]} scores and {c.budget[1]} accumulators per invocation)",
             f"workgroup memory: {plan.smem_bytes} bytes ({c.smem_summary})",
             f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
             f"features: {', '.join(plan.features) or 'none'}",

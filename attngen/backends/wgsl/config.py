@@ -25,9 +25,17 @@ from ...plan.profiles import Profile
 
 # Register budget of one invocation, in f32 values: scores R x C (WGSL_MAX_SCORES) and the
 # output accumulator R x columns (WGSL_MAX_DIMS_V). A wider head dim v is split over V_BLOCKS
-# workgroups per row tile (grid.y = Hq * V_BLOCKS), each computing V_COLS columns.
+# workgroups per row tile (grid.y = Hq * V_BLOCKS), each computing V_COLS columns. A profile may
+# set its own budget ([limits] invocation_scores, invocation_accumulators): GPUs whose occupancy
+# falls fast with registers per invocation (Adreno, Intel) take smaller sub-blocks.
 WGSL_MAX_DIMS_V = 64
 WGSL_MAX_SCORES = 32
+
+
+def register_budget(profile: Profile) -> tuple[int, int]:
+    """(scores, accumulators): the f32 values of S and of acc one invocation may hold."""
+    return (int(profile.limits.get("invocation_scores", WGSL_MAX_SCORES)),
+            int(profile.limits.get("invocation_accumulators", WGSL_MAX_DIMS_V)))
 WGSL_MAX_ROWS = 4          # rows of the sub-block an auto plan gives an invocation at most
 WGSL_MIN_WORKGROUP = 64    # auto plans give an invocation more rows only while the workgroup keeps this many
 ROW_PAD = 4                # elements added to rows that invocations read at different rows (bank spread)
@@ -54,6 +62,7 @@ class WgslConfig:
     # (unpack2x16float / pack2x16float) and all arithmetic is f32 (f16_storage()).
     f16_packed: bool = False
     pad: int = ROW_PAD  # elements of padding on rows of sQ, sK and sP
+    budget: tuple = (WGSL_MAX_SCORES, WGSL_MAX_DIMS_V)  # the profile's register budget (register_budget)
 
     @property
     def workgroup(self) -> int:
@@ -190,16 +199,16 @@ def _chunk_fits(width: int, d: int) -> bool:
     return width <= d or width % d == 0
 
 
-def _v_blocks(d_v: int, tc: int, rows: int, tile_d: int | None) -> int:
+def _v_blocks(d_v: int, tc: int, rows: int, tile_d: int | None, max_acc: int = WGSL_MAX_DIMS_V) -> int:
     """Fewest workgroups to split the output columns over so that each invocation keeps at most
-    WGSL_MAX_DIMS_V accumulators (rows x columns), each block a whole number of vec4 column
-    groups per invocation (and of tile d chunks)."""
+    max_acc accumulators (rows x columns; the profile's register budget), each block a whole
+    number of vec4 column groups per invocation (and of tile d chunks)."""
     for b in range(1, d_v // (VEC * tc) + 1):
         cols = d_v // b
         if d_v % b or cols % (VEC * tc):
             continue
         chunkable = _chunk_fits(cols, tile_d) if tile_d is not None else b == 1 or cols % 8 == 0
-        if rows * cols // tc <= WGSL_MAX_DIMS_V and chunkable:
+        if rows * cols // tc <= max_acc and chunkable:
             return b
     return 0  # none: the caller tries other sub-blocks
 
@@ -304,16 +313,17 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
                           "invocations per row)", hint=f"use a multiple of {VEC * tc} for d, or fewer "
                                                         "invocations per row")
     limit = profile.limit("workgroup_storage_bytes")
+    max_scores, max_acc = register_budget(profile)
     packed = f16_storage(spec, profile) == "packed"
     kv_steps = _kv_steps(given_kv, row["tile_kv"])
     tried, last, why = [], None, None
 
     if spec.options("wgsl").get("workgroup") is not None and shapes:
         tc, r = shapes[0][:2]
-        if not _v_blocks(d_v, tc, r, given_d):
+        if not _v_blocks(d_v, tc, r, given_d, max_acc):
             raise Problem(f"{tc} invocations per row of Q do not divide head dim {d_v} into vec4 groups of "
-                          f"output columns (each owns a multiple of 4 of them, at most {WGSL_MAX_DIMS_V} "
-                          "accumulators)", key="target.wgsl", hint="use fewer invocations per row")
+                          f"output columns (each owns a multiple of 4 of them, at most {max_acc} "
+                          f"accumulators on {profile.name})", key="target.wgsl", hint="use fewer invocations per row")
     for tc, r, sg in shapes:
         wg = tile_q // r * tc
         if wg > max_inv:
@@ -321,9 +331,9 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
                                  f"{tc} per row) exceeds {profile.name}'s {max_inv}", hint="use a smaller tile q")
             continue
         for tile_kv in kv_steps:
-            if tile_kv % tc or tile_kv // tc * r > WGSL_MAX_SCORES * (1 if given_kv is None else 4):
+            if tile_kv % tc or tile_kv // tc * r > max_scores * (1 if given_kv is None else 4):
                 continue
-            v_blocks = _v_blocks(d_v, tc, r, given_d)
+            v_blocks = _v_blocks(d_v, tc, r, given_d, max_acc)
             if not v_blocks:
                 continue
             v_cols = d_v // v_blocks
@@ -337,7 +347,8 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
                     buffers, smem = _wgsl_layout(spec, tile_q, tile_kv, tc, sg, *cols, tile_d is not None,
                                                  pad, packed=packed)
                     cfg = WgslConfig(tile_q, tile_kv, tc, r, sg, d_qk, d_v, buffers, smem, tile_d,
-                                     given_d is not None, v_blocks, f16_packed=packed, pad=pad)
+                                     given_d is not None, v_blocks, f16_packed=packed, pad=pad,
+                                     budget=(max_scores, max_acc))
                     last = last or cfg
                     if smem <= limit:
                         return cfg

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from attngen.api import emit_plan, get_profile
+from attngen.backends import get
 from attngen.errors import LaunchError
 from attngen.api import lower as plan
 
@@ -144,3 +145,53 @@ def test_sub_block_matches_reference(name):
         fin = np.isfinite(ref_lse)
         assert np.array_equal(np.isneginf(np.asarray(lse)), np.isneginf(ref_lse))
         assert np.abs(np.asarray(lse)[fin] - ref_lse[fin]).max() <= 1e-3 * max(1.0, np.abs(ref_lse[fin]).max())
+
+
+# ---- profiles of other adapters: the register budget in the plan ------------------------------
+
+@pytest.mark.parametrize("name, scores, accs", [("wgpu-apple", 32, 64), ("wgpu-intel", 16, 32),
+                                                ("wgpu-adreno", 8, 16), ("wgpu-vulkan-nvidia", 32, 64)])
+def test_each_vendor_profile_plans_within_its_register_budget(name, scores, accs):
+    for body in ("head_dim 64\n dtype f16\n mask causal", "head_dim 128\n dtype f32", "head_dim 512\n dtype f16"):
+        p = plan(spec_of(body), "wgsl", name)
+        c = p.config
+        assert c.budget == (scores, accs)
+        assert c.rows * c.keys <= scores and c.rows * c.cols <= accs, (name, body, c.summary())
+        assert f"register budget: {scores} scores and {accs} accumulators" in "\n".join(get("wgsl").describe(p))
+
+
+def test_adreno_gets_smaller_sub_blocks_than_nvidia():
+    """seed 001's lesson: where registers decide (Adreno), each invocation holds fewer values."""
+    spec = spec_of("head_dim 128\n dtype f16\n mask causal")
+    nv, ad = (plan(spec, "wgsl", n).config for n in ("wgpu-vulkan-nvidia", "wgpu-adreno"))
+    assert ad.rows * ad.keys < nv.rows * nv.keys and ad.rows * ad.cols < nv.rows * nv.cols
+
+
+def test_vendor_profiles_match_their_adapters():
+    from attngen.backends.wgsl.adapter import _matches
+    from attngen.api import get_profile
+    cases = {"wgpu-adreno": {"vendor_id": 0x5143, "backend_type": "Vulkan", "adapter_type": "IntegratedGPU"},
+             "wgpu-intel": {"vendor_id": 0x8086, "backend_type": "Vulkan", "adapter_type": "DiscreteGPU"},
+             "wgpu-apple": {"vendor_id": 0, "backend_type": "Metal", "adapter_type": "IntegratedGPU"},
+             "wgpu-vulkan-nvidia": {"vendor_id": 0x10DE, "backend_type": "Vulkan", "adapter_type": "DiscreteGPU"}}
+    names = list(cases)
+    for name, info in cases.items():
+        matching = [n for n in names if _matches(get_profile(n, "wgsl"), info)]
+        assert matching == [name], (name, matching)
+
+
+@pytest.mark.parametrize("name", ["wgpu-adreno", "wgpu-intel"])
+def test_small_budget_plans_match_the_reference(name):
+    """The sub-blocks of the small-budget profiles (fewer keys and columns per invocation, outputs
+    split over workgroups, chunked head dims) run on the adapter at hand, vs the reference."""
+    require("wgsl")
+    from attngen.backends import wgsl as rt
+    from attngen.reference import reference, relative_error, tolerance
+    # (subgroups off: those profiles assume subgroups of 8 or more, which this adapter may not run)
+    for body in ("head_dim 64\n dtype f32\n mask causal", "head_dim 128\n dtype f32\n mask window(left=20)"):
+        spec = spec_of(body + "\n target wgsl { subgroups=off }", name="budget")
+        kernel = rt.compile_kernel(spec, get_profile(name, "wgsl"))
+        for n, (b, lq, lk, hq, hkv) in enumerate(ODD):
+            q, k, v = random_qkv(spec, b, lq, lk, heads_q=hq, heads_kv=hkv, seed=n)
+            out = np.asarray(kernel(q, k, v), dtype=np.float64)
+            assert relative_error(out, reference(spec, q, k, v)) <= tolerance(spec), (name, body, lq, lk)
