@@ -34,7 +34,7 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
                       ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(_name, _value)
 
-_FULL: dict = {}  # (spec, target, profile[, window]) -> the spec's kernel with mask none (or that window)
+_VARIANTS: dict = {}  # (spec, target, profile, window) -> the spec's kernel with mask none or that window
 
 
 def _dist():
@@ -49,15 +49,17 @@ def _dist():
     return torch, dist
 
 
-def _full_kernel(kernel):
-    """The kernel's spec with `mask none`, compiled for the same target and profile."""
+def _kernel_with(kernel, window=None):
+    """The kernel's spec with `mask none` (window None) or `mask window(left, right)` (window a
+    pair), compiled once for the same target."""
     from . import api
-    key = (kernel.spec, kernel.target, kernel.plan.profile)
-    if key not in _FULL:
-        spec = dataclasses.replace(kernel.spec, mask=dataclasses.replace(kernel.spec.mask, kind="none",
-                                                                         bottom_right=False))
-        _FULL[key] = api.compile(spec, target=kernel.target)
-    return _FULL[key]
+    key = (kernel.spec, kernel.target, kernel.plan.profile, window)
+    if key not in _VARIANTS:
+        mask = (dataclasses.replace(kernel.spec.mask, kind="none", left=None, right=None, bottom_right=False)
+                if window is None else dataclasses.replace(kernel.spec.mask, kind="window", left=window[0],
+                                                           right=window[1], bottom_right=False))
+        _VARIANTS[key] = api.compile(dataclasses.replace(kernel.spec, mask=mask), target=kernel.target)
+    return _VARIANTS[key]
 
 
 def _as_torch(torch, x):
@@ -122,19 +124,6 @@ def window_block(left: int, right: int, q_off: int, k_off: int, n: int):
     if a >= m - 1 and b >= m - 1:  # every pair of the block
         return q0, q1, k0, k1, n - 1, n - 1
     return q0, q1, k0, k1, min(a, m - 1), min(b, m - 1)
-
-
-def _window_kernel(kernel, left: int, right: int):
-    """The kernel's spec with `mask window(left, right)` (or `mask none` when that window holds
-    every pair of the block, right = left = n - 1 is passed as -1), compiled once."""
-    from . import api
-    key = (kernel.spec, kernel.target, kernel.plan.profile, left, right)
-    if key not in _FULL:
-        mask = (dataclasses.replace(kernel.spec.mask, kind="none", left=None, right=None, bottom_right=False)
-                if left < 0 else dataclasses.replace(kernel.spec.mask, kind="window", left=left, right=right,
-                                                     bottom_right=False))
-        _FULL[key] = api.compile(dataclasses.replace(kernel.spec, mask=mask), target=kernel.target)
-    return _FULL[key]
 
 
 def _check_ranks(torch, dist, group, kernel, q, k, v, world, cu_seqlens=None):
@@ -258,9 +247,8 @@ def packed_pieces(cu, q_start: int, k_start: int, n: int):
     last = int(np.searchsorted(cu, max(q_start, k_start) + n - 1, side="right")) - 1
     first, last = max(first, 0), min(last, len(cu) - 2)
     bounds = cu[first:last + 2]
-    cu_q = np.clip(bounds, q_start, q_start + n) - q_start
+    cu_q = np.clip(bounds, q_start, q_start + n) - q_start  # (first 0, last n: bounds span both ranges)
     cu_k = np.clip(bounds, k_start, k_start + n) - k_start
-    cu_q[0], cu_k[0], cu_q[-1], cu_k[-1] = 0, 0, n, n  # sequences before / after the ranges: empty
     return cu_q.astype(np.int32), cu_k.astype(np.int32)
 
 
@@ -272,7 +260,7 @@ def _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank, 
         raise LaunchError(f"ring_attention: a zigzag shard is two equal chunks, but q has {q.shape[1]} rows")
     causal = spec.mask.kind == "causal"
     window = spec.mask.kind == "window"
-    full = _full_kernel(kernel) if causal else kernel
+    full = _kernel_with(kernel) if causal else kernel
     half = q.shape[1] // 2
     out = lse = None
     if window:
@@ -310,8 +298,8 @@ def _ring(torch, dist, kernel, q, k, v, group, return_lse, layout, world, rank, 
                     q0, q1, k0, k1, a, b = blk
                     if (a, b) == (spec.mask.left, spec.mask.right):
                         kern = kernel
-                    else:  # every pair of the block: mask none
-                        kern = _window_kernel(kernel, -1, -1) if a == b == n - 1 else _window_kernel(kernel, a, b)
+                    else:  # a = b = n - 1: every pair of the block, mask none
+                        kern = _kernel_with(kernel, None if a == b == n - 1 else (a, b))
                     part = kern(q[:, qa + q0:qa + q1], kc[:, ka + k0:ka + k1], vc[:, ka + k0:ka + k1], return_lse=True)
                     out, lse = _accumulate(out, lse, part, qa + q0, qa + q1)
         elif not causal:
