@@ -43,8 +43,9 @@ def _profile_key(p: Profile) -> str:
 
 # ---- compiling ----------------------------------------------------------------------------------
 
-def _check_device(plan, st: _DeviceState) -> None:
-    """Refuse a plan this device cannot run, naming what is missing."""
+def _check_device(plan, st: _DeviceState, adapter: Profile) -> None:
+    """Refuse a plan this device cannot run, naming what is missing (`adapter`: the live
+    adapter's profile, whose subgroup range is what plans on this device may assume)."""
     who = f"this device ({st.info.get('device') or st.info.get('vendor')})"
     for feat in plan.features:
         if WGPU_FEATURE[feat] not in st.features:
@@ -54,10 +55,11 @@ def _check_device(plan, st: _DeviceState) -> None:
         if st.subgroup_problem is not None:
             raise LaunchError(f"kernel '{plan.spec.name}' uses subgroups, but on {who} {st.subgroup_problem}; "
                               "build it with target wgsl { subgroups=off } or for the adapter's profile")
-        if st.subgroup_min and plan.config.threads_per_row > st.subgroup_min:
+        guaranteed = adapter.features.get("subgroup_min_size") or st.subgroup_min
+        if guaranteed and plan.config.threads_per_row > guaranteed:
             raise LaunchError(f"kernel '{plan.spec.name}' reduces {plan.config.threads_per_row} invocations "
                               f"per row with subgroup shuffles, but {who} guarantees subgroups of only "
-                              f"{st.subgroup_min}")
+                              f"{guaranteed}")
     for value, key, what in ((plan.smem_bytes, "workgroup_storage_bytes", "bytes of workgroup memory"),
                              (plan.threads, "invocations_per_workgroup", "invocations per workgroup")):
         limit = st.device_limit(key)
@@ -87,9 +89,10 @@ def compile_kernel(backend, spec: AttentionSpec, profile: Profile | str | None =
     """Plan, emit and compile `spec` with `backend` (the WGSL backend) for the live device
     (profile None = the adapter's profile)."""
     st = device_state()
-    prof = adapter_profile(backend) if profile is None else naga_dialect(backend.profile(profile))
+    live = adapter_profile(backend)
+    prof = live if profile is None else naga_dialect(backend.profile(profile))
     plan = lower(spec, backend, prof)
-    _check_device(plan, st)
+    _check_device(plan, st, live)
     key = (plan.spec_text, _profile_key(prof), generator_version())
     with _PIPELINES_LOCK:
         hit = _PIPELINES.get(key)

@@ -419,3 +419,21 @@ def test_subgroup_range_keeps_a_matched_profile_where_the_adapter_says_only_the_
     assert subgroup_range((4, 128), (32, 32), True, (16,)) == (16, 32)  # a smaller size ran: widened
     assert subgroup_range((0, 0), (32, 32), True, ()) is None  # no subgroups: the profile's as it is
 
+
+
+def test_device_check_takes_the_adapter_profiles_subgroup_range():
+    """wgpu-py reports subgroups of 4..128 for every adapter (pygfx/wgpu-py#699); where a vendor
+    profile matched the adapter, its range is what plans assume (NVIDIA: 32), and the device
+    check must agree with it (it once refused every NVIDIA plan of 8 invocations per row)."""
+    from types import SimpleNamespace
+
+    from attngen.backends.wgsl.kernel import _check_device
+
+    st = SimpleNamespace(info={"device": "GPU"}, features=set(), subgroup_problem=None, subgroup_min=4,
+                         device_limit=lambda key: 1 << 30)
+    plan_ = SimpleNamespace(features=(), spec=SimpleNamespace(name="t"), smem_bytes=0, threads=256,
+                            config=SimpleNamespace(subgroups=True, threads_per_row=8))
+    nvidia = SimpleNamespace(features={"subgroup_min_size": 32})
+    _check_device(plan_, st, nvidia)  # 8 invocations per row within NVIDIA's 32-wide subgroups
+    with pytest.raises(LaunchError, match="guarantees subgroups of only 4"):
+        _check_device(plan_, st, SimpleNamespace(features={"subgroup_min_size": 4}))
