@@ -26,11 +26,15 @@ from attngen.backends.cuda import nvrtc  # noqa: E402
 
 # Tile configurations per head dim. On the H100 a spec with whole warpgroups (warps a multiple of
 # 4 with 16 rows each, or no warps given) takes the Hopper family (wgmma); `warps=4` with 32 rows
-# per warp keeps mma.sync: both families side by side in one run.
+# per warp keeps mma.sync: both families side by side in one run; `producer=on/off` the Hopper
+# family with and without its producer warpgroup (warp specialisation).
 PREFILL = {
-    64: ["q=128 kv=64 | warps=4", "q=64 kv=128", "q=128 kv=64", "q=64 kv=64"],
-    128: ["q=128 kv=32 | warps=4", "q=128 kv=128", "q=64 kv=64", "q=64 kv=128", "q=128 kv=64"],
-    256: ["q=128 kv=64 | stages=2", "q=64 kv=64 | stages=2", "q=128 kv=48 | stages=3"],
+    64: ["q=128 kv=64 | warps=4", "q=64 kv=128 | producer=off", "q=64 kv=128 | producer=on", "q=128 kv=128",
+         "q=128 kv=64"],
+    128: ["q=128 kv=128 | producer=off", "q=128 kv=128", "q=128 kv=128 | stages=2", "q=128 kv=176 | stages=2",
+          "q=64 kv=64", "q=64 kv=64 | producer=on"],
+    256: ["q=128 kv=64 | stages=2 producer=off", "q=128 kv=64 | stages=2", "q=128 kv=80 | stages=2",
+          "q=128 kv=64 | stages=3"],
 }
 DECODE = ["tile kv=64", "tile kv=32", "tile kv=32\n target cuda { stages=3 }", "tile kv=16\n target cuda { stages=4 }"]
 

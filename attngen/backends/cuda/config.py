@@ -44,6 +44,21 @@ CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 80, "softcap": 96}
 # is computed and masked, and two blocks share an SM. H100, f16, causal (benchmarks/NOTES.md):
 # d128 L4096 345 vs 317 TFLOP/s (q128 kv128), L1024 238 vs 185; d64 L1024 219 vs 172.
 CUDA_WGMMA_CAUSAL_TILE = (64, 64)
+# Warp specialisation of the Hopper family (`target cuda { producer=on }`, FlashAttention-3
+# section 3.1): one more warpgroup that only copies (Q once, then the K/V ring, signalling each
+# tile on an mbarrier), so the consumer warpgroups never meet at a block-wide barrier; with two
+# consumer warpgroups `setmaxnreg` moves registers from the copier to them and the two take
+# turns on the tensor cores (ping-pong). Registers per thread after the reallocation:
+CUDA_PRODUCER_THREADS = 128
+# The launch gives each of the 384 threads the compiled count, capped at 65536 / 384 = 168, and
+# setmaxnreg only moves registers inside that: 128 P + 256 C <= 384 x 168 = 64512, or the
+# consumers' setmaxnreg.inc waits forever (it hung on the H100 with 48 / 232). FlashAttention-3's
+# TMA producer keeps 24 (C = 240); this one computes cp.async addresses and spilled below 72
+# (ptxas -v, d128 and d256 mask none: 0 bytes at 72 / 216; benchmarks/NOTES.md). With one
+# consumer warpgroup (256 threads, up to 255 registers each) no registers are moved.
+CUDA_PRODUCER_REGS = 72
+CUDA_CONSUMER_REGS = 216
+assert CUDA_PRODUCER_THREADS * CUDA_PRODUCER_REGS + 256 * CUDA_CONSUMER_REGS <= 384 * (65536 // 384 // 8 * 8)
 
 
 @dataclass(frozen=True)
@@ -84,6 +99,9 @@ class CudaConfig:
     # Blocks one multiprocessor holds at once by shared memory (the profile's per-block limit
     # stands for the multiprocessor's): split_kv(auto) plans one wave of them.
     resident_blocks: int = 1
+    # Hopper family: a producer warpgroup copies the tiles (warp specialisation, see
+    # CUDA_PRODUCER_THREADS); `warps` counts the consumer warps only.
+    producer: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -103,12 +121,13 @@ class CudaConfig:
     @property
     def overlap(self) -> bool:
         """The Hopper family's main loop that runs the softmax of a tile while the tensor cores do
-        the previous tile's P V (it needs a third K/V stage: docs/cuda-variants.md)."""
-        return self.math == "wgmma" and self.stages >= 3
+        the previous tile's P V (it needs a third K/V stage, or the producer warpgroup's ring of
+        two: docs/cuda-variants.md)."""
+        return self.math == "wgmma" and (self.stages >= 3 or self.producer)
 
     @property
     def threads(self) -> int:
-        return self.warps * 32
+        return self.warps * 32 + (CUDA_PRODUCER_THREADS if self.producer else 0)
 
     @property
     def frags(self) -> int:
@@ -126,9 +145,14 @@ class CudaConfig:
         """One line a person reads in `attngen check` and in source headers."""
         math = {"wgmma": f"Hopper tensor cores (wgmma m64n{self.tile_kv}k16 and m64n{self.d_v_pad}k16, "
                          f"{self.warps // 4} warpgroup{'s' if self.warps > 4 else ''} of 64 rows, sm_90a"
-                         + ("; softmax overlapped with P V" if self.overlap else "") + ")",
+                         + ("; softmax overlapped with P V" if self.overlap else "")
+                         + ("; a producer warpgroup copies the tiles (mbarriers, setmaxnreg"
+                            + (", ping-pong" if self.warps >= 8 else "") + ")" if self.producer else "") + ")",
                 "mma": "tensor cores (mma.sync m16n8k16)", "fma": "CUDA cores (fma)"}[self.math]
         who = f"{self.warps} warps ({self.threads} threads), {self.stages} K/V stage(s), {math}"
+        if self.producer:
+            who = (f"{self.warps} consumer warps + a producer warpgroup ({self.threads} threads), {self.stages} K/V "
+                   f"stage(s), {math}")
         if self.key_warps > 1:
             who = (f"{self.warps} warps ({self.threads} threads; {self.key_warps} warps over the keys of each "
                    f"tile, {self.tile_kv // self.key_warps} keys each, merged at the end), {self.stages} K/V "
@@ -182,17 +206,21 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk):
+def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False):
     """Shared-memory buffers: the whole head dims (chunk None), or one chunk per pipeline stage."""
     elem = spec.dtype
     if math == "wgmma":  # swizzled, no skew; whole 64-element blocks; 1024 bytes of alignment slack
         d_qk_pad = _round_up(spec.head_dim_qk, CUDA_WGMMA_PAD)
         d_v_pad = _round_up(spec.head_dim_v, CUDA_WGMMA_PAD)
-        buffers, smem = _layout([
+        entries = [
             ("sQ", elem, 1, tile_q, d_qk_pad, "the block's rows of Q (128-byte swizzle)"),
             ("sK", elem, stages, tile_kv, d_qk_pad, "K tiles, one per pipeline stage (128-byte swizzle)"),
             ("sV", elem, stages, tile_kv, d_v_pad, "V tiles, one per pipeline stage (128-byte swizzle)"),
-        ])
+        ]
+        if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits
+            entries.append(("sSync", "u32", 1, 1, 2 * (1 + 2 * stages) + stages * -(-tile_kv // 32),
+                            "mbarriers of the copies and each stage's keys with non-finite values"))
+        buffers, smem = _layout(entries)
         return buffers, smem + CUDA_WGMMA_ALIGN
     skew = CUDA_SMEM_SKEW_BYTES // DTYPE_BYTES[elem]
     if chunk is None:
@@ -301,6 +329,22 @@ def _cuda_check_chunk(spec: AttentionSpec, math: str, chunk: int) -> None:
                           hint="try tile d=64")
 
 
+def _cuda_producer(spec: AttentionSpec, tile_q: int, stages: int) -> bool:
+    """Whether the Hopper family's block gets a producer warpgroup: the spec's `producer`, else
+    auto = on for blocks of two consumer warpgroups (tile q = 128) with a ring of 2+ stages, up to
+    head dim 128 (H100, benchmarks/NOTES.md: d128 L4096 full 429 -> 496 TFLOP/s; d256 with its
+    two stages of kv 64 445 -> 415, so it stays off there)."""
+    given = spec.options("cuda").get("producer")
+    if given == "off":
+        return False
+    if stages < 2:
+        if given == "on":
+            raise Problem("producer=on needs 2 or more K/V stages (the copier fills one tile while the "
+                          "consumers still read the previous one)", key="target.cuda", hint="use stages=2")
+        return False
+    return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and max(spec.head_dim_qk, spec.head_dim_v) <= 128)
+
+
 def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     """Resolve tiles for CUDA; raise Problem if the spec's own choices cannot work.
 
@@ -309,6 +353,11 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     """
     math = cuda_math(spec, profile)
     note = wgmma_refusal(spec, profile) or ""
+    if math != "wgmma" and spec.options("cuda").get("producer") == "on":
+        why = note or f"{profile.name} has no Hopper wgmma family"
+        raise Problem(f"producer=on: the producer warpgroup belongs to the Hopper wgmma family, which this "
+                      f"spec does not use on {profile.name} ({why})", key="target.cuda",
+                      hint="leave producer out, or build for cuda-sm90")
     if math == "wgmma":
         kv = rows = None
         opts = spec.options("cuda")
@@ -321,7 +370,7 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                 and spec.tile.kv is None and opts.get("warps") is None):
             rows, kv = (CUDA_WGMMA_CAUSAL_TILE[0], CUDA_WGMMA_CAUSAL_TILE[0] // CUDA_ROWS_PER_WARP), (
                 CUDA_WGMMA_CAUSAL_TILE[1], opts.get("stages"))
-        cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv)
+        cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
         if spec.mask.is_custom:  # one general instantiation serves every launch
             return cfg
         # Launches with per-sequence lengths take the _varlen entry point: the same family with
@@ -363,9 +412,10 @@ def _cuda_config(spec: AttentionSpec, profile: Profile, math: str) -> CudaConfig
 
 
 def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | None, rows=None,
-              kv=None) -> CudaConfig:
+              kv=None, producer=False) -> CudaConfig:
     """Tiles for one way of holding the head dims (whole, or `chunk` columns at a time); `rows`
-    (tile q, warps) and `kv` (tile kv, stages) fix those instead of the spec (the varlen path)."""
+    (tile q, warps) and `kv` (tile kv, stages) fix those instead of the spec (the varlen path);
+    `producer`: the Hopper family may take a producer warpgroup (_cuda_producer decides)."""
     big = max(spec.head_dim_qk, spec.head_dim_v)
     row = profile.default_row(big, math)
     if spec.schedule.is_split:
@@ -422,9 +472,11 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             v_blocks, d_v_block = _cuda_v_split(spec.head_dim_v, chunk, v_cap)
             d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, chunk), v_blocks * d_v_block
             q_in_regs = False
-        buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk)
+        ws = producer and math == "wgmma" and _cuda_producer(spec, tile_q, stages)
+        buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws)
         regs = _cuda_registers(math, frags, tile_kv // key_warps, d_qk_pad, d_v_block, q_in_regs)
-        reg_cap = cuda_register_cap(profile, warps * key_warps * 32)
+        # with a producer warpgroup, setmaxnreg gives the consumers CUDA_CONSUMER_REGS
+        reg_cap = CUDA_CONSUMER_REGS if ws else cuda_register_cap(profile, warps * key_warps * 32)
         # A little spilling is slower, not wrong: the profile's measured defaults and the spec's
         # own choices may exceed the estimate's cap, but not pathologically (CUDA_SPILL_FACTOR).
         if smem <= profile.limit("shared_memory_bytes") and regs <= reg_cap * CUDA_SPILL_FACTOR:
@@ -464,7 +516,8 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
     return CudaConfig(math, tile_q, tile_kv, warps * key_warps, stages, spec.head_dim_qk, spec.head_dim_v,
                       d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap,
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
-                      d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem))
+                      d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
+                      producer=ws)
 
 
 def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None) -> int:

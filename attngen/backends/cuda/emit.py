@@ -6,6 +6,7 @@ from ...plan import masks
 from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
 from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
+from .config import CUDA_CONSUMER_REGS, CUDA_PRODUCER_REGS
 from .lower import COMBINE_WARPS
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
@@ -61,6 +62,8 @@ def _variant_context(plan: KernelPlan) -> dict:
         varlen_decl=param_list(plan.params, len(plan.entry) + len("_varlen(")),
         general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=COMBINE_WARPS,
+        producer_regs=CUDA_PRODUCER_REGS,
+        consumer_regs=CUDA_CONSUMER_REGS,
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )
 
