@@ -14,7 +14,7 @@
 //       tile       q=auto kv=auto d=auto
 //       schedule   fused
 //       kv_cache   contiguous
-//       target     cuda { warps=auto stages=auto key_warps=auto }
+//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
@@ -36,6 +36,7 @@ constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 8;
 constexpr int kThreads = 256;    // kWarps * 32
+constexpr int kCopyThreads = kThreads;  // threads that copy tiles: all
 constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 256;    // head dim of q and k
 constexpr int kHeadDimV = 256;     // head dim of v and out
@@ -129,8 +130,8 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 
-// Copy kRows rows of kCols elements (row r at src + r * row_stride) into shared-memory rows
-// of kStride elements. Rows at or past valid_rows are zero-filled, so keys past Lk and
+// kCopyThreads threads (tid < kCopyThreads) copy kRows rows of kCols elements (row r at
+// src + r * row_stride) into shared-memory rows of kStride elements. Rows at or past valid_rows are zero-filled, so keys past Lk and
 // queries past Lq read as zeros.
 template <int kRows, int kCols, int kStride>
 __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long long row_stride,
@@ -139,10 +140,10 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
-    if constexpr (kThreads % kChunks == 0) {
+    if constexpr (kCopyThreads % kChunks == 0) {
         // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
         // pointer, so that no per-row 64-bit offsets stay live across the main loop.
-        constexpr int kRowStep = kThreads / kChunks;
+        constexpr int kRowStep = kCopyThreads / kChunks;
         const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
         const elem_t* s = src + r0 * row_stride + col;
         const long long step = kRowStep * row_stride;
@@ -156,9 +157,9 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
         }
     } else {
         #pragma unroll
-        for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
-            const int c = tid + i * kThreads;
-            if (kCopies % kThreads == 0 || c < kCopies) {
+        for (int i = 0; i < (kCopies + kCopyThreads - 1) / kCopyThreads; ++i) {
+            const int c = tid + i * kCopyThreads;
+            if (kCopies % kCopyThreads == 0 || c < kCopies) {
                 const int r = c / kChunks, col = (c % kChunks) * kVec;
                 const bool valid = r < valid_rows;
                 cp_async_16(dst + r * kStride + col, valid ? src + r * row_stride + col : src, valid);
@@ -432,9 +433,9 @@ __device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, in
     constexpr int kChunks = kCols / kVec;
     constexpr int kCopies = kRows * kChunks;
     #pragma unroll
-    for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
-        const int c = tid + i * kThreads;
-        if (kCopies % kThreads == 0 || c < kCopies) {
+    for (int i = 0; i < (kCopies + kCopyThreads - 1) / kCopyThreads; ++i) {
+        const int c = tid + i * kCopyThreads;
+        if (kCopies % kCopyThreads == 0 || c < kCopies) {
             const int r = c / kChunks, col = (c % kChunks) * kVec;
             const bool valid = r < valid_rows;
             cp_async_16(dst + r * kStride + col, valid ? row_ptr(r) + col : nullptr, valid);

@@ -14,7 +14,7 @@
 //       tile       q=auto kv=auto d=auto
 //       schedule   fused
 //       kv_cache   contiguous
-//       target     cuda { warps=auto stages=auto key_warps=auto }
+//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
@@ -80,6 +80,7 @@ constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 4;
 constexpr int kThreads = 128;    // kWarps * 32
+constexpr int kCopyThreads = kThreads;  // threads that copy tiles: all
 constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
@@ -150,8 +151,8 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 
-// Copy kRows rows of kCols elements (row r at src + r * row_stride) into shared-memory rows
-// of kStride elements. Rows at or past valid_rows are zero-filled, so keys past Lk and
+// kCopyThreads threads (tid < kCopyThreads) copy kRows rows of kCols elements (row r at
+// src + r * row_stride) into shared-memory rows of kStride elements. Rows at or past valid_rows are zero-filled, so keys past Lk and
 // queries past Lq read as zeros.
 template <int kRows, int kCols, int kStride>
 __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long long row_stride,
@@ -160,12 +161,12 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
-    if constexpr (kThreads >= kChunks) {
+    if constexpr (kCopyThreads >= kChunks) {
         // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
         // pointer, so that no per-row 64-bit offsets stay live across the main loop. (When the
         // threads are not a multiple of the chunks per row, the last few threads copy nothing.)
-        constexpr int kRowStep = kThreads / kChunks;
-        if (kThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
+        constexpr int kRowStep = kCopyThreads / kChunks;
+        if (kCopyThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
         const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
         const elem_t* s = src + r0 * row_stride + col;
         const long long step = kRowStep * row_stride;
@@ -179,9 +180,9 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
         }
     } else {
         #pragma unroll
-        for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
-            const int c = tid + i * kThreads;
-            if (kCopies % kThreads == 0 || c < kCopies) {
+        for (int i = 0; i < (kCopies + kCopyThreads - 1) / kCopyThreads; ++i) {
+            const int c = tid + i * kCopyThreads;
+            if (kCopies % kCopyThreads == 0 || c < kCopies) {
                 const int r = c / kChunks, col = (c % kChunks) * kVec;
                 const bool valid = r < valid_rows;
                 cp_async_16(dst + swizzled<kRows>(r, col), valid ? src + r * row_stride + col : src, valid);
@@ -505,9 +506,9 @@ __device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, in
     constexpr int kChunks = kCols / kVec;
     constexpr int kCopies = kRows * kChunks;
     #pragma unroll
-    for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
-        const int c = tid + i * kThreads;
-        if (kCopies % kThreads == 0 || c < kCopies) {
+    for (int i = 0; i < (kCopies + kCopyThreads - 1) / kCopyThreads; ++i) {
+        const int c = tid + i * kCopyThreads;
+        if (kCopies % kCopyThreads == 0 || c < kCopies) {
             const int r = c / kChunks, col = (c % kChunks) * kVec;
             const bool valid = r < valid_rows;
             cp_async_16(dst + swizzled<kRows>(r, col), valid ? row_ptr(r) + col : nullptr, valid);
@@ -945,6 +946,7 @@ constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 4;
 constexpr int kThreads = 128;    // kWarps * 32
+constexpr int kCopyThreads = kThreads;  // threads that copy tiles: all
 constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
@@ -1015,8 +1017,8 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 
-// Copy kRows rows of kCols elements (row r at src + r * row_stride) into shared-memory rows
-// of kStride elements. Rows at or past valid_rows are zero-filled, so keys past Lk and
+// kCopyThreads threads (tid < kCopyThreads) copy kRows rows of kCols elements (row r at
+// src + r * row_stride) into shared-memory rows of kStride elements. Rows at or past valid_rows are zero-filled, so keys past Lk and
 // queries past Lq read as zeros.
 template <int kRows, int kCols, int kStride>
 __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long long row_stride,
@@ -1025,12 +1027,12 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
-    if constexpr (kThreads >= kChunks) {
+    if constexpr (kCopyThreads >= kChunks) {
         // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
         // pointer, so that no per-row 64-bit offsets stay live across the main loop. (When the
         // threads are not a multiple of the chunks per row, the last few threads copy nothing.)
-        constexpr int kRowStep = kThreads / kChunks;
-        if (kThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
+        constexpr int kRowStep = kCopyThreads / kChunks;
+        if (kCopyThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
         const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
         const elem_t* s = src + r0 * row_stride + col;
         const long long step = kRowStep * row_stride;
@@ -1044,9 +1046,9 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
         }
     } else {
         #pragma unroll
-        for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
-            const int c = tid + i * kThreads;
-            if (kCopies % kThreads == 0 || c < kCopies) {
+        for (int i = 0; i < (kCopies + kCopyThreads - 1) / kCopyThreads; ++i) {
+            const int c = tid + i * kCopyThreads;
+            if (kCopies % kCopyThreads == 0 || c < kCopies) {
                 const int r = c / kChunks, col = (c % kChunks) * kVec;
                 const bool valid = r < valid_rows;
                 cp_async_16(dst + swizzled<kRows>(r, col), valid ? src + r * row_stride + col : src, valid);
@@ -1370,9 +1372,9 @@ __device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, in
     constexpr int kChunks = kCols / kVec;
     constexpr int kCopies = kRows * kChunks;
     #pragma unroll
-    for (int i = 0; i < (kCopies + kThreads - 1) / kThreads; ++i) {
-        const int c = tid + i * kThreads;
-        if (kCopies % kThreads == 0 || c < kCopies) {
+    for (int i = 0; i < (kCopies + kCopyThreads - 1) / kCopyThreads; ++i) {
+        const int c = tid + i * kCopyThreads;
+        if (kCopies % kCopyThreads == 0 || c < kCopies) {
             const int r = c / kChunks, col = (c % kChunks) * kVec;
             const bool valid = r < valid_rows;
             cp_async_16(dst + swizzled<kRows>(r, col), valid ? row_ptr(r) + col : nullptr, valid);

@@ -332,8 +332,9 @@ def _cuda_check_chunk(spec: AttentionSpec, math: str, chunk: int) -> None:
 def _cuda_producer(spec: AttentionSpec, tile_q: int, stages: int) -> bool:
     """Whether the Hopper family's block gets a producer warpgroup: the spec's `producer`, else
     auto = on for blocks of two consumer warpgroups (tile q = 128) with a ring of 2+ stages, up to
-    head dim 128 (H100, benchmarks/NOTES.md: d128 L4096 full 429 -> 496 TFLOP/s; d256 with its
-    two stages of kv 64 445 -> 415, so it stays off there)."""
+    head dim 128, without a mask or softcap (H100, benchmarks/NOTES.md: d128 L4096 full 429 -> 496
+    TFLOP/s; d256 with its two stages of kv 64 445 -> 415; masks and softcap keep state in the
+    producer that spills 16-72 bytes at 72 registers, not yet measured against the plain loop)."""
     given = spec.options("cuda").get("producer")
     if given == "off":
         return False
@@ -342,7 +343,8 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, stages: int) -> bool:
             raise Problem("producer=on needs 2 or more K/V stages (the copier fills one tile while the "
                           "consumers still read the previous one)", key="target.cuda", hint="use stages=2")
         return False
-    return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and max(spec.head_dim_qk, spec.head_dim_v) <= 128)
+    return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and max(spec.head_dim_qk, spec.head_dim_v) <= 128
+                             and spec.mask.kind == "none" and spec.softcap is None)
 
 
 def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
