@@ -1,0 +1,31 @@
+"""Causal prefill: the default plan (q64 kv64, no producer) beside tile q=128 kv=128 with the
+producer warpgroup (issue 11), f16, B L = 16384, H D = 2048, SDPA flash as the peer; checked
+against it before timing.  python3 benchmarks/quick_causal.py"""
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+import attngen
+
+for d in (64, 128):
+    for L in (1024, 4096, 16384):
+        B, H = 16384 // L, 2048 // d
+        q, k, v = (torch.randn(B, L, H, d, device="cuda", dtype=torch.float16) for _ in range(3))
+        t = [x.transpose(1, 2) for x in (q, k, v)]
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            ref = F.scaled_dot_product_attention(*t, is_causal=True).transpose(1, 2)
+            fa2 = do_bench(lambda: F.scaled_dot_product_attention(*t, is_causal=True), warmup=25, rep=100,
+                           return_mode="median")
+        flops = 2.0 * B * H * L * L * d
+        row = [f"d{d} L{L} causal", f"FA2 {flops / fa2 / 1e9:5.0f}"]
+        for tile in ("", "tile q=128 kv=128\n target cuda { producer=on }", "tile q=128 kv=128\n target cuda { producer=off }"):
+            spec = attngen.parse(f"attention s {{\n head_dim {d}\n dtype f16\n mask causal\n {tile}\n}}\n")[0]
+            kern = attngen.compile(spec, target="cuda")
+            out = kern(q, k, v)
+            err = float((out.float() - ref.float()).norm() / ref.float().norm())
+            ms = do_bench(lambda: kern(q, k, v), warmup=25, rep=100, return_mode="median")
+            name = {"": "default"}.get(tile, "q128 " + ("producer" if "on" in tile else "plain"))
+            row.append(f"{name} {flops / ms / 1e9:5.0f} ({err:.0e})")
+        print(" | ".join(row), flush=True)
