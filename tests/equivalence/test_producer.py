@@ -1,0 +1,160 @@
+"""The Hopper family's producer warpgroup (`target cuda { producer=auto|on|off }`, issue 11):
+which plans get it, what the checker refuses, that every variant builds for sm_90a (NVRTC, no
+GPU) within the registers setmaxnreg may move, and (on the GPU machine) that it computes the
+reference's function: odd lengths, Lq != Lk, GQA 7, every mask, softcap, MLA dims, kv_lens,
+packed sequences, custom masks and planted inf / NaN that only some rows see."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import attngen
+from attngen.api import emit_plan
+from attngen.backends.cuda import nvrtc
+from attngen.backends.cuda.config import CUDA_CONSUMER_REGS, CUDA_PRODUCER_REGS
+from attngen.errors import SpecError
+from attngen.reference import reference
+
+from conftest import kernel_for, require, spec_of, to_device
+from test_hidden_keys import _compare, _plant
+from test_variants import _device_mask, _np, check, make_mask
+
+
+def _plan(body, profile="cuda-sm90"):
+    return attngen.lower(spec_of(body), "cuda", profile)
+
+
+# ---- the plan (no GPU) ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, on", [
+    ("head_dim 128\n dtype f16", True),                             # tile q 128: the measured gain
+    ("head_dim 128\n heads q=28 kv=4\n dtype bf16", True),
+    ("head_dim 96\n dtype f16", True),
+    ("head_dim 64\n dtype f16", False),                             # tile q 64: one consumer warpgroup
+    ("head_dim 256\n dtype f16", False),                            # two stages of kv 64: slower with it
+    ("head_dim 128\n dtype f16\n mask causal", False),              # q64 kv64
+    ("head_dim 128\n dtype f16\n mask window(left=100)", False),    # masks: not measured, spills
+    ("head_dim 128\n dtype f16\n softcap 30", False),
+    ("head_dim 128\n dtype f16\n target cuda { producer=off }", False),
+    ("head_dim 128\n dtype f16\n mask causal\n target cuda { producer=on }", True),
+    ("head_dim 256\n dtype f16\n target cuda { producer=on }", True),
+])
+def test_which_plans_get_a_producer(body, on):
+    p = _plan(body)
+    c = p.config
+    assert c.producer is on
+    assert c.threads == c.warps * 32 + (128 if on else 0)
+    assert ("a producer warpgroup copies the tiles" in p.summary()) is on
+    src = emit_plan(p).source
+    assert ("-- producer warpgroup: copies only" in src) is on
+    if on and c.warps == 8:
+        assert "setmaxnreg.dec" in src and "setmaxnreg.inc" in src
+    if c.varlen is not None:  # launches with per-sequence lengths keep the plain loop
+        assert not c.varlen.producer
+
+
+def test_registers_setmaxnreg_may_move():
+    """The launch gives a block of 384 threads 168 registers each; the producer and the two
+    consumer warpgroups must fit in that, or setmaxnreg.inc waits forever (seen on the H100)."""
+    assert 128 * CUDA_PRODUCER_REGS + 256 * CUDA_CONSUMER_REGS <= 384 * 168
+    assert CUDA_PRODUCER_REGS % 8 == 0 and CUDA_CONSUMER_REGS % 8 == 0 and 24 <= CUDA_PRODUCER_REGS
+
+
+@pytest.mark.parametrize("body, profile, words", [
+    ("head_dim 128\n dtype f16\n target cuda { producer=on }", "cuda-sm80", "no Hopper wgmma family"),
+    ("head_dim 128\n dtype f32\n target cuda { producer=on }", "cuda-sm90", "f32 storage"),
+    ("head_dim 128\n dtype f16\n schedule split_kv(2)\n target cuda { producer=on }", "cuda-sm90", "split"),
+    ("head_dim 128\n dtype f16\n target cuda { producer=on stages=1 }", "cuda-sm90", "2 or more K/V stages"),
+])
+def test_producer_on_refused_with_the_reason(body, profile, words):
+    with pytest.raises(SpecError) as e:
+        _plan(body, profile)
+    assert "producer" in str(e.value) and words in str(e.value)
+
+
+# ---- compiled for sm_90a (NVRTC, no GPU) ----------------------------------------------------------
+
+VARIANTS = [
+    "head_dim 128\n dtype f16",
+    "head_dim 64\n dtype f16\n target cuda { producer=on }",                      # one consumer warpgroup
+    "head_dim 128\n dtype f16\n mask causal\n tile q=128 kv=128\n target cuda { producer=on }",
+    "head_dim 128\n dtype bf16\n mask window(left=100)\n target cuda { producer=on }",
+    "head_dim 128\n dtype f16\n mask custom\n target cuda { producer=on }",
+    "head_dim qk=192 v=128\n dtype bf16\n mask causal\n tile q=128 kv=128\n target cuda { producer=on }",
+    "head_dim 256\n dtype f16\n target cuda { producer=on }",
+]
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
+@pytest.mark.parametrize("body", VARIANTS)
+def test_builds_for_sm90a_without_serialised_products(body):
+    p = _plan(body)
+    assert p.config.producer
+    _, log = nvrtc.compile_cubin(emit_plan(p).source, "sm_90a", report=True)
+    # C7514: ptxas serialises the wgmma products (a bar.arrive between issue and wait did this);
+    # C7508: setmaxnreg ignored
+    assert "C7514" not in log and "C7508" not in log, log
+    if "mask" not in body:  # the default plans: no spills (masked ones spill a little: docs/cuda-variants.md)
+        for stores in re.findall(r"(\d+) bytes spill stores", log):
+            assert stores == "0", log
+
+
+# ---- against the reference (GPU) ------------------------------------------------------------------
+
+def _rand(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("body", VARIANTS[:4] + VARIANTS[5:])
+@pytest.mark.parametrize("lq, lk, hq, hkv", [(1, 1, 2, 2), (7, 7, 14, 2), (113, 1023, 2, 2), (1023, 1023, 2, 1)])
+def test_matches_the_reference(body, lq, lk, hq, hkv):
+    require("cuda")
+    spec = spec_of(body + f"\n heads q={hq} kv={hkv}")
+    rng = np.random.default_rng(lq * 31 + lk)
+    d_qk, d_v = spec.head_dim_qk, spec.head_dim_v
+    q, k, v = _rand(rng, 2, lq, hq, d_qk), _rand(rng, 2, lk, hkv, d_qk), _rand(rng, 2, lk, hkv, d_v)
+    check(spec, "cuda", q, k, v)
+
+
+@pytest.mark.parametrize("kind", ["docs", "random4", "additive"])
+def test_custom_masks(kind):
+    """Custom masks: the producer walks the block's list of live tiles, cleans V on partial ones."""
+    require("cuda")
+    spec = spec_of("head_dim 128\n heads q=2 kv=2\n dtype f16\n mask custom\n target cuda { producer=on }")
+    rng = np.random.default_rng(len(kind))
+    b, lq, lk = 2, 300, 413
+    q, k, v = _rand(rng, b, lq, 2, 128), _rand(rng, b, lk, 2, 128), _rand(rng, b, lk, 2, 128)
+    mask = make_mask(kind, rng, b, lq, lk, 2)
+    bm = attngen.block_mask(_device_mask("cuda", mask), kernel_for(spec, "cuda"))
+    check(spec, "cuda", q, k, v, mask=bm, ref_kw={"mask": mask}, expect_empty_rows=kind == "additive")
+
+
+def test_planted_nonfinite_values_reach_only_their_rows():
+    """inf / NaN in V at keys a causal mask hides from some rows: the producer zeroes them in the
+    partial tiles and the consumers mark the rows that do see them (NaN there only)."""
+    require("cuda")
+    spec = spec_of("head_dim 128\n dtype f16\n mask causal(bottom_right)\n tile q=128 kv=128\n"
+                   " target cuda { producer=on }")
+    rng = np.random.default_rng(11)
+    lq, lk = 300, 520
+    q, k, v = _rand(rng, 2, lq, 2, 128), _rand(rng, 2, lk, 2, 128), _rand(rng, 2, lk, 2, 128)
+    k, v = _plant(k, v, [230, 231, 400, 519])
+    out, lse = kernel_for(spec, "cuda")(*to_device("cuda", spec.dtype, q, k, v), return_lse=True)
+    ref, ref_lse = reference(spec, q, k, v, return_lse=True)
+    _compare(spec, _np(out), _np(lse), ref, ref_lse)
+
+
+def test_the_same_function_as_the_plain_loop():
+    """producer=on and off agree closely on a grid of many blocks (a race between the producer's
+    copies and the consumers shows here: it did before the copies were committed before waiting)."""
+    require("cuda")
+    rng = np.random.default_rng(5)
+    q, k, v = _rand(rng, 4, 1024, 8, 128), _rand(rng, 4, 1024, 8, 128), _rand(rng, 4, 1024, 8, 128)
+    outs = []
+    for mode in ("on", "off"):
+        spec = spec_of(f"head_dim 128\n dtype f16\n mask causal\n tile q=128 kv=128\n target cuda {{ producer={mode} }}")
+        outs.append(_np(kernel_for(spec, "cuda")(*to_device("cuda", spec.dtype, q, k, v))).astype(np.float32))
+    assert np.abs(outs[0] - outs[1]).max() <= 2e-3
