@@ -338,6 +338,10 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, stages: int) -> bool:
     given = spec.options("cuda").get("producer")
     if given == "off":
         return False
+    if given == "on" and tile_q > 2 * CUDA_WGMMA_ROWS:
+        raise Problem(f"producer=on with tile q={tile_q}: the producer serves one or two consumer warpgroups "
+                      f"(tile q 64 or 128; {tile_q // CUDA_WGMMA_ROWS} would leave them without setmaxnreg's "
+                      "registers and ping-pong)", key="target.cuda", hint="use tile q=128")
     if stages < 2:
         if given == "on":
             raise Problem("producer=on needs 2 or more K/V stages (the copier fills one tile while the "
