@@ -1,5 +1,5 @@
-"""Causal prefill: the default plan (q64 kv64, no producer) beside tile q=128 kv=128 with the
-producer warpgroup (issue 11), f16, B L = 16384, H D = 2048, SDPA flash as the peer; checked
+"""Causal prefill: the default plan (q64 kv64, no producer) beside tile q=128 kv=128 / kv=96 with
+the producer warpgroup (issue 11; kv96 is the widest that does not spill with it, ptxas -v), f16, B L = 16384, H D = 2048, SDPA flash as the peer; checked
 against it before timing.  python3 benchmarks/quick_causal.py"""
 
 import torch
@@ -20,12 +20,13 @@ for d in (64, 128):
                            return_mode="median")
         flops = 2.0 * B * H * L * L * d
         row = [f"d{d} L{L} causal", f"FA2 {flops / fa2 / 1e9:5.0f}"]
-        for tile in ("", "tile q=128 kv=128\n target cuda { producer=on }", "tile q=128 kv=128\n target cuda { producer=off }"):
+        for tile in ("", "tile q=128 kv=128\n target cuda { producer=on }", "tile q=128 kv=96\n target cuda { producer=on }",
+                     "tile q=128 kv=128\n target cuda { producer=off }"):
             spec = attngen.parse(f"attention s {{\n head_dim {d}\n dtype f16\n mask causal\n {tile}\n}}\n")[0]
             kern = attngen.compile(spec, target="cuda")
             out = kern(q, k, v)
             err = float((out.float() - ref.float()).norm() / ref.float().norm())
             ms = do_bench(lambda: kern(q, k, v), warmup=25, rep=100, return_mode="median")
-            name = {"": "default"}.get(tile, "q128 " + ("producer" if "on" in tile else "plain"))
+            name = {"": "default"}.get(tile, tile.split("\n")[0][5:] + (" producer" if "=on" in tile else " plain"))
             row.append(f"{name} {flops / ms / 1e9:5.0f} ({err:.0e})")
         print(" | ".join(row), flush=True)

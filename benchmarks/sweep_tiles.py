@@ -32,7 +32,7 @@ PREFILL = {
     64: ["q=128 kv=64 | warps=4", "q=64 kv=128 | producer=off", "q=64 kv=128 | producer=on", "q=128 kv=128",
          "q=128 kv=64"],
     128: ["q=128 kv=128 | producer=off", "q=128 kv=128", "q=128 kv=128 | stages=2", "q=128 kv=176 | stages=2",
-          "q=64 kv=64", "q=64 kv=64 | producer=on"],
+          "q=64 kv=64", "q=64 kv=64 | producer=on", "q=128 kv=96 | producer=on"],
     256: ["q=128 kv=64 | stages=2 producer=off", "q=128 kv=64 | stages=2", "q=128 kv=80 | stages=2",
           "q=128 kv=64 | stages=3"],
 }
