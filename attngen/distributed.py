@@ -84,6 +84,10 @@ def _accumulate(out, lse, part, row0, row1=None):
     o = _f32(o)
     if out is None:  # (copies: later merges write rows of them in place)
         return o, (l.copy() if isinstance(l, np.ndarray) else l.clone())
+    if not isinstance(out, np.ndarray):  # torch: in place, two passes over out (merge's stack is five)
+        rows = slice(row0, row1)
+        _merge_into(out if row0 is None else out[:, rows], lse if row0 is None else lse[:, :, rows], part)
+        return out, lse
     if row0 is None:
         return merge([out, o], [lse, l])
     rows = slice(row0, row1)
@@ -91,6 +95,20 @@ def _accumulate(out, lse, part, row0, row1=None):
     out[:, rows] = mo
     lse[:, :, rows] = ml
     return out, lse
+
+
+def _merge_into(out, lse, part):
+    """attngen.merge of (out, lse) (f32 torch tensors, written in place) with a kernel's part (o, l):
+    lse' = log(exp(lse) + exp(l)), out' = exp(lse - lse') out + exp(l - lse') o; rows neither saw
+    keep out 0 and lse -inf (logaddexp(-inf, -inf) = -inf, and their weights are set to 0)."""
+    import torch
+    o, l = part
+    new = torch.logaddexp(lse, l)
+    seen = new > -float("inf")
+    def weight(x):  # (..., H, L) -> (..., L, H, 1), 0 where no part saw a key
+        return torch.where(seen, torch.exp(x - new), 0.0).transpose(-1, -2).unsqueeze(-1)
+    out.mul_(weight(lse)).addcmul_(o, weight(l))
+    lse.copy_(new)
 
 
 def _nothing_seen(q, v, heads_q):

@@ -8,7 +8,8 @@ B 1, H heads (default 8), d128, f16, causal (zigzag layout for attngen; PyTorch 
 shards its own way) and full. Each process holds L / gpus positions; a ring's time is the slowest
 rank's (CUDA events around the call, median of --reps after a warm-up). The one-GPU row runs the
 whole sequence on GPU 0. Before timing, the ring's output at the first length is gathered and
-compared with the one-GPU output (rel. error in the row). Peak memory per rank of the ring call is
+compared with the one-GPU output (rel. error in the row). Full rows also time the ring's kernels
+alone (`kernels_alone_ms`: the same calls on the local shard, no transfer, no merge). Peak memory per rank of the ring call is
 reported (O(L / ranks)). Prints one JSON row per case (suite context_parallel, peers one_gpu and
 torch_context_parallel) for benchmarks/results/latest.json, and writes them to --out.
 
@@ -146,6 +147,12 @@ def _rank(rank, world, lens, heads, reps, port, out):
             base = torch.cuda.memory_allocated()
             ms = _max_over_ranks(_time(lambda: attngen.distributed.ring_attention(kern, q, k, v, layout=layout), reps))
             peak_gb = _max_over_ranks((torch.cuda.max_memory_allocated() - base) / 2**30)
+            kernels_ms = None
+            if mask == "none":  # the ring's kernels alone (world calls on the local shard; no transfer, no merge)
+                def kernels_only():
+                    for _ in range(world):
+                        kern(q, k, v, return_lse=True)
+                kernels_ms = _max_over_ranks(_time(kernels_only, reps))
             del q, k, v
             one = None
             if rank == 0:
@@ -166,6 +173,8 @@ def _rank(rank, world, lens, heads, reps, port, out):
                        "peers": {"one_gpu": {"ms": round(one, 3), "tflops": tf(one)}}}
                 if rel_err is not None:
                     row["rel_err"] = rel_err
+                if kernels_ms is not None:
+                    row["attngen"]["kernels_alone_ms"] = round(kernels_ms, 3)
                 if cp_ms is not None:
                     row["peers"]["torch_context_parallel"] = {"ms": round(cp_ms, 3), "tflops": tf(cp_ms),
                                                               "sdpa_backend": cp_how}
@@ -187,7 +196,7 @@ def main():
     ap.add_argument("--gpus", type=int, default=torch.cuda.device_count())
     ap.add_argument("--lens", default="32768,65536,131072,262144")
     ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "context_parallel.json"))
     args = ap.parse_args()
     if args.gpus < 2:

@@ -1,6 +1,10 @@
 """Causal prefill: the default plan (q64 kv64, no producer) beside tile q=128 kv=128 / kv=96 with
 the producer warpgroup (issue 11; kv96 is the widest that does not spill with it, ptxas -v), f16, B L = 16384, H D = 2048, SDPA flash as the peer; checked
-against it before timing.  python3 benchmarks/quick_causal.py"""
+against it before timing. Then (--masks) the masks the auto rule leaves without a producer: window 1024
+and softcap 30 causal at d128, default plan vs q128 kv96 with it, checked against the default.
+    python3 benchmarks/quick_causal.py [--masks]"""
+
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -8,6 +12,28 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import attngen
+
+def masks():
+    B, L, H, d = 1, 16384, 16, 128
+    q, k, v = (torch.randn(B, L, H, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    for mask, keys in (("window(left=1024)", 1025 * L), ("causal\n softcap 30", L * (L + 1) // 2)):
+        flops, row = 4.0 * B * H * keys * d, [f"d{d} L{L} {mask.replace(chr(10), ' ')}"]
+        ref = None
+        for extra in ("", "tile q=128 kv=96\n target cuda { producer=on }", "tile q=128 kv=96\n target cuda { producer=off }"):
+            spec = attngen.parse(f"attention s {{\n head_dim {d}\n dtype f16\n mask {mask}\n {extra}\n}}\n")[0]
+            kern = attngen.compile(spec, target="cuda")
+            out = kern(q, k, v).float()
+            ref = out if ref is None else ref
+            err = float((out - ref).norm() / ref.norm())
+            ms = do_bench(lambda: kern(q, k, v), warmup=25, rep=100, return_mode="median")
+            name = "default" if not extra else "q128 kv96 " + ("producer" if "=on" in extra else "plain")
+            row.append(f"{name} {flops / ms / 1e9:5.0f} ({err:.0e})")
+        print(" | ".join(row), flush=True)
+
+
+if "--masks" in sys.argv:
+    masks()
+    sys.exit(0)
 
 for d in (64, 128):
     for L in (1024, 4096, 16384):

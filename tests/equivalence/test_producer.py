@@ -35,7 +35,9 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 96\n dtype f16", True),
     ("head_dim 64\n dtype f16", False),                             # tile q 64: one consumer warpgroup
     ("head_dim 256\n dtype f16", False),                            # two stages of kv 64: slower with it
-    ("head_dim 128\n dtype f16\n mask causal", False),              # q64 kv64
+    ("head_dim 128\n dtype f16\n mask causal", True),               # q128 kv96
+    ("head_dim 64\n dtype f16\n mask causal", False),               # q64 kv64
+    ("head_dim 128\n dtype f16\n mask causal\n tile q=128 kv=128", False),  # kv128: its consumers spill
     ("head_dim 128\n dtype f16\n mask window(left=100)", False),    # masks: not measured, spills
     ("head_dim 128\n dtype f16\n softcap 30", False),
     ("head_dim 128\n dtype f16\n target cuda { producer=off }", False),

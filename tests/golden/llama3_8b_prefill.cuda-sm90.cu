@@ -18,14 +18,15 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
-// Plan: tile q=64 kv=64, 4 warps (128 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n64k16 and m64n128k16, 1 warpgroup of 64 rows, sm_90a; softmax overlapped with P V).
+// Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (mbarriers, setmaxnreg, ping-pong)).
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 115712 bytes (each buffer 16-byte aligned):
-//   sQ at      0: 64 x 128 f16 (the block's rows of Q (128-byte swizzle))
-//   sK at  16384: 3 x 64 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
-//   sV at  65536: 3 x 64 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
+// Shared memory: 181344 bytes (each buffer 16-byte aligned):
+//   sQ    at      0: 128 x 128 f16 (the block's rows of Q (128-byte swizzle))
+//   sK    at  32768: 3 x 96 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
+//   sV    at 106496: 3 x 96 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
+//   sSync at 180224: 1 x 23 u32 (mbarriers of the copies and each stage's keys with non-finite values)
 // Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 kv=64 (115712 bytes of shared memory).
-// Grid: (ceil(Lq / 64), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Grid: (ceil(Lq / 128), Hq, B), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 // ---- section: types -----------------------------------------------------------------
@@ -77,13 +78,23 @@ namespace padded {
 // ---- section: config ----------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-constexpr int kBlockQ = 64;      // tile q: rows of Q per block
+constexpr int kBlockQ = 128;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
-constexpr int kWarps = 4;
-constexpr int kThreads = 128;    // kWarps * 32
-constexpr int kCopyThreads = kThreads;  // threads that copy tiles: all
+constexpr int kBlockKV = 96;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kWarps = 8;
+// Warp specialisation (FlashAttention-3, section 3.1): warpgroups 0 .. kConsumerGroups - 1 compute
+// (64 rows each); the last warpgroup, the producer, only copies Q and the ring of K/V tiles and
+// signals each tile's arrival on an mbarrier. setmaxnreg then moves registers from the producer
+// (kProducerRegs per thread) to the consumers (kConsumerRegs).
+constexpr int kThreads = 384;    // kWarps * 32 consumer threads + kCopyThreads
+constexpr int kCopyThreads = 128;  // the producer warpgroup: the threads that copy tiles
+constexpr int kConsumerGroups = kWarps / 4;
+constexpr int kProducerRegs = 72, kConsumerRegs = 216;
+// setmaxnreg moves registers within what the launch gave the block (65536 / kThreads per thread,
+// a multiple of 8): asking for more would wait forever. One consumer warpgroup moves none.
+static_assert(kConsumerGroups == 1 || kProducerRegs * kCopyThreads + kConsumerRegs * kWarps * 32 <=
+              (65536 / kThreads) / 8 * 8 * kThreads, "setmaxnreg within the launch's registers");
 constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
@@ -94,10 +105,11 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (115712 bytes)
-constexpr int kOffsetK = 16384;
-constexpr int kOffsetV = 65536;
-constexpr int kSmemBytes = 115712;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (181344 bytes)
+constexpr int kOffsetK = 32768;
+constexpr int kOffsetV = 106496;
+constexpr int kOffsetSync = 180224;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits
+constexpr int kSmemBytes = 181344;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -134,6 +146,40 @@ __device__ __forceinline__ int swizzled(int r, int col) {
 // visible to the tensor cores' reads, which go through the async proxy. Before a barrier.
 __device__ __forceinline__ void fence_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- mbarriers: the producer warpgroup's tiles (warp specialisation) ----
+// An mbarrier completes a phase when its count of arrivals is reached; waiters name the parity
+// of the phase they wait for (PTX ISA, "Parallel Synchronization and Communication
+// Instructions: mbarrier").
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+
+// Arrive once every cp.async this thread issued before has landed (.noinc: the arrival is one
+// of the count given at init).
+__device__ __forceinline__ void mbar_arrive_copies(unsigned long long* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+
+// Wait until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+    asm volatile("{\n.reg .pred done;\nWAIT_PHASE:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_PHASE;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// Named barriers (bar.sync / bar.arrive) among `threads` threads of the block; id 0 is __syncthreads.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
@@ -256,17 +302,19 @@ __device__ __forceinline__ void fence_registers(float (&d)[kTiles][4]) {
     }
 }
 
-// d (= or +=, by scale_d) A B for one k16 step: m64n64k16, A and B from shared memory, K-major.
+// d (= or +=, by scale_d) A B for one k16 step: m64n96k16, A and B from shared memory, K-major.
 __device__ __forceinline__ void wgmma_scores(float (&d)[kNTilesKV][4], unsigned long long a, unsigned long long b, int scale_d) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %32, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31 }, "
-        "%33, %34, p, 1, 1, 0, 0;\n}\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %48, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47 }, "
+        "%49, %50, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
-"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
+"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), 
+"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3])
         : "r"(scale_d), "l"(a), "l"(b));
 }
 
@@ -611,6 +659,38 @@ __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyW
     __syncthreads();  // every warp's P V reads the tile after all the zeros are written
 }
 
+// The producer warpgroup's cleaning (warp specialisation): its warp w scans keys 32 w + lane,
+// 32 (w + 4) + lane, ... of the landed tile and zeroes those keys' non-finite values itself. A
+// warp reads and writes only its own keys' rows, so scanning and zeroing need no barrier between
+// them; the bits go to `bad` in shared memory (one word per 32 keys) for the consumers.
+template <int kCols>
+__device__ __forceinline__ void clean_values_copier(elem_t* tile, unsigned* bad, int ptid) {
+    constexpr int kWordsPerRow = kCols * static_cast<int>(sizeof(elem_t)) / 16;  // uint4 per row
+    const int lane = ptid % 32;
+    for (int w = ptid / 32; w < kKeyWords; w += kCopyThreads / 32) {
+        const int r = w * 32 + lane;
+        bool found = false;
+        if (r < kBlockKV) {
+            #pragma unroll 4
+            for (int c = 0; c < kWordsPerRow; ++c) {
+                uint4* p = reinterpret_cast<uint4*>(tile + swizzled<kBlockKV>(r, c * (16 / static_cast<int>(sizeof(elem_t)))));
+                uint4 x = *p;
+                bool here = false;
+                x.x = clear_nonfinite(x.x, here);
+                x.y = clear_nonfinite(x.y, here);
+                x.z = clear_nonfinite(x.z, here);
+                x.w = clear_nonfinite(x.w, here);
+                if (here) {
+                    *p = x;
+                    found = true;
+                }
+            }
+        }
+        const unsigned bits = __ballot_sync(0xffffffffu, found);
+        if (lane == 0) bad[w] = bits;
+    }
+}
+
 // Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad.
 template <int kWords>
 __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p)[kFrags][kNTilesKV][4],
@@ -746,10 +826,21 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         zero_padding<kBlockKV, kHeadDimQK, kHeadDimQKPad, kStrideK>(sK + st * kBlockKV * kStrideK, tid);
         zero_padding<kBlockKV, kHeadDimV, kHeadDimVPad, kStrideV>(sV + st * kBlockKV * kStrideV, tid);
     }
-    load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, tid);
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_async_shared();
+    // The producer warpgroup copies Q (section: main loop); here its mbarriers are set up.
+    unsigned long long* bar_q = reinterpret_cast<unsigned long long*>(smem + kOffsetSync);  // Q has landed
+    unsigned long long* bar_full = bar_q + 1;            // [kStages]: the stage's K and V have landed
+    unsigned long long* bar_empty = bar_full + kStages;  // [kStages]: every consumer warp is done with it
+    unsigned* bad_keys = reinterpret_cast<unsigned*>(bar_empty + kStages);  // [kStages][kKeyWords]
+    if (tid == 0) {
+        mbar_init(bar_q, kCopyThreads);
+        #pragma unroll
+        for (int st = 0; st < kStages; ++st) {
+            mbar_init(&bar_full[st], kCopyThreads);
+            mbar_init(&bar_empty[st], kWarps);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    fence_async_shared();  // the zero padding above is read by the tensor cores (async proxy)
     __syncthreads();
     WarpMath math;
     math.init(smem, warp, lane);
@@ -787,52 +878,76 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
     }
 
-    auto load_kv = [&](int stage, int tile) {
-        const int j0 = kv_tile(tile) * kBlockKV;
-        load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, tid);
-        load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, tid);
-    };
-
     // ---- section: main loop over K/V tiles ----
-    // Hopper family, FlashAttention-3 order (Shah et al. 2024, section 3.2): in iteration it the
-    // warpgroup issues S = Q K^T of tile it and acc += P V of tile it - 1 together, waits for S
-    // only, and does the softmax of tile it while the tensor cores still run P V; acc is rescaled
-    // once P V is done. V of tile it - 1 is thus still read during iteration it: the copies run
-    // kStages - 2 tiles ahead, into the stage of tile it - 2, which every warp finished with in
-    // iteration it - 1 (before this iteration's barrier).
-    #pragma unroll
-    for (int st = 0; st < kStages - 2; ++st) {
-        if (st < n_tiles) load_kv(st, st);
-        cp_async_commit();
+    // Warp specialisation (FlashAttention-3, Shah et al. 2024, sections 3.1-3.2). The producer
+    // warpgroup (warps kWarps ..) copies Q, then tile it of K and V into stage it % kStages once
+    // every consumer warp has released that stage (bar_empty), and signals each on bar_full; it
+    // keeps kProducerRegs registers per thread and gives the rest to the consumers (setmaxnreg).
+    // Each consumer warpgroup runs the overlapped loop on its 64 rows: S = Q K^T of tile it and
+    // acc += P V of tile it - 1 issued together, the softmax of tile it while P V runs, and the
+    // stage of tile it - 1 released once P V is done. No barrier spans the block, so the
+    // warpgroups drift apart; with two of them, named barriers make them take turns issuing
+    // their products (ping-pong), so one's softmax runs while the other's products do.
+    if (warp >= kWarps) {
+        // -- producer warpgroup: copies only
+        if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));
+        const int ptid = tid - kWarps * 32;
+        load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, ptid);
+        mbar_arrive_copies(bar_q);
+        for (int it = 0; it < n_tiles; ++it) {
+            const int stage = it % kStages;
+            mbar_wait(&bar_empty[stage], ((it / kStages) & 1) ^ 1);  // the tile kStages back is released
+            const int j0 = kv_tile(it) * kBlockKV;
+            load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, ptid);
+            load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, ptid);
+            const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
+            if (partial) {
+                // -- clean V of a partial tile (section non-finite values) once it has landed
+                cp_async_commit();  // (wait_group waits for committed groups only)
+                cp_async_wait<0>();
+                named_sync(1, kCopyThreads);  // every copy of the producer warpgroup has landed
+                clean_values_copier<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
+                fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
+                mbar_arrive(&bar_full[stage]);
+                continue;
+            }
+            mbar_arrive_copies(&bar_full[stage]);
+        }
+        return;
     }
-    WarpMath::PTile p;       // P of the previous tile: the A operand of its P V, in flight
+    // -- consumer warpgroups
+    if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kConsumerRegs));
+    const int wg = warp / 4;  // this warpgroup: rows 64 wg .. of the block
+    mbar_wait(bar_q, 0);
+    fence_async_shared();  // Q was written by cp.async (generic proxy); the tensor cores read it
+    if constexpr (kConsumerGroups == 2) {
+        if (wg == 1) named_arrive(2, 2 * 128);  // warpgroup 0 issues its products first
+    }
+    WarpMath::PTile p;         // P of the previous tile: the A operand of its P V, in flight
     float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
     for (int it = 0; it < n_tiles; ++it) {
-        // -- load K/V tile: wait for this one, then issue the copy kStages - 2 tiles ahead
-        cp_async_wait<kStages - 3>();
-        fence_async_shared();  // the tile is read by the tensor cores (async proxy)
-        __syncthreads();
-        {
-            const int ahead = it + kStages - 2;
-            if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
-            cp_async_commit();
-        }
         const int stage = it % kStages;
+        mbar_wait(&bar_full[stage], (it / kStages) & 1);  // K and V of tile it have landed
+        fence_async_shared();
         const int j0 = kv_tile(it) * kBlockKV;
         const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-        // -- clean V of a partial tile (section non-finite values); its P V is issued next iteration
-        unsigned bad[kKeyWords];
-        if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+        unsigned bad[kKeyWords];  // keys of this tile whose V held a non-finite value (the producer cleaned them)
+        #pragma unroll
+        for (int w = 0; w < kKeyWords; ++w) bad[w] = partial ? bad_keys[stage * kKeyWords + w] : 0u;
 
         // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
+        if constexpr (kConsumerGroups == 2) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
         float s[kFrags][kNTilesKV][4];
         math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
+        if (it > 0) math.issue_pv(acc, p, sV + ((it - 1) % kStages) * kBlockKV * kStrideV);
         if (it > 0) {
-            math.issue_pv(acc, p, sV + ((it + kStages - 1) % kStages) * kBlockKV * kStrideV);
             math.wait_scores<1>(s);  // S is done; P V may still run
         } else {
             math.wait_scores<0>(s);
         }
+        // the other warpgroup's turn (a bar.arrive between the issue and the wait above would make
+        // ptxas serialise the products: warning C7514)
+        if constexpr (kConsumerGroups == 2) named_arrive(3 - wg, 2 * 128);
 
         // -- score transform and mask
         #pragma unroll
@@ -877,9 +992,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
         }
 
-        // -- the previous P V is done: rescale acc, then P of this tile
+        // -- the previous P V is done: release its stage, rescale acc, then P of this tile
         math.wait_pv(acc);
         fence_fragments(p);  // P stayed untouched while its P V ran
+        if (it > 0 && lane == 0) mbar_arrive(&bar_empty[(it - 1) % kStages]);
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
@@ -890,7 +1006,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 acc[mf][n][3] *= alpha_i[mf][1];
             }
         }
-        // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
+        // rows that see (p != 0) a key whose V held a non-finite value (cleaned by the producer)
         if (partial) mark_bad_rows(row_bad, s, bad, t);
         math.pack_p(s, p);
     }
@@ -898,6 +1014,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     if (n_tiles > 0) {
         math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
         math.wait_pv(acc);
+    }
+    if constexpr (kConsumerGroups == 2) {
+        if (wg == 0) named_sync(2, 2 * 128);  // warpgroup 1's last turn signal
     }
 
     // ---- section: epilogue: normalise and store ----

@@ -40,10 +40,17 @@ CUDA_WGMMA_ALIGN = 1024
 # overlapped loop holds S, P and acc at 255 registers with tile kv 128; a window's bounds or a
 # custom mask's pointers need a few more (ptxas reports, benchmarks/NOTES.md, issue 11).
 CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 80, "softcap": 96}
-# Causal masks up to head dim 128 take smaller tiles (tile q, tile kv): less of the diagonal tile
-# is computed and masked, and two blocks share an SM. H100, f16, causal (benchmarks/NOTES.md):
-# d128 L4096 345 vs 317 TFLOP/s (q128 kv128), L1024 238 vs 185; d64 L1024 219 vs 172.
-CUDA_WGMMA_CAUSAL_TILE = (64, 64)
+# Causal masks up to head dim 128 take their own tiles (tile q, tile kv) by head dim. Up to 64:
+# q64 kv64 (less of the diagonal tile computed and masked, two blocks per SM; H100 f16 causal,
+# benchmarks/NOTES.md: d64 L1024 219 vs 172 TFLOP/s for q128 kv128). Above 64: q128 kv96 with
+# the producer warpgroup (kv96 is the widest whose masked consumers do not spill at 216 registers;
+# H100 f16 causal, benchmarks/quick_causal.py at ac32f17, TFLOP/s at L 1k / 4k / 16k: d128 248 /
+# 366 / 432 vs q64 kv64 245 / 335 / 352 and FA2 237 / 302 / 312; d64 with it 181 / 262 / 314 vs
+# q64 kv64 221 / 284 / 310).
+CUDA_WGMMA_CAUSAL_TILES = ((64, (64, 64)), (128, (128, 96)))
+# The widest tile kv at which the producer's masked consumers stay free of spills (ptxas -v, 216
+# registers): auto puts a producer in causal blocks only up to it.
+CUDA_PRODUCER_MASKED_KV = 96
 # Warp specialisation of the Hopper family (`target cuda { producer=on }`, FlashAttention-3
 # section 3.1): one more warpgroup that only copies (Q once, then the K/V ring, signalling each
 # tile on an mbarrier), so the consumer warpgroups never meet at a block-wide barrier; with two
@@ -329,12 +336,13 @@ def _cuda_check_chunk(spec: AttentionSpec, math: str, chunk: int) -> None:
                           hint="try tile d=64")
 
 
-def _cuda_producer(spec: AttentionSpec, tile_q: int, stages: int) -> bool:
+def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) -> bool:
     """Whether the Hopper family's block gets a producer warpgroup: the spec's `producer`, else
     auto = on for blocks of two consumer warpgroups (tile q = 128) with a ring of 2+ stages, up to
-    head dim 128, without a mask or softcap (H100, benchmarks/NOTES.md: d128 L4096 full 429 -> 496
-    TFLOP/s; d256 with its two stages of kv 64 445 -> 415; masks and softcap keep state in the
-    producer that spills 16-72 bytes at 72 registers, not yet measured against the plain loop)."""
+    head dim 128, without softcap, for no mask or a causal one up to tile kv
+    CUDA_PRODUCER_MASKED_KV (H100, benchmarks/NOTES.md: d128 L4096 full 429 -> 496 TFLOP/s, causal
+    q128 kv96 366 vs the plain loop's 317 at kv128; d256 with its two stages of kv 64 445 -> 415;
+    window, custom masks and softcap were not measured with it)."""
     given = spec.options("cuda").get("producer")
     if given == "off":
         return False
@@ -347,8 +355,9 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, stages: int) -> bool:
             raise Problem("producer=on needs 2 or more K/V stages (the copier fills one tile while the "
                           "consumers still read the previous one)", key="target.cuda", hint="use stages=2")
         return False
+    masked_ok = spec.mask.kind == "none" or (spec.mask.kind == "causal" and tile_kv <= CUDA_PRODUCER_MASKED_KV)
     return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and max(spec.head_dim_qk, spec.head_dim_v) <= 128
-                             and spec.mask.kind == "none" and spec.softcap is None)
+                             and masked_ok and spec.softcap is None)
 
 
 def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
@@ -372,10 +381,11 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
             cap = CUDA_WGMMA_KV_CAP.get("softcap" if spec.softcap is not None else spec.mask.kind)
             if cap is not None and row["tile_kv"] > cap:
                 kv = (cap, opts.get("stages"))
-        if (spec.mask.kind == "causal" and max(spec.head_dim_qk, spec.head_dim_v) <= 128 and spec.tile.q is None
+        dmax = max(spec.head_dim_qk, spec.head_dim_v)
+        if (spec.mask.kind == "causal" and dmax <= CUDA_WGMMA_CAUSAL_TILES[-1][0] and spec.tile.q is None
                 and spec.tile.kv is None and opts.get("warps") is None):
-            rows, kv = (CUDA_WGMMA_CAUSAL_TILE[0], CUDA_WGMMA_CAUSAL_TILE[0] // CUDA_ROWS_PER_WARP), (
-                CUDA_WGMMA_CAUSAL_TILE[1], opts.get("stages"))
+            tq, tkv = next(tile for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d)
+            rows, kv = (tq, tq // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages"))
         cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
         if spec.mask.is_custom:  # one general instantiation serves every launch
             return cfg
@@ -383,8 +393,10 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
         # a smaller tile kv (64, or 32 above head dim 128), so that the per-sequence state does
         # not spill registers (ptxas reports, benchmarks/NOTES.md).
         kv_cap = 64 if max(cfg.d_qk_pad, cfg.d_v_pad) <= 128 else 32
-        varlen = _cuda_fit(spec, profile, math, None, rows=(cfg.tile_q, cfg.warps),
-                           kv=(min(cfg.tile_kv, kv_cap), cfg.stages))
+        vrows = (cfg.tile_q, cfg.warps)
+        if rows is not None and cfg.producer:  # auto causal tiles: the entry point keeps q64 (no producer)
+            vrows = (CUDA_WGMMA_ROWS, CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
+        varlen = _cuda_fit(spec, profile, math, None, rows=vrows, kv=(min(cfg.tile_kv, kv_cap), cfg.stages))
         return replace(cfg, fast_path=True, varlen=varlen)
     if note:
         return replace(_cuda_config(spec, profile, math), family_note=note)
@@ -478,7 +490,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             v_blocks, d_v_block = _cuda_v_split(spec.head_dim_v, chunk, v_cap)
             d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, chunk), v_blocks * d_v_block
             q_in_regs = False
-        ws = producer and math == "wgmma" and _cuda_producer(spec, tile_q, stages)
+        ws = producer and math == "wgmma" and _cuda_producer(spec, tile_q, tile_kv, stages)
         buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws)
         regs = _cuda_registers(math, frags, tile_kv // key_warps, d_qk_pad, d_v_block, q_in_regs)
         # with a producer warpgroup, setmaxnreg gives the consumers CUDA_CONSUMER_REGS

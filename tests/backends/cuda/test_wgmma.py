@@ -73,7 +73,7 @@ def test_only_compute_capability_9_0_gets_the_family():
 
 
 def test_the_source_and_the_manifest():
-    p = _plan("head_dim 128\n dtype f16\n mask causal")
+    p = _plan("head_dim 128\n dtype f16\n mask causal\n target cuda { producer=off }")  # (test_producer: with it)
     em = emit_plan(p)
     src = em.source
     assert "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16" in src
