@@ -39,6 +39,8 @@ CASES = {
     "d64 q128": ("head_dim 64\n dtype f16\n mask causal\n tile q=128 kv=128\n target cuda { producer=on }", (2, 1023, 1023, 2, 2)),
     "d96": ("head_dim 96\n dtype f16\n mask none", (1, 500, 500, 2, 2)),
     "d128 causal auto gqa7": ("head_dim 128\n heads q=7 kv=1\n dtype bf16\n mask causal(bottom_right)", (2, 300, 1023, 7, 1)),
+    "d128 window auto gqa7": ("head_dim 128\n heads q=14 kv=2\n dtype bf16\n mask window(left=100, right=20)",
+                              (1, 777, 1023, 14, 2)),
     "d96 causal auto": ("head_dim 96\n dtype f16\n mask causal", (2, 1023, 1023, 3, 3)),
 }
 

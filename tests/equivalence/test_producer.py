@@ -38,7 +38,9 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 128\n dtype f16\n mask causal", True),               # q128 kv96
     ("head_dim 64\n dtype f16\n mask causal", False),               # q64 kv64
     ("head_dim 128\n dtype f16\n mask causal\n tile q=128 kv=128", False),  # kv128: its consumers spill
-    ("head_dim 128\n dtype f16\n mask window(left=100)", False),    # masks: not measured, spills
+    ("head_dim 128\n dtype f16\n mask window(left=100)", True),     # q128 kv96
+    ("head_dim 128\n dtype f16\n mask window(left=100)\n tile q=128 kv=112", False),  # kv112 spills with it
+    ("head_dim 128\n dtype f16\n mask custom", False),              # not measured with it
     ("head_dim 128\n dtype f16\n softcap 30", False),
     ("head_dim 128\n dtype f16\n target cuda { producer=off }", False),
     ("head_dim 128\n dtype f16\n mask causal\n target cuda { producer=on }", True),

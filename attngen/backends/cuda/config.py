@@ -49,7 +49,8 @@ CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 80, "softcap": 96}
 # q64 kv64 221 / 284 / 310).
 CUDA_WGMMA_CAUSAL_TILES = ((64, (64, 64)), (128, (128, 96)))
 # The widest tile kv at which the producer's masked consumers stay free of spills (ptxas -v, 216
-# registers): auto puts a producer in causal blocks only up to it.
+# registers): auto puts a producer in causal and window blocks only up to it (and window tiles
+# of q 128 take it as their auto tile kv).
 CUDA_PRODUCER_MASKED_KV = 96
 # Warp specialisation of the Hopper family (`target cuda { producer=on }`, FlashAttention-3
 # section 3.1): one more warpgroup that only copies (Q once, then the K/V ring, signalling each
@@ -339,10 +340,11 @@ def _cuda_check_chunk(spec: AttentionSpec, math: str, chunk: int) -> None:
 def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) -> bool:
     """Whether the Hopper family's block gets a producer warpgroup: the spec's `producer`, else
     auto = on for blocks of two consumer warpgroups (tile q = 128) with a ring of 2+ stages, up to
-    head dim 128, without softcap, for no mask or a causal one up to tile kv
+    head dim 128, without softcap, for no mask or a causal or window one up to tile kv
     CUDA_PRODUCER_MASKED_KV (H100, benchmarks/NOTES.md: d128 L4096 full 429 -> 496 TFLOP/s, causal
-    q128 kv96 366 vs the plain loop's 317 at kv128; d256 with its two stages of kv 64 445 -> 415;
-    window, custom masks and softcap were not measured with it)."""
+    q128 kv96 366 vs the plain loop's 317 at kv128; window 1024 at L16384 286 vs 199 without it and
+    170 for the former q128 kv112; d256 with its two stages of kv 64 445 -> 415; softcap 30 causal
+    292 either way; custom masks not measured with it)."""
     given = spec.options("cuda").get("producer")
     if given == "off":
         return False
@@ -355,7 +357,8 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
             raise Problem("producer=on needs 2 or more K/V stages (the copier fills one tile while the "
                           "consumers still read the previous one)", key="target.cuda", hint="use stages=2")
         return False
-    masked_ok = spec.mask.kind == "none" or (spec.mask.kind == "causal" and tile_kv <= CUDA_PRODUCER_MASKED_KV)
+    masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window")
+                                             and tile_kv <= CUDA_PRODUCER_MASKED_KV)
     return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and max(spec.head_dim_qk, spec.head_dim_v) <= 128
                              and masked_ok and spec.softcap is None)
 
@@ -377,11 +380,14 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
         kv = rows = None
         opts = spec.options("cuda")
         row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v), math)
+        dmax = max(spec.head_dim_qk, spec.head_dim_v)
         if spec.tile.kv is None:  # masks with more per-element state take a narrower tile kv
             cap = CUDA_WGMMA_KV_CAP.get("softcap" if spec.softcap is not None else spec.mask.kind)
+            if (spec.mask.kind == "window" and spec.softcap is None and dmax <= 128
+                    and row["tile_q"] == 2 * CUDA_WGMMA_ROWS and opts.get("producer") != "off"):
+                cap = CUDA_PRODUCER_MASKED_KV  # the widest tile kv with which auto adds the producer
             if cap is not None and row["tile_kv"] > cap:
                 kv = (cap, opts.get("stages"))
-        dmax = max(spec.head_dim_qk, spec.head_dim_v)
         if (spec.mask.kind == "causal" and dmax <= CUDA_WGMMA_CAUSAL_TILES[-1][0] and spec.tile.q is None
                 and spec.tile.kv is None and opts.get("warps") is None):
             tq, tkv = next(tile for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d)
