@@ -721,15 +721,14 @@ for (var i = 0u; i < ROWS; i++) {
     for (var i = 0u; i < ROWS; i++) {
         let row = q_row[i];
         let head_i = q_head[i];
-        if (row >= seq.len_q || !completed) {
-            continue;
-        }
+        if (row < seq.len_q && completed) {  // (an if, not continue: the loop is unrolled, see unroll.py)
         // Pass 1 stores this split's row max (log2 domain; MASKED: no key; NaN: the row's result is
         // undefined) and sum for pass 2.
         if (tc == 0u) {
             let at = 2u * ((((split * params.batch + seq.batch) * params.heads_q) + head_i) * params.len_q + row);
             stats[at] = select(m_i[i], nan, row_bad[i]);
             stats[at + 1u] = l_i[i];
+        }
         }
     }
 }
@@ -908,9 +907,7 @@ workgroupBarrier();  // every invocation is done with sV and sP before the next 
     for (var i = 0u; i < ROWS; i++) {
         let row = q_row[i];
         let head_i = q_head[i];
-        if (row >= seq.len_q || !completed || missing[i]) {
-            continue;
-        }
+        if (row < seq.len_q && completed && !missing[i]) {  // (an if, not continue: the loop is unrolled, see unroll.py)
         let part = split * params.batch + seq.batch;
         let o_base = ((part * params.len_q + row) * params.heads_q + head_i) * HEAD_DIM_V;
         for (var w = 0u; w < ACC_GROUPS; w++) {
@@ -923,6 +920,7 @@ workgroupBarrier();  // every invocation is done with sV and sP before the next 
             // the row's lse (natural log; MASKED: no key; NaN: undefined), the same in every split
             let row_lse = select(MASKED, m_i[i] * LN2 + log(l_i[i]), l_i[i] > 0.0);
             lse_part[(part * params.heads_q + head_i) * params.len_q + row] = select(row_lse, nan, row_bad[i]);
+        }
         }
     }
 }

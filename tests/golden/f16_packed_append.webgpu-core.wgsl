@@ -711,9 +711,7 @@ for (var i = 0u; i < ROWS; i++) {
     for (var i = 0u; i < ROWS; i++) {
         let row = q_row[i];
         let head_i = q_head[i];
-        if (row >= seq.len_q || !completed) {
-            continue;
-        }
+        if (row < seq.len_q && completed) {  // (an if, not continue: the loop is unrolled, see unroll.py)
         // This split's output normalised by its own sum (f32), and its lse; MASKED when it saw no key.
         let part = split * params.batch + seq.batch;
         var inv_l = 0.0;
@@ -731,6 +729,7 @@ for (var i = 0u; i < ROWS; i++) {
         if (tc == 0u) {
             let part_lse = select(MASKED, m_i[i] * LN2 + log(l_i[i]), l_i[i] > 0.0);
             lse_part[(part * params.heads_q + head_i) * params.len_q + row] = select(part_lse, nan, row_bad[i]);
+        }
         }
     }
 }

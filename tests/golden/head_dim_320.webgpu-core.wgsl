@@ -705,9 +705,7 @@ for (var i = 0u; i < ROWS; i++) {
     for (var i = 0u; i < ROWS; i++) {
         let row = q_row[i];
         let head_i = q_head[i];
-        if (row >= seq.len_q || !completed) {
-            continue;
-        }
+        if (row < seq.len_q && completed) {  // (an if, not continue: the loop is unrolled, see unroll.py)
         var inv_l = 0.0;
         if (l_i[i] > 0.0) {
             inv_l = 1.0 / l_i[i];
@@ -729,6 +727,7 @@ for (var i = 0u; i < ROWS; i++) {
                 row_lse = m_i[i] * LN2 + log(l_i[i]);
             }
             lse[seq.lse0 + head_i * seq.lse_stride + row] = select(row_lse, nan, row_bad[i]);
+        }
         }
     }
 }

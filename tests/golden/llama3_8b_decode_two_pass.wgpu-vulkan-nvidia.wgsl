@@ -26,7 +26,7 @@
 //   sV          at  25344: 32 x 128 f16 (the current V tile)
 //   sP          at  33536: 64 x 36 f32 (probabilities P of the tile, for P V)
 //   p_zero_tile at  42752: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
-// Register tiling: sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation.
+// Register tiling: sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation; its loops unrolled (the profile's dialect).
 // Grid: (ceil(Lq * G / 64) * S, Hkv, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_decode_two_pass; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -461,7 +461,27 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
     let tile_head = kv_head;
     var q_row: array<u32, ROWS>;                  // the query row of each of this invocation's rows
     var q_head: array<u32, ROWS>;                 // and its query head
-    for (var i = 0u; i < ROWS; i++) {
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
+        q_row[i] = rh.x;
+        q_head[i] = rh.y;
+    }
+    {
+        const i = 1u;
+        let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
+        q_row[i] = rh.x;
+        q_head[i] = rh.y;
+    }
+    {
+        const i = 2u;
+        let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
+        q_row[i] = rh.x;
+        q_head[i] = rh.y;
+    }
+    {
+        const i = 3u;
         let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
         q_row[i] = rh.x;
         q_head[i] = rh.y;
@@ -502,7 +522,21 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
     var row_bad: array<bool, ROWS>;     // the row saw a NaN or +inf score: its result is NaN
     var acc: array<array<vec4<f32>, ACC_GROUPS>, ROWS>;  // unnormalised output, this invocation's column groups
     var s: array<array<f32, KEYS>, ROWS>;  // this invocation's block of the tile's scores, then of P
-    for (var i = 0u; i < ROWS; i++) {
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        m_i[i] = MASKED;
+    }
+    {
+        const i = 1u;
+        m_i[i] = MASKED;
+    }
+    {
+        const i = 2u;
+        m_i[i] = MASKED;
+    }
+    {
+        const i = 3u;
         m_i[i] = MASKED;
     }
 
@@ -529,12 +563,105 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
             for (var x = 0u; x < DIM_CHUNK_QK; x++) {
                 let g = c + x;  // vec4 column group of the chunk
                 var qv: array<vec4<qk_acc_t>, ROWS>;
-                for (var i = 0u; i < ROWS; i++) {
+                // for i < ROWS (4), unrolled: one block per i
+                {
+                    const i = 0u;
                     qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
                 }
-                for (var u = 0u; u < KEYS; u++) {
+                {
+                    const i = 1u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 2u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 3u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                // for u < KEYS (4), unrolled: one block per u
+                {
+                    const u = 0u;
                     let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
-                    for (var i = 0u; i < ROWS; i++) {
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+                {
+                    const u = 1u;
+                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+                {
+                    const u = 2u;
+                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+                {
+                    const u = 3u;
+                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
                         part[i][u] += dot(qv[i], kv);
                     }
                 }
@@ -543,9 +670,253 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
 
         // -- score transform and mask
         let partial = !tile_is_full(seq, i32(row0), i32(row_end), j0, j0 + i32(TILE_KV));
-        for (var i = 0u; i < ROWS; i++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             let row = q_row[i];
-            for (var u = 0u; u < KEYS; u++) {
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+        }
+        {
+            const i = 1u;
+            let row = q_row[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+        }
+        {
+            const i = 2u;
+            let row = q_row[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+        }
+        {
+            const i = 3u;
+            let row = q_row[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 3u;
                 let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
                 var t = score_transform(f32(part[i][u]));
                 if (partial && !visible(seq, i32(row), j0 + i32(j))) {
@@ -562,11 +933,144 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
         }
 
         // -- store S for pass 2 (each invocation its block)
-        for (var i = 0u; i < ROWS; i++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             let row = q_row[i];
             if (row < seq.len_q) {
                 let s_base = ((seq.batch * params.heads_q + q_head[i]) * params.len_q + row) * params.len_k;
-                for (var u = 0u; u < KEYS; u++) {
+                // for u < KEYS (4), unrolled: one block per u
+                {
+                    const u = 0u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 1u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 2u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 3u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+            }
+        }
+        {
+            const i = 1u;
+            let row = q_row[i];
+            if (row < seq.len_q) {
+                let s_base = ((seq.batch * params.heads_q + q_head[i]) * params.len_q + row) * params.len_k;
+                // for u < KEYS (4), unrolled: one block per u
+                {
+                    const u = 0u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 1u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 2u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 3u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+            }
+        }
+        {
+            const i = 2u;
+            let row = q_row[i];
+            if (row < seq.len_q) {
+                let s_base = ((seq.batch * params.heads_q + q_head[i]) * params.len_q + row) * params.len_k;
+                // for u < KEYS (4), unrolled: one block per u
+                {
+                    const u = 0u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 1u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 2u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 3u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+            }
+        }
+        {
+            const i = 3u;
+            let row = q_row[i];
+            if (row < seq.len_q) {
+                let s_base = ((seq.batch * params.heads_q + q_head[i]) * params.len_q + row) * params.len_k;
+                // for u < KEYS (4), unrolled: one block per u
+                {
+                    const u = 0u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 1u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 2u;
+                    let j = tc + THREADS_PER_ROW * u;
+                    if (u32(j0) + j < seq.len_k) {
+                        s_scratch[s_base + u32(j0) + j] = s[i][u];
+                    }
+                }
+                {
+                    const u = 3u;
                     let j = tc + THREADS_PER_ROW * u;
                     if (u32(j0) + j < seq.len_k) {
                         s_scratch[s_base + u32(j0) + j] = s[i][u];
@@ -577,15 +1081,111 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
 
         // -- online softmax: m_i, l_i, alpha
         var m_new: array<f32, ROWS>;
-        for (var i = 0u; i < ROWS; i++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             var m = m_i[i];
-            for (var u = 0u; u < KEYS; u++) {
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 3u;
+                m = max(m, s[i][u]);
+            }
+            m_new[i] = m;
+        }
+        {
+            const i = 1u;
+            var m = m_i[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 3u;
+                m = max(m, s[i][u]);
+            }
+            m_new[i] = m;
+        }
+        {
+            const i = 2u;
+            var m = m_i[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 3u;
+                m = max(m, s[i][u]);
+            }
+            m_new[i] = m;
+        }
+        {
+            const i = 3u;
+            var m = m_i[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 3u;
                 m = max(m, s[i][u]);
             }
             m_new[i] = m;
         }
         // the rows' max over all their keys: over the row's THREADS_PER_ROW invocations
-        for (var i = 0u; i < ROWS; i++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
+            m_new[i] = max_over_row(m_new[i]);
+        }
+        {
+            const i = 1u;
+            m_new[i] = max_over_row(m_new[i]);
+        }
+        {
+            const i = 2u;
+            m_new[i] = max_over_row(m_new[i]);
+        }
+        {
+            const i = 3u;
             m_new[i] = max_over_row(m_new[i]);
         }
         // A row that has seen no key yet keeps m = MASKED; subtracting 0 instead keeps the
@@ -593,12 +1193,163 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
         // of a huge negative number.
         var alpha: array<f32, ROWS>;
         var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
-        for (var i = 0u; i < ROWS; i++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
             alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
             m_i[i] = m_new[i];
             var row_sum = 0.0;
-            for (var u = 0u; u < KEYS; u++) {
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 1u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 2u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 3u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            l_i[i] = l_i[i] * alpha[i] + row_sum;
+        }
+        {
+            const i = 1u;
+            let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
+            alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
+            m_i[i] = m_new[i];
+            var row_sum = 0.0;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 1u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 2u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 3u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            l_i[i] = l_i[i] * alpha[i] + row_sum;
+        }
+        {
+            const i = 2u;
+            let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
+            alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
+            m_i[i] = m_new[i];
+            var row_sum = 0.0;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 1u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 2u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 3u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            l_i[i] = l_i[i] * alpha[i] + row_sum;
+        }
+        {
+            const i = 3u;
+            let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
+            alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
+            m_i[i] = m_new[i];
+            var row_sum = 0.0;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 1u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 2u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 3u;
                 let masked = s[i][u] <= MASKED;
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
@@ -619,30 +1370,129 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
     let nan = bitcast<f32>(nan_bits);  // a var's bits: never a const-expression
     // the rows' sums and NaN flags over the row's invocations (each kept those of its keys)
     var bad: array<f32, ROWS>;
-    for (var i = 0u; i < ROWS; i++) {
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
         bad[i] = select(0.0, 1.0, row_bad[i]);
     }
-        for (var i = 0u; i < ROWS; i++) {
+    {
+        const i = 1u;
+        bad[i] = select(0.0, 1.0, row_bad[i]);
+    }
+    {
+        const i = 2u;
+        bad[i] = select(0.0, 1.0, row_bad[i]);
+    }
+    {
+        const i = 3u;
+        bad[i] = select(0.0, 1.0, row_bad[i]);
+    }
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             l_i[i] = sum_over_row(l_i[i]);
         }
-        for (var i = 0u; i < ROWS; i++) {
+        {
+            const i = 1u;
+            l_i[i] = sum_over_row(l_i[i]);
+        }
+        {
+            const i = 2u;
+            l_i[i] = sum_over_row(l_i[i]);
+        }
+        {
+            const i = 3u;
+            l_i[i] = sum_over_row(l_i[i]);
+        }
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             bad[i] = sum_over_row(bad[i]);
         }
-for (var i = 0u; i < ROWS; i++) {
+        {
+            const i = 1u;
+            bad[i] = sum_over_row(bad[i]);
+        }
+        {
+            const i = 2u;
+            bad[i] = sum_over_row(bad[i]);
+        }
+        {
+            const i = 3u;
+            bad[i] = sum_over_row(bad[i]);
+        }
+// for i < ROWS (4), unrolled: one block per i
+{
+    const i = 0u;
         row_bad[i] = bad[i] > 0.0;
-    }
-    for (var i = 0u; i < ROWS; i++) {
+}
+{
+    const i = 1u;
+        row_bad[i] = bad[i] > 0.0;
+}
+{
+    const i = 2u;
+        row_bad[i] = bad[i] > 0.0;
+}
+{
+    const i = 3u;
+        row_bad[i] = bad[i] > 0.0;
+}
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
         let row = q_row[i];
         let head_i = q_head[i];
-        if (row >= seq.len_q || !completed) {
-            continue;
-        }
+        if (row < seq.len_q && completed) {  // (an if, not continue: the loop is unrolled, see unroll.py)
         // Pass 1 stores this split's row max (log2 domain; MASKED: no key; NaN: the row's result is
         // undefined) and sum for pass 2.
         if (tc == 0u) {
             let at = 2u * ((((split * params.batch + seq.batch) * params.heads_q) + head_i) * params.len_q + row);
             stats[at] = select(m_i[i], nan, row_bad[i]);
             stats[at + 1u] = l_i[i];
+        }
+        }
+    }
+    {
+        const i = 1u;
+        let row = q_row[i];
+        let head_i = q_head[i];
+        if (row < seq.len_q && completed) {  // (an if, not continue: the loop is unrolled, see unroll.py)
+        // Pass 1 stores this split's row max (log2 domain; MASKED: no key; NaN: the row's result is
+        // undefined) and sum for pass 2.
+        if (tc == 0u) {
+            let at = 2u * ((((split * params.batch + seq.batch) * params.heads_q) + head_i) * params.len_q + row);
+            stats[at] = select(m_i[i], nan, row_bad[i]);
+            stats[at + 1u] = l_i[i];
+        }
+        }
+    }
+    {
+        const i = 2u;
+        let row = q_row[i];
+        let head_i = q_head[i];
+        if (row < seq.len_q && completed) {  // (an if, not continue: the loop is unrolled, see unroll.py)
+        // Pass 1 stores this split's row max (log2 domain; MASKED: no key; NaN: the row's result is
+        // undefined) and sum for pass 2.
+        if (tc == 0u) {
+            let at = 2u * ((((split * params.batch + seq.batch) * params.heads_q) + head_i) * params.len_q + row);
+            stats[at] = select(m_i[i], nan, row_bad[i]);
+            stats[at + 1u] = l_i[i];
+        }
+        }
+    }
+    {
+        const i = 3u;
+        let row = q_row[i];
+        let head_i = q_head[i];
+        if (row < seq.len_q && completed) {  // (an if, not continue: the loop is unrolled, see unroll.py)
+        // Pass 1 stores this split's row max (log2 domain; MASKED: no key; NaN: the row's result is
+        // undefined) and sum for pass 2.
+        if (tc == 0u) {
+            let at = 2u * ((((split * params.batch + seq.batch) * params.heads_q) + head_i) * params.len_q + row);
+            stats[at] = select(m_i[i], nan, row_bad[i]);
+            stats[at + 1u] = l_i[i];
+        }
         }
     }
 }
@@ -673,7 +1523,27 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
     let tile_head = kv_head;
     var q_row: array<u32, ROWS>;                  // the query row of each of this invocation's rows
     var q_head: array<u32, ROWS>;                 // and its query head
-    for (var i = 0u; i < ROWS; i++) {
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
+        q_row[i] = rh.x;
+        q_head[i] = rh.y;
+    }
+    {
+        const i = 1u;
+        let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
+        q_row[i] = rh.x;
+        q_head[i] = rh.y;
+    }
+    {
+        const i = 2u;
+        let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
+        q_row[i] = rh.x;
+        q_head[i] = rh.y;
+    }
+    {
+        const i = 3u;
         let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
         q_row[i] = rh.x;
         q_head[i] = rh.y;
@@ -686,7 +1556,90 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
     var missing: array<bool, ROWS>;  // a pass-1 workgroup that the driver cut short (see UNWRITTEN_BITS)
     var row_bad: array<bool, ROWS>;  // a split saw a NaN or +inf score of the row: its result is NaN
     let split_stride = params.batch * params.heads_q * params.len_q;
-    for (var i = 0u; i < ROWS; i++) {
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        let row = q_row[i];
+        let row_at = (seq.batch * params.heads_q + q_head[i]) * params.len_q + row;
+        var m = MASKED;
+        if (row < seq.len_q) {
+            for (var sp = 0u; sp < params.splits; sp++) {
+                let m_s = stats[2u * (sp * split_stride + row_at)];
+                let unwritten = bitcast<u32>(m_s) == UNWRITTEN_BITS;
+                missing[i] = missing[i] || unwritten;
+                row_bad[i] = row_bad[i] || (is_nan(m_s) && !unwritten);
+                m = max(m, select(m_s, MASKED, is_nan(m_s)));
+            }
+        }
+        var l = 0.0;
+        if (row < seq.len_q && m > MASKED) {
+            for (var sp = 0u; sp < params.splits; sp++) {
+                let at = 2u * (sp * split_stride + row_at);
+                if (stats[at] > MASKED && !is_nan(stats[at]) && !missing[i]) {
+                    l += stats[at + 1u] * exp2(stats[at] - m);
+                }
+            }
+        }
+        m_i[i] = m;
+        l_i[i] = l;
+        inv_l[i] = select(0.0, 1.0 / l, l > 0.0);
+    }
+    {
+        const i = 1u;
+        let row = q_row[i];
+        let row_at = (seq.batch * params.heads_q + q_head[i]) * params.len_q + row;
+        var m = MASKED;
+        if (row < seq.len_q) {
+            for (var sp = 0u; sp < params.splits; sp++) {
+                let m_s = stats[2u * (sp * split_stride + row_at)];
+                let unwritten = bitcast<u32>(m_s) == UNWRITTEN_BITS;
+                missing[i] = missing[i] || unwritten;
+                row_bad[i] = row_bad[i] || (is_nan(m_s) && !unwritten);
+                m = max(m, select(m_s, MASKED, is_nan(m_s)));
+            }
+        }
+        var l = 0.0;
+        if (row < seq.len_q && m > MASKED) {
+            for (var sp = 0u; sp < params.splits; sp++) {
+                let at = 2u * (sp * split_stride + row_at);
+                if (stats[at] > MASKED && !is_nan(stats[at]) && !missing[i]) {
+                    l += stats[at + 1u] * exp2(stats[at] - m);
+                }
+            }
+        }
+        m_i[i] = m;
+        l_i[i] = l;
+        inv_l[i] = select(0.0, 1.0 / l, l > 0.0);
+    }
+    {
+        const i = 2u;
+        let row = q_row[i];
+        let row_at = (seq.batch * params.heads_q + q_head[i]) * params.len_q + row;
+        var m = MASKED;
+        if (row < seq.len_q) {
+            for (var sp = 0u; sp < params.splits; sp++) {
+                let m_s = stats[2u * (sp * split_stride + row_at)];
+                let unwritten = bitcast<u32>(m_s) == UNWRITTEN_BITS;
+                missing[i] = missing[i] || unwritten;
+                row_bad[i] = row_bad[i] || (is_nan(m_s) && !unwritten);
+                m = max(m, select(m_s, MASKED, is_nan(m_s)));
+            }
+        }
+        var l = 0.0;
+        if (row < seq.len_q && m > MASKED) {
+            for (var sp = 0u; sp < params.splits; sp++) {
+                let at = 2u * (sp * split_stride + row_at);
+                if (stats[at] > MASKED && !is_nan(stats[at]) && !missing[i]) {
+                    l += stats[at + 1u] * exp2(stats[at] - m);
+                }
+            }
+        }
+        m_i[i] = m;
+        l_i[i] = l;
+        inv_l[i] = select(0.0, 1.0 / l, l > 0.0);
+    }
+    {
+        const i = 3u;
         let row = q_row[i];
         let row_at = (seq.batch * params.heads_q + q_head[i]) * params.len_q + row;
         var m = MASKED;
@@ -742,10 +1695,47 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
         let partial = !tile_is_full(seq, i32(row0), i32(row_end), j0, j0 + i32(TILE_KV));
         // -- P from the stored scores; keys past the sequence and masked scores give 0
         var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
-        for (var i = 0u; i < ROWS; i++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             let row = q_row[i];
             let s_base = ((seq.batch * params.heads_q + q_head[i]) * params.len_q + row) * params.len_k;
-            for (var u = 0u; u < KEYS; u++) {
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 3u;
                 let j = tc + THREADS_PER_ROW * u;
                 var p = 0.0;
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
@@ -756,8 +1746,234 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 s[i][u] = p;
             }
         }
-        for (var i = 0u; i < ROWS; i++) {
-            for (var u = 0u; u < KEYS; u++) {
+        {
+            const i = 1u;
+            let row = q_row[i];
+            let s_base = ((seq.batch * params.heads_q + q_head[i]) * params.len_q + row) * params.len_k;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+        }
+        {
+            const i = 2u;
+            let row = q_row[i];
+            let s_base = ((seq.batch * params.heads_q + q_head[i]) * params.len_q + row) * params.len_k;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+        }
+        {
+            const i = 3u;
+            let row = q_row[i];
+            let s_base = ((seq.batch * params.heads_q + q_head[i]) * params.len_q + row) * params.len_k;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+            {
+                const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;
+                var p = 0.0;
+                if (row < seq.len_q && u32(j0) + j < seq.len_k) {
+                    let t = s_scratch[s_base + u32(j0) + j];
+                    p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
+                    p_zero = p_zero || t <= MASKED;
+                }
+                s[i][u] = p;
+            }
+        }
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 1u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 2u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 3u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+        }
+        {
+            const i = 1u;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 1u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 2u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 3u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+        }
+        {
+            const i = 2u;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 1u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 2u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 3u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+        }
+        {
+            const i = 3u;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 1u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 2u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 3u;
                 sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
             }
         }
@@ -774,12 +1990,105 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 for (var x = 0u; x < KEY_CHUNK; x++) {
                     let j = c + x;
                     var p: array<f32, ROWS>;
-                    for (var i = 0u; i < ROWS; i++) {
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
                         p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
                     }
-                    for (var w = 0u; w < COL_GROUPS; w++) {
+                    {
+                        const i = 1u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    {
+                        const i = 2u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    {
+                        const i = 3u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    // for w < COL_GROUPS (4), unrolled: one block per w
+                    {
+                        const w = 0u;
                         let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        for (var i = 0u; i < ROWS; i++) {
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                    }
+                    {
+                        const w = 1u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                    }
+                    {
+                        const w = 2u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                    }
+                    {
+                        const w = 3u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 3u;
                             acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
                         }
                     }
@@ -790,12 +2099,105 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 for (var x = 0u; x < KEY_CHUNK; x++) {
                     let j = c + x;
                     var p: array<f32, ROWS>;
-                    for (var i = 0u; i < ROWS; i++) {
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
                         p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
                     }
-                    for (var w = 0u; w < COL_GROUPS; w++) {
+                    {
+                        const i = 1u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    {
+                        const i = 2u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    {
+                        const i = 3u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    // for w < COL_GROUPS (4), unrolled: one block per w
+                    {
+                        const w = 0u;
                         let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        for (var i = 0u; i < ROWS; i++) {
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                    }
+                    {
+                        const w = 1u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                    }
+                    {
+                        const w = 2u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                    }
+                    {
+                        const w = 3u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 3u;
                             acc[i][0u + w] += pv_acc_t(p[i]) * v;
                         }
                     }
@@ -809,17 +2211,96 @@ workgroupBarrier();  // every invocation is done with sV and sP before the next 
     let completed = it > n_tiles;  // false only when the driver cut the loop short
     var nan_bits = NAN_BITS;
     let nan = bitcast<f32>(nan_bits);
-    for (var i = 0u; i < ROWS; i++) {
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
         let row = q_row[i];
         let head_i = q_head[i];
-        if (row >= seq.len_q || !completed || missing[i]) {
-            continue;
-        }
+        if (row < seq.len_q && completed && !missing[i]) {  // (an if, not continue: the loop is unrolled, see unroll.py)
         let part = split * params.batch + seq.batch;
         let o_base = ((part * params.len_q + row) * params.heads_q + head_i) * HEAD_DIM_V;
-        for (var w = 0u; w < ACC_GROUPS; w++) {
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
             let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
-            for (var e = 0u; e < 4u; e++) {
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 1u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 2u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 3u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
                 o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
             }
         }
@@ -827,6 +2308,304 @@ workgroupBarrier();  // every invocation is done with sV and sP before the next 
             // the row's lse (natural log; MASKED: no key; NaN: undefined), the same in every split
             let row_lse = select(MASKED, m_i[i] * LN2 + log(l_i[i]), l_i[i] > 0.0);
             lse_part[(part * params.heads_q + head_i) * params.len_q + row] = select(row_lse, nan, row_bad[i]);
+        }
+        }
+    }
+    {
+        const i = 1u;
+        let row = q_row[i];
+        let head_i = q_head[i];
+        if (row < seq.len_q && completed && !missing[i]) {  // (an if, not continue: the loop is unrolled, see unroll.py)
+        let part = split * params.batch + seq.batch;
+        let o_base = ((part * params.len_q + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 1u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 2u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 3u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        if (tc == 0u) {
+            // the row's lse (natural log; MASKED: no key; NaN: undefined), the same in every split
+            let row_lse = select(MASKED, m_i[i] * LN2 + log(l_i[i]), l_i[i] > 0.0);
+            lse_part[(part * params.heads_q + head_i) * params.len_q + row] = select(row_lse, nan, row_bad[i]);
+        }
+        }
+    }
+    {
+        const i = 2u;
+        let row = q_row[i];
+        let head_i = q_head[i];
+        if (row < seq.len_q && completed && !missing[i]) {  // (an if, not continue: the loop is unrolled, see unroll.py)
+        let part = split * params.batch + seq.batch;
+        let o_base = ((part * params.len_q + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 1u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 2u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 3u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        if (tc == 0u) {
+            // the row's lse (natural log; MASKED: no key; NaN: undefined), the same in every split
+            let row_lse = select(MASKED, m_i[i] * LN2 + log(l_i[i]), l_i[i] > 0.0);
+            lse_part[(part * params.heads_q + head_i) * params.len_q + row] = select(row_lse, nan, row_bad[i]);
+        }
+        }
+    }
+    {
+        const i = 3u;
+        let row = q_row[i];
+        let head_i = q_head[i];
+        if (row < seq.len_q && completed && !missing[i]) {  // (an if, not continue: the loop is unrolled, see unroll.py)
+        let part = split * params.batch + seq.batch;
+        let o_base = ((part * params.len_q + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 1u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 2u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        {
+            const w = 3u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 1u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 2u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+            {
+                const e = 3u;
+                o_part[o_base + col + e] = select(acc[i][w][e], nan, row_bad[i]);
+            }
+        }
+        if (tc == 0u) {
+            // the row's lse (natural log; MASKED: no key; NaN: undefined), the same in every split
+            let row_lse = select(MASKED, m_i[i] * LN2 + log(l_i[i]), l_i[i] > 0.0);
+            lse_part[(part * params.heads_q + head_i) * params.len_q + row] = select(row_lse, nan, row_bad[i]);
+        }
         }
     }
 }

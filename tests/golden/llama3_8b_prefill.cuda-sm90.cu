@@ -913,6 +913,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
             mbar_arrive_copies(&bar_full[stage]);
         }
+        // its copies complete before it exits (the PTX ISA does not promise that they and their
+        // mbarrier arrivals complete for a thread that has exited)
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
         return;
     }
     // -- consumer warpgroups
@@ -995,6 +998,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         // -- the previous P V is done: release its stage, rescale acc, then P of this tile
         math.wait_pv(acc);
         fence_fragments(p);  // P stayed untouched while its P V ran
+        // every lane's reads of the stage's bad_keys are ordered before lane 0 releases it: with
+        // two consumer warpgroups by the named barrier (bar.sync) of this iteration's turn, with
+        // one by this __syncwarp
+        if constexpr (kConsumerGroups == 1) __syncwarp();
         if (it > 0 && lane == 0) mbar_arrive(&bar_empty[(it - 1) % kStages]);
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {

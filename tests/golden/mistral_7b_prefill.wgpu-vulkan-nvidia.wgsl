@@ -26,7 +26,7 @@
 //   sV          at  25344: 32 x 128 f16 (the current V tile)
 //   sP          at  33536: 64 x 36 f32 (probabilities P of the tile, for P V)
 //   p_zero_tile at  42752: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
-// Register tiling: sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation.
+// Register tiling: sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation; its loops unrolled (the profile's dialect).
 // Grid: (ceil(Lq / 64), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_mistral_7b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -444,7 +444,27 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
     let tile_head = head;
     var q_row: array<u32, ROWS>;                  // the query row of each of this invocation's rows
     var q_head: array<u32, ROWS>;                 // and its query head
-    for (var i = 0u; i < ROWS; i++) {
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
+        q_row[i] = rh.x;
+        q_head[i] = rh.y;
+    }
+    {
+        const i = 1u;
+        let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
+        q_row[i] = rh.x;
+        q_head[i] = rh.y;
+    }
+    {
+        const i = 2u;
+        let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
+        q_row[i] = rh.x;
+        q_head[i] = rh.y;
+    }
+    {
+        const i = 3u;
         let rh = tile_row(tr + ROW_GROUPS * i, first, tile_head);
         q_row[i] = rh.x;
         q_head[i] = rh.y;
@@ -483,7 +503,21 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
     var row_bad: array<bool, ROWS>;     // the row saw a NaN or +inf score: its result is NaN
     var acc: array<array<vec4<f32>, ACC_GROUPS>, ROWS>;  // unnormalised output, this invocation's column groups
     var s: array<array<f32, KEYS>, ROWS>;  // this invocation's block of the tile's scores, then of P
-    for (var i = 0u; i < ROWS; i++) {
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        m_i[i] = MASKED;
+    }
+    {
+        const i = 1u;
+        m_i[i] = MASKED;
+    }
+    {
+        const i = 2u;
+        m_i[i] = MASKED;
+    }
+    {
+        const i = 3u;
         m_i[i] = MASKED;
     }
 
@@ -511,12 +545,105 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
             for (var x = 0u; x < DIM_CHUNK_QK; x++) {
                 let g = c + x;  // vec4 column group of the chunk
                 var qv: array<vec4<qk_acc_t>, ROWS>;
-                for (var i = 0u; i < ROWS; i++) {
+                // for i < ROWS (4), unrolled: one block per i
+                {
+                    const i = 0u;
                     qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
                 }
-                for (var u = 0u; u < KEYS; u++) {
+                {
+                    const i = 1u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 2u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 3u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                // for u < KEYS (4), unrolled: one block per u
+                {
+                    const u = 0u;
                     let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
-                    for (var i = 0u; i < ROWS; i++) {
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+                {
+                    const u = 1u;
+                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+                {
+                    const u = 2u;
+                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+                {
+                    const u = 3u;
+                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
                         part[i][u] += dot(qv[i], kv);
                     }
                 }
@@ -525,9 +652,253 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
 
         // -- score transform and mask
         let partial = !tile_is_full(seq, i32(row0), i32(row_end), j0, j0 + i32(TILE_KV));
-        for (var i = 0u; i < ROWS; i++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             let row = q_row[i];
-            for (var u = 0u; u < KEYS; u++) {
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+        }
+        {
+            const i = 1u;
+            let row = q_row[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+        }
+        {
+            const i = 2u;
+            let row = q_row[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+        }
+        {
+            const i = 3u;
+            let row = q_row[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 1u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 2u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 3u;
                 let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
                 var t = score_transform(f32(part[i][u]));
                 if (partial && !visible(seq, i32(row), j0 + i32(j))) {
@@ -545,15 +916,111 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
 
         // -- online softmax: m_i, l_i, alpha
         var m_new: array<f32, ROWS>;
-        for (var i = 0u; i < ROWS; i++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             var m = m_i[i];
-            for (var u = 0u; u < KEYS; u++) {
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 3u;
+                m = max(m, s[i][u]);
+            }
+            m_new[i] = m;
+        }
+        {
+            const i = 1u;
+            var m = m_i[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 3u;
+                m = max(m, s[i][u]);
+            }
+            m_new[i] = m;
+        }
+        {
+            const i = 2u;
+            var m = m_i[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 3u;
+                m = max(m, s[i][u]);
+            }
+            m_new[i] = m;
+        }
+        {
+            const i = 3u;
+            var m = m_i[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 3u;
                 m = max(m, s[i][u]);
             }
             m_new[i] = m;
         }
         // the rows' max over all their keys: over the row's THREADS_PER_ROW invocations
-        for (var i = 0u; i < ROWS; i++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
+            m_new[i] = max_over_row(m_new[i]);
+        }
+        {
+            const i = 1u;
+            m_new[i] = max_over_row(m_new[i]);
+        }
+        {
+            const i = 2u;
+            m_new[i] = max_over_row(m_new[i]);
+        }
+        {
+            const i = 3u;
             m_new[i] = max_over_row(m_new[i]);
         }
         // A row that has seen no key yet keeps m = MASKED; subtracting 0 instead keeps the
@@ -561,12 +1028,163 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
         // of a huge negative number.
         var alpha: array<f32, ROWS>;
         var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
-        for (var i = 0u; i < ROWS; i++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
             alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
             m_i[i] = m_new[i];
             var row_sum = 0.0;
-            for (var u = 0u; u < KEYS; u++) {
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 1u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 2u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 3u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            l_i[i] = l_i[i] * alpha[i] + row_sum;
+        }
+        {
+            const i = 1u;
+            let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
+            alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
+            m_i[i] = m_new[i];
+            var row_sum = 0.0;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 1u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 2u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 3u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            l_i[i] = l_i[i] * alpha[i] + row_sum;
+        }
+        {
+            const i = 2u;
+            let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
+            alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
+            m_i[i] = m_new[i];
+            var row_sum = 0.0;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 1u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 2u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 3u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            l_i[i] = l_i[i] * alpha[i] + row_sum;
+        }
+        {
+            const i = 3u;
+            let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
+            alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
+            m_i[i] = m_new[i];
+            var row_sum = 0.0;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 1u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 2u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 3u;
                 let masked = s[i][u] <= MASKED;
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
@@ -577,8 +1195,84 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
         }
 
         // -- P of the tile to sP: each row's invocations need all of its keys for P V
-        for (var i = 0u; i < ROWS; i++) {
-            for (var u = 0u; u < KEYS; u++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 1u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 2u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 3u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+        }
+        {
+            const i = 1u;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 1u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 2u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 3u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+        }
+        {
+            const i = 2u;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 1u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 2u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 3u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+        }
+        {
+            const i = 3u;
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 1u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 2u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+            }
+            {
+                const u = 3u;
                 sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
             }
         }
@@ -587,8 +1281,84 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
         }
         workgroupBarrier();  // P of the whole tile is in sP
         // -- O += P V (and acc *= alpha, in the same pass)
-        for (var i = 0u; i < ROWS; i++) {
-            for (var w = 0u; w < COL_GROUPS; w++) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
+            // for w < COL_GROUPS (4), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 1u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 2u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 3u;
+                acc[i][0u + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 1u;
+            // for w < COL_GROUPS (4), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 1u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 2u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 3u;
+                acc[i][0u + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 2u;
+            // for w < COL_GROUPS (4), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 1u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 2u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 3u;
+                acc[i][0u + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 3u;
+            // for w < COL_GROUPS (4), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 1u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 2u;
+                acc[i][0u + w] *= alpha[i];
+            }
+            {
+                const w = 3u;
                 acc[i][0u + w] *= alpha[i];
             }
         }
@@ -599,12 +1369,105 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
                 for (var x = 0u; x < KEY_CHUNK; x++) {
                     let j = c + x;
                     var p: array<f32, ROWS>;
-                    for (var i = 0u; i < ROWS; i++) {
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
                         p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
                     }
-                    for (var w = 0u; w < COL_GROUPS; w++) {
+                    {
+                        const i = 1u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    {
+                        const i = 2u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    {
+                        const i = 3u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    // for w < COL_GROUPS (4), unrolled: one block per w
+                    {
+                        const w = 0u;
                         let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        for (var i = 0u; i < ROWS; i++) {
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                    }
+                    {
+                        const w = 1u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                    }
+                    {
+                        const w = 2u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                    }
+                    {
+                        const w = 3u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                        }
+                        {
+                            const i = 3u;
                             acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
                         }
                     }
@@ -615,12 +1478,105 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
                 for (var x = 0u; x < KEY_CHUNK; x++) {
                     let j = c + x;
                     var p: array<f32, ROWS>;
-                    for (var i = 0u; i < ROWS; i++) {
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
                         p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
                     }
-                    for (var w = 0u; w < COL_GROUPS; w++) {
+                    {
+                        const i = 1u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    {
+                        const i = 2u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    {
+                        const i = 3u;
+                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                    }
+                    // for w < COL_GROUPS (4), unrolled: one block per w
+                    {
+                        const w = 0u;
                         let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        for (var i = 0u; i < ROWS; i++) {
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                    }
+                    {
+                        const w = 1u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                    }
+                    {
+                        const w = 2u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                    }
+                    {
+                        const w = 3u;
+                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                        }
+                        {
+                            const i = 3u;
                             acc[i][0u + w] += pv_acc_t(p[i]) * v;
                         }
                     }
@@ -638,33 +1594,171 @@ workgroupBarrier();  // every invocation is done with sK, sV, sP before the next
     let nan = bitcast<f32>(nan_bits);  // a var's bits: never a const-expression
     // the rows' sums and NaN flags over the row's invocations (each kept those of its keys)
     var bad: array<f32, ROWS>;
-    for (var i = 0u; i < ROWS; i++) {
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
         bad[i] = select(0.0, 1.0, row_bad[i]);
     }
-        for (var i = 0u; i < ROWS; i++) {
+    {
+        const i = 1u;
+        bad[i] = select(0.0, 1.0, row_bad[i]);
+    }
+    {
+        const i = 2u;
+        bad[i] = select(0.0, 1.0, row_bad[i]);
+    }
+    {
+        const i = 3u;
+        bad[i] = select(0.0, 1.0, row_bad[i]);
+    }
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             l_i[i] = sum_over_row(l_i[i]);
         }
-        for (var i = 0u; i < ROWS; i++) {
+        {
+            const i = 1u;
+            l_i[i] = sum_over_row(l_i[i]);
+        }
+        {
+            const i = 2u;
+            l_i[i] = sum_over_row(l_i[i]);
+        }
+        {
+            const i = 3u;
+            l_i[i] = sum_over_row(l_i[i]);
+        }
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
             bad[i] = sum_over_row(bad[i]);
         }
-for (var i = 0u; i < ROWS; i++) {
+        {
+            const i = 1u;
+            bad[i] = sum_over_row(bad[i]);
+        }
+        {
+            const i = 2u;
+            bad[i] = sum_over_row(bad[i]);
+        }
+        {
+            const i = 3u;
+            bad[i] = sum_over_row(bad[i]);
+        }
+// for i < ROWS (4), unrolled: one block per i
+{
+    const i = 0u;
         row_bad[i] = bad[i] > 0.0;
-    }
-    for (var i = 0u; i < ROWS; i++) {
+}
+{
+    const i = 1u;
+        row_bad[i] = bad[i] > 0.0;
+}
+{
+    const i = 2u;
+        row_bad[i] = bad[i] > 0.0;
+}
+{
+    const i = 3u;
+        row_bad[i] = bad[i] > 0.0;
+}
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
         let row = q_row[i];
         let head_i = q_head[i];
-        if (row >= seq.len_q || !completed) {
-            continue;
-        }
+        if (row < seq.len_q && completed) {  // (an if, not continue: the loop is unrolled, see unroll.py)
         var inv_l = 0.0;
         if (l_i[i] > 0.0) {
             inv_l = 1.0 / l_i[i];
         }
         let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V;
-        for (var w = 0u; w < ACC_GROUPS; w++) {
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
             let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
             let o = acc[i][w] * inv_l;
-            for (var e = 0u; e < 4u; e++) {
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 1u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 2u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 3u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
                 out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
             }
         }
@@ -677,6 +1771,340 @@ for (var i = 0u; i < ROWS; i++) {
                 row_lse = m_i[i] * LN2 + log(l_i[i]);
             }
             lse[seq.lse0 + head_i * seq.lse_stride + row] = select(row_lse, nan, row_bad[i]);
+        }
+        }
+    }
+    {
+        const i = 1u;
+        let row = q_row[i];
+        let head_i = q_head[i];
+        if (row < seq.len_q && completed) {  // (an if, not continue: the loop is unrolled, see unroll.py)
+        var inv_l = 0.0;
+        if (l_i[i] > 0.0) {
+            inv_l = 1.0 / l_i[i];
+        }
+        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 1u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 2u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 3u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        if (tc == 0u && params.write_lse != 0u) {  // one writer per row
+            // -inf cannot be a WGSL constant: build it at run time from its bits (a var is
+            // never a const-expression, so no front end folds it).
+            var neg_inf_bits = NEG_INF_BITS;
+            var row_lse = bitcast<f32>(neg_inf_bits);
+            if (l_i[i] > 0.0) {
+                row_lse = m_i[i] * LN2 + log(l_i[i]);
+            }
+            lse[seq.lse0 + head_i * seq.lse_stride + row] = select(row_lse, nan, row_bad[i]);
+        }
+        }
+    }
+    {
+        const i = 2u;
+        let row = q_row[i];
+        let head_i = q_head[i];
+        if (row < seq.len_q && completed) {  // (an if, not continue: the loop is unrolled, see unroll.py)
+        var inv_l = 0.0;
+        if (l_i[i] > 0.0) {
+            inv_l = 1.0 / l_i[i];
+        }
+        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 1u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 2u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 3u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        if (tc == 0u && params.write_lse != 0u) {  // one writer per row
+            // -inf cannot be a WGSL constant: build it at run time from its bits (a var is
+            // never a const-expression, so no front end folds it).
+            var neg_inf_bits = NEG_INF_BITS;
+            var row_lse = bitcast<f32>(neg_inf_bits);
+            if (l_i[i] > 0.0) {
+                row_lse = m_i[i] * LN2 + log(l_i[i]);
+            }
+            lse[seq.lse0 + head_i * seq.lse_stride + row] = select(row_lse, nan, row_bad[i]);
+        }
+        }
+    }
+    {
+        const i = 3u;
+        let row = q_row[i];
+        let head_i = q_head[i];
+        if (row < seq.len_q && completed) {  // (an if, not continue: the loop is unrolled, see unroll.py)
+        var inv_l = 0.0;
+        if (l_i[i] > 0.0) {
+            inv_l = 1.0 / l_i[i];
+        }
+        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 1u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 2u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        {
+            const w = 3u;
+            let col = (w / COL_GROUPS) * TILE_DV + 4u * (tc + THREADS_PER_ROW * (w % COL_GROUPS));
+            let o = acc[i][w] * inv_l;
+            // for e < 4u, unrolled: one block per e
+            {
+                const e = 0u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 1u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 2u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+            {
+                const e = 3u;
+                out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
+            }
+        }
+        if (tc == 0u && params.write_lse != 0u) {  // one writer per row
+            // -inf cannot be a WGSL constant: build it at run time from its bits (a var is
+            // never a const-expression, so no front end folds it).
+            var neg_inf_bits = NEG_INF_BITS;
+            var row_lse = bitcast<f32>(neg_inf_bits);
+            if (l_i[i] > 0.0) {
+                row_lse = m_i[i] * LN2 + log(l_i[i]);
+            }
+            lse[seq.lse0 + head_i * seq.lse_stride + row] = select(row_lse, nan, row_bad[i]);
+        }
         }
     }
 }

@@ -16,6 +16,7 @@ from ..render import comment_block, constants, header_lines, layout_lines, manif
 from . import manifest as wgsl_layout
 from .config import WGSL_MAX_DIMS_V
 from .lower import COMBINE_WORKGROUP
+from .unroll import unroll_loops
 
 # Longest loops over an invocation's vec4 of head dims and over a tile's keys that are left to the
 # compiler in one piece (longer ones are split in chunks; see the DIM_CHUNK_QK comment in
@@ -197,7 +198,8 @@ def render_source(plan: KernelPlan) -> str:
     c = plan.config
     sizes = {b.name: b.rows * b.cols for b in c.buffers}
     layout = layout_lines(plan, "Workgroup memory")
-    layout.append(f"Register tiling: {c.sub_block}.")
+    layout.append(f"Register tiling: {c.sub_block}" + ("; its loops unrolled (the profile's dialect)."
+                                                       if plan.details.unroll_sub_block else "."))
     if c.chunked:
         layout.append(f"Head dim: {c.chunk_summary}.")
     source = render(
@@ -232,6 +234,11 @@ def render_source(plan: KernelPlan) -> str:
         transform_doc=transform_doc(plan),
         **constants(plan),
     )
+    # the loops over each invocation's rows, keys and column groups, unrolled where the profile's
+    # dialect asks for it (unroll.py: a driver that keeps them as loops keeps acc, s and part in
+    # memory, not registers; SwiftShader's compiler takes 20x longer on the unrolled form)
+    if plan.details.unroll_sub_block:
+        source = unroll_loops(source)
     return source
 
 

@@ -44,6 +44,7 @@ class WgslDetails:
     uniform_fields: tuple  # (name, type, doc) of struct Params, in order
     directives: tuple  # `enable ...;` lines the source needs
     f16_packed: bool = False  # f16 tensors as pairs in u32 words (WgslConfig.f16_packed)
+    unroll_sub_block: bool = False  # the source's sub-block loops unrolled (the profile's dialect; unroll.py)
 
 # binding number, name, dtype ("elem" = the storage dtype), shape, access, optional, doc
 _BINDINGS = {
@@ -227,5 +228,6 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
         features=tuple(features),
         workspaces=workspaces(spec),
         details=WgslDetails(uniform_fields=uniform_fields(spec), directives=tuple(directives),
-                            f16_packed=cfg.f16_packed),
+                            f16_packed=cfg.f16_packed,
+                            unroll_sub_block=bool(profile.section("dialect").get("unroll_sub_block", False))),
     )
