@@ -150,7 +150,8 @@ class Backend:
         raise NotImplementedError(f"target {self.name} has no runtime here")
 
     def time_call(self, kernel, args: tuple, options: dict, repeat: int) -> float:
-        """Median milliseconds of `repeat` calls after a warm-up."""
+        """Median milliseconds of `repeat` calls after a warm-up call (a backend whose calls wait
+        for the device warms it up for longer, warm_up)."""
         import statistics
         import time
         kernel(*args, **options)
@@ -163,3 +164,19 @@ class Backend:
 
     def __repr__(self) -> str:
         return f"<attngen backend '{self.name}'>"
+
+
+# Seconds of calls before a candidate is timed (attngen tune): the GPU idles while the host
+# checks the candidate against the float64 reference, its clocks drop, and a few short timed
+# calls do not bring them back (H100, WGSL: rows timed 2-3x slow; benchmarks/NOTES.md 2026-11-24).
+WARM_UP_S = 0.3
+
+
+def warm_up(call, seconds: float = WARM_UP_S) -> None:
+    """Run `call` (which must wait for its work to finish) until `seconds` have passed, at least once."""
+    import time
+    start = time.perf_counter()
+    call()
+    while time.perf_counter() - start < seconds:
+        call()
+

@@ -13,7 +13,7 @@ This module only describes the backend; CuPy, NVRTC and jinja2 are imported when
 from __future__ import annotations
 
 from ...lang.options import Option, TargetSchema
-from ..base import Backend
+from ..base import Backend, warm_up
 
 _NP = {"f16": "float16", "f32": "float32"}
 
@@ -117,7 +117,10 @@ class CudaBackend(Backend):
         import statistics
         from .runtime import cupy_module
         cupy = cupy_module()
-        kernel(*args, **options)  # warm-up (module load)
+        def synced():
+            kernel(*args, **options)
+            cupy.cuda.get_current_stream().synchronize()
+        warm_up(synced)  # module load, and the GPU's clocks
         times = []
         for _ in range(repeat):
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()

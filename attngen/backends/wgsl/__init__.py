@@ -16,7 +16,7 @@ This module only describes the backend; wgpu and jinja2 are imported when needed
 from __future__ import annotations
 
 from ...lang.options import Option, TargetSchema
-from ..base import Backend
+from ..base import Backend, warm_up
 from ...plan.kernel_plan import Problem
 
 _NP = {"f16": "float16", "f32": "float32"}
@@ -130,10 +130,10 @@ class WgslBackend(Backend):
         or median wall time where the adapter has no timestamp queries (self.timing says which)."""
         import statistics
         from .launch import gpu_timer
-        kernel(*args, **options)  # warm-up (pipelines)
         with gpu_timer(kernel) as times:
             if times is None:
                 return super().time_call(kernel, args, options, repeat)
+            warm_up(lambda: kernel(*args, **options))  # pipelines, and the GPU's clocks (timed calls wait)
             per_call = []
             for _ in range(repeat):
                 times.clear()
