@@ -244,7 +244,8 @@ def _sub_blocks(spec, profile, row, tile_q, subgroups):
             tc //= 2
         shapes = []
         for tc in tcs:
-            for r in (WGSL_MAX_ROWS, 2, 1):
+            max_rows = int(row.get("rows_per_invocation", WGSL_MAX_ROWS))  # the profile's cap, if any
+            for r in (r for r in (WGSL_MAX_ROWS, 2, 1) if r <= max_rows):
                 if tile_q % r == 0 and r <= tile_q and (tile_q // r * tc >= min(WGSL_MIN_WORKGROUP, tile_q * tc)):
                     shapes.append((tc, r))
                     break
@@ -292,7 +293,7 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
     whole head dims first (Q resident) then chunks of tile d columns (the spec's d as given,
     else the widest that fits), rows padded first, then unpadded.
     """
-    row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v))
+    row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v), dtype=spec.dtype)
     max_inv = profile.limit("invocations_per_workgroup")
     tile_q = spec.tile.q if spec.tile.q is not None else row["tile_q"]
     given_kv, given_d = spec.tile.kv, spec.tile.d

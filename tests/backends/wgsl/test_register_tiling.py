@@ -31,8 +31,7 @@ def _shape(c):
 
 # ---- the plan's choice: no device needed ------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", ["f16", "f32"])
-@pytest.mark.parametrize("head_dim, cols", [(64, 8), (128, 16)])
+@pytest.mark.parametrize("dtype, head_dim, cols", [("f32", 64, 8), ("f16", 128, 16), ("f32", 128, 16)])
 def test_gpu_profile_picks_4_rows_by_4_keys(dtype, head_dim, cols):
     """wgpu-vulkan-nvidia: 64 x 32 tiles, 8 invocations per row (within a subgroup of 32),
     4 rows each: a 4 x 4 block of S and 4 rows x head_dim / 8 columns of acc, 128 invocations."""
@@ -40,6 +39,15 @@ def test_gpu_profile_picks_4_rows_by_4_keys(dtype, head_dim, cols):
     assert (c.tile_q, c.tile_kv, c.workgroup) == (64, 32, 128)
     assert _shape(c) == (8, 4, 4, cols) and c.reduction == "subgroup"
     assert c.smem_bytes <= 49152
+
+
+@pytest.mark.parametrize("head_dim", [32, 64])
+def test_gpu_profile_f16_up_to_d64_takes_one_row_per_invocation(head_dim):
+    """wgpu-vulkan-nvidia's f16-only row up to d64 (`dtype`, `rows_per_invocation` = 1; tune's
+    winner on the H100): 32 x 16 tiles, 4 invocations per row, one row each, 128 invocations."""
+    c = plan(spec_of(f"head_dim {head_dim}\n dtype f16"), "wgsl", "wgpu-vulkan-nvidia").config
+    assert (c.tile_q, c.tile_kv, c.workgroup) == (32, 16, 128)
+    assert _shape(c)[:3] == (4, 1, 4) and c.reduction == "subgroup"
 
 
 @pytest.mark.parametrize("head_dim, cols", [(64, 8), (128, 16)])
