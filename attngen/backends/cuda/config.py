@@ -383,7 +383,7 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
         dmax = max(spec.head_dim_qk, spec.head_dim_v)
         if spec.tile.kv is None:  # masks with more per-element state take a narrower tile kv
             cap = CUDA_WGMMA_KV_CAP.get("softcap" if spec.softcap is not None else spec.mask.kind)
-            if (spec.mask.kind == "window" and spec.softcap is None and dmax <= 128
+            if (spec.mask.kind == "window" and spec.softcap is None and dmax <= 128 and spec.tile.q is None
                     and row["tile_q"] == 2 * CUDA_WGMMA_ROWS and opts.get("producer") != "off"):
                 cap = CUDA_PRODUCER_MASKED_KV  # the widest tile kv with which auto adds the producer
             if cap is not None and row["tile_kv"] > cap:
@@ -400,7 +400,7 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
         # not spill registers (ptxas reports, benchmarks/NOTES.md).
         kv_cap = 64 if max(cfg.d_qk_pad, cfg.d_v_pad) <= 128 else 32
         vrows = (cfg.tile_q, cfg.warps)
-        if rows is not None and cfg.producer:  # auto causal tiles: the entry point keeps q64 (no producer)
+        if rows is not None:  # auto causal tiles: the entry point keeps q64 (without a producer)
             vrows = (CUDA_WGMMA_ROWS, CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
         varlen = _cuda_fit(spec, profile, math, None, rows=vrows, kv=(min(cfg.tile_kv, kv_cap), cfg.stages))
         return replace(cfg, fast_path=True, varlen=varlen)

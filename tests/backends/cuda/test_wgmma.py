@@ -84,9 +84,12 @@ def test_the_source_and_the_manifest():
     assert p.smem_bytes == sum(b.bytes for b in p.config.buffers) + 1024
     assert em.manifest["dynamic_shared_memory_bytes"] == p.smem_bytes
     assert em.manifest["compile_options"][-1] == "--gpu-architecture=sm_90a"
-    # launches with per-sequence lengths: the _varlen entry point, the same rows, tile kv 64
+    # launches with per-sequence lengths: the _varlen entry point, tile kv 64 (causal auto tiles:
+    # q64 there, with or without the producer in the main entry)
     v = p.config.varlen
-    assert v.math == "wgmma" and (v.tile_q, v.tile_kv) == (p.config.tile_q, 64)
+    assert v.math == "wgmma" and (v.tile_q, v.tile_kv) == (64, 64)
+    full = _plan("head_dim 128\n dtype f16").config  # otherwise the main entry's rows
+    assert (full.varlen.tile_q, full.varlen.tile_kv) == (full.tile_q, 64)
     assert p.details.varlen.entry == p.entry + "_varlen"
     bf = emit_plan(_plan("head_dim 256\n dtype bf16")).source
     assert "m64n64k16.f32.bf16.bf16" in bf and "m64n256k16.f32.bf16.bf16" in bf
