@@ -85,8 +85,8 @@ def _accumulate(out, lse, part, row0, row1=None):
     if out is None:  # (copies: later merges write rows of them in place)
         return o, (l.copy() if isinstance(l, np.ndarray) else l.clone())
     if not isinstance(out, np.ndarray):  # torch: in place, two passes over out (merge's stack is five)
-        rows = slice(row0, row1)
-        _merge_into(out if row0 is None else out[:, rows], lse if row0 is None else lse[:, :, rows], part)
+        rows = slice(row0, row1)  # (all rows when row0 is None)
+        _merge_into(out[:, rows], lse[:, :, rows], part)
         return out, lse
     if row0 is None:
         return merge([out, o], [lse, l])

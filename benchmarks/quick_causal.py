@@ -1,7 +1,9 @@
-"""Causal prefill: the default plan (q64 kv64, no producer) beside tile q=128 kv=128 / kv=96 with
-the producer warpgroup (issue 11; kv96 is the widest that does not spill with it, ptxas -v), f16, B L = 16384, H D = 2048, SDPA flash as the peer; checked
-against it before timing. Then (--masks) the masks the auto rule leaves without a producer: window 1024
-and softcap 30 causal at d128, default plan vs q128 kv96 with it, checked against the default.
+"""Causal prefill: the default plan (d64: q64 kv64 without the producer; d128: q128 kv96 with it)
+beside tile q=128 kv=128 / kv=96 with the producer warpgroup and q=128 kv=128 without it (issue 11;
+kv96 is the widest that does not spill with it, ptxas -v), f16, B L = 16384, H D = 2048, SDPA flash
+as the peer; checked against it before timing. Then (--masks) window 1024 and softcap 30 causal at
+d128: the default plan beside q128 kv96 with and without the producer, checked against the default
+(the measurements behind auto's choice for masks, attngen/backends/cuda/config.py).
     python3 benchmarks/quick_causal.py [--masks]"""
 
 import sys

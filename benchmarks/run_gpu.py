@@ -150,23 +150,21 @@ def wgsl_case(dtype, d, seqlen, mask) -> str:
     return f"wgsl {dtype} d{d} L{seqlen} {'causal' if mask == 'causal' else 'full'}"
 
 
-WGSL_WARM_S = 0.3  # seconds of calls before a WGSL kernel is timed (the GPU's clocks back up)
-
-
 def _time_wgsl_kernel(kernel, dev, out, runs, budget_s):
     """attngen's kernel: (median ms, timing, runs) of calls into `out`, the GPU time of each call's
     dispatches (launch.gpu_timer) where the adapter has timestamp queries, else wall time to
     completion; up to `runs`, at least 2, fewer once `budget_s` seconds are spent."""
     from attngen.backends import wgsl
+    from attngen.backends.base import warm_up
     from attngen.backends.wgsl.launch import gpu_timer
     import wgsl_peers
     # The GPU idles while the host computes the float64 reference of a new case (seconds, for the
     # first dtype of each case only) and its clocks drop: without this warm-up, those rows were
-    # timed 2-3x slow in some runs (benchmarks/NOTES.md, 2026-11-24)
-    warm = time.perf_counter()
-    while time.perf_counter() - warm < WGSL_WARM_S:
+    # timed 2-3x slow in some runs (benchmarks/NOTES.md, 2026-11-24): attngen's warm_up, as tune's
+    def waited():
         kernel(*dev, out=out)
-        wgsl.device().queue.read_buffer(out.buffer, 0, 4)
+        wgsl.device().queue.read_buffer(out.buffer, 0, 4)  # waits for the dispatches
+    warm_up(waited)
     times = []
     with gpu_timer(kernel) as gpu_times:
         start = time.perf_counter()
