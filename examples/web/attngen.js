@@ -69,7 +69,8 @@ async function deviceFor(manifest) {
 // ---- the kernel ----------------------------------------------------------------------------
 const BYTES = { f16: 2, f32: 4, u32: 4, i32: 4, u8: 1 };
 const MANIFEST_VERSION = 1;
-const ALIGN = (n) => Math.max(4, Math.ceil(n / 4) * 4);  // WebGPU buffer sizes: multiples of 4
+// WebGPU buffer sizes: multiples of 4 bytes, at least 16 (q, k and v bind as arrays of vec4 items)
+const ALIGN = (n) => Math.max(16, Math.ceil(n / 4) * 4);
 
 // `blockMask`: the block-mask builder's WGSL (`attngen build SPEC --target wgsl --emit block-mask`),
 // needed by mask custom kernels (the manifest has a block_mask section then).

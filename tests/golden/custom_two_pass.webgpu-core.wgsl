@@ -142,13 +142,13 @@ struct Params {
 // params: sizes and word offsets of this launch (struct Params)
 @group(0) @binding(0) var<uniform> params: Params;
 // q (B, Lq, Hq, Dqk) f16: queries (packed: (total_q, Hq, Dqk))
-@group(0) @binding(1) var<storage, read> q: array<u32>;
+@group(0) @binding(1) var<storage, read> q: array<vec2<u32>>;
 // k (B, Lk, Hkv, Dqk) f16: keys (packed: (total_k, Hkv, Dqk); paged: (num_pages, page, Hkv,
 // Dqk)); read_write: appended rows are written in place
-@group(0) @binding(2) var<storage, read_write> k: array<u32>;
+@group(0) @binding(2) var<storage, read_write> k: array<vec2<u32>>;
 // v (B, Lk, Hkv, Dv) f16: values, laid out as k; read_write: appended rows are written in
 // place
-@group(0) @binding(3) var<storage, read_write> v: array<u32>;
+@group(0) @binding(3) var<storage, read_write> v: array<vec2<u32>>;
 // out (B, Lq, Hq, Dv) f16: attention output (packed: (total_q, Hq, Dv))
 @group(0) @binding(4) var<storage, read_write> out: array<atomic<u32>>;
 // lse (B, Hq, Lq) f32: log-sum-exp of each row's scores (natural log; -inf where a row sees no
@@ -180,25 +180,10 @@ struct Params {
 @group(0) @binding(12) var<storage, read_write> stats: array<f32>;
 
 // f16 storage without shader-f16: each u32 word of q, k, v, kv_new and out holds two f16, element
-// 2w in the low half and 2w + 1 in the high half (the bytes of a little-endian f16 array). Reads
-// widen an element to f32; all arithmetic is f32. out is written half a word at a time with
-// atomics: the two elements of a word belong to different invocations.
-fn q_elem(i: u32) -> f32 {
-    return unpack2x16float(q[i >> 1u])[i & 1u];
-}
-
-fn k_elem(i: u32) -> f32 {
-    return unpack2x16float(k[i >> 1u])[i & 1u];
-}
-
-fn v_elem(i: u32) -> f32 {
-    return unpack2x16float(v[i >> 1u])[i & 1u];
-}
-
-fn kv_new_elem(i: u32) -> f32 {
-    return unpack2x16float(kv_new[i >> 1u])[i & 1u];
-}
-
+// 2w in the low half and 2w + 1 in the high half (the bytes of a little-endian f16 array); q, k
+// and v are bound as vec2<u32>, four elements per item. Reads widen each element to f32; all
+// arithmetic is f32. out is written half a word at a time with atomics: the two elements of a
+// word belong to different invocations.
 fn store_out(i: u32, x: f32) {
     let shift = (i & 1u) * 16u;
     var half = pack2x16float(vec2<f32>(x, 0.0)) & 0xffffu;
@@ -230,15 +215,18 @@ var<workgroup> sRed: array<f32, 128>;  // TILE_Q x THREADS_PER_ROW
 // Element e of the global tensors read 4 at a time (columns d .. d + 3 of a row; d is a
 // multiple of 4 and head dims are multiples of 8, so the 4 never straddle a row).
 fn q_vec(i: u32) -> vec4<f32> {
-    return vec4<f32>(unpack2x16float(q[i >> 1u]), unpack2x16float(q[(i >> 1u) + 1u]));
+    let w = q[i >> 2u];
+    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
 }
 
 fn k_vec(i: u32) -> vec4<f32> {
-    return vec4<f32>(unpack2x16float(k[i >> 1u]), unpack2x16float(k[(i >> 1u) + 1u]));
+    let w = k[i >> 2u];
+    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
 }
 
 fn v_vec(i: u32) -> vec4<f32> {
-    return vec4<f32>(unpack2x16float(v[i >> 1u]), unpack2x16float(v[(i >> 1u) + 1u]));
+    let w = v[i >> 2u];
+    return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));
 }
 
 fn kv_new_vec(i: u32) -> vec4<f32> {
@@ -393,21 +381,6 @@ fn new_row(seq: Seq, j: u32, kv_head: u32) -> u32 {
     return (seq.batch * params.len_new + j - seq.cached) * params.heads_kv + kv_head;
 }
 
-// Column d of key j of the sequence, KV head kv_head: k_at from the keys, v_at from the values.
-fn k_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
-    if (j >= seq.cached) {
-        return kv_new_elem(new_row(seq, j, kv_head) * HEAD_DIM_QK + d);
-    }
-    return k_elem((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d);
-}
-
-fn v_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
-    if (j >= seq.cached) {
-        return kv_new_elem(params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d);
-    }
-    return v_elem((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d);
-}
-
 // Columns d .. d + 3 of key j (d a multiple of 4), read as one vec4: k_at4, v_at4.
 fn k_at4(seq: Seq, j: u32, kv_head: u32, d: u32) -> vec4<elem_t> {
     if (j >= seq.cached) {
@@ -429,19 +402,19 @@ fn v_at4(seq: Seq, j: u32, kv_head: u32, d: u32) -> vec4<elem_t> {
 // (padded: rows of the sequence; paged: the slots the block table gives). Other workgroups
 // read those keys from kv_new, so there is no race and no separate copy launch.
 fn append_rows(lid: u32, seq: Seq, kv_head: u32) {
-    // Packed f16: whole u32 words (two columns: head dims are even) are copied bit for bit, so
-    // no two invocations write halves of one word.
-    for (var e = lid; e < params.len_new * HEAD_DIM_QK / 2u; e += WORKGROUP_SIZE) {
-        let j = seq.cached + 2u * e / HEAD_DIM_QK;
-        let d = 2u * e % HEAD_DIM_QK;
-        k[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d) / 2u] =
-            kv_new[(new_row(seq, j, kv_head) * HEAD_DIM_QK + d) / 2u];
+    // Packed f16: four elements (two u32 words, one vec2<u32> item of k or v; head dims are
+    // multiples of 8) are copied bit for bit, so no two invocations write halves of one word.
+    for (var e = lid; e < params.len_new * HEAD_DIM_QK / 4u; e += WORKGROUP_SIZE) {
+        let j = seq.cached + 4u * e / HEAD_DIM_QK;
+        let d = 4u * e % HEAD_DIM_QK;
+        let w = (new_row(seq, j, kv_head) * HEAD_DIM_QK + d) / 2u;  // kv_new: u32 words
+        k[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d) / 4u] = vec2<u32>(kv_new[w], kv_new[w + 1u]);
     }
-    for (var e = lid; e < params.len_new * HEAD_DIM_V / 2u; e += WORKGROUP_SIZE) {
-        let j = seq.cached + 2u * e / HEAD_DIM_V;
-        let d = 2u * e % HEAD_DIM_V;
-        v[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d) / 2u] =
-            kv_new[(params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d) / 2u];
+    for (var e = lid; e < params.len_new * HEAD_DIM_V / 4u; e += WORKGROUP_SIZE) {
+        let j = seq.cached + 4u * e / HEAD_DIM_V;
+        let d = 4u * e % HEAD_DIM_V;
+        let w = (params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d) / 2u;  // kv_new: u32 words
+        v[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d) / 4u] = vec2<u32>(kv_new[w], kv_new[w + 1u]);
     }
 }
 

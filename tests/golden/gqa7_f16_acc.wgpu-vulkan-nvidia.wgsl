@@ -134,13 +134,13 @@ struct Params {
 // params: sizes and word offsets of this launch (struct Params)
 @group(0) @binding(0) var<uniform> params: Params;
 // q (B, Lq, Hq, Dqk) f16: queries (packed: (total_q, Hq, Dqk))
-@group(0) @binding(1) var<storage, read> q: array<elem_t>;
+@group(0) @binding(1) var<storage, read> q: array<vec4<elem_t>>;
 // k (B, Lk, Hkv, Dqk) f16: keys (packed: (total_k, Hkv, Dqk); paged: (num_pages, page, Hkv,
 // Dqk)); read_write: appended rows are written in place
-@group(0) @binding(2) var<storage, read_write> k: array<elem_t>;
+@group(0) @binding(2) var<storage, read_write> k: array<vec4<elem_t>>;
 // v (B, Lk, Hkv, Dv) f16: values, laid out as k; read_write: appended rows are written in
 // place
-@group(0) @binding(3) var<storage, read_write> v: array<elem_t>;
+@group(0) @binding(3) var<storage, read_write> v: array<vec4<elem_t>>;
 // out (B, Lq, Hq, Dv) f16: attention output (packed: (total_q, Hq, Dv))
 @group(0) @binding(4) var<storage, read_write> out: array<elem_t>;
 // lse (B, Hq, Lq) f32: log-sum-exp of each row's scores (natural log; -inf where a row sees no
@@ -154,6 +154,9 @@ struct Params {
 // kv_new (2, B, Lnew, Hkv, D) f16: rows to append: k_new (B, Lnew, Hkv, Dqk) at element 0,
 // then v_new (B, Lnew, Hkv, Dv) at element params.new_v; read only when params.len_new > 0
 @group(0) @binding(7) var<storage, read> kv_new: array<elem_t>;
+
+// q, k and v are bound as vec4<elem_t>, four consecutive elements of a row per item, so that the
+// tile copies read 16 bytes (f32) or 8 (f16) in one load.
 
 // Workgroup memory (42768 bytes as the planner counts it, each buffer rounded up
 // to 16 bytes). Tiles are stored row-major as vec4 of consecutive columns:
@@ -173,15 +176,15 @@ var<workgroup> p_zero_tile: atomic<u32>;
 // Element e of the global tensors read 4 at a time (columns d .. d + 3 of a row; d is a
 // multiple of 4 and head dims are multiples of 8, so the 4 never straddle a row).
 fn q_vec(i: u32) -> vec4<elem_t> {
-    return vec4<elem_t>(q[i], q[i + 1u], q[i + 2u], q[i + 3u]);
+    return q[i >> 2u];
 }
 
 fn k_vec(i: u32) -> vec4<elem_t> {
-    return vec4<elem_t>(k[i], k[i + 1u], k[i + 2u], k[i + 3u]);
+    return k[i >> 2u];
 }
 
 fn v_vec(i: u32) -> vec4<elem_t> {
-    return vec4<elem_t>(v[i], v[i + 1u], v[i + 2u], v[i + 3u]);
+    return v[i >> 2u];
 }
 
 fn kv_new_vec(i: u32) -> vec4<elem_t> {
@@ -337,21 +340,6 @@ fn new_row(seq: Seq, j: u32, kv_head: u32) -> u32 {
     return (seq.batch * params.len_new + j - seq.cached) * params.heads_kv + kv_head;
 }
 
-// Column d of key j of the sequence, KV head kv_head: k_at from the keys, v_at from the values.
-fn k_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
-    if (j >= seq.cached) {
-        return kv_new[new_row(seq, j, kv_head) * HEAD_DIM_QK + d];
-    }
-    return k[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d];
-}
-
-fn v_at(seq: Seq, j: u32, kv_head: u32, d: u32) -> elem_t {
-    if (j >= seq.cached) {
-        return kv_new[params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + d];
-    }
-    return v[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d];
-}
-
 // Columns d .. d + 3 of key j (d a multiple of 4), read as one vec4: k_at4, v_at4.
 fn k_at4(seq: Seq, j: u32, kv_head: u32, d: u32) -> vec4<elem_t> {
     if (j >= seq.cached) {
@@ -373,15 +361,16 @@ fn v_at4(seq: Seq, j: u32, kv_head: u32, d: u32) -> vec4<elem_t> {
 // (padded: rows of the sequence; paged: the slots the block table gives). Other workgroups
 // read those keys from kv_new, so there is no race and no separate copy launch.
 fn append_rows(lid: u32, seq: Seq, kv_head: u32) {
-    for (var e = lid; e < params.len_new * HEAD_DIM_QK; e += WORKGROUP_SIZE) {
-        let j = seq.cached + e / HEAD_DIM_QK;
-        let d = e % HEAD_DIM_QK;
-        k[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d] = k_at(seq, j, kv_head, d);
+    // Four elements (one vec4 item of k or v) at a time: head dims are multiples of 8.
+    for (var e = lid; e < params.len_new * HEAD_DIM_QK / 4u; e += WORKGROUP_SIZE) {
+        let j = seq.cached + 4u * e / HEAD_DIM_QK;
+        let d = 4u * e % HEAD_DIM_QK;
+        k[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_QK + d) / 4u] = k_at4(seq, j, kv_head, d);
     }
-    for (var e = lid; e < params.len_new * HEAD_DIM_V; e += WORKGROUP_SIZE) {
-        let j = seq.cached + e / HEAD_DIM_V;
-        let d = e % HEAD_DIM_V;
-        v[(key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d] = v_at(seq, j, kv_head, d);
+    for (var e = lid; e < params.len_new * HEAD_DIM_V / 4u; e += WORKGROUP_SIZE) {
+        let j = seq.cached + 4u * e / HEAD_DIM_V;
+        let d = 4u * e % HEAD_DIM_V;
+        v[((key_row(seq, j) * params.heads_kv + kv_head) * HEAD_DIM_V + d) / 4u] = v_at4(seq, j, kv_head, d);
     }
 }
 

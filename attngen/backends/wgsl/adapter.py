@@ -343,8 +343,9 @@ def adapter_profile(backend) -> Profile:
 # ---- buffers and inputs ----------------------------------------------------------------------------------
 
 def padded(nbytes: int) -> int:
-    """WebGPU buffer and binding sizes: a multiple of 4 bytes, at least 4."""
-    return max(4, -(-nbytes // 4) * 4)
+    """WebGPU buffer and binding sizes: a multiple of 4 bytes, at least 16 (q, k and v are bound as
+    arrays of 16-byte vec4<f32> items, so even an empty tensor's binding needs one item)."""
+    return max(16, -(-nbytes // 4) * 4)
 
 
 def sentinel_bytes(dtype: str, nbytes: int) -> bytes:

@@ -38,7 +38,8 @@ _TYPES_DOC = {
     "f16 packed": ["Storage is f16 packed in u32 words (no shader-f16; section memory): elem_t, the",
                    "type of the tiles in workgroup memory, is f32, and so is all arithmetic."],
 }
-_PACKED = ("q", "k", "v", "kv_new")  # read through <name>_elem(i) when f16 is packed; out: store_out
+_PACKED = ("q", "k", "v", "kv_new")
+_VECTOR_READ = ("q", "k", "v")  # bound as arrays of 4 elements (vec4<elem_t>, or vec2<u32> packed)  # read through <name>_elem(i) when f16 is packed; out: store_out
 
 
 def _fields(plan: KernelPlan) -> list[dict]:
@@ -71,6 +72,10 @@ def _bindings(plan: KernelPlan) -> list[dict]:
                 else f"array<{_WORD[p.dtype]}>"
             if plan.details.f16_packed and typ == "array<elem_t>":
                 typ = "array<atomic<u32>>" if p.name == "out" else "array<u32>"
+            if p.name in _VECTOR_READ and typ in ("array<elem_t>", "array<u32>"):
+                # Tile copies read 4 elements in one load (16 bytes of f32, 8 of f16); naga and
+                # the drivers do not merge 4 scalar loads (each has its own bounds check).
+                typ = "array<vec4<elem_t>>" if typ == "array<elem_t>" else "array<vec2<u32>>"
         doc = f"{p.name}: {p.doc}"
         if p.shape:
             doc = f"{p.name} ({', '.join(p.shape)}) {p.dtype}: {p.doc}"
@@ -215,6 +220,7 @@ def render_source(plan: KernelPlan) -> str:
         elem="f32" if plan.details.f16_packed else _SCALAR[plan.dtype],
         f16_packed=plan.details.f16_packed,
         packed_inputs=[p.name for p in module_params(plan) if p.name in _PACKED],
+        vector_inputs=[p.name for p in module_params(plan) if p.name in _VECTOR_READ],
         acc_qk=_SCALAR[plan.acc_qk],
         acc_pv=_SCALAR[plan.acc_pv],
         types_doc=_TYPES_DOC["f16 packed" if plan.details.f16_packed else plan.dtype],
@@ -275,7 +281,9 @@ def render_manifest(plan: KernelPlan) -> dict:
                   "(kv_layout = 1): q (total_q, Hq, Dqk), k, v (total_k, Hkv, D), out (total_q, Hq, Dv), "
                   "lse (Hq, total_q); paged (kv_layout = 2): k, v (num_pages, page, Hkv, D)",
         "buffer_note": "buffers are contiguous (B, L, H, D); f16 buffers are padded with zeros to a "
-                       "multiple of 4 bytes (WebGPU buffer sizes)",
+                       "multiple of 4 bytes (WebGPU buffer sizes); q, k and v are bound as arrays of "
+                       "4-element items (vec4<elem_t>, or vec2<u32> for packed f16), so their buffers "
+                       "hold at least 16 bytes (an empty tensor is bound as one zero item)",
         "completion_note": "if a driver cuts the main loop short (Mesa's llvmpipe ends all loops of a "
                            "shader after 65535 iterations), the kernel stores nothing for those rows: "
                            "fill out with NaN before the dispatch to detect it",
