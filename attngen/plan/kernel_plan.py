@@ -72,6 +72,10 @@ class Workspace:
     dtype: str
     shape: tuple  # formulas, e.g. ("S", "B * Hq * Lq", "Dv")
     fill: int | None = None  # a 32-bit word written to every word before the launch
+    # Held by the runtime between calls (one per GPU and stream, grown as needed) instead of
+    # allocated per call: `fill` is written once, and every launch leaves it so (the CUDA fused
+    # combine's tile counters).
+    persistent: bool = False
 
     @property
     def bytes_formula(self) -> str:

@@ -89,6 +89,50 @@ __device__ __forceinline__ unsigned clear_nonfinite(unsigned w, bool& found) {
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }  // an undefined result
 
+// ---- section: combine -----------------------------------------------------------------------
+// split_kv: with lse_s each split's log-sum-exp (log2 domain) and M their max, w_s = exp2(lse_s - M):
+// out = sum_s w_s out_s / sum_s w_s, lse = (M + log2 sum_s w_s) ln 2. A split that saw no key has
+// lse_s = -inf and weighs 0; a row no split saw gets out 0 and lse -inf.
+// Row r of the workspaces (of `rows` per split) into o_row[0 .. kDv) and *lse_at (null: no lse),
+// by one warp: each lane owns 4 output columns of every 128. The workspaces are read with
+// ld.global.cg (L2, not L1): with a fused combine, other blocks wrote them during this launch.
+template <int kDv>
+__device__ __forceinline__ void combine_row(const float* ws_o, const float* ws_lse,
+                                            long long rows, long long r, int splits, elem_t* o_row, float* lse_at,
+                                            int lane) {
+    constexpr int kUnroll = kDv > 256 ? 2 : 4;  // splits merged per step of the output loop
+    float m = neg_inf();
+    for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(ws_lse + s * rows + r));
+    #pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float m_use = m == neg_inf() ? 0.f : m;  // no inf - inf
+    float sum = 0.f;
+    for (int s = lane; s < splits; s += 32) sum += exp2f(__ldcg(ws_lse + s * rows + r) - m_use);
+    #pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    const float inv_sum = sum > 0.f ? 1.f / sum : (sum == 0.f ? 0.f : sum);  // NaN stays NaN
+    for (int c = 4 * lane; c < kDv; c += 128) {
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        // several splits' loads in flight at once (one at a time cost B1 decode 9 us per combine:
+        // a latency per split; wholly unrolled, or 4 at a time above 256 columns, ptxas spilled
+        // registers: benchmarks/NOTES.md)
+        #pragma unroll kUnroll
+        for (int s = 0; s < splits; ++s) {
+            const float w = exp2f(__ldcg(ws_lse + s * rows + r) - m_use) * inv_sum;
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(ws_o + (s * rows + r) * kDv + c));
+            a.x += w * x.x;
+            a.y += w * x.y;
+            a.z += w * x.z;
+            a.w += w * x.w;
+        }
+        store_pair(o_row + c, a.x, a.y);
+        store_pair(o_row + c + 2, a.z, a.w);
+    }
+    if (lse_at != nullptr && lane == 0) {
+        *lse_at = sum > 0.f ? (m + log2f(sum)) * kLn2 : (sum == 0.f ? neg_inf() : sum);
+    }
+}
+
 // ---- section: memory --------------------------------------------------------------------
 // Global -> shared copies go through cp.async (sm_80+), 16 bytes per thread per copy, so a
 // warp moves 512 contiguous bytes at a time and the copies overlap the math of the previous
@@ -604,7 +648,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           int n_kvtiles,
                                           float* __restrict__ ws_o,
                                           float* __restrict__ ws_lse,
-                                          int splits) {
+                                          int splits,
+                                          unsigned* __restrict__ tile_counters) {
     extern __shared__ __align__(16) unsigned char smem[];
     elem_t* sQ = reinterpret_cast<elem_t*>(smem + kOffsetQ);
     elem_t* sK = reinterpret_cast<elem_t*>(smem + kOffsetK);
@@ -824,7 +869,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
             const int row = row_a + 16 * mf + 8 * h;
             if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
-                // This split's partial result (f32) in the workspaces; attngen_custom_split_f32_combine merges them.
+                // This split's partial result (f32) in the workspaces; the last split block of the tile (section combine) merges them.
                 const long long at = split * ((long long)gridDim.z * heads_q * len_q) + ws_row[mf][h];
                 {
                     float* o_ws = ws_o + at * kHeadDimV;
@@ -838,6 +883,42 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 }
                 if (t == 0) ws_lse[at] = l > 0.f ? m_i[mf][h] + log2f(l) : (l == 0.f ? neg_inf() : l);
             }
+        }
+    }
+
+    // ---- section: combine (fused: the last split block of each row tile) ----
+    // The tile's S split blocks each count themselves in tile_counters[tile] once their partial
+    // results are stored; the last one merges them (combine_row) into out and lse, so there is no
+    // second launch. atomicInc with the limit S - 1 wraps the count back to 0 at the last split:
+    // the buffer is left as it was found (the runtime hands each stream a zeroed one). Every
+    // block of the tile gets here (bad integer inputs that stop a block stop all of its tile's).
+    {
+        constexpr int kLiveWarps = kWarps;  // warps that reach this point
+        const int live_warp = warp;
+        const long long tile = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * (gridDim.x / splits) + q_tile;
+        __threadfence();  // this block's partial results, visible before its count
+        unsigned* ticket = reinterpret_cast<unsigned*>(smem);  // free: the main loop is over
+        if constexpr (kLiveWarps == 1) {
+            __syncwarp();
+            unsigned got = 0;
+            if (lane == 0) got = atomicInc(tile_counters + tile, splits - 1);
+            got = __shfl_sync(0xffffffffu, got, 0);
+            if (got != (unsigned)(splits - 1)) return;
+        } else {
+            // named barrier 1 over the live warps: every one stored its rows
+            asm volatile("bar.sync 1, %0;\n" :: "n"(kLiveWarps * 32) : "memory");
+            if (tid == 0) *ticket = atomicInc(tile_counters + tile, splits - 1);
+            asm volatile("bar.sync 1, %0;\n" :: "n"(kLiveWarps * 32) : "memory");
+            if (*ticket != (unsigned)(splits - 1)) return;
+        }
+        __threadfence();  // the other splits' results, read below (through L2: combine_row)
+        const long long rows = (long long)gridDim.z * heads_q * len_q;
+        for (int p = row0 + live_warp; p < row_end; p += kLiveWarps) {
+            const int i = query_of(p), hh = head_of(p);
+            combine_row<kHeadDimV>(ws_o, ws_lse, rows, ((long long)batch * heads_q + hh) * len_q + i, splits,
+                                   out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl,
+                                   lse != nullptr ? lse + batch * lse_sb + hh * lse_sh + seq.q_start + i : nullptr,
+                                   lane);
         }
     }
 }
@@ -895,75 +976,7 @@ attngen_custom_split_f32(const elem_t* __restrict__ q,
                          int n_kvtiles,
                          float* __restrict__ ws_o,
                          float* __restrict__ ws_lse,
-                         int splits) {
-    attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bool, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, ws_o, ws_lse, splits);
-}
-
-// ---- section: split combine -----------------------------------------------------------------
-// split_kv: with lse_s each split's log-sum-exp (log2 domain) and M their max, w_s = exp2(lse_s - M):
-// out = sum_s w_s out_s / sum_s w_s, lse = (M + log2 sum_s w_s) ln 2. A split that saw no key has
-// lse_s = -inf and weighs 0; a row no split saw gets out 0 and lse -inf.
-// One warp per row (b, h, i) of the workspace; each lane owns 4 output columns of every 128.
-constexpr int kCombineWarps = 4;
-constexpr int kCombineUnroll = kHeadDimV > 256 ? 2 : 4;  // splits merged per step of the output loop
-
-extern "C" __global__ void __launch_bounds__(kCombineWarps * 32)
-attngen_custom_split_f32_combine(const float* __restrict__ ws_o,
-                                 const float* __restrict__ ws_lse,
-                                 elem_t* __restrict__ out,
-                                 float* __restrict__ lse,
-                                 long long o_sb,
-                                 long long o_sl,
-                                 long long o_sh,
-                                 long long lse_sb,
-                                 long long lse_sh,
-                                 const int* __restrict__ cu_seqlens_q,
-                                 int rows_q,
-                                 int len_q,
-                                 int heads_q,
-                                 int batch,
-                                 int splits) {
-    const int lane = threadIdx.x % 32;
-    const long long rows = (long long)batch * heads_q * len_q;
-    const long long r = (long long)blockIdx.x * kCombineWarps + threadIdx.x / 32;
-    if (r >= rows) return;
-    const int i = (int)(r % len_q), h = (int)((r / len_q) % heads_q), b = (int)(r / ((long long)len_q * heads_q));
-    int q_start = 0;
-    if (cu_seqlens_q != nullptr) {
-        q_start = cu_seqlens_q[b];
-        const int q_end = cu_seqlens_q[b + 1];
-        // past this packed sequence's rows, or bad cu_seqlens_q (the main entry reported them)
-        if (i >= q_end - q_start || q_start < 0 || q_end > rows_q || q_end - q_start > len_q) return;
-    }
-    float m = neg_inf();
-    for (int s = lane; s < splits; s += 32) m = fmaxf(m, ws_lse[s * rows + r]);
-    #pragma unroll
-    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const float m_use = m == neg_inf() ? 0.f : m;  // no inf - inf
-    float sum = 0.f;
-    for (int s = lane; s < splits; s += 32) sum += exp2f(ws_lse[s * rows + r] - m_use);
-    #pragma unroll
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    const float inv_sum = sum > 0.f ? 1.f / sum : (sum == 0.f ? 0.f : sum);  // NaN stays NaN
-    elem_t* o_row = out + b * o_sb + (long long)(q_start + i) * o_sl + h * o_sh;
-    for (int c = 4 * lane; c < kHeadDimV; c += 128) {
-        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-        // several splits' loads in flight at once (one at a time cost B1 decode 9 us per combine:
-        // a latency per split; wholly unrolled, or 4 at a time above 256 columns, ptxas spilled
-        // registers: benchmarks/NOTES.md)
-        #pragma unroll kCombineUnroll
-        for (int s = 0; s < splits; ++s) {
-            const float w = exp2f(ws_lse[s * rows + r] - m_use) * inv_sum;
-            const float4 x = *reinterpret_cast<const float4*>(ws_o + (s * rows + r) * kHeadDimV + c);
-            a.x += w * x.x;
-            a.y += w * x.y;
-            a.z += w * x.z;
-            a.w += w * x.w;
-        }
-        store_pair(o_row + c, a.x, a.y);
-        store_pair(o_row + c + 2, a.z, a.w);
-    }
-    if (lse != nullptr && lane == 0) {
-        lse[b * lse_sb + h * lse_sh + q_start + i] = sum > 0.f ? (m + log2f(sum)) * kLn2 : (sum == 0.f ? neg_inf() : sum);
-    }
+                         int splits,
+                         unsigned* __restrict__ tile_counters) {
+    attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bool, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, ws_o, ws_lse, splits, tile_counters);
 }

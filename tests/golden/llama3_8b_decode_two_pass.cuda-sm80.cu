@@ -105,6 +105,48 @@ __device__ __forceinline__ unsigned clear_nonfinite(unsigned w, bool& found) {
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }  // an undefined result
 
+// ---- section: combine -----------------------------------------------------------------------
+// two_pass: pass 2 already divided each split's P V by the merged sum, so out = sum_s out_s; lse
+// comes from the merged statistics: M = max_s m_s, L = sum_s l_s exp2(m_s - M), lse = (M + log2 L) ln 2.
+// Row r of the workspaces (of `rows` per split) into o_row[0 .. kDv) and *lse_at (null: no lse),
+// by one warp: each lane owns 4 output columns of every 128. The workspaces are read with
+// ld.global.cg (L2, not L1): with a fused combine, other blocks wrote them during this launch.
+template <int kDv>
+__device__ __forceinline__ void combine_row(const float* ws_o, const float* ws_lse, const float* ws_l,
+                                            long long rows, long long r, int splits, elem_t* o_row, float* lse_at,
+                                            int lane) {
+    constexpr int kUnroll = kDv > 256 ? 2 : 4;  // splits merged per step of the output loop
+    float m = neg_inf();
+    for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(ws_lse + s * rows + r));
+    #pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const float m_use = m == neg_inf() ? 0.f : m;  // no inf - inf
+    float sum = 0.f;
+    for (int s = lane; s < splits; s += 32) sum += __ldcg(ws_l + s * rows + r) * exp2f(__ldcg(ws_lse + s * rows + r) - m_use);
+    #pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    for (int c = 4 * lane; c < kDv; c += 128) {
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+        // several splits' loads in flight at once (one at a time cost B1 decode 9 us per combine:
+        // a latency per split; wholly unrolled, or 4 at a time above 256 columns, ptxas spilled
+        // registers: benchmarks/NOTES.md)
+        #pragma unroll kUnroll
+        for (int s = 0; s < splits; ++s) {
+            const float w = 1.f;
+            const float4 x = __ldcg(reinterpret_cast<const float4*>(ws_o + (s * rows + r) * kDv + c));
+            a.x += w * x.x;
+            a.y += w * x.y;
+            a.z += w * x.z;
+            a.w += w * x.w;
+        }
+        store_pair(o_row + c, a.x, a.y);
+        store_pair(o_row + c + 2, a.z, a.w);
+    }
+    if (lse_at != nullptr && lane == 0) {
+        *lse_at = sum > 0.f ? (m + log2f(sum)) * kLn2 : (sum == 0.f ? neg_inf() : sum);
+    }
+}
+
 // ---- section: memory --------------------------------------------------------------------
 // Global -> shared copies go through cp.async (sm_80+), 16 bytes per thread per copy, so a
 // warp moves 512 contiguous bytes at a time and the copies overlap the math of the previous
@@ -709,9 +751,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             if (!pages_ok(keys, 0, seq.len_k, seq.len_k, rows_k, tid)) {  // the whole row: before any write
                 report(errors, kErrBlockTable, batch);
                 return;
+            } else {
+                append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
+                append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
             }
-            append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
-            append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
         }
     }
     if (row0 >= n_rows) return;  // packed sequences: the grid covers the longest one
@@ -1047,12 +1090,9 @@ attngen_llama3_8b_decode_two_pass_pv(const elem_t* __restrict__ q,
     attention<2, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, block_table, bt_stride, ws_o, ws_lse, ws_l, ws_s, s_stride, splits);
 }
 
-// ---- section: split combine -----------------------------------------------------------------
-// two_pass: pass 2 already divided each split's P V by the merged sum, so out = sum_s out_s; lse
-// comes from the merged statistics: M = max_s m_s, L = sum_s l_s exp2(m_s - M), lse = (M + log2 L) ln 2.
-// One warp per row (b, h, i) of the workspace; each lane owns 4 output columns of every 128.
+// ---- section: combine: entry point ----------------------------------------------------------
+// One warp per row (b, h, i) of the workspace (combine_row); rows past a packed sequence are skipped.
 constexpr int kCombineWarps = 4;
-constexpr int kCombineUnroll = kHeadDimV > 256 ? 2 : 4;  // splits merged per step of the output loop
 
 extern "C" __global__ void __launch_bounds__(kCombineWarps * 32)
 attngen_llama3_8b_decode_two_pass_combine(const float* __restrict__ ws_o,
@@ -1083,34 +1123,7 @@ attngen_llama3_8b_decode_two_pass_combine(const float* __restrict__ ws_o,
         // past this packed sequence's rows, or bad cu_seqlens_q (the main entry reported them)
         if (i >= q_end - q_start || q_start < 0 || q_end > rows_q || q_end - q_start > len_q) return;
     }
-    float m = neg_inf();
-    for (int s = lane; s < splits; s += 32) m = fmaxf(m, ws_lse[s * rows + r]);
-    #pragma unroll
-    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    const float m_use = m == neg_inf() ? 0.f : m;  // no inf - inf
-    float sum = 0.f;
-    for (int s = lane; s < splits; s += 32) sum += ws_l[s * rows + r] * exp2f(ws_lse[s * rows + r] - m_use);
-    #pragma unroll
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    elem_t* o_row = out + b * o_sb + (long long)(q_start + i) * o_sl + h * o_sh;
-    for (int c = 4 * lane; c < kHeadDimV; c += 128) {
-        float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-        // several splits' loads in flight at once (one at a time cost B1 decode 9 us per combine:
-        // a latency per split; wholly unrolled, or 4 at a time above 256 columns, ptxas spilled
-        // registers: benchmarks/NOTES.md)
-        #pragma unroll kCombineUnroll
-        for (int s = 0; s < splits; ++s) {
-            const float w = 1.f;
-            const float4 x = *reinterpret_cast<const float4*>(ws_o + (s * rows + r) * kHeadDimV + c);
-            a.x += w * x.x;
-            a.y += w * x.y;
-            a.z += w * x.z;
-            a.w += w * x.w;
-        }
-        store_pair(o_row + c, a.x, a.y);
-        store_pair(o_row + c + 2, a.z, a.w);
-    }
-    if (lse != nullptr && lane == 0) {
-        lse[b * lse_sb + h * lse_sh + q_start + i] = sum > 0.f ? (m + log2f(sum)) * kLn2 : (sum == 0.f ? neg_inf() : sum);
-    }
+    combine_row<kHeadDimV>(ws_o, ws_lse, ws_l, rows, r, splits,
+                           out + b * o_sb + (long long)(q_start + i) * o_sl + h * o_sh,
+                           lse != nullptr ? lse + b * lse_sb + h * lse_sh + q_start + i : nullptr, lane);
 }

@@ -48,7 +48,8 @@ class CudaBackend(Backend):
             f"arch: {plan.details.arch} (compute capability 9.0 only)" if plan.details.arch.endswith("a")
             else f"arch: {plan.details.arch} or newer",
         ] + ([c.varlen_summary] if c.varlen is not None else []) + (
-            [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else [])
+            [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else []) + (
+            [_combine_line(plan)] if plan.spec.schedule.is_split else [])
 
     def tune_space(self, spec):
         """Rows per block x keys per tile x K/V stages (the planner picks the kernel family)."""
@@ -149,3 +150,13 @@ def _device_name(cupy, device: int) -> str:
         pass
     name = cupy.cuda.runtime.getDeviceProperties(device)["name"]
     return name.decode() if isinstance(name, bytes) else name
+
+
+def _combine_line(plan) -> str:
+    """How a split schedule's partial results are merged (attngen check, --emit ir)."""
+    from .lower import fused_combine
+    if fused_combine(plan.spec, plan.config):
+        return ("combine: fused, one launch (the last split block of each row tile merges the splits; "
+                "tile_counters, zeroed once per stream)")
+    why = "two_pass" if plan.spec.schedule.is_two_pass else "output columns split over blocks"
+    return f"combine: a second launch ({why})"

@@ -7,7 +7,7 @@ from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
 from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 from .config import CUDA_CONSUMER_REGS, CUDA_PRODUCER_REGS
-from .lower import COMBINE_WARPS
+from .lower import COMBINE_WARPS, fused_combine
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
 _TYPES = {
@@ -19,7 +19,14 @@ _TYPES = {
 
 # Tensors stored in the spec's dtype (elem_t in the source); other tensors by their dtype.
 _STORAGE = ("q", "k", "v", "out", "k_new", "v_new")
-_C_TYPES = {"f32": "float", "i32": "int", "u8": "unsigned char", "i64": "long long"}
+_C_TYPES = {"f32": "float", "i32": "int", "u32": "unsigned", "u8": "unsigned char", "i64": "long long"}
+
+
+_WS_NOTE = {
+    False: "allocated by the launcher, uninitialised; reused only after the combine has run",
+    True: "zero before a launch and left zero by it: a caller keeps one such buffer per stream (a "
+          "launch's last split block of each row tile resets its counter); zero it once when allocated",
+}
 
 
 def _c_decl(p) -> str:
@@ -52,6 +59,7 @@ def _variant_context(plan: KernelPlan) -> dict:
         page=spec.kv_cache.page,
         split=spec.schedule.is_split,
         two_pass=spec.schedule.is_two_pass,
+        fused_combine=fused_combine(spec, plan.config),
         pack_gqa=pack_gqa(spec),
         # The plain prefill kernel (fused, contiguous cache, structured mask, whole head dims) gets
         # a second instantiation without the per-sequence machinery, for launches without
@@ -163,9 +171,11 @@ def render_manifest(plan: KernelPlan) -> dict:
         extra["splits"] = (f"S = {splits}" if splits is not None else
                            split_rule(c.tile_q, c.tile_kv, blocks_per_core(plan)) + " (attngen.plan.schedule.choose_splits; "
                            "compute_units = the GPU's multiprocessors)")
-        extra["workspaces"] = {w.name: {"bytes": w.bytes_formula, "dtype": w.dtype, "note": "allocated by the "
-                                        "launcher, uninitialised; reused only after the combine has run"}
+        extra["workspaces"] = {w.name: {"bytes": w.bytes_formula, "dtype": w.dtype, "note": _WS_NOTE[w.persistent]}
                                for w in plan.workspaces}
+        extra["combine"] = ("fused: the last split block of each row tile merges the splits (tile_counters), "
+                            "one launch" if fused_combine(plan.spec, c) else
+                            "a second launch (the combine entry point) merges the splits")
     if c.chunked:
         # tile d and the split of the output columns over blocks (already in the grid formula).
         extra["tile"] = {"q": c.tile_q, "kv": c.tile_kv, "d": c.chunk}

@@ -15,6 +15,7 @@ found as a LaunchError, and `check=True` synchronises and raises at once.
 
 from __future__ import annotations
 
+import ctypes
 import struct
 import threading
 
@@ -150,9 +151,12 @@ class Recipe:
     """What a call of one signature launches (see the module docstring)."""
 
     def __init__(self, launches: list, workspaces: list, ws_bytes: int, *, device: int, kind: str, cacheable: bool,
-                 extents: dict, out_extent: tuple, alloc_out, alloc_lse, alloc_ws, stream):
+                 extents: dict, out_extent: tuple, alloc_out, alloc_lse, alloc_ws, stream, persistent=None,
+                 zeros=None):
         self.launches = launches
         self.workspaces, self.ws_bytes = workspaces, ws_bytes  # [(name, byte offset)], total
+        self.persistent = persistent or {}  # {name: 32-bit words}: zeroed buffers kept per stream (ZEROED)
+        self.zeros = zeros  # makes such a buffer in the caller's framework
         self.device, self.kind = device, kind  # the GPU, and the framework outputs come from
         self.cacheable = cacheable  # False: the call copied inputs or read host arrays (not kept)
         self.extents, self.out_extent = extents, out_extent  # bytes [lo, hi) around each address
@@ -169,6 +173,57 @@ class Recipe:
                                   "out, so the result would be wrong; pass a separate out=")
 
 
+class ZeroedBuffers:
+    """The persistent workspaces (the fused combine's tile counters): one zeroed buffer of 32-bit
+    words per (GPU, stream, framework), grown when a call needs more. Every launch leaves its
+    words at zero (the last split block of a row tile resets its counter), and launches on one
+    stream run in order, so a stream's calls share its buffer. A buffer first needed while the
+    stream is being captured into a CUDA graph is allocated for that capture alone (its zero
+    fill is part of the graph and runs at each replay) and kept for as long as the process runs."""
+
+    def __init__(self):
+        self._by_stream: dict = {}
+        self._captured: list = []
+        self._lock = threading.Lock()
+
+    def get(self, kind: str, device: int, stream: int, words: int, zeros) -> int:
+        """The address of at least `words` zeroed words for launches on `stream`; `zeros(n)` makes
+        a zeroed array of n int32 in the caller's framework, on the caller's current stream."""
+        key = (kind, device, stream)
+        buf = self._by_stream.get(key)
+        if buf is not None and buf[1] >= words:
+            return buf[0]
+        with self._lock:
+            arr = zeros(max(words, 2 * buf[1] if buf is not None else 0))
+            n = int(arr.numel() if hasattr(arr, "numel") else arr.size)
+            ptr = int(arr.data_ptr() if hasattr(arr, "data_ptr") else arr.data.ptr)
+            if _capturing(stream):
+                self._captured.append(arr)
+            else:
+                # the old buffer's launches ran on this stream, before anything allocated later
+                self._by_stream[key] = (ptr, n, arr)
+            return ptr
+
+
+def _capturing(stream: int) -> bool:
+    """Whether `stream` is being captured into a CUDA graph (the driver's cuStreamIsCapturing; a
+    query that fails counts as capturing: the buffer is then made for this call alone)."""
+    if not _DRIVER:
+        try:
+            _DRIVER.append(ctypes.CDLL("libcuda.so.1"))
+        except OSError:
+            _DRIVER.append(None)
+    if _DRIVER[0] is None:
+        return False
+    status = ctypes.c_int(0)
+    err = _DRIVER[0].cuStreamIsCapturing(ctypes.c_void_p(stream), ctypes.byref(status))
+    return err != 0 or status.value != 0
+
+
+_DRIVER: list = []
+ZEROED = ZeroedBuffers()
+
+
 def workspace_layout(shapes: dict) -> tuple[list, int]:
     """One f32 buffer for the split workspaces: [(name, byte offset)] (256-byte aligned), bytes."""
     out, off = [], 0
@@ -179,5 +234,5 @@ def workspace_layout(shapes: dict) -> tuple[list, int]:
     return out, off
 
 
-__all__ = ["ERROR_WORDS", "ErrorFlags", "Packed", "Recipe", "error_flags", "pending", "raise_pending",
-           "workspace_layout"]
+__all__ = ["ERROR_WORDS", "ErrorFlags", "Packed", "Recipe", "ZEROED", "ZeroedBuffers", "error_flags", "pending",
+           "raise_pending", "workspace_layout"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Entry, Lowered, Param, Workspace
 from ...plan.profiles import Profile
-from ...plan.schedule import main_grid
+from ...plan.schedule import main_grid, row_blocks
 
 COMBINE_WARPS = 4  # rows per combine block (one warp each)
 
@@ -52,7 +52,17 @@ def _strides(prefix, full, axes):
 _BLH = (("b", "batch"), ("l", "sequence"), ("h", "head"))
 
 
-def main_params(spec: AttentionSpec) -> tuple:
+def fused_combine(spec: AttentionSpec, cfg) -> bool:
+    """split_kv merges its splits in the main kernel: the last split block of each row tile runs
+    the combine (templates/cuda/body.j2, section "combine (fused ...)"), so a call is one launch.
+    two_pass, and kernels whose output columns are split over blocks (chunked head dims), keep
+    the combine launch."""
+    return spec.schedule.is_split and not spec.schedule.is_two_pass and not cfg.chunked
+
+
+def main_params(spec: AttentionSpec, counters: tuple | None = None) -> tuple:
+    """The main entry point's parameters; `counters`: the shape of the fused combine's
+    tile_counters (None: no such parameter)."""
     d = spec.dtype
     paged = spec.kv_cache.is_paged
     kv_shape = ("P", spec.kv_cache.page, "Hkv") if paged else ("B", "Lk", "Hkv")
@@ -113,6 +123,10 @@ def main_params(spec: AttentionSpec) -> tuple:
         ]
     if spec.schedule.is_split:
         ps += _workspaces(spec)
+    if counters:
+        ps.append(_p("tile_counters", "tensor", "u32", counters, "readwrite",
+                     doc="fused combine: per row tile, how many of its splits are done; zero before the "
+                         "launch, and left zero by it (the runtime keeps one such buffer per stream)"))
     return tuple(ps)
 
 
@@ -151,15 +165,26 @@ def _workspaces(spec: AttentionSpec) -> list:
     return ps
 
 
-def workspaces(spec: AttentionSpec) -> tuple:
-    """The split schedules' f32 workspaces, allocated by the launcher (uninitialised)."""
+def workspaces(spec: AttentionSpec, cfg) -> tuple:
+    """The split schedules' f32 workspaces, allocated by the launcher (uninitialised), and the
+    fused combine's tile counters (persistent, zeroed once)."""
     if not spec.schedule.is_split:
         return ()
     rows = "B * Hq * Lq"
     out = [Workspace("ws_o", "f32", ("S", rows, "Dv")), Workspace("ws_lse", "f32", ("S", rows))]
     if spec.schedule.is_two_pass:
         out += [Workspace("ws_l", "f32", ("S", rows)), Workspace("ws_s", "f32", (rows, "Lk"))]
+    if fused_combine(spec, cfg):
+        out.append(Workspace("tile_counters", "u32", counter_shape(spec, cfg), fill=0, persistent=True))
     return tuple(out)
+
+
+def counter_shape(spec: AttentionSpec, cfg) -> tuple | None:
+    """The fused combine's tile_counters: one per row tile of the main grid (its x / S, y, z)."""
+    if not fused_combine(spec, cfg):
+        return None
+    tiles, heads = row_blocks(spec, cfg.tile_q)
+    return (tiles, heads, "B")
 
 
 def grid(spec: AttentionSpec, cfg, column_blocks: bool | None = None) -> tuple:
@@ -182,6 +207,8 @@ def entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
                          "two_pass pass 2: merges the splits' row statistics, P = exp2(t - m) / l from ws_s, "
                          "P V per split into ws_o (no K read); same parameters as the main entry",
                          main_params(spec), grid(spec, cfg, column_blocks=True), cfg.threads, cfg.smem_bytes))
+    if fused_combine(spec, cfg):
+        return tuple(out)
     d = spec.dtype
     combine = [
         _p("ws_o", "tensor", "f32", ("S", "B * Hq * Lq", "Dv")),
@@ -213,10 +240,10 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
     return Lowered(
         threads=cfg.threads,
         grid=grid(spec, cfg),
-        params=main_params(spec),
+        params=main_params(spec, counter_shape(spec, cfg)),
         smem_bytes=cfg.smem_bytes,
         entries=entries(spec, entry, cfg),
-        workspaces=workspaces(spec),
+        workspaces=workspaces(spec, cfg),
         details=CudaDetails(arch=profile.section("device")["arch"], varlen=varlen_entry(spec, cfg, entry)),
         resident_blocks=cfg.resident_blocks,
     )
@@ -230,4 +257,5 @@ def varlen_entry(spec: AttentionSpec, cfg, entry: str) -> Entry | None:
     return Entry("varlen", entry + "_varlen",
                  "launched instead of the main entry point when cu_seqlens_q, kv_lens or k_new / v_new is "
                  f"given: the same algorithm with tile q={v.tile_q} (one 16-row fragment per warp); same "
-                 "parameters", main_params(spec), main_grid(spec, v.tile_q), v.threads, v.smem_bytes)
+                 "parameters", main_params(spec, counter_shape(spec, cfg)), main_grid(spec, v.tile_q), v.threads,
+                 v.smem_bytes)

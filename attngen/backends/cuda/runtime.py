@@ -28,7 +28,7 @@ from ...runtime.kernel import Kernel, Rendered
 from ...runtime.launch import OnDevice, host_ints, on_device, resolve
 from . import args as cuda_args
 from . import nvrtc
-from .launcher import Packed, Recipe, error_flags, pending, raise_pending, workspace_layout
+from .launcher import ZEROED, Packed, Recipe, error_flags, pending, raise_pending, workspace_layout
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
 _NP_DTYPES = {"float16": "f16", "float32": "f32", "bfloat16": "bf16"}
@@ -470,7 +470,8 @@ class CudaKernel(Kernel):
         if "ws_s" in shapes:
             values["s_stride"] = max(launch.len_k, 1)
         slots = frozenset(list(named) + list(given) + ["out", "lse", "mask_bool", "mask_add", "mask_counts",
-                                                       "mask_tiles"] + list(shapes))
+                                                       "mask_tiles"] + list(shapes)
+                          + [w.name for w in self.plan.workspaces if w.persistent])
         launches = [] if launch.empty else [
             Packed(self._function(dev, entry), grid, threads, smem, params, values, slots)
             for entry, params, grid, threads, smem in cuda_args.launches(self.plan, launch)]
@@ -483,7 +484,8 @@ class CudaKernel(Kernel):
                       alloc_out=_allocator(kind, dev, out_shape, self.plan.dtype),
                       alloc_lse=_allocator(kind, dev, lse_shape, "f32") if return_lse else None,
                       alloc_ws=_allocator(kind, dev, (ws_bytes // 4,), "f32") if ws_bytes else None,
-                      stream=_stream_getter(kind, dev))
+                      stream=_stream_getter(kind, dev), persistent=cuda_args.persistent_words(self.plan, launch),
+                      zeros=_zeros(kind, dev))
 
     def _run(self, recipe: Recipe, ptrs: dict, out, return_lse: bool):
         """Allocate the outputs and workspace of a call (in q's framework, on its GPU) and launch
@@ -503,6 +505,8 @@ class CudaKernel(Kernel):
         if recipe.launches:
             cupy = _cupy()
             stream = recipe.stream()
+            for name, words in recipe.persistent.items():
+                ptrs[name] = ZEROED.get(recipe.kind, recipe.device, stream, words, recipe.zeros)
             if _one_gpu(cupy) or cupy.cuda.runtime.getDevice() == recipe.device:
                 for p in recipe.launches:
                     p.launch(cupy.cuda.driver, ptrs, stream)
@@ -560,6 +564,20 @@ def _allocator(kind: str, device: int, shape: tuple, dtype: str):
         with cupy.cuda.Device(device):
             return cupy.empty(shape, dtype=cdt)
     return alloc
+
+
+def _zeros(kind: str, device: int):
+    """A function making a zeroed int32 array of n words on `device` in the caller's framework, on
+    its current stream (the stream the kernels are launched on)."""
+    if kind == "torch":
+        import torch
+        return lambda n: torch.zeros(n, dtype=torch.int32, device=torch.device("cuda", device))
+    cupy = _cupy()
+
+    def zeros(n):
+        with cupy.cuda.Device(device):
+            return cupy.zeros(n, dtype=cupy.int32)
+    return zeros
 
 
 def _stream_getter(kind: str, device: int):

@@ -57,7 +57,67 @@ def test_workspaces_share_one_aligned_buffer():
     assert layout == [("ws_o", 0), ("ws_lse", 256)] and total == 512
 
 
+def test_zeroed_buffers_are_kept_per_stream_and_grown():
+    """The fused combine's tile counters (launcher.ZeroedBuffers): one zeroed buffer per (GPU,
+    stream), grown when a call needs more, never shared by two streams."""
+    from attngen.backends.cuda.launcher import ZeroedBuffers
+
+    class _Arr:
+        def __init__(self, n):
+            self.size, self.data = n, type("D", (), {"ptr": 4096 * n})()
+
+    made = []
+    zb = ZeroedBuffers()
+    zeros = lambda n: made.append(n) or _Arr(n)  # noqa: E731
+    a = zb.get("cupy", 0, 11, 10, zeros)
+    assert zb.get("cupy", 0, 11, 7, zeros) == a and made == [10]  # big enough: the same buffer
+    assert zb.get("cupy", 0, 12, 7, zeros) != a                   # another stream: its own
+    b = zb.get("cupy", 0, 11, 15, zeros)                          # grown (at least doubled)
+    assert b != a and made == [10, 7, 20]
+
+
+def test_split_kv_merges_in_the_main_kernel_and_two_pass_launches_a_combine():
+    """split_kv's combine is fused (one launch, tile_counters); two_pass keeps its combine launch;
+    `attngen check` says which (CPU: plans only)."""
+    from attngen import backends
+    from attngen.api import lower as plan
+
+    get_backend = backends.get
+    fused = plan(spec_of("head_dim 128\n heads q=32 kv=8\n dtype f16\n schedule split_kv(auto)"), "cuda", "cuda-sm90")
+    assert [e.name for e in fused.entries] == []
+    assert [w.name for w in fused.workspaces if w.persistent] == ["tile_counters"]
+    assert any(p.name == "tile_counters" for p in fused.params)
+    lines = get_backend("cuda").describe(fused)
+    assert any(line.startswith("combine: fused, one launch") for line in lines)
+    two = plan(spec_of("head_dim 128\n heads q=32 kv=8\n dtype f16\n schedule two_pass"), "cuda", "cuda-sm90")
+    assert [e.name for e in two.entries] == ["pv", "combine"]
+    assert not any(w.persistent for w in two.workspaces)
+    assert "combine: a second launch (two_pass)" in get_backend("cuda").describe(two)
+
+
 gpu = pytest.mark.skipif(not cuda_available(), reason="no CUDA GPU with CuPy here")
+
+
+@gpu
+def test_fused_combine_leaves_its_counters_at_zero_over_many_calls():
+    """Calls of different shapes and split counts on one stream share its tile counters: each
+    call's last split blocks reset them, so every call is right and the buffer ends at zero."""
+    cupy = _cupy()
+    from attngen.backends.cuda.launcher import ZEROED
+    rng = np.random.default_rng(21)
+    for sched in ("split_kv(auto)", "split_kv(3)", "split_kv(7)"):
+        spec = spec_of(f"head_dim 64\n heads q=14 kv=2\n dtype f16\n schedule {sched}", name="fused_combine")
+        kernel = attngen.compile(spec, target="cuda")
+        for b, lq, lk in ((1, 1, 1), (3, 1, 1023), (2, 7, 113), (5, 1, 4099), (1, 2, 64)):
+            q, k, v = random_qkv(spec, b, lq, lk, heads_q=14, heads_kv=2, seed=int(rng.integers(1 << 30)))
+            out, lse = kernel(*(cupy.asarray(a.astype(np.float16)) for a in (q, k, v)), return_lse=True)
+            _check(spec, out, q, k, v)
+            ref_lse = reference(spec, q, k, v, return_lse=True)[1]
+            np.testing.assert_allclose(_to_numpy(lse), ref_lse, rtol=2e-3, atol=2e-3)
+    cupy.cuda.Device().synchronize()
+    stream = cupy.cuda.get_current_stream().ptr
+    held = [arr for (kind, dev, st), (_, _, arr) in ZEROED._by_stream.items() if st == stream and kind == "cupy"]
+    assert held and all(int(abs(a).sum()) == 0 for a in held)
 
 
 def _cupy():
@@ -136,6 +196,13 @@ def test_device_integer_inputs_are_not_read_on_the_host(paged):
     stream.synchronize()
     kw = {"kv_lens": lens} | ({"block_table": table} if paged else {})
     _check(spec, out, q, k, v, **kw)
+    with stream:  # an eager call on the stream that was captured (the fused combine's counters)
+        eager = kernel(dq, dk, dv, **opts)
+    stream.synchronize()
+    _check(spec, eager, q, k, v, **kw)
+    graph.launch(stream)  # and the graph again, after it
+    stream.synchronize()
+    _check(spec, out, q, k, v, **kw)
 
 
 BAD_DEVICE = [
@@ -175,7 +242,9 @@ def test_bad_device_integers_are_reported(case):
     good = {"kv_lens": cupy.asarray(_decode_case(paged)[4])}
     if paged:
         good["block_table"] = cupy.asarray(_decode_case(paged)[5])
-    kernel(dq, dk, dv, check=True, **good)  # a good call after the errors: nothing pending
+    out = kernel(dq, dk, dv, check=True, **good)  # a good call after the errors: nothing pending
+    # and a right one: the calls with bad inputs left the fused combine's counters at zero
+    _check(spec, out, q, k, v, kv_lens=_decode_case(paged)[4], **({"block_table": _decode_case(paged)[5]} if paged else {}))
 
 
 @gpu
