@@ -57,10 +57,13 @@ def test_workspaces_share_one_aligned_buffer():
     assert layout == [("ws_o", 0), ("ws_lse", 256)] and total == 512
 
 
-def test_zeroed_buffers_are_kept_per_stream_and_grown():
+def test_zeroed_buffers_are_kept_per_stream_and_grown(monkeypatch):
     """The fused combine's tile counters (launcher.ZeroedBuffers): one zeroed buffer per (GPU,
-    stream), grown when a call needs more, never shared by two streams."""
+    stream), grown when a call needs more, never shared by two streams. (The stream handles are
+    made up: the capture query is replaced, the driver would be handed them otherwise.)"""
+    from attngen.backends.cuda import launcher
     from attngen.backends.cuda.launcher import ZeroedBuffers
+    monkeypatch.setattr(launcher, "_capturing", lambda stream: False)
 
     class _Arr:
         def __init__(self, n):
