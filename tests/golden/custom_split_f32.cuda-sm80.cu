@@ -893,27 +893,17 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // the buffer is left as it was found (the runtime hands each stream a zeroed one). Every
     // block of the tile gets here (bad integer inputs that stop a block stop all of its tile's).
     {
-        constexpr int kLiveWarps = kWarps;  // warps that reach this point
-        const int live_warp = warp;
+        // Every warp of the block gets here (the key warps too: the rows are merged one per warp).
         const long long tile = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * (gridDim.x / splits) + q_tile;
         __threadfence();  // this block's partial results, visible before its count
         unsigned* ticket = reinterpret_cast<unsigned*>(smem);  // free: the main loop is over
-        if constexpr (kLiveWarps == 1) {
-            __syncwarp();
-            unsigned got = 0;
-            if (lane == 0) got = atomicInc(tile_counters + tile, splits - 1);
-            got = __shfl_sync(0xffffffffu, got, 0);
-            if (got != (unsigned)(splits - 1)) return;
-        } else {
-            // named barrier 1 over the live warps: every one stored its rows
-            asm volatile("bar.sync 1, %0;\n" :: "n"(kLiveWarps * 32) : "memory");
-            if (tid == 0) *ticket = atomicInc(tile_counters + tile, splits - 1);
-            asm volatile("bar.sync 1, %0;\n" :: "n"(kLiveWarps * 32) : "memory");
-            if (*ticket != (unsigned)(splits - 1)) return;
-        }
+        __syncthreads();  // every warp stored its rows (and is done with shared memory)
+        if (tid == 0) *ticket = atomicInc(tile_counters + tile, splits - 1);
+        __syncthreads();
+        if (*ticket != (unsigned)(splits - 1)) return;
         __threadfence();  // the other splits' results, read below (through L2: combine_row)
         const long long rows = (long long)gridDim.z * heads_q * len_q;
-        for (int p = row0 + live_warp; p < row_end; p += kLiveWarps) {
+        for (int p = row0 + warp; p < row_end; p += kWarps) {
             const int i = query_of(p), hh = head_of(p);
             combine_row<kHeadDimV>(ws_o, ws_lse, rows, ((long long)batch * heads_q + hh) * len_q + i, splits,
                                    out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl,

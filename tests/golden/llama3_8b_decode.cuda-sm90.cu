@@ -980,7 +980,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         mine[(kMergeVals - 1) * 32] = __uint_as_float(row_bad);
     }
     __syncthreads();
-    if (key_warp != 0) return;
+    if (key_warp == 0)  // the other key warps skip the epilogue and help with the combine below
     {
         const float* all = merge + lane;  // warp w's value x at all[(w * kMergeVals + x) * 32]
         float f[kKeyWarps][kFrags][2];    // each warp's weight f_w per row
@@ -1016,36 +1016,38 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         for (int w = 1; w < kKeyWarps; ++w) row_bad |= __float_as_uint(all[(w * kMergeVals + kMergeVals - 1) * 32]);
     }
 
-    // ---- section: epilogue: normalise and store ----
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
+    if (key_warp == 0) {  // (the other key warps go on to the combine)
+        // ---- section: epilogue: normalise and store ----
         #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float l = l_i[mf][h];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
-            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
-            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
-            if (bad_row) l = quiet_nan();
-            // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
-            // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
-            const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
-            const int row = row_a + 16 * mf + 8 * h;
-            if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
-                // This split's partial result (f32) in the workspaces; the last split block of the tile (section combine) merges them.
-                const long long at = split * ((long long)gridDim.z * heads_q * len_q) + ws_row[mf][h];
-                {
-                    float* o_ws = ws_o + at * kHeadDimV;
-                    #pragma unroll
-                    for (int n = 0; n < kNTilesV; ++n) {
-                        if (n * 8 < kHeadDimV) {
-                            *reinterpret_cast<float2*>(o_ws + n * 8 + 2 * t) =
-                                make_float2(acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                float l = l_i[mf][h];
+                l += __shfl_xor_sync(0xffffffffu, l, 1);
+                l += __shfl_xor_sync(0xffffffffu, l, 2);
+                unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
+                bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
+                bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
+                if (bad_row) l = quiet_nan();
+                // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
+                // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
+                const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
+                const int row = row_a + 16 * mf + 8 * h;
+                if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
+                    // This split's partial result (f32) in the workspaces; the last split block of the tile (section combine) merges them.
+                    const long long at = split * ((long long)gridDim.z * heads_q * len_q) + ws_row[mf][h];
+                    {
+                        float* o_ws = ws_o + at * kHeadDimV;
+                        #pragma unroll
+                        for (int n = 0; n < kNTilesV; ++n) {
+                            if (n * 8 < kHeadDimV) {
+                                *reinterpret_cast<float2*>(o_ws + n * 8 + 2 * t) =
+                                    make_float2(acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
+                            }
                         }
                     }
+                    if (t == 0) ws_lse[at] = l > 0.f ? m_i[mf][h] + log2f(l) : (l == 0.f ? neg_inf() : l);
                 }
-                if (t == 0) ws_lse[at] = l > 0.f ? m_i[mf][h] + log2f(l) : (l == 0.f ? neg_inf() : l);
             }
         }
     }
@@ -1057,27 +1059,17 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // the buffer is left as it was found (the runtime hands each stream a zeroed one). Every
     // block of the tile gets here (bad integer inputs that stop a block stop all of its tile's).
     {
-        constexpr int kLiveWarps = kWarps / kKeyWarps;  // warps that reach this point
-        const int live_warp = row_warp;
+        // Every warp of the block gets here (the key warps too: the rows are merged one per warp).
         const long long tile = ((long long)blockIdx.z * gridDim.y + blockIdx.y) * (gridDim.x / splits) + q_tile;
         __threadfence();  // this block's partial results, visible before its count
         unsigned* ticket = reinterpret_cast<unsigned*>(smem);  // free: the main loop is over
-        if constexpr (kLiveWarps == 1) {
-            __syncwarp();
-            unsigned got = 0;
-            if (lane == 0) got = atomicInc(tile_counters + tile, splits - 1);
-            got = __shfl_sync(0xffffffffu, got, 0);
-            if (got != (unsigned)(splits - 1)) return;
-        } else {
-            // named barrier 1 over the live warps: every one stored its rows
-            asm volatile("bar.sync 1, %0;\n" :: "n"(kLiveWarps * 32) : "memory");
-            if (tid == 0) *ticket = atomicInc(tile_counters + tile, splits - 1);
-            asm volatile("bar.sync 1, %0;\n" :: "n"(kLiveWarps * 32) : "memory");
-            if (*ticket != (unsigned)(splits - 1)) return;
-        }
+        __syncthreads();  // every warp stored its rows (and is done with shared memory)
+        if (tid == 0) *ticket = atomicInc(tile_counters + tile, splits - 1);
+        __syncthreads();
+        if (*ticket != (unsigned)(splits - 1)) return;
         __threadfence();  // the other splits' results, read below (through L2: combine_row)
         const long long rows = (long long)gridDim.z * heads_q * len_q;
-        for (int p = row0 + live_warp; p < row_end; p += kLiveWarps) {
+        for (int p = row0 + warp; p < row_end; p += kWarps) {
             const int i = query_of(p), hh = head_of(p);
             combine_row<kHeadDimV>(ws_o, ws_lse, rows, ((long long)batch * heads_q + hh) * len_q + i, splits,
                                    out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl,
