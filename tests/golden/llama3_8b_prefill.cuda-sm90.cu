@@ -26,7 +26,7 @@
 //   sV    at 106496: 3 x 96 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
 //   sSync at 180224: 1 x 23 u32 (mbarriers of the copies and each stage's keys with non-finite values)
 // Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 kv=64 (115712 bytes of shared memory).
-// Grid: (Hq, B, ceil(Lq / 128)), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Grid: (ceil(Lq / 128), Hq, B), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 // ---- section: types -----------------------------------------------------------------
@@ -772,11 +772,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;                  // this lane's columns: 2t and 2t + 1 of each 8
-    // causal: grid (heads, batch, row tiles), row tiles last and in reverse (lower.longest_first):
-    // blocks start in x, y, z order, so every head's longest row tiles (the last: they see the
-    // most keys) start first and the grid ends on short ones (less idle tail)
-    const int head_y = blockIdx.x, batch = blockIdx.y;  // query head, batch
-    const int q_tile = gridDim.z - 1 - blockIdx.z;
+    const int head_y = blockIdx.y, batch = blockIdx.z;  // query head, batch
+    // causal: the last row tiles see the most keys; blocks start in blockIdx order, so the
+    // longest tiles go first and the grid ends on short ones (less idle tail)
+    const int q_tile = gridDim.x - 1 - blockIdx.x;
 
     // ---- section: sequences ----
     const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
@@ -813,7 +812,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
     if constexpr (kVarlen) {
         // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-        if (len_new > 0 && kPass != 2 && blockIdx.z == 0 && head % group == 0) {
+        if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
             append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
             append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
         }
@@ -1685,11 +1684,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;                  // this lane's columns: 2t and 2t + 1 of each 8
-    // causal: grid (heads, batch, row tiles), row tiles last and in reverse (lower.longest_first):
-    // blocks start in x, y, z order, so every head's longest row tiles (the last: they see the
-    // most keys) start first and the grid ends on short ones (less idle tail)
-    const int head_y = blockIdx.x, batch = blockIdx.y;  // query head, batch
-    const int q_tile = gridDim.z - 1 - blockIdx.z;
+    const int head_y = blockIdx.y, batch = blockIdx.z;  // query head, batch
+    // causal: the last row tiles see the most keys; blocks start in blockIdx order, so the
+    // longest tiles go first and the grid ends on short ones (less idle tail)
+    const int q_tile = gridDim.x - 1 - blockIdx.x;
 
     // ---- section: sequences ----
     const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
@@ -1726,7 +1724,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
     if constexpr (kVarlen) {
         // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-        if (len_new > 0 && kPass != 2 && blockIdx.z == 0 && head % group == 0) {
+        if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
             append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
             append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
         }

@@ -7,7 +7,7 @@ from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
 from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 from .config import CUDA_CONSUMER_REGS, CUDA_PRODUCER_REGS
-from .lower import COMBINE_WARPS, fused_combine, longest_first
+from .lower import COMBINE_WARPS, fused_combine
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
 _TYPES = {
@@ -76,11 +76,10 @@ def _variant_context(plan: KernelPlan) -> dict:
     )
 
 
-def _namespace(name: str, c, doc: str, spec) -> dict:
-    """One tile configuration's context for body.j2 (its shared-memory offsets and strides, and
-    whether its grid puts the row tiles last: lower.longest_first)."""
+def _namespace(name: str, c, doc: str) -> dict:
+    """One tile configuration's context for body.j2 (its shared-memory offsets and strides)."""
     return {"name": name, "c": c, "doc": doc, "offsets": {b.name: b.offset for b in c.buffers},
-            "strides": {b.name[1:].lower(): b.cols for b in c.buffers}, "lpt": longest_first(spec, c)}
+            "strides": {b.name[1:].lower(): b.cols for b in c.buffers}}
 
 
 def render_source(plan: KernelPlan) -> str:
@@ -88,12 +87,12 @@ def render_source(plan: KernelPlan) -> str:
     c = plan.config
     types_template, mma_type = _TYPES[plan.dtype]
     main = _namespace("padded", c, "launches without cu_seqlens_q, kv_lens or an append (the main "
-                                   "entry point)", plan.spec)
+                                   "entry point)")
     offsets, strides = main["offsets"], main["strides"]
     namespaces = [main]
     if c.varlen is not None:
         namespaces.append(_namespace("varlen", c.varlen, f"launches with cu_seqlens_q, kv_lens or an append "
-                                                         f"(entry point {plan.entry}_varlen)", plan.spec))
+                                                         f"(entry point {plan.entry}_varlen)"))
     if c.math == "wgmma":
         pad_doc = "padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero"
     elif c.math == "mma":
@@ -116,7 +115,6 @@ def render_source(plan: KernelPlan) -> str:
         strides=strides,
         offsets=offsets,
         namespaces=namespaces,
-        lpt=main["lpt"],
         types_template=types_template,
         math_template=f"cuda/math_{c.math}.j2",
         mma_type=mma_type,

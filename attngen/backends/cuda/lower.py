@@ -194,18 +194,7 @@ def grid(spec: AttentionSpec, cfg, column_blocks: bool | None = None) -> tuple:
     defaults to that); its pass 2 has them."""
     if column_blocks is None:
         column_blocks = not spec.schedule.is_two_pass
-    g = main_grid(spec, cfg.tile_q, cfg.v_blocks if column_blocks else 1)
-    return (g[1], g[2], g[0]) if longest_first(spec, cfg) else g
-
-
-def longest_first(spec: AttentionSpec, cfg) -> bool:
-    """Causal prefill on the Hopper family: the grid is (heads, batch, row tiles) and a block
-    takes row tile gridDim.z - 1 - blockIdx.z. The GPU starts blocks in x, then y, then z order,
-    so the longest row tiles (the last: they see the most keys) of every head and sequence start
-    first and the short ones fill the end (longest-processing-time first over the whole grid,
-    not only within one head)."""
-    return (cfg.math == "wgmma" and spec.mask.kind == "causal" and not cfg.chunked
-            and not spec.schedule.is_split)
+    return main_grid(spec, cfg.tile_q, cfg.v_blocks if column_blocks else 1)
 
 
 def entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
@@ -268,5 +257,5 @@ def varlen_entry(spec: AttentionSpec, cfg, entry: str) -> Entry | None:
     return Entry("varlen", entry + "_varlen",
                  "launched instead of the main entry point when cu_seqlens_q, kv_lens or k_new / v_new is "
                  f"given: the same algorithm with tile q={v.tile_q} (one 16-row fragment per warp); same "
-                 "parameters", main_params(spec, counter_shape(spec, cfg)), grid(spec, v), v.threads,
+                 "parameters", main_params(spec, counter_shape(spec, cfg)), main_grid(spec, v.tile_q), v.threads,
                  v.smem_bytes)
