@@ -456,21 +456,13 @@ struct KeyRows {
     long long row_stride;  // stride between consecutive keys of a page
     long long page_stride; // stride between pages
     const int* pages;      // the sequence's row of block_table
-    int num_pages;         // pages in k / v: an entry outside [0, num_pages) is read as page 0
-
-    // Entry i of the block-table row, page 0 when it lies outside k / v: a bad table never
-    // makes a copy read out of bounds (the block reports it: pages_ok, TilePages::bad).
-    __device__ __forceinline__ int page(int i) const {
-        const int p = pages[i];
-        return (unsigned)p < (unsigned)num_pages ? p : 0;
-    }
     const elem_t* fresh;   // k_new / v_new at (batch, row 0, KV head) (kVarlen, len_new > 0)
     long long fresh_stride;
     int cached;
 
     // Where key j sits in the cache (also for j >= cached: where the append stores it).
     __device__ __forceinline__ const elem_t* stored(int j) const {
-        return cache + page(j / kPage) * page_stride + (long long)(j % kPage) * row_stride;
+        return cache + pages[j / kPage] * page_stride + (long long)(j % kPage) * row_stride;
     }
 
     // Where key j is read from.
@@ -492,8 +484,7 @@ struct KeyRows {
 // must appear nowhere else in that range (the append would overwrite keys still read). The
 // blocks that append check the sequence's whole row first (nothing is written if it is bad);
 // the others check the keys they read. Every thread of the block calls it; false: the block
-// reports kErrBlockTable and returns. (Kernels that read each tile's entries ahead of its
-// copies, TilePages, check them there when nothing is appended, and report after their loop.)
+// reports kErrBlockTable and returns.
 template <bool kVarlen>
 __device__ __forceinline__ bool pages_ok(const KeyRows<kVarlen>& rows, int j0, int j1, int len_k, int num_pages,
                                          int tid) {
@@ -528,23 +519,15 @@ __device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, in
 // The block-table entries of a tile's pages, read one tile before its copies are issued (the
 // main loop), so that the lookups are not on the critical path of each iteration. Entries of
 // pages past the sequence's keys are not read (they may lie past the table's row).
-// An entry outside k / v is read as page 0 and sets `bad` (every thread reads every entry of
-// the tile, so every thread knows; the block reports it after its main loop).
 constexpr int kTilePages = kBlockKV / kPage;
 struct TilePages {
     int page[kTilePages];
-    bool bad;
 };
 template <bool kVarlen>
 __device__ __forceinline__ TilePages tile_pages(const KeyRows<kVarlen>& src, int j0, int valid) {
     TilePages tp;
-    tp.bad = false;
     #pragma unroll
-    for (int pg = 0; pg < kTilePages; ++pg) {
-        const int p = valid > pg * kPage ? src.pages[j0 / kPage + pg] : 0;
-        tp.bad |= (unsigned)p >= (unsigned)src.num_pages;
-        tp.page[pg] = (unsigned)p < (unsigned)src.num_pages ? p : 0;
-    }
+    for (int pg = 0; pg < kTilePages; ++pg) tp.page[pg] = valid > pg * kPage ? src.pages[j0 / kPage + pg] : 0;
     return tp;
 }
 
@@ -778,7 +761,6 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         r.row_stride = sl;
         r.page_stride = sb;
         r.pages = block_table + (long long)batch * bt_stride;
-        r.num_pages = rows_k;
         r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
         r.fresh_stride = fl;
         r.cached = seq.cached;
@@ -834,11 +816,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     auto kv_tile = [&](int it) { return tile_first + it; };
     if constexpr (kVarlen) {
         // The block table is on the device: check the pages of the keys this block reads.
-        // Without an append, the main loop checks each tile's entries as it reads them for its
-        // copies (TilePages::bad; KeyRows::page reads a bad entry as page 0) and the block
-        // reports after the loop: no pass over the table before the first copy. With an
-        // append, the pages the append writes must appear nowhere else: checked first.
-        if (seq.len_k > seq.cached && n_tiles > 0 && !pages_ok(keys, kv_tile(0) * kBlockKV,
+        if (n_tiles > 0 && !pages_ok(keys, kv_tile(0) * kBlockKV,
                                      min((kv_tile(n_tiles - 1) + 1) * kBlockKV, seq.cached), seq.len_k, rows_k, tid)) {
             report(errors, kErrBlockTable, batch);
             n_tiles = 0;  // reads no key; still counts itself for the combine (section combine)
@@ -881,28 +859,19 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     };
 
     // ---- section: main loop over K/V tiles ----
-    bool pages_bad = false;  // a block-table entry outside k / v (reported after the loop)
     #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
-        if (st < n_tiles) {
-            const TilePages tp = pages_of(st);
-            pages_bad |= tp.bad;
-            load_kv(st, st, tp);
-        }
+        if (st < n_tiles) load_kv(st, st, pages_of(st));
         cp_async_commit();
     }
     // the pages of the next tile to copy, read one iteration before its copies are issued
     TilePages next_pages = kStages - 1 < n_tiles ? pages_of(kStages - 1) : TilePages{};
-    pages_bad |= kStages - 1 < n_tiles && next_pages.bad;
     for (int it = 0; it < n_tiles; ++it) {
         // -- load K/V tile: issue the copy kStages - 1 tiles ahead, then wait for this one
         const int ahead = it + kStages - 1;
         if (ahead < n_tiles) {
             load_kv(ahead % kStages, ahead, next_pages);
-            if (ahead + 1 < n_tiles) {
-                next_pages = pages_of(ahead + 1);
-                pages_bad |= next_pages.bad;
-            }
+            if (ahead + 1 < n_tiles) next_pages = pages_of(ahead + 1);
         }
         cp_async_commit();
         cp_async_wait<kStages - 1>();
@@ -982,7 +951,6 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         math.pv(acc, p, sV + (stage * kBlockKV + key_warp * kWarpKV) * kStrideV);
         __syncthreads();  // every warp is done with this stage before it is refilled
     }
-    if (pages_bad) report(errors, kErrBlockTable, batch);  // (its copies read page 0 instead)
 
     // ---- section: merge the key warps ----
     // Warp w saw its kWarpKV keys of every tile: its (m_i, l_i, acc) are a softmax over those keys

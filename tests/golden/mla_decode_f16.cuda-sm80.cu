@@ -461,21 +461,13 @@ struct KeyRows {
     long long row_stride;  // stride between consecutive keys of a page
     long long page_stride; // stride between pages
     const int* pages;      // the sequence's row of block_table
-    int num_pages;         // pages in k / v: an entry outside [0, num_pages) is read as page 0
-
-    // Entry i of the block-table row, page 0 when it lies outside k / v: a bad table never
-    // makes a copy read out of bounds (the block reports it: pages_ok, TilePages::bad).
-    __device__ __forceinline__ int page(int i) const {
-        const int p = pages[i];
-        return (unsigned)p < (unsigned)num_pages ? p : 0;
-    }
     const elem_t* fresh;   // k_new / v_new at (batch, row 0, KV head) (kVarlen, len_new > 0)
     long long fresh_stride;
     int cached;
 
     // Where key j sits in the cache (also for j >= cached: where the append stores it).
     __device__ __forceinline__ const elem_t* stored(int j) const {
-        return cache + page(j / kPage) * page_stride + (long long)(j % kPage) * row_stride;
+        return cache + pages[j / kPage] * page_stride + (long long)(j % kPage) * row_stride;
     }
 
     // Where key j is read from.
@@ -497,8 +489,7 @@ struct KeyRows {
 // must appear nowhere else in that range (the append would overwrite keys still read). The
 // blocks that append check the sequence's whole row first (nothing is written if it is bad);
 // the others check the keys they read. Every thread of the block calls it; false: the block
-// reports kErrBlockTable and returns. (Kernels that read each tile's entries ahead of its
-// copies, TilePages, check them there when nothing is appended, and report after their loop.)
+// reports kErrBlockTable and returns.
 template <bool kVarlen>
 __device__ __forceinline__ bool pages_ok(const KeyRows<kVarlen>& rows, int j0, int j1, int len_k, int num_pages,
                                          int tid) {
@@ -735,7 +726,6 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         r.row_stride = sl;
         r.page_stride = sb;
         r.pages = block_table + (long long)batch * bt_stride;
-        r.num_pages = rows_k;
         r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
         r.fresh_stride = fl;
         r.cached = seq.cached;
