@@ -57,13 +57,13 @@ const ACC_GROUPS: u32 = 2u;       // vec4 column groups of acc per invocation in
 const Q_STRIDE: u32 = 17u;        // vec4 per row of sQ
 const K_STRIDE: u32 = 17u;        // vec4 per row of sK
 const V_STRIDE: u32 = 16u;        // vec4 per row of sV
-const P_STRIDE: u32 = 20u;        // f32 per row of sP
+const P_STRIDE: u32 = 5u;        // vec4 (4 consecutive keys) per row of sP
 // Loops over the dims run in chunks of at most 8 vec4 iterations. Mesa's software
 // Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops all loops of a
 // shader after 65535 iterations in total; unrolled loops do not count, so chunking keeps long
 // sequences within that budget. Other drivers unroll or not as they like.
 const DIM_CHUNK_QK: u32 = 8u;     // divides TILE_DQK / 4
-const KEY_CHUNK: u32 = 16u;       // divides TILE_KV
+const KEY_CHUNK: u32 = 4u;       // divides TILE_KV / 4 (P V takes keys 4 at a time)
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
 // scale = 0.125 (1 / sqrt(head_dim qk)).
@@ -179,8 +179,8 @@ var<workgroup> sQ: array<vec4<elem_t>, 272>;  // TILE_Q x (HEAD_DIM_QK + pad): t
 var<workgroup> sK: array<vec4<elem_t>, 272>;  // TILE_KV x (HEAD_DIM_QK + pad): the current K tile
 var<workgroup> sV: array<vec4<elem_t>, 256>;  // TILE_KV x HEAD_DIM_V: the current V tile
 // P of the tile, row-major (rows of P_STRIDE): each invocation writes its block of S as
-// probabilities, then reads its rows' whole P for O += P V.
-var<workgroup> sP: array<f32, 320>;  // TILE_Q x (TILE_KV + pad)
+// probabilities, then reads its rows' whole P for O += P V, 4 keys per load (vec4).
+var<workgroup> sP: array<vec4<f32>, 80>;  // TILE_Q x (TILE_KV + pad) / 4
 // The last K/V tile (as it + 1: it grows through the loop, so it needs no reset) in which an
 // invocation met a masked key of its rows (p = 0: a score of -inf in a tile the mask keeps whole). O += P V then
 // selects keys with p = 0 out instead of multiplying: 0 * inf is NaN, and such a key must add
@@ -591,10 +591,11 @@ fn attngen_f16_packed_append(@builtin(local_invocation_index) lid: u32, @builtin
         // -- P of the tile to sP: each row's invocations need all of its keys for P V
         for (var i = 0u; i < ROWS; i++) {
             for (var u = 0u; u < KEYS; u++) {
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
         }
-        if (p_zero) {
+if (p_zero) {
             atomicMax(&p_zero_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
         }
         workgroupBarrier();  // P of the whole tile is in sP
@@ -607,33 +608,41 @@ fn attngen_f16_packed_append(@builtin(local_invocation_index) lid: u32, @builtin
         // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
         // 0 * inf is NaN, and such a key must add nothing whatever its V
         if (partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) {
-            for (var c = 0u; c < TILE_KV; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+            // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
+            for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
                 for (var x = 0u; x < KEY_CHUNK; x++) {
-                    let j = c + x;
-                    var p: array<f32, ROWS>;
+                    let j4 = c + x;
+                    var p4: array<vec4<f32>, ROWS>;
                     for (var i = 0u; i < ROWS; i++) {
-                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
                     }
-                    for (var w = 0u; w < COL_GROUPS; w++) {
-                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        for (var i = 0u; i < ROWS; i++) {
-                            acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                    for (var e = 0u; e < 4u; e++) {
+                        let j = 4u * j4 + e;
+                        for (var w = 0u; w < COL_GROUPS; w++) {
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            for (var i = 0u; i < ROWS; i++) {
+                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                     }
                 }
             }
 } else {
-            for (var c = 0u; c < TILE_KV; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+            // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
+            for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
                 for (var x = 0u; x < KEY_CHUNK; x++) {
-                    let j = c + x;
-                    var p: array<f32, ROWS>;
+                    let j4 = c + x;
+                    var p4: array<vec4<f32>, ROWS>;
                     for (var i = 0u; i < ROWS; i++) {
-                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
                     }
-                    for (var w = 0u; w < COL_GROUPS; w++) {
-                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        for (var i = 0u; i < ROWS; i++) {
-                            acc[i][0u + w] += pv_acc_t(p[i]) * v;
+                    for (var e = 0u; e < 4u; e++) {
+                        let j = 4u * j4 + e;
+                        for (var w = 0u; w < COL_GROUPS; w++) {
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            for (var i = 0u; i < ROWS; i++) {
+                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                     }
                 }

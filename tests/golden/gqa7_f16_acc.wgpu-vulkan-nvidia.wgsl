@@ -57,13 +57,13 @@ const ACC_GROUPS: u32 = 4u;       // vec4 column groups of acc per invocation in
 const Q_STRIDE: u32 = 33u;        // vec4 per row of sQ
 const K_STRIDE: u32 = 33u;        // vec4 per row of sK
 const V_STRIDE: u32 = 32u;        // vec4 per row of sV
-const P_STRIDE: u32 = 36u;        // f32 per row of sP
+const P_STRIDE: u32 = 9u;        // vec4 (4 consecutive keys) per row of sP
 // Loops over the dims run in chunks of at most 8 vec4 iterations. Mesa's software
 // Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops all loops of a
 // shader after 65535 iterations in total; unrolled loops do not count, so chunking keeps long
 // sequences within that budget. Other drivers unroll or not as they like.
 const DIM_CHUNK_QK: u32 = 8u;     // divides TILE_DQK / 4
-const KEY_CHUNK: u32 = 16u;       // divides TILE_KV
+const KEY_CHUNK: u32 = 4u;       // divides TILE_KV / 4 (P V takes keys 4 at a time)
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
 // scale = 0.1 (from the spec; applied to Q as it is staged (f16 accumulators)).
@@ -165,8 +165,8 @@ var<workgroup> sQ: array<vec4<elem_t>, 2112>;  // TILE_Q x (HEAD_DIM_QK + pad): 
 var<workgroup> sK: array<vec4<elem_t>, 1056>;  // TILE_KV x (HEAD_DIM_QK + pad): the current K tile
 var<workgroup> sV: array<vec4<elem_t>, 1024>;  // TILE_KV x HEAD_DIM_V: the current V tile
 // P of the tile, row-major (rows of P_STRIDE): each invocation writes its block of S as
-// probabilities, then reads its rows' whole P for O += P V.
-var<workgroup> sP: array<f32, 2304>;  // TILE_Q x (TILE_KV + pad)
+// probabilities, then reads its rows' whole P for O += P V, 4 keys per load (vec4).
+var<workgroup> sP: array<vec4<f32>, 576>;  // TILE_Q x (TILE_KV + pad) / 4
 // The last K/V tile (as it + 1: it grows through the loop, so it needs no reset) in which an
 // invocation met a masked key of its rows (p = 0: a score of -inf in a tile the mask keeps whole). O += P V then
 // selects keys with p = 0 out instead of multiplying: 0 * inf is NaN, and such a key must add
@@ -1187,19 +1187,23 @@ fn attngen_gqa7_f16_acc(@builtin(local_invocation_index) lid: u32, @builtin(work
             // for u < KEYS (4), unrolled: one block per u
             {
                 const u = 0u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 1u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 2u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 3u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
         }
         {
@@ -1207,19 +1211,23 @@ fn attngen_gqa7_f16_acc(@builtin(local_invocation_index) lid: u32, @builtin(work
             // for u < KEYS (4), unrolled: one block per u
             {
                 const u = 0u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 1u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 2u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 3u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
         }
         {
@@ -1227,19 +1235,23 @@ fn attngen_gqa7_f16_acc(@builtin(local_invocation_index) lid: u32, @builtin(work
             // for u < KEYS (4), unrolled: one block per u
             {
                 const u = 0u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 1u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 2u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 3u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
         }
         {
@@ -1247,22 +1259,26 @@ fn attngen_gqa7_f16_acc(@builtin(local_invocation_index) lid: u32, @builtin(work
             // for u < KEYS (4), unrolled: one block per u
             {
                 const u = 0u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 1u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 2u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
             {
                 const u = 3u;
-                sP[(tr + ROW_GROUPS * i) * P_STRIDE + tc + THREADS_PER_ROW * u] = s[i][u];
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
         }
-        if (p_zero) {
+if (p_zero) {
             atomicMax(&p_zero_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
         }
         workgroupBarrier();  // P of the whole tile is in sP
@@ -1273,219 +1289,765 @@ fn attngen_gqa7_f16_acc(@builtin(local_invocation_index) lid: u32, @builtin(work
         // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
         // 0 * inf is NaN, and such a key must add nothing whatever its V
         if (partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) {
-            for (var c = 0u; c < TILE_KV; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+            // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
+            for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
                 for (var x = 0u; x < KEY_CHUNK; x++) {
-                    let j = c + x;
-                    var p: array<f32, ROWS>;
+                    let j4 = c + x;
+                    var p4: array<vec4<f32>, ROWS>;
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
                     }
                     {
                         const i = 1u;
-                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
                     }
                     {
                         const i = 2u;
-                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
                     }
                     {
                         const i = 3u;
-                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
                     }
-                    // for w < COL_GROUPS (4), unrolled: one block per w
+                    // for e < 4u, unrolled: one block per e
                     {
-                        const w = 0u;
-                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        // for i < ROWS (4), unrolled: one block per i
+                        const e = 0u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (4), unrolled: one block per w
                         {
-                            const i = 0u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 1u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 2u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 2u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 3u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 3u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                     }
                     {
-                        const w = 1u;
-                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        // for i < ROWS (4), unrolled: one block per i
+                        const e = 1u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (4), unrolled: one block per w
                         {
-                            const i = 0u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 1u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 2u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 2u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 3u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 3u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                     }
                     {
-                        const w = 2u;
-                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        // for i < ROWS (4), unrolled: one block per i
+                        const e = 2u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (4), unrolled: one block per w
                         {
-                            const i = 0u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 1u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 2u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 2u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 3u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 3u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                     }
                     {
-                        const w = 3u;
-                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        // for i < ROWS (4), unrolled: one block per i
+                        const e = 3u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (4), unrolled: one block per w
                         {
-                            const i = 0u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 1u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 2u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 2u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                         {
-                            const i = 3u;
-                            o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p[i]) * v, p[i] != 0.0);
+                            const w = 3u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
                         }
                     }
                 }
             }
 } else {
-            for (var c = 0u; c < TILE_KV; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+            // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
+            for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
                 for (var x = 0u; x < KEY_CHUNK; x++) {
-                    let j = c + x;
-                    var p: array<f32, ROWS>;
+                    let j4 = c + x;
+                    var p4: array<vec4<f32>, ROWS>;
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
                     }
                     {
                         const i = 1u;
-                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
                     }
                     {
                         const i = 2u;
-                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
                     }
                     {
                         const i = 3u;
-                        p[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j];
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
                     }
-                    // for w < COL_GROUPS (4), unrolled: one block per w
+                    // for e < 4u, unrolled: one block per e
                     {
-                        const w = 0u;
-                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        // for i < ROWS (4), unrolled: one block per i
+                        const e = 0u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (4), unrolled: one block per w
                         {
-                            const i = 0u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 1u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 2u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 2u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 3u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 3u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                     }
                     {
-                        const w = 1u;
-                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        // for i < ROWS (4), unrolled: one block per i
+                        const e = 1u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (4), unrolled: one block per w
                         {
-                            const i = 0u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 1u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 2u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 2u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 3u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 3u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                     }
                     {
-                        const w = 2u;
-                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        // for i < ROWS (4), unrolled: one block per i
+                        const e = 2u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (4), unrolled: one block per w
                         {
-                            const i = 0u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 1u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 2u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 2u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 3u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 3u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                     }
                     {
-                        const w = 3u;
-                        let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                        // for i < ROWS (4), unrolled: one block per i
+                        const e = 3u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (4), unrolled: one block per w
                         {
-                            const i = 0u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 1u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 2u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 2u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                         {
-                            const i = 3u;
-                            o[i][w] += pv_acc_t(p[i]) * v;
+                            const w = 3u;
+                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                o[i][w] += pv_acc_t(p4[i][e]) * v;
+                            }
                         }
                     }
                 }

@@ -215,6 +215,9 @@ def render_source(plan: KernelPlan) -> str:
         entry=plan.entry,
         dim_chunk_qk=_chunk(c.tile_dqk // 4, MAX_VEC_CHUNK),
         key_chunk=_chunk(c.tile_kv, MAX_KEY_CHUNK),
+        # P through sP as vec4 of 4 consecutive keys (one load serves 4 keys of a row in P V)
+        p_vec4=c.threads_per_row > 1 and c.tile_kv % 4 == 0 and c.pad % 4 == 0,
+        key_chunk4=_chunk(c.tile_kv // 4, MAX_KEY_CHUNK // 4) if c.tile_kv % 4 == 0 else 1,
         max_chunk=MAX_VEC_CHUNK,
         max_dims_v=WGSL_MAX_DIMS_V,
         elem="f32" if plan.details.f16_packed else _SCALAR[plan.dtype],
