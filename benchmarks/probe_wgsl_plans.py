@@ -1,0 +1,73 @@
+"""WGSL plan variants side by side on the live adapter (issue 13): the profile's default plan
+beside spec-given tiles and workgroup sizes, for the suite's shapes (B L = 16384 tokens, H 16),
+f16 and f32 storage. Each variant is checked against the default plan's output (relative error)
+and timed as `attngen tune` times (GPU time from timestamp queries after 0.3 s of warm-up calls,
+median of 5). What it prints is the evidence behind a profile default; it changes nothing.
+
+    python3 benchmarks/probe_wgsl_plans.py [--lengths 1024,4096] [--dims 64,128] [--dtypes f32,f16]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import attngen
+from attngen.backends import wgsl
+from attngen.reference import relative_error
+
+TOKENS, HEADS = 16384, 16
+# (label, spec lines): tiles and the workgroup (tile q x invocations per row, one row each)
+VARIANTS = [
+    ("default", ""),
+    ("q32 kv16 wg128", "tile q=32 kv=16\n target wgsl { workgroup=128 }"),
+    ("q32 kv32 wg128", "tile q=32 kv=32\n target wgsl { workgroup=128 }"),
+    ("q64 kv16", "tile q=64 kv=16"),
+]
+
+
+def spec_text(dtype: str, d: int, mask: str, extra: str) -> str:
+    lines = [f"head_dim {d}", f"heads q={HEADS} kv={HEADS}", f"dtype {dtype}"]
+    if mask == "causal":
+        lines.append("mask causal")
+    if extra:
+        lines.append(extra)
+    return "attention probe {\n " + "\n ".join(lines) + "\n}\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lengths", default="1024,4096")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--dtypes", default="f32,f16")
+    args = ap.parse_args()
+    backend = wgsl.BACKEND
+    for d in (int(x) for x in args.dims.split(",")):
+        rng = np.random.default_rng(d)
+        host = [rng.standard_normal((TOKENS, HEADS, d), dtype=np.float32).astype(np.float16) for _ in range(3)]
+        for dtype in args.dtypes.split(","):
+            np_dt = np.float16 if dtype == "f16" else np.float32
+            for L in (int(x) for x in args.lengths.split(",")):
+                shape = (TOKENS // L, L, HEADS, d)
+                dev = [wgsl.WgslTensor.from_numpy(a.reshape(shape).astype(np_dt)) for a in host]
+                for mask in ("none", "causal"):
+                    flops = 4.0 * shape[0] * HEADS * L * L * d / (2 if mask == "causal" else 1)
+                    ref, cells = None, []
+                    for label, extra in VARIANTS:
+                        try:
+                            kern = attngen.compile(attngen.parse(spec_text(dtype, d, mask, extra))[0], target="wgsl")
+                            out = kern(*dev).numpy()
+                            ref = out if ref is None else ref
+                            err = relative_error(out.astype(np.float32), ref.astype(np.float32))
+                            ms = backend.time_call(kern, tuple(dev), {}, 5)
+                            cells.append(f"{label} {flops / ms / 1e9:6.2f} ({err:.0e})")
+                        except Exception as e:  # noqa: BLE001 - a refused or failing variant: say so, go on
+                            cells.append(f"{label} n/a ({type(e).__name__}: {str(e).splitlines()[0][:60]})")
+                    print(f"{dtype} d{d} L{L} {mask:6s} | " + " | ".join(cells), flush=True)
+                for t in dev:
+                    t.buffer.destroy()
+
+
+if __name__ == "__main__":
+    main()
