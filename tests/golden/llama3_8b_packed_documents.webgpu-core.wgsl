@@ -21,11 +21,11 @@
 // Plan: tile q=16 kv=16, workgroup 64 (8 row groups x 8 invocations per row), sub-block 2 row(s) x 2 key(s) of S and 2 x 16 columns of acc per invocation, row max and sum through workgroup memory, f16 packed in u32 words (f32 arithmetic).
 // Scale 0.08838834764831843; mask custom: a boolean or additive mask given at run time, applied per tile from a BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.
 // Workgroup memory: 10512 bytes (each buffer 16-byte aligned):
-//   sQ        at      0: 16 x 68 f32 (one d-chunk of the Q tile)
-//   sKV       at   4352: 16 x 68 f32 (one d-chunk of the current K tile, then of the V tile)
-//   sP        at   8704: 16 x 20 f32 (probabilities P of the tile, for P V)
-//   tile_tags at   9984: 1 x 2 u32 (the last tile in which some p was 0, and the last whose V holds inf or NaN (it + 1))
-//   sRed      at  10000: 16 x 8 f32 (a row's partial max (and sum) per invocation of the row)
+//   sQ          at      0: 16 x 68 f32 (one d-chunk of the Q tile)
+//   sKV         at   4352: 16 x 68 f32 (one d-chunk of the current K tile, then of the V tile)
+//   sP          at   8704: 16 x 20 f32 (probabilities P of the tile, for P V)
+//   p_zero_tile at   9984: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
+//   sRed        at  10000: 16 x 8 f32 (a row's partial max (and sum) per invocation of the row)
 // Register tiling: sub-block 2 row(s) x 2 key(s) of S and 2 x 16 columns of acc per invocation.
 // Head dim: tile d=64 (chosen: the whole head dim does not fit): Q and K in 2 chunk(s) of 64, V in 2 of 64.
 // Grid: (ceil(Lq / 16), Hq, B), 64 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
@@ -199,13 +199,11 @@ var<workgroup> sKV: array<vec4<elem_t>, 272>;  // TILE_KV x chunk: one d-chunk o
 // P of the tile, row-major (rows of P_STRIDE): each invocation writes its block of S as
 // probabilities, then reads its rows' whole P for O += P V, 4 keys per load (vec4).
 var<workgroup> sP: array<vec4<f32>, 80>;  // TILE_Q x (TILE_KV + pad) / 4
-// Tags of the K/V tile (as it + 1: it grows through the loop, so they need no reset):
-// tile_tags[0], the last tile in which an invocation met a masked key of its rows (p = 0: a score
-// of -inf in a tile the mask keeps whole); tile_tags[1], the last tile whose V (as copied) holds
-// inf or NaN. O += P V selects keys with p = 0 out instead of multiplying only in tiles that
-// have both (partial tiles count as having p = 0): 0 * inf is NaN, and such a key must add
-// nothing whatever its V, while 0 * a finite V adds exactly 0 anyway.
-var<workgroup> tile_tags: array<atomic<u32>, 2>;
+// The last K/V tile (as it + 1: it grows through the loop, so it needs no reset) in which an
+// invocation met a masked key of its rows (p = 0: a score of -inf in a tile the mask keeps whole). O += P V then
+// selects keys with p = 0 out instead of multiplying: 0 * inf is NaN, and such a key must add
+// nothing whatever its V.
+var<workgroup> p_zero_tile: atomic<u32>;
 // A row's partial max (per tile) and sum (at the end), one per invocation of the row:
 // sRed[r * THREADS_PER_ROW + tc].
 var<workgroup> sRed: array<f32, 128>;  // TILE_Q x THREADS_PER_ROW
@@ -247,22 +245,14 @@ fn load_k_chunk(lid: u32, seq: Seq, kv_head: u32, j0: u32, d0: u32) {
     }
 }
 
-// tag: the tile's it + 1, stored in tile_tags[1] when the chunk holds inf or NaN.
-fn load_v_chunk(lid: u32, seq: Seq, kv_head: u32, j0: u32, d0: u32, tag: u32) {
-    var nonfinite = false;
+fn load_v_chunk(lid: u32, seq: Seq, kv_head: u32, j0: u32, d0: u32) {
     for (var e = lid; e < TILE_KV * (TILE_DV / 4u); e += WORKGROUP_SIZE) {
         let key = j0 + e / (TILE_DV / 4u);
         var x = vec4<elem_t>();
         if (key < seq.len_k) {
             x = v_at4(seq, key, kv_head, d0 + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
         }
-        // inf or NaN (exponent bits all ones, tested on the bits: fast math may assume neither)
-        let bits = bitcast<vec4<u32>>(vec4<f32>(x)) & vec4<u32>(0x7f800000u);
-        nonfinite = nonfinite || any(bits == vec4<u32>(0x7f800000u));
         sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = x;
-    }
-    if (nonfinite) {
-        atomicMax(&tile_tags[1], tag);  // seen by every invocation after the next barrier
     }
 }
 
@@ -501,8 +491,7 @@ fn attngen_llama3_8b_packed_documents(@builtin(local_invocation_index) lid: u32,
     if (lid == 0u) {
         // not left to the implementation's zero-fill (not every one does it); the loop's first
         // barrier orders this store before any use
-        atomicStore(&tile_tags[0], 0u);
-        atomicStore(&tile_tags[1], 0u);
+        atomicStore(&p_zero_tile, 0u);
     }
     // ---- section: loop bounds (mask) ----
     let has_rows = row0 < row_end;                // the tile has rows of the sequence
@@ -637,21 +626,20 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
         }
 if (p_zero) {
-            atomicMax(&tile_tags[0], u32(it) + 1u);  // seen by every invocation after the next barrier
+            atomicMax(&p_zero_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
         }
         // -- O += P V (and acc *= alpha, in the same pass), V d-chunk by d-chunk through sKV
         for (var dc = 0u; dc < D_TILES_V; dc++) {
-            load_v_chunk(lid, seq, kv_head, u32(j0), v0 + dc * TILE_DV, u32(it) + 1u);
+            load_v_chunk(lid, seq, kv_head, u32(j0), v0 + dc * TILE_DV);
             workgroupBarrier();  // the V chunk and P in workgroup memory
         for (var i = 0u; i < ROWS; i++) {
             for (var w = 0u; w < COL_GROUPS; w++) {
                 acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
-        // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing
-        // whatever its V (with a finite V, 0 * v adds exactly 0: the plain loop is the same)
-        if ((partial || atomicLoad(&tile_tags[0]) == u32(it) + 1u) && atomicLoad(&tile_tags[1]) == u32(it) + 1u) {
+        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
+        // 0 * inf is NaN, and such a key must add nothing whatever its V
+        if (partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) {
             // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
             for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
                 for (var x = 0u; x < KEY_CHUNK; x++) {

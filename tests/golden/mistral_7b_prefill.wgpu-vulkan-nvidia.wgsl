@@ -21,11 +21,11 @@
 // Plan: tile q=64 kv=32, workgroup 128 (16 row groups x 8 invocations per row), sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation, row max and sum over subgroup shuffles.
 // Scale 0.08838834764831843; mask window(left=4096, right=0), bottom-right aligned: query i sees key j iff i + (Lk - Lq) - 4096 <= j <= i + (Lk - Lq) + 0.
 // Workgroup memory: 42768 bytes (each buffer 16-byte aligned):
-//   sQ        at      0: 64 x 132 f16 (the Q tile, resident for the whole loop)
-//   sK        at  16896: 32 x 132 f16 (the current K tile)
-//   sV        at  25344: 32 x 128 f16 (the current V tile)
-//   sP        at  33536: 64 x 36 f32 (probabilities P of the tile, for P V)
-//   tile_tags at  42752: 1 x 2 u32 (the last tile in which some p was 0, and the last whose V holds inf or NaN (it + 1))
+//   sQ          at      0: 64 x 132 f16 (the Q tile, resident for the whole loop)
+//   sK          at  16896: 32 x 132 f16 (the current K tile)
+//   sV          at  25344: 32 x 128 f16 (the current V tile)
+//   sP          at  33536: 64 x 36 f32 (probabilities P of the tile, for P V)
+//   p_zero_tile at  42752: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
 // Register tiling: sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation; its loops unrolled (the profile's dialect).
 // Grid: (ceil(Lq / 64), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_mistral_7b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
@@ -163,13 +163,11 @@ var<workgroup> sV: array<vec4<elem_t>, 1024>;  // TILE_KV x HEAD_DIM_V: the curr
 // P of the tile, row-major (rows of P_STRIDE): each invocation writes its block of S as
 // probabilities, then reads its rows' whole P for O += P V, 4 keys per load (vec4).
 var<workgroup> sP: array<vec4<f32>, 576>;  // TILE_Q x (TILE_KV + pad) / 4
-// Tags of the K/V tile (as it + 1: it grows through the loop, so they need no reset):
-// tile_tags[0], the last tile in which an invocation met a masked key of its rows (p = 0: a score
-// of -inf in a tile the mask keeps whole); tile_tags[1], the last tile whose V (as copied) holds
-// inf or NaN. O += P V selects keys with p = 0 out instead of multiplying only in tiles that
-// have both (partial tiles count as having p = 0): 0 * inf is NaN, and such a key must add
-// nothing whatever its V, while 0 * a finite V adds exactly 0 anyway.
-var<workgroup> tile_tags: array<atomic<u32>, 2>;
+// The last K/V tile (as it + 1: it grows through the loop, so it needs no reset) in which an
+// invocation met a masked key of its rows (p = 0: a score of -inf in a tile the mask keeps whole). O += P V then
+// selects keys with p = 0 out instead of multiplying: 0 * inf is NaN, and such a key must add
+// nothing whatever its V.
+var<workgroup> p_zero_tile: atomic<u32>;
 
 // Element e of the global tensors read 4 at a time (columns d .. d + 3 of a row; d is a
 // multiple of 4 and head dims are multiples of 8, so the 4 never straddle a row).
@@ -205,22 +203,14 @@ fn load_k_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
     }
 }
 
-// tag: the tile's it + 1, stored in tile_tags[1] when the tile holds inf or NaN.
-fn load_v_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32, tag: u32) {
-    var nonfinite = false;
+fn load_v_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
     for (var e = lid; e < TILE_KV * (HEAD_DIM_V / 4u); e += WORKGROUP_SIZE) {
         let key = j0 + e / (HEAD_DIM_V / 4u);
         var x = vec4<elem_t>();
         if (key < seq.len_k) {
             x = v_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_V / 4u)));  // cache or appended row
         }
-        // inf or NaN (exponent bits all ones, tested on the bits: fast math may assume neither)
-        let bits = bitcast<vec4<u32>>(vec4<f32>(x)) & vec4<u32>(0x7f800000u);
-        nonfinite = nonfinite || any(bits == vec4<u32>(0x7f800000u));
         sV[(e / (HEAD_DIM_V / 4u)) * V_STRIDE + e % (HEAD_DIM_V / 4u)] = x;
-    }
-    if (nonfinite) {
-        atomicMax(&tile_tags[1], tag);  // seen by every invocation after the next barrier
     }
 }
 
@@ -485,8 +475,7 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
     if (lid == 0u) {
         // not left to the implementation's zero-fill (not every one does it); the loop's first
         // barrier orders this store before any use
-        atomicStore(&tile_tags[0], 0u);
-        atomicStore(&tile_tags[1], 0u);
+        atomicStore(&p_zero_tile, 0u);
     }
     // ---- section: loop bounds (mask) ----
     let has_rows = row0 < row_end;                // the tile has rows of the sequence
@@ -537,7 +526,7 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
         var part = array<array<qk_acc_t, KEYS>, ROWS>();
         // -- load K/V tile
         load_k_tile(lid, seq, kv_head, u32(j0));
-        load_v_tile(lid, seq, kv_head, u32(j0), u32(it) + 1u);
+        load_v_tile(lid, seq, kv_head, u32(j0));
         workgroupBarrier();
 
         // -- S = Q K^T
@@ -1293,7 +1282,7 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
             }
         }
 if (p_zero) {
-            atomicMax(&tile_tags[0], u32(it) + 1u);  // seen by every invocation after the next barrier
+            atomicMax(&p_zero_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
         }
         workgroupBarrier();  // P of the whole tile is in sP
         // -- O += P V (and acc *= alpha, in the same pass)
@@ -1378,10 +1367,9 @@ if (p_zero) {
                 acc[i][0u + w] *= alpha[i];
             }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
-        // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing
-        // whatever its V (with a finite V, 0 * v adds exactly 0: the plain loop is the same)
-        if ((partial || atomicLoad(&tile_tags[0]) == u32(it) + 1u) && atomicLoad(&tile_tags[1]) == u32(it) + 1u) {
+        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
+        // 0 * inf is NaN, and such a key must add nothing whatever its V
+        if (partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) {
             // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
             for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
                 for (var x = 0u; x < KEY_CHUNK; x++) {

@@ -178,8 +178,7 @@ def _wgsl_layout(spec, tile_q, tile_kv, tc, subgroups, cols_qk, cols_v, chunked,
                     ("sV", elem, 1, tile_kv, cols_v, "the current V tile")]
     if tc > 1:
         entries.append(("sP", "f32", 1, tile_q, tile_kv + pad, "probabilities P of the tile, for P V"))
-        entries.append(("tile_tags", "u32", 1, 1, 2, "the last tile in which some p was 0, and the last whose V "
-                                                     "holds inf or NaN (it + 1)"))
+        entries.append(("p_zero_tile", "u32", 1, 1, 1, "the last tile in which some p was 0 (it + 1)"))
         if not subgroups:
             entries.append(("sRed", "f32", 1, tile_q, tc, "a row's partial max (and sum) per invocation of the row"))
     return _layout(entries)
