@@ -36,6 +36,7 @@ VARIANTS = {
         ("q64 kv64", "", {"tile_kv": 64}),
         ("q128 kv32", "", {"tile_q": 128}),
         ("tpr4 kv64", "", {"threads_per_row": 4, "tile_kv": 64}),
+        ("q128 kv32 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 4}),
         ("default again", "", None),  # the first timing of a row can read low (see NOTES.md)
     ],
 }

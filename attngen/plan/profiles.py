@@ -50,12 +50,14 @@ class Profile:
         """A feature that is guaranteed or can be requested."""
         return self.has_feature(name) or name in self.features.get("optional", ())
 
-    def default_row(self, head_dim: int, math: str | None = None, dtype: str | None = None) -> dict:
-        """The first [[defaults]] row whose head-dim bound holds (and whose `math`, and `dtype`
-        where the row names one, match: a row with `dtype` serves only that storage dtype)."""
+    def default_row(self, head_dim: int, math: str | None = None, dtype: str | None = None,
+                    schedule: str | None = None) -> dict:
+        """The first [[defaults]] row whose head-dim bound holds (and whose `math`, and `dtype` and
+        `schedule` where the row names them, match: a row with `dtype` serves only that storage
+        dtype, one with `schedule` only "fused" or only "split" (split_kv, two_pass) kernels)."""
         for row in self.defaults:
             if (head_dim <= row["max_head_dim"] and (math is None or row.get("math") == math)
-                    and row.get("dtype", dtype) == dtype):
+                    and row.get("dtype", dtype) == dtype and row.get("schedule", schedule) == schedule):
                 return row
         raise ProfileError(f"profile {self.name} has no tuned defaults for head dim {head_dim}"
                            + (f" with math {math}" if math else ""))

@@ -18,16 +18,16 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto }
 //   }
 //
-// Plan: tile q=64 kv=32, workgroup 128 (16 row groups x 8 invocations per row), sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation, row max and sum over subgroup shuffles.
+// Plan: tile q=128 kv=32, workgroup 256 (32 row groups x 8 invocations per row), sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation, row max and sum over subgroup shuffles.
 // Scale 0.08838834764831843; mask window(left=4096, right=0), bottom-right aligned: query i sees key j iff i + (Lk - Lq) - 4096 <= j <= i + (Lk - Lq) + 0.
-// Workgroup memory: 42768 bytes (each buffer 16-byte aligned):
-//   sQ          at      0: 64 x 132 f16 (the Q tile, resident for the whole loop)
-//   sK          at  16896: 32 x 132 f16 (the current K tile)
-//   sV          at  25344: 32 x 128 f16 (the current V tile)
-//   sP          at  33536: 64 x 36 f32 (probabilities P of the tile, for P V)
-//   p_zero_tile at  42752: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
+// Workgroup memory: 40208 bytes (each buffer 16-byte aligned):
+//   sQ          at      0: 128 x 68 f16 (one d-chunk of the Q tile)
+//   sKV         at  17408: 32 x 68 f16 (one d-chunk of the current K tile, then of the V tile)
+//   sP          at  21760: 128 x 36 f32 (probabilities P of the tile, for P V)
+//   p_zero_tile at  40192: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
 // Register tiling: sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation; its loops unrolled (the profile's dialect).
-// Grid: (ceil(Lq / 64), Hq, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Head dim: tile d=64 (chosen: the whole head dim does not fit): Q and K in 2 chunk(s) of 64, V in 2 of 64.
+// Grid: (ceil(Lq / 128), Hq, B), 256 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_mistral_7b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 enable f16;
@@ -35,7 +35,7 @@ enable f16;
 // ---- section: config ------------------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time values in `params`; any length >= 1 works (partial tiles are zero-filled and masked).
-const TILE_Q: u32 = 64u;           // tile q: rows of Q per workgroup
+const TILE_Q: u32 = 128u;           // tile q: rows of Q per workgroup
 const TILE_KV: u32 = 32u;          // tile kv: rows of K and V per iteration of the main loop
 const HEAD_DIM_QK: u32 = 128u;      // head dim of q and k
 const HEAD_DIM_V: u32 = 128u;       // head dim of v and out
@@ -43,20 +43,31 @@ const HEAD_DIM_V: u32 = 128u;       // head dim of v and out
 // (tr, tc) = (lid / THREADS_PER_ROW, lid % THREADS_PER_ROW) owns the ROWS rows tr + ROW_GROUPS * i
 // of the tile, the KEYS keys tc + THREADS_PER_ROW * u of each K/V tile (its block of S), and the
 // column groups tc + THREADS_PER_ROW * w (4 columns each, vec4) of acc: sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation.
-const WORKGROUP_SIZE: u32 = 128u;  // ROW_GROUPS * THREADS_PER_ROW
+const WORKGROUP_SIZE: u32 = 256u;  // ROW_GROUPS * THREADS_PER_ROW
 const THREADS_PER_ROW: u32 = 8u;   // invocations sharing one row of the tile (a power of two)
-const ROW_GROUPS: u32 = 16u;       // TILE_Q / ROWS
+const ROW_GROUPS: u32 = 32u;       // TILE_Q / ROWS
 const ROWS: u32 = 4u;              // rows of the tile per invocation
 const KEYS: u32 = 4u;              // keys of each K/V tile per invocation: TILE_KV / THREADS_PER_ROW
-const TILE_DQK: u32 = HEAD_DIM_QK;    // the whole head dims sit in workgroup memory
-const TILE_DV: u32 = HEAD_DIM_V;
-const COL_GROUPS: u32 = 4u;       // vec4 column groups of acc per invocation
+// Output columns: V_BLOCKS workgroups share a tile of rows, each computing V_COLS columns of out
+// (grid.y = Hq * V_BLOCKS, head-major), so that an invocation keeps at most 64
+// accumulators. Each recomputes the rows' scores; only the first writes lse.
+const V_BLOCKS: u32 = 1u;          // workgroups per (row tile, query head)
+const V_COLS: u32 = 128u;          // HEAD_DIM_V / V_BLOCKS
+// tile d=64 (chosen by the planner: the whole head dim does not fit):
+// Q, K and V pass through workgroup memory in chunks of columns, so it holds TILE_Q x chunk and
+// TILE_KV x chunk elements whatever the head dim. A head dim narrower than tile d is one chunk.
+const TILE_D: u32 = 64u;           // tile d: head-dim columns per chunk
+const TILE_DQK: u32 = 64u;         // columns of Q and K per chunk: min(TILE_D, HEAD_DIM_QK)
+const TILE_DV: u32 = 64u;          // columns of V per chunk: min(TILE_D, V_COLS)
+const D_TILES_QK: u32 = 2u;       // HEAD_DIM_QK / TILE_DQK chunks of Q and K per K/V tile
+const D_TILES_V: u32 = 2u;        // V_COLS / TILE_DV chunks of V per K/V tile
+const COL_GROUPS: u32 = 2u;       // vec4 column groups per invocation in a chunk of V
 const ACC_GROUPS: u32 = 4u;       // vec4 column groups of acc per invocation in all
 // Workgroup memory is read as vec4 (4 dims of a row of Q or K, 4 columns of a row of V).
 // Rows of sQ and sK are 4 elements longer than the data so that invocations reading different rows at the same column hit different banks.
-const Q_STRIDE: u32 = 33u;        // vec4 per row of sQ
-const K_STRIDE: u32 = 33u;        // vec4 per row of sK
-const V_STRIDE: u32 = 32u;        // vec4 per row of sV
+const Q_STRIDE: u32 = 17u;        // vec4 per row of sQ
+const K_STRIDE: u32 = 17u;        // vec4 per row of sK
+const V_STRIDE: u32 = 16u;        // vec4 per row of sV
 const P_STRIDE: u32 = 9u;        // vec4 (4 consecutive keys) per row of sP
 // Loops over the dims run in chunks of at most 8 vec4 iterations. Mesa's software
 // Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops all loops of a
@@ -154,15 +165,16 @@ struct Params {
 // q, k and v are bound as vec4<elem_t>, four consecutive elements of a row per item, so that the
 // tile copies read 16 bytes (f32) or 8 (f16) in one load.
 
-// Workgroup memory (42768 bytes as the planner counts it, each buffer rounded up
+// Workgroup memory (40208 bytes as the planner counts it, each buffer rounded up
 // to 16 bytes). Tiles are stored row-major as vec4 of consecutive columns:
-// sQ[r * Q_STRIDE + g] holds columns 4g .. 4g + 3 of tile row r (loaded once, before the loop).
-var<workgroup> sQ: array<vec4<elem_t>, 2112>;  // TILE_Q x (HEAD_DIM_QK + pad): the Q tile
-var<workgroup> sK: array<vec4<elem_t>, 1056>;  // TILE_KV x (HEAD_DIM_QK + pad): the current K tile
-var<workgroup> sV: array<vec4<elem_t>, 1024>;  // TILE_KV x HEAD_DIM_V: the current V tile
+// sQ[r * Q_STRIDE + g] holds columns d0 + 4g .. d0 + 4g + 3 of tile row r while the chunk
+// [d0, d0 + TILE_DQK) is loaded; sKV holds a chunk of K (rows of K_STRIDE) while S is formed,
+// then a chunk of V (rows of V_STRIDE) while P V is.
+var<workgroup> sQ: array<vec4<elem_t>, 2176>;  // TILE_Q x (TILE_DQK + pad): one d-chunk of the Q tile
+var<workgroup> sKV: array<vec4<elem_t>, 544>;  // TILE_KV x chunk: one d-chunk of the K tile, then of the V tile
 // P of the tile, row-major (rows of P_STRIDE): each invocation writes its block of S as
 // probabilities, then reads its rows' whole P for O += P V, 4 keys per load (vec4).
-var<workgroup> sP: array<vec4<f32>, 576>;  // TILE_Q x (TILE_KV + pad) / 4
+var<workgroup> sP: array<vec4<f32>, 1152>;  // TILE_Q x (TILE_KV + pad) / 4
 // The last K/V tile (as it + 1: it grows through the loop, so it needs no reset) in which an
 // invocation met a masked key of its rows (p = 0: a score of -inf in a tile the mask keeps whole). O += P V then
 // selects keys with p = 0 out instead of multiplying: 0 * inf is NaN, and such a key must add
@@ -188,29 +200,29 @@ fn kv_new_vec(i: u32) -> vec4<elem_t> {
 }
 
 
-// Copy keys [j0, j0 + TILE_KV) of one (sequence, KV head) into sK (load_k_tile) and sV
-// (load_v_tile), all invocations of the workgroup together (consecutive invocations copy
-// consecutive vec4). Keys at or past the sequence's Lk are zero-filled, so a partial last tile
-// reads zeros (and is masked).
-fn load_k_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
-    for (var e = lid; e < TILE_KV * (HEAD_DIM_QK / 4u); e += WORKGROUP_SIZE) {
-        let key = j0 + e / (HEAD_DIM_QK / 4u);
+// Copy columns [d0, d0 + TILE_DQK) of keys [j0, j0 + TILE_KV) of one (sequence, KV head) into
+// sKV (load_k_chunk), or columns [d0, d0 + TILE_DV) of V (load_v_chunk), all invocations of the
+// workgroup together (consecutive invocations copy consecutive vec4). Keys at or past Lk are
+// zero-filled, so a partial last tile reads zeros (and is masked).
+fn load_k_chunk(lid: u32, seq: Seq, kv_head: u32, j0: u32, d0: u32) {
+    for (var e = lid; e < TILE_KV * (TILE_DQK / 4u); e += WORKGROUP_SIZE) {
+        let key = j0 + e / (TILE_DQK / 4u);
         var x = vec4<elem_t>();
         if (key < seq.len_k) {
-            x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            x = k_at4(seq, key, kv_head, d0 + 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
         }
-        sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = x;
+        sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = x;
     }
 }
 
-fn load_v_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
-    for (var e = lid; e < TILE_KV * (HEAD_DIM_V / 4u); e += WORKGROUP_SIZE) {
-        let key = j0 + e / (HEAD_DIM_V / 4u);
+fn load_v_chunk(lid: u32, seq: Seq, kv_head: u32, j0: u32, d0: u32) {
+    for (var e = lid; e < TILE_KV * (TILE_DV / 4u); e += WORKGROUP_SIZE) {
+        let key = j0 + e / (TILE_DV / 4u);
         var x = vec4<elem_t>();
         if (key < seq.len_k) {
-            x = v_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_V / 4u)));  // cache or appended row
+            x = v_at4(seq, key, kv_head, d0 + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
         }
-        sV[(e / (HEAD_DIM_V / 4u)) * V_STRIDE + e % (HEAD_DIM_V / 4u)] = x;
+        sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = x;
     }
 }
 
@@ -394,7 +406,10 @@ fn score_transform(s: f32) -> f32 {
 // invocations of each row, and adds P V for its ROWS rows x its column groups of acc, with P exchanged through sP. Each invocation keeps l_i over its own
 // keys (alpha is the row's, so the shares stay consistent) and the shares are summed once, in
 // the epilogue.
-// The Q tile is loaded into workgroup memory once, before the loop.
+// The head dims are streamed through workgroup memory in chunks of TILE_D columns: per K/V tile,
+// the chunks of Q and K pass through sQ and sKV into the dot products, then the chunks of V
+// through sKV into acc. With V_BLOCKS > 1 the workgroup computes only V_COLS columns of out,
+// recomputing the rows' scores (as every V block of the row tile does).
 // All barriers are in uniform control flow: the loop bounds depend only on the workgroup (its
 // sequence's lengths come from params and seq_meta, both uniform), and invocations whose rows
 // are past the sequence's Lq run the loop too and just do not store.
@@ -420,12 +435,13 @@ fn load_q(lid: u32, seq: Seq, first: u32, head: u32, d0: u32) {
     }
 }
 
-@compute @workgroup_size(128, 1, 1)
+@compute @workgroup_size(256, 1, 1)
 fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let tr = lid / THREADS_PER_ROW;               // row group: tile rows tr + ROW_GROUPS * i, i < ROWS
     let tc = lid % THREADS_PER_ROW;               // keys tc + THREADS_PER_ROW * u and column groups tc + THREADS_PER_ROW * w
     let seq = sequence(wg.z);                     // the workgroup's sequence: lengths and offsets
-    let head = wg.y;
+    let head = wg.y / V_BLOCKS;                   // grid.y = Hq * V_BLOCKS, head-major
+    let v0 = (wg.y % V_BLOCKS) * V_COLS;          // the workgroup's first column of v and out
     let kv_head = head / params.group;            // grouped-query attention: Hq / Hkv heads share K/V
     let row0 = wg.x * TILE_Q;                     // the workgroup's first query row
     let row_end = min(row0 + TILE_Q, seq.len_q);  // at or below row0: a tile past the sequence's rows
@@ -462,15 +478,14 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
     // ---- section: append ----
     // A call with k_new / v_new: this row tile's workgroups of the first query head of each KV
     // head (and the first V block) store the new rows in the cache (see append_rows).
-    if (params.len_new > 0u && wg.x == 0u && head % params.group == 0u) {
+    if (params.len_new > 0u && wg.x == 0u && head % params.group == 0u && v0 == 0u) {
         append_rows(lid, seq, kv_head);
     }
 
 
     // ---- section: prologue: load Q ----
-    // The Q tile stays in sQ for the whole loop; the loop's first barrier orders the copy
-    // before its first use.
-    load_q(lid, seq, first, tile_head, 0u);
+    // With chunked head dims, sQ holds one d-chunk of Q: the main loop loads it with each chunk
+    // of K (load_q), so nothing is loaded here.
 
     if (lid == 0u) {
         // not left to the implementation's zero-fill (not every one does it); the loop's first
@@ -524,12 +539,14 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
         // this invocation's ROWS x KEYS dot products of S (zeroed by an explicit initialiser:
         // naga zero-fills a `var` without one only once, not on every pass of a loop)
         var part = array<array<qk_acc_t, KEYS>, ROWS>();
-        // -- load K/V tile
-        load_k_tile(lid, seq, kv_head, u32(j0));
-        load_v_tile(lid, seq, kv_head, u32(j0));
-        workgroupBarrier();
-
-        // -- S = Q K^T
+        // -- load K/V tile (Q and K here, d-chunk by d-chunk, each followed by its share of
+        // -- S = Q K^T; V below, for P V)
+        // for dc < D_TILES_QK (2), unrolled: one block per dc
+        {
+            const dc = 0u;
+            load_q(lid, seq, first, tile_head, dc * TILE_DQK);
+            load_k_chunk(lid, seq, kv_head, u32(j0), dc * TILE_DQK);
+            workgroupBarrier();
         for (var c = 0u; c < TILE_DQK / 4u; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
             for (var x = 0u; x < DIM_CHUNK_QK; x++) {
                 let g = c + x;  // vec4 column group of the chunk
@@ -554,7 +571,7 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
                 // for u < KEYS (4), unrolled: one block per u
                 {
                     const u = 0u;
-                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
@@ -575,7 +592,7 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
                 }
                 {
                     const u = 1u;
-                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
@@ -596,7 +613,7 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
                 }
                 {
                     const u = 2u;
-                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
@@ -617,7 +634,7 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
                 }
                 {
                     const u = 3u;
-                    let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
@@ -637,6 +654,123 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
                     }
                 }
             }
+        }
+workgroupBarrier();  // every invocation is done with sQ and sKV before the next chunk overwrites them
+        }
+        {
+            const dc = 1u;
+            load_q(lid, seq, first, tile_head, dc * TILE_DQK);
+            load_k_chunk(lid, seq, kv_head, u32(j0), dc * TILE_DQK);
+            workgroupBarrier();
+        for (var c = 0u; c < TILE_DQK / 4u; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
+            for (var x = 0u; x < DIM_CHUNK_QK; x++) {
+                let g = c + x;  // vec4 column group of the chunk
+                var qv: array<vec4<qk_acc_t>, ROWS>;
+                // for i < ROWS (4), unrolled: one block per i
+                {
+                    const i = 0u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 1u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 2u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 3u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                // for u < KEYS (4), unrolled: one block per u
+                {
+                    const u = 0u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+                {
+                    const u = 1u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+                {
+                    const u = 2u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+                {
+                    const u = 3u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 1u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 2u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                    {
+                        const i = 3u;
+                        part[i][u] += dot(qv[i], kv);
+                    }
+                }
+            }
+        }
+workgroupBarrier();  // every invocation is done with sQ and sKV before the next chunk overwrites them
         }
 
         // -- score transform and mask
@@ -1284,87 +1418,59 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
 if (p_zero) {
             atomicMax(&p_zero_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
         }
-        workgroupBarrier();  // P of the whole tile is in sP
-        // -- O += P V (and acc *= alpha, in the same pass)
+        // -- O += P V (and acc *= alpha, in the same pass), V d-chunk by d-chunk through sKV
+        // for dc < D_TILES_V (2), unrolled: one block per dc
+        {
+            const dc = 0u;
+            load_v_chunk(lid, seq, kv_head, u32(j0), v0 + dc * TILE_DV);
+            workgroupBarrier();  // the V chunk and P in workgroup memory
         // for i < ROWS (4), unrolled: one block per i
         {
             const i = 0u;
-            // for w < COL_GROUPS (4), unrolled: one block per w
+            // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][0u + w] *= alpha[i];
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][0u + w] *= alpha[i];
-            }
-            {
-                const w = 2u;
-                acc[i][0u + w] *= alpha[i];
-            }
-            {
-                const w = 3u;
-                acc[i][0u + w] *= alpha[i];
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
             const i = 1u;
-            // for w < COL_GROUPS (4), unrolled: one block per w
+            // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][0u + w] *= alpha[i];
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][0u + w] *= alpha[i];
-            }
-            {
-                const w = 2u;
-                acc[i][0u + w] *= alpha[i];
-            }
-            {
-                const w = 3u;
-                acc[i][0u + w] *= alpha[i];
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
             const i = 2u;
-            // for w < COL_GROUPS (4), unrolled: one block per w
+            // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][0u + w] *= alpha[i];
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][0u + w] *= alpha[i];
-            }
-            {
-                const w = 2u;
-                acc[i][0u + w] *= alpha[i];
-            }
-            {
-                const w = 3u;
-                acc[i][0u + w] *= alpha[i];
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
             const i = 3u;
-            // for w < COL_GROUPS (4), unrolled: one block per w
+            // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][0u + w] *= alpha[i];
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][0u + w] *= alpha[i];
-            }
-            {
-                const w = 2u;
-                acc[i][0u + w] *= alpha[i];
-            }
-            {
-                const w = 3u;
-                acc[i][0u + w] *= alpha[i];
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
         }
         // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
@@ -1396,356 +1502,188 @@ if (p_zero) {
                     {
                         const e = 0u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (4), unrolled: one block per w
+                        // for w < COL_GROUPS (2), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
                             const w = 1u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 2u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 3u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
                     {
                         const e = 1u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (4), unrolled: one block per w
+                        // for w < COL_GROUPS (2), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
                             const w = 1u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 2u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 3u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
                     {
                         const e = 2u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (4), unrolled: one block per w
+                        // for w < COL_GROUPS (2), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
                             const w = 1u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 2u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 3u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
                     {
                         const e = 3u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (4), unrolled: one block per w
+                        // for w < COL_GROUPS (2), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
                             const w = 1u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 2u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 3u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
@@ -1778,363 +1716,682 @@ if (p_zero) {
                     {
                         const e = 0u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (4), unrolled: one block per w
+                        // for w < COL_GROUPS (2), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
                             const w = 1u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 2u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 3u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
                     {
                         const e = 1u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (4), unrolled: one block per w
+                        // for w < COL_GROUPS (2), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
                             const w = 1u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 2u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 3u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
                     {
                         const e = 2u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (4), unrolled: one block per w
+                        // for w < COL_GROUPS (2), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
                             const w = 1u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 2u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 3u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
                     {
                         const e = 3u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (4), unrolled: one block per w
+                        // for w < COL_GROUPS (2), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
                             const w = 1u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 2u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 3u;
-                            let v = vec4<pv_acc_t>(sV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
                 }
             }
 }
-workgroupBarrier();  // every invocation is done with sK, sV, sP before the next tile overwrites them
+workgroupBarrier();  // every invocation is done with sKV and sP before they are overwritten
+        }
+        {
+            const dc = 1u;
+            load_v_chunk(lid, seq, kv_head, u32(j0), v0 + dc * TILE_DV);
+            workgroupBarrier();  // the V chunk and P in workgroup memory
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
+            // for w < COL_GROUPS (2), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+            }
+            {
+                const w = 1u;
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 1u;
+            // for w < COL_GROUPS (2), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+            }
+            {
+                const w = 1u;
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 2u;
+            // for w < COL_GROUPS (2), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+            }
+            {
+                const w = 1u;
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 3u;
+            // for w < COL_GROUPS (2), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+            }
+            {
+                const w = 1u;
+                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
+        // 0 * inf is NaN, and such a key must add nothing whatever its V
+        if (partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) {
+            // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
+            for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+                for (var x = 0u; x < KEY_CHUNK; x++) {
+                    let j4 = c + x;
+                    var p4: array<vec4<f32>, ROWS>;
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 1u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 2u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 3u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    // for e < 4u, unrolled: one block per e
+                    {
+                        const e = 0u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                        {
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                    {
+                        const e = 1u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                        {
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                    {
+                        const e = 2u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                        {
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                    {
+                        const e = 3u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                        {
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                }
+            }
+} else {
+            // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
+            for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+                for (var x = 0u; x < KEY_CHUNK; x++) {
+                    let j4 = c + x;
+                    var p4: array<vec4<f32>, ROWS>;
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 1u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 2u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 3u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    // for e < 4u, unrolled: one block per e
+                    {
+                        const e = 0u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                        {
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                    {
+                        const e = 1u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                        {
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                    {
+                        const e = 2u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                        {
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                    {
+                        const e = 3u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                        {
+                            const w = 1u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                }
+            }
+}
+workgroupBarrier();  // every invocation is done with sKV and sP before they are overwritten
+        }
     }
 
     // ---- section: epilogue: normalise and store ----
@@ -2223,7 +2480,7 @@ workgroupBarrier();  // every invocation is done with sK, sV, sP before the next
         if (l_i[i] > 0.0) {
             inv_l = 1.0 / l_i[i];
         }
-        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V + v0;
         // for w < ACC_GROUPS (4), unrolled: one block per w
         {
             const w = 0u;
@@ -2313,7 +2570,7 @@ workgroupBarrier();  // every invocation is done with sK, sV, sP before the next
                 out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
             }
         }
-        if (tc == 0u && params.write_lse != 0u) {  // one writer per row
+        if (tc == 0u && v0 == 0u && params.write_lse != 0u) {  // one writer per row: the first V block
             // -inf cannot be a WGSL constant: build it at run time from its bits (a var is
             // never a const-expression, so no front end folds it).
             var neg_inf_bits = NEG_INF_BITS;
@@ -2334,7 +2591,7 @@ workgroupBarrier();  // every invocation is done with sK, sV, sP before the next
         if (l_i[i] > 0.0) {
             inv_l = 1.0 / l_i[i];
         }
-        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V + v0;
         // for w < ACC_GROUPS (4), unrolled: one block per w
         {
             const w = 0u;
@@ -2424,7 +2681,7 @@ workgroupBarrier();  // every invocation is done with sK, sV, sP before the next
                 out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
             }
         }
-        if (tc == 0u && params.write_lse != 0u) {  // one writer per row
+        if (tc == 0u && v0 == 0u && params.write_lse != 0u) {  // one writer per row: the first V block
             // -inf cannot be a WGSL constant: build it at run time from its bits (a var is
             // never a const-expression, so no front end folds it).
             var neg_inf_bits = NEG_INF_BITS;
@@ -2445,7 +2702,7 @@ workgroupBarrier();  // every invocation is done with sK, sV, sP before the next
         if (l_i[i] > 0.0) {
             inv_l = 1.0 / l_i[i];
         }
-        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V + v0;
         // for w < ACC_GROUPS (4), unrolled: one block per w
         {
             const w = 0u;
@@ -2535,7 +2792,7 @@ workgroupBarrier();  // every invocation is done with sK, sV, sP before the next
                 out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
             }
         }
-        if (tc == 0u && params.write_lse != 0u) {  // one writer per row
+        if (tc == 0u && v0 == 0u && params.write_lse != 0u) {  // one writer per row: the first V block
             // -inf cannot be a WGSL constant: build it at run time from its bits (a var is
             // never a const-expression, so no front end folds it).
             var neg_inf_bits = NEG_INF_BITS;
@@ -2556,7 +2813,7 @@ workgroupBarrier();  // every invocation is done with sK, sV, sP before the next
         if (l_i[i] > 0.0) {
             inv_l = 1.0 / l_i[i];
         }
-        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V;
+        let o_base = ((seq.q_row0 + row) * params.heads_q + head_i) * HEAD_DIM_V + v0;
         // for w < ACC_GROUPS (4), unrolled: one block per w
         {
             const w = 0u;
@@ -2646,7 +2903,7 @@ workgroupBarrier();  // every invocation is done with sK, sV, sP before the next
                 out[o_base + col + e] = elem_t(select(o[e], nan, row_bad[i]));
             }
         }
-        if (tc == 0u && params.write_lse != 0u) {  // one writer per row
+        if (tc == 0u && v0 == 0u && params.write_lse != 0u) {  // one writer per row: the first V block
             // -inf cannot be a WGSL constant: build it at run time from its bits (a var is
             // never a const-expression, so no front end folds it).
             var neg_inf_bits = NEG_INF_BITS;

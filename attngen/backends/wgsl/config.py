@@ -293,7 +293,8 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
     whole head dims first (Q resident) then chunks of tile d columns (the spec's d as given,
     else the widest that fits), rows padded first, then unpadded.
     """
-    row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v), dtype=spec.dtype)
+    row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v), dtype=spec.dtype,
+                              schedule="split" if spec.schedule.is_split else "fused")
     max_inv = profile.limit("invocations_per_workgroup")
     tile_q = spec.tile.q if spec.tile.q is not None else row["tile_q"]
     given_kv, given_d = spec.tile.kv, spec.tile.d

@@ -33,12 +33,22 @@ def _shape(c):
 
 @pytest.mark.parametrize("dtype, head_dim, cols", [("f32", 64, 8), ("f16", 128, 16), ("f32", 128, 16)])
 def test_gpu_profile_picks_4_rows_by_4_keys(dtype, head_dim, cols):
-    """wgpu-vulkan-nvidia: 64 x 32 tiles, 8 invocations per row (within a subgroup of 32),
-    4 rows each: a 4 x 4 block of S and 4 rows x head_dim / 8 columns of acc, 128 invocations."""
+    """wgpu-vulkan-nvidia, fused kernels: 128 x 32 tiles, 8 invocations per row (within a
+    subgroup of 32), 4 rows each: a 4 x 4 block of S and 4 rows x head_dim / 8 columns of acc,
+    256 invocations (the head dims stream through workgroup memory in chunks)."""
     c = plan(spec_of(f"head_dim {head_dim}\n dtype {dtype}\n mask causal"), "wgsl", "wgpu-vulkan-nvidia").config
-    assert (c.tile_q, c.tile_kv, c.workgroup) == (64, 32, 128)
+    assert (c.tile_q, c.tile_kv, c.workgroup) == (128, 32, 256)
     assert _shape(c) == (8, 4, 4, cols) and c.reduction == "subgroup"
     assert c.smem_bytes <= 49152
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32"])
+def test_gpu_profile_split_schedules_keep_64_rows(dtype):
+    """The q128 row is for fused kernels (`schedule = "fused"`): decode (split_kv, a few rows
+    per KV head) keeps 64 x 32 tiles and 128 invocations."""
+    c = plan(spec_of(f"head_dim 128\n heads q=32 kv=8\n dtype {dtype}\n schedule split_kv(auto)"), "wgsl",
+             "wgpu-vulkan-nvidia").config
+    assert (c.tile_q, c.tile_kv, c.workgroup) == (64, 32, 128)
 
 
 @pytest.mark.parametrize("head_dim", [32, 64])
@@ -86,9 +96,9 @@ def test_check_and_ir_show_the_sub_block(tmp_path):
 def test_source_names_the_sub_block():
     src = emit_plan(plan(spec_of("head_dim 64\n dtype f32"), "wgsl", "wgpu-vulkan-nvidia")).source
     for line in ("const ROWS: u32 = 4u;", "const KEYS: u32 = 4u;", "const THREADS_PER_ROW: u32 = 8u;",
-                 "const ROW_GROUPS: u32 = 16u;", "Register tiling: sub-block 4 row(s) x 4 key(s)"):
+                 "const ROW_GROUPS: u32 = 32u;", "Register tiling: sub-block 4 row(s) x 4 key(s)"):
         assert line in src, line
-    assert "var<workgroup> sQ: array<vec4<elem_t>" in src and "var<workgroup> sK: array<vec4<elem_t>" in src
+    assert "var<workgroup> sQ: array<vec4<elem_t>" in src and "var<workgroup> sKV: array<vec4<elem_t>" in src
     assert "dot(qv[i], kv)" in src  # one vec4 of K serves ROWS rows
 
 
