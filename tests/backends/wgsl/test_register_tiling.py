@@ -52,10 +52,13 @@ def test_gpu_profile_split_schedules_keep_64_rows(dtype):
 
 
 @pytest.mark.parametrize("head_dim", [32, 64])
-def test_gpu_profile_f16_up_to_d64_takes_one_row_per_invocation(head_dim):
-    """wgpu-vulkan-nvidia's f16-only row up to d64 (`dtype`, `rows_per_invocation` = 1; tune's
-    winner on the H100): 32 x 16 tiles, 4 invocations per row, one row each, 128 invocations."""
-    c = plan(spec_of(f"head_dim {head_dim}\n dtype f16"), "wgsl", "wgpu-vulkan-nvidia").config
+def test_gpu_profile_f16_decode_up_to_d64_takes_one_row_per_invocation(head_dim):
+    """wgpu-vulkan-nvidia's f16 split-schedule row up to d64 (`dtype`, `schedule`,
+    `rows_per_invocation` = 1): 32 x 16 tiles, 4 invocations per row, one row each, 128
+    invocations; the fused f16 kernels take the q128 row."""
+    fused = plan(spec_of(f"head_dim {head_dim}\n dtype f16"), "wgsl", "wgpu-vulkan-nvidia").config
+    assert (fused.tile_q, fused.tile_kv, fused.workgroup) == (128, 32, 256)
+    c = plan(spec_of(f"head_dim {head_dim}\n dtype f16\n schedule split_kv(auto)"), "wgsl", "wgpu-vulkan-nvidia").config
     assert (c.tile_q, c.tile_kv, c.workgroup) == (32, 16, 128)
     assert _shape(c)[:3] == (4, 1, 4) and c.reduction == "subgroup"
 
