@@ -32,9 +32,7 @@ def test_diagnostics_are_capped_and_linear():
     t0 = time.perf_counter()
     err = _error(text)
     message = str(err)
-    # a guard against the quadratic cost (35 s), not a speed test: generous for a loaded machine
-    # (2 s failed once with 16 test workers on the GPU machine: 2.02 s)
-    assert time.perf_counter() - t0 < 10.0
+    assert time.perf_counter() - t0 < 2.0
     assert len(err.diagnostics) >= 1
     shown = [ln for ln in message.splitlines() if ": error: " in ln]
     assert len(shown) <= MAX_SHOWN
@@ -53,11 +51,11 @@ def test_diagnostics_are_capped_and_linear():
     "".join(f"attention a{i} {{ head_dim 63\n dtype f16 }}\n" for i in range(30000)),
     "@" * 1_000_000,
 ], ids=["one long line", "many bad keys", "many blocks", "garbage"])
-def test_a_megabyte_of_hostile_text_is_refused_quickly(text):
+def test_a_megabyte_of_hostile_text_is_refused_in_under_a_second(text):
     assert len(text) >= 800_000
     t0 = time.perf_counter()
     err = _error(text)
-    assert time.perf_counter() - t0 < 5.0  # linear work (about 0.1-0.5 s); a guard, not a speed test
+    assert time.perf_counter() - t0 < 1.0
     assert len(err.diagnostics) == 1
     assert str(err).count("^") == 1
 
