@@ -466,12 +466,12 @@ class CudaKernel(Kernel):
         if bm is not None:
             values.update(cuda_args.mask_values(bm, dev))  # its arrays are slots: the addresses come per call
         shapes = cuda_args.workspace_shapes(self.plan, launch)
+        persistent = cuda_args.persistent_words(self.plan, launch)
         layout, ws_bytes = workspace_layout(shapes)
         if "ws_s" in shapes:
             values["s_stride"] = max(launch.len_k, 1)
         slots = frozenset(list(named) + list(given) + ["out", "lse", "mask_bool", "mask_add", "mask_counts",
-                                                       "mask_tiles"] + list(shapes)
-                          + [w.name for w in self.plan.workspaces if w.persistent])
+                                                       "mask_tiles"] + list(shapes) + list(persistent))
         launches = [] if launch.empty else [
             Packed(self._function(dev, entry), grid, threads, smem, params, values, slots)
             for entry, params, grid, threads, smem in cuda_args.launches(self.plan, launch)]
@@ -484,8 +484,8 @@ class CudaKernel(Kernel):
                       alloc_out=_allocator(kind, dev, out_shape, self.plan.dtype),
                       alloc_lse=_allocator(kind, dev, lse_shape, "f32") if return_lse else None,
                       alloc_ws=_allocator(kind, dev, (ws_bytes // 4,), "f32") if ws_bytes else None,
-                      stream=_stream_getter(kind, dev), persistent=cuda_args.persistent_words(self.plan, launch),
-                      zeros=_zeros(kind, dev))
+                      stream=_stream_getter(kind, dev), persistent=persistent,
+                      zeros=_zeros(kind, dev) if persistent else None)
 
     def _run(self, recipe: Recipe, ptrs: dict, out, return_lse: bool):
         """Allocate the outputs and workspace of a call (in q's framework, on its GPU) and launch

@@ -38,8 +38,8 @@ _TYPES_DOC = {
     "f16 packed": ["Storage is f16 packed in u32 words (no shader-f16; section memory): elem_t, the",
                    "type of the tiles in workgroup memory, is f32, and so is all arithmetic."],
 }
-_PACKED = ("q", "k", "v", "kv_new")
-_VECTOR_READ = ("q", "k", "v")  # bound as arrays of 4 elements (vec4<elem_t>, or vec2<u32> packed)  # read through <name>_elem(i) when f16 is packed; out: store_out
+_PACKED = ("q", "k", "v", "kv_new")  # u32 words when f16 is packed (read by <name>_vec); out: store_out
+_VECTOR_READ = ("q", "k", "v")  # bound as arrays of 4 elements (vec4<elem_t>, or vec2<u32> packed)
 
 
 def _fields(plan: KernelPlan) -> list[dict]:
