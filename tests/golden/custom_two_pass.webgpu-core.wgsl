@@ -514,7 +514,9 @@ fn attngen_custom_two_pass(@builtin(local_invocation_index) lid: u32, @builtin(w
                      + select(0u, head, params.mask_heads > 1u);
     let list = mask_slice * params.mask_qtiles + q_tile;
     let mask_base = mask_slice * params.mask_len_q * params.mask_len_k;  // its element (0, 0) in the data
-    let n_live = select(0, i32(mask[params.mask_counts + list]), has_rows);  // entries in the list
+    // (at most the mask's K/V tiles, whatever its words hold: every loop ends by its own bound)
+    let list_len = i32(min(mask[params.mask_counts + list], params.mask_kvtiles));
+    let n_live = select(0, list_len, has_rows);  // entries in the list
     // ---- section: KV split: this workgroup's consecutive share of the list's entries ----
     // Split s visits list positions [s * per_split, (s + 1) * per_split) clipped to the list:
     // every live tile belongs to exactly one split; trailing splits may get none (then their
@@ -563,7 +565,8 @@ fn attngen_custom_two_pass(@builtin(local_invocation_index) lid: u32, @builtin(w
                 for (var u = 0u; u < KEYS; u++) {
                     let kv = vec4<qk_acc_t>(sK[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
                     for (var i = 0u; i < ROWS; i++) {
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
             }
@@ -785,7 +788,9 @@ fn attngen_custom_two_pass_pv(@builtin(local_invocation_index) lid: u32, @builti
                      + select(0u, head, params.mask_heads > 1u);
     let list = mask_slice * params.mask_qtiles + q_tile;
     let mask_base = mask_slice * params.mask_len_q * params.mask_len_k;  // its element (0, 0) in the data
-    let n_live = select(0, i32(mask[params.mask_counts + list]), has_rows);  // entries in the list
+    // (at most the mask's K/V tiles, whatever its words hold: every loop ends by its own bound)
+    let list_len = i32(min(mask[params.mask_counts + list], params.mask_kvtiles));
+    let n_live = select(0, list_len, has_rows);  // entries in the list
     // ---- section: KV split: this workgroup's consecutive share of the list's entries ----
     // Split s visits list positions [s * per_split, (s + 1) * per_split) clipped to the list:
     // every live tile belongs to exactly one split; trailing splits may get none (then their

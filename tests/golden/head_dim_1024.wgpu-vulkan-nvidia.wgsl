@@ -561,19 +561,23 @@ fn attngen_head_dim_1024(@builtin(local_invocation_index) lid: u32, @builtin(wor
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -582,19 +586,23 @@ fn attngen_head_dim_1024(@builtin(local_invocation_index) lid: u32, @builtin(wor
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -603,19 +611,23 @@ fn attngen_head_dim_1024(@builtin(local_invocation_index) lid: u32, @builtin(wor
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -624,19 +636,23 @@ fn attngen_head_dim_1024(@builtin(local_invocation_index) lid: u32, @builtin(wor
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
             }
@@ -676,19 +692,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -697,19 +717,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -718,19 +742,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -739,19 +767,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
             }
@@ -791,19 +823,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -812,19 +848,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -833,19 +873,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -854,19 +898,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
             }
@@ -906,19 +954,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -927,19 +979,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -948,19 +1004,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -969,19 +1029,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
             }

@@ -576,19 +576,23 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -597,19 +601,23 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -618,19 +626,23 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -639,19 +651,23 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
             }

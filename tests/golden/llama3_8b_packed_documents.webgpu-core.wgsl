@@ -501,7 +501,9 @@ fn attngen_llama3_8b_packed_documents(@builtin(local_invocation_index) lid: u32,
                      + select(0u, head, params.mask_heads > 1u);
     let list = mask_slice * params.mask_qtiles + wg.x;
     let mask_base = mask_slice * params.mask_len_q * params.mask_len_k;  // its element (0, 0) in the data
-    let n_tiles = select(0, i32(mask[params.mask_counts + list]), has_rows);
+    // (at most the mask's K/V tiles, whatever its words hold: every loop ends by its own bound)
+    let list_len = i32(min(mask[params.mask_counts + list], params.mask_kvtiles));
+    let n_tiles = select(0, list_len, has_rows);
 
     // Per row i of this invocation (tile row tr + ROW_GROUPS * i):
     var m_i: array<f32, ROWS>;          // running max of the row's scores (log2 domain); MASKED = none yet
@@ -544,7 +546,8 @@ fn attngen_llama3_8b_packed_documents(@builtin(local_invocation_index) lid: u32,
                 for (var u = 0u; u < KEYS; u++) {
                     let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
                     for (var i = 0u; i < ROWS; i++) {
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
             }

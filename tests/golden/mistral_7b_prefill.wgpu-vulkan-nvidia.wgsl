@@ -575,19 +575,23 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -596,19 +600,23 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -617,19 +625,23 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -638,19 +650,23 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
             }
@@ -690,19 +706,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -711,19 +731,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -732,19 +756,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
                 {
@@ -753,19 +781,23 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                     // for i < ROWS (4), unrolled: one block per i
                     {
                         const i = 0u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 1u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 2u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                     {
                         const i = 3u;
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
             }

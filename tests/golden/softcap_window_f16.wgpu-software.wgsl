@@ -540,7 +540,8 @@ fn attngen_softcap_window_f16(@builtin(local_invocation_index) lid: u32, @builti
                 for (var u = 0u; u < KEYS; u++) {
                     let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
                     for (var i = 0u; i < ROWS; i++) {
-                        part[i][u] += dot(qv[i], kv);
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
             }

@@ -18,6 +18,7 @@ from __future__ import annotations
 from ...lang.options import Option, TargetSchema
 from ..base import Backend, warm_up
 from ...plan.kernel_plan import Problem
+from .lower import RUNTIME_CHECKS
 
 _NP = {"f16": "float16", "f32": "float32"}
 
@@ -86,6 +87,8 @@ class WgslBackend(Backend):
             f"workgroup memory: {plan.smem_bytes} bytes ({c.smem_summary})",
             f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
             f"features: {', '.join(plan.features) or 'none'}",
+            f"wgpu runtime checks: {plan.details.runtime_checks} ({RUNTIME_CHECKS[plan.details.runtime_checks]}; "
+            "the profile's dialect, wgpu-native only)",
         ]
 
     def tune_space(self, spec):

@@ -282,6 +282,41 @@ def _matches(profile: Profile, info: dict) -> bool:
     return True
 
 
+# wgpu-native's WGPUShaderRuntimeChecks bits (wgpu.h) for each `[dialect] runtime_checks` mode
+# (lower.RUNTIME_CHECKS); "all" takes the plain create_shader_module.
+_CHECK_BITS = {"bounds": 0x1, "none": 0x0}  # BoundsChecks; ForceLoopBounding (0x2) is off in both
+
+
+def create_module(dev, label: str, code: str, runtime_checks: str = "all"):
+    """The shader module of `code`, keeping the runtime checks the plan asks for (its profile's
+    `[dialect] runtime_checks`). wgpu-native takes the choice through
+    wgpuDeviceCreateShaderModuleTrusted, which wgpu-py 0.32 does not wrap: it is called through
+    wgpu-py's own cffi handles, with the same error handling as create_shader_module. Dawn
+    (wgpudawn, browsers) offers no such choice and keeps its checks. Where wgpu-py lacks the
+    handles (another version), the module keeps every check, with a warning: the results are
+    the same, only slower."""
+    if runtime_checks == "all" or DAWN:
+        return dev.create_shader_module(label=label, code=code)
+    try:
+        from wgpu.backends.wgpu_native import _api
+        create = _api.libf.wgpuDeviceCreateShaderModuleTrusted
+    except (ImportError, AttributeError):
+        import warnings
+        warnings.warn(f"this wgpu-py ({getattr(wgpu, '__version__', '?')}) does not expose "
+                      "wgpuDeviceCreateShaderModuleTrusted: the kernel keeps wgpu's runtime checks "
+                      f"(asked: {runtime_checks})", RuntimeWarning, stacklevel=2)
+        return dev.create_shader_module(label=label, code=code)
+    src = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))
+    src[0].chain.next = _api.ffi.NULL
+    src[0].chain.sType = _api.lib.WGPUSType_ShaderSourceWGSL
+    desc = _api.new_struct_p("WGPUShaderModuleDescriptor *", nextInChain=_api.ffi.cast("WGPUChainedStruct *", src),
+                             label=_api.to_c_string_view(label))
+    handle = create(dev._internal, desc, _CHECK_BITS[runtime_checks])
+    if handle == _api.ffi.NULL:
+        raise RuntimeError("Shader module creation failed")
+    return _api.GPUShaderModule(label, handle, dev)
+
+
 def naga_dialect(profile: Profile) -> Profile:
     """The profile as the runtime's compiler takes it: naga (wgpu) rejects `enable subgroups;`
     (wgpu 0.32), Tint (Dawn) requires it before subgroup built-ins. A profile whose dialect

@@ -30,8 +30,8 @@ from ...runtime.cache import cache_key, cached
 from ...runtime.kernel import Kernel
 from .blockmask import build_block_mask
 from .adapter import (
-    NP_DTYPES, SENTINEL, WGPU_FEATURE, WgslTensor, _DeviceState, adapter_profile, device_state, naga_dialect, padded,
-    wgpu,
+    NP_DTYPES, SENTINEL, WGPU_FEATURE, WgslTensor, _DeviceState, adapter_profile, create_module, device_state,
+    naga_dialect, padded, wgpu,
 )
 from .launch import call
 
@@ -60,6 +60,14 @@ def _check_device(plan, st: _DeviceState, adapter: Profile) -> None:
             raise LaunchError(f"kernel '{plan.spec.name}' reduces {plan.config.threads_per_row} invocations "
                               f"per row with subgroup shuffles, but {who} guarantees subgroups of only "
                               f"{guaranteed}")
+    if st.loop_budget is not None and plan.details.runtime_checks != "all":
+        # llvmpipe ends all loops of a shader after LLVMPIPE_LOOP_BUDGET iterations; only with wgpu's
+        # loop bounding does that cut end the main loop where the epilogue sees it (measured: long
+        # rows came back wrong, not refused, with runtime_checks "bounds" or "none")
+        raise LaunchError(f"kernel '{plan.spec.name}' is planned with wgpu's runtime checks "
+                          f"'{plan.details.runtime_checks}' (profile {plan.profile}), but on {who} (Mesa's "
+                          "llvmpipe, which cuts long loops short) the kernels need wgpu's loop bounding to "
+                          "detect the cut: use a profile with [dialect] runtime_checks = \"all\"")
     for value, key, what in ((plan.smem_bytes, "workgroup_storage_bytes", "bytes of workgroup memory"),
                              (plan.threads, "invocations_per_workgroup", "invocations per workgroup")):
         limit = st.device_limit(key)
@@ -108,7 +116,7 @@ def compile_kernel(backend, spec: AttentionSpec, profile: Profile | str | None =
 
     dev = st.device
     try:
-        module = dev.create_shader_module(label=plan.entry, code=source)
+        module = create_module(dev, plan.entry, source, plan.details.runtime_checks)
         # one pipeline per entry point, in dispatch order, each with a layout of its own bindings
         pipeline = []
         for role, entry, params, grid in [("attention", plan.entry, plan.params, plan.grid)] + [

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Entry, Lowered, Param, Workspace
-from ...plan.profiles import Profile
+from ...plan.profiles import Profile, ProfileError
 from ...plan.schedule import WORKSPACE_FILL, main_grid
 
 COMBINE_WORKGROUP = 64  # invocations of the combine entry point: one (query row, head) each
@@ -45,6 +45,28 @@ class WgslDetails:
     directives: tuple  # `enable ...;` lines the source needs
     f16_packed: bool = False  # f16 tensors as pairs in u32 words (WgslConfig.f16_packed)
     unroll_sub_block: bool = False  # the source's sub-block loops unrolled (the profile's dialect; unroll.py)
+    runtime_checks: str = "all"  # wgpu's own shader checks the module keeps (the profile's dialect; RUNTIME_CHECKS)
+
+
+# `[dialect] runtime_checks`: which of wgpu's (naga's) own runtime checks the shader module keeps,
+# where the runtime is wgpu-native (adapter.create_module; Dawn and browsers take no such choice).
+# "all" (the default): every array index clamped into its array and every loop given a hidden
+# iteration counter ("loop bounding"). "bounds": the index clamps only; attngen's loops all end by
+# their own bounds (counts from params, the plan's constants, or mask counts clamped to the
+# mask's tiles), so the counter guards nothing. "none": neither; the kernels guard every index
+# themselves (integer inputs are checked on the host before a WGSL launch).
+RUNTIME_CHECKS = {"all": "every index clamped and every loop bounded: wgpu's default",
+                  "bounds": "index clamps kept, loop bounding off",
+                  "none": "no index clamps, no loop bounding"}
+
+
+def runtime_checks(profile: Profile) -> str:
+    """The profile's `[dialect] runtime_checks`, checked."""
+    mode = profile.section("dialect").get("runtime_checks", "all")
+    if mode not in RUNTIME_CHECKS:
+        raise ProfileError(f"profile {profile.name}: [dialect] runtime_checks = {mode!r}; expected one of "
+                         f"{', '.join(repr(m) for m in RUNTIME_CHECKS)}")
+    return mode
 
 # binding number, name, dtype ("elem" = the storage dtype), shape, access, optional, doc
 _BINDINGS = {
@@ -229,5 +251,6 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
         workspaces=workspaces(spec),
         details=WgslDetails(uniform_fields=uniform_fields(spec), directives=tuple(directives),
                             f16_packed=cfg.f16_packed,
-                            unroll_sub_block=bool(profile.section("dialect").get("unroll_sub_block", False))),
+                            unroll_sub_block=bool(profile.section("dialect").get("unroll_sub_block", False)),
+                            runtime_checks=runtime_checks(profile)),
     )

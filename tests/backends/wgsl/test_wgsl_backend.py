@@ -433,10 +433,84 @@ def test_device_check_takes_the_adapter_profiles_subgroup_range():
     from attngen.backends.wgsl.kernel import _check_device
 
     st = SimpleNamespace(info={"device": "GPU"}, features=set(), subgroup_problem=None, subgroup_min=4,
-                         device_limit=lambda key: 1 << 30)
+                         device_limit=lambda key: 1 << 30, loop_budget=None)
     plan_ = SimpleNamespace(features=(), spec=SimpleNamespace(name="t"), smem_bytes=0, threads=256,
-                            config=SimpleNamespace(subgroups=True, threads_per_row=8))
+                            config=SimpleNamespace(subgroups=True, threads_per_row=8),
+                            details=SimpleNamespace(runtime_checks="bounds"))
     nvidia = SimpleNamespace(features={"subgroup_min_size": 32})
     _check_device(plan_, st, nvidia)  # 8 invocations per row within NVIDIA's 32-wide subgroups
     with pytest.raises(LaunchError, match="guarantees subgroups of only 4"):
         _check_device(plan_, st, SimpleNamespace(features={"subgroup_min_size": 4}))
+
+
+# ---- wgpu's own runtime checks (the profile's [dialect] runtime_checks) ---------------------------
+
+def test_runtime_checks_come_from_the_profile_dialect():
+    from attngen import backends
+    from attngen.api import get_profile
+    from attngen.plan.profiles import ProfileError
+    spec = spec_of("head_dim 64\n dtype f32\n mask causal")
+    assert plan(spec, "wgsl", "webgpu-core").details.runtime_checks == "all"
+    assert plan(spec, "wgsl", "wgpu-vulkan-nvidia").details.runtime_checks == "bounds"
+    nvidia = get_profile("wgpu-vulkan-nvidia", "wgsl")
+    bad = nvidia.narrowed(name="bad", sections={"dialect": {"runtime_checks": "some"}})
+    with pytest.raises(ProfileError, match=r"profile bad: \[dialect\] runtime_checks = 'some'; expected one of "
+                                           r"'all', 'bounds', 'none'"):
+        plan(spec, "wgsl", bad)
+    shown = "\n".join(backends.get("wgsl").describe(plan(spec, "wgsl", nvidia)))
+    assert "wgpu runtime checks: bounds (index clamps kept, loop bounding off" in shown
+
+
+@pytest.mark.parametrize("body", [
+    "head_dim 40\n dtype f32\n heads q=6 kv=2\n mask causal(bottom_right)\n tile q=16",
+    "head_dim 64\n dtype f16\n mask window(left=5, right=2)\n softcap 20.0",
+])
+def test_runtime_checks_do_not_change_results(rt, body):
+    """The same kernel with every check, with the index clamps only and with none: the same bits
+    (attngen's kernels guard every index and end every loop themselves)."""
+    spec = spec_of(body)
+    live = rt.adapter_profile()
+    q, k, v = inputs(spec, 2, 113, 7 if "bottom_right" in body else 113, 6 if "kv=2" in body else 1,
+                     2 if "kv=2" in body else 1, seed=5)
+    outs = {}
+    for mode in ("all", "bounds", "none"):
+        prof = live.narrowed(name=f"{live.name}-checks-{mode}", sections={"dialect": {"runtime_checks": mode}})
+        if mode != "all" and rt.device_state().loop_budget is not None:
+            # llvmpipe: refused (its cut of long loops is detected only with wgpu's loop bounding)
+            with pytest.raises(LaunchError, match="need wgpu's loop bounding to detect the cut"):
+                rt.compile_kernel(spec, prof)
+            continue
+        kernel = rt.compile_kernel(spec, prof)
+        assert kernel.plan.details.runtime_checks == mode
+        outs[mode] = kernel(q, k, v, return_lse=True)
+    assert relative_error(outs["all"][0], reference(spec, q, k, v)) <= tolerance(spec)
+    for mode in set(outs) - {"all"}:
+        for a, b in zip(outs["all"], outs[mode]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_create_module_without_checks_builds_and_reports_like_the_plain_one(rt):
+    """adapter.create_module's trusted path (wgpuDeviceCreateShaderModuleTrusted through wgpu-py's
+    cffi handles) on the live adapter: a module that runs, and a bad shader raises as
+    create_shader_module does (the kernels themselves take it only off llvmpipe)."""
+    from attngen.backends.wgsl.adapter import create_module, wgpu  # wgpu or wgpudawn, as the runtime
+    dev = rt.device_state().device
+    code = ("@group(0) @binding(0) var<storage, read_write> x: array<u32>;\n"
+            "@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3<u32>) {\n"
+            "    for (var i = 0u; i < 3u; i++) { x[g.x] += g.x; }\n}\n")
+    for mode in ("all", "bounds", "none"):
+        module = create_module(dev, f"probe-{mode}", code, mode)
+        pipe = dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+        buf = dev.create_buffer(size=4 * 64, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+        group = dev.create_bind_group(layout=pipe.get_bind_group_layout(0),
+                                      entries=[{"binding": 0, "resource": {"buffer": buf}}])
+        enc = dev.create_command_encoder()
+        cp = enc.begin_compute_pass()
+        cp.set_pipeline(pipe)
+        cp.set_bind_group(0, group)
+        cp.dispatch_workgroups(1)
+        cp.end()
+        dev.queue.submit([enc.finish()])
+        np.testing.assert_array_equal(np.frombuffer(dev.queue.read_buffer(buf), np.uint32), 3 * np.arange(64))
+        with pytest.raises(wgpu.GPUError, match="expected"):
+            create_module(dev, f"broken-{mode}", code.replace("fn main(", "fn main(("), mode)

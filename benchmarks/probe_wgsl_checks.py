@@ -1,0 +1,103 @@
+"""What wgpu's own shader runtime checks cost attngen's WGSL kernels (issue 13).
+
+    python3 benchmarks/probe_wgsl_checks.py [--lengths 1024,4096] [--dims 64,128] [--dtypes f32,f16]
+                                            [--masks none,causal] [--tokens 16384]
+
+wgpu (naga) adds two runtime checks to every shader it is given: every array index is clamped
+into the array ("bounds checks": a min per workgroup-memory access, an arrayLength clamp per
+storage access) and every loop carries a hidden iteration counter that ends it after 2^64 passes
+("loop bounding"). wgpu-native offers wgpuDeviceCreateShaderModuleTrusted, which takes the checks to
+keep. attngen's kernels guard every index themselves (the equivalence and fuzz suites read past no
+tensor), so the checks are a second guard. This probe compiles the suite's kernels four ways (all
+checks, none, bounds only, loop bounding only), checks each output against the checked kernel's,
+and prints TFLOP/s side by side: whether the checks are worth dropping on a native adapter.
+It changes nothing in attngen.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+import attngen
+from attngen.backends import wgsl
+from attngen.backends.wgsl import kernel as wgsl_kernel
+from attngen.backends.wgsl.adapter import device_state
+from attngen.reference import relative_error
+
+TOKENS, HEADS = 16384, 16
+BOUNDS, LOOPS = 0x1, 0x2  # WGPUShaderRuntimeChecks_BoundsChecks, _ForceLoopBounding
+MODES = {"checked": None, "none": 0, "bounds only": BOUNDS, "loops only": LOOPS}
+
+
+def trusted_factory(device, checks: int):
+    """device.create_shader_module for WGSL through wgpuDeviceCreateShaderModuleTrusted."""
+    from wgpu.backends.wgpu_native import _api
+
+    def create(*, label: str = "", code: str, **_):
+        src = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))
+        src[0].chain.next = _api.ffi.NULL
+        src[0].chain.sType = _api.lib.WGPUSType_ShaderSourceWGSL
+        desc = _api.new_struct_p("WGPUShaderModuleDescriptor *",
+                                 nextInChain=_api.ffi.cast("WGPUChainedStruct *", src),
+                                 label=_api.to_c_string_view(label))
+        mid = _api.libf.wgpuDeviceCreateShaderModuleTrusted(device._internal, desc, checks)
+        if mid == _api.ffi.NULL:
+            raise RuntimeError("shader module creation failed")
+        return _api.GPUShaderModule(label, mid, device)
+    return create
+
+
+def spec_text(dtype: str, d: int, mask: str) -> str:
+    lines = [f"head_dim {d}", f"heads q={HEADS} kv={HEADS}", f"dtype {dtype}"]
+    if mask == "causal":
+        lines.append("mask causal")
+    return "attention probe {\n " + "\n ".join(lines) + "\n}\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--lengths", default="1024,4096")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--dtypes", default="f32,f16")
+    ap.add_argument("--masks", default="none,causal")
+    ap.add_argument("--tokens", type=int, default=TOKENS, help="B L (default %(default)s)")
+    args = ap.parse_args()
+    backend = wgsl.BACKEND
+    dev_obj = device_state().device
+    original = dev_obj.create_shader_module
+    for d in (int(x) for x in args.dims.split(",")):
+        rng = np.random.default_rng(d)
+        host = [rng.standard_normal((args.tokens, HEADS, d), dtype=np.float32).astype(np.float16) for _ in range(3)]
+        for dtype in args.dtypes.split(","):
+            np_dt = np.float16 if dtype == "f16" else np.float32
+            for L in (int(x) for x in args.lengths.split(",")):
+                shape = (args.tokens // L, L, HEADS, d)
+                dev = [wgsl.WgslTensor.from_numpy(a.reshape(shape).astype(np_dt)) for a in host]
+                for mask in args.masks.split(","):
+                    flops = 4.0 * shape[0] * HEADS * L * L * d / (2 if mask == "causal" else 1)
+                    ref, cells = None, []
+                    for label, checks in list(MODES.items()) + [("checked again", None)]:
+                        try:
+                            wgsl_kernel._PIPELINES.clear()
+                            dev_obj.create_shader_module = (original if checks is None
+                                                            else trusted_factory(dev_obj, checks))
+                            kern = attngen.compile(attngen.parse(spec_text(dtype, d, mask))[0], target="wgsl")
+                            out = kern(*dev).numpy()
+                            ref = out if ref is None else ref
+                            err = relative_error(out.astype(np.float32), ref.astype(np.float32))
+                            ms = backend.time_call(kern, tuple(dev), {}, 5)
+                            cells.append(f"{label} {flops / ms / 1e9:6.2f} TFLOP/s {ms:.3g} ms ({err:.0e})")
+                        except Exception as e:  # noqa: BLE001 - a refused or failing variant: say so, go on
+                            cells.append(f"{label} n/a ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+                        finally:
+                            dev_obj.create_shader_module = original
+                    print(f"{dtype} d{d} L{L} {mask:6s} | " + " | ".join(cells), flush=True)
+                for t in dev:
+                    t.buffer.destroy()
+    wgsl_kernel._PIPELINES.clear()
+
+
+if __name__ == "__main__":
+    main()
