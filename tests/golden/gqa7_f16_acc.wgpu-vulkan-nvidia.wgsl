@@ -15,10 +15,10 @@
 //       schedule   fused
 //       kv_cache   contiguous
 //       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
-//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=128 kv=32, workgroup 256 (32 row groups x 8 invocations per row), sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation, row max and sum over subgroup shuffles.
+// Plan: tile q=128 kv=32, workgroup 256 (32 row groups x 8 invocations per row), sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation, row max and sum over subgroup shuffles, the next tiles prefetched into registers.
 // Scale 0.1; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
 // Workgroup memory: 40208 bytes (each buffer 16-byte aligned):
 //   sQ          at      0: 128 x 68 f16 (one d-chunk of the Q tile)
@@ -68,6 +68,11 @@ const ACC_GROUPS: u32 = 4u;       // vec4 column groups of acc per invocation in
 const Q_STRIDE: u32 = 17u;        // vec4 per row of sQ
 const K_STRIDE: u32 = 17u;        // vec4 per row of sK
 const V_STRIDE: u32 = 16u;        // vec4 per row of sV
+// Registers (vec4) per invocation holding the next step's tiles (section prefetch): each of the
+// WORKGROUP_SIZE invocations copies item lid + n * WORKGROUP_SIZE of a tile, n < *_ITEMS.
+const K_ITEMS: u32 = 2u;
+const V_ITEMS: u32 = 2u;
+const Q_ITEMS: u32 = 8u;
 const P_STRIDE: u32 = 9u;        // vec4 (4 consecutive keys) per row of sP
 // Loops over the dims run in chunks of at most 8 vec4 iterations. Mesa's software
 // Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops all loops of a
@@ -522,6 +527,128 @@ fn attngen_gqa7_f16_acc(@builtin(local_invocation_index) lid: u32, @builtin(work
         m_i[i] = MASKED;
     }
 
+    // ---- section: prefetch ----
+    // The next step's tiles are loaded from global memory into registers (next_*) while the
+    // current step's math runs, and stored into workgroup memory at the top of their own step:
+    // the loads' latency hides behind the products instead of stalling every invocation after
+    // each copy. Steps per K/V tile: Q and K chunks, then V chunks.
+    var next_q: array<vec4<elem_t>, Q_ITEMS>;
+    var next_k: array<vec4<elem_t>, K_ITEMS>;
+    var next_v: array<vec4<elem_t>, V_ITEMS>;
+    if (n_tiles > 0) {
+        let jf = u32((tile_first + 0) * i32(TILE_KV));
+        // for n < Q_ITEMS (8), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+}
+
     // ---- section: main loop over K/V tiles ----
     // The loop ends with one extra, empty pass. A driver that silently cuts long-running loops
     // short (Mesa's llvmpipe ends all loops of a shader after 65535 iterations in total) exits
@@ -538,12 +665,190 @@ fn attngen_gqa7_f16_acc(@builtin(local_invocation_index) lid: u32, @builtin(work
         var part = array<array<qk_acc_t, KEYS>, ROWS>();
         // -- load K/V tile (Q and K here, d-chunk by d-chunk, each followed by its share of
         // -- S = Q K^T; V below, for P V)
-        // for dc < D_TILES_QK (2), unrolled: one block per dc
+        {  // chunk 0: the prefetched Q and K chunks into workgroup memory, then fetch the next step's
+        // for n < Q_ITEMS (8), unrolled: one block per n
         {
-            const dc = 0u;
-            load_q(lid, seq, first, tile_head, dc * TILE_DQK);
-            load_k_chunk(lid, seq, kv_head, u32(j0), dc * TILE_DQK);
-            workgroupBarrier();
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+workgroupBarrier();
+        // for n < Q_ITEMS (8), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
         for (var c = 0u; c < TILE_DQK / 4u; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
             for (var x = 0u; x < DIM_CHUNK_QK; x++) {
                 let g = c + x;  // vec4 column group of the chunk
@@ -670,11 +975,101 @@ fn attngen_gqa7_f16_acc(@builtin(local_invocation_index) lid: u32, @builtin(work
         }
 workgroupBarrier();  // every invocation is done with sQ and sKV before the next chunk overwrites them
         }
+        {  // chunk 1: the prefetched Q and K chunks into workgroup memory, then fetch the next step's
+        // for n < Q_ITEMS (8), unrolled: one block per n
         {
-            const dc = 1u;
-            load_q(lid, seq, first, tile_head, dc * TILE_DQK);
-            load_k_chunk(lid, seq, kv_head, u32(j0), dc * TILE_DQK);
-            workgroupBarrier();
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+workgroupBarrier();
+        // for n < V_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
         for (var c = 0u; c < TILE_DQK / 4u; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
             for (var x = 0u; x < DIM_CHUNK_QK; x++) {
                 let g = c + x;  // vec4 column group of the chunk
@@ -1448,11 +1843,44 @@ if (p_zero) {
             atomicMax(&p_zero_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
         }
         // -- O += P V (and acc *= alpha, in the same pass), V d-chunk by d-chunk through sKV
-        // for dc < D_TILES_V (2), unrolled: one block per dc
+        {  // chunk 0: the prefetched V chunk into workgroup memory, then fetch the next step's
+        // for n < V_ITEMS (2), unrolled: one block per n
         {
-            const dc = 0u;
-            load_v_chunk(lid, seq, kv_head, u32(j0), v0 + dc * TILE_DV);
-            workgroupBarrier();  // the V chunk and P in workgroup memory
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+            }
+        }
+workgroupBarrier();  // the V chunk and P in workgroup memory
+        // for n < V_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 1u * TILE_DV + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 1u * TILE_DV + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
         // this tile's sums in pv_acc_t, added to the f32 acc after the tile (so that f16
         // accumulation cannot overflow across tiles)
         var o = array<array<vec4<pv_acc_t>, COL_GROUPS>, ROWS>();  // explicit: zeroed on every pass
@@ -1893,11 +2321,11 @@ if (p_zero) {
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][0u * COL_GROUPS + w] = alpha[i] * acc[i][0u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][0u * COL_GROUPS + w] = alpha[i] * acc[i][0u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
         }
         {
@@ -1905,11 +2333,11 @@ if (p_zero) {
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][0u * COL_GROUPS + w] = alpha[i] * acc[i][0u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][0u * COL_GROUPS + w] = alpha[i] * acc[i][0u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
         }
         {
@@ -1917,11 +2345,11 @@ if (p_zero) {
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][0u * COL_GROUPS + w] = alpha[i] * acc[i][0u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][0u * COL_GROUPS + w] = alpha[i] * acc[i][0u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
         }
         {
@@ -1929,19 +2357,145 @@ if (p_zero) {
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][0u * COL_GROUPS + w] = alpha[i] * acc[i][0u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][0u * COL_GROUPS + w] = alpha[i] * acc[i][0u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
         }
 workgroupBarrier();  // every invocation is done with sKV and sP before they are overwritten
         }
+        {  // chunk 1: the prefetched V chunk into workgroup memory, then fetch the next step's
+        // for n < V_ITEMS (2), unrolled: one block per n
         {
-            const dc = 1u;
-            load_v_chunk(lid, seq, kv_head, u32(j0), v0 + dc * TILE_DV);
-            workgroupBarrier();  // the V chunk and P in workgroup memory
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+            }
+        }
+workgroupBarrier();  // the V chunk and P in workgroup memory
+        if (it + 1 < n_tiles) {  // uniform: n_tiles is the workgroup's
+            let jn = u32((tile_first + it + 1) * i32(TILE_KV));
+        // for n < Q_ITEMS (8), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = vec4<elem_t>(vec4<f32>(q_vec(at)) * SCALE);  // f16 accumulators: see load_q
+            }
+            next_q[n] = x;
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+}
         // this tile's sums in pv_acc_t, added to the f32 acc after the tile (so that f16
         // accumulation cannot overflow across tiles)
         var o = array<array<vec4<pv_acc_t>, COL_GROUPS>, ROWS>();  // explicit: zeroed on every pass
@@ -2382,11 +2936,11 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][1u * COL_GROUPS + w] = alpha[i] * acc[i][1u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][1u * COL_GROUPS + w] = alpha[i] * acc[i][1u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
         }
         {
@@ -2394,11 +2948,11 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][1u * COL_GROUPS + w] = alpha[i] * acc[i][1u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][1u * COL_GROUPS + w] = alpha[i] * acc[i][1u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
         }
         {
@@ -2406,11 +2960,11 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][1u * COL_GROUPS + w] = alpha[i] * acc[i][1u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][1u * COL_GROUPS + w] = alpha[i] * acc[i][1u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
         }
         {
@@ -2418,11 +2972,11 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][1u * COL_GROUPS + w] = alpha[i] * acc[i][1u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] = alpha[i] * acc[i][dc * COL_GROUPS + w] + vec4<f32>(o[i][w]);
+                acc[i][1u * COL_GROUPS + w] = alpha[i] * acc[i][1u * COL_GROUPS + w] + vec4<f32>(o[i][w]);
             }
         }
 workgroupBarrier();  // every invocation is done with sKV and sP before they are overwritten

@@ -15,7 +15,7 @@
 //       schedule   split_kv(auto)
 //       kv_cache   paged(page=16)
 //       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
-//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
 // Plan: tile q=16 kv=128, 4 warps (128 threads; 4 warps over the keys of each tile, 32 keys each, merged at the end), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).

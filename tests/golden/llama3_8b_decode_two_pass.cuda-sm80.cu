@@ -15,7 +15,7 @@
 //       schedule   two_pass
 //       kv_cache   paged(page=16)
 //       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
-//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
 // Plan: tile q=16 kv=32, 1 warps (32 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).

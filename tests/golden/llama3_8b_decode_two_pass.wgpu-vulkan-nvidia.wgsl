@@ -15,10 +15,10 @@
 //       schedule   two_pass
 //       kv_cache   paged(page=16)
 //       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
-//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=64 kv=32, workgroup 128 (16 row groups x 8 invocations per row), sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation, row max and sum over subgroup shuffles.
+// Plan: tile q=64 kv=32, workgroup 128 (16 row groups x 8 invocations per row), sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation, row max and sum over subgroup shuffles, the next tiles prefetched into registers.
 // Scale 0.08838834764831843; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
 // Workgroup memory: 42768 bytes (each buffer 16-byte aligned):
 //   sQ          at      0: 64 x 132 f16 (the Q tile, resident for the whole loop)
@@ -57,6 +57,10 @@ const ACC_GROUPS: u32 = 4u;       // vec4 column groups of acc per invocation in
 const Q_STRIDE: u32 = 33u;        // vec4 per row of sQ
 const K_STRIDE: u32 = 33u;        // vec4 per row of sK
 const V_STRIDE: u32 = 32u;        // vec4 per row of sV
+// Registers (vec4) per invocation holding the next step's tiles (section prefetch): each of the
+// WORKGROUP_SIZE invocations copies item lid + n * WORKGROUP_SIZE of a tile, n < *_ITEMS.
+const K_ITEMS: u32 = 8u;
+const V_ITEMS: u32 = 8u;
 const P_STRIDE: u32 = 9u;        // vec4 (4 consecutive keys) per row of sP
 // Loops over the dims run in chunks of at most 8 vec4 iterations. Mesa's software
 // Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops all loops of a
@@ -529,6 +533,97 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
         m_i[i] = MASKED;
     }
 
+    // ---- section: prefetch ----
+    // The next step's tiles are loaded from global memory into registers (next_*) while the
+    // current step's math runs, and stored into workgroup memory at the top of their own step:
+    // the loads' latency hides behind the products instead of stalling every invocation after
+    // each copy. Steps per K/V tile: the K and V tiles.
+    var next_k: array<vec4<elem_t>, K_ITEMS>;
+    if (n_tiles > 0) {
+        let jf = u32((tile_first + 0) * i32(TILE_KV));
+        // for n < K_ITEMS (8), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+}
+
     // ---- section: main loop over K/V tiles ----
     // The loop ends with one extra, empty pass. A driver that silently cuts long-running loops
     // short (Mesa's llvmpipe ends all loops of a shader after 65535 iterations in total) exits
@@ -543,9 +638,149 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
         // this invocation's ROWS x KEYS dot products of S (zeroed by an explicit initialiser:
         // naga zero-fills a `var` without one only once, not on every pass of a loop)
         var part = array<array<qk_acc_t, KEYS>, ROWS>();
-        // -- load K/V tile
-        load_k_tile(lid, seq, kv_head, u32(j0));
+        // -- load K/V tile: the prefetched one into workgroup memory, then fetch the next
+        // for n < K_ITEMS (8), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u)) {
+                sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u)) {
+                sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u)) {
+                sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u)) {
+                sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u)) {
+                sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u)) {
+                sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u)) {
+                sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u)) {
+                sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = next_k[n];
+            }
+        }
         workgroupBarrier();
+        if (it + 1 < n_tiles) {  // uniform: n_tiles is the workgroup's
+            let jn = u32((tile_first + it + 1) * i32(TILE_KV));
+        // for n < K_ITEMS (8), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (HEAD_DIM_QK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (HEAD_DIM_QK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_QK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+}
 
         // -- S = Q K^T
         for (var c = 0u; c < TILE_DQK / 4u; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK

@@ -15,7 +15,7 @@
 //       schedule   fused
 //       kv_cache   contiguous
 //       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
-//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
 // Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (mbarriers, setmaxnreg, ping-pong)).

@@ -15,7 +15,7 @@
 //       schedule   fused
 //       kv_cache   contiguous
 //       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
-//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
 // Plan: tile q=16 kv=16, workgroup 64 (8 row groups x 8 invocations per row), sub-block 2 row(s) x 2 key(s) of S and 2 x 16 columns of acc per invocation, row max and sum through workgroup memory, f16 packed in u32 words (f32 arithmetic).

@@ -15,10 +15,10 @@
 //       schedule   fused
 //       kv_cache   contiguous
 //       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
-//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=128 kv=32, workgroup 256 (32 row groups x 8 invocations per row), sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation, row max and sum over subgroup shuffles.
+// Plan: tile q=128 kv=32, workgroup 256 (32 row groups x 8 invocations per row), sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation, row max and sum over subgroup shuffles, the next tiles prefetched into registers.
 // Scale 0.08838834764831843; mask window(left=4096, right=0), bottom-right aligned: query i sees key j iff i + (Lk - Lq) - 4096 <= j <= i + (Lk - Lq) + 0.
 // Workgroup memory: 40208 bytes (each buffer 16-byte aligned):
 //   sQ          at      0: 128 x 68 f16 (one d-chunk of the Q tile)
@@ -68,6 +68,11 @@ const ACC_GROUPS: u32 = 4u;       // vec4 column groups of acc per invocation in
 const Q_STRIDE: u32 = 17u;        // vec4 per row of sQ
 const K_STRIDE: u32 = 17u;        // vec4 per row of sK
 const V_STRIDE: u32 = 16u;        // vec4 per row of sV
+// Registers (vec4) per invocation holding the next step's tiles (section prefetch): each of the
+// WORKGROUP_SIZE invocations copies item lid + n * WORKGROUP_SIZE of a tile, n < *_ITEMS.
+const K_ITEMS: u32 = 2u;
+const V_ITEMS: u32 = 2u;
+const Q_ITEMS: u32 = 8u;
 const P_STRIDE: u32 = 9u;        // vec4 (4 consecutive keys) per row of sP
 // Loops over the dims run in chunks of at most 8 vec4 iterations. Mesa's software
 // Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops all loops of a
@@ -525,6 +530,128 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
         m_i[i] = MASKED;
     }
 
+    // ---- section: prefetch ----
+    // The next step's tiles are loaded from global memory into registers (next_*) while the
+    // current step's math runs, and stored into workgroup memory at the top of their own step:
+    // the loads' latency hides behind the products instead of stalling every invocation after
+    // each copy. Steps per K/V tile: Q and K chunks, then V chunks.
+    var next_q: array<vec4<elem_t>, Q_ITEMS>;
+    var next_k: array<vec4<elem_t>, K_ITEMS>;
+    var next_v: array<vec4<elem_t>, V_ITEMS>;
+    if (n_tiles > 0) {
+        let jf = u32((tile_first + 0) * i32(TILE_KV));
+        // for n < Q_ITEMS (8), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jf + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+}
+
     // ---- section: main loop over K/V tiles ----
     // The loop ends with one extra, empty pass. A driver that silently cuts long-running loops
     // short (Mesa's llvmpipe ends all loops of a shader after 65535 iterations in total) exits
@@ -541,12 +668,190 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
         var part = array<array<qk_acc_t, KEYS>, ROWS>();
         // -- load K/V tile (Q and K here, d-chunk by d-chunk, each followed by its share of
         // -- S = Q K^T; V below, for P V)
-        // for dc < D_TILES_QK (2), unrolled: one block per dc
+        {  // chunk 0: the prefetched Q and K chunks into workgroup memory, then fetch the next step's
+        // for n < Q_ITEMS (8), unrolled: one block per n
         {
-            const dc = 0u;
-            load_q(lid, seq, first, tile_head, dc * TILE_DQK);
-            load_k_chunk(lid, seq, kv_head, u32(j0), dc * TILE_DQK);
-            workgroupBarrier();
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+workgroupBarrier();
+        // for n < Q_ITEMS (8), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
         for (var c = 0u; c < TILE_DQK / 4u; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
             for (var x = 0u; x < DIM_CHUNK_QK; x++) {
                 let g = c + x;  // vec4 column group of the chunk
@@ -673,11 +978,101 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
         }
 workgroupBarrier();  // every invocation is done with sQ and sKV before the next chunk overwrites them
         }
+        {  // chunk 1: the prefetched Q and K chunks into workgroup memory, then fetch the next step's
+        // for n < Q_ITEMS (8), unrolled: one block per n
         {
-            const dc = 1u;
-            load_q(lid, seq, first, tile_head, dc * TILE_DQK);
-            load_k_chunk(lid, seq, kv_head, u32(j0), dc * TILE_DQK);
-            workgroupBarrier();
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+workgroupBarrier();
+        // for n < V_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
         for (var c = 0u; c < TILE_DQK / 4u; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
             for (var x = 0u; x < DIM_CHUNK_QK; x++) {
                 let g = c + x;  // vec4 column group of the chunk
@@ -1451,22 +1846,55 @@ if (p_zero) {
             atomicMax(&p_zero_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
         }
         // -- O += P V (and acc *= alpha, in the same pass), V d-chunk by d-chunk through sKV
-        // for dc < D_TILES_V (2), unrolled: one block per dc
+        {  // chunk 0: the prefetched V chunk into workgroup memory, then fetch the next step's
+        // for n < V_ITEMS (2), unrolled: one block per n
         {
-            const dc = 0u;
-            load_v_chunk(lid, seq, kv_head, u32(j0), v0 + dc * TILE_DV);
-            workgroupBarrier();  // the V chunk and P in workgroup memory
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+            }
+        }
+workgroupBarrier();  // the V chunk and P in workgroup memory
+        // for n < V_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 1u * TILE_DV + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 1u * TILE_DV + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
         // for i < ROWS (4), unrolled: one block per i
         {
             const i = 0u;
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
@@ -1474,11 +1902,11 @@ if (p_zero) {
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
@@ -1486,11 +1914,11 @@ if (p_zero) {
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
@@ -1498,11 +1926,11 @@ if (p_zero) {
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
         }
         // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
@@ -1541,19 +1969,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
@@ -1562,19 +1990,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
@@ -1588,19 +2016,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
@@ -1609,19 +2037,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
@@ -1635,19 +2063,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
@@ -1656,19 +2084,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
@@ -1682,19 +2110,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
@@ -1703,19 +2131,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
@@ -1755,19 +2183,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
@@ -1776,19 +2204,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
@@ -1802,19 +2230,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
@@ -1823,19 +2251,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
@@ -1849,19 +2277,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
@@ -1870,19 +2298,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
@@ -1896,19 +2324,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
@@ -1917,19 +2345,19 @@ if (p_zero) {
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
@@ -1938,21 +2366,147 @@ if (p_zero) {
 }
 workgroupBarrier();  // every invocation is done with sKV and sP before they are overwritten
         }
+        {  // chunk 1: the prefetched V chunk into workgroup memory, then fetch the next step's
+        // for n < V_ITEMS (2), unrolled: one block per n
         {
-            const dc = 1u;
-            load_v_chunk(lid, seq, kv_head, u32(j0), v0 + dc * TILE_DV);
-            workgroupBarrier();  // the V chunk and P in workgroup memory
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+            }
+        }
+workgroupBarrier();  // the V chunk and P in workgroup memory
+        if (it + 1 < n_tiles) {  // uniform: n_tiles is the workgroup's
+            let jn = u32((tile_first + it + 1) * i32(TILE_KV));
+        // for n < Q_ITEMS (8), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 4u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 5u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 6u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 7u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = jn + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+}
         // for i < ROWS (4), unrolled: one block per i
         {
             const i = 0u;
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
@@ -1960,11 +2514,11 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
@@ -1972,11 +2526,11 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
@@ -1984,11 +2538,11 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
             // for w < COL_GROUPS (2), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
             }
             {
                 const w = 1u;
-                acc[i][dc * COL_GROUPS + w] *= alpha[i];
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
             }
         }
         // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
@@ -2027,19 +2581,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
@@ -2048,19 +2602,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
@@ -2074,19 +2628,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
@@ -2095,19 +2649,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
@@ -2121,19 +2675,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
@@ -2142,19 +2696,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
@@ -2168,19 +2722,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                         {
@@ -2189,19 +2743,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
@@ -2241,19 +2795,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
@@ -2262,19 +2816,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
@@ -2288,19 +2842,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
@@ -2309,19 +2863,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
@@ -2335,19 +2889,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
@@ -2356,19 +2910,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
@@ -2382,19 +2936,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                         {
@@ -2403,19 +2957,19 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][dc * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }

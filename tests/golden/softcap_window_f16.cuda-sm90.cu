@@ -15,7 +15,7 @@
 //       schedule   fused
 //       kv_cache   contiguous
 //       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
-//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
 // Plan: tile q=128 kv=64, 8 warps (256 threads), 2 K/V stage(s), Hopper tensor cores (wgmma m64n64k16 and m64n256k16, 2 warpgroups of 64 rows, sm_90a).

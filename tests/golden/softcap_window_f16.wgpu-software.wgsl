@@ -15,7 +15,7 @@
 //       schedule   fused
 //       kv_cache   contiguous
 //       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
-//       target     wgsl { workgroup=auto subgroups=auto f16=auto }
+//       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
 // Plan: tile q=32 kv=16, workgroup 64 (16 row groups x 4 invocations per row), sub-block 2 row(s) x 4 key(s) of S and 2 x 32 columns of acc per invocation, row max and sum over subgroup shuffles.

@@ -244,7 +244,7 @@ def test_defaults_are_filled_in_as_documented():
 def test_explicit_defaults_equal_omitted_ones():
     explicit = minimal("heads any\naccumulate qk=f32 pv=f32\nmask none\nsoftcap none\nscale auto\n"
                        "tile q=auto kv=auto d=auto\nschedule fused\nkv_cache contiguous\n"
-                       "target cuda { warps=auto stages=auto }\ntarget wgsl { workgroup=auto subgroups=auto f16=auto }")
+                       "target cuda { warps=auto stages=auto }\ntarget wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }")
     assert explicit == minimal()
     assert hash(explicit) == hash(minimal())
 
@@ -399,7 +399,7 @@ def test_format_spec_text_of_the_design_example():
         "    schedule   fused\n"
         "    kv_cache   contiguous\n"
         "    target     cuda { warps=4 stages=2 key_warps=auto producer=auto }\n"
-        "    target     wgsl { workgroup=128 subgroups=auto f16=auto }\n"
+        "    target     wgsl { workgroup=128 subgroups=auto f16=auto prefetch=auto }\n"
         "}\n"
     )
 

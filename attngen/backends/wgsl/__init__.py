@@ -30,6 +30,7 @@ class WgslBackend(Backend):
         Option("workgroup", "int", 1, 1024),
         Option("subgroups", "choice", choices=("auto", "on", "off"), what="subgroups mode", usage="auto|on|off"),
         Option("f16", "choice", choices=("auto", "native", "packed"), what="f16 storage", usage="auto|native|packed"),
+        Option("prefetch", "choice", choices=("auto", "on", "off"), what="tile prefetch", usage="auto|on|off"),
     ), language="WGSL")
     default_profile = "webgpu-core"
     required_limits = ("workgroup_storage_bytes", "invocations_per_workgroup", "storage_buffers_per_stage",

@@ -17,7 +17,7 @@ its sum once at the end. With TC = 1 an invocation owns whole rows of S: P stays
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Problem, describe_buffers as _describe, place_buffers as _layout
@@ -63,6 +63,22 @@ class WgslConfig:
     f16_packed: bool = False
     pad: int = ROW_PAD  # elements of padding on rows of sQ, sK and sP
     budget: tuple = (WGSL_MAX_SCORES, WGSL_MAX_DIMS_V)  # the profile's register budget (register_budget)
+    # the next step's Q / K / V tiles loaded into registers during the current step's math
+    # (prefetch_choice; kernel.wgsl.j2 section prefetch)
+    prefetch: bool = False
+
+    def items(self, rows: int, cols: int) -> int:
+        """vec4 items of a rows x cols tile each invocation copies (all copy together)."""
+        return -(-rows * (cols // VEC) // self.workgroup)
+
+    @property
+    def prefetch_items(self) -> dict:
+        """Registers (vec4 each) of the prefetched tiles per invocation: Q_ITEMS (chunked: Q is
+        re-read with each K/V tile), K_ITEMS, V_ITEMS."""
+        out = {"K_ITEMS": self.items(self.tile_kv, self.tile_dqk), "V_ITEMS": self.items(self.tile_kv, self.tile_dv)}
+        if self.chunked:
+            out["Q_ITEMS"] = self.items(self.tile_q, self.tile_dqk)
+        return out
 
     @property
     def workgroup(self) -> int:
@@ -139,7 +155,8 @@ class WgslConfig:
         who = (f"workgroup {self.workgroup} ({self.row_groups} row groups x {self.threads_per_row} "
                f"invocations per row), {self.sub_block}, {how}")
         packed = ", f16 packed in u32 words (f32 arithmetic)" if self.f16_packed else ""
-        return f"tile q={self.tile_q} kv={self.tile_kv}, {who}{packed}"
+        ahead = ", the next tiles prefetched into registers" if self.prefetch else ""
+        return f"tile q={self.tile_q} kv={self.tile_kv}, {who}{packed}{ahead}"
 
 
 def f16_storage(spec: AttentionSpec, profile: Profile) -> str | None:
@@ -192,6 +209,29 @@ def wgsl_subgroup_choice(spec: AttentionSpec, profile: Profile) -> bool | None:
     if mode == "on":
         return True
     return None if profile.has_feature("subgroups") else False
+
+
+PREFETCH_MAX_ITEMS = 8  # auto: prefetch where each tile costs an invocation at most this many vec4 registers
+PREFETCH_LIMIT_ITEMS = 16  # prefetch=on: refused past this many
+
+
+def prefetch_choice(spec: AttentionSpec, profile: Profile, cfg: "WgslConfig") -> bool:
+    """Whether the main loop loads the next step's tiles into registers during the current step's
+    math (the spec's `target wgsl { prefetch=... }`; auto: the profile's `[dialect] prefetch_tiles`
+    where each tile costs at most PREFETCH_MAX_ITEMS vec4 per invocation). The two_pass schedule's
+    second entry point keeps plain copies."""
+    mode = spec.options("wgsl").get("prefetch") or "auto"
+    most = max(cfg.prefetch_items.values())
+    if mode == "off":
+        return False
+    if mode == "on":
+        if most > PREFETCH_LIMIT_ITEMS:
+            raise Problem(f"prefetch=on would hold {most} vec4 of the next tile in each invocation's registers "
+                          f"(at most {PREFETCH_LIMIT_ITEMS}): the workgroup of {cfg.workgroup} is small for "
+                          f"tile q={cfg.tile_q} kv={cfg.tile_kv}", key="target.wgsl",
+                          hint="use prefetch=off, a smaller tile or more invocations")
+        return True
+    return bool(profile.section("dialect").get("prefetch_tiles", False)) and most <= PREFETCH_MAX_ITEMS
 
 
 def _chunk_fits(width: int, d: int) -> bool:
@@ -353,7 +393,7 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
                                      budget=(max_scores, max_acc))
                     last = last or cfg
                     if smem <= limit:
-                        return cfg
+                        return replace(cfg, prefetch=prefetch_choice(spec, profile, cfg))
                     tried.append(cfg)
     if last is None:
         if why is not None:

@@ -12,7 +12,8 @@ a loop
     }
 
 whose bound is one of the sub-block's constants (ROWS, KEYS, COL_GROUPS, ACC_GROUPS, the
-4 lanes of a vec4, and the head-dim chunk counts D_TILES_QK / D_TILES_V when small) becomes
+4 lanes of a vec4, the head-dim chunk counts D_TILES_QK / D_TILES_V when small, and the
+prefetched tiles' register counts Q_ITEMS / K_ITEMS / V_ITEMS) becomes
 one block per value of the counter, each declaring the counter as a `const`, so that every
 index into those arrays is a constant expression:
 
@@ -35,7 +36,7 @@ import re
 
 # Loop bounds that are unrolled: (constant name, largest value unrolled)
 UNROLL_BOUNDS = {"ROWS": 16, "KEYS": 16, "COL_GROUPS": 16, "ACC_GROUPS": 32, "4u": 4, "D_TILES_QK": 4,
-                 "D_TILES_V": 4}
+                 "D_TILES_V": 4, "Q_ITEMS": 16, "K_ITEMS": 16, "V_ITEMS": 16}
 UNROLL_MAX_LINES = 4000  # the unrolled form of one loop, in lines
 
 _CONST = re.compile(r"^const (\w+): u32 = (\d+)u;", re.M)

@@ -102,7 +102,7 @@ def test_source_names_the_sub_block():
                  "const ROW_GROUPS: u32 = 32u;", "Register tiling: sub-block 4 row(s) x 4 key(s)"):
         assert line in src, line
     assert "var<workgroup> sQ: array<vec4<elem_t>" in src and "var<workgroup> sKV: array<vec4<elem_t>" in src
-    assert "dot(qv[i], kv)" in src  # one vec4 of K serves ROWS rows
+    assert "fma(qv[i].x, kv.x, part[i][u])" in src  # one vec4 of K serves ROWS rows
 
 
 # ---- every sub-block shape on the adapter ----------------------------------------------------

@@ -45,7 +45,7 @@ def code_lines(source: str) -> list[str]:
 
 # ---- emitted source: no device needed ---------------------------------------------------------
 
-FORCED = "head_dim 64\n dtype {dtype}\n tile q=16 kv=16\n target wgsl {{ workgroup=64 subgroups=on f16=native }}"
+FORCED = "head_dim 64\n dtype {dtype}\n tile q=16 kv=16\n target wgsl {{ workgroup=64 subgroups=on f16=native prefetch=off }}"
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16"])
@@ -514,3 +514,45 @@ def test_create_module_without_checks_builds_and_reports_like_the_plain_one(rt):
         np.testing.assert_array_equal(np.frombuffer(dev.queue.read_buffer(buf), np.uint32), 3 * np.arange(64))
         with pytest.raises(wgpu.GPUError, match="expected"):
             create_module(dev, f"broken-{mode}", code.replace("fn main(", "fn main(("), mode)
+
+
+# ---- the prefetch of the next step's tiles (target wgsl { prefetch=... }) --------------------------
+
+def test_prefetch_follows_the_option_and_the_profile():
+    def source(body, profile):
+        return emit(body, profile).source
+    # auto: the profile's [dialect] prefetch_tiles
+    assert "var next_k: array<vec4<elem_t>, K_ITEMS>;" in source("head_dim 64\n dtype f32", "wgpu-vulkan-nvidia")
+    assert "next_k" not in source("head_dim 64\n dtype f32", "webgpu-core")
+    assert "next_k" not in source("head_dim 64\n dtype f32\n target wgsl { prefetch=off }", "wgpu-vulkan-nvidia")
+    src = source("head_dim 64\n dtype f32\n target wgsl { prefetch=on }", "webgpu-core")
+    assert "next_k" in src and "the next tiles prefetched into registers" in src
+    # chunked head dims: the next Q chunk too; the two_pass schedule fetches no V
+    src = source("head_dim 128\n dtype f32\n tile d=32\n target wgsl { prefetch=on }", "wgpu-software")
+    assert "var next_q: array<vec4<elem_t>, Q_ITEMS>;" in src and "const Q_ITEMS: u32 =" in src
+    src = source("head_dim 64\n dtype f32\n schedule two_pass\n target wgsl { prefetch=on }", "wgpu-software")
+    assert "next_k" in src and "next_v" not in src
+    # too many registers for a small workgroup: refused, naming the option
+    with pytest.raises(SpecError, match=r"prefetch=on would hold 32 vec4 of the next tile"):
+        plan(spec_of("head_dim 256\n dtype f32\n tile q=8 kv=32\n target wgsl { workgroup=32 prefetch=on }"),
+             "wgsl", "wgpu-software")
+
+
+@pytest.mark.parametrize("body", [
+    "head_dim 64\n dtype f32\n mask causal\n heads q=7 kv=1",                          # whole head dims
+    "head_dim 128\n dtype f16\n tile d=32\n mask window(left=9, right=3)",             # chunked, Q re-read
+    "head_dim qk=64 v=32\n dtype f32\n tile d=16\n schedule split_kv(3)\n heads q=4 kv=2",
+])
+def test_prefetch_matches_the_plain_copies(rt, body):
+    """prefetch on and off: the same function of the inputs (same tiles, same order of sums)."""
+    outs = []
+    for mode in ("off", "on"):
+        spec = spec_of(body + f"\n target wgsl {{ prefetch={mode} }}")
+        kernel = rt.compile_kernel(spec)
+        assert kernel.plan.config.prefetch == (mode == "on")
+        hq, hkv = (7, 1) if "q=7" in body else ((4, 2) if "q=4" in body else (2, 2))
+        q, k, v = inputs(spec, 2, 113, 130, hq, hkv, seed=11)
+        outs.append(kernel(q, k, v, return_lse=True))
+        assert relative_error(outs[-1][0], reference(spec, q, k, v)) <= tolerance(spec)
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
