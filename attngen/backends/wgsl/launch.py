@@ -203,21 +203,33 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
 _TIMER = threading.local()
 
 
+TIMED_SUBMISSION_MS = 25.0  # repeats_for: a timed submission keeps the GPU busy about this long
+
+
+def repeats_for(ms: float, target_ms: float = TIMED_SUBMISSION_MS, most: int = 64) -> int:
+    """Back-to-back repeats of a call of `ms` GPU milliseconds that fill one timed submission."""
+    return max(1, min(most, int(target_ms // max(ms, 1e-3))))
+
+
 @contextlib.contextmanager
-def gpu_timer(kernel):
+def gpu_timer(kernel, repeat: int = 1):
     """Collect the GPU time (ms) of every dispatch made inside the block, from timestamp queries
     written at the start of the first compute pass and the end of the last one: the kernels'
-    time on the GPU, without uploads, read-back or Python. Yields the list of times, or None when
-    the device has no timestamp-query feature (then time on the wall)."""
+    time on the GPU, without uploads, read-back or Python. With `repeat` > 1 each call encodes its
+    passes `repeat` times back to back in its one submission and records the mean time of one:
+    short kernels (a few ms) are then timed with the GPU busy throughout, not between the host's
+    waits (their single-submission times read up to 2x high in some runs, benchmarks/NOTES.md).
+    Yields the list of times, or None when the device has no timestamp-query feature (then time
+    on the wall)."""
     if "timestamp-query" not in kernel.state.features:
         yield None
         return
     times = []
-    _TIMER.times = times
+    _TIMER.times, _TIMER.repeat = times, max(1, int(repeat))
     try:
         yield times
     finally:
-        _TIMER.times = None
+        _TIMER.times, _TIMER.repeat = None, 1
 
 
 def dispatch(kernel, bufs: dict, sizes: dict) -> None:
@@ -225,14 +237,16 @@ def dispatch(kernel, bufs: dict, sizes: dict) -> None:
     dev = kernel.state.device
     enc = dev.create_command_encoder()
     times = getattr(_TIMER, "times", None)
+    repeat = getattr(_TIMER, "repeat", 1) if times is not None else 1  # gpu_timer(repeat=): timing only
     queries = dev.create_query_set(type=wgpu.QueryType.timestamp, count=2) if times is not None else None
-    last = len(kernel.pipelines) - 1
-    for i, (_, pipeline, bgl, params, grid) in enumerate(kernel.pipelines):
-        group = dev.create_bind_group(layout=bgl, entries=[
-            {"binding": p.binding, "resource": {"buffer": bufs[p.name], "offset": 0, "size": bufs[p.name].size}}
-            for p in params])
+    groups = [dev.create_bind_group(layout=bgl, entries=[
+        {"binding": p.binding, "resource": {"buffer": bufs[p.name], "offset": 0, "size": bufs[p.name].size}}
+        for p in params]) for _, _, bgl, params, _ in kernel.pipelines]
+    last = repeat * len(kernel.pipelines) - 1
+    for i in range(last + 1):
+        _, pipeline, _, _, grid = kernel.pipelines[i % len(kernel.pipelines)]
         writes = None
-        if queries is not None:
+        if queries is not None and i in (0, last):  # a pass between writes no timestamp
             writes = {"query_set": queries}
             if i == 0:
                 writes["beginning_of_pass_write_index"] = 0
@@ -240,7 +254,7 @@ def dispatch(kernel, bufs: dict, sizes: dict) -> None:
                 writes["end_of_pass_write_index"] = 1
         cp = enc.begin_compute_pass(timestamp_writes=writes)
         cp.set_pipeline(pipeline)
-        cp.set_bind_group(0, group)
+        cp.set_bind_group(0, groups[i % len(kernel.pipelines)])
         cp.dispatch_workgroups(*evaluate_all(grid, **sizes))
         cp.end()
     if queries is not None:
@@ -249,4 +263,4 @@ def dispatch(kernel, bufs: dict, sizes: dict) -> None:
     dev.queue.submit([enc.finish()])
     if queries is not None:
         t0, t1 = np.frombuffer(dev.queue.read_buffer(stamps), dtype=np.uint64)
-        times.append(float(t1 - t0) / 1e6)  # WebGPU timestamps are nanoseconds
+        times.append(float(t1 - t0) / 1e6 / repeat)  # WebGPU timestamps are nanoseconds
