@@ -96,7 +96,7 @@ def main() -> int:
         f.write(cubin)
         f.flush()
         mod = cp.RawModule(path=f.name)
-    fn = mod.get_function("probe")
+        fn = mod.get_function("probe").kernel  # (RawModule loads the file lazily: here, while it exists)
     smem = ROWS * COLS * 2 + 8 + 1024
     rng = np.random.default_rng(0)
     ok = True

@@ -45,11 +45,18 @@ VARIANTS = {
         ("prefetch=off", "target wgsl { prefetch=off }", None),
         ("default again", "", None),
     ],
+    # the f16 row's 64 keys per tile against the 32 of the f32 row
+    "kv": [
+        ("default", "", None),
+        ("q128 kv32 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 4}),
+        ("default again", "", None),
+    ],
     # around the q128 default (8 invocations per row, 4 rows each): workgroups of 128 (more of them
     # per SM where registers allow), longer K/V tiles (fewer barriers per key), 8 rows per invocation
     "occupancy": [
         ("default", "", None),
         ("q64 kv32 tpr8 r4", "", {"tile_q": 64, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 4}),
+        ("q128 kv32 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 4}),
         ("q128 kv64 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 64, "rows_per_invocation": 4}),
         ("q128 kv32 tpr16 r4", "", {"tile_q": 128, "threads_per_row": 16, "tile_kv": 32, "rows_per_invocation": 4}),
         ("q128 kv16 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 16, "rows_per_invocation": 4}),

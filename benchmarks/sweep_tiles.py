@@ -2,6 +2,8 @@
 tuning data behind the profiles' [[defaults]]: the default plans must not spill).
 
     python3 benchmarks/sweep_tiles.py [--only prefill,decode]
+    python3 benchmarks/sweep_tiles.py --only prefill --d 256 --cases causal:1024,causal:4096 \
+        --configs "default;q=128 kv=64 | stages=2 producer=on"     (chosen configurations and cases)
 
 Prefill: fp16, B L = 16384, H D = 2048 as run_gpu.py, CUDA events (median); each configuration is
 checked against SDPA flash before it is timed. Decode: B8, 32 query heads over 8 KV heads, d128,
@@ -60,10 +62,12 @@ def compile_text(text):
         return None, e.diagnostics[0].message[:80]
 
 
-def prefill():
+def prefill(table=None, cases=(("none", 4096), ("causal", 4096), ("causal", 1024))):
+    """`table`: head dim -> configurations ("tile | target cuda options"; "default": the
+    profile's plan), PREFILL unless given; `cases`: (mask, L) pairs."""
     print(f"{'d':>4} {'mask':7} {'L':6} {'tile':36} {'family':6} {'TFLOP/s':>8} {'err':>8}  regs/spill bytes")
-    for d, configs in PREFILL.items():
-        for mask, L in (("none", 4096), ("causal", 4096), ("causal", 1024)):
+    for d, configs in (table or PREFILL).items():
+        for mask, L in cases:
             B, H = 16384 // L, 2048 // d
             q, k, v = (torch.randn(B, L, H, d, device="cuda", dtype=torch.float16) for _ in range(3))
             with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
@@ -72,7 +76,8 @@ def prefill():
             flops = 4.0 * B * H * L * L * d * (0.5 if mask == "causal" else 1.0)
             for cfg in configs:
                 tile, _, opts = (x.strip() for x in cfg.partition("|"))
-                text = f"attention s {{\n head_dim {d}\n dtype f16\n mask {mask}\n tile {tile}\n"
+                text = f"attention s {{\n head_dim {d}\n dtype f16\n mask {mask}\n"
+                text += f" tile {tile}\n" if tile != "default" else ""
                 text += f" target cuda {{ {opts} }}\n}}\n" if opts else "}\n"
                 kernel, why = compile_text(text)
                 if kernel is None:
@@ -130,9 +135,15 @@ def decode():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="prefill,decode")
-    only = set(ap.parse_args().only.split(","))
+    ap.add_argument("--d", type=int, help="prefill: this head dim with --configs instead of the built-in table")
+    ap.add_argument("--configs", help='prefill: ";"-separated "tile | options" (or "default")')
+    ap.add_argument("--cases", default="none:4096,causal:4096,causal:1024", help="prefill: mask:L pairs")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
     if "prefill" in only:
-        prefill()
+        table = {args.d: [c.strip() for c in args.configs.split(";")]} if args.d and args.configs else None
+        cases = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases.split(",")]
+        prefill(table, cases)
     if "decode" in only:
         decode()
 

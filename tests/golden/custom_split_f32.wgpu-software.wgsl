@@ -20,12 +20,13 @@
 //
 // Plan: tile q=32 kv=16, workgroup 64 (16 row groups x 4 invocations per row), sub-block 2 row(s) x 4 key(s) of S and 2 x 16 columns of acc per invocation, row max and sum over subgroup shuffles, the next tiles prefetched into registers.
 // Scale 0.125; mask custom: a boolean or additive mask given at run time, applied per tile from a BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.
-// Workgroup memory: 19728 bytes (each buffer 16-byte aligned):
-//   sQ          at      0: 32 x 68 f32 (the Q tile, resident for the whole loop)
-//   sK          at   8704: 16 x 68 f32 (the current K tile)
-//   sV          at  13056: 16 x 64 f32 (the current V tile)
-//   sP          at  17152: 32 x 20 f32 (probabilities P of the tile, for P V)
-//   p_zero_tile at  19712: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
+// Workgroup memory: 19744 bytes (each buffer 16-byte aligned):
+//   sQ               at      0: 32 x 68 f32 (the Q tile, resident for the whole loop)
+//   sK               at   8704: 16 x 68 f32 (the current K tile)
+//   sV               at  13056: 16 x 64 f32 (the current V tile)
+//   sP               at  17152: 32 x 20 f32 (probabilities P of the tile, for P V)
+//   p_zero_tile      at  19712: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
+//   v_nonfinite_tile at  19728: 1 x 1 u32 (the last tile whose V holds inf or NaN (it + 1))
 // Register tiling: sub-block 2 row(s) x 4 key(s) of S and 2 x 16 columns of acc per invocation.
 // Grid: (ceil(Lq / 32) * S, Hq, B), 64 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_custom_split_f32; the manifest (attngen build --emit manifest) lists the parameters in order.
@@ -178,7 +179,7 @@ struct Params {
 // q, k and v are bound as vec4<elem_t>, four consecutive elements of a row per item, so that the
 // tile copies read 16 bytes (f32) or 8 (f16) in one load.
 
-// Workgroup memory (19728 bytes as the planner counts it, each buffer rounded up
+// Workgroup memory (19744 bytes as the planner counts it, each buffer rounded up
 // to 16 bytes). Tiles are stored row-major as vec4 of consecutive columns:
 // sQ[r * Q_STRIDE + g] holds columns 4g .. 4g + 3 of tile row r (loaded once, before the loop).
 var<workgroup> sQ: array<vec4<elem_t>, 544>;  // TILE_Q x (HEAD_DIM_QK + pad): the Q tile
@@ -192,6 +193,19 @@ var<workgroup> sP: array<vec4<f32>, 160>;  // TILE_Q x (TILE_KV + pad) / 4
 // selects keys with p = 0 out instead of multiplying: 0 * inf is NaN, and such a key must add
 // nothing whatever its V.
 var<workgroup> p_zero_tile: atomic<u32>;
+// The last K/V tile (as it + 1, like p_zero_tile) whose V, as copied, holds inf or NaN. O += P V
+// selects keys with p = 0 out (a select per FMA) only in tiles that have such keys *and* such a
+// V: 0 * a finite v adds exactly 0 anyway, and the plain loop is the fast one (measured on the
+// H100: the select loop on every diagonal tile cost causal rows 5-30%, benchmarks/NOTES.md).
+// (With one invocation per row the guard is per invocation and this tag is not kept: those plans
+// fill small adapters' workgroup memory to the byte.)
+var<workgroup> v_nonfinite_tile: atomic<u32>;
+
+// x holds inf or NaN (exponent bits all ones; tested on the bits: a compiler's fast math may
+// assume neither exists)
+fn nonfinite4(x: vec4<f32>) -> bool {
+    return any((bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u));
+}
 
 // Element e of the global tensors read 4 at a time (columns d .. d + 3 of a row; d is a
 // multiple of 4 and head dims are multiples of 8, so the 4 never straddle a row).
@@ -227,14 +241,20 @@ fn load_k_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
     }
 }
 
-fn load_v_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32) {
+// tag: the tile's it + 1, stored in v_nonfinite_tile (if kept) when the tile holds inf or NaN.
+fn load_v_tile(lid: u32, seq: Seq, kv_head: u32, j0: u32, tag: u32) {
+    var nonfinite = false;
     for (var e = lid; e < TILE_KV * (HEAD_DIM_V / 4u); e += WORKGROUP_SIZE) {
         let key = j0 + e / (HEAD_DIM_V / 4u);
         var x = vec4<elem_t>();
         if (key < seq.len_k) {
             x = v_at4(seq, key, kv_head, 4u * (e % (HEAD_DIM_V / 4u)));  // cache or appended row
         }
+        nonfinite = nonfinite || nonfinite4(vec4<f32>(x));
         sV[(e / (HEAD_DIM_V / 4u)) * V_STRIDE + e % (HEAD_DIM_V / 4u)] = x;
+    }
+    if (nonfinite) {
+        atomicMax(&v_nonfinite_tile, tag);  // seen by every invocation after the next barrier
     }
 }
 
@@ -491,8 +511,9 @@ fn attngen_custom_split_f32(@builtin(local_invocation_index) lid: u32, @builtin(
 
     if (lid == 0u) {
         // not left to the implementation's zero-fill (not every one does it); the loop's first
-        // barrier orders this store before any use
+        // barrier orders these stores before any use
         atomicStore(&p_zero_tile, 0u);
+        atomicStore(&v_nonfinite_tile, 0u);
     }
     // ---- section: loop bounds (mask) ----
     let has_rows = row0 < row_end;                // the tile has rows of the sequence
@@ -574,11 +595,16 @@ fn attngen_custom_split_f32(@builtin(local_invocation_index) lid: u32, @builtin(
                 sK[(e / (HEAD_DIM_QK / 4u)) * K_STRIDE + e % (HEAD_DIM_QK / 4u)] = next_k[n];
             }
         }
+        var nonfinite = false;
         for (var n = 0u; n < V_ITEMS; n++) {
             let e = lid + n * WORKGROUP_SIZE;
             if (e < TILE_KV * (HEAD_DIM_V / 4u)) {
                 sV[(e / (HEAD_DIM_V / 4u)) * V_STRIDE + e % (HEAD_DIM_V / 4u)] = next_v[n];
+                nonfinite = nonfinite || nonfinite4(vec4<f32>(next_v[n]));
             }
+        }
+        if (nonfinite) {
+            atomicMax(&v_nonfinite_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
         }
         workgroupBarrier();
         if (it + 1 < n_tiles) {  // uniform: n_tiles is the workgroup's
@@ -695,9 +721,10 @@ if (p_zero) {
                 acc[i][0u + w] *= alpha[i];
             }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
-        // 0 * inf is NaN, and such a key must add nothing whatever its V
-        if (partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) {
+        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
+        // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
+        if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
             // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
             for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
                 for (var x = 0u; x < KEY_CHUNK; x++) {

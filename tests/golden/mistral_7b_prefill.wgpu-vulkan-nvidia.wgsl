@@ -18,15 +18,16 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=128 kv=32, workgroup 256 (32 row groups x 8 invocations per row), sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation, row max and sum over subgroup shuffles, the next tiles prefetched into registers.
+// Plan: tile q=128 kv=64, workgroup 256 (32 row groups x 8 invocations per row), sub-block 4 row(s) x 8 key(s) of S and 4 x 16 columns of acc per invocation, row max and sum over subgroup shuffles, the next tiles prefetched into registers.
 // Scale 0.08838834764831843; mask window(left=4096, right=0), bottom-right aligned: query i sees key j iff i + (Lk - Lq) - 4096 <= j <= i + (Lk - Lq) + 0.
-// Workgroup memory: 40208 bytes (each buffer 16-byte aligned):
-//   sQ          at      0: 128 x 68 f16 (one d-chunk of the Q tile)
-//   sKV         at  17408: 32 x 68 f16 (one d-chunk of the current K tile, then of the V tile)
-//   sP          at  21760: 128 x 36 f32 (probabilities P of the tile, for P V)
-//   p_zero_tile at  40192: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
-// Register tiling: sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation; its loops unrolled (the profile's dialect).
-// Head dim: tile d=64 (chosen: the whole head dim does not fit): Q and K in 2 chunk(s) of 64, V in 2 of 64.
+// Workgroup memory: 48672 bytes (each buffer 16-byte aligned):
+//   sQ               at      0: 128 x 36 f16 (one d-chunk of the Q tile)
+//   sKV              at   9216: 64 x 36 f16 (one d-chunk of the current K tile, then of the V tile)
+//   sP               at  13824: 128 x 68 f32 (probabilities P of the tile, for P V)
+//   p_zero_tile      at  48640: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
+//   v_nonfinite_tile at  48656: 1 x 1 u32 (the last tile whose V holds inf or NaN (it + 1))
+// Register tiling: sub-block 4 row(s) x 8 key(s) of S and 4 x 16 columns of acc per invocation; its loops unrolled (the profile's dialect).
+// Head dim: tile d=32 (chosen: the whole head dim does not fit): Q and K in 4 chunk(s) of 32, V in 4 of 32.
 // Grid: (ceil(Lq / 128), Hq, B), 256 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_mistral_7b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -36,44 +37,44 @@ enable f16;
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time values in `params`; any length >= 1 works (partial tiles are zero-filled and masked).
 const TILE_Q: u32 = 128u;           // tile q: rows of Q per workgroup
-const TILE_KV: u32 = 32u;          // tile kv: rows of K and V per iteration of the main loop
+const TILE_KV: u32 = 64u;          // tile kv: rows of K and V per iteration of the main loop
 const HEAD_DIM_QK: u32 = 128u;      // head dim of q and k
 const HEAD_DIM_V: u32 = 128u;       // head dim of v and out
 // Register tiling: the workgroup is ROW_GROUPS x THREADS_PER_ROW invocations; invocation
 // (tr, tc) = (lid / THREADS_PER_ROW, lid % THREADS_PER_ROW) owns the ROWS rows tr + ROW_GROUPS * i
 // of the tile, the KEYS keys tc + THREADS_PER_ROW * u of each K/V tile (its block of S), and the
-// column groups tc + THREADS_PER_ROW * w (4 columns each, vec4) of acc: sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation.
+// column groups tc + THREADS_PER_ROW * w (4 columns each, vec4) of acc: sub-block 4 row(s) x 8 key(s) of S and 4 x 16 columns of acc per invocation.
 const WORKGROUP_SIZE: u32 = 256u;  // ROW_GROUPS * THREADS_PER_ROW
 const THREADS_PER_ROW: u32 = 8u;   // invocations sharing one row of the tile (a power of two)
 const ROW_GROUPS: u32 = 32u;       // TILE_Q / ROWS
 const ROWS: u32 = 4u;              // rows of the tile per invocation
-const KEYS: u32 = 4u;              // keys of each K/V tile per invocation: TILE_KV / THREADS_PER_ROW
+const KEYS: u32 = 8u;              // keys of each K/V tile per invocation: TILE_KV / THREADS_PER_ROW
 // Output columns: V_BLOCKS workgroups share a tile of rows, each computing V_COLS columns of out
 // (grid.y = Hq * V_BLOCKS, head-major), so that an invocation keeps at most 64
 // accumulators. Each recomputes the rows' scores; only the first writes lse.
 const V_BLOCKS: u32 = 1u;          // workgroups per (row tile, query head)
 const V_COLS: u32 = 128u;          // HEAD_DIM_V / V_BLOCKS
-// tile d=64 (chosen by the planner: the whole head dim does not fit):
+// tile d=32 (chosen by the planner: the whole head dim does not fit):
 // Q, K and V pass through workgroup memory in chunks of columns, so it holds TILE_Q x chunk and
 // TILE_KV x chunk elements whatever the head dim. A head dim narrower than tile d is one chunk.
-const TILE_D: u32 = 64u;           // tile d: head-dim columns per chunk
-const TILE_DQK: u32 = 64u;         // columns of Q and K per chunk: min(TILE_D, HEAD_DIM_QK)
-const TILE_DV: u32 = 64u;          // columns of V per chunk: min(TILE_D, V_COLS)
-const D_TILES_QK: u32 = 2u;       // HEAD_DIM_QK / TILE_DQK chunks of Q and K per K/V tile
-const D_TILES_V: u32 = 2u;        // V_COLS / TILE_DV chunks of V per K/V tile
-const COL_GROUPS: u32 = 2u;       // vec4 column groups per invocation in a chunk of V
+const TILE_D: u32 = 32u;           // tile d: head-dim columns per chunk
+const TILE_DQK: u32 = 32u;         // columns of Q and K per chunk: min(TILE_D, HEAD_DIM_QK)
+const TILE_DV: u32 = 32u;          // columns of V per chunk: min(TILE_D, V_COLS)
+const D_TILES_QK: u32 = 4u;       // HEAD_DIM_QK / TILE_DQK chunks of Q and K per K/V tile
+const D_TILES_V: u32 = 4u;        // V_COLS / TILE_DV chunks of V per K/V tile
+const COL_GROUPS: u32 = 1u;       // vec4 column groups per invocation in a chunk of V
 const ACC_GROUPS: u32 = 4u;       // vec4 column groups of acc per invocation in all
 // Workgroup memory is read as vec4 (4 dims of a row of Q or K, 4 columns of a row of V).
 // Rows of sQ and sK are 4 elements longer than the data so that invocations reading different rows at the same column hit different banks.
-const Q_STRIDE: u32 = 17u;        // vec4 per row of sQ
-const K_STRIDE: u32 = 17u;        // vec4 per row of sK
-const V_STRIDE: u32 = 16u;        // vec4 per row of sV
+const Q_STRIDE: u32 = 9u;        // vec4 per row of sQ
+const K_STRIDE: u32 = 9u;        // vec4 per row of sK
+const V_STRIDE: u32 = 8u;        // vec4 per row of sV
 // Registers (vec4) per invocation holding the next step's tiles (section prefetch): each of the
 // WORKGROUP_SIZE invocations copies item lid + n * WORKGROUP_SIZE of a tile, n < *_ITEMS.
 const K_ITEMS: u32 = 2u;
 const V_ITEMS: u32 = 2u;
-const Q_ITEMS: u32 = 8u;
-const P_STRIDE: u32 = 9u;        // vec4 (4 consecutive keys) per row of sP
+const Q_ITEMS: u32 = 4u;
+const P_STRIDE: u32 = 17u;        // vec4 (4 consecutive keys) per row of sP
 // Loops over the dims run in chunks of at most 8 vec4 iterations. Mesa's software
 // Vulkan (llvmpipe, what CI runs WGSL on) unrolls loops that short and stops all loops of a
 // shader after 65535 iterations in total; unrolled loops do not count, so chunking keeps long
@@ -170,21 +171,34 @@ struct Params {
 // q, k and v are bound as vec4<elem_t>, four consecutive elements of a row per item, so that the
 // tile copies read 16 bytes (f32) or 8 (f16) in one load.
 
-// Workgroup memory (40208 bytes as the planner counts it, each buffer rounded up
+// Workgroup memory (48672 bytes as the planner counts it, each buffer rounded up
 // to 16 bytes). Tiles are stored row-major as vec4 of consecutive columns:
 // sQ[r * Q_STRIDE + g] holds columns d0 + 4g .. d0 + 4g + 3 of tile row r while the chunk
 // [d0, d0 + TILE_DQK) is loaded; sKV holds a chunk of K (rows of K_STRIDE) while S is formed,
 // then a chunk of V (rows of V_STRIDE) while P V is.
-var<workgroup> sQ: array<vec4<elem_t>, 2176>;  // TILE_Q x (TILE_DQK + pad): one d-chunk of the Q tile
-var<workgroup> sKV: array<vec4<elem_t>, 544>;  // TILE_KV x chunk: one d-chunk of the K tile, then of the V tile
+var<workgroup> sQ: array<vec4<elem_t>, 1152>;  // TILE_Q x (TILE_DQK + pad): one d-chunk of the Q tile
+var<workgroup> sKV: array<vec4<elem_t>, 576>;  // TILE_KV x chunk: one d-chunk of the K tile, then of the V tile
 // P of the tile, row-major (rows of P_STRIDE): each invocation writes its block of S as
 // probabilities, then reads its rows' whole P for O += P V, 4 keys per load (vec4).
-var<workgroup> sP: array<vec4<f32>, 1152>;  // TILE_Q x (TILE_KV + pad) / 4
+var<workgroup> sP: array<vec4<f32>, 2176>;  // TILE_Q x (TILE_KV + pad) / 4
 // The last K/V tile (as it + 1: it grows through the loop, so it needs no reset) in which an
 // invocation met a masked key of its rows (p = 0: a score of -inf in a tile the mask keeps whole). O += P V then
 // selects keys with p = 0 out instead of multiplying: 0 * inf is NaN, and such a key must add
 // nothing whatever its V.
 var<workgroup> p_zero_tile: atomic<u32>;
+// The last K/V tile (as it + 1, like p_zero_tile) whose V, as copied, holds inf or NaN. O += P V
+// selects keys with p = 0 out (a select per FMA) only in tiles that have such keys *and* such a
+// V: 0 * a finite v adds exactly 0 anyway, and the plain loop is the fast one (measured on the
+// H100: the select loop on every diagonal tile cost causal rows 5-30%, benchmarks/NOTES.md).
+// (With one invocation per row the guard is per invocation and this tag is not kept: those plans
+// fill small adapters' workgroup memory to the byte.)
+var<workgroup> v_nonfinite_tile: atomic<u32>;
+
+// x holds inf or NaN (exponent bits all ones; tested on the bits: a compiler's fast math may
+// assume neither exists)
+fn nonfinite4(x: vec4<f32>) -> bool {
+    return any((bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u));
+}
 
 // Element e of the global tensors read 4 at a time (columns d .. d + 3 of a row; d is a
 // multiple of 4 and head dims are multiples of 8, so the 4 never straddle a row).
@@ -220,14 +234,20 @@ fn load_k_chunk(lid: u32, seq: Seq, kv_head: u32, j0: u32, d0: u32) {
     }
 }
 
-fn load_v_chunk(lid: u32, seq: Seq, kv_head: u32, j0: u32, d0: u32) {
+// tag: the tile's it + 1, stored in v_nonfinite_tile (if kept) when the chunk holds inf or NaN.
+fn load_v_chunk(lid: u32, seq: Seq, kv_head: u32, j0: u32, d0: u32, tag: u32) {
+    var nonfinite = false;
     for (var e = lid; e < TILE_KV * (TILE_DV / 4u); e += WORKGROUP_SIZE) {
         let key = j0 + e / (TILE_DV / 4u);
         var x = vec4<elem_t>();
         if (key < seq.len_k) {
             x = v_at4(seq, key, kv_head, d0 + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
         }
+        nonfinite = nonfinite || nonfinite4(vec4<f32>(x));
         sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = x;
+    }
+    if (nonfinite) {
+        atomicMax(&v_nonfinite_tile, tag);  // seen by every invocation after the next barrier
     }
 }
 
@@ -494,8 +514,9 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
 
     if (lid == 0u) {
         // not left to the implementation's zero-fill (not every one does it); the loop's first
-        // barrier orders this store before any use
+        // barrier orders these stores before any use
         atomicStore(&p_zero_tile, 0u);
+        atomicStore(&v_nonfinite_tile, 0u);
     }
     // ---- section: loop bounds (mask) ----
     let has_rows = row0 < row_end;                // the tile has rows of the sequence
@@ -540,7 +561,7 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
     var next_v: array<vec4<elem_t>, V_ITEMS>;
     if (n_tiles > 0) {
         let jf = u32((tile_first + 0) * i32(TILE_KV));
-        // for n < Q_ITEMS (8), unrolled: one block per n
+        // for n < Q_ITEMS (4), unrolled: one block per n
         {
             const n = 0u;
             let e = lid + n * WORKGROUP_SIZE;
@@ -576,50 +597,6 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
         }
         {
             const n = 3u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
-        {
-            const n = 4u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
-        {
-            const n = 5u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
-        {
-            const n = 6u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
-        {
-            const n = 7u;
             let e = lid + n * WORKGROUP_SIZE;
             let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
             var x = vec4<elem_t>();
@@ -669,7 +646,7 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
         // -- load K/V tile (Q and K here, d-chunk by d-chunk, each followed by its share of
         // -- S = Q K^T; V below, for P V)
         {  // chunk 0: the prefetched Q and K chunks into workgroup memory, then fetch the next step's
-        // for n < Q_ITEMS (8), unrolled: one block per n
+        // for n < Q_ITEMS (4), unrolled: one block per n
         {
             const n = 0u;
             let e = lid + n * WORKGROUP_SIZE;
@@ -693,34 +670,6 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
         }
         {
             const n = 3u;
-            let e = lid + n * WORKGROUP_SIZE;
-            if (e < TILE_Q * (TILE_DQK / 4u)) {
-                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
-            }
-        }
-        {
-            const n = 4u;
-            let e = lid + n * WORKGROUP_SIZE;
-            if (e < TILE_Q * (TILE_DQK / 4u)) {
-                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
-            }
-        }
-        {
-            const n = 5u;
-            let e = lid + n * WORKGROUP_SIZE;
-            if (e < TILE_Q * (TILE_DQK / 4u)) {
-                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
-            }
-        }
-        {
-            const n = 6u;
-            let e = lid + n * WORKGROUP_SIZE;
-            if (e < TILE_Q * (TILE_DQK / 4u)) {
-                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
-            }
-        }
-        {
-            const n = 7u;
             let e = lid + n * WORKGROUP_SIZE;
             if (e < TILE_Q * (TILE_DQK / 4u)) {
                 sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
@@ -742,7 +691,7 @@ fn attngen_mistral_7b_prefill(@builtin(local_invocation_index) lid: u32, @builti
             }
         }
 workgroupBarrier();
-        // for n < Q_ITEMS (8), unrolled: one block per n
+        // for n < Q_ITEMS (4), unrolled: one block per n
         {
             const n = 0u;
             let e = lid + n * WORKGROUP_SIZE;
@@ -778,50 +727,6 @@ workgroupBarrier();
         }
         {
             const n = 3u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
-        {
-            const n = 4u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
-        {
-            const n = 5u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
-        {
-            const n = 6u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 1u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
-        {
-            const n = 7u;
             let e = lid + n * WORKGROUP_SIZE;
             let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
             var x = vec4<elem_t>();
@@ -873,7 +778,7 @@ workgroupBarrier();
                     const i = 3u;
                     qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
                 }
-                // for u < KEYS (4), unrolled: one block per u
+                // for u < KEYS (8), unrolled: one block per u
                 {
                     const u = 0u;
                     let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
@@ -974,12 +879,112 @@ workgroupBarrier();
                         part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
                     }
                 }
+                {
+                    const u = 4u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 5u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 6u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 7u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
             }
         }
 workgroupBarrier();  // every invocation is done with sQ and sKV before the next chunk overwrites them
         }
         {  // chunk 1: the prefetched Q and K chunks into workgroup memory, then fetch the next step's
-        // for n < Q_ITEMS (8), unrolled: one block per n
+        // for n < Q_ITEMS (4), unrolled: one block per n
         {
             const n = 0u;
             let e = lid + n * WORKGROUP_SIZE;
@@ -1008,29 +1013,677 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
             }
         }
+        // for n < K_ITEMS (2), unrolled: one block per n
         {
-            const n = 4u;
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+workgroupBarrier();
+        // for n < Q_ITEMS (4), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 2u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 2u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 2u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 2u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 2u * TILE_DQK + 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 2u * TILE_DQK + 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        for (var c = 0u; c < TILE_DQK / 4u; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
+            for (var x = 0u; x < DIM_CHUNK_QK; x++) {
+                let g = c + x;  // vec4 column group of the chunk
+                var qv: array<vec4<qk_acc_t>, ROWS>;
+                // for i < ROWS (4), unrolled: one block per i
+                {
+                    const i = 0u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 1u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 2u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 3u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                // for u < KEYS (8), unrolled: one block per u
+                {
+                    const u = 0u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 1u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 2u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 3u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 4u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 5u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 6u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 7u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+            }
+        }
+workgroupBarrier();  // every invocation is done with sQ and sKV before the next chunk overwrites them
+        }
+        {  // chunk 2: the prefetched Q and K chunks into workgroup memory, then fetch the next step's
+        // for n < Q_ITEMS (4), unrolled: one block per n
+        {
+            const n = 0u;
             let e = lid + n * WORKGROUP_SIZE;
             if (e < TILE_Q * (TILE_DQK / 4u)) {
                 sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
             }
         }
         {
-            const n = 5u;
+            const n = 1u;
             let e = lid + n * WORKGROUP_SIZE;
             if (e < TILE_Q * (TILE_DQK / 4u)) {
                 sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
             }
         }
         {
-            const n = 6u;
+            const n = 2u;
             let e = lid + n * WORKGROUP_SIZE;
             if (e < TILE_Q * (TILE_DQK / 4u)) {
                 sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
             }
         }
         {
-            const n = 7u;
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DQK / 4u)) {
+                sKV[(e / (TILE_DQK / 4u)) * K_STRIDE + e % (TILE_DQK / 4u)] = next_k[n];
+            }
+        }
+workgroupBarrier();
+        // for n < Q_ITEMS (4), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 3u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 3u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 3u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        {
+            const n = 3u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
+            var x = vec4<elem_t>();
+            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
+                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 3u * TILE_DQK + 4u * (e % (TILE_DQK / 4u));
+                x = q_vec(at);
+            }
+            next_q[n] = x;
+        }
+        // for n < K_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 3u * TILE_DQK + 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DQK / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DQK / 4u) && key < seq.len_k) {
+                x = k_at4(seq, key, kv_head, 3u * TILE_DQK + 4u * (e % (TILE_DQK / 4u)));  // cache or appended row
+            }
+            next_k[n] = x;
+        }
+        for (var c = 0u; c < TILE_DQK / 4u; c += DIM_CHUNK_QK) {  // in chunks: see DIM_CHUNK_QK
+            for (var x = 0u; x < DIM_CHUNK_QK; x++) {
+                let g = c + x;  // vec4 column group of the chunk
+                var qv: array<vec4<qk_acc_t>, ROWS>;
+                // for i < ROWS (4), unrolled: one block per i
+                {
+                    const i = 0u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 1u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 2u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                {
+                    const i = 3u;
+                    qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
+                }
+                // for u < KEYS (8), unrolled: one block per u
+                {
+                    const u = 0u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 1u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 2u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 3u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 4u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 5u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 6u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 7u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+            }
+        }
+workgroupBarrier();  // every invocation is done with sQ and sKV before the next chunk overwrites them
+        }
+        {  // chunk 3: the prefetched Q and K chunks into workgroup memory, then fetch the next step's
+        // for n < Q_ITEMS (4), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 2u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_Q * (TILE_DQK / 4u)) {
+                sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
+            }
+        }
+        {
+            const n = 3u;
             let e = lid + n * WORKGROUP_SIZE;
             if (e < TILE_Q * (TILE_DQK / 4u)) {
                 sQ[(e / (TILE_DQK / 4u)) * Q_STRIDE + e % (TILE_DQK / 4u)] = next_q[n];
@@ -1094,7 +1747,7 @@ workgroupBarrier();
                     const i = 3u;
                     qv[i] = vec4<qk_acc_t>(sQ[(tr + ROW_GROUPS * i) * Q_STRIDE + g]);
                 }
-                // for u < KEYS (4), unrolled: one block per u
+                // for u < KEYS (8), unrolled: one block per u
                 {
                     const u = 0u;
                     let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
@@ -1172,6 +1825,106 @@ workgroupBarrier();
                 }
                 {
                     const u = 3u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 4u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 5u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 6u;
+                    let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 1u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 2u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                    {
+                        const i = 3u;
+                        // four fused multiply-adds (dot() and += are a multiply, three FMAs and an add)
+                        part[i][u] = fma(qv[i].w, kv.w, fma(qv[i].z, kv.z, fma(qv[i].y, kv.y, fma(qv[i].x, kv.x, part[i][u]))));
+                    }
+                }
+                {
+                    const u = 7u;
                     let kv = vec4<qk_acc_t>(sKV[(tc + THREADS_PER_ROW * u) * K_STRIDE + g]);
                     // for i < ROWS (4), unrolled: one block per i
                     {
@@ -1206,7 +1959,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         {
             const i = 0u;
             let row = q_row[i];
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
@@ -1254,6 +2007,66 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 4u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 5u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 6u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 7u;
                 let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
                 var t = score_transform(f32(part[i][u]));
                 if (partial && !visible(seq, i32(row), j0 + i32(j))) {
@@ -1271,7 +2084,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         {
             const i = 1u;
             let row = q_row[i];
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
@@ -1319,6 +2132,66 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 4u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 5u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 6u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 7u;
                 let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
                 var t = score_transform(f32(part[i][u]));
                 if (partial && !visible(seq, i32(row), j0 + i32(j))) {
@@ -1336,7 +2209,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         {
             const i = 2u;
             let row = q_row[i];
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
@@ -1384,6 +2257,66 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 4u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 5u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 6u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 7u;
                 let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
                 var t = score_transform(f32(part[i][u]));
                 if (partial && !visible(seq, i32(row), j0 + i32(j))) {
@@ -1401,7 +2334,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         {
             const i = 3u;
             let row = q_row[i];
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
@@ -1449,6 +2382,66 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 4u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 5u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 6u;
+                let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
+                var t = score_transform(f32(part[i][u]));
+                if (partial && !visible(seq, i32(row), j0 + i32(j))) {
+                    t = MASKED;
+                }
+                if (poisons(t)) {  // a key the row sees (masked ones are MASKED by now)
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0, by the explicit selects below (tested on bits)
+                }
+                s[i][u] = t;
+            }
+            {
+                const u = 7u;
                 let j = tc + THREADS_PER_ROW * u;  // the key's place in the tile
                 var t = score_transform(f32(part[i][u]));
                 if (partial && !visible(seq, i32(row), j0 + i32(j))) {
@@ -1470,7 +2463,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         {
             const i = 0u;
             var m = m_i[i];
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 m = max(m, s[i][u]);
@@ -1485,6 +2478,22 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 4u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 5u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 6u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 7u;
                 m = max(m, s[i][u]);
             }
             m_new[i] = m;
@@ -1492,7 +2501,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         {
             const i = 1u;
             var m = m_i[i];
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 m = max(m, s[i][u]);
@@ -1507,6 +2516,22 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 4u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 5u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 6u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 7u;
                 m = max(m, s[i][u]);
             }
             m_new[i] = m;
@@ -1514,7 +2539,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         {
             const i = 2u;
             var m = m_i[i];
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 m = max(m, s[i][u]);
@@ -1529,6 +2554,22 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 4u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 5u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 6u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 7u;
                 m = max(m, s[i][u]);
             }
             m_new[i] = m;
@@ -1536,7 +2577,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         {
             const i = 3u;
             var m = m_i[i];
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 m = max(m, s[i][u]);
@@ -1551,6 +2592,22 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 4u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 5u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 6u;
+                m = max(m, s[i][u]);
+            }
+            {
+                const u = 7u;
                 m = max(m, s[i][u]);
             }
             m_new[i] = m;
@@ -1585,7 +2642,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
             m_i[i] = m_new[i];
             var row_sum = 0.0;
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let masked = s[i][u] <= MASKED;
@@ -1612,6 +2669,38 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 4u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 5u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 6u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 7u;
                 let masked = s[i][u] <= MASKED;
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
@@ -1626,7 +2715,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
             m_i[i] = m_new[i];
             var row_sum = 0.0;
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let masked = s[i][u] <= MASKED;
@@ -1653,6 +2742,38 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 4u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 5u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 6u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 7u;
                 let masked = s[i][u] <= MASKED;
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
@@ -1667,7 +2788,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
             m_i[i] = m_new[i];
             var row_sum = 0.0;
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let masked = s[i][u] <= MASKED;
@@ -1694,6 +2815,38 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 4u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 5u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 6u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 7u;
                 let masked = s[i][u] <= MASKED;
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
@@ -1708,7 +2861,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
             m_i[i] = m_new[i];
             var row_sum = 0.0;
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let masked = s[i][u] <= MASKED;
@@ -1735,6 +2888,38 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 4u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 5u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 6u;
+                let masked = s[i][u] <= MASKED;
+                let p = select(exp2(s[i][u] - m_use), 0.0, masked);
+                s[i][u] = p;
+                row_sum += p;
+                p_zero = p_zero || masked;
+            }
+            {
+                const u = 7u;
                 let masked = s[i][u] <= MASKED;
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
@@ -1748,7 +2933,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         // for i < ROWS (4), unrolled: one block per i
         {
             const i = 0u;
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let key = tc + THREADS_PER_ROW * u;
@@ -1766,13 +2951,33 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 4u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 5u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 6u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 7u;
                 let key = tc + THREADS_PER_ROW * u;
                 sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
         }
         {
             const i = 1u;
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let key = tc + THREADS_PER_ROW * u;
@@ -1790,13 +2995,33 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 4u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 5u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 6u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 7u;
                 let key = tc + THREADS_PER_ROW * u;
                 sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
         }
         {
             const i = 2u;
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let key = tc + THREADS_PER_ROW * u;
@@ -1814,13 +3039,33 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 4u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 5u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 6u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 7u;
                 let key = tc + THREADS_PER_ROW * u;
                 sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
         }
         {
             const i = 3u;
-            // for u < KEYS (4), unrolled: one block per u
+            // for u < KEYS (8), unrolled: one block per u
             {
                 const u = 0u;
                 let key = tc + THREADS_PER_ROW * u;
@@ -1838,6 +3083,26 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
             }
             {
                 const u = 3u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 4u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 5u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 6u;
+                let key = tc + THREADS_PER_ROW * u;
+                sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
+            }
+            {
+                const u = 7u;
                 let key = tc + THREADS_PER_ROW * u;
                 sP[(tr + ROW_GROUPS * i) * P_STRIDE + key / 4u][key % 4u] = s[i][u];
             }
@@ -1847,12 +3112,14 @@ if (p_zero) {
         }
         // -- O += P V (and acc *= alpha, in the same pass), V d-chunk by d-chunk through sKV
         {  // chunk 0: the prefetched V chunk into workgroup memory, then fetch the next step's
+        var nonfinite = false;
         // for n < V_ITEMS (2), unrolled: one block per n
         {
             const n = 0u;
             let e = lid + n * WORKGROUP_SIZE;
             if (e < TILE_KV * (TILE_DV / 4u)) {
                 sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+                nonfinite = nonfinite || nonfinite4(vec4<f32>(next_v[n]));
             }
         }
         {
@@ -1860,7 +3127,11 @@ if (p_zero) {
             let e = lid + n * WORKGROUP_SIZE;
             if (e < TILE_KV * (TILE_DV / 4u)) {
                 sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+                nonfinite = nonfinite || nonfinite4(vec4<f32>(next_v[n]));
             }
+        }
+        if (nonfinite) {
+            atomicMax(&v_nonfinite_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
         }
 workgroupBarrier();  // the V chunk and P in workgroup memory
         // for n < V_ITEMS (2), unrolled: one block per n
@@ -1887,55 +3158,40 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
         // for i < ROWS (4), unrolled: one block per i
         {
             const i = 0u;
-            // for w < COL_GROUPS (2), unrolled: one block per w
+            // for w < COL_GROUPS (1), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][0u * COL_GROUPS + w] *= alpha[i];
-            }
-            {
-                const w = 1u;
                 acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
             const i = 1u;
-            // for w < COL_GROUPS (2), unrolled: one block per w
+            // for w < COL_GROUPS (1), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][0u * COL_GROUPS + w] *= alpha[i];
-            }
-            {
-                const w = 1u;
                 acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
             const i = 2u;
-            // for w < COL_GROUPS (2), unrolled: one block per w
+            // for w < COL_GROUPS (1), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][0u * COL_GROUPS + w] *= alpha[i];
-            }
-            {
-                const w = 1u;
                 acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
             const i = 3u;
-            // for w < COL_GROUPS (2), unrolled: one block per w
+            // for w < COL_GROUPS (1), unrolled: one block per w
             {
                 const w = 0u;
                 acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
-            {
-                const w = 1u;
-                acc[i][0u * COL_GROUPS + w] *= alpha[i];
-            }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
-        // 0 * inf is NaN, and such a key must add nothing whatever its V
-        if (partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) {
+        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
+        // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
+        if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
             // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
             for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
                 for (var x = 0u; x < KEY_CHUNK; x++) {
@@ -1962,30 +3218,9 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                     {
                         const e = 0u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 1u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
@@ -2009,30 +3244,9 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                     {
                         const e = 1u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 1u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
@@ -2056,30 +3270,9 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                     {
                         const e = 2u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 1u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
@@ -2103,30 +3296,9 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                     {
                         const e = 3u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 1u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
@@ -2176,30 +3348,9 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                     {
                         const e = 0u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 1u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
@@ -2223,30 +3374,9 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                     {
                         const e = 1u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 1u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
@@ -2270,30 +3400,9 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                     {
                         const e = 2u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 1u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
@@ -2317,30 +3426,9 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                     {
                         const e = 3u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][0u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 1u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
@@ -2367,12 +3455,14 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
 workgroupBarrier();  // every invocation is done with sKV and sP before they are overwritten
         }
         {  // chunk 1: the prefetched V chunk into workgroup memory, then fetch the next step's
+        var nonfinite = false;
         // for n < V_ITEMS (2), unrolled: one block per n
         {
             const n = 0u;
             let e = lid + n * WORKGROUP_SIZE;
             if (e < TILE_KV * (TILE_DV / 4u)) {
                 sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+                nonfinite = nonfinite || nonfinite4(vec4<f32>(next_v[n]));
             }
         }
         {
@@ -2380,12 +3470,702 @@ workgroupBarrier();  // every invocation is done with sKV and sP before they are
             let e = lid + n * WORKGROUP_SIZE;
             if (e < TILE_KV * (TILE_DV / 4u)) {
                 sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+                nonfinite = nonfinite || nonfinite4(vec4<f32>(next_v[n]));
             }
+        }
+        if (nonfinite) {
+            atomicMax(&v_nonfinite_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
+        }
+workgroupBarrier();  // the V chunk and P in workgroup memory
+        // for n < V_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 2u * TILE_DV + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 2u * TILE_DV + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
+            // for w < COL_GROUPS (1), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 1u;
+            // for w < COL_GROUPS (1), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 2u;
+            // for w < COL_GROUPS (1), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 3u;
+            // for w < COL_GROUPS (1), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][1u * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
+        // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
+        if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
+            // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
+            for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+                for (var x = 0u; x < KEY_CHUNK; x++) {
+                    let j4 = c + x;
+                    var p4: array<vec4<f32>, ROWS>;
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 1u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 2u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 3u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    // for e < 4u, unrolled: one block per e
+                    {
+                        const e = 0u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                    {
+                        const e = 1u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                    {
+                        const e = 2u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                    {
+                        const e = 3u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                }
+            }
+} else {
+            // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
+            for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+                for (var x = 0u; x < KEY_CHUNK; x++) {
+                    let j4 = c + x;
+                    var p4: array<vec4<f32>, ROWS>;
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 1u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 2u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 3u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    // for e < 4u, unrolled: one block per e
+                    {
+                        const e = 0u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                    {
+                        const e = 1u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                    {
+                        const e = 2u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                    {
+                        const e = 3u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                }
+            }
+}
+workgroupBarrier();  // every invocation is done with sKV and sP before they are overwritten
+        }
+        {  // chunk 2: the prefetched V chunk into workgroup memory, then fetch the next step's
+        var nonfinite = false;
+        // for n < V_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+                nonfinite = nonfinite || nonfinite4(vec4<f32>(next_v[n]));
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+                nonfinite = nonfinite || nonfinite4(vec4<f32>(next_v[n]));
+            }
+        }
+        if (nonfinite) {
+            atomicMax(&v_nonfinite_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
+        }
+workgroupBarrier();  // the V chunk and P in workgroup memory
+        // for n < V_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 3u * TILE_DV + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            let key = u32(j0) + e / (TILE_DV / 4u);
+            var x = vec4<elem_t>();
+            if (e < TILE_KV * (TILE_DV / 4u) && key < seq.len_k) {
+                x = v_at4(seq, key, kv_head, v0 + 3u * TILE_DV + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
+            }
+            next_v[n] = x;
+        }
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
+            // for w < COL_GROUPS (1), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][2u * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 1u;
+            // for w < COL_GROUPS (1), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][2u * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 2u;
+            // for w < COL_GROUPS (1), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][2u * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        {
+            const i = 3u;
+            // for w < COL_GROUPS (1), unrolled: one block per w
+            {
+                const w = 0u;
+                acc[i][2u * COL_GROUPS + w] *= alpha[i];
+            }
+        }
+        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
+        // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
+        if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
+            // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
+            for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+                for (var x = 0u; x < KEY_CHUNK; x++) {
+                    let j4 = c + x;
+                    var p4: array<vec4<f32>, ROWS>;
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 1u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 2u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 3u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    // for e < 4u, unrolled: one block per e
+                    {
+                        const e = 0u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                    {
+                        const e = 1u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                    {
+                        const e = 2u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                    {
+                        const e = 3u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][2u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                            }
+                        }
+                    }
+                }
+            }
+} else {
+            // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
+            for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
+                for (var x = 0u; x < KEY_CHUNK; x++) {
+                    let j4 = c + x;
+                    var p4: array<vec4<f32>, ROWS>;
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 1u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 2u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    {
+                        const i = 3u;
+                        p4[i] = sP[(tr + ROW_GROUPS * i) * P_STRIDE + j4];
+                    }
+                    // for e < 4u, unrolled: one block per e
+                    {
+                        const e = 0u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                    {
+                        const e = 1u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                    {
+                        const e = 2u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                    {
+                        const e = 3u;
+                        let j = 4u * j4 + e;
+                        // for w < COL_GROUPS (1), unrolled: one block per w
+                        {
+                            const w = 0u;
+                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
+                            // for i < ROWS (4), unrolled: one block per i
+                            {
+                                const i = 0u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 1u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 2u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                            {
+                                const i = 3u;
+                                acc[i][2u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                            }
+                        }
+                    }
+                }
+            }
+}
+workgroupBarrier();  // every invocation is done with sKV and sP before they are overwritten
+        }
+        {  // chunk 3: the prefetched V chunk into workgroup memory, then fetch the next step's
+        var nonfinite = false;
+        // for n < V_ITEMS (2), unrolled: one block per n
+        {
+            const n = 0u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+                nonfinite = nonfinite || nonfinite4(vec4<f32>(next_v[n]));
+            }
+        }
+        {
+            const n = 1u;
+            let e = lid + n * WORKGROUP_SIZE;
+            if (e < TILE_KV * (TILE_DV / 4u)) {
+                sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = next_v[n];
+                nonfinite = nonfinite || nonfinite4(vec4<f32>(next_v[n]));
+            }
+        }
+        if (nonfinite) {
+            atomicMax(&v_nonfinite_tile, u32(it) + 1u);  // seen by every invocation after the next barrier
         }
 workgroupBarrier();  // the V chunk and P in workgroup memory
         if (it + 1 < n_tiles) {  // uniform: n_tiles is the workgroup's
             let jn = u32((tile_first + it + 1) * i32(TILE_KV));
-        // for n < Q_ITEMS (8), unrolled: one block per n
+        // for n < Q_ITEMS (4), unrolled: one block per n
         {
             const n = 0u;
             let e = lid + n * WORKGROUP_SIZE;
@@ -2430,50 +4210,6 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
             }
             next_q[n] = x;
         }
-        {
-            const n = 4u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
-        {
-            const n = 5u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
-        {
-            const n = 6u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
-        {
-            const n = 7u;
-            let e = lid + n * WORKGROUP_SIZE;
-            let rh = tile_row(e / (TILE_DQK / 4u), first, tile_head);
-            var x = vec4<elem_t>();
-            if (e < TILE_Q * (TILE_DQK / 4u) && rh.x < seq.len_q) {
-                let at = ((seq.q_row0 + rh.x) * params.heads_q + rh.y) * HEAD_DIM_QK + 0u + 4u * (e % (TILE_DQK / 4u));
-                x = q_vec(at);
-            }
-            next_q[n] = x;
-        }
         // for n < K_ITEMS (2), unrolled: one block per n
         {
             const n = 0u;
@@ -2499,55 +4235,40 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
         // for i < ROWS (4), unrolled: one block per i
         {
             const i = 0u;
-            // for w < COL_GROUPS (2), unrolled: one block per w
+            // for w < COL_GROUPS (1), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][1u * COL_GROUPS + w] *= alpha[i];
-            }
-            {
-                const w = 1u;
-                acc[i][1u * COL_GROUPS + w] *= alpha[i];
+                acc[i][3u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
             const i = 1u;
-            // for w < COL_GROUPS (2), unrolled: one block per w
+            // for w < COL_GROUPS (1), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][1u * COL_GROUPS + w] *= alpha[i];
-            }
-            {
-                const w = 1u;
-                acc[i][1u * COL_GROUPS + w] *= alpha[i];
+                acc[i][3u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
             const i = 2u;
-            // for w < COL_GROUPS (2), unrolled: one block per w
+            // for w < COL_GROUPS (1), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][1u * COL_GROUPS + w] *= alpha[i];
-            }
-            {
-                const w = 1u;
-                acc[i][1u * COL_GROUPS + w] *= alpha[i];
+                acc[i][3u * COL_GROUPS + w] *= alpha[i];
             }
         }
         {
             const i = 3u;
-            // for w < COL_GROUPS (2), unrolled: one block per w
+            // for w < COL_GROUPS (1), unrolled: one block per w
             {
                 const w = 0u;
-                acc[i][1u * COL_GROUPS + w] *= alpha[i];
-            }
-            {
-                const w = 1u;
-                acc[i][1u * COL_GROUPS + w] *= alpha[i];
+                acc[i][3u * COL_GROUPS + w] *= alpha[i];
             }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
-        // 0 * inf is NaN, and such a key must add nothing whatever its V
-        if (partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) {
+        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
+        // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
+        if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
             // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
             for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
                 for (var x = 0u; x < KEY_CHUNK; x++) {
@@ -2574,188 +4295,104 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                     {
                         const e = 0u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 1u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
                     {
                         const e = 1u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 1u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
                     {
                         const e = 2u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 1u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
                     {
                         const e = 3u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                             {
                                 const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                        }
-                        {
-                            const w = 1u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
+                                acc[i][3u * COL_GROUPS + w] += select(vec4<pv_acc_t>(), pv_acc_t(p4[i][e]) * v, p4[i][e] != 0.0);
                             }
                         }
                     }
@@ -2788,188 +4425,104 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                     {
                         const e = 0u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 1u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
                     {
                         const e = 1u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 1u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
                     {
                         const e = 2u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 1u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }
                     {
                         const e = 3u;
                         let j = 4u * j4 + e;
-                        // for w < COL_GROUPS (2), unrolled: one block per w
+                        // for w < COL_GROUPS (1), unrolled: one block per w
                         {
                             const w = 0u;
                             let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
                             // for i < ROWS (4), unrolled: one block per i
                             {
                                 const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                             {
                                 const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                        }
-                        {
-                            const w = 1u;
-                            let v = vec4<pv_acc_t>(sKV[j * V_STRIDE + tc + THREADS_PER_ROW * w]);
-                            // for i < ROWS (4), unrolled: one block per i
-                            {
-                                const i = 0u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 1u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 2u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
-                            }
-                            {
-                                const i = 3u;
-                                acc[i][1u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
+                                acc[i][3u * COL_GROUPS + w] += pv_acc_t(p4[i][e]) * v;
                             }
                         }
                     }

@@ -20,12 +20,13 @@
 //
 // Plan: tile q=16 kv=16, workgroup 64 (8 row groups x 8 invocations per row), sub-block 2 row(s) x 2 key(s) of S and 2 x 32 columns of acc per invocation, row max and sum through workgroup memory, f16 packed in u32 words (f32 arithmetic).
 // Scale 0.041666666666666664; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
-// Workgroup memory: 10512 bytes (each buffer 16-byte aligned):
-//   sQ          at      0: 16 x 68 f32 (one d-chunk of the Q tile)
-//   sKV         at   4352: 16 x 68 f32 (one d-chunk of the current K tile, then of the V tile)
-//   sP          at   8704: 16 x 20 f32 (probabilities P of the tile, for P V)
-//   p_zero_tile at   9984: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
-//   sRed        at  10000: 16 x 8 f32 (a row's partial max (and sum) per invocation of the row)
+// Workgroup memory: 10528 bytes (each buffer 16-byte aligned):
+//   sQ               at      0: 16 x 68 f32 (one d-chunk of the Q tile)
+//   sKV              at   4352: 16 x 68 f32 (one d-chunk of the current K tile, then of the V tile)
+//   sP               at   8704: 16 x 20 f32 (probabilities P of the tile, for P V)
+//   p_zero_tile      at   9984: 1 x 1 u32 (the last tile in which some p was 0 (it + 1))
+//   v_nonfinite_tile at  10000: 1 x 1 u32 (the last tile whose V holds inf or NaN (it + 1))
+//   sRed             at  10016: 16 x 8 f32 (a row's partial max (and sum) per invocation of the row)
 // Register tiling: sub-block 2 row(s) x 2 key(s) of S and 2 x 32 columns of acc per invocation.
 // Head dim: tile d=64 (from the spec): Q and K in 9 chunk(s) of 64, V in 4 of 64; out split over 2 workgroups of 256 columns.
 // Grid: (ceil(Lq * G / 16) * S, Hkv * 2, B), 64 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
@@ -183,7 +184,7 @@ fn store_out(i: u32, x: f32) {
     atomicOr(&out[i >> 1u], half << shift);
 }
 
-// Workgroup memory (10512 bytes as the planner counts it, each buffer rounded up
+// Workgroup memory (10528 bytes as the planner counts it, each buffer rounded up
 // to 16 bytes). Tiles are stored row-major as vec4 of consecutive columns:
 // sQ[r * Q_STRIDE + g] holds columns d0 + 4g .. d0 + 4g + 3 of tile row r while the chunk
 // [d0, d0 + TILE_DQK) is loaded; sKV holds a chunk of K (rows of K_STRIDE) while S is formed,
@@ -198,6 +199,19 @@ var<workgroup> sP: array<vec4<f32>, 80>;  // TILE_Q x (TILE_KV + pad) / 4
 // selects keys with p = 0 out instead of multiplying: 0 * inf is NaN, and such a key must add
 // nothing whatever its V.
 var<workgroup> p_zero_tile: atomic<u32>;
+// The last K/V tile (as it + 1, like p_zero_tile) whose V, as copied, holds inf or NaN. O += P V
+// selects keys with p = 0 out (a select per FMA) only in tiles that have such keys *and* such a
+// V: 0 * a finite v adds exactly 0 anyway, and the plain loop is the fast one (measured on the
+// H100: the select loop on every diagonal tile cost causal rows 5-30%, benchmarks/NOTES.md).
+// (With one invocation per row the guard is per invocation and this tag is not kept: those plans
+// fill small adapters' workgroup memory to the byte.)
+var<workgroup> v_nonfinite_tile: atomic<u32>;
+
+// x holds inf or NaN (exponent bits all ones; tested on the bits: a compiler's fast math may
+// assume neither exists)
+fn nonfinite4(x: vec4<f32>) -> bool {
+    return any((bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) == vec4<u32>(0x7f800000u));
+}
 // A row's partial max (per tile) and sum (at the end), one per invocation of the row:
 // sRed[r * THREADS_PER_ROW + tc].
 var<workgroup> sRed: array<f32, 128>;  // TILE_Q x THREADS_PER_ROW
@@ -239,14 +253,20 @@ fn load_k_chunk(lid: u32, seq: Seq, kv_head: u32, j0: u32, d0: u32) {
     }
 }
 
-fn load_v_chunk(lid: u32, seq: Seq, kv_head: u32, j0: u32, d0: u32) {
+// tag: the tile's it + 1, stored in v_nonfinite_tile (if kept) when the chunk holds inf or NaN.
+fn load_v_chunk(lid: u32, seq: Seq, kv_head: u32, j0: u32, d0: u32, tag: u32) {
+    var nonfinite = false;
     for (var e = lid; e < TILE_KV * (TILE_DV / 4u); e += WORKGROUP_SIZE) {
         let key = j0 + e / (TILE_DV / 4u);
         var x = vec4<elem_t>();
         if (key < seq.len_k) {
             x = v_at4(seq, key, kv_head, d0 + 4u * (e % (TILE_DV / 4u)));  // cache or appended row
         }
+        nonfinite = nonfinite || nonfinite4(vec4<f32>(x));
         sKV[(e / (TILE_DV / 4u)) * V_STRIDE + e % (TILE_DV / 4u)] = x;
+    }
+    if (nonfinite) {
+        atomicMax(&v_nonfinite_tile, tag);  // seen by every invocation after the next barrier
     }
 }
 
@@ -481,8 +501,9 @@ fn attngen_mla_decode_f16(@builtin(local_invocation_index) lid: u32, @builtin(wo
 
     if (lid == 0u) {
         // not left to the implementation's zero-fill (not every one does it); the loop's first
-        // barrier orders this store before any use
+        // barrier orders these stores before any use
         atomicStore(&p_zero_tile, 0u);
+        atomicStore(&v_nonfinite_tile, 0u);
     }
     // ---- section: loop bounds (mask) ----
     let has_rows = row0 < row_end;                // the tile has rows of the sequence
@@ -618,16 +639,17 @@ if (p_zero) {
         }
         // -- O += P V (and acc *= alpha, in the same pass), V d-chunk by d-chunk through sKV
         for (var dc = 0u; dc < D_TILES_V; dc++) {
-            load_v_chunk(lid, seq, kv_head, u32(j0), v0 + dc * TILE_DV);
+            load_v_chunk(lid, seq, kv_head, u32(j0), v0 + dc * TILE_DV, u32(it) + 1u);
             workgroupBarrier();  // the V chunk and P in workgroup memory
         for (var i = 0u; i < ROWS; i++) {
             for (var w = 0u; w < COL_GROUPS; w++) {
                 acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any:
-        // 0 * inf is NaN, and such a key must add nothing whatever its V
-        if (partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) {
+        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
+        // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
+        if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
             // keys 4 j4 .. 4 j4 + 3: one vec4 of P per row serves 4 keys
             for (var c = 0u; c < TILE_KV / 4u; c += KEY_CHUNK) {  // in chunks: see DIM_CHUNK_QK
                 for (var x = 0u; x < KEY_CHUNK; x++) {

@@ -196,6 +196,7 @@ def _wgsl_layout(spec, tile_q, tile_kv, tc, subgroups, cols_qk, cols_v, chunked,
     if tc > 1:
         entries.append(("sP", "f32", 1, tile_q, tile_kv + pad, "probabilities P of the tile, for P V"))
         entries.append(("p_zero_tile", "u32", 1, 1, 1, "the last tile in which some p was 0 (it + 1)"))
+        entries.append(("v_nonfinite_tile", "u32", 1, 1, 1, "the last tile whose V holds inf or NaN (it + 1)"))
         if not subgroups:
             entries.append(("sRed", "f32", 1, tile_q, tc, "a row's partial max (and sum) per invocation of the row"))
     return _layout(entries)

@@ -31,14 +31,16 @@ def _shape(c):
 
 # ---- the plan's choice: no device needed ------------------------------------------------------
 
-@pytest.mark.parametrize("dtype, head_dim, cols", [("f32", 64, 8), ("f16", 128, 16), ("f32", 128, 16)])
-def test_gpu_profile_picks_4_rows_by_4_keys(dtype, head_dim, cols):
-    """wgpu-vulkan-nvidia, fused kernels: 128 x 32 tiles, 8 invocations per row (within a
-    subgroup of 32), 4 rows each: a 4 x 4 block of S and 4 rows x head_dim / 8 columns of acc,
-    256 invocations (the head dims stream through workgroup memory in chunks)."""
+@pytest.mark.parametrize("dtype, head_dim, kv, cols", [("f32", 64, 32, 8), ("f16", 64, 64, 8), ("f16", 128, 64, 16),
+                                                     ("f32", 128, 32, 16)])
+def test_gpu_profile_picks_4_rows_by_4_or_8_keys(dtype, head_dim, kv, cols):
+    """wgpu-vulkan-nvidia, fused kernels: 128-row tiles, 8 invocations per row (within a
+    subgroup of 32), 4 rows each: a 4 x (kv / 8) block of S and 4 rows x head_dim / 8 columns
+    of acc, 256 invocations (the head dims stream through workgroup memory in chunks); 32 keys
+    per tile in f32, 64 in f16 (the profile's f16 row)."""
     c = plan(spec_of(f"head_dim {head_dim}\n dtype {dtype}\n mask causal"), "wgsl", "wgpu-vulkan-nvidia").config
-    assert (c.tile_q, c.tile_kv, c.workgroup) == (128, 32, 256)
-    assert _shape(c) == (8, 4, 4, cols) and c.reduction == "subgroup"
+    assert (c.tile_q, c.tile_kv, c.workgroup) == (128, kv, 256)
+    assert _shape(c) == (8, 4, kv // 8, cols) and c.reduction == "subgroup"
     assert c.smem_bytes <= 49152
 
 
@@ -57,7 +59,7 @@ def test_gpu_profile_f16_decode_up_to_d64_takes_one_row_per_invocation(head_dim)
     `rows_per_invocation` = 1): 32 x 16 tiles, 4 invocations per row, one row each, 128
     invocations; the fused f16 kernels take the q128 row."""
     fused = plan(spec_of(f"head_dim {head_dim}\n dtype f16"), "wgsl", "wgpu-vulkan-nvidia").config
-    assert (fused.tile_q, fused.tile_kv, fused.workgroup) == (128, 32, 256)
+    assert (fused.tile_q, fused.tile_kv, fused.workgroup) == (128, 64, 256)
     c = plan(spec_of(f"head_dim {head_dim}\n dtype f16\n schedule split_kv(auto)"), "wgsl", "wgpu-vulkan-nvidia").config
     assert (c.tile_q, c.tile_kv, c.workgroup) == (32, 16, 128)
     assert _shape(c)[:3] == (4, 1, 4) and c.reduction == "subgroup"
@@ -93,7 +95,7 @@ def test_check_and_ir_show_the_sub_block(tmp_path):
         res = subprocess.run([sys.executable, "-m", "attngen", *args, "--target", "wgsl", "--profile",
                               "wgpu-vulkan-nvidia"], capture_output=True, text=True, cwd=ROOT)
         assert res.returncode == 0, res.stderr
-        assert "sub-block 4 row(s) x 4 key(s) of S and 4 x 16 columns of acc per invocation" in res.stdout, args
+        assert "sub-block 4 row(s) x 8 key(s) of S and 4 x 16 columns of acc per invocation" in res.stdout, args
 
 
 def test_source_names_the_sub_block():
