@@ -1,14 +1,16 @@
 """What the cleaning of hidden keys costs the Hopper family's masked prefill (issue 11).
 
-    python3 benchmarks/probe_cuda_clean.py [--dims 64,128,256] [--lengths 1024,4096]
+    python3 benchmarks/probe_cuda_clean.py [--dims 64,128,256] [--lengths 1024,4096] [--rewrites]
 
 With a mask, some rows of a block may not see keys of a tile it loads, and such keys must add
 nothing whatever their values (0 * inf is NaN in P V): the kernels zero non-finite V values of
 partial tiles in shared memory (section non-finite values; the producer warpgroup does it where
 there is one) and mark the rows that see one. This probe times the default causal kernels beside
 the same kernels generated without that step (a timing probe, not a variant: those kernels are
-wrong for non-finite V), f16, B L = 16384, H D = 2048, SDPA flash as the peer. It changes nothing
-in attngen.
+wrong for non-finite V), f16, B L = 16384, H D = 2048, SDPA flash as the peer. --rewrites adds
+the kernels with one part of the step taken out of the generated source: the consumers' marking
+of rows (`nomark`) or the producer warpgroup's wait and scan (`noscan`). It changes nothing in
+attngen.
 """
 
 from __future__ import annotations
@@ -21,15 +23,22 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import attngen
-from attngen.backends.cuda import emit
+from attngen.backends.cuda import emit, nvrtc
+
+REWRITES = {
+    "nomark": [("if (partial) mark_bad_rows(row_bad, s, bad, t);", "")],
+    "noscan": [("            if (partial) {\n                // -- clean V of a partial tile", "            if (false) {\n                // -- clean V of a partial tile")],
+}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dims", default="64,128,256")
     ap.add_argument("--lengths", default="1024,4096")
+    ap.add_argument("--rewrites", action="store_true")
     args = ap.parse_args()
     original = emit.masks.hides_loaded_keys
+    compile_cubin = nvrtc.compile_cubin
     for d in (int(x) for x in args.dims.split(",")):
         for L in (int(x) for x in args.lengths.split(",")):
             B, H = 16384 // L, 2048 // d
@@ -41,10 +50,20 @@ def main():
                 fa2 = do_bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True), warmup=25,
                                rep=100, return_mode="median")
             cells = [f"FA2 {flops / fa2 / 1e9:5.0f}"]
-            for label, clean in (("default", True), ("no cleaning", False), ("default again", True)):
+            variants = [("default", True, None), ("no cleaning", False, None)]
+            variants += [(r, True, r) for r in REWRITES] if args.rewrites else []
+            for label, clean, rewrite in variants + [("default again", True, None)]:
                 emit.masks.hides_loaded_keys = original if clean else (lambda m: False)
+                if rewrite:
+                    def patched(source, *a, _r=rewrite, **k):
+                        for old, new in REWRITES[_r]:
+                            if old not in source:
+                                print(f"  ({_r}: nothing to rewrite)")
+                            source = source.replace(old, new)
+                        return compile_cubin(source, *a, **k)
+                    nvrtc.compile_cubin = patched
                 try:
-                    name = "probe_clean" if clean else "probe_noclean"
+                    name = f"probe_{rewrite}" if rewrite else ("probe_clean" if clean else "probe_noclean")
                     spec = attngen.parse(f"attention {name} {{\n head_dim {d}\n dtype f16\n mask causal\n}}\n")[0]
                     kern = attngen.compile(spec, target="cuda")
                     out = kern(q, k, v)
@@ -53,6 +72,7 @@ def main():
                     cells.append(f"{label} {flops / ms / 1e9:5.0f} ({err:.0e})")
                 finally:
                     emit.masks.hides_loaded_keys = original
+                    nvrtc.compile_cubin = compile_cubin
             print(f"d{d} L{L} causal TFLOP/s | " + " | ".join(cells), flush=True)
 
 
