@@ -49,6 +49,7 @@ VARIANTS = {
     "kv": [
         ("default", "", None),
         ("q128 kv32 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 4}),
+        ("q128 kv64 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 64, "rows_per_invocation": 4}),
         ("default again", "", None),
     ],
     # around the q128 default (8 invocations per row, 4 rows each): workgroups of 128 (more of them
