@@ -25,8 +25,8 @@ from attngen.backends import wgsl
 from attngen.backends.wgsl import kernel as wgsl_kernel
 from attngen.backends.wgsl.adapter import device_state
 from attngen.reference import relative_error
+from wgsl_probe_cases import add_arguments, cases, spec_text
 
-TOKENS, HEADS = 16384, 16
 BOUNDS, LOOPS = 0x1, 0x2  # WGPUShaderRuntimeChecks_BoundsChecks, _ForceLoopBounding
 MODES = {"checked": None, "none": 0, "bounds only": BOUNDS, "loops only": LOOPS}
 
@@ -49,53 +49,30 @@ def trusted_factory(device, checks: int):
     return create
 
 
-def spec_text(dtype: str, d: int, mask: str) -> str:
-    lines = [f"head_dim {d}", f"heads q={HEADS} kv={HEADS}", f"dtype {dtype}"]
-    if mask == "causal":
-        lines.append("mask causal")
-    return "attention probe {\n " + "\n ".join(lines) + "\n}\n"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lengths", default="1024,4096")
-    ap.add_argument("--dims", default="64,128")
-    ap.add_argument("--dtypes", default="f32,f16")
-    ap.add_argument("--masks", default="none,causal")
-    ap.add_argument("--tokens", type=int, default=TOKENS, help="B L (default %(default)s)")
+    add_arguments(ap)
     args = ap.parse_args()
     backend = wgsl.BACKEND
     dev_obj = device_state().device
     original = dev_obj.create_shader_module
-    for d in (int(x) for x in args.dims.split(",")):
-        rng = np.random.default_rng(d)
-        host = [rng.standard_normal((args.tokens, HEADS, d), dtype=np.float32).astype(np.float16) for _ in range(3)]
-        for dtype in args.dtypes.split(","):
-            np_dt = np.float16 if dtype == "f16" else np.float32
-            for L in (int(x) for x in args.lengths.split(",")):
-                shape = (args.tokens // L, L, HEADS, d)
-                dev = [wgsl.WgslTensor.from_numpy(a.reshape(shape).astype(np_dt)) for a in host]
-                for mask in args.masks.split(","):
-                    flops = 4.0 * shape[0] * HEADS * L * L * d / (2 if mask == "causal" else 1)
-                    ref, cells = None, []
-                    for label, checks in list(MODES.items()) + [("checked again", None)]:
-                        try:
-                            wgsl_kernel._PIPELINES.clear()
-                            dev_obj.create_shader_module = (original if checks is None
-                                                            else trusted_factory(dev_obj, checks))
-                            kern = attngen.compile(attngen.parse(spec_text(dtype, d, mask))[0], target="wgsl")
-                            out = kern(*dev).numpy()
-                            ref = out if ref is None else ref
-                            err = relative_error(out.astype(np.float32), ref.astype(np.float32))
-                            ms = backend.time_call(kern, tuple(dev), {}, 5)
-                            cells.append(f"{label} {flops / ms / 1e9:6.2f} TFLOP/s {ms:.3g} ms ({err:.0e})")
-                        except Exception as e:  # noqa: BLE001 - a refused or failing variant: say so, go on
-                            cells.append(f"{label} n/a ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
-                        finally:
-                            dev_obj.create_shader_module = original
-                    print(f"{dtype} d{d} L{L} {mask:6s} | " + " | ".join(cells), flush=True)
-                for t in dev:
-                    t.buffer.destroy()
+    for dtype, d, L, mask, dev, flops in cases(args):
+        ref, cells = None, []
+        for label, checks in list(MODES.items()) + [("checked again", None)]:
+            try:
+                wgsl_kernel._PIPELINES.clear()
+                dev_obj.create_shader_module = original if checks is None else trusted_factory(dev_obj, checks)
+                kern = attngen.compile(attngen.parse(spec_text(dtype, d, mask))[0], target="wgsl")
+                out = kern(*dev).numpy()
+                ref = out if ref is None else ref
+                err = relative_error(out.astype(np.float32), ref.astype(np.float32))
+                ms = backend.time_call(kern, tuple(dev), {}, 5)
+                cells.append(f"{label} {flops / ms / 1e9:6.2f} TFLOP/s {ms:.3g} ms ({err:.0e})")
+            except Exception as e:  # noqa: BLE001 - a refused or failing variant: say so, go on
+                cells.append(f"{label} n/a ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+            finally:
+                dev_obj.create_shader_module = original
+        print(f"{dtype} d{d} L{L} {mask:6s} | " + " | ".join(cells), flush=True)
     wgsl_kernel._PIPELINES.clear()
 
 

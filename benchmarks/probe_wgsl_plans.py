@@ -5,7 +5,8 @@ and timed as `attngen tune` times (GPU time from timestamp queries after 0.3 s o
 median of 5). What it prints is the evidence behind a profile default; it changes nothing.
 
     python3 benchmarks/probe_wgsl_plans.py [--lengths 1024,4096] [--dims 64,128] [--dtypes f32,f16]
-                                           [--masks none,causal] [--variants spec|profile]
+                                           [--masks none,causal] [--tokens 16384]
+                                           [--variants spec|profile|prefetch|occupancy|kv]
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import numpy as np
 import attngen
 from attngen.backends import wgsl
 from attngen.reference import relative_error
+from wgsl_probe_cases import add_arguments, cases, spec_text
 
-TOKENS, HEADS = 16384, 16
 # (label, spec lines, profile [[defaults]] keys replaced): the spec gives tiles and the workgroup
 # (tile q x invocations per row, one row each); a profile row gives what a spec cannot (invocations
 # per row with several rows each, rows per invocation)
@@ -67,55 +68,32 @@ VARIANTS = {
 }
 
 
-def spec_text(dtype: str, d: int, mask: str, extra: str) -> str:
-    lines = [f"head_dim {d}", f"heads q={HEADS} kv={HEADS}", f"dtype {dtype}"]
-    if mask == "causal":
-        lines.append("mask causal")
-    if extra:
-        lines.append(extra)
-    return "attention probe {\n " + "\n ".join(lines) + "\n}\n"
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lengths", default="1024,4096")
-    ap.add_argument("--dims", default="64,128")
-    ap.add_argument("--dtypes", default="f32,f16")
-    ap.add_argument("--masks", default="none,causal")
+    add_arguments(ap)
     ap.add_argument("--variants", default="spec", choices=sorted(VARIANTS))
     args = ap.parse_args()
     backend = wgsl.BACKEND
     base = wgsl.adapter_profile()
-    for d in (int(x) for x in args.dims.split(",")):
-        rng = np.random.default_rng(d)
-        host = [rng.standard_normal((TOKENS, HEADS, d), dtype=np.float32).astype(np.float16) for _ in range(3)]
-        for dtype in args.dtypes.split(","):
-            np_dt = np.float16 if dtype == "f16" else np.float32
-            for L in (int(x) for x in args.lengths.split(",")):
-                shape = (TOKENS // L, L, HEADS, d)
-                dev = [wgsl.WgslTensor.from_numpy(a.reshape(shape).astype(np_dt)) for a in host]
-                for mask in args.masks.split(","):
-                    flops = 4.0 * shape[0] * HEADS * L * L * d / (2 if mask == "causal" else 1)
-                    ref, cells = None, []
-                    for label, extra, row in VARIANTS[args.variants]:
-                        try:
-                            profile = None
-                            if row:
-                                new = {**base.default_row(d, dtype=dtype), **row, "max_head_dim": d, "dtype": dtype}
-                                profile = dataclasses.replace(base, defaults=(new,) + tuple(base.defaults))
-                            kern = attngen.compile(attngen.parse(spec_text(dtype, d, mask, extra))[0], target="wgsl",
-                                                   profile=profile)
-                            out = kern(*dev).numpy()
-                            ref = out if ref is None else ref
-                            err = relative_error(out.astype(np.float32), ref.astype(np.float32))
-                            ms = backend.time_call(kern, tuple(dev), {}, 5)
-                            cells.append(f"{label} {flops / ms / 1e9:6.2f} ({err:.0e}) [{kern.plan.config.sub_block}]"
-                                         if row else f"{label} {flops / ms / 1e9:6.2f} ({err:.0e})")
-                        except Exception as e:  # noqa: BLE001 - a refused or failing variant: say so, go on
-                            cells.append(f"{label} n/a ({type(e).__name__}: {str(e).splitlines()[0][:60]})")
-                    print(f"{dtype} d{d} L{L} {mask:6s} | " + " | ".join(cells), flush=True)
-                for t in dev:
-                    t.buffer.destroy()
+    for dtype, d, L, mask, dev, flops in cases(args):
+        ref, cells = None, []
+        for label, extra, row in VARIANTS[args.variants]:
+            try:
+                profile = None
+                if row:
+                    new = {**base.default_row(d, dtype=dtype), **row, "max_head_dim": d, "dtype": dtype}
+                    profile = dataclasses.replace(base, defaults=(new,) + tuple(base.defaults))
+                kern = attngen.compile(attngen.parse(spec_text(dtype, d, mask, extra))[0], target="wgsl",
+                                       profile=profile)
+                out = kern(*dev).numpy()
+                ref = out if ref is None else ref
+                err = relative_error(out.astype(np.float32), ref.astype(np.float32))
+                ms = backend.time_call(kern, tuple(dev), {}, 5)
+                cells.append(f"{label} {flops / ms / 1e9:6.2f} ({err:.0e}) [{kern.plan.config.sub_block}]"
+                             if row else f"{label} {flops / ms / 1e9:6.2f} ({err:.0e})")
+            except Exception as e:  # noqa: BLE001 - a refused or failing variant: say so, go on
+                cells.append(f"{label} n/a ({type(e).__name__}: {str(e).splitlines()[0][:60]})")
+        print(f"{dtype} d{d} L{L} {mask:6s} | " + " | ".join(cells), flush=True)
 
 
 if __name__ == "__main__":
