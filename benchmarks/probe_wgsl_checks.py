@@ -18,14 +18,11 @@ from __future__ import annotations
 
 import argparse
 
-import numpy as np
 
 import attngen
-from attngen.backends import wgsl
 from attngen.backends.wgsl import kernel as wgsl_kernel
 from attngen.backends.wgsl.adapter import device_state
-from attngen.reference import relative_error
-from wgsl_probe_cases import add_arguments, cases, spec_text
+from wgsl_probe_cases import Row, add_arguments, cases, spec_text
 
 BOUNDS, LOOPS = 0x1, 0x2  # WGPUShaderRuntimeChecks_BoundsChecks, _ForceLoopBounding
 MODES = {"checked": None, "none": 0, "bounds only": BOUNDS, "loops only": LOOPS}
@@ -53,26 +50,18 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_arguments(ap)
     args = ap.parse_args()
-    backend = wgsl.BACKEND
     dev_obj = device_state().device
     original = dev_obj.create_shader_module
     for dtype, d, L, mask, dev, flops in cases(args):
-        ref, cells = None, []
+        row = Row(dev, flops)
         for label, checks in list(MODES.items()) + [("checked again", None)]:
+            wgsl_kernel._PIPELINES.clear()
+            dev_obj.create_shader_module = original if checks is None else trusted_factory(dev_obj, checks)
             try:
-                wgsl_kernel._PIPELINES.clear()
-                dev_obj.create_shader_module = original if checks is None else trusted_factory(dev_obj, checks)
-                kern = attngen.compile(attngen.parse(spec_text(dtype, d, mask))[0], target="wgsl")
-                out = kern(*dev).numpy()
-                ref = out if ref is None else ref
-                err = relative_error(out.astype(np.float32), ref.astype(np.float32))
-                ms = backend.time_call(kern, tuple(dev), {}, 5)
-                cells.append(f"{label} {flops / ms / 1e9:6.2f} TFLOP/s {ms:.3g} ms ({err:.0e})")
-            except Exception as e:  # noqa: BLE001 - a refused or failing variant: say so, go on
-                cells.append(f"{label} n/a ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+                row.add(label, lambda: attngen.compile(attngen.parse(spec_text(dtype, d, mask))[0], target="wgsl"))
             finally:
                 dev_obj.create_shader_module = original
-        print(f"{dtype} d{d} L{L} {mask:6s} | " + " | ".join(cells), flush=True)
+        print(row.line(dtype, d, L, mask), flush=True)
     wgsl_kernel._PIPELINES.clear()
 
 

@@ -14,12 +14,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import numpy as np
 
 import attngen
 from attngen.backends import wgsl
-from attngen.reference import relative_error
-from wgsl_probe_cases import add_arguments, cases, spec_text
+from wgsl_probe_cases import Row, add_arguments, cases, spec_text
 
 # (label, spec lines, profile [[defaults]] keys replaced): the spec gives tiles and the workgroup
 # (tile q x invocations per row, one row each); a profile row gives what a spec cannot (invocations
@@ -73,27 +71,19 @@ def main():
     add_arguments(ap)
     ap.add_argument("--variants", default="spec", choices=sorted(VARIANTS))
     args = ap.parse_args()
-    backend = wgsl.BACKEND
     base = wgsl.adapter_profile()
     for dtype, d, L, mask, dev, flops in cases(args):
-        ref, cells = None, []
-        for label, extra, row in VARIANTS[args.variants]:
-            try:
+        row = Row(dev, flops)
+        for label, extra, tiles in VARIANTS[args.variants]:
+            def make(extra=extra, tiles=tiles):
                 profile = None
-                if row:
-                    new = {**base.default_row(d, dtype=dtype), **row, "max_head_dim": d, "dtype": dtype}
+                if tiles:
+                    new = {**base.default_row(d, dtype=dtype), **tiles, "max_head_dim": d, "dtype": dtype}
                     profile = dataclasses.replace(base, defaults=(new,) + tuple(base.defaults))
-                kern = attngen.compile(attngen.parse(spec_text(dtype, d, mask, extra))[0], target="wgsl",
+                return attngen.compile(attngen.parse(spec_text(dtype, d, mask, extra))[0], target="wgsl",
                                        profile=profile)
-                out = kern(*dev).numpy()
-                ref = out if ref is None else ref
-                err = relative_error(out.astype(np.float32), ref.astype(np.float32))
-                ms = backend.time_call(kern, tuple(dev), {}, 5)
-                cells.append(f"{label} {flops / ms / 1e9:6.2f} ({err:.0e}) [{kern.plan.config.sub_block}]"
-                             if row else f"{label} {flops / ms / 1e9:6.2f} ({err:.0e})")
-            except Exception as e:  # noqa: BLE001 - a refused or failing variant: say so, go on
-                cells.append(f"{label} n/a ({type(e).__name__}: {str(e).splitlines()[0][:60]})")
-        print(f"{dtype} d{d} L{L} {mask:6s} | " + " | ".join(cells), flush=True)
+            row.add(label, make, (lambda k: k.plan.config.sub_block) if tiles else None)
+        print(row.line(dtype, d, L, mask), flush=True)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,10 @@ from __future__ import annotations
 import argparse
 import re
 
-import numpy as np
 
 import attngen
-from attngen.backends import wgsl
 from attngen.backends.wgsl import kernel as wgsl_kernel
-from attngen.reference import relative_error
-from wgsl_probe_cases import add_arguments, cases, spec_text
+from wgsl_probe_cases import Row, add_arguments, cases, spec_text
 
 REWRITES = {
     "noguard": [(r"if \(\(partial \|\| atomicLoad\(&p_zero_tile\) == u32\(it\) \+ 1u\) && atomicLoad\(&v_nonfinite_tile\) "
@@ -53,26 +50,18 @@ def main():
     add_arguments(ap, masks="causal")
     ap.add_argument("--rewrites", default="noguard,nomask,noguard+nomask")
     args = ap.parse_args()
-    backend = wgsl.BACKEND
     original = wgsl_kernel.create_module
     variants = [("unchanged", [])] + [(r, r.split("+")) for r in args.rewrites.split(",") if r]
     for dtype, d, L, mask, dev, flops in cases(args):
-        ref, cells = None, []
+        row = Row(dev, flops)
         for label, names in variants + [("unchanged again", [])]:
+            wgsl_kernel._PIPELINES.clear()
+            wgsl_kernel.create_module = rewriter(original, names) if names else original
             try:
-                wgsl_kernel._PIPELINES.clear()
-                wgsl_kernel.create_module = rewriter(original, names) if names else original
-                kern = attngen.compile(attngen.parse(spec_text(dtype, d, mask))[0], target="wgsl")
-                out = kern(*dev).numpy()
-                ref = out if ref is None else ref
-                err = relative_error(out.astype(np.float32), ref.astype(np.float32))
-                ms = backend.time_call(kern, tuple(dev), {}, 5)
-                cells.append(f"{label} {flops / ms / 1e9:6.2f} TFLOP/s {ms:.3g} ms ({err:.0e})")
-            except Exception as e:  # noqa: BLE001 - a failing variant: say so, go on
-                cells.append(f"{label} n/a ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+                row.add(label, lambda: attngen.compile(attngen.parse(spec_text(dtype, d, mask))[0], target="wgsl"))
             finally:
                 wgsl_kernel.create_module = original
-        print(f"{dtype} d{d} L{L} {mask:6s} | " + " | ".join(cells), flush=True)
+        print(row.line(dtype, d, L, mask), flush=True)
     wgsl_kernel._PIPELINES.clear()
 
 

@@ -44,3 +44,30 @@ def cases(args):
                     yield dtype, d, L, mask, dev, flops
                 for t in dev:
                     t.buffer.destroy()
+
+
+class Row:
+    """One case's cells: each variant's kernel is checked against the first one's output (rel.
+    error) and timed as `attngen tune` times (GPU time, warm-up, median of 5)."""
+
+    def __init__(self, dev, flops: float):
+        self.dev, self.flops, self.ref, self.cells = dev, flops, None, []
+
+    def add(self, label: str, make, note=None) -> None:
+        """make(): the compiled kernel; note(kernel): text after the figures (or None). A variant
+        that fails or is refused is a cell saying so."""
+        from attngen.reference import relative_error
+
+        try:
+            kern = make()
+            out = kern(*self.dev).numpy()
+            self.ref = out if self.ref is None else self.ref
+            err = relative_error(out.astype(np.float32), self.ref.astype(np.float32))
+            ms = wgsl.BACKEND.time_call(kern, tuple(self.dev), {}, 5)
+            extra = f" [{note(kern)}]" if note else ""
+            self.cells.append(f"{label} {self.flops / ms / 1e9:6.2f} TFLOP/s {ms:.3g} ms ({err:.0e}){extra}")
+        except Exception as e:  # noqa: BLE001 - a refused or failing variant: say so, go on
+            self.cells.append(f"{label} n/a ({type(e).__name__}: {str(e).splitlines()[0][:80]})")
+
+    def line(self, dtype: str, d: int, L: int, mask: str) -> str:
+        return f"{dtype} d{d} L{L} {mask:6s} | " + " | ".join(self.cells)
