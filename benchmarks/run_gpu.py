@@ -156,7 +156,7 @@ def _time_wgsl_kernel(kernel, dev, out, runs, budget_s):
     completion; up to `runs`, at least 2, fewer once `budget_s` seconds are spent."""
     from attngen.backends import wgsl
     from attngen.backends.base import warm_up
-    from attngen.backends.wgsl.launch import gpu_timer, repeats_for
+    from attngen.backends.wgsl.launch import gpu_timer, timed_repeats
     import wgsl_peers
     # The GPU idles while the host computes the float64 reference of a new case (seconds, for the
     # first dtype of each case only) and its clocks drop: without this warm-up, those rows were
@@ -165,13 +165,9 @@ def _time_wgsl_kernel(kernel, dev, out, runs, budget_s):
         kernel(*dev, out=out)
         wgsl.device().queue.read_buffer(out.buffer, 0, 4)  # waits for the dispatches
     warm_up(waited)
-    repeat = 1
-    with gpu_timer(kernel) as gpu_times:
-        if gpu_times is not None:
-            kernel(*dev, out=out)
-            # one timed submission: the call's dispatches repeated back to back for ~25 ms, so that
-            # short rows are timed with the GPU busy throughout (launch.gpu_timer)
-            repeat = repeats_for(sum(gpu_times))
+    # one timed submission: the call's dispatches repeated back to back for ~25 ms, so that short
+    # rows are timed with the GPU busy throughout (launch.gpu_timer)
+    repeat = timed_repeats(kernel, lambda: kernel(*dev, out=out))
     times = []
     with gpu_timer(kernel, repeat=repeat) as gpu_times:
         start = time.perf_counter()

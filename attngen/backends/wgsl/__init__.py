@@ -134,16 +134,15 @@ class WgslBackend(Backend):
         """Median GPU milliseconds of `repeat` calls (timestamp queries around the dispatches),
         or median wall time where the adapter has no timestamp queries (self.timing says which)."""
         import statistics
-        from .launch import gpu_timer, repeats_for
-        with gpu_timer(kernel) as times:
-            if times is None:
-                return super().time_call(kernel, args, options, repeat)
-            warm_up(lambda: kernel(*args, **options))  # pipelines, and the GPU's clocks (timed calls wait)
-            times.clear()
+        from .launch import gpu_timer, timed_repeats
+        if "timestamp-query" not in kernel.state.features:
+            return super().time_call(kernel, args, options, repeat)
+
+        def call():
             kernel(*args, **options)
-            one = sum(times)
+        warm_up(call)  # pipelines, and the GPU's clocks (timed calls wait)
         # each timed call: its dispatches repeated back to back in one submission of ~25 ms
-        with gpu_timer(kernel, repeat=repeats_for(one)) as times:
+        with gpu_timer(kernel, repeat=timed_repeats(kernel, call)) as times:
             per_call = []
             for _ in range(repeat):
                 times.clear()

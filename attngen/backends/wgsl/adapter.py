@@ -298,20 +298,26 @@ def create_module(dev, label: str, code: str, runtime_checks: str = "all"):
     if runtime_checks == "all" or DAWN:
         return dev.create_shader_module(label=label, code=code)
     try:
-        from wgpu.backends.wgpu_native import _api
-        create = _api.libf.wgpuDeviceCreateShaderModuleTrusted
+        return trusted_module(dev, label, code, _CHECK_BITS[runtime_checks])
     except (ImportError, AttributeError):
         import warnings
         warnings.warn(f"this wgpu-py ({getattr(wgpu, '__version__', '?')}) does not expose "
                       "wgpuDeviceCreateShaderModuleTrusted: the kernel keeps wgpu's runtime checks "
                       f"(asked: {runtime_checks})", RuntimeWarning, stacklevel=2)
         return dev.create_shader_module(label=label, code=code)
+
+
+def trusted_module(dev, label: str, code: str, check_bits: int):
+    """wgpuDeviceCreateShaderModuleTrusted with these WGPUShaderRuntimeChecks bits, through
+    wgpu-py's cffi handles (ImportError / AttributeError where this wgpu-py has none)."""
+    from wgpu.backends.wgpu_native import _api
+    create = _api.libf.wgpuDeviceCreateShaderModuleTrusted
     src = _api.new_struct_p("WGPUShaderSourceWGSL *", code=_api.to_c_string_view(code))
     src[0].chain.next = _api.ffi.NULL
     src[0].chain.sType = _api.lib.WGPUSType_ShaderSourceWGSL
     desc = _api.new_struct_p("WGPUShaderModuleDescriptor *", nextInChain=_api.ffi.cast("WGPUChainedStruct *", src),
                              label=_api.to_c_string_view(label))
-    handle = create(dev._internal, desc, _CHECK_BITS[runtime_checks])
+    handle = create(dev._internal, desc, check_bits)
     if handle == _api.ffi.NULL:
         raise RuntimeError("Shader module creation failed")
     return _api.GPUShaderModule(label, handle, dev)

@@ -211,6 +211,16 @@ def repeats_for(ms: float, target_ms: float = TIMED_SUBMISSION_MS, most: int = 6
     return max(1, min(most, int(target_ms // max(ms, 1e-3))))
 
 
+def timed_repeats(kernel, call) -> int:
+    """gpu_timer's `repeat` for `call` (one call of `kernel`, made once here and timed): how many
+    back-to-back repeats of its dispatches fill one timed submission (1 without timestamp queries)."""
+    with gpu_timer(kernel) as times:
+        if times is None:
+            return 1
+        call()
+        return repeats_for(sum(times))
+
+
 @contextlib.contextmanager
 def gpu_timer(kernel, repeat: int = 1):
     """Collect the GPU time (ms) of every dispatch made inside the block, from timestamp queries
