@@ -1,7 +1,7 @@
 """Formulas over the run-time sizes, as plans and manifests write them.
 
 Grids, dispatch sizes and workspace shapes are strings such as "ceil(Lq * G / 64) * S" over
-the symbols B, Lq, Lk, Hq, Hkv, G, S, ... (each target's manifest lists its symbols). The
+the symbols B, Lq, Lk, Hq, Hkv, G, S, SM, ... (each target's manifest lists its symbols). The
 grammar is small: integers, names, `+`, `*`, and `ceil(a / b)` (exact integer division
 rounded up); nothing else is accepted. A runtime evaluates the same strings a foreign
 runtime reads from the manifest, so both launch the same thing.

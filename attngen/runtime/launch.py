@@ -121,6 +121,7 @@ class Launch:
     capacity: int  # padded: Lk of the k/v tensors; paged: num_pages * page; packed: total_k
     len_new: int  # rows appended per sequence (0: no append)
     splits: int  # KV splits (1 for fused)
+    cores: int = 1  # the device's multiprocessors (grid symbol SM: persistent blocks)
 
     @property
     def group(self) -> int:
@@ -128,9 +129,9 @@ class Launch:
 
     def sizes(self, plan: KernelPlan | None = None) -> dict:
         """The values of the formulas' symbols for this call (attngen.plan.formulas): B, Lq, Lk,
-        Hq, Hkv, G, S, and the head dims Dqk, Dv of `plan`."""
+        Hq, Hkv, G, S, SM (multiprocessors), and the head dims Dqk, Dv of `plan`."""
         out = dict(B=self.batch, Lq=self.len_q, Lk=self.len_k, Hq=self.heads_q, Hkv=self.heads_kv,
-                   G=self.group, S=self.splits)
+                   G=self.group, S=self.splits, SM=self.cores)
         if plan is not None:
             out.update(Dqk=plan.d_qk, Dv=plan.d_v)
         return out
@@ -379,4 +380,4 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
     return Launch(layout="packed" if packed else ("paged" if paged else "padded"), batch=b, len_q=len_q,
                   len_k=len_k, heads_q=hq, heads_kv=hkv, total_q=total_q, kv_lens=kvl, cu_seqlens_q=cuq,
                   cu_seqlens_k=cuk, block_table=table, page=page, capacity=cap, len_new=len_new,
-                  splits=splits)
+                  splits=splits, cores=max(1, int(cores)))

@@ -14,7 +14,7 @@
 //       tile       q=auto kv=auto d=auto
 //       schedule   fused
 //       kv_cache   contiguous
-//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
+//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto persistent=auto }
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
@@ -115,9 +115,15 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
 // L2::128B: the L2 fetches whole 128-byte lines from memory (the copies read whole rows anyway);
 // measured +1.5-2% on bandwidth-bound decode (benchmarks/NOTES.md, issue 12).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+// `dst`: a shared-memory address (smem_addr), so that a copy loop adds byte offsets to one base
+// address instead of converting every generic pointer.
+__device__ __forceinline__ void cp_async_16_at(unsigned dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    cp_async_16_at(smem_addr(dst), src, valid);
 }
 
 __device__ __forceinline__ void cp_async_commit() {

@@ -14,19 +14,19 @@
 //       tile       q=auto kv=auto d=auto
 //       schedule   fused
 //       kv_cache   contiguous
-//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
+//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto persistent=auto }
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (mbarriers, setmaxnreg, ping-pong)).
+// Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 181344 bytes (each buffer 16-byte aligned):
+// Shared memory: 181424 bytes (each buffer 16-byte aligned):
 //   sQ    at      0: 128 x 128 f16 (the block's rows of Q (128-byte swizzle))
 //   sK    at  32768: 3 x 96 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
 //   sV    at 106496: 3 x 96 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
-//   sSync at 180224: 1 x 23 u32 (mbarriers of the copies and each stage's keys with non-finite values)
+//   sSync at 180224: 1 x 41 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
 // Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 kv=64 (115712 bytes of shared memory).
-// Grid: (ceil(Lq / 128), Hq, B), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Grid: (SM, 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 // ---- section: types -----------------------------------------------------------------
@@ -105,11 +105,11 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (181344 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (181424 bytes)
 constexpr int kOffsetK = 32768;
 constexpr int kOffsetV = 106496;
 constexpr int kOffsetSync = 180224;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits
-constexpr int kSmemBytes = 181344;
+constexpr int kSmemBytes = 181424;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -139,7 +139,9 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // different banks. Element (r, col) of the tile:
 template <int kRows>
 __device__ __forceinline__ int swizzled(int r, int col) {
-    return (col / 64) * (kRows * 64) + r * 64 + ((((col / 8) % 8) ^ (r % 8)) * 8) + col % 8;
+    // (r and col are never negative: masks instead of % let the compiler see that rows 8 apart
+    // share their swizzle, so a copy loop keeps one address for them, not one per row)
+    return (col / 64) * (kRows * 64) + r * 64 + ((((col >> 3) & 7) ^ (r & 7)) << 3) + (col & 7);
 }
 
 // Make the ordinary shared-memory writes of this thread (cp.async, zero fills, cleaned values)
@@ -185,9 +187,15 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
 // L2::128B: the L2 fetches whole 128-byte lines from memory (the copies read whole rows anyway);
 // measured +1.5-2% on bandwidth-bound decode (benchmarks/NOTES.md, issue 12).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+// `dst`: a shared-memory address (smem_addr), so that a copy loop adds byte offsets to one base
+// address instead of converting every generic pointer.
+__device__ __forceinline__ void cp_async_16_at(unsigned dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    cp_async_16_at(smem_addr(dst), src, valid);
 }
 
 __device__ __forceinline__ void cp_async_commit() {
@@ -210,6 +218,7 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
+    const unsigned base = smem_addr(dst);
     if constexpr (kCopyThreads >= kChunks) {
         // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
         // pointer, so that no per-row 64-bit offsets stay live across the main loop. (When the
@@ -218,13 +227,19 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
         if (kCopyThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
         const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
         const elem_t* s = src + r0 * row_stride + col;
+        const unsigned first = base + swizzled<kRows>(r0, col) * static_cast<int>(sizeof(elem_t));
         const long long step = kRowStep * row_stride;
         #pragma unroll
         for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i, s += step) {
             const int r = r0 + i * kRowStep;
             if (kRows % kRowStep == 0 || r < kRows) {
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + swizzled<kRows>(r, col), valid ? s : src, valid);
+                // rows a multiple of 8 apart share their swizzle: row r is row r0's address plus a
+                // constant (one base address for the whole loop, not one register per row)
+                constexpr int kRowBytes = 64 * static_cast<int>(sizeof(elem_t));
+                const unsigned at = kRowStep % 8 == 0 ? first + i * kRowStep * kRowBytes
+                                                      : base + swizzled<kRows>(r, col) * static_cast<int>(sizeof(elem_t));
+                cp_async_16_at(at, valid ? s : src, valid);
             }
         }
     } else {
@@ -234,7 +249,8 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
             if (kCopies % kCopyThreads == 0 || c < kCopies) {
                 const int r = c / kChunks, col = (c % kChunks) * kVec;
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + swizzled<kRows>(r, col), valid ? src + r * row_stride + col : src, valid);
+                cp_async_16_at(base + swizzled<kRows>(r, col) * static_cast<int>(sizeof(elem_t)),
+                               valid ? src + r * row_stride + col : src, valid);
             }
         }
     }
@@ -731,6 +747,32 @@ __device__ __forceinline__ float score_transform(float s) {
     return s * kScaleLog2;
 }
 
+// ---- section: work items (persistent blocks) ----
+// The work items of a launch: one per (batch, query head, row tile), what one block of a
+// plain launch would do. They are numbered batch-major, then head, then row tile, a head's last
+// row tiles (which see the most keys) first, so that the items at work at one time share their
+// heads' K and V in L2.
+__device__ __forceinline__ int row_tiles(int len_q, int group) {
+    return (len_q + kBlockQ - 1) / kBlockQ;
+}
+
+__device__ __forceinline__ int work_items(int len_q, int heads_q, int group, int batch_size) {
+    return batch_size * heads_q * row_tiles(len_q, group);
+}
+
+// Item `item` as (row tile, head, batch, 0); x = -1: past the last item. A block keeps its items
+// in kItemSlots slots of shared memory: the producer fills slot n + 1 after it has issued item n's
+// copies, and it starts item n only once the consumers are done with item n - 1's main loop, so
+// it writes slot n + kItemSlots only after the consumers have finished item n's epilogue (which
+// reads its slot again).
+constexpr int kItemSlots = 4;
+__device__ __forceinline__ int4 work_item(int item, int len_q, int heads_q, int group, int batch_size) {
+    if (item >= work_items(len_q, heads_q, group, batch_size)) return make_int4(-1, 0, 0, 0);
+    const int tiles = row_tiles(len_q, group), heads = heads_q;
+    const int tile = item % tiles, head_batch = item / tiles;
+    return make_int4(tiles - 1 - tile, head_batch % heads, head_batch / heads, 0);
+}
+
 // ---- section: kernel ------------------------------------------------------------------------
 // One block computes kBlockQ rows of the output of one (batch, query head), FlashAttention-2
 // style (Dao 2023, Algorithm 1): loop over the visible K/V tiles keeping, per row, the running
@@ -778,7 +820,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           int len_new,
                                           int rows_q,
                                           int rows_k,
-                                          int* __restrict__ errors) {
+                                          int* __restrict__ errors,
+                                          int batch_size,
+                                          unsigned* __restrict__ work_counter) {
     // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
     // (the launch asks for 1024 bytes more than the buffers take).
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -789,53 +833,19 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;                  // this lane's columns: 2t and 2t + 1 of each 8
-    const int head_y = blockIdx.y, batch = blockIdx.z;  // query head, batch
-    // causal: the last row tiles see the most keys; blocks start in blockIdx order, so the
-    // longest tiles go first and the grid ends on short ones (less idle tail)
-    const int q_tile = gridDim.x - 1 - blockIdx.x;
 
-    // ---- section: sequences ----
-    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
-    if constexpr (kVarlen) {
-        if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
-                         errors)) {
-            return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
-        }
-    }
-    const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
-    const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
-    auto query_of = [](int p) { return p; };
-    auto head_of = [&](int) { return head; };
-    auto q_row = [&](int p) {
-        return q + batch * q_sb + (long long)(seq.q_start + query_of(p)) * q_sl + head_of(p) * q_sh;
-    };
-    const int row0 = q_tile * kBlockQ;       // the block's first row
-    const int row_end = min(row0 + kBlockQ, n_rows);
-    // This lane's rows: row_a + 16 mf + 8 h for fragment mf < kFrags and half h < 2.
-    const int row_a = row0 + warp * kRowsPerWarp + lane / 4;
 
-    // ---- section: key rows ----
-    auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
-                        long long fb, long long fl, long long fh) {
-        KeyRows<kVarlen> r;
-        r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
-        r.row_stride = sl;
-        r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
-        r.fresh_stride = fl;
-        r.cached = seq.cached;
-        return r;
-    };
-    const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
-    const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
-    if constexpr (kVarlen) {
-        // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-        if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
-            append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
-            append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
-        }
-    }
-    if (row0 >= n_rows) return;  // packed sequences: the grid covers the longest one
-
+    // ---- section: work items (persistent blocks) ----
+    // The grid is one block per multiprocessor. A work item is what one block of a plain launch
+    // does: row tile q_tile of one (batch, head). Items are numbered batch-major, then head, then
+    // row tile (work_item), so that the items at work at one time share their heads' K and V in
+    // L2. Block b does item b first; then its producer takes the next one from work_counter
+    // (atomicInc, which wraps the counter back to zero at the launch's last fetch: a block fetches
+    // until it gets past the last item, so there are exactly work_items fetches) and hands it to
+    // the consumers in item_slot with that item's Q (bar_q).
+    // The K/V ring runs on across items (ring: the tiles of the block's earlier items), so the
+    // producer copies the next item's Q and first tiles while the consumers finish the current one.
+    static_assert(!kVarlen, "persistent blocks serve the launches without per-sequence lengths");
     // ---- section: prologue: load Q ----
     zero_padding<kBlockQ, kHeadDimQK, kHeadDimQKPad, kStrideQ>(sQ, tid);
     #pragma unroll
@@ -847,9 +857,13 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     unsigned long long* bar_q = reinterpret_cast<unsigned long long*>(smem + kOffsetSync);  // Q has landed
     unsigned long long* bar_full = bar_q + 1;            // [kStages]: the stage's K and V have landed
     unsigned long long* bar_empty = bar_full + kStages;  // [kStages]: every consumer warp is done with it
-    unsigned* bad_keys = reinterpret_cast<unsigned*>(bar_empty + kStages);  // [kStages][kKeyWords]
+    unsigned long long* bar_qfree = bar_empty + kStages;  // every consumer warp is done with Q (the next item's may come)
+    int4* item_slot = reinterpret_cast<int4*>(bar_qfree + 1);  // [kItemSlots]: the block's work items in turn (section: work items)
+    unsigned* bad_keys = reinterpret_cast<unsigned*>(bar_empty + kStages + 1 + 2 * kItemSlots);  // [kStages][kKeyWords]
     if (tid == 0) {
-        mbar_init(bar_q, kCopyThreads);
+        mbar_init(bar_q, kCopyThreads + 1);  // the copies of Q, and the producer's first thread with item_slot
+        mbar_init(bar_qfree, kWarps);
+        item_slot[0] = work_item(blockIdx.x, len_q, heads_q, group, batch_size);  // the block's first
         #pragma unroll
         for (int st = 0; st < kStages; ++st) {
             mbar_init(&bar_full[st], kCopyThreads);
@@ -863,72 +877,101 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     math.init(smem, warp, lane);
     math.load_q(smem, warp);
 
-    // ---- section: loop bounds (mask) ----
-    const Mask mask{seq.len_q, seq.len_k};  // aligned to this sequence's own lengths
-    const int qrow0 = query_of(row0), qrow_end = query_of(row_end - 1) + 1;  // the block's query rows
-    int kv_begin, kv_end;
-    mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
-    int tile_first = kv_begin / kBlockKV;
-    int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
-    // The kv tile of iteration it.
-    auto kv_tile = [&](int it) { return tile_first + it; };
-    // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
-    int qi[kFrags][2];
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
-        #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int p = row_a + 16 * mf + 8 * h;
-            qi[mf][h] = query_of(p);
-        }
-    }
-
-    float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
-    float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
-    float acc[kFrags][kNTilesV][4];  // unnormalised output
-    unsigned row_bad = 0u;          // bit 2 mf + h: the row saw a non-finite value of V (section non-finite values)
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
-        m_i[mf][0] = m_i[mf][1] = neg_inf();
-        l_i[mf][0] = l_i[mf][1] = 0.f;
-        #pragma unroll
-        for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
-    }
-
-    // ---- section: main loop over K/V tiles ----
-    // Warp specialisation (FlashAttention-3, Shah et al. 2024, sections 3.1-3.2). The producer
-    // warpgroup (warps kWarps ..) copies Q, then tile it of K and V into stage it % kStages once
-    // every consumer warp has released that stage (bar_empty), and signals each on bar_full; it
-    // keeps kProducerRegs registers per thread and gives the rest to the consumers (setmaxnreg).
-    // Each consumer warpgroup runs the overlapped loop on its 64 rows: S = Q K^T of tile it and
-    // acc += P V of tile it - 1 issued together, the softmax of tile it while P V runs, and the
-    // stage of tile it - 1 released once P V is done. No barrier spans the block, so the
-    // warpgroups drift apart; with two of them, named barriers make them take turns issuing
-    // their products (ping-pong), so one's softmax runs while the other's products do.
     if (warp >= kWarps) {
         // -- producer warpgroup: copies only
         if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));
         const int ptid = tid - kWarps * 32;
-        load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, ptid);
-        mbar_arrive_copies(bar_q);
-        for (int it = 0; it < n_tiles; ++it) {
-            const int stage = it % kStages;
-            mbar_wait(&bar_empty[stage], ((it / kStages) & 1) ^ 1);  // the tile kStages back is released
-            const int j0 = kv_tile(it) * kBlockKV;
-            load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, ptid);
-            load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, ptid);
-            const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-            if (partial) {
-                // -- clean V of a partial tile (section non-finite values) once it has landed
-                cp_async_commit();  // (wait_group waits for committed groups only)
-                cp_async_wait<0>();
-                named_sync(1, kCopyThreads);  // every copy of the producer warpgroup has landed
-                clean_values_copier<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
-                fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
-                mbar_arrive(&bar_full[stage]);
-                continue;
+        int ring = 0;  // K/V tiles of the block's earlier items
+        for (int n_item = 0; ; ++n_item) {
+            // the consumers are done with the previous item's Q (and bar_q's phase of it is complete)
+            if (n_item > 0) mbar_wait(bar_qfree, (n_item - 1) & 1);
+            const int4 w = item_slot[n_item % kItemSlots];
+            if (w.x < 0) {  // none left: the consumers find it in item_slot
+                if (ptid == 0) mbar_arrive(bar_q);
+                mbar_arrive(bar_q);
+                break;
             }
-            mbar_arrive_copies(&bar_full[stage]);
+            const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
+
+            // ---- section: sequences ----
+            const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+            if constexpr (kVarlen) {
+                if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                                 errors)) {
+                    return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
+                }
+            }
+            const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
+            const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
+            auto query_of = [](int p) { return p; };
+            auto head_of = [&](int) { return head; };
+            auto q_row = [&](int p) {
+                return q + batch * q_sb + (long long)(seq.q_start + query_of(p)) * q_sl + head_of(p) * q_sh;
+            };
+            const int row0 = q_tile * kBlockQ;       // the block's first row
+            const int row_end = min(row0 + kBlockQ, n_rows);
+
+            // ---- section: key rows ----
+            auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
+                                long long fb, long long fl, long long fh) {
+                KeyRows<kVarlen> r;
+                r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
+                r.row_stride = sl;
+                r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
+                r.fresh_stride = fl;
+                r.cached = seq.cached;
+                return r;
+            };
+            const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
+            const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
+            if constexpr (kVarlen) {
+                // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
+                if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+                    append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
+                    append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
+                }
+            }
+
+            // ---- section: loop bounds (mask) ----
+            const Mask mask{seq.len_q, seq.len_k};  // aligned to this sequence's own lengths
+            const int qrow0 = query_of(row0), qrow_end = query_of(row_end - 1) + 1;  // the block's query rows
+            int kv_begin, kv_end;
+            mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
+            int tile_first = kv_begin / kBlockKV;
+            int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+            // The kv tile of iteration it.
+            auto kv_tile = [&](int it) { return tile_first + it; };
+
+            load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, ptid);
+            if (ptid == 0) mbar_arrive(bar_q);  // (item_slot holds this item: written a fetch ago)
+            mbar_arrive_copies(bar_q);
+            for (int it = 0; it < n_tiles; ++it) {
+                const int stage = (ring + it) % kStages;
+                mbar_wait(&bar_empty[stage], (((ring + it) / kStages) & 1) ^ 1);  // the tile kStages back is released
+                const int j0 = kv_tile(it) * kBlockKV;
+                load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, ptid);
+                load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, ptid);
+                const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
+                if (partial) {
+                    // -- clean V of a partial tile (section non-finite values) once it has landed
+                    cp_async_commit();  // (wait_group waits for committed groups only)
+                    cp_async_wait<0>();
+                    named_sync(1, kCopyThreads);  // every copy of the producer warpgroup has landed
+                    clean_values_copier<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
+                    fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
+                    mbar_arrive(&bar_full[stage]);
+                    continue;
+                }
+                mbar_arrive_copies(&bar_full[stage]);
+            }
+            ring += n_tiles;
+            // -- the next item: one thread takes it, the others read it
+            if (ptid == 0) {
+                const int items = work_items(len_q, heads_q, group, batch_size);
+                item_slot[(n_item + 1) % kItemSlots] = work_item(gridDim.x + static_cast<int>(atomicInc(work_counter, items - 1)),
+                                                        len_q, heads_q, group, batch_size);
+            }
+            named_sync(1, kCopyThreads);  // (the others read it at the top of the loop)
         }
         // its copies complete before it exits (the PTX ISA does not promise that they and their
         // mbarrier arrivals complete for a thread that has exited)
@@ -938,142 +981,236 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // -- consumer warpgroups
     if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kConsumerRegs));
     const int wg = warp / 4;  // this warpgroup: rows 64 wg .. of the block
-    mbar_wait(bar_q, 0);
-    fence_async_shared();  // Q was written by cp.async (generic proxy); the tensor cores read it
     if constexpr (kConsumerGroups == 2) {
-        if (wg == 1) named_arrive(2, 2 * 128);  // warpgroup 0 issues its products first
+        // warpgroup 0 issues its products first; the turns run on across items
+        if (wg == 1) named_arrive(2, 2 * 128);
     }
-    WarpMath::PTile p;         // P of the previous tile: the A operand of its P V, in flight
-    float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
-    for (int it = 0; it < n_tiles; ++it) {
-        const int stage = it % kStages;
-        mbar_wait(&bar_full[stage], (it / kStages) & 1);  // K and V of tile it have landed
-        fence_async_shared();
-        const int j0 = kv_tile(it) * kBlockKV;
-        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-        unsigned bad[kKeyWords];  // keys of this tile whose V held a non-finite value (the producer cleaned them)
-        #pragma unroll
-        for (int w = 0; w < kKeyWords; ++w) bad[w] = partial ? bad_keys[stage * kKeyWords + w] : 0u;
+    int ring = 0;  // K/V tiles of the block's earlier items
+    for (int n_item = 0; ; ++n_item) {
+        mbar_wait(bar_q, n_item & 1);  // this item's Q has landed, or the producer found none left
+        const int4 w = item_slot[n_item % kItemSlots];
+        if (w.x < 0) break;
+        fence_async_shared();  // Q was written by cp.async (generic proxy); the tensor cores read it
+        const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
 
-        // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
-        if constexpr (kConsumerGroups == 2) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
-        float s[kFrags][kNTilesKV][4];
-        math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
-        if (it > 0) math.issue_pv(acc, p, sV + ((it - 1) % kStages) * kBlockKV * kStrideV);
-        if (it > 0) {
-            math.wait_scores<1>(s);  // S is done; P V may still run
-        } else {
-            math.wait_scores<0>(s);
+        // ---- section: sequences ----
+        const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+        if constexpr (kVarlen) {
+            if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                             errors)) {
+                return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
+            }
         }
-        // the other warpgroup's turn (a bar.arrive between the issue and the wait above would make
-        // ptxas serialise the products: warning C7514)
-        if constexpr (kConsumerGroups == 2) named_arrive(3 - wg, 2 * 128);
+        const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
+        const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
+        auto query_of = [](int p) { return p; };
+        auto head_of = [&](int) { return head; };
+        auto q_row = [&](int p) {
+            return q + batch * q_sb + (long long)(seq.q_start + query_of(p)) * q_sl + head_of(p) * q_sh;
+        };
+        const int row0 = q_tile * kBlockQ;       // the block's first row
+        const int row_end = min(row0 + kBlockQ, n_rows);
+        // This lane's rows: row_a + 16 mf + 8 h for fragment mf < kFrags and half h < 2.
+        const int row_a = row0 + warp * kRowsPerWarp + lane / 4;
 
-        // -- score transform and mask
-        #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int n = 0; n < kNTilesKV; ++n) {
-                #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2;
-                    float x = score_transform(s[mf][n][e]);
-                    if (partial && !mask.visible(i, j)) x = neg_inf();
-                    s[mf][n][e] = x;
-                }
+        // ---- section: key rows ----
+        auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
+                            long long fb, long long fl, long long fh) {
+            KeyRows<kVarlen> r;
+            r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
+            r.row_stride = sl;
+            r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
+            r.fresh_stride = fl;
+            r.cached = seq.cached;
+            return r;
+        };
+        const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
+        const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
+        if constexpr (kVarlen) {
+            // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
+            if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+                append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
+                append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
             }
         }
 
-        // -- online softmax: m_i, l_i, alpha
+        // ---- section: loop bounds (mask) ----
+        const Mask mask{seq.len_q, seq.len_k};  // aligned to this sequence's own lengths
+        const int qrow0 = query_of(row0), qrow_end = query_of(row_end - 1) + 1;  // the block's query rows
+        int kv_begin, kv_end;
+        mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
+        int tile_first = kv_begin / kBlockKV;
+        int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+        // The kv tile of iteration it.
+        auto kv_tile = [&](int it) { return tile_first + it; };
+        // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
+        int qi[kFrags][2];
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float m_new = m_i[mf][h];
-                #pragma unroll
-                for (int n = 0; n < kNTilesKV; ++n) {
-                    m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
-                }
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
-                // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
-                const float m_use = m_new == neg_inf() ? 0.f : m_new;
-                const float alpha = exp2_approx(m_i[mf][h] - m_use);
-                m_i[mf][h] = m_new;
-                float row_sum = 0.f;
-                #pragma unroll
-                for (int n = 0; n < kNTilesKV; ++n) {
-                    s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
-                    s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
-                    row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
-                }
-                l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
-                alpha_i[mf][h] = alpha;  // acc is rescaled once the product in flight is done
+                const int p = row_a + 16 * mf + 8 * h;
+                qi[mf][h] = query_of(p);
             }
         }
 
-        // -- the previous P V is done: release its stage, rescale acc, then P of this tile
-        math.wait_pv(acc);
-        fence_fragments(p);  // P stayed untouched while its P V ran
-        // every lane's reads of the stage's bad_keys are ordered before lane 0 releases it: with
-        // two consumer warpgroups by the named barrier (bar.sync) of this iteration's turn, with
-        // one by this __syncwarp
-        if constexpr (kConsumerGroups == 1) __syncwarp();
-        if (it > 0 && lane == 0) mbar_arrive(&bar_empty[(it - 1) % kStages]);
+        float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
+        float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
+        float acc[kFrags][kNTilesV][4];  // unnormalised output
+        unsigned row_bad = 0u;          // bit 2 mf + h: the row saw a non-finite value of V (section non-finite values)
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
+            m_i[mf][0] = m_i[mf][1] = neg_inf();
+            l_i[mf][0] = l_i[mf][1] = 0.f;
             #pragma unroll
-            for (int n = 0; n < kNTilesV; ++n) {
-                acc[mf][n][0] *= alpha_i[mf][0];
-                acc[mf][n][1] *= alpha_i[mf][0];
-                acc[mf][n][2] *= alpha_i[mf][1];
-                acc[mf][n][3] *= alpha_i[mf][1];
+            for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
+        }
+
+        WarpMath::PTile p;         // P of the previous tile: the A operand of its P V, in flight
+        float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
+        for (int it = 0; it < n_tiles; ++it) {
+            const int stage = (ring + it) % kStages, prev = (ring + it + kStages - 1) % kStages;  // tiles it, it - 1
+            mbar_wait(&bar_full[stage], ((ring + it) / kStages) & 1);  // K and V of tile it have landed
+            fence_async_shared();
+            const int j0 = kv_tile(it) * kBlockKV;
+            const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
+            unsigned bad[kKeyWords];  // keys of this tile whose V held a non-finite value (the producer cleaned them)
+            #pragma unroll
+            for (int w = 0; w < kKeyWords; ++w) bad[w] = partial ? bad_keys[stage * kKeyWords + w] : 0u;
+
+            // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
+            if constexpr (kConsumerGroups == 2) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
+            float s[kFrags][kNTilesKV][4];
+            math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
+            if (it > 0) math.issue_pv(acc, p, sV + prev * kBlockKV * kStrideV);
+            if (it > 0) {
+                math.wait_scores<1>(s);  // S is done; P V may still run
+            } else {
+                math.wait_scores<0>(s);
+            }
+            // the other warpgroup's turn (a bar.arrive between the issue and the wait above would make
+            // ptxas serialise the products: warning C7514)
+            if constexpr (kConsumerGroups == 2) named_arrive(3 - wg, 2 * 128);
+
+            // -- score transform and mask
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int n = 0; n < kNTilesKV; ++n) {
+                    #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2;
+                        float x = score_transform(s[mf][n][e]);
+                        if (partial && !mask.visible(i, j)) x = neg_inf();
+                        s[mf][n][e] = x;
+                    }
+                }
+            }
+
+            // -- online softmax: m_i, l_i, alpha
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float m_new = m_i[mf][h];
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesKV; ++n) {
+                        m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
+                    }
+                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
+                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                    // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
+                    const float m_use = m_new == neg_inf() ? 0.f : m_new;
+                    const float alpha = exp2_approx(m_i[mf][h] - m_use);
+                    m_i[mf][h] = m_new;
+                    float row_sum = 0.f;
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesKV; ++n) {
+                        s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
+                        s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
+                        row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
+                    }
+                    l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
+                    alpha_i[mf][h] = alpha;  // acc is rescaled once the product in flight is done
+                }
+            }
+
+            // -- the previous P V is done: release its stage, rescale acc, then P of this tile
+            math.wait_pv(acc);
+            fence_fragments(p);  // P stayed untouched while its P V ran
+            // every lane's reads of the stage's bad_keys are ordered before lane 0 releases it: with
+            // two consumer warpgroups by the named barrier (bar.sync) of this iteration's turn, with
+            // one by this __syncwarp
+            if constexpr (kConsumerGroups == 1) __syncwarp();
+            if (it > 0 && lane == 0) mbar_arrive(&bar_empty[prev]);
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int n = 0; n < kNTilesV; ++n) {
+                    acc[mf][n][0] *= alpha_i[mf][0];
+                    acc[mf][n][1] *= alpha_i[mf][0];
+                    acc[mf][n][2] *= alpha_i[mf][1];
+                    acc[mf][n][3] *= alpha_i[mf][1];
+                }
+            }
+            // rows that see (p != 0) a key whose V held a non-finite value (cleaned by the producer)
+            if (partial) mark_bad_rows(row_bad, s, bad, t);
+            math.pack_p(s, p);
+        }
+        // every Q K^T of this item is done: the producer may copy the next item's Q
+        if (lane == 0) mbar_arrive(bar_qfree);
+        // -- O += P V of the last tile; then its stage is released
+        if (n_tiles > 0) {
+            const int last = (ring + n_tiles - 1) % kStages;
+            math.issue_pv(acc, p, sV + last * kBlockKV * kStrideV);
+            math.wait_pv(acc);
+            __syncwarp();  // every lane's reads of the stage (and of its bad_keys) before lane 0 releases it
+            if (lane == 0) mbar_arrive(&bar_empty[last]);
+        }
+        ring += n_tiles;
+        {
+            // batch and head again from item_slot (the producer writes this slot again only after
+            // this item's epilogue): cheaper than holding them in registers across the main loop
+            const int4 again = item_slot[n_item % kItemSlots];
+            const int batch = again.z;
+            const int head = again.y;
+            auto head_of = [&](int) { return head; };
+            // ---- section: epilogue: normalise and store ----
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float l = l_i[mf][h];
+                    l += __shfl_xor_sync(0xffffffffu, l, 1);
+                    l += __shfl_xor_sync(0xffffffffu, l, 2);
+                    unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
+                    bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
+                    bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
+                    if (bad_row) l = quiet_nan();
+                    // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
+                    // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
+                    const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
+                    const int row = row_a + 16 * mf + 8 * h;
+                    if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
+                        const int i = qi[mf][h], hh = head_of(row);
+                        elem_t* o_row = out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl;
+                        #pragma unroll
+                        for (int n = 0; n < kNTilesV; ++n) {
+                            if (n * 8 < kHeadDimV) {
+                                store_pair(o_row + n * 8 + 2 * t, acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
+                            }
+                        }
+                        if (lse != nullptr && t == 0) {
+                            lse[batch * lse_sb + hh * lse_sh + seq.q_start + i] =
+                                l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : (l == 0.f ? neg_inf() : l);
+                        }
+                    }
+                }
             }
         }
-        // rows that see (p != 0) a key whose V held a non-finite value (cleaned by the producer)
-        if (partial) mark_bad_rows(row_bad, s, bad, t);
-        math.pack_p(s, p);
-    }
-    // -- O += P V of the last tile
-    if (n_tiles > 0) {
-        math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
-        math.wait_pv(acc);
     }
     if constexpr (kConsumerGroups == 2) {
         if (wg == 0) named_sync(2, 2 * 128);  // warpgroup 1's last turn signal
-    }
-
-    // ---- section: epilogue: normalise and store ----
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
-        #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float l = l_i[mf][h];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
-            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
-            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
-            if (bad_row) l = quiet_nan();
-            // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
-            // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
-            const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
-            const int row = row_a + 16 * mf + 8 * h;
-            if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
-                const int i = qi[mf][h], hh = head_of(row);
-                elem_t* o_row = out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl;
-                #pragma unroll
-                for (int n = 0; n < kNTilesV; ++n) {
-                    if (n * 8 < kHeadDimV) {
-                        store_pair(o_row + n * 8 + 2 * t, acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
-                    }
-                }
-                if (lse != nullptr && t == 0) {
-                    lse[batch * lse_sb + hh * lse_sh + seq.q_start + i] =
-                        l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : (l == 0.f ? neg_inf() : l);
-                }
-            }
-        }
     }
 }
 }  // namespace padded
@@ -1136,7 +1273,9 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // different banks. Element (r, col) of the tile:
 template <int kRows>
 __device__ __forceinline__ int swizzled(int r, int col) {
-    return (col / 64) * (kRows * 64) + r * 64 + ((((col / 8) % 8) ^ (r % 8)) * 8) + col % 8;
+    // (r and col are never negative: masks instead of % let the compiler see that rows 8 apart
+    // share their swizzle, so a copy loop keeps one address for them, not one per row)
+    return (col / 64) * (kRows * 64) + r * 64 + ((((col >> 3) & 7) ^ (r & 7)) << 3) + (col & 7);
 }
 
 // Make the ordinary shared-memory writes of this thread (cp.async, zero fills, cleaned values)
@@ -1148,9 +1287,15 @@ __device__ __forceinline__ void fence_async_shared() {
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
 // L2::128B: the L2 fetches whole 128-byte lines from memory (the copies read whole rows anyway);
 // measured +1.5-2% on bandwidth-bound decode (benchmarks/NOTES.md, issue 12).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+// `dst`: a shared-memory address (smem_addr), so that a copy loop adds byte offsets to one base
+// address instead of converting every generic pointer.
+__device__ __forceinline__ void cp_async_16_at(unsigned dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    cp_async_16_at(smem_addr(dst), src, valid);
 }
 
 __device__ __forceinline__ void cp_async_commit() {
@@ -1173,6 +1318,7 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
+    const unsigned base = smem_addr(dst);
     if constexpr (kCopyThreads >= kChunks) {
         // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
         // pointer, so that no per-row 64-bit offsets stay live across the main loop. (When the
@@ -1181,13 +1327,19 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
         if (kCopyThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
         const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
         const elem_t* s = src + r0 * row_stride + col;
+        const unsigned first = base + swizzled<kRows>(r0, col) * static_cast<int>(sizeof(elem_t));
         const long long step = kRowStep * row_stride;
         #pragma unroll
         for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i, s += step) {
             const int r = r0 + i * kRowStep;
             if (kRows % kRowStep == 0 || r < kRows) {
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + swizzled<kRows>(r, col), valid ? s : src, valid);
+                // rows a multiple of 8 apart share their swizzle: row r is row r0's address plus a
+                // constant (one base address for the whole loop, not one register per row)
+                constexpr int kRowBytes = 64 * static_cast<int>(sizeof(elem_t));
+                const unsigned at = kRowStep % 8 == 0 ? first + i * kRowStep * kRowBytes
+                                                      : base + swizzled<kRows>(r, col) * static_cast<int>(sizeof(elem_t));
+                cp_async_16_at(at, valid ? s : src, valid);
             }
         }
     } else {
@@ -1197,7 +1349,8 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
             if (kCopies % kCopyThreads == 0 || c < kCopies) {
                 const int r = c / kChunks, col = (c % kChunks) * kVec;
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + swizzled<kRows>(r, col), valid ? src + r * row_stride + col : src, valid);
+                cp_async_16_at(base + swizzled<kRows>(r, col) * static_cast<int>(sizeof(elem_t)),
+                               valid ? src + r * row_stride + col : src, valid);
             }
         }
     }
@@ -1707,7 +1860,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           int len_new,
                                           int rows_q,
                                           int rows_k,
-                                          int* __restrict__ errors) {
+                                          int* __restrict__ errors,
+                                          int batch_size,
+                                          unsigned* __restrict__ work_counter) {
     // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
     // (the launch asks for 1024 bytes more than the buffers take).
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -2003,8 +2158,10 @@ attngen_llama3_8b_prefill(const elem_t* __restrict__ q,
                           int len_new,
                           int rows_q,
                           int rows_k,
-                          int* __restrict__ errors) {
-    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors);
+                          int* __restrict__ errors,
+                          int batch_size,
+                          unsigned* __restrict__ work_counter) {
+    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, batch_size, work_counter);
 }
 
 extern "C" __global__ void __launch_bounds__(varlen::kThreads, 1)
@@ -2045,6 +2202,8 @@ attngen_llama3_8b_prefill_varlen(const elem_t* __restrict__ q,
                                  int len_new,
                                  int rows_q,
                                  int rows_k,
-                                 int* __restrict__ errors) {
-    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors);
+                                 int* __restrict__ errors,
+                                 int batch_size,
+                                 unsigned* __restrict__ work_counter) {
+    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, batch_size, work_counter);
 }

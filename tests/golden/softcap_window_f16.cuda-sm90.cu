@@ -14,7 +14,7 @@
 //       tile       q=auto kv=auto d=auto
 //       schedule   fused
 //       kv_cache   contiguous
-//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto }
+//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto persistent=auto }
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
@@ -129,7 +129,9 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // different banks. Element (r, col) of the tile:
 template <int kRows>
 __device__ __forceinline__ int swizzled(int r, int col) {
-    return (col / 64) * (kRows * 64) + r * 64 + ((((col / 8) % 8) ^ (r % 8)) * 8) + col % 8;
+    // (r and col are never negative: masks instead of % let the compiler see that rows 8 apart
+    // share their swizzle, so a copy loop keeps one address for them, not one per row)
+    return (col / 64) * (kRows * 64) + r * 64 + ((((col >> 3) & 7) ^ (r & 7)) << 3) + (col & 7);
 }
 
 // Make the ordinary shared-memory writes of this thread (cp.async, zero fills, cleaned values)
@@ -141,9 +143,15 @@ __device__ __forceinline__ void fence_async_shared() {
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
 // L2::128B: the L2 fetches whole 128-byte lines from memory (the copies read whole rows anyway);
 // measured +1.5-2% on bandwidth-bound decode (benchmarks/NOTES.md, issue 12).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+// `dst`: a shared-memory address (smem_addr), so that a copy loop adds byte offsets to one base
+// address instead of converting every generic pointer.
+__device__ __forceinline__ void cp_async_16_at(unsigned dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    cp_async_16_at(smem_addr(dst), src, valid);
 }
 
 __device__ __forceinline__ void cp_async_commit() {
@@ -166,6 +174,7 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
+    const unsigned base = smem_addr(dst);
     if constexpr (kCopyThreads >= kChunks) {
         // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
         // pointer, so that no per-row 64-bit offsets stay live across the main loop. (When the
@@ -174,13 +183,19 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
         if (kCopyThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
         const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
         const elem_t* s = src + r0 * row_stride + col;
+        const unsigned first = base + swizzled<kRows>(r0, col) * static_cast<int>(sizeof(elem_t));
         const long long step = kRowStep * row_stride;
         #pragma unroll
         for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i, s += step) {
             const int r = r0 + i * kRowStep;
             if (kRows % kRowStep == 0 || r < kRows) {
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + swizzled<kRows>(r, col), valid ? s : src, valid);
+                // rows a multiple of 8 apart share their swizzle: row r is row r0's address plus a
+                // constant (one base address for the whole loop, not one register per row)
+                constexpr int kRowBytes = 64 * static_cast<int>(sizeof(elem_t));
+                const unsigned at = kRowStep % 8 == 0 ? first + i * kRowStep * kRowBytes
+                                                      : base + swizzled<kRows>(r, col) * static_cast<int>(sizeof(elem_t));
+                cp_async_16_at(at, valid ? s : src, valid);
             }
         }
     } else {
@@ -190,7 +205,8 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
             if (kCopies % kCopyThreads == 0 || c < kCopies) {
                 const int r = c / kChunks, col = (c % kChunks) * kVec;
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + swizzled<kRows>(r, col), valid ? src + r * row_stride + col : src, valid);
+                cp_async_16_at(base + swizzled<kRows>(r, col) * static_cast<int>(sizeof(elem_t)),
+                               valid ? src + r * row_stride + col : src, valid);
             }
         }
     }
@@ -995,7 +1011,9 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // different banks. Element (r, col) of the tile:
 template <int kRows>
 __device__ __forceinline__ int swizzled(int r, int col) {
-    return (col / 64) * (kRows * 64) + r * 64 + ((((col / 8) % 8) ^ (r % 8)) * 8) + col % 8;
+    // (r and col are never negative: masks instead of % let the compiler see that rows 8 apart
+    // share their swizzle, so a copy loop keeps one address for them, not one per row)
+    return (col / 64) * (kRows * 64) + r * 64 + ((((col >> 3) & 7) ^ (r & 7)) << 3) + (col & 7);
 }
 
 // Make the ordinary shared-memory writes of this thread (cp.async, zero fills, cleaned values)
@@ -1007,9 +1025,15 @@ __device__ __forceinline__ void fence_async_shared() {
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
 // L2::128B: the L2 fetches whole 128-byte lines from memory (the copies read whole rows anyway);
 // measured +1.5-2% on bandwidth-bound decode (benchmarks/NOTES.md, issue 12).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+// `dst`: a shared-memory address (smem_addr), so that a copy loop adds byte offsets to one base
+// address instead of converting every generic pointer.
+__device__ __forceinline__ void cp_async_16_at(unsigned dst, const void* src, bool valid) {
     asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n"
-                 :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    cp_async_16_at(smem_addr(dst), src, valid);
 }
 
 __device__ __forceinline__ void cp_async_commit() {
@@ -1032,6 +1056,7 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
     constexpr int kChunks = kCols / kVec;                         // copies per row
     constexpr int kCopies = kRows * kChunks;
     static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
+    const unsigned base = smem_addr(dst);
     if constexpr (kCopyThreads >= kChunks) {
         // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
         // pointer, so that no per-row 64-bit offsets stay live across the main loop. (When the
@@ -1040,13 +1065,19 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
         if (kCopyThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
         const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
         const elem_t* s = src + r0 * row_stride + col;
+        const unsigned first = base + swizzled<kRows>(r0, col) * static_cast<int>(sizeof(elem_t));
         const long long step = kRowStep * row_stride;
         #pragma unroll
         for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i, s += step) {
             const int r = r0 + i * kRowStep;
             if (kRows % kRowStep == 0 || r < kRows) {
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + swizzled<kRows>(r, col), valid ? s : src, valid);
+                // rows a multiple of 8 apart share their swizzle: row r is row r0's address plus a
+                // constant (one base address for the whole loop, not one register per row)
+                constexpr int kRowBytes = 64 * static_cast<int>(sizeof(elem_t));
+                const unsigned at = kRowStep % 8 == 0 ? first + i * kRowStep * kRowBytes
+                                                      : base + swizzled<kRows>(r, col) * static_cast<int>(sizeof(elem_t));
+                cp_async_16_at(at, valid ? s : src, valid);
             }
         }
     } else {
@@ -1056,7 +1087,8 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
             if (kCopies % kCopyThreads == 0 || c < kCopies) {
                 const int r = c / kChunks, col = (c % kChunks) * kVec;
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + swizzled<kRows>(r, col), valid ? src + r * row_stride + col : src, valid);
+                cp_async_16_at(base + swizzled<kRows>(r, col) * static_cast<int>(sizeof(elem_t)),
+                               valid ? src + r * row_stride + col : src, valid);
             }
         }
     }

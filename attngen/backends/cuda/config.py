@@ -48,6 +48,11 @@ CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 80, "softcap": 96}
 # 366 / 432 vs q64 kv64 245 / 335 / 352 and FA2 237 / 302 / 312; d64 with it 181 / 262 / 314 vs
 # q64 kv64 221 / 284 / 310).
 CUDA_WGMMA_CAUSAL_TILES = ((64, (64, 64)), (128, (128, 96)))
+# Up to this head dim the profile's tile q 128 pays only with the producer warpgroup (and its
+# persistent blocks); auto tiles that get no producer (softcap, custom masks, producer=off) keep
+# tile q 64 (H100 f16, benchmarks/probe_persistent.py: d64 full 352 / 395 TFLOP/s at L1k / 16k
+# with it vs 317 / 355 for q64; d64 softcap 30 at q128 without it 149 / 182 vs 173 / 192 for q64).
+CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY = 64
 # The widest tile kv at which the producer's masked consumers stay free of spills (ptxas -v, 216
 # registers): auto puts a producer in causal and window blocks only up to it (and window tiles
 # of q 128 take it as their auto tile kv).
@@ -67,6 +72,17 @@ CUDA_PRODUCER_THREADS = 128
 CUDA_PRODUCER_REGS = 72
 CUDA_CONSUMER_REGS = 216
 assert CUDA_PRODUCER_THREADS * CUDA_PRODUCER_REGS + 256 * CUDA_CONSUMER_REGS <= 384 * (65536 // 384 // 8 * 8)
+# Persistent blocks (`target cuda { persistent=auto|on|off }`, FlashAttention-3's tile scheduler):
+# a producer kernel's grid is one block per multiprocessor (grid symbol SM), and each block takes
+# work items (row tile, head, batch; causal: the longest row tiles of a head first) until none is
+# left: its first item is blockIdx.x, the next ones come from a counter in memory (atomicInc,
+# which wraps the counter back to zero at the launch's last fetch). The producer copies the next
+# item's Q as soon as the consumers' last Q K^T is done and its K/V tiles into the same ring, so
+# the consumers go from one item to the next without the launch of a new block, the wait for its
+# Q and first tiles, or an idle multiprocessor at the end of each block. auto = on for the
+# producer kernels with head dims 64 or 128 (_persistent_auto) and no custom mask (its one
+# instantiation also serves packed launches).
+CUDA_PERSISTENT_GRID = ("SM", "1", "1")
 
 
 @dataclass(frozen=True)
@@ -110,6 +126,10 @@ class CudaConfig:
     # Hopper family: a producer warpgroup copies the tiles (warp specialisation, see
     # CUDA_PRODUCER_THREADS); `warps` counts the consumer warps only.
     producer: bool = False
+    # Persistent blocks (producer kernels only): one block per multiprocessor takes work items
+    # (row tile, head, batch) one after the other, so that its producer copies the next item's Q
+    # and first K/V tiles while its consumers finish the current one (CUDA_PERSISTENT_GRID).
+    persistent: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -161,6 +181,8 @@ class CudaConfig:
         if self.producer:
             who = (f"{self.warps} consumer warps + a producer warpgroup ({self.threads} threads), {self.stages} K/V "
                    f"stage(s), {math}")
+            if self.persistent:
+                who += "; persistent: one block per multiprocessor takes the row tiles in turn"
         if self.key_warps > 1:
             who = (f"{self.warps} warps ({self.threads} threads; {self.key_warps} warps over the keys of each "
                    f"tile, {self.tile_kv // self.key_warps} keys each, merged at the end), {self.stages} K/V "
@@ -214,7 +236,7 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False):
+def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, persistent=False):
     """Shared-memory buffers: the whole head dims (chunk None), or one chunk per pipeline stage."""
     elem = spec.dtype
     if math == "wgmma":  # swizzled, no skew; whole 64-element blocks; 1024 bytes of alignment slack
@@ -225,9 +247,12 @@ def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False):
             ("sK", elem, stages, tile_kv, d_qk_pad, "K tiles, one per pipeline stage (128-byte swizzle)"),
             ("sV", elem, stages, tile_kv, d_v_pad, "V tiles, one per pipeline stage (128-byte swizzle)"),
         ]
-        if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits
-            entries.append(("sSync", "u32", 1, 1, 2 * (1 + 2 * stages) + stages * -(-tile_kv // 32),
-                            "mbarriers of the copies and each stage's keys with non-finite values"))
+        if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits;
+            # persistent blocks: one more mbarrier (Q free) and four item slots of 4 words
+            words = 2 * (1 + 2 * stages) + (18 if persistent else 0) + stages * -(-tile_kv // 32)
+            entries.append(("sSync", "u32", 1, 1, words,
+                            "mbarriers of the copies" + (", the work items" if persistent else "")
+                            + " and each stage's keys with non-finite values"))
         buffers, smem = _layout(entries)
         return buffers, smem + CUDA_WGMMA_ALIGN
     skew = CUDA_SMEM_SKEW_BYTES // DTYPE_BYTES[elem]
@@ -363,6 +388,24 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
                              and masked_ok and spec.softcap is None)
 
 
+def _persistent_auto(spec: AttentionSpec) -> bool:
+    """persistent=auto on a producer kernel: head dims of whole 64-column blocks up to 128. Their
+    copy loops move rows 8 apart, which share one swizzle, so the producer keeps one shared-memory
+    address per loop; other head dims (96: rows 10 apart) keep one per row, and across work items
+    that spills the producer's 72 registers (ptxas -v: d96 720 bytes, d256 76)."""
+    return all(d % 64 == 0 and d <= 128 for d in (spec.head_dim_qk, spec.head_dim_v))
+
+
+def _persistent_refusal(spec: AttentionSpec, producer: bool) -> str | None:
+    """Why a Hopper-family configuration cannot run persistent blocks (None: it can)."""
+    if not producer:
+        return "persistent blocks belong to the producer warpgroup's kernels, and this plan has no producer"
+    if spec.mask.is_custom:
+        return ("mask custom: its one instantiation also serves packed sequences, whose row tiles are not known "
+                "before the launch")
+    return None
+
+
 def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     """Resolve tiles for CUDA; raise Problem if the spec's own choices cannot work.
 
@@ -371,11 +414,12 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     """
     math = cuda_math(spec, profile)
     note = wgmma_refusal(spec, profile) or ""
-    if math != "wgmma" and spec.options("cuda").get("producer") == "on":
-        why = note or f"{profile.name} has no Hopper wgmma family"
-        raise Problem(f"producer=on: the producer warpgroup belongs to the Hopper wgmma family, which this "
-                      f"spec does not use on {profile.name} ({why})", key="target.cuda",
-                      hint="leave producer out, or build for cuda-sm90")
+    for opt, what in (("producer", "the producer warpgroup"), ("persistent", "persistent blocks")):
+        if math != "wgmma" and spec.options("cuda").get(opt) == "on":
+            why = note or f"{profile.name} has no Hopper wgmma family"
+            raise Problem(f"{opt}=on: {what} belong{'s' if opt == 'producer' else ''} to the Hopper wgmma family, "
+                          f"which this spec does not use on {profile.name} ({why})", key="target.cuda",
+                          hint=f"leave {opt} out, or build for cuda-sm90")
     if math == "wgmma":
         kv = rows = None
         opts = spec.options("cuda")
@@ -393,6 +437,14 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
             tq, tkv = next(tile for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d)
             rows, kv = (tq, tq // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages"))
         cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
+        if (dmax <= CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY and rows is None and spec.tile.q is None
+                and opts.get("warps") is None and cfg.tile_q > CUDA_WGMMA_ROWS and not cfg.producer):
+            rows = (CUDA_WGMMA_ROWS, CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
+            cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
+        if opts.get("persistent") == "on" and not cfg.persistent:
+            why = _persistent_refusal(spec, cfg.producer)
+            raise Problem(f"persistent=on: {why}", key="target.cuda",
+                          hint="leave persistent out" if spec.mask.is_custom else "add producer=on, or leave persistent out")
         if spec.mask.is_custom:  # one general instantiation serves every launch
             return cfg
         # Launches with per-sequence lengths take the _varlen entry point: the same family with
@@ -400,7 +452,10 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
         # not spill registers (ptxas reports, benchmarks/NOTES.md).
         kv_cap = 64 if max(cfg.d_qk_pad, cfg.d_v_pad) <= 128 else 32
         vrows = (cfg.tile_q, cfg.warps)
-        if rows is not None:  # auto causal tiles: the entry point keeps q64 (without a producer)
+        if rows is not None or (dmax <= CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY and spec.tile.q is None
+                                and opts.get("warps") is None):
+            # auto causal tiles, and head dims that take q128 only with the producer: the entry
+            # point (which has none) keeps q64
             vrows = (CUDA_WGMMA_ROWS, CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
         varlen = _cuda_fit(spec, profile, math, None, rows=vrows, kv=(min(cfg.tile_kv, kv_cap), cfg.stages))
         return replace(cfg, fast_path=True, varlen=varlen)
@@ -497,7 +552,9 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, chunk), v_blocks * d_v_block
             q_in_regs = False
         ws = producer and math == "wgmma" and _cuda_producer(spec, tile_q, tile_kv, stages)
-        buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws)
+        persist = (ws and opts.get("persistent") != "off" and _persistent_refusal(spec, ws) is None
+                   and (opts.get("persistent") == "on" or _persistent_auto(spec)))
+        buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist)
         regs = _cuda_registers(math, frags, tile_kv // key_warps, d_qk_pad, d_v_block, q_in_regs)
         # with a producer warpgroup, setmaxnreg gives the consumers CUDA_CONSUMER_REGS
         reg_cap = CUDA_CONSUMER_REGS if ws else cuda_register_cap(profile, warps * key_warps * 32)
@@ -541,7 +598,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                       d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap,
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
                       d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
-                      producer=ws)
+                      producer=ws, persistent=persist)
 
 
 def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None) -> int:

@@ -24,8 +24,9 @@ _C_TYPES = {"f32": "float", "i32": "int", "u32": "unsigned", "u8": "unsigned cha
 
 _WS_NOTE = {
     False: "allocated by the launcher, uninitialised; reused only after the combine has run",
-    True: "zero before a launch and left zero by it: a caller keeps one such buffer per stream (a "
-          "launch's last split block of each row tile resets its counter); zero it once when allocated",
+    True: "zero before a launch and left zero by it: a caller keeps one such buffer per stream (the "
+          "fused combine's last split block of each row tile resets its counter; the persistent blocks' "
+          "last fetch wraps theirs to zero); zero it once when allocated",
 }
 
 
@@ -155,6 +156,7 @@ def render_manifest(plan: KernelPlan) -> dict:
         "Lnew": "rows appended per sequence", "P": "pages", "Pmax": "block_table columns",
         "Bm": "mask batch (1 or B)", "Hm": "mask heads (1 or Hq)", "Nq": f"ceil(Lq / {c.tile_q})",
         "Nk": f"ceil(Lk / {c.tile_kv})",
+        "SM": "multiprocessors of the GPU (persistent blocks: one per multiprocessor)",
     }
     extra["lse"] = {"layout": ["B", "Hq", "Lq"], "packed_layout": ["Hq", "Tq"], "dtype": "f32",
                     "units": "natural log", "empty_row": "-inf"}
@@ -171,11 +173,16 @@ def render_manifest(plan: KernelPlan) -> dict:
         extra["splits"] = (f"S = {splits}" if splits is not None else
                            split_rule(c.tile_q, c.tile_kv, blocks_per_core(plan)) + " (attngen.plan.schedule.choose_splits; "
                            "compute_units = the GPU's multiprocessors)")
-        extra["workspaces"] = {w.name: {"bytes": w.bytes_formula, "dtype": w.dtype, "note": _WS_NOTE[w.persistent]}
-                               for w in plan.workspaces}
         extra["combine"] = ("fused: the last split block of each row tile merges the splits (tile_counters), "
                             "one launch" if fused_combine(plan.spec, c) else
                             "a second launch (the combine entry point) merges the splits")
+    if plan.workspaces:
+        extra["workspaces"] = {w.name: {"bytes": w.bytes_formula, "dtype": w.dtype, "note": _WS_NOTE[w.persistent]}
+                               for w in plan.workspaces}
+    if c.persistent:
+        extra["persistent"] = ("one block per multiprocessor (grid symbol SM) takes work items (row tile, head, "
+                               "batch) in turn; pass batch_size = B and a work_counter that is zero before the "
+                               "launch (the launch's last fetch wraps it back to zero)")
     if c.chunked:
         # tile d and the split of the output columns over blocks (already in the grid formula).
         extra["tile"] = {"q": c.tile_q, "kv": c.tile_kv, "d": c.chunk}

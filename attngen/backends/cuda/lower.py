@@ -13,7 +13,7 @@ Symbols of the shape and grid formulas: B, Lq (the longest sequence's query rows
 keys), Hq, Hkv, G = Hq / Hkv, Dqk, Dv, S (KV splits: the spec's N, or chosen at launch for
 split_kv(auto) / two_pass), Tq (rows of the packed q tensor), Tk (keys of the packed k tensor),
 P (pages), Pmax (block-table columns), Bm / Hm (mask batch / heads), Nq = ceil(Lq / tile q),
-Nk = ceil(Lk / tile kv).
+Nk = ceil(Lk / tile kv), SM (the GPU's multiprocessors: the grid of persistent blocks).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Entry, Lowered, Param, Workspace
 from ...plan.profiles import Profile
 from ...plan.schedule import main_grid, row_blocks
+from .config import CUDA_PERSISTENT_GRID
 
 COMBINE_WARPS = 4  # rows per combine block (one warp each)
 
@@ -60,9 +61,10 @@ def fused_combine(spec: AttentionSpec, cfg) -> bool:
     return spec.schedule.is_split and not spec.schedule.is_two_pass and not cfg.chunked
 
 
-def main_params(spec: AttentionSpec, counters: tuple | None = None) -> tuple:
+def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: bool = False) -> tuple:
     """The main entry point's parameters; `counters`: the shape of the fused combine's
-    tile_counters (None: no such parameter)."""
+    tile_counters (None: no such parameter); `persistent`: the persistent blocks' batch size and
+    work counter (CudaConfig.persistent)."""
     d = spec.dtype
     paged = spec.kv_cache.is_paged
     kv_shape = ("P", spec.kv_cache.page, "Hkv") if paged else ("B", "Lk", "Hkv")
@@ -127,6 +129,13 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None) -> tuple:
         ps.append(_p("tile_counters", "tensor", "u32", counters, "readwrite",
                      doc="fused combine: per row tile, how many of its splits are done; zero before the "
                          "launch, and left zero by it (the runtime keeps one such buffer per stream)"))
+    if persistent:
+        ps += [
+            _p("batch_size", "scalar", _I32, doc="B, sequences (persistent blocks: the grid does not say)"),
+            _p("work_counter", "tensor", "u32", ("1",), "readwrite",
+               doc="persistent blocks: work items handed out after each block's first; zero before the "
+                   "launch, and left zero by it (the runtime keeps one such buffer per stream)"),
+        ]
     return tuple(ps)
 
 
@@ -167,7 +176,10 @@ def _workspaces(spec: AttentionSpec) -> list:
 
 def workspaces(spec: AttentionSpec, cfg) -> tuple:
     """The split schedules' f32 workspaces, allocated by the launcher (uninitialised), and the
-    fused combine's tile counters (persistent, zeroed once)."""
+    fused combine's tile counters and the persistent blocks' work counter (persistent, zeroed
+    once)."""
+    if cfg.persistent:
+        return (Workspace("work_counter", "u32", ("1",), fill=0, persistent=True),)
     if not spec.schedule.is_split:
         return ()
     rows = "B * Hq * Lq"
@@ -192,6 +204,8 @@ def grid(spec: AttentionSpec, cfg, column_blocks: bool | None = None) -> tuple:
     output columns (head = blockIdx.y / v_blocks). two_pass's pass 1 (the main entry) writes
     scores and statistics, no output columns: its y has no column blocks (column_blocks
     defaults to that); its pass 2 has them."""
+    if cfg.persistent:
+        return CUDA_PERSISTENT_GRID
     if column_blocks is None:
         column_blocks = not spec.schedule.is_two_pass
     return main_grid(spec, cfg.tile_q, cfg.v_blocks if column_blocks else 1)
@@ -240,7 +254,7 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
     return Lowered(
         threads=cfg.threads,
         grid=grid(spec, cfg),
-        params=main_params(spec, counter_shape(spec, cfg)),
+        params=main_params(spec, counter_shape(spec, cfg), cfg.persistent),
         smem_bytes=cfg.smem_bytes,
         entries=entries(spec, entry, cfg),
         workspaces=workspaces(spec, cfg),
@@ -257,5 +271,5 @@ def varlen_entry(spec: AttentionSpec, cfg, entry: str) -> Entry | None:
     return Entry("varlen", entry + "_varlen",
                  "launched instead of the main entry point when cu_seqlens_q, kv_lens or k_new / v_new is "
                  f"given: the same algorithm with tile q={v.tile_q} (one 16-row fragment per warp); same "
-                 "parameters", main_params(spec, counter_shape(spec, cfg)), main_grid(spec, v.tile_q), v.threads,
+                 "parameters", main_params(spec, counter_shape(spec, cfg), cfg.persistent), main_grid(spec, v.tile_q), v.threads,
                  v.smem_bytes)

@@ -455,7 +455,7 @@ class CudaKernel(Kernel):
             for axis, st in zip("blh", (0, 0, 0) if t is None else cuda_args.strides3(t, False)):
                 values[f"{prefix}_s{axis}"] = st
         values.update(len_q=launch.len_q, len_k=launch.len_k, heads_q=launch.heads_q, group=launch.group,
-                      batch=launch.batch, splits=launch.splits, len_new=launch.len_new,
+                      batch=launch.batch, batch_size=launch.batch, splits=launch.splits, len_new=launch.len_new,
                       lse_sb=0 if packed else launch.heads_q * launch.len_q,
                       lse_sh=launch.total_q if packed else launch.len_q,
                       rows_q=launch.total_q if packed else 0,
