@@ -8,6 +8,11 @@ flash before it is timed (relative error in brackets), medians of do_bench after
         [--masks "none,causal,window(left=1024)"] [--softcap 30] [--no-flex]
         [--extra "tile q=128 kv=128\\n target cuda { producer=on }" ...]
 
+--rewrite NAME adds the default plan with one change made to its generated source (a timing
+probe, not a variant): `reverse` walks each item's K/V tiles from the last (a causal item's
+diagonal tiles, the partial ones, first: FlashAttention-3's order); `noclean` drops the cleaning
+of hidden non-finite values (wrong for such values: it shows what the step costs).
+
 Windows count the keys each row sees (FLOPs of the visible scores); FA2 and Flex then time the
 same window (SDPA with an explicit boolean mask is not FA2: the peers are left out for windows
 and softcap, which compare attngen's plans only).
@@ -23,6 +28,32 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import attngen
+from attngen.backends.cuda import emit, nvrtc
+
+REWRITES = {
+    "reverse": [("auto kv_tile = [&](int it) { return tile_first + it; };",
+                 "auto kv_tile = [&](int it) { return tile_first + n_tiles - 1 - it; };")],
+    "noclean": [],  # (emit.masks.hides_loaded_keys patched instead)
+}
+
+
+def compile_rewritten(spec, name):
+    """attngen.compile of `spec` with REWRITES[name] made to its source (nvrtc patched meanwhile)."""
+    compile_cubin, hides = nvrtc.compile_cubin, emit.masks.hides_loaded_keys
+
+    def patched(source, *a, **k):
+        for old, new in REWRITES[name]:
+            if old not in source:
+                raise SystemExit(f"rewrite {name}: nothing to rewrite")
+            source = source.replace(old, new)
+        return compile_cubin(source, *a, **k)
+    nvrtc.compile_cubin = patched
+    if name == "noclean":
+        emit.masks.hides_loaded_keys = lambda m: False
+    try:
+        return attngen.compile(spec, target="cuda")
+    finally:
+        nvrtc.compile_cubin, emit.masks.hides_loaded_keys = compile_cubin, hides
 
 
 def flex_time(q, k, v, causal):
@@ -59,6 +90,7 @@ def main():
     ap.add_argument("--extra", action="append", default=[], help="more spec lines to time (tile / target)")
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--softcap", default=None, help="a softcap line for every plan (the peers are left out)")
+    ap.add_argument("--rewrite", action="append", default=[], choices=sorted(REWRITES))
     args = ap.parse_args()
     masks = [m for m in args.masks.replace(", right", ";right").split(",")]
     for d in (int(x) for x in args.dims.split(",")):
@@ -82,11 +114,15 @@ def main():
                     cells.append(f"Flex {flops / fl / 1e9:4.0f}" if fl else "Flex -")
                 plans = [("default", ""), ("persistent=off", " target cuda { persistent=off }")]
                 plans += [(x.replace("\\n", " "), " " + x.replace("\\n", "\n")) for x in args.extra]
+                plans += [(r, r) for r in args.rewrite]
                 cap = f" softcap {args.softcap}\n" if args.softcap else ""
                 for label, extra in plans + [("default again", "")]:
-                    spec = attngen.parse(f"attention probe {{\n head_dim {d}\n dtype f16\n mask {mask}\n{cap}{extra}\n}}\n")[0]
+                    rewrite = extra if extra in REWRITES else None
+                    name = f"probe_{rewrite}" if rewrite else "probe"  # its own cache entry
+                    body = "" if rewrite else extra
+                    spec = attngen.parse(f"attention {name} {{\n head_dim {d}\n dtype f16\n mask {mask}\n{cap}{body}\n}}\n")[0]
                     try:
-                        kern = attngen.compile(spec, target="cuda")
+                        kern = compile_rewritten(spec, rewrite) if rewrite else attngen.compile(spec, target="cuda")
                     except attngen.SpecError as e:
                         cells.append(f"{label}: refused ({str(e).splitlines()[0][:60]})")
                         continue

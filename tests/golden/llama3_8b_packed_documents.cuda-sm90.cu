@@ -864,6 +864,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // once P V is done. V of tile it - 1 is thus still read during iteration it: the copies run
     // kStages - 2 tiles ahead, into the stage of tile it - 2, which every warp finished with in
     // iteration it - 1 (before this iteration's barrier).
+    // Optimistic cleaning (section non-finite values): the tiles first go through a loop that does
+    // not clean hidden keys' values. A non-finite one makes some row's acc NaN (0 * inf), and every
+    // row the cleaning would change has an acc that is not finite; so if every warp's acc is
+    // finite the result is the cleaned one, else the block runs its tiles again through the
+    // cleaning loop, from the start.
     #pragma unroll
     for (int st = 0; st < kStages - 2; ++st) {
         if (st < n_tiles) load_kv(st, st);
@@ -884,9 +889,6 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const int stage = it % kStages;
         const int j0 = kv_tile(it) * kBlockKV;
         const bool partial = (cmask.tiles[tile_first + it] & 1) != 0 || j0 + kBlockKV > seq.len_k;
-        // -- clean V of a partial tile (section non-finite values); its P V is issued next iteration
-        unsigned bad[kKeyWords];
-        if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
 
         // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
         float s[kFrags][kNTilesKV][4];
@@ -954,14 +956,130 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 acc[mf][n][3] *= alpha_i[mf][1];
             }
         }
-        // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
-        if (partial) mark_bad_rows(row_bad, s, bad, t);
         math.pack_p(s, p);
     }
     // -- O += P V of the last tile
     if (n_tiles > 0) {
         math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
         math.wait_pv(acc);
+    }
+    bool finite = true;
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int n = 0; n < kNTilesV; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) finite = finite && isfinite(acc[mf][n][e]);
+        }
+    }
+    finite = __all_sync(0xffffffffu, finite);
+    if (__syncthreads_or(!finite)) {  // (every copy has landed: no group is left in flight)
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            m_i[mf][0] = m_i[mf][1] = neg_inf();
+            l_i[mf][0] = l_i[mf][1] = 0.f;
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
+        }
+        #pragma unroll
+        for (int st = 0; st < kStages - 2; ++st) {
+            if (st < n_tiles) load_kv(st, st);
+            cp_async_commit();
+        }
+        WarpMath::PTile p;       // P of the previous tile: the A operand of its P V, in flight
+        float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
+        for (int it = 0; it < n_tiles; ++it) {
+            // -- load K/V tile: wait for this one, then issue the copy kStages - 2 tiles ahead
+            cp_async_wait<kStages - 3>();
+            fence_async_shared();  // the tile is read by the tensor cores (async proxy)
+            __syncthreads();
+            {
+                const int ahead = it + kStages - 2;
+                if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
+                cp_async_commit();
+            }
+            const int stage = it % kStages;
+            const int j0 = kv_tile(it) * kBlockKV;
+            const bool partial = (cmask.tiles[tile_first + it] & 1) != 0 || j0 + kBlockKV > seq.len_k;
+            // -- clean V of a partial tile (section non-finite values); its P V is issued next iteration
+            unsigned bad[kKeyWords];
+            if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+
+            // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
+            float s[kFrags][kNTilesKV][4];
+            math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
+            if (it > 0) {
+                math.issue_pv(acc, p, sV + ((it + kStages - 1) % kStages) * kBlockKV * kStrideV);
+                math.wait_scores<1>(s);  // S is done; P V may still run
+            } else {
+                math.wait_scores<0>(s);
+            }
+
+            // -- score transform and mask
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int n = 0; n < kNTilesKV; ++n) {
+                    #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2;
+                        float x = score_transform(s[mf][n][e]);
+                        if (partial) x = i < seq.len_q && j < seq.len_k ? cmask.apply(x, i, j) : neg_inf();
+                        s[mf][n][e] = x;
+                    }
+                }
+            }
+
+            // -- online softmax: m_i, l_i, alpha
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float m_new = m_i[mf][h];
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesKV; ++n) {
+                        m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
+                    }
+                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
+                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                    // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
+                    const float m_use = m_new == neg_inf() ? 0.f : m_new;
+                    const float alpha = exp2_approx(m_i[mf][h] - m_use);
+                    m_i[mf][h] = m_new;
+                    float row_sum = 0.f;
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesKV; ++n) {
+                        s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
+                        s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
+                        row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
+                    }
+                    l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
+                    alpha_i[mf][h] = alpha;  // acc is rescaled once the product in flight is done
+                }
+            }
+
+            // -- the previous P V is done: rescale acc, then P of this tile
+            math.wait_pv(acc);
+            fence_fragments(p);  // P stayed untouched while its P V ran
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int n = 0; n < kNTilesV; ++n) {
+                    acc[mf][n][0] *= alpha_i[mf][0];
+                    acc[mf][n][1] *= alpha_i[mf][0];
+                    acc[mf][n][2] *= alpha_i[mf][1];
+                    acc[mf][n][3] *= alpha_i[mf][1];
+                }
+            }
+            // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
+            if (partial) mark_bad_rows(row_bad, s, bad, t);
+            math.pack_p(s, p);
+        }
+        // -- O += P V of the last tile
+        if (n_tiles > 0) {
+            math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
+            math.wait_pv(acc);
+        }
     }
 
     // ---- section: epilogue: normalise and store ----

@@ -20,11 +20,11 @@
 //
 // Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 181424 bytes (each buffer 16-byte aligned):
+// Shared memory: 181456 bytes (each buffer 16-byte aligned):
 //   sQ    at      0: 128 x 128 f16 (the block's rows of Q (128-byte swizzle))
 //   sK    at  32768: 3 x 96 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
 //   sV    at 106496: 3 x 96 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
-//   sSync at 180224: 1 x 41 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
+//   sSync at 180224: 1 x 49 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
 // Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 kv=64 (115712 bytes of shared memory).
 // Grid: (SM, 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
@@ -105,11 +105,11 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (181424 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (181456 bytes)
 constexpr int kOffsetK = 32768;
 constexpr int kOffsetV = 106496;
 constexpr int kOffsetSync = 180224;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits
-constexpr int kSmemBytes = 181424;
+constexpr int kSmemBytes = 181456;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -766,6 +766,7 @@ __device__ __forceinline__ int work_items(int len_q, int heads_q, int group, int
 // it writes slot n + kItemSlots only after the consumers have finished item n's epilogue (which
 // reads its slot again).
 constexpr int kItemSlots = 4;
+static_assert(kItemSlots % 2 == 0, "an item's slot also gives its parity (bar_q, bar_done)");
 __device__ __forceinline__ int4 work_item(int item, int len_q, int heads_q, int group, int batch_size) {
     if (item >= work_items(len_q, heads_q, group, batch_size)) return make_int4(-1, 0, 0, 0);
     const int tiles = row_tiles(len_q, group), heads = heads_q;
@@ -859,10 +860,15 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     unsigned long long* bar_empty = bar_full + kStages;  // [kStages]: every consumer warp is done with it
     unsigned long long* bar_qfree = bar_empty + kStages;  // every consumer warp is done with Q (the next item's may come)
     int4* item_slot = reinterpret_cast<int4*>(bar_qfree + 1);  // [kItemSlots]: the block's work items in turn (section: work items)
-    unsigned* bad_keys = reinterpret_cast<unsigned*>(bar_empty + kStages + 1 + 2 * kItemSlots);  // [kStages][kKeyWords]
+    int* redo = reinterpret_cast<int*>(item_slot + kItemSlots);  // [kItemSlots]: the item's result was not finite
+    unsigned long long* bar_done = reinterpret_cast<unsigned long long*>(redo + kItemSlots);  // [2]: item n's check, n % 2
+    unsigned* bad_keys = reinterpret_cast<unsigned*>(bar_empty + kStages + 1 + 2 * kItemSlots + kItemSlots / 2 + 2);  // [kStages][kKeyWords]
     if (tid == 0) {
         mbar_init(bar_q, kCopyThreads + 1);  // the copies of Q, and the producer's first thread with item_slot
         mbar_init(bar_qfree, kWarps);
+        mbar_init(&bar_done[0], kWarps);
+        mbar_init(&bar_done[1], kWarps);
+        for (int i = 0; i < kItemSlots; ++i) redo[i] = 0;
         item_slot[0] = work_item(blockIdx.x, len_q, heads_q, group, batch_size);  // the block's first
         #pragma unroll
         for (int st = 0; st < kStages; ++st) {
@@ -882,15 +888,46 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));
         const int ptid = tid - kWarps * 32;
         int ring = 0;  // K/V tiles of the block's earlier items
+        bool drained = false;  // this block's fetch found no item left (it fetches no more)
+        // The producer's first thread picks the block's next item: the next one from work_counter
+        // (x = -1: none left), or item `prev` of the block again, cleaned, if its consumers found a result
+        // that is not finite (they check each item at its end: bar_done).
+        auto next_item = [&](int prev) {
+            if (prev >= 0) {
+                mbar_wait(&bar_done[prev & 1], (prev >> 1) & 1);  // its consumers have checked it
+                const int s = prev % kItemSlots;
+                int4 again = item_slot[s];
+                if (redo[s]) {
+                    redo[s] = 0;
+                    if (again.w == 0) {  // (a cleaned pass is final)
+                        again.w = 1;  // cleaned this time
+                        return again;
+                    }
+                }
+            }
+            if (drained) return make_int4(-1, 0, 0, 0);
+            const int items = work_items(len_q, heads_q, group, batch_size);
+            const int4 w = work_item(gridDim.x + static_cast<int>(atomicInc(work_counter, items - 1)), len_q, heads_q,
+                                     group, batch_size);
+            drained = w.x < 0;
+            return w;
+        };
         for (int n_item = 0; ; ++n_item) {
             // the consumers are done with the previous item's Q (and bar_q's phase of it is complete)
             if (n_item > 0) mbar_wait(bar_qfree, (n_item - 1) & 1);
+            if (n_item > 0 && item_slot[n_item % kItemSlots].x < 0) {
+                // none left, but the last item may have to be done again (section: non-finite values)
+                named_sync(1, kCopyThreads);  // every thread has read the slot before it changes
+                if (ptid == 0) item_slot[n_item % kItemSlots] = next_item(n_item - 1);
+                named_sync(1, kCopyThreads);
+            }
             const int4 w = item_slot[n_item % kItemSlots];
             if (w.x < 0) {  // none left: the consumers find it in item_slot
                 if (ptid == 0) mbar_arrive(bar_q);
                 mbar_arrive(bar_q);
                 break;
             }
+            const bool clean = w.w != 0;  // this pass cleans hidden keys' values (see next_item)
             const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
 
             // ---- section: sequences ----
@@ -952,7 +989,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, ptid);
                 load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, ptid);
                 const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-                if (partial) {
+                if (partial && clean) {
                     // -- clean V of a partial tile (section non-finite values) once it has landed
                     cp_async_commit();  // (wait_group waits for committed groups only)
                     cp_async_wait<0>();
@@ -966,11 +1003,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
             ring += n_tiles;
             // -- the next item: one thread takes it, the others read it
-            if (ptid == 0) {
-                const int items = work_items(len_q, heads_q, group, batch_size);
-                item_slot[(n_item + 1) % kItemSlots] = work_item(gridDim.x + static_cast<int>(atomicInc(work_counter, items - 1)),
-                                                        len_q, heads_q, group, batch_size);
-            }
+            // (item n_item - 1's check: by now its consumers are busy with this item's tiles)
+            if (ptid == 0) item_slot[(n_item + 1) % kItemSlots] = next_item(n_item - 1);
             named_sync(1, kCopyThreads);  // (the others read it at the top of the loop)
         }
         // its copies complete before it exits (the PTX ISA does not promise that they and their
@@ -985,12 +1019,16 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         // warpgroup 0 issues its products first; the turns run on across items
         if (wg == 1) named_arrive(2, 2 * 128);
     }
-    int ring = 0;  // K/V tiles of the block's earlier items
-    for (int n_item = 0; ; ++n_item) {
-        mbar_wait(bar_q, n_item & 1);  // this item's Q has landed, or the producer found none left
-        const int4 w = item_slot[n_item % kItemSlots];
+    // The block's position in one register, which stays live across the main loop: the K/V tiles
+    // of its earlier items (ring) and this item's slot (its item count mod kItemSlots, even: bar_q's
+    // and bar_done's parity), as ring * kItemSlots + slot.
+    for (int at = 0; ; ) {
+        const int ring = at / kItemSlots, slot = at % kItemSlots;
+        mbar_wait(bar_q, slot & 1);  // this item's Q has landed, or the producer found none left
+        const int4 w = item_slot[slot];
         if (w.x < 0) break;
         fence_async_shared();  // Q was written by cp.async (generic proxy); the tensor cores read it
+        const bool clean = w.w != 0;  // this pass cleans hidden keys' values (section: non-finite values)
         const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
 
         // ---- section: sequences ----
@@ -1076,7 +1114,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
             unsigned bad[kKeyWords];  // keys of this tile whose V held a non-finite value (the producer cleaned them)
             #pragma unroll
-            for (int w = 0; w < kKeyWords; ++w) bad[w] = partial ? bad_keys[stage * kKeyWords + w] : 0u;
+            for (int w = 0; w < kKeyWords; ++w) bad[w] = partial && clean ? bad_keys[stage * kKeyWords + w] : 0u;
 
             // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
             if constexpr (kConsumerGroups == 2) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
@@ -1154,7 +1192,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 }
             }
             // rows that see (p != 0) a key whose V held a non-finite value (cleaned by the producer)
-            if (partial) mark_bad_rows(row_bad, s, bad, t);
+            if (partial && clean) mark_bad_rows(row_bad, s, bad, t);
             math.pack_p(s, p);
         }
         // every Q K^T of this item is done: the producer may copy the next item's Q
@@ -1167,11 +1205,28 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             __syncwarp();  // every lane's reads of the stage (and of its bad_keys) before lane 0 releases it
             if (lane == 0) mbar_arrive(&bar_empty[last]);
         }
-        ring += n_tiles;
+        // Optimistic pass (not clean): hidden keys' values were not cleaned, so a non-finite one
+        // makes some row's acc NaN (0 * inf); every such row, and only such a row, has an acc that
+        // is not finite. The item is then done again, cleaned (the producer's next_item, which
+        // ignores the flag of a cleaned pass), and that pass's stores replace this one's.
+        {
+        bool finite = true;
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) finite = finite && isfinite(acc[mf][n][e]);
+            }
+        }
+        finite = __all_sync(0xffffffffu, finite);
+            if (!finite && lane == 0) redo[slot] = 1;
+        }
+        if (lane == 0) mbar_arrive(&bar_done[slot & 1]);  // (after the flag: the producer reads it then)
         {
             // batch and head again from item_slot (the producer writes this slot again only after
             // this item's epilogue): cheaper than holding them in registers across the main loop
-            const int4 again = item_slot[n_item % kItemSlots];
+            const int4 again = item_slot[slot];
             const int batch = again.z;
             const int head = again.y;
             auto head_of = [&](int) { return head; };
@@ -1208,6 +1263,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 }
             }
         }
+        at = (ring + n_tiles) * kItemSlots + (slot + 1) % kItemSlots;
     }
     if constexpr (kConsumerGroups == 2) {
         if (wg == 0) named_sync(2, 2 * 128);  // warpgroup 1's last turn signal
@@ -1981,6 +2037,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // once P V is done. V of tile it - 1 is thus still read during iteration it: the copies run
     // kStages - 2 tiles ahead, into the stage of tile it - 2, which every warp finished with in
     // iteration it - 1 (before this iteration's barrier).
+    // Optimistic cleaning (section non-finite values): the tiles first go through a loop that does
+    // not clean hidden keys' values. A non-finite one makes some row's acc NaN (0 * inf), and every
+    // row the cleaning would change has an acc that is not finite; so if every warp's acc is
+    // finite the result is the cleaned one, else the block runs its tiles again through the
+    // cleaning loop, from the start.
     #pragma unroll
     for (int st = 0; st < kStages - 2; ++st) {
         if (st < n_tiles) load_kv(st, st);
@@ -2001,9 +2062,6 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const int stage = it % kStages;
         const int j0 = kv_tile(it) * kBlockKV;
         const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-        // -- clean V of a partial tile (section non-finite values); its P V is issued next iteration
-        unsigned bad[kKeyWords];
-        if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
 
         // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
         float s[kFrags][kNTilesKV][4];
@@ -2071,14 +2129,130 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 acc[mf][n][3] *= alpha_i[mf][1];
             }
         }
-        // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
-        if (partial) mark_bad_rows(row_bad, s, bad, t);
         math.pack_p(s, p);
     }
     // -- O += P V of the last tile
     if (n_tiles > 0) {
         math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
         math.wait_pv(acc);
+    }
+    bool finite = true;
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int n = 0; n < kNTilesV; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) finite = finite && isfinite(acc[mf][n][e]);
+        }
+    }
+    finite = __all_sync(0xffffffffu, finite);
+    if (__syncthreads_or(!finite)) {  // (every copy has landed: no group is left in flight)
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            m_i[mf][0] = m_i[mf][1] = neg_inf();
+            l_i[mf][0] = l_i[mf][1] = 0.f;
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
+        }
+        #pragma unroll
+        for (int st = 0; st < kStages - 2; ++st) {
+            if (st < n_tiles) load_kv(st, st);
+            cp_async_commit();
+        }
+        WarpMath::PTile p;       // P of the previous tile: the A operand of its P V, in flight
+        float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
+        for (int it = 0; it < n_tiles; ++it) {
+            // -- load K/V tile: wait for this one, then issue the copy kStages - 2 tiles ahead
+            cp_async_wait<kStages - 3>();
+            fence_async_shared();  // the tile is read by the tensor cores (async proxy)
+            __syncthreads();
+            {
+                const int ahead = it + kStages - 2;
+                if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
+                cp_async_commit();
+            }
+            const int stage = it % kStages;
+            const int j0 = kv_tile(it) * kBlockKV;
+            const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
+            // -- clean V of a partial tile (section non-finite values); its P V is issued next iteration
+            unsigned bad[kKeyWords];
+            if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+
+            // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
+            float s[kFrags][kNTilesKV][4];
+            math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
+            if (it > 0) {
+                math.issue_pv(acc, p, sV + ((it + kStages - 1) % kStages) * kBlockKV * kStrideV);
+                math.wait_scores<1>(s);  // S is done; P V may still run
+            } else {
+                math.wait_scores<0>(s);
+            }
+
+            // -- score transform and mask
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int n = 0; n < kNTilesKV; ++n) {
+                    #pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2;
+                        float x = score_transform(s[mf][n][e]);
+                        if (partial && !mask.visible(i, j)) x = neg_inf();
+                        s[mf][n][e] = x;
+                    }
+                }
+            }
+
+            // -- online softmax: m_i, l_i, alpha
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float m_new = m_i[mf][h];
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesKV; ++n) {
+                        m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
+                    }
+                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
+                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                    // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
+                    const float m_use = m_new == neg_inf() ? 0.f : m_new;
+                    const float alpha = exp2_approx(m_i[mf][h] - m_use);
+                    m_i[mf][h] = m_new;
+                    float row_sum = 0.f;
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesKV; ++n) {
+                        s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
+                        s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
+                        row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
+                    }
+                    l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
+                    alpha_i[mf][h] = alpha;  // acc is rescaled once the product in flight is done
+                }
+            }
+
+            // -- the previous P V is done: rescale acc, then P of this tile
+            math.wait_pv(acc);
+            fence_fragments(p);  // P stayed untouched while its P V ran
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int n = 0; n < kNTilesV; ++n) {
+                    acc[mf][n][0] *= alpha_i[mf][0];
+                    acc[mf][n][1] *= alpha_i[mf][0];
+                    acc[mf][n][2] *= alpha_i[mf][1];
+                    acc[mf][n][3] *= alpha_i[mf][1];
+                }
+            }
+            // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
+            if (partial) mark_bad_rows(row_bad, s, bad, t);
+            math.pack_p(s, p);
+        }
+        // -- O += P V of the last tile
+        if (n_tiles > 0) {
+            math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
+            math.wait_pv(acc);
+        }
     }
 
     // ---- section: epilogue: normalise and store ----

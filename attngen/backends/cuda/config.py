@@ -248,8 +248,9 @@ def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, per
             ("sV", elem, stages, tile_kv, d_v_pad, "V tiles, one per pipeline stage (128-byte swizzle)"),
         ]
         if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits;
-            # persistent blocks: one more mbarrier (Q free) and four item slots of 4 words
-            words = 2 * (1 + 2 * stages) + (18 if persistent else 0) + stages * -(-tile_kv // 32)
+            # persistent blocks: one more mbarrier (Q free), four item slots of 4 words, four redo
+            # flags and two more mbarriers (the items' checks)
+            words = 2 * (1 + 2 * stages) + (26 if persistent else 0) + stages * -(-tile_kv // 32)
             entries.append(("sSync", "u32", 1, 1, words,
                             "mbarriers of the copies" + (", the work items" if persistent else "")
                             + " and each stage's keys with non-finite values"))
