@@ -2,8 +2,8 @@
 
 Grids, dispatch sizes and workspace shapes are strings such as "ceil(Lq * G / 64) * S" over
 the symbols B, Lq, Lk, Hq, Hkv, G, S, SM, ... (each target's manifest lists its symbols). The
-grammar is small: integers, names, `+`, `*`, and `ceil(a / b)` (exact integer division
-rounded up); nothing else is accepted. A runtime evaluates the same strings a foreign
+grammar is small: integers, names, `+`, `*`, `ceil(a / b)` (exact integer division
+rounded up) and `min(a, b)`; nothing else is accepted. A runtime evaluates the same strings a foreign
 runtime reads from the manifest, so both launch the same thing.
 """
 
@@ -50,5 +50,9 @@ def _compiled(formula: str):
                 and isinstance(node.args[0].op, ast.Div)):
             a, b = build(node.args[0].left), build(node.args[0].right)
             return lambda sizes: -(-a(sizes) // b(sizes))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "min"
+                and len(node.args) == 2 and not node.keywords):
+            a, b = build(node.args[0]), build(node.args[1])
+            return lambda sizes: min(a(sizes), b(sizes))
         raise ValueError(f"unexpected term in formula {formula!r}: {ast.dump(node)}")
     return build(tree)

@@ -47,7 +47,7 @@ def _plan(body, profile="cuda-sm90"):
 def test_which_plans_are_persistent(body, on):
     p = _plan(body)
     assert p.config.persistent is on
-    assert (p.grid == ("SM", "1", "1")) is on
+    assert (p.grid[0].startswith("min(SM, ") and p.grid[1:] == ("1", "1")) is on
     names = [q.name for q in p.params]
     assert ("batch_size" in names and "work_counter" in names) is on
     assert ([w.name for w in p.workspaces if w.persistent] == ["work_counter"]) is on
@@ -55,7 +55,7 @@ def test_which_plans_are_persistent(body, on):
     src = emit_plan(p).source
     assert ("section: work items (persistent blocks)" in src) is on
     if p.details.varlen is not None:  # launches with per-sequence lengths keep the plain grid
-        assert p.details.varlen.grid != ("SM", "1", "1")
+        assert "SM" not in p.details.varlen.grid[0]
 
 
 @pytest.mark.parametrize("body, profile, words", [
@@ -71,10 +71,18 @@ def test_persistent_on_refused_with_the_reason(body, profile, words):
     assert "persistent" in str(e.value) and words in str(e.value)
 
 
+def test_the_grid_is_at_most_one_block_per_item():
+    """min(SM, items): no block without an item (GQA packed: items of KV heads)."""
+    from attngen.plan.formulas import evaluate_all
+    p = _plan("head_dim 128\n dtype f16\n mask causal")
+    assert evaluate_all(p.grid, SM=132, Lq=128, Hq=32, B=1) == (32, 1, 1)
+    assert evaluate_all(p.grid, SM=132, Lq=1023, Hq=32, B=2) == (132, 1, 1)
+
+
 def test_the_manifest_names_the_grid_symbol_and_the_counter():
     p = _plan("head_dim 128\n dtype f16\n mask causal")
     m = emit_plan(p).manifest
-    assert m["grid"] == ["SM", "1", "1"] if "grid" in m else True
+    assert m["grid"] == ["min(SM, ceil(Lq / 128) * Hq * B)", "1", "1"]
     text = str(m)
     assert "SM" in m["grid_symbols"] and "work_counter" in text and "wraps" in text
 
@@ -158,3 +166,20 @@ def test_planted_nonfinite_values_reach_only_their_rows():
     out, lse = kernel_for(spec, "cuda")(*to_device("cuda", spec.dtype, q, k, v), return_lse=True)
     ref, ref_lse = reference(spec, q, k, v, return_lse=True)
     _compare(spec, _np(out), _np(lse), ref, ref_lse)
+
+
+@pytest.mark.parametrize("formula, sizes, value", [
+    ("min(SM, ceil(Lq / 128) * Hq * B)", {"SM": 132, "Lq": 1, "Hq": 1, "B": 1}, 1),
+    ("min(SM, ceil(Lq / 128) * Hq * B)", {"SM": 132, "Lq": 16384, "Hq": 16, "B": 1}, 132),
+    ("min(2, 3) + min(7, 5) * 2", {}, 12),
+])
+def test_min_in_formulas(formula, sizes, value):
+    from attngen.plan.formulas import evaluate
+    assert evaluate(formula, sizes) == value
+
+
+@pytest.mark.parametrize("bad", ["min(1)", "min(1, 2, 3)", "max(1, 2)", "min(a=1, b=2)"])
+def test_other_calls_are_refused_in_formulas(bad):
+    from attngen.plan.formulas import evaluate
+    with pytest.raises(ValueError):
+        evaluate(bad, {})

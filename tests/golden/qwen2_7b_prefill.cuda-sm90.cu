@@ -26,7 +26,7 @@
 //   sV    at 106496: 3 x 96 x 128 bf16 (V tiles, one per pipeline stage (128-byte swizzle))
 //   sSync at 180224: 1 x 49 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
 // Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 kv=64 (115712 bytes of shared memory).
-// Grid: (SM, 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Grid: (min(SM, ceil(Lq / 128) * Hq * B), 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_qwen2_7b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 // ---- section: types -----------------------------------------------------------------

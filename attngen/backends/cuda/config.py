@@ -82,7 +82,7 @@ assert CUDA_PRODUCER_THREADS * CUDA_PRODUCER_REGS + 256 * CUDA_CONSUMER_REGS <= 
 # Q and first tiles, or an idle multiprocessor at the end of each block. auto = on for the
 # producer kernels with head dims 64 or 128 (_persistent_auto) and no custom mask (its one
 # instantiation also serves packed launches).
-CUDA_PERSISTENT_GRID = ("SM", "1", "1")
+CUDA_PERSISTENT_BLOCKS = "SM"  # blocks of a persistent grid (at most the work items: lower.grid)
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class CudaConfig:
     producer: bool = False
     # Persistent blocks (producer kernels only): one block per multiprocessor takes work items
     # (row tile, head, batch) one after the other, so that its producer copies the next item's Q
-    # and first K/V tiles while its consumers finish the current one (CUDA_PERSISTENT_GRID).
+    # and first K/V tiles while its consumers finish the current one (CUDA_PERSISTENT_BLOCKS).
     persistent: bool = False
 
     @property

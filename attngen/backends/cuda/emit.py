@@ -180,8 +180,8 @@ def render_manifest(plan: KernelPlan) -> dict:
         extra["workspaces"] = {w.name: {"bytes": w.bytes_formula, "dtype": w.dtype, "note": _WS_NOTE[w.persistent]}
                                for w in plan.workspaces}
     if c.persistent:
-        extra["persistent"] = ("one block per multiprocessor (grid symbol SM) takes work items (row tile, head, "
-                               "batch) in turn; pass batch_size = B and a work_counter that is zero before the "
+        extra["persistent"] = ("one block per multiprocessor (grid symbol SM; min(a, b) is the smaller of a and b) "
+                               "takes work items (row tile, head, batch) in turn; pass batch_size = B and a work_counter that is zero before the "
                                "launch (the launch's last fetch wraps it back to zero)")
     if c.chunked:
         # tile d and the split of the output columns over blocks (already in the grid formula).

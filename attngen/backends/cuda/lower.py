@@ -24,7 +24,7 @@ from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Entry, Lowered, Param, Workspace
 from ...plan.profiles import Profile
 from ...plan.schedule import main_grid, row_blocks
-from .config import CUDA_PERSISTENT_GRID
+from .config import CUDA_PERSISTENT_BLOCKS
 
 COMBINE_WARPS = 4  # rows per combine block (one warp each)
 
@@ -204,8 +204,9 @@ def grid(spec: AttentionSpec, cfg, column_blocks: bool | None = None) -> tuple:
     output columns (head = blockIdx.y / v_blocks). two_pass's pass 1 (the main entry) writes
     scores and statistics, no output columns: its y has no column blocks (column_blocks
     defaults to that); its pass 2 has them."""
-    if cfg.persistent:
-        return CUDA_PERSISTENT_GRID
+    if cfg.persistent:  # one block per multiprocessor, or per work item when there are fewer
+        rows, heads = row_blocks(spec, cfg.tile_q)
+        return (f"min({CUDA_PERSISTENT_BLOCKS}, {rows} * {heads} * B)", "1", "1")
     if column_blocks is None:
         column_blocks = not spec.schedule.is_two_pass
     return main_grid(spec, cfg.tile_q, cfg.v_blocks if column_blocks else 1)
