@@ -40,7 +40,7 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 96\n dtype f16\n target cuda { persistent=on }", True),   # asked for: built
     ("head_dim 64\n dtype f16", True),                                   # tile q 128 with the producer
     ("head_dim 64\n dtype f16\n softcap 30", False),                     # no producer
-    ("head_dim 128\n dtype f16\n mask custom\n target cuda { producer=on }", False),
+    ("head_dim 128\n dtype f16\n mask custom", True),                  # the _varlen entry takes packed launches
     ("head_dim 128\n dtype f16\n target cuda { persistent=off }", False),
     ("head_dim 128\n dtype f16\n target cuda { producer=off }", False),
 ])
@@ -62,8 +62,8 @@ def test_which_plans_are_persistent(body, on):
     ("head_dim 128\n dtype f16\n target cuda { persistent=on }", "cuda-sm80", "no Hopper wgmma family"),
     ("head_dim 64\n dtype f16\n softcap 30\n target cuda { persistent=on }", "cuda-sm90", "no producer"),
     ("head_dim 128\n dtype f16\n target cuda { producer=off persistent=on }", "cuda-sm90", "no producer"),
-    ("head_dim 128\n dtype f16\n mask custom\n target cuda { producer=on persistent=on }", "cuda-sm90",
-     "mask custom"),
+    ("head_dim 128\n dtype f16\n mask custom\n target cuda { producer=off persistent=on }", "cuda-sm90",
+     "no producer"),
 ])
 def test_persistent_on_refused_with_the_reason(body, profile, words):
     with pytest.raises(SpecError) as e:

@@ -20,7 +20,7 @@ from attngen.reference import reference
 
 from conftest import kernel_for, require, spec_of, to_device
 from test_hidden_keys import _compare, _plant
-from test_variants import _device_mask, _np, check, make_mask
+from test_variants import _device_ints, _device_mask, _np, check, make_mask
 
 
 def _plan(body, profile="cuda-sm90"):
@@ -38,11 +38,12 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 64\n dtype f16\n target cuda { producer=off }", False),
     ("head_dim 256\n dtype f16", False),                            # two stages of kv 64: slower with it
     ("head_dim 128\n dtype f16\n mask causal", True),               # q128 kv96
-    ("head_dim 64\n dtype f16\n mask causal", False),               # q64 kv64
+    ("head_dim 64\n dtype f16\n mask causal", True),                # q128 kv128 (up to d64)
     ("head_dim 128\n dtype f16\n mask causal\n tile q=128 kv=128", False),  # kv128: its consumers spill
     ("head_dim 128\n dtype f16\n mask window(left=100)", True),     # q128 kv96
     ("head_dim 128\n dtype f16\n mask window(left=100)\n tile q=128 kv=112", False),  # kv112 spills with it
-    ("head_dim 128\n dtype f16\n mask custom", False),              # not measured with it
+    ("head_dim 128\n dtype f16\n mask custom", True),               # q128 kv80, mask words staged
+    ("head_dim 128\n dtype f16\n mask custom\n tile q=128 kv=128", False),  # kv128: its consumers spill
     ("head_dim 128\n dtype f16\n softcap 30", False),
     ("head_dim 128\n dtype f16\n target cuda { producer=off }", False),
     ("head_dim 128\n dtype f16\n mask causal\n target cuda { producer=on }", True),
@@ -126,17 +127,40 @@ def test_matches_the_reference(body, lq, lk, hq, hkv):
     check(spec, "cuda", q, k, v)
 
 
-@pytest.mark.parametrize("kind", ["docs", "random4", "additive"])
-def test_custom_masks(kind):
-    """Custom masks: the producer walks the block's list of live tiles, cleans V on partial ones."""
+@pytest.mark.parametrize("opts", ["", "target cuda { persistent=off }"], ids=["persistent", "plain grid"])
+@pytest.mark.parametrize("kind", ["docs", "random4", "heads", "additive"])
+def test_custom_masks(kind, opts):
+    """Custom masks: the producer walks the block's list of live tiles, copies a boolean mask's
+    words of each partial tile beside K and V (odd lengths: rows and keys past the mask's end),
+    cleans V on partial ones; persistent blocks and the plain grid."""
     require("cuda")
-    spec = spec_of("head_dim 128\n heads q=2 kv=2\n dtype f16\n mask custom\n target cuda { producer=on }")
+    spec = spec_of(f"head_dim 128\n heads q=2 kv=2\n dtype bf16\n mask custom\n {opts}")
+    assert kernel_for(spec, "cuda").plan.config.producer
     rng = np.random.default_rng(len(kind))
     b, lq, lk = 2, 300, 413
     q, k, v = _rand(rng, b, lq, 2, 128), _rand(rng, b, lk, 2, 128), _rand(rng, b, lk, 2, 128)
     mask = make_mask(kind, rng, b, lq, lk, 2)
     bm = attngen.block_mask(_device_mask("cuda", mask), kernel_for(spec, "cuda"))
     check(spec, "cuda", q, k, v, mask=bm, ref_kw={"mask": mask}, expect_empty_rows=kind == "additive")
+
+
+def test_custom_mask_packed_sequences_take_the_varlen_entry():
+    """The producer kernel of a custom mask takes padded launches; packed sequences go to its
+    _varlen entry, which keeps the same tiles, so one BlockMask serves both."""
+    require("cuda")
+    spec = spec_of("head_dim 128\n heads q=4 kv=2\n dtype f16\n mask custom")
+    kern = kernel_for(spec, "cuda")
+    v_cfg = kern.plan.details.varlen
+    assert kern.plan.config.producer and v_cfg is not None
+    rng = np.random.default_rng(5)
+    lens = [7, 0, 200, 131]
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    total = int(cu[-1])
+    q, k, v = _rand(rng, total, 4, 128), _rand(rng, total, 2, 128), _rand(rng, total, 2, 128)
+    mask = rng.random((len(lens), 1, max(lens), max(lens))) < 0.4
+    bm = attngen.block_mask(_device_mask("cuda", mask), kern)
+    check(spec, "cuda", q, k, v, mask=bm, cu_seqlens_q=_device_ints("cuda", cu),
+          ref_kw={"mask": mask, "cu_seqlens_q": cu})
 
 
 def test_planted_nonfinite_values_reach_only_their_rows():

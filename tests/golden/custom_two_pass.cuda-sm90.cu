@@ -566,17 +566,16 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct CustomMask {
-    const unsigned char* bool_data;  // the (mask batch, mask head)'s Lq x Lk mask, or nullptr
-    const float* add_data;           // the same for an additive mask, or nullptr
-    long long row_stride;
-    const int* tiles;                // the q tile's list
-    int count;                       // its length
+    const unsigned* bits;    // the (mask batch, mask head)'s boolean mask, 32 keys per word, or nullptr
+    const float* add_data;   // its additive mask (Lq x Lk floats), or nullptr
+    long long row_stride;    // words (bits: Wm = 4 * ceil(Lk / 128) + 4) or floats (add_data: Lk)
+    const int* tiles;        // the q tile's list
+    int count;               // its length
 
     // t: the transformed score of query row i, key j (both inside the sequence).
     __device__ __forceinline__ float apply(float t, int i, int j) const {
-        const long long at = i * row_stride + j;
-        if (bool_data != nullptr) return bool_data[at] != 0 ? t : neg_inf();
-        const float add = add_data[at];
+        if (bits != nullptr) return (bits[i * row_stride + (j >> 5)] >> (j & 31)) & 1u ? t : neg_inf();
+        const float add = add_data[i * row_stride + j];
         return add == neg_inf() ? neg_inf() : t + add * kLog2e;  // select: a masked NaN score stays out
     }
 };
@@ -733,7 +732,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           int* __restrict__ errors,
                                           const int* __restrict__ block_table,
                                           int bt_stride,
-                                          const unsigned char* __restrict__ mask_bool,
+                                          const unsigned* __restrict__ mask_bits,
                                           const float* __restrict__ mask_add,
                                           const int* __restrict__ mask_counts,
                                           const int* __restrict__ mask_tiles,
@@ -830,7 +829,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     const int list = batch * list_sb + head * list_sh + q_tile;
     const long long mask_at = batch * mask_sb + head * mask_sh;
     CustomMask cmask;
-    cmask.bool_data = mask_bool != nullptr ? mask_bool + mask_at : nullptr;
+    cmask.bits = mask_bits != nullptr ? mask_bits + mask_at : nullptr;
     cmask.add_data = mask_add != nullptr ? mask_add + mask_at : nullptr;
     cmask.row_stride = mask_sl;
     cmask.tiles = mask_tiles + (long long)list * n_kvtiles;
@@ -1085,7 +1084,7 @@ attngen_custom_two_pass(const elem_t* __restrict__ q,
                         int* __restrict__ errors,
                         const int* __restrict__ block_table,
                         int bt_stride,
-                        const unsigned char* __restrict__ mask_bool,
+                        const unsigned* __restrict__ mask_bits,
                         const float* __restrict__ mask_add,
                         const int* __restrict__ mask_counts,
                         const int* __restrict__ mask_tiles,
@@ -1101,7 +1100,7 @@ attngen_custom_two_pass(const elem_t* __restrict__ q,
                         float* __restrict__ ws_s,
                         int s_stride,
                         int splits) {
-    attention<1, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, block_table, bt_stride, mask_bool, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, ws_o, ws_lse, ws_l, ws_s, s_stride, splits);
+    attention<1, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, block_table, bt_stride, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, ws_o, ws_lse, ws_l, ws_s, s_stride, splits);
 }
 
 // two_pass pass 2: P V from the stored scores (reads V, not K); same parameters.
@@ -1146,7 +1145,7 @@ attngen_custom_two_pass_pv(const elem_t* __restrict__ q,
                            int* __restrict__ errors,
                            const int* __restrict__ block_table,
                            int bt_stride,
-                           const unsigned char* __restrict__ mask_bool,
+                           const unsigned* __restrict__ mask_bits,
                            const float* __restrict__ mask_add,
                            const int* __restrict__ mask_counts,
                            const int* __restrict__ mask_tiles,
@@ -1162,7 +1161,7 @@ attngen_custom_two_pass_pv(const elem_t* __restrict__ q,
                            float* __restrict__ ws_s,
                            int s_stride,
                            int splits) {
-    attention<2, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, block_table, bt_stride, mask_bool, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, ws_o, ws_lse, ws_l, ws_s, s_stride, splits);
+    attention<2, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, block_table, bt_stride, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, ws_o, ws_lse, ws_l, ws_s, s_stride, splits);
 }
 
 // ---- section: combine: entry point ----------------------------------------------------------

@@ -18,52 +18,18 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=128 kv=80, 8 warps (256 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n80k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V).
+// Plan: tile q=128 kv=80, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n80k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
 // Scale 0.08838834764831843; mask custom: a boolean or additive mask given at run time, applied per tile from a BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.
-// Shared memory: 156672 bytes (each buffer 16-byte aligned):
-//   sQ at      0: 128 x 128 f16 (the block's rows of Q (128-byte swizzle))
-//   sK at  32768: 3 x 80 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
-//   sV at  94208: 3 x 80 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
-// Grid: (ceil(Lq / 128), Hq, B), 256 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Shared memory: 175312 bytes (each buffer 16-byte aligned):
+//   sQ    at      0: 128 x 128 f16 (the block's rows of Q (128-byte swizzle))
+//   sK    at  32768: 3 x 80 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
+//   sV    at  94208: 3 x 80 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
+//   sMask at 155648: 3 x 128 x 12 u32 (a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded))
+//   sSync at 174080: 1 x 49 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
+// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=128 kv=80 (156672 bytes of shared memory).
+// Grid: (min(SM, ceil(Lq / 128) * Hq * B), 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_packed_documents; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
-// ---- section: config ----------------------------------------------------------------
-// Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
-// run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-constexpr int kBlockQ = 128;      // tile q: rows of Q per block
-constexpr int kFrags = 1;         // 16-row fragments of Q per warp
-constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 80;     // tile kv: rows of K and V per iteration of the main loop
-constexpr int kWarps = 8;
-constexpr int kThreads = 256;    // kWarps * 32
-constexpr int kCopyThreads = kThreads;  // threads that copy tiles: all
-constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
-constexpr int kHeadDimQK = 128;    // head dim of q and k
-constexpr int kHeadDimV = 128;     // head dim of v and out
-constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
-constexpr int kHeadDimVPad = 128;
-// Shared-memory tiles are in the 128-byte swizzled layout of the wgmma descriptors (section
-// memory: swizzled); the strides are the padded row widths, in elements.
-constexpr int kStrideQ = 128;
-constexpr int kStrideK = 128;
-constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (156672 bytes)
-constexpr int kOffsetK = 32768;
-constexpr int kOffsetV = 94208;
-constexpr int kSmemBytes = 156672;
-static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
-
-// Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
-// scale = 0.08838834764831843 (1 / sqrt(head_dim qk)).
-constexpr float kScaleLog2 = 0.12751743082459868f;  // scale * log2(e)
-constexpr float kLn2 = 0.6931471805599453f;
-
-static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
-static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
-static_assert(kHeadDimQK % 8 == 0 && kHeadDimV % 8 == 0, "head dims are multiples of 8");
-static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "padded head dims");
-static_assert(kThreads <= 1024, "threads per block");
-
 // ---- section: types -----------------------------------------------------------------
 // Storage is IEEE binary16 (f16), held as raw 16-bit words: the kernel does no f16
 // arithmetic in C++; conversions are single PTX instructions and the products run on
@@ -104,6 +70,1344 @@ __device__ __forceinline__ unsigned clear_nonfinite(unsigned w, bool& found) {
 
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }  // an undefined result
+
+// =============================================================================================
+// namespace padded: launches without cu_seqlens_q, kv_lens or an append (the main entry point)
+// =============================================================================================
+namespace padded {
+
+// ---- section: config ----------------------------------------------------------------
+// Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
+// run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
+constexpr int kBlockQ = 128;      // tile q: rows of Q per block
+constexpr int kFrags = 1;         // 16-row fragments of Q per warp
+constexpr int kRowsPerWarp = 16 * kFrags;
+constexpr int kBlockKV = 80;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kWarps = 8;
+// Warp specialisation (FlashAttention-3, section 3.1): warpgroups 0 .. kConsumerGroups - 1 compute
+// (64 rows each); the last warpgroup, the producer, only copies Q and the ring of K/V tiles and
+// signals each tile's arrival on an mbarrier. setmaxnreg then moves registers from the producer
+// (kProducerRegs per thread) to the consumers (kConsumerRegs).
+constexpr int kThreads = 384;    // kWarps * 32 consumer threads + kCopyThreads
+constexpr int kCopyThreads = 128;  // the producer warpgroup: the threads that copy tiles
+constexpr int kConsumerGroups = kWarps / 4;
+constexpr int kProducerRegs = 72, kConsumerRegs = 216;
+// setmaxnreg moves registers within what the launch gave the block (65536 / kThreads per thread,
+// a multiple of 8): asking for more would wait forever. One consumer warpgroup moves none.
+static_assert(kConsumerGroups == 1 || kProducerRegs * kCopyThreads + kConsumerRegs * kWarps * 32 <=
+              (65536 / kThreads) / 8 * 8 * kThreads, "setmaxnreg within the launch's registers");
+constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kHeadDimQK = 128;    // head dim of q and k
+constexpr int kHeadDimV = 128;     // head dim of v and out
+constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
+constexpr int kHeadDimVPad = 128;
+// Shared-memory tiles are in the 128-byte swizzled layout of the wgmma descriptors (section
+// memory: swizzled); the strides are the padded row widths, in elements.
+constexpr int kStrideQ = 128;
+constexpr int kStrideK = 128;
+constexpr int kStrideV = 128;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (175312 bytes)
+constexpr int kOffsetK = 32768;
+constexpr int kOffsetV = 94208;
+constexpr int kOffsetSync = 174080;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits
+constexpr int kOffsetMask = 155648;  // [kStages][kBlockQ][kMaskStride] words of a boolean mask
+constexpr int kMaskStride = 12;
+constexpr int kSmemBytes = 175312;
+static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
+
+// Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
+// scale = 0.08838834764831843 (1 / sqrt(head_dim qk)).
+constexpr float kScaleLog2 = 0.12751743082459868f;  // scale * log2(e)
+constexpr float kLn2 = 0.6931471805599453f;
+
+static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
+static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
+static_assert(kHeadDimQK % 8 == 0 && kHeadDimV % 8 == 0, "head dims are multiples of 8");
+static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "padded head dims");
+static_assert(kThreads <= 1024, "threads per block");
+
+// ---- section: memory --------------------------------------------------------------------
+// Global -> shared copies go through cp.async (sm_80+), 16 bytes per thread per copy, so a
+// warp moves 512 contiguous bytes at a time and the copies overlap the math of the previous
+// tile (kStages deep).
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+
+// The shared-memory layout of every tile (Q, K, V): the 128-byte swizzle of the wgmma
+// descriptors. A tile of kRows rows is stored as column blocks of 64 elements (128 bytes per
+// row, kRows * 128 bytes per block, each block 1024-byte aligned); in a block, the 16-byte chunk
+// c of row r sits at chunk c ^ (r % 8), so the 8 rows one 8x8 core matrix spans lie in
+// different banks. Element (r, col) of the tile:
+template <int kRows>
+__device__ __forceinline__ int swizzled(int r, int col) {
+    // (r and col are never negative: masks instead of % let the compiler see that rows 8 apart
+    // share their swizzle, so a copy loop keeps one address for them, not one per row)
+    return (col / 64) * (kRows * 64) + r * 64 + ((((col >> 3) & 7) ^ (r & 7)) << 3) + (col & 7);
+}
+
+// Make the ordinary shared-memory writes of this thread (cp.async, zero fills, cleaned values)
+// visible to the tensor cores' reads, which go through the async proxy. Before a barrier.
+__device__ __forceinline__ void fence_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- mbarriers: the producer warpgroup's tiles (warp specialisation) ----
+// An mbarrier completes a phase when its count of arrivals is reached; waiters name the parity
+// of the phase they wait for (PTX ISA, "Parallel Synchronization and Communication
+// Instructions: mbarrier").
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+
+// Arrive once every cp.async this thread issued before has landed (.noinc: the arrival is one
+// of the count given at init).
+__device__ __forceinline__ void mbar_arrive_copies(unsigned long long* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+
+// Wait until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+    asm volatile("{\n.reg .pred done;\nWAIT_PHASE:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_PHASE;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// Named barriers (bar.sync / bar.arrive) among `threads` threads of the block; id 0 is __syncthreads.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+// 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
+// L2::128B: the L2 fetches whole 128-byte lines from memory (the copies read whole rows anyway);
+// measured +1.5-2% on bandwidth-bound decode (benchmarks/NOTES.md, issue 12).
+// `dst`: a shared-memory address (smem_addr), so that a copy loop adds byte offsets to one base
+// address instead of converting every generic pointer.
+__device__ __forceinline__ void cp_async_16_at(unsigned dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(valid ? 16 : 0));
+}
+
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+    cp_async_16_at(smem_addr(dst), src, valid);
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+// Wait until at most N groups of copies are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+
+// kCopyThreads threads (tid < kCopyThreads) copy kRows rows of kCols elements (row r at
+// src + r * row_stride) into shared-memory rows of kStride elements. Rows at or past valid_rows are zero-filled, so keys past Lk and
+// queries past Lq read as zeros.
+template <int kRows, int kCols, int kStride>
+__device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long long row_stride,
+                                          int valid_rows, int tid) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));  // elements per copy
+    constexpr int kChunks = kCols / kVec;                         // copies per row
+    constexpr int kCopies = kRows * kChunks;
+    static_assert(kCols % kVec == 0, "rows are whole 16-byte chunks");
+    const unsigned base = smem_addr(dst);
+    if constexpr (kCopyThreads >= kChunks) {
+        // Each thread copies the same column of rows r0, r0 + kRowStep, ...: one running source
+        // pointer, so that no per-row 64-bit offsets stay live across the main loop. (When the
+        // threads are not a multiple of the chunks per row, the last few threads copy nothing.)
+        constexpr int kRowStep = kCopyThreads / kChunks;
+        if (kCopyThreads % kChunks != 0 && tid >= kRowStep * kChunks) return;
+        const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
+        const elem_t* s = src + r0 * row_stride + col;
+        const unsigned first = base + swizzled<kRows>(r0, col) * static_cast<int>(sizeof(elem_t));
+        const long long step = kRowStep * row_stride;
+        #pragma unroll
+        for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i, s += step) {
+            const int r = r0 + i * kRowStep;
+            if (kRows % kRowStep == 0 || r < kRows) {
+                const bool valid = r < valid_rows;
+                // rows a multiple of 8 apart share their swizzle: row r is row r0's address plus a
+                // constant (one base address for the whole loop, not one register per row)
+                constexpr int kRowBytes = 64 * static_cast<int>(sizeof(elem_t));
+                const unsigned at = kRowStep % 8 == 0 ? first + i * kRowStep * kRowBytes
+                                                      : base + swizzled<kRows>(r, col) * static_cast<int>(sizeof(elem_t));
+                cp_async_16_at(at, valid ? s : src, valid);
+            }
+        }
+    } else {
+        #pragma unroll
+        for (int i = 0; i < (kCopies + kCopyThreads - 1) / kCopyThreads; ++i) {
+            const int c = tid + i * kCopyThreads;
+            if (kCopies % kCopyThreads == 0 || c < kCopies) {
+                const int r = c / kChunks, col = (c % kChunks) * kVec;
+                const bool valid = r < valid_rows;
+                cp_async_16_at(base + swizzled<kRows>(r, col) * static_cast<int>(sizeof(elem_t)),
+                               valid ? src + r * row_stride + col : src, valid);
+            }
+        }
+    }
+}
+
+// Zero columns [kCols, kColsPad) of kRows rows: the head-dim padding the products read.
+template <int kRows, int kCols, int kColsPad, int kStride>
+__device__ __forceinline__ void zero_padding(elem_t* dst, int tid) {
+    if constexpr (kColsPad > kCols) {
+        for (int i = tid; i < kRows * (kColsPad - kCols); i += kThreads) {
+            dst[swizzled<kRows>(i / (kColsPad - kCols), kCols + i % (kColsPad - kCols))] = elem_t(0);
+        }
+    }
+}
+
+// ---- section: matmul primitives ---------------------------------------------------------
+// Both products on Hopper's warpgroup tensor cores: wgmma.mma_async m64nNk16 (f16
+// inputs, f32 accumulators; sm_90a). A warpgroup is 4 consecutive warps (128 threads) and owns
+// 64 rows of Q; warp w of it owns rows 16 w .. 16 w + 15. The accumulators of m64nN have, per
+// warp, the layout of mma.sync m16n8 (PTX ISA, "Register Fragments and Shared Memory Matrix
+// Layouts" of wgmma): lane = 4 g + t holds, for every 8-column tile n, rows g and g + 8 and
+// columns 8 n + 2 t, 8 n + 2 t + 1 as registers 4 n .. 4 n + 3 — the s[0][n][e] and acc[0][n][e]
+// of the algorithm below, which is the same for both kernel families.
+//   S = Q K^T: A (Q) and B (K) from shared memory, both K-major (the head dim is contiguous).
+//   acc += P V: A (P) from registers (the accumulator layout of S is the A layout of one
+//   16-key step, as with mma.sync), B (V) from shared memory, MN-major (the head dim of V is
+//   contiguous: the transposed-B mode of wgmma).
+// Each product is issued by the whole warpgroup, committed and waited for before its result is
+// used (wgmma.fence before, wgmma.wait_group 0 after); the two warpgroups of a block overlap one
+// another's softmax with their products.
+constexpr int kNTilesKV = kBlockKV / 8;        // 8-column tiles of S
+constexpr int kNTilesV = kHeadDimVPad / 8;     // 8-column tiles of acc
+constexpr int kKStepsQK = kHeadDimQKPad / 16;  // k16 steps of Q K^T
+static_assert(kFrags == 1 && kBlockQ % 64 == 0, "a warpgroup owns 64 rows, a warp 16");
+static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "head dims in whole 128-byte swizzle blocks");
+static_assert(kBlockKV % 16 == 0 && kBlockKV <= 256 && kHeadDimVPad <= 256, "N of m64nNk16 is at most 256");
+
+// A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address,
+// leading and stride byte offsets (all >> 4), 128-byte swizzle (mode 1 in bits 62-63).
+__device__ __forceinline__ unsigned long long smem_descriptor(const elem_t* p, unsigned lead, unsigned stride) {
+    return static_cast<unsigned long long>((smem_addr(p) & 0x3ffffu) >> 4)
+         | (static_cast<unsigned long long>(lead >> 4) << 16)
+         | (static_cast<unsigned long long>(stride >> 4) << 32)
+         | (1ull << 62);
+}
+
+// 2^x in one MUFU.EX2 (ex2.approx.ftz: results below 2^-126 are 0, which a probability that small
+// is anyway next to the row's largest one, 1); exp2f adds a denormal-range fix-up around it.
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+// Keep the compiler from moving reads or writes of accumulators across a wgmma wait.
+template <int kTiles>
+__device__ __forceinline__ void fence_registers(float (&d)[kTiles][4]) {
+    #pragma unroll
+    for (int n = 0; n < kTiles; ++n) {
+        asm volatile("" : "+f"(d[n][0]), "+f"(d[n][1]), "+f"(d[n][2]), "+f"(d[n][3]) :: "memory");
+    }
+}
+
+// d (= or +=, by scale_d) A B for one k16 step: m64n80k16, A and B from shared memory, K-major.
+__device__ __forceinline__ void wgmma_scores(float (&d)[kNTilesKV][4], unsigned long long a, unsigned long long b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %40, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39 }, "
+        "%41, %42, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
+"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
+"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
+"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
+"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3])
+        : "r"(scale_d), "l"(a), "l"(b));
+}
+
+// d += A B for one k16 step: m64n128k16, A from registers, B from shared memory, MN-major.
+__device__ __forceinline__ void wgmma_pv(float (&d)[kNTilesV][4], const unsigned (&a)[4], unsigned long long b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63 }, "
+        "{ %64, %65, %66, %67 }, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
+"+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
+"+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
+"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
+"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), 
+"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), 
+"+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), 
+"+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+using PTileArg = unsigned[kFrags][kBlockKV / 16][4];
+
+// Keep the A fragments of a P V in flight where they are until its wait (PTX ISA: the registers
+// of a wgmma's A must not be written before the wait_group that covers it).
+__device__ __forceinline__ void fence_fragments(PTileArg& p) {
+    #pragma unroll
+    for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+        asm volatile("" : "+r"(p[0][ks][0]), "+r"(p[0][ks][1]), "+r"(p[0][ks][2]), "+r"(p[0][ks][3]) :: "memory");
+    }
+}
+
+// One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
+struct WarpMath {
+    const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
+
+    __device__ __forceinline__ void init(unsigned char* smem, int warp, int) {
+        sQ = reinterpret_cast<const elem_t*>(smem + kOffsetQ) + (warp / 4) * 64 * 64;
+    }
+
+    __device__ __forceinline__ void load_q(unsigned char*, int) {}  // Q stays in shared memory
+
+    // s = Q K^T: raw dot products of the warpgroup's rows with the tile's kBlockKV keys. Step kk
+    // reads columns 16 kk .. 16 kk + 15: column block kk / 4, 32 bytes further per step inside it
+    // (the swizzle is applied by the hardware to the whole address). Stride: 8 rows = 1024 bytes.
+    // Issued as one commit group; the overlapped main loop waits for it apart from the P V that
+    // follows it (wait_scores<1>), the plain one at once (scores).
+    __device__ __forceinline__ void issue_scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
+        wgmma_fence();
+        #pragma unroll
+        for (int kk = 0; kk < kKStepsQK; ++kk) {
+            const int at = (kk / 4) * 64, step = (kk % 4) * 16;
+            wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
+                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
+        }
+        wgmma_commit();
+    }
+
+    // Wait until at most kPending groups (a P V in flight) remain: S is then complete.
+    template <int kPending>
+    __device__ __forceinline__ void wait_scores(float (&s)[kFrags][kNTilesKV][4]) const {
+        asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(kPending) : "memory");
+        fence_registers(s[0]);
+    }
+
+    __device__ __forceinline__ void scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
+        issue_scores(s, sK);
+        wait_scores<0>(s);
+    }
+
+    // P, the probabilities, as the A fragments of P V (as with mma.sync: the accumulator layout
+    // of two 8-key tiles is the A layout of one 16-key step).
+    using PTile = PTileArg;
+    __device__ __forceinline__ void pack_p(const float (&s)[kFrags][kNTilesKV][4], PTile& p) const {
+        #pragma unroll
+        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+            p[0][ks][0] = pack2(s[0][2 * ks][0], s[0][2 * ks][1]);          // row g,     keys 2t, 2t+1
+            p[0][ks][1] = pack2(s[0][2 * ks][2], s[0][2 * ks][3]);          // row g + 8, keys 2t, 2t+1
+            p[0][ks][2] = pack2(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);  // row g,     keys 2t+8, 2t+9
+            p[0][ks][3] = pack2(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);  // row g + 8, keys 2t+8, 2t+9
+        }
+    }
+
+    // acc += P V. Step ks reads keys 16 ks .. 16 ks + 15 of V (rows of 128 bytes: 2048 bytes per
+    // step). MN-major descriptor: leading offset = from one 64-column block of V to the next
+    // (kBlockKV rows of 128 bytes), stride offset = from 8 keys to the next 8 (1024 bytes).
+    __device__ __forceinline__ void issue_pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
+        wgmma_fence();
+        #pragma unroll
+        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
+        }
+        wgmma_commit();
+    }
+
+    __device__ __forceinline__ void wait_pv(float (&acc)[kFrags][kNTilesV][4]) const {
+        wgmma_wait_all();
+        fence_registers(acc[0]);
+    }
+
+    __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
+        issue_pv(acc, p, sV);
+        wait_pv(acc);
+    }
+};
+
+// ---- section: mask ------------------------------------------------------------------------
+// mask custom: a boolean or additive mask given at run time, applied per tile from a BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.
+// key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
+// the K/V tiles overlapping it, so tiles that are wholly masked are never loaded.
+// tile_is_full: every row in [r0, r1) sees every key in [j0, j1), so the tile needs no
+// per-element mask. Rows and keys are int. Lengths are at most 2^30 and window sizes are clamped
+// to 2^30 by the planner, so the per-element tests stay inside int (windows are compared against
+// the distance j - diag(i), never added to a position); key_range, once per block, is 64-bit.
+struct Mask {
+    int len_q, len_k;
+
+    __device__ __forceinline__ bool visible(int i, int j) const {
+        return j < len_k;
+    }
+
+    __device__ __forceinline__ void key_range(int r0, int r1, int& begin, int& end) const {
+        begin = 0;
+        end = len_k;
+        if (end < begin) end = begin;
+    }
+
+    __device__ __forceinline__ bool tile_is_full(int r0, int r1, int j0, int j1) const {
+        return j1 <= len_k;
+    }
+};
+
+// ---- section: sequences -------------------------------------------------------------------
+// One sequence's rows and keys (docs/variants.md). Padded: q rows 0 .. len_q - 1 of its batch
+// entry and keys 0 .. len_k - 1, or kv_lens[b] + len_new keys. Packed (cu_seqlens_q given): q
+// rows cu_seqlens_q[b] .. of the packed tensor, keys cu_seqlens_k[b] .. (the batch strides are
+// then 0). Masks use the sequence's own lengths.
+// kVarlen: whether the launch has any of cu_seqlens_q, kv_lens, an append (len_new > 0). The
+// entry points instantiate the kernel both ways and pick one per launch: without them every
+// sequence is len_q rows by len_k keys, all in the cache, and the paths for them (and the
+// registers they hold through the main loop) are not compiled in.
+struct Seq {
+    int q_start;  // first row of the sequence in q / out (packed), else 0
+    int k_start;  // first key of the sequence in k / v (packed), else 0
+    int len_q;    // query rows of the sequence
+    int len_k;    // keys it attends to (after the append)
+    int cached;   // keys already in the cache: keys cached .. len_k - 1 are rows of k_new / v_new
+};
+
+template <bool kVarlen>
+__device__ __forceinline__ Seq sequence(int b, int len_q, int len_k, const int* cu_seqlens_q,
+                                        const int* cu_seqlens_k, const int* kv_lens, int len_new) {
+    Seq s{0, 0, len_q, len_k, len_k};
+    if constexpr (kVarlen) {
+        if (cu_seqlens_q != nullptr) {
+            const int* cu_k = cu_seqlens_k != nullptr ? cu_seqlens_k : cu_seqlens_q;
+            s.q_start = cu_seqlens_q[b];
+            s.len_q = cu_seqlens_q[b + 1] - s.q_start;
+            s.k_start = cu_k[b];
+            s.len_k = s.cached = cu_k[b + 1] - s.k_start;
+        } else if (kv_lens != nullptr) {
+            s.cached = kv_lens[b];
+            s.len_k = s.cached + len_new;
+        }
+    }
+    return s;
+}
+
+// Integer inputs may stay on the device (docs/variants.md, "Integer inputs on the host or on the
+// device"): the host checked their shapes only, so the kernel checks what it reads. A sequence
+// whose numbers fall outside the tensors or the launch's bounds (len_q, len_k: the grid and the
+// workspaces; len_k is also the keys the cache holds) is reported in `errors` (word kind: batch
+// index + 1; the runtime raises it as a LaunchError) and its blocks return at once: nothing of it
+// is read, written or appended (its rows of out and lse are left as they were). A separate
+// test, not folded into sequence(): a Seq that could also take other values costs the custom-mask
+// main loop 15% on the H100 (benchmarks/NOTES.md).
+enum ErrorWord : int { kErrCuSeqlensQ = 0, kErrCuSeqlensK = 1, kErrKvLens = 2, kErrBlockTable = 3 };
+
+__device__ __forceinline__ void report(int* errors, int kind, int b) {
+    if (errors != nullptr && threadIdx.x == 0) *reinterpret_cast<volatile int*>(errors + kind) = b + 1;
+}
+
+__device__ __forceinline__ bool sequence_ok(const Seq& s, int b, int len_q, int len_k, const int* cu_seqlens_q,
+                                            const int* cu_seqlens_k, const int* kv_lens, int len_new, int rows_q,
+                                            int rows_k, int* errors) {
+    if (cu_seqlens_q != nullptr) {
+        if (s.q_start < 0 || s.len_q < 0 || s.q_start + s.len_q > rows_q || s.len_q > len_q) {
+            report(errors, kErrCuSeqlensQ, b);
+            return false;
+        }
+        if (s.k_start < 0 || s.len_k < 0 || s.k_start + s.len_k > rows_k || s.len_k > len_k) {
+            report(errors, cu_seqlens_k != nullptr ? kErrCuSeqlensK : kErrCuSeqlensQ, b);
+            return false;
+        }
+    } else if (kv_lens != nullptr && (s.cached < 0 || s.cached > len_k - len_new)) {  // (no overflow: len_k >= len_new)
+        report(errors, kErrKvLens, b);
+        return false;
+    }
+    return true;
+}
+
+// ---- section: key rows --------------------------------------------------------------------
+// Key j (0 <= j < len_k) of the block's (sequence, KV head) in K or V. Keys below `cached` are
+// in the cache: rows of k / v;
+// keys from `cached` on are rows j - cached of k_new / v_new (appended in this call: every
+// block reads them there, so the writes of the appending blocks never race with the reads).
+// Without kVarlen (see Seq) nothing is appended: every key is in the cache.
+template <bool kVarlen>
+struct KeyRows {
+    const elem_t* cache;   // key 0's row
+    long long row_stride;  // stride between consecutive keys
+    const elem_t* fresh;   // k_new / v_new at (batch, row 0, KV head) (kVarlen, len_new > 0)
+    long long fresh_stride;
+    int cached;
+
+    // Where key j sits in the cache (also for j >= cached: where the append stores it).
+    __device__ __forceinline__ const elem_t* stored(int j) const {
+        return cache + (long long)j * row_stride;
+    }
+
+    // Where key j is read from.
+    __device__ __forceinline__ const elem_t* row(int j) const {
+        if constexpr (kVarlen) {
+            if (j >= cached) return fresh + (long long)(j - cached) * fresh_stride;
+        }
+        return stored(j);
+    }
+
+    // Whether keys j0 .. j0 + n - 1 (n >= 1) lie row_stride apart in the cache: one load_tile.
+    __device__ __forceinline__ bool strided(int j0, int n) const {
+        return n > 0 && j0 + n <= cached;
+    }
+};
+
+// Like load_tile, with row r at row_ptr(r) (a gather: paged keys, appended keys, rows of the
+// heads of a GQA group). Rows at or past valid_rows are zero-filled.
+template <int kRows, int kCols, int kStride, class RowPtr>
+__device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, int valid_rows, int tid) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
+    constexpr int kChunks = kCols / kVec;
+    constexpr int kCopies = kRows * kChunks;
+    #pragma unroll
+    for (int i = 0; i < (kCopies + kCopyThreads - 1) / kCopyThreads; ++i) {
+        const int c = tid + i * kCopyThreads;
+        if (kCopies % kCopyThreads == 0 || c < kCopies) {
+            const int r = c / kChunks, col = (c % kChunks) * kVec;
+            const bool valid = r < valid_rows;
+            cp_async_16(dst + swizzled<kRows>(r, col), valid ? row_ptr(r) + col : nullptr, valid);
+        }
+    }
+}
+
+// kBlockKV keys from j0 (those below j0 + valid exist; the rest read as zeros).
+template <int kCols, int kStride, bool kVarlen>
+__device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& src, int j0, int valid, int tid) {
+    if constexpr (!kVarlen) {
+        // Contiguous cache, nothing appended: every tile is one strided copy (no per-tile branch).
+        load_tile<kBlockKV, kCols, kStride>(dst, src.stored(j0), src.row_stride, valid, tid);
+    } else if (src.strided(j0, min(valid, kBlockKV))) {
+        load_tile<kBlockKV, kCols, kStride>(dst, src.row(j0), src.row_stride, valid, tid);
+    } else {
+        load_rows<kBlockKV, kCols, kStride>(dst, [&](int r) { return src.row(j0 + r); }, valid, tid);
+    }
+}
+
+// The append: copy rows 0 .. n - 1 of k_new (or v_new) to keys cached .. of the cache (n:
+// len_new, or 0 for a sequence with bad kv_lens), 16 bytes per copy. Done by the blocks of the
+// first q tile of each (sequence, KV head).
+template <int kCols>
+__device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, int tid) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
+    constexpr int kChunks = kCols / kVec;
+    for (int c = tid; c < n * kChunks; c += kThreads) {
+        const int r = c / kChunks, col = (c % kChunks) * kVec;
+        elem_t* dst = const_cast<elem_t*>(rows.stored(rows.cached + r)) + col;
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(rows.row(rows.cached + r) + col);
+    }
+}
+
+// ---- section: custom mask -----------------------------------------------------------------
+// mask custom: a BlockMask (attngen.block_mask) lists each q tile's live kv tiles in ascending
+// order as kv_tile * 2 + partial. Empty tiles are not in the list (never loaded), full tiles
+// skip the mask, partial tiles apply it: boolean (0 = masked) or additive (added to the score,
+// times log2(e) in the log2 domain, after the softcap; -inf = masked).
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct CustomMask {
+    const unsigned* bits;    // the (mask batch, mask head)'s boolean mask, 32 keys per word, or nullptr
+    const float* add_data;   // its additive mask (Lq x Lk floats), or nullptr
+    long long row_stride;    // words (bits: Wm = 4 * ceil(Lk / 128) + 4) or floats (add_data: Lk)
+    const int* tiles;        // the q tile's list
+    int count;               // its length
+
+    // t: the transformed score of query row i, key j (both inside the sequence).
+    __device__ __forceinline__ float apply(float t, int i, int j) const {
+        if (bits != nullptr) return (bits[i * row_stride + (j >> 5)] >> (j & 31)) & 1u ? t : neg_inf();
+        const float add = add_data[i * row_stride + j];
+        return add == neg_inf() ? neg_inf() : t + add * kLog2e;  // select: a masked NaN score stays out
+    }
+
+    // A lane's row of a partial tile from the words the producer copied into shared memory
+    // (`words`: the row's 8 words from the tile's 128-key chunk on; off = j0 % 128): bit b of
+    // out[b / 32] is key j0 + b. One 16-byte load per 4 words and a funnel shift per word, so
+    // that the softmax tests each score with a constant shift (section: score transform).
+    template <int kWords>
+    __device__ __forceinline__ static void row_bits(unsigned (&out)[kWords], const unsigned* words, int off) {
+        static_assert(kWords <= 4, "a tile of up to 128 keys: its bits lie in 8 words from its chunk");
+        const uint4 lo = *reinterpret_cast<const uint4*>(words), hi = *reinterpret_cast<const uint4*>(words + 4);
+        const unsigned w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+        const int a = off >> 5, sh = off & 31;
+        #pragma unroll
+        for (int k = 0; k < kWords; ++k) {
+            const unsigned x0 = a == 0 ? w[k] : a == 1 ? w[k + 1] : a == 2 ? w[k + 2] : w[k + 3];
+            const unsigned x1 = a == 0 ? w[k + 1] : a == 1 ? w[k + 2] : a == 2 ? w[k + 3] : w[k + 4];
+            out[k] = __funnelshift_r(x0, x1, sh);
+        }
+    }
+
+    // The producer's copy of a partial tile's words: rows row0 .. row0 + rows - 1 of the mask
+    // (query rows of the sequence), the 8 words from key j0's 128-key chunk on, two 16-byte
+    // copies per row (rows are padded to Wm words, so the window never leaves them).
+    __device__ __forceinline__ void copy_words(unsigned* words, int row0, int rows, int j0, int ptid) const {
+        const unsigned* src = bits + row0 * row_stride + (j0 >> 7) * 4;
+        for (int c = ptid; c < 2 * rows; c += kCopyThreads) {
+            cp_async_16(words + (c >> 1) * kMaskStride + (c & 1) * 4, src + (c >> 1) * row_stride + (c & 1) * 4, true);
+        }
+    }
+};
+
+// ---- section: non-finite values -----------------------------------------------------------
+// A key a row does not see contributes nothing to that row, whatever its values: masked scores
+// are selected to -inf (never added to or multiplied), so their P is exactly 0; but in P V a 0
+// times an inf or NaN value of V is NaN. In a tile that some rows of the block see only in part
+// (a partial tile of a mask), the non-finite values of V are therefore zeroed before P V and
+// every warp learns which keys held them (clean_values); a row that does see
+// such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. A NaN or +inf
+// score a row sees makes its sum l NaN, and so its output and lse (the epilogue keeps NaN).
+constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
+
+// Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)
+// whose values hold an inf or NaN (`bad`: one bit per key, the same in every warp), then zero
+// those values. First the block reads the tile once, each thread its share, and learns whether
+// any value is non-finite (__syncthreads_or): almost never, and then that is all. Otherwise every
+// warp scans the tile as the copies left it: the zeros are written only after a barrier, once
+// every warp has scanned (a warp that read a row another warp had already zeroed would not
+// learn of its key). Every barrier here is uniform (its condition is the same in every warp).
+// All threads of the block call it.
+template <int kCols, int kStride>
+__device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyWords], int lane) {
+    constexpr int kWordsPerRow = kCols * static_cast<int>(sizeof(elem_t)) / 16;  // uint4 per row
+    static_assert(kCols * sizeof(elem_t) % 16 == 0, "rows of whole 16-byte words");
+    auto word = [&](int r, int c) {
+        return reinterpret_cast<uint4*>(tile + swizzled<kBlockKV>(r, c * (16 / static_cast<int>(sizeof(elem_t)))));
+    };
+    // -- the block's one pass (each 16-byte word read by one thread): measured on the H100, the
+    // scan by every warp below cost causal rows 6-40% when it ran on every partial tile
+    bool seen = false;
+    for (int i = threadIdx.x; i < kBlockKV * kWordsPerRow; i += blockDim.x) {
+        uint4 x = *word(i / kWordsPerRow, i % kWordsPerRow);
+        clear_nonfinite(x.x, seen);
+        clear_nonfinite(x.y, seen);
+        clear_nonfinite(x.z, seen);
+        clear_nonfinite(x.w, seen);
+    }
+    if (!__syncthreads_or(seen)) {  // the common case: no barrier more, nothing to zero
+        #pragma unroll
+        for (int w = 0; w < kKeyWords; ++w) bad[w] = 0u;
+        return;
+    }
+    unsigned any = 0u;
+    #pragma unroll
+    for (int w = 0; w < kKeyWords; ++w) {  // read only
+        const int r = w * 32 + lane;
+        bool found = false;
+        if (r < kBlockKV) {
+            #pragma unroll 4
+            for (int c = 0; c < kWordsPerRow; ++c) {
+                uint4 x = *word(r, c);
+                clear_nonfinite(x.x, found);
+                clear_nonfinite(x.y, found);
+                clear_nonfinite(x.z, found);
+                clear_nonfinite(x.w, found);
+            }
+        }
+        bad[w] = __ballot_sync(0xffffffffu, found);
+        any |= bad[w];
+    }
+    if (any == 0u) return;  // the common case: nothing to zero, no barrier
+    __syncthreads();        // every warp has scanned the tile as it was
+    // Each 16-byte word of a bad key is zeroed by one thread of the block (no two threads write
+    // the same word, and no thread reads a word another is writing).
+    #pragma unroll
+    for (int w = 0; w < kKeyWords; ++w) {
+        for (int i = threadIdx.x; i < 32 * kWordsPerRow; i += blockDim.x) {
+            const int r = w * 32 + i / kWordsPerRow;
+            if (r < kBlockKV && ((bad[w] >> (i / kWordsPerRow)) & 1u)) {
+                uint4* p = word(r, i % kWordsPerRow);
+                uint4 x = *p;
+                bool here = false;
+                x.x = clear_nonfinite(x.x, here);
+                x.y = clear_nonfinite(x.y, here);
+                x.z = clear_nonfinite(x.z, here);
+                x.w = clear_nonfinite(x.w, here);
+                if (here) *p = x;
+            }
+        }
+    }
+    fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
+    __syncthreads();  // every warp's P V reads the tile after all the zeros are written
+}
+
+// The producer warpgroup's cleaning (warp specialisation): its warp w scans keys 32 w + lane,
+// 32 (w + 4) + lane, ... of the landed tile and zeroes those keys' non-finite values itself. A
+// warp reads and writes only its own keys' rows, so scanning and zeroing need no barrier between
+// them; the bits go to `bad` in shared memory (one word per 32 keys) for the consumers.
+template <int kCols>
+__device__ __forceinline__ void clean_values_copier(elem_t* tile, unsigned* bad, int ptid) {
+    constexpr int kWordsPerRow = kCols * static_cast<int>(sizeof(elem_t)) / 16;  // uint4 per row
+    const int lane = ptid % 32;
+    for (int w = ptid / 32; w < kKeyWords; w += kCopyThreads / 32) {
+        const int r = w * 32 + lane;
+        bool found = false;
+        if (r < kBlockKV) {
+            #pragma unroll 4
+            for (int c = 0; c < kWordsPerRow; ++c) {
+                uint4* p = reinterpret_cast<uint4*>(tile + swizzled<kBlockKV>(r, c * (16 / static_cast<int>(sizeof(elem_t)))));
+                uint4 x = *p;
+                bool here = false;
+                x.x = clear_nonfinite(x.x, here);
+                x.y = clear_nonfinite(x.y, here);
+                x.z = clear_nonfinite(x.z, here);
+                x.w = clear_nonfinite(x.w, here);
+                if (here) {
+                    *p = x;
+                    found = true;
+                }
+            }
+        }
+        const unsigned bits = __ballot_sync(0xffffffffu, found);
+        if (lane == 0) bad[w] = bits;
+    }
+}
+
+// Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad.
+template <int kWords>
+__device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p)[kFrags][kNTilesKV][4],
+                                              const unsigned (&bad)[kWords], int t) {
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int n = 0; n < kNTilesKV; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int j = n * 8 + 2 * t + e % 2;
+                if (((bad[j / 32] >> (j % 32)) & 1u) && p[mf][n][e] != 0.f) row_bad |= 1u << (2 * mf + e / 2);
+            }
+        }
+    }
+}
+
+// ---- section: score transform --------------------------------------------------------------
+// Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
+__device__ __forceinline__ float score_transform(float s) {
+    return s * kScaleLog2;
+}
+
+// ---- section: work items (persistent blocks) ----
+// The work items of a launch: one per (batch, query head, row tile), what one block of a
+// plain launch would do. They are numbered batch-major, then head, then row tile, so that the items at work at one time share their
+// heads' K and V in L2.
+__device__ __forceinline__ int row_tiles(int len_q, int group) {
+    return (len_q + kBlockQ - 1) / kBlockQ;
+}
+
+__device__ __forceinline__ int work_items(int len_q, int heads_q, int group, int batch_size) {
+    return batch_size * heads_q * row_tiles(len_q, group);
+}
+
+// Item `item` as (row tile, head, batch, 0); x = -1: past the last item. A block keeps its items
+// in kItemSlots slots of shared memory: the producer fills slot n + 1 after it has issued item n's
+// copies, and it starts item n only once the consumers are done with item n - 1's main loop, so
+// it writes slot n + kItemSlots only after the consumers have finished item n's epilogue (which
+// reads its slot again).
+constexpr int kItemSlots = 4;
+static_assert(kItemSlots % 2 == 0, "an item's slot also gives its parity (bar_q, bar_done)");
+__device__ __forceinline__ int4 work_item(int item, int len_q, int heads_q, int group, int batch_size) {
+    if (item >= work_items(len_q, heads_q, group, batch_size)) return make_int4(-1, 0, 0, 0);
+    const int tiles = row_tiles(len_q, group), heads = heads_q;
+    const int tile = item % tiles, head_batch = item / tiles;
+    return make_int4(tile, head_batch % heads, head_batch / heads, 0);
+}
+
+// ---- section: kernel ------------------------------------------------------------------------
+// One block computes kBlockQ rows of the output of one (batch, query head), FlashAttention-2
+// style (Dao 2023, Algorithm 1): loop over the visible K/V tiles keeping, per row, the running
+// max m_i, the running sum l_i of exp2(t - m_i) and the unnormalised output acc; when the max
+// grows, rescale l_i and acc by alpha = exp2(m_old - m_new); divide by l_i at the end.
+// The score matrix is never stored: each warp holds its kRowsPerWarp x kBlockKV slice in registers.
+// kPass: 0 = the whole algorithm (fused, split_kv).
+// kVarlen: the launch has per-sequence lengths or an append (see the sequences section).
+// The entry points at the end of the file instantiate it.
+template <int kPass, bool kVarlen>
+__device__ __forceinline__ void attention(const elem_t* __restrict__ q,
+                                          const elem_t* __restrict__ k,
+                                          const elem_t* __restrict__ v,
+                                          elem_t* __restrict__ out,
+                                          float* __restrict__ lse,
+                                          long long q_sb,
+                                          long long q_sl,
+                                          long long q_sh,
+                                          long long k_sb,
+                                          long long k_sl,
+                                          long long k_sh,
+                                          long long v_sb,
+                                          long long v_sl,
+                                          long long v_sh,
+                                          long long o_sb,
+                                          long long o_sl,
+                                          long long o_sh,
+                                          int len_q,
+                                          int len_k,
+                                          int heads_q,
+                                          int group,
+                                          long long lse_sb,
+                                          long long lse_sh,
+                                          const int* __restrict__ cu_seqlens_q,
+                                          const int* __restrict__ cu_seqlens_k,
+                                          const int* __restrict__ kv_lens,
+                                          const elem_t* __restrict__ k_new,
+                                          const elem_t* __restrict__ v_new,
+                                          long long kn_sb,
+                                          long long kn_sl,
+                                          long long kn_sh,
+                                          long long vn_sb,
+                                          long long vn_sl,
+                                          long long vn_sh,
+                                          int len_new,
+                                          int rows_q,
+                                          int rows_k,
+                                          int* __restrict__ errors,
+                                          const unsigned* __restrict__ mask_bits,
+                                          const float* __restrict__ mask_add,
+                                          const int* __restrict__ mask_counts,
+                                          const int* __restrict__ mask_tiles,
+                                          long long mask_sb,
+                                          long long mask_sh,
+                                          long long mask_sl,
+                                          int list_sb,
+                                          int list_sh,
+                                          int n_kvtiles,
+                                          int batch_size,
+                                          unsigned* __restrict__ work_counter) {
+    // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
+    // (the launch asks for 1024 bytes more than the buffers take).
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char* smem = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
+    elem_t* sQ = reinterpret_cast<elem_t*>(smem + kOffsetQ);
+    elem_t* sK = reinterpret_cast<elem_t*>(smem + kOffsetK);
+    elem_t* sV = reinterpret_cast<elem_t*>(smem + kOffsetV);
+    unsigned* sMask = reinterpret_cast<unsigned*>(smem + kOffsetMask);  // [kStages] partial tiles' mask words
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int t = lane % 4;                  // this lane's columns: 2t and 2t + 1 of each 8
+
+
+    // ---- section: work items (persistent blocks) ----
+    // The grid is one block per multiprocessor. A work item is what one block of a plain launch
+    // does: row tile q_tile of one (batch, head). Items are numbered batch-major, then head, then
+    // row tile (work_item), so that the items at work at one time share their heads' K and V in
+    // L2. Block b does item b first; then its producer takes the next one from work_counter
+    // (atomicInc, which wraps the counter back to zero at the launch's last fetch: a block fetches
+    // until it gets past the last item, so there are exactly work_items fetches) and hands it to
+    // the consumers in item_slot with that item's Q (bar_q).
+    // The K/V ring runs on across items (ring: the tiles of the block's earlier items), so the
+    // producer copies the next item's Q and first tiles while the consumers finish the current one.
+    static_assert(!kVarlen, "persistent blocks serve the launches without per-sequence lengths");
+    // ---- section: prologue: load Q ----
+    zero_padding<kBlockQ, kHeadDimQK, kHeadDimQKPad, kStrideQ>(sQ, tid);
+    #pragma unroll
+    for (int st = 0; st < kStages; ++st) {
+        zero_padding<kBlockKV, kHeadDimQK, kHeadDimQKPad, kStrideK>(sK + st * kBlockKV * kStrideK, tid);
+        zero_padding<kBlockKV, kHeadDimV, kHeadDimVPad, kStrideV>(sV + st * kBlockKV * kStrideV, tid);
+    }
+    // The producer warpgroup copies Q (section: main loop); here its mbarriers are set up.
+    unsigned long long* bar_q = reinterpret_cast<unsigned long long*>(smem + kOffsetSync);  // Q has landed
+    unsigned long long* bar_full = bar_q + 1;            // [kStages]: the stage's K and V have landed
+    unsigned long long* bar_empty = bar_full + kStages;  // [kStages]: every consumer warp is done with it
+    unsigned long long* bar_qfree = bar_empty + kStages;  // every consumer warp is done with Q (the next item's may come)
+    int4* item_slot = reinterpret_cast<int4*>(bar_qfree + 1);  // [kItemSlots]: the block's work items in turn (section: work items)
+    int* redo = reinterpret_cast<int*>(item_slot + kItemSlots);  // [kItemSlots]: the item's result was not finite
+    unsigned long long* bar_done = reinterpret_cast<unsigned long long*>(redo + kItemSlots);  // [2]: item n's check, n % 2
+    unsigned* bad_keys = reinterpret_cast<unsigned*>(bar_empty + kStages + 1 + 2 * kItemSlots + kItemSlots / 2 + 2);  // [kStages][kKeyWords]
+    if (tid == 0) {
+        mbar_init(bar_q, kCopyThreads + 1);  // the copies of Q, and the producer's first thread with item_slot
+        mbar_init(bar_qfree, kWarps);
+        mbar_init(&bar_done[0], kWarps);
+        mbar_init(&bar_done[1], kWarps);
+        for (int i = 0; i < kItemSlots; ++i) redo[i] = 0;
+        item_slot[0] = work_item(blockIdx.x, len_q, heads_q, group, batch_size);  // the block's first
+        #pragma unroll
+        for (int st = 0; st < kStages; ++st) {
+            mbar_init(&bar_full[st], kCopyThreads);
+            mbar_init(&bar_empty[st], kWarps);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    fence_async_shared();  // the zero padding above is read by the tensor cores (async proxy)
+    __syncthreads();
+    WarpMath math;
+    math.init(smem, warp, lane);
+    math.load_q(smem, warp);
+
+    if (warp >= kWarps) {
+        // -- producer warpgroup: copies only
+        if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));
+        const int ptid = tid - kWarps * 32;
+        int ring = 0;  // K/V tiles of the block's earlier items
+        bool drained = false;  // this block's fetch found no item left (it fetches no more)
+        // The producer's first thread picks the block's next item: the next one from work_counter
+        // (x = -1: none left), or item `prev` of the block again, cleaned, if its consumers found a result
+        // that is not finite (they check each item at its end: bar_done).
+        auto next_item = [&](int prev) {
+            if (prev >= 0) {
+                mbar_wait(&bar_done[prev & 1], (prev >> 1) & 1);  // its consumers have checked it
+                const int s = prev % kItemSlots;
+                int4 again = item_slot[s];
+                if (redo[s]) {
+                    redo[s] = 0;
+                    if (again.w == 0) {  // (a cleaned pass is final)
+                        again.w = 1;  // cleaned this time
+                        return again;
+                    }
+                }
+            }
+            if (drained) return make_int4(-1, 0, 0, 0);
+            const int items = work_items(len_q, heads_q, group, batch_size);
+            const int4 w = work_item(gridDim.x + static_cast<int>(atomicInc(work_counter, items - 1)), len_q, heads_q,
+                                     group, batch_size);
+            drained = w.x < 0;
+            return w;
+        };
+        for (int n_item = 0; ; ++n_item) {
+            // the consumers are done with the previous item's Q (and bar_q's phase of it is complete)
+            if (n_item > 0) mbar_wait(bar_qfree, (n_item - 1) & 1);
+            if (n_item > 0 && item_slot[n_item % kItemSlots].x < 0) {
+                // none left, but the last item may have to be done again (section: non-finite values)
+                named_sync(1, kCopyThreads);  // every thread has read the slot before it changes
+                if (ptid == 0) item_slot[n_item % kItemSlots] = next_item(n_item - 1);
+                named_sync(1, kCopyThreads);
+            }
+            const int4 w = item_slot[n_item % kItemSlots];
+            if (w.x < 0) {  // none left: the consumers find it in item_slot
+                if (ptid == 0) mbar_arrive(bar_q);
+                mbar_arrive(bar_q);
+                break;
+            }
+            const bool clean = w.w != 0;  // this pass cleans hidden keys' values (see next_item)
+            const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
+
+            // ---- section: sequences ----
+            const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+            if constexpr (kVarlen) {
+                if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                                 errors)) {
+                    return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
+                }
+            }
+            const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
+            const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
+            auto query_of = [](int p) { return p; };
+            auto head_of = [&](int) { return head; };
+            auto q_row = [&](int p) {
+                return q + batch * q_sb + (long long)(seq.q_start + query_of(p)) * q_sl + head_of(p) * q_sh;
+            };
+            const int row0 = q_tile * kBlockQ;       // the block's first row
+            const int row_end = min(row0 + kBlockQ, n_rows);
+
+            // ---- section: key rows ----
+            auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
+                                long long fb, long long fl, long long fh) {
+                KeyRows<kVarlen> r;
+                r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
+                r.row_stride = sl;
+                r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
+                r.fresh_stride = fl;
+                r.cached = seq.cached;
+                return r;
+            };
+            const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
+            const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
+            if constexpr (kVarlen) {
+                // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
+                if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+                    append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
+                    append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
+                }
+            }
+
+            // ---- section: loop bounds (mask) ----
+            const int qrow0 = query_of(row0), qrow_end = query_of(row_end - 1) + 1;  // the block's query rows
+            // mask custom: the q tile's list of live kv tiles (empty tiles are not in it)
+            const int list = batch * list_sb + head * list_sh + q_tile;
+            const long long mask_at = batch * mask_sb + head * mask_sh;
+            CustomMask cmask;
+            cmask.bits = mask_bits != nullptr ? mask_bits + mask_at : nullptr;
+            cmask.add_data = mask_add != nullptr ? mask_add + mask_at : nullptr;
+            cmask.row_stride = mask_sl;
+            cmask.tiles = mask_tiles + (long long)list * n_kvtiles;
+            cmask.count = mask_counts[list];
+            int tile_first = 0, n_tiles = cmask.count;  // positions in the list
+            // The kv tile of iteration it.
+            auto kv_tile = [&](int it) { return cmask.tiles[tile_first + it] >> 1; };
+
+            load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, ptid);
+            if (ptid == 0) mbar_arrive(bar_q);  // (item_slot holds this item: written a fetch ago)
+            mbar_arrive_copies(bar_q);
+            for (int it = 0; it < n_tiles; ++it) {
+                const int stage = (ring + it) % kStages;
+                mbar_wait(&bar_empty[stage], (((ring + it) / kStages) & 1) ^ 1);  // the tile kStages back is released
+                const int j0 = kv_tile(it) * kBlockKV;
+                load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, ptid);
+                load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, ptid);
+                const bool partial = (cmask.tiles[tile_first + it] & 1) != 0 || j0 + kBlockKV > seq.len_k;
+                // a partial tile's words of a boolean mask, for the consumers' softmax (section custom mask)
+                if (partial && cmask.bits != nullptr) cmask.copy_words(sMask + stage * kBlockQ * kMaskStride, qrow0, qrow_end - qrow0, j0, ptid);
+                if (partial && clean) {
+                    // -- clean V of a partial tile (section non-finite values) once it has landed
+                    cp_async_commit();  // (wait_group waits for committed groups only)
+                    cp_async_wait<0>();
+                    named_sync(1, kCopyThreads);  // every copy of the producer warpgroup has landed
+                    clean_values_copier<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
+                    fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
+                    mbar_arrive(&bar_full[stage]);
+                    continue;
+                }
+                mbar_arrive_copies(&bar_full[stage]);
+            }
+            ring += n_tiles;
+            // -- the next item: one thread takes it, the others read it
+            // (item n_item - 1's check: by now its consumers are busy with this item's tiles)
+            if (ptid == 0) item_slot[(n_item + 1) % kItemSlots] = next_item(n_item - 1);
+            named_sync(1, kCopyThreads);  // (the others read it at the top of the loop)
+        }
+        // its copies complete before it exits (the PTX ISA does not promise that they and their
+        // mbarrier arrivals complete for a thread that has exited)
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        return;
+    }
+    // -- consumer warpgroups
+    if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kConsumerRegs));
+    const int wg = warp / 4;  // this warpgroup: rows 64 wg .. of the block
+    if constexpr (kConsumerGroups == 2) {
+        // warpgroup 0 issues its products first; the turns run on across items
+        if (wg == 1) named_arrive(2, 2 * 128);
+    }
+    // The block's position in one register, which stays live across the main loop: the K/V tiles
+    // of its earlier items (ring) and this item's slot (its item count mod kItemSlots, even: bar_q's
+    // and bar_done's parity), as ring * kItemSlots + slot.
+    for (int at = 0; ; ) {
+        const int ring = at / kItemSlots, slot = at % kItemSlots;
+        mbar_wait(bar_q, slot & 1);  // this item's Q has landed, or the producer found none left
+        const int4 w = item_slot[slot];
+        if (w.x < 0) break;
+        fence_async_shared();  // Q was written by cp.async (generic proxy); the tensor cores read it
+        const bool clean = w.w != 0;  // this pass cleans hidden keys' values (section: non-finite values)
+        const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
+
+        // ---- section: sequences ----
+        const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+        if constexpr (kVarlen) {
+            if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                             errors)) {
+                return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
+            }
+        }
+        const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
+        const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
+        auto query_of = [](int p) { return p; };
+        auto head_of = [&](int) { return head; };
+        auto q_row = [&](int p) {
+            return q + batch * q_sb + (long long)(seq.q_start + query_of(p)) * q_sl + head_of(p) * q_sh;
+        };
+        const int row0 = q_tile * kBlockQ;       // the block's first row
+        const int row_end = min(row0 + kBlockQ, n_rows);
+        // This lane's rows: row_a + 16 mf + 8 h for fragment mf < kFrags and half h < 2.
+        const int row_a = row0 + warp * kRowsPerWarp + lane / 4;
+
+        // ---- section: key rows ----
+        auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
+                            long long fb, long long fl, long long fh) {
+            KeyRows<kVarlen> r;
+            r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
+            r.row_stride = sl;
+            r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
+            r.fresh_stride = fl;
+            r.cached = seq.cached;
+            return r;
+        };
+        const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
+        const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
+        if constexpr (kVarlen) {
+            // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
+            if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+                append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
+                append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
+            }
+        }
+
+        // ---- section: loop bounds (mask) ----
+        const int qrow0 = query_of(row0), qrow_end = query_of(row_end - 1) + 1;  // the block's query rows
+        // mask custom: the q tile's list of live kv tiles (empty tiles are not in it)
+        const int list = batch * list_sb + head * list_sh + q_tile;
+        const long long mask_at = batch * mask_sb + head * mask_sh;
+        CustomMask cmask;
+        cmask.bits = mask_bits != nullptr ? mask_bits + mask_at : nullptr;
+        cmask.add_data = mask_add != nullptr ? mask_add + mask_at : nullptr;
+        cmask.row_stride = mask_sl;
+        cmask.tiles = mask_tiles + (long long)list * n_kvtiles;
+        cmask.count = mask_counts[list];
+        int tile_first = 0, n_tiles = cmask.count;  // positions in the list
+        // The kv tile of iteration it.
+        auto kv_tile = [&](int it) { return cmask.tiles[tile_first + it] >> 1; };
+        // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
+        int qi[kFrags][2];
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int p = row_a + 16 * mf + 8 * h;
+                qi[mf][h] = query_of(p);
+            }
+        }
+
+        float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
+        float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
+        float acc[kFrags][kNTilesV][4];  // unnormalised output
+        unsigned row_bad = 0u;          // bit 2 mf + h: the row saw a non-finite value of V (section non-finite values)
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            m_i[mf][0] = m_i[mf][1] = neg_inf();
+            l_i[mf][0] = l_i[mf][1] = 0.f;
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
+        }
+
+        WarpMath::PTile p;         // P of the previous tile: the A operand of its P V, in flight
+        float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
+        int entry_next = n_tiles > 0 ? cmask.tiles[tile_first] : 0;  // the list's entry of the next tile
+        for (int it = 0; it < n_tiles; ++it) {
+            const int entry = entry_next;  // kv_tile * 2 + partial of tile it
+            if (it + 1 < n_tiles) entry_next = cmask.tiles[tile_first + it + 1];
+            const int stage = (ring + it) % kStages, prev = (ring + it + kStages - 1) % kStages;  // tiles it, it - 1
+            mbar_wait(&bar_full[stage], ((ring + it) / kStages) & 1);  // K and V of tile it have landed
+            fence_async_shared();
+            const int j0 = (entry >> 1) * kBlockKV;
+            const bool partial = (entry & 1) != 0 || j0 + kBlockKV > seq.len_k;
+            const unsigned* mask_words = sMask + stage * kBlockQ * kMaskStride;  // (partial tiles of a boolean mask)
+            unsigned bad[kKeyWords];  // keys of this tile whose V held a non-finite value (the producer cleaned them)
+            #pragma unroll
+            for (int w = 0; w < kKeyWords; ++w) bad[w] = partial && clean ? bad_keys[stage * kKeyWords + w] : 0u;
+
+            // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
+            if constexpr (kConsumerGroups == 2) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
+            float s[kFrags][kNTilesKV][4];
+            math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
+            if (it > 0) math.issue_pv(acc, p, sV + prev * kBlockKV * kStrideV);
+            if (it > 0) {
+                math.wait_scores<1>(s);  // S is done; P V may still run
+            } else {
+                math.wait_scores<0>(s);
+            }
+            // the other warpgroup's turn (a bar.arrive between the issue and the wait above would make
+            // ptxas serialise the products: warning C7514)
+            if constexpr (kConsumerGroups == 2) named_arrive(3 - wg, 2 * 128);
+
+            // -- score transform and mask
+            // Per row of this lane: in a partial tile, the keys it sees as bits, bit b of word b / 32 for
+            // key j0 + 2t + b (the lane's columns 2t, 2t + 1 of each 8 at constant shifts; keys past Lk
+            // are 0 bits); in a full tile all ones. The bit is the whole test: no branch in the loop.
+            // mask custom, boolean (an additive mask takes the _varlen entry point): from the words the
+            // producer staged with K and V (section custom mask); rows past Lq get none.
+            constexpr int kMaskTileWords = (kBlockKV + 31) / 32;
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    unsigned bits[kMaskTileWords];
+                    if (partial) {
+                        CustomMask::row_bits(bits, mask_words + (qi[mf][h] - qrow0) * kMaskStride, j0 & 127);
+                        const bool row_in = qi[mf][h] < seq.len_q;
+                        #pragma unroll
+                        for (int w = 0; w < kMaskTileWords; ++w) bits[w] = row_in ? bits[w] >> (2 * t) : 0u;
+                    } else {
+                        #pragma unroll
+                        for (int w = 0; w < kMaskTileWords; ++w) bits[w] = ~0u;
+                    }
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesKV; ++n) {
+                        #pragma unroll
+                        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                            float x = score_transform(s[mf][n][e]);
+                            if (!((bits[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u)) x = neg_inf();
+                            s[mf][n][e] = x;
+                        }
+                    }
+                }
+            }
+
+            // -- online softmax: m_i, l_i, alpha
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float m_new = m_i[mf][h];
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesKV; ++n) {
+                        m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
+                    }
+                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
+                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                    // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
+                    const float m_use = m_new == neg_inf() ? 0.f : m_new;
+                    const float alpha = exp2_approx(m_i[mf][h] - m_use);
+                    m_i[mf][h] = m_new;
+                    float row_sum = 0.f;
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesKV; ++n) {
+                        s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
+                        s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
+                        row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
+                    }
+                    l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
+                    alpha_i[mf][h] = alpha;  // acc is rescaled once the product in flight is done
+                }
+            }
+
+            // -- the previous P V is done: release its stage, rescale acc, then P of this tile
+            math.wait_pv(acc);
+            fence_fragments(p);  // P stayed untouched while its P V ran
+            // every lane's reads of the stage's bad_keys are ordered before lane 0 releases it: with
+            // two consumer warpgroups by the named barrier (bar.sync) of this iteration's turn, with
+            // one by this __syncwarp
+            if constexpr (kConsumerGroups == 1) __syncwarp();
+            if (it > 0 && lane == 0) mbar_arrive(&bar_empty[prev]);
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int n = 0; n < kNTilesV; ++n) {
+                    acc[mf][n][0] *= alpha_i[mf][0];
+                    acc[mf][n][1] *= alpha_i[mf][0];
+                    acc[mf][n][2] *= alpha_i[mf][1];
+                    acc[mf][n][3] *= alpha_i[mf][1];
+                }
+            }
+            // rows that see (p != 0) a key whose V held a non-finite value (cleaned by the producer)
+            if (partial && clean) mark_bad_rows(row_bad, s, bad, t);
+            math.pack_p(s, p);
+        }
+        // every Q K^T of this item is done: the producer may copy the next item's Q
+        if (lane == 0) mbar_arrive(bar_qfree);
+        // -- O += P V of the last tile; then its stage is released
+        if (n_tiles > 0) {
+            const int last = (ring + n_tiles - 1) % kStages;
+            math.issue_pv(acc, p, sV + last * kBlockKV * kStrideV);
+            math.wait_pv(acc);
+            __syncwarp();  // every lane's reads of the stage (and of its bad_keys) before lane 0 releases it
+            if (lane == 0) mbar_arrive(&bar_empty[last]);
+        }
+        // Optimistic pass (not clean): hidden keys' values were not cleaned, so a non-finite one
+        // makes some row's acc NaN (0 * inf); every such row, and only such a row, has an acc that
+        // is not finite. The item is then done again, cleaned (the producer's next_item, which
+        // ignores the flag of a cleaned pass), and that pass's stores replace this one's.
+        {
+        bool finite = true;
+        #pragma unroll
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) finite = finite && isfinite(acc[mf][n][e]);
+            }
+        }
+        finite = __all_sync(0xffffffffu, finite);
+            if (!finite && lane == 0) redo[slot] = 1;
+        }
+        if (lane == 0) mbar_arrive(&bar_done[slot & 1]);  // (after the flag: the producer reads it then)
+        {
+            // batch and head again from item_slot (the producer writes this slot again only after
+            // this item's epilogue): cheaper than holding them in registers across the main loop
+            const int4 again = item_slot[slot];
+            const int batch = again.z;
+            const int head = again.y;
+            auto head_of = [&](int) { return head; };
+            // ---- section: epilogue: normalise and store ----
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float l = l_i[mf][h];
+                    l += __shfl_xor_sync(0xffffffffu, l, 1);
+                    l += __shfl_xor_sync(0xffffffffu, l, 2);
+                    unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
+                    bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
+                    bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
+                    if (bad_row) l = quiet_nan();
+                    // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
+                    // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
+                    const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
+                    const int row = row_a + 16 * mf + 8 * h;
+                    if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
+                        const int i = qi[mf][h], hh = head_of(row);
+                        elem_t* o_row = out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl;
+                        #pragma unroll
+                        for (int n = 0; n < kNTilesV; ++n) {
+                            if (n * 8 < kHeadDimV) {
+                                store_pair(o_row + n * 8 + 2 * t, acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
+                            }
+                        }
+                        if (lse != nullptr && t == 0) {
+                            lse[batch * lse_sb + hh * lse_sh + seq.q_start + i] =
+                                l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : (l == 0.f ? neg_inf() : l);
+                        }
+                    }
+                }
+            }
+        }
+        at = (ring + n_tiles) * kItemSlots + (slot + 1) % kItemSlots;
+    }
+    if constexpr (kConsumerGroups == 2) {
+        if (wg == 0) named_sync(2, 2 * 128);  // warpgroup 1's last turn signal
+    }
+}
+}  // namespace padded
+
+// =============================================================================================
+// namespace varlen: launches with cu_seqlens_q, kv_lens or an append (entry point attngen_llama3_8b_packed_documents_varlen)
+// =============================================================================================
+namespace varlen {
+
+// ---- section: config ----------------------------------------------------------------
+// Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
+// run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
+constexpr int kBlockQ = 128;      // tile q: rows of Q per block
+constexpr int kFrags = 1;         // 16-row fragments of Q per warp
+constexpr int kRowsPerWarp = 16 * kFrags;
+constexpr int kBlockKV = 80;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kWarps = 8;
+constexpr int kThreads = 256;    // kWarps * 32
+constexpr int kCopyThreads = kThreads;  // threads that copy tiles: all
+constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kHeadDimQK = 128;    // head dim of q and k
+constexpr int kHeadDimV = 128;     // head dim of v and out
+constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
+constexpr int kHeadDimVPad = 128;
+// Shared-memory tiles are in the 128-byte swizzled layout of the wgmma descriptors (section
+// memory: swizzled); the strides are the padded row widths, in elements.
+constexpr int kStrideQ = 128;
+constexpr int kStrideK = 128;
+constexpr int kStrideV = 128;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (156672 bytes)
+constexpr int kOffsetK = 32768;
+constexpr int kOffsetV = 94208;
+constexpr int kSmemBytes = 156672;
+static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
+
+// Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
+// scale = 0.08838834764831843 (1 / sqrt(head_dim qk)).
+constexpr float kScaleLog2 = 0.12751743082459868f;  // scale * log2(e)
+constexpr float kLn2 = 0.6931471805599453f;
+
+static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
+static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
+static_assert(kHeadDimQK % 8 == 0 && kHeadDimV % 8 == 0, "head dims are multiples of 8");
+static_assert(kHeadDimQKPad % 64 == 0 && kHeadDimVPad % 64 == 0, "padded head dims");
+static_assert(kThreads <= 1024, "threads per block");
 
 // ---- section: memory --------------------------------------------------------------------
 // Global -> shared copies go through cp.async (sm_80+), 16 bytes per thread per copy, so a
@@ -565,17 +1869,16 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 constexpr float kLog2e = 1.4426950408889634f;
 
 struct CustomMask {
-    const unsigned char* bool_data;  // the (mask batch, mask head)'s Lq x Lk mask, or nullptr
-    const float* add_data;           // the same for an additive mask, or nullptr
-    long long row_stride;
-    const int* tiles;                // the q tile's list
-    int count;                       // its length
+    const unsigned* bits;    // the (mask batch, mask head)'s boolean mask, 32 keys per word, or nullptr
+    const float* add_data;   // its additive mask (Lq x Lk floats), or nullptr
+    long long row_stride;    // words (bits: Wm = 4 * ceil(Lk / 128) + 4) or floats (add_data: Lk)
+    const int* tiles;        // the q tile's list
+    int count;               // its length
 
     // t: the transformed score of query row i, key j (both inside the sequence).
     __device__ __forceinline__ float apply(float t, int i, int j) const {
-        const long long at = i * row_stride + j;
-        if (bool_data != nullptr) return bool_data[at] != 0 ? t : neg_inf();
-        const float add = add_data[at];
+        if (bits != nullptr) return (bits[i * row_stride + (j >> 5)] >> (j & 31)) & 1u ? t : neg_inf();
+        const float add = add_data[i * row_stride + j];
         return add == neg_inf() ? neg_inf() : t + add * kLog2e;  // select: a masked NaN score stays out
     }
 };
@@ -733,7 +2036,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           int rows_q,
                                           int rows_k,
                                           int* __restrict__ errors,
-                                          const unsigned char* __restrict__ mask_bool,
+                                          const unsigned* __restrict__ mask_bits,
                                           const float* __restrict__ mask_add,
                                           const int* __restrict__ mask_counts,
                                           const int* __restrict__ mask_tiles,
@@ -742,7 +2045,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           long long mask_sl,
                                           int list_sb,
                                           int list_sh,
-                                          int n_kvtiles) {
+                                          int n_kvtiles,
+                                          int batch_size,
+                                          unsigned* __restrict__ work_counter) {
     // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
     // (the launch asks for 1024 bytes more than the buffers take).
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -820,7 +2125,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     const int list = batch * list_sb + head * list_sh + q_tile;
     const long long mask_at = batch * mask_sb + head * mask_sh;
     CustomMask cmask;
-    cmask.bool_data = mask_bool != nullptr ? mask_bool + mask_at : nullptr;
+    cmask.bits = mask_bits != nullptr ? mask_bits + mask_at : nullptr;
     cmask.add_data = mask_add != nullptr ? mask_add + mask_at : nullptr;
     cmask.row_stride = mask_sl;
     cmask.tiles = mask_tiles + (long long)list * n_kvtiles;
@@ -876,7 +2181,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     }
     WarpMath::PTile p;       // P of the previous tile: the A operand of its P V, in flight
     float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
+    int entry_next = n_tiles > 0 ? cmask.tiles[tile_first] : 0;  // the list's entry of the next tile
     for (int it = 0; it < n_tiles; ++it) {
+        const int entry = entry_next;  // kv_tile * 2 + partial of tile it
+        if (it + 1 < n_tiles) entry_next = cmask.tiles[tile_first + it + 1];
         // -- load K/V tile: wait for this one, then issue the copy kStages - 2 tiles ahead
         cp_async_wait<kStages - 3>();
         fence_async_shared();  // the tile is read by the tensor cores (async proxy)
@@ -887,8 +2195,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             cp_async_commit();
         }
         const int stage = it % kStages;
-        const int j0 = kv_tile(it) * kBlockKV;
-        const bool partial = (cmask.tiles[tile_first + it] & 1) != 0 || j0 + kBlockKV > seq.len_k;
+        const int j0 = (entry >> 1) * kBlockKV;
+        const bool partial = (entry & 1) != 0 || j0 + kBlockKV > seq.len_k;
 
         // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
         float s[kFrags][kNTilesKV][4];
@@ -988,7 +2296,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
         WarpMath::PTile p;       // P of the previous tile: the A operand of its P V, in flight
         float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
+        int entry_next = n_tiles > 0 ? cmask.tiles[tile_first] : 0;  // the list's entry of the next tile
         for (int it = 0; it < n_tiles; ++it) {
+            const int entry = entry_next;  // kv_tile * 2 + partial of tile it
+            if (it + 1 < n_tiles) entry_next = cmask.tiles[tile_first + it + 1];
             // -- load K/V tile: wait for this one, then issue the copy kStages - 2 tiles ahead
             cp_async_wait<kStages - 3>();
             fence_async_shared();  // the tile is read by the tensor cores (async proxy)
@@ -999,8 +2310,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 cp_async_commit();
             }
             const int stage = it % kStages;
-            const int j0 = kv_tile(it) * kBlockKV;
-            const bool partial = (cmask.tiles[tile_first + it] & 1) != 0 || j0 + kBlockKV > seq.len_k;
+            const int j0 = (entry >> 1) * kBlockKV;
+            const bool partial = (entry & 1) != 0 || j0 + kBlockKV > seq.len_k;
             // -- clean V of a partial tile (section non-finite values); its P V is issued next iteration
             unsigned bad[kKeyWords];
             if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
@@ -1115,10 +2426,13 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
     }
 }
+}  // namespace varlen
 
 // ---- section: entry points ------------------------------------------------------------------
-// One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
+// The main entry point takes launches without per-sequence lengths; the one named with _varlen
+// takes those with cu_seqlens_q, kv_lens or an append (the launcher picks; kVarlen: see the
+// sequences section), with one 16-row fragment per warp.
+extern "C" __global__ void __launch_bounds__(padded::kThreads, 1)
 attngen_llama3_8b_packed_documents(const elem_t* __restrict__ q,
                                    const elem_t* __restrict__ k,
                                    const elem_t* __restrict__ v,
@@ -1157,7 +2471,7 @@ attngen_llama3_8b_packed_documents(const elem_t* __restrict__ q,
                                    int rows_q,
                                    int rows_k,
                                    int* __restrict__ errors,
-                                   const unsigned char* __restrict__ mask_bool,
+                                   const unsigned* __restrict__ mask_bits,
                                    const float* __restrict__ mask_add,
                                    const int* __restrict__ mask_counts,
                                    const int* __restrict__ mask_tiles,
@@ -1166,6 +2480,62 @@ attngen_llama3_8b_packed_documents(const elem_t* __restrict__ q,
                                    long long mask_sl,
                                    int list_sb,
                                    int list_sh,
-                                   int n_kvtiles) {
-    attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bool, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles);
+                                   int n_kvtiles,
+                                   int batch_size,
+                                   unsigned* __restrict__ work_counter) {
+    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, batch_size, work_counter);
+}
+
+extern "C" __global__ void __launch_bounds__(varlen::kThreads, 1)
+attngen_llama3_8b_packed_documents_varlen(const elem_t* __restrict__ q,
+                                          const elem_t* __restrict__ k,
+                                          const elem_t* __restrict__ v,
+                                          elem_t* __restrict__ out,
+                                          float* __restrict__ lse,
+                                          long long q_sb,
+                                          long long q_sl,
+                                          long long q_sh,
+                                          long long k_sb,
+                                          long long k_sl,
+                                          long long k_sh,
+                                          long long v_sb,
+                                          long long v_sl,
+                                          long long v_sh,
+                                          long long o_sb,
+                                          long long o_sl,
+                                          long long o_sh,
+                                          int len_q,
+                                          int len_k,
+                                          int heads_q,
+                                          int group,
+                                          long long lse_sb,
+                                          long long lse_sh,
+                                          const int* __restrict__ cu_seqlens_q,
+                                          const int* __restrict__ cu_seqlens_k,
+                                          const int* __restrict__ kv_lens,
+                                          const elem_t* __restrict__ k_new,
+                                          const elem_t* __restrict__ v_new,
+                                          long long kn_sb,
+                                          long long kn_sl,
+                                          long long kn_sh,
+                                          long long vn_sb,
+                                          long long vn_sl,
+                                          long long vn_sh,
+                                          int len_new,
+                                          int rows_q,
+                                          int rows_k,
+                                          int* __restrict__ errors,
+                                          const unsigned* __restrict__ mask_bits,
+                                          const float* __restrict__ mask_add,
+                                          const int* __restrict__ mask_counts,
+                                          const int* __restrict__ mask_tiles,
+                                          long long mask_sb,
+                                          long long mask_sh,
+                                          long long mask_sl,
+                                          int list_sb,
+                                          int list_sh,
+                                          int n_kvtiles,
+                                          int batch_size,
+                                          unsigned* __restrict__ work_counter) {
+    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, batch_size, work_counter);
 }

@@ -455,6 +455,20 @@ struct Mask {
         if (end < begin) end = begin;
     }
 
+    // The keys j0 + 32 w + b (b < 32) that row i sees, as bit b of out[w]: a partial tile's mask
+    // in a few operations per row, so that the score loop tests each score with a constant shift
+    // and no branch (section: score transform and mask). The bounds are relative to j0.
+    template <int kWords>
+    __device__ __forceinline__ void row_bits(int i, int j0, unsigned (&out)[kWords]) const {
+        const int lo = -j0, hi = min(len_k, i + 1) - j0;  // i + 1 <= 2^30
+        #pragma unroll
+        for (int w = 0; w < kWords; ++w) {
+            const int a = min(32, max(0, lo - 32 * w)), b = min(32, max(0, hi - 32 * w));
+            const unsigned below_b = b >= 32 ? ~0u : (1u << b) - 1u, below_a = a >= 32 ? ~0u : (1u << a) - 1u;
+            out[w] = below_b & ~below_a;  // bits [a, b)
+        }
+    }
+
     __device__ __forceinline__ bool tile_is_full(int r0, int r1, int j0, int j1) const {
         return j1 <= len_k && j1 - 1 <= r0;
     }
@@ -1128,16 +1142,30 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             if constexpr (kConsumerGroups == 2) named_arrive(3 - wg, 2 * 128);
 
             // -- score transform and mask
+            // Per row of this lane: in a partial tile, the keys it sees as bits, bit b of word b / 32 for
+            // key j0 + 2t + b (the lane's columns 2t, 2t + 1 of each 8 at constant shifts; keys past Lk
+            // are 0 bits); in a full tile all ones. The bit is the whole test: no branch in the loop.
+            // From the row's key range (Mask::row_bits).
+            constexpr int kMaskTileWords = (kBlockKV + 31) / 32;
             #pragma unroll
             for (int mf = 0; mf < kFrags; ++mf) {
                 #pragma unroll
-                for (int n = 0; n < kNTilesKV; ++n) {
+                for (int h = 0; h < 2; ++h) {
+                    unsigned bits[kMaskTileWords];
+                    if (partial) {
+                        mask.row_bits(qi[mf][h], j0 + 2 * t, bits);
+                    } else {
+                        #pragma unroll
+                        for (int w = 0; w < kMaskTileWords; ++w) bits[w] = ~0u;
+                    }
                     #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2;
-                        float x = score_transform(s[mf][n][e]);
-                        if (partial && !mask.visible(i, j)) x = neg_inf();
-                        s[mf][n][e] = x;
+                    for (int n = 0; n < kNTilesKV; ++n) {
+                        #pragma unroll
+                        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                            float x = score_transform(s[mf][n][e]);
+                            if (!((bits[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u)) x = neg_inf();
+                            s[mf][n][e] = x;
+                        }
                     }
                 }
             }
@@ -1609,6 +1637,20 @@ struct Mask {
         if (end < begin) end = begin;
     }
 
+    // The keys j0 + 32 w + b (b < 32) that row i sees, as bit b of out[w]: a partial tile's mask
+    // in a few operations per row, so that the score loop tests each score with a constant shift
+    // and no branch (section: score transform and mask). The bounds are relative to j0.
+    template <int kWords>
+    __device__ __forceinline__ void row_bits(int i, int j0, unsigned (&out)[kWords]) const {
+        const int lo = -j0, hi = min(len_k, i + 1) - j0;  // i + 1 <= 2^30
+        #pragma unroll
+        for (int w = 0; w < kWords; ++w) {
+            const int a = min(32, max(0, lo - 32 * w)), b = min(32, max(0, hi - 32 * w));
+            const unsigned below_b = b >= 32 ? ~0u : (1u << b) - 1u, below_a = a >= 32 ? ~0u : (1u << a) - 1u;
+            out[w] = below_b & ~below_a;  // bits [a, b)
+        }
+    }
+
     __device__ __forceinline__ bool tile_is_full(int r0, int r1, int j0, int j1) const {
         return j1 <= len_k && j1 - 1 <= r0;
     }
@@ -2071,16 +2113,30 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
 
         // -- score transform and mask
+        // Per row of this lane: in a partial tile, the keys it sees as bits, bit b of word b / 32 for
+        // key j0 + 2t + b (the lane's columns 2t, 2t + 1 of each 8 at constant shifts; keys past Lk
+        // are 0 bits); in a full tile all ones. The bit is the whole test: no branch in the loop.
+        // From the row's key range (Mask::row_bits).
+        constexpr int kMaskTileWords = (kBlockKV + 31) / 32;
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
-            for (int n = 0; n < kNTilesKV; ++n) {
+            for (int h = 0; h < 2; ++h) {
+                unsigned bits[kMaskTileWords];
+                if (partial) {
+                    mask.row_bits(qi[mf][h], j0 + 2 * t, bits);
+                } else {
+                    #pragma unroll
+                    for (int w = 0; w < kMaskTileWords; ++w) bits[w] = ~0u;
+                }
                 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2;
-                    float x = score_transform(s[mf][n][e]);
-                    if (partial && !mask.visible(i, j)) x = neg_inf();
-                    s[mf][n][e] = x;
+                for (int n = 0; n < kNTilesKV; ++n) {
+                    #pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                        float x = score_transform(s[mf][n][e]);
+                        if (!((bits[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u)) x = neg_inf();
+                        s[mf][n][e] = x;
+                    }
                 }
             }
         }
@@ -2186,16 +2242,30 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
 
             // -- score transform and mask
+            // Per row of this lane: in a partial tile, the keys it sees as bits, bit b of word b / 32 for
+            // key j0 + 2t + b (the lane's columns 2t, 2t + 1 of each 8 at constant shifts; keys past Lk
+            // are 0 bits); in a full tile all ones. The bit is the whole test: no branch in the loop.
+            // From the row's key range (Mask::row_bits).
+            constexpr int kMaskTileWords = (kBlockKV + 31) / 32;
             #pragma unroll
             for (int mf = 0; mf < kFrags; ++mf) {
                 #pragma unroll
-                for (int n = 0; n < kNTilesKV; ++n) {
+                for (int h = 0; h < 2; ++h) {
+                    unsigned bits[kMaskTileWords];
+                    if (partial) {
+                        mask.row_bits(qi[mf][h], j0 + 2 * t, bits);
+                    } else {
+                        #pragma unroll
+                        for (int w = 0; w < kMaskTileWords; ++w) bits[w] = ~0u;
+                    }
                     #pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2;
-                        float x = score_transform(s[mf][n][e]);
-                        if (partial && !mask.visible(i, j)) x = neg_inf();
-                        s[mf][n][e] = x;
+                    for (int n = 0; n < kNTilesKV; ++n) {
+                        #pragma unroll
+                        for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                            float x = score_transform(s[mf][n][e]);
+                            if (!((bits[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u)) x = neg_inf();
+                            s[mf][n][e] = x;
+                        }
                     }
                 }
             }

@@ -51,8 +51,25 @@ def build_block_mask(mask, tile_q: int, tile_kv: int, device: int) -> BlockMask:
         else:
             m = cupy.asarray(np.asarray(mask))
         kind, data, counts, tiles, live, partial = build_arrays(cupy, m, tile_q, tile_kv)
-    return BlockMask("cuda", kind, tuple(data.shape), tile_q, tile_kv, device, counts, tiles, data,
+        shape = tuple(data.shape)
+        if kind == "bool":
+            data = mask_words(cupy, data)
+    return BlockMask("cuda", kind, shape, tile_q, tile_kv, device, counts, tiles, data,
                      live_tiles=live, partial_tiles=partial)
+
+
+def mask_words(xp, data):
+    """A boolean mask (Bm, Hm, Lq, Lk) of 0 / 1 bytes as the CUDA kernels read it: 32 keys per
+    32-bit word (key j: bit j % 32 of word j / 32), each row padded with zero bits to
+    Wm = 4 * ceil(Lk / 128) + 4 words, so that a tile of up to 128 keys lies in the row's
+    16-byte-aligned 256-key window that starts at its 128-key chunk (the producer copies that
+    window; docs/cuda-variants.md)."""
+    lk = data.shape[-1]
+    words = 4 * (-(-lk // 128)) + 4
+    padded = xp.zeros(data.shape[:-1] + (words * 32,), dtype=xp.uint8)
+    padded[..., :lk] = data != 0
+    packed = xp.packbits(padded.reshape(-1), bitorder="little")  # rows of whole words: 4 bytes each
+    return xp.ascontiguousarray(packed.view(xp.uint32).reshape(data.shape[:-1] + (words,)))
 
 
 def mask_values(bm: BlockMask, device: int) -> dict:
@@ -60,14 +77,15 @@ def mask_values(bm: BlockMask, device: int) -> dict:
         raise LaunchError(f"mask= is a BlockMask built on GPU {bm.device}; this call runs on GPU {device}")
     bm_b, bm_h, lq, lk = bm.shape
     nq, nk = bm.n_qtiles, bm.n_kvtiles
+    row = int(bm.data.shape[-1])  # Wm words (boolean) or Lk floats (additive)
     return {
-        "mask_bool": bm.data if bm.kind == "bool" else None,
+        "mask_bits": bm.data if bm.kind == "bool" else None,
         "mask_add": bm.data if bm.kind == "additive" else None,
         "mask_counts": bm.counts,
         "mask_tiles": bm.tiles,
-        "mask_sb": bm_h * lq * lk if bm_b > 1 else 0,
-        "mask_sh": lq * lk if bm_h > 1 else 0,
-        "mask_sl": lk,
+        "mask_sb": bm_h * lq * row if bm_b > 1 else 0,
+        "mask_sh": lq * row if bm_h > 1 else 0,
+        "mask_sl": row,
         "list_sb": bm_h * nq if bm_b > 1 else 0,
         "list_sh": nq if bm_h > 1 else 0,
         "n_kvtiles": nk,
@@ -103,12 +121,15 @@ def varlen_launch(launch: Launch) -> bool:
     return launch.layout == "packed" or launch.kv_lens is not None or launch.len_new > 0
 
 
-def launches(plan, launch: Launch) -> list:
+def launches(plan, launch: Launch, mask_kind: str | None = None) -> list:
     """[(entry point name, its parameters, grid, block, shared bytes)] in launch order (the
-    launcher packs the parameters' values: attngen/backends/cuda/launcher.py)."""
+    launcher packs the parameters' values: attngen/backends/cuda/launcher.py). `mask_kind`: the
+    BlockMask's (bool | additive) of a custom mask; the producer kernel of a custom mask stages
+    boolean masks only, and an additive one takes its _varlen entry (docs/cuda-variants.md)."""
     sizes = launch.sizes(plan)
     out = []
-    first = plan.details.varlen if plan.details.varlen is not None and varlen_launch(launch) else None
+    alt = varlen_launch(launch) or (mask_kind == "additive" and plan.config.producer)
+    first = plan.details.varlen if plan.details.varlen is not None and alt else None
     main = (plan.entry, plan.params, plan.grid, plan.threads, plan.smem_bytes) if first is None else (
         first.entry, first.params, first.grid, first.threads, first.smem_bytes)
     for name, params, grid, threads, smem in [main] + [

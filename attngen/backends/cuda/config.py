@@ -38,24 +38,26 @@ CUDA_WGMMA_PAD = 64
 CUDA_WGMMA_ALIGN = 1024
 # The largest auto tile kv of the Hopper family per kind of mask (and softcap): the plain
 # overlapped loop holds S, P and acc at 255 registers with tile kv 128; a window's bounds or a
-# custom mask's pointers need a few more (ptxas reports, benchmarks/NOTES.md, issue 11).
+# custom mask's pointers need a few more (ptxas reports, benchmarks/NOTES.md, issue 11). Custom:
+# 80 also with the producer (its _varlen entry spills 16 bytes at 96; the producer entry was
+# level at 96: window 1024 as a custom mask 0.385 ms either way, benchmarks/probe_custom.py).
 CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 80, "softcap": 96}
-# Causal masks up to head dim 128 take their own tiles (tile q, tile kv) by head dim. Up to 64:
-# q64 kv64 (less of the diagonal tile computed and masked, two blocks per SM; H100 f16 causal,
-# benchmarks/NOTES.md: d64 L1024 219 vs 172 TFLOP/s for q128 kv128). Above 64: q128 kv96 with
-# the producer warpgroup (kv96 is the widest whose masked consumers do not spill at 216 registers;
-# H100 f16 causal, benchmarks/quick_causal.py at ac32f17, TFLOP/s at L 1k / 4k / 16k: d128 248 /
-# 366 / 432 vs q64 kv64 245 / 335 / 352 and FA2 237 / 302 / 312; d64 with it 181 / 262 / 314 vs
-# q64 kv64 221 / 284 / 310).
-CUDA_WGMMA_CAUSAL_TILES = ((64, (64, 64)), (128, (128, 96)))
+# Causal masks up to head dim 128 take their own tiles (tile q, tile kv) by head dim, both with
+# the producer warpgroup and persistent blocks. Up to 64: q128 kv128 (H100 f16 causal,
+# benchmarks/probe_persistent.py, 2026-11-25 with the bit-mask score loop, TFLOP/s at L 1k / 4k /
+# 16k: 250 / 326 / 359 vs 257 / 298 / 318 for the former q64 kv64 without a producer; FA2 214 /
+# 278 / 294, Flex 252 / 344 / 367). Above 64: q128 kv96 (kv96 is the widest whose masked
+# consumers do not spill at 216 registers; benchmarks/quick_causal.py at ac32f17: d128 248 / 366 /
+# 432 vs q64 kv64 245 / 335 / 352 and FA2 237 / 302 / 312).
+CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128)), (128, (128, 96)))
 # Up to this head dim the profile's tile q 128 pays only with the producer warpgroup (and its
-# persistent blocks); auto tiles that get no producer (softcap, custom masks, producer=off) keep
+# persistent blocks); auto tiles that get no producer (softcap, producer=off) keep
 # tile q 64 (H100 f16, benchmarks/probe_persistent.py: d64 full 352 / 395 TFLOP/s at L1k / 16k
 # with it vs 317 / 355 for q64; d64 softcap 30 at q128 without it 149 / 182 vs 173 / 192 for q64).
 CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY = 64
 # The widest tile kv at which the producer's masked consumers stay free of spills (ptxas -v, 216
 # registers): auto puts a producer in causal and window blocks only up to it (and window tiles
-# of q 128 take it as their auto tile kv).
+# of q 128 take it as their auto tile kv); causal blocks up to head dim 64 take it up to kv 128.
 CUDA_PRODUCER_MASKED_KV = 96
 # Warp specialisation of the Hopper family (`target cuda { producer=on }`, FlashAttention-3
 # section 3.1): one more warpgroup that only copies (Q once, then the K/V ring, signalling each
@@ -80,8 +82,14 @@ assert CUDA_PRODUCER_THREADS * CUDA_PRODUCER_REGS + 256 * CUDA_CONSUMER_REGS <= 
 # item's Q as soon as the consumers' last Q K^T is done and its K/V tiles into the same ring, so
 # the consumers go from one item to the next without the launch of a new block, the wait for its
 # Q and first tiles, or an idle multiprocessor at the end of each block. auto = on for the
-# producer kernels with head dims 64 or 128 (_persistent_auto) and no custom mask (its one
-# instantiation also serves packed launches).
+# producer kernels with head dims 64 or 128 (_persistent_auto); their packed launches take the
+# _varlen entry point (custom masks too: it keeps their tiles).
+# mask custom with the producer: a partial tile's words of a boolean mask (the 256 keys of the
+# two 128-key chunks a tile of up to 128 keys touches) are copied with its K and V into shared
+# memory, so the consumers read their bits there instead of waiting for global loads in the
+# softmax (H100, benchmarks/probe_custom.py). Rows of 12 words: 16-byte copies, and the 8 rows a
+# warp's lanes read fall in different banks.
+CUDA_MASK_STAGE_WORDS = 12
 CUDA_PERSISTENT_BLOCKS = "SM"  # blocks of a persistent grid (at most the work items: lower.grid)
 
 
@@ -247,6 +255,9 @@ def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, per
             ("sK", elem, stages, tile_kv, d_qk_pad, "K tiles, one per pipeline stage (128-byte swizzle)"),
             ("sV", elem, stages, tile_kv, d_v_pad, "V tiles, one per pipeline stage (128-byte swizzle)"),
         ]
+        if producer and spec.mask.is_custom:  # a boolean mask's words of each stage's partial tile
+            entries.append(("sMask", "u32", stages, tile_q, CUDA_MASK_STAGE_WORDS,
+                            "a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded)"))
         if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits;
             # persistent blocks: one more mbarrier (Q free), four item slots of 4 words, four redo
             # flags and two more mbarriers (the items' checks)
@@ -370,7 +381,8 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
     CUDA_PRODUCER_MASKED_KV (H100, benchmarks/NOTES.md: d128 L4096 full 429 -> 496 TFLOP/s, causal
     q128 kv96 366 vs the plain loop's 317 at kv128; window 1024 at L16384 286 vs 199 without it and
     170 for the former q128 kv112; d256 with its two stages of kv 64 445 -> 415; softcap 30 causal
-    292 either way; custom masks not measured with it)."""
+    292 either way; custom masks, q128 kv80: window 1024 0.385 ms vs 0.68 without it, the mask's
+    words staged with K and V, benchmarks/probe_custom.py)."""
     given = spec.options("cuda").get("producer")
     if given == "off":
         return False
@@ -383,8 +395,10 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
             raise Problem("producer=on needs 2 or more K/V stages (the copier fills one tile while the "
                           "consumers still read the previous one)", key="target.cuda", hint="use stages=2")
         return False
-    masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window")
-                                             and tile_kv <= CUDA_PRODUCER_MASKED_KV)
+    dmax = max(spec.head_dim_qk, spec.head_dim_v)
+    masked_kv = CUDA_PRODUCER_MASKED_KV if dmax > 64 or spec.mask.kind != "causal" else 128
+    masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window", "custom")
+                                             and tile_kv <= masked_kv)
     return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and max(spec.head_dim_qk, spec.head_dim_v) <= 128
                              and masked_ok and spec.softcap is None)
 
@@ -401,9 +415,6 @@ def _persistent_refusal(spec: AttentionSpec, producer: bool) -> str | None:
     """Why a Hopper-family configuration cannot run persistent blocks (None: it can)."""
     if not producer:
         return "persistent blocks belong to the producer warpgroup's kernels, and this plan has no producer"
-    if spec.mask.is_custom:
-        return ("mask custom: its one instantiation also serves packed sequences, whose row tiles are not known "
-                "before the launch")
     return None
 
 
@@ -423,6 +434,7 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                           hint=f"leave {opt} out, or build for cuda-sm90")
     if math == "wgmma":
         kv = rows = None
+        rows_auto_causal = False  # the causal tiles by head dim (CUDA_WGMMA_CAUSAL_TILES) were taken
         opts = spec.options("cuda")
         dmax = max(spec.head_dim_qk, spec.head_dim_v)
         row = profile.default_row(dmax, math)
@@ -436,18 +448,29 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
         if (spec.mask.kind == "causal" and dmax <= CUDA_WGMMA_CAUSAL_TILES[-1][0] and spec.tile.q is None
                 and spec.tile.kv is None and opts.get("warps") is None):
             tq, tkv = next(tile for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d)
+            rows_auto_causal = True
             rows, kv = (tq, tq // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages"))
         cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
-        if (dmax <= CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY and rows is None and spec.tile.q is None
+        if (dmax <= CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY and spec.tile.q is None
                 and opts.get("warps") is None and cfg.tile_q > CUDA_WGMMA_ROWS and not cfg.producer):
+            # tile q 128 pays only with the producer: without it (softcap, producer=off) q64, and
+            # causal blocks q64 kv64 (their former default)
             rows = (CUDA_WGMMA_ROWS, CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
+            if rows_auto_causal:
+                kv = (CUDA_WGMMA_ROWS, opts.get("stages"))
             cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
         if opts.get("persistent") == "on" and not cfg.persistent:
             why = _persistent_refusal(spec, cfg.producer)
             raise Problem(f"persistent=on: {why}", key="target.cuda",
-                          hint="leave persistent out" if spec.mask.is_custom else "add producer=on, or leave persistent out")
-        if spec.mask.is_custom:  # one general instantiation serves every launch
-            return cfg
+                          hint="add producer=on, or leave persistent out")
+        if spec.mask.is_custom:
+            if not cfg.producer:  # one general instantiation serves every launch
+                return cfg
+            # The producer kernel takes launches without per-sequence lengths; the _varlen entry
+            # keeps the same tiles (a BlockMask is classified for the kernel's tile q x tile kv)
+            # on the plain overlapped loop.
+            varlen = _cuda_fit(spec, profile, math, None, rows=(cfg.tile_q, cfg.warps), kv=(cfg.tile_kv, cfg.stages))
+            return replace(cfg, fast_path=True, varlen=varlen)
         # Launches with per-sequence lengths take the _varlen entry point: the same family with
         # a smaller tile kv (64, or 32 above head dim 128), so that the per-sequence state does
         # not spill registers (ptxas reports, benchmarks/NOTES.md).

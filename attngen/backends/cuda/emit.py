@@ -6,7 +6,7 @@ from ...plan import masks
 from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
 from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
-from .config import CUDA_CONSUMER_REGS, CUDA_PRODUCER_REGS
+from .config import CUDA_CONSUMER_REGS, CUDA_MASK_STAGE_WORDS, CUDA_PRODUCER_REGS
 from .lower import COMBINE_WARPS, fused_combine
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
@@ -72,6 +72,7 @@ def _variant_context(plan: KernelPlan) -> dict:
         general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=COMBINE_WARPS,
         producer_regs=CUDA_PRODUCER_REGS,
+        mask_stage_words=CUDA_MASK_STAGE_WORDS,
         consumer_regs=CUDA_CONSUMER_REGS,
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )
@@ -154,7 +155,8 @@ def render_manifest(plan: KernelPlan) -> dict:
         "Hq": "query heads", "Hkv": "KV heads", "G": "Hq / Hkv", "Dqk": plan.d_qk, "Dv": plan.d_v,
         "S": "KV splits (1 for fused)", "Tq": "rows of packed q", "Tk": "rows of packed k",
         "Lnew": "rows appended per sequence", "P": "pages", "Pmax": "block_table columns",
-        "Bm": "mask batch (1 or B)", "Hm": "mask heads (1 or Hq)", "Nq": f"ceil(Lq / {c.tile_q})",
+        "Bm": "mask batch (1 or B)", "Hm": "mask heads (1 or Hq)",
+        "Wm": "32-bit words per row of a boolean mask: 4 * ceil(Lk / 128) + 4", "Nq": f"ceil(Lq / {c.tile_q})",
         "Nk": f"ceil(Lk / {c.tile_kv})",
         "SM": "multiprocessors of the GPU (persistent blocks: one per multiprocessor)",
     }

@@ -109,8 +109,9 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
         ]
     if spec.mask.is_custom:
         ps += [
-            _p("mask_bool", "tensor", "u8", ("Bm", "Hm", "Lq", "Lk"), optional=True,
-               doc="boolean mask, 1 = attend (BlockMask.data); null for an additive mask"),
+            _p("mask_bits", "tensor", "u32", ("Bm", "Hm", "Lq", "Wm"), optional=True,
+               doc="boolean mask, bit j % 32 of word j / 32 of a row = key j is seen (BlockMask.data); "
+                   "null for an additive mask"),
             _p("mask_add", "tensor", "f32", ("Bm", "Hm", "Lq", "Lk"), optional=True,
                doc="additive mask (-inf = masked); null for a boolean mask"),
             _p("mask_counts", "tensor", _I32, ("Bm", "Hm", "Nq"), doc="live kv tiles per q tile (BlockMask.counts)"),
@@ -118,7 +119,7 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
                doc="live kv tiles per q tile, ascending, as kv_tile * 2 + partial (BlockMask.tiles)"),
             _p("mask_sb", "scalar", _I64, doc="stride of the mask along the batch (0 when Bm = 1)"),
             _p("mask_sh", "scalar", _I64, doc="stride of the mask along the heads (0 when Hm = 1)"),
-            _p("mask_sl", "scalar", _I64, doc="stride of the mask along its rows (its Lk)"),
+            _p("mask_sl", "scalar", _I64, doc="stride of the mask along its rows (Wm words, or Lk floats)"),
             _p("list_sb", "scalar", _I32, doc="stride of mask_counts along the batch (Hm * Nq; 0 when Bm = 1)"),
             _p("list_sh", "scalar", _I32, doc="stride of mask_counts along the heads (Nq; 0 when Hm = 1)"),
             _p("n_kvtiles", "scalar", _I32, doc="Nk, the row length of mask_tiles"),

@@ -470,11 +470,12 @@ class CudaKernel(Kernel):
         layout, ws_bytes = workspace_layout(shapes)
         if "ws_s" in shapes:
             values["s_stride"] = max(launch.len_k, 1)
-        slots = frozenset(list(named) + list(given) + ["out", "lse", "mask_bool", "mask_add", "mask_counts",
+        slots = frozenset(list(named) + list(given) + ["out", "lse", "mask_bits", "mask_add", "mask_counts",
                                                        "mask_tiles"] + list(shapes) + list(persistent))
         launches = [] if launch.empty else [
             Packed(self._function(dev, entry), grid, threads, smem, params, values, slots)
-            for entry, params, grid, threads, smem in cuda_args.launches(self.plan, launch)]
+            for entry, params, grid, threads, smem in cuda_args.launches(self.plan, launch,
+                                                                         bm.kind if bm is not None else None)]
         # where each input lies relative to its address: a given out= must not overlap any of them
         extents = {name: tuple(e - t.ptr for e in _extent(t)) for name, t in named.items()}
         kind = named["q"].kind
@@ -604,7 +605,7 @@ def _one_gpu(cupy) -> bool:
 
 
 def _mask_ptrs(bm: BlockMask) -> dict:
-    return {"mask_bool": bm.data.data.ptr if bm.kind == "bool" else 0,
+    return {"mask_bits": bm.data.data.ptr if bm.kind == "bool" else 0,
             "mask_add": bm.data.data.ptr if bm.kind == "additive" else 0,
             "mask_counts": bm.counts.data.ptr, "mask_tiles": bm.tiles.data.ptr}
 
