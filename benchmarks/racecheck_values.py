@@ -3,9 +3,10 @@ clean_values is shared by every warp of a block; templates/cuda/nonfinite.j2).
 
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 benchmarks/racecheck_values.py
 
-Causal kernels of both families (wgmma for d64 f16 on sm_90a, mma.sync for f32 accumulators'
-neighbours), V with inf / NaN on keys that the rows of a diagonal tile see only in part; the
-results are compared with the float64 reference (NaN exactly where a row sees a bad key)."""
+Causal, window and custom-mask kernels of the Hopper family on sm_90a (the producer warpgroup's
+persistent blocks: its K/V ring, a custom mask's words staged beside K and V, the redone items),
+V with inf / NaN on keys that the rows of a diagonal tile see only in part; the results are
+compared with the float64 reference (NaN exactly where a row sees a bad key)."""
 
 from __future__ import annotations
 
@@ -20,17 +21,24 @@ from attngen.reference import reference, relative_error, tolerance
 
 def main() -> int:
     ok = True
-    for body in ("head_dim 64\n dtype f16\n mask causal", "head_dim 64\n dtype bf16\n mask window(left=40)"):
+    n = 300
+    i = np.arange(n)
+    window = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - 100)  # a band, as a custom mask
+    for body in ("head_dim 64\n dtype f16\n mask causal", "head_dim 64\n dtype bf16\n mask window(left=40)",
+                 "head_dim 128\n dtype f16\n mask custom"):
         spec = attngen.parse("attention r {\n" + body + "\n}")[0]
         kern = attngen.compile(spec, target="cuda")
         rng = np.random.default_rng(0)
-        q, k, v = (rng.standard_normal((1, 150, 4, 64)).astype(np.float32) for _ in range(3))
+        d = spec.head_dim_qk
+        q, k, v = (rng.standard_normal((1, n, 4, d)).astype(np.float32) for _ in range(3))
         v[0, 70, 1, 5] = np.inf
         v[0, 133, 2, 9] = np.nan
+        v[0, 250, 3, 1] = np.inf
         dt = torch.bfloat16 if "bf16" in body else torch.float16
-        out = kern(*(torch.from_numpy(a).cuda().to(dt) for a in (q, k, v)))
+        extra = {"mask": torch.from_numpy(window).cuda()} if "custom" in body else {}
+        out = kern(*(torch.from_numpy(a).cuda().to(dt) for a in (q, k, v)), **extra)
         got = out.float().cpu().numpy()
-        ref = reference(spec, q, k, v)
+        ref = reference(spec, q, k, v, **({"mask": window} if extra else {}))
         # the contract (docs): a row that sees a non-finite value is non-finite, every other row
         # is finite and within tolerance
         rows_ref, rows_got = np.isfinite(ref).all(-1), np.isfinite(got).all(-1)

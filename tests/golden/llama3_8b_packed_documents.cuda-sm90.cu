@@ -1057,7 +1057,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, ptid);
                 const bool partial = (cmask.tiles[tile_first + it] & 1) != 0 || j0 + kBlockKV > seq.len_k;
                 // a partial tile's words of a boolean mask, for the consumers' softmax (section custom mask)
-                if (partial && cmask.bits != nullptr) cmask.copy_words(sMask + stage * kBlockQ * kMaskStride, qrow0, qrow_end - qrow0, j0, ptid);
+                const bool words = partial && cmask.bits != nullptr;
+                if (words) cmask.copy_words(sMask + stage * kBlockQ * kMaskStride, qrow0, qrow_end - qrow0, j0, ptid);
                 if (partial && clean) {
                     // -- clean V of a partial tile (section non-finite values) once it has landed
                     cp_async_commit();  // (wait_group waits for committed groups only)
@@ -1065,6 +1066,14 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     named_sync(1, kCopyThreads);  // every copy of the producer warpgroup has landed
                     clean_values_copier<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
                     fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
+                    mbar_arrive(&bar_full[stage]);
+                    continue;
+                }
+                if (words) {
+                    // the consumers read the words with ordinary loads: this thread's copies are waited
+                    // for and published with an ordinary arrive (release), as the cleaning above does
+                    cp_async_commit();
+                    cp_async_wait<0>();
                     mbar_arrive(&bar_full[stage]);
                     continue;
                 }
