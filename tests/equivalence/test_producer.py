@@ -189,3 +189,17 @@ def test_the_same_function_as_the_plain_loop():
         spec = spec_of(f"head_dim 128\n dtype f16\n mask causal\n tile q=128 kv=128\n target cuda {{ producer={mode} }}")
         outs.append(_np(kernel_for(spec, "cuda")(*to_device("cuda", spec.dtype, q, k, v))).astype(np.float32))
     assert np.abs(outs[0] - outs[1]).max() <= 2e-3
+
+
+@pytest.mark.parametrize("window", ["window(left=1073741824, right=1073741824)", "window(left=5, right=1073741824)",
+                                    "window(left=1073741824, right=3)", "window(left=0, right=0)"])
+@pytest.mark.parametrize("lq, lk", [(300, 413), (413, 300)])
+def test_windows_at_the_int_limits(window, lq, lk):
+    """The Hopper family's partial tiles test each score against a row's visible keys as bits
+    (Mask::row_bits): windows of 2^30 keys on either side (the bounds are clamped before the
+    window is added, so nothing overflows int) and of none, with Lq above and below Lk."""
+    require("cuda")
+    spec = spec_of(f"head_dim 128\n heads q=2 kv=2\n dtype f16\n mask {window}")
+    rng = np.random.default_rng(lq + len(window))
+    q, k, v = _rand(rng, 2, lq, 2, 128), _rand(rng, 2, lk, 2, 128), _rand(rng, 2, lk, 2, 128)
+    check(spec, "cuda", q, k, v)
