@@ -76,6 +76,8 @@ def test_registers_setmaxnreg_may_move():
     ("head_dim 128\n dtype f16\n schedule split_kv(2)\n target cuda { producer=on }", "cuda-sm90", "split"),
     ("head_dim 128\n dtype f16\n target cuda { producer=on stages=1 }", "cuda-sm90", "2 or more K/V stages"),
     ("head_dim 64\n dtype f16\n tile q=192 kv=64\n target cuda { producer=on }", "cuda-sm90", "tile q=192"),
+    ("head_dim 64\n dtype f16\n mask custom\n tile q=128 kv=192\n target cuda { producer=on }", "cuda-sm90",
+     "up to 128 keys"),
 ])
 def test_producer_on_refused_with_the_reason(body, profile, words):
     with pytest.raises(SpecError) as e:

@@ -395,6 +395,10 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
             raise Problem("producer=on needs 2 or more K/V stages (the copier fills one tile while the "
                           "consumers still read the previous one)", key="target.cuda", hint="use stages=2")
         return False
+    if spec.mask.is_custom and tile_kv > 128 and given == "on":
+        raise Problem(f"producer=on with mask custom and tile kv={tile_kv}: the producer stages a partial tile's "
+                      "mask words for up to 128 keys (two 128-key chunks of a row)", key="target.cuda",
+                      hint="use tile kv=128 or less, or leave producer out")
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
     masked_kv = CUDA_PRODUCER_MASKED_KV if dmax > 64 or spec.mask.kind != "causal" else 128
     masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window", "custom")
