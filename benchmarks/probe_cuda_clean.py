@@ -23,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import attngen
-from attngen.backends.cuda import emit, nvrtc
+from probe_persistent import compile_with  # noqa: E402  (benchmarks/probe_persistent.py)
 
 REWRITES = {
     "nomark": [("if (partial) mark_bad_rows(row_bad, s, bad, t);", "")],
@@ -37,8 +37,6 @@ def main():
     ap.add_argument("--lengths", default="1024,4096")
     ap.add_argument("--rewrites", action="store_true")
     args = ap.parse_args()
-    original = emit.masks.hides_loaded_keys
-    compile_cubin = nvrtc.compile_cubin
     for d in (int(x) for x in args.dims.split(",")):
         for L in (int(x) for x in args.lengths.split(",")):
             B, H = 16384 // L, 2048 // d
@@ -53,26 +51,13 @@ def main():
             variants = [("default", True, None), ("no cleaning", False, None)]
             variants += [(r, True, r) for r in REWRITES] if args.rewrites else []
             for label, clean, rewrite in variants + [("default again", True, None)]:
-                emit.masks.hides_loaded_keys = original if clean else (lambda m: False)
-                if rewrite:
-                    def patched(source, *a, _r=rewrite, **k):
-                        for old, new in REWRITES[_r]:
-                            if old not in source:
-                                print(f"  ({_r}: nothing to rewrite)")
-                            source = source.replace(old, new)
-                        return compile_cubin(source, *a, **k)
-                    nvrtc.compile_cubin = patched
-                try:
-                    name = f"probe_{rewrite}" if rewrite else ("probe_clean" if clean else "probe_noclean")
-                    spec = attngen.parse(f"attention {name} {{\n head_dim {d}\n dtype f16\n mask causal\n}}\n")[0]
-                    kern = attngen.compile(spec, target="cuda")
-                    out = kern(q, k, v)
-                    err = float((out.float() - ref.float()).norm() / ref.float().norm())
-                    ms = do_bench(lambda: kern(q, k, v), warmup=25, rep=100, return_mode="median")
-                    cells.append(f"{label} {flops / ms / 1e9:5.0f} ({err:.0e})")
-                finally:
-                    emit.masks.hides_loaded_keys = original
-                    nvrtc.compile_cubin = compile_cubin
+                name = f"probe_{rewrite}" if rewrite else ("probe_clean" if clean else "probe_noclean")
+                spec = attngen.parse(f"attention {name} {{\n head_dim {d}\n dtype f16\n mask causal\n}}\n")[0]
+                kern = compile_with(spec, REWRITES.get(rewrite, []), clean=clean, strict=False)
+                out = kern(q, k, v)
+                err = float((out.float() - ref.float()).norm() / ref.float().norm())
+                ms = do_bench(lambda: kern(q, k, v), warmup=25, rep=100, return_mode="median")
+                cells.append(f"{label} {flops / ms / 1e9:5.0f} ({err:.0e})")
             print(f"d{d} L{L} causal TFLOP/s | " + " | ".join(cells), flush=True)
 
 

@@ -22,9 +22,10 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import attngen  # noqa: E402
+from probe_persistent import compile_with  # noqa: E402  (benchmarks/probe_persistent.py)
+from variants import MASK_WINDOW, mask_cases  # noqa: E402  (benchmarks/variants.py: the masks section)
 
-L, H, D, WINDOW = 16384, 16, 128, 1024
-DOC_LENGTHS = [1024, 3072, 512, 2560, 2048, 4096, 1536, 1536]
+L, H, D, WINDOW = 16384, 16, 128, MASK_WINDOW
 DEFAULT_VARIANTS = ("default=;plain=target cuda { producer=off };"
                     "nopersist=target cuda { persistent=off };kv64=tile q=128 kv=64")
 
@@ -33,39 +34,26 @@ def _ms(fn) -> float:
     return do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
-# Variants whose name contains keys here get their generated source rewritten (timing only:
-# `computed` evaluates the window in registers instead of reading the mask, right only for the
-# window case; `nomask` applies no mask inside partial tiles, a wrong kernel).
+# Variants whose name contains keys here get the producer entry's generated source rewritten
+# (timing probes, not kernels to keep): `nocopy` leaves a partial tile's mask words uncopied (the
+# consumers read stale words: wrong), `unread` computes the window in registers instead of
+# testing the words' bits (right for the window case only), `nobits` applies no mask inside
+# partial tiles (wrong), `noahead` reads each tile's list entry when it is used instead of one
+# iteration ahead.
+BIT_TEST = "if (!((bits[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u)) x = neg_inf();"
 REWRITES = {
-    "computed": [("cmask.apply(x, i, j)", f"((j <= i && j > i - {WINDOW}) ? x : neg_inf())")],
-    "nomask": [("cmask.apply(x, i, j)", "x")],
-    # the producer kernel's staged mask words: not copied (the consumers read stale words: a wrong
-    # kernel), or copied but not read (the window computed instead: right for the window only)
-    "nocopy": [("if (partial && cmask.bits != nullptr) cmask.copy_words(", "if (false) cmask.copy_words(")],
-    "unread": [("if (!((mrow[mf][e / 2][n / 4] >> ((n % 4) * 8 + e % 2)) & 1u)) x = neg_inf();",
-                "{ const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2; "
-                f"if (!(j <= i && j > i - {WINDOW} && i < seq.len_q)) x = neg_inf(); }}")],
+    "nocopy": [("if (words) cmask.copy_words(", "if (false) cmask.copy_words(")],
+    "unread": [(BIT_TEST, "{ const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2; "
+                          f"if (!(j <= i && j > i - {WINDOW} && i < seq.len_q)) x = neg_inf(); }}")],
+    "nobits": [(BIT_TEST, "")],
     "noahead": [("const int entry = entry_next;", "const int entry = cmask.tiles[tile_first + it];")],
-    "nobits": [("if (!((mrow[mf][e / 2][n / 4] >> ((n % 4) * 8 + e % 2)) & 1u)) x = neg_inf();", "")],
 }
 
 
 def _compile(name: str, body: str):
-    from attngen.backends.cuda import nvrtc
     text = f"attention {name} {{\n head_dim {D}\n heads q={H} kv={H}\n dtype f16\n {body}\n}}"
-    rewrite = [pair for key, r in REWRITES.items() if key in name[len("custom_"):] for pair in r]
-    compile_cubin = nvrtc.compile_cubin
-    if rewrite:
-        def patched(source, *a, **k):
-            for old, new in rewrite:
-                assert old in source, old
-                source = source.replace(old, new)
-            return compile_cubin(source, *a, **k)
-        nvrtc.compile_cubin = patched
-    try:
-        return attngen.compile(attngen.parse(text)[0], target="cuda")
-    finally:
-        nvrtc.compile_cubin = compile_cubin
+    pairs = [pair for key, r in REWRITES.items() if key in name[len("custom_"):] for pair in r]
+    return compile_with(attngen.parse(text)[0], pairs)
 
 
 def _rel(a, b) -> float:
@@ -81,12 +69,7 @@ def main() -> None:
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn((1, L, H, D), device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    i = torch.arange(L, device="cuda")
-    doc = torch.repeat_interleave(torch.arange(len(DOC_LENGTHS), device="cuda"), torch.tensor(DOC_LENGTHS, device="cuda"))
-    masks = {"window 1024": (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - WINDOW),
-             "document-causal": (doc[:, None] == doc[None, :]) & (i[None, :] <= i[:, None])}
-    mods = {"window 1024": lambda b, h, qi, kj: (kj <= qi) & (kj > qi - WINDOW),
-            "document-causal": lambda b, h, qi, kj: (doc[qi] == doc[kj]) & (kj <= qi)}
+    masks, mods = mask_cases(L)
     variants = []
     for item in args.variants.split(";"):
         name, _, extra = item.partition("=")

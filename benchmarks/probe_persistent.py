@@ -37,23 +37,34 @@ REWRITES = {
 }
 
 
-def compile_rewritten(spec, name):
-    """attngen.compile of `spec` with REWRITES[name] made to its source (nvrtc patched meanwhile)."""
+def compile_with(spec, pairs, clean=True, strict=True):
+    """attngen.compile of `spec` with each (old, new) of `pairs` replaced in its generated source
+    (a timing probe: NVRTC is patched meanwhile; a pair whose text is missing stops the probe, or
+    with strict=False is reported and skipped); clean=False also drops the cleaning of hidden
+    keys' values. The probes' shared helper
+    (probe_custom.py, probe_cuda_clean.py); give the spec a name of its own (its cache entry)."""
     compile_cubin, hides = nvrtc.compile_cubin, emit.masks.hides_loaded_keys
 
     def patched(source, *a, **k):
-        for old, new in REWRITES[name]:
+        for old, new in pairs:
             if old not in source:
-                raise SystemExit(f"rewrite {name}: nothing to rewrite")
+                if strict:
+                    raise SystemExit(f"{spec.name}: nothing to rewrite for {old[:60]!r}")
+                print(f"  ({spec.name}: nothing to rewrite for {old[:60]!r})")
             source = source.replace(old, new)
         return compile_cubin(source, *a, **k)
     nvrtc.compile_cubin = patched
-    if name == "noclean":
+    if not clean:
         emit.masks.hides_loaded_keys = lambda m: False
     try:
         return attngen.compile(spec, target="cuda")
     finally:
         nvrtc.compile_cubin, emit.masks.hides_loaded_keys = compile_cubin, hides
+
+
+def compile_rewritten(spec, name):
+    """attngen.compile of `spec` with REWRITES[name] made to its source."""
+    return compile_with(spec, REWRITES[name], clean=name != "noclean")
 
 
 def flex_time(q, k, v, causal):

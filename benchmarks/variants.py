@@ -59,17 +59,16 @@ def _try(fn):
 # ---- masks -------------------------------------------------------------------------------------
 
 DOC_LENGTHS = [1024, 3072, 512, 2560, 2048, 4096, 1536, 1536]  # 8 documents, 16384 tokens
+MASK_WINDOW = 1024
 
 
-def mask_section(rows):
-    L, H, D = 16384, 16, 128
-    g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn((1, L, H, D), device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
-    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+def mask_cases(L: int = 16384):
+    """The masks section's two custom masks over L tokens: {name: dense bool mask on the GPU}
+    and {name: FlexAttention mask_mod} (also benchmarks/probe_custom.py)."""
     i = torch.arange(L, device="cuda")
     doc = torch.repeat_interleave(torch.arange(len(DOC_LENGTHS), device="cuda"),
                                   torch.tensor(DOC_LENGTHS, device="cuda"))
-    window = 1024
+    window = MASK_WINDOW
     masks = {
         "window 1024": (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window),
         "document-causal": (doc[:, None] == doc[None, :]) & (i[None, :] <= i[:, None]),
@@ -78,6 +77,16 @@ def mask_section(rows):
         "window 1024": lambda b, h, qi, kj: (kj <= qi) & (kj > qi - window),
         "document-causal": lambda b, h, qi, kj: (doc[qi] == doc[kj]) & (kj <= qi),
     }
+    return masks, mask_mods
+
+
+def mask_section(rows):
+    L, H, D = 16384, 16, 128
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn((1, L, H, D), device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    window = MASK_WINDOW
+    masks, mask_mods = mask_cases(L)
     dense_k = attngen.compile(spec("dense", f"head_dim {D}\n dtype f16\n mask none"), target="cuda")
     dense_ms = bench_ms(lambda: dense_k(q, k, v))
     full_flops = 4.0 * H * L * L * D

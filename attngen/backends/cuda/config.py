@@ -403,8 +403,7 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
     masked_kv = CUDA_PRODUCER_MASKED_KV if dmax > 64 or spec.mask.kind != "causal" else 128
     masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window", "custom")
                                              and tile_kv <= masked_kv)
-    return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and max(spec.head_dim_qk, spec.head_dim_v) <= 128
-                             and masked_ok and spec.softcap is None)
+    return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and dmax <= 128 and masked_ok and spec.softcap is None)
 
 
 def _persistent_auto(spec: AttentionSpec) -> bool:
@@ -438,7 +437,6 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                           hint=f"leave {opt} out, or build for cuda-sm90")
     if math == "wgmma":
         kv = rows = None
-        rows_auto_causal = False  # the causal tiles by head dim (CUDA_WGMMA_CAUSAL_TILES) were taken
         opts = spec.options("cuda")
         dmax = max(spec.head_dim_qk, spec.head_dim_v)
         row = profile.default_row(dmax, math)
@@ -452,16 +450,15 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
         if (spec.mask.kind == "causal" and dmax <= CUDA_WGMMA_CAUSAL_TILES[-1][0] and spec.tile.q is None
                 and spec.tile.kv is None and opts.get("warps") is None):
             tq, tkv = next(tile for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d)
-            rows_auto_causal = True
             rows, kv = (tq, tq // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages"))
         cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
         if (dmax <= CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY and spec.tile.q is None
                 and opts.get("warps") is None and cfg.tile_q > CUDA_WGMMA_ROWS and not cfg.producer):
             # tile q 128 pays only with the producer: without it (softcap, producer=off) q64, and
-            # causal blocks q64 kv64 (their former default)
-            rows = (CUDA_WGMMA_ROWS, CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
-            if rows_auto_causal:
+            # the causal tiles by head dim (rows set above) q64 kv64, their former default
+            if rows is not None:
                 kv = (CUDA_WGMMA_ROWS, opts.get("stages"))
+            rows = (CUDA_WGMMA_ROWS, CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
             cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
         if opts.get("persistent") == "on" and not cfg.persistent:
             why = _persistent_refusal(spec, cfg.producer)
