@@ -653,11 +653,15 @@ struct CustomMask {
 
     // The producer's copy of a partial tile's words: rows row0 .. row0 + rows - 1 of the mask
     // (query rows of the sequence), the 8 words from key j0's 128-key chunk on, two 16-byte
-    // copies per row (rows are padded to Wm words, so the window never leaves them).
+    // loads and stores per row (rows are padded to Wm words, so the window never leaves them).
+    // Ordinary loads and stores, not cp.async: the consumers read the words with ordinary loads
+    // after the producer's release arrive on bar_full, an order that compute-sanitizer's racecheck
+    // follows (it reported the cp.async copies of this path as hazards; their cost was the same).
     __device__ __forceinline__ void copy_words(unsigned* words, int row0, int rows, int j0, int ptid) const {
         const unsigned* src = bits + row0 * row_stride + (j0 >> 7) * 4;
         for (int c = ptid; c < 2 * rows; c += kCopyThreads) {
-            cp_async_16(words + (c >> 1) * kMaskStride + (c & 1) * 4, src + (c >> 1) * row_stride + (c & 1) * 4, true);
+            *reinterpret_cast<uint4*>(words + (c >> 1) * kMaskStride + (c & 1) * 4) =
+                __ldg(reinterpret_cast<const uint4*>(src + (c >> 1) * row_stride + (c & 1) * 4));
         }
     }
 };
@@ -1070,8 +1074,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     continue;
                 }
                 if (words) {
-                    // the consumers read the words with ordinary loads: this thread's copies are waited
-                    // for and published with an ordinary arrive (release), as the cleaning above does
+                    // the consumers read the words with ordinary loads: this thread's K/V copies are
+                    // waited for, and they and its stores of the words published with an ordinary
+                    // arrive (release), as the cleaning above does
                     cp_async_commit();
                     cp_async_wait<0>();
                     mbar_arrive(&bar_full[stage]);
