@@ -14,22 +14,25 @@
 //       tile       q=auto kv=auto d=auto
 //       schedule   fused
 //       kv_cache   contiguous
-//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto persistent=auto }
+//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto persistent=auto tma=auto }
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=128 kv=80, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n80k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
+// Plan: tile q=128 kv=80, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n80k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (K and V by the tensor copy engine, mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
 // Scale 0.08838834764831843; mask custom: a boolean or additive mask given at run time, applied per tile from a BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.
-// Shared memory: 175312 bytes (each buffer 16-byte aligned):
+// Shared memory: 175328 bytes (each buffer 16-byte aligned):
 //   sQ    at      0: 128 x 128 f16 (the block's rows of Q (128-byte swizzle))
 //   sK    at  32768: 3 x 80 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
 //   sV    at  94208: 3 x 80 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
 //   sMask at 155648: 3 x 128 x 12 u32 (a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded))
-//   sSync at 174080: 1 x 49 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
+//   sSync at 174080: 1 x 56 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
 // Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=128 kv=80 (156672 bytes of shared memory).
 // Grid: (min(SM, ceil(Lq / 128) * Hq * B), 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_packed_documents; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
+// A tensor map of the tensor copy engine (CUtensorMap of the driver's cuda.h, which NVRTC has not):
+// 128 opaque bytes, built on the host (cuTensorMapEncodeTiled) and passed by value.
+struct alignas(64) TensorMap { unsigned long long opaque[16]; };
 // ---- section: types -----------------------------------------------------------------
 // Storage is IEEE binary16 (f16), held as raw 16-bit words: the kernel does no f16
 // arithmetic in C++; conversions are single PTX instructions and the products run on
@@ -91,7 +94,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 384;    // kWarps * 32 consumer threads + kCopyThreads
 constexpr int kCopyThreads = 128;  // the producer warpgroup: the threads that copy tiles
 constexpr int kConsumerGroups = kWarps / 4;
-constexpr int kProducerRegs = 72, kConsumerRegs = 216;
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 // setmaxnreg moves registers within what the launch gave the block (65536 / kThreads per thread,
 // a multiple of 8): asking for more would wait forever. One consumer warpgroup moves none.
 static_assert(kConsumerGroups == 1 || kProducerRegs * kCopyThreads + kConsumerRegs * kWarps * 32 <=
@@ -106,13 +109,16 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (175312 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (175328 bytes)
 constexpr int kOffsetK = 32768;
 constexpr int kOffsetV = 94208;
-constexpr int kOffsetSync = 174080;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits
+constexpr int kOffsetSync = 174080;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits and land[kStages]
+// K and V tiles come by the tensor copy engine (TMA): the bytes one tile's copies write, zero-filled
+// keys past Lk and columns past the head dims included.
+constexpr unsigned kTileBytes = kBlockKV * (kHeadDimQKPad + kHeadDimVPad) * 2;
 constexpr int kOffsetMask = 155648;  // [kStages][kBlockQ][kMaskStride] words of a boolean mask
 constexpr int kMaskStride = 12;
-constexpr int kSmemBytes = 175312;
+constexpr int kSmemBytes = 175328;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -169,6 +175,41 @@ __device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
 // of the count given at init).
 __device__ __forceinline__ void mbar_arrive_copies(unsigned long long* bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+
+// ---- the tensor copy engine (TMA): the K and V tiles of the producer warpgroup (c.tma) ----
+// A tile is one copy per 64-column block of a 4-d tensor map over K or V (dims: head-dim columns,
+// KV heads, keys, batch; box 64 x 1 x kBlockKV x 1, 128-byte swizzle), built on the host by
+// cuTensorMapEncodeTiled (attngen/backends/cuda/tensor_maps.py) and passed by value as a
+// __grid_constant__ parameter. The engine writes the block exactly in the layout of swizzled<>
+// above and zero-fills keys past Lk and columns past the head dim; each copy completes its bytes
+// on an mbarrier, whose phase also waits for the bytes it was told to expect.
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// `count` arrivals at once (one thread standing for several).
+__device__ __forceinline__ void mbar_arrive_count(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// Rows j0 .. j0 + kBlockKV - 1 of KV head `head` of sequence `batch`, kCols (padded) columns, into
+// the swizzled tile at `dst`, completing on `bar`.
+template <int kCols>
+__device__ __forceinline__ void tma_tile(elem_t* dst, const TensorMap& map, int head, int j0, int batch,
+                                         unsigned long long* bar) {
+    static_assert(kCols % 64 == 0, "whole 64-column blocks");
+    #pragma unroll
+    for (int blk = 0; blk < kCols / 64; ++blk) {
+        asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     " [%0], [%1, { %2, %3, %4, %5 }], [%6];\n"
+                     :: "r"(smem_addr(dst + blk * kBlockKV * 64)), "l"(&map), "r"(blk * 64), "r"(head), "r"(j0),
+                        "r"(batch), "r"(smem_addr(bar)) : "memory");
+    }
 }
 
 // Wait until the phase of parity `parity` has completed.
@@ -888,7 +929,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           int list_sh,
                                           int n_kvtiles,
                                           int batch_size,
-                                          unsigned* __restrict__ work_counter) {
+                                          unsigned* __restrict__ work_counter,
+                                          const TensorMap& tmap_k,
+                                          const TensorMap& tmap_v) {
     // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
     // (the launch asks for 1024 bytes more than the buffers take).
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -929,6 +972,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     int* redo = reinterpret_cast<int*>(item_slot + kItemSlots);  // [kItemSlots]: the item's result was not finite
     unsigned long long* bar_done = reinterpret_cast<unsigned long long*>(redo + kItemSlots);  // [2]: item n's check, n % 2
     unsigned* bad_keys = reinterpret_cast<unsigned*>(bar_empty + kStages + 1 + 2 * kItemSlots + kItemSlots / 2 + 2);  // [kStages][kKeyWords]
+    // [kStages]: K and V of a tile the producer cleans have landed (the tensor copy engine)
+    unsigned long long* bar_land = reinterpret_cast<unsigned long long*>(bad_keys + (kStages * kKeyWords + 1) / 2 * 2);
     if (tid == 0) {
         mbar_init(bar_q, kCopyThreads + 1);  // the copies of Q, and the producer's first thread with item_slot
         mbar_init(bar_qfree, kWarps);
@@ -938,7 +983,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         item_slot[0] = work_item(blockIdx.x, len_q, heads_q, group, batch_size);  // the block's first
         #pragma unroll
         for (int st = 0; st < kStages; ++st) {
-            mbar_init(&bar_full[st], kCopyThreads);
+            mbar_init(&bar_full[st], kCopyThreads / 32);  // one arrival per producer warp (and the copies' bytes)
+            mbar_init(&bar_land[st], 1);
             mbar_init(&bar_empty[st], kWarps);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -954,6 +1000,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));
         const int ptid = tid - kWarps * 32;
         int ring = 0;  // K/V tiles of the block's earlier items
+        unsigned land = 0u;  // bit s: the parity of bar_land[s]'s next phase
         bool drained = false;  // this block's fetch found no item left (it fetches no more)
         // The producer's first thread picks the block's next item: the next one from work_counter
         // (x = -1: none left), or item `prev` of the block again, cleaned, if its consumers found a result
@@ -1057,32 +1104,39 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 const int stage = (ring + it) % kStages;
                 mbar_wait(&bar_empty[stage], (((ring + it) / kStages) & 1) ^ 1);  // the tile kStages back is released
                 const int j0 = kv_tile(it) * kBlockKV;
-                load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, ptid);
-                load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, ptid);
                 const bool partial = (cmask.tiles[tile_first + it] & 1) != 0 || j0 + kBlockKV > seq.len_k;
+                const bool cleans = partial && clean;  // V is cleaned before the consumers see it
+                const bool words = partial && cmask.bits != nullptr;  // a boolean mask's words go with the tile
+                // -- K and V by the tensor copy engine: the first thread tells the barrier the bytes to
+                // expect and issues one copy per 64-column block. bar_full counts one arrival per
+                // producer warp: for a plain tile the first thread makes them all; a tile the producer
+                // still works on (its V cleaned, its mask words staged) gets each warp's once the warp's
+                // own writes are done, so that each arrival releases what its warp wrote (and its V
+                // lands on bar_land first when it is cleaned).
+                if (ptid == 0) {
+                    unsigned long long* bar = cleans ? &bar_land[stage] : &bar_full[stage];
+                    if (cleans) {
+                        mbar_arrive_expect_tx(bar, kTileBytes);
+                    } else {
+                        mbar_expect_tx(bar, kTileBytes);
+                    }
+                    tma_tile<kHeadDimQKPad>(sK + stage * kBlockKV * kStrideK, tmap_k, kv_head, j0, batch, bar);
+                    tma_tile<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, tmap_v, kv_head, j0, batch, bar);
+                    if (!(cleans || words)) mbar_arrive_count(&bar_full[stage], kCopyThreads / 32);
+                }
                 // a partial tile's words of a boolean mask, for the consumers' softmax (section custom mask)
-                const bool words = partial && cmask.bits != nullptr;
                 if (words) cmask.copy_words(sMask + stage * kBlockQ * kMaskStride, qrow0, qrow_end - qrow0, j0, ptid);
-                if (partial && clean) {
+                if (cleans) {
                     // -- clean V of a partial tile (section non-finite values) once it has landed
-                    cp_async_commit();  // (wait_group waits for committed groups only)
-                    cp_async_wait<0>();
-                    named_sync(1, kCopyThreads);  // every copy of the producer warpgroup has landed
+                    mbar_wait(&bar_land[stage], (land >> stage) & 1u);
+                    land ^= 1u << stage;
                     clean_values_copier<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
                     fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
-                    mbar_arrive(&bar_full[stage]);
-                    continue;
                 }
-                if (words) {
-                    // the consumers read the words with ordinary loads: this thread's K/V copies are
-                    // waited for, and they and its stores of the words published with an ordinary
-                    // arrive (release), as the cleaning above does
-                    cp_async_commit();
-                    cp_async_wait<0>();
-                    mbar_arrive(&bar_full[stage]);
-                    continue;
+                if (cleans || words) {
+                    __syncwarp();  // the warp's zeros, bad-key bits and words are written
+                    if (ptid % 32 == 0) mbar_arrive(&bar_full[stage]);
                 }
-                mbar_arrive_copies(&bar_full[stage]);
             }
             ring += n_tiles;
             // -- the next item: one thread takes it, the others read it
@@ -1235,10 +1289,14 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 for (int h = 0; h < 2; ++h) {
                     unsigned bits[kMaskTileWords];
                     if (partial) {
-                        CustomMask::row_bits(bits, mask_words + (qi[mf][h] - qrow0) * kMaskStride, j0 & 127);
-                        const bool row_in = qi[mf][h] < seq.len_q;
-                        #pragma unroll
-                        for (int w = 0; w < kMaskTileWords; ++w) bits[w] = row_in ? bits[w] >> (2 * t) : 0u;
+                        if (qi[mf][h] < seq.len_q) {  // (the producer staged the rows of the sequence only)
+                            CustomMask::row_bits(bits, mask_words + (qi[mf][h] - qrow0) * kMaskStride, j0 & 127);
+                            #pragma unroll
+                            for (int w = 0; w < kMaskTileWords; ++w) bits[w] >>= 2 * t;
+                        } else {
+                            #pragma unroll
+                            for (int w = 0; w < kMaskTileWords; ++w) bits[w] = 0u;
+                        }
                     } else {
                         #pragma unroll
                         for (int w = 0; w < kMaskTileWords; ++w) bits[w] = ~0u;
@@ -1286,10 +1344,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             // -- the previous P V is done: release its stage, rescale acc, then P of this tile
             math.wait_pv(acc);
             fence_fragments(p);  // P stayed untouched while its P V ran
-            // every lane's reads of the stage's bad_keys are ordered before lane 0 releases it: with
-            // two consumer warpgroups by the named barrier (bar.sync) of this iteration's turn, with
-            // one by this __syncwarp
-            if constexpr (kConsumerGroups == 1) __syncwarp();
+            // every lane's reads of the stage (its bad_keys, its mask words) are ordered before lane 0
+            // releases it
+            __syncwarp();
             if (it > 0 && lane == 0) mbar_arrive(&bar_empty[prev]);
             #pragma unroll
             for (int mf = 0; mf < kFrags; ++mf) {
@@ -2061,7 +2118,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           int list_sh,
                                           int n_kvtiles,
                                           int batch_size,
-                                          unsigned* __restrict__ work_counter) {
+                                          unsigned* __restrict__ work_counter,
+                                          const TensorMap& tmap_k,
+                                          const TensorMap& tmap_v) {
     // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
     // (the launch asks for 1024 bytes more than the buffers take).
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -2496,8 +2555,10 @@ attngen_llama3_8b_packed_documents(const elem_t* __restrict__ q,
                                    int list_sh,
                                    int n_kvtiles,
                                    int batch_size,
-                                   unsigned* __restrict__ work_counter) {
-    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, batch_size, work_counter);
+                                   unsigned* __restrict__ work_counter,
+                                   const __grid_constant__ TensorMap tmap_k,
+                                   const __grid_constant__ TensorMap tmap_v) {
+    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, batch_size, work_counter, tmap_k, tmap_v);
 }
 
 extern "C" __global__ void __launch_bounds__(varlen::kThreads, 1)
@@ -2550,6 +2611,8 @@ attngen_llama3_8b_packed_documents_varlen(const elem_t* __restrict__ q,
                                           int list_sh,
                                           int n_kvtiles,
                                           int batch_size,
-                                          unsigned* __restrict__ work_counter) {
-    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, batch_size, work_counter);
+                                          unsigned* __restrict__ work_counter,
+                                          const __grid_constant__ TensorMap tmap_k,
+                                          const __grid_constant__ TensorMap tmap_v) {
+    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, batch_size, work_counter, tmap_k, tmap_v);
 }

@@ -14,21 +14,24 @@
 //       tile       q=auto kv=auto d=auto
 //       schedule   fused
 //       kv_cache   contiguous
-//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto persistent=auto }
+//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto persistent=auto tma=auto }
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
+// Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (K and V by the tensor copy engine, mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 181456 bytes (each buffer 16-byte aligned):
+// Shared memory: 181472 bytes (each buffer 16-byte aligned):
 //   sQ    at      0: 128 x 128 bf16 (the block's rows of Q (128-byte swizzle))
 //   sK    at  32768: 3 x 96 x 128 bf16 (K tiles, one per pipeline stage (128-byte swizzle))
 //   sV    at 106496: 3 x 96 x 128 bf16 (V tiles, one per pipeline stage (128-byte swizzle))
-//   sSync at 180224: 1 x 49 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
+//   sSync at 180224: 1 x 56 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
 // Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 kv=64 (115712 bytes of shared memory).
 // Grid: (min(SM, ceil(Lq / 128) * Hq * B), 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_qwen2_7b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
+// A tensor map of the tensor copy engine (CUtensorMap of the driver's cuda.h, which NVRTC has not):
+// 128 opaque bytes, built on the host (cuTensorMapEncodeTiled) and passed by value.
+struct alignas(64) TensorMap { unsigned long long opaque[16]; };
 // ---- section: types -----------------------------------------------------------------
 // Storage is bfloat16, held as raw 16-bit words: bf16 -> f32 is a shift, f32 -> bf16 one
 // PTX instruction (sm_80+); the products run on tensor cores. No CUDA headers are needed.
@@ -87,7 +90,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 384;    // kWarps * 32 consumer threads + kCopyThreads
 constexpr int kCopyThreads = 128;  // the producer warpgroup: the threads that copy tiles
 constexpr int kConsumerGroups = kWarps / 4;
-constexpr int kProducerRegs = 72, kConsumerRegs = 216;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 // setmaxnreg moves registers within what the launch gave the block (65536 / kThreads per thread,
 // a multiple of 8): asking for more would wait forever. One consumer warpgroup moves none.
 static_assert(kConsumerGroups == 1 || kProducerRegs * kCopyThreads + kConsumerRegs * kWarps * 32 <=
@@ -102,11 +105,14 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (181456 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (181472 bytes)
 constexpr int kOffsetK = 32768;
 constexpr int kOffsetV = 106496;
-constexpr int kOffsetSync = 180224;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits
-constexpr int kSmemBytes = 181456;
+constexpr int kOffsetSync = 180224;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits and land[kStages]
+// K and V tiles come by the tensor copy engine (TMA): the bytes one tile's copies write, zero-filled
+// keys past Lk and columns past the head dims included.
+constexpr unsigned kTileBytes = kBlockKV * (kHeadDimQKPad + kHeadDimVPad) * 2;
+constexpr int kSmemBytes = 181472;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -163,6 +169,41 @@ __device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
 // of the count given at init).
 __device__ __forceinline__ void mbar_arrive_copies(unsigned long long* bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+
+// ---- the tensor copy engine (TMA): the K and V tiles of the producer warpgroup (c.tma) ----
+// A tile is one copy per 64-column block of a 4-d tensor map over K or V (dims: head-dim columns,
+// KV heads, keys, batch; box 64 x 1 x kBlockKV x 1, 128-byte swizzle), built on the host by
+// cuTensorMapEncodeTiled (attngen/backends/cuda/tensor_maps.py) and passed by value as a
+// __grid_constant__ parameter. The engine writes the block exactly in the layout of swizzled<>
+// above and zero-fills keys past Lk and columns past the head dim; each copy completes its bytes
+// on an mbarrier, whose phase also waits for the bytes it was told to expect.
+__device__ __forceinline__ void mbar_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// `count` arrivals at once (one thread standing for several).
+__device__ __forceinline__ void mbar_arrive_count(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// Rows j0 .. j0 + kBlockKV - 1 of KV head `head` of sequence `batch`, kCols (padded) columns, into
+// the swizzled tile at `dst`, completing on `bar`.
+template <int kCols>
+__device__ __forceinline__ void tma_tile(elem_t* dst, const TensorMap& map, int head, int j0, int batch,
+                                         unsigned long long* bar) {
+    static_assert(kCols % 64 == 0, "whole 64-column blocks");
+    #pragma unroll
+    for (int blk = 0; blk < kCols / 64; ++blk) {
+        asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                     " [%0], [%1, { %2, %3, %4, %5 }], [%6];\n"
+                     :: "r"(smem_addr(dst + blk * kBlockKV * 64)), "l"(&map), "r"(blk * 64), "r"(head), "r"(j0),
+                        "r"(batch), "r"(smem_addr(bar)) : "memory");
+    }
 }
 
 // Wait until the phase of parity `parity` has completed.
@@ -834,7 +875,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           int rows_k,
                                           int* __restrict__ errors,
                                           int batch_size,
-                                          unsigned* __restrict__ work_counter) {
+                                          unsigned* __restrict__ work_counter,
+                                          const TensorMap& tmap_k,
+                                          const TensorMap& tmap_v) {
     // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
     // (the launch asks for 1024 bytes more than the buffers take).
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -874,6 +917,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     int* redo = reinterpret_cast<int*>(item_slot + kItemSlots);  // [kItemSlots]: the item's result was not finite
     unsigned long long* bar_done = reinterpret_cast<unsigned long long*>(redo + kItemSlots);  // [2]: item n's check, n % 2
     unsigned* bad_keys = reinterpret_cast<unsigned*>(bar_empty + kStages + 1 + 2 * kItemSlots + kItemSlots / 2 + 2);  // [kStages][kKeyWords]
+    // [kStages]: K and V of a tile the producer cleans have landed (the tensor copy engine)
+    unsigned long long* bar_land = reinterpret_cast<unsigned long long*>(bad_keys + (kStages * kKeyWords + 1) / 2 * 2);
     if (tid == 0) {
         mbar_init(bar_q, kCopyThreads + 1);  // the copies of Q, and the producer's first thread with item_slot
         mbar_init(bar_qfree, kWarps);
@@ -883,7 +928,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         item_slot[0] = work_item(blockIdx.x, len_q, heads_q, group, batch_size);  // the block's first
         #pragma unroll
         for (int st = 0; st < kStages; ++st) {
-            mbar_init(&bar_full[st], kCopyThreads);
+            mbar_init(&bar_full[st], kCopyThreads / 32);  // one arrival per producer warp (and the copies' bytes)
+            mbar_init(&bar_land[st], 1);
             mbar_init(&bar_empty[st], kWarps);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -899,6 +945,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));
         const int ptid = tid - kWarps * 32;
         int ring = 0;  // K/V tiles of the block's earlier items
+        unsigned land = 0u;  // bit s: the parity of bar_land[s]'s next phase
         bool drained = false;  // this block's fetch found no item left (it fetches no more)
         // The producer's first thread picks the block's next item: the next one from work_counter
         // (x = -1: none left), or item `prev` of the block again, cleaned, if its consumers found a result
@@ -997,20 +1044,36 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 const int stage = (ring + it) % kStages;
                 mbar_wait(&bar_empty[stage], (((ring + it) / kStages) & 1) ^ 1);  // the tile kStages back is released
                 const int j0 = kv_tile(it) * kBlockKV;
-                load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, ptid);
-                load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, ptid);
                 const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-                if (partial && clean) {
+                const bool cleans = partial && clean;  // V is cleaned before the consumers see it
+                // -- K and V by the tensor copy engine: the first thread tells the barrier the bytes to
+                // expect and issues one copy per 64-column block. bar_full counts one arrival per
+                // producer warp: for a plain tile the first thread makes them all; a tile the producer
+                // still works on (its V cleaned, its mask words staged) gets each warp's once the warp's
+                // own writes are done, so that each arrival releases what its warp wrote (and its V
+                // lands on bar_land first when it is cleaned).
+                if (ptid == 0) {
+                    unsigned long long* bar = cleans ? &bar_land[stage] : &bar_full[stage];
+                    if (cleans) {
+                        mbar_arrive_expect_tx(bar, kTileBytes);
+                    } else {
+                        mbar_expect_tx(bar, kTileBytes);
+                    }
+                    tma_tile<kHeadDimQKPad>(sK + stage * kBlockKV * kStrideK, tmap_k, kv_head, j0, batch, bar);
+                    tma_tile<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, tmap_v, kv_head, j0, batch, bar);
+                    if (!(cleans)) mbar_arrive_count(&bar_full[stage], kCopyThreads / 32);
+                }
+                if (cleans) {
                     // -- clean V of a partial tile (section non-finite values) once it has landed
-                    cp_async_commit();  // (wait_group waits for committed groups only)
-                    cp_async_wait<0>();
-                    named_sync(1, kCopyThreads);  // every copy of the producer warpgroup has landed
+                    mbar_wait(&bar_land[stage], (land >> stage) & 1u);
+                    land ^= 1u << stage;
                     clean_values_copier<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
                     fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
-                    mbar_arrive(&bar_full[stage]);
-                    continue;
                 }
-                mbar_arrive_copies(&bar_full[stage]);
+                if (cleans) {
+                    __syncwarp();  // the warp's zeros, bad-key bits and words are written
+                    if (ptid % 32 == 0) mbar_arrive(&bar_full[stage]);
+                }
             }
             ring += n_tiles;
             // -- the next item: one thread takes it, the others read it
@@ -1957,7 +2020,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           int rows_k,
                                           int* __restrict__ errors,
                                           int batch_size,
-                                          unsigned* __restrict__ work_counter) {
+                                          unsigned* __restrict__ work_counter,
+                                          const TensorMap& tmap_k,
+                                          const TensorMap& tmap_v) {
     // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
     // (the launch asks for 1024 bytes more than the buffers take).
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -2401,8 +2466,10 @@ attngen_qwen2_7b_prefill(const elem_t* __restrict__ q,
                          int rows_k,
                          int* __restrict__ errors,
                          int batch_size,
-                         unsigned* __restrict__ work_counter) {
-    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, batch_size, work_counter);
+                         unsigned* __restrict__ work_counter,
+                         const __grid_constant__ TensorMap tmap_k,
+                         const __grid_constant__ TensorMap tmap_v) {
+    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, batch_size, work_counter, tmap_k, tmap_v);
 }
 
 extern "C" __global__ void __launch_bounds__(varlen::kThreads, 1)
@@ -2445,6 +2512,8 @@ attngen_qwen2_7b_prefill_varlen(const elem_t* __restrict__ q,
                                 int rows_k,
                                 int* __restrict__ errors,
                                 int batch_size,
-                                unsigned* __restrict__ work_counter) {
-    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, batch_size, work_counter);
+                                unsigned* __restrict__ work_counter,
+                                const __grid_constant__ TensorMap tmap_k,
+                                const __grid_constant__ TensorMap tmap_v) {
+    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, batch_size, work_counter, tmap_k, tmap_v);
 }

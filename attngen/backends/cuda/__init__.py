@@ -27,6 +27,7 @@ class CudaBackend(Backend):
         Option("key_warps", "int", 1, 8),
         Option("producer", "choice", choices=("auto", "on", "off"), what="producer warpgroup", usage="auto|on|off"),
         Option("persistent", "choice", choices=("auto", "on", "off"), what="persistent blocks", usage="auto|on|off"),
+        Option("tma", "choice", choices=("auto", "on", "off"), what="tensor copy engine", usage="auto|on|off"),
     ), language="C++")
     default_profile = "cuda-sm80"
     required_limits = ("shared_memory_bytes", "threads_per_block", "registers_per_thread", "registers_per_block")

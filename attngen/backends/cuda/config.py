@@ -74,6 +74,17 @@ CUDA_PRODUCER_THREADS = 128
 CUDA_PRODUCER_REGS = 72
 CUDA_CONSUMER_REGS = 216
 assert CUDA_PRODUCER_THREADS * CUDA_PRODUCER_REGS + 256 * CUDA_CONSUMER_REGS <= 384 * (65536 // 384 // 8 * 8)
+# Tiles by the tensor copy engine (`target cuda { tma=auto|on|off }`, FlashAttention-3 section 3.1):
+# the producer's first thread issues one cp.async.bulk.tensor per 64-column block of a K or V tile
+# from a tensor map built on the host (attngen/backends/cuda/tensor_maps.py), completing on the
+# stage's mbarrier; the producer then only computes the addresses of Q's copies, so it keeps fewer
+# registers and the consumers more. auto = on for every producer kernel's main entry point (its
+# _varlen entry keeps cp.async: packed and appended rows are not one dense tensor per batch).
+# The producer's registers then depend on its other work (ptxas -v, sm_90a, no spill at these;
+# one step lower spills): copies only 24 (the consumers get FlashAttention-3's 240); the cleaning
+# of hidden keys' values in partial tiles (causal, window) 40; a custom mask's list and words 56.
+CUDA_TMA_REGS = {"none": (24, 240), "causal": (40, 232), "window": (40, 232), "custom": (56, 224)}
+assert all(CUDA_PRODUCER_THREADS * p + 256 * c <= 384 * (65536 // 384 // 8 * 8) for p, c in CUDA_TMA_REGS.values())
 # Persistent blocks (`target cuda { persistent=auto|on|off }`, FlashAttention-3's tile scheduler):
 # a producer kernel's grid is one block per multiprocessor (grid symbol SM), and each block takes
 # work items (row tile, head, batch; causal: the longest row tiles of a head first) until none is
@@ -138,6 +149,8 @@ class CudaConfig:
     # (row tile, head, batch) one after the other, so that its producer copies the next item's Q
     # and first K/V tiles while its consumers finish the current one (CUDA_PERSISTENT_BLOCKS).
     persistent: bool = False
+    # Producer kernels: the K and V tiles come by the tensor copy engine (CUDA_TMA_REGS).
+    tma: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -182,7 +195,8 @@ class CudaConfig:
         math = {"wgmma": f"Hopper tensor cores (wgmma m64n{self.tile_kv}k16 and m64n{self.d_v_pad}k16, "
                          f"{self.warps // 4} warpgroup{'s' if self.warps > 4 else ''} of 64 rows, sm_90a"
                          + ("; softmax overlapped with P V" if self.overlap else "")
-                         + ("; a producer warpgroup copies the tiles (mbarriers, setmaxnreg"
+                         + ("; a producer warpgroup copies the tiles ("
+                            + ("K and V by the tensor copy engine, " if self.tma else "") + "mbarriers, setmaxnreg"
                             + (", ping-pong" if self.warps >= 8 else "") + ")" if self.producer else "") + ")",
                 "mma": "tensor cores (mma.sync m16n8k16)", "fma": "CUDA cores (fma)"}[self.math]
         who = f"{self.warps} warps ({self.threads} threads), {self.stages} K/V stage(s), {math}"
@@ -244,7 +258,14 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, persistent=False):
+def producer_registers(tma: bool, mask_kind: str) -> tuple[int, int]:
+    """(producer, consumer) registers per thread after setmaxnreg in a producer kernel."""
+    if tma:
+        return CUDA_TMA_REGS[mask_kind]
+    return CUDA_PRODUCER_REGS, CUDA_CONSUMER_REGS
+
+
+def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, persistent=False, tma=False):
     """Shared-memory buffers: the whole head dims (chunk None), or one chunk per pipeline stage."""
     elem = spec.dtype
     if math == "wgmma":  # swizzled, no skew; whole 64-element blocks; 1024 bytes of alignment slack
@@ -261,7 +282,10 @@ def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, per
         if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits;
             # persistent blocks: one more mbarrier (Q free), four item slots of 4 words, four redo
             # flags and two more mbarriers (the items' checks)
+            # (with the tensor copy engine, a third mbarrier per stage after the bits: a cleaned tile's landing)
             words = 2 * (1 + 2 * stages) + (26 if persistent else 0) + stages * -(-tile_kv // 32)
+            if tma:
+                words += 1 + 2 * stages
             entries.append(("sSync", "u32", 1, 1, words,
                             "mbarriers of the copies" + (", the work items" if persistent else "")
                             + " and each stage's keys with non-finite values"))
@@ -429,7 +453,8 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     """
     math = cuda_math(spec, profile)
     note = wgmma_refusal(spec, profile) or ""
-    for opt, what in (("producer", "the producer warpgroup"), ("persistent", "persistent blocks")):
+    for opt, what in (("producer", "the producer warpgroup"), ("persistent", "persistent blocks"),
+                      ("tma", "the tensor copy engine's tiles")):
         if math != "wgmma" and spec.options("cuda").get(opt) == "on":
             why = note or f"{profile.name} has no Hopper wgmma family"
             raise Problem(f"{opt}=on: {what} belong{'s' if opt == 'producer' else ''} to the Hopper wgmma family, "
@@ -460,6 +485,9 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                 kv = (CUDA_WGMMA_ROWS, opts.get("stages"))
             rows = (CUDA_WGMMA_ROWS, CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
             cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
+        if opts.get("tma") == "on" and not cfg.tma:
+            raise Problem("tma=on: the tensor copy engine brings the producer warpgroup's tiles, and this plan "
+                          "has no producer", key="target.cuda", hint="add producer=on, or leave tma out")
         if opts.get("persistent") == "on" and not cfg.persistent:
             why = _persistent_refusal(spec, cfg.producer)
             raise Problem(f"persistent=on: {why}", key="target.cuda",
@@ -579,10 +607,12 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
         ws = producer and math == "wgmma" and _cuda_producer(spec, tile_q, tile_kv, stages)
         persist = (ws and opts.get("persistent") != "off" and _persistent_refusal(spec, ws) is None
                    and (opts.get("persistent") == "on" or _persistent_auto(spec)))
-        buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist)
+        tma = ws and opts.get("tma") != "off"
+        buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma)
         regs = _cuda_registers(math, frags, tile_kv // key_warps, d_qk_pad, d_v_block, q_in_regs)
-        # with a producer warpgroup, setmaxnreg gives the consumers CUDA_CONSUMER_REGS
-        reg_cap = CUDA_CONSUMER_REGS if ws else cuda_register_cap(profile, warps * key_warps * 32)
+        # with a producer warpgroup, setmaxnreg gives the consumers their registers (producer_registers)
+        reg_cap = (producer_registers(tma, spec.mask.kind)[1] if ws
+                   else cuda_register_cap(profile, warps * key_warps * 32))
         # A little spilling is slower, not wrong: the profile's measured defaults and the spec's
         # own choices may exceed the estimate's cap, but not pathologically (CUDA_SPILL_FACTOR).
         if smem <= profile.limit("shared_memory_bytes") and regs <= reg_cap * CUDA_SPILL_FACTOR:
@@ -623,7 +653,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                       d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap,
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
                       d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
-                      producer=ws, persistent=persist)
+                      producer=ws, persistent=persist, tma=tma)
 
 
 def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None) -> int:

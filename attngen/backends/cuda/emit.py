@@ -6,7 +6,7 @@ from ...plan import masks
 from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
 from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
-from .config import CUDA_CONSUMER_REGS, CUDA_MASK_STAGE_WORDS, CUDA_PRODUCER_REGS
+from .config import CUDA_MASK_STAGE_WORDS, producer_registers
 from .lower import COMBINE_WARPS, fused_combine
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
@@ -30,19 +30,22 @@ _WS_NOTE = {
 }
 
 
-def _c_decl(p) -> str:
-    """The C++ declaration of one kernel parameter."""
+def _c_decl(p, entry: bool = True) -> str:
+    """The C++ declaration of one kernel parameter (of an entry point, or of the device function
+    it calls: a tensor map stays in the entry's parameter space and is passed on by reference)."""
     if p.kind == "scalar":
         return f"{_C_TYPES[p.dtype]} {p.name}"
+    if p.kind == "tensor_map":
+        return f"const __grid_constant__ TensorMap {p.name}" if entry else f"const TensorMap& {p.name}"
     base = "elem_t" if p.name in _STORAGE else _C_TYPES[p.dtype]
     # k and v are written only by an append, at keys no block reads from the cache (docs/variants.md)
     const = "const " if p.access == "read" or p.name in ("k", "v") else ""
     return f"{const}{base}* __restrict__ {p.name}"
 
 
-def param_list(params, indent: int) -> str:
+def param_list(params, indent: int, entry: bool = True) -> str:
     """Declarations, one per line, aligned after the opening parenthesis."""
-    return (",\n" + " " * indent).join(_c_decl(p) for p in params)
+    return (",\n" + " " * indent).join(_c_decl(p, entry) for p in params)
 
 
 def _variant_context(plan: KernelPlan) -> dict:
@@ -50,7 +53,8 @@ def _variant_context(plan: KernelPlan) -> dict:
     spec = plan.spec
     combine = [e for e in plan.entries if e.name == "combine"]
     return dict(
-        params_decl=param_list(plan.params, len("__device__ __forceinline__ void attention(")),
+        params_decl=param_list(plan.params, len("__device__ __forceinline__ void attention("), entry=False),
+        tma=plan.config.tma,
         entry_decl=param_list(plan.params, len(plan.entry) + 1),
         pv_decl=param_list(plan.params, len(plan.entry) + len("_pv(")),
         param_names=", ".join(p.name for p in plan.params),
@@ -71,9 +75,9 @@ def _variant_context(plan: KernelPlan) -> dict:
         varlen_decl=param_list(plan.params, len(plan.entry) + len("_varlen(")),
         general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=COMBINE_WARPS,
-        producer_regs=CUDA_PRODUCER_REGS,
+        producer_regs=producer_registers(plan.config.tma, spec.mask.kind)[0],
         mask_stage_words=CUDA_MASK_STAGE_WORDS,
-        consumer_regs=CUDA_CONSUMER_REGS,
+        consumer_regs=producer_registers(plan.config.tma, spec.mask.kind)[1],
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )
 

@@ -22,6 +22,7 @@ import threading
 import numpy as np
 
 from ...errors import LaunchError
+from .tensor_maps import MAP_ALIGN, MAP_BYTES
 
 ERROR_WORDS = 8  # the kernels' `errors` parameter (lower.py): one int32 word per kind of input
 _ERROR_KINDS = (
@@ -101,14 +102,24 @@ _FORMATS = {"i64": "q", "i32": "i"}
 
 class Packed:
     """One entry point's launch: its grid and its parameter buffer (native C layout, as the CUDA
-    ABI passes kernel parameters) with the tensors' addresses as slots."""
+    ABI passes kernel parameters) with the tensors' addresses as slots. A tensor-map parameter
+    (the Hopper family's tensor copy engine: backends/cuda/tensor_maps.py) takes its value from a
+    TensorMapEncoder in `values` (its 128 bytes re-encoded when its tensor's address changes), or
+    128 zero bytes where the entry point does not read it."""
 
     def __init__(self, fn, grid: tuple, threads: int, smem: int, params, values: dict, slots: frozenset):
         self.fn = fn  # keeps the loaded function (and its module) alive
         self.fn_ptr = fn.ptr
         self.grid, self.threads, self.smem = tuple(int(g) for g in grid), int(threads), int(smem)
         fmt, template, self.slots = "@", [], []
+        where = []  # per parameter: ("s", index of its struct field) or ("m", index of its tensor map)
+        maps = []  # TensorMapEncoder or None, per tensor-map parameter
         for p in params:
+            if p.kind == "tensor_map":
+                where.append(("m", len(maps)))
+                maps.append(values.get(p.name))
+                continue
+            where.append(("s", len(template)))
             if p.kind == "scalar":
                 fmt += _FORMATS[p.dtype]
                 template.append(int(values[p.name]))
@@ -131,10 +142,19 @@ class Packed:
             offsets.append(off)
             off += size
         assert off == self.struct.size
-        self.buffer = np.zeros(max(self.struct.size, 8), np.uint8)
+        map_at = []  # the tensor maps after the struct (which pack_into rewrites), 64-byte aligned
+        for _ in maps:
+            off = -(-off // MAP_ALIGN) * MAP_ALIGN
+            map_at.append(off)
+            off += MAP_BYTES
+        self.buffer = np.zeros(max(off, 8) + MAP_ALIGN, np.uint8)
         base = self.buffer.ctypes.data
-        self.params = np.array([base + o for o in offsets], np.uint64)
+        base += -base % MAP_ALIGN
+        self.params = np.array([base + (offsets[i] if k == "s" else map_at[i]) for k, i in where], np.uint64)
         self.params_ptr = self.params.ctypes.data
+        self.start = base - self.buffer.ctypes.data  # where the parameters start in the buffer (64-byte aligned)
+        # (destination, encoder, the address its bytes there were encoded for)
+        self.maps = [[base + at, enc, None] for at, enc in zip(map_at, maps) if enc is not None]
         self.lock = threading.Lock()
 
     def launch(self, driver, ptrs: dict, stream: int):
@@ -143,7 +163,12 @@ class Packed:
             values[i] = ptrs.get(name) or 0
         gx, gy, gz = self.grid
         with self.lock:  # the buffer is copied by the driver at the launch
-            self.struct.pack_into(self.buffer, 0, *values)
+            self.struct.pack_into(self.buffer, self.start, *values)
+            for m in self.maps:
+                ptr = ptrs.get(m[1].source) or 0
+                if ptr != m[2]:
+                    ctypes.memmove(m[0], m[1].encode(ptr), MAP_BYTES)
+                    m[2] = ptr
             driver.launchKernel(self.fn_ptr, gx, gy, gz, self.threads, 1, 1, self.smem, stream, self.params_ptr, 0)
 
 

@@ -29,6 +29,7 @@ from ...runtime.launch import OnDevice, host_ints, on_device, resolve
 from . import args as cuda_args
 from . import nvrtc
 from .launcher import ZEROED, Packed, Recipe, error_flags, pending, raise_pending, workspace_layout
+from .tensor_maps import TensorMapEncoder, tma_layout_problem
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
 _NP_DTYPES = {"float16": "f16", "float32": "f32", "bfloat16": "bf16"}
@@ -388,6 +389,13 @@ class CudaKernel(Kernel):
         keep, cacheable = [], all(g[1] is ints[n] for n, g in given.items())
         for name in list(named):
             t = named[name]
+            if (self.plan.config.tma and name in ("k", "v") and len(t.shape) == 4 and _readable(t)
+                    and tma_layout_problem(t.shape, t.strides, t.dtype) is not None and not append):
+                # the tensor copy engine's maps need positive strides (backends/cuda/tensor_maps.py)
+                named[name] = _contiguous(name, t)
+                keep.append(named[name].obj)
+                cacheable = False
+                continue
             if not _readable(t):
                 if append and name in ("k", "v"):
                     raise LaunchError(f"{name} is the cache that k_new / v_new are appended to, so the kernel "
@@ -472,8 +480,17 @@ class CudaKernel(Kernel):
             values["s_stride"] = max(launch.len_k, 1)
         slots = frozenset(list(named) + list(given) + ["out", "lse", "mask_bits", "mask_add", "mask_counts",
                                                        "mask_tiles"] + list(shapes) + list(persistent))
+        # the tensor copy engine's maps of K and V (CudaConfig.tma): the main entry point reads them
+        maps = {}
+        if self.plan.config.tma:
+            for name in ("k", "v"):
+                t = named[name]
+                shape = (t.shape[0], launch.len_k, t.shape[2], t.shape[3]) if len(t.shape) == 4 else None
+                if shape is not None and min(shape) > 0:  # (no keys: no tile is read, the map stays zeros)
+                    maps["tmap_" + name] = TensorMapEncoder(name, shape, t.strides, t.dtype, self.plan.tile_kv)
         launches = [] if launch.empty else [
-            Packed(self._function(dev, entry), grid, threads, smem, params, values, slots)
+            Packed(self._function(dev, entry), grid, threads, smem, params,
+                   {**values, **maps} if entry == self.plan.entry else values, slots)
             for entry, params, grid, threads, smem in cuda_args.launches(self.plan, launch,
                                                                          bm.kind if bm is not None else None)]
         # where each input lies relative to its address: a given out= must not overlap any of them

@@ -44,9 +44,9 @@ def test_packed_parameters_follow_the_c_layout():
     p.launch(drv, {"q": 0x1000, "lse": None}, stream=77)
     (fn, grid, threads, smem, stream, params_ptr, extra), = drv.calls
     assert (fn, grid, threads, smem, stream, extra) == (1234, (3, 2, 1), 128, 4096, 77, 0)
-    offsets = [int(a) - p.buffer.ctypes.data for a in p.params]
+    offsets = [int(a) - p.buffer.ctypes.data - p.start for a in p.params]
     assert offsets == [0, 8, 16, 24, 32, 40]
-    raw = p.buffer.tobytes()
+    raw = p.buffer.tobytes()[p.start:]
     assert struct.unpack_from("<Q", raw, 0)[0] == 0x1000 and struct.unpack_from("<i", raw, 8)[0] == 7
     assert struct.unpack_from("<q", raw, 16)[0] == -5 and struct.unpack_from("<Q", raw, 24)[0] == 0
     assert struct.unpack_from("<i", raw, 32)[0] == 9 and struct.unpack_from("<Q", raw, 40)[0] == 0xABC
