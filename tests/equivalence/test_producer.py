@@ -75,7 +75,7 @@ def test_registers_setmaxnreg_may_move():
     ("head_dim 128\n dtype f32\n target cuda { producer=on }", "cuda-sm90", "f32 storage"),
     ("head_dim 128\n dtype f16\n schedule split_kv(2)\n target cuda { producer=on }", "cuda-sm90", "split"),
     ("head_dim 128\n dtype f16\n target cuda { producer=on stages=1 }", "cuda-sm90", "2 or more K/V stages"),
-    ("head_dim 64\n dtype f16\n tile q=192 kv=64\n target cuda { producer=on }", "cuda-sm90", "tile q=192"),
+    ("head_dim 64\n dtype f16\n tile q=256 kv=64\n target cuda { producer=on }", "cuda-sm90", "tile q=256"),
     ("head_dim 64\n dtype f16\n mask custom\n tile q=128 kv=192\n target cuda { producer=on }", "cuda-sm90",
      "up to 128 keys"),
 ])
@@ -95,6 +95,8 @@ VARIANTS = [
     "head_dim 128\n dtype f16\n mask custom\n target cuda { producer=on }",
     "head_dim qk=192 v=128\n dtype bf16\n mask causal\n tile q=128 kv=128\n target cuda { producer=on }",
     "head_dim 256\n dtype f16\n target cuda { producer=on }",
+    "head_dim 64\n dtype f16\n tile q=192 kv=128\n target cuda { producer=on }",             # three consumer warpgroups
+    "head_dim 64\n dtype bf16\n mask causal\n tile q=192 kv=64\n target cuda { producer=on }",
 ]
 
 

@@ -983,9 +983,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         item_slot[0] = work_item(blockIdx.x, len_q, heads_q, group, batch_size);  // the block's first
         #pragma unroll
         for (int st = 0; st < kStages; ++st) {
-            mbar_init(&bar_full[st], kCopyThreads / 32);  // one arrival per producer warp (and the copies' bytes)
+            mbar_init(&bar_full[st], kCopyThreads);  // one arrival per producer thread (and the copies' bytes)
             mbar_init(&bar_land[st], 1);
-            mbar_init(&bar_empty[st], kWarps);
+            mbar_init(&bar_empty[st], kWarps * 32);  // every consumer lane releases (its reads of the mask words)
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -997,7 +997,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
 
     if (warp >= kWarps) {
         // -- producer warpgroup: copies only
-        if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));
+        if constexpr (kConsumerGroups >= 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));
         const int ptid = tid - kWarps * 32;
         int ring = 0;  // K/V tiles of the block's earlier items
         unsigned land = 0u;  // bit s: the parity of bar_land[s]'s next phase
@@ -1109,10 +1109,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 const bool words = partial && cmask.bits != nullptr;  // a boolean mask's words go with the tile
                 // -- K and V by the tensor copy engine: the first thread tells the barrier the bytes to
                 // expect and issues one copy per 64-column block. bar_full counts one arrival per
-                // producer warp: for a plain tile the first thread makes them all; a tile the producer
-                // still works on (its V cleaned, its mask words staged) gets each warp's once the warp's
-                // own writes are done, so that each arrival releases what its warp wrote (and its V
-                // lands on bar_land first when it is cleaned).
+                // producer thread: for a plain tile the first thread makes them all; on a tile the
+                // producer still works on (its V cleaned, its mask words staged) each thread arrives
+                // once its own writes are done, so that each arrival releases what that thread wrote
+                // (the order compute-sanitizer's racecheck follows), and V lands on bar_land first when
+                // it is cleaned.
                 if (ptid == 0) {
                     unsigned long long* bar = cleans ? &bar_land[stage] : &bar_full[stage];
                     if (cleans) {
@@ -1122,7 +1123,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     }
                     tma_tile<kHeadDimQKPad>(sK + stage * kBlockKV * kStrideK, tmap_k, kv_head, j0, batch, bar);
                     tma_tile<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, tmap_v, kv_head, j0, batch, bar);
-                    if (!(cleans || words)) mbar_arrive_count(&bar_full[stage], kCopyThreads / 32);
+                    if (!(cleans || words)) mbar_arrive_count(&bar_full[stage], kCopyThreads);
                 }
                 // a partial tile's words of a boolean mask, for the consumers' softmax (section custom mask)
                 if (words) cmask.copy_words(sMask + stage * kBlockQ * kMaskStride, qrow0, qrow_end - qrow0, j0, ptid);
@@ -1133,10 +1134,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     clean_values_copier<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
                     fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
                 }
-                if (cleans || words) {
-                    __syncwarp();  // the warp's zeros, bad-key bits and words are written
-                    if (ptid % 32 == 0) mbar_arrive(&bar_full[stage]);
-                }
+                if (cleans || words) mbar_arrive(&bar_full[stage]);  // this thread's zeros, bad-key bits and words are written
             }
             ring += n_tiles;
             // -- the next item: one thread takes it, the others read it
@@ -1150,11 +1148,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         return;
     }
     // -- consumer warpgroups
-    if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kConsumerRegs));
+    if constexpr (kConsumerGroups >= 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kConsumerRegs));
     const int wg = warp / 4;  // this warpgroup: rows 64 wg .. of the block
-    if constexpr (kConsumerGroups == 2) {
+    if constexpr (kConsumerGroups >= 2) {
         // warpgroup 0 issues its products first; the turns run on across items
-        if (wg == 1) named_arrive(2, 2 * 128);
+        if (wg == kConsumerGroups - 1) named_arrive(2, 2 * 128);
     }
     // The block's position in one register, which stays live across the main loop: the K/V tiles
     // of its earlier items (ring) and this item's slot (its item count mod kItemSlots, even: bar_q's
@@ -1263,7 +1261,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             for (int w = 0; w < kKeyWords; ++w) bad[w] = partial && clean ? bad_keys[stage * kKeyWords + w] : 0u;
 
             // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
-            if constexpr (kConsumerGroups == 2) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
+            if constexpr (kConsumerGroups >= 2) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
             float s[kFrags][kNTilesKV][4];
             math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
             if (it > 0) math.issue_pv(acc, p, sV + prev * kBlockKV * kStrideV);
@@ -1274,7 +1272,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
             // the other warpgroup's turn (a bar.arrive between the issue and the wait above would make
             // ptxas serialise the products: warning C7514)
-            if constexpr (kConsumerGroups == 2) named_arrive(3 - wg, 2 * 128);
+            if constexpr (kConsumerGroups >= 2) named_arrive(2 + (wg + 1) % kConsumerGroups, 2 * 128);
 
             // -- score transform and mask
             // Per row of this lane: in a partial tile, the keys it sees as bits, bit b of word b / 32 for
@@ -1344,10 +1342,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             // -- the previous P V is done: release its stage, rescale acc, then P of this tile
             math.wait_pv(acc);
             fence_fragments(p);  // P stayed untouched while its P V ran
-            // every lane's reads of the stage (its bad_keys, its mask words) are ordered before lane 0
-            // releases it
-            __syncwarp();
-            if (it > 0 && lane == 0) mbar_arrive(&bar_empty[prev]);
+            // every lane releases the stage itself: its reads of the stage's mask words and bad_keys
+            // are ordered before its own arrival (compute-sanitizer's racecheck follows no other order)
+            if (it > 0) mbar_arrive(&bar_empty[prev]);
             #pragma unroll
             for (int mf = 0; mf < kFrags; ++mf) {
                 #pragma unroll
@@ -1369,8 +1366,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const int last = (ring + n_tiles - 1) % kStages;
             math.issue_pv(acc, p, sV + last * kBlockKV * kStrideV);
             math.wait_pv(acc);
-            __syncwarp();  // every lane's reads of the stage (and of its bad_keys) before lane 0 releases it
-            if (lane == 0) mbar_arrive(&bar_empty[last]);
+            mbar_arrive(&bar_empty[last]);  // (every lane: section custom mask)
         }
         // Optimistic pass (not clean): hidden keys' values were not cleaned, so a non-finite one
         // makes some row's acc NaN (0 * inf); every such row, and only such a row, has an acc that
@@ -1432,8 +1428,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
         at = (ring + n_tiles) * kItemSlots + (slot + 1) % kItemSlots;
     }
-    if constexpr (kConsumerGroups == 2) {
-        if (wg == 0) named_sync(2, 2 * 128);  // warpgroup 1's last turn signal
+    if constexpr (kConsumerGroups >= 2) {
+        if (wg == 0) named_sync(2, 2 * 128);  // the last warpgroup's last turn signal
     }
 }
 }  // namespace padded

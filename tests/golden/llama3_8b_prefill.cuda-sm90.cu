@@ -931,7 +931,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         item_slot[0] = work_item(blockIdx.x, len_q, heads_q, group, batch_size);  // the block's first
         #pragma unroll
         for (int st = 0; st < kStages; ++st) {
-            mbar_init(&bar_full[st], kCopyThreads / 32);  // one arrival per producer warp (and the copies' bytes)
+            mbar_init(&bar_full[st], kCopyThreads);  // one arrival per producer thread (and the copies' bytes)
             mbar_init(&bar_land[st], 1);
             mbar_init(&bar_empty[st], kWarps);
         }
@@ -945,7 +945,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
 
     if (warp >= kWarps) {
         // -- producer warpgroup: copies only
-        if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));
+        if constexpr (kConsumerGroups >= 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));
         const int ptid = tid - kWarps * 32;
         int ring = 0;  // K/V tiles of the block's earlier items
         unsigned land = 0u;  // bit s: the parity of bar_land[s]'s next phase
@@ -1051,10 +1051,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 const bool cleans = partial && clean;  // V is cleaned before the consumers see it
                 // -- K and V by the tensor copy engine: the first thread tells the barrier the bytes to
                 // expect and issues one copy per 64-column block. bar_full counts one arrival per
-                // producer warp: for a plain tile the first thread makes them all; a tile the producer
-                // still works on (its V cleaned, its mask words staged) gets each warp's once the warp's
-                // own writes are done, so that each arrival releases what its warp wrote (and its V
-                // lands on bar_land first when it is cleaned).
+                // producer thread: for a plain tile the first thread makes them all; on a tile the
+                // producer still works on (its V cleaned, its mask words staged) each thread arrives
+                // once its own writes are done, so that each arrival releases what that thread wrote
+                // (the order compute-sanitizer's racecheck follows), and V lands on bar_land first when
+                // it is cleaned.
                 if (ptid == 0) {
                     unsigned long long* bar = cleans ? &bar_land[stage] : &bar_full[stage];
                     if (cleans) {
@@ -1064,7 +1065,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     }
                     tma_tile<kHeadDimQKPad>(sK + stage * kBlockKV * kStrideK, tmap_k, kv_head, j0, batch, bar);
                     tma_tile<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, tmap_v, kv_head, j0, batch, bar);
-                    if (!(cleans)) mbar_arrive_count(&bar_full[stage], kCopyThreads / 32);
+                    if (!(cleans)) mbar_arrive_count(&bar_full[stage], kCopyThreads);
                 }
                 if (cleans) {
                     // -- clean V of a partial tile (section non-finite values) once it has landed
@@ -1073,10 +1074,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     clean_values_copier<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
                     fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
                 }
-                if (cleans) {
-                    __syncwarp();  // the warp's zeros, bad-key bits and words are written
-                    if (ptid % 32 == 0) mbar_arrive(&bar_full[stage]);
-                }
+                if (cleans) mbar_arrive(&bar_full[stage]);  // this thread's zeros, bad-key bits and words are written
             }
             ring += n_tiles;
             // -- the next item: one thread takes it, the others read it
@@ -1090,11 +1088,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         return;
     }
     // -- consumer warpgroups
-    if constexpr (kConsumerGroups == 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kConsumerRegs));
+    if constexpr (kConsumerGroups >= 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kConsumerRegs));
     const int wg = warp / 4;  // this warpgroup: rows 64 wg .. of the block
-    if constexpr (kConsumerGroups == 2) {
+    if constexpr (kConsumerGroups >= 2) {
         // warpgroup 0 issues its products first; the turns run on across items
-        if (wg == 1) named_arrive(2, 2 * 128);
+        if (wg == kConsumerGroups - 1) named_arrive(2, 2 * 128);
     }
     // The block's position in one register, which stays live across the main loop: the K/V tiles
     // of its earlier items (ring) and this item's slot (its item count mod kItemSlots, even: bar_q's
@@ -1194,7 +1192,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             for (int w = 0; w < kKeyWords; ++w) bad[w] = partial && clean ? bad_keys[stage * kKeyWords + w] : 0u;
 
             // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
-            if constexpr (kConsumerGroups == 2) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
+            if constexpr (kConsumerGroups >= 2) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
             float s[kFrags][kNTilesKV][4];
             math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
             if (it > 0) math.issue_pv(acc, p, sV + prev * kBlockKV * kStrideV);
@@ -1205,7 +1203,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
             // the other warpgroup's turn (a bar.arrive between the issue and the wait above would make
             // ptxas serialise the products: warning C7514)
-            if constexpr (kConsumerGroups == 2) named_arrive(3 - wg, 2 * 128);
+            if constexpr (kConsumerGroups >= 2) named_arrive(2 + (wg + 1) % kConsumerGroups, 2 * 128);
 
             // -- score transform and mask
             // Per row of this lane: in a partial tile, the keys it sees as bits, bit b of word b / 32 for
@@ -1356,8 +1354,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
         at = (ring + n_tiles) * kItemSlots + (slot + 1) % kItemSlots;
     }
-    if constexpr (kConsumerGroups == 2) {
-        if (wg == 0) named_sync(2, 2 * 128);  // warpgroup 1's last turn signal
+    if constexpr (kConsumerGroups >= 2) {
+        if (wg == 0) named_sync(2, 2 * 128);  // the last warpgroup's last turn signal
     }
 }
 }  // namespace padded

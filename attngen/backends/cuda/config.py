@@ -50,6 +50,13 @@ CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 80, "softcap": 96}
 # consumers do not spill at 216 registers; benchmarks/quick_causal.py at ac32f17: d128 248 / 366 /
 # 432 vs q64 kv64 245 / 335 / 352 and FA2 237 / 302 / 312).
 CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128)), (128, (128, 96)))
+# Head dims up to 64 without a mask or softcap take three consumer warpgroups (tile q 192, the
+# producer with the tensor copy engine, 32 / 160 registers; FlashAttention-3's d64 rows): H100
+# f16, benchmarks/probe_persistent.py, 2026-11-25, TFLOP/s at L 1k / 4k / 16k: q192 kv128 347 /
+# 401 / 404 vs q128 kv128 350 / 382 / 390 (FA2 285 / 296 / 304); kv96 330 / 375 / 401, kv64 302 /
+# 316 / 363; kv144 and wider spill at 160 registers. Causal tiles of q192 were slower (kv64 212 /
+# 287 / 320 vs q128 kv128 265 / 338 / 361) and spill from kv96.
+CUDA_WGMMA_WIDE_TILE = (64, (192, 128))
 # Up to this head dim the profile's tile q 128 pays only with the producer warpgroup (and its
 # persistent blocks); auto tiles that get no producer (softcap, producer=off) keep
 # tile q 64 (H100 f16, benchmarks/probe_persistent.py: d64 full 352 / 395 TFLOP/s at L1k / 16k
@@ -83,8 +90,11 @@ assert CUDA_PRODUCER_THREADS * CUDA_PRODUCER_REGS + 256 * CUDA_CONSUMER_REGS <= 
 # The producer's registers then depend on its other work (ptxas -v, sm_90a, no spill at these;
 # one step lower spills): copies only 24 (the consumers get FlashAttention-3's 240); the cleaning
 # of hidden keys' values in partial tiles (causal, window) 40; a custom mask's list and words 56.
-CUDA_TMA_REGS = {"none": (24, 240), "causal": (40, 232), "window": (40, 232), "custom": (56, 224)}
-assert all(CUDA_PRODUCER_THREADS * p + 256 * c <= 384 * (65536 // 384 // 8 * 8) for p, c in CUDA_TMA_REGS.values())
+CUDA_TMA_REGS = {"none": 24, "causal": 40, "window": 40, "custom": 56}
+# Three consumer warpgroups (tile q 192, FlashAttention-3's d64 tiles): 512 threads, 128
+# registers each at the launch; the consumers get what the producer gives up (d64 mask none:
+# 160, FlashAttention-3's figure).
+CUDA_MAX_CONSUMER_GROUPS = 3
 # Persistent blocks (`target cuda { persistent=auto|on|off }`, FlashAttention-3's tile scheduler):
 # a producer kernel's grid is one block per multiprocessor (grid symbol SM), and each block takes
 # work items (row tile, head, batch; causal: the longest row tiles of a head first) until none is
@@ -258,11 +268,25 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def producer_registers(tma: bool, mask_kind: str) -> tuple[int, int]:
-    """(producer, consumer) registers per thread after setmaxnreg in a producer kernel."""
-    if tma:
-        return CUDA_TMA_REGS[mask_kind]
-    return CUDA_PRODUCER_REGS, CUDA_CONSUMER_REGS
+def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8) -> tuple[int, int]:
+    """(producer, consumer) registers per thread after setmaxnreg in a producer kernel with
+    `consumer_warps` consumer warps: the launch gives each thread 65536 / threads (a multiple of
+    8) and the consumers share what the producer gives up (2 warpgroups, cp.async: 72 / 216; with
+    the tensor copy engine 24 / 240, 40 / 232, 56 / 224; 3 warpgroups 32 / 160, 56 / 152). One consumer
+    warpgroup moves none: its threads keep what the launch gives (up to 255). The producer keeps
+    the registers that would not raise the consumers' count (a multiple of 8)."""
+    if consumer_warps <= 4:
+        return 255, 255
+    threads = consumer_warps * 32 + CUDA_PRODUCER_THREADS
+    per_thread = min(255, 65536 // threads) // 8 * 8
+
+    def consumer(p):
+        return min((per_thread * threads - p * CUDA_PRODUCER_THREADS) // (consumer_warps * 32) // 8 * 8, 255)
+
+    producer = CUDA_TMA_REGS[mask_kind] if tma else CUDA_PRODUCER_REGS
+    while consumer(producer + 8) == consumer(producer) and producer + 8 <= per_thread:
+        producer += 8  # registers the consumers could not use anyway (3 warpgroups: 32 for 24)
+    return producer, consumer(producer)
 
 
 def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, persistent=False, tma=False):
@@ -410,10 +434,10 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
     given = spec.options("cuda").get("producer")
     if given == "off":
         return False
-    if given == "on" and tile_q > 2 * CUDA_WGMMA_ROWS:
-        raise Problem(f"producer=on with tile q={tile_q}: the producer serves one or two consumer warpgroups "
-                      f"(tile q 64 or 128; {tile_q // CUDA_WGMMA_ROWS} would leave them without setmaxnreg's "
-                      "registers and ping-pong)", key="target.cuda", hint="use tile q=128")
+    if given == "on" and tile_q > CUDA_MAX_CONSUMER_GROUPS * CUDA_WGMMA_ROWS:
+        raise Problem(f"producer=on with tile q={tile_q}: the producer serves one to three consumer warpgroups "
+                      f"(tile q 64, 128 or 192; {tile_q // CUDA_WGMMA_ROWS} would leave them too few registers "
+                      "after setmaxnreg)", key="target.cuda", hint="use tile q=128 or 192")
     if stages < 2:
         if given == "on":
             raise Problem("producer=on needs 2 or more K/V stages (the copier fills one tile while the "
@@ -427,6 +451,8 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
     masked_kv = CUDA_PRODUCER_MASKED_KV if dmax > 64 or spec.mask.kind != "causal" else 128
     masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window", "custom")
                                              and tile_kv <= masked_kv)
+    if tile_q == 3 * CUDA_WGMMA_ROWS:  # three consumer warpgroups: unmasked only (masked consumers spill at 152)
+        return given == "on" or (spec.mask.kind == "none" and spec.softcap is None and dmax <= 128)
     return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and dmax <= 128 and masked_ok and spec.softcap is None)
 
 
@@ -476,6 +502,11 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                 and spec.tile.kv is None and opts.get("warps") is None):
             tq, tkv = next(tile for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d)
             rows, kv = (tq, tq // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages"))
+        wide_d, (wide_q, wide_kv) = CUDA_WGMMA_WIDE_TILE
+        if (spec.mask.kind == "none" and spec.softcap is None and dmax <= wide_d and spec.tile.q is None
+                and spec.tile.kv is None and opts.get("warps") is None and opts.get("producer") != "off"
+                and opts.get("tma") != "off"):
+            rows, kv = (wide_q, wide_q // CUDA_ROWS_PER_WARP), (wide_kv, opts.get("stages"))
         cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
         if (dmax <= CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY and spec.tile.q is None
                 and opts.get("warps") is None and cfg.tile_q > CUDA_WGMMA_ROWS and not cfg.producer):
@@ -611,7 +642,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
         buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma)
         regs = _cuda_registers(math, frags, tile_kv // key_warps, d_qk_pad, d_v_block, q_in_regs)
         # with a producer warpgroup, setmaxnreg gives the consumers their registers (producer_registers)
-        reg_cap = (producer_registers(tma, spec.mask.kind)[1] if ws
+        reg_cap = (producer_registers(tma, spec.mask.kind, warps)[1] if ws
                    else cuda_register_cap(profile, warps * key_warps * 32))
         # A little spilling is slower, not wrong: the profile's measured defaults and the spec's
         # own choices may exceed the estimate's cap, but not pathologically (CUDA_SPILL_FACTOR).
