@@ -1,4 +1,4 @@
-"""K and V tiles by the tensor copy engine (`target cuda { tma=auto|on|off }`, issue 11): which
+"""Q, K and V tiles by the tensor copy engine (`target cuda { tma=auto|on|off }`, issue 11): which
 plans take it, what the checker refuses, the kernel parameters and their packing (no GPU), and
 on the GPU machine the reference's function through tensor maps built by the runtime: odd
 lengths (keys past Lk zero-filled by the engine), head dims that are not whole 64-column blocks
@@ -47,6 +47,10 @@ def test_which_plans_take_the_tensor_copy_engine(body, on):
     assert ("const __grid_constant__ TensorMap tmap_k" in src) is on
     names = [q.name for q in p.params]
     assert (("tmap_k" in names) and ("tmap_v" in names)) is on
+    # Q by the same engine wherever K and V are (a block's rows are one query head's)
+    assert p.config.tma_q is on and ("tmap_q" in names) is on
+    assert ("Q, K and V by the tensor copy engine" in p.summary()) is on
+    assert ("tma_tile<kBlockQ, kHeadDimQKPad>(sQ, tmap_q" in src) is on
     if p.config.varlen is not None:  # launches with per-sequence lengths keep cp.async
         assert not p.config.varlen.tma
 
@@ -63,7 +67,10 @@ def test_tma_on_without_a_producer_is_refused():
 def test_manifest_describes_the_tensor_maps():
     manifest = emit_plan(_plan("head_dim 128\n dtype f16")).manifest
     params = {p["name"]: p for p in manifest["parameters"]}
-    for name in ("tmap_k", "tmap_v"):
+    assert [n for n in params if n.startswith("tmap_")] == ["tmap_q", "tmap_k", "tmap_v"]
+    assert "dims (Dqk, Hq, Lq, B)" in params["tmap_q"]["doc"] and "box (64, 1, tile q, 1)" in params["tmap_q"]["doc"]
+    assert "dims (Dv, Hkv, Lk, B)" in params["tmap_v"]["doc"] and "box (64, 1, tile kv, 1)" in params["tmap_v"]["doc"]
+    for name in ("tmap_q", "tmap_k", "tmap_v"):
         assert params[name]["kind"] == "tensor_map"
         assert "cuTensorMapEncodeTiled" in params[name]["doc"] and "128-byte swizzle" in params[name]["doc"]
 
@@ -144,6 +151,13 @@ def _rand(rng, *shape):
     ("head_dim 32\n dtype f16\n target cuda { producer=on }", 2, 129, 77, 2, 2),
     ("head_dim qk=192 v=128\n dtype bf16\n mask causal\n tile q=128 kv=128\n target cuda { producer=on }",
      1, 200, 333, 4, 1),
+    # three consumer warpgroups with a mask: Q's box of 192 rows past Lq (zeros), Lq != Lk
+    ("head_dim 64\n dtype f16\n mask causal\n tile q=192 kv=128\n target cuda { producer=on }", 2, 385, 1023, 7, 7),
+    ("head_dim 64\n dtype bf16\n mask causal(bottom_right)\n tile q=192 kv=96\n target cuda { producer=on }",
+     1, 113, 700, 6, 2),
+    ("head_dim 64\n dtype f16\n mask window(left=100)\n tile q=192 kv=128\n target cuda { producer=on }", 1, 1023, 1023, 3, 1),
+    ("head_dim 256\n dtype f16\n mask causal\n tile q=128 kv=64\n target cuda { producer=on persistent=on }",
+     2, 300, 300, 2, 1),
 ])
 def test_matches_the_reference(body, b, lq, lk, hq, hkv):
     require("cuda")
@@ -176,6 +190,18 @@ def test_views_zero_strides_and_new_addresses():
         out = _np(kern(dq, dk, dv))
         ref = reference(spec, q, k, v)
         assert relative_error(out, ref) <= tolerance(spec), trial
+    # Q as a slice of a wider tensor (its own row and head strides) and Q expanded over the batch
+    # (stride 0: copied first)
+    q = _rand(rng, 2, 257, 4, 128)
+    k, v = _rand(rng, 2, 301, 2, 128), _rand(rng, 2, 301, 2, 128)
+    wide = cupy.zeros((2, 257, 4, 2 * 128), cupy.float16)
+    wide[..., 128:] = cupy.asarray(q.astype(np.float16))
+    out = _np(kern(wide[..., 128:], *to_device("cuda", "f16", k, v)))
+    assert relative_error(out, reference(spec, q, k, v)) <= tolerance(spec)
+    q1 = _rand(rng, 1, 257, 4, 128)
+    dq = cupy.broadcast_to(cupy.asarray(q1.astype(np.float16)), (2, 257, 4, 128))
+    out = _np(kern(dq, *to_device("cuda", "f16", k, v)))
+    assert relative_error(out, reference(spec, np.broadcast_to(q1, (2, 257, 4, 128)), k, v)) <= tolerance(spec)
     # one sequence of K and V expanded over the batch: stride 0 along it
     k1, v1 = _rand(rng, 1, 301, 2, 128), _rand(rng, 1, 301, 2, 128)
     dk, dv = (cupy.broadcast_to(cupy.asarray(a.astype(np.float16)), (2, 301, 2, 128)) for a in (k1, v1))

@@ -562,19 +562,28 @@ __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyW
     __syncthreads();  // every warp's P V reads the tile after all the zeros are written
 }
 
-// Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad.
+// Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad. The lane's key
+// of column n, e is bit 8 (n % 4) + e % 2 of word n / 4 once the words are shifted by 2t: constant
+// shifts in the unrolled loop, one flag per row (a run-time shift per score held 30 more registers).
 template <int kWords>
 __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p)[kFrags][kNTilesKV][4],
                                               const unsigned (&bad)[kWords], int t) {
+    unsigned lane_bad[kWords];
+    #pragma unroll
+    for (int w = 0; w < kWords; ++w) lane_bad[w] = bad[w] >> (2 * t);
     #pragma unroll
     for (int mf = 0; mf < kFrags; ++mf) {
         #pragma unroll
-        for (int n = 0; n < kNTilesKV; ++n) {
+        for (int h = 0; h < 2; ++h) {
+            bool seen = false;
             #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = n * 8 + 2 * t + e % 2;
-                if (((bad[j / 32] >> (j % 32)) & 1u) && p[mf][n][e] != 0.f) row_bad |= 1u << (2 * mf + e / 2);
+            for (int n = 0; n < kNTilesKV; ++n) {
+                #pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                    seen |= ((lane_bad[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u) && p[mf][n][e] != 0.f;
+                }
             }
+            if (seen) row_bad |= 1u << (2 * mf + h);
         }
     }
 }

@@ -18,7 +18,7 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (K and V by the tensor copy engine, mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
+// Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (Q, K and V by the tensor copy engine, mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
 // Shared memory: 181472 bytes (each buffer 16-byte aligned):
 //   sQ    at      0: 128 x 128 f16 (the block's rows of Q (128-byte swizzle))
@@ -115,6 +115,7 @@ constexpr int kOffsetSync = 180224;  // mbarriers (Q, full[kStages], empty[kStag
 // K and V tiles come by the tensor copy engine (TMA): the bytes one tile's copies write, zero-filled
 // keys past Lk and columns past the head dims included.
 constexpr unsigned kTileBytes = kBlockKV * (kHeadDimQKPad + kHeadDimVPad) * 2;
+constexpr unsigned kQBytes = kBlockQ * kHeadDimQKPad * 2;  // Q's copies (rows past Lq zero-filled)
 constexpr int kSmemBytes = 181472;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
@@ -174,9 +175,10 @@ __device__ __forceinline__ void mbar_arrive_copies(unsigned long long* bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
 }
 
-// ---- the tensor copy engine (TMA): the K and V tiles of the producer warpgroup (c.tma) ----
+// ---- the tensor copy engine (TMA): the tiles of the producer warpgroup (c.tma) ----
 // A tile is one copy per 64-column block of a 4-d tensor map over K or V (dims: head-dim columns,
-// KV heads, keys, batch; box 64 x 1 x kBlockKV x 1, 128-byte swizzle), built on the host by
+// KV heads, keys, batch; box 64 x 1 x kBlockKV x 1, 128-byte swizzle), or over Q (query heads, rows;
+// box 64 x 1 x kBlockQ x 1), built on the host by
 // cuTensorMapEncodeTiled (attngen/backends/cuda/tensor_maps.py) and passed by value as a
 // __grid_constant__ parameter. The engine writes the block exactly in the layout of swizzled<>
 // above and zero-fills keys past Lk and columns past the head dim; each copy completes its bytes
@@ -194,9 +196,9 @@ __device__ __forceinline__ void mbar_arrive_count(unsigned long long* bar, unsig
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
 }
 
-// Rows j0 .. j0 + kBlockKV - 1 of KV head `head` of sequence `batch`, kCols (padded) columns, into
-// the swizzled tile at `dst`, completing on `bar`.
-template <int kCols>
+// Rows j0 .. j0 + kRows - 1 of head `head` of sequence `batch`, kCols (padded) columns, into the
+// swizzled tile at `dst`, completing on `bar`.
+template <int kRows, int kCols>
 __device__ __forceinline__ void tma_tile(elem_t* dst, const TensorMap& map, int head, int j0, int batch,
                                          unsigned long long* bar) {
     static_assert(kCols % 64 == 0, "whole 64-column blocks");
@@ -204,7 +206,7 @@ __device__ __forceinline__ void tma_tile(elem_t* dst, const TensorMap& map, int 
     for (int blk = 0; blk < kCols / 64; ++blk) {
         asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
                      " [%0], [%1, { %2, %3, %4, %5 }], [%6];\n"
-                     :: "r"(smem_addr(dst + blk * kBlockKV * 64)), "l"(&map), "r"(blk * 64), "r"(head), "r"(j0),
+                     :: "r"(smem_addr(dst + blk * kRows * 64)), "l"(&map), "r"(blk * 64), "r"(head), "r"(j0),
                         "r"(batch), "r"(smem_addr(bar)) : "memory");
     }
 }
@@ -779,19 +781,28 @@ __device__ __forceinline__ void clean_values_copier(elem_t* tile, unsigned* bad,
     }
 }
 
-// Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad.
+// Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad. The lane's key
+// of column n, e is bit 8 (n % 4) + e % 2 of word n / 4 once the words are shifted by 2t: constant
+// shifts in the unrolled loop, one flag per row (a run-time shift per score held 30 more registers).
 template <int kWords>
 __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p)[kFrags][kNTilesKV][4],
                                               const unsigned (&bad)[kWords], int t) {
+    unsigned lane_bad[kWords];
+    #pragma unroll
+    for (int w = 0; w < kWords; ++w) lane_bad[w] = bad[w] >> (2 * t);
     #pragma unroll
     for (int mf = 0; mf < kFrags; ++mf) {
         #pragma unroll
-        for (int n = 0; n < kNTilesKV; ++n) {
+        for (int h = 0; h < 2; ++h) {
+            bool seen = false;
             #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = n * 8 + 2 * t + e % 2;
-                if (((bad[j / 32] >> (j % 32)) & 1u) && p[mf][n][e] != 0.f) row_bad |= 1u << (2 * mf + e / 2);
+            for (int n = 0; n < kNTilesKV; ++n) {
+                #pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                    seen |= ((lane_bad[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u) && p[mf][n][e] != 0.f;
+                }
             }
+            if (seen) row_bad |= 1u << (2 * mf + h);
         }
     }
 }
@@ -879,6 +890,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           int* __restrict__ errors,
                                           int batch_size,
                                           unsigned* __restrict__ work_counter,
+                                          const TensorMap& tmap_q,
                                           const TensorMap& tmap_k,
                                           const TensorMap& tmap_v) {
     // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
@@ -1040,9 +1052,12 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             // The kv tile of iteration it.
             auto kv_tile = [&](int it) { return tile_first + it; };
 
-            load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, ptid);
             if (ptid == 0) mbar_arrive(bar_q);  // (item_slot holds this item: written a fetch ago)
-            mbar_arrive_copies(bar_q);
+            if (ptid == 0) {
+                mbar_expect_tx(bar_q, kQBytes);
+                tma_tile<kBlockQ, kHeadDimQKPad>(sQ, tmap_q, head, row0, batch, bar_q);
+            }
+            mbar_arrive(bar_q);
             for (int it = 0; it < n_tiles; ++it) {
                 const int stage = (ring + it) % kStages;
                 mbar_wait(&bar_empty[stage], (((ring + it) / kStages) & 1) ^ 1);  // the tile kStages back is released
@@ -1063,8 +1078,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     } else {
                         mbar_expect_tx(bar, kTileBytes);
                     }
-                    tma_tile<kHeadDimQKPad>(sK + stage * kBlockKV * kStrideK, tmap_k, kv_head, j0, batch, bar);
-                    tma_tile<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, tmap_v, kv_head, j0, batch, bar);
+                    tma_tile<kBlockKV, kHeadDimQKPad>(sK + stage * kBlockKV * kStrideK, tmap_k, kv_head, j0, batch, bar);
+                    tma_tile<kBlockKV, kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, tmap_v, kv_head, j0, batch, bar);
                     if (!(cleans)) mbar_arrive_count(&bar_full[stage], kCopyThreads);
                 }
                 if (cleans) {
@@ -1949,19 +1964,28 @@ __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyW
     __syncthreads();  // every warp's P V reads the tile after all the zeros are written
 }
 
-// Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad.
+// Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad. The lane's key
+// of column n, e is bit 8 (n % 4) + e % 2 of word n / 4 once the words are shifted by 2t: constant
+// shifts in the unrolled loop, one flag per row (a run-time shift per score held 30 more registers).
 template <int kWords>
 __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p)[kFrags][kNTilesKV][4],
                                               const unsigned (&bad)[kWords], int t) {
+    unsigned lane_bad[kWords];
+    #pragma unroll
+    for (int w = 0; w < kWords; ++w) lane_bad[w] = bad[w] >> (2 * t);
     #pragma unroll
     for (int mf = 0; mf < kFrags; ++mf) {
         #pragma unroll
-        for (int n = 0; n < kNTilesKV; ++n) {
+        for (int h = 0; h < 2; ++h) {
+            bool seen = false;
             #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int j = n * 8 + 2 * t + e % 2;
-                if (((bad[j / 32] >> (j % 32)) & 1u) && p[mf][n][e] != 0.f) row_bad |= 1u << (2 * mf + e / 2);
+            for (int n = 0; n < kNTilesKV; ++n) {
+                #pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                    seen |= ((lane_bad[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u) && p[mf][n][e] != 0.f;
+                }
             }
+            if (seen) row_bad |= 1u << (2 * mf + h);
         }
     }
 }
@@ -2022,6 +2046,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           int* __restrict__ errors,
                                           int batch_size,
                                           unsigned* __restrict__ work_counter,
+                                          const TensorMap& tmap_q,
                                           const TensorMap& tmap_k,
                                           const TensorMap& tmap_v) {
     // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
@@ -2468,9 +2493,10 @@ attngen_llama3_8b_prefill(const elem_t* __restrict__ q,
                           int* __restrict__ errors,
                           int batch_size,
                           unsigned* __restrict__ work_counter,
+                          const __grid_constant__ TensorMap tmap_q,
                           const __grid_constant__ TensorMap tmap_k,
                           const __grid_constant__ TensorMap tmap_v) {
-    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, batch_size, work_counter, tmap_k, tmap_v);
+    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, batch_size, work_counter, tmap_q, tmap_k, tmap_v);
 }
 
 extern "C" __global__ void __launch_bounds__(varlen::kThreads, 1)
@@ -2514,7 +2540,8 @@ attngen_llama3_8b_prefill_varlen(const elem_t* __restrict__ q,
                                  int* __restrict__ errors,
                                  int batch_size,
                                  unsigned* __restrict__ work_counter,
+                                 const __grid_constant__ TensorMap tmap_q,
                                  const __grid_constant__ TensorMap tmap_k,
                                  const __grid_constant__ TensorMap tmap_v) {
-    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, batch_size, work_counter, tmap_k, tmap_v);
+    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, batch_size, work_counter, tmap_q, tmap_k, tmap_v);
 }

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from ...lang.spec import DTYPE_BYTES, AttentionSpec
 from ...plan.kernel_plan import Problem, describe_buffers as _describe, place_buffers as _layout
 from ...plan.profiles import Profile
+from ...plan.schedule import pack_gqa
 
 CUDA_ROWS_PER_WARP = 16  # rows of one m16n8k16 fragment; a warp owns 1 or 2 of them
 CUDA_SPILL_FACTOR = 1.5  # register estimates above this multiple of the cap are refused or shrunk
@@ -84,13 +85,16 @@ assert CUDA_PRODUCER_THREADS * CUDA_PRODUCER_REGS + 256 * CUDA_CONSUMER_REGS <= 
 # Tiles by the tensor copy engine (`target cuda { tma=auto|on|off }`, FlashAttention-3 section 3.1):
 # the producer's first thread issues one cp.async.bulk.tensor per 64-column block of a K or V tile
 # from a tensor map built on the host (attngen/backends/cuda/tensor_maps.py), completing on the
-# stage's mbarrier; the producer then only computes the addresses of Q's copies, so it keeps fewer
-# registers and the consumers more. auto = on for every producer kernel's main entry point (its
-# _varlen entry keeps cp.async: packed and appended rows are not one dense tensor per batch).
-# The producer's registers then depend on its other work (ptxas -v, sm_90a, no spill at these;
-# one step lower spills): copies only 24 (the consumers get FlashAttention-3's 240); the cleaning
-# of hidden keys' values in partial tiles (causal, window) 40; a custom mask's list and words 56.
-CUDA_TMA_REGS = {"none": 24, "causal": 40, "window": 40, "custom": 56}
+# stage's mbarrier; Q comes the same way (CudaConfig.tma_q: one box of the block's rows), so the
+# producer keeps few registers and the consumers more. auto = on for every producer kernel's main
+# entry point (its _varlen entry keeps cp.async: packed and appended rows are not one dense tensor
+# per batch). The producer's registers then depend on its other work (ptxas -v, sm_90a, no spill at
+# these; one step lower spills): copies only 24 (the consumers get FlashAttention-3's 240); the
+# cleaning of hidden keys' values in partial tiles (causal, window) 32 (24 spills 38 bytes in
+# persistent blocks of two consumer warpgroups); a custom mask's list and words 40 (32: 38 bytes
+# with three). With Q by cp.async these were 40 and 56: Q's copy loop kept its addresses.
+CUDA_TMA_REGS = {"none": 24, "causal": 32, "window": 32, "custom": 40}
+CUDA_TMA_KV_ONLY_REGS = {"none": 24, "causal": 40, "window": 40, "custom": 56}  # Q by cp.async (no tma_q)
 # Three consumer warpgroups (tile q 192, FlashAttention-3's d64 tiles): 512 threads, 128
 # registers each at the launch; the consumers get what the producer gives up (d64 mask none:
 # 160, FlashAttention-3's figure).
@@ -161,6 +165,9 @@ class CudaConfig:
     persistent: bool = False
     # Producer kernels: the K and V tiles come by the tensor copy engine (CUDA_TMA_REGS).
     tma: bool = False
+    # ... and Q too: one box of tile q rows of one query head (not where a block's rows span a
+    # GQA group's heads, pack_gqa, nor with head dims in chunks).
+    tma_q: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -206,7 +213,8 @@ class CudaConfig:
                          f"{self.warps // 4} warpgroup{'s' if self.warps > 4 else ''} of 64 rows, sm_90a"
                          + ("; softmax overlapped with P V" if self.overlap else "")
                          + ("; a producer warpgroup copies the tiles ("
-                            + ("K and V by the tensor copy engine, " if self.tma else "") + "mbarriers, setmaxnreg"
+                            + (("Q, K and V" if self.tma_q else "K and V") + " by the tensor copy engine, "
+                               if self.tma else "") + "mbarriers, setmaxnreg"
                             + (", ping-pong" if self.warps >= 8 else "") + ")" if self.producer else "") + ")",
                 "mma": "tensor cores (mma.sync m16n8k16)", "fma": "CUDA cores (fma)"}[self.math]
         who = f"{self.warps} warps ({self.threads} threads), {self.stages} K/V stage(s), {math}"
@@ -268,11 +276,12 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8) -> tuple[int, int]:
+def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8, tma_q: bool = True) -> tuple[int, int]:
     """(producer, consumer) registers per thread after setmaxnreg in a producer kernel with
     `consumer_warps` consumer warps: the launch gives each thread 65536 / threads (a multiple of
     8) and the consumers share what the producer gives up (2 warpgroups, cp.async: 72 / 216; with
-    the tensor copy engine 24 / 240, 40 / 232, 56 / 224; 3 warpgroups 32 / 160, 56 / 152). One consumer
+    the tensor copy engine 24 / 240, 40 / 232; 3 warpgroups 32 / 160, 40 / 152 with a custom mask;
+    `tma_q` False: Q by cp.async, CUDA_TMA_KV_ONLY_REGS). One consumer
     warpgroup moves none: its threads keep what the launch gives (up to 255). The producer keeps
     the registers that would not raise the consumers' count (a multiple of 8)."""
     if consumer_warps <= 4:
@@ -283,7 +292,7 @@ def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8) -> tu
     def consumer(p):
         return min((per_thread * threads - p * CUDA_PRODUCER_THREADS) // (consumer_warps * 32) // 8 * 8, 255)
 
-    producer = CUDA_TMA_REGS[mask_kind] if tma else CUDA_PRODUCER_REGS
+    producer = (CUDA_TMA_REGS if tma_q else CUDA_TMA_KV_ONLY_REGS)[mask_kind] if tma else CUDA_PRODUCER_REGS
     while consumer(producer + 8) == consumer(producer) and producer + 8 <= per_thread:
         producer += 8  # registers the consumers could not use anyway (3 warpgroups: 32 for 24)
     return producer, consumer(producer)
@@ -639,10 +648,11 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
         persist = (ws and opts.get("persistent") != "off" and _persistent_refusal(spec, ws) is None
                    and (opts.get("persistent") == "on" or _persistent_auto(spec)))
         tma = ws and opts.get("tma") != "off"
+        tma_q = tma and chunk is None and not pack_gqa(spec)
         buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma)
         regs = _cuda_registers(math, frags, tile_kv // key_warps, d_qk_pad, d_v_block, q_in_regs)
         # with a producer warpgroup, setmaxnreg gives the consumers their registers (producer_registers)
-        reg_cap = (producer_registers(tma, spec.mask.kind, warps)[1] if ws
+        reg_cap = (producer_registers(tma, spec.mask.kind, warps, tma_q)[1] if ws
                    else cuda_register_cap(profile, warps * key_warps * 32))
         # A little spilling is slower, not wrong: the profile's measured defaults and the spec's
         # own choices may exceed the estimate's cap, but not pathologically (CUDA_SPILL_FACTOR).
@@ -684,7 +694,8 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                       d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap,
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
                       d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
-                      producer=ws, persistent=persist, tma=tma)
+                      producer=ws, persistent=persist, tma=tma,
+                      tma_q=tma_q)
 
 
 def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None) -> int:

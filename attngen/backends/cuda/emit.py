@@ -75,9 +75,9 @@ def _variant_context(plan: KernelPlan) -> dict:
         varlen_decl=param_list(plan.params, len(plan.entry) + len("_varlen(")),
         general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=COMBINE_WARPS,
-        producer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps)[0],
+        producer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q)[0],
         mask_stage_words=CUDA_MASK_STAGE_WORDS,
-        consumer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps)[1],
+        consumer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q)[1],
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )
 

@@ -62,10 +62,11 @@ def fused_combine(spec: AttentionSpec, cfg) -> bool:
 
 
 def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: bool = False,
-                tma: bool = False) -> tuple:
+                tma: bool = False, tma_q: bool = False) -> tuple:
     """The main entry point's parameters; `counters`: the shape of the fused combine's
     tile_counters (None: no such parameter); `persistent`: the persistent blocks' batch size and
-    work counter (CudaConfig.persistent); `tma`: the tensor maps of K and V (CudaConfig.tma)."""
+    work counter (CudaConfig.persistent); `tma`: the tensor maps of K and V (CudaConfig.tma);
+    `tma_q`: and of Q before them (CudaConfig.tma_q)."""
     d = spec.dtype
     paged = spec.kv_cache.is_paged
     kv_shape = ("P", spec.kv_cache.page, "Hkv") if paged else ("B", "Lk", "Hkv")
@@ -140,14 +141,18 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
         ]
     if tma:
         how = ("a CUtensorMap (128 bytes, passed by value) from cuTensorMapEncodeTiled over {t}: "
-               "{dtype}, rank 4, dims (D{d}, Hkv, Lk, B) innermost first, strides in bytes of its head, key and "
-               "batch axes, box (64, 1, tile kv, 1), element strides 1, no interleave, 128-byte swizzle, "
+               "{dtype}, rank 4, dims (D{d}, {h}, {l}, B) innermost first, strides in bytes of its head, {r} and "
+               "batch axes, box (64, 1, tile {b}, 1), element strides 1, no interleave, 128-byte swizzle, "
                "L2 promotion 128 bytes, out-of-bounds fill zeros; the main entry point only (the _varlen "
                "entry does not read it: pass any 128 bytes)")
         dt = {"f16": "FLOAT16", "bf16": "BFLOAT16"}.get(d, d)
+        kv = dict(dtype=dt, h="Hkv", l="Lk", r="key", b="kv")
+        if tma_q:
+            ps.append(_p("tmap_q", "tensor_map", d, ("Dqk", "Hq", "Lq", "B"),
+                         doc=how.format(t="q", d="qk", **{**kv, "h": "Hq", "l": "Lq", "r": "row", "b": "q"})))
         ps += [
-            _p("tmap_k", "tensor_map", d, ("Dqk", "Hkv", "Lk", "B"), doc=how.format(t="k", dtype=dt, d="qk")),
-            _p("tmap_v", "tensor_map", d, ("Dv", "Hkv", "Lk", "B"), doc=how.format(t="v", dtype=dt, d="v")),
+            _p("tmap_k", "tensor_map", d, ("Dqk", "Hkv", "Lk", "B"), doc=how.format(t="k", d="qk", **kv)),
+            _p("tmap_v", "tensor_map", d, ("Dv", "Hkv", "Lk", "B"), doc=how.format(t="v", d="v", **kv)),
         ]
     return tuple(ps)
 
@@ -268,7 +273,7 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
     return Lowered(
         threads=cfg.threads,
         grid=grid(spec, cfg),
-        params=main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma),
+        params=main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q),
         smem_bytes=cfg.smem_bytes,
         entries=entries(spec, entry, cfg),
         workspaces=workspaces(spec, cfg),
@@ -285,5 +290,5 @@ def varlen_entry(spec: AttentionSpec, cfg, entry: str) -> Entry | None:
     return Entry("varlen", entry + "_varlen",
                  "launched instead of the main entry point when cu_seqlens_q, kv_lens or k_new / v_new is "
                  f"given: the same algorithm with tile q={v.tile_q} (one 16-row fragment per warp); same "
-                 "parameters", main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma), main_grid(spec, v.tile_q), v.threads,
+                 "parameters", main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q), main_grid(spec, v.tile_q), v.threads,
                  v.smem_bytes)

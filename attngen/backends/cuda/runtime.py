@@ -389,7 +389,8 @@ class CudaKernel(Kernel):
         keep, cacheable = [], all(g[1] is ints[n] for n, g in given.items())
         for name in list(named):
             t = named[name]
-            if (self.plan.config.tma and name in ("k", "v") and len(t.shape) == 4 and _readable(t)
+            if (self.plan.config.tma and name in (("q", "k", "v") if self.plan.config.tma_q else ("k", "v"))
+                    and len(t.shape) == 4 and _readable(t)
                     and tma_layout_problem(t.shape, t.strides, t.dtype) is not None and not append):
                 # the tensor copy engine's maps need positive strides (backends/cuda/tensor_maps.py)
                 named[name] = _contiguous(name, t)
@@ -480,14 +481,16 @@ class CudaKernel(Kernel):
             values["s_stride"] = max(launch.len_k, 1)
         slots = frozenset(list(named) + list(given) + ["out", "lse", "mask_bits", "mask_add", "mask_counts",
                                                        "mask_tiles"] + list(shapes) + list(persistent))
-        # the tensor copy engine's maps of K and V (CudaConfig.tma): the main entry point reads them
+        # the tensor copy engine's maps of K and V, and Q (CudaConfig.tma, tma_q): the main entry
+        # point reads them
         maps = {}
         if self.plan.config.tma:
-            for name in ("k", "v"):
+            for name in ("q", "k", "v") if self.plan.config.tma_q else ("k", "v"):
                 t = named[name]
-                shape = (t.shape[0], launch.len_k, t.shape[2], t.shape[3]) if len(t.shape) == 4 else None
-                if shape is not None and min(shape) > 0:  # (no keys: no tile is read, the map stays zeros)
-                    maps["tmap_" + name] = TensorMapEncoder(name, shape, t.strides, t.dtype, self.plan.tile_kv)
+                rows, box = (launch.len_q, self.plan.tile_q) if name == "q" else (launch.len_k, self.plan.tile_kv)
+                shape = (t.shape[0], rows, t.shape[2], t.shape[3]) if len(t.shape) == 4 else None
+                if shape is not None and min(shape) > 0:  # (no keys / rows: nothing is read, the map stays zeros)
+                    maps["tmap_" + name] = TensorMapEncoder(name, shape, t.strides, t.dtype, box)
         launches = [] if launch.empty else [
             Packed(self._function(dev, entry), grid, threads, smem, params,
                    {**values, **maps} if entry == self.plan.entry else values, slots)

@@ -66,7 +66,7 @@ class TensorMapEncoder:
     def __init__(self, source: str, shape: tuple, strides: tuple, dtype: str, box_rows: int):
         b, length, h, d = shape
         e = _ELEM_BYTES[dtype]
-        self.source = source  # the call's tensor whose address the map holds ("k" or "v")
+        self.source = source  # the call's tensor whose address the map holds ("q", "k" or "v")
         self.dtype = _DTYPES[dtype]
         self.dims = (ctypes.c_uint64 * 4)(d, h, length, b)
         # strides of the head, key and batch axes in bytes; an axis of one element may have any
