@@ -51,6 +51,13 @@ CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 80, "softcap": 96}
 # consumers do not spill at 216 registers; benchmarks/quick_causal.py at ac32f17: d128 248 / 366 /
 # 432 vs q64 kv64 245 / 335 / 352 and FA2 237 / 302 / 312).
 CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128)), (128, (128, 96)))
+# Head dims above 128 (up to 256) without a window, custom mask or softcap: tile q 128 with the
+# producer, persistent blocks and the tensor copy engine (Q too: the producer no longer holds copy
+# addresses, so neither it nor the consumers spill), tile kv by head dim. H100 f16,
+# benchmarks/probe_persistent.py / probe_models.py, 2026-11-26, TFLOP/s at L 1k / 4k: d256 causal
+# kv80 299 / 396 (kv64 289 / 374) vs the plain loop's q128 kv64 254 / 358 (FA2 246 / 283); d256
+# full kv80 411 / 435 vs 385 / 443; MLA 192/128 bf16 causal L4096 kv96 310 vs 274 (cuDNN 461).
+CUDA_PRODUCER_WIDE_D_KV = ((192, 96), (256, 80))
 # Head dims up to 64 without a mask or softcap take three consumer warpgroups (tile q 192, the
 # producer with the tensor copy engine, 32 / 160 registers; FlashAttention-3's d64 rows): H100
 # f16, benchmarks/probe_persistent.py, 2026-11-25, TFLOP/s at L 1k / 4k / 16k: q192 kv128 347 /
@@ -462,15 +469,32 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
                                              and tile_kv <= masked_kv)
     if tile_q == 3 * CUDA_WGMMA_ROWS:  # three consumer warpgroups: unmasked only (masked consumers spill at 152)
         return given == "on" or (spec.mask.kind == "none" and spec.softcap is None and dmax <= 128)
-    return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and dmax <= 128 and masked_ok and spec.softcap is None)
+    if dmax > 128:  # CUDA_PRODUCER_WIDE_D_KV: with the tensor copy engine, no mask but causal, its tile kv at most
+        wide_kv = _producer_wide_d_kv(spec)
+        return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and wide_kv is not None and tile_kv <= wide_kv)
+    return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and masked_ok and spec.softcap is None)
+
+
+def _producer_wide_d_kv(spec: AttentionSpec) -> int | None:
+    """The auto tile kv of a producer kernel for head dims above 128 (CUDA_PRODUCER_WIDE_D_KV), or
+    None where such head dims keep the plain loop (window, custom, softcap, tma=off, above 256)."""
+    dmax = max(spec.head_dim_qk, spec.head_dim_v)
+    if (spec.mask.kind not in ("none", "causal") or spec.softcap is not None
+            or spec.options("cuda").get("tma") == "off"):
+        return None
+    return next((kv for d, kv in CUDA_PRODUCER_WIDE_D_KV if dmax <= d), None)
 
 
 def _persistent_auto(spec: AttentionSpec) -> bool:
-    """persistent=auto on a producer kernel: head dims of whole 64-column blocks up to 128. Their
-    copy loops move rows 8 apart, which share one swizzle, so the producer keeps one shared-memory
-    address per loop; other head dims (96: rows 10 apart) keep one per row, and across work items
-    that spills the producer's 72 registers (ptxas -v: d96 720 bytes, d256 76)."""
-    return all(d % 64 == 0 and d <= 128 for d in (spec.head_dim_qk, spec.head_dim_v))
+    """persistent=auto on a producer kernel: head dims of whole 64-column blocks up to 128, and
+    above 128 those that take the producer by CUDA_PRODUCER_WIDE_D_KV (all copies by the tensor
+    copy engine). With cp.async copies, rows 8 apart share one swizzle, so the producer keeps one
+    shared-memory address per loop; other head dims (96: rows 10 apart) keep one per row, and
+    across work items that spilled the producer's 72 registers (ptxas -v: d96 720 bytes, d256 76);
+    d96 has not been timed persistent since its copies went to the tensor copy engine."""
+    if max(spec.head_dim_qk, spec.head_dim_v) > 128:
+        return _producer_wide_d_kv(spec) is not None
+    return all(d % 64 == 0 for d in (spec.head_dim_qk, spec.head_dim_v))
 
 
 def _persistent_refusal(spec: AttentionSpec, producer: bool) -> str | None:
@@ -511,6 +535,10 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                 and spec.tile.kv is None and opts.get("warps") is None):
             tq, tkv = next(tile for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d)
             rows, kv = (tq, tq // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages"))
+        wide_d_kv = _producer_wide_d_kv(spec) if dmax > 128 else None
+        if (wide_d_kv is not None and spec.tile.q is None and spec.tile.kv is None and opts.get("warps") is None
+                and opts.get("producer") != "off"):
+            rows, kv = (2 * CUDA_WGMMA_ROWS, 2 * CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP), (wide_d_kv, opts.get("stages"))
         wide_d, (wide_q, wide_kv) = CUDA_WGMMA_WIDE_TILE
         if (spec.mask.kind == "none" and spec.softcap is None and dmax <= wide_d and spec.tile.q is None
                 and spec.tile.kv is None and opts.get("warps") is None and opts.get("producer") != "off"
