@@ -1,10 +1,11 @@
 """Tensor maps of the tensor copy engine (TMA) for the Hopper family's producer kernels.
 
-A producer kernel with `CudaConfig.tma` takes K and V as two `CUtensorMap` parameters (128
-opaque bytes each, passed by value as `__grid_constant__`), one per tensor: a 4-d view
-(head-dim columns, KV heads, keys, batch) with boxes of 64 columns x 1 head x tile kv keys x 1
-sequence, the 128-byte swizzle the wgmma descriptors read, and zeros for keys past Lk and
-columns past the head dim (templates/cuda/copy.j2, `tma_tile`). The maps are built here with the
+A producer kernel with `CudaConfig.tma` takes K and V (and Q, `CudaConfig.tma_q`) as
+`CUtensorMap` parameters (128 opaque bytes each, passed by value as `__grid_constant__`), one per
+tensor: a 4-d view (head-dim columns, heads, keys or rows, batch) with boxes of 64 columns x 1
+head x tile kv keys (Q: tile q rows) x 1 sequence, the 128-byte swizzle the wgmma descriptors
+read, and zeros for keys or rows past the length and columns past the head dim
+(templates/cuda/copy.j2, `tma_tile`). The maps are built here with the
 driver's `cuTensorMapEncodeTiled`, called through ctypes on libcuda (no new dependency: the
 driver is what runs the kernels anyway). The shape, strides and box of a map are fixed per call
 signature (the launcher's Recipe); only the address changes from call to call, so each
