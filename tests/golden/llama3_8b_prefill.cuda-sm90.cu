@@ -809,6 +809,8 @@ __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p
 
 // ---- section: score transform --------------------------------------------------------------
 // Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
+// (Here the softmax applies it itself: exp2(fmaf(s, kScaleLog2, -m_i)), the row max taken on the
+// raw products, so each score costs one FFMA; this function is not called.)
 __device__ __forceinline__ float score_transform(float s) {
     return s * kScaleLog2;
 }
@@ -1220,7 +1222,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             // ptxas serialise the products: warning C7514)
             if constexpr (kConsumerGroups >= 2) named_arrive(2 + (wg + 1) % kConsumerGroups, 2 * 128);
 
-            // -- score transform and mask
+            // -- mask: keys a row does not see get -inf in partial tiles; full tiles keep their raw
+            // products (the scale is applied in the softmax's exp2 argument: section score transform)
+            if (partial) {
             // Per row of this lane: in a partial tile, the keys it sees as bits, bit b of word b / 32 for
             // key j0 + 2t + b (the lane's columns 2t, 2t + 1 of each 8 at constant shifts; keys past Lk
             // are 0 bits); in a full tile all ones. The bit is the whole test: no branch in the loop.
@@ -1233,20 +1237,18 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     unsigned bits[kMaskTileWords];
                     if (partial) {
                         mask.row_bits(qi[mf][h], j0 + 2 * t, bits);
-                    } else {
-                        #pragma unroll
-                        for (int w = 0; w < kMaskTileWords; ++w) bits[w] = ~0u;
                     }
                     #pragma unroll
                     for (int n = 0; n < kNTilesKV; ++n) {
                         #pragma unroll
                         for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                            float x = score_transform(s[mf][n][e]);
+                            float x = s[mf][n][e];
                             if (!((bits[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u)) x = neg_inf();
                             s[mf][n][e] = x;
                         }
                     }
                 }
+            }
             }
 
             // -- online softmax: m_i, l_i, alpha
@@ -1254,13 +1256,15 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             for (int mf = 0; mf < kFrags; ++mf) {
                 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    float m_new = m_i[mf][h];
+                    // the raw products' max, then in the log2 domain (kScaleLog2 > 0 keeps the order)
+                    float m_raw = neg_inf();
                     #pragma unroll
                     for (int n = 0; n < kNTilesKV; ++n) {
-                        m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
+                        m_raw = fmaxf(m_raw, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
                     }
-                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
-                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                    m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 1));  // the 4 lanes of a row
+                    m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 2));
+                    const float m_new = fmaxf(m_i[mf][h], m_raw * kScaleLog2);
                     // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
                     const float m_use = m_new == neg_inf() ? 0.f : m_new;
                     const float alpha = exp2_approx(m_i[mf][h] - m_use);
@@ -1268,8 +1272,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     float row_sum = 0.f;
                     #pragma unroll
                     for (int n = 0; n < kNTilesKV; ++n) {
-                        s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
-                        s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
+                        // t - m_i with t = kScaleLog2 * s: one FFMA (section score transform)
+                        s[mf][n][2 * h] = exp2_approx(fmaf(s[mf][n][2 * h], kScaleLog2, -m_use));
+                        s[mf][n][2 * h + 1] = exp2_approx(fmaf(s[mf][n][2 * h + 1], kScaleLog2, -m_use));
                         row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
                     }
                     l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
@@ -1992,6 +1997,8 @@ __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p
 
 // ---- section: score transform --------------------------------------------------------------
 // Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
+// (Here the softmax applies it itself: exp2(fmaf(s, kScaleLog2, -m_i)), the row max taken on the
+// raw products, so each score costs one FFMA; this function is not called.)
 __device__ __forceinline__ float score_transform(float s) {
     return s * kScaleLog2;
 }
@@ -2203,7 +2210,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             math.wait_scores<0>(s);
         }
 
-        // -- score transform and mask
+        // -- mask: keys a row does not see get -inf in partial tiles; full tiles keep their raw
+        // products (the scale is applied in the softmax's exp2 argument: section score transform)
+        if (partial) {
         // Per row of this lane: in a partial tile, the keys it sees as bits, bit b of word b / 32 for
         // key j0 + 2t + b (the lane's columns 2t, 2t + 1 of each 8 at constant shifts; keys past Lk
         // are 0 bits); in a full tile all ones. The bit is the whole test: no branch in the loop.
@@ -2216,20 +2225,18 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 unsigned bits[kMaskTileWords];
                 if (partial) {
                     mask.row_bits(qi[mf][h], j0 + 2 * t, bits);
-                } else {
-                    #pragma unroll
-                    for (int w = 0; w < kMaskTileWords; ++w) bits[w] = ~0u;
                 }
                 #pragma unroll
                 for (int n = 0; n < kNTilesKV; ++n) {
                     #pragma unroll
                     for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        float x = score_transform(s[mf][n][e]);
+                        float x = s[mf][n][e];
                         if (!((bits[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u)) x = neg_inf();
                         s[mf][n][e] = x;
                     }
                 }
             }
+        }
         }
 
         // -- online softmax: m_i, l_i, alpha
@@ -2237,13 +2244,15 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float m_new = m_i[mf][h];
+                // the raw products' max, then in the log2 domain (kScaleLog2 > 0 keeps the order)
+                float m_raw = neg_inf();
                 #pragma unroll
                 for (int n = 0; n < kNTilesKV; ++n) {
-                    m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
+                    m_raw = fmaxf(m_raw, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
                 }
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 1));  // the 4 lanes of a row
+                m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 2));
+                const float m_new = fmaxf(m_i[mf][h], m_raw * kScaleLog2);
                 // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
                 const float m_use = m_new == neg_inf() ? 0.f : m_new;
                 const float alpha = exp2_approx(m_i[mf][h] - m_use);
@@ -2251,8 +2260,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 float row_sum = 0.f;
                 #pragma unroll
                 for (int n = 0; n < kNTilesKV; ++n) {
-                    s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
-                    s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
+                    // t - m_i with t = kScaleLog2 * s: one FFMA (section score transform)
+                    s[mf][n][2 * h] = exp2_approx(fmaf(s[mf][n][2 * h], kScaleLog2, -m_use));
+                    s[mf][n][2 * h + 1] = exp2_approx(fmaf(s[mf][n][2 * h + 1], kScaleLog2, -m_use));
                     row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
                 }
                 l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
@@ -2332,7 +2342,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 math.wait_scores<0>(s);
             }
 
-            // -- score transform and mask
+            // -- mask: keys a row does not see get -inf in partial tiles; full tiles keep their raw
+            // products (the scale is applied in the softmax's exp2 argument: section score transform)
+            if (partial) {
             // Per row of this lane: in a partial tile, the keys it sees as bits, bit b of word b / 32 for
             // key j0 + 2t + b (the lane's columns 2t, 2t + 1 of each 8 at constant shifts; keys past Lk
             // are 0 bits); in a full tile all ones. The bit is the whole test: no branch in the loop.
@@ -2345,20 +2357,18 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     unsigned bits[kMaskTileWords];
                     if (partial) {
                         mask.row_bits(qi[mf][h], j0 + 2 * t, bits);
-                    } else {
-                        #pragma unroll
-                        for (int w = 0; w < kMaskTileWords; ++w) bits[w] = ~0u;
                     }
                     #pragma unroll
                     for (int n = 0; n < kNTilesKV; ++n) {
                         #pragma unroll
                         for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                            float x = score_transform(s[mf][n][e]);
+                            float x = s[mf][n][e];
                             if (!((bits[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u)) x = neg_inf();
                             s[mf][n][e] = x;
                         }
                     }
                 }
+            }
             }
 
             // -- online softmax: m_i, l_i, alpha
@@ -2366,13 +2376,15 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             for (int mf = 0; mf < kFrags; ++mf) {
                 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    float m_new = m_i[mf][h];
+                    // the raw products' max, then in the log2 domain (kScaleLog2 > 0 keeps the order)
+                    float m_raw = neg_inf();
                     #pragma unroll
                     for (int n = 0; n < kNTilesKV; ++n) {
-                        m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
+                        m_raw = fmaxf(m_raw, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
                     }
-                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
-                    m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                    m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 1));  // the 4 lanes of a row
+                    m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 2));
+                    const float m_new = fmaxf(m_i[mf][h], m_raw * kScaleLog2);
                     // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
                     const float m_use = m_new == neg_inf() ? 0.f : m_new;
                     const float alpha = exp2_approx(m_i[mf][h] - m_use);
@@ -2380,8 +2392,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     float row_sum = 0.f;
                     #pragma unroll
                     for (int n = 0; n < kNTilesKV; ++n) {
-                        s[mf][n][2 * h] = exp2_approx(s[mf][n][2 * h] - m_use);
-                        s[mf][n][2 * h + 1] = exp2_approx(s[mf][n][2 * h + 1] - m_use);
+                        // t - m_i with t = kScaleLog2 * s: one FFMA (section score transform)
+                        s[mf][n][2 * h] = exp2_approx(fmaf(s[mf][n][2 * h], kScaleLog2, -m_use));
+                        s[mf][n][2 * h + 1] = exp2_approx(fmaf(s[mf][n][2 * h + 1], kScaleLog2, -m_use));
                         row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
                     }
                     l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
