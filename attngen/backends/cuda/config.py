@@ -467,7 +467,8 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
     masked_kv = CUDA_PRODUCER_MASKED_KV if dmax > 64 or spec.mask.kind != "causal" else 128
     masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window", "custom")
                                              and tile_kv <= masked_kv)
-    if tile_q == 3 * CUDA_WGMMA_ROWS:  # three consumer warpgroups: auto only unmasked (causal q192 no longer spills, but was slower at L1024: NOTES.md)
+    # three consumer warpgroups: auto only unmasked (causal q192 no longer spills, but was not faster)
+    if tile_q == 3 * CUDA_WGMMA_ROWS:
         return given == "on" or (spec.mask.kind == "none" and spec.softcap is None and dmax <= 128)
     if dmax > 128:  # CUDA_PRODUCER_WIDE_D_KV: with the tensor copy engine, no mask but causal, its tile kv at most
         wide_kv = _producer_wide_d_kv(spec)
