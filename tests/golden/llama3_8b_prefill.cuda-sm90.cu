@@ -809,11 +809,8 @@ __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p
 
 // ---- section: score transform --------------------------------------------------------------
 // Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
-// (Here the softmax applies it itself: exp2(fmaf(s, kScaleLog2, -m_i)), the row max taken on the
-// raw products, so each score costs one FFMA; this function is not called.)
-__device__ __forceinline__ float score_transform(float s) {
-    return s * kScaleLog2;
-}
+// The softmax applies it itself, p = exp2(fmaf(s, kScaleLog2, -m_i)), with the row max taken on
+// the raw products (the scale is positive): one FFMA per score (section online softmax).
 
 // ---- section: work items (persistent blocks) ----
 // The work items of a launch: one per (batch, query head, row tile), what one block of a
@@ -1997,11 +1994,8 @@ __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p
 
 // ---- section: score transform --------------------------------------------------------------
 // Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
-// (Here the softmax applies it itself: exp2(fmaf(s, kScaleLog2, -m_i)), the row max taken on the
-// raw products, so each score costs one FFMA; this function is not called.)
-__device__ __forceinline__ float score_transform(float s) {
-    return s * kScaleLog2;
-}
+// The softmax applies it itself, p = exp2(fmaf(s, kScaleLog2, -m_i)), with the row max taken on
+// the raw products (the scale is positive): one FFMA per score (section online softmax).
 
 // ---- section: kernel ------------------------------------------------------------------------
 // One block computes kBlockQ rows of the output of one (batch, query head), FlashAttention-2
