@@ -199,17 +199,18 @@ __device__ __forceinline__ void mbar_arrive_count(unsigned long long* bar, unsig
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
 }
 
-// Rows j0 .. j0 + kRows - 1 of head `head` of sequence `batch`, kCols (padded) columns, into the
-// swizzled tile at `dst`, completing on `bar`.
+// Rows j0 .. j0 + kRows - 1 of head `head` of sequence `batch`, kCols (padded) columns from column
+// col0 (output column blocks: the block's columns of V), into the swizzled tile at `dst`,
+// completing on `bar`.
 template <int kRows, int kCols>
 __device__ __forceinline__ void tma_tile(elem_t* dst, const TensorMap& map, int head, int j0, int batch,
-                                         unsigned long long* bar) {
+                                         unsigned long long* bar, int col0 = 0) {
     static_assert(kCols % 64 == 0, "whole 64-column blocks");
     #pragma unroll
     for (int blk = 0; blk < kCols / 64; ++blk) {
         asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
                      " [%0], [%1, { %2, %3, %4, %5 }], [%6];\n"
-                     :: "r"(smem_addr(dst + blk * kRows * 64)), "l"(&map), "r"(blk * 64), "r"(head), "r"(j0),
+                     :: "r"(smem_addr(dst + blk * kRows * 64)), "l"(&map), "r"(col0 + blk * 64), "r"(head), "r"(j0),
                         "r"(batch), "r"(smem_addr(bar)) : "memory");
     }
 }

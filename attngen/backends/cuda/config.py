@@ -57,7 +57,16 @@ CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128)), (128, (128, 96)))
 # benchmarks/probe_persistent.py / probe_models.py, 2026-11-26, TFLOP/s at L 1k / 4k: d256 causal
 # kv80 299 / 396 (kv64 289 / 374) vs the plain loop's q128 kv64 254 / 358 (FA2 246 / 283); d256
 # full kv80 411 / 435 vs 385 / 443; MLA 192/128 bf16 causal L4096 kv96 310 vs 274 (cuDNN 461).
-CUDA_PRODUCER_WIDE_D_KV = ((192, 96), (256, 80))
+# Above 256, up to CUDA_WGMMA_MAX_D (mask none or causal, no softcap): the same producer kernel
+# with output column blocks. Q of the block's 128 rows stays in shared memory whole (128 KB at
+# d512) and the block keeps at most CUDA_MAX_DV_BLOCK output columns of acc: the output is split
+# over blocks (grid.y = Hq x v_blocks), each computing Q K^T for its own columns of P V (FFPA's
+# split of the output, on wgmma). Tile kv: the widest that fits two stages of K and of the
+# block's V columns beside Q (d320 64, d384 48, d512 32). No persistent blocks (not yet taught
+# column blocks); launches with per-sequence lengths take the mma.sync chunked path (_varlen).
+# Above 512 Q no longer fits whole: the mma.sync family streams the head dims in chunks.
+CUDA_PRODUCER_WIDE_D_KV = ((192, 96), (256, 80), (320, 64), (384, 48), (512, 32))
+CUDA_WGMMA_MAX_D = 512
 # Head dims up to 64 without a mask or softcap take three consumer warpgroups (tile q 192, the
 # producer with the tensor copy engine, 32 / 160 registers; FlashAttention-3's d64 rows): H100
 # f16, benchmarks/probe_persistent.py, 2026-11-25, TFLOP/s at L 1k / 4k / 16k: q192 kv128 347 /
@@ -146,7 +155,7 @@ class CudaConfig:
     chunk: int | None = None
     chunk_given: bool = False  # from the spec's `tile d=` (else chosen: the whole head dim did not fit)
     v_blocks: int = 1  # blocks per (batch, query head) along the output columns: grid.y = Hq * v_blocks
-    d_v_block: int = 0  # output columns per block, a whole number of chunks (chunked kernels only)
+    d_v_block: int = 0  # output columns per block: a whole number of chunks (chunked), or d_v_pad (wgmma)
     # The plain kernel (fused, contiguous cache, structured mask, whole head dims) has a padded-only
     # path for launches without per-sequence lengths (no cu_seqlens, kv_lens or append): it keeps
     # the registers of the plain algorithm. Launches with them take `varlen`: the same tiles with
@@ -212,6 +221,9 @@ class CudaConfig:
         text = _describe(self.buffers)
         if self.math == "wgmma":
             text += f" + {CUDA_WGMMA_ALIGN} bytes to align them to {CUDA_WGMMA_ALIGN}"
+        if not self.chunked and self.v_blocks > 1:
+            return (f"{text}; out split over {self.v_blocks} blocks of {self.d_v_block} columns (grid.y = Hq x "
+                    f"{self.v_blocks}), each with Q K^T over the whole head dim")
         return f"{text}; {self.chunk_summary}" if self.chunked else text
 
     def summary(self) -> str:
@@ -242,6 +254,10 @@ class CudaConfig:
         if self.varlen is None:
             return ""
         v = self.varlen
+        if v.math != self.math:
+            return (f"launches with cu_seqlens, kv_lens or an append: entry point _varlen on the mma.sync family, "
+                    f"tile q={v.tile_q} kv={v.tile_kv}" + (f", {v.chunk_summary}" if v.chunked else "")
+                    + f" ({v.smem_bytes} bytes of shared memory)")
         if v.math == "wgmma":
             return (f"launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q={v.tile_q} "
                     f"kv={v.tile_kv} ({v.smem_bytes} bytes of shared memory)")
@@ -258,7 +274,7 @@ def cuda_math(spec: AttentionSpec, profile: Profile | None = None) -> str:
 def wgmma_refusal(spec: AttentionSpec, profile: Profile) -> str | None:
     """Why the Hopper family (wgmma) does not serve this spec on this profile; None when it does.
     ('' when the profile has no such family: nothing to explain.) What it leaves to the mma.sync
-    family is listed in docs/targets.md."""
+    family is listed in docs/cuda-variants.md."""
     if not profile.features.get("wgmma"):
         return ""
     if spec.dtype == "f32":
@@ -269,8 +285,24 @@ def wgmma_refusal(spec: AttentionSpec, profile: Profile) -> str | None:
         return f"schedule {spec.schedule.kind}: the split decode schedules stay on mma.sync"
     if spec.kv_cache.is_paged:
         return "a paged KV cache: gathered pages stay on mma.sync"
-    if spec.tile.d is not None or max(spec.head_dim_qk, spec.head_dim_v) > 256:
-        return "head dims above 256 (tile d) stream in chunks on mma.sync"
+    dmax = max(spec.head_dim_qk, spec.head_dim_v)
+    if spec.tile.d is not None:
+        return "tile d: head dims in chunks stream on mma.sync"
+    if dmax > CUDA_WGMMA_MAX_D:
+        return (f"head dims above {CUDA_WGMMA_MAX_D} stream in chunks on mma.sync (the wgmma family keeps Q "
+                "of its 128 rows whole in shared memory)")
+    if dmax > 256:
+        opts = spec.options("cuda")
+        why = ("a window or custom mask" if spec.mask.kind not in ("none", "causal") else
+               "softcap" if spec.softcap is not None else
+               "producer=off" if opts.get("producer") == "off" else
+               "tma=off" if opts.get("tma") == "off" else
+               f"tile q={spec.tile.q}" if spec.tile.q not in (None, 2 * CUDA_WGMMA_ROWS) else
+               f"warps={opts.get('warps')}" if opts.get("warps") not in (None, 8) else None)
+        if why is not None:
+            return (f"head dims above 256 on the wgmma family take the producer warpgroup with the tensor copy "
+                    f"engine and tile q 128, for mask none or causal without softcap ({why}): they stream in "
+                    "chunks on mma.sync")
     q, warps = spec.tile.q, spec.options("cuda").get("warps")
     if q is not None and q % CUDA_WGMMA_ROWS:
         return f"tile q={q} is not a multiple of {CUDA_WGMMA_ROWS} (a warpgroup owns 64 rows)"
@@ -305,12 +337,14 @@ def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8, tma_q
     return producer, consumer(producer)
 
 
-def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, persistent=False, tma=False):
-    """Shared-memory buffers: the whole head dims (chunk None), or one chunk per pipeline stage."""
+def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, persistent=False, tma=False,
+                 d_v_cols=None):
+    """Shared-memory buffers: the whole head dims (chunk None), or one chunk per pipeline stage.
+    d_v_cols: the V columns of a block (wgmma output column blocks), when not the whole head dim."""
     elem = spec.dtype
     if math == "wgmma":  # swizzled, no skew; whole 64-element blocks; 1024 bytes of alignment slack
         d_qk_pad = _round_up(spec.head_dim_qk, CUDA_WGMMA_PAD)
-        d_v_pad = _round_up(spec.head_dim_v, CUDA_WGMMA_PAD)
+        d_v_pad = d_v_cols or _round_up(spec.head_dim_v, CUDA_WGMMA_PAD)
         entries = [
             ("sQ", elem, 1, tile_q, d_qk_pad, "the block's rows of Q (128-byte swizzle)"),
             ("sK", elem, stages, tile_kv, d_qk_pad, "K tiles, one per pipeline stage (128-byte swizzle)"),
@@ -470,6 +504,8 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
     # three consumer warpgroups: auto only unmasked (causal q192 no longer spills, but was not faster)
     if tile_q == 3 * CUDA_WGMMA_ROWS:
         return given == "on" or (spec.mask.kind == "none" and spec.softcap is None and dmax <= 128)
+    if dmax > 256:  # output column blocks exist only in the producer kernel (wgmma_refusal checked the rest)
+        return True
     if dmax > 128:  # CUDA_PRODUCER_WIDE_D_KV: with the tensor copy engine, no mask but causal, its tile kv at most
         wide_kv = _producer_wide_d_kv(spec)
         return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and wide_kv is not None and tile_kv <= wide_kv)
@@ -493,7 +529,10 @@ def _persistent_auto(spec: AttentionSpec) -> bool:
     shared-memory address per loop; other head dims (96: rows 10 apart) keep one per row, and
     across work items that spilled the producer's 72 registers (ptxas -v: d96 720 bytes, d256 76);
     d96 has not been timed persistent since its copies went to the tensor copy engine."""
-    if max(spec.head_dim_qk, spec.head_dim_v) > 128:
+    dmax = max(spec.head_dim_qk, spec.head_dim_v)
+    if dmax > 256:
+        return False  # output column blocks: not taught to the persistent blocks (CUDA_PRODUCER_WIDE_D_KV)
+    if dmax > 128:
         return _producer_wide_d_kv(spec) is not None
     return all(d % 64 == 0 for d in (spec.head_dim_qk, spec.head_dim_v))
 
@@ -502,6 +541,8 @@ def _persistent_refusal(spec: AttentionSpec, producer: bool) -> str | None:
     """Why a Hopper-family configuration cannot run persistent blocks (None: it can)."""
     if not producer:
         return "persistent blocks belong to the producer warpgroup's kernels, and this plan has no producer"
+    if max(spec.head_dim_qk, spec.head_dim_v) > 256:
+        return "head dims above 256 split the output columns over blocks, which persistent blocks do not take yet"
     return None
 
 
@@ -554,6 +595,10 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                 kv = (CUDA_WGMMA_ROWS, opts.get("stages"))
             rows = (CUDA_WGMMA_ROWS, CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
             cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
+        if dmax > 256 and not cfg.producer:
+            raise Problem(f"head dim {dmax} on the wgmma family needs the producer warpgroup, which needs 2 K/V stages; "
+                          f"tile q={cfg.tile_q} kv={cfg.tile_kv} fits {cfg.stages}", key="target.cuda",
+                          hint="leave tile kv and stages out (the planner picks the widest tile kv that fits two stages)")
         if opts.get("tma") == "on" and not cfg.tma:
             raise Problem("tma=on: the tensor copy engine brings the producer warpgroup's tiles, and this plan "
                           "has no producer", key="target.cuda", hint="add producer=on, or leave tma out")
@@ -569,6 +614,10 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
             # on the plain overlapped loop.
             varlen = _cuda_fit(spec, profile, math, None, rows=(cfg.tile_q, cfg.warps), kv=(cfg.tile_kv, cfg.stages))
             return replace(cfg, fast_path=True, varlen=varlen)
+        if dmax > 256:
+            # Head dims above 256 (CUDA_PRODUCER_WIDE_D_KV): launches with per-sequence lengths take
+            # the mma.sync family's chunked head dims in the _varlen entry point.
+            return replace(cfg, fast_path=True, varlen=_cuda_config(spec, profile, "mma"))
         # Launches with per-sequence lengths take the _varlen entry point: the same family with
         # a smaller tile kv (64, or 32 above head dim 128), so that the per-sequence state does
         # not spill registers (ptxas reports, benchmarks/NOTES.md).
@@ -668,6 +717,9 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             pad = {"wgmma": CUDA_WGMMA_PAD, "mma": 16, "fma": 1}[math]
             d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, pad), _round_up(spec.head_dim_v, pad)
             v_blocks, d_v_block = 1, d_v_pad
+            if math == "wgmma" and d_v_pad > CUDA_MAX_DV_BLOCK:  # output column blocks (CUDA_WGMMA_MAX_D)
+                v_blocks, d_v_block = _cuda_v_split(spec.head_dim_v, CUDA_WGMMA_PAD, CUDA_MAX_DV_BLOCK)
+                d_v_pad = d_v_block  # the block's columns: its V tiles, acc and the N of P V
             q_in_regs = math == "mma" and frags * _round_up(spec.head_dim_qk, 16) <= 128
         else:  # Q streams through shared memory with K; the block keeps d_v_block output columns
             v_blocks, d_v_block = _cuda_v_split(spec.head_dim_v, chunk, v_cap)
@@ -678,7 +730,8 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                    and (opts.get("persistent") == "on" or _persistent_auto(spec)))
         tma = ws and opts.get("tma") != "off"
         tma_q = tma and chunk is None and not pack_gqa(spec)
-        buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma)
+        buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma,
+                                     d_v_block if chunk is None else None)
         regs = _cuda_registers(math, frags, tile_kv // key_warps, d_qk_pad, d_v_block, q_in_regs)
         # with a producer warpgroup, setmaxnreg gives the consumers their registers (producer_registers)
         reg_cap = (producer_registers(tma, spec.mask.kind, warps, tma_q)[1] if ws

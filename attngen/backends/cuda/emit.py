@@ -82,10 +82,21 @@ def _variant_context(plan: KernelPlan) -> dict:
     )
 
 
+_PAD_DOC = {
+    "wgmma": "padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero",
+    "mma": "padded to a multiple of 16 (the k of m16n8k16); padding is zero",
+    "fma": "no padding on CUDA cores",
+}
+
+
 def _namespace(name: str, c, doc: str) -> dict:
-    """One tile configuration's context for body.j2 (its shared-memory offsets and strides)."""
+    """One tile configuration's context for body.j2 (its shared-memory offsets and strides, and
+    its kernel family's matmul primitives: the _varlen entry of head dims above 256 runs the
+    mma.sync family beside the main entry's wgmma)."""
     return {"name": name, "c": c, "doc": doc, "offsets": {b.name: b.offset for b in c.buffers},
-            "strides": {b.name[1:].lower(): b.cols for b in c.buffers}}
+            "strides": {b.name[1:].lower(): b.cols for b in c.buffers},
+            "math_template": f"cuda/math_{c.math}.j2", "pad": {"wgmma": 64, "mma": 16}.get(c.math, 8),
+            "pad_doc": _PAD_DOC[c.math]}
 
 
 def render_source(plan: KernelPlan) -> str:
@@ -99,12 +110,6 @@ def render_source(plan: KernelPlan) -> str:
     if c.varlen is not None:
         namespaces.append(_namespace("varlen", c.varlen, f"launches with cu_seqlens_q, kv_lens or an append "
                                                          f"(entry point {plan.entry}_varlen)"))
-    if c.math == "wgmma":
-        pad_doc = "padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero"
-    elif c.math == "mma":
-        pad_doc = "padded to a multiple of 16 (the k of m16n8k16); padding is zero"
-    else:
-        pad_doc = "no padding on CUDA cores"
     layout = layout_lines(plan, "Shared memory")
     if c.chunked:
         layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")
@@ -116,13 +121,13 @@ def render_source(plan: KernelPlan) -> str:
         c=c,
         entry=plan.entry,
         elem_bytes=4 if plan.dtype == "f32" else 2,
-        pad={"wgmma": 64, "mma": 16}.get(c.math, 8),
-        pad_doc=pad_doc,
+        pad=main["pad"],
+        pad_doc=main["pad_doc"],
         strides=strides,
         offsets=offsets,
         namespaces=namespaces,
         types_template=types_template,
-        math_template=f"cuda/math_{c.math}.j2",
+        math_template=main["math_template"],
         mma_type=mma_type,
         acc_qk=plan.acc_qk,
         acc_pv=plan.acc_pv,

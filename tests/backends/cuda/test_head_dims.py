@@ -36,6 +36,10 @@ CASES = [
     ("f16 192/128 d=64", "head_dim qk=192 v=128\n dtype f16\n tile d=64\n mask causal", 4, 1),
     ("f16 d264", "head_dim 264\n dtype f16\n mask window(left=40)", 2, 2),
     ("f16 d320 causal", "head_dim 320\n dtype f16\n mask causal", 4, 2),
+    ("f16 d320", "head_dim 320\n dtype f16", 3, 1),
+    ("bf16 d384 causal gqa3", "head_dim 384\n dtype bf16\n mask causal", 6, 2),
+    ("f16 d512", "head_dim 512\n dtype f16", 2, 2),
+    ("f16 448/256", "head_dim qk=448 v=256\n dtype f16\n mask causal", 2, 1),
     ("f32 d320 window", "head_dim 320\n dtype f32\n mask window(left=20, right=3)", 2, 1),
     ("bf16 d512 gqa", "head_dim 512\n dtype bf16\n mask causal(bottom_right)", 8, 2),
     ("f16 d512 acc pv f16", "head_dim 512\n dtype f16\n accumulate qk=f32 pv=f16", 2, 1),
@@ -54,17 +58,58 @@ def _spec(body: str):
 
 
 # -- the planner --------------------------------------------------------------------------------
-@pytest.mark.parametrize("head_dim, chunk, v_blocks, d_v_block", [
-    ("320", 64, 2, 192), ("512", 64, 2, 256), ("qk=576 v=512", 64, 2, 256), ("1024", 64, 4, 256),
-    ("qk=1024 v=64", 64, 1, 64), ("264", 64, 2, 192),
+@pytest.mark.parametrize("head_dim, chunk, v_blocks, d_v_block, profile", [
+    ("320", 64, 2, 192, "cuda-sm80"), ("512", 64, 2, 256, "cuda-sm80"), ("264", 64, 2, 192, "cuda-sm80"),
+    ("qk=576 v=512", 64, 2, 256, "cuda-sm80"), ("qk=576 v=512", 64, 2, 256, "cuda-sm90"),
+    ("1024", 64, 4, 256, "cuda-sm80"), ("1024", 64, 4, 256, "cuda-sm90"),
+    ("qk=1024 v=64", 64, 1, 64, "cuda-sm80"), ("qk=1024 v=64", 64, 1, 64, "cuda-sm90"),
 ])
-@pytest.mark.parametrize("profile", ["cuda-sm80", "cuda-sm90"])
 def test_wide_head_dims_get_a_chunk_and_column_blocks(head_dim, chunk, v_blocks, d_v_block, profile):
     c = cuda_config(_spec(f"head_dim {head_dim}\n dtype f16"), get_profile(profile, "cuda"))
     assert (c.chunk, c.v_blocks, c.d_v_block) == (chunk, v_blocks, d_v_block)
     assert not c.chunk_given and c.d_v_block <= 256
     assert [b.name for b in c.buffers] == ["sQ", "sKV"]
     assert all(b.cols == chunk + 8 for b in c.buffers)  # O(tile x chunk), rows padded by 16 bytes
+
+
+# Head dims above 256 up to 512 on the Hopper family (mask none or causal, no softcap): the producer
+# kernel with Q whole in shared memory and output column blocks; tile kv the widest that fits two
+# stages (config.py CUDA_PRODUCER_WIDE_D_KV); the _varlen entry streams chunks on mma.sync.
+@pytest.mark.parametrize("body, tile_kv, v_blocks, d_v_block", [
+    ("head_dim 320\n dtype f16", 64, 2, 192),
+    ("head_dim 264\n dtype f16", 64, 2, 192),
+    ("head_dim 384\n dtype bf16\n mask causal", 48, 2, 192),
+    ("head_dim 512\n dtype f16", 32, 2, 256),
+    ("head_dim 512\n dtype bf16\n mask causal(bottom_right)", 32, 2, 256),
+    ("head_dim qk=448 v=256\n dtype f16", 32, 1, 256),
+])
+def test_head_dims_up_to_512_take_the_wgmma_producer_with_column_blocks(body, tile_kv, v_blocks, d_v_block):
+    c = cuda_config(_spec(body), get_profile("cuda-sm90", "cuda"))
+    assert (c.math, c.chunk, c.producer, c.tma, c.tma_q, c.persistent) == ("wgmma", None, True, True, True, False)
+    assert (c.tile_q, c.tile_kv, c.stages, c.v_blocks, c.d_v_block, c.d_v_pad) == (128, tile_kv, 2, v_blocks,
+                                                                                     d_v_block, d_v_block)
+    assert c.smem_bytes <= get_profile("cuda-sm90", "cuda").limit("shared_memory_bytes")
+    assert c.varlen.math == "mma" and c.varlen.chunk == 64 and c.varlen.v_blocks == v_blocks
+    p = plan(_spec(body), "cuda", "cuda-sm90")
+    assert p.grid[1] == ("Hq * 2" if v_blocks == 2 else "Hq")
+    assert p.details.varlen.grid[1] == p.grid[1]
+    source = emit_plan(p).source
+    assert f"constexpr int kVBlocks = {v_blocks};" in source or v_blocks == 1
+    assert "wgmma.mma_async" in source and "mma.sync.aligned.m16n8k16" in source  # both families, one file
+
+
+@pytest.mark.parametrize("body, why", [
+    ("head_dim 320\n dtype f16\n mask window(left=40)", "a window or custom mask"),
+    ("head_dim 320\n dtype f16\n softcap 30", "softcap"),
+    ("head_dim 512\n dtype f16\n target cuda { tma=off }", "tma=off"),
+    ("head_dim 512\n dtype f16\n tile q=64", "tile q=64"),
+    ("head_dim 512\n dtype f16\n accumulate qk=f32 pv=f16", "accumulate f16"),
+    ("head_dim 576\n dtype f16", "head dims above 512 stream in chunks on mma.sync"),
+    ("head_dim 320\n dtype f16\n tile d=64", "tile d"),
+])
+def test_wide_head_dims_the_wgmma_family_leaves_to_mma_sync_say_why(body, why):
+    c = cuda_config(_spec(body), get_profile("cuda-sm90", "cuda"))
+    assert c.math == "mma" and c.chunked and why in c.family_note
 
 
 @pytest.mark.parametrize("head_dim", ["8", "40", "64", "96", "128", "qk=192 v=128", "256"])
@@ -227,3 +272,63 @@ def test_cuda_grid_y_limit_is_a_launch_error():
     from conftest import kernel_for, to_device
     with pytest.raises(attngen.LaunchError, match="exceeds 65535 blocks along y"):
         kernel_for(spec, "cuda")(*to_device("cuda", "f16", q, k, v))
+
+
+# -- head dims 257-512 on the Hopper family (the producer with output column blocks) -------------
+WIDE_WGMMA = [
+    ("f16 d320", "head_dim 320\n dtype f16", 4, 2),
+    ("bf16 d512 causal gqa3", "head_dim 512\n dtype bf16\n mask causal", 3, 1),
+    ("f16 448/256 bottom-right", "head_dim qk=448 v=256\n dtype f16\n mask causal(bottom_right)", 2, 2),
+]
+
+
+@pytest.mark.parametrize("case", WIDE_WGMMA, ids=lambda c: c[0])
+def test_the_launcher_sends_per_sequence_lengths_to_the_mma_sync_entry(case):
+    """Padded launches take the wgmma producer kernel; kv_lens / cu_seqlens launches its _varlen
+    entry (mma.sync, chunks), each with its own grid, block and shared memory."""
+    import numpy as np
+    from attngen.backends.cuda import args as cuda_args
+    from attngen.runtime.launch import resolve
+    p = plan(_spec(case[1]), "cuda", "cuda-sm90")
+    d_qk, d_v = p.d_qk, p.d_v
+    shapes = {"q": (2, 300, case[2], d_qk), "k": (2, 257, case[3], d_qk), "v": (2, 257, case[3], d_v)}
+    dtypes = dict.fromkeys(shapes, p.dtype)
+    blocks = p.config.v_blocks
+    ((name, _, grid, threads, smem),) = cuda_args.launches(p, resolve(p, shapes, dtypes, cores=132))
+    assert (name, grid, threads, smem) == (p.entry, (3, case[2] * blocks, 2), 384, p.smem_bytes)
+    launch = resolve(p, shapes, dtypes, cores=132, kv_lens=np.array([5, 257], np.int32))
+    ((name, _, grid, threads, smem),) = cuda_args.launches(p, launch)
+    v = p.details.varlen
+    assert (name, grid, threads, smem) == (v.entry, (5, case[2] * blocks, 2), v.threads, v.smem_bytes)
+
+
+@pytest.mark.parametrize("case", WIDE_WGMMA, ids=lambda c: c[0])
+def test_wide_wgmma_matches_reference_with_several_tiles_and_per_sequence_lengths(case):
+    """Several row tiles (Lq 300) and K/V tiles (Lk 257, odd) on the producer kernel; then the
+    same kernel's _varlen entry (mma.sync) with kv_lens (one sequence sees no key)."""
+    require("cuda")
+    import numpy as np
+    from attngen.reference import reference, relative_error, tolerance
+    from conftest import _to_numpy, kernel_for, to_device
+    label, body, hq, hkv = case
+    spec = _spec(body)
+    q, k, v = random_qkv(spec, 2, 300, 257, heads_q=hq, heads_kv=hkv, seed=7)
+    check_against_reference(spec, "cuda", q, k, v)
+    kernel = kernel_for(spec, "cuda")
+    lens = np.array([0, 200], np.int32)
+    dq, dk, dv = to_device("cuda", spec.dtype, q, k, v)
+    if spec.dtype == "bf16":
+        import torch
+        dlens = torch.from_numpy(lens).cuda()
+    else:
+        import cupy
+        dlens = cupy.asarray(lens)
+    out, lse = kernel(dq, dk, dv, return_lse=True, kv_lens=dlens)
+    ref, ref_lse = reference(spec, q, k, v, return_lse=True, kv_lens=lens)
+    out, lse = _to_numpy(out), _to_numpy(lse)
+    assert not np.isnan(out).any() and not np.isnan(lse).any()
+    assert relative_error(out, ref) <= tolerance(spec)
+    assert np.all(out[0] == 0) and np.all(np.isneginf(lse[0]))  # the sequence with no keys
+    empty = np.isneginf(ref_lse)  # (and rows of bottom-right causal that see no key)
+    assert np.array_equal(np.isneginf(lse), empty)
+    assert np.abs(lse[~empty] - ref_lse[~empty]).max() <= 1e-2 * max(1.0, np.abs(ref_lse[~empty]).max())
