@@ -93,6 +93,7 @@ constexpr int kWarps = 8;
 constexpr int kThreads = 384;    // kWarps * 32 consumer threads + kCopyThreads
 constexpr int kCopyThreads = 128;  // the producer warpgroup: the threads that copy tiles
 constexpr int kConsumerGroups = kWarps / 4;
+constexpr bool kPingPong = kConsumerGroups >= 2;  // the consumer warpgroups take turns issuing their products
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 // setmaxnreg moves registers within what the launch gave the block (65536 / kThreads per thread,
 // a multiple of 8): asking for more would wait forever. One consumer warpgroup moves none.
@@ -103,6 +104,7 @@ constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
 constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
 constexpr int kHeadDimVPad = 128;
+constexpr int kVTileCols = kHeadDimVPad;  // columns of the V tiles
 // Shared-memory tiles are in the 128-byte swizzled layout of the wgmma descriptors (section
 // memory: swizzled); the strides are the padded row widths, in elements.
 constexpr int kStrideQ = 128;
@@ -114,7 +116,7 @@ constexpr int kOffsetV = 106496;
 constexpr int kOffsetSync = 180224;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits and land[kStages]
 // K and V tiles come by the tensor copy engine (TMA): the bytes one tile's copies write, zero-filled
 // keys past Lk and columns past the head dims included.
-constexpr unsigned kTileBytes = kBlockKV * (kHeadDimQKPad + kHeadDimVPad) * 2;
+constexpr unsigned kTileBytes = kBlockKV * (kHeadDimQKPad + kVTileCols) * 2;
 constexpr unsigned kQBytes = kBlockQ * kHeadDimQKPad * 2;  // Q's copies (rows past Lq zero-filled)
 constexpr int kSmemBytes = 181472;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
@@ -409,6 +411,8 @@ __device__ __forceinline__ void fence_fragments(PTileArg& p) {
 
 // One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
+    static constexpr int kKSteps = kKStepsQK;
+    static constexpr int k_at = 0, v_at = 0;
     const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
 
     __device__ __forceinline__ void init(unsigned char* smem, int warp, int) {
@@ -425,10 +429,10 @@ struct WarpMath {
     __device__ __forceinline__ void issue_scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
         wgmma_fence();
         #pragma unroll
-        for (int kk = 0; kk < kKStepsQK; ++kk) {
+        for (int kk = 0; kk < kKSteps; ++kk) {
             const int at = (kk / 4) * 64, step = (kk % 4) * 16;
             wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
-                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
+                         smem_descriptor(sK + k_at + at * kBlockKV + step, 16, 1024), kk > 0);
         }
         wgmma_commit();
     }
@@ -465,7 +469,7 @@ struct WarpMath {
         wgmma_fence();
         #pragma unroll
         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
+            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + v_at + ks * 16 * 64, kBlockKV * 128, 1024));
         }
         wgmma_commit();
     }
@@ -1079,14 +1083,14 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                         mbar_expect_tx(bar, kTileBytes);
                     }
                     tma_tile<kBlockKV, kHeadDimQKPad>(sK + stage * kBlockKV * kStrideK, tmap_k, kv_head, j0, batch, bar);
-                    tma_tile<kBlockKV, kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, tmap_v, kv_head, j0, batch, bar);
+                    tma_tile<kBlockKV, kVTileCols>(sV + stage * kBlockKV * kStrideV, tmap_v, kv_head, j0, batch, bar);
                     if (!(cleans)) mbar_arrive_count(&bar_full[stage], kCopyThreads);
                 }
                 if (cleans) {
                     // -- clean V of a partial tile (section non-finite values) once it has landed
                     mbar_wait(&bar_land[stage], (land >> stage) & 1u);
                     land ^= 1u << stage;
-                    clean_values_copier<kHeadDimVPad>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
+                    clean_values_copier<kVTileCols>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
                     fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
                 }
                 if (cleans) mbar_arrive(&bar_full[stage]);  // this thread's zeros, bad-key bits and words are written
@@ -1105,7 +1109,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // -- consumer warpgroups
     if constexpr (kConsumerGroups >= 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kConsumerRegs));
     const int wg = warp / 4;  // this warpgroup: rows 64 wg .. of the block
-    if constexpr (kConsumerGroups >= 2) {
+    if constexpr (kPingPong) {
         // warpgroup 0 issues its products first; the turns run on across items
         if (wg == kConsumerGroups - 1) named_arrive(2, 2 * 128);
     }
@@ -1207,7 +1211,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             for (int w = 0; w < kKeyWords; ++w) bad[w] = partial && clean ? bad_keys[stage * kKeyWords + w] : 0u;
 
             // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
-            if constexpr (kConsumerGroups >= 2) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
+            if constexpr (kPingPong) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
             float s[kFrags][kNTilesKV][4];
             math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
             if (it > 0) math.issue_pv(acc, p, sV + prev * kBlockKV * kStrideV);
@@ -1218,7 +1222,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
             // the other warpgroup's turn (a bar.arrive between the issue and the wait above would make
             // ptxas serialise the products: warning C7514)
-            if constexpr (kConsumerGroups >= 2) named_arrive(2 + (wg + 1) % kConsumerGroups, 2 * 128);
+            if constexpr (kPingPong) named_arrive(2 + (wg + 1) % kConsumerGroups, 2 * 128);
 
             // -- mask: keys a row does not see get -inf in partial tiles; full tiles keep their raw
             // products (the scale is applied in the softmax's exp2 argument: section score transform)
@@ -1372,7 +1376,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
         at = (ring + n_tiles) * kItemSlots + (slot + 1) % kItemSlots;
     }
-    if constexpr (kConsumerGroups >= 2) {
+    if constexpr (kPingPong) {
         if (wg == 0) named_sync(2, 2 * 128);  // the last warpgroup's last turn signal
     }
 }
@@ -1626,6 +1630,8 @@ __device__ __forceinline__ void fence_fragments(PTileArg& p) {
 
 // One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
+    static constexpr int kKSteps = kKStepsQK;
+    static constexpr int k_at = 0, v_at = 0;
     const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
 
     __device__ __forceinline__ void init(unsigned char* smem, int warp, int) {
@@ -1642,10 +1648,10 @@ struct WarpMath {
     __device__ __forceinline__ void issue_scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
         wgmma_fence();
         #pragma unroll
-        for (int kk = 0; kk < kKStepsQK; ++kk) {
+        for (int kk = 0; kk < kKSteps; ++kk) {
             const int at = (kk / 4) * 64, step = (kk % 4) * 16;
             wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
-                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
+                         smem_descriptor(sK + k_at + at * kBlockKV + step, 16, 1024), kk > 0);
         }
         wgmma_commit();
     }
@@ -1682,7 +1688,7 @@ struct WarpMath {
         wgmma_fence();
         #pragma unroll
         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
+            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + v_at + ks * 16 * 64, kBlockKV * 128, 1024));
         }
         wgmma_commit();
     }

@@ -318,6 +318,8 @@ using PTileArg = unsigned[kFrags][kBlockKV / 16][4];
 
 // One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
+    static constexpr int kKSteps = kKStepsQK;
+    static constexpr int k_at = 0, v_at = 0;
     const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
 
     __device__ __forceinline__ void init(unsigned char* smem, int warp, int) {
@@ -334,10 +336,10 @@ struct WarpMath {
     __device__ __forceinline__ void issue_scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
         wgmma_fence();
         #pragma unroll
-        for (int kk = 0; kk < kKStepsQK; ++kk) {
+        for (int kk = 0; kk < kKSteps; ++kk) {
             const int at = (kk / 4) * 64, step = (kk % 4) * 16;
             wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
-                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
+                         smem_descriptor(sK + k_at + at * kBlockKV + step, 16, 1024), kk > 0);
         }
         wgmma_commit();
     }
@@ -374,7 +376,7 @@ struct WarpMath {
         wgmma_fence();
         #pragma unroll
         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
+            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + v_at + ks * 16 * 64, kBlockKV * 128, 1024));
         }
         wgmma_commit();
     }
@@ -1238,6 +1240,8 @@ using PTileArg = unsigned[kFrags][kBlockKV / 16][4];
 
 // One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
+    static constexpr int kKSteps = kKStepsQK;
+    static constexpr int k_at = 0, v_at = 0;
     const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
 
     __device__ __forceinline__ void init(unsigned char* smem, int warp, int) {
@@ -1254,10 +1258,10 @@ struct WarpMath {
     __device__ __forceinline__ void issue_scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
         wgmma_fence();
         #pragma unroll
-        for (int kk = 0; kk < kKStepsQK; ++kk) {
+        for (int kk = 0; kk < kKSteps; ++kk) {
             const int at = (kk / 4) * 64, step = (kk % 4) * 16;
             wgmma_scores(s[0], smem_descriptor(sQ + at * kBlockQ + step, 16, 1024),
-                         smem_descriptor(sK + at * kBlockKV + step, 16, 1024), kk > 0);
+                         smem_descriptor(sK + k_at + at * kBlockKV + step, 16, 1024), kk > 0);
         }
         wgmma_commit();
     }
@@ -1294,7 +1298,7 @@ struct WarpMath {
         wgmma_fence();
         #pragma unroll
         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + ks * 16 * 64, kBlockKV * 128, 1024));
+            wgmma_pv(acc[0], p[0][ks], smem_descriptor(sV + v_at + ks * 16 * 64, kBlockKV * 128, 1024));
         }
         wgmma_commit();
     }

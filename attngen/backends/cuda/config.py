@@ -67,6 +67,16 @@ CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128)), (128, (128, 96)))
 # Above 512 Q no longer fits whole: the mma.sync family streams the head dims in chunks.
 CUDA_PRODUCER_WIDE_D_KV = ((192, 96), (256, 80), (320, 64), (384, 48), (512, 32))
 CUDA_WGMMA_MAX_D = 512
+# Split Q K^T (head dims of 512, and qk head dims of whole 128-column halves beside a v head dim of
+# 512): the block's two consumer warpgroups own the same 64 rows; each computes Q K^T over half of
+# the head dim and P V for half of the block's output columns (up to 256 each: one block holds 512),
+# and the halves of S are summed through shared memory (sX) once per tile. Each Q K^T column is
+# computed once, where column blocks compute it once per block; but a block reads its K and V
+# tiles for 64 rows, not 128. Tile kv by what fits (d512: 32). H100 f16 B1 H48 L4096 TFLOP/s
+# (benchmarks/probe_head_dims.py, 2026-11-26): d512 233 vs 218 for column blocks (causal 216 vs
+# 192); d384 205 vs 262 (kv 32 vs 48): d384 keeps column blocks.
+CUDA_WGMMA_SPLIT_QK = True
+CUDA_WGMMA_SPLIT_QK_MIN_D = 512
 # Head dims up to 64 without a mask or softcap take three consumer warpgroups (tile q 192, the
 # producer with the tensor copy engine, 32 / 160 registers; FlashAttention-3's d64 rows): H100
 # f16, benchmarks/probe_persistent.py, 2026-11-25, TFLOP/s at L 1k / 4k / 16k: q192 kv128 347 /
@@ -184,6 +194,9 @@ class CudaConfig:
     # ... and Q too: one box of tile q rows of one query head (not where a block's rows span a
     # GQA group's heads, pack_gqa, nor with head dims in chunks).
     tma_q: bool = False
+    # Split Q K^T (CUDA_WGMMA_SPLIT_QK): the two consumer warpgroups own the same tile q rows, each
+    # with half of Q K^T's head dim and d_v_pad (= d_v_block / 2) of the block's output columns.
+    split_qk: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -214,7 +227,7 @@ class CudaConfig:
     @property
     def frags(self) -> int:
         """16-row fragments of Q per warp (1 or 2)."""
-        return self.tile_q // (self.warps // self.key_warps * CUDA_ROWS_PER_WARP)
+        return self.tile_q // (self.warps // self.key_warps // (2 if self.split_qk else 1) * CUDA_ROWS_PER_WARP)
 
     @property
     def smem_summary(self) -> str:
@@ -224,17 +237,22 @@ class CudaConfig:
         if not self.chunked and self.v_blocks > 1:
             return (f"{text}; out split over {self.v_blocks} blocks of {self.d_v_block} columns (grid.y = Hq x "
                     f"{self.v_blocks}), each with Q K^T over the whole head dim")
+        if self.split_qk:
+            return f"{text}; sX: the two warpgroups' halves of S, summed once per tile"
         return f"{text}; {self.chunk_summary}" if self.chunked else text
 
     def summary(self) -> str:
         """One line a person reads in `attngen check` and in source headers."""
         math = {"wgmma": f"Hopper tensor cores (wgmma m64n{self.tile_kv}k16 and m64n{self.d_v_pad}k16, "
-                         f"{self.warps // 4} warpgroup{'s' if self.warps > 4 else ''} of 64 rows, sm_90a"
+                         + (f"2 warpgroups over the same 64 rows, each with half of Q K^T's head dim (S summed "
+                            f"through shared memory) and {self.d_v_pad} output columns, sm_90a" if self.split_qk else
+                            f"{self.warps // 4} warpgroup{'s' if self.warps > 4 else ''} of 64 rows, sm_90a")
                          + ("; softmax overlapped with P V" if self.overlap else "")
                          + ("; a producer warpgroup copies the tiles ("
                             + (("Q, K and V" if self.tma_q else "K and V") + " by the tensor copy engine, "
                                if self.tma else "") + "mbarriers, setmaxnreg"
-                            + (", ping-pong" if self.warps >= 8 else "") + ")" if self.producer else "") + ")",
+                            + (", ping-pong" if self.warps >= 8 and not self.split_qk else "") + ")"
+                            if self.producer else "") + ")",
                 "mma": "tensor cores (mma.sync m16n8k16)", "fma": "CUDA cores (fma)"}[self.math]
         who = f"{self.warps} warps ({self.threads} threads), {self.stages} K/V stage(s), {math}"
         if self.producer:
@@ -338,7 +356,7 @@ def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8, tma_q
 
 
 def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, persistent=False, tma=False,
-                 d_v_cols=None):
+                 d_v_cols=None, split_qk=False):
     """Shared-memory buffers: the whole head dims (chunk None), or one chunk per pipeline stage.
     d_v_cols: the V columns of a block (wgmma output column blocks), when not the whole head dim."""
     elem = spec.dtype
@@ -350,6 +368,9 @@ def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, per
             ("sK", elem, stages, tile_kv, d_qk_pad, "K tiles, one per pipeline stage (128-byte swizzle)"),
             ("sV", elem, stages, tile_kv, d_v_pad, "V tiles, one per pipeline stage (128-byte swizzle)"),
         ]
+        if split_qk:  # two tiles' halves of S from each warpgroup, f32 (CUDA_WGMMA_SPLIT_QK)
+            entries.append(("sX", "f32", 2, 2 * tile_q, tile_kv,
+                            "each warpgroup's half of S = Q K^T, alternating by tile (split Q K^T)"))
         if producer and spec.mask.is_custom:  # a boolean mask's words of each stage's partial tile
             entries.append(("sMask", "u32", stages, tile_q, CUDA_MASK_STAGE_WORDS,
                             "a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded)"))
@@ -512,6 +533,14 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
     return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and masked_ok and spec.softcap is None)
 
 
+def _split_qk(spec: AttentionSpec) -> bool:
+    """Whether a head dim above 256 on the Hopper family splits Q K^T between its two consumer
+    warpgroups (CUDA_WGMMA_SPLIT_QK): a padded qk head dim of whole 128-column halves."""
+    d_qk_pad = _round_up(spec.head_dim_qk, CUDA_WGMMA_PAD)
+    return (CUDA_WGMMA_SPLIT_QK and max(spec.head_dim_qk, spec.head_dim_v) > CUDA_WGMMA_SPLIT_QK_MIN_D - 64
+            and d_qk_pad % (2 * CUDA_WGMMA_PAD) == 0 and _producer_wide_d_kv(spec) is not None)
+
+
 def _producer_wide_d_kv(spec: AttentionSpec) -> int | None:
     """The auto tile kv of a producer kernel for head dims above 128 (CUDA_PRODUCER_WIDE_D_KV), or
     None where such head dims keep the plain loop (window, custom, softcap, tma=off, above 256)."""
@@ -586,7 +615,19 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                 and spec.tile.kv is None and opts.get("warps") is None and opts.get("producer") != "off"
                 and opts.get("tma") != "off"):
             rows, kv = (wide_q, wide_q // CUDA_ROWS_PER_WARP), (wide_kv, opts.get("stages"))
-        cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
+        if _split_qk(spec) and spec.tile.kv is None and opts.get("stages") is None:
+            # the widest tile kv whose two stages fit beside Q and the halves of S
+            cfg = None
+            for cand in (64, 48, 32, 16):
+                try:
+                    cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=(cand, None), producer=True,
+                                    split_qk=True)
+                except Problem:
+                    continue
+                if cfg.producer:
+                    break
+        else:
+            cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
         if (dmax <= CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY and spec.tile.q is None
                 and opts.get("warps") is None and cfg.tile_q > CUDA_WGMMA_ROWS and not cfg.producer):
             # tile q 128 pays only with the producer: without it (softcap, producer=off) q64, and
@@ -662,7 +703,7 @@ def _cuda_config(spec: AttentionSpec, profile: Profile, math: str) -> CudaConfig
 
 
 def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | None, rows=None,
-              kv=None, producer=False) -> CudaConfig:
+              kv=None, producer=False, split_qk=False) -> CudaConfig:
     """Tiles for one way of holding the head dims (whole, or `chunk` columns at a time); `rows`
     (tile q, warps) and `kv` (tile kv, stages) fix those instead of the spec (the varlen path);
     `producer`: the Hopper family may take a producer warpgroup (_cuda_producer decides)."""
@@ -694,6 +735,8 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
     if math == "wgmma":  # one 16-row fragment per warp, whole warpgroups
         tile_q = given_q if given_q is not None else (given_w * CUDA_ROWS_PER_WARP if given_w else row["tile_q"])
         warps = tile_q // CUDA_ROWS_PER_WARP
+        if split_qk:  # two consumer warpgroups over the same 64 rows (CUDA_WGMMA_SPLIT_QK)
+            tile_q, warps = CUDA_WGMMA_ROWS, 2 * CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP
     else:
         tile_q, warps = _cuda_rows(given_q, given_w, row)
     threads_limit = min(profile.limit("threads_per_block"), 512)
@@ -712,12 +755,15 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
 
     v_cap = CUDA_MAX_DV_BLOCK  # output columns per block; shrinks (more blocks) as a last resort
     while True:
-        frags = tile_q // (warps * CUDA_ROWS_PER_WARP)
+        frags = 1 if split_qk else tile_q // (warps * CUDA_ROWS_PER_WARP)
         if chunk is None:
             pad = {"wgmma": CUDA_WGMMA_PAD, "mma": 16, "fma": 1}[math]
             d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, pad), _round_up(spec.head_dim_v, pad)
             v_blocks, d_v_block = 1, d_v_pad
-            if math == "wgmma" and d_v_pad > CUDA_MAX_DV_BLOCK:  # output column blocks (CUDA_WGMMA_MAX_D)
+            if split_qk:  # each warpgroup half of the block's columns (CUDA_WGMMA_SPLIT_QK)
+                v_blocks, d_v_block = _cuda_v_split(spec.head_dim_v, 2 * CUDA_WGMMA_PAD, 2 * CUDA_MAX_DV_BLOCK)
+                d_v_pad = d_v_block // 2  # a warpgroup's columns: its acc and the N of its P V
+            elif math == "wgmma" and d_v_pad > CUDA_MAX_DV_BLOCK:  # output column blocks (CUDA_WGMMA_MAX_D)
                 v_blocks, d_v_block = _cuda_v_split(spec.head_dim_v, CUDA_WGMMA_PAD, CUDA_MAX_DV_BLOCK)
                 d_v_pad = d_v_block  # the block's columns: its V tiles, acc and the N of P V
             q_in_regs = math == "mma" and frags * _round_up(spec.head_dim_qk, 16) <= 128
@@ -731,8 +777,9 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
         tma = ws and opts.get("tma") != "off"
         tma_q = tma and chunk is None and not pack_gqa(spec)
         buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma,
-                                     d_v_block if chunk is None else None)
-        regs = _cuda_registers(math, frags, tile_kv // key_warps, d_qk_pad, d_v_block, q_in_regs)
+                                     d_v_block if chunk is None else None, split_qk)
+        regs = _cuda_registers(math, frags, tile_kv // key_warps, d_qk_pad, d_v_pad if split_qk else d_v_block,
+                               q_in_regs)
         # with a producer warpgroup, setmaxnreg gives the consumers their registers (producer_registers)
         reg_cap = (producer_registers(tma, spec.mask.kind, warps, tma_q)[1] if ws
                    else cuda_register_cap(profile, warps * key_warps * 32))
@@ -777,7 +824,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
                       d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
                       producer=ws, persistent=persist, tma=tma,
-                      tma_q=tma_q)
+                      tma_q=tma_q, split_qk=split_qk)
 
 
 def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None) -> int:

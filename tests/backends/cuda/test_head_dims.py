@@ -74,27 +74,33 @@ def test_wide_head_dims_get_a_chunk_and_column_blocks(head_dim, chunk, v_blocks,
 
 # Head dims above 256 up to 512 on the Hopper family (mask none or causal, no softcap): the producer
 # kernel with Q whole in shared memory and output column blocks; tile kv the widest that fits two
-# stages (config.py CUDA_PRODUCER_WIDE_D_KV); the _varlen entry streams chunks on mma.sync.
-@pytest.mark.parametrize("body, tile_kv, v_blocks, d_v_block", [
-    ("head_dim 320\n dtype f16", 64, 2, 192),
-    ("head_dim 264\n dtype f16", 64, 2, 192),
-    ("head_dim 384\n dtype bf16\n mask causal", 48, 2, 192),
-    ("head_dim 512\n dtype f16", 32, 2, 256),
-    ("head_dim 512\n dtype bf16\n mask causal(bottom_right)", 32, 2, 256),
-    ("head_dim qk=448 v=256\n dtype f16", 32, 1, 256),
+# stages (config.py CUDA_PRODUCER_WIDE_D_KV); the _varlen entry streams chunks on mma.sync. A padded
+# qk head dim of whole 128-column halves splits Q K^T between the two consumer warpgroups, which
+# then own the same 64 rows (CUDA_WGMMA_SPLIT_QK).
+@pytest.mark.parametrize("body, tile_q, tile_kv, v_blocks, d_v_block, d_v_pad, split", [
+    ("head_dim 320\n dtype f16", 128, 64, 2, 192, 192, False),
+    ("head_dim 264\n dtype f16", 128, 64, 2, 192, 192, False),
+    ("head_dim qk=448 v=256\n dtype f16", 128, 32, 1, 256, 256, False),
+    ("head_dim 384\n dtype bf16\n mask causal", 128, 48, 2, 192, 192, False),
+    ("head_dim 512\n dtype f16", 64, 32, 1, 512, 256, True),
+    ("head_dim 512\n dtype bf16\n mask causal(bottom_right)", 64, 32, 1, 512, 256, True),
+    ("head_dim qk=256 v=512\n dtype f16", 64, 48, 1, 512, 256, True),
 ])
-def test_head_dims_up_to_512_take_the_wgmma_producer_with_column_blocks(body, tile_kv, v_blocks, d_v_block):
+def test_head_dims_up_to_512_take_the_wgmma_producer_with_column_blocks(body, tile_q, tile_kv, v_blocks,
+                                                                       d_v_block, d_v_pad, split):
     c = cuda_config(_spec(body), get_profile("cuda-sm90", "cuda"))
     assert (c.math, c.chunk, c.producer, c.tma, c.tma_q, c.persistent) == ("wgmma", None, True, True, True, False)
-    assert (c.tile_q, c.tile_kv, c.stages, c.v_blocks, c.d_v_block, c.d_v_pad) == (128, tile_kv, 2, v_blocks,
-                                                                                     d_v_block, d_v_block)
+    assert (c.tile_q, c.tile_kv, c.stages, c.v_blocks, c.d_v_block, c.d_v_pad, c.split_qk) == (
+        tile_q, tile_kv, 2, v_blocks, d_v_block, d_v_pad, split)
+    assert c.threads == 384 and c.frags == 1
     assert c.smem_bytes <= get_profile("cuda-sm90", "cuda").limit("shared_memory_bytes")
-    assert c.varlen.math == "mma" and c.varlen.chunk == 64 and c.varlen.v_blocks == v_blocks
+    assert c.varlen.math == "mma" and c.varlen.chunk == 64
     p = plan(_spec(body), "cuda", "cuda-sm90")
     assert p.grid[1] == ("Hq * 2" if v_blocks == 2 else "Hq")
-    assert p.details.varlen.grid[1] == p.grid[1]
+    assert p.details.varlen.grid[1] == ("Hq * 2" if c.varlen.v_blocks == 2 else "Hq")
     source = emit_plan(p).source
-    assert f"constexpr int kVBlocks = {v_blocks};" in source or v_blocks == 1
+    assert f"constexpr int kVBlocks = {v_blocks};" in source
+    assert ("sum_split_scores(s, sX, it, wg, tid % 128);" in source) is split
     assert "wgmma.mma_async" in source and "mma.sync.aligned.m16n8k16" in source  # both families, one file
 
 
@@ -277,6 +283,7 @@ def test_cuda_grid_y_limit_is_a_launch_error():
 # -- head dims 257-512 on the Hopper family (the producer with output column blocks) -------------
 WIDE_WGMMA = [
     ("f16 d320", "head_dim 320\n dtype f16", 4, 2),
+    ("f16 256/512 split", "head_dim qk=256 v=512\n dtype f16\n mask causal", 5, 1),
     ("bf16 d512 causal gqa3", "head_dim 512\n dtype bf16\n mask causal", 3, 1),
     ("f16 448/256 bottom-right", "head_dim qk=448 v=256\n dtype f16\n mask causal(bottom_right)", 2, 2),
 ]
@@ -293,13 +300,14 @@ def test_the_launcher_sends_per_sequence_lengths_to_the_mma_sync_entry(case):
     d_qk, d_v = p.d_qk, p.d_v
     shapes = {"q": (2, 300, case[2], d_qk), "k": (2, 257, case[3], d_qk), "v": (2, 257, case[3], d_v)}
     dtypes = dict.fromkeys(shapes, p.dtype)
-    blocks = p.config.v_blocks
+    c = p.config
     ((name, _, grid, threads, smem),) = cuda_args.launches(p, resolve(p, shapes, dtypes, cores=132))
-    assert (name, grid, threads, smem) == (p.entry, (3, case[2] * blocks, 2), 384, p.smem_bytes)
+    assert (name, grid, threads, smem) == (p.entry, (-(-300 // c.tile_q), case[2] * c.v_blocks, 2), 384,
+                                           p.smem_bytes)
     launch = resolve(p, shapes, dtypes, cores=132, kv_lens=np.array([5, 257], np.int32))
     ((name, _, grid, threads, smem),) = cuda_args.launches(p, launch)
     v = p.details.varlen
-    assert (name, grid, threads, smem) == (v.entry, (5, case[2] * blocks, 2), v.threads, v.smem_bytes)
+    assert (name, grid, threads, smem) == (v.entry, (5, case[2] * c.varlen.v_blocks, 2), v.threads, v.smem_bytes)
 
 
 @pytest.mark.parametrize("case", WIDE_WGMMA, ids=lambda c: c[0])
