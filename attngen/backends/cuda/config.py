@@ -77,12 +77,6 @@ CUDA_WGMMA_MAX_D = 512
 # 192); d384 205 vs 262 (kv 32 vs 48): d384 keeps column blocks.
 CUDA_WGMMA_SPLIT_QK = True
 CUDA_WGMMA_SPLIT_QK_MIN_D = 512
-# Pairs of blocks (clusters of 2 along the row tiles of one head) that copy each K/V tile once for
-# both by the tensor copy engine's multicast: half the tile bytes a block asks of L2. The producer
-# kernels of head dims above 256 without a mask (both blocks of a pair then read the same tiles),
-# not persistent. A block's K/V bytes per tile are what bounds these kernels (64 KB per 32 keys at
-# d512 split: about 20 bytes per clock per multiprocessor of L2 bandwidth).
-CUDA_TMA_PAIRS = True
 # Head dims up to 64 without a mask or softcap take three consumer warpgroups (tile q 192, the
 # producer with the tensor copy engine, 32 / 160 registers; FlashAttention-3's d64 rows): H100
 # f16, benchmarks/probe_persistent.py, 2026-11-25, TFLOP/s at L 1k / 4k / 16k: q192 kv128 347 /
@@ -203,8 +197,6 @@ class CudaConfig:
     # Split Q K^T (CUDA_WGMMA_SPLIT_QK): the two consumer warpgroups own the same tile q rows, each
     # with half of Q K^T's head dim and d_v_pad (= d_v_block / 2) of the block's output columns.
     split_qk: bool = False
-    # Blocks per cluster (CUDA_TMA_PAIRS): 2 = pairs of blocks that share each K/V tile (multicast).
-    cluster: int = 1
 
     @property
     def chunked(self) -> bool:
@@ -259,9 +251,7 @@ class CudaConfig:
                          + ("; a producer warpgroup copies the tiles ("
                             + (("Q, K and V" if self.tma_q else "K and V") + " by the tensor copy engine, "
                                if self.tma else "") + "mbarriers, setmaxnreg"
-                            + (", ping-pong" if self.warps >= 8 and not self.split_qk else "")
-                            + ("; pairs of blocks share each K/V tile (clusters of 2, multicast)" if self.cluster > 1
-                               else "") + ")"
+                            + (", ping-pong" if self.warps >= 8 and not self.split_qk else "") + ")"
                             if self.producer else "") + ")",
                 "mma": "tensor cores (mma.sync m16n8k16)", "fma": "CUDA cores (fma)"}[self.math]
         who = f"{self.warps} warps ({self.threads} threads), {self.stages} K/V stage(s), {math}"
@@ -834,9 +824,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
                       d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
                       producer=ws, persistent=persist, tma=tma,
-                      tma_q=tma_q, split_qk=split_qk,
-                      cluster=2 if (CUDA_TMA_PAIRS and tma and not persist and spec.mask.kind == "none"
-                                    and max(spec.head_dim_qk, spec.head_dim_v) > 256) else 1)
+                      tma_q=tma_q, split_qk=split_qk)
 
 
 def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None) -> int:

@@ -227,10 +227,7 @@ def grid(spec: AttentionSpec, cfg, column_blocks: bool | None = None) -> tuple:
         return (f"min({CUDA_PERSISTENT_BLOCKS}, {rows} * {heads} * B)", "1", "1")
     if column_blocks is None:
         column_blocks = not spec.schedule.is_two_pass
-    x, y, z = main_grid(spec, cfg.tile_q, cfg.v_blocks if column_blocks else 1)
-    if cfg.cluster > 1:  # pairs of blocks along x (clusters of 2): an even number of row tiles
-        x = f"ceil(Lq / {cfg.cluster * cfg.tile_q}) * {cfg.cluster}"
-    return (x, y, z)
+    return main_grid(spec, cfg.tile_q, cfg.v_blocks if column_blocks else 1)
 
 
 def entries(spec: AttentionSpec, entry: str, cfg) -> tuple:

@@ -302,8 +302,8 @@ def test_the_launcher_sends_per_sequence_lengths_to_the_mma_sync_entry(case):
     dtypes = dict.fromkeys(shapes, p.dtype)
     c = p.config
     ((name, _, grid, threads, smem),) = cuda_args.launches(p, resolve(p, shapes, dtypes, cores=132))
-    rows = -(-300 // (c.cluster * c.tile_q)) * c.cluster  # (pairs of blocks: an even number)
-    assert (name, grid, threads, smem) == (p.entry, (rows, case[2] * c.v_blocks, 2), 384, p.smem_bytes)
+    assert (name, grid, threads, smem) == (p.entry, (-(-300 // c.tile_q), case[2] * c.v_blocks, 2), 384,
+                                           p.smem_bytes)
     launch = resolve(p, shapes, dtypes, cores=132, kv_lens=np.array([5, 257], np.int32))
     ((name, _, grid, threads, smem),) = cuda_args.launches(p, launch)
     v = p.details.varlen
