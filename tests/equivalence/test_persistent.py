@@ -184,3 +184,20 @@ def test_other_calls_are_refused_in_formulas(bad):
     from attngen.plan.formulas import evaluate
     with pytest.raises(ValueError):
         evaluate(bad, {})
+
+
+@pytest.mark.parametrize("mask", ["causal", "causal(bottom_right)"])
+def test_causal_items_in_small_order_groups(mask, monkeypatch):
+    """Causal items go longest first within groups of (batch, head) pairs whose K and V fit
+    CUDA_CAUSAL_ORDER_BYTES (templates/cuda/body.j2, section work items). With the bound made small,
+    the 42 pairs (B 3 x 14 query heads, GQA 7) fall into groups of 8 and a last group of 2: every
+    item is still done once (the reference's function, and persistent=off's)."""
+    from attngen.backends.cuda import config
+    monkeypatch.setattr(config, "CUDA_CAUSAL_ORDER_BYTES", 600_000)  # 1023 keys x 256 x 2 bytes per KV head: 8 pairs
+    spec = spec_of(f"head_dim 128\n dtype f16\n mask {mask}\n heads q=14 kv=2", name="order_groups")  # (its own kernel)
+    src = emit_plan(attngen.lower(spec, "cuda", "cuda-sm90")).source
+    assert "constexpr long long kOrderBytes = 600000LL;" in src and "order_group(len_k, group, pairs)" in src
+    require("cuda")
+    rng = np.random.default_rng(11)
+    q, k, v = _rand(rng, 3, 1023, 14, 128), _rand(rng, 3, 1023, 2, 128), _rand(rng, 3, 1023, 2, 128)
+    check(spec, "cuda", q, k, v)

@@ -861,8 +861,8 @@ __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p
 
 // ---- section: work items (persistent blocks) ----
 // The work items of a launch: one per (batch, query head, row tile), what one block of a
-// plain launch would do. They are numbered batch-major, then head, then row tile, so that the items at work at one time share their
-// heads' K and V in L2.
+// plain launch would do. They are numbered batch-major, then head, then row tile, so that the
+// items at work at one time share their heads' K and V in L2.
 __device__ __forceinline__ int row_tiles(int len_q, int group) {
     return (len_q + kBlockQ - 1) / kBlockQ;
 }
@@ -878,7 +878,7 @@ __device__ __forceinline__ int work_items(int len_q, int heads_q, int group, int
 // reads its slot again).
 constexpr int kItemSlots = 4;
 static_assert(kItemSlots % 2 == 0, "an item's slot also gives its parity (bar_q, bar_done)");
-__device__ __forceinline__ int4 work_item(int item, int len_q, int heads_q, int group, int batch_size) {
+__device__ __forceinline__ int4 work_item(int item, int len_q, int len_k, int heads_q, int group, int batch_size) {
     if (item >= work_items(len_q, heads_q, group, batch_size)) return make_int4(-1, 0, 0, 0);
     const int tiles = row_tiles(len_q, group), heads = heads_q;
     const int tile = item % tiles, head_batch = item / tiles;
@@ -996,7 +996,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         mbar_init(&bar_done[0], kWarps);
         mbar_init(&bar_done[1], kWarps);
         for (int i = 0; i < kItemSlots; ++i) redo[i] = 0;
-        item_slot[0] = work_item(blockIdx.x, len_q, heads_q, group, batch_size);  // the block's first
+        item_slot[0] = work_item(blockIdx.x, len_q, len_k, heads_q, group, batch_size);  // the block's first
         #pragma unroll
         for (int st = 0; st < kStages; ++st) {
             mbar_init(&bar_full[st], kCopyThreads);  // one arrival per producer thread (and the copies' bytes)
@@ -1036,7 +1036,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
             if (drained) return make_int4(-1, 0, 0, 0);
             const int items = work_items(len_q, heads_q, group, batch_size);
-            const int4 w = work_item(gridDim.x + static_cast<int>(atomicInc(work_counter, items - 1)), len_q, heads_q,
+            const int4 w = work_item(gridDim.x + static_cast<int>(atomicInc(work_counter, items - 1)), len_q, len_k, heads_q,
                                      group, batch_size);
             drained = w.x < 0;
             return w;

@@ -815,10 +815,20 @@ __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p
 // the raw products (the scale is positive): one FFMA per score (section online softmax).
 
 // ---- section: work items (persistent blocks) ----
-// The work items of a launch: one per (batch, query head, row tile), what one block of a
-// plain launch would do. They are numbered batch-major, then head, then row tile, a head's last
-// row tiles (which see the most keys) first, so that the items at work at one time share their
-// heads' K and V in L2.
+// The work items of a launch: one per (batch, query head, row tile), what one block of a plain
+// launch would do. Causal items differ in length (row tile t sees t + 1 tiles of keys), and blocks
+// take the next item when they finish one, so the longest should go first; but items at work at
+// one time should share their heads' K and V in L2. So the (batch, head) pairs, batch-major, go in
+// groups of order_group() pairs whose K and V fit kOrderBytes together, and within a group the
+// items go longest first: every pair's last row tile, then every pair's one before, and so on.
+// (B1 H16 L4096, 512 items on 132 blocks: by a list-scheduling count the head-major order ends
+// at 79% of the ideal, this one at 98%: benchmarks/NOTES.md.)
+constexpr long long kOrderBytes = 16777216LL;  // K/V bytes of a group of pairs: about a third of the H100's L2
+
+__device__ __forceinline__ int order_group(int len_k, int group, int pairs) {
+    const long long per_kv_head = (long long)max(len_k, 1) * (kHeadDimQK + kHeadDimV) * static_cast<int>(sizeof(elem_t));
+    return (int)max(1LL, min(kOrderBytes * group / per_kv_head, (long long)pairs));  // (a KV head serves `group` query heads)
+}
 __device__ __forceinline__ int row_tiles(int len_q, int group) {
     return (len_q + kBlockQ - 1) / kBlockQ;
 }
@@ -834,11 +844,14 @@ __device__ __forceinline__ int work_items(int len_q, int heads_q, int group, int
 // reads its slot again).
 constexpr int kItemSlots = 4;
 static_assert(kItemSlots % 2 == 0, "an item's slot also gives its parity (bar_q, bar_done)");
-__device__ __forceinline__ int4 work_item(int item, int len_q, int heads_q, int group, int batch_size) {
+__device__ __forceinline__ int4 work_item(int item, int len_q, int len_k, int heads_q, int group, int batch_size) {
     if (item >= work_items(len_q, heads_q, group, batch_size)) return make_int4(-1, 0, 0, 0);
     const int tiles = row_tiles(len_q, group), heads = heads_q;
-    const int tile = item % tiles, head_batch = item / tiles;
-    return make_int4(tiles - 1 - tile, head_batch % heads, head_batch / heads, 0);
+    const int pairs = batch_size * heads, g = order_group(len_k, group, pairs);
+    const int first = item / (tiles * g) * g;  // the group's first (batch, head) pair
+    const int in_group = min(g, pairs - first), r = item - first * tiles;
+    const int pair = first + r % in_group;
+    return make_int4(tiles - 1 - r / in_group, pair % heads, pair / heads, 0);
 }
 
 // ---- section: kernel ------------------------------------------------------------------------
@@ -941,7 +954,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         mbar_init(&bar_done[0], kWarps);
         mbar_init(&bar_done[1], kWarps);
         for (int i = 0; i < kItemSlots; ++i) redo[i] = 0;
-        item_slot[0] = work_item(blockIdx.x, len_q, heads_q, group, batch_size);  // the block's first
+        item_slot[0] = work_item(blockIdx.x, len_q, len_k, heads_q, group, batch_size);  // the block's first
         #pragma unroll
         for (int st = 0; st < kStages; ++st) {
             mbar_init(&bar_full[st], kCopyThreads);  // one arrival per producer thread (and the copies' bytes)
@@ -981,7 +994,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
             if (drained) return make_int4(-1, 0, 0, 0);
             const int items = work_items(len_q, heads_q, group, batch_size);
-            const int4 w = work_item(gridDim.x + static_cast<int>(atomicInc(work_counter, items - 1)), len_q, heads_q,
+            const int4 w = work_item(gridDim.x + static_cast<int>(atomicInc(work_counter, items - 1)), len_q, len_k, heads_q,
                                      group, batch_size);
             drained = w.x < 0;
             return w;

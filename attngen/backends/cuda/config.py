@@ -142,6 +142,10 @@ CUDA_MAX_CONSUMER_GROUPS = 3
 # warp's lanes read fall in different banks.
 CUDA_MASK_STAGE_WORDS = 12
 CUDA_PERSISTENT_BLOCKS = "SM"  # blocks of a persistent grid (at most the work items: lower.grid)
+# Causal work items of persistent blocks go longest first within groups of (batch, head) pairs whose
+# K and V take at most this many bytes together (templates/cuda/body.j2, section work items): long
+# items first for the balance, few heads at once for L2 (the H100 has 50 MB).
+CUDA_CAUSAL_ORDER_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
