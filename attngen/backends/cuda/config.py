@@ -57,6 +57,12 @@ CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128)), (128, (128, 96)))
 # benchmarks/probe_persistent.py / probe_models.py, 2026-11-26, TFLOP/s at L 1k / 4k: d256 causal
 # kv80 299 / 396 (kv64 289 / 374) vs the plain loop's q128 kv64 254 / 358 (FA2 246 / 283); d256
 # full kv80 411 / 435 vs 385 / 443; MLA 192/128 bf16 causal L4096 kv96 310 vs 274 (cuDNN 461).
+# Up to d192 three stages of kv 80 where they fit (else two of kv 96): MLA 192/128 bf16 causal
+# L4096 475 TFLOP/s vs 351 for two stages of kv 96 (kv64 x 3 464, kv48 x 3 403, kv64 x 4 453;
+# cuDNN 456; benchmarks/probe_models.py, 2026-11-26): the third stage hides more of each tile's copy.
+# Up to d256 likewise three stages of kv 48 (else two of kv 80): f16 d256 TFLOP/s at L 1k / 4k / 16k
+# (benchmarks/probe_persistent.py, same run) causal 347 / 469 / 477 vs 325 / 437 / 480, full 446 /
+# 492 / 552 vs 433 / 479 / 488.
 # Above 256, up to CUDA_WGMMA_MAX_D (mask none or causal, no softcap): the same producer kernel
 # with output column blocks. Q of the block's 128 rows stays in shared memory whole (128 KB at
 # d512) and the block keeps at most CUDA_MAX_DV_BLOCK output columns of acc: the output is split
@@ -65,7 +71,9 @@ CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128)), (128, (128, 96)))
 # block's V columns beside Q (d320 64, d384 48, d512 32). No persistent blocks (not yet taught
 # column blocks); launches with per-sequence lengths take the mma.sync chunked path (_varlen).
 # Above 512 Q no longer fits whole: the mma.sync family streams the head dims in chunks.
-CUDA_PRODUCER_WIDE_D_KV = ((192, 96), (256, 80), (320, 64), (384, 48), (512, 32))
+# (head dim bound, ((tile kv, stages), ...)): the first that fits the shared memory
+CUDA_PRODUCER_WIDE_D_KV = ((192, ((80, 3), (96, 2))), (256, ((48, 3), (80, 2))), (320, ((64, 2),)),
+                           (384, ((48, 2),)), (512, ((32, 2),)))
 CUDA_WGMMA_MAX_D = 512
 # Split Q K^T (head dims of 512, and qk head dims of whole 128-column halves beside a v head dim of
 # 512): the block's two consumer warpgroups own the same 64 rows; each computes Q K^T over half of
@@ -545,6 +553,19 @@ def _split_qk(spec: AttentionSpec) -> bool:
             and d_qk_pad % (2 * CUDA_WGMMA_PAD) == 0 and _producer_wide_d_kv(spec) is not None)
 
 
+def _producer_wide_d_tile(spec: AttentionSpec, profile: Profile) -> tuple[int, int]:
+    """(tile kv, stages) of the auto tile of a producer kernel above head dim 128: the first of
+    CUDA_PRODUCER_WIDE_D_KV's options for the head dim whose buffers fit (up to d256, where the
+    whole head dims sit in shared memory; above, the only option, which _cuda_fit places)."""
+    dmax = max(spec.head_dim_qk, spec.head_dim_v)
+    options = next(opts for d, opts in CUDA_PRODUCER_WIDE_D_KV if dmax <= d)
+    for kv, stages in options[:-1]:
+        if _cuda_layout(spec, "wgmma", 2 * CUDA_WGMMA_ROWS, kv, stages, None, True, True, True)[1] <= \
+                profile.limit("shared_memory_bytes"):
+            return kv, stages
+    return options[-1]
+
+
 def _producer_wide_d_kv(spec: AttentionSpec) -> int | None:
     """The auto tile kv of a producer kernel for head dims above 128 (CUDA_PRODUCER_WIDE_D_KV), or
     None where such head dims keep the plain loop (window, custom, softcap, tma=off, above 256)."""
@@ -552,7 +573,7 @@ def _producer_wide_d_kv(spec: AttentionSpec) -> int | None:
     if (spec.mask.kind not in ("none", "causal") or spec.softcap is not None
             or spec.options("cuda").get("tma") == "off"):
         return None
-    return next((kv for d, kv in CUDA_PRODUCER_WIDE_D_KV if dmax <= d), None)
+    return next((max(kv for kv, _ in opts) for d, opts in CUDA_PRODUCER_WIDE_D_KV if dmax <= d), None)
 
 
 def _persistent_auto(spec: AttentionSpec) -> bool:
@@ -613,7 +634,8 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
         wide_d_kv = _producer_wide_d_kv(spec) if dmax > 128 else None
         if (wide_d_kv is not None and spec.tile.q is None and spec.tile.kv is None and opts.get("warps") is None
                 and opts.get("producer") != "off"):
-            rows, kv = (2 * CUDA_WGMMA_ROWS, 2 * CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP), (wide_d_kv, opts.get("stages"))
+            tkv, stages = _producer_wide_d_tile(spec, profile)
+            rows, kv = (2 * CUDA_WGMMA_ROWS, 2 * CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages") or stages)
         wide_d, (wide_q, wide_kv) = CUDA_WGMMA_WIDE_TILE
         if (spec.mask.kind == "none" and spec.softcap is None and dmax <= wide_d and spec.tile.q is None
                 and spec.tile.kv is None and opts.get("warps") is None and opts.get("producer") != "off"
@@ -673,7 +695,10 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
             # auto causal tiles, and head dims that take q128 only with the producer: the entry
             # point (which has none) keeps q64
             vrows = (CUDA_WGMMA_ROWS, CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
-        varlen = _cuda_fit(spec, profile, math, None, rows=vrows, kv=(min(cfg.tile_kv, kv_cap), cfg.stages))
+        # (above d128 two stages: the main entry's third stage (CUDA_PRODUCER_WIDE_D_KV) would turn the
+        # _varlen entry's plain loop into the overlapped one, which spills there)
+        vstages = min(cfg.stages, 2) if dmax > 128 and opts.get("stages") is None else cfg.stages
+        varlen = _cuda_fit(spec, profile, math, None, rows=vrows, kv=(min(cfg.tile_kv, kv_cap), vstages))
         return replace(cfg, fast_path=True, varlen=varlen)
     if note:
         return replace(_cuda_config(spec, profile, math), family_note=note)

@@ -6,7 +6,8 @@ from ...plan import masks
 from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
 from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
-from .config import CUDA_CAUSAL_ORDER_BYTES, CUDA_MASK_STAGE_WORDS, producer_registers
+from . import config as _config
+from .config import CUDA_MASK_STAGE_WORDS, producer_registers
 from .lower import COMBINE_WARPS, fused_combine
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
@@ -77,7 +78,7 @@ def _variant_context(plan: KernelPlan) -> dict:
         combine_warps=COMBINE_WARPS,
         producer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q)[0],
         mask_stage_words=CUDA_MASK_STAGE_WORDS,
-        order_bytes=CUDA_CAUSAL_ORDER_BYTES,
+        order_bytes=_config.CUDA_CAUSAL_ORDER_BYTES,  # (read per call: a probe may patch it)
         consumer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q)[1],
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )

@@ -93,7 +93,7 @@ def test_the_source_and_the_manifest():
     assert (full.varlen.tile_q, full.varlen.tile_kv) == (full.tile_q, 64)
     assert p.details.varlen.entry == p.entry + "_varlen"
     bf = emit_plan(_plan("head_dim 256\n dtype bf16")).source
-    assert "m64n80k16.f32.bf16.bf16" in bf and "m64n256k16.f32.bf16.bf16" in bf  # tile kv 80
+    assert "m64n48k16.f32.bf16.bf16" in bf and "m64n256k16.f32.bf16.bf16" in bf  # tile kv 48 (3 stages)
 
 
 def test_a_padded_head_dim_is_zero_filled():
