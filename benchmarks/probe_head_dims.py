@@ -5,7 +5,7 @@ Each output is checked against the memory-efficient kernel (relative error in br
 triton do_bench; TFLOP/s = 4 B H L^2 D (halved for causal).
 
     python3 benchmarks/probe_head_dims.py --dims 384,512 \\
-        --variants "split=CUDA_WGMMA_SPLIT_QK:True,blocks=CUDA_WGMMA_SPLIT_QK:False" [--mask causal]
+        --variants "split=CUDA_WGMMA_SPLIT_QK:True | blocks=CUDA_WGMMA_SPLIT_QK:False" [--mask causal]
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from attngen.backends.cuda import config
 
 
 def variants(text: str) -> list:
-    """'name=CONST:value;CONST:value,name2=...' -> [(name, {CONST: value})]; '' -> the defaults."""
+    """'name=CONST:value;CONST:value | name2=...' -> [(name, {CONST: value})] (values: Python
+    literals); '' -> the defaults."""
     out = []
-    for item in filter(None, (x.strip() for x in text.split(","))):
+    for item in filter(None, (x.strip() for x in text.split("|"))):
         name, _, rest = item.partition("=")
         patch = {}
         for kv in filter(None, rest.split(";")):

@@ -67,13 +67,14 @@ CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128)), (128, (128, 96)))
 # with output column blocks. Q of the block's 128 rows stays in shared memory whole (128 KB at
 # d512) and the block keeps at most CUDA_MAX_DV_BLOCK output columns of acc: the output is split
 # over blocks (grid.y = Hq x v_blocks), each computing Q K^T for its own columns of P V (FFPA's
-# split of the output, on wgmma). Tile kv: the widest that fits two stages of K and of the
-# block's V columns beside Q (d320 64, d384 48, d512 32). No persistent blocks (not yet taught
+# split of the output, on wgmma). Tile kv and stages: three stages where they fit beside Q (d320
+# kv48: 332 TFLOP/s vs 302 for two of kv64; d384 kv32: 307 vs 262; causal 295 vs 254, 267 vs 234;
+# B1 H48 L4096, benchmarks/probe_head_dims.py, 2026-11-26). No persistent blocks (not yet taught
 # column blocks); launches with per-sequence lengths take the mma.sync chunked path (_varlen).
 # Above 512 Q no longer fits whole: the mma.sync family streams the head dims in chunks.
 # (head dim bound, ((tile kv, stages), ...)): the first that fits the shared memory
-CUDA_PRODUCER_WIDE_D_KV = ((192, ((80, 3), (96, 2))), (256, ((48, 3), (80, 2))), (320, ((64, 2),)),
-                           (384, ((48, 2),)), (512, ((32, 2),)))
+CUDA_PRODUCER_WIDE_D_KV = ((192, ((80, 3), (96, 2))), (256, ((48, 3), (80, 2))), (320, ((48, 3), (64, 2))),
+                           (384, ((32, 3), (48, 2))), (512, ((32, 2),)))
 CUDA_WGMMA_MAX_D = 512
 # Split Q K^T (head dims of 512, and qk head dims of whole 128-column halves beside a v head dim of
 # 512): the block's two consumer warpgroups own the same 64 rows; each computes Q K^T over half of
@@ -85,6 +86,10 @@ CUDA_WGMMA_MAX_D = 512
 # 192); d384 205 vs 262 (kv 32 vs 48): d384 keeps column blocks.
 CUDA_WGMMA_SPLIT_QK = True
 CUDA_WGMMA_SPLIT_QK_MIN_D = 512
+# (tile kv, stages) of split Q K^T: the first that fits. Deeper rings beat wider tiles here too: d512
+# 248 TFLOP/s with four stages of kv 16, 241 with three, 235 with two of kv 32 (SDPA mem-eff 120;
+# column blocks with three stages of kv 16: 200; benchmarks/probe_head_dims.py, 2026-11-26).
+CUDA_WGMMA_SPLIT_TILES = ((16, 4), (64, 2), (48, 2), (32, 2), (16, 2))
 # Head dims up to 64 without a mask or softcap take three consumer warpgroups (tile q 192, the
 # producer with the tensor copy engine, 32 / 160 registers; FlashAttention-3's d64 rows): H100
 # f16, benchmarks/probe_persistent.py, 2026-11-25, TFLOP/s at L 1k / 4k / 16k: q192 kv128 347 /
@@ -559,9 +564,12 @@ def _producer_wide_d_tile(spec: AttentionSpec, profile: Profile) -> tuple[int, i
     whole head dims sit in shared memory; above, the only option, which _cuda_fit places)."""
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
     options = next(opts for d, opts in CUDA_PRODUCER_WIDE_D_KV if dmax <= d)
+    d_v_cols = None  # (above 256: the block's output columns, and no persistent blocks)
+    if _round_up(spec.head_dim_v, CUDA_WGMMA_PAD) > CUDA_MAX_DV_BLOCK:
+        d_v_cols = _cuda_v_split(spec.head_dim_v, CUDA_WGMMA_PAD, CUDA_MAX_DV_BLOCK)[1]
     for kv, stages in options[:-1]:
-        if _cuda_layout(spec, "wgmma", 2 * CUDA_WGMMA_ROWS, kv, stages, None, True, True, True)[1] <= \
-                profile.limit("shared_memory_bytes"):
+        if _cuda_layout(spec, "wgmma", 2 * CUDA_WGMMA_ROWS, kv, stages, None, True, dmax <= 256, True,
+                        d_v_cols)[1] <= profile.limit("shared_memory_bytes"):
             return kv, stages
     return options[-1]
 
@@ -642,11 +650,11 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                 and opts.get("tma") != "off"):
             rows, kv = (wide_q, wide_q // CUDA_ROWS_PER_WARP), (wide_kv, opts.get("stages"))
         if _split_qk(spec) and spec.tile.kv is None and opts.get("stages") is None:
-            # the widest tile kv whose two stages fit beside Q and the halves of S
+            # the first tile kv and stages (CUDA_WGMMA_SPLIT_TILES) that fit beside Q and the halves of S
             cfg = None
-            for cand in (64, 48, 32, 16):
+            for cand, st in CUDA_WGMMA_SPLIT_TILES:
                 try:
-                    cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=(cand, None), producer=True,
+                    cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=(cand, st), producer=True,
                                     split_qk=True)
                 except Problem:
                     continue

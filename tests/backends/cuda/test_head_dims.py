@@ -74,24 +74,24 @@ def test_wide_head_dims_get_a_chunk_and_column_blocks(head_dim, chunk, v_blocks,
 
 # Head dims above 256 up to 512 on the Hopper family (mask none or causal, no softcap): the producer
 # kernel with Q whole in shared memory and output column blocks; tile kv the widest that fits two
-# stages (config.py CUDA_PRODUCER_WIDE_D_KV); the _varlen entry streams chunks on mma.sync. A padded
+# stages (config.py CUDA_PRODUCER_WIDE_D_KV, three where they fit); the _varlen entry streams chunks on mma.sync. A padded
 # qk head dim of whole 128-column halves splits Q K^T between the two consumer warpgroups, which
 # then own the same 64 rows (CUDA_WGMMA_SPLIT_QK).
-@pytest.mark.parametrize("body, tile_q, tile_kv, v_blocks, d_v_block, d_v_pad, split", [
-    ("head_dim 320\n dtype f16", 128, 64, 2, 192, 192, False),
-    ("head_dim 264\n dtype f16", 128, 64, 2, 192, 192, False),
-    ("head_dim qk=448 v=256\n dtype f16", 128, 32, 1, 256, 256, False),
-    ("head_dim 384\n dtype bf16\n mask causal", 128, 48, 2, 192, 192, False),
-    ("head_dim 512\n dtype f16", 64, 32, 1, 512, 256, True),
-    ("head_dim 512\n dtype bf16\n mask causal(bottom_right)", 64, 32, 1, 512, 256, True),
-    ("head_dim qk=256 v=512\n dtype f16", 64, 48, 1, 512, 256, True),
+@pytest.mark.parametrize("body, tile_q, tile_kv, stages, v_blocks, d_v_block, d_v_pad, split", [
+    ("head_dim 320\n dtype f16", 128, 48, 3, 2, 192, 192, False),
+    ("head_dim 264\n dtype f16", 128, 48, 3, 2, 192, 192, False),
+    ("head_dim qk=448 v=256\n dtype f16", 128, 32, 2, 1, 256, 256, False),
+    ("head_dim 384\n dtype bf16\n mask causal", 128, 32, 3, 2, 192, 192, False),
+    ("head_dim 512\n dtype f16", 64, 16, 4, 1, 512, 256, True),
+    ("head_dim 512\n dtype bf16\n mask causal(bottom_right)", 64, 16, 4, 1, 512, 256, True),
+    ("head_dim qk=256 v=512\n dtype f16", 64, 16, 4, 1, 512, 256, True),
 ])
-def test_head_dims_up_to_512_take_the_wgmma_producer_with_column_blocks(body, tile_q, tile_kv, v_blocks,
+def test_head_dims_up_to_512_take_the_wgmma_producer_with_column_blocks(body, tile_q, tile_kv, stages, v_blocks,
                                                                        d_v_block, d_v_pad, split):
     c = cuda_config(_spec(body), get_profile("cuda-sm90", "cuda"))
     assert (c.math, c.chunk, c.producer, c.tma, c.tma_q, c.persistent) == ("wgmma", None, True, True, True, False)
     assert (c.tile_q, c.tile_kv, c.stages, c.v_blocks, c.d_v_block, c.d_v_pad, c.split_qk) == (
-        tile_q, tile_kv, 2, v_blocks, d_v_block, d_v_pad, split)
+        tile_q, tile_kv, stages, v_blocks, d_v_block, d_v_pad, split)
     assert c.threads == 384 and c.frags == 1
     assert c.smem_bytes <= get_profile("cuda-sm90", "cuda").limit("shared_memory_bytes")
     assert c.varlen.math == "mma" and c.varlen.chunk == 64
