@@ -18,11 +18,11 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=64 kv=32, 4 warps (128 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
+// Plan: tile q=64 kv=64, 4 warps (128 threads), 4 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.03125; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 27648 bytes (each buffer 16-byte aligned):
-//   sQ  at      0: 2 x 64 x 72 f16 (a chunk of the block's rows of Q, one per stage)
-//   sKV at  18432: 2 x 32 x 72 f16 (a chunk of the K tile (Q K^T steps) or of the V tile (P V steps), one per stage)
+// Shared memory: 73728 bytes (each buffer 16-byte aligned):
+//   sQ  at      0: 4 x 64 x 72 f16 (a chunk of the block's rows of Q, one per stage)
+//   sKV at  36864: 4 x 64 x 72 f16 (a chunk of the K tile (Q K^T steps) or of the V tile (P V steps), one per stage)
 // Tile d=64 (chosen: the whole head dim does not fit): Q, K and V stream through shared memory 64 columns at a time; out split over 4 blocks of 256 columns (grid.y = Hq x 4).
 // Grid: (ceil(Lq / 64), Hq * 4, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_head_dim_1024; the manifest (attngen build --emit manifest) lists the parameters in order.
@@ -33,11 +33,11 @@
 constexpr int kBlockQ = 64;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 4;
 constexpr int kThreads = 128;    // kWarps * 32
 constexpr int kCopyThreads = kThreads;  // threads that copy tiles: all
-constexpr int kStages = 2;      // shared-memory steps in flight (cp.async pipeline depth)
+constexpr int kStages = 4;      // shared-memory steps in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 1024;    // head dim of q and k
 constexpr int kHeadDimV = 1024;     // head dim of v and out
 // tile d = 64 (chosen by the planner: the whole head dim does not fit).
@@ -57,9 +57,9 @@ constexpr int kStrideQ = 72;
 constexpr int kStrideKV = 72;
 constexpr int kStrideK = kStrideKV;
 constexpr int kStrideV = kStrideKV;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (27648 bytes)
-constexpr int kOffsetKV = 18432;
-constexpr int kSmemBytes = 27648;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (73728 bytes)
+constexpr int kOffsetKV = 36864;
+constexpr int kSmemBytes = 73728;
 static_assert(kOffsetKV + kStages * kBlockKV * kStrideKV * 2 <= kSmemBytes, "shared-memory layout");
 static_assert(kChunk % 16 == 0 && kDvBlock % kChunk == 0, "whole chunks of the padded head dims");
 static_assert(kChunksQK * kChunk >= kHeadDimQK && kVBlocks * kDvBlock >= kHeadDimV, "chunks cover the head dims");
