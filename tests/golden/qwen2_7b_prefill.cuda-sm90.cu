@@ -18,14 +18,14 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (Q, K and V by the tensor copy engine, mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
+// Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 4 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (Q, K and V by the tensor copy engine, mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 181472 bytes (each buffer 16-byte aligned):
+// Shared memory: 230672 bytes (each buffer 16-byte aligned):
 //   sQ    at      0: 128 x 128 bf16 (the block's rows of Q (128-byte swizzle))
-//   sK    at  32768: 3 x 96 x 128 bf16 (K tiles, one per pipeline stage (128-byte swizzle))
-//   sV    at 106496: 3 x 96 x 128 bf16 (V tiles, one per pipeline stage (128-byte swizzle))
-//   sSync at 180224: 1 x 56 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
-// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 kv=64 (115712 bytes of shared memory).
+//   sK    at  32768: 4 x 96 x 128 bf16 (K tiles, one per pipeline stage (128-byte swizzle))
+//   sV    at 131072: 4 x 96 x 128 bf16 (V tiles, one per pipeline stage (128-byte swizzle))
+//   sSync at 229376: 1 x 65 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
+// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 kv=64 (148480 bytes of shared memory).
 // Grid: (min(SM, ceil(Lq / 128) * Hq * B), 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_qwen2_7b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -96,7 +96,7 @@ constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 // a multiple of 8): asking for more would wait forever. One consumer warpgroup moves none.
 static_assert(kConsumerGroups == 1 || kProducerRegs * kCopyThreads + kConsumerRegs * kWarps * 32 <=
               (65536 / kThreads) / 8 * 8 * kThreads, "setmaxnreg within the launch's registers");
-constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kStages = 4;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
 constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
@@ -107,15 +107,15 @@ constexpr int kVTileCols = kHeadDimVPad;  // columns of the V tiles
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (181472 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (230672 bytes)
 constexpr int kOffsetK = 32768;
-constexpr int kOffsetV = 106496;
-constexpr int kOffsetSync = 180224;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits and land[kStages]
+constexpr int kOffsetV = 131072;
+constexpr int kOffsetSync = 229376;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits and land[kStages]
 // K and V tiles come by the tensor copy engine (TMA): the bytes one tile's copies write, zero-filled
 // keys past Lk and columns past the head dims included.
 constexpr unsigned kTileBytes = kBlockKV * (kHeadDimQKPad + kVTileCols) * 2;
 constexpr unsigned kQBytes = kBlockQ * kHeadDimQKPad * 2;  // Q's copies (rows past Lq zero-filled)
-constexpr int kSmemBytes = 181472;
+constexpr int kSmemBytes = 230672;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -1407,7 +1407,7 @@ constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of th
 constexpr int kWarps = 4;
 constexpr int kThreads = 128;    // kWarps * 32
 constexpr int kCopyThreads = kThreads;  // threads that copy tiles: all
-constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kStages = 4;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
 constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
@@ -1417,10 +1417,10 @@ constexpr int kHeadDimVPad = 128;
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (115712 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (148480 bytes)
 constexpr int kOffsetK = 16384;
-constexpr int kOffsetV = 65536;
-constexpr int kSmemBytes = 115712;
+constexpr int kOffsetV = 81920;
+constexpr int kSmemBytes = 148480;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).

@@ -50,7 +50,10 @@ CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 80, "softcap": 96}
 # 278 / 294, Flex 252 / 344 / 367). Above 64: q128 kv96 (kv96 is the widest whose masked
 # consumers do not spill at 216 registers; benchmarks/quick_causal.py at ac32f17: d128 248 / 366 /
 # 432 vs q64 kv64 245 / 335 / 352 and FA2 237 / 302 / 312).
-CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128)), (128, (128, 96)))
+# (tile q, tile kv, stages or None for the profile's): d128 causal four stages of kv96 (f16 TFLOP/s at
+# L 1k / 4k / 16k, benchmarks/probe_persistent.py 2026-11-26: 339 / 478 / 549 vs 339 / 478 / 520 with
+# three; d64 level with four, d128 full slower with four of kv64 or kv96).
+CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128, None)), (128, (128, 96, 4)))
 # Head dims above 128 (up to 256) without a window, custom mask or softcap: tile q 128 with the
 # producer, persistent blocks and the tensor copy engine (Q too: the producer no longer holds copy
 # addresses, so neither it nor the consumers spill), tile kv by head dim. H100 f16,
@@ -637,8 +640,8 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                 kv = (cap, opts.get("stages"))
         if (spec.mask.kind == "causal" and dmax <= CUDA_WGMMA_CAUSAL_TILES[-1][0] and spec.tile.q is None
                 and spec.tile.kv is None and opts.get("warps") is None):
-            tq, tkv = next(tile for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d)
-            rows, kv = (tq, tq // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages"))
+            tq, tkv, tst = next(tile for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d)
+            rows, kv = (tq, tq // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages") or tst)
         wide_d_kv = _producer_wide_d_kv(spec) if dmax > 128 else None
         if (wide_d_kv is not None and spec.tile.q is None and spec.tile.kv is None and opts.get("warps") is None
                 and opts.get("producer") != "off"):
