@@ -1077,7 +1077,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 mbar_wait(&bar_empty[stage], (((ring + it) / kStages) & 1) ^ 1);  // the tile kStages back is released
                 const int j0 = kv_tile(it) * kBlockKV;
                 const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-                const bool cleans = partial && clean;  // V is cleaned before the consumers see it
+                const bool cleans = clean;  // V is cleaned before the consumers see it (a cleaning pass: every tile)
                 // -- K and V by the tensor copy engine: the first thread tells the barrier the bytes to
                 // expect and issues one copy per 64-column block. bar_full counts one arrival per
                 // producer thread: for a plain tile the first thread makes them all; on a tile the
@@ -1218,7 +1218,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
             unsigned bad[kKeyWords];  // keys of this tile whose V held a non-finite value (the producer cleaned them)
             #pragma unroll
-            for (int w = 0; w < kKeyWords; ++w) bad[w] = partial && clean ? bad_keys[stage * kKeyWords + w] : 0u;
+            for (int w = 0; w < kKeyWords; ++w) bad[w] = clean ? bad_keys[stage * kKeyWords + w] : 0u;
 
             // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
             if constexpr (kPingPong) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
@@ -1313,7 +1313,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 }
             }
             // rows that see (p != 0) a key whose V held a non-finite value (cleaned by the producer)
-            if (partial && clean) mark_bad_rows(row_bad, s, bad, t);
+            if (clean) mark_bad_rows(row_bad, s, bad, t);
             math.pack_p(s, p);
         }
         // every Q K^T of this item is done: the producer may copy the next item's Q
@@ -1326,10 +1326,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             __syncwarp();  // every lane's reads of the stage (and of its bad_keys) before lane 0 releases it
             if (lane == 0) mbar_arrive(&bar_empty[last]);
         }
-        // Optimistic pass (not clean): hidden keys' values were not cleaned, so a non-finite one
-        // makes some row's acc NaN (0 * inf); every such row, and only such a row, has an acc that
-        // is not finite. The item is then done again, cleaned (the producer's next_item, which
-        // ignores the flag of a cleaned pass), and that pass's stores replace this one's.
+        // Optimistic pass (not clean): V was not cleaned, so a non-finite value at a key with p = 0
+        // (hidden, or a score of -inf) makes some row's acc NaN (0 * inf); every such row, and only
+        // such a row, has an acc that is not finite. The item is then done again, every tile
+        // cleaned (the producer's next_item, which ignores the flag of a cleaned pass), and that
+        // pass's stores replace this one's.
         {
         bool finite = true;
         #pragma unroll
@@ -2186,10 +2187,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // kStages - 2 tiles ahead, into the stage of tile it - 2, which every warp finished with in
     // iteration it - 1 (before this iteration's barrier).
     // Optimistic cleaning (section non-finite values): the tiles first go through a loop that does
-    // not clean hidden keys' values. A non-finite one makes some row's acc NaN (0 * inf), and every
-    // row the cleaning would change has an acc that is not finite; so if every warp's acc is
-    // finite the result is the cleaned one, else the block runs its tiles again through the
-    // cleaning loop, from the start.
+    // not clean V. A non-finite value at a key with p = 0 (hidden, or a score of -inf) makes some
+    // row's acc NaN (0 * inf), and every row the cleaning would change has an acc that is not
+    // finite; so if every warp's acc is finite the result is the cleaned one, else the block runs
+    // its tiles again through the cleaning loop, from the start, which cleans every tile.
     #pragma unroll
     for (int st = 0; st < kStages - 2; ++st) {
         if (st < n_tiles) load_kv(st, st);
@@ -2339,9 +2340,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const int stage = it % kStages;
             const int j0 = kv_tile(it) * kBlockKV;
             const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-            // -- clean V of a partial tile (section non-finite values); its P V is issued next iteration
+            // -- clean V of every tile (the cleaning pass, section non-finite values: a full tile may hold
+            // a key with p = 0 too); its P V is issued next iteration
             unsigned bad[kKeyWords];
-            if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+            clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
 
             // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
             float s[kFrags][kNTilesKV][4];
@@ -2427,7 +2429,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 }
             }
             // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
-            if (partial) mark_bad_rows(row_bad, s, bad, t);
+            mark_bad_rows(row_bad, s, bad, t);
             math.pack_p(s, p);
         }
         // -- O += P V of the last tile
