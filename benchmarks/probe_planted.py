@@ -7,9 +7,11 @@ Plants (B2 Lq150 Lk170 Hq2 Hkv1, causal): `sep` puts inf / NaN in K at some keys
 others; `kv` puts them in K and V of the same keys, so that a row that sees such a key and whose
 score with it is -inf (a -inf in K times a positive q) has p = 0 for a key whose V is not finite.
 The reference (attngen/reference.py) lets only keys with p != 0 bring their non-finite values in;
-the CUDA kernels clean V only in partial tiles (hidden keys), so in a full tile 0 * inf makes that
+the CUDA kernels cleaned V only in partial tiles (hidden keys), so in a full tile 0 * inf made that
 column NaN (found 2026-11-26 in every causal CUDA kernel, both families; the WGSL kernels select
-per FMA where a tile has p = 0 keys and a non-finite V, and agree with the reference).
+per FMA where a tile has p = 0 keys and a non-finite V, and agree with the reference). Since then
+the kernels' cleaning passes clean every tile: the kernels below agree; benchmarks/NOTES.md lists
+those that still do not (no second pass, or no mask).
 Prints, per kernel and plant, the rows that the reference keeps finite and the kernel does not.
 """
 

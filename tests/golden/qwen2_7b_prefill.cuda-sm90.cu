@@ -846,6 +846,7 @@ constexpr int kItemSlots = 4;
 static_assert(kItemSlots % 2 == 0, "an item's slot also gives its parity (bar_q, bar_done)");
 __device__ __forceinline__ int4 work_item(int item, int len_q, int len_k, int heads_q, int group, int batch_size) {
     if (item >= work_items(len_q, heads_q, group, batch_size)) return make_int4(-1, 0, 0, 0);
+    // (heads: with output column blocks, (head, block) pairs: y = head * kVBlocks + block)
     const int tiles = row_tiles(len_q, group), heads = heads_q;
     const int pairs = batch_size * heads, g = order_group(len_k, group, pairs);
     const int first = item / (tiles * g) * g;  // the group's first (batch, head) pair

@@ -72,8 +72,10 @@ CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128, None)), (128, (128, 96, 4)))
 # over blocks (grid.y = Hq x v_blocks), each computing Q K^T for its own columns of P V (FFPA's
 # split of the output, on wgmma). Tile kv and stages: three stages where they fit beside Q (d320
 # kv48: 332 TFLOP/s vs 302 for two of kv64; d384 kv32: 307 vs 262; causal 295 vs 254, 267 vs 234;
-# B1 H48 L4096, benchmarks/probe_head_dims.py, 2026-11-26). No persistent blocks (not yet taught
-# column blocks); launches with per-sequence lengths take the mma.sync chunked path (_varlen).
+# B1 H48 L4096, benchmarks/probe_head_dims.py, 2026-11-26). Persistent blocks, items of (row tile,
+# head, column block): d320 340 vs 331 without, d384 317 vs 309, d512 level (246 / 247); their
+# cleaning pass is what keeps a p = 0 key's non-finite V out of full tiles. Launches with
+# per-sequence lengths take the mma.sync chunked path (_varlen).
 # Above 512 Q no longer fits whole: the mma.sync family streams the head dims in chunks.
 # (head dim bound, ((tile kv, stages), ...)): the first that fits the shared memory
 CUDA_PRODUCER_WIDE_D_KV = ((192, ((80, 3), (96, 2))), (256, ((48, 3), (80, 2))), (320, ((48, 3), (64, 2))),
@@ -567,11 +569,11 @@ def _producer_wide_d_tile(spec: AttentionSpec, profile: Profile) -> tuple[int, i
     whole head dims sit in shared memory; above, the only option, which _cuda_fit places)."""
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
     options = next(opts for d, opts in CUDA_PRODUCER_WIDE_D_KV if dmax <= d)
-    d_v_cols = None  # (above 256: the block's output columns, and no persistent blocks)
+    d_v_cols = None  # (above 256: the block's output columns)
     if _round_up(spec.head_dim_v, CUDA_WGMMA_PAD) > CUDA_MAX_DV_BLOCK:
         d_v_cols = _cuda_v_split(spec.head_dim_v, CUDA_WGMMA_PAD, CUDA_MAX_DV_BLOCK)[1]
     for kv, stages in options[:-1]:
-        if _cuda_layout(spec, "wgmma", 2 * CUDA_WGMMA_ROWS, kv, stages, None, True, dmax <= 256, True,
+        if _cuda_layout(spec, "wgmma", 2 * CUDA_WGMMA_ROWS, kv, stages, None, True, True, True,
                         d_v_cols)[1] <= profile.limit("shared_memory_bytes"):
             return kv, stages
     return options[-1]
@@ -595,8 +597,6 @@ def _persistent_auto(spec: AttentionSpec) -> bool:
     across work items that spilled the producer's 72 registers (ptxas -v: d96 720 bytes, d256 76);
     d96 has not been timed persistent since its copies went to the tensor copy engine."""
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
-    if dmax > 256:
-        return False  # output column blocks: not taught to the persistent blocks (CUDA_PRODUCER_WIDE_D_KV)
     if dmax > 128:
         return _producer_wide_d_kv(spec) is not None
     return all(d % 64 == 0 for d in (spec.head_dim_qk, spec.head_dim_v))
@@ -606,8 +606,6 @@ def _persistent_refusal(spec: AttentionSpec, producer: bool) -> str | None:
     """Why a Hopper-family configuration cannot run persistent blocks (None: it can)."""
     if not producer:
         return "persistent blocks belong to the producer warpgroup's kernels, and this plan has no producer"
-    if max(spec.head_dim_qk, spec.head_dim_v) > 256:
-        return "head dims above 256 split the output columns over blocks, which persistent blocks do not take yet"
     return None
 
 

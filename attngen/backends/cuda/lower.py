@@ -224,6 +224,8 @@ def grid(spec: AttentionSpec, cfg, column_blocks: bool | None = None) -> tuple:
     defaults to that); its pass 2 has them."""
     if cfg.persistent:  # one block per multiprocessor, or per work item when there are fewer
         rows, heads = row_blocks(spec, cfg.tile_q)
+        if cfg.v_blocks > 1:  # items of (head, output column block) pairs
+            heads = f"{heads} * {cfg.v_blocks}"
         return (f"min({CUDA_PERSISTENT_BLOCKS}, {rows} * {heads} * B)", "1", "1")
     if column_blocks is None:
         column_blocks = not spec.schedule.is_two_pass

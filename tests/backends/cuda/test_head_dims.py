@@ -89,18 +89,19 @@ def test_wide_head_dims_get_a_chunk_and_column_blocks(head_dim, chunk, v_blocks,
 def test_head_dims_up_to_512_take_the_wgmma_producer_with_column_blocks(body, tile_q, tile_kv, stages, v_blocks,
                                                                        d_v_block, d_v_pad, split):
     c = cuda_config(_spec(body), get_profile("cuda-sm90", "cuda"))
-    assert (c.math, c.chunk, c.producer, c.tma, c.tma_q, c.persistent) == ("wgmma", None, True, True, True, False)
+    assert (c.math, c.chunk, c.producer, c.tma, c.tma_q, c.persistent) == ("wgmma", None, True, True, True, True)
     assert (c.tile_q, c.tile_kv, c.stages, c.v_blocks, c.d_v_block, c.d_v_pad, c.split_qk) == (
         tile_q, tile_kv, stages, v_blocks, d_v_block, d_v_pad, split)
     assert c.threads == 384 and c.frags == 1
     assert c.smem_bytes <= get_profile("cuda-sm90", "cuda").limit("shared_memory_bytes")
     assert c.varlen.math == "mma" and c.varlen.chunk == 64
     p = plan(_spec(body), "cuda", "cuda-sm90")
-    assert p.grid[1] == ("Hq * 2" if v_blocks == 2 else "Hq")
+    # persistent blocks: items of (row tile, head, column block, batch)
+    assert p.grid == (f"min(SM, ceil(Lq / {tile_q}) * Hq{' * 2' if v_blocks == 2 else ''} * B)", "1", "1")
     assert p.details.varlen.grid[1] == ("Hq * 2" if c.varlen.v_blocks == 2 else "Hq")
     source = emit_plan(p).source
     assert f"constexpr int kVBlocks = {v_blocks};" in source
-    assert ("sum_split_scores(s, sX, it, wg, tid % 128);" in source) is split
+    assert ("sum_split_scores(s, sX, ring + it, wg, tid % 128);" in source) is split  # (persistent: tiles run on)
     assert "wgmma.mma_async" in source and "mma.sync.aligned.m16n8k16" in source  # both families, one file
 
 
@@ -302,8 +303,8 @@ def test_the_launcher_sends_per_sequence_lengths_to_the_mma_sync_entry(case):
     dtypes = dict.fromkeys(shapes, p.dtype)
     c = p.config
     ((name, _, grid, threads, smem),) = cuda_args.launches(p, resolve(p, shapes, dtypes, cores=132))
-    assert (name, grid, threads, smem) == (p.entry, (-(-300 // c.tile_q), case[2] * c.v_blocks, 2), 384,
-                                           p.smem_bytes)
+    items = -(-300 // c.tile_q) * case[2] * c.v_blocks * 2  # persistent: min(SM, items) blocks
+    assert (name, grid, threads, smem) == (p.entry, (min(132, items), 1, 1), 384, p.smem_bytes)
     launch = resolve(p, shapes, dtypes, cores=132, kv_lens=np.array([5, 257], np.int32))
     ((name, _, grid, threads, smem),) = cuda_args.launches(p, launch)
     v = p.details.varlen
@@ -342,29 +343,31 @@ def test_wide_wgmma_matches_reference_with_several_tiles_and_per_sequence_length
     assert np.abs(lse[~empty] - ref_lse[~empty]).max() <= 1e-2 * max(1.0, np.abs(ref_lse[~empty]).max())
 
 
+@pytest.mark.parametrize("same_keys", [False, True])
 @pytest.mark.parametrize("body", [
     "head_dim 320\n dtype f16\n mask causal",                   # output column blocks
     "head_dim 512\n dtype f16\n mask causal(bottom_right)",     # split Q K^T
     "head_dim qk=448 v=256\n dtype bf16\n mask causal",         # column blocks with one block
 ])
-def test_wide_wgmma_planted_non_finite_values(body):
+def test_wide_wgmma_planted_non_finite_values(body, same_keys):
     """inf / NaN planted in K and V at keys some rows see and others do not (causal), in the second
     half of the head dims too (the other column block, the other warpgroup's half of Q K^T): the
-    rows that see them come out non-finite as in the reference, every other row matches it."""
+    rows that see them come out non-finite as in the reference, every other row matches it. With
+    K and V planted at the same keys, a row whose score with such a key is -inf (p = 0) keeps the
+    key's non-finite V out, in full tiles too (the persistent blocks' cleaning pass cleans every
+    tile; benchmarks/probe_planted.py)."""
     require("cuda")
     import numpy as np
     from attngen.reference import reference, relative_error, tolerance
     from conftest import _to_numpy, kernel_for, to_device
     spec = _spec(body)
-    rng = np.random.default_rng(21)
     b, lq, lk, hq, hkv = 2, 150, 170, 2, 1
     q, k, v = random_qkv(spec, b, lq, lk, heads_q=hq, heads_kv=hkv, seed=21)
     dqk, dv = spec.head_dim_qk, spec.head_dim_v
-    # (K and V at different keys: a visible key whose K makes its score -inf while its V is not
-    # finite is a case the CUDA kernels do not yet follow the reference in: benchmarks/NOTES.md)
-    for j, c, x in [(lk - 1, dqk - 3, np.inf), (lk - 90, dqk // 2 + 1, -np.inf), (lk - 45, 5, np.nan)]:
+    k_keys, v_keys = (lk - 1, lk - 90, lk - 45), ((lk - 1, lk - 90, lk - 45) if same_keys else (lk - 30, lk - 60, lk - 5))
+    for j, c, x in zip(k_keys, (dqk - 3, dqk // 2 + 1, 5), (np.inf, -np.inf, np.nan)):
         k[:, j, :, c] = x
-    for j, c, x in [(lk - 30, dv // 2 + 7, np.nan), (lk - 60, 2, np.inf), (lk - 5, dv - 1, -np.inf)]:
+    for j, c, x in zip(v_keys, (dv // 2 + 7, 2, dv - 1), (np.nan, np.inf, -np.inf)):
         v[:, j, :, c] = x
     out, lse = kernel_for(spec, "cuda")(*to_device("cuda", spec.dtype, q, k, v), return_lse=True)
     with np.errstate(invalid="ignore", over="ignore"):
