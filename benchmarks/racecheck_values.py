@@ -1,12 +1,14 @@
 """Non-finite values of V in partial tiles under compute-sanitizer racecheck (the zeroing of
 clean_values is shared by every warp of a block; templates/cuda/nonfinite.j2).
 
-    compute-sanitizer --tool racecheck --error-exitcode 1 python3 benchmarks/racecheck_values.py
+    compute-sanitizer --tool racecheck --error-exitcode 1 python3 benchmarks/racecheck_values.py ["spec body" ...]
 
 Causal, window and custom-mask kernels of the Hopper family on sm_90a (the producer warpgroup's
-persistent blocks: its K/V ring, a custom mask's words staged beside K and V, the redone items),
-V with inf / NaN on keys that the rows of a diagonal tile see only in part; the results are
-compared with the float64 reference (NaN exactly where a row sees a bad key)."""
+persistent blocks: its K/V ring, a custom mask's words staged beside K and V, the redone items;
+head dims 320 and 512: output column blocks and split Q K^T), V with inf / NaN on keys that the
+rows of a diagonal tile see only in part, and one key with -inf in K and inf in V (rows whose score
+with it is -inf must keep its V out: the redone items clean every tile); the results are compared
+with the float64 reference (NaN exactly where a row sees a bad key)."""
 
 from __future__ import annotations
 
@@ -24,8 +26,11 @@ def main() -> int:
     n = 300
     i = np.arange(n)
     window = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - 100)  # a band, as a custom mask
-    for body in ("head_dim 64\n dtype f16\n mask causal", "head_dim 64\n dtype bf16\n mask window(left=40)",
-                 "head_dim 128\n dtype f16\n mask custom"):
+    bodies = [b.replace("\\n", "\n") for b in sys.argv[1:]] or [
+        "head_dim 64\n dtype f16\n mask causal", "head_dim 64\n dtype bf16\n mask window(left=40)",
+        "head_dim 128\n dtype f16\n mask custom", "head_dim 320\n dtype f16\n mask causal",
+        "head_dim 512\n dtype bf16\n mask causal"]
+    for body in bodies:
         spec = attngen.parse("attention r {\n" + body + "\n}")[0]
         kern = attngen.compile(spec, target="cuda")
         rng = np.random.default_rng(0)
@@ -34,6 +39,9 @@ def main() -> int:
         v[0, 70, 1, 5] = np.inf
         v[0, 133, 2, 9] = np.nan
         v[0, 250, 3, 1] = np.inf
+        v[0, 200, 0, d - 2] = -np.inf  # (the second column block, the other warpgroup's columns)
+        k[0, 180, :, 3] = -np.inf  # a key whose score is -inf for some rows that see it ...
+        v[0, 180, :, 7] = np.inf   # ... and whose V is not finite (a full tile for rows past 192)
         dt = torch.bfloat16 if "bf16" in body else torch.float16
         extra = {"mask": torch.from_numpy(window).cuda()} if "custom" in body else {}
         out = kern(*(torch.from_numpy(a).cuda().to(dt) for a in (q, k, v)), **extra)

@@ -1278,7 +1278,13 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const unsigned* mask_words = sMask + stage * kBlockQ * kMaskStride;  // (partial tiles of a boolean mask)
             unsigned bad[kKeyWords];  // keys of this tile whose V held a non-finite value (the producer cleaned them)
             #pragma unroll
-            for (int w = 0; w < kKeyWords; ++w) bad[w] = clean ? bad_keys[stage * kKeyWords + w] : 0u;
+            for (int w = 0; w < kKeyWords; ++w) {
+                // read by lane 0 and broadcast: the warp's one read of the stage's bits is then ordered
+                // before lane 0's release of the stage by program order (compute-sanitizer's racecheck
+                // saw the other lanes' reads race the producer's next write of the bits, d_v > 128)
+                const unsigned word = lane == 0 && clean ? bad_keys[stage * kKeyWords + w] : 0u;
+                bad[w] = __shfl_sync(0xffffffffu, word, 0);
+            }
 
             // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
             if constexpr (kPingPong) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
