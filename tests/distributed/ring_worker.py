@@ -86,6 +86,12 @@ def main():
     finally:
         if "die" not in case:
             dist.destroy_process_group()
+        else:
+            # the peer is gone: leave without tearing the group down (gloo's threads may call
+            # std::terminate at interpreter exit when a peer died, which made the test flaky under
+            # load; what it checks, the error written above, is done)
+            sys.stdout.flush()
+            os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1281,7 +1281,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             for (int w = 0; w < kKeyWords; ++w) {
                 // read by lane 0 and broadcast: the warp's one read of the stage's bits is then ordered
                 // before lane 0's release of the stage by program order (compute-sanitizer's racecheck
-                // saw the other lanes' reads race the producer's next write of the bits, d_v > 128)
+                // saw the other lanes' reads race the producer's next write of the bits, causal with
+                // d_v > 128, with the barriers below; three consumer warpgroups (160 registers, d <= 64)
+                // keep the plain read: the broadcast spilled there)
                 const unsigned word = lane == 0 && clean ? bad_keys[stage * kKeyWords + w] : 0u;
                 bad[w] = __shfl_sync(0xffffffffu, word, 0);
             }
