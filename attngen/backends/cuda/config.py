@@ -650,8 +650,10 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                 and spec.tile.kv is None and opts.get("warps") is None and opts.get("producer") != "off"
                 and opts.get("tma") != "off"):
             rows, kv = (wide_q, wide_q // CUDA_ROWS_PER_WARP), (wide_kv, opts.get("stages"))
-        if _split_qk(spec) and spec.tile.kv is None and opts.get("stages") is None:
+        if (_split_qk(spec) and spec.tile.q is None and spec.tile.kv is None and opts.get("warps") is None
+                and opts.get("stages") is None):
             # the first tile kv and stages (CUDA_WGMMA_SPLIT_TILES) that fit beside Q and the halves of S
+            # (a spec's own tiles are kept: they take the column blocks below)
             cfg = None
             for cand, st in CUDA_WGMMA_SPLIT_TILES:
                 try:
@@ -661,6 +663,8 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                     continue
                 if cfg.producer:
                     break
+            if cfg is None:  # none fits this profile's shared memory: the column blocks' Problem says why
+                cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
         else:
             cfg = _cuda_fit(spec, profile, math, None, rows=rows, kv=kv, producer=True)
         if (dmax <= CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY and spec.tile.q is None

@@ -379,3 +379,15 @@ def test_wide_wgmma_planted_non_finite_values(body, same_keys):
     assert relative_error(out[rows_ref], ref[rows_ref]) <= tolerance(spec)
     clean = np.transpose(rows_ref, (0, 2, 1)) & np.isfinite(ref_lse)
     assert np.abs(lse[clean] - ref_lse[clean]).max() <= 1e-2 * max(1.0, np.abs(ref_lse[clean]).max())
+
+
+def test_a_spec_s_own_tiles_keep_column_blocks_and_small_profiles_get_a_problem():
+    """Split Q K^T is the planner's choice for auto tiles only: a spec's own tile q=128 keeps its
+    rows (column blocks). A profile whose shared memory fits none of the forms gets the checker's
+    message with the bytes, not a traceback."""
+    from attngen.plan.kernel_plan import Problem
+    c = cuda_config(_spec("head_dim 512\n dtype f16\n tile q=128"), get_profile("cuda-sm90", "cuda"))
+    assert (c.math, c.tile_q, c.split_qk, c.v_blocks) == ("wgmma", 128, False, 2)
+    small = get_profile("cuda-sm90", "cuda").narrowed(limits={"shared_memory_bytes": 96 * 1024})
+    with pytest.raises(Problem, match="shared memory"):
+        cuda_config(_spec("head_dim 512\n dtype f16"), small)
