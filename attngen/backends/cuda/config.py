@@ -559,7 +559,8 @@ def _split_qk(spec: AttentionSpec) -> bool:
     """Whether a head dim above 256 on the Hopper family splits Q K^T between its two consumer
     warpgroups (CUDA_WGMMA_SPLIT_QK): a padded qk head dim of whole 128-column halves."""
     d_qk_pad = _round_up(spec.head_dim_qk, CUDA_WGMMA_PAD)
-    return (CUDA_WGMMA_SPLIT_QK and max(spec.head_dim_qk, spec.head_dim_v) > CUDA_WGMMA_SPLIT_QK_MIN_D - 64
+    d_pad = _round_up(max(spec.head_dim_qk, spec.head_dim_v), CUDA_WGMMA_PAD)
+    return (CUDA_WGMMA_SPLIT_QK and d_pad >= CUDA_WGMMA_SPLIT_QK_MIN_D
             and d_qk_pad % (2 * CUDA_WGMMA_PAD) == 0 and _producer_wide_d_kv(spec) is not None)
 
 
