@@ -9,7 +9,9 @@ Each rewrite is a text substitution on the generated source, applied where the p
 variant). Rewrites:
 - noguard: O += P V never takes the guarded loop (keys with p = 0 selected out per FMA), which
   the kernels run on partial tiles and on tiles where some p is 0;
-- nomask: partial tiles apply no per-element mask (visible()).
+- nomask: partial tiles apply no per-element mask (visible());
+- nobarrier: no workgroupBarrier() at all (a racy kernel: what the barriers cost);
+- noexp: p = t - m instead of exp2(t - m) (what the exponentials cost).
 It changes nothing in attngen.
 """
 
@@ -29,6 +31,8 @@ REWRITES = {
                 (r"if \(partial \|\| atomicLoad\(&p_zero_tile\) == u32\(it\) \+ 1u\) \{", "if (false) {"),
                 (r"if \(partial \|\| p_zero\) \{", "if (false) {")],
     "nomask": [(r"if \(partial && !visible\(", "if (false && !visible(")],
+    "nobarrier": [(r"workgroupBarrier\(\);", "")],
+    "noexp": [(r"exp2\(s\[i\]\[u\] - m_use\)", "(s[i][u] - m_use)")],
 }
 
 
