@@ -20,10 +20,10 @@
 //
 // Plan: tile q=16 kv=128, 4 warps (128 threads; 4 warps over the keys of each tile, 32 keys each, merged at the end), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.08838834764831843; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
-// Shared memory: 143616 bytes (each buffer 16-byte aligned):
+// Shared memory: 135424 bytes (each buffer 16-byte aligned):
 //   sQ at      0: 16 x 136 f16 (the block's rows of Q)
-//   sK at   4352: 2 x 128 x 136 f16 (K tiles, one per pipeline stage)
-//   sV at  73984: 2 x 128 x 136 f16 (V tiles, one per pipeline stage)
+//   sK at   4352: 2 x 128 x 128 f16 (K tiles, one per pipeline stage; 128-byte rows, chunks permuted)
+//   sV at  69888: 2 x 128 x 128 f16 (V tiles, one per pipeline stage; 128-byte rows, chunks permuted)
 // Grid: (ceil(Lq * G / 16) * S, Hkv, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_decode; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -51,12 +51,15 @@ constexpr int kHeadDimVPad = 128;
 // Shared-memory rows are padded by 16 bytes so that the 8 rows one ldmatrix / float4 read
 // touches fall into different banks.
 constexpr int kStrideQ = 136;
-constexpr int kStrideK = 136;
-constexpr int kStrideV = 136;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (143616 bytes)
+constexpr int kStrideK = 128;
+constexpr int kStrideV = 128;
+// K and V are the exception: unpadded rows of whole 128-byte lines, whose 16-byte chunks are
+// permuted (section memory: kv_at), so that the copies fill whole lines.
+constexpr bool kSwizzleKV = true;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (135424 bytes)
 constexpr int kOffsetK = 4352;
-constexpr int kOffsetV = 73984;
-constexpr int kSmemBytes = 143616;
+constexpr int kOffsetV = 69888;
+constexpr int kSmemBytes = 135424;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -188,10 +191,32 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 
+// Element (r, col) of a K or V tile in shared memory (col: a multiple of 16 bytes' worth of
+// elements when kSwz): row r at r * kStride; with kSwz (kSwizzleKV: rows of whole 128-byte lines,
+// no padding) the 16-byte chunk c of the row sits at c ^ (r % 8), so that the 8 rows one ldmatrix
+// reads still fall into 8 different bank groups. Tiles start on rows that are multiples of 8
+// (stages, key warps, pages of a multiple of 8 keys), so the pattern is the same from any tile's base.
+template <bool kSwz, int kStride>
+__device__ __forceinline__ int kv_at(int r, int col) {
+    constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
+    if constexpr (kSwz) return r * kStride + (col ^ ((r & 7) * kVec));
+    return r * kStride + col;
+}
+
+// The XOR key (r % 8) * kVec of the rows a lane gives ldmatrix (r % 8 == lane % 8 in every
+// product's reads), read from %laneid by a volatile instruction: the math recomputes the permuted
+// offsets at each use (a LOP3 each) instead of keeping one register per column block across the
+// main loop, which spilled registers in the decode kernels.
+__device__ __forceinline__ int kv_key() {
+    int lane;
+    asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+    return (lane & 7) * (16 / static_cast<int>(sizeof(elem_t)));
+}
+
 // kCopyThreads threads (tid < kCopyThreads) copy kRows rows of kCols elements (row r at
 // src + r * row_stride) into shared-memory rows of kStride elements. Rows at or past valid_rows are zero-filled, so keys past Lk and
 // queries past Lq read as zeros.
-template <int kRows, int kCols, int kStride>
+template <int kRows, int kCols, int kStride, bool kSwz = false>
 __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long long row_stride,
                                           int valid_rows, int tid) {
     constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));  // elements per copy
@@ -210,7 +235,7 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
             const int r = r0 + i * kRowStep;
             if (kRows % kRowStep == 0 || r < kRows) {
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + r * kStride + col, valid ? s : src, valid);
+                cp_async_16(dst + kv_at<kSwz, kStride>(r, col), valid ? s : src, valid);
             }
         }
     } else {
@@ -220,7 +245,7 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
             if (kCopies % kCopyThreads == 0 || c < kCopies) {
                 const int r = c / kChunks, col = (c % kChunks) * kVec;
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + r * kStride + col, valid ? src + r * row_stride + col : src, valid);
+                cp_async_16(dst + kv_at<kSwz, kStride>(r, col), valid ? src + r * row_stride + col : src, valid);
             }
         }
     }
@@ -293,6 +318,7 @@ struct WarpMath {
     // s = Q K^T: raw dot products of the warp's rows with the tile's kBlockKV keys.
     // ldmatrix.x4 on K (row-major [key][dim]) yields B fragments of two 8-key tiles.
     __device__ __forceinline__ void scores(float (&s)[kFrags][kNTilesKV][4], const elem_t* sK) const {
+        const int key = kv_key();  // the permuted chunks of K (section memory: kv_at)
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
@@ -303,7 +329,7 @@ struct WarpMath {
             #pragma unroll
             for (int np = 0; np < kNTilesKV / 2; ++np) {
                 unsigned b[4];
-                ldmatrix_x4(b, sK + (np * 16 + (lane / 16) * 8 + lane % 8) * kStrideK + kk * 16 + ((lane / 8) % 2) * 8);
+                ldmatrix_x4(b, sK + (np * 16 + (lane / 16) * 8 + lane % 8) * kStrideK + ((kk * 16 + ((lane / 8) % 2) * 8) ^ key));
                 #pragma unroll
                 for (int mf = 0; mf < kFrags; ++mf) {
                     const unsigned (&a_mf)[4] = q_frag[mf][kk];
@@ -333,12 +359,13 @@ struct WarpMath {
 
     // acc += P V. ldmatrix.x4.trans on V (row-major [key][dim]) yields B fragments of two 8-dim tiles.
     __device__ __forceinline__ void pv(float (&acc)[kFrags][kNTilesV][4], const PTile& p, const elem_t* sV) const {
+        const int key = kv_key();  // the permuted chunks of V (section memory: kv_at)
         #pragma unroll
         for (int ks = 0; ks < kWarpKV / 16; ++ks) {
             #pragma unroll
             for (int dp = 0; dp < kNTilesV / 2; ++dp) {
                 unsigned b[4];
-                ldmatrix_x4_trans(b, sV + (ks * 16 + lane % 16) * kStrideV + dp * 16 + (lane / 16) * 8);
+                ldmatrix_x4_trans(b, sV + (ks * 16 + lane % 16) * kStrideV + ((dp * 16 + (lane / 16) * 8) ^ key));
                 #pragma unroll
                 for (int mf = 0; mf < kFrags; ++mf) {
                     mma_f32acc(acc[mf][2 * dp], p[mf][ks], b[0], b[1]);
@@ -506,7 +533,7 @@ __device__ __forceinline__ bool pages_ok(const KeyRows<kVarlen>& rows, int j0, i
 
 // Like load_tile, with row r at row_ptr(r) (a gather: paged keys, appended keys, rows of the
 // heads of a GQA group). Rows at or past valid_rows are zero-filled.
-template <int kRows, int kCols, int kStride, class RowPtr>
+template <int kRows, int kCols, int kStride, bool kSwz = false, class RowPtr>
 __device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, int valid_rows, int tid) {
     constexpr int kVec = 16 / static_cast<int>(sizeof(elem_t));
     constexpr int kChunks = kCols / kVec;
@@ -517,7 +544,7 @@ __device__ __forceinline__ void load_rows(elem_t* dst, const RowPtr& row_ptr, in
         if (kCopies % kCopyThreads == 0 || c < kCopies) {
             const int r = c / kChunks, col = (c % kChunks) * kVec;
             const bool valid = r < valid_rows;
-            cp_async_16(dst + r * kStride + col, valid ? row_ptr(r) + col : nullptr, valid);
+            cp_async_16(dst + kv_at<kSwz, kStride>(r, col), valid ? row_ptr(r) + col : nullptr, valid);
         }
     }
 }
@@ -542,7 +569,7 @@ __device__ __forceinline__ TilePages tile_pages(const KeyRows<kVarlen>& src, int
 template <int kCols, int kStride, bool kVarlen>
 __device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& src, int j0, int valid, int tid, const TilePages& tp) {
     if (src.strided(j0, min(valid, kBlockKV))) {
-        load_tile<kBlockKV, kCols, kStride>(dst, src.row(j0), src.row_stride, valid, tid);
+        load_tile<kBlockKV, kCols, kStride, kSwizzleKV>(dst, src.row(j0), src.row_stride, valid, tid);
     } else if (!kVarlen || j0 + min(valid, kBlockKV) <= src.cached) {
         // The tile is whole pages of the cache (j0 is a multiple of kPage): one strided copy per
         // page, not a gather per row. A page past the sequence's keys is zero-filled without
@@ -550,11 +577,11 @@ __device__ __forceinline__ void load_keys(elem_t* dst, const KeyRows<kVarlen>& s
         #pragma unroll
         for (int pg = 0; pg < kBlockKV / kPage; ++pg) {
             const int rows = valid - pg * kPage;
-            load_tile<kPage, kCols, kStride>(dst + pg * kPage * kStride, src.cache + tp.page[pg] * src.page_stride,
+            load_tile<kPage, kCols, kStride, kSwizzleKV>(dst + pg * kPage * kStride, src.cache + tp.page[pg] * src.page_stride,
                                              src.row_stride, rows, tid);
         }
     } else {
-        load_rows<kBlockKV, kCols, kStride>(dst, [&](int r) { return src.row(j0 + r); }, valid, tid);
+        load_rows<kBlockKV, kCols, kStride, kSwizzleKV>(dst, [&](int r) { return src.row(j0 + r); }, valid, tid);
     }
 }
 

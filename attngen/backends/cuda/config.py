@@ -18,6 +18,14 @@ from ...plan.schedule import pack_gqa
 CUDA_ROWS_PER_WARP = 16  # rows of one m16n8k16 fragment; a warp owns 1 or 2 of them
 CUDA_SPILL_FACTOR = 1.5  # register estimates above this multiple of the cap are refused or shrunk
 CUDA_SMEM_SKEW_BYTES = 16  # row padding that keeps ldmatrix / float4 reads free of bank conflicts
+# mma.sync kernels whose K and V rows are whole 128-byte lines (head dims multiples of 64 in f16 /
+# bf16, whole head dims in shared memory) keep those tiles unpadded, with the 16-byte chunks of
+# row r permuted (chunk c at c ^ (r % 8)): ldmatrix's 8 rows stay in 8 different bank groups, and
+# every row starts on a 128-byte line, which cp.async fills faster than rows that start 16 bytes
+# further on each row (benchmarks/probe_stream.py on the H100: 3.05 vs 2.98 TB/s for decode's
+# K/V stream; the decode kernel with 272-byte rows ran 3.7% below the same copies in 256-byte
+# rows). templates/cuda/copy.j2, kv_at.
+CUDA_SWIZZLE_KV = True
 CUDA_SPLIT_ROWS = 16  # default rows per block of the split schedules (split_kv, two_pass)
 CUDA_SPLIT_KV = 32  # default tile kv of the split schedules (64 spilled registers: benchmarks/NOTES.md)
 # split_kv: warps that share a block's rows and divide each K/V tile's keys among them (each warp
@@ -219,6 +227,8 @@ class CudaConfig:
     # Split Q K^T (CUDA_WGMMA_SPLIT_QK): the two consumer warpgroups own the same tile q rows, each
     # with half of Q K^T's head dim and d_v_pad (= d_v_block / 2) of the block's output columns.
     split_qk: bool = False
+    # mma.sync: the K and V tiles in 128-byte rows with permuted 16-byte chunks (CUDA_SWIZZLE_KV).
+    swizzle_kv: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -377,6 +387,17 @@ def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8, tma_q
     return producer, consumer(producer)
 
 
+def _swizzle_kv(spec: AttentionSpec, math: str, chunk: int | None) -> bool:
+    """Whether an mma.sync kernel keeps K and V in unpadded 128-byte rows (CUDA_SWIZZLE_KV)."""
+    # (a paged tile is copied page by page: pages of a multiple of 8 keys keep the pattern)
+    # The split (decode) schedules, where it was measured, with head dims 64, 128 and 256 (ptxas on
+    # split_kv: d128 240 registers vs 249, d256 8 bytes of spills vs 36; d192 spilled more, 224
+    # bytes vs 168).
+    return (CUDA_SWIZZLE_KV and math == "mma" and chunk is None and spec.schedule.is_split
+            and spec.head_dim_qk in (64, 128, 256) and spec.head_dim_v in (64, 128, 256)
+            and (not spec.kv_cache.is_paged or spec.kv_cache.page % 8 == 0))
+
+
 def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, persistent=False, tma=False,
                  d_v_cols=None, split_qk=False):
     """Shared-memory buffers: the whole head dims (chunk None), or one chunk per pipeline stage.
@@ -412,10 +433,12 @@ def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, per
     if chunk is None:
         pad = 16 if math == "mma" else 1
         d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, pad), _round_up(spec.head_dim_v, pad)
+        swz = _swizzle_kv(spec, math, chunk)
+        kv_skew, kv_note = (0, "; 128-byte rows, chunks permuted") if swz else (skew, "")
         entries = [
             ("sQ", elem, 1, tile_q, d_qk_pad + skew, "the block's rows of Q"),
-            ("sK", elem, stages, tile_kv, d_qk_pad + skew, "K tiles, one per pipeline stage"),
-            ("sV", elem, stages, tile_kv, d_v_pad + skew, "V tiles, one per pipeline stage"),
+            ("sK", elem, stages, tile_kv, d_qk_pad + kv_skew, "K tiles, one per pipeline stage" + kv_note),
+            ("sV", elem, stages, tile_kv, d_v_pad + kv_skew, "V tiles, one per pipeline stage" + kv_note),
         ]
     else:
         entries = [
@@ -867,7 +890,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
                       d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
                       producer=ws, persistent=persist, tma=tma,
-                      tma_q=tma_q, split_qk=split_qk)
+                      tma_q=tma_q, split_qk=split_qk, swizzle_kv=_swizzle_kv(spec, math, chunk))
 
 
 def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None) -> int:
