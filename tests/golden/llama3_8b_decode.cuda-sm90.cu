@@ -851,11 +851,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     }
     load_rows<kBlockQ, kHeadDimQK, kStrideQ>(sQ, [&](int r) { return q_row(row0 + r); }, row_end - row0, tid);
     cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
+    // Q is waited for after the first K/V tiles' copies are issued (section main loop), so
+    // that they do not wait a memory latency behind it.
     WarpMath math;
     math.init(smem, row_warp, lane);
-    math.load_q(smem, row_warp);
 
     // ---- section: loop bounds (mask) ----
     const Mask mask{seq.len_q, seq.len_k};  // aligned to this sequence's own lengths
@@ -923,6 +922,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         if (st < n_tiles) load_kv(st, st, pages_of(st));
         cp_async_commit();
     }
+    // Q has landed once at most the kStages - 1 K/V groups just issued are still in flight
+    // (its copies are the oldest group).
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+    math.load_q(smem, row_warp);
     // the pages of the next tile to copy, read one iteration before its copies are issued
     TilePages next_pages = kStages - 1 < n_tiles ? pages_of(kStages - 1) : TilePages{};
     for (int it = 0; it < n_tiles; ++it) {
