@@ -6,7 +6,8 @@
 cache contiguous, paged with pages of 16 and of 64 keys (a shuffled block table; kv_lens and
 the table as int32 CUDA tensors). attngen: the kernels' launches alone (kernel.prepared) and a
 whole call, median of triton do_bench; SDPA flash and cuDNN (enable_gqa) on the contiguous
-cache (they take no block table), timed as calls. TB/s = K+V bytes read / time. Writes
+cache (they take no block table), timed as calls; every function timed ROUNDS times in turn
+(median). TB/s = K+V bytes read / time. Writes
 decode_grid.json, decode_grid.md and decode.png (TB/s per row) to --out; run_gpu.py takes the
 rows into latest.json (suite decode, cases like "B8 32q/8kv d128 Lk32768 paged16").
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -28,6 +30,10 @@ HQ, HKV, D = 32, 8, 128
 GRID = [(1, (1024, 4096, 16384, 32768, 131072)), (8, (1024, 4096, 16384, 32768, 131072)),
         (64, (1024, 4096, 16384, 32768))]
 LAYOUTS = ("contiguous", "paged16", "paged64")
+# Each kernel and peer of a case is timed ROUNDS times, the cases' functions in turn, and its
+# median taken: one do_bench each let the clocks of the moment decide the small cases (B1 Lk 1024
+# paged16 read 1.32x of contiguous in one run and 1.10x in benchmarks/probe_paged.py the next).
+ROUNDS = 3
 
 
 def _ms(fn) -> float:
@@ -53,16 +59,18 @@ def run(rows: list):
             lens = torch.full((b,), lk, device="cuda", dtype=torch.int32)
             qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
             base = f"B{b} 32q/8kv d128 Lk{lk}"
-            peers = {}
+            timed = {}  # name: the function timed; every one is timed ROUNDS times, in turn
             for key, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
-                with sdpa_kernel(backend):
-                    try:
-                        ref = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
-                        ms = _ms(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))
-                        peers[key] = {"ms": round(ms, 5), "tbs": round(nbytes / ms / 1e9, 3)}
-                    except RuntimeError:
-                        pass  # this backend does not take the case: the peer is absent
+                def call(backend=backend):
+                    with sdpa_kernel(backend):
+                        return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+                try:
+                    call()
+                    timed[key] = call
+                except RuntimeError:
+                    pass  # this backend does not take the case: the peer is absent
             ref = F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True).transpose(1, 2)
+            errs = {}
             for layout, kern in kernels.items():
                 if layout == "contiguous":
                     args, opts = (q, k, v), {"kv_lens": lens}
@@ -78,11 +86,20 @@ def run(rows: list):
                     args, opts = (q, kp, vp), {"kv_lens": lens, "block_table": table}
                 launch = kern.prepared(*args, **opts)
                 out = launch()
-                err = float(((out.float() - ref.float()).norm() / ref.float().norm()).item())
-                ms = _ms(launch)
-                call_ms = _ms(lambda: kern(*args, **opts))
+                errs[layout] = float(((out.float() - ref.float()).norm() / ref.float().norm()).item())
+                timed[layout] = launch
+                timed[layout + " call"] = lambda kern=kern, args=args, opts=opts: kern(*args, **opts)
+            times = {name: [] for name in timed}
+            for _ in range(ROUNDS):
+                for name, fn in timed.items():
+                    times[name].append(_ms(fn))
+            ms_of = {name: statistics.median(ts) for name, ts in times.items()}
+            peers = {key: {"ms": round(ms_of[key], 5), "tbs": round(nbytes / ms_of[key] / 1e9, 3)}
+                     for key in ("sdpa_flash", "sdpa_cudnn") if key in ms_of}
+            for layout, kern in kernels.items():
+                ms, call_ms = ms_of[layout], ms_of[layout + " call"]
                 row = {"suite": "decode", "case": f"{base} {layout}", "target": "cuda",
-                       "plan": kern.plan.summary(), "rel_err": round(err, 7),
+                       "plan": kern.plan.summary(), "rel_err": round(errs[layout], 7),
                        "attngen": {"ms": round(ms, 5), "tbs": round(nbytes / ms / 1e9, 3), "call_ms": round(call_ms, 5)},
                        "peers": peers, "batch": b, "len_k": lk, "layout": layout}
                 rows.append(row)

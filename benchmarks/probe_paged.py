@@ -1,0 +1,72 @@
+"""Paged against contiguous decode at small B and Lk (issue 12: paged caches within 10% of
+contiguous), the launches alone, several runs of each so that the spread shows.
+
+    python3 benchmarks/probe_paged.py [--batch 1] [--lk 1024,4096] [--runs 3] [--extra "spec line"]
+
+The cases of benchmarks/decode_grid.py (32 q heads over 8 KV heads, d128, f16, split_kv(auto),
+kv_lens on the GPU; paged: a shuffled block table), each timed `runs` times by triton's
+do_bench (median) in turn, so that drifting clocks hit every layout alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from triton.testing import do_bench
+
+import decode_grid
+
+HKV, D, HQ = decode_grid.HKV, decode_grid.D, decode_grid.HQ
+
+
+def kernel(layout: str, extra: str):
+    import attngen
+    cache = "" if layout == "contiguous" else f"\n kv_cache paged(page={layout[5:]})"
+    text = (f"attention decode_{layout} {{\n head_dim {D}\n heads q={HQ} kv={HKV}\n dtype f16\n"
+            f" schedule split_kv(auto){cache}\n {extra}\n}}")
+    return attngen.compile(attngen.parse(text)[0], target="cuda")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--lk", default="1024,4096")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--extra", default="", help="a line added to every spec, e.g. 'target cuda { stages=3 }'")
+    args = ap.parse_args()
+    kernels = {layout: kernel(layout, args.extra) for layout in decode_grid.LAYOUTS}
+    b = args.batch
+    for lk in (int(x) for x in args.lk.split(",")):
+        g = torch.Generator(device="cuda").manual_seed(lk)
+        q = torch.randn((b, 1, HQ, D), device="cuda", dtype=torch.float16, generator=g)
+        k = torch.randn((b, lk, HKV, D), device="cuda", dtype=torch.float16, generator=g)
+        v = torch.randn((b, lk, HKV, D), device="cuda", dtype=torch.float16, generator=g)
+        lens = torch.full((b,), lk, device="cuda", dtype=torch.int32)
+        launches = {}
+        for layout, kern in kernels.items():
+            if layout == "contiguous":
+                launches[layout] = kern.prepared(q, k, v, kv_lens=lens)
+                continue
+            page = int(layout[5:])
+            n = lk // page
+            perm = torch.randperm(b * n, device="cuda", generator=g).to(torch.int32)
+            kp = torch.empty((b * n, page, HKV, D), device="cuda", dtype=torch.float16)
+            vp = torch.empty_like(kp)
+            kp[perm.long()] = k.reshape(b * n, page, HKV, D)
+            vp[perm.long()] = v.reshape(b * n, page, HKV, D)
+            launches[layout] = kern.prepared(q, kp, vp, kv_lens=lens, block_table=perm.reshape(b, n))
+        times = {layout: [] for layout in launches}
+        for _ in range(args.runs):
+            for layout, f in launches.items():
+                times[layout].append(do_bench(f, warmup=10, rep=100, return_mode="median") * 1e3)
+        base = min(times["contiguous"])
+        nbytes = 2 * k.numel() * 2
+        print(f"B{b} Lk{lk} {args.extra}: " + " | ".join(
+            f"{layout} {' / '.join(f'{t:.1f}' for t in ts)} us ({min(ts) / base:.2f}x, {nbytes / min(ts) / 1e6:.2f} TB/s)"
+            for layout, ts in times.items()),
+            flush=True)
+
+
+if __name__ == "__main__":
+    main()
