@@ -34,6 +34,8 @@ def main():
     ap.add_argument("--lk", default="1024,4096")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--extra", default="", help="a line added to every spec, e.g. 'target cuda { stages=3 }'")
+    ap.add_argument("--sequential", action="store_true",
+                    help="pages in order (block table 0, 1, 2, ...) instead of shuffled")
     args = ap.parse_args()
     kernels = {layout: kernel(layout, args.extra) for layout in decode_grid.LAYOUTS}
     b = args.batch
@@ -50,7 +52,8 @@ def main():
                 continue
             page = int(layout[5:])
             n = lk // page
-            perm = torch.randperm(b * n, device="cuda", generator=g).to(torch.int32)
+            perm = (torch.arange(b * n, device="cuda") if args.sequential
+                    else torch.randperm(b * n, device="cuda", generator=g)).to(torch.int32)
             kp = torch.empty((b * n, page, HKV, D), device="cuda", dtype=torch.float16)
             vp = torch.empty_like(kp)
             kp[perm.long()] = k.reshape(b * n, page, HKV, D)
@@ -62,7 +65,7 @@ def main():
                 times[layout].append(do_bench(f, warmup=10, rep=100, return_mode="median") * 1e3)
         base = min(times["contiguous"])
         nbytes = 2 * k.numel() * 2
-        print(f"B{b} Lk{lk} {args.extra}: " + " | ".join(
+        print(f"B{b} Lk{lk} {args.extra}{' sequential pages' if args.sequential else ''}: " + " | ".join(
             f"{layout} {' / '.join(f'{t:.1f}' for t in ts)} us ({min(ts) / base:.2f}x, {nbytes / min(ts) / 1e6:.2f} TB/s)"
             for layout, ts in times.items()),
             flush=True)

@@ -124,6 +124,52 @@ __device__ __forceinline__ void combine_row(const float* ws_o, const float* ws_l
                                             long long rows, long long r, int splits, elem_t* o_row, float* lse_at,
                                             int lane) {
     constexpr int kUnroll = kDv > 256 ? 2 : 4;  // splits merged per step of the output loop
+    constexpr int kFewSplits = 4;
+    if constexpr (kDv == 128) {  // (wider rows took more registers than the kernels spare: d256 spilled)
+        if (splits <= kFewSplits) {
+            // Few splits (decode's usual S = 2-4): every split's lse and its float4 of the row
+            // loaded at once, so that the last block of a tile waits one L2 round trip for them
+            // instead of two (the lse, then the rows); the same formulas as below, summed in split
+            // order.
+            float ls[kFewSplits];
+            float4 x[kFewSplits];
+            #pragma unroll
+            for (int s = 0; s < kFewSplits; ++s) {
+                if (s < splits) {
+                    ls[s] = __ldcg(ws_lse + s * rows + r);
+                    x[s] = __ldcg(reinterpret_cast<const float4*>(ws_o + (s * rows + r) * kDv + 4 * lane));
+                }
+            }
+            float m = neg_inf();
+            #pragma unroll
+            for (int s = 0; s < kFewSplits; ++s) if (s < splits) m = fmaxf(m, ls[s]);
+            const float m_use = m == neg_inf() ? 0.f : m;  // no inf - inf
+            float w[kFewSplits], sum = 0.f;
+            #pragma unroll
+            for (int s = 0; s < kFewSplits; ++s) {
+                w[s] = s < splits ? exp2f(ls[s] - m_use) : 0.f;
+                sum += w[s];
+            }
+            const float inv_sum = sum > 0.f ? 1.f / sum : (sum == 0.f ? 0.f : sum);  // NaN stays NaN
+            float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+            #pragma unroll
+            for (int s = 0; s < kFewSplits; ++s) {
+                if (s < splits) {
+                    const float ws = w[s] * inv_sum;
+                    a.x += ws * x[s].x;
+                    a.y += ws * x[s].y;
+                    a.z += ws * x[s].z;
+                    a.w += ws * x[s].w;
+                }
+            }
+            store_pair(o_row + 4 * lane, a.x, a.y);
+            store_pair(o_row + 4 * lane + 2, a.z, a.w);
+            if (lse_at != nullptr && lane == 0) {
+                *lse_at = sum > 0.f ? (m + log2f(sum)) * kLn2 : (sum == 0.f ? neg_inf() : sum);
+            }
+            return;
+        }
+    }
     float m = neg_inf();
     for (int s = lane; s < splits; s += 32) m = fmaxf(m, __ldcg(ws_lse + s * rows + r));
     #pragma unroll
