@@ -830,6 +830,15 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     };
     const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
     const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
+    // The first block-table entries of this split's share when the sequence fills its pages
+    // (len_k: the table's pages x kPage), prefetched into L1 now, while kv_lens and so the real
+    // share are on their way: the check of the pages and the first tiles' lookups find them there
+    // when the sequence is about that long. (Entries below len_k / kPage lie in the row.)
+    if (tid < 2) {
+        const int tiles = (len_k + kBlockKV - 1) / kBlockKV, per = (tiles + splits - 1) / splits;
+        const int entry = min(split * per, tiles) * (kBlockKV / kPage) + tid * 32;
+        if (entry < len_k / kPage) asm volatile("prefetch.global.L1 [%0];\n" :: "l"(keys.pages + entry));
+    }
     if constexpr (kVarlen) {
         // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
         if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
