@@ -1098,7 +1098,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         mine[(kMergeVals - 1) * 32] = __uint_as_float(row_bad);
     }
     __syncthreads();
-    if (key_warp == 0)  // the other key warps skip the epilogue and help with the combine below
+    // every key warp merges (and stores, section epilogue) kNTilesVPerKeyWarp of the 8-column
+    // tiles of acc: a quarter of the work each, in parallel
+    constexpr int kNTilesVPerKeyWarp = kNTilesV / kKeyWarps;
     {
         const float* all = merge + lane;  // warp w's value x at all[(w * kMergeVals + x) * 32]
         float f[kKeyWarps][kFrags][2];    // each warp's weight f_w per row
@@ -1121,6 +1123,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
             #pragma unroll
             for (int n = 0; n < kNTilesV; ++n) {
+                if (n / kNTilesVPerKeyWarp != key_warp) continue;
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     float a = 0.f;
@@ -1131,41 +1134,39 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
         }
         #pragma unroll
-        for (int w = 1; w < kKeyWarps; ++w) row_bad |= __float_as_uint(all[(w * kMergeVals + kMergeVals - 1) * 32]);
+        for (int w = 0; w < kKeyWarps; ++w) row_bad |= __float_as_uint(all[(w * kMergeVals + kMergeVals - 1) * 32]);
     }
 
-    if (key_warp == 0) {  // (the other key warps go on to the combine)
-        // ---- section: epilogue: normalise and store ----
+    // ---- section: epilogue: normalise and store ----
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
         #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                float l = l_i[mf][h];
-                l += __shfl_xor_sync(0xffffffffu, l, 1);
-                l += __shfl_xor_sync(0xffffffffu, l, 2);
-                unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
-                bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
-                bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
-                if (bad_row) l = quiet_nan();
-                // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
-                // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
-                const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
-                const int row = row_a + 16 * mf + 8 * h;
-                if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
-                    // This split's partial result (f32) in the workspaces; the last split block of the tile (section combine) merges them.
-                    const long long at = split * ((long long)gridDim.z * heads_q * len_q) + ws_row[mf][h];
-                    {
-                        float* o_ws = ws_o + at * kHeadDimV;
-                        #pragma unroll
-                        for (int n = 0; n < kNTilesV; ++n) {
-                            if (n * 8 < kHeadDimV) {
-                                *reinterpret_cast<float2*>(o_ws + n * 8 + 2 * t) =
-                                    make_float2(acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
-                            }
+        for (int h = 0; h < 2; ++h) {
+            float l = l_i[mf][h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
+            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
+            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
+            if (bad_row) l = quiet_nan();
+            // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
+            // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
+            const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
+            const int row = row_a + 16 * mf + 8 * h;
+            if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
+                // This split's partial result (f32) in the workspaces; the last split block of the tile (section combine) merges them.
+                const long long at = split * ((long long)gridDim.z * heads_q * len_q) + ws_row[mf][h];
+                {
+                    float* o_ws = ws_o + at * kHeadDimV;
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesV; ++n) {
+                        if (n / kNTilesVPerKeyWarp == key_warp && n * 8 < kHeadDimV) {
+                            *reinterpret_cast<float2*>(o_ws + n * 8 + 2 * t) =
+                                make_float2(acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
                         }
                     }
-                    if (t == 0) ws_lse[at] = l > 0.f ? m_i[mf][h] + log2f(l) : (l == 0.f ? neg_inf() : l);
                 }
+                if (t == 0 && key_warp == 0) ws_lse[at] = l > 0.f ? m_i[mf][h] + log2f(l) : (l == 0.f ? neg_inf() : l);
             }
         }
     }
