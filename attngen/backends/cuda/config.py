@@ -18,13 +18,12 @@ from ...plan.schedule import pack_gqa
 CUDA_ROWS_PER_WARP = 16  # rows of one m16n8k16 fragment; a warp owns 1 or 2 of them
 CUDA_SPILL_FACTOR = 1.5  # register estimates above this multiple of the cap are refused or shrunk
 CUDA_SMEM_SKEW_BYTES = 16  # row padding that keeps ldmatrix / float4 reads free of bank conflicts
-# mma.sync kernels whose K and V rows are whole 128-byte lines (head dims multiples of 64 in f16 /
-# bf16, whole head dims in shared memory) keep those tiles unpadded, with the 16-byte chunks of
-# row r permuted (chunk c at c ^ (r % 8)): ldmatrix's 8 rows stay in 8 different bank groups, and
-# every row starts on a 128-byte line, which cp.async fills faster than rows that start 16 bytes
-# further on each row (benchmarks/probe_stream.py on the H100: 3.05 vs 2.98 TB/s for decode's
-# K/V stream; the decode kernel with 272-byte rows ran 3.7% below the same copies in 256-byte
-# rows). templates/cuda/copy.j2, kv_at.
+# The split schedules' mma.sync kernels (decode) with head dims 64, 128 or 256 keep their K and V
+# tiles unpadded, with the 16-byte chunks of row r permuted (chunk c at c ^ (r % 8)): ldmatrix's 8
+# rows stay in 8 different bank groups, and every row starts on a 128-byte line, which cp.async
+# fills faster than rows that start 16 bytes further on each row (benchmarks/probe_stream.py on the
+# H100: 3.05 vs 2.98 TB/s for decode's K/V stream; the decode kernel with 272-byte rows ran 3.7%
+# below the same copies in 256-byte rows). _swizzle_kv says where; templates/cuda/copy.j2, kv_at.
 CUDA_SWIZZLE_KV = True
 CUDA_SPLIT_ROWS = 16  # default rows per block of the split schedules (split_kv, two_pass)
 CUDA_SPLIT_KV = 32  # default tile kv of the split schedules (64 spilled registers: benchmarks/NOTES.md)
