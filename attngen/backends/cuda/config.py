@@ -88,6 +88,19 @@ CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128, None)), (128, (128, 96, 4)))
 CUDA_PRODUCER_WIDE_D_KV = ((192, ((80, 3), (96, 2))), (256, ((48, 3), (80, 2))), (320, ((48, 3), (64, 2))),
                            (384, ((32, 3), (48, 2))), (512, ((32, 2),)))
 CUDA_WGMMA_MAX_D = 512
+# Above CUDA_WGMMA_MAX_D (mask none, no softcap): P through memory (CudaConfig.stored_p). Neither
+# Q of 64 rows beside a K/V ring nor the output of 64 rows (256 KB of f32 at d1024: the whole
+# register file) fits one block any more, and output column blocks would compute Q K^T once per
+# block (the mma.sync chunks: 4x at d1024, 75 TFLOP/s). So each persistent block takes a row tile
+# of 128 rows in two phases (templates/cuda/stored_p.j2): A, S = Q K^T tile by tile (Q and K in
+# 64-column chunks by the tensor copy engine) with the online softmax, each tile's P stored to the
+# block's slot of a workspace (f16/bf16, in the accumulator layout: a thread stores and later reads
+# back only its own fragments) with the running max after the tile; B, per 256 output columns,
+# acc += (c_j P_j) V_j with P_j read back as wgmma's A operand and c_j = exp2(m_j - m_final).
+# Q K^T once, P V once, whatever the head dim: H200 f16 d1024 B1 H48 L4096 548 TFLOP/s vs 134 for
+# SDPA memory-efficient (benchmarks/probe_stored_p.py, 2026-11-26). (tile q, phase A keys, tile kv,
+# output columns per pass, stages)
+CUDA_STORED_P = (128, 256, 64, 256, 4)
 # Split Q K^T (head dims of 512, and qk head dims of whole 128-column halves beside a v head dim of
 # 512): the block's two consumer warpgroups own the same 64 rows; each computes Q K^T over half of
 # the head dim and P V for half of the block's output columns (up to 256 each: one block holds 512),
@@ -228,6 +241,9 @@ class CudaConfig:
     split_qk: bool = False
     # mma.sync: the K and V tiles in 128-byte rows with permuted 16-byte chunks (CUDA_SWIZZLE_KV).
     swizzle_kv: bool = False
+    # Head dims above CUDA_WGMMA_MAX_D on the Hopper family: P through memory, two phases per row
+    # tile (CUDA_STORED_P); d_v_block is then the output columns of one pass of phase B.
+    stored_p: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -274,6 +290,14 @@ class CudaConfig:
 
     def summary(self) -> str:
         """One line a person reads in `attngen check` and in source headers."""
+        if self.stored_p:
+            _, keys_a, _, _, _ = CUDA_STORED_P
+            return (f"tile q={self.tile_q} kv={self.tile_kv}, {self.warps} consumer warps + a producer warpgroup "
+                    f"({self.threads} threads), {self.stages} stage(s), Hopper tensor cores (wgmma m64n{keys_a}k16 and "
+                    f"m64n{self.d_v_block}k16, 2 warpgroups of 64 rows, sm_90a); P through memory: phase A computes "
+                    f"S = Q K^T in tiles of {keys_a} keys (Q and K in 64-column chunks by the tensor copy engine) and "
+                    f"stores P to the block's workspace slot, phase B reads it back for P V, {self.d_v_block} output "
+                    "columns at a time; persistent: one block per multiprocessor takes the row tiles in turn")
         math = {"wgmma": f"Hopper tensor cores (wgmma m64n{self.tile_kv}k16 and m64n{self.d_v_pad}k16, "
                          + (f"2 warpgroups over the same 64 rows, each with half of Q K^T's head dim (S summed "
                             f"through shared memory) and {self.d_v_pad} output columns, sm_90a" if self.split_qk else
@@ -338,8 +362,12 @@ def wgmma_refusal(spec: AttentionSpec, profile: Profile) -> str | None:
     if spec.tile.d is not None:
         return "tile d: head dims in chunks stream on mma.sync"
     if dmax > CUDA_WGMMA_MAX_D:
-        return (f"head dims above {CUDA_WGMMA_MAX_D} stream in chunks on mma.sync (the wgmma family keeps Q "
-                "of its 128 rows whole in shared memory)")
+        why = _stored_p_refusal(spec)
+        if why is not None:
+            return (f"head dims above {CUDA_WGMMA_MAX_D} take the wgmma family only with P through memory, for mask "
+                    f"none without softcap and with the planner's own tiles ({why}): they stream in chunks on "
+                    "mma.sync")
+        return None
     if dmax > 256:
         opts = spec.options("cuda")
         why = ("a window or custom mask" if spec.mask.kind not in ("none", "causal") else
@@ -358,6 +386,50 @@ def wgmma_refusal(spec: AttentionSpec, profile: Profile) -> str | None:
     if warps is not None and (warps % 4 or (q is not None and q != warps * CUDA_ROWS_PER_WARP)):
         return f"warps={warps}: the wgmma family has whole warpgroups of 4 warps, 16 rows each"
     return None
+
+
+def _stored_p_refusal(spec: AttentionSpec) -> str | None:
+    """Why a head dim above CUDA_WGMMA_MAX_D cannot take P through memory (CUDA_STORED_P); None
+    when it can. (f32, f16 accumulators, split schedules and paged caches are refused before.)"""
+    opts = spec.options("cuda")
+    given = [f"tile {k}={v}" for k, v in (("q", spec.tile.q), ("kv", spec.tile.kv)) if v is not None]
+    given += [f"{k}={opts[k]}" for k in ("warps", "stages") if opts.get(k) is not None]
+    given += [f"{k}=off" for k in ("producer", "tma", "persistent") if opts.get(k) == "off"]
+    if spec.mask.kind != "none":
+        return f"mask {spec.mask.kind}"
+    if spec.softcap is not None:
+        return "softcap"
+    if given:
+        return ", ".join(given)
+    return None
+
+
+def _stored_p_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
+    """The configuration of P through memory (CUDA_STORED_P): the stages that fit the profile's
+    shared memory, and the mma.sync chunks for launches with per-sequence lengths (_varlen)."""
+    tile_q, keys_a, tile_kv, cols, stages = CUDA_STORED_P
+    d_qk_pad = _round_up(spec.head_dim_qk, CUDA_WGMMA_PAD)
+    d_v_pad = _round_up(spec.head_dim_v, CUDA_WGMMA_PAD)
+    limit = profile.limit("shared_memory_bytes")
+    while True:
+        buffers, smem = _layout([
+            ("sRing", spec.dtype, stages, tile_q + keys_a, CUDA_WGMMA_PAD,
+             f"a stage: phase A a 64-column chunk of Q ({tile_q} rows) and of K ({keys_a} keys), phase B a V tile "
+             f"({tile_kv} keys x {cols} columns; 128-byte swizzle)"),
+            ("sSync", "u32", 1, 1, 4 * stages, "mbarriers: full and empty per stage"),
+        ])
+        smem += CUDA_WGMMA_ALIGN
+        if smem <= limit or stages == 2:
+            break
+        stages -= 1
+    if smem > limit:
+        raise Problem(f"P through memory (head dims above {CUDA_WGMMA_MAX_D}) needs {smem} bytes of shared memory "
+                      f"for 2 stages ({_describe(buffers)}), but {profile.name} allows {limit}")
+    _, consumer = producer_registers(True, "none", 8, True)
+    return CudaConfig("wgmma", tile_q, tile_kv, 8, stages, spec.head_dim_qk, spec.head_dim_v, d_qk_pad, d_v_pad,
+                      False, buffers, smem, 2 * cols // 4 + 48, consumer, v_blocks=1, d_v_block=cols,
+                      fast_path=True, varlen=_cuda_config(spec, profile, "mma"), resident_blocks=1, producer=True,
+                      persistent=True, tma=True, tma_q=True, stored_p=True)
 
 
 def _round_up(x: int, m: int) -> int:
@@ -647,6 +719,8 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
             raise Problem(f"{opt}=on: {what} belong{'s' if opt == 'producer' else ''} to the Hopper wgmma family, "
                           f"which this spec does not use on {profile.name} ({why})", key="target.cuda",
                           hint=f"leave {opt} out, or build for cuda-sm90")
+    if math == "wgmma" and max(spec.head_dim_qk, spec.head_dim_v) > CUDA_WGMMA_MAX_D:
+        return _stored_p_config(spec, profile)
     if math == "wgmma":
         kv = rows = None
         opts = spec.options("cuda")

@@ -79,6 +79,7 @@ def _variant_context(plan: KernelPlan) -> dict:
         producer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q)[0],
         mask_stage_words=CUDA_MASK_STAGE_WORDS,
         order_bytes=_config.CUDA_CAUSAL_ORDER_BYTES,  # (read per call: a probe may patch it)
+        keys_a=_config.CUDA_STORED_P[1],  # P through memory: keys per tile of phase A
         consumer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q)[1],
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )

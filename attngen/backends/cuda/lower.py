@@ -62,11 +62,12 @@ def fused_combine(spec: AttentionSpec, cfg) -> bool:
 
 
 def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: bool = False,
-                tma: bool = False, tma_q: bool = False) -> tuple:
+                tma: bool = False, tma_q: bool = False, stored_p: bool = False) -> tuple:
     """The main entry point's parameters; `counters`: the shape of the fused combine's
     tile_counters (None: no such parameter); `persistent`: the persistent blocks' batch size and
     work counter (CudaConfig.persistent); `tma`: the tensor maps of K and V (CudaConfig.tma);
-    `tma_q`: and of Q before them (CudaConfig.tma_q)."""
+    `tma_q`: and of Q before them (CudaConfig.tma_q); `stored_p`: P through memory's workspace
+    (CudaConfig.stored_p: its persistent blocks take their items in a fixed order, no counter)."""
     d = spec.dtype
     paged = spec.kv_cache.is_paged
     kv_shape = ("P", spec.kv_cache.page, "Hkv") if paged else ("B", "Lk", "Hkv")
@@ -133,12 +134,16 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
                      doc="fused combine: per row tile, how many of its splits are done; zero before the "
                          "launch, and left zero by it (the runtime keeps one such buffer per stream)"))
     if persistent:
-        ps += [
-            _p("batch_size", "scalar", _I32, doc="B, sequences (persistent blocks: the grid does not say)"),
-            _p("work_counter", "tensor", "u32", ("1",), "readwrite",
-               doc="persistent blocks: work items handed out after each block's first; zero before the "
-                   "launch, and left zero by it (the runtime keeps one such buffer per stream)"),
-        ]
+        ps.append(_p("batch_size", "scalar", _I32, doc="B, sequences (persistent blocks: the grid does not say)"))
+    if persistent and not stored_p:
+        ps.append(_p("work_counter", "tensor", "u32", ("1",), "readwrite",
+                     doc="persistent blocks: work items handed out after each block's first; zero before the "
+                         "launch, and left zero by it (the runtime keeps one such buffer per stream)"))
+    if stored_p:
+        ps.append(_p("ws_p", "tensor", "u32", STORED_P_SHAPE, "readwrite",
+                     doc="workspace (P through memory): block x's slot holds, for the row tile it works on, each "
+                         "consumer thread's P fragments (16 bytes per 16 keys) and its rows' running max after each "
+                         "tile of 256 keys; uninitialised"))
     if tma:
         how = ("a CUtensorMap (128 bytes, passed by value) from cuTensorMapEncodeTiled over {t}: "
                "{dtype}, rank 4, dims (D{d}, {h}, {l}, B) innermost first, strides in bytes of its head, {r} and "
@@ -192,10 +197,17 @@ def _workspaces(spec: AttentionSpec) -> list:
     return ps
 
 
+# P through memory (CudaConfig.stored_p): one slot per block of the persistent grid, of 2 warpgroups
+# x 128 threads x (16 steps of 16 keys x 4 words of P + 2 words of running max) per 256 keys.
+STORED_P_SHAPE = ("min(SM, ceil(Lq / 128) * Hq * B)", "16896 * ceil(Lk / 256)")
+
+
 def workspaces(spec: AttentionSpec, cfg) -> tuple:
     """The split schedules' f32 workspaces, allocated by the launcher (uninitialised), and the
     fused combine's tile counters and the persistent blocks' work counter (persistent, zeroed
     once)."""
+    if cfg.stored_p:
+        return (Workspace("ws_p", "u32", STORED_P_SHAPE),)
     if cfg.persistent:
         return (Workspace("work_counter", "u32", ("1",), fill=0, persistent=True),)
     if not spec.schedule.is_split:
@@ -275,7 +287,7 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
     return Lowered(
         threads=cfg.threads,
         grid=grid(spec, cfg),
-        params=main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q),
+        params=main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q, cfg.stored_p),
         smem_bytes=cfg.smem_bytes,
         entries=entries(spec, entry, cfg),
         workspaces=workspaces(spec, cfg),
@@ -295,5 +307,5 @@ def varlen_entry(spec: AttentionSpec, cfg, entry: str) -> Entry | None:
     return Entry("varlen", entry + "_varlen",
                  "launched instead of the main entry point when cu_seqlens_q, kv_lens or k_new / v_new is "
                  f"given: {how}; same parameters",
-                 main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q),
+                 main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q, cfg.stored_p),
                  main_grid(spec, v.tile_q, v.v_blocks), v.threads, v.smem_bytes)

@@ -48,6 +48,11 @@ CASES = [
     ("bf16 d1024 d=128", "head_dim 1024\n dtype bf16\n tile d=128", 2, 2),
     ("f32 d1024", "head_dim 1024\n dtype f32\n mask causal", 2, 1),
     ("f16 1024/64 acc qk f16", "head_dim qk=1024 v=64\n dtype f16\n accumulate qk=f16 pv=f32", 2, 1),
+    # P through memory (cuda-sm90, mask none without softcap above 512; mma.sync chunks on sm80)
+    ("f16 d1024", "head_dim 1024\n dtype f16", 3, 1),
+    ("bf16 576/512 gqa7", "head_dim qk=576 v=512\n dtype bf16", 7, 1),
+    ("f16 d640", "head_dim 640\n dtype f16", 2, 2),
+    ("bf16 1024/128", "head_dim qk=1024 v=128\n dtype bf16", 2, 1),
 ]
 # (batch, Lq, Lk): single tokens, odd lengths, Lq != Lk both ways, several K/V and Q tiles.
 SHAPES = [(1, 1, 1), (1, 7, 113), (2, 113, 7), (1, 65, 200)]
@@ -65,7 +70,8 @@ def _spec(body: str):
     ("qk=1024 v=64", 64, 1, 64, "cuda-sm80"), ("qk=1024 v=64", 64, 1, 64, "cuda-sm90"),
 ])
 def test_wide_head_dims_get_a_chunk_and_column_blocks(head_dim, chunk, v_blocks, d_v_block, profile):
-    c = cuda_config(_spec(f"head_dim {head_dim}\n dtype f16"), get_profile(profile, "cuda"))
+    # (causal: on cuda-sm90 mask none takes P through memory above 512, below)
+    c = cuda_config(_spec(f"head_dim {head_dim}\n dtype f16\n mask causal"), get_profile(profile, "cuda"))
     assert (c.chunk, c.v_blocks, c.d_v_block) == (chunk, v_blocks, d_v_block)
     assert not c.chunk_given and c.d_v_block <= 256
     assert [b.name for b in c.buffers] == ["sQ", "sKV"]
@@ -105,13 +111,57 @@ def test_head_dims_up_to_512_take_the_wgmma_producer_with_column_blocks(body, ti
     assert "wgmma.mma_async" in source and "mma.sync.aligned.m16n8k16" in source  # both families, one file
 
 
+# Head dims above 512 on the Hopper family (mask none, no softcap, auto tiles): P through memory
+# (config.py CUDA_STORED_P): persistent blocks of 128 rows in two phases, P in the ws_p workspace;
+# launches with per-sequence lengths take the mma.sync chunks (_varlen).
+@pytest.mark.parametrize("body, d_v_pad, passes", [
+    ("head_dim 1024\n dtype f16", 1024, 4),
+    ("head_dim qk=576 v=512\n dtype bf16\n heads q=14 kv=2", 512, 2),
+    ("head_dim 640\n dtype f16", 640, 3),
+    ("head_dim qk=1024 v=64\n dtype bf16", 64, 1),
+])
+def test_head_dims_above_512_take_p_through_memory(body, d_v_pad, passes):
+    c = cuda_config(_spec(body), get_profile("cuda-sm90", "cuda"))
+    assert (c.math, c.stored_p, c.tile_q, c.tile_kv, c.stages, c.d_v_block, c.d_v_pad) == (
+        "wgmma", True, 128, 64, 4, 256, d_v_pad)
+    assert (c.producer, c.tma, c.tma_q, c.persistent, c.threads, c.chunk, c.v_blocks) == (True, True, True, True, 384,
+                                                                                          None, 1)
+    assert c.varlen.math == "mma" and c.varlen.chunk == 64 and c.family_note == ""
+    assert c.smem_bytes <= get_profile("cuda-sm90", "cuda").limit("shared_memory_bytes")
+    assert "P through memory" in c.summary()
+    p = plan(_spec(body), "cuda", "cuda-sm90")
+    assert p.grid == ("min(SM, ceil(Lq / 128) * Hq * B)", "1", "1")
+    names = [x.name for x in p.params]
+    assert "ws_p" in names and "batch_size" in names and "work_counter" not in names
+    (ws,) = p.workspaces
+    assert (ws.name, ws.dtype, ws.shape, ws.persistent) == ("ws_p", "u32", ("min(SM, ceil(Lq / 128) * Hq * B)",
+                                                                           "16896 * ceil(Lk / 256)"), False)
+    source = emit_plan(p).source
+    assert f"constexpr int kVBlocks = (kHeadDimVPad + kDvBlock - 1) / kDvBlock;" in source
+    assert "wgmma.mma_async.sync.aligned.m64n256k16" in source and "mma.sync.aligned.m16n8k16" in source
+    assert "P through memory" in source and "section: phase B" in source
+    assert -(-d_v_pad // 256) == passes
+
+
+def test_p_through_memory_on_a_small_profile_drops_stages_then_says_why():
+    from attngen.plan.kernel_plan import Problem
+    prof = get_profile("cuda-sm90", "cuda")
+    c = cuda_config(_spec("head_dim 1024\n dtype f16"), prof.narrowed(limits={"shared_memory_bytes": 120 * 1024}))
+    assert c.stored_p and c.stages == 2
+    with pytest.raises(Problem, match="P through memory .* needs .* bytes of shared memory for 2 stages"):
+        cuda_config(_spec("head_dim 1024\n dtype f16"), prof.narrowed(limits={"shared_memory_bytes": 64 * 1024}))
+
+
 @pytest.mark.parametrize("body, why", [
     ("head_dim 320\n dtype f16\n mask window(left=40)", "a window or custom mask"),
     ("head_dim 320\n dtype f16\n softcap 30", "softcap"),
     ("head_dim 512\n dtype f16\n target cuda { tma=off }", "tma=off"),
     ("head_dim 512\n dtype f16\n tile q=64", "tile q=64"),
     ("head_dim 512\n dtype f16\n accumulate qk=f32 pv=f16", "accumulate f16"),
-    ("head_dim 576\n dtype f16", "head dims above 512 stream in chunks on mma.sync"),
+    ("head_dim 576\n dtype f16\n mask causal", "take the wgmma family only with P through memory, for mask none "
+                                               "without softcap and with the planner's own tiles (mask causal)"),
+    ("head_dim 1024\n dtype bf16\n softcap 30", "(softcap)"),
+    ("head_dim 1024\n dtype f16\n target cuda { stages=2 }", "(stages=2)"),
     ("head_dim 320\n dtype f16\n tile d=64", "tile d"),
 ])
 def test_wide_head_dims_the_wgmma_family_leaves_to_mma_sync_say_why(body, why):
@@ -182,7 +232,7 @@ def test_chunk_and_grid_show_in_check_source_and_manifest(capsys):
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "hd.attn")
         with open(path, "w") as f:
-            f.write("attention hd {\n head_dim 1024\n dtype f16\n}\n")
+            f.write("attention hd {\n head_dim 1024\n dtype f16\n mask causal\n}\n")
         assert main(["check", path, "--target", "cuda", "--profile", "cuda-sm90"]) == 0
     out = capsys.readouterr().out
     assert "tile d=64" in out and "grid: (ceil(Lq / 64), Hq * 4, B)" in out
@@ -274,7 +324,7 @@ def test_two_pass_chunked_matches_reference(case):
 
 def test_cuda_grid_y_limit_is_a_launch_error():
     require("cuda")
-    spec = _spec("head_dim 1024\n dtype f16")
+    spec = _spec("head_dim 1024\n dtype f16\n mask causal")  # (the mma.sync chunks: grid.y = heads x 4)
     q, k, v = random_qkv(spec, 1, 1, 1, heads_q=20000, heads_kv=20000)
     from conftest import kernel_for, to_device
     with pytest.raises(attngen.LaunchError, match="exceeds 65535 blocks along y"):
@@ -287,6 +337,8 @@ WIDE_WGMMA = [
     ("f16 256/512 split", "head_dim qk=256 v=512\n dtype f16\n mask causal", 5, 1),
     ("bf16 d512 causal gqa3", "head_dim 512\n dtype bf16\n mask causal", 3, 1),
     ("f16 448/256 bottom-right", "head_dim qk=448 v=256\n dtype f16\n mask causal(bottom_right)", 2, 2),
+    ("f16 d1024 stored P", "head_dim 1024\n dtype f16", 3, 1),
+    ("bf16 576/512 stored P", "head_dim qk=576 v=512\n dtype bf16", 7, 1),
 ]
 
 
@@ -391,3 +443,14 @@ def test_a_spec_s_own_tiles_keep_column_blocks_and_small_profiles_get_a_problem(
     small = get_profile("cuda-sm90", "cuda").narrowed(limits={"shared_memory_bytes": 96 * 1024})
     with pytest.raises(Problem, match="shared memory"):
         cuda_config(_spec("head_dim 512\n dtype f16"), small)
+
+
+def test_p_through_memory_blocks_take_several_items_and_reuse_their_slot():
+    """More row tiles than multiprocessors (2 x 12 heads x 6 row tiles = 144 items on at most 132
+    blocks): a block's second item reuses its workspace slot; GQA group 3, odd Lk (333: a partial
+    tile of each phase), Lq not a tile multiple; lse too."""
+    require("cuda")
+    spec = _spec("head_dim 640\n dtype f16")
+    assert attngen.lower(spec, "cuda", "cuda-sm90").config.stored_p
+    q, k, v = random_qkv(spec, 2, 700, 333, heads_q=12, heads_kv=4, seed=11)
+    check_against_reference(spec, "cuda", q, k, v)

@@ -48,7 +48,7 @@ def test_hopper_takes_the_f16_and_bf16_prefill_kernels(body):
     ("head_dim 128\n dtype f16\n accumulate qk=f16", "accumulate f16"),
     ("head_dim 128\n dtype f16\n schedule split_kv(4)", "split decode schedules"),
     ("head_dim 128\n dtype f16\n kv_cache paged(page=16)", "paged KV cache"),
-    ("head_dim 1024\n dtype f16", "head dims above 512"),
+    ("head_dim 1024\n dtype f16\n mask causal", "head dims above 512 take the wgmma family only with P through memory"),
     ("head_dim 512\n dtype f16\n mask window(left=64)", "head dims above 256 on the wgmma family take the producer"),
     ("head_dim 128\n dtype f16\n tile q=32", "tile q=32 is not a multiple of 64"),
     ("head_dim 128\n dtype f16\n tile q=128\n target cuda { warps=4 }", "warps=4"),
