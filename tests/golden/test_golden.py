@@ -39,6 +39,7 @@ CASES = [
     ("deepseek_v2_lite.attn", "deepseek_v2_lite_mla_prefill", "cuda", "cuda-sm80"),  # qk 192 / v 128, bf16
     ("qwen2_7b.attn", "qwen2_7b_prefill", "cuda", "cuda-sm90"),          # GQA group of 7, bf16
     ("large_head_dims.attn", "head_dim_1024", "cuda", "cuda-sm90"),      # chunked head dim, column blocks
+    ("large_head_dims.attn", "head_dim_640", "cuda", "cuda-sm90"),       # P through memory
     ("large_head_dims.attn", "head_dim_1024", "wgsl", "wgpu-vulkan-nvidia"),
     ("large_head_dims.attn", "head_dim_320", "wgsl", "webgpu-core"),
     ("golden/variants.attn", "mla_decode_f16", "cuda", "cuda-sm80"),     # MLA, tile d=64, paged, split_kv(4)

@@ -73,7 +73,8 @@ CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128, None)), (128, (128, 96, 4)))
 # Up to d256 likewise three stages of kv 48 (else two of kv 80): f16 d256 TFLOP/s at L 1k / 4k / 16k
 # (benchmarks/probe_persistent.py, same run) causal 347 / 469 / 477 vs 325 / 437 / 480, full 446 /
 # 492 / 552 vs 433 / 479 / 488.
-# Above 256, up to CUDA_WGMMA_MAX_D (mask none or causal, no softcap): the same producer kernel
+# Above 256, up to CUDA_WGMMA_MAX_D (causal, or mask none where P through memory (CUDA_STORED_P) is
+# refused; no softcap): the same producer kernel
 # with output column blocks. Q of the block's 128 rows stays in shared memory whole (128 KB at
 # d512) and the block keeps at most CUDA_MAX_DV_BLOCK output columns of acc: the output is split
 # over blocks (grid.y = Hq x v_blocks), each computing Q K^T for its own columns of P V (FFPA's
@@ -101,6 +102,12 @@ CUDA_WGMMA_MAX_D = 512
 # SDPA memory-efficient (benchmarks/probe_stored_p.py, 2026-11-26). (tile q, phase A keys, tile kv,
 # output columns per pass, stages)
 CUDA_STORED_P = (128, 256, 64, 256, 4)
+# ... and above this head dim already (mask none, no softcap, auto tiles), where it beats Q whole in
+# shared memory with output column blocks or split Q K^T (B1 H48 L4096 f16, H200, same run,
+# benchmarks/probe_head_dims.py 2026-11-26: d320 365 vs 331 TFLOP/s, d384 420 vs 305, d512 501 vs
+# 242, d768 508; SDPA mem-eff 134-143). The cost is its workspace: 264 bytes per key per block
+# (min(SM, items) blocks), 143 MB at Lk 4096 on 132 multiprocessors, 1.1 GB at Lk 32768.
+CUDA_STORED_P_ABOVE = 256
 # Split Q K^T (head dims of 512, and qk head dims of whole 128-column halves beside a v head dim of
 # 512): the block's two consumer warpgroups own the same 64 rows; each computes Q K^T over half of
 # the head dim and P V for half of the block's output columns (up to 256 each: one block holds 512),
@@ -389,8 +396,9 @@ def wgmma_refusal(spec: AttentionSpec, profile: Profile) -> str | None:
 
 
 def _stored_p_refusal(spec: AttentionSpec) -> str | None:
-    """Why a head dim above CUDA_WGMMA_MAX_D cannot take P through memory (CUDA_STORED_P); None
-    when it can. (f32, f16 accumulators, split schedules and paged caches are refused before.)"""
+    """Why a head dim above CUDA_STORED_P_ABOVE cannot take P through memory (CUDA_STORED_P); None
+    when it can (above CUDA_WGMMA_MAX_D the mma.sync chunks serve what it cannot; below, the producer
+    kernel with Q whole in shared memory). (f32, f16 accumulators, split schedules and paged caches are refused before.)"""
     opts = spec.options("cuda")
     given = [f"tile {k}={v}" for k, v in (("q", spec.tile.q), ("kv", spec.tile.kv)) if v is not None]
     given += [f"{k}={opts[k]}" for k in ("warps", "stages") if opts.get(k) is not None]
@@ -719,7 +727,8 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
             raise Problem(f"{opt}=on: {what} belong{'s' if opt == 'producer' else ''} to the Hopper wgmma family, "
                           f"which this spec does not use on {profile.name} ({why})", key="target.cuda",
                           hint=f"leave {opt} out, or build for cuda-sm90")
-    if math == "wgmma" and max(spec.head_dim_qk, spec.head_dim_v) > CUDA_WGMMA_MAX_D:
+    dmax = max(spec.head_dim_qk, spec.head_dim_v)
+    if math == "wgmma" and dmax > CUDA_STORED_P_ABOVE and (dmax > CUDA_WGMMA_MAX_D or _stored_p_refusal(spec) is None):
         return _stored_p_config(spec, profile)
     if math == "wgmma":
         kv = rows = None

@@ -24,6 +24,8 @@ _C_TYPES = {"f32": "float", "i32": "int", "u32": "unsigned", "u8": "unsigned cha
 
 
 _WS_NOTE = {
+    "stored_p": "allocated by the launcher, uninitialised; one row per block of the grid, written and read back by "
+                "the same launch",
     False: "allocated by the launcher, uninitialised; reused only after the combine has run",
     True: "zero before a launch and left zero by it: a caller keeps one such buffer per stream (the "
           "fused combine's last split block of each row tile resets its counter; the persistent blocks' "
@@ -191,9 +193,16 @@ def render_manifest(plan: KernelPlan) -> dict:
                             "one launch" if fused_combine(plan.spec, c) else
                             "a second launch (the combine entry point) merges the splits")
     if plan.workspaces:
-        extra["workspaces"] = {w.name: {"bytes": w.bytes_formula, "dtype": w.dtype, "note": _WS_NOTE[w.persistent]}
+        extra["workspaces"] = {w.name: {"bytes": w.bytes_formula, "dtype": w.dtype,
+                                        "note": _WS_NOTE["stored_p" if w.name == "ws_p" else w.persistent]}
                                for w in plan.workspaces}
-    if c.persistent:
+    if c.stored_p:
+        extra["persistent"] = ("one block per multiprocessor (grid symbol SM; min(a, b) is the smaller of a and b); "
+                               "block x takes work items (row tile, head, batch; row tile fastest) x, x + gridDim.x, "
+                               "...; pass batch_size = B")
+        extra["stored_p"] = ("P through memory: block x keeps each row tile's P and running maxima in row x of "
+                             "ws_p (uninitialised; any contents before the launch are fine) between its two phases")
+    elif c.persistent:
         extra["persistent"] = ("one block per multiprocessor (grid symbol SM; min(a, b) is the smaller of a and b) "
                                "takes work items (row tile, head, batch) in turn; pass batch_size = B and a work_counter that is zero before the "
                                "launch (the launch's last fetch wraps it back to zero)")

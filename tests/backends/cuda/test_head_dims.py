@@ -78,19 +78,20 @@ def test_wide_head_dims_get_a_chunk_and_column_blocks(head_dim, chunk, v_blocks,
     assert all(b.cols == chunk + 8 for b in c.buffers)  # O(tile x chunk), rows padded by 16 bytes
 
 
-# Head dims above 256 up to 512 on the Hopper family (mask none or causal, no softcap): the producer
+# Head dims above 256 up to 512 on the Hopper family (causal, no softcap; mask none takes P through
+# memory, below): the producer
 # kernel with Q whole in shared memory and output column blocks; tile kv the widest that fits two
 # stages (config.py CUDA_PRODUCER_WIDE_D_KV, three where they fit); the _varlen entry streams chunks on mma.sync. A padded
 # qk head dim of whole 128-column halves splits Q K^T between the two consumer warpgroups, which
 # then own the same 64 rows (CUDA_WGMMA_SPLIT_QK).
 @pytest.mark.parametrize("body, tile_q, tile_kv, stages, v_blocks, d_v_block, d_v_pad, split", [
-    ("head_dim 320\n dtype f16", 128, 48, 3, 2, 192, 192, False),
-    ("head_dim 264\n dtype f16", 128, 48, 3, 2, 192, 192, False),
-    ("head_dim qk=448 v=256\n dtype f16", 128, 32, 2, 1, 256, 256, False),
+    ("head_dim 320\n dtype f16\n mask causal", 128, 48, 3, 2, 192, 192, False),
+    ("head_dim 264\n dtype f16\n mask causal", 128, 48, 3, 2, 192, 192, False),
+    ("head_dim qk=448 v=256\n dtype f16\n mask causal", 128, 32, 2, 1, 256, 256, False),
     ("head_dim 384\n dtype bf16\n mask causal", 128, 32, 3, 2, 192, 192, False),
-    ("head_dim 512\n dtype f16", 64, 16, 4, 1, 512, 256, True),
+    ("head_dim 512\n dtype f16\n mask causal", 64, 16, 4, 1, 512, 256, True),
     ("head_dim 512\n dtype bf16\n mask causal(bottom_right)", 64, 16, 4, 1, 512, 256, True),
-    ("head_dim qk=256 v=512\n dtype f16", 64, 16, 4, 1, 512, 256, True),
+    ("head_dim qk=256 v=512\n dtype f16\n mask causal", 64, 16, 4, 1, 512, 256, True),
 ])
 def test_head_dims_up_to_512_take_the_wgmma_producer_with_column_blocks(body, tile_q, tile_kv, stages, v_blocks,
                                                                        d_v_block, d_v_pad, split):
@@ -111,7 +112,7 @@ def test_head_dims_up_to_512_take_the_wgmma_producer_with_column_blocks(body, ti
     assert "wgmma.mma_async" in source and "mma.sync.aligned.m16n8k16" in source  # both families, one file
 
 
-# Head dims above 512 on the Hopper family (mask none, no softcap, auto tiles): P through memory
+# Head dims above 256 on the Hopper family (mask none, no softcap, auto tiles): P through memory
 # (config.py CUDA_STORED_P): persistent blocks of 128 rows in two phases, P in the ws_p workspace;
 # launches with per-sequence lengths take the mma.sync chunks (_varlen).
 @pytest.mark.parametrize("body, d_v_pad, passes", [
@@ -119,8 +120,10 @@ def test_head_dims_up_to_512_take_the_wgmma_producer_with_column_blocks(body, ti
     ("head_dim qk=576 v=512\n dtype bf16\n heads q=14 kv=2", 512, 2),
     ("head_dim 640\n dtype f16", 640, 3),
     ("head_dim qk=1024 v=64\n dtype bf16", 64, 1),
+    ("head_dim 320\n dtype f16", 320, 2),
+    ("head_dim qk=256 v=512\n dtype bf16", 512, 2),
 ])
-def test_head_dims_above_512_take_p_through_memory(body, d_v_pad, passes):
+def test_head_dims_above_256_take_p_through_memory(body, d_v_pad, passes):
     c = cuda_config(_spec(body), get_profile("cuda-sm90", "cuda"))
     assert (c.math, c.stored_p, c.tile_q, c.tile_kv, c.stages, c.d_v_block, c.d_v_pad) == (
         "wgmma", True, 128, 64, 4, 256, d_v_pad)
