@@ -20,12 +20,13 @@
 //
 // Plan: tile q=128 kv=80, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n80k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (Q, K and V by the tensor copy engine, mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
 // Scale 0.08838834764831843; mask custom: a boolean or additive mask given at run time, applied per tile from a BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.
-// Shared memory: 175328 bytes (each buffer 16-byte aligned):
+// Shared memory: 208096 bytes (each buffer 16-byte aligned):
 //   sQ    at      0: 128 x 128 f16 (the block's rows of Q (128-byte swizzle))
 //   sK    at  32768: 3 x 80 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
 //   sV    at  94208: 3 x 80 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
-//   sMask at 155648: 3 x 128 x 12 u32 (a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded))
-//   sSync at 174080: 1 x 56 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
+//   sO    at 155648: 128 x 128 f16 (the output tile, staged for the tensor store (64-column blocks))
+//   sMask at 188416: 3 x 128 x 12 u32 (a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded))
+//   sSync at 206848: 1 x 56 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
 // Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=128 kv=80 (156672 bytes of shared memory).
 // Grid: (min(SM, ceil(Lq / 128) * Hq * B), 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_packed_documents; the manifest (attngen build --emit manifest) lists the parameters in order.
@@ -111,17 +112,18 @@ constexpr int kVTileCols = kHeadDimVPad;  // columns of the V tiles
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (175328 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (208096 bytes)
 constexpr int kOffsetK = 32768;
 constexpr int kOffsetV = 94208;
-constexpr int kOffsetSync = 174080;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits and land[kStages]
+constexpr int kOffsetSync = 206848;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits and land[kStages]
 // K and V tiles come by the tensor copy engine (TMA): the bytes one tile's copies write, zero-filled
 // keys past Lk and columns past the head dims included.
 constexpr unsigned kTileBytes = kBlockKV * (kHeadDimQKPad + kVTileCols) * 2;
 constexpr unsigned kQBytes = kBlockQ * kHeadDimQKPad * 2;  // Q's copies (rows past Lq zero-filled)
-constexpr int kOffsetMask = 155648;  // [kStages][kBlockQ][kMaskStride] words of a boolean mask
+constexpr int kOffsetO = 155648;  // [kBlockQ / 64][kHeadDimVPad / 64][64][64]: each warpgroup's rows of out, staged for the tensor store (not swizzled)
+constexpr int kOffsetMask = 188416;  // [kStages][kBlockQ][kMaskStride] words of a boolean mask
 constexpr int kMaskStride = 12;
-constexpr int kSmemBytes = 175328;
+constexpr int kSmemBytes = 208096;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -215,6 +217,32 @@ __device__ __forceinline__ void tma_tile(elem_t* dst, const TensorMap& map, int 
                      :: "r"(smem_addr(dst + blk * kRows * 64)), "l"(&map), "r"(col0 + blk * 64), "r"(head), "r"(j0),
                         "r"(batch), "r"(smem_addr(bar)) : "memory");
     }
+}
+
+// The output by the tensor copy engine (c.tma_store): a warpgroup's kRows rows of out, from the
+// staging buffer sO (64-column blocks of kRows rows of 128 bytes, not swizzled) to out's tensor map
+// (dims head-dim columns, query heads, rows, batch; box 64 x 1 x kRows x 1, no swizzle), one store
+// per 64-column block, as one bulk async-group of the issuing thread. The engine drops rows past
+// Lq and columns past the head dim.
+template <int kRows, int kCols>
+__device__ __forceinline__ void tma_store_tile(const TensorMap& map, const elem_t* src, int head, int row0, int batch) {
+    #pragma unroll
+    for (int blk = 0; blk < kCols / 64; ++blk) {
+        asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, { %1, %2, %3, %4 }], [%5];\n"
+                     :: "l"(&map), "r"(blk * 64), "r"(head), "r"(row0), "r"(batch), "r"(smem_addr(src + blk * kRows * 64))
+                     : "memory");
+    }
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// The stores this thread issued have read the staging buffer (it may be written again) ...
+__device__ __forceinline__ void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
+// ... or have completed (before the thread exits).
+__device__ __forceinline__ void tma_store_wait() {
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
 
 // Wait until the phase of parity `parity` has completed.
@@ -948,7 +976,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           unsigned* __restrict__ work_counter,
                                           const TensorMap& tmap_q,
                                           const TensorMap& tmap_k,
-                                          const TensorMap& tmap_v) {
+                                          const TensorMap& tmap_v,
+                                          const TensorMap& tmap_o) {
     // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
     // (the launch asks for 1024 bytes more than the buffers take).
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -1426,6 +1455,12 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const int head = again.y;
             auto head_of = [&](int) { return head; };
             // ---- section: epilogue: normalise and store ----
+            // Through shared memory: the warpgroup writes its 64 rows into its part of sO, then one of its
+            // threads stores them with the tensor copy engine; that thread's
+            // previous store must have read sO first (named barrier 5 + wg: the warpgroup's 128 threads).
+            elem_t* sO_wg = reinterpret_cast<elem_t*>(smem + kOffsetO) + wg * 64 * kHeadDimVPad;
+            if (tid % 128 == 0) tma_store_wait_read();
+            named_sync(5 + wg, 128);
             #pragma unroll
             for (int mf = 0; mf < kFrags; ++mf) {
                 #pragma unroll
@@ -1443,12 +1478,13 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     const int row = row_a + 16 * mf + 8 * h;
                     if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
                         const int i = qi[mf][h], hh = head_of(row);
-                        elem_t* o_row = out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl;
+                        // sO unswizzled (the swizzle's addresses spilled registers of three consumer warpgroups):
+                        // 64-column blocks of 64 rows x 128 bytes; a warp's 8 rows share banks, once per item
+                        elem_t* o_row = sO_wg + ((warp % 4) * 16 + lane / 4 + 8 * h) * 64 + 2 * t;
                         #pragma unroll
                         for (int n = 0; n < kNTilesV; ++n) {
-                            if (n * 8 < kHeadDimV) {
-                                store_pair(o_row + n * 8 + 2 * t, acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
-                            }
+                            *reinterpret_cast<unsigned*>(o_row + (n / 8) * 64 * 64 + (n % 8) * 8) =
+                                pack2(acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
                         }
                         if (lse != nullptr && t == 0) {
                             lse[batch * lse_sb + hh * lse_sh + seq.q_start + i] =
@@ -1457,9 +1493,15 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     }
                 }
             }
+            fence_async_shared();  // the writes to sO, before the tensor copy engine reads them (async proxy)
+            named_sync(5 + wg, 128);
+            if (tid % 128 == 0) {
+                tma_store_tile<64, kHeadDimVPad>(tmap_o, sO_wg, head, row0 + wg * 64, batch);
+            }
         }
         at = (ring + n_tiles) * kItemSlots + (slot + 1) % kItemSlots;
     }
+    if (tid % 128 == 0) tma_store_wait();  // the last item's output is stored before the thread exits
     if constexpr (kPingPong) {
         if (wg == 0) named_sync(2, 2 * 128);  // the last warpgroup's last turn signal
     }
@@ -2160,7 +2202,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                                           unsigned* __restrict__ work_counter,
                                           const TensorMap& tmap_q,
                                           const TensorMap& tmap_k,
-                                          const TensorMap& tmap_v) {
+                                          const TensorMap& tmap_v,
+                                          const TensorMap& tmap_o) {
     // The swizzled tiles need 1024-byte alignment: the buffers start at the first such address
     // (the launch asks for 1024 bytes more than the buffers take).
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -2599,8 +2642,9 @@ attngen_llama3_8b_packed_documents(const elem_t* __restrict__ q,
                                    unsigned* __restrict__ work_counter,
                                    const __grid_constant__ TensorMap tmap_q,
                                    const __grid_constant__ TensorMap tmap_k,
-                                   const __grid_constant__ TensorMap tmap_v) {
-    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, batch_size, work_counter, tmap_q, tmap_k, tmap_v);
+                                   const __grid_constant__ TensorMap tmap_v,
+                                   const __grid_constant__ TensorMap tmap_o) {
+    padded::attention<0, false>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, batch_size, work_counter, tmap_q, tmap_k, tmap_v, tmap_o);
 }
 
 extern "C" __global__ void __launch_bounds__(varlen::kThreads, 1)
@@ -2656,6 +2700,7 @@ attngen_llama3_8b_packed_documents_varlen(const elem_t* __restrict__ q,
                                           unsigned* __restrict__ work_counter,
                                           const __grid_constant__ TensorMap tmap_q,
                                           const __grid_constant__ TensorMap tmap_k,
-                                          const __grid_constant__ TensorMap tmap_v) {
-    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, batch_size, work_counter, tmap_q, tmap_k, tmap_v);
+                                          const __grid_constant__ TensorMap tmap_v,
+                                          const __grid_constant__ TensorMap tmap_o) {
+    varlen::attention<0, true>(q, k, v, out, lse, q_sb, q_sl, q_sh, k_sb, k_sl, k_sh, v_sb, v_sl, v_sh, o_sb, o_sl, o_sh, len_q, len_k, heads_q, group, lse_sb, lse_sh, cu_seqlens_q, cu_seqlens_k, kv_lens, k_new, v_new, kn_sb, kn_sl, kn_sh, vn_sb, vn_sl, vn_sh, len_new, rows_q, rows_k, errors, mask_bits, mask_add, mask_counts, mask_tiles, mask_sb, mask_sh, mask_sl, list_sb, list_sh, n_kvtiles, batch_size, work_counter, tmap_q, tmap_k, tmap_v, tmap_o);
 }

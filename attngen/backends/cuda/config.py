@@ -186,6 +186,16 @@ CUDA_MAX_CONSUMER_GROUPS = 3
 # softmax (H100, benchmarks/probe_custom.py). Rows of 12 words: 16-byte copies, and the 8 rows a
 # warp's lanes read fall in different banks.
 CUDA_MASK_STAGE_WORDS = 12
+# The output through shared memory with a tensor store (FlashAttention-3's epilogue; CudaConfig.tma_store):
+# each consumer warpgroup writes its 64 rows of the normalised output into a staging buffer sO (64-column
+# blocks, not swizzled: the swizzle's addresses spilled registers in the three-warpgroup d64 kernel),
+# and one of its threads stores them with cp.async.bulk.tensor (a tensor
+# map over out, boxes of 64 columns x 64 rows; rows past Lq are clipped by the engine) while the
+# warpgroup goes on to its next item. Producer kernels whose Q comes by the tensor copy engine (the
+# main entry point: padded launches), with the whole head dim v in one block, where sO fits beside
+# the ring: auto tiles leave room at head dim 64 (q192 kv128: 144 KB with sO); at d128 and above the
+# rings take the shared memory (224 KB), and the output is stored from registers.
+CUDA_TMA_STORE = True
 CUDA_PERSISTENT_BLOCKS = "SM"  # blocks of a persistent grid (at most the work items: lower.grid)
 # Causal work items of persistent blocks go longest first within groups of (batch, head) pairs whose
 # K and V take at most this many bytes together (templates/cuda/body.j2, section work items): long
@@ -251,6 +261,9 @@ class CudaConfig:
     # Head dims above CUDA_WGMMA_MAX_D on the Hopper family: P through memory, two phases per row
     # tile (CUDA_STORED_P); d_v_block is then the output columns of one pass of phase B.
     stored_p: bool = False
+    # The output through shared memory with a tensor store (CUDA_TMA_STORE): a buffer sO and a
+    # tensor map over out (tmap_o).
+    tma_store: bool = False
 
     @property
     def chunked(self) -> bool:
@@ -478,9 +491,10 @@ def _swizzle_kv(spec: AttentionSpec, math: str, chunk: int | None) -> bool:
 
 
 def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, persistent=False, tma=False,
-                 d_v_cols=None, split_qk=False):
+                 d_v_cols=None, split_qk=False, o_stage=False):
     """Shared-memory buffers: the whole head dims (chunk None), or one chunk per pipeline stage.
-    d_v_cols: the V columns of a block (wgmma output column blocks), when not the whole head dim."""
+    d_v_cols: the V columns of a block (wgmma output column blocks), when not the whole head dim;
+    o_stage: the staging buffer of the tensor store (CUDA_TMA_STORE)."""
     elem = spec.dtype
     if math == "wgmma":  # swizzled, no skew; whole 64-element blocks; 1024 bytes of alignment slack
         d_qk_pad = _round_up(spec.head_dim_qk, CUDA_WGMMA_PAD)
@@ -493,6 +507,8 @@ def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, per
         if split_qk:  # two tiles' halves of S from each warpgroup, f32 (CUDA_WGMMA_SPLIT_QK)
             entries.append(("sX", "f32", 2, 2 * tile_q, tile_kv,
                             "each warpgroup's half of S = Q K^T, alternating by tile (split Q K^T)"))
+        if o_stage:  # the output tile staged for the tensor store (CUDA_TMA_STORE)
+            entries.append(("sO", elem, 1, tile_q, d_v_pad, "the output tile, staged for the tensor store (64-column blocks)"))
         if producer and spec.mask.is_custom:  # a boolean mask's words of each stage's partial tile
             entries.append(("sMask", "u32", stages, tile_q, CUDA_MASK_STAGE_WORDS,
                             "a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded)"))
@@ -967,8 +983,14 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             "most of them to local memory)",
             hint=_smaller(("a smaller tile kv", tile_kv > 16), ("more warps (16 rows each)", tile_q // warps > 16))
             or "use a smaller head dim v or tile d")
+    tma_store = False
+    if CUDA_TMA_STORE and tma_q and v_blocks == 1 and not split_qk and chunk is None:
+        o_buffers, o_smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma, d_v_block,
+                                         split_qk, o_stage=True)
+        if o_smem <= limit:  # (never at the cost of a smaller tile: only where sO fits beside it)
+            buffers, smem, tma_store = o_buffers, o_smem, True
     return CudaConfig(math, tile_q, tile_kv, warps * key_warps, stages, spec.head_dim_qk, spec.head_dim_v,
-                      d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap,
+                      d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap, tma_store=tma_store,
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
                       d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
                       producer=ws, persistent=persist, tma=tma,

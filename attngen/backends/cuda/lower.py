@@ -62,12 +62,13 @@ def fused_combine(spec: AttentionSpec, cfg) -> bool:
 
 
 def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: bool = False,
-                tma: bool = False, tma_q: bool = False, stored_p: bool = False) -> tuple:
+                tma: bool = False, tma_q: bool = False, stored_p: bool = False, tma_store: bool = False) -> tuple:
     """The main entry point's parameters; `counters`: the shape of the fused combine's
     tile_counters (None: no such parameter); `persistent`: the persistent blocks' batch size and
     work counter (CudaConfig.persistent); `tma`: the tensor maps of K and V (CudaConfig.tma);
     `tma_q`: and of Q before them (CudaConfig.tma_q); `stored_p`: P through memory's workspace
-    (CudaConfig.stored_p: its persistent blocks take their items in a fixed order, no counter)."""
+    (CudaConfig.stored_p: its persistent blocks take their items in a fixed order, no counter);
+    `tma_store`: the tensor map of out last (CudaConfig.tma_store)."""
     d = spec.dtype
     paged = spec.kv_cache.is_paged
     kv_shape = ("P", spec.kv_cache.page, "Hkv") if paged else ("B", "Lk", "Hkv")
@@ -159,6 +160,12 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
             _p("tmap_k", "tensor_map", d, ("Dqk", "Hkv", "Lk", "B"), doc=how.format(t="k", d="qk", **kv)),
             _p("tmap_v", "tensor_map", d, ("Dv", "Hkv", "Lk", "B"), doc=how.format(t="v", d="v", **kv)),
         ]
+        if tma_store:
+            ps.append(_p("tmap_o", "tensor_map", d, ("Dv", "Hq", "Lq", "B"),
+                         doc=how.format(t="out", d="v", **{**kv, "h": "Hq", "l": "Lq", "r": "row", "b": "64 rows: a "
+                                                           "warpgroup's"}).replace(", out-of-bounds fill zeros",
+                                                                                   ", stores past the bounds dropped")
+                         .replace("128-byte swizzle", "no swizzle")))
     return tuple(ps)
 
 
@@ -287,7 +294,8 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
     return Lowered(
         threads=cfg.threads,
         grid=grid(spec, cfg),
-        params=main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q, cfg.stored_p),
+        params=main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q, cfg.stored_p,
+                           cfg.tma_store),
         smem_bytes=cfg.smem_bytes,
         entries=entries(spec, entry, cfg),
         workspaces=workspaces(spec, cfg),
@@ -307,5 +315,6 @@ def varlen_entry(spec: AttentionSpec, cfg, entry: str) -> Entry | None:
     return Entry("varlen", entry + "_varlen",
                  "launched instead of the main entry point when cu_seqlens_q, kv_lens or k_new / v_new is "
                  f"given: {how}; same parameters",
-                 main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q, cfg.stored_p),
+                 main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q, cfg.stored_p,
+                           cfg.tma_store),
                  main_grid(spec, v.tile_q, v.v_blocks), v.threads, v.smem_bytes)

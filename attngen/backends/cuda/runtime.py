@@ -491,6 +491,10 @@ class CudaKernel(Kernel):
                 shape = (t.shape[0], rows, t.shape[2], t.shape[3]) if len(t.shape) == 4 else None
                 if shape is not None and min(shape) > 0:  # (no keys / rows: nothing is read, the map stays zeros)
                     maps["tmap_" + name] = TensorMapEncoder(name, shape, t.strides, t.dtype, box)
+            if self.plan.config.tma_store and len(to.shape) == 4 and min(to.shape) > 0:
+                # the output's map (CudaConfig.tma_store): boxes of a warpgroup's 64 rows; re-encoded
+                # when a call's out lies elsewhere (Packed.launch)
+                maps["tmap_o"] = TensorMapEncoder("out", tuple(to.shape), to.strides, to.dtype, 64, swizzle=False)
         launches = [] if launch.empty else [
             Packed(self._function(dev, entry), grid, threads, smem, params,
                    {**values, **maps} if entry == self.plan.entry else values, slots)

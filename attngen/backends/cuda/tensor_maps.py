@@ -22,7 +22,7 @@ from ...errors import LaunchError
 # CUtensorMap enums (cuda.h)
 _DTYPES = {"f16": 6, "bf16": 9}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16
 _ELEM_BYTES = {"f16": 2, "bf16": 2}
-_NO_INTERLEAVE, _SWIZZLE_128B, _L2_128B, _OOB_ZERO = 0, 3, 2, 0
+_NO_INTERLEAVE, _SWIZZLE_NONE, _SWIZZLE_128B, _L2_128B, _OOB_ZERO = 0, 0, 3, 2, 0
 MAP_BYTES, MAP_ALIGN = 128, 64
 BOX_COLS = 64  # one 128-byte swizzle block of 2-byte elements
 _MAX_STRIDE = 2**40
@@ -64,10 +64,11 @@ class TensorMapEncoder:
     """The tensor map of one (B, L, H, D) tensor of one call signature; `encode(ptr)` writes the
     128 bytes for the tensor at `ptr` (kept while the address stays the same)."""
 
-    def __init__(self, source: str, shape: tuple, strides: tuple, dtype: str, box_rows: int):
+    def __init__(self, source: str, shape: tuple, strides: tuple, dtype: str, box_rows: int, swizzle: bool = True):
         b, length, h, d = shape
         e = _ELEM_BYTES[dtype]
-        self.source = source  # the call's tensor whose address the map holds ("q", "k" or "v")
+        self.source = source  # the call's tensor whose address the map holds ("q", "k", "v" or "out")
+        self.swizzle = _SWIZZLE_128B if swizzle else _SWIZZLE_NONE  # (out's staging buffer: none)
         self.dtype = _DTYPES[dtype]
         self.dims = (ctypes.c_uint64 * 4)(d, h, length, b)
         # strides of the head, key and batch axes in bytes; an axis of one element may have any
@@ -88,7 +89,7 @@ class TensorMapEncoder:
         """The host address of the 128 bytes of the map for the tensor at `ptr`."""
         if ptr != self.ptr:
             rc = _driver()(self.address, self.dtype, 4, ptr, self.dims, self.strides, self.box, self.elem,
-                           _NO_INTERLEAVE, _SWIZZLE_128B, _L2_128B, _OOB_ZERO)
+                           _NO_INTERLEAVE, self.swizzle, _L2_128B, _OOB_ZERO)
             if rc != 0:
                 self.ptr = None
                 dims, strides = tuple(self.dims), tuple(self.strides)
