@@ -193,8 +193,12 @@ CUDA_MASK_STAGE_WORDS = 12
 # map over out, boxes of 64 columns x 64 rows; rows past Lq are clipped by the engine) while the
 # warpgroup goes on to its next item. Producer kernels whose Q comes by the tensor copy engine (the
 # main entry point: padded launches), with the whole head dim v in one block, where sO fits beside
-# the ring: auto tiles leave room at head dim 64 (q192 kv128: 144 KB with sO); at d128 and above the
-# rings take the shared memory (224 KB), and the output is stored from registers.
+# the ring: auto tiles leave room at head dim 64 (q192 kv128: 144 KB with sO) and in d128's custom
+# and window kernels (kv 80 / 96); the d128 full and causal rings and those above d128 take the shared
+# memory (224 KB), and their output is stored from registers. H100 f16 d64 H32 (probe_head_dims.py,
+# 2026-11-26, two runs of each in one process): level with the stores from registers (full L1024
+# 239 / 240 vs 238 / 237 TFLOP/s, L4096 451 / 455 vs 452 / 451; causal L1024 186 / 181 vs 181 / 180,
+# L4096 384 / 384 vs 387 / 384).
 CUDA_TMA_STORE = True
 CUDA_PERSISTENT_BLOCKS = "SM"  # blocks of a persistent grid (at most the work items: lower.grid)
 # Causal work items of persistent blocks go longest first within groups of (batch, head) pairs whose
@@ -984,7 +988,10 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             hint=_smaller(("a smaller tile kv", tile_kv > 16), ("more warps (16 rows each)", tile_q // warps > 16))
             or "use a smaller head dim v or tile d")
     tma_store = False
-    if CUDA_TMA_STORE and tma_q and v_blocks == 1 and not split_qk and chunk is None:
+    # (three consumer warpgroups with a mask keep the direct stores: at 160 registers the staging
+    # spilled 4-8 bytes, causal q192 kv128 with producer=on)
+    if (CUDA_TMA_STORE and tma_q and v_blocks == 1 and not split_qk and chunk is None
+            and not (tile_q == 3 * CUDA_WGMMA_ROWS and spec.mask.kind != "none")):
         o_buffers, o_smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma, d_v_block,
                                          split_qk, o_stage=True)
         if o_smem <= limit:  # (never at the cost of a smaller tile: only where sO fits beside it)
