@@ -193,13 +193,19 @@ CUDA_MASK_STAGE_WORDS = 12
 # map over out, boxes of 64 columns x 64 rows; rows past Lq are clipped by the engine) while the
 # warpgroup goes on to its next item. Producer kernels whose Q comes by the tensor copy engine (the
 # main entry point: padded launches), with the whole head dim v in one block, where sO fits beside
-# the ring: auto tiles leave room at head dim 64 (q192 kv128: 144 KB with sO) and in d128's custom
-# and window kernels (kv 80 / 96); the d128 full and causal rings and those above d128 take the shared
-# memory (224 KB), and their output is stored from registers. H100 f16 d64 H32 (probe_head_dims.py,
-# 2026-11-26, two runs of each in one process): level with the stores from registers (full L1024
-# 239 / 240 vs 238 / 237 TFLOP/s, L4096 451 / 455 vs 452 / 451; causal L1024 186 / 181 vs 181 / 180,
-# L4096 384 / 384 vs 387 / 384).
+# the ring, for head dims v above CUDA_TMA_STORE_ABOVE: auto tiles leave room in d128's custom and
+# window kernels (kv 80 / 96; the d128 full and causal rings and those above d128 take the shared
+# memory, 224 KB, and their output is stored from registers). H100, benchmarks/run_gpu.py at 05ae039
+# against b0ce5f5 (stores from registers), ms at L16384 d128 H16: window 1024 as a custom mask 0.357 vs
+# 0.370, analytic window 0.336 vs 0.354, document-causal 0.442 vs 0.464. Head dim 64 (q192 kv128 and
+# q128 kv128 have room) keeps the stores from registers: its dense rows came out 2-5% slower with the
+# tensor store in the same comparison (f16 d64 L1024 causal 277 vs 285 TFLOP/s, L4096 full 460 vs 477,
+# L16384 full 483 vs 508; the d128 / d256 rows, unchanged, within +-3%), though a B1 H32 A/B in one
+# process had it level (probe_head_dims.py: full L4096 451 / 455 vs 452 / 451, causal L1024 186 / 181
+# vs 181 / 180): its items are short, and the store's copies share the multiprocessor's copy engine
+# with the next item's loads.
 CUDA_TMA_STORE = True
+CUDA_TMA_STORE_ABOVE = 64
 CUDA_PERSISTENT_BLOCKS = "SM"  # blocks of a persistent grid (at most the work items: lower.grid)
 # Causal work items of persistent blocks go longest first within groups of (batch, head) pairs whose
 # K and V take at most this many bytes together (templates/cuda/body.j2, section work items): long
@@ -991,6 +997,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
     # (three consumer warpgroups with a mask keep the direct stores: at 160 registers the staging
     # spilled 4-8 bytes, causal q192 kv128 with producer=on)
     if (CUDA_TMA_STORE and tma_q and v_blocks == 1 and not split_qk and chunk is None
+            and spec.head_dim_v > CUDA_TMA_STORE_ABOVE
             and not (tile_q == 3 * CUDA_WGMMA_ROWS and spec.mask.kind != "none")):
         o_buffers, o_smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma, d_v_block,
                                          split_qk, o_stage=True)
