@@ -615,7 +615,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             unsigned pf[2][4][4];  // P fragments of two tiles: the one in flight and the next
             unsigned c2[2];        // c_j of rows row_a, row_a + 8 as a pair
             #pragma unroll
-            for (int ks = 0; ks < 4; ++ks) {
+            for (int ks = 0; ks < 4; ++ks) {  // (Lk = 0: no tile, and the slot's first words are read for nothing)
                 const uint4 w = p_ws[(long long)ks * 128 + wtid];
                 pf[0][ks][0] = w.x; pf[0][ks][1] = w.y; pf[0][ks][2] = w.z; pf[0][ks][3] = w.w;
             }
@@ -666,7 +666,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             fence_registers(acc);
             fence_fragments(pf[0]);
             fence_fragments(pf[1]);
-            if (lane == 0) mbar_arrive(&bar_empty[(r - 1) % kStages]);
+            if (tiles_b > 0 && lane == 0) mbar_arrive(&bar_empty[(r - 1) % kStages]);  // the last tile's stage
 
             // ---- section: epilogue: out = acc / l_i ----
             #pragma unroll

@@ -457,3 +457,15 @@ def test_p_through_memory_blocks_take_several_items_and_reuse_their_slot():
     assert attngen.lower(spec, "cuda", "cuda-sm90").config.stored_p
     q, k, v = random_qkv(spec, 2, 700, 333, heads_q=12, heads_kv=4, seed=11)
     check_against_reference(spec, "cuda", q, k, v)
+
+
+def test_p_through_memory_with_no_keys_gives_zeros_and_minus_inf():
+    """Lk = 0 launches the kernel with no tile in either phase: out 0, lse -inf, no NaN."""
+    require("cuda")
+    import numpy as np
+    from conftest import _to_numpy, kernel_for, to_device
+    spec = _spec("head_dim 640\n dtype f16")
+    q, k, v = random_qkv(spec, 2, 70, 0, heads_q=2, heads_kv=1, seed=3)
+    out, lse = kernel_for(spec, "cuda")(*to_device("cuda", "f16", q, k, v), return_lse=True)
+    out, lse = _to_numpy(out), _to_numpy(lse)
+    assert np.all(out == 0) and np.all(np.isneginf(lse))
