@@ -599,11 +599,14 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         for (int h = 0; h < 2; ++h) {
             l_i[h] += __shfl_xor_sync(0xffffffffu, l_i[h], 1);
             l_i[h] += __shfl_xor_sync(0xffffffffu, l_i[h], 2);
-            inv_l[h] = l_i[h] > 0.f ? 1.f / l_i[h] : 0.f;  // a row that sees no key: 0
+            // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
+            // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
+            const float l = l_i[h];
+            inv_l[h] = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
             m_fin[h] = m_i[h] == neg_inf() ? 0.f : m_i[h];
             const int row = row_a + 8 * h;
             if (lse != nullptr && t == 0 && row < len_q) {
-                lse[batch * lse_sb + head * lse_sh + row] = l_i[h] > 0.f ? (m_i[h] + log2f(l_i[h])) * kLn2 : neg_inf();
+                lse[batch * lse_sb + head * lse_sh + row] = l > 0.f ? (m_i[h] + log2f(l)) * kLn2 : (l == 0.f ? neg_inf() : l);
             }
         }
 
