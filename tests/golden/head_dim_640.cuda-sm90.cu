@@ -71,8 +71,9 @@ namespace padded {
 // ---- section: config ----------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-// P through memory (head dims above 512: neither Q of the block's rows nor its whole output fit
-// on chip): each block takes row tiles of kBlockQ rows, and does each in two phases.
+// P through memory (head dims above 256 without a mask; above 512 neither Q of the block's rows
+// nor its whole output fit on chip): each block takes row tiles of kBlockQ rows, and does each in
+// two phases.
 //   A. S = Q K^T in tiles of kTileA keys, Q and K in 64-column chunks (one stage each), the
 //      online softmax's running max m_i and sum l_i as FlashAttention-2 keeps them, and each
 //      tile's P = exp2(t - m_i) stored to the block's slot of ws_p with m_i after the tile.
