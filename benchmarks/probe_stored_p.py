@@ -17,6 +17,10 @@ The mma.sync chunks therefore compute Q K^T once per block of 256 output columns
 
 Q K^T is computed once and P V once: no recomputation, whatever the head dim. Prints the error
 against torch (f32 math) on small odd shapes and the time against SDPA memory-efficient.
+
+This is the experiment as it was run before the compiler had the kernel (mask none, d 1024 by
+default); the compiler's kernel is templates/cuda/stored_p.j2 (CudaConfig.stored_p), which
+benchmarks/run_gpu.py's head_dims suite and probe_head_dims.py time.
 """
 
 from __future__ import annotations
