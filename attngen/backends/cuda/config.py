@@ -759,7 +759,6 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     if math == "wgmma":
         kv = rows = None
         opts = spec.options("cuda")
-        dmax = max(spec.head_dim_qk, spec.head_dim_v)
         row = profile.default_row(dmax, math)
         if spec.tile.kv is None:  # masks with more per-element state take a narrower tile kv
             cap = CUDA_WGMMA_KV_CAP.get("softcap" if spec.softcap is not None else spec.mask.kind)

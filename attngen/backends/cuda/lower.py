@@ -162,10 +162,11 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
         ]
         if tma_store:
             ps.append(_p("tmap_o", "tensor_map", d, ("Dv", "Hq", "Lq", "B"),
-                         doc=how.format(t="out", d="v", **{**kv, "h": "Hq", "l": "Lq", "r": "row", "b": "64 rows: a "
-                                                           "warpgroup's"}).replace(", out-of-bounds fill zeros",
-                                                                                   ", stores past the bounds dropped")
-                         .replace("128-byte swizzle", "no swizzle")))
+                         doc=f"a CUtensorMap (128 bytes, passed by value) from cuTensorMapEncodeTiled over out: {dt}, "
+                             "rank 4, dims (Dv, Hq, Lq, B) innermost first, strides in bytes of its head, row and batch "
+                             "axes, box (64, 1, 64, 1) (a warpgroup's rows), element strides 1, no interleave, no "
+                             "swizzle, L2 promotion 128 bytes; stores past the bounds are dropped; the main entry point "
+                             "only (the _varlen entry does not read it: pass any 128 bytes)"))
     return tuple(ps)
 
 
