@@ -6,6 +6,11 @@ Cases (f16, PyTorch tensors, one process, SDPA beside each):
 Each is timed as calls per second over 1000 calls (one synchronisation at the end: `ms` per
 call), plainly, through attngen.torch's operator, and replayed from a CUDA graph that holds
 one call (`graph`); `kernels` is the GPU time of the launches alone (events, median).
+
+The host's speed drifts by 30-50% between runs and within one (NOTES.md, issue 12), so every
+column is measured in ROUNDS rounds, each round timing every function of the case once in
+turn (attngen, then SDPA, ...), and each column is the median of its rounds: a slow stretch of
+the host hits attngen and SDPA alike instead of whichever was timed during it.
 """
 
 from __future__ import annotations
@@ -20,30 +25,28 @@ import attngen
 import attngen.torch
 
 CALLS = 1000
+ROUNDS = 9
 
 
 def per_call_ms(fn, calls: int = CALLS) -> float:
-    """Wall time per call over `calls` calls and one synchronisation (best of three runs)."""
+    """Wall time per call over `calls` calls and one synchronisation (one round)."""
     for _ in range(20):
         fn()
     torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / calls * 1e3)
-    return best
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e3
 
 
 def host_ms(fn, calls: int = 100) -> float:
     """Host time per call: `calls` calls issued without waiting (fewer than the launch queue
-    holds), median of 20 runs, the GPU drained between runs."""
+    holds), median of 4 runs (of one round), the GPU drained between runs."""
     for _ in range(10):
         fn()
     times = []
-    for _ in range(20):
+    for _ in range(4):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         for _ in range(calls):
@@ -53,8 +56,8 @@ def host_ms(fn, calls: int = 100) -> float:
     return float(np.median(times))
 
 
-def graph_ms(fn) -> float:
-    """Host time per replay of a CUDA graph holding one call of fn."""
+def graph_of(fn):
+    """The replay of a CUDA graph holding one call of fn (per_call_ms times it)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -64,7 +67,7 @@ def graph_ms(fn) -> float:
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
-    return per_call_ms(g.replay)
+    return g.replay  # timed by per_call_ms in the rounds
 
 
 def kernel_ms(fn) -> float:
@@ -86,13 +89,51 @@ def _spec(name: str, body: str):
 
 
 def _flash(fn):
-    """fn with SDPA held to its FlashAttention backend (the context is entered once, outside the timing)."""
+    """fn with SDPA held to its FlashAttention backend (the context is entered once per timing,
+    outside the timed loop)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    def timed(measure):
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return measure(fn)
-    return timed
+    def flash():
+        return sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+    return fn, flash
+
+
+def _plain(fn):
+    import contextlib
+    return fn, contextlib.nullcontext
+
+
+def in_rounds(columns: dict) -> dict:
+    """{column: median over ROUNDS rounds}; columns maps a name to (measure, (fn, context)), and
+    each round measures every column once, in turn."""
+    times = {name: [] for name in columns}
+    for _ in range(ROUNDS):
+        for name, (measure, (fn, context)) in columns.items():
+            with context():
+                times[name].append(measure(fn))
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def _case(name: str, call, op_call, sdpa, prepared) -> dict:
+    """One row: the attngen call, its operator, SDPA (flash), each plainly and in a graph."""
+    with _flash(None)[1]():
+        sdpa_graph = graph_of(sdpa)
+    row = {"case": name}
+    row.update(in_rounds({
+        "attngen host": (host_ms, _plain(call)),
+        "sdpa host": (host_ms, _flash(sdpa)),
+        "attngen": (per_call_ms, _plain(call)),
+        "sdpa": (per_call_ms, _flash(sdpa)),
+        "attngen operator": (per_call_ms, _plain(op_call)),
+        "attngen graph": (per_call_ms, _plain(graph_of(call))),
+        "sdpa graph": (per_call_ms, _plain(sdpa_graph)),
+    }))
+    row["attngen kernels"] = kernel_ms(prepared)
+    return row
+
+
+def _spec(name: str, body: str):
+    return attngen.parse(f"attention {name} {{\n{body}\n}}")[0]
 
 
 def host_section(rows: list):
@@ -108,15 +149,8 @@ def host_section(rows: list):
     op = attngen.torch.operator(kern)
     q, k, v = rnd(1, 128, 32, 128), rnd(1, 128, 32, 128), rnd(1, 128, 32, 128)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))  # SDPA's (B, H, L, D) views of the same data
-    row = {"case": "B1 H32 Lq=Lk=128 d128 prefill",
-           "attngen host": host_ms(lambda: kern(q, k, v)),
-           "sdpa host": _flash(lambda: F.scaled_dot_product_attention(qt, kt, vt))(host_ms),
-           "attngen": per_call_ms(lambda: kern(q, k, v)),
-           "attngen operator": per_call_ms(lambda: op(q, k, v)),
-           "attngen graph": graph_ms(lambda: kern(q, k, v)),
-           "attngen kernels": kernel_ms(kern.prepared(q, k, v)),
-           "sdpa": _flash(lambda: F.scaled_dot_product_attention(qt, kt, vt))(per_call_ms),
-           "sdpa graph": _flash(lambda: F.scaled_dot_product_attention(qt, kt, vt))(graph_ms)}
+    row = _case("B1 H32 Lq=Lk=128 d128 prefill", lambda: kern(q, k, v), lambda: op(q, k, v),
+                lambda: F.scaled_dot_product_attention(qt, kt, vt), kern.prepared(q, k, v))
     rows.append(row)
     print(row)
 
@@ -128,15 +162,10 @@ def host_section(rows: list):
     q, k, v = rnd(8, 1, 32, 128), rnd(8, lk, 8, 128), rnd(8, lk, 8, 128)
     lens = torch.full((8,), lk, dtype=torch.int32, device=dev)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    row = {"case": f"B8 32q/8kv d128 Lk{lk} decode split_kv(auto)",
-           "attngen host": host_ms(lambda: kern(q, k, v, kv_lens=lens)),
-           "sdpa host": _flash(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))(host_ms),
-           "attngen": per_call_ms(lambda: kern(q, k, v, kv_lens=lens)),
-           "attngen operator": per_call_ms(lambda: op(q, k, v, kv_lens=lens)),
-           "attngen graph": graph_ms(lambda: kern(q, k, v, kv_lens=lens)),
-           "attngen kernels": kernel_ms(kern.prepared(q, k, v, kv_lens=lens)),
-           "sdpa": _flash(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))(per_call_ms),
-           "sdpa graph": _flash(lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True))(graph_ms)}
+    row = _case(f"B8 32q/8kv d128 Lk{lk} decode split_kv(auto)", lambda: kern(q, k, v, kv_lens=lens),
+                lambda: op(q, k, v, kv_lens=lens),
+                lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True),
+                kern.prepared(q, k, v, kv_lens=lens))
     rows.append(row)
     print(row)
 
@@ -146,8 +175,9 @@ def markdown(rows: list, meta: dict) -> str:
             "sdpa graph"]
     # SDPA runs its FlashAttention backend here (sdpa_kernel entered once, outside the loop)
     out = [f"### Host cost per call ({meta['date']}, {meta['gpu']}, commit {meta['commit']})", "",
-           "`host`: host time to issue one call (100 calls without waiting, median of 20 runs); the other "
-           f"columns: wall time per call over {CALLS} calls with one synchronisation at the end (best of 3) "
+           "`host`: host time to issue one call (100 calls without waiting, median of 4 runs); the other "
+           f"columns: wall time per call over {CALLS} calls with one synchronisation at the end; every "
+           f"column the median of {ROUNDS} rounds that time attngen and SDPA in turn "
            "- `operator`: through attngen.torch, `graph`: replaying a CUDA graph that holds one call; "
            "`kernels`: GPU time of the launches (events, median). PyTorch f16 tensors; SDPA on its "
            "FlashAttention backend.", "",

@@ -28,6 +28,20 @@ def kernel(layout: str, extra: str):
     return attngen.compile(attngen.parse(text)[0], target="cuda")
 
 
+def placement(how: str, b: int, n: int, page: int, g) -> torch.Tensor:
+    """The pool index of page i of sequence s at [s * n + i] (see --placement)."""
+    if how == "sequential":
+        return torch.arange(b * n, device="cuda")
+    if how == "interleaved":
+        return (torch.arange(n, device="cuda")[None, :] * b + torch.arange(b, device="cuda")[:, None]).reshape(-1)
+    if how == "local":
+        group = max(1, (2 << 20) // (page * HKV * D * 2))  # pages per 2 MiB
+        idx = torch.arange(b * n, device="cuda")
+        keys = (idx // group) * (b * n) + torch.randperm(b * n, device="cuda", generator=g)
+        return idx[torch.argsort(keys)]  # a random order inside each group of `group` pages
+    return torch.randperm(b * n, device="cuda", generator=g)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=1)
@@ -35,8 +49,15 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--extra", default="", help="a line added to every spec, e.g. 'target cuda { stages=3 }'")
     ap.add_argument("--sequential", action="store_true",
-                    help="pages in order (block table 0, 1, 2, ...) instead of shuffled")
+                    help="pages in order (block table 0, 1, 2, ...) instead of shuffled (= --placement sequential)")
+    ap.add_argument("--placement", default="shuffled", choices=("shuffled", "sequential", "local", "interleaved"),
+                    help="where the pages lie: shuffled over the whole pool (the default, as decode_grid.py), "
+                         "in order, shuffled only within each 2 MiB of the pool (`local`: the address translations "
+                         "of contiguous), or the sequences' pages interleaved (page i of sequence b at i * B + b, "
+                         "what an allocator gives sequences that grow one token at a time)")
     args = ap.parse_args()
+    if args.sequential:
+        args.placement = "sequential"
     kernels = {layout: kernel(layout, args.extra) for layout in decode_grid.LAYOUTS}
     b = args.batch
     for lk in (int(x) for x in args.lk.split(",")):
@@ -52,8 +73,7 @@ def main():
                 continue
             page = int(layout[5:])
             n = lk // page
-            perm = (torch.arange(b * n, device="cuda") if args.sequential
-                    else torch.randperm(b * n, device="cuda", generator=g)).to(torch.int32)
+            perm = placement(args.placement, b, n, page, g).to(torch.int32)
             kp = torch.empty((b * n, page, HKV, D), device="cuda", dtype=torch.float16)
             vp = torch.empty_like(kp)
             kp[perm.long()] = k.reshape(b * n, page, HKV, D)
@@ -65,7 +85,7 @@ def main():
                 times[layout].append(do_bench(f, warmup=10, rep=100, return_mode="median") * 1e3)
         base = min(times["contiguous"])
         nbytes = 2 * k.numel() * 2
-        print(f"B{b} Lk{lk} {args.extra}{' sequential pages' if args.sequential else ''}: " + " | ".join(
+        print(f"B{b} Lk{lk} {args.extra}{' pages ' + args.placement}: " + " | ".join(
             f"{layout} {' / '.join(f'{t:.1f}' for t in ts)} us ({min(ts) / base:.2f}x, {nbytes / min(ts) / 1e6:.2f} TB/s)"
             for layout, ts in times.items()),
             flush=True)
