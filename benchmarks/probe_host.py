@@ -71,6 +71,7 @@ def main():
     gx, gy, gz = p.grid
     prepared = kern.prepared(q, k, v)
     out = torch.empty_like(q)
+    shape, dev = tuple(q.shape), torch.device("cuda", 0)
 
     def sdpa():
         return F.scaled_dot_product_attention(qt, kt, vt)
@@ -83,7 +84,9 @@ def main():
         "pending()": pending,
         "_signature": lambda: rt._signature(arrays, None, None, opts),
         "recipe lookup": lambda: kern._recipes.get(key),
-        "alloc_out (torch.empty)": recipe.alloc_out,
+        "alloc_out(q)": lambda: recipe.alloc_out(q),
+        "torch.empty(shape, dtype, device)": lambda: torch.empty(shape, dtype=torch.float16, device=dev),
+        "q.new_empty(shape)": lambda: q.new_empty(shape),
         "torch.empty_like(q)": lambda: torch.empty_like(q),
         "stream()": recipe.stream,
         "Packed.launch": lambda: p.launch(driver, ptrs, stream),
@@ -91,7 +94,8 @@ def main():
                                                                  stream, p.params_ptr, 0),
         "ctypes cuLaunchKernel": lambda: launch_c(p.fn_ptr, gx, gy, gz, p.threads, 1, 1, p.smem, stream,
                                                   p.params_ptr, None),
-        "struct.pack_into": lambda: p.struct.pack_into(p.buffer, p.start, *values),
+        "struct.pack_into (all fields)": lambda: p.struct.pack_into(p.buffer, p.start, *values),
+        "_qkv_signature": lambda: rt._qkv_signature(q, k, v),
     }
     times = {name: [] for name in pieces}
     for _ in range(args.rounds):

@@ -151,6 +151,12 @@ class Packed:
         base = self.buffer.ctypes.data
         base += -base % MAP_ALIGN
         self.params = np.array([base + (offsets[i] if k == "s" else map_at[i]) for k, i in where], np.uint64)
+        # the fixed values are packed once; a launch writes only the slots (addresses: 8-byte
+        # words at 8-byte aligned offsets) through a ctypes view of the parameter words
+        self.struct.pack_into(self.buffer, base - self.buffer.ctypes.data, *template)
+        self.words = (ctypes.c_uint64 * (-(-self.struct.size // 8))).from_address(base)  # in self.buffer
+        self.slot_words = tuple((offsets[i] // 8, name) for i, name in self.slots)
+        assert all(offsets[i] % 8 == 0 for i, _ in self.slots)
         self.params_ptr = self.params.ctypes.data
         self.start = base - self.buffer.ctypes.data  # where the parameters start in the buffer (64-byte aligned)
         # (destination, encoder, the address its bytes there were encoded for)
@@ -158,12 +164,11 @@ class Packed:
         self.lock = threading.Lock()
 
     def launch(self, driver, ptrs: dict, stream: int):
-        values = list(self.template)
-        for i, name in self.slots:
-            values[i] = ptrs.get(name) or 0
+        get, words = ptrs.get, self.words
         gx, gy, gz = self.grid
         with self.lock:  # the buffer is copied by the driver at the launch
-            self.struct.pack_into(self.buffer, self.start, *values)
+            for at, name in self.slot_words:
+                words[at] = get(name) or 0
             for m in self.maps:
                 ptr = ptrs.get(m[1].source) or 0
                 if ptr != m[2]:

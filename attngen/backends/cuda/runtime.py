@@ -185,6 +185,23 @@ def _signature(arrays: tuple, mask, out, options: tuple):
     return tuple(key), ptrs
 
 
+_NO_INTS = {"kv_lens": None, "cu_seqlens_q": None, "cu_seqlens_k": None, "block_table": None}
+
+
+def _qkv_signature(q, k, v):
+    """(key, q's, k's and v's addresses) of a call with q, k and v alone, all PyTorch tensors: what
+    _signature keys (shapes, strides, dtypes, devices, alignment), read with fewer steps (a plain
+    call's host time, benchmarks/probe_host.py); None for anything else (_signature decides)."""
+    if _KINDS.get(type(q)) != "torch" or _KINDS.get(type(k)) != "torch" or _KINDS.get(type(v)) != "torch":
+        return None
+    pq, pk, pv = q.data_ptr(), k.data_ptr(), v.data_ptr()
+    return ((_QKV, q.shape, q.stride(), q.dtype, q.get_device(), k.shape, k.stride(), k.dtype, k.get_device(),
+             v.shape, v.stride(), v.dtype, v.get_device(), pq & 15, pk & 15, pv & 15), pq, pk, pv)
+
+
+_QKV = "q, k, v alone"  # the first item of _qkv_signature's keys (no key of _signature starts with it)
+
+
 def _ptr(x) -> int:
     return x.data_ptr() if _kind(x) == "torch" else x.data.ptr
 
@@ -325,6 +342,21 @@ class CudaKernel(Kernel):
         per signature (docs/cuda-calls.md). Integer inputs on the GPU are checked by the kernels:
         what they find is raised by the next attngen call, or by this one with check=True (which
         synchronises)."""
+        if (mask is None and out is None and kv_lens is None and block_table is None and cu_seqlens_q is None
+                and cu_seqlens_k is None and k_new is None and v_new is None and not return_lse and not check
+                and max_seqlen_q is None and max_seqlen_k is None):
+            # q, k and v alone (a plain prefill call): the same signature as _call's, fewer steps
+            qkv = _qkv_signature(q, k, v)
+            if qkv is not None:
+                recipe = self._recipes.get(qkv[0])
+                if recipe is not None:
+                    if pending():
+                        raise_pending()
+                    return self._run(recipe, {"q": qkv[1], "k": qkv[2], "v": qkv[3]}, None, False, q)[0]
+                result, recipe, _, _ = self._call(q, k, v, None, None, False, None, None, False, _NO_INTS, None, None)
+                if recipe.cacheable:
+                    self._keep_recipe(qkv[0], recipe)
+                return result
         return self._call(q, k, v, mask, out, return_lse, max_seqlen_q, max_seqlen_k, check,
                           {"kv_lens": kv_lens, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
                            "block_table": block_table}, k_new, v_new)[0]
@@ -354,14 +386,17 @@ class CudaKernel(Kernel):
             recipe, ptrs, keep = self._checked(tensors, ints, mask, out, bool(return_lse), max_seqlen_q,
                                                max_seqlen_k)
             if key is not None and recipe.cacheable:
-                if len(self._recipes) >= 64:  # a bound on the signatures kept
-                    self._recipes.clear()
-                self._recipes[key] = recipe
-        result, ws = self._run(recipe, ptrs, out, return_lse)
+                self._keep_recipe(key, recipe)
+        result, ws = self._run(recipe, ptrs, out, return_lse, q)
         if check:
             _cupy().cuda.runtime.streamSynchronize(recipe.stream())
             error_flags(_cupy(), recipe.device).raise_found("this call's kernels")
         return result, recipe, ptrs, (ws, keep)  # keep: copies that lived until their launches were queued
+
+    def _keep_recipe(self, key, recipe: Recipe):
+        if len(self._recipes) >= 64:  # a bound on the signatures kept
+            self._recipes.clear()
+        self._recipes[key] = recipe
 
     def _checked(self, tensors: dict, ints: dict, mask, out, return_lse: bool, max_seqlen_q, max_seqlen_k):
         """Every check of a call (docs/variants.md); returns its Recipe, the addresses of its
@@ -502,28 +537,28 @@ class CudaKernel(Kernel):
                                                                          bm.kind if bm is not None else None)]
         # where each input lies relative to its address: a given out= must not overlap any of them
         extents = {name: tuple(e - t.ptr for e in _extent(t)) for name, t in named.items()}
-        kind = named["q"].kind
+        kind, q_dtype = named["q"].kind, named["q"].dtype
         out_shape, lse_shape = launch.out_shape_for(self.plan.d_v), launch.lse_shape
         return Recipe(launches, layout, ws_bytes, device=dev, kind=kind, cacheable=cacheable, extents=extents,
                       out_extent=tuple(e - to.ptr for e in _extent(to)),
-                      alloc_out=_allocator(kind, dev, out_shape, self.plan.dtype),
-                      alloc_lse=_allocator(kind, dev, lse_shape, "f32") if return_lse else None,
-                      alloc_ws=_allocator(kind, dev, (ws_bytes // 4,), "f32") if ws_bytes else None,
+                      alloc_out=_allocator(kind, dev, out_shape, self.plan.dtype, q_dtype),
+                      alloc_lse=_allocator(kind, dev, lse_shape, "f32", q_dtype) if return_lse else None,
+                      alloc_ws=_allocator(kind, dev, (ws_bytes // 4,), "f32", q_dtype) if ws_bytes else None,
                       stream=_stream_getter(kind, dev), persistent=persistent,
                       zeros=_zeros(kind, dev) if persistent else None)
 
-    def _run(self, recipe: Recipe, ptrs: dict, out, return_lse: bool):
+    def _run(self, recipe: Recipe, ptrs: dict, out, return_lse: bool, q):
         """Allocate the outputs and workspace of a call (in q's framework, on its GPU) and launch
         the recipe's kernels on the caller's current stream; (result, workspace)."""
         if out is None:  # (a given out's address is in ptrs already)
-            out = recipe.alloc_out()
+            out = recipe.alloc_out(q)
             ptrs["out"] = _ptr(out)
         lse = ws = None
         if return_lse:
-            lse = recipe.alloc_lse()
+            lse = recipe.alloc_lse(q)
             ptrs["lse"] = _ptr(lse)
         if recipe.ws_bytes:
-            ws = recipe.alloc_ws()
+            ws = recipe.alloc_ws(q)
             base = _ptr(ws)
             for name, off in recipe.workspaces:
                 ptrs[name] = base + off
@@ -556,9 +591,10 @@ class CudaKernel(Kernel):
                                                 opt["k_new"], opt["v_new"])
         cupy = _cupy()
         driver = cupy.cuda.driver
+        device = contextlib.nullcontext() if _one_gpu(cupy) else cupy.cuda.Device(recipe.device)
 
         def launch():
-            with cupy.cuda.Device(recipe.device):
+            with device:
                 stream = recipe.stream()
                 for p in recipe.launches:
                     p.launch(driver, ptrs, stream)
@@ -575,17 +611,22 @@ def _row_major(shape) -> tuple:
     return tuple(reversed(strides))
 
 
-def _allocator(kind: str, device: int, shape: tuple, dtype: str):
-    """A function that allocates an uninitialised array of `shape` on `device` in the caller's
-    framework: torch's caching allocator (on its current stream) or CuPy's memory pool."""
+def _allocator(kind: str, device: int, shape: tuple, dtype: str, like_dtype: str):
+    """A function of `like` (the call's q: an array of dtype `like_dtype` on `device`) that
+    allocates an uninitialised array of `shape` and `dtype` on `device` in the caller's
+    framework: torch's caching allocator (on its current stream) or CuPy's memory pool. For
+    torch, `like.new_empty(shape)` is the cheapest way there (measured by
+    benchmarks/probe_host.py: about half the host time of torch.empty with dtype and device)."""
     if kind == "torch":
         import torch  # only reached with torch tensors, so torch is installed
         tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
-        return functools.partial(torch.empty, shape, dtype=tdt, device=torch.device("cuda", device))
+        if dtype == like_dtype:
+            return lambda like: like.new_empty(shape)
+        return lambda like: like.new_empty(shape, dtype=tdt)
     cupy = _cupy()
     cdt = {"f16": cupy.float16, "f32": cupy.float32}[dtype]
 
-    def alloc():
+    def alloc(like):
         with cupy.cuda.Device(device):
             return cupy.empty(shape, dtype=cdt)
     return alloc

@@ -293,3 +293,38 @@ def test_device_integers_must_be_int32():
     dq, dk, dv = (cupy.asarray(a.astype(np.float16)) for a in (q, k, v))
     with pytest.raises(attngen.LaunchError, match="kv_lens is a device tensor of int64"):
         kernel(dq, dk, dv, kv_lens=cupy.asarray(lens.astype(np.int64)))
+
+
+@gpu
+def test_plain_torch_calls_take_the_short_path_and_every_check_still_holds():
+    """A call with q, k and v alone as torch tensors (CudaKernel.__call__'s short path, keyed by
+    _qkv_signature): new data and addresses each call stay right; another layout, a misaligned
+    view, the wrong dtype or shape after the path is warm are each checked as on the first call."""
+    torch = pytest.importorskip("torch")
+    spec = spec_of("head_dim 64\n dtype f16\n mask causal")
+    kernel = attngen.compile(spec, target="cuda")
+
+    def t(a):
+        return torch.from_numpy(np.ascontiguousarray(a)).cuda().half()
+
+    for seed in range(4):  # same signature, new data and addresses: the third call on is the short path
+        q, k, v = random_qkv(spec, 2, 113, 113, heads_q=6, heads_kv=2, seed=seed)
+        out = kernel(t(q), t(k), t(v))
+        assert out.dtype == torch.float16 and out.shape == (2, 113, 6, 64) and out.is_contiguous()
+        _check(spec, out.float().cpu().numpy(), q, k, v)
+    assert len(kernel._recipes) == 2  # _call's key and the short path's, for one recipe
+    q, k, v = random_qkv(spec, 2, 113, 113, heads_q=6, heads_kv=2, seed=7)
+    # other strides, same shapes: k as a view of a (B, Hkv, L, D) tensor
+    kt = t(np.ascontiguousarray(k.transpose(0, 2, 1, 3))).transpose(1, 2)
+    _check(spec, kernel(t(q), kt, t(v)).float().cpu().numpy(), q, k, v)
+    # a view one element into its storage: not 16-byte aligned (copied, never cached)
+    flat = torch.empty(q.size + 1, dtype=torch.float16, device="cuda")
+    qm = flat[1:].view(q.shape)
+    qm.copy_(t(q))
+    for _ in range(3):
+        _check(spec, kernel(qm, t(k), t(v)).float().cpu().numpy(), q, k, v)
+    with pytest.raises(attngen.LaunchError):
+        kernel(t(q).float(), t(k).float(), t(v).float())
+    with pytest.raises(attngen.LaunchError):
+        kernel(t(q)[:, :, :5], t(k), t(v))  # 5 query heads over 2 KV heads
+    assert kernel(t(q), t(k), t(v)).shape == (2, 113, 6, 64)
