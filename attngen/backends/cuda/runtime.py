@@ -422,6 +422,7 @@ class CudaKernel(Kernel):
         # kept only when the next call of this signature can take its arrays as they are: device
         # integer arrays read in place (not host arrays, not copies of strided ones)
         keep, cacheable = [], all(g[1] is ints[n] for n, g in given.items())
+        q_layout = (named["q"].shape, named["q"].strides)  # the caller's q (named["q"] may be a copy below)
         for name in list(named):
             t = named[name]
             if (self.plan.config.tma and name in (("q", "k", "v") if self.plan.config.tma_q else ("k", "v"))
@@ -482,11 +483,11 @@ class CudaKernel(Kernel):
                 ptrs[name] = _ptr(arr)
             if bm is not None:
                 ptrs.update(_mask_ptrs(bm))
-            recipe = self._recipe(named, to, launch, bm, given, return_lse, dev, cacheable)
+            recipe = self._recipe(named, to, launch, bm, given, return_lse, dev, cacheable, q_layout)
         return recipe, ptrs, keep
 
     def _recipe(self, named: dict, to: _Tensor, launch, bm, given: dict, return_lse: bool, dev: int,
-                cacheable: bool) -> Recipe:
+                cacheable: bool, q_layout: tuple) -> Recipe:
         """The launches of a checked call (cuda_args.launches), packed with the tensors as slots."""
         packed = launch.layout == "packed"
         values = {}
@@ -514,8 +515,10 @@ class CudaKernel(Kernel):
         layout, ws_bytes = workspace_layout(shapes)
         if "ws_s" in shapes:
             values["s_stride"] = max(launch.len_k, 1)
-        slots = frozenset(list(named) + list(given) + ["out", "lse", "mask_bits", "mask_add", "mask_counts",
-                                                       "mask_tiles"] + list(shapes) + list(persistent))
+        # the addresses a call of this signature passes (the rest of the pointer parameters stay null)
+        slots = frozenset(list(named) + list(given) + ["out"] + (["lse"] if return_lse else [])
+                          + (["mask_bits", "mask_add", "mask_counts", "mask_tiles"] if bm is not None else [])
+                          + list(shapes) + list(persistent))
         # the tensor copy engine's maps of K and V, and Q (CudaConfig.tma, tma_q): the main entry
         # point reads them
         maps = {}
@@ -539,9 +542,12 @@ class CudaKernel(Kernel):
         extents = {name: tuple(e - t.ptr for e in _extent(t)) for name, t in named.items()}
         kind, q_dtype = named["q"].kind, named["q"].dtype
         out_shape, lse_shape = launch.out_shape_for(self.plan.d_v), launch.lse_shape
+        # out like the caller's q (shape, dtype, row-major strides: q_layout, seen before any copy)?
+        # then torch.empty_like(q) allocates it, the cheapest way
+        like_q = tuple(q_layout[0]) == tuple(out_shape) and tuple(q_layout[1]) == _row_major(out_shape)
         return Recipe(launches, layout, ws_bytes, device=dev, kind=kind, cacheable=cacheable, extents=extents,
                       out_extent=tuple(e - to.ptr for e in _extent(to)),
-                      alloc_out=_allocator(kind, dev, out_shape, self.plan.dtype, q_dtype),
+                      alloc_out=_allocator(kind, dev, out_shape, self.plan.dtype, q_dtype, like_q),
                       alloc_lse=_allocator(kind, dev, lse_shape, "f32", q_dtype) if return_lse else None,
                       alloc_ws=_allocator(kind, dev, (ws_bytes // 4,), "f32", q_dtype) if ws_bytes else None,
                       stream=_stream_getter(kind, dev), persistent=persistent,
@@ -611,15 +617,19 @@ def _row_major(shape) -> tuple:
     return tuple(reversed(strides))
 
 
-def _allocator(kind: str, device: int, shape: tuple, dtype: str, like_dtype: str):
+def _allocator(kind: str, device: int, shape: tuple, dtype: str, like_dtype: str, same_layout: bool = False):
     """A function of `like` (the call's q: an array of dtype `like_dtype` on `device`) that
     allocates an uninitialised array of `shape` and `dtype` on `device` in the caller's
     framework: torch's caching allocator (on its current stream) or CuPy's memory pool. For
-    torch, `like.new_empty(shape)` is the cheapest way there (measured by
-    benchmarks/probe_host.py: about half the host time of torch.empty with dtype and device)."""
+    torch the cheapest ways there are taken (benchmarks/probe_host.py, host time per call on
+    the H100's host: torch.empty(shape, dtype=, device=) 6.3 us, q.new_empty(shape) 5.1,
+    torch.empty_like(q) 3.6): empty_like where `like` has the shape, dtype and row-major
+    strides asked for (`same_layout`: the recipe's key holds q's shape and strides)."""
     if kind == "torch":
         import torch  # only reached with torch tensors, so torch is installed
         tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+        if dtype == like_dtype and same_layout:
+            return torch.empty_like
         if dtype == like_dtype:
             return lambda like: like.new_empty(shape)
         return lambda like: like.new_empty(shape, dtype=tdt)

@@ -317,6 +317,12 @@ def test_plain_torch_calls_take_the_short_path_and_every_check_still_holds():
     # other strides, same shapes: k as a view of a (B, Hkv, L, D) tensor
     kt = t(np.ascontiguousarray(k.transpose(0, 2, 1, 3))).transpose(1, 2)
     _check(spec, kernel(t(q), kt, t(v)).float().cpu().numpy(), q, k, v)
+    # q of other strides than out's: out is still row-major
+    qv = t(np.ascontiguousarray(q.transpose(0, 2, 1, 3))).transpose(1, 2)
+    for _ in range(3):
+        out = kernel(qv, t(k), t(v))
+        assert out.is_contiguous()
+        _check(spec, out.float().cpu().numpy(), q, k, v)
     # a view one element into its storage: not 16-byte aligned (copied, never cached)
     flat = torch.empty(q.size + 1, dtype=torch.float16, device="cuda")
     qm = flat[1:].view(q.shape)
