@@ -63,15 +63,6 @@ VARIANTS = {
         ("q64 kv64 tpr8 r2", "", {"tile_q": 64, "threads_per_row": 8, "tile_kv": 64, "rows_per_invocation": 2}),
         ("default again", "", None),
     ],
-    # 8 rows per invocation (taller S sub-blocks: each K vec4 read serves 8 rows)
-    "rows8": [
-        ("default", "", None),
-        ("q128 kv64 tpr16 r8", "", {"tile_q": 128, "threads_per_row": 16, "tile_kv": 64, "rows_per_invocation": 8}),
-        ("q128 kv32 tpr16 r8", "", {"tile_q": 128, "threads_per_row": 16, "tile_kv": 32, "rows_per_invocation": 8}),
-        ("q256 kv32 tpr8 r8", "", {"tile_q": 256, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 8}),
-        ("q128 kv32 tpr8 r8 wg128", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 8}),
-        ("default again", "", None),
-    ],
 }
 
 

@@ -285,10 +285,8 @@ def _sub_blocks(spec, profile, row, tile_q, subgroups):
             tc //= 2
         shapes = []
         for tc in tcs:
-            # the profile's rows per invocation: a cap below WGSL_MAX_ROWS, or more rows (8) where a
-            # profile row asks for them
-            max_rows = int(row.get("rows_per_invocation", WGSL_MAX_ROWS))
-            for r in (r for r in (8, WGSL_MAX_ROWS, 2, 1) if r <= max_rows):
+            max_rows = int(row.get("rows_per_invocation", WGSL_MAX_ROWS))  # the profile's cap, if any
+            for r in (r for r in (WGSL_MAX_ROWS, 2, 1) if r <= max_rows):
                 if tile_q % r == 0 and r <= tile_q and (tile_q // r * tc >= min(WGSL_MIN_WORKGROUP, tile_q * tc)):
                     shapes.append((tc, r))
                     break
