@@ -62,6 +62,10 @@ def main():
         lens = torch.full((B,), lk, device="cuda", dtype=torch.int32)
         paged = kernel(f"decode_paged{page}", f" kv_cache paged(page={page})")
         runs.append((f"paged{page}", paged.prepared(q, kp, vp, kv_lens=lens, block_table=perm.reshape(B, n))))
+        # the same kernel with the pages in order (block table 0, 1, 2, ...): what the shuffle costs
+        ks, vs = k.reshape(B * n, page, HKV, D), v.reshape(B * n, page, HKV, D)
+        order = torch.arange(B * n, device="cuda", dtype=torch.int32).reshape(B, n)
+        runs.append((f"paged{page}_in_order", paged.prepared(q, ks, vs, kv_lens=lens, block_table=order)))
         runs.append(("contiguous_lens", kernel("decode_default", "").prepared(q, k, v, kv_lens=lens)))
     runs += [("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION)), ("sdpa_cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
     for name, fn in runs:
