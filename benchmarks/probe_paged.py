@@ -20,11 +20,11 @@ import decode_grid
 HKV, D, HQ = decode_grid.HKV, decode_grid.D, decode_grid.HQ
 
 
-def kernel(layout: str, extra: str):
+def kernel(layout: str, extra: str, schedule: str = "split_kv(auto)"):
     import attngen
     cache = "" if layout == "contiguous" else f"\n kv_cache paged(page={layout[5:]})"
     text = (f"attention decode_{layout} {{\n head_dim {D}\n heads q={HQ} kv={HKV}\n dtype f16\n"
-            f" schedule split_kv(auto){cache}\n {extra}\n}}")
+            f" schedule {schedule}{cache}\n {extra}\n}}")
     return attngen.compile(attngen.parse(text)[0], target="cuda")
 
 
@@ -55,10 +55,11 @@ def main():
                          "in order, shuffled only within each 2 MiB of the pool (`local`: the address translations "
                          "of contiguous), or the sequences' pages interleaved (page i of sequence b at i * B + b, "
                          "what an allocator gives sequences that grow one token at a time)")
+    ap.add_argument("--schedule", default="split_kv(auto)", help="the specs' schedule, e.g. 'split_kv(4)'")
     args = ap.parse_args()
     if args.sequential:
         args.placement = "sequential"
-    kernels = {layout: kernel(layout, args.extra) for layout in decode_grid.LAYOUTS}
+    kernels = {layout: kernel(layout, args.extra, args.schedule) for layout in decode_grid.LAYOUTS}
     b = args.batch
     for lk in (int(x) for x in args.lk.split(",")):
         g = torch.Generator(device="cuda").manual_seed(lk)
@@ -85,7 +86,7 @@ def main():
                 times[layout].append(do_bench(f, warmup=10, rep=100, return_mode="median") * 1e3)
         base = min(times["contiguous"])
         nbytes = 2 * k.numel() * 2
-        print(f"B{b} Lk{lk} {args.extra}{' pages ' + args.placement}: " + " | ".join(
+        print(f"B{b} Lk{lk} {args.extra}{' pages ' + args.placement} {args.schedule}: " + " | ".join(
             f"{layout} {' / '.join(f'{t:.1f}' for t in ts)} us ({min(ts) / base:.2f}x, {nbytes / min(ts) / 1e6:.2f} TB/s)"
             for layout, ts in times.items()),
             flush=True)
