@@ -11,7 +11,12 @@ variant). Rewrites:
   the kernels run on partial tiles and on tiles where some p is 0;
 - nomask: partial tiles apply no per-element mask (visible());
 - nobarrier: no workgroupBarrier() at all (a racy kernel: what the barriers cost);
-- noexp: p = t - m instead of exp2(t - m) (what the exponentials cost).
+- noexp: p = t - m instead of exp2(t - m) (what the exponentials cost);
+- unrollchunks: the loops over a chunk's dims (Q K^T, `x < DIM_CHUNK_QK`) and key quads
+  (P V, `x < KEY_CHUNK`) unrolled as well (attngen/backends/wgsl/unroll.py), which the profile's
+  unrolling leaves as loops: the same function, a different schedule for the driver;
+- nochecks: the pipeline made with no runtime checks of wgpu's (no index clamps: the profile's
+  "bounds" keeps them), the same source.
 It changes nothing in attngen.
 """
 
@@ -33,16 +38,35 @@ REWRITES = {
     "nomask": [(r"if \(partial && !visible\(", "if (false && !visible(")],
     "nobarrier": [(r"workgroupBarrier\(\);", "")],
     "noexp": [(r"exp2\(s\[i\]\[u\] - m_use\)", "(s[i][u] - m_use)")],
+    "unrollchunks": "unroll",  # not a substitution: see _unroll_chunks
+    "nochecks": "checks",  # not a substitution: the pipeline made without wgpu's index clamps
 }
+
+
+def _unroll_chunks(code: str) -> tuple[str, int]:
+    from attngen.backends.wgsl import unroll
+    saved = dict(unroll.UNROLL_BOUNDS)
+    unroll.UNROLL_BOUNDS.update(DIM_CHUNK_QK=16, DIM_CHUNK_V=16, KEY_CHUNK=16)
+    try:
+        out = unroll.unroll_loops(code)
+    finally:
+        unroll.UNROLL_BOUNDS.clear()
+        unroll.UNROLL_BOUNDS.update(saved)
+    return out, int(out != code)
 
 
 def rewriter(original, names):
     def create(dev, label, code, runtime_checks="all"):
         for name in names:
             found = 0
-            for pat, rep in REWRITES[name]:
-                code, n = re.subn(pat, rep, code)
-                found += n
+            if REWRITES[name] == "unroll":
+                code, found = _unroll_chunks(code)
+            elif REWRITES[name] == "checks":
+                runtime_checks, found = "none", 1
+            else:
+                for pat, rep in REWRITES[name]:
+                    code, n = re.subn(pat, rep, code)
+                    found += n
             if not found:
                 print(f"  (rewrite {name}: nothing to rewrite in {label})")
         return original(dev, label, code, runtime_checks)
