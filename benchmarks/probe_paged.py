@@ -39,6 +39,9 @@ def placement(how: str, b: int, n: int, page: int, g) -> torch.Tensor:
         idx = torch.arange(b * n, device="cuda")
         keys = (idx // group) * (b * n) + torch.randperm(b * n, device="cuda", generator=g)
         return idx[torch.argsort(keys)]  # a random order inside each group of `group` pages
+    if how == "sorted":
+        perm = torch.randperm(b * n, device="cuda", generator=g).reshape(b, n)
+        return perm.sort(dim=1).values.reshape(-1)  # scattered over the pool, in address order per sequence
     return torch.randperm(b * n, device="cuda", generator=g)
 
 
@@ -50,11 +53,12 @@ def main():
     ap.add_argument("--extra", default="", help="a line added to every spec, e.g. 'target cuda { stages=3 }'")
     ap.add_argument("--sequential", action="store_true",
                     help="pages in order (block table 0, 1, 2, ...) instead of shuffled (= --placement sequential)")
-    ap.add_argument("--placement", default="shuffled", choices=("shuffled", "sequential", "local", "interleaved"),
+    ap.add_argument("--placement", default="shuffled", choices=("shuffled", "sequential", "local", "interleaved", "sorted"),
                     help="where the pages lie: shuffled over the whole pool (the default, as decode_grid.py), "
                          "in order, shuffled only within each 2 MiB of the pool (`local`: the address translations "
                          "of contiguous), or the sequences' pages interleaved (page i of sequence b at i * B + b, "
-                         "what an allocator gives sequences that grow one token at a time)")
+                         "what an allocator gives sequences that grow one token at a time), or `sorted`: shuffled over the "
+                         "whole pool, then each sequence's pages in address order")
     ap.add_argument("--schedule", default="split_kv(auto)", help="the specs' schedule, e.g. 'split_kv(4)'")
     args = ap.parse_args()
     if args.sequential:
