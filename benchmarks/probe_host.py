@@ -55,7 +55,7 @@ def main():
     launch_c.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     launch_c.restype = ctypes.c_int
     p.launch(driver, ptrs, stream)
-    values = list(p.template)  # what Packed.launch packs
+    values = list(p.template)  # every field, as launches packed them before 0f55227 (its own piece below)
     for i, name in p.slots:
         values[i] = ptrs.get(name) or 0
     gx, gy, gz = p.grid
