@@ -12,7 +12,10 @@ column NaN (found 2026-11-26 in every causal CUDA kernel, both families; the WGS
 per FMA where a tile has p = 0 keys and a non-finite V, and agree with the reference). Since then
 the kernels' cleaning passes clean every tile: the kernels below agree; benchmarks/NOTES.md lists
 those that still do not (no second pass, or no mask).
-Prints, per kernel and plant, the rows that the reference keeps finite and the kernel does not.
+`under` puts -6e4 in K at key 0 (q's first component made positive) and inf / NaN in its V: a
+key every row sees whose weight underflows to exactly 0 (docs/language.md, "A key of weight 0
+adds nothing"). Prints, per kernel and plant, the rows that the reference keeps finite and the
+kernel does not.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ BODIES = [
     "head_dim 256\n dtype f16\n mask causal",
     "head_dim 320\n dtype f16\n mask causal",
     "head_dim 512\n dtype f16\n mask causal",
+    "head_dim 64\n dtype f16",
+    "head_dim 128\n dtype f16",
+    "head_dim 128\n dtype f16\n mask causal\n schedule split_kv(3)",
+    "head_dim 128\n dtype f16\n schedule two_pass",
 ]
 
 
@@ -44,9 +51,13 @@ def run(body: str, plant: str) -> None:
     if plant == "sep":
         k_at = [(lk - 1, dqk - 3, np.inf), (lk - 90, dqk // 2 + 1, -np.inf), (lk - 45, 5, np.nan)]
         v_at = [(lk - 30, dv // 2 + 7, np.nan), (lk - 60, 2, np.inf), (lk - 5, dv - 1, -np.inf)]
-    else:
+    elif plant == "kv":
         k_at = [(lk - 1, dqk - 3, np.inf), (lk - 30, 5, np.nan), (lk - 90, dqk // 2 + 1, -np.inf)]
         v_at = [(lk - 1, dv - 1, np.inf), (lk - 30, dv // 2 + 7, np.nan), (lk - 90, 2, -np.inf)]
+    else:  # "under": key 0 (every row sees it) with a finite score far below every row's maximum
+        q[..., 0] = np.abs(q[..., 0]) + 0.5
+        k_at = [(0, 0, -6e4)]
+        v_at = [(0, 0, np.inf), (0, 1, np.nan)]
     for j, c, x in k_at:
         k[:, j, :, c] = x
     for j, c, x in v_at:
@@ -62,5 +73,5 @@ def run(body: str, plant: str) -> None:
 
 if __name__ == "__main__":
     for body in BODIES:
-        for plant in ("sep", "kv"):
+        for plant in ("sep", "kv", "under"):
             run(body, plant)

@@ -158,3 +158,34 @@ def test_nan_query_row_gives_nan(schedule, target):
     ref, _ = reference(spec, np.where(np.isnan(q), 0, q), k, v, return_lse=True)
     assert np.isfinite(out[ok]).all()
     assert relative_error(out[ok], ref[ok]) <= tolerance(spec)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "f32"])
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("mask", ["none", "causal(bottom_right)"])
+def test_a_visible_key_whose_weight_underflows_adds_nothing_whatever_its_v(mask, schedule, dtype):
+    """A key every row sees, in a tile the mask keeps whole, whose score lies so far below each
+    row's maximum that its weight is exactly 0 (in f32, and in the float64 reference) adds
+    nothing even with inf and NaN in its V: every row stays finite and matches the reference.
+    WGSL: a tile's keys with p = 0 (masked, or an exp2 that underflowed) are selected out of
+    P V wherever its V holds inf or NaN. (Found by the whole fuzz campaign: a 1e4 in K and an inf
+    in V at one key gave NaN rows. docs/language.md, "Numerics", says where CUDA stands.)"""
+    require("wgsl")
+    spec = spec_of(f"head_dim 32\n heads q=3 kv=1\n dtype {dtype}\n mask {mask}\n schedule {schedule}")
+    rng = np.random.default_rng(3)
+    b, lq, lk = 2, 7, 70
+    q = rng.standard_normal((b, lq, 3, 32)).astype(np.float32)
+    q[..., 0] = np.abs(q[..., 0]) + 0.5  # q.k at key 0 below -3e4 / sqrt(32) for every row
+    k = rng.standard_normal((b, lk, 1, 32)).astype(np.float32)
+    v = rng.standard_normal((b, lk, 1, 32)).astype(np.float32)
+    k[:, 0, :, 0] = -6e4
+    v[:, 0, :, 0], v[:, 0, :, 1] = np.inf, np.nan
+    kernel = kernel_for(spec, "wgsl")
+    out, lse = kernel(*to_device("wgsl", spec.dtype, q, k, v), return_lse=True)
+    out, lse = _np(out), _np(lse)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref, ref_lse = reference(spec, q, k, v, return_lse=True)
+    assert np.isfinite(ref).all(), "the reference gives key 0 a weight of exactly 0"
+    assert np.isfinite(out).all(), "a key of weight 0 brought its inf / NaN into a row"
+    assert relative_error(out, ref) <= tolerance(spec)
+    assert np.abs(lse - ref_lse).max() <= 1e-2 * max(1.0, np.abs(ref_lse).max())

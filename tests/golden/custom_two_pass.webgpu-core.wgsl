@@ -657,7 +657,9 @@ fn attngen_custom_two_pass(@builtin(local_invocation_index) lid: u32, @builtin(w
         // exponents finite, and the selects give p = 0 and alpha = 0 without relying on exp2
         // of a huge negative number.
         var alpha: array<f32, ROWS>;
-        var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
+        // a key of this invocation's rows has p = 0 (see O += P V): masked, or its exp2 underflowed
+        // (a finite score far below the row's max); tested on the bits, which no fast math folds
+        var p_zero = false;
         for (var i = 0u; i < ROWS; i++) {
             let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
             alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
@@ -668,7 +670,7 @@ fn attngen_custom_two_pass(@builtin(local_invocation_index) lid: u32, @builtin(w
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -836,7 +838,7 @@ fn attngen_custom_two_pass_pv(@builtin(local_invocation_index) lid: u32, @builti
         let mask_partial = (code & 1u) != 0u;
         let partial = mask_partial || !tile_is_full(seq, i32(row0), i32(row_end), j0, j0 + i32(TILE_KV));
         // -- P from the stored scores; keys past the sequence and masked scores give 0
-        var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
+        var p_zero = false;             // a key of this invocation's rows has p = 0 (see O += P V)
         for (var i = 0u; i < ROWS; i++) {
             let row = q_row[i];
             let s_base = ((seq.batch * params.heads_q + q_head[i]) * params.len_q + row) * params.len_k;
@@ -846,9 +848,10 @@ fn attngen_custom_two_pass_pv(@builtin(local_invocation_index) lid: u32, @builti
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
         }
         for (var i = 0u; i < ROWS; i++) {
@@ -863,7 +866,7 @@ if (p_zero) {
         // -- O += P V
         load_v_tile(lid, seq, kv_head, u32(j0), u32(it) + 1u);
         workgroupBarrier();
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {

@@ -2631,7 +2631,9 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         // exponents finite, and the selects give p = 0 and alpha = 0 without relying on exp2
         // of a huge negative number.
         var alpha: array<f32, ROWS>;
-        var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
+        // a key of this invocation's rows has p = 0 (see O += P V): masked, or its exp2 underflowed
+        // (a finite score far below the row's max); tested on the bits, which no fast math folds
+        var p_zero = false;
         // for i < ROWS (4), unrolled: one block per i
         {
             const i = 0u;
@@ -2646,7 +2648,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -2654,7 +2656,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -2662,7 +2664,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2670,7 +2672,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 4u;
@@ -2678,7 +2680,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 5u;
@@ -2686,7 +2688,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 6u;
@@ -2694,7 +2696,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 7u;
@@ -2702,7 +2704,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -2719,7 +2721,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -2727,7 +2729,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -2735,7 +2737,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2743,7 +2745,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 4u;
@@ -2751,7 +2753,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 5u;
@@ -2759,7 +2761,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 6u;
@@ -2767,7 +2769,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 7u;
@@ -2775,7 +2777,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -2792,7 +2794,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -2800,7 +2802,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -2808,7 +2810,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2816,7 +2818,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 4u;
@@ -2824,7 +2826,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 5u;
@@ -2832,7 +2834,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 6u;
@@ -2840,7 +2842,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 7u;
@@ -2848,7 +2850,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -2865,7 +2867,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -2873,7 +2875,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -2881,7 +2883,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2889,7 +2891,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 4u;
@@ -2897,7 +2899,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 5u;
@@ -2905,7 +2907,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 6u;
@@ -2913,7 +2915,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 7u;
@@ -2921,7 +2923,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -3155,7 +3157,7 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
         // this tile's sums in pv_acc_t, added to the f32 acc after the tile (so that f16
         // accumulation cannot overflow across tiles)
         var o = array<array<vec4<pv_acc_t>, COL_GROUPS>, ROWS>();  // explicit: zeroed on every pass
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
@@ -3501,7 +3503,7 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
         // this tile's sums in pv_acc_t, added to the f32 acc after the tile (so that f16
         // accumulation cannot overflow across tiles)
         var o = array<array<vec4<pv_acc_t>, COL_GROUPS>, ROWS>();  // explicit: zeroed on every pass
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
@@ -3847,7 +3849,7 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
         // this tile's sums in pv_acc_t, added to the f32 acc after the tile (so that f16
         // accumulation cannot overflow across tiles)
         var o = array<array<vec4<pv_acc_t>, COL_GROUPS>, ROWS>();  // explicit: zeroed on every pass
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
@@ -4241,7 +4243,7 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
         // this tile's sums in pv_acc_t, added to the f32 acc after the tile (so that f16
         // accumulation cannot overflow across tiles)
         var o = array<array<vec4<pv_acc_t>, COL_GROUPS>, ROWS>();  // explicit: zeroed on every pass
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {

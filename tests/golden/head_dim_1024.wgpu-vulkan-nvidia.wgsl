@@ -1451,7 +1451,9 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         // exponents finite, and the selects give p = 0 and alpha = 0 without relying on exp2
         // of a huge negative number.
         var alpha: array<f32, ROWS>;
-        var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
+        // a key of this invocation's rows has p = 0 (see O += P V): masked, or its exp2 underflowed
+        // (a finite score far below the row's max); tested on the bits, which no fast math folds
+        var p_zero = false;
         // for i < ROWS (4), unrolled: one block per i
         {
             const i = 0u;
@@ -1466,7 +1468,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -1474,7 +1476,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -1482,7 +1484,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -1490,7 +1492,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -1507,7 +1509,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -1515,7 +1517,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -1523,7 +1525,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -1531,7 +1533,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -1548,7 +1550,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -1556,7 +1558,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -1564,7 +1566,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -1572,7 +1574,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -1589,7 +1591,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -1597,7 +1599,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -1605,7 +1607,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -1613,7 +1615,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -1806,7 +1808,7 @@ if (p_zero) {
                 acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {

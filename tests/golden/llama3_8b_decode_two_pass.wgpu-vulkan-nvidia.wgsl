@@ -1453,7 +1453,9 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
         // exponents finite, and the selects give p = 0 and alpha = 0 without relying on exp2
         // of a huge negative number.
         var alpha: array<f32, ROWS>;
-        var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
+        // a key of this invocation's rows has p = 0 (see O += P V): masked, or its exp2 underflowed
+        // (a finite score far below the row's max); tested on the bits, which no fast math folds
+        var p_zero = false;
         // for i < ROWS (4), unrolled: one block per i
         {
             const i = 0u;
@@ -1468,7 +1470,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -1476,7 +1478,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -1484,7 +1486,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -1492,7 +1494,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -1509,7 +1511,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -1517,7 +1519,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -1525,7 +1527,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -1533,7 +1535,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -1550,7 +1552,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -1558,7 +1560,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -1566,7 +1568,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -1574,7 +1576,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -1591,7 +1593,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -1599,7 +1601,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -1607,7 +1609,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -1615,7 +1617,7 @@ fn attngen_llama3_8b_decode_two_pass(@builtin(local_invocation_index) lid: u32, 
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -1956,7 +1958,7 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
         let j0 = (tile_first + it) * i32(TILE_KV);
         let partial = !tile_is_full(seq, i32(row0), i32(row_end), j0, j0 + i32(TILE_KV));
         // -- P from the stored scores; keys past the sequence and masked scores give 0
-        var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
+        var p_zero = false;             // a key of this invocation's rows has p = 0 (see O += P V)
         // for i < ROWS (4), unrolled: one block per i
         {
             const i = 0u;
@@ -1970,9 +1972,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -1981,9 +1984,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -1992,9 +1996,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2003,9 +2008,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
         }
         {
@@ -2020,9 +2026,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -2031,9 +2038,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -2042,9 +2050,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2053,9 +2062,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
         }
         {
@@ -2070,9 +2080,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -2081,9 +2092,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -2092,9 +2104,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2103,9 +2116,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
         }
         {
@@ -2120,9 +2134,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -2131,9 +2146,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -2142,9 +2158,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2153,9 +2170,10 @@ fn attngen_llama3_8b_decode_two_pass_pv(@builtin(local_invocation_index) lid: u3
                 if (row < seq.len_q && u32(j0) + j < seq.len_k) {
                     let t = s_scratch[s_base + u32(j0) + j];
                     p = select(exp2(t - m_i[i]) * inv_l[i], 0.0, t <= MASKED);
-                    p_zero = p_zero || t <= MASKED;
                 }
                 s[i][u] = p;
+                // masked, past the sequence, or an exp2 that underflowed (tested on the bits)
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
         }
         // for i < ROWS (4), unrolled: one block per i
@@ -2261,7 +2279,7 @@ if (p_zero) {
         // -- O += P V
         load_v_tile(lid, seq, kv_head, u32(j0), u32(it) + 1u);
         workgroupBarrier();
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {

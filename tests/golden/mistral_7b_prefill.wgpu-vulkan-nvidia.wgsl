@@ -2634,7 +2634,9 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         // exponents finite, and the selects give p = 0 and alpha = 0 without relying on exp2
         // of a huge negative number.
         var alpha: array<f32, ROWS>;
-        var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
+        // a key of this invocation's rows has p = 0 (see O += P V): masked, or its exp2 underflowed
+        // (a finite score far below the row's max); tested on the bits, which no fast math folds
+        var p_zero = false;
         // for i < ROWS (4), unrolled: one block per i
         {
             const i = 0u;
@@ -2649,7 +2651,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -2657,7 +2659,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -2665,7 +2667,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2673,7 +2675,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 4u;
@@ -2681,7 +2683,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 5u;
@@ -2689,7 +2691,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 6u;
@@ -2697,7 +2699,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 7u;
@@ -2705,7 +2707,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -2722,7 +2724,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -2730,7 +2732,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -2738,7 +2740,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2746,7 +2748,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 4u;
@@ -2754,7 +2756,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 5u;
@@ -2762,7 +2764,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 6u;
@@ -2770,7 +2772,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 7u;
@@ -2778,7 +2780,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -2795,7 +2797,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -2803,7 +2805,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -2811,7 +2813,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2819,7 +2821,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 4u;
@@ -2827,7 +2829,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 5u;
@@ -2835,7 +2837,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 6u;
@@ -2843,7 +2845,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 7u;
@@ -2851,7 +2853,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -2868,7 +2870,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 1u;
@@ -2876,7 +2878,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 2u;
@@ -2884,7 +2886,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 3u;
@@ -2892,7 +2894,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 4u;
@@ -2900,7 +2902,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 5u;
@@ -2908,7 +2910,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 6u;
@@ -2916,7 +2918,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             {
                 const u = 7u;
@@ -2924,7 +2926,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -3188,7 +3190,7 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                 acc[i][0u * COL_GROUPS + w] *= alpha[i];
             }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
@@ -3531,7 +3533,7 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                 acc[i][1u * COL_GROUPS + w] *= alpha[i];
             }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
@@ -3874,7 +3876,7 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                 acc[i][2u * COL_GROUPS + w] *= alpha[i];
             }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
@@ -4265,7 +4267,7 @@ workgroupBarrier();  // the V chunk and P in workgroup memory
                 acc[i][3u * COL_GROUPS + w] *= alpha[i];
             }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {

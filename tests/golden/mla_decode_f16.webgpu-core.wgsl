@@ -611,7 +611,9 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
         // exponents finite, and the selects give p = 0 and alpha = 0 without relying on exp2
         // of a huge negative number.
         var alpha: array<f32, ROWS>;
-        var p_zero = false;             // a key of this invocation's rows is masked: p = 0 (see O += P V)
+        // a key of this invocation's rows has p = 0 (see O += P V): masked, or its exp2 underflowed
+        // (a finite score far below the row's max); tested on the bits, which no fast math folds
+        var p_zero = false;
         for (var i = 0u; i < ROWS; i++) {
             let m_use = select(m_new[i], 0.0, m_new[i] <= MASKED);
             alpha[i] = select(exp2(m_i[i] - m_use), 0.0, m_i[i] <= MASKED);
@@ -622,7 +624,7 @@ workgroupBarrier();  // every invocation is done with sQ and sKV before the next
                 let p = select(exp2(s[i][u] - m_use), 0.0, masked);
                 s[i][u] = p;
                 row_sum += p;
-                p_zero = p_zero || masked;
+                p_zero = p_zero || bitcast<u32>(p) == 0u;
             }
             l_i[i] = l_i[i] * alpha[i] + row_sum;
         }
@@ -646,7 +648,7 @@ if (p_zero) {
                 acc[i][dc * COL_GROUPS + w] *= alpha[i];
             }
         }
-        // keys with p = 0 (masked, or a score of -inf) are selected out in tiles that have any
+        // keys with p = 0 (masked, a score of -inf, or an exp2 that underflowed) are selected out in tiles that have any
         // and whose V holds inf or NaN: 0 * inf is NaN, and such a key must add nothing whatever
         // its V (0 * a finite v adds exactly 0: there the plain loop is the same and faster)
         if ((partial || atomicLoad(&p_zero_tile) == u32(it) + 1u) && atomicLoad(&v_nonfinite_tile) == u32(it) + 1u) {
