@@ -19,7 +19,7 @@ import pickle
 
 from . import backends
 from .errors import Diagnostic, SpecError, did_you_mean
-from .lang import decode_source, mark_read
+from .lang import decode_source, mark_read, read_source
 from .lang import parse as _parse
 from .lang import parse_collect as _parse_collect
 from .lang.spec import AttentionSpec
@@ -79,11 +79,11 @@ def format_spec(spec: AttentionSpec) -> str:
 
 
 def read_spec_file(path) -> tuple[str, str]:
-    """(text, name) of a spec file; SpecError for text that is not UTF-8, OSError as raised."""
+    """(text, name) of a spec file; SpecError for text that is not UTF-8 or a file longer than
+    attngen.lang.MAX_SOURCE_BYTES (64 MiB: reading stops there), OSError as raised."""
     path = os.fspath(path)
     with open(path, "rb") as f:
-        data = f.read()
-    return decode_source(data, path), path
+        return read_source(f, path), path  # at most MAX_SOURCE_BYTES are read
 
 
 def load(path, name: str | None = None) -> AttentionSpec:
@@ -157,4 +157,4 @@ def compile(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=
 
 
 __all__ = ["check", "compile", "decode_source", "emit", "emit_plan", "format_spec", "get_profile", "load", "lower",
-           "parse", "parse_collect", "pick", "read_spec_file", "reference", "targets"]
+           "parse", "parse_collect", "pick", "read_source", "read_spec_file", "reference", "targets"]

@@ -174,7 +174,7 @@ def _reason(e: OSError) -> str:
 def _read_source(path: str) -> tuple[str, str]:
     """(text, name) of a spec file, or of standard input for '-'."""
     if path == "-":
-        return api.decode_source(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
+        return api.read_source(sys.stdin.buffer, "<stdin>"), "<stdin>"
     try:
         return api.read_spec_file(path)
     except IsADirectoryError:

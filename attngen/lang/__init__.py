@@ -6,7 +6,7 @@ blocks are registered by the backends (options.py). lark is imported only when t
 
 from __future__ import annotations
 
-from .source import decode_source
+from .source import MAX_SOURCE_BYTES, decode_source, read_source
 
 
 def parse(text, filename: str = "<string>"):
@@ -49,4 +49,4 @@ def validate(spec):
     return _validate(spec)
 
 
-__all__ = ["decode_source", "mark_read", "parse", "parse_collect", "validate"]
+__all__ = ["MAX_SOURCE_BYTES", "decode_source", "read_source", "mark_read", "parse", "parse_collect", "validate"]

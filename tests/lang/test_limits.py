@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import os
 import time
 
 import pytest
@@ -19,6 +20,8 @@ import attngen
 from attngen import AttentionSpec
 from attngen.errors import MAX_SHOWN
 from attngen.lang.spec import Mask
+from attngen.cli import main
+from attngen.lang import MAX_SOURCE_BYTES
 from attngen.lang.syntax import MAX_TOKENS
 
 
@@ -137,3 +140,33 @@ def test_a_spec_changed_with_replace_is_checked_too():
     bad = dataclasses.replace(spec, head_dim_v=1004)
     with pytest.raises(attngen.SpecError, match="'head_dim.v' must be a multiple of 8, not 1004"):
         attngen.emit(bad, "cuda")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero here")
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/full"])
+def test_an_endless_file_is_refused_after_a_bounded_read(device, capsys):
+    """/dev/zero and /dev/full read as endless zero bytes: the reader stops at MAX_SOURCE_BYTES
+    and refuses the file, in the library and the CLI (the whole fuzz campaign's `check /dev/full`
+    had grown the process to 24 GB before the kernel killed it)."""
+    if not os.path.exists(device):
+        pytest.skip(f"no {device} here")
+    t0 = time.perf_counter()
+    with pytest.raises(attngen.SpecError, match="longer than 64 MiB"):
+        attngen.load(device)
+    assert main(["check", device]) == 1
+    assert "longer than 64 MiB" in capsys.readouterr().err
+    assert time.perf_counter() - t0 < 5
+
+
+def test_a_spec_file_at_the_limit_is_read_and_one_byte_more_is_not(tmp_path, monkeypatch):
+    from attngen.lang import source
+    monkeypatch.setattr(source, "MAX_SOURCE_BYTES", 4096)  # the rule, at a size a test reads fast
+    spec = b"attention k {\n head_dim 64\n dtype f16\n}\n"
+    at_limit = tmp_path / "at.attn"
+    at_limit.write_bytes(spec + b" " * (4096 - len(spec)))
+    assert attngen.load(at_limit).name == "k"
+    over = tmp_path / "over.attn"
+    over.write_bytes(spec + b" " * (4096 - len(spec) + 1))
+    with pytest.raises(attngen.SpecError, match="longer than 4096 bytes"):
+        attngen.load(over)
+    assert MAX_SOURCE_BYTES == 64 << 20
