@@ -55,9 +55,6 @@ def main():
     launch_c.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
     launch_c.restype = ctypes.c_int
     p.launch(driver, ptrs, stream)
-    values = list(p.template)  # every field, as launches packed them before 0f55227 (its own piece below)
-    for i, name in p.slots:
-        values[i] = ptrs.get(name) or 0
     gx, gy, gz = p.grid
     prepared = kern.prepared(q, k, v)
     out = torch.empty_like(q)
@@ -84,7 +81,6 @@ def main():
                                                                  stream, p.params_ptr, 0),
         "ctypes cuLaunchKernel": lambda: launch_c(p.fn_ptr, gx, gy, gz, p.threads, 1, 1, p.smem, stream,
                                                   p.params_ptr, None),
-        "struct.pack_into (all fields)": lambda: p.struct.pack_into(p.buffer, p.start, *values),
         "_qkv_signature": lambda: rt._qkv_signature(q, k, v),
     }
     times = {name: [] for name in pieces}

@@ -134,7 +134,6 @@ class Packed:
                 raise AssertionError(f"kernel parameter {p.name} may not be null")  # a bug in attngen
             template.append(0 if x is None else int(x))
         self.struct = struct.Struct(fmt)
-        self.template = template
         offsets, off = [], 0
         for c in fmt[1:]:  # each parameter at the next multiple of its size, as in a C struct
             size = struct.calcsize(c)
