@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A / B of a generator change in one device call: runs COMMAND twice, first on a copy of this
-# checkout whose templates/ (and targets/, grammar/ where given) come from BASE, then on the
+# checkout whose templates/ (and targets/, grammar/, attngen/ where given) come from BASE, then on the
 # checkout itself, each with a cache of its own, so that a probe's numbers for the old and the new
 # source come from the same machine and the same run (benchmarks/NOTES.md compares them).
 #   git archive <rev> templates targets grammar | (mkdir -p ab-base && tar -x -C ab-base)   # here
+#   (add attngen to the list where the change is in the planner or the emitter too)
 #   bash benchmarks/ab.sh ab-base python3 benchmarks/probe_persistent.py --dims 64 --no-flex
 # (ab-base/ travels with the working tree to the GPU machine when it is not ignored; delete it
 # after.) Each run's output is prefixed with "== base" or "== head". The command runs from the
@@ -17,7 +18,7 @@ root=$(pwd)
 copy=$(mktemp -d "${TMPDIR:-/tmp}/attngen-ab.XXXXXX")
 trap 'rm -rf "$copy"' EXIT
 cp -r attngen grammar templates targets benchmarks examples "$copy"/
-for kind in templates targets grammar; do
+for kind in templates targets grammar attngen; do
     if [ -d "$base/$kind" ]; then rm -rf "${copy:?}/$kind"; cp -r "$base/$kind" "$copy/$kind"; fi
 done
 rc=0

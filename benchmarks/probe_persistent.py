@@ -28,12 +28,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import attngen
-from attngen.backends.cuda import emit, nvrtc
+import attngen.backends.cuda.config as cuda_config
+from attngen.backends.cuda import nvrtc
 
 REWRITES = {
     "reverse": [("auto kv_tile = [&](int it) { return tile_first + it; };",
                  "auto kv_tile = [&](int it) { return tile_first + n_tiles - 1 - it; };")],
-    "noclean": [],  # (emit.masks.hides_loaded_keys patched instead)
+    "noclean": [],  # (config.CUDA_CLEAN_VALUES patched instead)
 }
 
 
@@ -43,7 +44,7 @@ def compile_with(spec, pairs, clean=True, strict=True):
     with strict=False is reported and skipped); clean=False also drops the cleaning of hidden
     keys' values. The probes' shared helper
     (probe_custom.py, probe_cuda_clean.py); give the spec a name of its own (its cache entry)."""
-    compile_cubin, hides = nvrtc.compile_cubin, emit.masks.hides_loaded_keys
+    compile_cubin, clean_values = nvrtc.compile_cubin, cuda_config.CUDA_CLEAN_VALUES
 
     def patched(source, *a, **k):
         for old, new in pairs:
@@ -55,11 +56,11 @@ def compile_with(spec, pairs, clean=True, strict=True):
         return compile_cubin(source, *a, **k)
     nvrtc.compile_cubin = patched
     if not clean:
-        emit.masks.hides_loaded_keys = lambda m: False
+        cuda_config.CUDA_CLEAN_VALUES = False
     try:
         return attngen.compile(spec, target="cuda")
     finally:
-        nvrtc.compile_cubin, emit.masks.hides_loaded_keys = compile_cubin, hides
+        nvrtc.compile_cubin, cuda_config.CUDA_CLEAN_VALUES = compile_cubin, clean_values
 
 
 def compile_rewritten(spec, name):

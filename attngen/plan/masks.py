@@ -36,7 +36,8 @@ def clamp(mask: Mask) -> Mask:
 def hides_loaded_keys(mask: Mask) -> bool:
     """Whether some rows of a block may not see keys of a tile the kernel loads: every mask but
     none (which only bounds keys by Lk; the loads zero-fill rows past it). Such keys must
-    contribute nothing whatever their values, inf and NaN included."""
+    contribute nothing whatever their values, inf and NaN included: the CUDA kernels' first pass
+    cleans V of such tiles (partial tiles), their cleaning pass every tile."""
     return mask.kind != "none"
 
 

@@ -1086,7 +1086,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 mbar_arrive(bar_q);
                 break;
             }
-            const bool clean = w.w != 0;  // this pass cleans hidden keys' values (see next_item)
+            const bool clean = w.w != 0;  // this pass cleans V of every tile (see next_item)
             const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
 
             // ---- section: sequences ----
@@ -1212,7 +1212,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const int4 w = item_slot[slot];
         if (w.x < 0) break;
         fence_async_shared();  // Q was written by cp.async (generic proxy); the tensor cores read it
-        const bool clean = w.w != 0;  // this pass cleans hidden keys' values (section: non-finite values)
+        const bool clean = w.w != 0;  // this pass cleans V of every tile (section: non-finite values)
         const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
 
         // ---- section: sequences ----
@@ -1429,10 +1429,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             mbar_arrive(&bar_empty[last]);  // (every lane: section custom mask)
         }
         // Optimistic pass (not clean): V was not cleaned, so a non-finite value at a key with p = 0
-        // (hidden, or a score of -inf) makes some row's acc NaN (0 * inf); every such row, and only
-        // such a row, has an acc that is not finite. The item is then done again, every tile
-        // cleaned (the producer's next_item, which ignores the flag of a cleaned pass), and that
-        // pass's stores replace this one's.
+        // (hidden, a score of -inf, or an exp2 that underflowed) makes some row's acc NaN (0 * inf);
+        // every such row, and only such a row, has an acc that is not finite. The item is then done
+        // again, every tile cleaned (the producer's next_item, which ignores the flag of a cleaned
+        // pass), and that pass's stores replace this one's.
         {
         bool finite = true;
         #pragma unroll
@@ -2326,10 +2326,11 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // kStages - 2 tiles ahead, into the stage of tile it - 2, which every warp finished with in
     // iteration it - 1 (before this iteration's barrier).
     // Optimistic cleaning (section non-finite values): the tiles first go through a loop that does
-    // not clean V. A non-finite value at a key with p = 0 (hidden, or a score of -inf) makes some
-    // row's acc NaN (0 * inf), and every row the cleaning would change has an acc that is not
-    // finite; so if every warp's acc is finite the result is the cleaned one, else the block runs
-    // its tiles again through the cleaning loop, from the start, which cleans every tile.
+    // not clean V. A non-finite value at a key with p = 0 (hidden, a score of -inf, or an exp2 that
+    // underflowed) makes some row's acc NaN (0 * inf), and every row the cleaning would change has
+    // an acc that is not finite; so if every warp's acc is finite the result is the cleaned one,
+    // else the block runs its tiles again through the cleaning loop, from the start, which cleans
+    // every tile.
     #pragma unroll
     for (int st = 0; st < kStages - 2; ++st) {
         if (st < n_tiles) load_kv(st, st);

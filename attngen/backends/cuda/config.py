@@ -164,8 +164,21 @@ assert CUDA_PRODUCER_THREADS * CUDA_PRODUCER_REGS + 256 * CUDA_CONSUMER_REGS <= 
 # cleaning of hidden keys' values in partial tiles (causal, window) 32 (24 spills 38 bytes in
 # persistent blocks of two consumer warpgroups); a custom mask's list and words 40 (32: 38 bytes
 # with three). With Q by cp.async these were 40 and 56: Q's copy loop kept its addresses.
+# Persistent blocks' producer takes CUDA_TMA_CLEANING_REGS at least, for the cleaning pass.
 CUDA_TMA_REGS = {"none": 24, "causal": 32, "window": 32, "custom": 40}
 CUDA_TMA_KV_ONLY_REGS = {"none": 24, "causal": 40, "window": 40, "custom": 56}  # Q by cp.async (no tma_q)
+# Every kernel cleans V's non-finite values where a row must not take them in (templates/cuda/
+# nonfinite.j2): keys a row does not see (a mask's partial tiles) and keys it sees with weight 0
+# (a score of -inf, or one that exp2 underflows: about 87 below the row's maximum in f32), whose
+# 0 * inf would be NaN. Finite inputs pay only a check of acc per block or work item; a block
+# whose acc ends non-finite runs its tiles again, cleaning every tile (the second pass). False
+# drops all of it (wrong for such inputs: benchmarks/probe_persistent.py --rewrite noclean times
+# what it costs).
+CUDA_CLEAN_VALUES = True
+# The producer of persistent blocks re-inserts an item whose result was not finite and copies its
+# tiles again, cleaning V (mask none too since 2026-11-26): at 24 registers that spilled 14 bytes
+# (d128) and 6 (d256); so 32, and the consumers of mask none get 232 (FlashAttention-3's 240 before).
+CUDA_TMA_CLEANING_REGS = 32
 # Three consumer warpgroups (tile q 192, FlashAttention-3's d64 tiles): 512 threads, 128
 # registers each at the launch; the consumers get what the producer gives up (d64 mask none:
 # 160, FlashAttention-3's figure).
@@ -467,12 +480,14 @@ def _round_up(x: int, m: int) -> int:
     return -(-x // m) * m
 
 
-def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8, tma_q: bool = True) -> tuple[int, int]:
+def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8, tma_q: bool = True,
+                       persistent: bool = False) -> tuple[int, int]:
     """(producer, consumer) registers per thread after setmaxnreg in a producer kernel with
     `consumer_warps` consumer warps: the launch gives each thread 65536 / threads (a multiple of
     8) and the consumers share what the producer gives up (2 warpgroups, cp.async: 72 / 216; with
     the tensor copy engine 24 / 240, 40 / 232; 3 warpgroups 32 / 160, 40 / 152 with a custom mask;
-    `tma_q` False: Q by cp.async, CUDA_TMA_KV_ONLY_REGS). One consumer
+    `tma_q` False: Q by cp.async, CUDA_TMA_KV_ONLY_REGS; persistent blocks with the tensor copy
+    engine: CUDA_TMA_CLEANING_REGS at least). One consumer
     warpgroup moves none: its threads keep what the launch gives (up to 255). The producer keeps
     the registers that would not raise the consumers' count (a multiple of 8)."""
     if consumer_warps <= 4:
@@ -484,6 +499,8 @@ def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8, tma_q
         return min((per_thread * threads - p * CUDA_PRODUCER_THREADS) // (consumer_warps * 32) // 8 * 8, 255)
 
     producer = (CUDA_TMA_REGS if tma_q else CUDA_TMA_KV_ONLY_REGS)[mask_kind] if tma else CUDA_PRODUCER_REGS
+    if tma and persistent and CUDA_CLEAN_VALUES:
+        producer = max(producer, CUDA_TMA_CLEANING_REGS)
     while consumer(producer + 8) == consumer(producer) and producer + 8 <= per_thread:
         producer += 8  # registers the consumers could not use anyway (3 warpgroups: 32 for 24)
     return producer, consumer(producer)
@@ -524,9 +541,10 @@ def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, per
                             "a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded)"))
         if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits;
             # persistent blocks: one more mbarrier (Q free), four item slots of 4 words, four redo
-            # flags and two more mbarriers (the items' checks)
+            # flags and two more mbarriers (the items' checks); a plain launch: one mbarrier and one
+            # redo flag (its results' check), 4 words
             # (with the tensor copy engine, a third mbarrier per stage after the bits: a cleaned tile's landing)
-            words = 2 * (1 + 2 * stages) + (26 if persistent else 0) + stages * -(-tile_kv // 32)
+            words = 2 * (1 + 2 * stages) + (26 if persistent else 4) + stages * -(-tile_kv // 32)
             if tma:
                 words += 1 + 2 * stages
             entries.append(("sSync", "u32", 1, 1, words,
@@ -954,7 +972,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
         regs = _cuda_registers(math, frags, tile_kv // key_warps, d_qk_pad, d_v_pad if split_qk else d_v_block,
                                q_in_regs)
         # with a producer warpgroup, setmaxnreg gives the consumers their registers (producer_registers)
-        reg_cap = (producer_registers(tma, spec.mask.kind, warps, tma_q)[1] if ws
+        reg_cap = (producer_registers(tma, spec.mask.kind, warps, tma_q, persist)[1] if ws
                    else cuda_register_cap(profile, warps * key_warps * 32))
         # A little spilling is slower, not wrong: the profile's measured defaults and the spec's
         # own choices may exceed the estimate's cap, but not pathologically (CUDA_SPILL_FACTOR).

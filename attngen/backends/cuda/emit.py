@@ -62,7 +62,10 @@ def _variant_context(plan: KernelPlan) -> dict:
         pv_decl=param_list(plan.params, len(plan.entry) + len("_pv(")),
         param_names=", ".join(p.name for p in plan.params),
         custom=spec.mask.is_custom,
-        clean_hidden=masks.hides_loaded_keys(plan.mask),
+        # V's non-finite values are cleaned (body.j2 says where; read per call: a probe may patch it)
+        clean_v=_config.CUDA_CLEAN_VALUES and (masks.hides_loaded_keys(plan.mask) or any(
+            (c.producer or c.overlap) and not c.stored_p for c in (plan.config, plan.config.varlen) if c is not None)),
+        hidden_keys=masks.hides_loaded_keys(plan.mask),  # partial tiles are cleaned in the first pass
         paged=spec.kv_cache.is_paged,
         page=spec.kv_cache.page,
         split=spec.schedule.is_split,
@@ -78,11 +81,13 @@ def _variant_context(plan: KernelPlan) -> dict:
         varlen_decl=param_list(plan.params, len(plan.entry) + len("_varlen(")),
         general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=COMBINE_WARPS,
-        producer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q)[0],
+        producer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q,
+                                          plan.config.persistent and not plan.config.stored_p)[0],
         mask_stage_words=CUDA_MASK_STAGE_WORDS,
         order_bytes=_config.CUDA_CAUSAL_ORDER_BYTES,  # (read per call: a probe may patch it)
         keys_a=_config.CUDA_STORED_P[1],  # P through memory: keys per tile of phase A
-        consumer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q)[1],
+        consumer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q,
+                                          plan.config.persistent and not plan.config.stored_p)[1],
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )
 
