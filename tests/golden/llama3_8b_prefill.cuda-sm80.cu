@@ -476,13 +476,17 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 }
 
 // ---- section: non-finite values -----------------------------------------------------------
-// A key a row does not see contributes nothing to that row, whatever its values: masked scores
-// are selected to -inf (never added to or multiplied), so their P is exactly 0; but in P V a 0
-// times an inf or NaN value of V is NaN. In a tile that some rows of the block see only in part
-// (a partial tile of a mask), the non-finite values of V are therefore zeroed before P V and
-// every warp learns which keys held them (clean_values); a row that does see
-// such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. A NaN or +inf
-// score a row sees makes its sum l NaN, and so its output and lse (the epilogue keeps NaN).
+// A key of weight 0 for a row contributes nothing to that row, whatever its values: a key the row
+// does not see (masked scores are selected to -inf, never added to or multiplied), and a key it
+// sees whose score is -inf or so far below the row's maximum that exp2 underflows to 0. But in
+// P V a 0 times an inf or NaN value of V is NaN. So where V is cleaned, its non-finite values are
+// zeroed before P V and every warp learns which keys held them (clean_values); a row that does
+// see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The first
+// pass cleans at most the partial tiles of a mask. In the Hopper family (producer and overlapped
+// loops), a block or work item whose acc is then not finite anywhere (every row the cleaning would
+// change has such an acc) runs its tiles again, cleaning every tile; the plain loop (mma.sync,
+// CUDA cores) has no such pass yet. A NaN or +inf score a row sees makes its sum l NaN, and so
+// its output and lse (the epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
 // Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)
@@ -1265,13 +1269,17 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 }
 
 // ---- section: non-finite values -----------------------------------------------------------
-// A key a row does not see contributes nothing to that row, whatever its values: masked scores
-// are selected to -inf (never added to or multiplied), so their P is exactly 0; but in P V a 0
-// times an inf or NaN value of V is NaN. In a tile that some rows of the block see only in part
-// (a partial tile of a mask), the non-finite values of V are therefore zeroed before P V and
-// every warp learns which keys held them (clean_values); a row that does see
-// such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. A NaN or +inf
-// score a row sees makes its sum l NaN, and so its output and lse (the epilogue keeps NaN).
+// A key of weight 0 for a row contributes nothing to that row, whatever its values: a key the row
+// does not see (masked scores are selected to -inf, never added to or multiplied), and a key it
+// sees whose score is -inf or so far below the row's maximum that exp2 underflows to 0. But in
+// P V a 0 times an inf or NaN value of V is NaN. So where V is cleaned, its non-finite values are
+// zeroed before P V and every warp learns which keys held them (clean_values); a row that does
+// see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The first
+// pass cleans at most the partial tiles of a mask. In the Hopper family (producer and overlapped
+// loops), a block or work item whose acc is then not finite anywhere (every row the cleaning would
+// change has such an acc) runs its tiles again, cleaning every tile; the plain loop (mma.sync,
+// CUDA cores) has no such pass yet. A NaN or +inf score a row sees makes its sum l NaN, and so
+// its output and lse (the epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
 // Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)
