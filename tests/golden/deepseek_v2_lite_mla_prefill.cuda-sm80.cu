@@ -473,11 +473,12 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 // P V a 0 times an inf or NaN value of V is NaN. So where V is cleaned, its non-finite values are
 // zeroed before P V and every warp learns which keys held them (clean_values); a row that does
 // see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The first
-// pass cleans at most the partial tiles of a mask. In the Hopper family (producer and overlapped
-// loops), a block or work item whose acc is then not finite anywhere (every row the cleaning would
-// change has such an acc) runs its tiles again, cleaning every tile; the plain loop (mma.sync,
-// CUDA cores) has no such pass yet. A NaN or +inf score a row sees makes its sum l NaN, and so
-// its output and lse (the epilogue keeps NaN).
+// pass cleans at most the partial tiles of a mask. With persistent blocks, and in the overlapped
+// loop without a producer, a work item or block whose acc is then not finite anywhere (every row
+// the cleaning would change has such an acc) runs its tiles again, cleaning every tile; the plain
+// loop (mma.sync, CUDA cores) and producer kernels without persistent blocks have no such pass
+// yet. A NaN or +inf score a row sees makes its sum l NaN, and so its output and lse (the
+// epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
 // Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)

@@ -543,10 +543,9 @@ def _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, producer=False, per
                             "a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded)"))
         if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits;
             # persistent blocks: one more mbarrier (Q free), four item slots of 4 words, four redo
-            # flags and two more mbarriers (the items' checks); a plain launch: one mbarrier and one
-            # redo flag (its results' check), 4 words
+            # flags and two more mbarriers (the items' checks)
             # (with the tensor copy engine, a third mbarrier per stage after the bits: a cleaned tile's landing)
-            words = 2 * (1 + 2 * stages) + (26 if persistent else 4) + stages * -(-tile_kv // 32)
+            words = 2 * (1 + 2 * stages) + (26 if persistent else 0) + stages * -(-tile_kv // 32)
             if tma:
                 words += 1 + 2 * stages
             entries.append(("sSync", "u32", 1, 1, words,

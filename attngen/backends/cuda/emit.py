@@ -64,7 +64,8 @@ def _variant_context(plan: KernelPlan) -> dict:
         custom=spec.mask.is_custom,
         # V's non-finite values are cleaned (body.j2 says where; read per call: a probe may patch it)
         clean_v=_config.CUDA_CLEAN_VALUES and (masks.hides_loaded_keys(plan.mask) or any(
-            (c.producer or c.overlap) and not c.stored_p for c in (plan.config, plan.config.varlen) if c is not None)),
+            (c.persistent or (c.overlap and not c.producer)) and not c.stored_p
+            for c in (plan.config, plan.config.varlen) if c is not None)),
         hidden_keys=masks.hides_loaded_keys(plan.mask),  # partial tiles are cleaned in the first pass
         paged=spec.kv_cache.is_paged,
         page=spec.kv_cache.page,
