@@ -10,8 +10,9 @@ The reference (attngen/reference.py) lets only keys with p != 0 bring their non-
 the CUDA kernels cleaned V only in partial tiles (hidden keys), so in a full tile 0 * inf made that
 column NaN (found 2026-11-26 in every causal CUDA kernel, both families; the WGSL kernels select
 per FMA where a tile has p = 0 keys and a non-finite V, and agree with the reference). Since then
-the kernels' cleaning passes clean every tile: the kernels below agree; benchmarks/NOTES.md lists
-those that still do not (no second pass, or no mask).
+the kernels' cleaning passes clean every tile, mask none included (2026-11-26, sixth session):
+the kernels below agree except split_kv and two_pass, whose plain loop has no cleaning pass yet
+(docs/language.md, "A key of weight 0 adds nothing").
 `under` puts -6e4 in K at key 0 (q's first component made positive) and inf / NaN in its V: a
 key every row sees whose weight underflows to exactly 0 (docs/language.md, "A key of weight 0
 adds nothing"). Prints, per kernel and plant, the rows that the reference keeps finite and the

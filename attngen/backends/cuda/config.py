@@ -178,8 +178,9 @@ CUDA_CLEAN_VALUES = True
 # The producer of persistent blocks re-inserts an item whose result was not finite and copies its
 # tiles again, cleaning V (mask none too since 2026-11-26): at 24 registers that spilled 14 bytes
 # (d128) and 6 (d256) in the producer's loop; so 32, and the consumers of mask none get 232
-# (FlashAttention-3's 240 before). Measured (probe_persistent.py against --rewrite noclean, H100,
-# one run): d128 / d256 3-5% slower at 32; at 24 level with noclean (benchmarks/NOTES.md).
+# (FlashAttention-3's 240 before). Measured against 24 (probe_persistent.py, H100): level; the
+# cleaning pass's cost was the consumers' code, now two copies of their loop (benchmarks/NOTES.md,
+# 2026-11-26, sixth session).
 CUDA_TMA_CLEANING_REGS = 32
 # Three consumer warpgroups (tile q 192, FlashAttention-3's d64 tiles): 512 threads, 128
 # registers each at the launch; the consumers get what the producer gives up (d64 mask none:
