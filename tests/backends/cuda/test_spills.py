@@ -5,9 +5,9 @@ has; ptxas versions allocate registers differently near the 255 limit, so both a
 (Spills are local memory traffic in the inner loop; the tile defaults and the varlen entry point
 are chosen so that there are none: benchmarks/NOTES.md, issue 10.) Where ptxas reports a spill,
 the SASS (nvdisasm) must show every spill instruction outside every loop: a value stored once
-before the main loop and loaded once after it (the second pass that cleans non-finite values of V
-keeps the loop's setup live across the first pass: section non-finite values of
-templates/cuda/nonfinite.j2) costs a few bytes per block, not per tile."""
+before the main loop and loaded once after it costs a few bytes per block, not per tile (ptxas
+13.0 and 13.5 differ in such spills near 255 registers: benchmarks/NOTES.md, 2026-11-26, sixth
+session)."""
 
 from __future__ import annotations
 
