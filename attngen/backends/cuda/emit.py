@@ -62,10 +62,8 @@ def _variant_context(plan: KernelPlan) -> dict:
         pv_decl=param_list(plan.params, len(plan.entry) + len("_pv(")),
         param_names=", ".join(p.name for p in plan.params),
         custom=spec.mask.is_custom,
-        # V's non-finite values are cleaned (body.j2 says where; read per call: a probe may patch it)
-        clean_v=_config.CUDA_CLEAN_VALUES and (masks.hides_loaded_keys(plan.mask) or any(
-            (c.persistent or (c.overlap and not c.producer)) and not c.stored_p
-            for c in (plan.config, plan.config.varlen) if c is not None)),
+        # (the types' helpers: some namespace cleans; body.j2 gets each namespace's own, _namespace)
+        clean_v=any(cleans_values(c, plan.mask) for c in (plan.config, plan.config.varlen) if c is not None),
         hidden_keys=masks.hides_loaded_keys(plan.mask),  # partial tiles are cleaned in the first pass
         paged=spec.kv_cache.is_paged,
         page=spec.kv_cache.page,
@@ -100,11 +98,24 @@ _PAD_DOC = {
 }
 
 
-def _namespace(name: str, c, doc: str) -> dict:
-    """One tile configuration's context for body.j2 (its shared-memory offsets and strides, and
-    its kernel family's matmul primitives: the _varlen entry of head dims above 256 runs the
-    mma.sync family beside the main entry's wgmma)."""
-    return {"name": name, "c": c, "doc": doc, "offsets": {b.name: b.offset for b in c.buffers},
+def cleans_values(c, mask) -> bool:
+    """Whether the kernel of tile configuration `c` cleans V's non-finite values (section
+    non-finite values, templates/cuda/nonfinite.j2): where the mask hides keys of the tiles a block
+    loads (partial tiles), and wherever the kernel has a cleaning pass for keys of weight 0:
+    persistent blocks and the overlapped loop without a producer. The plain loop (mma.sync and
+    CUDA-core families), producer kernels without persistent blocks and P through memory have
+    none yet (docs/language.md, "A key of weight 0 adds nothing"). Read per call: a probe may
+    patch CUDA_CLEAN_VALUES."""
+    return (_config.CUDA_CLEAN_VALUES and not c.stored_p
+            and (masks.hides_loaded_keys(mask) or c.persistent or (c.overlap and not c.producer)))
+
+
+def _namespace(name: str, c, doc: str, mask) -> dict:
+    """One tile configuration's context for body.j2 (its shared-memory offsets and strides, its
+    kernel family's matmul primitives: the _varlen entry of head dims above 256 runs the
+    mma.sync family beside the main entry's wgmma, and whether it cleans V's values)."""
+    return {"name": name, "c": c, "doc": doc, "clean_v": cleans_values(c, mask),
+            "offsets": {b.name: b.offset for b in c.buffers},
             "strides": {b.name[1:].lower(): b.cols for b in c.buffers},
             "math_template": f"cuda/math_{c.math}.j2", "pad": {"wgmma": 64, "mma": 16}.get(c.math, 8),
             "pad_doc": _PAD_DOC[c.math]}
@@ -115,12 +126,12 @@ def render_source(plan: KernelPlan) -> str:
     c = plan.config
     types_template, mma_type = _TYPES[plan.dtype]
     main = _namespace("padded", c, "launches without cu_seqlens_q, kv_lens or an append (the main "
-                                   "entry point)")
+                                   "entry point)", plan.mask)
     offsets, strides = main["offsets"], main["strides"]
     namespaces = [main]
     if c.varlen is not None:
         namespaces.append(_namespace("varlen", c.varlen, f"launches with cu_seqlens_q, kv_lens or an append "
-                                                         f"(entry point {plan.entry}_varlen)"))
+                                                         f"(entry point {plan.entry}_varlen)", plan.mask))
     layout = layout_lines(plan, "Shared memory")
     if c.chunked:
         layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")
