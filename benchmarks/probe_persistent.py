@@ -38,11 +38,11 @@ REWRITES = {
 }
 
 
-def compile_with(spec, pairs, clean=True, strict=True):
+def compile_with(spec, pairs, clean=True, strict=True, profile=None):
     """attngen.compile of `spec` with each (old, new) of `pairs` replaced in its generated source
     (a timing probe: NVRTC is patched meanwhile; a pair whose text is missing stops the probe, or
     with strict=False is reported and skipped); clean=False also drops the cleaning of hidden
-    keys' values. The probes' shared helper
+    keys' values; profile: a profile name (None: the default). The probes' shared helper
     (probe_custom.py, probe_cuda_clean.py); give the spec a name of its own (its cache entry)."""
     compile_cubin, clean_values = nvrtc.compile_cubin, cuda_config.CUDA_CLEAN_VALUES
 
@@ -58,7 +58,7 @@ def compile_with(spec, pairs, clean=True, strict=True):
     if not clean:
         cuda_config.CUDA_CLEAN_VALUES = False
     try:
-        return attngen.compile(spec, target="cuda")
+        return attngen.compile(spec, target="cuda", profile=profile)
     finally:
         nvrtc.compile_cubin, cuda_config.CUDA_CLEAN_VALUES = compile_cubin, clean_values
 

@@ -11,6 +11,7 @@ median of triton do_bench) beside SDPA flash in the same process.
 from __future__ import annotations
 
 import argparse
+import hashlib
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +38,10 @@ def main():
             q, k, v = (torch.randn((B, L, H, d), device="cuda", dtype=torch.float16) for _ in range(3))
             for mask in ("none", "causal"):
                 flops = 4.0 * B * H * L * L * d / (2 if mask == "causal" else 1)
-                text = f"attention p {{\n head_dim {d}\n heads q={H} kv={H}\n dtype f16\n mask {mask}\n}}"
+                # the spec's name carries the patch: the plan, not the source, keys the disk cache,
+                # so a patched run would otherwise be served the unpatched cubin
+                name = "p_" + hashlib.sha1(args.patch.encode()).hexdigest()[:8]
+                text = f"attention {name} {{\n head_dim {d}\n heads q={H} kv={H}\n dtype f16\n mask {mask}\n}}"
                 kern = attngen.compile(attngen.parse(text)[0], target="cuda", profile="cuda-sm80")
                 ms = do_bench(kern.prepared(q, k, v), warmup=25, rep=100, return_mode="median")
                 qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))

@@ -600,13 +600,14 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 // sees whose score is -inf or so far below the row's maximum that exp2 underflows to 0. But in
 // P V a 0 times an inf or NaN value of V is NaN. So where V is cleaned, its non-finite values are
 // zeroed before P V and every warp learns which keys held them (clean_values); a row that does
-// see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The first
-// pass cleans at most the partial tiles of a mask. With persistent blocks, and in the overlapped
-// loop without a producer, a work item or block whose acc is then not finite anywhere (every row
-// the cleaning would change has such an acc) runs its tiles again, cleaning every tile; the plain
-// loop (mma.sync, CUDA cores) and producer kernels without persistent blocks have no such pass
-// yet. A NaN or +inf score a row sees makes its sum l NaN, and so its output and lse (the
-// epilogue keeps NaN).
+// see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The plain
+// loop (mma.sync, CUDA cores) cleans, in its one pass, every tile where some row gives a key a
+// weight of 0 (zero_weight). The Hopper families' first pass cleans at most the partial tiles of
+// a mask: with persistent blocks, and in the overlapped loop without a producer, a work item or
+// block whose acc is then not finite anywhere (every row the cleaning would change has such an
+// acc) runs its tiles again, cleaning every tile; producer kernels without persistent blocks have
+// no such pass yet. A NaN or +inf score a row sees makes its sum l NaN, and so its output and lse
+// (the epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
 // Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)
@@ -702,6 +703,22 @@ __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p
             if (seen) row_bad |= 1u << (2 * mf + h);
         }
     }
+}
+
+// Whether one of this lane's real rows (bit 2 mf + h of `rows`) gives one of its keys of the tile
+// a weight p of exactly 0 (masked, or an exp2 that underflowed). Where no row does, no 0 * inf can
+// arise in P V, and V need not be scanned: the plain loop cleans only such tiles (its warps vote).
+__device__ __forceinline__ bool zero_weight(const float (&p)[kFrags][kNTilesKV][4], unsigned rows) {
+    bool zero = false;
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int n = 0; n < kNTilesKV; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) zero |= ((rows >> (2 * mf + e / 2)) & 1u) && p[mf][n][e] == 0.f;
+        }
+    }
+    return zero;
 }
 
 // ---- section: score transform --------------------------------------------------------------
@@ -868,6 +885,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
     int qi[kFrags][2];
     long long ws_row[kFrags][2];
+    unsigned rows_real = 0u;  // bit 2 mf + h: this lane's row (mf, h) is one of the block's rows (not padding)
     #pragma unroll
     for (int mf = 0; mf < kFrags; ++mf) {
         #pragma unroll
@@ -875,6 +893,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const int p = row_a + 16 * mf + 8 * h;
             qi[mf][h] = query_of(p);
             ws_row[mf][h] = p < row_end ? ((long long)batch * heads_q + head_of(p)) * len_q + qi[mf][h] : -1;
+            if (p < row_end) rows_real |= 1u << (2 * mf + h);
         }
     }
 
@@ -994,10 +1013,13 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
 
         // -- O += P V, kStepsV chunks of the block's output columns
+        // V's chunks are cleaned where a row gives a key of the tile weight 0 (section non-finite
+        // values; the same in every warp)
+        const bool zero_tile = __syncthreads_or(zero_weight(s, rows_real));
         #pragma unroll
         for (int ch = 0; ch < kStepsV; ++ch) {
             const int slot = next_step();
-            if (partial) {  // keys not every row sees: see section non-finite values
+            if (zero_tile) {  // see section non-finite values
                 unsigned bad[kKeyWords];
                 clean_values<kChunk, kStrideKV>(sKV + slot * kBlockKV * kStrideKV, bad, lane);
                 mark_bad_rows(row_bad, s, bad, t);

@@ -482,13 +482,14 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 // sees whose score is -inf or so far below the row's maximum that exp2 underflows to 0. But in
 // P V a 0 times an inf or NaN value of V is NaN. So where V is cleaned, its non-finite values are
 // zeroed before P V and every warp learns which keys held them (clean_values); a row that does
-// see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The first
-// pass cleans at most the partial tiles of a mask. With persistent blocks, and in the overlapped
-// loop without a producer, a work item or block whose acc is then not finite anywhere (every row
-// the cleaning would change has such an acc) runs its tiles again, cleaning every tile; the plain
-// loop (mma.sync, CUDA cores) and producer kernels without persistent blocks have no such pass
-// yet. A NaN or +inf score a row sees makes its sum l NaN, and so its output and lse (the
-// epilogue keeps NaN).
+// see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The plain
+// loop (mma.sync, CUDA cores) cleans, in its one pass, every tile where some row gives a key a
+// weight of 0 (zero_weight). The Hopper families' first pass cleans at most the partial tiles of
+// a mask: with persistent blocks, and in the overlapped loop without a producer, a work item or
+// block whose acc is then not finite anywhere (every row the cleaning would change has such an
+// acc) runs its tiles again, cleaning every tile; producer kernels without persistent blocks have
+// no such pass yet. A NaN or +inf score a row sees makes its sum l NaN, and so its output and lse
+// (the epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
 // Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)
@@ -584,6 +585,22 @@ __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p
             if (seen) row_bad |= 1u << (2 * mf + h);
         }
     }
+}
+
+// Whether one of this lane's real rows (bit 2 mf + h of `rows`) gives one of its keys of the tile
+// a weight p of exactly 0 (masked, or an exp2 that underflowed). Where no row does, no 0 * inf can
+// arise in P V, and V need not be scanned: the plain loop cleans only such tiles (its warps vote).
+__device__ __forceinline__ bool zero_weight(const float (&p)[kFrags][kNTilesKV][4], unsigned rows) {
+    bool zero = false;
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int n = 0; n < kNTilesKV; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) zero |= ((rows >> (2 * mf + e / 2)) & 1u) && p[mf][n][e] == 0.f;
+        }
+    }
+    return zero;
 }
 
 // ---- section: score transform --------------------------------------------------------------
@@ -718,12 +735,14 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     auto kv_tile = [&](int it) { return tile_first + it; };
     // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
     int qi[kFrags][2];
+    unsigned rows_real = 0u;  // bit 2 mf + h: this lane's row (mf, h) is one of the block's rows (not padding)
     #pragma unroll
     for (int mf = 0; mf < kFrags; ++mf) {
         #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int p = row_a + 16 * mf + 8 * h;
             qi[mf][h] = query_of(p);
+            if (p < row_end) rows_real |= 1u << (2 * mf + h);
         }
     }
 
@@ -762,10 +781,6 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const int j0 = kv_tile(it) * kBlockKV;
 
         const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-        // -- clean V of a partial tile (section non-finite values), before the scores are live:
-        // fewer registers at once than after the softmax, where only the keys' mask is kept.
-        unsigned bad[kKeyWords];
-        if (partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
 
         // -- S = Q K^T
         float s[kFrags][kNTilesKV][4];
@@ -819,8 +834,16 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
 
         // -- O += P V
-        // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
-        if (partial) mark_bad_rows(row_bad, s, bad, t);
+        // The block cleans V where a row gives a key of the tile weight 0 (only there can 0 * inf
+        // arise in P V; the condition is the same in every warp), and marks the rows that see
+        // (p != 0) a key whose V held a non-finite value (section non-finite values).
+        {
+            unsigned bad[kKeyWords];
+            if (__syncthreads_or(zero_weight(s, rows_real))) {
+                clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+                mark_bad_rows(row_bad, s, bad, t);
+            }
+        }
         WarpMath::PTile p;
         math.pack_p(s, p);
         math.pv(acc, p, sV + stage * kBlockKV * kStrideV);

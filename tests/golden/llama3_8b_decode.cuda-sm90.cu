@@ -651,13 +651,14 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 // sees whose score is -inf or so far below the row's maximum that exp2 underflows to 0. But in
 // P V a 0 times an inf or NaN value of V is NaN. So where V is cleaned, its non-finite values are
 // zeroed before P V and every warp learns which keys held them (clean_values); a row that does
-// see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The first
-// pass cleans at most the partial tiles of a mask. With persistent blocks, and in the overlapped
-// loop without a producer, a work item or block whose acc is then not finite anywhere (every row
-// the cleaning would change has such an acc) runs its tiles again, cleaning every tile; the plain
-// loop (mma.sync, CUDA cores) and producer kernels without persistent blocks have no such pass
-// yet. A NaN or +inf score a row sees makes its sum l NaN, and so its output and lse (the
-// epilogue keeps NaN).
+// see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The plain
+// loop (mma.sync, CUDA cores) cleans, in its one pass, every tile where some row gives a key a
+// weight of 0 (zero_weight). The Hopper families' first pass cleans at most the partial tiles of
+// a mask: with persistent blocks, and in the overlapped loop without a producer, a work item or
+// block whose acc is then not finite anywhere (every row the cleaning would change has such an
+// acc) runs its tiles again, cleaning every tile; producer kernels without persistent blocks have
+// no such pass yet. A NaN or +inf score a row sees makes its sum l NaN, and so its output and lse
+// (the epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
 // Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)
@@ -755,19 +756,56 @@ __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p
     }
 }
 
-// Warps over keys: the bits of `bad` from key j0 of the tile on (j0: a warp's first key), so that
-// bit j of `out` is the warp's key j. The words are picked by unrolled compares, not indexed at
-// run time (which would put the array in local memory).
-constexpr int kWarpKeyWords = (kWarpKV + 31) / 32;
-__device__ __forceinline__ void shift_bad(unsigned (&out)[kWarpKeyWords], const unsigned (&bad)[kKeyWords], int j0) {
-    auto word = [&](int k) {
-        unsigned x = 0u;
-        #pragma unroll
-        for (int w = 0; w < kKeyWords; ++w) x = w == k ? bad[w] : x;
-        return x;
-    };
+// Whether one of this lane's real rows (bit 2 mf + h of `rows`) gives one of its keys of the tile
+// a weight p of exactly 0 (masked, or an exp2 that underflowed). Where no row does, no 0 * inf can
+// arise in P V, and V need not be scanned: the plain loop cleans only such tiles (its warps vote).
+__device__ __forceinline__ bool zero_weight(const float (&p)[kFrags][kNTilesKV][4], unsigned rows) {
+    bool zero = false;
     #pragma unroll
-    for (int i = 0; i < kWarpKeyWords; ++i) out[i] = __funnelshift_r(word(i + j0 / 32), word(i + j0 / 32 + 1), j0 % 32);
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int n = 0; n < kNTilesKV; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) zero |= ((rows >> (2 * mf + e / 2)) & 1u) && p[mf][n][e] == 0.f;
+        }
+    }
+    return zero;
+}
+
+// Warps over keys: warp w's P V reads only the rows of its own kWarpKV keys of a tile (`rows`: the
+// first), so it cleans them itself, with no block barrier: lane l scans rows l, l + 32, .. and
+// zeroes their non-finite values (a lane writes only rows it alone reads), and the warp learns
+// which of its keys held them (`bad`: bit j of word w = its key 32 w + j). A lane reads its row's
+// 16-byte words from word `lane` on, so that the lanes of one read hit different banks (the rows
+// may be 256 bytes apart). The common case, nothing to zero, writes nothing.
+constexpr int kWarpKeyWords = (kWarpKV + 31) / 32;
+template <int kCols, int kStride>
+__device__ __forceinline__ void clean_values_warp(elem_t* rows, unsigned (&bad)[kWarpKeyWords], int lane) {
+    constexpr int kWordsPerRow = kCols * static_cast<int>(sizeof(elem_t)) / 16;  // uint4 per row
+    static_assert(kCols * sizeof(elem_t) % 16 == 0, "rows of whole 16-byte words");
+    #pragma unroll
+    for (int w = 0; w < kWarpKeyWords; ++w) {
+        const int r = w * 32 + lane;
+        bool found = false;
+        if (r < kWarpKV) {
+            #pragma unroll 4
+            for (int i = 0; i < kWordsPerRow; ++i) {
+                uint4* p = reinterpret_cast<uint4*>(rows + r * kStride) + (i + lane) % kWordsPerRow;
+                uint4 x = *p;
+                bool here = false;
+                x.x = clear_nonfinite(x.x, here);
+                x.y = clear_nonfinite(x.y, here);
+                x.z = clear_nonfinite(x.z, here);
+                x.w = clear_nonfinite(x.w, here);
+                if (here) {
+                    *p = x;
+                    found = true;
+                }
+            }
+        }
+        bad[w] = __ballot_sync(0xffffffffu, found);
+    }
+    __syncwarp();  // the zeros are written before any lane's P V reads the rows
 }
 
 // ---- section: score transform --------------------------------------------------------------
@@ -943,6 +981,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
     int qi[kFrags][2];
     long long ws_row[kFrags][2];
+    unsigned rows_real = 0u;  // bit 2 mf + h: this lane's row (mf, h) is one of the block's rows (not padding)
     #pragma unroll
     for (int mf = 0; mf < kFrags; ++mf) {
         #pragma unroll
@@ -950,6 +989,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const int p = row_a + 16 * mf + 8 * h;
             qi[mf][h] = query_of(p);
             ws_row[mf][h] = p < row_end ? ((long long)batch * heads_q + head_of(p)) * len_q + qi[mf][h] : -1;
+            if (p < row_end) rows_real |= 1u << (2 * mf + h);
         }
     }
 
@@ -1003,13 +1043,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const int tile_j0 = kv_tile(it) * kBlockKV;
         const int j0 = tile_j0 + key_warp * kWarpKV;  // this warp's keys of the tile
 
-        // partial: this warp's keys need the mask; tile_partial: some warp's do (the block cleans V)
-        const bool tile_partial = !mask.tile_is_full(qrow0, qrow_end, tile_j0, tile_j0 + kBlockKV);
-        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kWarpKV);
-        // -- clean V of a partial tile (section non-finite values), before the scores are live:
-        // fewer registers at once than after the softmax, where only the keys' mask is kept.
-        unsigned bad[kKeyWords];
-        if (tile_partial) clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kWarpKV);  // this warp's keys need the mask
 
         // -- S = Q K^T
         float s[kFrags][kNTilesKV][4];
@@ -1063,11 +1097,15 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
 
         // -- O += P V
-        // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
-        if (tile_partial) {
-            unsigned mine[kWarpKeyWords];  // the bits of this warp's keys
-            shift_bad(mine, bad, key_warp * kWarpKV);
-            mark_bad_rows(row_bad, s, mine, t);
+        // Each key warp cleans the V rows of its own keys, the only ones its P V reads (no block
+        // barrier), where a row of the block gives one of them weight 0: only there can 0 * inf arise,
+        // and marks the rows that see (p != 0) a key whose V held a non-finite value.
+        {
+            unsigned bad[kWarpKeyWords];  // bit j: the warp's key j
+            if (__any_sync(0xffffffffu, zero_weight(s, rows_real))) {
+                clean_values_warp<kHeadDimVPad, kStrideV>(sV + (stage * kBlockKV + key_warp * kWarpKV) * kStrideV, bad, lane);
+                mark_bad_rows(row_bad, s, bad, t);
+            }
         }
         WarpMath::PTile p;
         math.pack_p(s, p);

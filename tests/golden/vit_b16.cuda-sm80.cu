@@ -79,6 +79,13 @@ __device__ __forceinline__ void store_pair(elem_t* p, float a, float b) {
     *reinterpret_cast<float2*>(p) = make_float2(a, b);
 }
 
+// The 32-bit word w (one f32) zeroed if it is inf or NaN; `found` set if it was.
+__device__ __forceinline__ unsigned clear_nonfinite(unsigned w, bool& found) {
+    const bool bad = (w & 0x7f800000u) == 0x7f800000u;
+    found |= bad;
+    return bad ? 0u : w;
+}
+
 __device__ __forceinline__ float neg_inf() { return __int_as_float(0xff800000); }
 __device__ __forceinline__ float quiet_nan() { return __int_as_float(0x7fc00000); }  // an undefined result
 
@@ -435,6 +442,133 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
     }
 }
 
+// ---- section: non-finite values -----------------------------------------------------------
+// A key of weight 0 for a row contributes nothing to that row, whatever its values: a key the row
+// does not see (masked scores are selected to -inf, never added to or multiplied), and a key it
+// sees whose score is -inf or so far below the row's maximum that exp2 underflows to 0. But in
+// P V a 0 times an inf or NaN value of V is NaN. So where V is cleaned, its non-finite values are
+// zeroed before P V and every warp learns which keys held them (clean_values); a row that does
+// see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The plain
+// loop (mma.sync, CUDA cores) cleans, in its one pass, every tile where some row gives a key a
+// weight of 0 (zero_weight). The Hopper families' first pass cleans at most the partial tiles of
+// a mask: with persistent blocks, and in the overlapped loop without a producer, a work item or
+// block whose acc is then not finite anywhere (every row the cleaning would change has such an
+// acc) runs its tiles again, cleaning every tile; producer kernels without persistent blocks have
+// no such pass yet. A NaN or +inf score a row sees makes its sum l NaN, and so its output and lse
+// (the epilogue keeps NaN).
+constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
+
+// Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)
+// whose values hold an inf or NaN (`bad`: one bit per key, the same in every warp), then zero
+// those values. First the block reads the tile once, each thread its share, and learns whether
+// any value is non-finite (__syncthreads_or): almost never, and then that is all. Otherwise every
+// warp scans the tile as the copies left it: the zeros are written only after a barrier, once
+// every warp has scanned (a warp that read a row another warp had already zeroed would not
+// learn of its key). Every barrier here is uniform (its condition is the same in every warp).
+// All threads of the block call it.
+template <int kCols, int kStride>
+__device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyWords], int lane) {
+    constexpr int kWordsPerRow = kCols * static_cast<int>(sizeof(elem_t)) / 16;  // uint4 per row
+    static_assert(kCols * sizeof(elem_t) % 16 == 0, "rows of whole 16-byte words");
+    auto word = [&](int r, int c) { return reinterpret_cast<uint4*>(tile + r * kStride) + c; };
+    // -- the block's one pass (each 16-byte word read by one thread): measured on the H100, the
+    // scan by every warp below cost causal rows 6-40% when it ran on every partial tile
+    bool seen = false;
+    for (int i = threadIdx.x; i < kBlockKV * kWordsPerRow; i += blockDim.x) {
+        uint4 x = *word(i / kWordsPerRow, i % kWordsPerRow);
+        clear_nonfinite(x.x, seen);
+        clear_nonfinite(x.y, seen);
+        clear_nonfinite(x.z, seen);
+        clear_nonfinite(x.w, seen);
+    }
+    if (!__syncthreads_or(seen)) {  // the common case: no barrier more, nothing to zero
+        #pragma unroll
+        for (int w = 0; w < kKeyWords; ++w) bad[w] = 0u;
+        return;
+    }
+    unsigned any = 0u;
+    #pragma unroll
+    for (int w = 0; w < kKeyWords; ++w) {  // read only
+        const int r = w * 32 + lane;
+        bool found = false;
+        if (r < kBlockKV) {
+            #pragma unroll 4
+            for (int c = 0; c < kWordsPerRow; ++c) {
+                uint4 x = *word(r, c);
+                clear_nonfinite(x.x, found);
+                clear_nonfinite(x.y, found);
+                clear_nonfinite(x.z, found);
+                clear_nonfinite(x.w, found);
+            }
+        }
+        bad[w] = __ballot_sync(0xffffffffu, found);
+        any |= bad[w];
+    }
+    if (any == 0u) return;  // the common case: nothing to zero, no barrier
+    __syncthreads();        // every warp has scanned the tile as it was
+    // Each 16-byte word of a bad key is zeroed by one thread of the block (no two threads write
+    // the same word, and no thread reads a word another is writing).
+    #pragma unroll
+    for (int w = 0; w < kKeyWords; ++w) {
+        for (int i = threadIdx.x; i < 32 * kWordsPerRow; i += blockDim.x) {
+            const int r = w * 32 + i / kWordsPerRow;
+            if (r < kBlockKV && ((bad[w] >> (i / kWordsPerRow)) & 1u)) {
+                uint4* p = word(r, i % kWordsPerRow);
+                uint4 x = *p;
+                bool here = false;
+                x.x = clear_nonfinite(x.x, here);
+                x.y = clear_nonfinite(x.y, here);
+                x.z = clear_nonfinite(x.z, here);
+                x.w = clear_nonfinite(x.w, here);
+                if (here) *p = x;
+            }
+        }
+    }
+    __syncthreads();  // every warp's P V reads the tile after all the zeros are written
+}
+
+// Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad. The lane's key
+// of column n, e is bit 8 (n % 4) + e % 2 of word n / 4 once the words are shifted by 2t: constant
+// shifts in the unrolled loop, one flag per row (a run-time shift per score held 30 more registers).
+template <int kWords>
+__device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p)[kFrags][kNTilesKV][4],
+                                              const unsigned (&bad)[kWords], int t) {
+    unsigned lane_bad[kWords];
+    #pragma unroll
+    for (int w = 0; w < kWords; ++w) lane_bad[w] = bad[w] >> (2 * t);
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            bool seen = false;
+            #pragma unroll
+            for (int n = 0; n < kNTilesKV; ++n) {
+                #pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                    seen |= ((lane_bad[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u) && p[mf][n][e] != 0.f;
+                }
+            }
+            if (seen) row_bad |= 1u << (2 * mf + h);
+        }
+    }
+}
+
+// Whether one of this lane's real rows (bit 2 mf + h of `rows`) gives one of its keys of the tile
+// a weight p of exactly 0 (masked, or an exp2 that underflowed). Where no row does, no 0 * inf can
+// arise in P V, and V need not be scanned: the plain loop cleans only such tiles (its warps vote).
+__device__ __forceinline__ bool zero_weight(const float (&p)[kFrags][kNTilesKV][4], unsigned rows) {
+    bool zero = false;
+    #pragma unroll
+    for (int mf = 0; mf < kFrags; ++mf) {
+        #pragma unroll
+        for (int n = 0; n < kNTilesKV; ++n) {
+            #pragma unroll
+            for (int e = 0; e < 4; ++e) zero |= ((rows >> (2 * mf + e / 2)) & 1u) && p[mf][n][e] == 0.f;
+        }
+    }
+    return zero;
+}
+
 // ---- section: score transform --------------------------------------------------------------
 // Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
 __device__ __forceinline__ float score_transform(float s) {
@@ -567,18 +701,21 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     auto kv_tile = [&](int it) { return tile_first + it; };
     // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
     int qi[kFrags][2];
+    unsigned rows_real = 0u;  // bit 2 mf + h: this lane's row (mf, h) is one of the block's rows (not padding)
     #pragma unroll
     for (int mf = 0; mf < kFrags; ++mf) {
         #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int p = row_a + 16 * mf + 8 * h;
             qi[mf][h] = query_of(p);
+            if (p < row_end) rows_real |= 1u << (2 * mf + h);
         }
     }
 
     float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
     float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
     float acc[kFrags][kNTilesV][4];  // unnormalised output
+    unsigned row_bad = 0u;          // bit 2 mf + h: the row saw a non-finite value of V (section non-finite values)
     #pragma unroll
     for (int mf = 0; mf < kFrags; ++mf) {
         m_i[mf][0] = m_i[mf][1] = neg_inf();
@@ -663,6 +800,16 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         }
 
         // -- O += P V
+        // The block cleans V where a row gives a key of the tile weight 0 (only there can 0 * inf
+        // arise in P V; the condition is the same in every warp), and marks the rows that see
+        // (p != 0) a key whose V held a non-finite value (section non-finite values).
+        {
+            unsigned bad[kKeyWords];
+            if (__syncthreads_or(zero_weight(s, rows_real))) {
+                clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+                mark_bad_rows(row_bad, s, bad, t);
+            }
+        }
         WarpMath::PTile p;
         math.pack_p(s, p);
         math.pv(acc, p, sV + stage * kBlockKV * kStrideV);
@@ -677,6 +824,10 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             float l = l_i[mf][h];
             l += __shfl_xor_sync(0xffffffffu, l, 1);
             l += __shfl_xor_sync(0xffffffffu, l, 2);
+            unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
+            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
+            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
+            if (bad_row) l = quiet_nan();
             // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
             // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
             const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);

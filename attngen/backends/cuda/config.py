@@ -175,6 +175,16 @@ CUDA_TMA_KV_ONLY_REGS = {"none": 24, "causal": 40, "window": 40, "custom": 56}  
 # drops all of it (wrong for such inputs: benchmarks/probe_persistent.py --rewrite noclean times
 # what it costs).
 CUDA_CLEAN_VALUES = True
+# The plain loop (mma.sync, CUDA cores: cuda-sm80, split_kv, two_pass, head dims in chunks, the
+# _varlen entry of head dims above 256) has no second pass: every form of one spilled (benchmarks/
+# NOTES.md, 2026-11-26, sixth session). It cleans V in its one pass instead, after the softmax,
+# in every tile where some real row gives a key a weight of exactly 0 (only there can 0 * inf
+# arise in P V): warps over keys each decide and scan their own keys' rows, other kernels decide
+# as a block. Measured (benchmarks/probe_plain_clean.py, H100): split_kv decode level, two_pass
+# +3%, cuda-sm80 d128 prefill +2-5%, f32 d64 0-2%. False: partial tiles only (a key of weight 0
+# in a full tile then gives NaN with inf or NaN in its V); a probe's switch, read at emit time
+# (give such a kernel a spec name of its own: the plan, not the source, keys the disk cache).
+CUDA_CLEAN_EVERY_TILE = True
 # The producer of persistent blocks re-inserts an item whose result was not finite and copies its
 # tiles again, cleaning V (mask none too since 2026-11-26): at 24 registers that spilled 14 bytes
 # (d128) and 6 (d256) in the producer's loop; so 32, and the consumers of mask none get 232

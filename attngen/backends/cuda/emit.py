@@ -64,6 +64,7 @@ def _variant_context(plan: KernelPlan) -> dict:
         custom=spec.mask.is_custom,
         # (the types' helpers: some namespace cleans; body.j2 gets each namespace's own, _namespace)
         clean_v=any(cleans_values(c, plan.mask) for c in (plan.config, plan.config.varlen) if c is not None),
+        clean_all=cleans_every_tile(plan.config),  # (body.j2 without namespaces: the one configuration's)
         hidden_keys=masks.hides_loaded_keys(plan.mask),  # partial tiles are cleaned in the first pass
         paged=spec.kv_cache.is_paged,
         page=spec.kv_cache.page,
@@ -98,23 +99,32 @@ _PAD_DOC = {
 }
 
 
+def cleans_every_tile(c) -> bool:
+    """Whether the kernel of tile configuration `c` cleans V in every tile of its one pass: the
+    plain loop (mma.sync and CUDA-core families, no producer, no overlapped loop), which has no
+    second pass (CUDA_CLEAN_EVERY_TILE)."""
+    return (_config.CUDA_CLEAN_VALUES and _config.CUDA_CLEAN_EVERY_TILE and not c.stored_p
+            and not c.overlap and not c.producer)
+
+
 def cleans_values(c, mask) -> bool:
     """Whether the kernel of tile configuration `c` cleans V's non-finite values (section
     non-finite values, templates/cuda/nonfinite.j2): where the mask hides keys of the tiles a block
-    loads (partial tiles), and wherever the kernel has a cleaning pass for keys of weight 0:
-    persistent blocks and the overlapped loop without a producer. The plain loop (mma.sync and
-    CUDA-core families), producer kernels without persistent blocks and P through memory have
-    none yet (docs/language.md, "A key of weight 0 adds nothing"). Read per call: a probe may
-    patch CUDA_CLEAN_VALUES."""
+    loads (partial tiles), and wherever the kernel takes care of keys of weight 0: persistent
+    blocks and the overlapped loop without a producer (a cleaning pass), the plain loop (every
+    tile, cleans_every_tile). Producer kernels without persistent blocks and P through memory do
+    not yet (docs/language.md, "A key of weight 0 adds nothing"). Read per call: a probe may patch
+    CUDA_CLEAN_VALUES and CUDA_CLEAN_EVERY_TILE."""
     return (_config.CUDA_CLEAN_VALUES and not c.stored_p
-            and (masks.hides_loaded_keys(mask) or c.persistent or (c.overlap and not c.producer)))
+            and (masks.hides_loaded_keys(mask) or c.persistent or (c.overlap and not c.producer)
+                 or cleans_every_tile(c)))
 
 
 def _namespace(name: str, c, doc: str, mask) -> dict:
     """One tile configuration's context for body.j2 (its shared-memory offsets and strides, its
     kernel family's matmul primitives: the _varlen entry of head dims above 256 runs the
     mma.sync family beside the main entry's wgmma, and whether it cleans V's values)."""
-    return {"name": name, "c": c, "doc": doc, "clean_v": cleans_values(c, mask),
+    return {"name": name, "c": c, "doc": doc, "clean_v": cleans_values(c, mask), "clean_all": cleans_every_tile(c),
             "offsets": {b.name: b.offset for b in c.buffers},
             "strides": {b.name[1:].lower(): b.cols for b in c.buffers},
             "math_template": f"cuda/math_{c.math}.j2", "pad": {"wgmma": 64, "mma": 16}.get(c.math, 8),
