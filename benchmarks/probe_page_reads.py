@@ -45,13 +45,18 @@ extern "C" __global__ void __launch_bounds__(128) stream(
     // bytes per stage (K or V): rows x heads x 256
     const int row_bytes = heads * 256;
     const int stage_bytes = rows * row_bytes;
+    // the block's block-table entries, read once into shared memory (after the stages): the
+    // copies' addresses then cost no global load each (attngen's kernel reads them a tile ahead)
+    int* pages = reinterpret_cast<int*>(smem + stages * 2 * stage_bytes);
+    for (int i = tid; i < share / page; i += 128) pages[i] = table[batch * pages_per_seq + t0 / page + i];
+    __syncthreads();
     auto issue = [&](int tile) {
         char* dst = smem + (tile % stages) * 2 * stage_bytes;
         for (int c = tid; c < stage_bytes / 16; c += 128) {
             const int r = c / (row_bytes / 16), col = c % (row_bytes / 16);
-            const int t = t0 + tile * rows + r;
-            const long long pid = table[batch * pages_per_seq + t / page];
-            const long long off = (pid * page + t % page) * 2048LL + head * 256 + col * 16;
+            const int t = tile * rows + r;  // the block's token t (t0 + t in the sequence)
+            const long long pid = pages[t / page];
+            const long long off = (pid * page + (t0 + t) % page) * 2048LL + head * 256 + col * 16;
             unsigned sk = (unsigned)__cvta_generic_to_shared(dst + c * 16);
             unsigned sv = (unsigned)__cvta_generic_to_shared(dst + stage_bytes + c * 16);
             asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" :: "r"(sk), "l"(kc + off));
@@ -114,7 +119,7 @@ def main():
         launches = {}
         for heads, rows, stages, splits in variants:
             blocks = b * splits * (HKV // heads)
-            smem = stages * 2 * rows * heads * 256
+            smem = stages * 2 * rows * heads * 256 + 4 * (n // splits)
             if smem > 227 * 1024:
                 continue
             for name, table in tables.items():

@@ -20,12 +20,19 @@ import decode_grid
 HKV, D, HQ = decode_grid.HKV, decode_grid.D, decode_grid.HQ
 
 
-def kernel(layout: str, extra: str, schedule: str = "split_kv(auto)"):
+def kernel(layout: str, extra: str, schedule: str = "split_kv(auto)", cluster: str = ""):
+    """The decode kernel of `layout`; cluster "X,Y,Z": its entry points get __cluster_dims__(X, Y, Z)
+    (a rewrite of the generated source, for timing: the blocks of a cluster run at once on one GPC)."""
     import attngen
     cache = "" if layout == "contiguous" else f"\n kv_cache paged(page={layout[5:]})"
-    text = (f"attention decode_{layout} {{\n head_dim {D}\n heads q={HQ} kv={HKV}\n dtype f16\n"
+    name = f"decode_{layout}" + (f"_c{cluster.replace(',', '_')}" if cluster else "")
+    text = (f"attention {name} {{\n head_dim {D}\n heads q={HQ} kv={HKV}\n dtype f16\n"
             f" schedule {schedule}{cache}\n {extra}\n}}")
-    return attngen.compile(attngen.parse(text)[0], target="cuda")
+    spec = attngen.parse(text)[0]
+    if not cluster:
+        return attngen.compile(spec, target="cuda")
+    from probe_persistent import compile_with
+    return compile_with(spec, [("__launch_bounds__(kThreads, 1)\n", f"__launch_bounds__(kThreads, 1) __cluster_dims__({cluster})\n")])
 
 
 def placement(how: str, b: int, n: int, page: int, g) -> torch.Tensor:
@@ -60,10 +67,15 @@ def main():
                          "what an allocator gives sequences that grow one token at a time), or `sorted`: shuffled over the "
                          "whole pool, then each sequence's pages in address order")
     ap.add_argument("--schedule", default="split_kv(auto)", help="the specs' schedule, e.g. 'split_kv(4)'")
+    ap.add_argument("--cluster", default="", help="X,Y,Z: time the kernels with __cluster_dims__(X, Y, Z) beside them "
+                    "(grid: splits, KV heads, batch)")
     args = ap.parse_args()
     if args.sequential:
         args.placement = "sequential"
     kernels = {layout: kernel(layout, args.extra, args.schedule) for layout in decode_grid.LAYOUTS}
+    if args.cluster:
+        kernels.update({f"{layout} cluster": kernel(layout, args.extra, args.schedule, args.cluster)
+                        for layout in decode_grid.LAYOUTS})
     b = args.batch
     for lk in (int(x) for x in args.lk.split(",")):
         g = torch.Generator(device="cuda").manual_seed(lk)
@@ -71,19 +83,22 @@ def main():
         k = torch.randn((b, lk, HKV, D), device="cuda", dtype=torch.float16, generator=g)
         v = torch.randn((b, lk, HKV, D), device="cuda", dtype=torch.float16, generator=g)
         lens = torch.full((b,), lk, device="cuda", dtype=torch.int32)
-        launches = {}
+        launches, pools = {}, {}
         for layout, kern in kernels.items():
-            if layout == "contiguous":
+            if layout.startswith("contiguous"):
                 launches[layout] = kern.prepared(q, k, v, kv_lens=lens)
                 continue
-            page = int(layout[5:])
+            page = int(layout.split()[0][5:])
             n = lk // page
-            perm = placement(args.placement, b, n, page, g).to(torch.int32)
-            kp = torch.empty((b * n, page, HKV, D), device="cuda", dtype=torch.float16)
-            vp = torch.empty_like(kp)
-            kp[perm.long()] = k.reshape(b * n, page, HKV, D)
-            vp[perm.long()] = v.reshape(b * n, page, HKV, D)
-            launches[layout] = kern.prepared(q, kp, vp, kv_lens=lens, block_table=perm.reshape(b, n))
+            if page not in pools:  # one pool per page size: the cluster variant reads the same pages
+                perm = placement(args.placement, b, n, page, g).to(torch.int32)
+                kp = torch.empty((b * n, page, HKV, D), device="cuda", dtype=torch.float16)
+                vp = torch.empty_like(kp)
+                kp[perm.long()] = k.reshape(b * n, page, HKV, D)
+                vp[perm.long()] = v.reshape(b * n, page, HKV, D)
+                pools[page] = (kp, vp, perm.reshape(b, n))
+            kp, vp, table = pools[page]
+            launches[layout] = kern.prepared(q, kp, vp, kv_lens=lens, block_table=table)
         times = {layout: [] for layout in launches}
         for _ in range(args.runs):
             for layout, f in launches.items():
