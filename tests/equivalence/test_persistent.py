@@ -35,7 +35,8 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 128\n dtype f16\n mask causal(bottom_right)", True),
     ("head_dim 128\n dtype f16\n mask window(left=100)", True),
     ("head_dim 64\n dtype f16\n target cuda { producer=on }", True),
-    ("head_dim 96\n dtype f16", False),                                  # producer, but rows 10 apart: spills
+    ("head_dim 96\n dtype f16", True),                                   # tiles by the tensor copy engine
+    ("head_dim 96\n dtype f16\n target cuda { tma=off }", False),          # cp.async rows 10 apart: spills
     ("head_dim 256\n dtype f16\n target cuda { producer=on }", True),    # all copies by the tensor copy engine
     ("head_dim 256\n dtype f16\n target cuda { producer=on tma=off }", False),  # cp.async rows: spills
     ("head_dim 96\n dtype f16\n target cuda { persistent=on }", True),   # asked for: built
