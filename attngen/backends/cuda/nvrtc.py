@@ -7,9 +7,14 @@ library); where only CuPy is installed, CuPy's own NVRTC binding is used instead
 
 from __future__ import annotations
 
+import itertools
+import os
+import time
+
 from ...errors import CompileError
 
 OPTIONS = ("--std=c++17",)
+_REPORTS = itertools.count()  # (compile_cubin: an entry point of its own per reported compile)
 
 
 def _cuda_bindings():
@@ -41,8 +46,15 @@ def version() -> tuple[int, int]:
 
 def compile_cubin(source: str, arch: str, name: str = "attngen.cu", report: bool = False) -> tuple[bytes, str]:
     """Compile to a cubin for `arch` (e.g. "sm_90"); returns (cubin, compiler log). With
-    `report`, the log holds ptxas's resource report (registers, spills) of every entry point."""
+    `report`, the log holds ptxas's resource report (registers, spills) of every entry point: the
+    source then ends in an empty kernel of its own (one more entry in the report), because the GPU
+    machine's NVRTC (13.0) serves a program it has compiled before, in any process, from a cache:
+    in a tenth of the time and with an empty log, a comment of its own notwithstanding
+    (benchmarks/NOTES.md, 2026-11-27)."""
     options = [*OPTIONS, f"--gpu-architecture={arch}"] + (["--ptxas-options=-v"] if report else [])
+    if report:
+        source += (f'\nextern "C" __global__ void attngen_report_{os.getpid()}_{time.monotonic_ns()}_'
+                   f'{next(_REPORTS)}() {{}}  // (a program of its own: ptxas runs and reports)\n')
     nv = _cuda_bindings()
     if nv is not None:
         return _compile_cuda_bindings(nv, source, options, name)
