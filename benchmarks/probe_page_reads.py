@@ -1,9 +1,12 @@
 """How fast can one kernel stream a paged KV cache, by access pattern alone (issue 12)?
 
-    python3 benchmarks/probe_page_reads.py [--batch 8] [--lk 32768] [--runs 3]
+    python3 benchmarks/probe_page_reads.py [--batch 8] [--lk 32768] [--page 16] [--runs 3]
+        [--allocations 2] [--peers]
 
 No attention: each block copies its share of K and V into shared memory with cp.async through
-a ring of stages, as attngen's decode kernel does, and reads one word of each stage. The cache
+a ring of stages, as attngen's decode kernel does (the block's block-table entries read once
+into shared memory first, as the kernel reads them a tile ahead), and reads one word of each
+stage. The cache
 is decode_grid.py's (B x Lk tokens x 8 KV heads x d128, f16, [pages, page, heads, d]), pages in
 order ("contiguous") or shuffled over the pool. Patterns:
 
@@ -14,8 +17,10 @@ order ("contiguous") or shuffled over the pool. Patterns:
   (H x 256 contiguous bytes per token; H = 8: whole pages, 32 KiB contiguous per 16 tokens):
   the layout a block that owns several of a sequence's KV heads would read.
 
-Same bytes per block and blocks per SM in both; only the addresses differ. Prints us per call
-(median of do_bench) and TB/s.
+Same bytes per block and blocks per SM in both; only the addresses differ. --peers adds
+attngen's decode kernel (contiguous and paged, split_kv(auto)) and SDPA flash / cuDNN on the same
+cache; --allocations repeats everything on new caches (where 1 GB lands moves the figures).
+Prints us per call (median of do_bench) and TB/s. Findings: benchmarks/NOTES.md, 2026-11-27.
 """
 
 from __future__ import annotations

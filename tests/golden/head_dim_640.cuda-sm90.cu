@@ -1135,6 +1135,19 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 // (the epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
+// Zero the non-finite values of the 16-byte word at p (written back only where there was one);
+// whether there was.
+__device__ __forceinline__ bool scrub_word(uint4* p) {
+    uint4 x = *p;
+    bool here = false;
+    x.x = clear_nonfinite(x.x, here);
+    x.y = clear_nonfinite(x.y, here);
+    x.z = clear_nonfinite(x.z, here);
+    x.w = clear_nonfinite(x.w, here);
+    if (here) *p = x;
+    return here;
+}
+
 // Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)
 // whose values hold an inf or NaN (`bad`: one bit per key, the same in every warp), then zero
 // those values. First the block reads the tile once, each thread its share, and learns whether
@@ -1190,14 +1203,7 @@ __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyW
         for (int i = threadIdx.x; i < 32 * kWordsPerRow; i += blockDim.x) {
             const int r = w * 32 + i / kWordsPerRow;
             if (r < kBlockKV && ((bad[w] >> (i / kWordsPerRow)) & 1u)) {
-                uint4* p = word(r, i % kWordsPerRow);
-                uint4 x = *p;
-                bool here = false;
-                x.x = clear_nonfinite(x.x, here);
-                x.y = clear_nonfinite(x.y, here);
-                x.z = clear_nonfinite(x.z, here);
-                x.w = clear_nonfinite(x.w, here);
-                if (here) *p = x;
+                scrub_word(word(r, i % kWordsPerRow));
             }
         }
     }

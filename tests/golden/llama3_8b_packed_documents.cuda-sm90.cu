@@ -758,6 +758,19 @@ struct CustomMask {
 // (the epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
+// Zero the non-finite values of the 16-byte word at p (written back only where there was one);
+// whether there was.
+__device__ __forceinline__ bool scrub_word(uint4* p) {
+    uint4 x = *p;
+    bool here = false;
+    x.x = clear_nonfinite(x.x, here);
+    x.y = clear_nonfinite(x.y, here);
+    x.z = clear_nonfinite(x.z, here);
+    x.w = clear_nonfinite(x.w, here);
+    if (here) *p = x;
+    return here;
+}
+
 // Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)
 // whose values hold an inf or NaN (`bad`: one bit per key, the same in every warp), then zero
 // those values. First the block reads the tile once, each thread its share, and learns whether
@@ -815,14 +828,7 @@ __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyW
         for (int i = threadIdx.x; i < 32 * kWordsPerRow; i += blockDim.x) {
             const int r = w * 32 + i / kWordsPerRow;
             if (r < kBlockKV && ((bad[w] >> (i / kWordsPerRow)) & 1u)) {
-                uint4* p = word(r, i % kWordsPerRow);
-                uint4 x = *p;
-                bool here = false;
-                x.x = clear_nonfinite(x.x, here);
-                x.y = clear_nonfinite(x.y, here);
-                x.z = clear_nonfinite(x.z, here);
-                x.w = clear_nonfinite(x.w, here);
-                if (here) *p = x;
+                scrub_word(word(r, i % kWordsPerRow));
             }
         }
     }
@@ -844,15 +850,7 @@ __device__ __forceinline__ void clean_values_copier(elem_t* tile, unsigned* bad,
         if (r < kBlockKV) {
             #pragma unroll 4
             for (int c = 0; c < kWordsPerRow; ++c) {
-                uint4* p = reinterpret_cast<uint4*>(tile + swizzled<kBlockKV>(r, c * (16 / static_cast<int>(sizeof(elem_t)))));
-                uint4 x = *p;
-                bool here = false;
-                x.x = clear_nonfinite(x.x, here);
-                x.y = clear_nonfinite(x.y, here);
-                x.z = clear_nonfinite(x.z, here);
-                x.w = clear_nonfinite(x.w, here);
-                if (here) {
-                    *p = x;
+                if (scrub_word(reinterpret_cast<uint4*>(tile + swizzled<kBlockKV>(r, c * (16 / static_cast<int>(sizeof(elem_t))))))) {
                     found = true;
                 }
             }
@@ -2048,6 +2046,19 @@ struct CustomMask {
 // (the epilogue keeps NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
+// Zero the non-finite values of the 16-byte word at p (written back only where there was one);
+// whether there was.
+__device__ __forceinline__ bool scrub_word(uint4* p) {
+    uint4 x = *p;
+    bool here = false;
+    x.x = clear_nonfinite(x.x, here);
+    x.y = clear_nonfinite(x.y, here);
+    x.z = clear_nonfinite(x.z, here);
+    x.w = clear_nonfinite(x.w, here);
+    if (here) *p = x;
+    return here;
+}
+
 // Find the keys of the kBlockKV x kCols tile at `tile` (row stride kStride, rows 16-byte aligned)
 // whose values hold an inf or NaN (`bad`: one bit per key, the same in every warp), then zero
 // those values. First the block reads the tile once, each thread its share, and learns whether
@@ -2105,14 +2116,7 @@ __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyW
         for (int i = threadIdx.x; i < 32 * kWordsPerRow; i += blockDim.x) {
             const int r = w * 32 + i / kWordsPerRow;
             if (r < kBlockKV && ((bad[w] >> (i / kWordsPerRow)) & 1u)) {
-                uint4* p = word(r, i % kWordsPerRow);
-                uint4 x = *p;
-                bool here = false;
-                x.x = clear_nonfinite(x.x, here);
-                x.y = clear_nonfinite(x.y, here);
-                x.z = clear_nonfinite(x.z, here);
-                x.w = clear_nonfinite(x.w, here);
-                if (here) *p = x;
+                scrub_word(word(r, i % kWordsPerRow));
             }
         }
     }
