@@ -236,7 +236,8 @@ CUDA_FAMILIES = [
     ("head_dim 320\n dtype f16\n mask causal(bottom_right)", None, {}),  # wide head dims, column blocks
     ("head_dim 128\n dtype f16\n mask custom", None, {"mask": _CAUSAL_BR}),  # producer, persistent, custom
     ("head_dim 96\n dtype f16", None, {}),              # producer, persistent (head dims not of 64-column blocks)
-    # the plain loop (mma.sync, CUDA cores): no second pass, every tile cleaned in the one pass
+    # the plain loop (mma.sync, CUDA cores, wgmma without the overlapped loop): no second pass; the
+    # tiles where a weight is 0 are cleaned in the one pass
     ("head_dim 128\n dtype f16\n schedule split_kv(auto)", None, {}),  # decode: warps over keys
     ("head_dim 128\n dtype f16\n kv_cache paged(page=16)\n schedule split_kv(auto)", None,
      {"kv_lens": _LENS, "block_table": True}),
@@ -245,6 +246,7 @@ CUDA_FAMILIES = [
     ("head_dim 256\n dtype f16", None, {"kv_lens": _LENS}),  # the _varlen entry of d256: the plain loop
     ("head_dim 128\n dtype f16", "cuda-sm80", {}),     # mma.sync
     ("head_dim 512\n dtype f16\n mask causal(bottom_right)", "cuda-sm80", {}),  # head dims in chunks
+    ("head_dim 256\n dtype f16\n target cuda { producer=off }", None, {}),  # wgmma, 2 stages: not overlapped
 ]
 # The producer kernels without persistent blocks (`persistent=off`) have no cleaning pass yet:
 # docs/language.md, "A key of weight 0 adds nothing". Strict: the day one passes, it moves up.

@@ -100,9 +100,9 @@ _PAD_DOC = {
 
 
 def cleans_every_tile(c) -> bool:
-    """Whether the kernel of tile configuration `c` cleans V in every tile of its one pass: the
-    plain loop (mma.sync and CUDA-core families, no producer, no overlapped loop), which has no
-    second pass (CUDA_CLEAN_EVERY_TILE)."""
+    """Whether the kernel of tile configuration `c` cleans V, in its one pass, in every tile where
+    a weight is 0: the plain loop (mma.sync and CUDA-core families, and wgmma without a producer
+    or the overlapped loop), which has no second pass (CUDA_CLEAN_EVERY_TILE)."""
     return (_config.CUDA_CLEAN_VALUES and _config.CUDA_CLEAN_EVERY_TILE and not c.stored_p
             and not c.overlap and not c.producer)
 
