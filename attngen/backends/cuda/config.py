@@ -176,7 +176,8 @@ CUDA_TMA_KV_ONLY_REGS = {"none": 24, "causal": 40, "window": 40, "custom": 56}  
 # what it costs).
 CUDA_CLEAN_VALUES = True
 # The plain loop (mma.sync, CUDA cores: cuda-sm80, split_kv, two_pass, head dims in chunks, the
-# _varlen entry of head dims above 256) has no second pass: every form of one spilled (benchmarks/
+# _varlen entry of head dims above 256; and wgmma without a producer or the overlapped loop, e.g.
+# d256 with softcap) has no second pass: every form of one spilled (benchmarks/
 # NOTES.md, 2026-11-26, sixth session). It cleans V in its one pass instead, after the softmax,
 # in every tile where some real row gives a key a weight of exactly 0 (only there can 0 * inf
 # arise in P V): warps over keys each decide and scan their own keys' rows, other kernels decide
