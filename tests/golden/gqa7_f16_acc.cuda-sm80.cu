@@ -533,13 +533,14 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 // P V a 0 times an inf or NaN value of V is NaN. So where V is cleaned, its non-finite values are
 // zeroed before P V and every warp learns which keys held them (clean_values); a row that does
 // see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The plain
-// loop (mma.sync, CUDA cores) cleans, in its one pass, every tile where some row gives a key a
-// weight of 0 (zero_weight). The Hopper families' first pass cleans at most the partial tiles of
-// a mask: with persistent blocks, and in the overlapped loop without a producer, a work item or
-// block whose acc is then not finite anywhere (every row the cleaning would change has such an
-// acc) runs its tiles again, cleaning every tile; producer kernels without persistent blocks have
-// no such pass yet. A NaN or +inf score a row sees makes its sum l NaN, and so its output and lse
-// (the epilogue keeps NaN).
+// loop (mma.sync, CUDA cores, wgmma without a producer or the overlapped loop) cleans, in its one
+// pass, every tile where some row gives a key a weight of 0 (zero_weight). The Hopper families'
+// overlapped and producer loops' first pass cleans at most the partial tiles of a mask: with
+// persistent blocks, and in the overlapped loop without a producer, a work item or block whose acc
+// is then not finite anywhere (every row the cleaning would change has such an acc) runs its tiles
+// again, cleaning every tile; producer kernels without persistent blocks have no such pass yet. A
+// NaN or +inf score a row sees makes its sum l NaN, and so its output and lse (the epilogue keeps
+// NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
 // Zero the non-finite values of the 16-byte word at p (written back only where there was one);
@@ -1408,13 +1409,14 @@ __device__ __forceinline__ void append_rows(const KeyRows<true>& rows, int n, in
 // P V a 0 times an inf or NaN value of V is NaN. So where V is cleaned, its non-finite values are
 // zeroed before P V and every warp learns which keys held them (clean_values); a row that does
 // see such a key (p != 0) gets NaN as its result: NaN in, NaN out, for that row only. The plain
-// loop (mma.sync, CUDA cores) cleans, in its one pass, every tile where some row gives a key a
-// weight of 0 (zero_weight). The Hopper families' first pass cleans at most the partial tiles of
-// a mask: with persistent blocks, and in the overlapped loop without a producer, a work item or
-// block whose acc is then not finite anywhere (every row the cleaning would change has such an
-// acc) runs its tiles again, cleaning every tile; producer kernels without persistent blocks have
-// no such pass yet. A NaN or +inf score a row sees makes its sum l NaN, and so its output and lse
-// (the epilogue keeps NaN).
+// loop (mma.sync, CUDA cores, wgmma without a producer or the overlapped loop) cleans, in its one
+// pass, every tile where some row gives a key a weight of 0 (zero_weight). The Hopper families'
+// overlapped and producer loops' first pass cleans at most the partial tiles of a mask: with
+// persistent blocks, and in the overlapped loop without a producer, a work item or block whose acc
+// is then not finite anywhere (every row the cleaning would change has such an acc) runs its tiles
+// again, cleaning every tile; producer kernels without persistent blocks have no such pass yet. A
+// NaN or +inf score a row sees makes its sum l NaN, and so its output and lse (the epilogue keeps
+// NaN).
 constexpr int kKeyWords = (kBlockKV + 31) / 32;  // 32-bit masks of the tile's keys, one bit each
 
 // Zero the non-finite values of the 16-byte word at p (written back only where there was one);
