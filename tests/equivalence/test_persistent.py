@@ -43,7 +43,6 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 64\n dtype f16", True),                                   # tile q 128 with the producer
     ("head_dim 64\n dtype f16\n softcap 30", False),                     # no producer
     ("head_dim 128\n dtype f16\n mask custom", True),                  # the _varlen entry takes packed launches
-    ("head_dim 128\n dtype f16\n target cuda { persistent=off }", False),
     ("head_dim 128\n dtype f16\n target cuda { producer=off }", False),
 ])
 def test_which_plans_are_persistent(body, on):
@@ -58,6 +57,19 @@ def test_which_plans_are_persistent(body, on):
     assert ("section: work items (persistent blocks)" in src) is on
     if p.details.varlen is not None:  # launches with per-sequence lengths keep the plain grid
         assert "SM" not in p.details.varlen.grid[0]
+
+
+@pytest.mark.parametrize("body", ["head_dim 128\n dtype f16\n target cuda { persistent=off }",
+                                  "head_dim 96\n dtype f16\n mask causal\n target cuda { persistent=off }"])
+def test_persistent_off_is_one_block_per_row_tile_by_the_work_item_code(body):
+    """persistent=off: one block per row tile, by the work-item code (so that a block whose
+    result is not finite does its item again, cleaned), on a grid of one block per item."""
+    p = _plan(body)
+    assert p.config.persistent and p.config.item_per_block
+    assert p.grid == ("ceil(Lq / 128) * Hq * B", "1", "1")
+    assert "one block per row tile (persistent=off)" in p.summary()
+    assert "persistent: one block per multiprocessor" not in p.summary()
+    assert "The grid is one block per work item (persistent=off)" in emit_plan(p).source
 
 
 @pytest.mark.parametrize("body, profile, words", [
@@ -135,7 +147,8 @@ def test_matches_the_reference(body, b, lq, lk, hq, hkv):
 
 @pytest.mark.parametrize("mask", ["none", "causal", "causal(bottom_right)", "window(left=300, right=7)"])
 def test_the_same_function_as_one_block_per_item(mask):
-    """Each item's arithmetic is the plain launch's: persistent=on and off agree to rounding, on
+    """The work-item code computes the same function whatever its grid: persistent=on (one block
+    per multiprocessor) and off (one block per item) agree to rounding, on
     a grid of many items per block, and again after calls of other shapes (the work counter is
     back at zero after every launch, or later launches would skip items)."""
     require("cuda")
@@ -143,7 +156,9 @@ def test_the_same_function_as_one_block_per_item(mask):
     shapes = [(4, 1024, 1000, 12, 3), (1, 333, 77, 12, 3), (6, 515, 515, 12, 3)]
     kernels = {m: kernel_for(spec_of(f"head_dim 128\n dtype f16\n mask {mask}\n target cuda {{ persistent={m} }}"),
                              "cuda") for m in ("on", "off")}
-    assert kernels["on"].plan.config.persistent and not kernels["off"].plan.config.persistent
+    # off: the same work-item code on a grid of one block per item
+    assert not kernels["on"].plan.config.item_per_block and kernels["off"].plan.config.item_per_block
+    assert kernels["on"].plan.grid[0].startswith("min(SM, ") and "SM" not in kernels["off"].plan.grid[0]
     for b, lq, lk, hq, hkv in shapes + shapes[:1]:
         q, k, v = _rand(rng, b, lq, hq, 128), _rand(rng, b, lk, hkv, 128), _rand(rng, b, lk, hkv, 128)
         dq, dk, dv = to_device("cuda", "f16", q, k, v)

@@ -680,6 +680,70 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             fence_fragments(pf[1]);
             if (tiles_b > 0 && lane == 0) mbar_arrive(&bar_empty[(r - 1) % kStages]);  // the last tile's stage
 
+            // ---- section: non-finite values (a key of weight 0) ----
+            // A key whose weight is exactly 0 (an exp2 that underflowed, or a p that did in f16)
+            // adds nothing whatever its V, but the tensor cores compute 0 * inf = NaN. A warp whose
+            // acc is not finite (only inputs with inf or NaN in V get here) computes its P V again
+            // on CUDA cores, V read from global memory and keys of weight 0 selected out: slow, and
+            // free on finite inputs. A lane's P fragments hold 4 of a 16-key step's keys for its two
+            // rows (registers 0, 1: keys 2 t, 2 t + 1; 2, 3: keys 2 t + 8, 2 t + 9); the four lanes
+            // of a row quad exchange them.
+            bool finite = true;
+            #pragma unroll
+            for (int n = 0; n < kDvBlock / 8; ++n) {
+                #pragma unroll
+                for (int e = 0; e < 4; ++e) finite &= (__float_as_uint(acc[n][e]) & 0x7f800000u) != 0x7f800000u;
+            }
+            if (__any_sync(0xffffffffu, !finite)) {
+                const elem_t* v_head = v + batch * v_sb + (long long)(head / group) * v_sh;
+                #pragma unroll
+                for (int n = 0; n < kDvBlock / 8; ++n) {  // one 8-column tile at a time: few registers
+                    float sum[2][2] = {0.f, 0.f, 0.f, 0.f};  // [row: row_a, row_a + 8][column 8 n + 2 t + e]
+                    unsigned c2s[2] = {0u, 0u};  // c_j of the rows as pairs, as in phase B
+                    #pragma unroll 1
+                    for (int b = 0; b < tiles_b; ++b) {
+                        if (b % kTilesB == 0) {
+                            const float2 m = m_ws[(b / kTilesB) * 128 + wtid];
+                            const float c0 = exp2_approx(m.x - m_fin[0]), c1 = exp2_approx(m.y - m_fin[1]);
+                            c2s[0] = pack2(c0, c0);
+                            c2s[1] = pack2(c1, c1);
+                        }
+                        #pragma unroll 1
+                        for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+                            const uint4 w = p_ws[(long long)(b * (kBlockKV / 16) + ks) * 128 + wtid];
+                            const unsigned w0 = mul2(w.x, c2s[0]), w1 = mul2(w.y, c2s[1]);
+                            const unsigned w2 = mul2(w.z, c2s[0]), w3 = mul2(w.w, c2s[1]);
+                            #pragma unroll 1
+                            for (int q = 0; q < 8; ++q) {  // q = 2 src + half: the quad's lane src, its keys + 8 half
+                                const int src = q >> 1, half = q & 1;
+                                const unsigned pa = __shfl_sync(0xffffffffu, half ? w2 : w0, (lane & ~3) | src);
+                                const unsigned pb = __shfl_sync(0xffffffffu, half ? w3 : w1, (lane & ~3) | src);
+                                float p[2][2];  // [key of the pair][row]
+                                unpack2(pa, p[0][0], p[1][0]);
+                                unpack2(pb, p[0][1], p[1][1]);
+                                #pragma unroll
+                                for (int x = 0; x < 2; ++x) {
+                                    const int j = b * kBlockKV + 16 * ks + 8 * half + 2 * src + x;
+                                    if (j >= len_k) continue;
+                                    const elem_t* v_row = v_head + (long long)j * v_sl;
+                                    #pragma unroll
+                                    for (int e = 0; e < 2; ++e) {
+                                        const int col = cb * kDvBlock + 8 * n + 2 * t + e;
+                                        const float val = col < kHeadDimV ? to_float(v_row[col]) : 0.f;
+                                        sum[0][e] += p[x][0] == 0.f ? 0.f : p[x][0] * val;
+                                        sum[1][e] += p[x][1] == 0.f ? 0.f : p[x][1] * val;
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    acc[n][0] = sum[0][0];
+                    acc[n][1] = sum[0][1];
+                    acc[n][2] = sum[1][0];
+                    acc[n][3] = sum[1][1];
+                }
+            }
+
             // ---- section: epilogue: out = acc / l_i ----
             #pragma unroll
             for (int h = 0; h < 2; ++h) {

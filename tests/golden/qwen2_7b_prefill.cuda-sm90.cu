@@ -926,7 +926,8 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
 
 
     // ---- section: work items (persistent blocks) ----
-    // The grid is one block per multiprocessor. A work item is what one block of a plain launch
+    // The grid is one block per multiprocessor.
+    // A work item is what one block of a plain launch
     // does: row tile q_tile of one (batch, head). Items are numbered batch-major, then head, then
     // row tile (work_item), so that the items at work at one time share their heads' K and V in
     // L2. Block b does item b first; then its producer takes the next one from work_counter

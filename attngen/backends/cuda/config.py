@@ -206,7 +206,9 @@ CUDA_MAX_CONSUMER_GROUPS = 3
 # the consumers go from one item to the next without the launch of a new block, the wait for its
 # Q and first tiles, or an idle multiprocessor at the end of each block. auto = on for the
 # producer kernels with head dims 64 or 128 (_persistent_auto); their packed launches take the
-# _varlen entry point (custom masks too: it keeps their tiles).
+# _varlen entry point (custom masks too: it keeps their tiles). off: where auto would be on, the
+# same work-item code on a grid of one block per item (CudaConfig.item_per_block), so that an
+# item whose result is not finite is still done again, cleaned.
 # mask custom with the producer: a partial tile's words of a boolean mask (the 256 keys of the
 # two 128-key chunks a tile of up to 128 keys touches) are copied with its K and V into shared
 # memory, so the consumers read their bits there instead of waiting for global loads in the
@@ -285,6 +287,9 @@ class CudaConfig:
     # (row tile, head, batch) one after the other, so that its producer copies the next item's Q
     # and first K/V tiles while its consumers finish the current one (CUDA_PERSISTENT_BLOCKS).
     persistent: bool = False
+    # ... with a grid of one block per work item (`persistent=off` where the work-item code is the
+    # default's): each block does its one row tile, and again, cleaned, if its result is not finite.
+    item_per_block: bool = False
     # Producer kernels: the K and V tiles come by the tensor copy engine (CUDA_TMA_REGS).
     tma: bool = False
     # ... and Q too: one box of tile q rows of one query head (not where a block's rows span a
@@ -370,7 +375,10 @@ class CudaConfig:
         if self.producer:
             who = (f"{self.warps} consumer warps + a producer warpgroup ({self.threads} threads), {self.stages} K/V "
                    f"stage(s), {math}")
-            if self.persistent:
+            if self.item_per_block:
+                who += ("; one block per row tile (persistent=off), by the work-item code: a row tile whose result is "
+                        "not finite is done again, cleaned")
+            elif self.persistent:
                 who += "; persistent: one block per multiprocessor takes the row tiles in turn"
         if self.key_warps > 1:
             who = (f"{self.warps} warps ({self.threads} threads; {self.key_warps} warps over the keys of each "
@@ -982,6 +990,11 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
         ws = producer and math == "wgmma" and _cuda_producer(spec, tile_q, tile_kv, stages)
         persist = (ws and opts.get("persistent") != "off" and _persistent_refusal(spec, ws) is None
                    and (opts.get("persistent") == "on" or _persistent_auto(spec)))
+        # persistent=off: one block per row tile, by the work-item code with a grid of one block per
+        # item wherever that code is the default's (so that a block whose result is not finite does
+        # its item again, cleaned: docs/language.md, "A key of weight 0 adds nothing")
+        item_per_block = bool(ws and opts.get("persistent") == "off" and _persistent_auto(spec))
+        persist = persist or item_per_block
         tma = ws and opts.get("tma") != "off"
         tma_q = tma and chunk is None and not pack_gqa(spec)
         buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma,
@@ -1041,7 +1054,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                       d_qk_pad, d_v_pad, q_in_regs, buffers, smem, regs, reg_cap, tma_store=tma_store,
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
                       d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
-                      producer=ws, persistent=persist, tma=tma,
+                      producer=ws, persistent=persist, item_per_block=item_per_block, tma=tma,
                       tma_q=tma_q, split_qk=split_qk, swizzle_kv=_swizzle_kv(spec, math, chunk))
 
 

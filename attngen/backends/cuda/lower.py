@@ -246,6 +246,8 @@ def grid(spec: AttentionSpec, cfg, column_blocks: bool | None = None) -> tuple:
         rows, heads = row_blocks(spec, cfg.tile_q)
         if cfg.v_blocks > 1:  # items of (head, output column block) pairs
             heads = f"{heads} * {cfg.v_blocks}"
+        if cfg.item_per_block:  # persistent=off: one block per work item
+            return (f"{rows} * {heads} * B", "1", "1")
         return (f"min({CUDA_PERSISTENT_BLOCKS}, {rows} * {heads} * B)", "1", "1")
     if column_blocks is None:
         column_blocks = not spec.schedule.is_two_pass
