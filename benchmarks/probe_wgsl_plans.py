@@ -6,7 +6,7 @@ median of 5). What it prints is the evidence behind a profile default; it change
 
     python3 benchmarks/probe_wgsl_plans.py [--lengths 1024,4096] [--dims 64,128] [--dtypes f32,f16]
                                            [--masks none,causal] [--tokens 16384]
-                                           [--variants spec|profile|prefetch|occupancy|kv]
+                                           [--variants spec|profile|prefetch|occupancy|kv|wg512]
 """
 
 from __future__ import annotations
@@ -49,6 +49,17 @@ VARIANTS = {
         ("default", "", None),
         ("q128 kv32 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 4}),
         ("q128 kv64 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 64, "rows_per_invocation": 4}),
+        ("default again", "", None),
+    ],
+    # workgroups of 512 invocations (16 warps) on the default's 48 KiB: the H100's Vulkan driver keeps
+    # one workgroup per multiprocessor once a workgroup takes 32 KiB or more (probe_wgsl_residency.py),
+    # so more warps per multiprocessor come only from larger workgroups
+    "wg512": [
+        ("default", "", None),
+        ("q128 kv64 tpr8 r2", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 64, "rows_per_invocation": 2}),
+        ("q128 kv32 tpr8 r2", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 2}),
+        ("q64 kv64 tpr8 r1", "", {"tile_q": 64, "threads_per_row": 8, "tile_kv": 64, "rows_per_invocation": 1}),
+        ("q128 kv32 tpr16 r4", "", {"tile_q": 128, "threads_per_row": 16, "tile_kv": 32, "rows_per_invocation": 4}),
         ("default again", "", None),
     ],
     # around the q128 default (8 invocations per row, 4 rows each): workgroups of 128 (more of them

@@ -12,6 +12,8 @@ variant). Rewrites:
 - nomask: partial tiles apply no per-element mask (visible());
 - nobarrier: no workgroupBarrier() at all (a racy kernel: what the barriers cost);
 - noexp: p = t - m instead of exp2(t - m) (what the exponentials cost);
+- fmapv: P V's `acc += p * v` written as fma(p, v, acc) (the same function up to rounding:
+  whether the driver contracts the multiply and add by itself);
 - unrollchunks: the loops over a chunk's dims (Q K^T, `x < DIM_CHUNK_QK`) and key quads
   (P V, `x < KEY_CHUNK`) unrolled as well (attngen/backends/wgsl/unroll.py), which the profile's
   unrolling leaves as loops: the same function, a different schedule for the driver;
@@ -38,6 +40,8 @@ REWRITES = {
     "nomask": [(r"if \(partial && !visible\(", "if (false && !visible(")],
     "nobarrier": [(r"workgroupBarrier\(\);", "")],
     "noexp": [(r"exp2\(s\[i\]\[u\] - m_use\)", "(s[i][u] - m_use)")],
+    "fmapv": [(r"acc\[i\]\[([^\]]*)\] \+= pv_acc_t\(p4\[i\]\[e\]\) \* v;",
+               r"acc[i][\1] = fma(vec4<pv_acc_t>(p4[i][e]), v, acc[i][\1]);")],
     "unrollchunks": "unroll",  # not a substitution: see _unroll_chunks
     "nochecks": "checks",  # not a substitution: the pipeline made without wgpu's index clamps
 }
