@@ -18,24 +18,24 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=16 kv=32, 1 warps (32 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
+// Plan: tile q=64 kv=64, 4 warps (128 threads), 2 K/V stage(s), tensor cores (mma.sync m16n8k16).
 // Scale 0.041666666666666664; mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
-// Shared memory: 13824 bytes (each buffer 16-byte aligned):
-//   sQ  at      0: 2 x 16 x 72 bf16 (a chunk of the block's rows of Q, one per stage)
-//   sKV at   4608: 2 x 32 x 72 bf16 (a chunk of the K tile (Q K^T steps) or of the V tile (P V steps), one per stage)
+// Shared memory: 36864 bytes (each buffer 16-byte aligned):
+//   sQ  at      0: 2 x 64 x 72 bf16 (a chunk of the block's rows of Q, one per stage)
+//   sKV at  18432: 2 x 64 x 72 bf16 (a chunk of the K tile (Q K^T steps) or of the V tile (P V steps), one per stage)
 // Tile d=64 (from the spec): Q, K and V stream through shared memory 64 columns at a time; out split over 2 blocks of 256 columns (grid.y = Hq x 2).
-// Grid: (ceil(Lq * G / 16) * S, Hkv * 2, B), 32 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
+// Grid: (ceil(Lq * G / 64) * S, Hkv * 2, B), 128 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_deepseek_v3_mla_decode; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
 // ---- section: config ----------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-constexpr int kBlockQ = 16;      // tile q: rows of Q per block
+constexpr int kBlockQ = 64;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
-constexpr int kWarps = 1;
-constexpr int kThreads = 32;    // kWarps * 32
+constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kWarps = 4;
+constexpr int kThreads = 128;    // kWarps * 32
 constexpr int kCopyThreads = kThreads;  // threads that copy tiles: all
 constexpr int kStages = 2;      // shared-memory steps in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 576;    // head dim of q and k
@@ -57,9 +57,9 @@ constexpr int kStrideQ = 72;
 constexpr int kStrideKV = 72;
 constexpr int kStrideK = kStrideKV;
 constexpr int kStrideV = kStrideKV;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (13824 bytes)
-constexpr int kOffsetKV = 4608;
-constexpr int kSmemBytes = 13824;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (36864 bytes)
+constexpr int kOffsetKV = 18432;
+constexpr int kSmemBytes = 36864;
 static_assert(kOffsetKV + kStages * kBlockKV * kStrideKV * 2 <= kSmemBytes, "shared-memory layout");
 static_assert(kChunk % 16 == 0 && kDvBlock % kChunk == 0, "whole chunks of the padded head dims");
 static_assert(kChunksQK * kChunk >= kHeadDimQK && kVBlocks * kDvBlock >= kHeadDimV, "chunks cover the head dims");

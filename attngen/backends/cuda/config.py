@@ -27,6 +27,15 @@ CUDA_SMEM_SKEW_BYTES = 16  # row padding that keeps ldmatrix / float4 reads free
 CUDA_SWIZZLE_KV = True
 CUDA_SPLIT_ROWS = 16  # default rows per block of the split schedules (split_kv, two_pass)
 CUDA_SPLIT_KV = 32  # default tile kv of the split schedules (64 spilled registers: benchmarks/NOTES.md)
+# ... with head dims in chunks (tile d; MLA decode: 128 query heads over one latent KV head, 576 / 512
+# dims), where Q streams through shared memory again with every K/V tile: the GQA group's rows in
+# up to 64 rows (4 warps) per block, so that fewer blocks re-read each K/V tile, and 64 keys per
+# tile, so that Q streams half as often. H100, examples/deepseek_v3_mla_decode.attn
+# (benchmarks/probe_mla_decode.py, 2026-11-27, us at B1 / B8 x Lk 4096 / 32768): q16 kv32 97 / 430 /
+# 410 / 3083; q16 kv64 93 / 349 / 314 / 2276; q32 kv64 77 / 212 / 157 / 1012; q64 kv64 72 / 195 / 179 /
+# 983; q128 kv64 77 / 206 / 231 / 1065; q64 kv128 94 / 213 / 217 / 1008.
+CUDA_SPLIT_CHUNK_KV = 64
+CUDA_SPLIT_CHUNK_MAX_ROWS = 64
 # split_kv: warps that share a block's rows and divide each K/V tile's keys among them (each warp
 # keeps its own m_i, l_i and acc over its keys; they are merged at the end of the block). The
 # default row of the split_kv schedule, measured on the H100 (benchmarks/NOTES.md, issue 12).
@@ -929,6 +938,10 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
         # Split schedules serve decode: a block's rows are (query row, head in group) pairs, a few
         # per KV head, so one warp of CUDA_SPLIT_ROWS rows; the splits give the parallelism.
         row = {**row, "tile_q": CUDA_SPLIT_ROWS, "warps": 1, "tile_kv": CUDA_SPLIT_KV, "stages": 2}
+        if chunk is not None:  # head dims in chunks: CUDA_SPLIT_CHUNK_KV
+            group_rows = CUDA_ROWS_PER_WARP * -(-(spec.group_size or 1) // CUDA_ROWS_PER_WARP)
+            group_rows = min(CUDA_SPLIT_CHUNK_MAX_ROWS, group_rows)
+            row.update(tile_q=group_rows, warps=group_rows // CUDA_ROWS_PER_WARP, tile_kv=CUDA_SPLIT_CHUNK_KV)
     opts = spec.options("cuda")
     given_q, given_kv, given_w, given_st = spec.tile.q, spec.tile.kv, opts.get("warps"), opts.get("stages")
     if rows is not None:
