@@ -1,7 +1,8 @@
 """How many workgroups of a WGSL kernel share one multiprocessor (issue 13), told by timing alone.
 
     python3 benchmarks/probe_wgsl_occupancy.py [--dims 128] [--dtypes f16,f32] [--lk 4096]
-                                               [--row-tiles 4,8,16,24,32] [--variants default,prefetch=off]
+                                               [--row-tiles 4,8,16,24,32]
+                                               [--variants "default|target wgsl { prefetch=off }"]
 
 Vulkan through wgpu reports no register counts, so this probe infers residency from the grid: B 1,
 H 16, Lk keys and Lq = 128 n rows give 16 n workgroups of the q128 plans, each doing the same work
@@ -30,13 +31,13 @@ def main():
     ap.add_argument("--dtypes", default="f16,f32")
     ap.add_argument("--lk", type=int, default=4096)
     ap.add_argument("--row-tiles", default="4,8,16,24,32")
-    ap.add_argument("--variants", default="default,prefetch=off")
+    ap.add_argument("--variants", default="default|target wgsl { prefetch=off }")
     args = ap.parse_args()
     L, H = args.lk, 16
     for d in (int(x) for x in args.dims.split(",")):
         for dtype in args.dtypes.split(","):
-            for variant in args.variants.split(","):
-                extra = "" if variant == "default" else f"target wgsl {{ {variant} }}"
+            for variant in args.variants.split("|"):
+                extra = "" if variant == "default" else "\n ".join(x.strip() for x in variant.split(";"))
                 kern = attngen.compile(attngen.parse(spec_text(dtype, d, "none", extra))[0], target="wgsl")
                 cells = []
                 for n in (int(x) for x in args.row_tiles.split(",")):
@@ -51,7 +52,8 @@ def main():
                     cells.append(f"{groups} wg {ms * 128e3 / groups:.0f} us/128wg {flops / ms / 1e9:5.2f} TFLOP/s")
                     for t in dev:
                         t.buffer.destroy()
-                print(f"{dtype} d{d} L{L} {variant:14s} | " + " | ".join(cells), flush=True)
+                print(f"{dtype} d{d} L{L} {variant} [{kern.plan.config.summary()}; {kern.plan.smem_bytes} bytes]\n  "
+                      + " | ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

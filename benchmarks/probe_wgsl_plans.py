@@ -19,6 +19,13 @@ import attngen
 from attngen.backends import wgsl
 from wgsl_probe_cases import Row, add_arguments, cases, spec_text
 
+
+def _row(q: int, kv: int, tpr: int, rows: int):
+    """A variant given by a profile row: tile q, tile kv, invocations per row, rows per invocation."""
+    return (f"q{q} kv{kv} tpr{tpr} r{rows}", "",
+            {"tile_q": q, "threads_per_row": tpr, "tile_kv": kv, "rows_per_invocation": rows})
+
+
 # (label, spec lines, profile [[defaults]] keys replaced): the spec gives tiles and the workgroup
 # (tile q x invocations per row, one row each); a profile row gives what a spec cannot (invocations
 # per row with several rows each, rows per invocation)
@@ -35,7 +42,7 @@ VARIANTS = {
         ("q64 kv64", "", {"tile_kv": 64}),
         ("q128 kv32", "", {"tile_q": 128}),
         ("tpr4 kv64", "", {"threads_per_row": 4, "tile_kv": 64}),
-        ("q128 kv32 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 4}),
+        _row(128, 32, 8, 4),
         ("default again", "", None),  # the first timing of a row can read low (see NOTES.md)
     ],
     # the next step's tiles prefetched into registers (the profile's default) or plain copies
@@ -47,8 +54,8 @@ VARIANTS = {
     # the f16 row's 64 keys per tile against the 32 of the f32 row
     "kv": [
         ("default", "", None),
-        ("q128 kv32 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 4}),
-        ("q128 kv64 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 64, "rows_per_invocation": 4}),
+        _row(128, 32, 8, 4),
+        _row(128, 64, 8, 4),
         ("default again", "", None),
     ],
     # workgroups of 512 invocations (16 warps) on the default's 48 KiB: the H100's Vulkan driver keeps
@@ -56,22 +63,22 @@ VARIANTS = {
     # so more warps per multiprocessor come only from larger workgroups
     "wg512": [
         ("default", "", None),
-        ("q128 kv64 tpr8 r2", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 64, "rows_per_invocation": 2}),
-        ("q128 kv32 tpr8 r2", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 2}),
-        ("q64 kv64 tpr8 r1", "", {"tile_q": 64, "threads_per_row": 8, "tile_kv": 64, "rows_per_invocation": 1}),
-        ("q128 kv32 tpr16 r4", "", {"tile_q": 128, "threads_per_row": 16, "tile_kv": 32, "rows_per_invocation": 4}),
+        _row(128, 64, 8, 2),
+        _row(128, 32, 8, 2),
+        _row(64, 64, 8, 1),
+        _row(128, 32, 16, 4),
         ("default again", "", None),
     ],
     # around the q128 default (8 invocations per row, 4 rows each): workgroups of 128 (more of them
     # per SM where registers allow), longer K/V tiles (fewer barriers per key), 8 rows per invocation
     "occupancy": [
         ("default", "", None),
-        ("q64 kv32 tpr8 r4", "", {"tile_q": 64, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 4}),
-        ("q128 kv32 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 32, "rows_per_invocation": 4}),
-        ("q128 kv64 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 64, "rows_per_invocation": 4}),
-        ("q128 kv32 tpr16 r4", "", {"tile_q": 128, "threads_per_row": 16, "tile_kv": 32, "rows_per_invocation": 4}),
-        ("q128 kv16 tpr8 r4", "", {"tile_q": 128, "threads_per_row": 8, "tile_kv": 16, "rows_per_invocation": 4}),
-        ("q64 kv64 tpr8 r2", "", {"tile_q": 64, "threads_per_row": 8, "tile_kv": 64, "rows_per_invocation": 2}),
+        _row(64, 32, 8, 4),
+        _row(128, 32, 8, 4),
+        _row(128, 64, 8, 4),
+        _row(128, 32, 16, 4),
+        _row(128, 16, 8, 4),
+        _row(64, 64, 8, 2),
         ("default again", "", None),
     ],
 }
