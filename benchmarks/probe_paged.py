@@ -1,7 +1,7 @@
 """Paged against contiguous decode at small B and Lk (issue 12: paged caches within 10% of
 contiguous), the launches alone, several runs of each so that the spread shows.
 
-    python3 benchmarks/probe_paged.py [--batch 1] [--lk 1024,4096] [--runs 3] [--extra "spec line"]
+    python3 benchmarks/probe_paged.py [--batch 1] [--lk 1024,4096] [--runs 3] [--extra "spec line"] [--hnd]
 
 The cases of benchmarks/decode_grid.py (32 q heads over 8 KV heads, d128, f16, split_kv(auto),
 kv_lens on the GPU; paged: a shuffled block table), each timed `runs` times by triton's
@@ -67,6 +67,10 @@ def main():
                          "what an allocator gives sequences that grow one token at a time), or `sorted`: shuffled over the "
                          "whole pool, then each sequence's pages in address order")
     ap.add_argument("--schedule", default="split_kv(auto)", help="the specs' schedule, e.g. 'split_kv(4)'")
+    ap.add_argument("--hnd", action="store_true",
+                    help="the pools in HND order (page, KV head, slot, dim: each head's slots of a page one "
+                         "contiguous run, as FlashInfer's HND layout), passed as their (page, slot, head, dim) "
+                         "view; the kernels read it through the strides")
     ap.add_argument("--cluster", default="", help="X,Y,Z: time the kernels with __cluster_dims__(X, Y, Z) beside them "
                     "(grid: splits, KV heads, batch)")
     args = ap.parse_args()
@@ -92,21 +96,28 @@ def main():
             n = lk // page
             if page not in pools:  # one pool per page size: the cluster variant reads the same pages
                 perm = placement(args.placement, b, n, page, g).to(torch.int32)
-                kp = torch.empty((b * n, page, HKV, D), device="cuda", dtype=torch.float16)
-                vp = torch.empty_like(kp)
+                if args.hnd:
+                    kp = torch.empty((b * n, HKV, page, D), device="cuda", dtype=torch.float16).permute(0, 2, 1, 3)
+                    vp = torch.empty((b * n, HKV, page, D), device="cuda", dtype=torch.float16).permute(0, 2, 1, 3)
+                else:
+                    kp = torch.empty((b * n, page, HKV, D), device="cuda", dtype=torch.float16)
+                    vp = torch.empty_like(kp)
                 kp[perm.long()] = k.reshape(b * n, page, HKV, D)
                 vp[perm.long()] = v.reshape(b * n, page, HKV, D)
                 pools[page] = (kp, vp, perm.reshape(b, n))
             kp, vp, table = pools[page]
             launches[layout] = kern.prepared(q, kp, vp, kv_lens=lens, block_table=table)
+        ref = launches["contiguous"]().clone()
+        diffs = {layout: float((f() - ref).abs().max()) for layout, f in launches.items()}
         times = {layout: [] for layout in launches}
         for _ in range(args.runs):
             for layout, f in launches.items():
                 times[layout].append(do_bench(f, warmup=10, rep=100, return_mode="median") * 1e3)
         base = min(times["contiguous"])
         nbytes = 2 * k.numel() * 2
-        print(f"B{b} Lk{lk} {args.extra}{' pages ' + args.placement} {args.schedule}: " + " | ".join(
-            f"{layout} {' / '.join(f'{t:.1f}' for t in ts)} us ({min(ts) / base:.2f}x, {nbytes / min(ts) / 1e6:.2f} TB/s)"
+        print(f"B{b} Lk{lk} {args.extra}{' pages ' + args.placement}{' HND' if args.hnd else ''} {args.schedule}: " + " | ".join(
+            f"{layout} {' / '.join(f'{t:.1f}' for t in ts)} us ({min(ts) / base:.2f}x, {nbytes / min(ts) / 1e6:.2f} TB/s, "
+            f"max diff {diffs[layout]:.1e})"
             for layout, ts in times.items()),
             flush=True)
 
