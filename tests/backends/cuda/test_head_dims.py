@@ -143,6 +143,10 @@ def test_head_dims_above_256_take_p_through_memory(body, d_v_pad, passes):
     assert f"constexpr int kVBlocks = (kHeadDimVPad + kDvBlock - 1) / kDvBlock;" in source
     assert "wgmma.mma_async.sync.aligned.m64n256k16" in source and "mma.sync.aligned.m16n8k16" in source
     assert "P through memory" in source and "section: phase B" in source
+    # a warp whose acc ends non-finite redoes its P V on CUDA cores, keys of weight 0 selected out
+    # (tests/equivalence/test_hidden_keys.py runs it on the GPU)
+    redo = source[source.index("section: non-finite values (a key of weight 0)"):source.index("section: epilogue")]
+    assert "__any_sync(0xffffffffu, !finite)" in redo and "p[x][0] == 0.f ? 0.f" in redo
     assert -(-d_v_pad // 256) == passes
 
 
@@ -184,6 +188,24 @@ def test_a_given_tile_d_is_kept():
     assert (c.chunk, c.chunk_given, c.v_blocks, c.d_v_block) == (32, True, 4, 256)
     c = cuda_config(_spec("head_dim 64\n dtype f32\n tile d=8"), get_profile("cuda-sm90", "cuda"))
     assert (c.chunk, c.v_blocks, c.d_v_block) == (8, 1, 64)
+
+
+@pytest.mark.parametrize("heads, tile_q, warps", [("q=128 kv=1", 64, 4), ("q=32 kv=1", 32, 2), ("q=12 kv=4", 16, 1),
+                                                   (None, 16, 1)])
+@pytest.mark.parametrize("profile", ["cuda-sm80", "cuda-sm90"])
+def test_split_decode_in_chunks_takes_the_group_in_up_to_64_rows_and_64_keys(heads, tile_q, warps, profile):
+    """MLA decode (128 query heads over one latent KV head, 576 / 512 dims in chunks): the GQA
+    group's rows in up to 64 rows per block, 64 keys per tile (CUDA_SPLIT_CHUNK_KV; 2-3x on the
+    H100, benchmarks/NOTES.md). A spec without fixed heads keeps one warp of 16 rows."""
+    body = "head_dim qk=576 v=512\n dtype bf16\n tile d=64\n schedule split_kv(auto)\n kv_cache paged(page=64)"
+    if heads:
+        body += f"\n heads {heads}"
+    c = cuda_config(_spec(body), get_profile(profile, "cuda"))
+    assert (c.tile_q, c.warps, c.tile_kv, c.chunk) == (tile_q, warps, 64, 64)
+    # whole head dims keep the decode tiles of CUDA_SPLIT_ROWS rows (and warps over keys)
+    c = cuda_config(_spec("head_dim 128\n dtype f16\n heads q=128 kv=1\n schedule split_kv(auto)"),
+                    get_profile(profile, "cuda"))
+    assert c.tile_q == 16 and c.chunk is None
 
 
 def test_tiles_too_big_for_whole_head_dims_fall_back_to_chunks():
