@@ -458,6 +458,32 @@ def test_wide_wgmma_planted_non_finite_values(body, same_keys):
     assert np.abs(lse[clean] - ref_lse[clean]).max() <= 1e-2 * max(1.0, np.abs(ref_lse[clean]).max())
 
 
+@pytest.mark.parametrize("body", ["head_dim 320\n dtype f16", "head_dim qk=576 v=512\n dtype bf16"])
+def test_p_through_memory_keeps_the_non_finite_columns_keys_of_weight_above_0_give(body):
+    """P through memory (mask none): inf and -inf in V at keys every row gives a weight above 0
+    make those columns inf / -inf in every row, as in the reference, and leave the other columns
+    finite; with no key of weight 0 the tensor cores' result stands (no redo on CUDA cores)."""
+    require("cuda")
+    import numpy as np
+    from attngen.reference import reference, relative_error, tolerance
+    from conftest import _to_numpy, kernel_for, to_device
+    spec = _spec(body)
+    assert attngen.lower(spec, "cuda", "cuda-sm90").config.stored_p
+    b, lq, lk, hq, hkv = 2, 150, 300, 4, 2
+    q, k, v = random_qkv(spec, b, lq, lk, heads_q=hq, heads_kv=hkv, seed=5)
+    dv = spec.head_dim_v
+    v[:, 17, :, 3] = np.inf
+    v[:, lk - 1, :, dv - 2] = -np.inf
+    out = _to_numpy(kernel_for(spec, "cuda")(*to_device("cuda", spec.dtype, q, k, v)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        ref = reference(spec, q, k, v)
+    assert np.all(np.isposinf(ref[..., 3])) and np.all(np.isneginf(ref[..., dv - 2]))
+    assert np.array_equal(np.isposinf(out), np.isposinf(ref)) and np.array_equal(np.isneginf(out), np.isneginf(ref))
+    keep = np.isfinite(ref).all(axis=(0, 1, 2))  # the columns no planted value reaches
+    assert np.isfinite(out[..., keep]).all()
+    assert relative_error(out[..., keep], ref[..., keep]) <= tolerance(spec)
+
+
 def test_a_spec_s_own_tiles_keep_column_blocks_and_small_profiles_get_a_problem():
     """Split Q K^T is the planner's choice for auto tiles only: a spec's own tile q=128 keeps its
     rows (column blocks). A profile whose shared memory fits none of the forms gets the checker's
