@@ -683,18 +683,43 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             // ---- section: non-finite values (a key of weight 0) ----
             // A key whose weight is exactly 0 (an exp2 that underflowed, or a p that did in f16)
             // adds nothing whatever its V, but the tensor cores compute 0 * inf = NaN. A warp whose
-            // acc is not finite (only inputs with inf or NaN in V get here) computes its P V again
-            // on CUDA cores, V read from global memory and keys of weight 0 selected out: slow, and
-            // free on finite inputs. A lane's P fragments hold 4 of a 16-key step's keys for its two
-            // rows (registers 0, 1: keys 2 t, 2 t + 1; 2, 3: keys 2 t + 8, 2 t + 9); the four lanes
-            // of a row quad exchange them.
+            // acc is not finite (only inputs with inf or NaN in V get here) and whose P holds such a
+            // key computes its P V again on CUDA cores, V read from global memory and keys of weight
+            // 0 selected out: slow, and free on finite inputs (an acc made non-finite by keys of
+            // weight above 0 alone is the result: the reference's too). A lane's P fragments hold 4
+            // of a 16-key step's keys for its two rows (registers 0, 1: keys 2 t, 2 t + 1; 2, 3: keys
+            // 2 t + 8, 2 t + 9); the four lanes of a row quad exchange them.
             bool finite = true;
             #pragma unroll
             for (int n = 0; n < kDvBlock / 8; ++n) {
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) finite &= (__float_as_uint(acc[n][e]) & 0x7f800000u) != 0x7f800000u;
             }
+            bool zero_weight = false;  // some key < len_k of this lane's rows has c_j p = 0, as P V used it
             if (__any_sync(0xffffffffu, !finite)) {
+                unsigned c2z[2] = {0u, 0u};
+                for (int b = 0; b < tiles_b && !zero_weight; ++b) {
+                    if (b % kTilesB == 0) {
+                        const float2 m = m_ws[(b / kTilesB) * 128 + wtid];
+                        const float c0 = exp2_approx(m.x - m_fin[0]), c1 = exp2_approx(m.y - m_fin[1]);
+                        c2z[0] = pack2(c0, c0);
+                        c2z[1] = pack2(c1, c1);
+                    }
+                    for (int ks = 0; ks < kBlockKV / 16; ++ks) {
+                        const uint4 w = p_ws[(long long)(b * (kBlockKV / 16) + ks) * 128 + wtid];
+                        const unsigned word[4] = {mul2(w.x, c2z[0]), mul2(w.y, c2z[1]), mul2(w.z, c2z[0]), mul2(w.w, c2z[1])};
+                        #pragma unroll
+                        for (int r = 0; r < 4; ++r) {
+                            #pragma unroll
+                            for (int h = 0; h < 2; ++h) {
+                                const int j = b * kBlockKV + 16 * ks + 8 * (r / 2) + 2 * t + h;
+                                zero_weight |= j < len_k && ((word[r] >> (16 * h)) & 0x7fffu) == 0u;
+                            }
+                        }
+                    }
+                }
+            }
+            if (__any_sync(0xffffffffu, zero_weight)) {
                 const elem_t* v_head = v + batch * v_sb + (long long)(head / group) * v_sh;
                 #pragma unroll
                 for (int n = 0; n < kDvBlock / 8; ++n) {  // one 8-column tile at a time: few registers
