@@ -619,6 +619,13 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             }
         }
 
+        // c_j = exp2(m_j - m_final) of phase A's tile a for rows row_a, row_a + 8, each as a pair
+        auto c_pairs = [&](int a, unsigned (&c2)[2]) {
+            const float2 m = m_ws[a * 128 + wtid];
+            const float c0 = exp2_approx(m.x - m_fin[0]), c1 = exp2_approx(m.y - m_fin[1]);
+            c2[0] = pack2(c0, c0);
+            c2[1] = pack2(c1, c1);
+        };
         // ---- section: phase B: acc = sum_j (c_j P_j) V_j, kDvBlock output columns at a time ----
         for (int cb = 0; cb < kVBlocks; ++cb) {
             float acc[kDvBlock / 8][4];  // unnormalised output
@@ -635,12 +642,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             // (the buffers alternate by tile, named at compile time: no local memory)
             auto step = [&](int b, unsigned (&cur)[4][4], unsigned (&nxt)[4][4]) {
                 const int stage = r % kStages;
-                if (b % kTilesB == 0) {
-                    const float2 m = m_ws[(b / kTilesB) * 128 + wtid];
-                    const float c0 = exp2_approx(m.x - m_fin[0]), c1 = exp2_approx(m.y - m_fin[1]);
-                    c2[0] = pack2(c0, c0);
-                    c2[1] = pack2(c1, c1);
-                }
+                if (b % kTilesB == 0) c_pairs(b / kTilesB, c2);
                 #pragma unroll
                 for (int ks = 0; ks < 4; ++ks) {  // registers 0, 2: row row_a; 1, 3: row row_a + 8
                     cur[ks][0] = mul2(cur[ks][0], c2[0]);
@@ -695,19 +697,22 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) finite &= (__float_as_uint(acc[n][e]) & 0x7f800000u) != 0x7f800000u;
             }
-            bool zero_weight = false;  // some key < len_k of this lane's rows has c_j p = 0, as P V used it
+            // this lane's P fragment of 16-key step s (of all keys), as P V used it: c_j p
+            auto scaled_p = [&](int s, const unsigned (&c2)[2], unsigned (&w)[4]) {
+                const uint4 x = p_ws[(long long)s * 128 + wtid];
+                w[0] = mul2(x.x, c2[0]);
+                w[1] = mul2(x.y, c2[1]);
+                w[2] = mul2(x.z, c2[0]);
+                w[3] = mul2(x.w, c2[1]);
+            };
+            bool zero_weight = false;  // some key < len_k of this lane's rows has c_j p = 0
             if (__any_sync(0xffffffffu, !finite)) {
-                unsigned c2z[2] = {0u, 0u};
+                unsigned c2[2] = {0u, 0u};
                 for (int b = 0; b < tiles_b && !zero_weight; ++b) {
-                    if (b % kTilesB == 0) {
-                        const float2 m = m_ws[(b / kTilesB) * 128 + wtid];
-                        const float c0 = exp2_approx(m.x - m_fin[0]), c1 = exp2_approx(m.y - m_fin[1]);
-                        c2z[0] = pack2(c0, c0);
-                        c2z[1] = pack2(c1, c1);
-                    }
+                    if (b % kTilesB == 0) c_pairs(b / kTilesB, c2);
                     for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-                        const uint4 w = p_ws[(long long)(b * (kBlockKV / 16) + ks) * 128 + wtid];
-                        const unsigned word[4] = {mul2(w.x, c2z[0]), mul2(w.y, c2z[1]), mul2(w.z, c2z[0]), mul2(w.w, c2z[1])};
+                        unsigned word[4];
+                        scaled_p(b * (kBlockKV / 16) + ks, c2, word);
                         #pragma unroll
                         for (int r = 0; r < 4; ++r) {
                             #pragma unroll
@@ -724,25 +729,19 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 #pragma unroll
                 for (int n = 0; n < kDvBlock / 8; ++n) {  // one 8-column tile at a time: few registers
                     float sum[2][2] = {0.f, 0.f, 0.f, 0.f};  // [row: row_a, row_a + 8][column 8 n + 2 t + e]
-                    unsigned c2s[2] = {0u, 0u};  // c_j of the rows as pairs, as in phase B
+                    unsigned c2[2] = {0u, 0u};
                     #pragma unroll 1
                     for (int b = 0; b < tiles_b; ++b) {
-                        if (b % kTilesB == 0) {
-                            const float2 m = m_ws[(b / kTilesB) * 128 + wtid];
-                            const float c0 = exp2_approx(m.x - m_fin[0]), c1 = exp2_approx(m.y - m_fin[1]);
-                            c2s[0] = pack2(c0, c0);
-                            c2s[1] = pack2(c1, c1);
-                        }
+                        if (b % kTilesB == 0) c_pairs(b / kTilesB, c2);
                         #pragma unroll 1
                         for (int ks = 0; ks < kBlockKV / 16; ++ks) {
-                            const uint4 w = p_ws[(long long)(b * (kBlockKV / 16) + ks) * 128 + wtid];
-                            const unsigned w0 = mul2(w.x, c2s[0]), w1 = mul2(w.y, c2s[1]);
-                            const unsigned w2 = mul2(w.z, c2s[0]), w3 = mul2(w.w, c2s[1]);
+                            unsigned w[4];
+                            scaled_p(b * (kBlockKV / 16) + ks, c2, w);
                             #pragma unroll 1
                             for (int q = 0; q < 8; ++q) {  // q = 2 src + half: the quad's lane src, its keys + 8 half
                                 const int src = q >> 1, half = q & 1;
-                                const unsigned pa = __shfl_sync(0xffffffffu, half ? w2 : w0, (lane & ~3) | src);
-                                const unsigned pb = __shfl_sync(0xffffffffu, half ? w3 : w1, (lane & ~3) | src);
+                                const unsigned pa = __shfl_sync(0xffffffffu, half ? w[2] : w[0], (lane & ~3) | src);
+                                const unsigned pb = __shfl_sync(0xffffffffu, half ? w[3] : w[1], (lane & ~3) | src);
                                 float p[2][2];  // [key of the pair][row]
                                 unpack2(pa, p[0][0], p[1][0]);
                                 unpack2(pb, p[0][1], p[1][1]);

@@ -112,9 +112,10 @@ def cleans_values(c, mask) -> bool:
     non-finite values, templates/cuda/nonfinite.j2): where the mask hides keys of the tiles a block
     loads (partial tiles), and wherever the kernel takes care of keys of weight 0: persistent
     blocks and the overlapped loop without a producer (a cleaning pass), the plain loop (every
-    tile, cleans_every_tile). Producer kernels without persistent blocks and P through memory do
-    not yet (docs/language.md, "A key of weight 0 adds nothing"). Read per call: a probe may patch
-    CUDA_CLEAN_VALUES and CUDA_CLEAN_EVERY_TILE."""
+    tile, cleans_every_tile). P through memory redoes a warp's P V on its own (templates/cuda/
+    stored_p.j2); producer kernels without the work-item code (cp.async copies of head dims not of
+    64-column blocks, tma=off) have no pass yet (docs/language.md, "A key of weight 0 adds
+    nothing"). Read per call: a probe may patch CUDA_CLEAN_VALUES and CUDA_CLEAN_EVERY_TILE."""
     return (_config.CUDA_CLEAN_VALUES and not c.stored_p
             and (masks.hides_loaded_keys(mask) or c.persistent or (c.overlap and not c.producer)
                  or cleans_every_tile(c)))
