@@ -249,18 +249,20 @@ CUDA_FAMILIES = [
     ("head_dim 256\n dtype f16\n target cuda { producer=off }", None, {}),  # wgmma, 2 stages: not overlapped
     # persistent=off: one block per row tile, by the work-item code (a block does its item again)
     ("head_dim 96\n dtype f16\n target cuda { persistent=off }", None, {}),
+    # the producer kernels that kept one block per row tile until 2026-11-27 (third session): cp.async
+    # copies (tma=off; d96: rows 10 apart) and, with producer=on given, the window, softcap and
+    # custom-mask kernels above head dim 128
+    ("head_dim 96\n dtype f16\n target cuda { tma=off }", None, {}),
+    ("head_dim 256\n dtype f16\n target cuda { producer=on tma=off }", None, {}),
+    ("head_dim 192\n dtype f16\n mask window(left=200)\n target cuda { producer=on }", None, {}),
+    # (a softcap of 30 keeps every weight above 0: exp2 of at most 2 * 30 * log2(e) below the max)
+    ("head_dim 256\n dtype bf16\n softcap 10000\n target cuda { producer=on }", None, {}),
+    ("head_dim 192\n dtype f16\n mask custom\n target cuda { producer=on }", None, {"mask": _CAUSAL_BR}),
     ("head_dim 128\n dtype f16\n mask causal(bottom_right)\n target cuda { persistent=off }", None, {}),
     # P through memory (mask none above head dim 256): a warp whose acc is not finite redoes its P V
     # on CUDA cores, keys of weight 0 selected out
     ("head_dim 320\n dtype f16", None, {}),
 ]
-# The families with no cleaning pass yet: docs/language.md, "A key of weight 0 adds nothing".
-# Strict: the day one passes, it moves up.
-_GAP = pytest.mark.xfail(strict=True, reason="no cleaning pass in this kernel family yet (docs/language.md)")
-CUDA_FAMILIES += [pytest.param(*case, marks=_GAP) for case in [
-    # the producer with cp.async copies and head dims not of 64-column blocks: one block per row tile
-    ("head_dim 96\n dtype f16\n target cuda { tma=off }", None, {}),
-]]
 
 
 def _family_id(case):

@@ -36,9 +36,12 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 128\n dtype f16\n mask window(left=100)", True),
     ("head_dim 64\n dtype f16\n target cuda { producer=on }", True),
     ("head_dim 96\n dtype f16", True),                                   # tiles by the tensor copy engine
-    ("head_dim 96\n dtype f16\n target cuda { tma=off }", False),          # cp.async rows 10 apart: spills
+    ("head_dim 96\n dtype f16\n target cuda { tma=off }", True),           # cp.async rows 10 apart: no spill
+    ("head_dim 80\n dtype f16\n mask causal\n target cuda { tma=off }", True),
     ("head_dim 256\n dtype f16\n target cuda { producer=on }", True),    # all copies by the tensor copy engine
-    ("head_dim 256\n dtype f16\n target cuda { producer=on tma=off }", False),  # cp.async rows: spills
+    ("head_dim 256\n dtype f16\n target cuda { producer=on tma=off }", True),  # every producer kernel
+    ("head_dim 192\n dtype f16\n mask window(left=100)\n target cuda { producer=on }", True),
+    ("head_dim 256\n dtype f16\n softcap 30\n target cuda { producer=on }", True),
     ("head_dim 96\n dtype f16\n target cuda { persistent=on }", True),   # asked for: built
     ("head_dim 64\n dtype f16", True),                                   # tile q 128 with the producer
     ("head_dim 64\n dtype f16\n softcap 30", False),                     # no producer

@@ -100,6 +100,11 @@ VARIANTS = [
     "head_dim 64\n dtype bf16\n mask causal\n tile q=192 kv=64\n target cuda { producer=on }",
     "head_dim 64\n dtype f16\n mask causal\n tile q=192 kv=128\n target cuda { producer=on }",   # 160 registers, no spill
     "head_dim 256\n dtype bf16\n mask causal",                                     # kv 80, persistent
+    # persistent since 2026-11-27 (third session; one block per row tile before): cp.async copies,
+    # and window / softcap above head dim 128
+    "head_dim 96\n dtype f16\n mask causal\n target cuda { tma=off }",
+    "head_dim 192\n dtype bf16\n mask window(left=100)\n target cuda { producer=on }",
+    "head_dim 256\n dtype f16\n softcap 30\n target cuda { producer=on }",
 ]
 
 

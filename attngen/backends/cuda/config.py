@@ -213,11 +213,20 @@ CUDA_MAX_CONSUMER_GROUPS = 3
 # which wraps the counter back to zero at the launch's last fetch). The producer copies the next
 # item's Q as soon as the consumers' last Q K^T is done and its K/V tiles into the same ring, so
 # the consumers go from one item to the next without the launch of a new block, the wait for its
-# Q and first tiles, or an idle multiprocessor at the end of each block. auto = on for the
-# producer kernels with head dims 64 or 128 (_persistent_auto); their packed launches take the
-# _varlen entry point (custom masks too: it keeps their tiles). off: where auto would be on, the
-# same work-item code on a grid of one block per item (CudaConfig.item_per_block), so that an
-# item whose result is not finite is still done again, cleaned.
+# Q and first tiles, or an idle multiprocessor at the end of each block. auto = on for every
+# producer kernel; their packed launches take the _varlen entry point (custom masks too: it keeps
+# their tiles). off: the same work-item code on a grid of one block per item
+# (CudaConfig.item_per_block), so that an item whose result is not finite is still done again,
+# cleaned. Since 2026-11-27 (third session) this includes the producer kernels that had kept one
+# block per row tile without that pass: cp.async copies (tma=off) and, with producer=on given, the
+# window, custom and softcap kernels above head dim 128. The work-item code does not spill there
+# (ptxas 13.0 and 13.5; d48-d112 tma=off: 0 bytes where the older loop spilled 144 at d96, 64 at
+# d80), except d192 / d256 with tma=off (64 / 140 bytes; the older loop 152 / 0). Measured
+# (benchmarks/probe_persistent.py, H100 f16, TFLOP/s at L 1k / 4k / 16k, older loop -> work items):
+# d96 tma=off full 299 / 379 / 409 -> 364 / 401 / 423, causal 172 / 304 / 368 -> 254 / 341 / 375;
+# d80 tma=off full 248 / 324 / 352 -> 315 / 355 / 362, causal 136 / 261 / 320 -> 217 / 299 / 323;
+# d192 producer=on tma=off (L 1k / 4k) full 285 / 321 -> 317 / 367, causal 208 / 303 -> 257 / 347;
+# d256 producer=on tma=off full 373 / 433 -> 367 / 398 (the spills), causal 229 / 338 -> 290 / 400.
 # mask custom with the producer: a partial tile's words of a boolean mask (the 256 keys of the
 # two 128-key chunks a tile of up to 128 keys touches) are copied with its K and V into shared
 # memory, so the consumers read their bits there instead of waiting for global loads in the
@@ -766,23 +775,6 @@ def _producer_wide_d_kv(spec: AttentionSpec) -> int | None:
     return next((max(kv for kv, _ in opts) for d, opts in CUDA_PRODUCER_WIDE_D_KV if dmax <= d), None)
 
 
-def _persistent_auto(spec: AttentionSpec) -> bool:
-    """persistent=auto on a producer kernel: head dims up to 128 whose tiles come by the tensor
-    copy engine (the default) or are whole 64-column blocks, and above 128 those that take the
-    producer by CUDA_PRODUCER_WIDE_D_KV (all copies by the tensor copy engine). With cp.async
-    copies (tma=off), rows 8 apart share one swizzle, so the producer keeps one shared-memory
-    address per loop; other head dims (96: rows 10 apart) keep one per row, and across work items
-    that spilled the producer's 72 registers (ptxas -v: d96 720 bytes, d256 76). With the tensor
-    copy engine, d48 / d80 / d96 persistent against one block per row tile (benchmarks/
-    probe_persistent.py, H100, 2026-11-27): L1024 +20-52%, L4096 +2-20%, L16384 level to +9%
-    (d96 causal L1024 271 vs 178 TFLOP/s, FA2 241); phi35 (d96 causal B1 L4096) 351 vs 310."""
-    dmax = max(spec.head_dim_qk, spec.head_dim_v)
-    if dmax > 128:
-        return _producer_wide_d_kv(spec) is not None
-    return (spec.options("cuda").get("tma") != "off"
-            or all(d % 64 == 0 for d in (spec.head_dim_qk, spec.head_dim_v)))
-
-
 def _persistent_refusal(spec: AttentionSpec, producer: bool) -> str | None:
     """Why a Hopper-family configuration cannot run persistent blocks (None: it can)."""
     if not producer:
@@ -1001,13 +993,11 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, chunk), v_blocks * d_v_block
             q_in_regs = False
         ws = producer and math == "wgmma" and _cuda_producer(spec, tile_q, tile_kv, stages)
-        persist = (ws and opts.get("persistent") != "off" and _persistent_refusal(spec, ws) is None
-                   and (opts.get("persistent") == "on" or _persistent_auto(spec)))
-        # persistent=off: one block per row tile, by the work-item code with a grid of one block per
-        # item wherever that code is the default's (so that a block whose result is not finite does
-        # its item again, cleaned: docs/language.md, "A key of weight 0 adds nothing")
-        item_per_block = bool(ws and opts.get("persistent") == "off" and _persistent_auto(spec))
-        persist = persist or item_per_block
+        # Every producer kernel runs the work-item code (CUDA_PERSISTENT_AUTO): persistent blocks,
+        # or with persistent=off a grid of one block per item, so that a block whose result is not
+        # finite still does its item again, cleaned (docs/language.md, "A key of weight 0 adds nothing")
+        persist = bool(ws) and _persistent_refusal(spec, ws) is None
+        item_per_block = persist and opts.get("persistent") == "off"
         tma = ws and opts.get("tma") != "off"
         tma_q = tma and chunk is None and not pack_gqa(spec)
         buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma,
