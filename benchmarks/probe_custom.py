@@ -1,10 +1,11 @@
 """Custom masks on the Hopper family: variants of the `mask custom` kernel side by side (issue 11).
 
-    python3 benchmarks/probe_custom.py [--variants NAME=SPEC_LINES,...] [--no-flex]
+    python3 benchmarks/probe_custom.py [--variants NAME=SPEC_LINES,...] [--no-flex] [--dim 128]
 
 The masks section's two cases (L 16384, d128, 16 heads, B 1, f16: a sliding window of 1024 keys
 and 8 causal documents of uneven lengths, each as a `mask custom` BlockMask) for each variant
-of the custom kernel (extra spec lines, `;` for a new line), beside the analytic window kernel
+of the custom kernel (extra spec lines, `;` for a new line; --dim another head dim, with
+2048 / dim heads), beside the analytic window kernel
 and FlexAttention in the same process. Each output is checked against SDPA's memory-efficient
 kernel with the dense mask (relative error printed). Medians of triton do_bench, ms.
 """
@@ -50,8 +51,8 @@ REWRITES = {
 }
 
 
-def _compile(name: str, body: str):
-    text = f"attention {name} {{\n head_dim {D}\n heads q={H} kv={H}\n dtype f16\n {body}\n}}"
+def _compile(name: str, body: str, d: int = D, h: int = H):
+    text = f"attention {name}_d{d} {{\n head_dim {d}\n heads q={h} kv={h}\n dtype f16\n {body}\n}}"
     pairs = [pair for key, r in REWRITES.items() if key in name[len("custom_"):] for pair in r]
     return compile_with(attngen.parse(text)[0], pairs)
 
@@ -65,20 +66,22 @@ def main() -> None:
     ap.add_argument("--variants", default=DEFAULT_VARIANTS,
                     help="';'-separated NAME=EXTRA (EXTRA: spec lines, '|' for a new line)")
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--dim", type=int, default=D, help="head dim (heads: 2048 / dim)")
     args = ap.parse_args()
+    d, h = args.dim, 2048 // args.dim
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn((1, L, H, D), device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    q, k, v = (torch.randn((1, L, h, d), device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     masks, mods = mask_cases(L)
     variants = []
     for item in args.variants.split(";"):
         name, _, extra = item.partition("=")
-        variants.append((name, _compile(f"custom_{name}", "mask custom\n " + extra.replace("|", "\n "))))
+        variants.append((name, _compile(f"custom_{name}", "mask custom\n " + extra.replace("|", "\n "), d, h)))
     for name, kern in variants:
         c = kern.plan.config
         print(f"{name:10s} tile q{c.tile_q} kv{c.tile_kv} {c.stages} stages producer={c.producer} "
               f"persistent={c.persistent}", flush=True)
-    window = _compile("window", f"mask window(left={WINDOW - 1})")
+    window = _compile("window", f"mask window(left={WINDOW - 1})", d, h)
     flex = None
     if not args.no_flex:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention

@@ -44,7 +44,8 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 256\n dtype f16\n softcap 30\n target cuda { producer=on }", True),
     ("head_dim 96\n dtype f16\n target cuda { persistent=on }", True),   # asked for: built
     ("head_dim 64\n dtype f16", True),                                   # tile q 128 with the producer
-    ("head_dim 64\n dtype f16\n softcap 30", False),                     # no producer
+    ("head_dim 64\n dtype f16\n softcap 30", True),                      # with the producer since 2026-11-27
+    ("head_dim 64\n dtype f16\n softcap 30\n target cuda { producer=off }", False),  # no producer
     ("head_dim 128\n dtype f16\n mask custom", True),                  # the _varlen entry takes packed launches
     ("head_dim 128\n dtype f16\n target cuda { producer=off }", False),
 ])
@@ -77,7 +78,7 @@ def test_persistent_off_is_one_block_per_row_tile_by_the_work_item_code(body):
 
 @pytest.mark.parametrize("body, profile, words", [
     ("head_dim 128\n dtype f16\n target cuda { persistent=on }", "cuda-sm80", "no Hopper wgmma family"),
-    ("head_dim 64\n dtype f16\n softcap 30\n target cuda { persistent=on }", "cuda-sm90", "no producer"),
+    ("head_dim 64\n dtype f16\n softcap 30\n target cuda { producer=off persistent=on }", "cuda-sm90", "no producer"),
     ("head_dim 128\n dtype f16\n target cuda { producer=off persistent=on }", "cuda-sm90", "no producer"),
     ("head_dim 128\n dtype f16\n mask custom\n target cuda { producer=off persistent=on }", "cuda-sm90",
      "no producer"),

@@ -34,10 +34,14 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 128\n heads q=28 kv=4\n dtype bf16", True),
     ("head_dim 96\n dtype f16", True),
     ("head_dim 64\n dtype f16", True),                              # tile q 128 (with it: +11%)
-    ("head_dim 64\n dtype f16\n softcap 30", False),               # tile q 64: no producer, no q128
+    ("head_dim 64\n dtype f16\n softcap 30", True),                # q128 with it (CUDA_PRODUCER_SOFTCAP)
+    ("head_dim 64\n dtype f16\n softcap 30\n target cuda { producer=off }", False),  # tile q 64, no q128
     ("head_dim 64\n dtype f16\n target cuda { producer=off }", False),
     ("head_dim 256\n dtype f16", True),                             # kv 80 with persistent blocks (CUDA_PRODUCER_WIDE_D_KV)
-    ("head_dim 256\n dtype f16\n mask window(left=64)", False),      # above d128 only without window / custom / softcap
+    ("head_dim 256\n dtype f16\n mask window(left=64)", True),       # above d128, window / custom / softcap: kv 64
+    ("head_dim 192\n dtype bf16\n softcap 50\n mask causal", True),
+    ("head_dim 256\n dtype f16\n mask window(left=64)\n tile q=128 kv=96", False),  # above kv 64: not measured
+    ("head_dim 256\n dtype f16\n mask window(left=64)\n target cuda { tma=off }", False),
     ("head_dim 128\n dtype f16\n mask causal", True),               # q128 kv96
     ("head_dim 64\n dtype f16\n mask causal", True),                # q128 kv128 (up to d64)
     ("head_dim 128\n dtype f16\n mask causal\n tile q=128 kv=128", False),  # kv128: its consumers spill
@@ -45,7 +49,8 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 128\n dtype f16\n mask window(left=100)\n tile q=128 kv=112", False),  # kv112 spills with it
     ("head_dim 128\n dtype f16\n mask custom", True),               # q128 kv80, mask words staged
     ("head_dim 128\n dtype f16\n mask custom\n tile q=128 kv=128", False),  # kv128: its consumers spill
-    ("head_dim 128\n dtype f16\n softcap 30", False),
+    ("head_dim 128\n dtype f16\n softcap 30", True),
+    ("head_dim 128\n dtype f16\n softcap 30\n mask causal", True),
     ("head_dim 128\n dtype f16\n target cuda { producer=off }", False),
     ("head_dim 128\n dtype f16\n mask causal\n target cuda { producer=on }", True),
     ("head_dim 256\n dtype f16\n target cuda { producer=on }", True),

@@ -35,9 +35,11 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 128\n dtype f16\n mask custom", True),
     ("head_dim qk=192 v=128\n dtype bf16\n mask causal\n tile q=128 kv=128\n target cuda { producer=on }", True),
     ("head_dim 128\n dtype f16\n target cuda { tma=off }", False),
-    ("head_dim 128\n dtype f16\n softcap 30", False),  # no producer
+    ("head_dim 128\n dtype f16\n softcap 30", True),   # with the producer since 2026-11-27
+    ("head_dim 128\n dtype f16\n softcap 30\n target cuda { producer=off }", False),  # no producer
     ("head_dim 256\n dtype f16", True),  # producer and persistent blocks above d128 (CUDA_PRODUCER_WIDE_D_KV)
-    ("head_dim 256\n dtype f16\n mask window(left=64)", False),  # no producer
+    ("head_dim 256\n dtype f16\n mask window(left=64)", True),   # the producer above d128 too
+    ("head_dim 256\n dtype f16\n mask window(left=64)\n target cuda { producer=off }", False),  # no producer
 ])
 def test_which_plans_take_the_tensor_copy_engine(body, on):
     p = _plan(body)

@@ -147,6 +147,22 @@ CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY = 64
 # registers): auto puts a producer in causal and window blocks only up to it (and window tiles
 # of q 128 take it as their auto tile kv); causal blocks up to head dim 64 take it up to kv 128.
 CUDA_PRODUCER_MASKED_KV = 96
+# Head dims above 128 (up to 256) with a window or custom mask or softcap: auto puts a producer
+# (with persistent blocks and the tensor copy engine) in their tile q 128 blocks up to this tile kv
+# (their auto tile: kv 64, two stages, CUDA_WGMMA_KV_CAP), where they had the plain loop until
+# 2026-11-27 (third session). No spills (ptxas 13.0 and 13.5, d160-d256, bf16 / f16, softcap 50
+# with a window or causal, custom d192). H100 f16, benchmarks/probe_persistent.py, TFLOP/s at
+# L 1k / 4k, plain loop -> producer: window 1024 d192 238 / 272 -> 286 / 361, d256 253 / 288 ->
+# 296 / 357; d256 softcap 30 full 292 / 334 -> 315 / 350, causal 210 / 284 -> 257 / 326.
+CUDA_PRODUCER_WIDE_MASKED_KV = 64
+# Softcap up to head dim 128: auto puts the producer (persistent, tensor copy engine) in its tile
+# q 128 blocks too, as in unmasked ones (their auto tiles: d128 q128 kv96, d64 q128 kv96 / causal
+# kv128; no spills, ptxas 13.0 and 13.5). Before persistent blocks it was level ("292 either way",
+# d128 causal); now H100 f16 softcap 30, TFLOP/s at L 1k / 4k (benchmarks/probe_persistent.py,
+# 2026-11-27, third session), overlapped loop without it -> with it: d128 full 230 / 259 -> 296 /
+# 312, causal 181 / 242 -> 225 / 293; d64 full 168 / 188 -> 172 / 187 (q64 -> q128), causal 141 /
+# 162 -> 157 / 190.
+CUDA_PRODUCER_SOFTCAP = True
 # Warp specialisation of the Hopper family (`target cuda { producer=on }`, FlashAttention-3
 # section 3.1): one more warpgroup that only copies (Q once, then the K/V ring, signalling each
 # tile on an mbarrier), so the consumer warpgroups never meet at a block-wide barrier; with two
@@ -736,8 +752,13 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
         return True
     if dmax > 128:  # CUDA_PRODUCER_WIDE_D_KV: with the tensor copy engine, no mask but causal, its tile kv at most
         wide_kv = _producer_wide_d_kv(spec)
+        if wide_kv is None and dmax <= 256 and spec.options("cuda").get("tma") != "off" and (
+                spec.mask.kind in ("window", "custom") or spec.softcap is not None):
+            wide_kv = CUDA_PRODUCER_WIDE_MASKED_KV  # window, custom, softcap (CUDA_PRODUCER_WIDE_MASKED_KV)
         return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and wide_kv is not None and tile_kv <= wide_kv)
-    return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and masked_ok and spec.softcap is None)
+    # (softcap too since 2026-11-27, third session: CUDA_PRODUCER_SOFTCAP)
+    return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and masked_ok
+                             and (spec.softcap is None or CUDA_PRODUCER_SOFTCAP))
 
 
 def _split_qk(spec: AttentionSpec) -> bool:
