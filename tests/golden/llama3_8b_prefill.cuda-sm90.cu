@@ -979,6 +979,16 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     math.init(smem, warp, lane);
     math.load_q(smem, warp);
 
+    // ---- section: main loop over K/V tiles ----
+    // Warp specialisation (FlashAttention-3, Shah et al. 2024, sections 3.1-3.2). The producer
+    // warpgroup (warps kWarps ..) copies each item's Q, then its K/V tile it into stage
+    // (ring + it) % kStages once every consumer warp has released that stage (bar_empty), and
+    // signals each on bar_full; it keeps kProducerRegs registers per thread and gives the rest to
+    // the consumers (setmaxnreg). Each consumer warpgroup runs the overlapped loop on its 64 rows:
+    // S = Q K^T of tile it and acc += P V of tile it - 1 issued together, the softmax of tile it
+    // while P V runs, and the stage of tile it - 1 released once P V is done. No barrier spans the
+    // block, so the warpgroups drift apart; with two of them, named barriers make them take turns
+    // issuing their products (ping-pong), so one's softmax runs while the other's products do.
     if (warp >= kWarps) {
         // -- producer warpgroup: copies only
         if constexpr (kConsumerGroups >= 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));

@@ -317,12 +317,12 @@ class CudaConfig:
     # Hopper family: a producer warpgroup copies the tiles (warp specialisation, see
     # CUDA_PRODUCER_THREADS); `warps` counts the consumer warps only.
     producer: bool = False
-    # Persistent blocks (producer kernels only): one block per multiprocessor takes work items
+    # Persistent blocks (every producer kernel): one block per multiprocessor takes work items
     # (row tile, head, batch) one after the other, so that its producer copies the next item's Q
     # and first K/V tiles while its consumers finish the current one (CUDA_PERSISTENT_BLOCKS).
     persistent: bool = False
-    # ... with a grid of one block per work item (`persistent=off` where the work-item code is the
-    # default's): each block does its one row tile, and again, cleaned, if its result is not finite.
+    # ... with a grid of one block per work item (`persistent=off`): each block does its one row
+    # tile, and again, cleaned, if its result is not finite.
     item_per_block: bool = False
     # Producer kernels: the K and V tiles come by the tensor copy engine (CUDA_TMA_REGS).
     tma: bool = False
@@ -340,6 +340,12 @@ class CudaConfig:
     # The output through shared memory with a tensor store (CUDA_TMA_STORE): a buffer sO and a
     # tensor map over out (tmap_o).
     tma_store: bool = False
+
+    def __post_init__(self):
+        # Every producer kernel runs the work-item code (templates/cuda/body.j2 has no other producer
+        # loop since 2026-11-27, third session): its redo is the cleaning pass of a key of weight 0.
+        if self.producer and not self.persistent:
+            raise AssertionError("a producer kernel without the work-item code (CudaConfig.persistent)")
 
     @property
     def chunked(self) -> bool:
