@@ -59,8 +59,9 @@ def test_which_plans_are_persistent(body, on):
     assert ("persistent: one block per multiprocessor" in p.summary()) is on
     src = emit_plan(p).source
     assert ("section: work items (persistent blocks)" in src) is on
-    if p.details.varlen is not None:  # launches with per-sequence lengths keep the plain grid
-        assert "SM" not in p.details.varlen.grid[0]
+    if p.details.varlen is not None:  # launches with per-sequence lengths: persistent where the producer is
+        assert ("SM" in p.details.varlen.grid[0]) is p.config.varlen.persistent
+        assert p.config.varlen.persistent is p.config.varlen.producer
 
 
 @pytest.mark.parametrize("body", ["head_dim 128\n dtype f16\n target cuda { persistent=off }",

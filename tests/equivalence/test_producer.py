@@ -14,7 +14,7 @@ import pytest
 import attngen
 from attngen.api import emit_plan
 from attngen.backends.cuda import nvrtc
-from attngen.backends.cuda.config import CUDA_CONSUMER_REGS, CUDA_PRODUCER_REGS
+from attngen.backends.cuda.config import CUDA_CONSUMER_REGS, CUDA_PRODUCER_REGS, CUDA_VARLEN_PRODUCER_MAX_D
 from attngen.errors import SpecError
 from attngen.reference import reference
 
@@ -65,8 +65,10 @@ def test_which_plans_get_a_producer(body, on):
     assert ("-- producer warpgroup: copies only" in src) is on
     if on and c.warps == 8:
         assert "setmaxnreg.dec" in src and "setmaxnreg.inc" in src
-    if c.varlen is not None:  # launches with per-sequence lengths keep the plain loop
-        assert not c.varlen.producer
+    if c.varlen is not None:  # launches with per-sequence lengths: the producer by cp.async up to d128
+        narrow = max(c.d_qk, c.d_v) <= CUDA_VARLEN_PRODUCER_MAX_D and "custom" not in body
+        assert c.varlen.producer is (on and narrow)
+        assert not c.varlen.tma
 
 
 def test_registers_setmaxnreg_may_move():

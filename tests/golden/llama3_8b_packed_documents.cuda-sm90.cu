@@ -1007,7 +1007,6 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // the consumers in item_slot with that item's Q (bar_q).
     // The K/V ring runs on across items (ring: the tiles of the block's earlier items), so the
     // producer copies the next item's Q and first tiles while the consumers finish the current one.
-    static_assert(!kVarlen, "persistent blocks serve the launches without per-sequence lengths");
     // ---- section: prologue: load Q ----
     zero_padding<kBlockQ, kHeadDimQK, kHeadDimQKPad, kStrideQ>(sQ, tid);
     #pragma unroll
@@ -1106,13 +1105,18 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
 
             // ---- section: sequences ----
-            const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
-            if constexpr (kVarlen) {
-                if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
-                                 errors)) {
-                    return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
+            // (bad integer inputs on the device: reported, and the item is of an empty sequence: it reads
+            // and writes nothing, and the block goes on to its next item)
+            const Seq seq = [&] {
+                const Seq s = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+                if constexpr (kVarlen) {
+                    if (!sequence_ok(s, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                                     errors)) {
+                        return Seq{0, 0, 0, 0, 0};
+                    }
                 }
-            }
+                return s;
+            }();
             const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
             const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
             auto query_of = [](int p) { return p; };
@@ -1138,7 +1142,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
             if constexpr (kVarlen) {
                 // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-                if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+                if (len_new > 0 && kPass != 2 && q_tile == 0 && head % group == 0) {
                     append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
                     append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
                 }
@@ -1156,6 +1160,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             cmask.tiles = mask_tiles + (long long)list * n_kvtiles;
             cmask.count = mask_counts[list];
             int tile_first = 0, n_tiles = cmask.count;  // positions in the list
+            if (kVarlen && row0 >= n_rows) n_tiles = 0;  // an item past its sequence's rows: the grid covers the longest one
             // The kv tile of iteration it.
             auto kv_tile = [&](int it) { return cmask.tiles[tile_first + it] >> 1; };
 
@@ -1232,13 +1237,18 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
 
         // ---- section: sequences ----
-        const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
-        if constexpr (kVarlen) {
-            if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
-                             errors)) {
-                return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
+        // (bad integer inputs on the device: reported, and the item is of an empty sequence: it reads
+        // and writes nothing, and the block goes on to its next item)
+        const Seq seq = [&] {
+            const Seq s = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+            if constexpr (kVarlen) {
+                if (!sequence_ok(s, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                                 errors)) {
+                    return Seq{0, 0, 0, 0, 0};
+                }
             }
-        }
+            return s;
+        }();
         const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
         const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
         auto query_of = [](int p) { return p; };
@@ -1266,7 +1276,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
         if constexpr (kVarlen) {
             // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-            if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+            if (len_new > 0 && kPass != 2 && q_tile == 0 && head % group == 0) {
                 append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
                 append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
             }
@@ -1284,6 +1294,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         cmask.tiles = mask_tiles + (long long)list * n_kvtiles;
         cmask.count = mask_counts[list];
         int tile_first = 0, n_tiles = cmask.count;  // positions in the list
+        if (kVarlen && row0 >= n_rows) n_tiles = 0;  // an item past its sequence's rows: the grid covers the longest one
         // The kv tile of iteration it.
         auto kv_tile = [&](int it) { return cmask.tiles[tile_first + it] >> 1; };
         // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.

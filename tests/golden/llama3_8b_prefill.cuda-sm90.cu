@@ -25,7 +25,7 @@
 //   sK    at  32768: 4 x 96 x 128 f16 (K tiles, one per pipeline stage (128-byte swizzle))
 //   sV    at 131072: 4 x 96 x 128 f16 (V tiles, one per pipeline stage (128-byte swizzle))
 //   sSync at 229376: 1 x 65 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
-// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 kv=64 (148480 bytes of shared memory).
+// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=128 kv=96 (230624 bytes of shared memory).
 // Grid: (min(SM, ceil(Lq / 128) * Hq * B), 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_llama3_8b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -939,7 +939,6 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // the consumers in item_slot with that item's Q (bar_q).
     // The K/V ring runs on across items (ring: the tiles of the block's earlier items), so the
     // producer copies the next item's Q and first tiles while the consumers finish the current one.
-    static_assert(!kVarlen, "persistent blocks serve the launches without per-sequence lengths");
     // ---- section: prologue: load Q ----
     zero_padding<kBlockQ, kHeadDimQK, kHeadDimQKPad, kStrideQ>(sQ, tid);
     #pragma unroll
@@ -1038,13 +1037,18 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
 
             // ---- section: sequences ----
-            const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
-            if constexpr (kVarlen) {
-                if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
-                                 errors)) {
-                    return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
+            // (bad integer inputs on the device: reported, and the item is of an empty sequence: it reads
+            // and writes nothing, and the block goes on to its next item)
+            const Seq seq = [&] {
+                const Seq s = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+                if constexpr (kVarlen) {
+                    if (!sequence_ok(s, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                                     errors)) {
+                        return Seq{0, 0, 0, 0, 0};
+                    }
                 }
-            }
+                return s;
+            }();
             const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
             const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
             auto query_of = [](int p) { return p; };
@@ -1070,7 +1074,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
             if constexpr (kVarlen) {
                 // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-                if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+                if (len_new > 0 && kPass != 2 && q_tile == 0 && head % group == 0) {
                     append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
                     append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
                 }
@@ -1083,6 +1087,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
             int tile_first = kv_begin / kBlockKV;
             int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+            if (kVarlen && row0 >= n_rows) n_tiles = 0;  // an item past its sequence's rows: the grid covers the longest one
             // The kv tile of iteration it.
             auto kv_tile = [&](int it) { return tile_first + it; };
 
@@ -1156,13 +1161,18 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
 
         // ---- section: sequences ----
-        const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
-        if constexpr (kVarlen) {
-            if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
-                             errors)) {
-                return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
+        // (bad integer inputs on the device: reported, and the item is of an empty sequence: it reads
+        // and writes nothing, and the block goes on to its next item)
+        const Seq seq = [&] {
+            const Seq s = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+            if constexpr (kVarlen) {
+                if (!sequence_ok(s, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                                 errors)) {
+                    return Seq{0, 0, 0, 0, 0};
+                }
             }
-        }
+            return s;
+        }();
         const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
         const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
         auto query_of = [](int p) { return p; };
@@ -1190,7 +1200,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
         if constexpr (kVarlen) {
             // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-            if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+            if (len_new > 0 && kPass != 2 && q_tile == 0 && head % group == 0) {
                 append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
                 append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
             }
@@ -1203,6 +1213,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
         int tile_first = kv_begin / kBlockKV;
         int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+        if (kVarlen && row0 >= n_rows) n_tiles = 0;  // an item past its sequence's rows: the grid covers the longest one
         // The kv tile of iteration it.
         auto kv_tile = [&](int it) { return tile_first + it; };
         // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
@@ -1429,27 +1440,40 @@ namespace varlen {
 // ---- section: config ----------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-constexpr int kBlockQ = 64;      // tile q: rows of Q per block
+constexpr int kBlockQ = 128;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 64;     // tile kv: rows of K and V per iteration of the main loop
-constexpr int kWarps = 4;
-constexpr int kThreads = 128;    // kWarps * 32
-constexpr int kCopyThreads = kThreads;  // threads that copy tiles: all
+constexpr int kBlockKV = 96;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kWarps = 8;
+// Warp specialisation (FlashAttention-3, section 3.1): warpgroups 0 .. kConsumerGroups - 1 compute
+// (64 rows each); the last warpgroup, the producer, only copies Q and the ring of K/V tiles and
+// signals each tile's arrival on an mbarrier. setmaxnreg then moves registers from the producer
+// (kProducerRegs per thread) to the consumers (kConsumerRegs).
+constexpr int kThreads = 384;    // kWarps * 32 consumer threads + kCopyThreads
+constexpr int kCopyThreads = 128;  // the producer warpgroup: the threads that copy tiles
+constexpr int kConsumerGroups = kWarps / 4;
+constexpr bool kPingPong = kConsumerGroups >= 2;  // the consumer warpgroups take turns issuing their products
+constexpr int kProducerRegs = 120, kConsumerRegs = 192;
+// setmaxnreg moves registers within what the launch gave the block (65536 / kThreads per thread,
+// a multiple of 8): asking for more would wait forever. One consumer warpgroup moves none.
+static_assert(kConsumerGroups == 1 || kProducerRegs * kCopyThreads + kConsumerRegs * kWarps * 32 <=
+              (65536 / kThreads) / 8 * 8 * kThreads, "setmaxnreg within the launch's registers");
 constexpr int kStages = 4;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
 constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
 constexpr int kHeadDimVPad = 128;
+constexpr int kVTileCols = kHeadDimVPad;  // columns of the V tiles
 // Shared-memory tiles are in the 128-byte swizzled layout of the wgmma descriptors (section
 // memory: swizzled); the strides are the padded row widths, in elements.
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (148480 bytes)
-constexpr int kOffsetK = 16384;
-constexpr int kOffsetV = 81920;
-constexpr int kSmemBytes = 148480;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (230624 bytes)
+constexpr int kOffsetK = 32768;
+constexpr int kOffsetV = 131072;
+constexpr int kOffsetSync = 229376;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits
+constexpr int kSmemBytes = 230624;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -1488,6 +1512,40 @@ __device__ __forceinline__ int swizzled(int r, int col) {
 // visible to the tensor cores' reads, which go through the async proxy. Before a barrier.
 __device__ __forceinline__ void fence_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// ---- mbarriers: the producer warpgroup's tiles (warp specialisation) ----
+// An mbarrier completes a phase when its count of arrivals is reached; waiters name the parity
+// of the phase they wait for (PTX ISA, "Parallel Synchronization and Communication
+// Instructions: mbarrier").
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+
+// Arrive once every cp.async this thread issued before has landed (.noinc: the arrival is one
+// of the count given at init).
+__device__ __forceinline__ void mbar_arrive_copies(unsigned long long* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" :: "r"(smem_addr(bar)) : "memory");
+}
+
+// Wait until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+    asm volatile("{\n.reg .pred done;\nWAIT_PHASE:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_PHASE;\n}\n" :: "r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// Named barriers (bar.sync / bar.arrive) among `threads` threads of the block; id 0 is __syncthreads.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" :: "r"(id), "r"(threads) : "memory");
 }
 
 // 16-byte asynchronous copy; when !valid nothing is read and the destination is zero-filled.
@@ -1624,17 +1682,19 @@ __device__ __forceinline__ void fence_registers(float (&d)[kTiles][4]) {
     }
 }
 
-// d (= or +=, by scale_d) A B for one k16 step: m64n64k16, A and B from shared memory, K-major.
+// d (= or +=, by scale_d) A B for one k16 step: m64n96k16, A and B from shared memory, K-major.
 __device__ __forceinline__ void wgmma_scores(float (&d)[kNTilesKV][4], unsigned long long a, unsigned long long b, int scale_d) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %32, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31 }, "
-        "%33, %34, p, 1, 1, 0, 0;\n}\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %48, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47 }, "
+        "%49, %50, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
-"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+"+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
+"+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), 
+"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3])
         : "r"(scale_d), "l"(a), "l"(b));
 }
 
@@ -2025,6 +2085,30 @@ __device__ __forceinline__ void clean_values(elem_t* tile, unsigned (&bad)[kKeyW
     __syncthreads();  // every warp's P V reads the tile after all the zeros are written
 }
 
+// The producer warpgroup's cleaning (warp specialisation): its warp w scans keys 32 w + lane,
+// 32 (w + 4) + lane, ... of the landed tile and zeroes those keys' non-finite values itself. A
+// warp reads and writes only its own keys' rows, so scanning and zeroing need no barrier between
+// them; the bits go to `bad` in shared memory (one word per 32 keys) for the consumers.
+template <int kCols>
+__device__ __forceinline__ void clean_values_copier(elem_t* tile, unsigned* bad, int ptid) {
+    constexpr int kWordsPerRow = kCols * static_cast<int>(sizeof(elem_t)) / 16;  // uint4 per row
+    const int lane = ptid % 32;
+    for (int w = ptid / 32; w < kKeyWords; w += kCopyThreads / 32) {
+        const int r = w * 32 + lane;
+        bool found = false;
+        if (r < kBlockKV) {
+            #pragma unroll 4
+            for (int c = 0; c < kWordsPerRow; ++c) {
+                if (scrub_word(reinterpret_cast<uint4*>(tile + swizzled<kBlockKV>(r, c * (16 / static_cast<int>(sizeof(elem_t))))))) {
+                    found = true;
+                }
+            }
+        }
+        const unsigned bits = __ballot_sync(0xffffffffu, found);
+        if (lane == 0) bad[w] = bits;
+    }
+}
+
 // Mark this lane's rows that see (p != 0) a key of `bad`: bit 2 mf + h of row_bad. The lane's key
 // of column n, e is bit 8 (n % 4) + e % 2 of word n / 4 once the words are shifted by 2t: constant
 // shifts in the unrolled loop, one flag per row (a run-time shift per score held 30 more registers).
@@ -2055,6 +2139,47 @@ __device__ __forceinline__ void mark_bad_rows(unsigned& row_bad, const float (&p
 // Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
 // The softmax applies it itself, p = exp2(fmaf(s, kScaleLog2, -m_i)), with the row max taken on
 // the raw products (the scale is positive): one FFMA per score (section online softmax).
+
+// ---- section: work items (persistent blocks) ----
+// The work items of a launch: one per (batch, query head, row tile), what one block of a plain
+// launch would do. Causal items differ in length (row tile t sees t + 1 tiles of keys), and blocks
+// take the next item when they finish one, so the longest should go first; but items at work at
+// one time should share their heads' K and V in L2. So the (batch, head) pairs, batch-major, go in
+// groups of order_group() pairs whose K and V fit kOrderBytes together, and within a group the
+// items go longest first: every pair's last row tile, then every pair's one before, and so on.
+// (B1 H16 L4096, 512 items on 132 blocks: by a list-scheduling count the head-major order ends
+// at 79% of the ideal, this one at 98%: benchmarks/NOTES.md.)
+constexpr long long kOrderBytes = 16777216LL;  // K/V bytes of a group of pairs: about a third of the H100's L2
+
+__device__ __forceinline__ int order_group(int len_k, int group, int pairs) {
+    const long long per_kv_head = (long long)max(len_k, 1) * (kHeadDimQK + kHeadDimV) * static_cast<int>(sizeof(elem_t));
+    return (int)max(1LL, min(kOrderBytes * group / per_kv_head, (long long)pairs));  // (a KV head serves `group` query heads)
+}
+__device__ __forceinline__ int row_tiles(int len_q, int group) {
+    return (len_q + kBlockQ - 1) / kBlockQ;
+}
+
+__device__ __forceinline__ int work_items(int len_q, int heads_q, int group, int batch_size) {
+    return batch_size * heads_q * row_tiles(len_q, group);
+}
+
+// Item `item` as (row tile, head, batch, 0); x = -1: past the last item. A block keeps its items
+// in kItemSlots slots of shared memory: the producer fills slot n + 1 after it has issued item n's
+// copies, and it starts item n only once the consumers are done with item n - 1's main loop, so
+// it writes slot n + kItemSlots only after the consumers have finished item n's epilogue (which
+// reads its slot again).
+constexpr int kItemSlots = 4;
+static_assert(kItemSlots % 2 == 0, "an item's slot also gives its parity (bar_q, bar_done)");
+__device__ __forceinline__ int4 work_item(int item, int len_q, int len_k, int heads_q, int group, int batch_size) {
+    if (item >= work_items(len_q, heads_q, group, batch_size)) return make_int4(-1, 0, 0, 0);
+    // (heads: with output column blocks, (head, block) pairs: y = head * kVBlocks + block)
+    const int tiles = row_tiles(len_q, group), heads = heads_q;
+    const int pairs = batch_size * heads, g = order_group(len_k, group, pairs);
+    const int first = item / (tiles * g) * g;  // the group's first (batch, head) pair
+    const int in_group = min(g, pairs - first), r = item - first * tiles;
+    const int pair = first + r % in_group;
+    return make_int4(tiles - 1 - r / in_group, pair % heads, pair / heads, 0);
+}
 
 // ---- section: kernel ------------------------------------------------------------------------
 // One block computes kBlockQ rows of the output of one (batch, query head), FlashAttention-2
@@ -2119,53 +2244,19 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int t = lane % 4;                  // this lane's columns: 2t and 2t + 1 of each 8
-    const int head_y = blockIdx.y, batch = blockIdx.z;  // query head, batch
-    // causal: the last row tiles see the most keys; blocks start in blockIdx order, so the
-    // longest tiles go first and the grid ends on short ones (less idle tail)
-    const int q_tile = gridDim.x - 1 - blockIdx.x;
 
-    // ---- section: sequences ----
-    const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
-    if constexpr (kVarlen) {
-        if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
-                         errors)) {
-            return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
-        }
-    }
-    const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
-    const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
-    auto query_of = [](int p) { return p; };
-    auto head_of = [&](int) { return head; };
-    auto q_row = [&](int p) {
-        return q + batch * q_sb + (long long)(seq.q_start + query_of(p)) * q_sl + head_of(p) * q_sh;
-    };
-    const int row0 = q_tile * kBlockQ;       // the block's first row
-    const int row_end = min(row0 + kBlockQ, n_rows);
-    // This lane's rows: row_a + 16 mf + 8 h for fragment mf < kFrags and half h < 2.
-    const int row_a = row0 + warp * kRowsPerWarp + lane / 4;
 
-    // ---- section: key rows ----
-    auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
-                        long long fb, long long fl, long long fh) {
-        KeyRows<kVarlen> r;
-        r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
-        r.row_stride = sl;
-        r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
-        r.fresh_stride = fl;
-        r.cached = seq.cached;
-        return r;
-    };
-    const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
-    const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
-    if constexpr (kVarlen) {
-        // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-        if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
-            append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
-            append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
-        }
-    }
-    if (row0 >= n_rows) return;  // packed sequences: the grid covers the longest one
-
+    // ---- section: work items (persistent blocks) ----
+    // The grid is one block per multiprocessor.
+    // A work item is what one block of a plain launch
+    // does: row tile q_tile of one (batch, head). Items are numbered batch-major, then head, then
+    // row tile (work_item), so that the items at work at one time share their heads' K and V in
+    // L2. Block b does item b first; then its producer takes the next one from work_counter
+    // (atomicInc, which wraps the counter back to zero at the launch's last fetch: a block fetches
+    // until it gets past the last item, so there are exactly work_items fetches) and hands it to
+    // the consumers in item_slot with that item's Q (bar_q).
+    // The K/V ring runs on across items (ring: the tiles of the block's earlier items), so the
+    // producer copies the next item's Q and first tiles while the consumers finish the current one.
     // ---- section: prologue: load Q ----
     zero_padding<kBlockQ, kHeadDimQK, kHeadDimQKPad, kStrideQ>(sQ, tid);
     #pragma unroll
@@ -2173,188 +2264,270 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         zero_padding<kBlockKV, kHeadDimQK, kHeadDimQKPad, kStrideK>(sK + st * kBlockKV * kStrideK, tid);
         zero_padding<kBlockKV, kHeadDimV, kHeadDimVPad, kStrideV>(sV + st * kBlockKV * kStrideV, tid);
     }
-    load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, tid);
-    cp_async_commit();
-    cp_async_wait<0>();
-    fence_async_shared();
+    // The producer warpgroup copies Q (section: main loop); here its mbarriers are set up.
+    unsigned long long* bar_q = reinterpret_cast<unsigned long long*>(smem + kOffsetSync);  // Q has landed
+    unsigned long long* bar_full = bar_q + 1;            // [kStages]: the stage's K and V have landed
+    unsigned long long* bar_empty = bar_full + kStages;  // [kStages]: every consumer warp is done with it
+    unsigned long long* bar_qfree = bar_empty + kStages;  // every consumer warp is done with Q (the next item's may come)
+    int4* item_slot = reinterpret_cast<int4*>(bar_qfree + 1);  // [kItemSlots]: the block's work items in turn (section: work items)
+    int* redo = reinterpret_cast<int*>(item_slot + kItemSlots);  // [kItemSlots]: the item's result was not finite
+    unsigned long long* bar_done = reinterpret_cast<unsigned long long*>(redo + kItemSlots);  // [2]: item n's check, n % 2
+    unsigned* bad_keys = reinterpret_cast<unsigned*>(bar_empty + kStages + 1 + 2 * kItemSlots + kItemSlots / 2 + 2);  // [kStages][kKeyWords]
+    if (tid == 0) {
+        mbar_init(bar_q, kCopyThreads + 1);  // the copies of Q, and the producer's first thread with item_slot
+        mbar_init(bar_qfree, kWarps);
+        mbar_init(&bar_done[0], kWarps);
+        mbar_init(&bar_done[1], kWarps);
+        for (int i = 0; i < kItemSlots; ++i) redo[i] = 0;
+        item_slot[0] = work_item(blockIdx.x, len_q, len_k, heads_q, group, batch_size);  // the block's first
+        #pragma unroll
+        for (int st = 0; st < kStages; ++st) {
+            mbar_init(&bar_full[st], kCopyThreads);
+            mbar_init(&bar_empty[st], kWarps);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    fence_async_shared();  // the zero padding above is read by the tensor cores (async proxy)
     __syncthreads();
     WarpMath math;
     math.init(smem, warp, lane);
     math.load_q(smem, warp);
 
-    // ---- section: loop bounds (mask) ----
-    const Mask mask{seq.len_q, seq.len_k};  // aligned to this sequence's own lengths
-    const int qrow0 = query_of(row0), qrow_end = query_of(row_end - 1) + 1;  // the block's query rows
-    int kv_begin, kv_end;
-    mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
-    int tile_first = kv_begin / kBlockKV;
-    int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
-    // The kv tile of iteration it.
-    auto kv_tile = [&](int it) { return tile_first + it; };
-    // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
-    int qi[kFrags][2];
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
-        #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int p = row_a + 16 * mf + 8 * h;
-            qi[mf][h] = query_of(p);
-        }
-    }
-
-    float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
-    float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
-    float acc[kFrags][kNTilesV][4];  // unnormalised output
-    unsigned row_bad = 0u;          // bit 2 mf + h: the row saw a non-finite value of V (section non-finite values)
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
-        m_i[mf][0] = m_i[mf][1] = neg_inf();
-        l_i[mf][0] = l_i[mf][1] = 0.f;
-        #pragma unroll
-        for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
-    }
-
-    auto load_kv = [&](int stage, int tile) {
-        const int j0 = kv_tile(tile) * kBlockKV;
-        load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, tid);
-        load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, tid);
-    };
-
     // ---- section: main loop over K/V tiles ----
-    // Hopper family, FlashAttention-3 order (Shah et al. 2024, section 3.2): in iteration it the
-    // warpgroup issues S = Q K^T of tile it and acc += P V of tile it - 1 together, waits for S
-    // only, and does the softmax of tile it while the tensor cores still run P V; acc is rescaled
-    // once P V is done. V of tile it - 1 is thus still read during iteration it: the copies run
-    // kStages - 2 tiles ahead, into the stage of tile it - 2, which every warp finished with in
-    // iteration it - 1 (before this iteration's barrier).
-    // Optimistic cleaning (section non-finite values): the tiles first go through a loop that does
-    // not clean V. A non-finite value at a key with p = 0 (hidden, a score of -inf, or an exp2 that
-    // underflowed) makes some row's acc NaN (0 * inf), and every row the cleaning would change has
-    // an acc that is not finite; so if every warp's acc is finite the result is the cleaned one,
-    // else the block runs its tiles again through the cleaning loop, from the start, which cleans
-    // every tile.
-    #pragma unroll
-    for (int st = 0; st < kStages - 2; ++st) {
-        if (st < n_tiles) load_kv(st, st);
-        cp_async_commit();
-    }
-    WarpMath::PTile p;       // P of the previous tile: the A operand of its P V, in flight
-    float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
-    for (int it = 0; it < n_tiles; ++it) {
-        // -- load K/V tile: wait for this one, then issue the copy kStages - 2 tiles ahead
-        cp_async_wait<kStages - 3>();
-        fence_async_shared();  // the tile is read by the tensor cores (async proxy)
-        __syncthreads();
-        {
-            const int ahead = it + kStages - 2;
-            if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
-            cp_async_commit();
-        }
-        const int stage = it % kStages;
-        const int j0 = kv_tile(it) * kBlockKV;
-        const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-
-        // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
-        float s[kFrags][kNTilesKV][4];
-        math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
-        if (it > 0) {
-            math.issue_pv(acc, p, sV + ((it + kStages - 1) % kStages) * kBlockKV * kStrideV);
-            math.wait_scores<1>(s);  // S is done; P V may still run
-        } else {
-            math.wait_scores<0>(s);
-        }
-
-        // -- mask: keys a row does not see get -inf in partial tiles; full tiles keep their raw
-        // products (the scale is applied in the softmax's exp2 argument: section score transform)
-        if (partial) {
-        // Per row of this lane: in a partial tile, the keys it sees as bits, bit b of word b / 32 for
-        // key j0 + 2t + b (the lane's columns 2t, 2t + 1 of each 8 at constant shifts; keys past Lk
-        // are 0 bits); in a full tile all ones. The bit is the whole test: no branch in the loop.
-        // From the row's key range (Mask::row_bits).
-        constexpr int kMaskTileWords = (kBlockKV + 31) / 32;
-        #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                unsigned bits[kMaskTileWords];
-                if (partial) {
-                    mask.row_bits(qi[mf][h], j0 + 2 * t, bits);
-                }
-                #pragma unroll
-                for (int n = 0; n < kNTilesKV; ++n) {
-                    #pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        float x = s[mf][n][e];
-                        if (!((bits[n / 4] >> ((n % 4) * 8 + e % 2)) & 1u)) x = neg_inf();
-                        s[mf][n][e] = x;
+    // Warp specialisation (FlashAttention-3, Shah et al. 2024, sections 3.1-3.2). The producer
+    // warpgroup (warps kWarps ..) copies each item's Q, then its K/V tile it into stage
+    // (ring + it) % kStages once every consumer warp has released that stage (bar_empty), and
+    // signals each on bar_full; it keeps kProducerRegs registers per thread and gives the rest to
+    // the consumers (setmaxnreg). Each consumer warpgroup runs the overlapped loop on its 64 rows:
+    // S = Q K^T of tile it and acc += P V of tile it - 1 issued together, the softmax of tile it
+    // while P V runs, and the stage of tile it - 1 released once P V is done. No barrier spans the
+    // block, so the warpgroups drift apart; with two of them, named barriers make them take turns
+    // issuing their products (ping-pong), so one's softmax runs while the other's products do.
+    if (warp >= kWarps) {
+        // -- producer warpgroup: copies only
+        if constexpr (kConsumerGroups >= 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(kProducerRegs));
+        const int ptid = tid - kWarps * 32;
+        int ring = 0;  // K/V tiles of the block's earlier items
+        bool drained = false;  // this block's fetch found no item left (it fetches no more)
+        // The producer's first thread picks the block's next item: the next one from work_counter
+        // (x = -1: none left), or item `prev` of the block again, cleaned, if its consumers found a result
+        // that is not finite (they check each item at its end: bar_done).
+        auto next_item = [&](int prev) {
+            if (prev >= 0) {
+                mbar_wait(&bar_done[prev & 1], (prev >> 1) & 1);  // its consumers have checked it
+                const int s = prev % kItemSlots;
+                int4 again = item_slot[s];
+                if (redo[s]) {
+                    redo[s] = 0;
+                    if (again.w == 0) {  // (a cleaned pass is final)
+                        again.w = 1;  // cleaned this time
+                        return again;
                     }
                 }
             }
+            if (drained) return make_int4(-1, 0, 0, 0);
+            const int items = work_items(len_q, heads_q, group, batch_size);
+            const int4 w = work_item(gridDim.x + static_cast<int>(atomicInc(work_counter, items - 1)), len_q, len_k, heads_q,
+                                     group, batch_size);
+            drained = w.x < 0;
+            return w;
+        };
+        for (int n_item = 0; ; ++n_item) {
+            // the consumers are done with the previous item's Q (and bar_q's phase of it is complete)
+            if (n_item > 0) mbar_wait(bar_qfree, (n_item - 1) & 1);
+            if (n_item > 0 && item_slot[n_item % kItemSlots].x < 0) {
+                // none left, but the last item may have to be done again (section: non-finite values)
+                named_sync(1, kCopyThreads);  // every thread has read the slot before it changes
+                if (ptid == 0) item_slot[n_item % kItemSlots] = next_item(n_item - 1);
+                named_sync(1, kCopyThreads);
+            }
+            const int4 w = item_slot[n_item % kItemSlots];
+            if (w.x < 0) {  // none left: the consumers find it in item_slot
+                if (ptid == 0) mbar_arrive(bar_q);
+                mbar_arrive(bar_q);
+                break;
+            }
+            const bool clean = w.w != 0;  // this pass cleans V of every tile (see next_item)
+            const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
+
+            // ---- section: sequences ----
+            // (bad integer inputs on the device: reported, and the item is of an empty sequence: it reads
+            // and writes nothing, and the block goes on to its next item)
+            const Seq seq = [&] {
+                const Seq s = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+                if constexpr (kVarlen) {
+                    if (!sequence_ok(s, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                                     errors)) {
+                        return Seq{0, 0, 0, 0, 0};
+                    }
+                }
+                return s;
+            }();
+            const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
+            const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
+            auto query_of = [](int p) { return p; };
+            auto head_of = [&](int) { return head; };
+            auto q_row = [&](int p) {
+                return q + batch * q_sb + (long long)(seq.q_start + query_of(p)) * q_sl + head_of(p) * q_sh;
+            };
+            const int row0 = q_tile * kBlockQ;       // the block's first row
+            const int row_end = min(row0 + kBlockQ, n_rows);
+
+            // ---- section: key rows ----
+            auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
+                                long long fb, long long fl, long long fh) {
+                KeyRows<kVarlen> r;
+                r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
+                r.row_stride = sl;
+                r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
+                r.fresh_stride = fl;
+                r.cached = seq.cached;
+                return r;
+            };
+            const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
+            const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
+            if constexpr (kVarlen) {
+                // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
+                if (len_new > 0 && kPass != 2 && q_tile == 0 && head % group == 0) {
+                    append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
+                    append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
+                }
+            }
+
+            // ---- section: loop bounds (mask) ----
+            const Mask mask{seq.len_q, seq.len_k};  // aligned to this sequence's own lengths
+            const int qrow0 = query_of(row0), qrow_end = query_of(row_end - 1) + 1;  // the block's query rows
+            int kv_begin, kv_end;
+            mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
+            int tile_first = kv_begin / kBlockKV;
+            int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+            if (kVarlen && row0 >= n_rows) n_tiles = 0;  // an item past its sequence's rows: the grid covers the longest one
+            // The kv tile of iteration it.
+            auto kv_tile = [&](int it) { return tile_first + it; };
+
+            if (ptid == 0) mbar_arrive(bar_q);  // (item_slot holds this item: written a fetch ago)
+            load_tile<kBlockQ, kHeadDimQK, kStrideQ>(sQ, q_row(row0), q_sl, row_end - row0, ptid);
+            mbar_arrive_copies(bar_q);
+            for (int it = 0; it < n_tiles; ++it) {
+                const int stage = (ring + it) % kStages;
+                mbar_wait(&bar_empty[stage], (((ring + it) / kStages) & 1) ^ 1);  // the tile kStages back is released
+                const int j0 = kv_tile(it) * kBlockKV;
+                load_keys<kHeadDimQK, kStrideK>(sK + stage * kBlockKV * kStrideK, keys, j0, seq.len_k - j0, ptid);
+                load_keys<kHeadDimV, kStrideV>(sV + stage * kBlockKV * kStrideV, values, j0, seq.len_k - j0, ptid);
+                const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
+                if (clean) {
+                    // -- clean V of a partial tile (a cleaning pass: every tile) (section non-finite values) once it has landed
+                    cp_async_commit();  // (wait_group waits for committed groups only)
+                    cp_async_wait<0>();
+                    named_sync(1, kCopyThreads);  // every copy of the producer warpgroup has landed
+                    clean_values_copier<kVTileCols>(sV + stage * kBlockKV * kStrideV, bad_keys + stage * kKeyWords, ptid);
+                    fence_async_shared();  // the zeros are read by the tensor cores (async proxy)
+                    mbar_arrive(&bar_full[stage]);
+                    continue;
+                }
+                mbar_arrive_copies(&bar_full[stage]);
+            }
+            ring += n_tiles;
+            // -- the next item: one thread takes it, the others read it
+            // (item n_item - 1's check: by now its consumers are busy with this item's tiles)
+            if (ptid == 0) item_slot[(n_item + 1) % kItemSlots] = next_item(n_item - 1);
+            named_sync(1, kCopyThreads);  // (the others read it at the top of the loop)
         }
+        // its copies complete before it exits (the PTX ISA does not promise that they and their
+        // mbarrier arrivals complete for a thread that has exited)
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+        return;
+    }
+    // -- consumer warpgroups
+    if constexpr (kConsumerGroups >= 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(kConsumerRegs));
+    const int wg = warp / 4;  // this warpgroup: rows 64 wg .. of the block
+    if constexpr (kPingPong) {
+        // warpgroup 0 issues its products first; the turns run on across items
+        if (wg == kConsumerGroups - 1) named_arrive(2, 2 * 128);
+    }
+    // The block's position in one register, which stays live across the main loop: the K/V tiles
+    // of its earlier items (ring) and this item's slot (its item count mod kItemSlots, even: bar_q's
+    // and bar_done's parity), as ring * kItemSlots + slot.
+    for (int at = 0; ; ) {
+        const int ring = at / kItemSlots, slot = at % kItemSlots;
+        mbar_wait(bar_q, slot & 1);  // this item's Q has landed, or the producer found none left
+        const int4 w = item_slot[slot];
+        if (w.x < 0) break;
+        fence_async_shared();  // Q was written by cp.async (generic proxy); the tensor cores read it
+        const bool clean = w.w != 0;  // this pass cleans V of every tile (section: non-finite values)
+        const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
+
+        // ---- section: sequences ----
+        // (bad integer inputs on the device: reported, and the item is of an empty sequence: it reads
+        // and writes nothing, and the block goes on to its next item)
+        const Seq seq = [&] {
+            const Seq s = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+            if constexpr (kVarlen) {
+                if (!sequence_ok(s, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                                 errors)) {
+                    return Seq{0, 0, 0, 0, 0};
+                }
+            }
+            return s;
+        }();
+        const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
+        const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
+        auto query_of = [](int p) { return p; };
+        auto head_of = [&](int) { return head; };
+        auto q_row = [&](int p) {
+            return q + batch * q_sb + (long long)(seq.q_start + query_of(p)) * q_sl + head_of(p) * q_sh;
+        };
+        const int row0 = q_tile * kBlockQ;       // the block's first row
+        const int row_end = min(row0 + kBlockQ, n_rows);
+        // This lane's rows: row_a + 16 mf + 8 h for fragment mf < kFrags and half h < 2.
+        const int row_a = row0 + warp * kRowsPerWarp + lane / 4;
+
+        // ---- section: key rows ----
+        auto key_rows = [&](const elem_t* cache, long long sb, long long sl, long long sh, const elem_t* fresh,
+                            long long fb, long long fl, long long fh) {
+            KeyRows<kVarlen> r;
+            r.cache = cache + batch * sb + (long long)seq.k_start * sl + kv_head * sh;
+            r.row_stride = sl;
+            r.fresh = kVarlen && fresh != nullptr ? fresh + batch * fb + kv_head * fh : nullptr;
+            r.fresh_stride = fl;
+            r.cached = seq.cached;
+            return r;
+        };
+        const KeyRows<kVarlen> keys = key_rows(k, k_sb, k_sl, k_sh, k_new, kn_sb, kn_sl, kn_sh);
+        const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
+        if constexpr (kVarlen) {
+            // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
+            if (len_new > 0 && kPass != 2 && q_tile == 0 && head % group == 0) {
+                append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
+                append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
+            }
         }
 
-        // -- online softmax: m_i, l_i, alpha
+        // ---- section: loop bounds (mask) ----
+        const Mask mask{seq.len_q, seq.len_k};  // aligned to this sequence's own lengths
+        const int qrow0 = query_of(row0), qrow_end = query_of(row_end - 1) + 1;  // the block's query rows
+        int kv_begin, kv_end;
+        mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
+        int tile_first = kv_begin / kBlockKV;
+        int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+        if (kVarlen && row0 >= n_rows) n_tiles = 0;  // an item past its sequence's rows: the grid covers the longest one
+        // The kv tile of iteration it.
+        auto kv_tile = [&](int it) { return tile_first + it; };
+        // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
+        int qi[kFrags][2];
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                // the raw products' max, then in the log2 domain (kScaleLog2 > 0 keeps the order)
-                float m_raw = neg_inf();
-                #pragma unroll
-                for (int n = 0; n < kNTilesKV; ++n) {
-                    m_raw = fmaxf(m_raw, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
-                }
-                m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 1));  // the 4 lanes of a row
-                m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 2));
-                const float m_new = fmaxf(m_i[mf][h], m_raw * kScaleLog2);
-                // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
-                const float m_use = m_new == neg_inf() ? 0.f : m_new;
-                const float alpha = exp2_approx(m_i[mf][h] - m_use);
-                m_i[mf][h] = m_new;
-                float row_sum = 0.f;
-                #pragma unroll
-                for (int n = 0; n < kNTilesKV; ++n) {
-                    // t - m_i with t = kScaleLog2 * s: one FFMA (section score transform)
-                    s[mf][n][2 * h] = exp2_approx(fmaf(s[mf][n][2 * h], kScaleLog2, -m_use));
-                    s[mf][n][2 * h + 1] = exp2_approx(fmaf(s[mf][n][2 * h + 1], kScaleLog2, -m_use));
-                    row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
-                }
-                l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
-                alpha_i[mf][h] = alpha;  // acc is rescaled once the product in flight is done
+                const int p = row_a + 16 * mf + 8 * h;
+                qi[mf][h] = query_of(p);
             }
         }
 
-        // -- the previous P V is done: rescale acc, then P of this tile
-        math.wait_pv(acc);
-        fence_fragments(p);  // P stayed untouched while its P V ran
-        #pragma unroll
-        for (int mf = 0; mf < kFrags; ++mf) {
-            #pragma unroll
-            for (int n = 0; n < kNTilesV; ++n) {
-                acc[mf][n][0] *= alpha_i[mf][0];
-                acc[mf][n][1] *= alpha_i[mf][0];
-                acc[mf][n][2] *= alpha_i[mf][1];
-                acc[mf][n][3] *= alpha_i[mf][1];
-            }
-        }
-        math.pack_p(s, p);
-    }
-    // -- O += P V of the last tile
-    if (n_tiles > 0) {
-        math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
-        math.wait_pv(acc);
-    }
-    bool finite = true;
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
-        #pragma unroll
-        for (int n = 0; n < kNTilesV; ++n) {
-            #pragma unroll
-            for (int e = 0; e < 4; ++e) finite = finite && isfinite(acc[mf][n][e]);
-        }
-    }
-    finite = __all_sync(0xffffffffu, finite);
-    if (__syncthreads_or(!finite)) {  // (every copy has landed: no group is left in flight)
+        float m_i[kFrags][2];           // running max of each row's scores (log2 domain)
+        float l_i[kFrags][2];           // running sum; this lane's columns only, summed at the end
+        float acc[kFrags][kNTilesV][4];  // unnormalised output
+        unsigned row_bad = 0u;          // bit 2 mf + h: the row saw a non-finite value of V (section non-finite values)
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             m_i[mf][0] = m_i[mf][1] = neg_inf();
@@ -2362,40 +2535,40 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             #pragma unroll
             for (int n = 0; n < kNTilesV; ++n) acc[mf][n][0] = acc[mf][n][1] = acc[mf][n][2] = acc[mf][n][3] = 0.f;
         }
-        #pragma unroll
-        for (int st = 0; st < kStages - 2; ++st) {
-            if (st < n_tiles) load_kv(st, st);
-            cp_async_commit();
-        }
-        WarpMath::PTile p;       // P of the previous tile: the A operand of its P V, in flight
+
+        WarpMath::PTile p;         // P of the previous tile: the A operand of its P V, in flight
         float alpha_i[kFrags][2];  // this tile's rescaling of acc, applied once that P V is done
         for (int it = 0; it < n_tiles; ++it) {
-            // -- load K/V tile: wait for this one, then issue the copy kStages - 2 tiles ahead
-            cp_async_wait<kStages - 3>();
-            fence_async_shared();  // the tile is read by the tensor cores (async proxy)
-            __syncthreads();
-            {
-                const int ahead = it + kStages - 2;
-                if (ahead < n_tiles) load_kv(ahead % kStages, ahead);
-                cp_async_commit();
-            }
-            const int stage = it % kStages;
+            const int stage = (ring + it) % kStages, prev = (ring + it + kStages - 1) % kStages;  // tiles it, it - 1
+            mbar_wait(&bar_full[stage], ((ring + it) / kStages) & 1);  // K and V of tile it have landed
+            fence_async_shared();
             const int j0 = kv_tile(it) * kBlockKV;
             const bool partial = !mask.tile_is_full(qrow0, qrow_end, j0, j0 + kBlockKV);
-            // -- clean V of every tile (the cleaning pass, section non-finite values: a full tile may hold
-            // a key with p = 0 too); its P V is issued next iteration
-            unsigned bad[kKeyWords];
-            clean_values<kHeadDimVPad, kStrideV>(sV + stage * kBlockKV * kStrideV, bad, lane);
+            unsigned bad[kKeyWords];  // keys of this tile whose V held a non-finite value (the producer cleaned them)
+            #pragma unroll
+            for (int w = 0; w < kKeyWords; ++w) {
+                // read by lane 0 and broadcast: the warp's one read of the stage's bits is then ordered
+                // before lane 0's release of the stage by program order (compute-sanitizer's racecheck
+                // saw the other lanes' reads race the producer's next write of the bits, causal with
+                // d_v > 128, with the barriers below; three consumer warpgroups (160 registers, d <= 64)
+                // keep the plain read: the broadcast spilled there)
+                const unsigned word = lane == 0 && clean ? bad_keys[stage * kKeyWords + w] : 0u;
+                bad[w] = __shfl_sync(0xffffffffu, word, 0);
+            }
 
             // -- S = Q K^T (this tile), issued together with O += P V of the previous tile
+            if constexpr (kPingPong) named_sync(2 + wg, 2 * 128);  // this warpgroup's turn
             float s[kFrags][kNTilesKV][4];
             math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
+            if (it > 0) math.issue_pv(acc, p, sV + prev * kBlockKV * kStrideV);
             if (it > 0) {
-                math.issue_pv(acc, p, sV + ((it + kStages - 1) % kStages) * kBlockKV * kStrideV);
                 math.wait_scores<1>(s);  // S is done; P V may still run
             } else {
                 math.wait_scores<0>(s);
             }
+            // the other warpgroup's turn (a bar.arrive between the issue and the wait above would make
+            // ptxas serialise the products: warning C7514)
+            if constexpr (kPingPong) named_arrive(2 + (wg + 1) % kConsumerGroups, 2 * 128);
 
             // -- mask: keys a row does not see get -inf in partial tiles; full tiles keep their raw
             // products (the scale is applied in the softmax's exp2 argument: section score transform)
@@ -2457,9 +2630,14 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 }
             }
 
-            // -- the previous P V is done: rescale acc, then P of this tile
+            // -- the previous P V is done: release its stage, rescale acc, then P of this tile
             math.wait_pv(acc);
             fence_fragments(p);  // P stayed untouched while its P V ran
+            // every lane's reads of the stage's bad_keys are ordered before lane 0 releases it: with
+            // two consumer warpgroups by the named barrier (bar.sync) of this iteration's turn, with
+            // one by this __syncwarp
+            if constexpr (kConsumerGroups == 1) __syncwarp();
+            if (it > 0 && lane == 0) mbar_arrive(&bar_empty[prev]);
             #pragma unroll
             for (int mf = 0; mf < kFrags; ++mf) {
                 #pragma unroll
@@ -2470,48 +2648,83 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     acc[mf][n][3] *= alpha_i[mf][1];
                 }
             }
-            // rows that see (p != 0) a key whose V held a non-finite value (cleaned above)
-            mark_bad_rows(row_bad, s, bad, t);
+            // rows that see (p != 0) a key whose V held a non-finite value (cleaned by the producer)
+            if (clean) mark_bad_rows(row_bad, s, bad, t);
             math.pack_p(s, p);
         }
-        // -- O += P V of the last tile
+        // every Q K^T of this item is done: the producer may copy the next item's Q
+        if (lane == 0) mbar_arrive(bar_qfree);
+        // -- O += P V of the last tile; then its stage is released
         if (n_tiles > 0) {
-            math.issue_pv(acc, p, sV + ((n_tiles - 1) % kStages) * kBlockKV * kStrideV);
+            const int last = (ring + n_tiles - 1) % kStages;
+            math.issue_pv(acc, p, sV + last * kBlockKV * kStrideV);
             math.wait_pv(acc);
+            __syncwarp();  // every lane's reads of the stage (and of its bad_keys) before lane 0 releases it
+            if (lane == 0) mbar_arrive(&bar_empty[last]);
         }
-    }
-
-    // ---- section: epilogue: normalise and store ----
-    #pragma unroll
-    for (int mf = 0; mf < kFrags; ++mf) {
+        // Optimistic pass (not clean): V was not cleaned, so a non-finite value at a key with p = 0
+        // (hidden, a score of -inf, or an exp2 that underflowed) makes some row's acc NaN (0 * inf);
+        // every such row, and only such a row, has an acc that is not finite. The item is then done
+        // again, every tile cleaned (the producer's next_item, which ignores the flag of a cleaned
+        // pass), and that pass's stores replace this one's.
+        {
+        bool finite = true;
         #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            float l = l_i[mf][h];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
-            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
-            bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
-            if (bad_row) l = quiet_nan();
-            // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
-            // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
-            const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
-            const int row = row_a + 16 * mf + 8 * h;
-            if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
-                const int i = qi[mf][h], hh = head_of(row);
-                elem_t* o_row = out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl;
+        for (int mf = 0; mf < kFrags; ++mf) {
+            #pragma unroll
+            for (int n = 0; n < kNTilesV; ++n) {
                 #pragma unroll
-                for (int n = 0; n < kNTilesV; ++n) {
-                    if (n * 8 < kHeadDimV) {
-                        store_pair(o_row + n * 8 + 2 * t, acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
+                for (int e = 0; e < 4; ++e) finite = finite && isfinite(acc[mf][n][e]);
+            }
+        }
+        finite = __all_sync(0xffffffffu, finite);
+            if (!finite && lane == 0) redo[slot] = 1;
+        }
+        if (lane == 0) mbar_arrive(&bar_done[slot & 1]);  // (after the flag: the producer reads it then)
+        {
+            // batch and head again from item_slot (the producer writes this slot again only after
+            // this item's epilogue): cheaper than holding them in registers across the main loop
+            const int4 again = item_slot[slot];
+            const int batch = again.z;
+            const int head = again.y;
+            auto head_of = [&](int) { return head; };
+            // ---- section: epilogue: normalise and store ----
+            #pragma unroll
+            for (int mf = 0; mf < kFrags; ++mf) {
+                #pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    float l = l_i[mf][h];
+                    l += __shfl_xor_sync(0xffffffffu, l, 1);
+                    l += __shfl_xor_sync(0xffffffffu, l, 2);
+                    unsigned bad_row = (row_bad >> (2 * mf + h)) & 1u;  // any lane of the row
+                    bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 1);
+                    bad_row |= __shfl_xor_sync(0xffffffffu, bad_row, 2);
+                    if (bad_row) l = quiet_nan();
+                    // A row that saw no key has l = 0: its output is 0 and its lse is -inf, never NaN.
+                    // A row that saw a NaN (l is NaN) outputs NaN: its result is undefined.
+                    const float inv_l = l > 0.f ? 1.f / l : (l == 0.f ? 0.f : l);
+                    const int row = row_a + 16 * mf + 8 * h;
+                    if (row < n_rows) {  // row < row0 + kBlockQ: the same as row < row_end
+                        const int i = qi[mf][h], hh = head_of(row);
+                        elem_t* o_row = out + batch * o_sb + hh * o_sh + (long long)(seq.q_start + i) * o_sl;
+                        #pragma unroll
+                        for (int n = 0; n < kNTilesV; ++n) {
+                            if (n * 8 < kHeadDimV) {
+                                store_pair(o_row + n * 8 + 2 * t, acc[mf][n][2 * h] * inv_l, acc[mf][n][2 * h + 1] * inv_l);
+                            }
+                        }
+                        if (lse != nullptr && t == 0) {
+                            lse[batch * lse_sb + hh * lse_sh + seq.q_start + i] =
+                                l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : (l == 0.f ? neg_inf() : l);
+                        }
                     }
-                }
-                if (lse != nullptr && t == 0) {
-                    lse[batch * lse_sb + hh * lse_sh + seq.q_start + i] =
-                        l > 0.f ? m_i[mf][h] * kLn2 + logf(l) : (l == 0.f ? neg_inf() : l);
                 }
             }
         }
+        at = (ring + n_tiles) * kItemSlots + (slot + 1) % kItemSlots;
+    }
+    if constexpr (kPingPong) {
+        if (wg == 0) named_sync(2, 2 * 128);  // the last warpgroup's last turn signal
     }
 }
 }  // namespace varlen

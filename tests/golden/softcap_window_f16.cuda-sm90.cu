@@ -25,7 +25,7 @@
 //   sK    at  65536: 2 x 64 x 256 f16 (K tiles, one per pipeline stage (128-byte swizzle))
 //   sV    at 131072: 2 x 64 x 256 f16 (V tiles, one per pipeline stage (128-byte swizzle))
 //   sSync at 196608: 1 x 45 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
-// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=128 kv=32 (132096 bytes of shared memory).
+// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=64 kv=32 (99328 bytes of shared memory).
 // Grid: (min(SM, ceil(Lq / 128) * Hq * B), 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_softcap_window_f16; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -945,7 +945,6 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
     // the consumers in item_slot with that item's Q (bar_q).
     // The K/V ring runs on across items (ring: the tiles of the block's earlier items), so the
     // producer copies the next item's Q and first tiles while the consumers finish the current one.
-    static_assert(!kVarlen, "persistent blocks serve the launches without per-sequence lengths");
     // ---- section: prologue: load Q ----
     zero_padding<kBlockQ, kHeadDimQK, kHeadDimQKPad, kStrideQ>(sQ, tid);
     #pragma unroll
@@ -1044,13 +1043,18 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
 
             // ---- section: sequences ----
-            const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
-            if constexpr (kVarlen) {
-                if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
-                                 errors)) {
-                    return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
+            // (bad integer inputs on the device: reported, and the item is of an empty sequence: it reads
+            // and writes nothing, and the block goes on to its next item)
+            const Seq seq = [&] {
+                const Seq s = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+                if constexpr (kVarlen) {
+                    if (!sequence_ok(s, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                                     errors)) {
+                        return Seq{0, 0, 0, 0, 0};
+                    }
                 }
-            }
+                return s;
+            }();
             const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
             const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
             auto query_of = [](int p) { return p; };
@@ -1076,7 +1080,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
             if constexpr (kVarlen) {
                 // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-                if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+                if (len_new > 0 && kPass != 2 && q_tile == 0 && head % group == 0) {
                     append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
                     append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
                 }
@@ -1089,6 +1093,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
             int tile_first = kv_begin / kBlockKV;
             int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+            if (kVarlen && row0 >= n_rows) n_tiles = 0;  // an item past its sequence's rows: the grid covers the longest one
             // The kv tile of iteration it.
             auto kv_tile = [&](int it) { return tile_first + it; };
 
@@ -1162,13 +1167,18 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const int q_tile = w.x, head_y = w.y, batch = w.z;  // this work item's row tile, query head, batch
 
         // ---- section: sequences ----
-        const Seq seq = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
-        if constexpr (kVarlen) {
-            if (!sequence_ok(seq, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
-                             errors)) {
-                return;  // bad integer inputs on the device: reported, nothing of this sequence is touched
+        // (bad integer inputs on the device: reported, and the item is of an empty sequence: it reads
+        // and writes nothing, and the block goes on to its next item)
+        const Seq seq = [&] {
+            const Seq s = sequence<kVarlen>(batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new);
+            if constexpr (kVarlen) {
+                if (!sequence_ok(s, batch, len_q, len_k, cu_seqlens_q, cu_seqlens_k, kv_lens, len_new, rows_q, rows_k,
+                                 errors)) {
+                    return Seq{0, 0, 0, 0, 0};
+                }
             }
-        }
+            return s;
+        }();
         const int head = head_y, kv_head = head / group;  // grouped-query attention: Hq / Hkv heads share K/V
         const int n_rows = seq.len_q;                      // the block's rows are query rows of one head
         auto query_of = [](int p) { return p; };
@@ -1196,7 +1206,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         const KeyRows<kVarlen> values = key_rows(v, v_sb, v_sl, v_sh, v_new, vn_sb, vn_sl, vn_sh);
         if constexpr (kVarlen) {
             // Append k_new / v_new to the cache: the blocks of the first row tile of each (sequence, KV head).
-            if (len_new > 0 && kPass != 2 && blockIdx.x == 0 && head % group == 0) {
+            if (len_new > 0 && kPass != 2 && q_tile == 0 && head % group == 0) {
                 append_rows<kHeadDimQK>(keys, seq.len_k - seq.cached, tid);
                 append_rows<kHeadDimV>(values, seq.len_k - seq.cached, tid);
             }
@@ -1209,6 +1219,7 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         mask.key_range(qrow0, qrow_end, kv_begin, kv_end);
         int tile_first = kv_begin / kBlockKV;
         int n_tiles = kv_end > kv_begin ? (kv_end + kBlockKV - 1) / kBlockKV - tile_first : 0;
+        if (kVarlen && row0 >= n_rows) n_tiles = 0;  // an item past its sequence's rows: the grid covers the longest one
         // The kv tile of iteration it.
         auto kv_tile = [&](int it) { return tile_first + it; };
         // This lane's query rows, and (split schedules) its rows of the workspaces; -1: past the block's rows.
@@ -1432,12 +1443,12 @@ namespace varlen {
 // ---- section: config ----------------------------------------------------------------
 // Tile configuration, fixed at compile time. Batch, sequence lengths and head counts are
 // run-time parameters; any length >= 1 works (partial tiles are zero-filled and masked).
-constexpr int kBlockQ = 128;      // tile q: rows of Q per block
+constexpr int kBlockQ = 64;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
 constexpr int kBlockKV = 32;     // tile kv: rows of K and V per iteration of the main loop
-constexpr int kWarps = 8;
-constexpr int kThreads = 256;    // kWarps * 32
+constexpr int kWarps = 4;
+constexpr int kThreads = 128;    // kWarps * 32
 constexpr int kCopyThreads = kThreads;  // threads that copy tiles: all
 constexpr int kStages = 2;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 256;    // head dim of q and k
@@ -1449,10 +1460,10 @@ constexpr int kHeadDimVPad = 256;
 constexpr int kStrideQ = 256;
 constexpr int kStrideK = 256;
 constexpr int kStrideV = 256;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (132096 bytes)
-constexpr int kOffsetK = 65536;
-constexpr int kOffsetV = 98304;
-constexpr int kSmemBytes = 132096;
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (99328 bytes)
+constexpr int kOffsetK = 32768;
+constexpr int kOffsetV = 65536;
+constexpr int kSmemBytes = 99328;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).

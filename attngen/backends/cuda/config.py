@@ -155,6 +155,26 @@ CUDA_PRODUCER_MASKED_KV = 96
 # L 1k / 4k, plain loop -> producer: window 1024 d192 238 / 272 -> 286 / 361, d256 253 / 288 ->
 # 296 / 357; d256 softcap 30 full 292 / 334 -> 315 / 350, causal 210 / 284 -> 257 / 326.
 CUDA_PRODUCER_WIDE_MASKED_KV = 64
+# ... and their auto tile: the first (tile kv, stages) that fits the shared memory. Three stages of
+# kv 64 fit up to d192: window 1024 d192 at L 1k / 4k 286 / 360 -> 348 / 397 TFLOP/s (H100 f16,
+# probe_persistent.py, 2026-11-27, third session).
+CUDA_PRODUCER_WIDE_MASKED_TILES = ((64, 3), (64, 2))
+# Launches with per-sequence lengths (cu_seqlens, kv_lens, an append: the _varlen entry point) of
+# producer kernels up to this head dim run the producer kernel too: the main entry's tiles,
+# persistent blocks (work items over the launch's longest sequence; an item past its sequence's
+# rows, or of a sequence whose integers fail the device check, reads and writes nothing), Q, K and
+# V by cp.async. Above it the cp.async producer spills (d192 64 bytes, d256 140), and the entry
+# keeps the overlapped loop without a producer (tile kv 32).
+CUDA_VARLEN_PRODUCER_MAX_D = 128
+# Its tile kv at most (CUDA_VARLEN_PRODUCER_KV_OTHER for other head dims: d112 spilled 60 bytes at
+# kv 96, qk 128 / v 64 12; none at 64).
+CUDA_VARLEN_PRODUCER_KV = 96
+CUDA_VARLEN_PRODUCER_KV_DIMS = (32, 48, 64, 80, 96, 128)
+CUDA_VARLEN_PRODUCER_KV_OTHER = 64
+# ... its producer's registers after setmaxnreg (the consumers get 196): the per-sequence state of
+# the copies (key rows in the cache or k_new, packed offsets) spilled 90-150 bytes at 72 and 4-60
+# at 104 (ptxas 13.0 and 13.5, d96 / d128); none at 112 with tile kv at most 96.
+CUDA_VARLEN_PRODUCER_REGS = 112
 # Softcap up to head dim 128: auto puts the producer (persistent, tensor copy engine) in its tile
 # q 128 blocks too, as in unmasked ones (their auto tiles: d128 q128 kv96, d64 q128 kv96 / causal
 # kv128; no spills, ptxas 13.0 and 13.5). Before persistent blocks it was level ("292 either way",
@@ -340,6 +360,9 @@ class CudaConfig:
     # The output through shared memory with a tensor store (CUDA_TMA_STORE): a buffer sO and a
     # tensor map over out (tmap_o).
     tma_store: bool = False
+    # The producer's registers after setmaxnreg where not producer_registers' rule (0): the _varlen
+    # entry's producer, CUDA_VARLEN_PRODUCER_REGS.
+    producer_regs: int = 0
 
     def __post_init__(self):
         # Every producer kernel runs the work-item code (templates/cuda/body.j2 has no other producer
@@ -543,13 +566,13 @@ def _round_up(x: int, m: int) -> int:
 
 
 def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8, tma_q: bool = True,
-                       persistent: bool = False) -> tuple[int, int]:
+                       persistent: bool = False, given: int = 0) -> tuple[int, int]:
     """(producer, consumer) registers per thread after setmaxnreg in a producer kernel with
     `consumer_warps` consumer warps: the launch gives each thread 65536 / threads (a multiple of
     8) and the consumers share what the producer gives up (2 warpgroups, cp.async: 72 / 216; with
     the tensor copy engine 24 / 240, 40 / 232; 3 warpgroups 32 / 160, 40 / 152 with a custom mask;
     `tma_q` False: Q by cp.async, CUDA_TMA_KV_ONLY_REGS; persistent blocks with the tensor copy
-    engine: CUDA_TMA_CLEANING_REGS at least). One consumer
+    engine: CUDA_TMA_CLEANING_REGS at least; `given`: the configuration's own, CudaConfig.producer_regs). One consumer
     warpgroup moves none: its threads keep what the launch gives (up to 255). The producer keeps
     the registers that would not raise the consumers' count (a multiple of 8)."""
     if consumer_warps <= 4:
@@ -563,6 +586,7 @@ def producer_registers(tma: bool, mask_kind: str, consumer_warps: int = 8, tma_q
     producer = (CUDA_TMA_REGS if tma_q else CUDA_TMA_KV_ONLY_REGS)[mask_kind] if tma else CUDA_PRODUCER_REGS
     if tma and persistent and CUDA_CLEAN_VALUES:
         producer = max(producer, CUDA_TMA_CLEANING_REGS)
+    producer = given or producer
     while consumer(producer + 8) == consumer(producer) and producer + 8 <= per_thread:
         producer += 8  # registers the consumers could not use anyway (3 warpgroups: 32 for 24)
     return producer, consumer(producer)
@@ -776,12 +800,14 @@ def _split_qk(spec: AttentionSpec) -> bool:
             and d_qk_pad % (2 * CUDA_WGMMA_PAD) == 0 and _producer_wide_d_kv(spec) is not None)
 
 
-def _producer_wide_d_tile(spec: AttentionSpec, profile: Profile) -> tuple[int, int]:
+def _producer_wide_d_tile(spec: AttentionSpec, profile: Profile, masked: bool = False) -> tuple[int, int]:
     """(tile kv, stages) of the auto tile of a producer kernel above head dim 128: the first of
     CUDA_PRODUCER_WIDE_D_KV's options for the head dim whose buffers fit (up to d256, where the
-    whole head dims sit in shared memory; above, the only option, which _cuda_fit places)."""
+    whole head dims sit in shared memory; above, the only option, which _cuda_fit places);
+    `masked`: a window, custom mask or softcap, CUDA_PRODUCER_WIDE_MASKED_TILES."""
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
-    options = next(opts for d, opts in CUDA_PRODUCER_WIDE_D_KV if dmax <= d)
+    options = (CUDA_PRODUCER_WIDE_MASKED_TILES if masked
+               else next(opts for d, opts in CUDA_PRODUCER_WIDE_D_KV if dmax <= d))
     d_v_cols = None  # (above 256: the block's output columns)
     if _round_up(spec.head_dim_v, CUDA_WGMMA_PAD) > CUDA_MAX_DV_BLOCK:
         d_v_cols = _cuda_v_split(spec.head_dim_v, CUDA_WGMMA_PAD, CUDA_MAX_DV_BLOCK)[1]
@@ -843,9 +869,11 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
             tq, tkv, tst = next(tile for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d)
             rows, kv = (tq, tq // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages") or tst)
         wide_d_kv = _producer_wide_d_kv(spec) if dmax > 128 else None
-        if (wide_d_kv is not None and spec.tile.q is None and spec.tile.kv is None and opts.get("warps") is None
-                and opts.get("producer") != "off"):
-            tkv, stages = _producer_wide_d_tile(spec, profile)
+        masked_wide = (wide_d_kv is None and 128 < dmax <= 256 and opts.get("tma") != "off"
+                       and (spec.mask.kind in ("window", "custom") or spec.softcap is not None))
+        if ((wide_d_kv is not None or masked_wide) and spec.tile.q is None and spec.tile.kv is None
+                and opts.get("warps") is None and opts.get("producer") != "off"):
+            tkv, stages = _producer_wide_d_tile(spec, profile, masked=masked_wide)
             rows, kv = (2 * CUDA_WGMMA_ROWS, 2 * CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages") or stages)
         wide_d, (wide_q, wide_kv) = CUDA_WGMMA_WIDE_TILE
         if (spec.mask.kind == "none" and spec.softcap is None and dmax <= wide_d and spec.tile.q is None
@@ -900,6 +928,18 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
             # Head dims above 256 (CUDA_PRODUCER_WIDE_D_KV): launches with per-sequence lengths take
             # the mma.sync family's chunked head dims in the _varlen entry point.
             return replace(cfg, fast_path=True, varlen=_cuda_config(spec, profile, "mma"))
+        if cfg.producer and dmax <= CUDA_VARLEN_PRODUCER_MAX_D:
+            # Launches with per-sequence lengths (CUDA_VARLEN_PRODUCER_MAX_D): the same tiles with the
+            # producer, persistent blocks, and copies by cp.async (packed rows are not one tensor map)
+            # (three consumer warpgroups, q192, were measured with the tensor copy engine only: q128)
+            vrows = (cfg.tile_q, cfg.warps) if cfg.tile_q <= 2 * CUDA_WGMMA_ROWS else (
+                2 * CUDA_WGMMA_ROWS, 2 * CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
+            kv_max = (CUDA_VARLEN_PRODUCER_KV if spec.head_dim_qk == spec.head_dim_v
+                      and spec.head_dim_qk in CUDA_VARLEN_PRODUCER_KV_DIMS else CUDA_VARLEN_PRODUCER_KV_OTHER)
+            varlen = _cuda_fit(spec, profile, math, None, rows=vrows,
+                               kv=(min(cfg.tile_kv, kv_max), cfg.stages), producer=True, tma_ok=False)
+            if varlen.producer:
+                return replace(cfg, fast_path=True, varlen=replace(varlen, producer_regs=CUDA_VARLEN_PRODUCER_REGS))
         # Launches with per-sequence lengths take the _varlen entry point: the same family with
         # a smaller tile kv (64, or 32 above head dim 128), so that the per-sequence state does
         # not spill registers (ptxas reports, benchmarks/NOTES.md).
@@ -947,10 +987,11 @@ def _cuda_config(spec: AttentionSpec, profile: Profile, math: str) -> CudaConfig
 
 
 def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | None, rows=None,
-              kv=None, producer=False, split_qk=False) -> CudaConfig:
+              kv=None, producer=False, split_qk=False, tma_ok=True) -> CudaConfig:
     """Tiles for one way of holding the head dims (whole, or `chunk` columns at a time); `rows`
     (tile q, warps) and `kv` (tile kv, stages) fix those instead of the spec (the varlen path);
-    `producer`: the Hopper family may take a producer warpgroup (_cuda_producer decides)."""
+    `producer`: the Hopper family may take a producer warpgroup (_cuda_producer decides);
+    `tma_ok` False: its copies by cp.async (the _varlen entry: rows of packed sequences)."""
     big = max(spec.head_dim_qk, spec.head_dim_v)
     row = profile.default_row(big, math)
     if spec.schedule.is_split:
@@ -1025,7 +1066,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
         # finite still does its item again, cleaned (docs/language.md, "A key of weight 0 adds nothing")
         persist = bool(ws) and _persistent_refusal(spec, ws) is None
         item_per_block = persist and opts.get("persistent") == "off"
-        tma = ws and opts.get("tma") != "off"
+        tma = ws and opts.get("tma") != "off" and tma_ok
         tma_q = tma and chunk is None and not pack_gqa(spec)
         buffers, smem = _cuda_layout(spec, math, tile_q, tile_kv, stages, chunk, ws, persist, tma,
                                      d_v_block if chunk is None else None, split_qk)

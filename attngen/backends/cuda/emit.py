@@ -81,13 +81,11 @@ def _variant_context(plan: KernelPlan) -> dict:
         varlen_decl=param_list(plan.params, len(plan.entry) + len("_varlen(")),
         general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=COMBINE_WARPS,
-        producer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q,
-                                          plan.config.persistent and not plan.config.stored_p)[0],
+        producer_regs=_registers(plan.config, spec)[0],
         mask_stage_words=CUDA_MASK_STAGE_WORDS,
         order_bytes=_config.CUDA_CAUSAL_ORDER_BYTES,  # (read per call: a probe may patch it)
         keys_a=_config.CUDA_STORED_P[1],  # P through memory: keys per tile of phase A
-        consumer_regs=producer_registers(plan.config.tma, spec.mask.kind, plan.config.warps, plan.config.tma_q,
-                                          plan.config.persistent and not plan.config.stored_p)[1],
+        consumer_regs=_registers(plan.config, spec)[1],
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )
 
@@ -121,11 +119,20 @@ def cleans_values(c, mask) -> bool:
                  or cleans_every_tile(c)))
 
 
-def _namespace(name: str, c, doc: str, mask) -> dict:
+def _registers(c, spec) -> tuple[int, int]:
+    """(producer, consumer) registers after setmaxnreg of configuration `c` (producer_registers)."""
+    return producer_registers(c.tma, spec.mask.kind, c.warps, c.tma_q, c.persistent and not c.stored_p,
+                              c.producer_regs)
+
+
+def _namespace(name: str, c, doc: str, mask, spec) -> dict:
     """One tile configuration's context for body.j2 (its shared-memory offsets and strides, its
     kernel family's matmul primitives: the _varlen entry of head dims above 256 runs the
-    mma.sync family beside the main entry's wgmma, and whether it cleans V's values)."""
+    mma.sync family beside the main entry's wgmma, whether it cleans V's values, and its
+    producer's and consumers' registers: the _varlen entry's producer copies by cp.async)."""
+    regs = _registers(c, spec)
     return {"name": name, "c": c, "doc": doc, "clean_v": cleans_values(c, mask), "clean_all": cleans_every_tile(c),
+            "producer_regs": regs[0], "consumer_regs": regs[1],
             "offsets": {b.name: b.offset for b in c.buffers},
             "strides": {b.name[1:].lower(): b.cols for b in c.buffers},
             "math_template": f"cuda/math_{c.math}.j2", "pad": {"wgmma": 64, "mma": 16}.get(c.math, 8),
@@ -137,12 +144,12 @@ def render_source(plan: KernelPlan) -> str:
     c = plan.config
     types_template, mma_type = _TYPES[plan.dtype]
     main = _namespace("padded", c, "launches without cu_seqlens_q, kv_lens or an append (the main "
-                                   "entry point)", plan.mask)
+                                   "entry point)", plan.mask, plan.spec)
     offsets, strides = main["offsets"], main["strides"]
     namespaces = [main]
     if c.varlen is not None:
         namespaces.append(_namespace("varlen", c.varlen, f"launches with cu_seqlens_q, kv_lens or an append "
-                                                         f"(entry point {plan.entry}_varlen)", plan.mask))
+                                                         f"(entry point {plan.entry}_varlen)", plan.mask, plan.spec))
     layout = layout_lines(plan, "Shared memory")
     if c.chunked:
         layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")

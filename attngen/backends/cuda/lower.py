@@ -312,12 +312,17 @@ def varlen_entry(spec: AttentionSpec, cfg, entry: str) -> Entry | None:
     v = cfg.varlen
     if v is None:
         return None
-    how = (f"the same algorithm with tile q={v.tile_q} (one 16-row fragment per warp)" if v.math == cfg.math else
-           f"the {'mma.sync' if v.math == 'mma' else v.math} family with tile q={v.tile_q}"
-           + (f", head dims in chunks of {v.chunk}" if v.chunked else ""))
+    if v.producer:
+        how = (f"the same algorithm with tile q={v.tile_q} kv={v.tile_kv}, persistent blocks whose items cover the "
+               "longest sequence, Q, K and V by cp.async")
+    elif v.math == cfg.math:
+        how = f"the same algorithm with tile q={v.tile_q} (one 16-row fragment per warp)"
+    else:
+        how = (f"the {'mma.sync' if v.math == 'mma' else v.math} family with tile q={v.tile_q}"
+               + (f", head dims in chunks of {v.chunk}" if v.chunked else ""))
     return Entry("varlen", entry + "_varlen",
                  "launched instead of the main entry point when cu_seqlens_q, kv_lens or k_new / v_new is "
                  f"given: {how}; same parameters",
                  main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q, cfg.stored_p,
                            cfg.tma_store),
-                 main_grid(spec, v.tile_q, v.v_blocks), v.threads, v.smem_bytes)
+                 grid(spec, v) if v.persistent else main_grid(spec, v.tile_q, v.v_blocks), v.threads, v.smem_bytes)

@@ -89,8 +89,9 @@ def test_the_source_and_the_manifest():
     # q64 there, with or without the producer in the main entry)
     v = p.config.varlen
     assert v.math == "wgmma" and (v.tile_q, v.tile_kv) == (64, 64)
-    full = _plan("head_dim 128\n dtype f16").config  # otherwise the main entry's rows
-    assert (full.varlen.tile_q, full.varlen.tile_kv) == (full.tile_q, 64)
+    full = _plan("head_dim 128\n dtype f16").config  # a producer kernel: the producer there too, kv 96
+    assert (full.varlen.tile_q, full.varlen.tile_kv) == (full.tile_q, 96)
+    assert full.varlen.producer and full.varlen.persistent and not full.varlen.tma
     assert p.details.varlen.entry == p.entry + "_varlen"
     bf = emit_plan(_plan("head_dim 256\n dtype bf16")).source
     assert "m64n48k16.f32.bf16.bf16" in bf and "m64n256k16.f32.bf16.bf16" in bf  # tile kv 48 (3 stages)
