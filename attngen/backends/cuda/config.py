@@ -171,6 +171,7 @@ CUDA_VARLEN_PRODUCER_MAX_D = 128
 CUDA_VARLEN_PRODUCER_KV = 96
 CUDA_VARLEN_PRODUCER_KV_DIMS = (32, 48, 64, 80, 96, 128)
 CUDA_VARLEN_PRODUCER_KV_OTHER = 64
+CUDA_VARLEN_PRODUCER_KV_NARROW = 128  # head dims up to 64: the main entry's tile kv 128 (no spills)
 # ... its producer's registers after setmaxnreg (the consumers get 196): the per-sequence state of
 # the copies (key rows in the cache or k_new, packed offsets) spilled 90-150 bytes at 72 and 4-60
 # at 104 (ptxas 13.0 and 13.5, d96 / d128); none at 112 with tile kv at most 96.
@@ -936,6 +937,8 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
                 2 * CUDA_WGMMA_ROWS, 2 * CUDA_WGMMA_ROWS // CUDA_ROWS_PER_WARP)
             kv_max = (CUDA_VARLEN_PRODUCER_KV if spec.head_dim_qk == spec.head_dim_v
                       and spec.head_dim_qk in CUDA_VARLEN_PRODUCER_KV_DIMS else CUDA_VARLEN_PRODUCER_KV_OTHER)
+            if dmax <= 64:
+                kv_max = CUDA_VARLEN_PRODUCER_KV_NARROW
             varlen = _cuda_fit(spec, profile, math, None, rows=vrows,
                                kv=(min(cfg.tile_kv, kv_max), cfg.stages), producer=True, tma_ok=False)
             if varlen.producer:
