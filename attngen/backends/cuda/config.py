@@ -156,8 +156,9 @@ CUDA_PRODUCER_MASKED_KV = 96
 # 296 / 357; d256 softcap 30 full 292 / 334 -> 315 / 350, causal 210 / 284 -> 257 / 326.
 CUDA_PRODUCER_WIDE_MASKED_KV = 64
 # ... and their auto tile: the first (tile kv, stages) that fits the shared memory. Three stages of
-# kv 64 fit up to d192: window 1024 d192 at L 1k / 4k 286 / 360 -> 348 / 397 TFLOP/s (H100 f16,
-# probe_persistent.py, 2026-11-27, third session).
+# kv 64 fit up to d192 (H100 f16, probe_persistent.py, 2026-11-27, third session, TFLOP/s at L 1k /
+# 4k, two stages -> three): window 1024 d192 286 / 360 -> 348 / 397; softcap 30 d192 full 283 /
+# 300 -> 338 / 366, causal 222 / 276 -> 263 / 335.
 CUDA_PRODUCER_WIDE_MASKED_TILES = ((64, 3), (64, 2))
 # Launches with per-sequence lengths (cu_seqlens, kv_lens, an append: the _varlen entry point) of
 # producer kernels up to this head dim run the producer kernel too: the main entry's tiles,
