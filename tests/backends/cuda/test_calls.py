@@ -257,13 +257,21 @@ def test_bad_device_integers_are_reported(case):
     ([-2, 4, 10], r"cu_seqlens_q\[0\]"),
 ], ids=["decreasing", "past the end", "negative"])
 def test_bad_device_cu_seqlens_are_reported(cu, message):
+    """(The _varlen entry of this spec is the producer kernel with persistent blocks: a sequence
+    that fails the check is an empty work item, and the launch leaves the work counter at zero, so
+    the next call is right.)"""
     cupy = _cupy()
     spec = spec_of("head_dim 32\n dtype f16")
     kernel = attngen.compile(spec, target="cuda")
+    assert kernel.plan.config.varlen.persistent
     rng = np.random.default_rng(0)
-    q, k, v = (cupy.asarray(rng.standard_normal((10, 2, 32)).astype(np.float16)) for _ in range(3))
+    host = [rng.standard_normal((10, 2, 32)).astype(np.float32) for _ in range(3)]
+    q, k, v = (cupy.asarray(a.astype(np.float16)) for a in host)
     with pytest.raises(attngen.LaunchError, match=message):
         kernel(q, k, v, cu_seqlens_q=cupy.asarray(np.array(cu, np.int32)), check=True)
+    good = np.array([0, 4, 10], np.int32)
+    out = kernel(q, k, v, cu_seqlens_q=cupy.asarray(good), check=True)
+    _check(spec, out, *host, cu_seqlens_q=good)
 
 
 @gpu
