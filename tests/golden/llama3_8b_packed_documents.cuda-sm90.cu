@@ -441,7 +441,9 @@ __device__ __forceinline__ void fence_fragments(PTileArg& p) {
 
 // One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
-    static constexpr int kKSteps = kKStepsQK;
+    // k16 steps of the head dim itself: the padding columns (head dims not of whole 64-column
+    // blocks, e.g. 96: 6 steps, not 8) are zero in Q and K, so their steps would add nothing
+    static constexpr int kKSteps = kKStepsQK - (kHeadDimQKPad - kHeadDimQK) / 16;  // = ceil(kHeadDimQK / 16)
     static constexpr int k_at = 0, v_at = 0;
     const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
 
@@ -1784,7 +1786,9 @@ __device__ __forceinline__ void fence_fragments(PTileArg& p) {
 
 // One warpgroup's share of both products: its 64 rows of Q against the current K/V tile.
 struct WarpMath {
-    static constexpr int kKSteps = kKStepsQK;
+    // k16 steps of the head dim itself: the padding columns (head dims not of whole 64-column
+    // blocks, e.g. 96: 6 steps, not 8) are zero in Q and K, so their steps would add nothing
+    static constexpr int kKSteps = kKStepsQK - (kHeadDimQKPad - kHeadDimQK) / 16;  // = ceil(kHeadDimQK / 16)
     static constexpr int k_at = 0, v_at = 0;
     const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
 
