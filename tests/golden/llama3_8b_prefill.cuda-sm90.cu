@@ -414,6 +414,7 @@ struct WarpMath {
     // k16 steps of the head dim itself: the padding columns (head dims not of whole 64-column
     // blocks, e.g. 96: 6 steps, not 8) are zero in Q and K, so their steps would add nothing
     static constexpr int kKSteps = kKStepsQK - (kHeadDimQKPad - kHeadDimQK) / 16;  // = ceil(kHeadDimQK / 16)
+    static_assert(kKSteps >= 1 && kKSteps <= kKStepsQK, "Q and K hold the whole head dim, padded");
     static constexpr int k_at = 0, v_at = 0;
     const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
 
@@ -1734,6 +1735,7 @@ struct WarpMath {
     // k16 steps of the head dim itself: the padding columns (head dims not of whole 64-column
     // blocks, e.g. 96: 6 steps, not 8) are zero in Q and K, so their steps would add nothing
     static constexpr int kKSteps = kKStepsQK - (kHeadDimQKPad - kHeadDimQK) / 16;  // = ceil(kHeadDimQK / 16)
+    static_assert(kKSteps >= 1 && kKSteps <= kKStepsQK, "Q and K hold the whole head dim, padded");
     static constexpr int k_at = 0, v_at = 0;
     const elem_t* sQ;  // the warpgroup's first row of Q (in column block 0)
 
