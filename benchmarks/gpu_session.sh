@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One device call: the whole test suite on both targets (CUDA through CuPy, WGSL through wgpu on
 # the GPU's Vulkan driver), then the benchmark. Logs and results go to $OUT (default ./gpu-out).
-#   ATTNGEN_COMMIT=<sha> bash benchmarks/gpu_session.sh [tests|bench|all|checks] [pytest args...]
+#   ATTNGEN_COMMIT=<sha> bash benchmarks/gpu_session.sh [tests|bench|all|checks|repeat] [pytest args...]
+# repeat: N=<runs> rounds of `pytest -n <cores> -rA --tb=long` over the given tests (default the CUDA
+# equivalence and backend tests), each round's log kept as $OUT/repeat-<i>.log, its summary printed:
+# for a failure seen once in a parallel run (benchmarks/NOTES.md, 2026-11-27, third session).
 # checks: the probes and sanitizer runs (probe_tma.py, the WGSL adapter's profile, compute-sanitizer
 # racecheck + memcheck on every example and on the bad-input / hidden-value cases), a few minutes.
 # (on a GPU machine prepared as benchmarks/README.md says)
@@ -18,6 +21,13 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     start=$(date +%s)
     python3 -m pytest -q -n "$(nproc)" -p no:cacheprovider tests "$@" >"$out/tests.log" 2>&1; rc=$?
     echo "tests: rc=$rc in $(( $(date +%s) - start )) s"; tail -n 25 "$out/tests.log"
+fi
+if [ "$what" = repeat ]; then
+    [ $# -gt 0 ] || set -- tests/equivalence tests/backends/cuda
+    for i in $(seq "${N:-5}"); do
+        python3 -m pytest -q -n "$(nproc)" -p no:cacheprovider -rA --tb=long "$@" >"$out/repeat-$i.log" 2>&1 || rc=1
+        echo "round $i: $(tail -n 1 "$out/repeat-$i.log")"; grep -E "^(FAILED|ERROR) " "$out/repeat-$i.log" | head -5
+    done
 fi
 if [ "$what" = checks ]; then
     cs=${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}
