@@ -784,13 +784,21 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
         return True
     if dmax > 128:  # CUDA_PRODUCER_WIDE_D_KV: with the tensor copy engine, no mask but causal, its tile kv at most
         wide_kv = _producer_wide_d_kv(spec)
-        if wide_kv is None and dmax <= 256 and spec.options("cuda").get("tma") != "off" and (
-                spec.mask.kind in ("window", "custom") or spec.softcap is not None):
-            wide_kv = CUDA_PRODUCER_WIDE_MASKED_KV  # window, custom, softcap (CUDA_PRODUCER_WIDE_MASKED_KV)
+        if _producer_wide_masked(spec):
+            wide_kv = CUDA_PRODUCER_WIDE_MASKED_KV
         return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and wide_kv is not None and tile_kv <= wide_kv)
     # (softcap too since 2026-11-27, third session: CUDA_PRODUCER_SOFTCAP)
     return given == "on" or (tile_q == 2 * CUDA_WGMMA_ROWS and masked_ok
                              and (spec.softcap is None or CUDA_PRODUCER_SOFTCAP))
+
+
+def _producer_wide_masked(spec: AttentionSpec) -> bool:
+    """A head dim above 128, up to 256, with a window or custom mask or softcap, whose tiles come
+    by the tensor copy engine: the producer with CUDA_PRODUCER_WIDE_MASKED_KV and its tiles
+    (CUDA_PRODUCER_WIDE_MASKED_TILES), where CUDA_PRODUCER_WIDE_D_KV has none."""
+    dmax = max(spec.head_dim_qk, spec.head_dim_v)
+    return (128 < dmax <= 256 and _producer_wide_d_kv(spec) is None and spec.options("cuda").get("tma") != "off"
+            and (spec.mask.kind in ("window", "custom") or spec.softcap is not None))
 
 
 def _split_qk(spec: AttentionSpec) -> bool:
@@ -871,8 +879,7 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
             tq, tkv, tst = next(tile for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d)
             rows, kv = (tq, tq // CUDA_ROWS_PER_WARP), (tkv, opts.get("stages") or tst)
         wide_d_kv = _producer_wide_d_kv(spec) if dmax > 128 else None
-        masked_wide = (wide_d_kv is None and 128 < dmax <= 256 and opts.get("tma") != "off"
-                       and (spec.mask.kind in ("window", "custom") or spec.softcap is not None))
+        masked_wide = _producer_wide_masked(spec)
         if ((wide_d_kv is not None or masked_wide) and spec.tile.q is None and spec.tile.kv is None
                 and opts.get("warps") is None and opts.get("producer") != "off"):
             tkv, stages = _producer_wide_d_tile(spec, profile, masked=masked_wide)

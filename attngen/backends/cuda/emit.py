@@ -81,11 +81,9 @@ def _variant_context(plan: KernelPlan) -> dict:
         varlen_decl=param_list(plan.params, len(plan.entry) + len("_varlen(")),
         general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=COMBINE_WARPS,
-        producer_regs=_registers(plan.config, spec)[0],
         mask_stage_words=CUDA_MASK_STAGE_WORDS,
         order_bytes=_config.CUDA_CAUSAL_ORDER_BYTES,  # (read per call: a probe may patch it)
         keys_a=_config.CUDA_STORED_P[1],  # P through memory: keys per tile of phase A
-        consumer_regs=_registers(plan.config, spec)[1],
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )
 
@@ -111,8 +109,7 @@ def cleans_values(c, mask) -> bool:
     loads (partial tiles), and wherever the kernel takes care of keys of weight 0: persistent
     blocks and the overlapped loop without a producer (a cleaning pass), the plain loop (every
     tile, cleans_every_tile). P through memory redoes a warp's P V on its own (templates/cuda/
-    stored_p.j2); producer kernels without the work-item code (cp.async copies of head dims not of
-    64-column blocks, tma=off) have no pass yet (docs/language.md, "A key of weight 0 adds
+    stored_p.j2); every producer kernel is persistent (docs/language.md, "A key of weight 0 adds
     nothing"). Read per call: a probe may patch CUDA_CLEAN_VALUES and CUDA_CLEAN_EVERY_TILE."""
     return (_config.CUDA_CLEAN_VALUES and not c.stored_p
             and (masks.hides_loaded_keys(mask) or c.persistent or (c.overlap and not c.producer)
@@ -168,6 +165,8 @@ def render_source(plan: KernelPlan) -> str:
         namespaces=namespaces,
         types_template=types_template,
         math_template=main["math_template"],
+        producer_regs=main["producer_regs"],  # (body.j2 without namespaces: the one configuration's)
+        consumer_regs=main["consumer_regs"],
         mma_type=mma_type,
         acc_qk=plan.acc_qk,
         acc_pv=plan.acc_pv,
