@@ -7,7 +7,11 @@ with new data each round, checks every output against the float64 reference, and
 prints which step, how far off, how many rows and which, and the buffers' addresses (a captured
 call's workspace handed back to the pool and reused is one suspect).
 
-    python3 benchmarks/stress_graph_replay.py [--rounds 300] [--paged both|on|off]
+    python3 benchmarks/stress_graph_replay.py [--rounds 300] [--paged both|on|off] [--burn]
+        [--sync-first] [--keep-ws] [--fresh-zeroed] [--first-on-stream]
+
+--burn keeps the GPU busy from a second process (matrix products) as a parallel test run does;
+the other flags change one step each, to find which one the failure needs.
 
 Run it beside the test suite (gpu_session.sh) so that the GPU is as busy as when it failed.
 Exits 1 if any round failed.
@@ -46,14 +50,29 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--paged", choices=("both", "on", "off"), default="both")
+    ap.add_argument("--burn", action="store_true", help="a second process keeps the GPU busy")
+    ap.add_argument("--sync-first", action="store_true", help="synchronise the GPU after the first call")
+    ap.add_argument("--keep-ws", action="store_true", help="never hand a call's workspace back to the pool")
+    ap.add_argument("--fresh-zeroed", action="store_true", help="forget the per-stream counter buffers")
+    ap.add_argument("--first-on-stream", action="store_true", help="the first call on the captured stream")
     a = ap.parse_args()
     import cupy
+    burner = None
+    if a.burn:
+        import subprocess
+        burner = subprocess.Popen([sys.executable, "-c", "import cupy\nx = cupy.random.rand(4096, 4096, dtype=cupy.float32)\n"
+                                   "while True:\n    y = x @ x\n    cupy.cuda.Device().synchronize()"])
+    from attngen.backends.cuda import launcher
+    kept = []
     modes = {"both": (True, False), "on": (True,), "off": (False,)}[a.paged]
     failures = 0
     for r in range(a.rounds):
         for paged in modes:
             spec, q, k, v, lens, table = case(paged, r)
             kernel = attngen.compile(spec, target="cuda")
+            if a.keep_ws and not hasattr(kernel, "_stress_run"):
+                kernel._stress_run = kernel._run
+                kernel._run = lambda *x, _k=kernel: (lambda r: kept.append(r[1]) or r)(_k._stress_run(*x))
             dq, dk, dv = (cupy.asarray(x.astype(np.float16)) for x in (q, k, v))
             opts = {"kv_lens": cupy.asarray(lens)}
             kw = {"kv_lens": lens}
@@ -61,8 +80,16 @@ def main() -> int:
                 opts["block_table"] = cupy.asarray(table)
                 kw["block_table"] = table
             ref = reference(spec, q, k, v, **kw)
-            first = kernel(dq, dk, dv, **opts)
             stream = cupy.cuda.Stream(non_blocking=True)
+            if a.first_on_stream:
+                with stream:
+                    first = kernel(dq, dk, dv, **opts)
+            else:
+                first = kernel(dq, dk, dv, **opts)
+            if a.sync_first:
+                cupy.cuda.Device().synchronize()
+            if a.fresh_zeroed:
+                launcher.ZEROED._by_stream.clear()
             with stream:
                 stream.begin_capture()
                 out = kernel(dq, dk, dv, **opts)
@@ -90,7 +117,11 @@ def main() -> int:
                           f"{len(bad)} first {bad[:6].tolist()}; out {out.data.ptr:#x} eager {eager.data.ptr:#x} "
                           f"first {first.data.ptr:#x} stream {stream.ptr:#x}", flush=True)
             del graph, stream
-    print(f"{a.rounds} rounds x {len(modes)}: {failures} failed steps")
+    if burner is not None:
+        burner.kill()
+    flags = " ".join(f"--{n.replace('_', '-')}" for n in ("burn", "sync_first", "keep_ws", "fresh_zeroed",
+                                                            "first_on_stream") if getattr(a, n))
+    print(f"{a.rounds} rounds x {len(modes)} [{flags}]: {failures} failed steps")
     return 1 if failures else 0
 
 

@@ -206,37 +206,47 @@ class ZeroedBuffers:
     """The persistent workspaces (the fused combine's tile counters): one zeroed buffer of 32-bit
     words per (GPU, stream, framework), grown when a call needs more. Every launch leaves its
     words at zero (the last split block of a row tile resets its counter), and launches on one
-    stream run in order, so a stream's calls share its buffer. A buffer first needed while the
-    stream is being captured into a CUDA graph is allocated for that capture alone (its zero
-    fill is part of the graph and runs at each replay) and kept for as long as the process runs."""
+    stream run in order, so a stream's eager calls share its buffer.
+
+    A call captured into a CUDA graph never shares it: it gets a buffer of its own, zeroed by a
+    fill that is part of the graph (so it runs at each replay), kept for as long as the process
+    runs (a graph may be replayed at any time, on any stream; the caller cannot tell attngen when
+    it is gone). Sharing the stream's buffer was wrong twice over: a replay on another stream would
+    race the eager calls for the counters, and (the flake of benchmarks/NOTES.md, 2026-11-28) a
+    buffer made after a capture could be carved from memory the graph still writes."""
 
     def __init__(self):
         self._by_stream: dict = {}
         self._captured: list = []
         self._lock = threading.Lock()
 
-    def get(self, kind: str, device: int, stream: int, words: int, zeros) -> int:
+    def get(self, kind: str, device: int, stream: int, words: int, zeros, captured: bool = False) -> int:
         """The address of at least `words` zeroed words for launches on `stream`; `zeros(n)` makes
-        a zeroed array of n int32 in the caller's framework, on the caller's current stream."""
+        a zeroed array of n int32 in the caller's framework, on the caller's current stream;
+        `captured`: the call is being captured into a CUDA graph (capturing())."""
         key = (kind, device, stream)
-        buf = self._by_stream.get(key)
+        buf = None if captured else self._by_stream.get(key)
         if buf is not None and buf[1] >= words:
             return buf[0]
         with self._lock:
             arr = zeros(max(words, 2 * buf[1] if buf is not None else 0))
             n = int(arr.numel() if hasattr(arr, "numel") else arr.size)
             ptr = int(arr.data_ptr() if hasattr(arr, "data_ptr") else arr.data.ptr)
-            if _capturing(stream):
+            if captured:
                 self._captured.append(arr)
             else:
                 # the old buffer's launches ran on this stream, before anything allocated later
+                # (no graph holds it: captures never share a stream's buffer)
                 self._by_stream[key] = (ptr, n, arr)
             return ptr
 
 
-def _capturing(stream: int) -> bool:
+KEPT_FOR_GRAPHS: list = []  # workspaces of captured calls (CuPy): a replay writes them (Recipe, _run)
+
+
+def capturing(stream: int) -> bool:
     """Whether `stream` is being captured into a CUDA graph (the driver's cuStreamIsCapturing; a
-    query that fails counts as capturing: the buffer is then made for this call alone)."""
+    query that fails counts as capturing: the call's buffers are then its own, kept)."""
     if not _DRIVER:
         try:
             _DRIVER.append(ctypes.CDLL("libcuda.so.1"))
@@ -263,5 +273,5 @@ def workspace_layout(shapes: dict) -> tuple[list, int]:
     return out, off
 
 
-__all__ = ["ERROR_WORDS", "ErrorFlags", "Packed", "Recipe", "ZEROED", "ZeroedBuffers", "error_flags", "pending",
-           "raise_pending", "workspace_layout"]
+__all__ = ["ERROR_WORDS", "ErrorFlags", "KEPT_FOR_GRAPHS", "Packed", "Recipe", "ZEROED", "ZeroedBuffers", "capturing",
+           "error_flags", "pending", "raise_pending", "workspace_layout"]

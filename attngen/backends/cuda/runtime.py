@@ -28,7 +28,7 @@ from ...runtime.kernel import Kernel, Rendered
 from ...runtime.launch import OnDevice, host_ints, on_device, resolve
 from . import args as cuda_args
 from . import nvrtc
-from .launcher import ZEROED, Packed, Recipe, error_flags, pending, raise_pending, workspace_layout
+from .launcher import KEPT_FOR_GRAPHS, ZEROED, Packed, Recipe, capturing, error_flags, pending, raise_pending, workspace_layout
 from .tensor_maps import TensorMapEncoder, tma_layout_problem
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
@@ -387,7 +387,7 @@ class CudaKernel(Kernel):
                                                max_seqlen_k)
             if key is not None and recipe.cacheable:
                 self._keep_recipe(key, recipe)
-        result, ws = self._run(recipe, ptrs, out, return_lse, q)
+        result, ws = self._run(recipe, ptrs, out, return_lse, q, keep)
         if check:
             _cupy().cuda.runtime.streamSynchronize(recipe.stream())
             error_flags(_cupy(), recipe.device).raise_found("this call's kernels")
@@ -553,9 +553,10 @@ class CudaKernel(Kernel):
                       stream=_stream_getter(kind, dev), persistent=persistent,
                       zeros=_zeros(kind, dev) if persistent else None)
 
-    def _run(self, recipe: Recipe, ptrs: dict, out, return_lse: bool, q):
+    def _run(self, recipe: Recipe, ptrs: dict, out, return_lse: bool, q, keep=()):
         """Allocate the outputs and workspace of a call (in q's framework, on its GPU) and launch
-        the recipe's kernels on the caller's current stream; (result, workspace)."""
+        the recipe's kernels on the caller's current stream; (result, workspace). `keep`: arrays
+        the launches read that the call made (copies, uploads), kept for good if it is captured."""
         if out is None:  # (a given out's address is in ptrs already)
             out = recipe.alloc_out(q)
             ptrs["out"] = _ptr(out)
@@ -571,8 +572,19 @@ class CudaKernel(Kernel):
         if recipe.launches:
             cupy = _cupy()
             stream = recipe.stream()
+            # A call captured into a CUDA graph: its replays write the workspace, count in the
+            # tile counters and read the call's copies long after this call returns. CuPy's pool
+            # would hand them to the next allocation on the stream (torch's allocator keeps a
+            # capture's memory in the graph's private pool), so a captured call's CuPy workspace
+            # and its copies are kept for as long as the process runs, and its counters are its
+            # own (ZeroedBuffers). docs/cuda-calls.md, "CUDA graphs".
+            captured = (ws is not None or recipe.persistent or keep) and capturing(stream)
+            if captured:
+                held = list(keep) + ([ws] if ws is not None and recipe.kind != "torch" else [])
+                if held:
+                    KEPT_FOR_GRAPHS.append(held)
             for name, words in recipe.persistent.items():
-                ptrs[name] = ZEROED.get(recipe.kind, recipe.device, stream, words, recipe.zeros)
+                ptrs[name] = ZEROED.get(recipe.kind, recipe.device, stream, words, recipe.zeros, captured)
             if _one_gpu(cupy) or cupy.cuda.runtime.getDevice() == recipe.device:
                 for p in recipe.launches:
                     p.launch(cupy.cuda.driver, ptrs, stream)
