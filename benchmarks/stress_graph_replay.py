@@ -4,8 +4,9 @@ failed twice in parallel runs of the whole suite ("wrong graph replay, outputs u
 NaN"). This runs the same steps (a first call on the null stream, the call captured on a
 non-blocking stream, a replay, an eager call on the captured stream, a second replay) ROUNDS times
 with new data each round, checks every output against the float64 reference, and on a failure
-prints which step, how far off, how many rows and which, and the buffers' addresses (a captured
-call's workspace handed back to the pool and reused is one suspect).
+prints which step, how far off, how many rows and which, and the buffers' addresses. It found the
+cause: a captured call's workspace handed back to CuPy's pool while the graph still wrote it
+(NOTES.md, 2026-11-27, fourth session; about one round in five failed before the fix, none after).
 
     python3 benchmarks/stress_graph_replay.py [--rounds 300] [--paged both|on|off] [--burn]
         [--sync-first] [--keep-ws] [--fresh-zeroed] [--first-on-stream]
@@ -13,7 +14,7 @@ call's workspace handed back to the pool and reused is one suspect).
 --burn keeps the GPU busy from a second process (matrix products) as a parallel test run does;
 the other flags change one step each, to find which one the failure needs.
 
-Run it beside the test suite (gpu_session.sh) so that the GPU is as busy as when it failed.
+The flags reach into the runtime (kernel._run, launcher.ZEROED) on purpose: they are diagnostics.
 Exits 1 if any round failed.
 """
 

@@ -212,8 +212,9 @@ class ZeroedBuffers:
     fill that is part of the graph (so it runs at each replay), kept for as long as the process
     runs (a graph may be replayed at any time, on any stream; the caller cannot tell attngen when
     it is gone). Sharing the stream's buffer was wrong twice over: a replay on another stream would
-    race the eager calls for the counters, and (the flake of benchmarks/NOTES.md, 2026-11-28) a
-    buffer made after a capture could be carved from memory the graph still writes."""
+    race the eager calls for the counters, and a buffer made after a capture could be carved from
+    memory the graph still writes (the graph-replay flake: benchmarks/NOTES.md, 2026-11-27, fourth
+    session)."""
 
     def __init__(self):
         self._by_stream: dict = {}
