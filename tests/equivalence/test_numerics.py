@@ -107,3 +107,41 @@ def test_f32_scores_that_overflow_give_nan_rows_not_wrong_ones(target):
     ok[:, 5] = False
     assert np.isfinite(out[ok]).all()
     assert relative_error(out[ok], ref[ok]) <= tolerance(spec)
+
+
+def _ramp_qkv(rng, lq, lk, d, growth, jump=None):
+    """Scores that grow along the keys: q_i = a_i u, k_j = b_j u + noise (u a unit vector), so each
+    row's largest score in the log2 domain rises by about `growth` over every 128 keys; `jump`: one
+    key (at 7/8 of Lk) `jump` above the rest. V random."""
+    u = rng.standard_normal(d)
+    u /= np.linalg.norm(u)
+    scale_log2 = LOG2E / np.sqrt(d)
+    a = rng.uniform(0.5, 1.5, (1, lq, 2, 1))
+    b = np.arange(lk) * (growth / 128 / scale_log2)
+    if jump is not None:
+        b[lk * 7 // 8] += jump / scale_log2
+    q = (a * u).astype(np.float32)
+    k = (b[None, :, None, None] * u + 0.1 * rng.standard_normal((1, lk, 1, d))).astype(np.float32)
+    v = rng.standard_normal((1, lk, 1, d)).astype(np.float32)
+    return q, k, v
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("schedule, mask", [("fused", "none"), ("fused", "causal(bottom_right)"),
+                                            ("split_kv(3)", "none")])
+@pytest.mark.parametrize("growth, jump", [(3.0, None), (7.9, None), (12.0, None), (0.0, 40.0)])
+def test_a_row_max_that_creeps_up_or_jumps_keeps_the_answer(target, dtype, schedule, mask, growth, jump):
+    """The CUDA kernels from 128 output columns keep a row's max until a tile's passes it by more
+    than kRescaleSlack = 8 (log2 domain; backends/cuda/config.py, CUDA_RESCALE_SLACK): P then
+    reaches 2^8 and acc is rescaled only when the max jumps. Maxima that creep up by less than the
+    slack per tile, by about it, by more, and one late jump of 40 hold the dtype's tolerance."""
+    require(target)
+    if target == "wgsl" and dtype == "bf16":
+        pytest.skip("bf16 is a cuda dtype")
+    rng = np.random.default_rng(24)
+    spec = spec_of(f"head_dim 128\n dtype {dtype}\n mask {mask}\n schedule {schedule}")
+    q, k, v = _ramp_qkv(rng, 9, 1023, 128, growth, jump)
+    out = _np(kernel_for(spec, target)(*to_device(target, dtype, q, k, v)))
+    assert np.isfinite(out).all()
+    assert relative_error(out, reference(spec, q, k, v)) <= tolerance(spec)

@@ -68,6 +68,10 @@ static_assert(kChunksQK * kChunk >= kHeadDimQK && kVBlocks * kDvBlock >= kHeadDi
 // scale = 0.03125 (1 / sqrt(head_dim qk)).
 constexpr float kScaleLog2 = 0.045084220027780106f;  // scale * log2(e)
 constexpr float kLn2 = 0.6931471805599453f;
+// The online softmax keeps a row's max m_i until a tile's passes it by more than kRescaleSlack
+// (log2 domain): P = exp2(t - m_i) <= 2^kRescaleSlack (f16 / bf16 hold it with the same relative
+// precision), alpha = 1, and acc and l_i are not rescaled; lse = m_i + log2(l_i) stays exact.
+constexpr float kRescaleSlack = 8.0f;
 
 static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
 static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
@@ -848,10 +852,15 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 }
                 m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
                 m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                // The max kept unless this tile's passes it by more than kRescaleSlack (then
+                // p <= 2^kRescaleSlack, alpha = 1 and acc is left alone); a row that has seen no
+                // key yet takes the tile's (-inf - -inf is NaN: the comparison keeps -inf).
+                const bool grows = m_new - m_i[mf][h] > kRescaleSlack;
+                const float m_keep = grows ? m_new : m_i[mf][h];
                 // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
-                const float m_use = m_new == neg_inf() ? 0.f : m_new;
-                const float alpha = exp2f(m_i[mf][h] - m_use);
-                m_i[mf][h] = m_new;
+                const float m_use = m_keep == neg_inf() ? 0.f : m_keep;
+                const float alpha = grows ? exp2f(m_i[mf][h] - m_use) : 1.f;
+                m_i[mf][h] = m_keep;
                 float row_sum = 0.f;
                 #pragma unroll
                 for (int n = 0; n < kNTilesKV; ++n) {
@@ -860,10 +869,12 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
                 }
                 l_i[mf][h] = l_i[mf][h] * alpha + row_sum;
-                #pragma unroll
-                for (int n = 0; n < kNTilesV; ++n) {
-                    acc[mf][n][2 * h] *= alpha;
-                    acc[mf][n][2 * h + 1] *= alpha;
+                if (grows) {
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesV; ++n) {
+                        acc[mf][n][2 * h] *= alpha;
+                        acc[mf][n][2 * h + 1] *= alpha;
+                    }
                 }
             }
         }

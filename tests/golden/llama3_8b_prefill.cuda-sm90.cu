@@ -125,6 +125,10 @@ static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "share
 // scale = 0.08838834764831843 (1 / sqrt(head_dim qk)).
 constexpr float kScaleLog2 = 0.12751743082459868f;  // scale * log2(e)
 constexpr float kLn2 = 0.6931471805599453f;
+// The online softmax keeps a row's max m_i until a tile's passes it by more than kRescaleSlack
+// (log2 domain): P = exp2(t - m_i) <= 2^kRescaleSlack (f16 / bf16 hold it with the same relative
+// precision), alpha = 1, and acc and l_i are not rescaled; lse = m_i + log2(l_i) stays exact.
+constexpr float kRescaleSlack = 8.0f;
 
 static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
 static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
@@ -1319,10 +1323,15 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 1));  // the 4 lanes of a row
                     m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 2));
                     const float m_new = fmaxf(m_i[mf][h], m_raw * kScaleLog2);
+                    // The max kept unless this tile's passes it by more than kRescaleSlack (then
+                    // p <= 2^kRescaleSlack, alpha = 1 and acc is left alone); a row that has seen no
+                    // key yet takes the tile's (-inf - -inf is NaN: the comparison keeps -inf).
+                    const bool grows = m_new - m_i[mf][h] > kRescaleSlack;
+                    const float m_keep = grows ? m_new : m_i[mf][h];
                     // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
-                    const float m_use = m_new == neg_inf() ? 0.f : m_new;
-                    const float alpha = exp2_approx(m_i[mf][h] - m_use);
-                    m_i[mf][h] = m_new;
+                    const float m_use = m_keep == neg_inf() ? 0.f : m_keep;
+                    const float alpha = grows ? exp2_approx(m_i[mf][h] - m_use) : 1.f;
+                    m_i[mf][h] = m_keep;
                     float row_sum = 0.f;
                     #pragma unroll
                     for (int n = 0; n < kNTilesKV; ++n) {
@@ -1344,14 +1353,19 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             // one by this __syncwarp
             if constexpr (kConsumerGroups == 1) __syncwarp();
             if (it > 0 && lane == 0) mbar_arrive(&bar_empty[prev]);
+            bool rescale = false;  // (kRescaleSlack: most tiles keep every row's max, alpha = 1)
             #pragma unroll
-            for (int mf = 0; mf < kFrags; ++mf) {
+            for (int mf = 0; mf < kFrags; ++mf) rescale |= alpha_i[mf][0] != 1.f || alpha_i[mf][1] != 1.f;
+            if (rescale) {
                 #pragma unroll
-                for (int n = 0; n < kNTilesV; ++n) {
-                    acc[mf][n][0] *= alpha_i[mf][0];
-                    acc[mf][n][1] *= alpha_i[mf][0];
-                    acc[mf][n][2] *= alpha_i[mf][1];
-                    acc[mf][n][3] *= alpha_i[mf][1];
+                for (int mf = 0; mf < kFrags; ++mf) {
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesV; ++n) {
+                        acc[mf][n][0] *= alpha_i[mf][0];
+                        acc[mf][n][1] *= alpha_i[mf][0];
+                        acc[mf][n][2] *= alpha_i[mf][1];
+                        acc[mf][n][3] *= alpha_i[mf][1];
+                    }
                 }
             }
             // rows that see (p != 0) a key whose V held a non-finite value (cleaned by the producer)
@@ -1483,6 +1497,10 @@ static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "share
 // scale = 0.08838834764831843 (1 / sqrt(head_dim qk)).
 constexpr float kScaleLog2 = 0.12751743082459868f;  // scale * log2(e)
 constexpr float kLn2 = 0.6931471805599453f;
+// The online softmax keeps a row's max m_i until a tile's passes it by more than kRescaleSlack
+// (log2 domain): P = exp2(t - m_i) <= 2^kRescaleSlack (f16 / bf16 hold it with the same relative
+// precision), alpha = 1, and acc and l_i are not rescaled; lse = m_i + log2(l_i) stays exact.
+constexpr float kRescaleSlack = 8.0f;
 
 static_assert(kBlockQ == kWarps * kRowsPerWarp, "each warp owns kFrags 16-row fragments of Q");
 static_assert(kBlockKV % 16 == 0, "tile kv must be a multiple of 16 (the k of m16n8k16)");
@@ -2619,10 +2637,15 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                     m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 1));  // the 4 lanes of a row
                     m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 2));
                     const float m_new = fmaxf(m_i[mf][h], m_raw * kScaleLog2);
+                    // The max kept unless this tile's passes it by more than kRescaleSlack (then
+                    // p <= 2^kRescaleSlack, alpha = 1 and acc is left alone); a row that has seen no
+                    // key yet takes the tile's (-inf - -inf is NaN: the comparison keeps -inf).
+                    const bool grows = m_new - m_i[mf][h] > kRescaleSlack;
+                    const float m_keep = grows ? m_new : m_i[mf][h];
                     // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
-                    const float m_use = m_new == neg_inf() ? 0.f : m_new;
-                    const float alpha = exp2_approx(m_i[mf][h] - m_use);
-                    m_i[mf][h] = m_new;
+                    const float m_use = m_keep == neg_inf() ? 0.f : m_keep;
+                    const float alpha = grows ? exp2_approx(m_i[mf][h] - m_use) : 1.f;
+                    m_i[mf][h] = m_keep;
                     float row_sum = 0.f;
                     #pragma unroll
                     for (int n = 0; n < kNTilesKV; ++n) {
@@ -2644,14 +2667,19 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
             // one by this __syncwarp
             if constexpr (kConsumerGroups == 1) __syncwarp();
             if (it > 0 && lane == 0) mbar_arrive(&bar_empty[prev]);
+            bool rescale = false;  // (kRescaleSlack: most tiles keep every row's max, alpha = 1)
             #pragma unroll
-            for (int mf = 0; mf < kFrags; ++mf) {
+            for (int mf = 0; mf < kFrags; ++mf) rescale |= alpha_i[mf][0] != 1.f || alpha_i[mf][1] != 1.f;
+            if (rescale) {
                 #pragma unroll
-                for (int n = 0; n < kNTilesV; ++n) {
-                    acc[mf][n][0] *= alpha_i[mf][0];
-                    acc[mf][n][1] *= alpha_i[mf][0];
-                    acc[mf][n][2] *= alpha_i[mf][1];
-                    acc[mf][n][3] *= alpha_i[mf][1];
+                for (int mf = 0; mf < kFrags; ++mf) {
+                    #pragma unroll
+                    for (int n = 0; n < kNTilesV; ++n) {
+                        acc[mf][n][0] *= alpha_i[mf][0];
+                        acc[mf][n][1] *= alpha_i[mf][0];
+                        acc[mf][n][2] *= alpha_i[mf][1];
+                        acc[mf][n][3] *= alpha_i[mf][1];
+                    }
                 }
             }
             // rows that see (p != 0) a key whose V held a non-finite value (cleaned by the producer)

@@ -296,6 +296,15 @@ CUDA_PERSISTENT_BLOCKS = "SM"  # blocks of a persistent grid (at most the work i
 # K and V take at most this many bytes together (templates/cuda/body.j2, section work items): long
 # items first for the balance, few heads at once for L2 (the H100 has 50 MB).
 CUDA_CAUSAL_ORDER_BYTES = 16 << 20
+# The online softmax's lazy rescale (as FlashAttention-4 does): a row keeps its max m_i until a tile's
+# max passes it by more than this (log2 domain), so P <= 2^8 and most tiles skip acc's rescale (one
+# multiply per accumulator of the row, on the path between a tile's P V and the next: measured in
+# benchmarks/NOTES.md, 2026-11-27, fourth session: d256 +2-10%, d128 causal +1-4%, d64 causal -1 to
+# -7%, so only from CUDA_RESCALE_SLACK_MIN_DV output columns, where acc is large). Not with f16
+# accumulators (their sums and the score bound assume P <= 1) nor two_pass (pass 2 recomputes P
+# from pass 1's merged max).
+CUDA_RESCALE_SLACK = 8.0
+CUDA_RESCALE_SLACK_MIN_DV = 128
 
 
 @dataclass(frozen=True)
@@ -1160,3 +1169,12 @@ def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: in
 
 
 configure = cuda_config  # the backend's configure() (attngen.backends.base.Backend)
+
+
+def rescale_slack(plan) -> float:
+    """kRescaleSlack of the plan's kernels: CUDA_RESCALE_SLACK, or 0 (rescale at every new max) with
+    f16 accumulators, the two_pass schedule, or fewer than CUDA_RESCALE_SLACK_MIN_DV output columns."""
+    if ("f16" in (plan.acc_qk, plan.acc_pv) or plan.spec.schedule.is_two_pass
+            or plan.d_v < CUDA_RESCALE_SLACK_MIN_DV):
+        return 0.0
+    return CUDA_RESCALE_SLACK

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ...plan import masks
 from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
-from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
+from ..render import (c_float, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render,
+                      transform_doc)
 from . import config as _config
 from .config import CUDA_MASK_STAGE_WORDS, producer_registers
 from .lower import COMBINE_WARPS, fused_combine
@@ -171,6 +172,7 @@ def render_source(plan: KernelPlan) -> str:
         acc_qk=plan.acc_qk,
         acc_pv=plan.acc_pv,
         any_f16_acc="f16" in (plan.acc_qk, plan.acc_pv),
+        rescale_slack=c_float(_config.rescale_slack(plan)) if _config.rescale_slack(plan) else None,
         mask=plan.mask,
         mask_doc=mask_doc(plan),
         **_variant_context(plan),
