@@ -6,7 +6,8 @@
 # equivalence and backend tests), each round's log kept as $OUT/repeat-<i>.log, its summary printed:
 # for a failure seen once in a parallel run (benchmarks/NOTES.md, 2026-11-27, third session).
 # checks: the probes and sanitizer runs (probe_tma.py, the WGSL adapter's profile, compute-sanitizer
-# racecheck + memcheck on every example and on the bad-input / hidden-value cases), a few minutes.
+# racecheck + memcheck on every example and on the bad-input / hidden-value cases, the CUDA-graph
+# replay loop of stress_graph_replay.py), a few minutes.
 # (on a GPU machine prepared as benchmarks/README.md says)
 # The device machine's copy of .git may be stale: pass the commit you run (git rev-parse --short
 # HEAD, here) as ATTNGEN_COMMIT, or the results say "unknown".
@@ -38,6 +39,7 @@ if [ "$what" = checks ]; then
     step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/racecheck_examples.py
     step "$cs" --tool racecheck --error-exitcode 1 python3 benchmarks/racecheck_values.py
     step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize.py
+    step python3 benchmarks/stress_graph_replay.py --rounds 100 --burn
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     start=$(date +%s)

@@ -575,12 +575,13 @@ class CudaKernel(Kernel):
             # A call captured into a CUDA graph: its replays write the workspace, count in the
             # tile counters and read the call's copies long after this call returns. CuPy's pool
             # would hand them to the next allocation on the stream (torch's allocator keeps a
-            # capture's memory in the graph's private pool), so a captured call's CuPy workspace
-            # and its copies are kept for as long as the process runs, and its counters are its
-            # own (ZeroedBuffers). docs/cuda-calls.md, "CUDA graphs".
+            # capture's memory in the graph's private pool), so what a captured call took from
+            # CuPy (its workspace, copies, uploads, a built mask) is kept for as long as the
+            # process runs, and its counters are its own (ZeroedBuffers). docs/cuda-calls.md,
+            # "CUDA graphs".
             captured = (ws is not None or recipe.persistent or keep) and capturing(stream)
             if captured:
-                held = list(keep) + ([ws] if ws is not None and recipe.kind != "torch" else [])
+                held = [x for x in (ws, *keep) if x is not None and not _is_torch(x)]
                 if held:
                     KEPT_FOR_GRAPHS.append(held)
             for name, words in recipe.persistent.items():
@@ -619,6 +620,12 @@ class CudaKernel(Kernel):
             _keep = (q, k, v, held, ints, opt)  # noqa: F841 - the buffers the launches use
             return result
         return launch
+
+
+def _is_torch(x) -> bool:
+    """A torch tensor (its memory is torch's caching allocator's, which keeps a capture's memory
+    in the graph's private pool)."""
+    return type(x).__module__.startswith("torch")
 
 
 def _row_major(shape) -> tuple:
