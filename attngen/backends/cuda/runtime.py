@@ -478,6 +478,11 @@ class CudaKernel(Kernel):
         with cupy.cuda.Device(dev), _launch_stream(tq.kind, dev):  # host arrays go up on the launches' stream
             for name, (checked, arr, _stride) in given.items():
                 if arr is None:  # a host array, checked by resolve: to the GPU
+                    if capturing(cupy.cuda.get_current_stream().ptr):
+                        raise LaunchError(
+                            f"{name} is a host array, and this call is being captured into a CUDA graph, "
+                            "which cannot hold a copy from host memory: pass it as a CUDA array (the "
+                            "kernels read integer inputs on the device, docs/cuda-calls.md)")
                     arr = cupy.asarray(np.ascontiguousarray(checked, dtype=np.int32))
                     keep.append(arr)
                 ptrs[name] = _ptr(arr)

@@ -251,6 +251,31 @@ def test_a_captured_call_keeps_its_buffers_from_later_allocations(paged):
         del graph, stream
 
 
+@gpu
+def test_a_host_integer_array_in_a_captured_call_is_a_clear_error():
+    """A host kv_lens must be copied up, and a capture cannot hold that copy (CuPy said only
+    "the current stream is capturing, so H2D transfers are disallowed"); the capture stays
+    usable."""
+    cupy = _cupy()
+    spec, q, k, v, lens, table = _decode_case(True)
+    kernel = attngen.compile(spec, target="cuda")
+    dq, dk, dv = (cupy.asarray(a.astype(np.float16)) for a in (q, k, v))
+    dlens, dtable = cupy.asarray(lens), cupy.asarray(table)
+    kernel(dq, dk, dv, kv_lens=dlens, block_table=dtable)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            with pytest.raises(attngen.LaunchError, match=r"kv_lens is a host array.*captured into a CUDA graph"):
+                kernel(dq, dk, dv, kv_lens=lens, block_table=dtable)
+            out = kernel(dq, dk, dv, kv_lens=dlens, block_table=dtable)
+        finally:
+            graph = stream.end_capture()
+    graph.launch(stream)
+    stream.synchronize()
+    _check(spec, out, q, k, v, kv_lens=lens, block_table=table)
+
+
 BAD_DEVICE = [
     ("kv_lens past the cache", False, {"kv_lens": [5, 97, 41]}, r"kv_lens\[1\]"),
     ("negative kv_lens", False, {"kv_lens": [5, 3, -1]}, r"kv_lens\[2\]"),
