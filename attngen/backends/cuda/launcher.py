@@ -242,7 +242,9 @@ class ZeroedBuffers:
             return ptr
 
 
-KEPT_FOR_GRAPHS: list = []  # workspaces of captured calls (CuPy): a replay writes them (Recipe, _run)
+# What captured calls took from CuPy's pool (workspaces, copies, built masks): their graphs' replays
+# use it for as long as the process runs (runtime.CudaKernel._run; docs/cuda-calls.md, "CUDA graphs").
+KEPT_FOR_GRAPHS: list = []
 
 
 def capturing(stream: int) -> bool:

@@ -28,7 +28,8 @@ from ...runtime.kernel import Kernel, Rendered
 from ...runtime.launch import OnDevice, host_ints, on_device, resolve
 from . import args as cuda_args
 from . import nvrtc
-from .launcher import KEPT_FOR_GRAPHS, ZEROED, Packed, Recipe, capturing, error_flags, pending, raise_pending, workspace_layout
+from .launcher import (KEPT_FOR_GRAPHS, ZEROED, Packed, Recipe, capturing, error_flags, pending, raise_pending,
+                       workspace_layout)
 from .tensor_maps import TensorMapEncoder, tma_layout_problem
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
@@ -561,7 +562,8 @@ class CudaKernel(Kernel):
     def _run(self, recipe: Recipe, ptrs: dict, out, return_lse: bool, q, keep=()):
         """Allocate the outputs and workspace of a call (in q's framework, on its GPU) and launch
         the recipe's kernels on the caller's current stream; (result, workspace). `keep`: arrays
-        the launches read that the call made (copies, uploads), kept for good if it is captured."""
+        the launches read that the call made (copies, a built mask), kept for good if it is
+        captured."""
         if out is None:  # (a given out's address is in ptrs already)
             out = recipe.alloc_out(q)
             ptrs["out"] = _ptr(out)
@@ -581,7 +583,7 @@ class CudaKernel(Kernel):
             # tile counters and read the call's copies long after this call returns. CuPy's pool
             # would hand them to the next allocation on the stream (torch's allocator keeps a
             # capture's memory in the graph's private pool), so what a captured call took from
-            # CuPy (its workspace, copies, uploads, a built mask) is kept for as long as the
+            # CuPy (its workspace, copies, a built mask) is kept for as long as the
             # process runs, and its counters are its own (ZeroedBuffers). docs/cuda-calls.md,
             # "CUDA graphs".
             captured = (ws is not None or recipe.persistent or keep) and capturing(stream)
