@@ -26,8 +26,9 @@ DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
 def spec_with(path: str, name: str, extra: str):
-    """The block `name` of examples/`path` with the spec lines `extra` (';' separated) added."""
-    text = open(os.path.join(ROOT, "examples", path)).read()
+    """The block `name` of examples/`path` (or of `path` as given, where that is a file) with the
+    spec lines `extra` (';' separated) added."""
+    text = open(path if os.path.isfile(path) else os.path.join(ROOT, "examples", path)).read()
     m = re.search(r"attention\s+" + re.escape(name) + r"\s*\{(.*?)\n\}", text, re.S)
     if m is None:
         raise SystemExit(f"no block {name} in examples/{path}")
