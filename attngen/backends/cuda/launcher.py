@@ -242,14 +242,16 @@ class ZeroedBuffers:
             return ptr
 
 
-# What captured calls took from CuPy's pool (workspaces, copies, built masks): their graphs' replays
+# What captured calls took from CuPy's pool (workspaces, copies of inputs): their graphs' replays
 # use it for as long as the process runs (runtime.CudaKernel._run; docs/cuda-calls.md, "CUDA graphs").
 KEPT_FOR_GRAPHS: list = []
 
 
 def capturing(stream: int) -> bool:
-    """Whether `stream` is being captured into a CUDA graph (the driver's cuStreamIsCapturing; a
-    query that fails counts as capturing: the call's buffers are then its own, kept)."""
+    """Whether `stream` is being captured into a CUDA graph (the driver's cuStreamIsCapturing). A
+    query that fails (e.g. the legacy stream while another thread captures in global mode) counts
+    as capturing: the call's buffers are then its own and kept, which costs memory, where the
+    other answer could let a graph write into memory handed on."""
     if not _DRIVER:
         try:
             _DRIVER.append(ctypes.CDLL("libcuda.so.1"))

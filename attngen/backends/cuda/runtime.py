@@ -423,6 +423,10 @@ class CudaKernel(Kernel):
         # kept only when the next call of this signature can take its arrays as they are: device
         # integer arrays read in place (not host arrays, not copies of strided ones)
         keep, cacheable = [], all(g[1] is ints[n] for n, g in given.items())
+        # a strided device integer input was copied (_int_input): the copy lives until the launch
+        # is queued like every copy of the call (and for good when the call is captured); freed
+        # here, its memory could become this call's out or workspace while the kernels read it
+        keep.extend(g[1] for n, g in given.items() if g[1] is not None and g[1] is not ints[n])
         q_layout = (named["q"].shape, named["q"].strides)  # the caller's q (named["q"] may be a copy below)
         for name in list(named):
             t = named[name]
@@ -464,6 +468,10 @@ class CudaKernel(Kernel):
         else:
             to = _Tensor(None, tq.kind, 0, out_shape, _row_major(out_shape), self.plan.dtype, dev)
         bm = None
+        if mask is not None and not isinstance(mask, BlockMask) and capturing(_stream_getter(tq.kind, dev)()):
+            raise LaunchError("mask is not a BlockMask, and this call is being captured into a CUDA graph: building "
+                              "the BlockMask reads the mask on the host, which a capture cannot hold; build it "
+                              "before the capture (kernel.block_mask(mask)) and pass that")
         if mask is not None:
             bm = mask if isinstance(mask, BlockMask) else cuda_args.build_block_mask(
                 mask, self.plan.tile_q, self.plan.tile_kv, dev)
@@ -562,8 +570,8 @@ class CudaKernel(Kernel):
     def _run(self, recipe: Recipe, ptrs: dict, out, return_lse: bool, q, keep=()):
         """Allocate the outputs and workspace of a call (in q's framework, on its GPU) and launch
         the recipe's kernels on the caller's current stream; (result, workspace). `keep`: arrays
-        the launches read that the call made (copies, a built mask), kept for good if it is
-        captured."""
+        the launches read that the call made (copies of inputs, uploads, a built mask), kept for
+        good if it is captured."""
         if out is None:  # (a given out's address is in ptrs already)
             out = recipe.alloc_out(q)
             ptrs["out"] = _ptr(out)
@@ -583,9 +591,8 @@ class CudaKernel(Kernel):
             # tile counters and read the call's copies long after this call returns. CuPy's pool
             # would hand them to the next allocation on the stream (torch's allocator keeps a
             # capture's memory in the graph's private pool), so what a captured call took from
-            # CuPy (its workspace, copies, a built mask) is kept for as long as the
-            # process runs, and its counters are its own (ZeroedBuffers). docs/cuda-calls.md,
-            # "CUDA graphs".
+            # CuPy (its workspace, copies of inputs) is kept for as long as the process runs,
+            # and its counters are its own (ZeroedBuffers). docs/cuda-calls.md, "CUDA graphs".
             captured = (ws is not None or recipe.persistent or keep) and capturing(stream)
             if captured:
                 held = [x for x in (ws, *keep) if x is not None and not _is_torch(x)]

@@ -79,6 +79,7 @@ def test_zeroed_buffers_are_kept_per_stream_and_grown():
     c1 = zb.get("cupy", 0, 11, 7, zeros, captured=True)           # a capture: a buffer of its own
     c2 = zb.get("cupy", 0, 11, 7, zeros, captured=True)           # each capture
     assert len({b, c1, c2}) == 3 and made == [10, 7, 20, 7, 7]
+    assert [a.data.ptr for a in zb._captured] == [c1, c2]         # kept: a graph may replay any time
     assert zb.get("cupy", 0, 11, 15, zeros) == b                  # the stream's buffer is unchanged
 
 
@@ -274,6 +275,64 @@ def test_a_host_integer_array_in_a_captured_call_is_a_clear_error():
     graph.launch(stream)
     stream.synchronize()
     _check(spec, out, q, k, v, kv_lens=lens, block_table=table)
+
+
+@gpu
+def test_strided_integer_inputs_are_copied_and_the_copy_outlives_the_launch():
+    """A strided kv_lens / block_table is copied to a contiguous array; the copy must live until
+    the launch is queued (freed before, its memory could become the call's own out, lse or
+    workspace while the kernels read it) and, in a captured call, for as long as the graph."""
+    cupy = _cupy()
+    spec, q, k, v, lens, table = _decode_case(True)
+    kernel = attngen.compile(spec, target="cuda")
+    dq, dk, dv = (cupy.asarray(a.astype(np.float16)) for a in (q, k, v))
+    wide = cupy.zeros((len(lens), 2), cupy.int32)
+    wide[:, 0] = cupy.asarray(lens)
+    dlens = wide[:, 0]  # a strided view
+    wide_t = cupy.zeros((table.shape[0], 2 * table.shape[1]), cupy.int32)
+    wide_t[:, ::2] = cupy.asarray(table)
+    dtable = wide_t[:, ::2]  # a strided table
+    kw = {"kv_lens": lens, "block_table": table}
+    for _ in range(20):
+        out, lse = kernel(dq, dk, dv, kv_lens=dlens, block_table=dtable, return_lse=True)
+        _check(spec, out, q, k, v, **kw)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        out = kernel(dq, dk, dv, kv_lens=dlens, block_table=dtable)
+        graph = stream.end_capture()
+        junk = [cupy.full(n, 7, cupy.int32) for n in (8, 64, 512, 4096)]
+    for _ in range(3):
+        graph.launch(stream)
+        stream.synchronize()
+        _check(spec, out, q, k, v, **kw)
+    assert all(bool((j == 7).all()) for j in junk)
+
+
+@gpu
+def test_a_mask_that_is_not_a_block_mask_in_a_captured_call_is_a_clear_error():
+    """Building a BlockMask reads the mask on the host, which a capture cannot hold."""
+    cupy = _cupy()
+    spec = spec_of("head_dim 64\n dtype f16\n mask custom")
+    kernel = attngen.compile(spec, target="cuda")
+    q, k, v = random_qkv(spec, 1, 64, 64, heads_q=2, heads_kv=2, seed=3)
+    dq, dk, dv = (cupy.asarray(a.astype(np.float16)) for a in (q, k, v))
+    host = np.tril(np.ones((1, 1, 64, 64), bool))
+    dense = cupy.asarray(host)
+    bm = kernel.block_mask(dense)
+    kernel(dq, dk, dv, mask=bm)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            with pytest.raises(attngen.LaunchError, match=r"mask is not a BlockMask.*captured into a CUDA graph"):
+                kernel(dq, dk, dv, mask=dense)
+            out = kernel(dq, dk, dv, mask=bm)
+        finally:
+            graph = stream.end_capture()
+    graph.launch(stream)
+    stream.synchronize()
+    _check(spec, out, q, k, v, mask=host)
 
 
 BAD_DEVICE = [
