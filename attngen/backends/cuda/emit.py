@@ -153,6 +153,7 @@ def render_source(plan: KernelPlan) -> str:
         layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")
     if c.varlen is not None:
         layout.append(c.varlen_summary[0].upper() + c.varlen_summary[1:] + ".")
+    slack = _config.rescale_slack(plan)
     source = render(
         "cuda/kernel.cu.j2",
         header=comment_block(header_lines(plan, layout)),
@@ -172,7 +173,7 @@ def render_source(plan: KernelPlan) -> str:
         acc_qk=plan.acc_qk,
         acc_pv=plan.acc_pv,
         any_f16_acc="f16" in (plan.acc_qk, plan.acc_pv),
-        rescale_slack=c_float(_config.rescale_slack(plan)) if _config.rescale_slack(plan) else None,
+        rescale_slack=c_float(slack) if slack else None,
         mask=plan.mask,
         mask_doc=mask_doc(plan),
         **_variant_context(plan),
