@@ -88,6 +88,8 @@ def read_spec_file(path) -> tuple[str, str]:
 
 def load(path, name: str | None = None) -> AttentionSpec:
     """The spec in file `path`; `name` picks one when the file defines several."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"load: name must be a kernel's name (a str) or None, not {type(name).__name__}")
     text, where = read_spec_file(path)
     return pick(parse(text, filename=where), name, where)
 
@@ -107,6 +109,19 @@ def pick(specs: list[AttentionSpec], name: str | None, where: str) -> AttentionS
     raise SpecError([Diagnostic(f"{where} has no kernel named '{name}'", None, hint)])
 
 
+def _a_spec(spec, what: str) -> AttentionSpec:
+    """`spec` when it is one AttentionSpec; a TypeError that says how to get one otherwise."""
+    if isinstance(spec, AttentionSpec):
+        return spec
+    if isinstance(spec, (str, bytes)):
+        hint = "parse the text first: attngen.parse(text)[0], or attngen.load(path) for a file"
+    elif isinstance(spec, (list, tuple)) and all(isinstance(s, AttentionSpec) for s in spec):
+        hint = "pass one of them: attngen.pick(specs, name, where) picks one by name"
+    else:
+        hint = "get one from attngen.parse(text) or attngen.load(path)"
+    raise TypeError(f"{what} takes an AttentionSpec, not {type(spec).__name__}: {hint}")
+
+
 def targets() -> tuple[str, ...]:
     """The names of the registered targets."""
     return backends.names()
@@ -119,6 +134,7 @@ def get_profile(name: str | None, target: str):
 
 def check(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=None) -> list[Diagnostic]:
     """Every problem of building `spec` for `target` (empty: it builds)."""
+    spec = _a_spec(spec, "check")
     backend = backends.get(target)
     return _check(spec, backend, backend.profile(profile))[1]
 
@@ -126,6 +142,7 @@ def check(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=No
 def lower(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=None) -> KernelPlan:
     """Check `spec` for `target` and lower it to a KernelPlan; SpecError with every problem.
     `profile`: a profile name or Profile (default: the target's default profile)."""
+    spec = _a_spec(spec, "lower")
     backend = backends.get(target)
     return _lower(spec, backend, backend.profile(profile))
 
@@ -138,13 +155,14 @@ def emit_plan(plan: KernelPlan) -> Emitted:
 
 def emit(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=None) -> Emitted:
     """Generate source + manifest for `target` (default profiles: cuda-sm80, webgpu-core)."""
-    return emit_plan(lower(spec, target, profile))
+    return emit_plan(lower(_a_spec(spec, "emit"), target, profile))
 
 
 def compile(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=None, tuned: bool = True):
     """A runnable, cached kernel for this machine's device: kernel(q, k, v) -> out. When the spec
     leaves its tiles and target options at auto and `attngen tune` stored a result for this
     device and spec, that result is used (tuned=False: the profile's defaults)."""
+    spec = _a_spec(spec, "compile")
     backend = backends.get(target)
     if tuned and profile is None and tune_results.is_auto(spec, target):
         try:

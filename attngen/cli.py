@@ -449,14 +449,23 @@ def cmd_check(args) -> int:
     return EXIT_INVALID if diags or unreadable else EXIT_OK
 
 
-def _parse_shape(text: str, spec) -> dict:
+def _parse_shape(text: str | None, spec) -> dict:
+    """The --shape argument (None: not given, the defaults) as B, Lq, Lk, Hq, Hkv."""
     keys = {"b": "B", "lq": "Lq", "lk": "Lk", "hq": "Hq", "hkv": "Hkv"}
     out = {"B": 1, "Lq": 256, "Lk": 256, "Hq": spec.heads_q, "Hkv": spec.heads_kv}
     fixed = {"Hq": spec.heads_q, "Hkv": spec.heads_kv}
-    for part in filter(None, text.replace(" ", "").split(",")):
+    if text is not None and not text.strip():
+        raise UsageError("--shape is empty: give B=, Lq=, Lk= (and Hq=, Hkv=), e.g. --shape B=1,Lq=256,Lk=256, "
+                         "or leave --shape out for that default")
+    seen = set()
+    for part in (text or "").replace(" ", "").split(",") if text else ():
         key, _, value = part.partition("=")
         if key.lower() not in keys or not value:
-            raise UsageError(f"bad --shape item {part!r}: expected B=, Lq=, Lk=, Hq= or Hkv= with a number")
+            raise UsageError(f"bad --shape item {part!r}: expected B=, Lq=, Lk=, Hq= or Hkv= with a number, "
+                             "items separated by single commas")
+        if keys[key.lower()] in seen:
+            raise UsageError(f"--shape gives {keys[key.lower()]} twice ({text!r})")
+        seen.add(keys[key.lower()])
         try:
             n = int(value)
         except ValueError:
@@ -504,7 +513,7 @@ def cmd_tune(args) -> int:
         raise UsageError(f"target {args.target} has nothing to tune")
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
-    shape = _parse_shape(args.shape or "", spec)
+    shape = _parse_shape(args.shape, spec)
 
     def progress(line: str) -> None:
         if not args.quiet:
@@ -549,7 +558,7 @@ def cmd_run(args) -> int:
         raise UsageError("--repeat must be at least 1")
     if args.seed < 0:
         raise UsageError("--seed must be a non-negative integer")
-    shapes = [_parse_shape(s, spec) for s in (args.shape or [""])]
+    shapes = [_parse_shape(s, spec) for s in (args.shape or [None])]
     profile = _profile(args.profile, args.target) if args.profile else None
     backend = backends.get(args.target)
 

@@ -38,6 +38,10 @@ def merge(outs, lses):
     outs: a list of (..., L, H, Dv) arrays (packed: (total, H, Dv)); lses: the matching
     (..., H, L) (packed: (H, total)) arrays, as the kernels return them with return_lse=True.
     """
+    for name, x in (("outs", outs), ("lses", lses)):
+        if hasattr(x, "shape") or not hasattr(x, "__iter__"):
+            raise LaunchError(f"merge takes a list of arrays for {name}, one per part (merge([out_a, out_b], "
+                              f"[lse_a, lse_b])), not a single {type(x).__name__}")
     outs, lses = list(outs), list(lses)
     if not outs or len(outs) != len(lses):
         raise LaunchError(f"merge needs as many lse arrays as outputs (at least one), got {len(outs)} "

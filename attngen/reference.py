@@ -124,6 +124,33 @@ def _mask_for(mask, b, hq0, groups, len_q, len_k):
     return None, m.astype(np.float64)
 
 
+class _SpecOnly:
+    """What the runtime's input checks (attngen.runtime.launch.resolve) read of a kernel plan,
+    from the spec alone: the oracle checks its inputs by the same rules as the kernels."""
+
+    def __init__(self, spec: AttentionSpec):
+        self.spec, self.d_qk, self.d_v, self.dtype = spec, spec.head_dim_qk, spec.head_dim_v, spec.dtype
+
+
+def _check_inputs(spec: AttentionSpec, q, k, v, mask, kv_lens, cu_seqlens_q, cu_seqlens_k, block_table) -> None:
+    """A LaunchError (naming the argument) for inputs a kernel of `spec` would refuse: shapes,
+    heads and head dims against the spec, kv_lens / block_table / cu_seqlens contents, the
+    mask's shape. Dtypes are free: the oracle rounds every input to the spec's dtype."""
+    from .errors import LaunchError
+    from .runtime.blockmask import check_mask_shape, mask_shape4
+    from .runtime.launch import resolve
+    shapes = {"q": np.shape(q), "k": np.shape(k), "v": np.shape(v)}
+    try:
+        launch = resolve(_SpecOnly(spec), shapes, dict.fromkeys(shapes, spec.dtype), kv_lens=kv_lens,
+                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table,
+                         has_mask=mask is not None, cores=None,
+                         mask_keys=None if mask is None or np.ndim(mask) < 2 else int(np.shape(mask)[-1]))
+        if mask is not None:
+            check_mask_shape(mask_shape4(np.shape(mask)), launch.batch, launch.heads_q, launch.len_q, launch.len_k)
+    except LaunchError as e:
+        raise LaunchError(f"attngen.reference: {e}") from None
+
+
 def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None,
               cu_seqlens_k=None, block_table=None, return_lse: bool = False):
     """float64 attention as the spec defines it (see the module docstring for the inputs).
@@ -138,6 +165,8 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
     k = round_to_dtype(k, spec.dtype)
     v = round_to_dtype(v, spec.dtype)
     mask_np = None if mask is None else to_numpy(mask)
+    ints = [None if x is None else to_numpy(x) for x in (kv_lens, cu_seqlens_q, cu_seqlens_k, block_table)]
+    _check_inputs(spec, q, k, v, mask_np, *ints)
     packed = cu_seqlens_q is not None
     if packed:
         cq = to_numpy(cu_seqlens_q).astype(np.int64)

@@ -89,6 +89,18 @@ def mask_shape4(shape) -> tuple:
     return shape
 
 
+def mask_keys(mask) -> int | None:
+    """The key axis of a mask= argument (a BlockMask or a mask tensor), None when it has none
+    (the shape checks say what is wrong)."""
+    shape = getattr(mask, "shape", None)
+    if shape is None:
+        try:
+            shape = np.shape(mask)
+        except ValueError:  # ragged nested lists: mask_shape4 / np.asarray say so
+            return None
+    return int(shape[-1]) if len(shape) >= 2 else None
+
+
 def check_against(bm: BlockMask, batch: int, heads_q: int, len_q: int, len_k: int,
                   tile_q: int, tile_kv: int, target: str) -> None:
     """A LaunchError unless `bm` fits this call: target, tiles, broadcastable shape."""
@@ -99,7 +111,12 @@ def check_against(bm: BlockMask, batch: int, heads_q: int, len_q: int, len_k: in
     if (bm.tile_q, bm.tile_kv) != (tile_q, tile_kv):
         raise LaunchError(f"mask= is a BlockMask for tiles {bm.tile_q}x{bm.tile_kv}, but this kernel uses "
                           f"{tile_q}x{tile_kv}: build it with attngen.block_mask(mask, kernel)")
-    bm_b, bm_h, bm_q, bm_k = bm.shape
+    check_mask_shape(bm.shape, batch, heads_q, len_q, len_k)
+
+
+def check_mask_shape(shape4: tuple, batch: int, heads_q: int, len_q: int, len_k: int) -> None:
+    """A LaunchError unless a mask of shape (Bm, Hm, Lq, Lk) fits a call of these sizes."""
+    bm_b, bm_h, bm_q, bm_k = shape4
     if bm_b not in (1, batch):
         raise LaunchError(f"mask has batch dimension {bm_b}, but the batch is {batch} (must be 1 or {batch})")
     if bm_h not in (1, heads_q):

@@ -209,15 +209,40 @@ def _cu_seqlens(name: str, x, total: int, batch: int | None) -> np.ndarray | OnD
     return cu
 
 
+def _check_appends_own_their_pages(table: np.ndarray, kvl: np.ndarray, need: np.ndarray, page: int) -> None:
+    """A LaunchError when a page that one sequence's append writes is also used by another
+    sequence (read, or written by its own append): the blocks of the two sequences run at the
+    same time, so the other would read half-written keys or lose its own. Pages shared by rows
+    read-only (a common prefix, as prefix caching shares them) are fine. Host tables only: a
+    device table is the caller's to keep this way (docs/variants.md)."""
+    used = [np.unique(table[bi, : -(-int(need[bi]) // page)]) for bi in range(table.shape[0])]
+    if not any(len(u) for u in used):
+        return
+    pages = np.concatenate(used)  # each row's pages once
+    shared = set(np.unique(pages)[np.unique(pages, return_counts=True)[1] > 1].tolist())  # used by 2+ rows
+    if not shared:
+        return
+    for bi in range(table.shape[0]):
+        first, end = int(kvl[bi]) // page, -(-int(need[bi]) // page)
+        for j, p in enumerate(table[bi, first:end].tolist(), start=first):
+            if p in shared:
+                other = next(b for b in range(table.shape[0]) if b != bi and p in used[b])
+                raise LaunchError(f"block_table[{bi}, {j}] = {p}: row {bi}'s append writes page {p}, which row {other} "
+                                  "also uses; a page an append writes must belong to that sequence alone (copy a "
+                                  "shared page before appending to it)")
+
+
 def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_seqlens_q=None,
             cu_seqlens_k=None, block_table=None, has_mask: bool = False, cores: int = 1, max_seqlen_q=None,
-            max_seqlen_k=None) -> Launch:
+            max_seqlen_k=None, mask_keys: int | None = None) -> Launch:
     """Check a call's inputs against the plan and each other; see the module docstring.
 
     `shapes` / `dtypes` map q, k, v (and k_new, v_new when given) to shape tuples and attngen
     dtype names; the integer inputs are host arrays (anything host_ints reads) or OnDevice;
-    `cores` is the device's multiprocessors / compute units (for split_kv(auto)); max_seqlen_q /
-    max_seqlen_k bound the packed sequences' lengths (the grid's rows and keys).
+    `cores` is the device's multiprocessors / compute units (for split_kv(auto); None: inputs only,
+    no launch: one split, and `plan` needs only spec, d_qk, d_v and dtype); max_seqlen_q /
+    max_seqlen_k bound the packed sequences' lengths (the grid's rows and keys); `mask_keys`: the
+    custom mask's key axis, which with kv_lens sets the launch's Lk (see below).
     """
     spec = plan.spec
     paged = spec.kv_cache.is_paged
@@ -343,6 +368,10 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                     raise LaunchError(f"kv_lens[{worst}] = {kvl[worst]}" + (f" + {len_new} new" if len_new else "")
                                       + f" keys exceed the {room} keys the cache holds per sequence")
             len_k = room
+            if mask_keys is not None and mask_keys != room:
+                raise LaunchError(f"mask covers {mask_keys} keys, but with kv_lens on the device a mask covers the "
+                                  f"cache: {room} keys per sequence" + (f" ({table.shape[1]} block-table columns x "
+                                                                        f"page {page})" if paged else ""))
         elif kvl is not None:
             need = kvl + len_new
             if paged:
@@ -362,6 +391,8 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                     if len_new and len(set(used.tolist())) != len(used):
                         raise LaunchError(f"block_table row {bi} repeats a page: appending would overwrite "
                                           "keys it still reads")
+                if len_new:
+                    _check_appends_own_their_pages(table, kvl, need, page)
             else:
                 worst = int(np.argmax(need)) if b else 0
                 if b and need[worst] > cap:
@@ -369,6 +400,15 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                                       + f" keys exceed the cache's {cap} rows (k has shape "
                                       f"{tuple(shapes['k'])})")
             len_k = int(need.max()) if b else 0
+            if mask_keys is not None:
+                # a mask's keys are positions in the cache: any width from the longest sequence's
+                # keys up to what the cache holds (so one mask serves every step of a decode)
+                room = table.shape[1] * page if paged else cap
+                if not len_k <= mask_keys <= room:
+                    raise LaunchError(f"mask covers {mask_keys} keys; with kv_lens it must cover the longest "
+                                      f"sequence's {len_k} keys" + (" (kv_lens + the appended rows)" if len_new else "")
+                                      + f" and at most the {room} keys the cache holds per sequence")
+                len_k = mask_keys
         else:
             len_k = cap
     for name, n in (("Lq", len_q), ("Lk", len_k)):
@@ -376,8 +416,8 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
             raise LaunchError(f"sequence length {name}={n} exceeds {MAX_SEQ_LEN}")
     if b > MAX_GRID_YZ or hq > MAX_GRID_YZ:
         raise LaunchError(f"batch {b} and query heads {hq} must each be at most {MAX_GRID_YZ}")
-    splits = choose_splits(plan, b, len_q, len_k, hq, hkv, cores)
+    splits = choose_splits(plan, b, len_q, len_k, hq, hkv, cores) if cores is not None else 1
     return Launch(layout="packed" if packed else ("paged" if paged else "padded"), batch=b, len_q=len_q,
                   len_k=len_k, heads_q=hq, heads_kv=hkv, total_q=total_q, kv_lens=kvl, cu_seqlens_q=cuq,
                   cu_seqlens_k=cuk, block_table=table, page=page, capacity=cap, len_new=len_new,
-                  splits=splits, cores=max(1, int(cores)))
+                  splits=splits, cores=max(1, int(cores or 1)))

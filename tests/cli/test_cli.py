@@ -86,6 +86,9 @@ def test_check_reports_target_errors(capsys):
     ["run", LLAMA, "--target", "cuda", "--shape", "B=x"], ["run", LLAMA, "--target", "cuda", "--shape", "Q=3"],
     ["run", LLAMA, "--target", "cuda", "--shape", "Lq=0"], ["run", LLAMA, "--target", "cuda", "--repeat", "0"],
     ["build", LLAMA, "--target", "cuda", "--emit", "asm"],
+    # duplicate, empty and missing items (ran with the last B, or with the default shape, before)
+    ["run", LLAMA, "--target", "cuda", "--shape", "Lq=4,Lk=4,B=1,B=2"], ["run", LLAMA, "--target", "cuda", "--shape", "Lq=4,,Lk=3"],
+    ["run", LLAMA, "--target", "cuda", "--shape", ""], ["tune", LLAMA, "--target", "cuda", "--shape", " "],
 ])
 def test_usage_errors_exit_2(capsys, argv):
     code, _, err = run(capsys, *argv)

@@ -180,6 +180,25 @@ def test_kv_lens(mask, target):
           expect_empty_rows=True)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("ints, width", [("host", "cache"), ("host", "longest"), ("device", "cache")])
+def test_a_custom_mask_as_wide_as_the_cache_with_kv_lens(width, ints, target):
+    """With kv_lens a mask's keys are cache positions: a mask as wide as the cache (one BlockMask
+    for every decode step) or as wide as the longest sequence gives the reference's answer.
+    (Before, host kv_lens took only the longest sequence's width, device kv_lens only the cache's.)"""
+    require(target)  # (with kv_lens on the device the mask covers the cache: docs/variants.md)
+    spec = spec_of("head_dim 64\n dtype f16\n heads q=6 kv=2\n mask custom")
+    rng = np.random.default_rng(17)
+    lens = np.array([37, 0, 113, 1], np.int32)
+    q, k, v = _rand(rng, 4, 7, 6, 64), _rand(rng, 4, 150, 2, 64), _rand(rng, 4, 150, 2, 64)
+    mask = rng.random((4, 1, 7, 150 if width == "cache" else 113)) > 0.3
+    mask[0, 0, 2] = False  # a row that sees nothing
+    lens_in = _device_ints(target, lens) if ints == "device" else lens
+    bm = attngen.block_mask(_device_mask(target, mask), kernel_for(spec, target))
+    check(spec, target, q, k, v, mask=bm, kv_lens=lens_in, ref_kw={"kv_lens": lens, "mask": mask},
+          expect_empty_rows=True)
+
+
 # ---- paged caches and appending -----------------------------------------------------------------
 
 def paged_cache(rng, lens, page, hkv, d, dv, spare=3):

@@ -832,7 +832,7 @@ def test_wgsl_auto_invocations_per_row_divide_every_head_dim(head_dim, profile):
 def test_wgsl_explicit_workgroup_that_does_not_divide_the_head_dim_is_an_error():
     s = spec_of("head_dim 136\ndtype f16\ntile q=16\ntarget wgsl { workgroup=256 }")
     (d,) = target_errors(s, "wgsl", "wgpu-vulkan-nvidia")
-    assert "16 invocations per row of Q do not divide head dim 136" in d.message
+    assert "16 invocations per row of Q do not divide head dim v=136" in d.message
     assert d.span.line == 5
 
 

@@ -26,8 +26,8 @@ LAYERS = [
     ("attngen.version", 0), ("attngen.errors", 0), ("attngen.resources", 0),
     ("attngen.lang", 1),
     ("attngen.plan", 2),
-    ("attngen.reference", 3), ("attngen.merge", 3),
-    ("attngen.runtime", 4),
+    ("attngen.merge", 3),
+    ("attngen.runtime", 4), ("attngen.reference", 4),
     ("attngen.backends", 5),
     ("attngen.api", 6), ("attngen.cli", 6), ("attngen.__main__", 6), ("attngen", 6),
 ]

@@ -221,3 +221,97 @@ def test_merge_matches_softmax_over_union():
 def test_merge_errors(outs, lses, message):
     with pytest.raises(attngen.LaunchError, match=message):
         attngen.merge(outs, lses)
+
+
+# ---- found by a new-user review (2026-11-27): each failed before its fix -----------------------
+
+def test_an_append_into_a_page_another_sequence_uses_is_refused():
+    """Row 1 appends into page 1, which row 0 reads: the two sequences' blocks run at once, so
+    row 0 would read keys half overwritten (a race). Pages shared read-only (a common prefix)
+    stay allowed, as prefix caching shares them."""
+    body = "head_dim 32\n dtype f16\n kv_cache paged(page=4)"
+    q, kc, new = (2, 2, 4, 32), (5, 4, 2, 32), (2, 2, 2, 32)
+    with pytest.raises(attngen.LaunchError, match=r"block_table\[1, 0\] = 1: row 1's append writes page 1, which "
+                                                  "row 0 also uses"):
+        _resolve(body, q, kc, kv_lens=[8, 0], block_table=[[0, 1, 3], [1, 2, 4]], k_new=new, v_new=new)
+    with pytest.raises(attngen.LaunchError, match="row 0's append writes page 0, which row 1 also uses"):
+        _resolve(body, q, kc, kv_lens=[3, 4], block_table=[[0, 1, 3], [0, 2, 4]], k_new=new, v_new=new)
+    # a full prefix page shared read-only; each row appends into its own page
+    ln = _resolve(body, q, kc, kv_lens=[4, 5], block_table=[[0, 1, 3], [0, 2, 4]], k_new=new, v_new=new)
+    assert ln.len_k == 7
+    # without an append, rows may share any page
+    _resolve(body, q, kc, kv_lens=[8, 3], block_table=[[0, 1, 3], [1, 2, 4]])
+
+
+def test_a_mask_may_cover_the_cache_when_kv_lens_are_given():
+    """With kv_lens a custom mask's keys are cache positions: any width from the longest
+    sequence's keys up to the cache's rows (so one BlockMask serves every decode step); the
+    launch's Lk is the mask's width. Before, only max(kv_lens) was accepted on the host path,
+    only the cache's rows on the device path."""
+    body = "head_dim 32\n dtype f16\n mask custom"
+    q, k = (2, 7, 4, 32), (2, 40, 2, 32)
+    for width in (10, 25, 40):
+        ln = _resolve(body, q, k, kv_lens=[10, 0], has_mask=True, mask_keys=width)
+        assert ln.len_k == width
+    for width in (9, 41):
+        with pytest.raises(attngen.LaunchError, match=f"mask covers {width} keys; with kv_lens it must cover the "
+                                                      "longest sequence's 10 keys and at most the 40 keys"):
+            _resolve(body, q, k, kv_lens=[10, 0], has_mask=True, mask_keys=width)
+    with pytest.raises(attngen.LaunchError, match="with kv_lens on the device a mask covers the cache: 40 keys"):
+        _resolve(body, q, k, kv_lens=OnDevice((2,)), has_mask=True, mask_keys=10)
+    assert _resolve(body, q, k, kv_lens=OnDevice((2,)), has_mask=True, mask_keys=40).len_k == 40
+
+
+def test_merge_wants_lists_of_parts():
+    """merge(out, lse) with two arrays merged the batch entries as if they were parts."""
+    out, lse = np.zeros((2, 5, 3, 8), np.float32), np.zeros((2, 3, 5), np.float32)
+    with pytest.raises(attngen.LaunchError, match="merge takes a list of arrays for outs, one per part"):
+        attngen.merge(out, lse)
+    with pytest.raises(attngen.LaunchError, match="for lses"):
+        attngen.merge([out], lse)
+    o, l_ = attngen.merge([out], [lse])
+    assert o.shape == out.shape and l_.shape == lse.shape
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda s, q, k, v: attngen.reference(s, q, k, v, kv_lens=np.array([-3, 3])), "kv_lens must be >= 0"),
+    (lambda s, q, k, v: attngen.reference(s, q, k, v, kv_lens=np.array([100, 3])), r"kv_lens\[0\] = 100 keys exceed"),
+    (lambda s, q, k, v: attngen.reference(s, q[:, :, :2], k, v), "built for heads q=3 kv=1, but q has 2 heads"),
+    (lambda s, q, k, v: attngen.reference(s, q[0], k, v), "q must have 4 dimensions"),
+    (lambda s, q, k, v: attngen.reference(s, q[..., :4], k, v), "q has head_dim 4"),
+    (lambda s, q, k, v: attngen.reference(s, q, k, v[:1]), "k and v must have the same leading dimensions"),
+])
+def test_the_reference_checks_its_inputs_as_the_kernels_do(call, message):
+    """The oracle used to slice with a negative kv_len (Python's end-relative slice), clip a
+    kv_len past the cache, answer for other head counts than the spec's, or fail inside numpy."""
+    s = spec_of("head_dim 8\n dtype f32\n heads q=3 kv=1")
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((2, 5, 3, 8)), rng.standard_normal((2, 9, 1, 8)), rng.standard_normal((2, 9, 1, 8))
+    with pytest.raises(attngen.LaunchError, match="attngen.reference: .*" + message):
+        call(s, q, k, v)
+
+
+def test_the_reference_takes_a_mask_as_wide_as_the_cache():
+    s = spec_of("head_dim 8\n dtype f32\n mask custom")
+    rng = np.random.default_rng(1)
+    q, k, v = rng.standard_normal((2, 3, 2, 8)), rng.standard_normal((2, 12, 1, 8)), rng.standard_normal((2, 12, 1, 8))
+    m = rng.random((3, 12)) > 0.3
+    lens = np.array([7, 4])
+    wide = attngen.reference(s, q, k, v, mask=m, kv_lens=lens)
+    narrow = attngen.reference(s, q, k, v, mask=m[:, :7], kv_lens=lens)
+    np.testing.assert_array_equal(wide, narrow)
+    with pytest.raises(attngen.LaunchError, match="attngen.reference: mask covers 6 keys"):
+        attngen.reference(s, q, k, v, mask=m[:, :6], kv_lens=lens)
+    with pytest.raises(attngen.LaunchError, match="attngen.reference: mask has head dimension 3"):
+        attngen.reference(s, q, k, v, mask=np.ones((3, 3, 12), bool), kv_lens=lens)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: attngen.compile("attention t {}", target="wgsl"), "compile takes an AttentionSpec, not str: parse"),
+    (lambda: attngen.lower([spec_of("head_dim 8\n dtype f32")] * 2, "wgsl"), "lower takes an AttentionSpec, not list"),
+    (lambda: attngen.check(None), "check takes an AttentionSpec, not NoneType"),
+    (lambda: attngen.load("x.attn", name=3), "load: name must be a kernel's name"),
+])
+def test_api_calls_with_the_wrong_kind_of_argument_say_so(call, message):
+    with pytest.raises(TypeError, match=message):
+        call()

@@ -1049,14 +1049,16 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
     else:
         tile_q, warps = _cuda_rows(given_q, given_w, row)
     threads_limit = min(profile.limit("threads_per_block"), 512)
+    if warps * 32 > threads_limit or tile_q > 256:
+        raise Problem(f"tile q={tile_q} with warps={warps} needs {warps * 32} threads; at most "
+                      f"{threads_limit} threads and 256 rows per block",
+                      key="tile" if given_q else "target.cuda",
+                      hint=f"use warps={min(threads_limit // 32, 256 * warps // tile_q)} or fewer"
+                      if given_w and not given_q else "use tile q=128 or less")
     if warps * key_warps * 32 > threads_limit:
         raise Problem(f"key_warps={key_warps} gives {warps * key_warps} warps ({warps * key_warps * 32} threads); "
                       f"at most {threads_limit} threads per block", key="target.cuda",
                       hint=f"use key_warps={max(1, threads_limit // 32 // warps)} or less")
-    if warps * 32 > threads_limit or tile_q > 256:
-        raise Problem(f"tile q={tile_q} needs {warps} warps ({warps * 32} threads); at most "
-                          f"{threads_limit} threads and 256 rows per block",
-                          key="tile" if given_q else "target.cuda", hint="use tile q=128 or less")
     tile_kv = given_kv if given_kv is not None else row["tile_kv"]
     stages = given_st if given_st is not None else row["stages"]
     if stages > 4:

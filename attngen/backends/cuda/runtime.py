@@ -22,7 +22,7 @@ from ...errors import LaunchError
 from ...plan.lower import lower
 from ...plan.profiles import Profile
 from ...resources import generator_version
-from ...runtime.blockmask import BlockMask, check_against
+from ...runtime.blockmask import BlockMask, check_against, mask_keys
 from ...runtime.cache import cache_key, cached
 from ...runtime.kernel import Kernel, Rendered
 from ...runtime.launch import OnDevice, host_ints, on_device, resolve
@@ -418,7 +418,8 @@ class CudaKernel(Kernel):
             max_seqlen_k = min(lk_m, named["k"].shape[0]) if max_seqlen_k is None else max_seqlen_k
         launch = resolve(self.plan, {n: t.shape for n, t in named.items()}, {n: t.dtype for n, t in named.items()},
                          has_mask=mask is not None, cores=self._cores(dev), max_seqlen_q=max_seqlen_q,
-                         max_seqlen_k=max_seqlen_k, **{n: g[0] for n, g in given.items()})
+                         max_seqlen_k=max_seqlen_k, mask_keys=None if mask is None else mask_keys(mask),
+                         **{n: g[0] for n, g in given.items()})
         append = launch.len_new > 0
         # kept only when the next call of this signature can take its arrays as they are: device
         # integer arrays read in place (not host arrays, not copies of strided ones)

@@ -136,6 +136,21 @@ class WgslTensor:
     shape: tuple
     dtype: str
 
+    def __post_init__(self):
+        if not (hasattr(self.buffer, "size") and hasattr(self.buffer, "usage")):
+            raise LaunchError(f"WgslTensor's buffer must be a wgpu buffer (GPUBuffer), not "
+                              f"{type(self.buffer).__name__}; WgslTensor.from_numpy(array) uploads an array")
+        try:
+            shape = tuple(int(n) for n in self.shape)
+            ok = all(n >= 0 for n in shape) and all(int(n) == n for n in self.shape)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise LaunchError(f"WgslTensor's shape must be a tuple of non-negative integers, got {self.shape!r}")
+        if self.dtype not in NP_DTYPES:
+            raise LaunchError(f"WgslTensor's dtype must be one of {', '.join(NP_DTYPES)}, got {self.dtype!r}")
+        object.__setattr__(self, "shape", shape)
+
     @classmethod
     def from_numpy(cls, array, usage=None) -> "WgslTensor":
         """Upload a float16 / float32 numpy array (any strides) to a new buffer on `device()`."""

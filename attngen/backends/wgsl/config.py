@@ -364,9 +364,21 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
     if spec.options("wgsl").get("workgroup") is not None and shapes:
         tc, r = shapes[0][:2]
         if not _v_blocks(d_v, tc, r, given_d, max_acc):
-            raise Problem(f"{tc} invocations per row of Q do not divide head dim {d_v} into vec4 groups of "
-                          f"output columns (each owns a multiple of 4 of them, at most {max_acc} "
-                          f"accumulators on {profile.name})", key="target.wgsl", hint="use fewer invocations per row")
+            if d_v % (VEC * tc):
+                raise Problem(f"{tc} invocations per row of Q do not divide head dim v={d_v} into vec4 groups of "
+                              "output columns (each invocation owns a multiple of 4 of them)", key="target.wgsl",
+                              hint="use fewer invocations per row (a smaller workgroup for this tile q)")
+            fewest = r * VEC  # an invocation's rows x one vec4 group of columns
+            raise Problem(f"workgroup={tc * tile_q // r}: each invocation owns {r} row(s) of the {tile_q}-row "
+                          f"tile, and {r} row(s) x at least {VEC} output columns per column block do not fit "
+                          f"the {max_acc} accumulators {profile.name} allows per invocation"
+                          if fewest > max_acc else
+                          f"workgroup={tc * tile_q // r}: each invocation owns {r} row(s) of the {tile_q}-row "
+                          f"tile x {d_v // tc} output columns = {r * d_v // tc} accumulators, above the {max_acc} "
+                          f"{profile.name} allows, and no split of the {d_v} columns into column blocks"
+                          + (f" of whole tile d={given_d} chunks" if given_d is not None else "") + " fits",
+                          key="target.wgsl",
+                          hint="use a smaller tile q or a larger workgroup (fewer rows per invocation)")
     for tc, r, sg in shapes:
         wg = tile_q // r * tc
         if wg > max_inv:

@@ -22,7 +22,7 @@ import numpy as np
 from ...errors import LaunchError
 from ...plan.formulas import evaluate_all
 from ...plan.schedule import max_splits
-from ...runtime.blockmask import BlockMask, check_against, mask_kind, mask_shape4
+from ...runtime.blockmask import BlockMask, check_against, mask_keys, mask_kind, mask_shape4
 from ...runtime.launch import resolve
 from .args import meta_words, params_words, workspace_bytes
 from .adapter import DTYPE_BYTES, NP_DTYPES, WgslTensor, as_input, dtype_name, padded, sentinel_bytes, wgpu
@@ -48,7 +48,8 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
     dtypes = {n: dtype_name(x) for n, x in inputs.items()}
     L = resolve(plan, shapes, dtypes, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                 block_table=block_table, has_mask=mask is not None, max_seqlen_q=max_seqlen_q,
-                max_seqlen_k=max_seqlen_k, cores=int(kernel.profile.limits.get("compute_units", 8)))
+                max_seqlen_k=max_seqlen_k, cores=int(kernel.profile.limits.get("compute_units", 8)),
+                mask_keys=None if mask is None else mask_keys(mask))
     bm = None
     if mask is not None:
         if not isinstance(mask, BlockMask):
@@ -66,11 +67,14 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
             raise LaunchError("mask= is a BlockMask built on another wgpu device")
 
     out_shape, lse_shape = L.out_shape_for(plan.d_v), L.lse_shape
-    if out is not None:
-        kernel.check_out(out, out_shape, plan.dtype)
     np_dtype = NP_DTYPES[plan.dtype]
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     on_gpu = all(isinstance(x, WgslTensor) for x in (q, k, v))
+    if out is not None:
+        if on_gpu and not isinstance(out, WgslTensor):
+            raise LaunchError(f"q, k and v are WgslTensors, so the result stays on the GPU: out must be a WgslTensor "
+                              f"too (or None), not {type(out).__name__}; read a WgslTensor back with .numpy()")
+        kernel.check_out(out, out_shape, plan.dtype)
     if L.empty:
         if on_gpu:
             o = out if out is not None else WgslTensor.from_numpy(np.zeros(out_shape, np_dtype))

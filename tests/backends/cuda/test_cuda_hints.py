@@ -21,3 +21,19 @@ def test_shared_memory_hint(body, hint):
         attngen.lower(spec_of(body), "cuda", "cuda-sm80")
     (d,) = info.value.diagnostics
     assert "needs" in d.message and d.hint == hint
+
+
+@pytest.mark.parametrize("body, target, message, hint", [
+    # warps=32 blamed key_warps (never given) and hinted key_warps=1, which it already was
+    ("head_dim 64\n dtype f16\n target cuda { warps=32 stages=4 }", "cuda",
+     "tile q=512 with warps=32 needs 1024 threads", "use warps=16 or fewer"),
+    # workgroup=1 said "1 invocations per row do not divide head dim 16" and hinted fewer than 1
+    ("head_dim 16\n dtype f32\n target wgsl { workgroup=1 }", "wgsl",
+     "workgroup=1: each invocation owns 16 row(s) of the 16-row tile x 16 output columns = 256 accumulators, "
+     "above the 64 webgpu-core allows", "use a smaller tile q or a larger workgroup (fewer rows per invocation)"),
+])
+def test_thread_count_messages_name_what_the_spec_set(body, target, message, hint):
+    with pytest.raises(attngen.SpecError) as info:
+        attngen.lower(spec_of(body), target)
+    (d,) = info.value.diagnostics
+    assert message in d.message and d.hint == hint

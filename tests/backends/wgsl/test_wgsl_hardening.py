@@ -55,3 +55,40 @@ def test_too_many_splits_for_a_software_adapter_says_so():
     ok = spec_of(f"head_dim 64\n dtype f32\n schedule split_kv({most})")  # the advice works
     out = kernel_for(ok, "wgsl")(q, k, k)
     assert np.isfinite(out).all()
+
+
+def test_device_inputs_with_a_numpy_out_are_refused():
+    """With WgslTensor q, k, v a numpy out= was ignored: it stayed zeros while a new WgslTensor
+    came back. The result of device inputs stays on the device, as on cuda."""
+    require("wgsl")
+    from attngen.backends.wgsl import WgslTensor
+    rng = np.random.default_rng(5)
+    spec = spec_of("head_dim 8\n dtype f32")
+    q, k, v = (WgslTensor.from_numpy(rng.standard_normal(s).astype(np.float32))
+               for s in ((2, 5, 3, 8), (2, 6, 3, 8), (2, 6, 3, 8)))
+    kern = kernel_for(spec, "wgsl")
+    with pytest.raises(attngen.LaunchError, match="q, k and v are WgslTensors, so the result stays on the GPU: out "
+                                                  "must be a WgslTensor too"):
+        kern(q, k, v, out=np.zeros((2, 5, 3, 8), np.float32))
+    out = WgslTensor.from_numpy(np.zeros((2, 5, 3, 8), np.float32))
+    assert kern(q, k, v, out=out) is out
+    ref = attngen.reference(spec, q.numpy(), k.numpy(), v.numpy())
+    assert np.abs(out.numpy() - ref).max() < 1e-5
+
+
+@pytest.mark.parametrize("buffer, shape, dtype, message", [
+    (None, (2, 3), "f32", "WgslTensor's buffer must be a wgpu buffer"),
+    ("gpu", (2, -1), "f32", "WgslTensor's shape must be a tuple of non-negative integers"),
+    ("gpu", (2.5, 3), "f32", "WgslTensor's shape"),
+    ("gpu", "abc", "f32", "WgslTensor's shape"),
+    ("gpu", (2, 3), "f64", "WgslTensor's dtype must be one of f16, f32"),
+])
+def test_a_wgsl_tensor_is_checked_when_it_is_made(buffer, shape, dtype, message):
+    """WgslTensor(None, shape, dtype) failed later, inside a call, with an AttributeError."""
+    require("wgsl")
+    import wgpu
+    from attngen.backends.wgsl import WgslTensor, device
+    if buffer == "gpu":
+        buffer = device().create_buffer(size=64, usage=wgpu.BufferUsage.STORAGE)
+    with pytest.raises(attngen.LaunchError, match=message):
+        WgslTensor(buffer, shape, dtype)
