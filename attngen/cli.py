@@ -344,8 +344,11 @@ def _kernels_of(files: list[str], kernel: str | None, where: str) -> tuple[list,
         chosen = [(s, f) for s, f in kernels if s.name == kernel]
         if not chosen and not diags:
             hint = did_you_mean(kernel, [s.name for s, _ in kernels])
-            raise UsageError(f"no *.attn file in {where} defines a kernel named '{kernel}'"
-                             + (f" ({hint})" if hint else ""))
+            place = (f"{files[0]} defines no kernel named '{kernel}'" if len(files) == 1 and files[0] == where
+                     else f"no *.attn file in {where} defines a kernel named '{kernel}'")
+            names = [s.name for s, _ in kernels]
+            shown = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+            raise UsageError(place + (f" ({hint})" if hint else f" (kernels: {shown})" if names else ""))
         kernels = chosen
     return kernels, diags
 
@@ -368,15 +371,26 @@ def _build_directory(args, files: list[str]) -> int:
             raise UsageError(f"kernel '{spec.name}' is defined in both {seen[spec.name]} and {name}: both "
                              f"would be written to the same file of {out_dir}")
         seen[spec.name] = name
-    ext = {"ir": "ir", "manifest": "json"}.get(args.emit) or backends.get(args.target).source_suffix
-    outputs = []
+    suffix = backends.get(args.target).source_suffix
+    # a helper module (block-mask) is named apart from the kernel's source, which shares the folder
+    ext = {"ir": "ir", "manifest": "json", "source": suffix}.get(args.emit) or f"{args.emit}.{suffix}"
+    outputs, skipped = [], []
     for spec, _ in kernels:
         try:
             outputs.append((os.path.join(out_dir, f"{spec.name}.{ext}"), _render(spec, args, profile)))
         except SpecError as e:
             diags += e.diagnostics
+        except UsageError:
+            if args.emit in ("source", "manifest", "ir") or args.kernel is not None:
+                raise
+            skipped.append(spec.name)  # a helper only some kernels have: the others have nothing to write
     if diags:
         raise SpecError(diags)  # nothing is written
+    if skipped and not outputs:
+        raise UsageError(f"no kernel of {args.spec} has a {args.emit} on target {args.target} (only mask custom "
+                         "kernels of targets whose runtime is foreign have one)")
+    for name in skipped:
+        _print(f"skipped {name}: no {args.emit} (not a mask custom kernel)")
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
@@ -399,6 +413,12 @@ def _check_one(args, text, name, targets, diags, report) -> bool:
             backend = backends.get(target)
             profiles = backend.profiles() if args.profile == "all" else [_profile(args.profile, target)]
             for prof in profiles:
+                if args.target is None and spec.dtype not in prof.storage_dtypes:
+                    # every target by default: one that never stores this dtype is not a failure of
+                    # the spec (a bf16 kernel on wgsl); `--target` asks for it, and gets the error
+                    lines.append(f"  {target} ({prof.name}): n/a (dtype {spec.dtype}; it stores "
+                                 f"{', '.join(prof.storage_dtypes)})")
+                    continue
                 try:  # one configuration search: what build would use
                     p = api.lower(spec, target, prof)
                 except SpecError as e:
@@ -507,8 +527,11 @@ def cmd_tune(args) -> int:
     spec = _one_spec(args)
     backend = backends.get(args.target)
     if not tune.is_auto(spec, args.target):
-        raise UsageError(f"{spec.name} fixes its own tiles or target {args.target} options: tune sweeps those, "
-                         "so leave them at auto")
+        from .lang.options import target_schema
+        tiling = [o.name for o in target_schema(args.target).options if o.tiling]
+        raise UsageError(f"{spec.name} fixes its own tile q, tile kv or {', '.join(tiling) or 'tiling options'} of "
+                         f"target {args.target}: tune sweeps those, so leave them at auto (its other target options "
+                         "are kept)")
     if not backend.tune_space(spec):
         raise UsageError(f"target {args.target} has nothing to tune")
     if args.repeat < 1:
@@ -545,6 +568,12 @@ def cmd_tune(args) -> int:
         _print("no candidate ran correctly: nothing stored")
         return EXIT_INVALID
     choice, _, ms, _, _ = ok[0]
+    if default_ms is not None and default_ms <= ms:
+        # no candidate beats the defaults: they are the result (compile keeps the spec as it is)
+        where = tune.store(backend, spec, shape, None, default_ms, default_ms)
+        _print(f"fastest: the profile's defaults, {default_ms:.4g} ms (the best candidate, {tune.label(choice)}, "
+               f"took {ms:.4g} ms); stored in {where}")
+        return EXIT_OK
     where = tune.store(backend, spec, shape, choice, ms, default_ms)
     versus = f"{default_ms / ms:.2f}x the defaults" if default_ms else "the defaults were wrong"
     _print(f"fastest: {tune.label(choice)}, {ms:.4g} ms ({versus}); stored in {where}")
@@ -587,9 +616,11 @@ def cmd_precompile(args) -> int:
     if not backend.device_kinds:
         raise UsageError(f"target {args.target} builds its kernels when they are loaded: there is nothing "
                          "to precompile")
-    devices = [d.strip() for arg in (args.device or []) for d in arg.split(",") if d.strip()]
-    if args.device is not None and not devices:
+    devices = [d.strip() for arg in (args.device or []) for d in arg.split(",")]
+    if args.device is not None and not any(devices):
         raise UsageError(f"--device is empty: name {backend.device_kinds}")
+    if any(not d for d in devices):
+        raise UsageError(f"--device {','.join(args.device)}: an empty item; name devices separated by single commas")
     devices = list(dict.fromkeys(devices)) or list(backend.precompile_devices())
     files = [file for path in args.spec for file in (_spec_files(path) or [path])]
     kernels, diags = _kernels_of(files, args.kernel, ", ".join(args.spec))
@@ -692,6 +723,10 @@ def cmd_cache(args) -> int:
 def cmd_serve_demo(args) -> int:
     backend = backends.get(args.target)
     spec = _one_spec(args)
+    if spec.mask.is_custom:
+        raise UsageError(f"kernel '{spec.name}' has mask custom: the demo page draws only q, k and v, while such a "
+                         "kernel needs its mask and the block-mask builder (build them with --emit source and "
+                         "--emit block-mask, and pass the builder to loadKernel: docs/web.md)")
     try:
         files = backend.demo_files(spec, _profile(args.profile, args.target))
     except NotImplementedError as e:

@@ -391,6 +391,12 @@ class _Reader:
 
     def read_target(self, s: Setting, seen: dict):
         schemas = target_schemas()
+        if len(s.values) > 1 and isinstance(s.values[0], Word):
+            # `target cuda auto`: the name is there, the rest is not an option block
+            self.usage("target", _At(s.values[1].span),
+                       f"expected an option block after 'target {s.values[0].text}': "
+                       f"{{ key=value ... }}, or nothing (every option auto)")
+            return
         if len(s.values) != 1 or not isinstance(s.values[0], Word):
             self.usage("target", _At(s.values[0].span if s.values else s.key_span),
                        f"expected a target name ({_either(t.name for t in schemas)})")

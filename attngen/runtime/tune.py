@@ -16,6 +16,7 @@ import json
 from dataclasses import replace
 
 from ..lang.spec import AttentionSpec, Tile
+from ..lang.options import target_schema
 from ..lang.spec import format_spec
 from . import cache
 from .runner import draw_inputs
@@ -24,17 +25,31 @@ from ..reference import reference, relative_error, to_numpy, tolerance
 SUFFIX = ".tuned"
 
 
+def _kept(spec: AttentionSpec, target: str) -> dict:
+    """The spec's options for `target` that a tuned choice keeps: those that do not shape the
+    tiles (lang.options: `tiling`), e.g. wgsl's f16 storage or cuda's producer."""
+    schema = target_schema(target)
+    tiling = {o.name for o in schema.options if o.tiling} if schema else set()
+    return {k: v for k, v in spec.options(target).items() if k not in tiling}
+
+
+def _with_options(spec: AttentionSpec, target: str, options: dict) -> tuple:
+    return tuple((t, o) for t, o in spec.targets if t != target) + (((target, options),) if options else ())
+
+
 def spec_key(spec: AttentionSpec, target: str) -> str:
-    """The spec without its name, tile q / kv and this target's options: what a tuned result
-    stands for."""
+    """The spec without its name, tile q / kv and this target's tiling options: what a tuned
+    result stands for (options it keeps, such as wgsl's f16 storage, stay in: another kernel)."""
     bare = replace(spec, name="tuned", tile=Tile(d=spec.tile.d),
-                   targets=tuple((t, o) for t, o in spec.targets if t != target))
+                   targets=_with_options(spec, target, _kept(spec, target)))
     return format_spec(bare)
 
 
 def is_auto(spec: AttentionSpec, target: str) -> bool:
-    """Whether the spec leaves every tuned choice to attngen (tile q, kv and the target's options)."""
-    return spec.tile.q is None and spec.tile.kv is None and not spec.options(target)
+    """Whether the spec leaves every tuned choice to attngen: tile q, kv and the target's tiling
+    options (its other options are kept through the tuned choice)."""
+    return (spec.tile.q is None and spec.tile.kv is None
+            and spec.options(target).keys() == _kept(spec, target).keys())
 
 
 def shape_class(shape: dict) -> str:
@@ -44,14 +59,19 @@ def shape_class(shape: dict) -> str:
     return f"{kind} Lk<={bucket}" if bucket else f"{kind} Lk>32768"
 
 
-def apply(spec: AttentionSpec, target: str, choice: dict) -> AttentionSpec:
-    """The spec with a tuned choice: {"tile_q", "tile_kv", "options"}."""
-    targets = dict((t, dict(o)) for t, o in spec.targets)
-    targets[target] = dict(choice.get("options") or {})
-    return replace(spec, tile=replace(spec.tile, q=choice.get("tile_q"), kv=choice.get("tile_kv")), targets=targets)
+def apply(spec: AttentionSpec, target: str, choice: dict | None) -> AttentionSpec:
+    """The spec with a tuned choice: {"tile_q", "tile_kv", "options"}; None (the defaults won
+    the sweep): the spec as it is."""
+    if choice is None:
+        return spec
+    options = {**_kept(spec, target), **(choice.get("options") or {})}
+    return replace(spec, tile=replace(spec.tile, q=choice.get("tile_q"), kv=choice.get("tile_kv")),
+                   targets=_with_options(spec, target, options))
 
 
-def label(choice: dict) -> str:
+def label(choice: dict | None) -> str:
+    if choice is None:
+        return "the profile's defaults"
     parts = [f"q={choice['tile_q']}", f"kv={choice['tile_kv']}"]
     parts += [f"{k}={v}" for k, v in sorted((choice.get("options") or {}).items())]
     return " ".join(parts)

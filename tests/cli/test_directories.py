@@ -139,3 +139,53 @@ def test_help_documents_directories(capsys):
     for command in ("build", "check"):
         code, out, _ = run(capsys, command, "--help")
         assert code == 0 and "directory" in out
+
+
+# ---- found by a second new-user review (2026-11-27); each failed before its fix -----------------
+
+def test_check_of_the_examples_on_every_target_passes(capsys):
+    """`attngen check examples` exited 1: the bf16 examples on wgsl. Without --target a target
+    that never stores the dtype is `n/a`, not a failure; --target wgsl still refuses them."""
+    code, out, err = run(capsys, "check", EXAMPLES)
+    assert code == 0, err
+    assert "wgsl (webgpu-core): n/a (dtype bf16; it stores f16, f32)" in out and "error" not in out
+    gemma = os.path.join(EXAMPLES, "gemma2_9b.attn")
+    assert run(capsys, "check", gemma, "--target", "wgsl")[0] == 1
+
+
+def test_block_mask_builders_of_a_directory_are_named_apart(tmp_path, capsys):
+    """`build DIR -o OUT --emit block-mask` wrote the builder over OUT/<kernel>.wgsl, the kernel's
+    source, and stopped at the first kernel without a block mask."""
+    specs = tmp_path / "specs"
+    specs.mkdir()
+    for name in ("packed_documents.attn", "vit_b16.attn"):
+        (specs / name).write_text(open(os.path.join(EXAMPLES, name)).read())
+    out_dir = tmp_path / "out"
+    assert run(capsys, "build", str(specs), "--target", "wgsl", "-o", str(out_dir))[0] == 0
+    code, out, _ = run(capsys, "build", str(specs), "--target", "wgsl", "-o", str(out_dir), "--emit", "block-mask")
+    assert code == 0 and "skipped vit_b16: no block-mask" in out
+    assert sorted(os.listdir(out_dir)) == ["llama3_8b_packed_documents.block-mask.wgsl",
+                                            "llama3_8b_packed_documents.wgsl", "vit_b16.wgsl"]
+    assert (out_dir / "llama3_8b_packed_documents.wgsl").read_text() != \
+        (out_dir / "llama3_8b_packed_documents.block-mask.wgsl").read_text()
+    (specs / "packed_documents.attn").unlink()
+    code, _, err = run(capsys, "build", str(specs), "--target", "wgsl", "-o", str(out_dir), "--emit", "block-mask")
+    assert code == 2 and "no kernel of" in err
+
+
+def test_serve_demo_refuses_a_mask_custom_kernel(tmp_path, capsys):
+    """It wrote a page that fails in the browser (no block-mask builder, no mask) and exited 0."""
+    code, _, err = run(capsys, "serve-demo", os.path.join(EXAMPLES, "packed_documents.attn"), "--target", "wgsl",
+                       "--dir", str(tmp_path / "d"), "--no-serve")
+    assert code == 2 and "has mask custom" in err and not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["precompile", os.path.join(EXAMPLES, "llama3_8b.attn"), "--target", "cuda", "--kernel", "nope"],
+     "llama3_8b.attn defines no kernel named 'nope' (kernels: llama3_8b_prefill)"),
+    (["precompile", os.path.join(EXAMPLES, "llama3_8b.attn"), "--target", "cuda", "--device", "sm_80,"],
+     "an empty item"),
+])
+def test_precompile_usage_messages(argv, message, capsys):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err

@@ -38,7 +38,11 @@ def test_tune_stores_the_fastest_and_compile_uses_it(own_cache, capsys):
     spec = spec_of("head_dim 32\n heads q=4 kv=2\n dtype f32\n mask causal")
     kernel = attngen.compile(spec, target="wgsl")
     c = kernel.plan.config
-    assert (c.tile_q, c.tile_kv, c.workgroup) == (choice["tile_q"], choice["tile_kv"], choice["options"]["workgroup"])
+    if choice is None:  # the defaults were the fastest: compile keeps them
+        d = attngen.compile(spec, target="wgsl", tuned=False).plan.config
+        assert (c.tile_q, c.tile_kv, c.workgroup) == (d.tile_q, d.tile_kv, d.workgroup)
+    else:
+        assert (c.tile_q, c.tile_kv, c.workgroup) == (choice["tile_q"], choice["tile_kv"], choice["options"]["workgroup"])
     # a spec that fixes its tiles is compiled as written
     fixed = spec_of("head_dim 32\n heads q=4 kv=2\n dtype f32\n mask causal\n tile q=8 kv=16")
     assert attngen.compile(fixed, target="wgsl").plan.config.tile_q == 8
@@ -110,3 +114,39 @@ def test_a_failing_candidate_or_a_lost_device_keeps_what_ran(own_cache, lose_dev
         assert not not_run and len(ok) >= 3  # the sweep went on past the failure
     assert all(r[2] is not None for r in ok) and rows[:len(ok)] == ok  # the fastest first, failures after
 
+
+
+def test_tune_keeps_the_target_options_it_does_not_sweep(own_cache, tmp_path, capsys):
+    """A spec with only `target wgsl { prefetch=off }` was refused ("fixes its own tiles") and
+    `check` said its tiles came from the spec; the sweep sets tile q, kv and workgroup only."""
+    require("wgsl")
+    path = tmp_path / "p.attn"
+    path.write_text(SPEC.replace("mask causal", "mask causal\n target wgsl { prefetch=off }"))
+    assert main(["check", str(path), "--target", "wgsl"]) == 0
+    assert "tiles: the profile's defaults" in capsys.readouterr().out
+    assert main(["tune", str(path), "--target", "wgsl", "--shape", "B=1,Lq=40,Lk=40", "--repeat", "1", "-q"]) == 0
+    capsys.readouterr()
+    spec = attngen.load(path)
+    (entry,) = [json.loads(d) for d in cache.entries(tune.SUFFIX)]
+    assert "prefetch=off" in entry["spec"]  # another kernel than the spec without the option
+    assert tune.stored_for("wgsl", spec) and not tune.stored_for("wgsl", spec_of(
+        "head_dim 32\n heads q=4 kv=2\n dtype f32\n mask causal"))
+    choice = tune.lookup(attngen.api.backends.get("wgsl"), spec)["choice"]
+    tuned = tune.apply(spec, "wgsl", choice)
+    assert tuned.options("wgsl")["prefetch"] == "off"
+    assert attngen.compile(spec, target="wgsl").plan.config.prefetch is False
+
+
+def test_a_sweep_whose_candidates_are_slower_stores_the_defaults(own_cache, monkeypatch, capsys):
+    """tune stored its fastest candidate even when the defaults were faster, so compile then
+    used a slower kernel than the profile's."""
+    require("wgsl")
+    chosen = {"tile_q": 8, "tile_kv": 16, "options": {"workgroup": 32}}
+    monkeypatch.setattr(tune, "sweep", lambda *a, **k: ((None, "ok", 1.0, 0.0, "tile q=16 kv=16, ..."),
+                                                         [(chosen, "ok", 2.0, 0.0, "tile q=8 kv=16, ...")]))
+    assert main(["tune", str(own_cache), "--target", "wgsl", "--shape", "B=1,Lq=40,Lk=40", "-q"]) == 0
+    assert "fastest: the profile's defaults, 1 ms" in capsys.readouterr().out
+    (entry,) = [json.loads(d) for d in cache.entries(tune.SUFFIX)]
+    assert entry["results"]["prefill Lk<=512"]["choice"] is None
+    spec = spec_of("head_dim 32\n heads q=4 kv=2\n dtype f32\n mask causal")
+    assert tune.apply(spec, "wgsl", None) is spec

@@ -1,6 +1,6 @@
 // =================================================================================================
 // attngen: BlockMask builder for kernel 'llama3_8b_packed_documents' (tile q=16 kv=16).
-// Generated; see attngen.blockmask.build_arrays for the numpy oracle it must equal.
+// Generated; see attngen.runtime.blockmask.build_arrays for the numpy oracle it must equal.
 //
 // One storage buffer of u32 words holds counts | tiles | data at the word offsets in BmParams
 // (the attention kernel binds the same buffer as `mask`). The host writes data (a boolean mask

@@ -897,3 +897,11 @@ def test_a_block_with_a_bad_name_still_reports_its_other_errors():
     messages = [d.message for d in info.value.diagnostics]
     assert any("duplicate kernel name 'a'" in m for m in messages)
     assert any("multiple of 8" in m for m in messages)
+
+
+def test_a_target_name_followed_by_a_word_asks_for_an_option_block():
+    """`target cuda auto` said "expected a target name (cuda or wgsl)", though the name was there."""
+    with pytest.raises(attngen.SpecError) as info:
+        attngen.parse("attention t {\n head_dim 64\n dtype f16\n target cuda auto\n}\n")
+    (d,) = info.value.diagnostics
+    assert "expected an option block after 'target cuda'" in d.message and (d.span.line, d.span.column) == (4, 14)

@@ -223,3 +223,15 @@ def test_public_functions_are_not_shadowed_by_their_modules():
     for name in attngen.__all__:
         value = getattr(attngen, name)
         assert not isinstance(value, type(attngen)), f"attngen.{name} is a module"
+
+
+def test_the_tiling_options_are_what_the_tune_sweeps_set():
+    """`attngen tune` keeps a spec's other target options (runtime/tune.py), so every option a
+    backend's sweep sets must be marked `tiling` in its schema."""
+    from attngen import backends
+    from attngen.lang.options import target_schema
+    from conftest import spec_of
+    for name in backends.names():
+        tiling = {o.name for o in target_schema(name).options if o.tiling}
+        swept = {k for c in backends.get(name).tune_space(spec_of("head_dim 64\n dtype f16")) for k in c["options"]}
+        assert swept <= tiling, f"{name}: the sweep sets {sorted(swept - tiling)}, not marked tiling"

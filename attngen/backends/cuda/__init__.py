@@ -22,9 +22,9 @@ class CudaBackend(Backend):
     name = "cuda"
     package = __name__  # config.py, lower.py and emit.py implement configure, lower, render, manifest
     schema = TargetSchema("cuda", (
-        Option("warps", "int", 1, 32),
-        Option("stages", "int", 1, 8),
-        Option("key_warps", "int", 1, 8),
+        Option("warps", "int", 1, 32, tiling=True),
+        Option("stages", "int", 1, 8, tiling=True),
+        Option("key_warps", "int", 1, 8, tiling=True),
         Option("producer", "choice", choices=("auto", "on", "off"), what="producer warpgroup", usage="auto|on|off"),
         Option("persistent", "choice", choices=("auto", "on", "off"), what="persistent blocks", usage="auto|on|off"),
         Option("tma", "choice", choices=("auto", "on", "off"), what="tensor copy engine", usage="auto|on|off"),
@@ -45,8 +45,9 @@ class CudaBackend(Backend):
             plan.summary(),
             f"shared memory: {plan.smem_bytes} bytes ({c.smem_summary})",
             f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
-            f"registers: about {c.registers_estimate} per thread by the planner's estimate (the compiler "
-            f"decides), at most {c.registers_cap}",
+            f"registers: at most {c.registers_cap} per thread; the planner's rough count, which only steers "
+            f"the tile search, is about {c.registers_estimate} (the compiler allocates them and decides "
+            "whether anything spills)",
             f"arch: {plan.details.arch} (compute capability 9.0 only)" if plan.details.arch.endswith("a")
             else f"arch: {plan.details.arch} or newer",
         ] + ([c.varlen_summary] if c.varlen is not None else []) + (

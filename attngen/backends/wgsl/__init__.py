@@ -27,7 +27,7 @@ class WgslBackend(Backend):
     name = "wgsl"
     package = __name__  # config.py, lower.py and emit.py implement configure, lower, render, manifest
     schema = TargetSchema("wgsl", (
-        Option("workgroup", "int", 1, 1024),
+        Option("workgroup", "int", 1, 1024, tiling=True),
         Option("subgroups", "choice", choices=("auto", "on", "off"), what="subgroups mode", usage="auto|on|off"),
         Option("f16", "choice", choices=("auto", "native", "packed"), what="f16 storage", usage="auto|native|packed"),
         Option("prefetch", "choice", choices=("auto", "on", "off"), what="tile prefetch", usage="auto|on|off"),
