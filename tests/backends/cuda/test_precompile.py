@@ -123,7 +123,7 @@ def test_precompile_a_directory_for_one_kernel(capsys):
     (["--device", "sm_75"], "--device sm_75: unknown CUDA device 'sm_75'"),
     (["--device", "volta"], "unknown CUDA device 'volta'"),
     (["--device", ","], "--device is empty"),
-    (["--kernel", "nope"], "defines a kernel named 'nope'"),
+    (["--kernel", "nope"], "llama3_8b.attn defines no kernel named 'nope'"),
 ])
 def test_precompile_usage_errors(capsys, argv, message):
     code, out, err = run(capsys, "precompile", LLAMA, "--target", "cuda", *argv)
