@@ -136,10 +136,18 @@ def _check_inputs(spec: AttentionSpec, q, k, v, mask, kv_lens, cu_seqlens_q, cu_
     """A LaunchError (naming the argument) for inputs a kernel of `spec` would refuse: shapes,
     heads and head dims against the spec, kv_lens / block_table / cu_seqlens contents, the
     mask's shape. Dtypes are free: the oracle rounds every input to the spec's dtype."""
+    from dataclasses import replace
     from .errors import LaunchError
+    from .lang.spec import KVCache, Mask
     from .runtime.blockmask import check_mask_shape, mask_shape4
     from .runtime.launch import resolve
     shapes = {"q": np.shape(q), "k": np.shape(k), "v": np.shape(v)}
+    # The oracle computes the function, whatever the storage: a paged spec's attention from
+    # contiguous K/V (no block_table), a mask beside any mask mode. So the layout and the mask
+    # checked are the inputs' own.
+    paged = KVCache("paged", int(shapes["k"][1])) if block_table is not None and len(shapes["k"]) == 4 else KVCache()
+    mask_mode = Mask("custom") if mask is not None else (Mask() if spec.mask.is_custom else spec.mask)
+    spec = replace(spec, kv_cache=paged, mask=mask_mode)
     try:
         launch = resolve(_SpecOnly(spec), shapes, dict.fromkeys(shapes, spec.dtype), kv_lens=kv_lens,
                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table,
