@@ -160,8 +160,8 @@ def emit(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=Non
 
 def compile(spec: AttentionSpec, target: str = backends.DEFAULT_TARGET, profile=None, tuned: bool = True):
     """A runnable, cached kernel for this machine's device: kernel(q, k, v) -> out. When the spec
-    leaves its tiles and target options at auto and `attngen tune` stored a result for this
-    device and spec, that result is used (tuned=False: the profile's defaults)."""
+    leaves its tiles and the target's tiling options at auto and `attngen tune` stored a result
+    for this device and spec, that result is used (tuned=False: the profile's defaults)."""
     spec = _a_spec(spec, "compile")
     backend = backends.get(target)
     if tuned and profile is None and tune_results.is_auto(spec, target):

@@ -570,7 +570,7 @@ def cmd_tune(args) -> int:
     choice, _, ms, _, _ = ok[0]
     if default_ms is not None and default_ms <= ms:
         # no candidate beats the defaults: they are the result (compile keeps the spec as it is)
-        where = tune.store(backend, spec, shape, None, default_ms, default_ms)
+        where = tune.store(backend, spec, shape, tune.DEFAULTS, default_ms, default_ms)
         _print(f"fastest: the profile's defaults, {default_ms:.4g} ms (the best candidate, {tune.label(choice)}, "
                f"took {ms:.4g} ms); stored in {where}")
         return EXIT_OK
@@ -723,14 +723,14 @@ def cmd_cache(args) -> int:
 def cmd_serve_demo(args) -> int:
     backend = backends.get(args.target)
     spec = _one_spec(args)
-    if spec.mask.is_custom:
-        raise UsageError(f"kernel '{spec.name}' has mask custom: the demo page draws only q, k and v, while such a "
-                         "kernel needs its mask and the block-mask builder (build them with --emit source and "
-                         "--emit block-mask, and pass the builder to loadKernel: docs/web.md)")
     try:
         files = backend.demo_files(spec, _profile(args.profile, args.target))
     except NotImplementedError as e:
         raise UsageError(f"{e}: serve-demo needs a target with a web runtime") from None
+    if spec.mask.is_custom:
+        raise UsageError(f"kernel '{spec.name}' has mask custom: the demo page draws only q, k and v, while such a "
+                         "kernel needs its mask and the block-mask builder (build them with --emit source and "
+                         "--emit block-mask, and pass the builder to loadKernel: docs/web.md)")
     import tempfile
     folder = args.dir or tempfile.mkdtemp(prefix=f"attngen-demo-{spec.name}-")
     try:

@@ -148,13 +148,23 @@ def _check_inputs(spec: AttentionSpec, q, k, v, mask, kv_lens, cu_seqlens_q, cu_
     paged = KVCache("paged", int(shapes["k"][1])) if block_table is not None and len(shapes["k"]) == 4 else KVCache()
     mask_mode = Mask("custom") if mask is not None else (Mask() if spec.mask.is_custom else spec.mask)
     spec = replace(spec, kv_cache=paged, mask=mask_mode)
+    # packed sequences with a mask: its rows and keys bound the longest sequence, as the kernels'
+    # max_seqlen_q / max_seqlen_k do (each sequence reads the top-left corner)
+    bound = (int(np.shape(mask)[-2]), int(np.shape(mask)[-1])) if (
+        mask is not None and cu_seqlens_q is not None and np.ndim(mask) >= 2) else (None, None)
+    for what, n, cu in (("query rows", bound[0], cu_seqlens_q),
+                        ("keys", bound[1], cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q)):
+        longest = int(np.diff(np.asarray(cu)).max()) if n is not None and np.ndim(cu) == 1 and len(cu) > 1 else 0
+        if n is not None and n < longest:
+            raise LaunchError(f"attngen.reference: mask covers {n} {what}, but cu_seqlens holds a sequence of "
+                              f"{longest}")
     try:
         launch = resolve(_SpecOnly(spec), shapes, dict.fromkeys(shapes, spec.dtype), kv_lens=kv_lens,
                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table,
-                         has_mask=mask is not None, cores=None,
+                         has_mask=mask is not None, cores=None, max_seqlen_q=bound[0], max_seqlen_k=bound[1],
                          mask_keys=None if mask is None or np.ndim(mask) < 2 else int(np.shape(mask)[-1]))
         if mask is not None:
-            check_mask_shape(mask_shape4(np.shape(mask)), launch.batch, launch.heads_q, launch.len_q, launch.len_k)
+            check_mask_shape(mask_shape4(np.shape(mask)), launch.batch, launch.heads_q, launch.len_q, launch.mask_lk)
     except LaunchError as e:
         raise LaunchError(f"attngen.reference: {e}") from None
 
@@ -223,9 +233,12 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
     if packed:
         out = np.concatenate(outs, axis=0) if outs else np.zeros((0,) + q.shape[1:2] + v.shape[-1:])
         lse = np.concatenate(lses, axis=1) if lses else np.zeros((q.shape[1], 0))
-    else:
+    elif outs:
         out = np.stack(outs)
         lse = np.stack(lses)
+    else:  # B = 0
+        out = np.zeros((0, q.shape[1], q.shape[2], v.shape[-1]))
+        lse = np.zeros((0, q.shape[2], q.shape[1]))
     return (out, lse) if return_lse else out
 
 

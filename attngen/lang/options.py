@@ -24,8 +24,9 @@ class Option:
     choices: tuple = ()
     what: str = ""  # how an error names a bad choice, e.g. "subgroups mode"
     usage: str = "N"  # the value's form in usage hints: "N", "auto|on|off"
-    # the option shapes the tiles (`attngen tune` sweeps it beside tile q and kv): a spec that sets
-    # it fixes its own tiles and is not tuned; other options are kept through a tuned choice
+    # the option is one of the choices `attngen tune` makes (its sweep sets it, or it fixes what
+    # the sweep sets, as cuda's warps fix tile q): a spec that sets it is not tuned; the other
+    # options are kept through a tuned choice
     tiling: bool = False
 
     def __post_init__(self):

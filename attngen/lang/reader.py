@@ -391,6 +391,9 @@ class _Reader:
 
     def read_target(self, s: Setting, seen: dict):
         schemas = target_schemas()
+        if s.values and isinstance(s.values[0], Word) and target_schema(s.values[0].text) is None:
+            self.choice("target", s.values[0], tuple(t.name for t in schemas))  # an unknown name, first
+            return
         if len(s.values) > 1 and isinstance(s.values[0], Word):
             # `target cuda auto`: the name is there, the rest is not an option block
             self.usage("target", _At(s.values[1].span),

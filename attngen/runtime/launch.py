@@ -122,6 +122,14 @@ class Launch:
     len_new: int  # rows appended per sequence (0: no append)
     splits: int  # KV splits (1 for fused)
     cores: int = 1  # the device's multiprocessors (grid symbol SM: persistent blocks)
+    # mask custom with kv_lens: the mask's key axis, which may reach past len_k up to the cache's
+    # rows (a mask's keys are cache positions); None: the mask covers len_k exactly
+    mask_len_k: int | None = None
+
+    @property
+    def mask_lk(self) -> int:
+        """The key axis a custom mask of this call must have."""
+        return self.len_k if self.mask_len_k is None else self.mask_len_k
 
     @property
     def group(self) -> int:
@@ -209,27 +217,46 @@ def _cu_seqlens(name: str, x, total: int, batch: int | None) -> np.ndarray | OnD
     return cu
 
 
+def _mask_width(mask_keys: int, longest: int, room: int, len_new: int) -> int:
+    """A custom mask's key axis with kv_lens known on the host: its keys are positions in the
+    cache, so any width from the longest sequence's keys up to what the cache holds (one mask
+    serves every step of a decode). The kernels bound each sequence's keys by its kv_len and read
+    the mask by its own width; split_kv(auto) counts the sequences' keys, not the mask's."""
+    if not longest <= mask_keys <= room:
+        raise LaunchError(f"mask covers {mask_keys} keys; with kv_lens it must cover the longest sequence's "
+                          f"{longest} keys" + (" (kv_lens + the appended rows)" if len_new else "")
+                          + f" and at most the {room} keys the cache holds per sequence")
+    return mask_keys
+
+
 def _check_appends_own_their_pages(table: np.ndarray, kvl: np.ndarray, need: np.ndarray, page: int) -> None:
     """A LaunchError when a page that one sequence's append writes is also used by another
     sequence (read, or written by its own append): the blocks of the two sequences run at the
     same time, so the other would read half-written keys or lose its own. Pages shared by rows
-    read-only (a common prefix, as prefix caching shares them) are fine. Host tables only: a
-    device table is the caller's to keep this way (docs/variants.md)."""
-    used = [np.unique(table[bi, : -(-int(need[bi]) // page)]) for bi in range(table.shape[0])]
-    if not any(len(u) for u in used):
+    read-only (a common prefix, as prefix caching shares them) are fine. Host inputs only: with
+    a device block table or device kv_lens this is the caller's to keep (docs/variants.md)."""
+    if table.size == 0:
         return
-    pages = np.concatenate(used)  # each row's pages once
-    shared = set(np.unique(pages)[np.unique(pages, return_counts=True)[1] > 1].tolist())  # used by 2+ rows
-    if not shared:
+    cols = np.arange(table.shape[1])
+    used = cols[None, :] < (-(-need.astype(np.int64) // page))[:, None]  # the pages each row uses
+    rows, at = np.nonzero(used)
+    n = table.shape[0]
+    pairs = np.unique(table[rows, at].astype(np.int64) * n + rows)  # (page, row) once each, as page * B + row
+    pages, users = np.unique(pairs // n, return_counts=True)
+    shared = pages[users > 1]
+    if shared.size == 0:
         return
-    for bi in range(table.shape[0]):
-        first, end = int(kvl[bi]) // page, -(-int(need[bi]) // page)
-        for j, p in enumerate(table[bi, first:end].tolist(), start=first):
-            if p in shared:
-                other = next(b for b in range(table.shape[0]) if b != bi and p in used[b])
-                raise LaunchError(f"block_table[{bi}, {j}] = {p}: row {bi}'s append writes page {p}, which row {other} "
-                                  "also uses; a page an append writes must belong to that sequence alone (copy a "
-                                  "shared page before appending to it)")
+    written = used & (cols[None, :] >= (kvl.astype(np.int64) // page)[:, None])  # the pages each append writes
+    wrows, wat = np.nonzero(written)
+    hit = np.isin(table[wrows, wat], shared)
+    if hit.any():
+        i = int(np.argmax(hit))
+        bi, j = int(wrows[i]), int(wat[i])
+        p = int(table[bi, j])
+        other = int(next(r for r in pairs[pairs // n == p] % n if r != bi))
+        raise LaunchError(f"block_table[{bi}, {j}] = {p}: row {bi}'s append writes page {p}, which row {other} also "
+                          "uses; a page an append writes must belong to that sequence alone (copy a shared page "
+                          "before appending to it)")
 
 
 def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_seqlens_q=None,
@@ -295,7 +322,7 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
         raise LaunchError(f"k and v have different head counts: k {hkv}, v {hv}")
     _check_heads(plan, hq, hkv)
 
-    page, cap, kvl, table, cuq, cuk, len_new = 0, 0, None, None, None, None, 0
+    page, cap, kvl, table, cuq, cuk, len_new, mask_len_k, split_len_k = 0, 0, None, None, None, None, 0, None, None
     if packed:
         if tk != tv:
             raise LaunchError(f"k and v have different lengths: k {tk}, v {tv}")
@@ -368,15 +395,18 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                     raise LaunchError(f"kv_lens[{worst}] = {kvl[worst]}" + (f" + {len_new} new" if len_new else "")
                                       + f" keys exceed the {room} keys the cache holds per sequence")
             len_k = room
-            if mask_keys is not None and mask_keys != room:
-                raise LaunchError(f"mask covers {mask_keys} keys, but with kv_lens on the device a mask covers the "
-                                  f"cache: {room} keys per sequence" + (f" ({table.shape[1]} block-table columns x "
-                                                                        f"page {page})" if paged else ""))
+            if mask_keys is not None and isinstance(kvl, OnDevice):
+                if mask_keys != room:
+                    raise LaunchError(f"mask covers {mask_keys} keys, but with kv_lens on the device a mask covers the "
+                                      f"cache: {room} keys per sequence" + (f" ({table.shape[1]} block-table columns "
+                                                                            f"x page {page})" if paged else ""))
+            elif mask_keys is not None:  # kv_lens on the host (the block table on the device)
+                mask_len_k = _mask_width(mask_keys, int((kvl + len_new).max()) if b else 0, room, len_new)
         elif kvl is not None:
             need = kvl + len_new
             if paged:
                 room = table.shape[1] * page
-                worst = int(np.argmax(need))
+                worst = int(np.argmax(need)) if b else 0
                 if b and need[worst] > room:
                     raise LaunchError(f"kv_lens[{worst}] = {kvl[worst]}" + (f" + {len_new} new" if len_new else "")
                                       + f" keys need {-(-int(need[worst]) // page)} pages, but block_table rows "
@@ -401,14 +431,9 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                                       f"{tuple(shapes['k'])})")
             len_k = int(need.max()) if b else 0
             if mask_keys is not None:
-                # a mask's keys are positions in the cache: any width from the longest sequence's
-                # keys up to what the cache holds (so one mask serves every step of a decode)
-                room = table.shape[1] * page if paged else cap
-                if not len_k <= mask_keys <= room:
-                    raise LaunchError(f"mask covers {mask_keys} keys; with kv_lens it must cover the longest "
-                                      f"sequence's {len_k} keys" + (" (kv_lens + the appended rows)" if len_new else "")
-                                      + f" and at most the {room} keys the cache holds per sequence")
-                len_k = mask_keys
+                # the launch covers the mask's keys (workspaces, lists); its splits, the keys'
+                split_len_k = len_k
+                len_k = _mask_width(mask_keys, len_k, table.shape[1] * page if paged else cap, len_new)
         else:
             len_k = cap
     for name, n in (("Lq", len_q), ("Lk", len_k)):
@@ -416,8 +441,9 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
             raise LaunchError(f"sequence length {name}={n} exceeds {MAX_SEQ_LEN}")
     if b > MAX_GRID_YZ or hq > MAX_GRID_YZ:
         raise LaunchError(f"batch {b} and query heads {hq} must each be at most {MAX_GRID_YZ}")
-    splits = choose_splits(plan, b, len_q, len_k, hq, hkv, cores) if cores is not None else 1
+    splits = choose_splits(plan, b, len_q, len_k if split_len_k is None else split_len_k, hq, hkv,
+                           cores) if cores is not None else 1
     return Launch(layout="packed" if packed else ("paged" if paged else "padded"), batch=b, len_q=len_q,
                   len_k=len_k, heads_q=hq, heads_kv=hkv, total_q=total_q, kv_lens=kvl, cu_seqlens_q=cuq,
                   cu_seqlens_k=cuk, block_table=table, page=page, capacity=cap, len_new=len_new,
-                  splits=splits, cores=max(1, int(cores or 1)))
+                  splits=splits, cores=max(1, int(cores or 1)), mask_len_k=mask_len_k)

@@ -59,10 +59,20 @@ def shape_class(shape: dict) -> str:
     return f"{kind} Lk<={bucket}" if bucket else f"{kind} Lk>32768"
 
 
+# The stored choice when no candidate beat the profile's defaults: every choice left at auto (an
+# older attngen reading it applies it as the defaults too).
+DEFAULTS = {"tile_q": None, "tile_kv": None, "options": {}}
+
+
+def is_defaults(choice: dict | None) -> bool:
+    return not choice or (choice.get("tile_q") is None and choice.get("tile_kv") is None
+                          and not choice.get("options"))
+
+
 def apply(spec: AttentionSpec, target: str, choice: dict | None) -> AttentionSpec:
-    """The spec with a tuned choice: {"tile_q", "tile_kv", "options"}; None (the defaults won
+    """The spec with a tuned choice: {"tile_q", "tile_kv", "options"}; DEFAULTS (the defaults won
     the sweep): the spec as it is."""
-    if choice is None:
+    if is_defaults(choice):
         return spec
     options = {**_kept(spec, target), **(choice.get("options") or {})}
     return replace(spec, tile=replace(spec.tile, q=choice.get("tile_q"), kv=choice.get("tile_kv")),
@@ -70,7 +80,7 @@ def apply(spec: AttentionSpec, target: str, choice: dict | None) -> AttentionSpe
 
 
 def label(choice: dict | None) -> str:
-    if choice is None:
+    if is_defaults(choice):
         return "the profile's defaults"
     parts = [f"q={choice['tile_q']}", f"kv={choice['tile_kv']}"]
     parts += [f"{k}={v}" for k, v in sorted((choice.get("options") or {}).items())]

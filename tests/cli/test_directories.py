@@ -178,6 +178,10 @@ def test_serve_demo_refuses_a_mask_custom_kernel(tmp_path, capsys):
     code, _, err = run(capsys, "serve-demo", os.path.join(EXAMPLES, "packed_documents.attn"), "--target", "wgsl",
                        "--dir", str(tmp_path / "d"), "--no-serve")
     assert code == 2 and "has mask custom" in err and not (tmp_path / "d").exists()
+    # a target without a web runtime says that first (the block-mask advice is for wgsl)
+    code, _, err = run(capsys, "serve-demo", os.path.join(EXAMPLES, "packed_documents.attn"), "--target", "cuda",
+                       "--no-serve")
+    assert code == 2 and "needs a target with a web runtime" in err
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -38,7 +38,7 @@ def test_tune_stores_the_fastest_and_compile_uses_it(own_cache, capsys):
     spec = spec_of("head_dim 32\n heads q=4 kv=2\n dtype f32\n mask causal")
     kernel = attngen.compile(spec, target="wgsl")
     c = kernel.plan.config
-    if choice is None:  # the defaults were the fastest: compile keeps them
+    if tune.is_defaults(choice):  # the defaults were the fastest: compile keeps them
         d = attngen.compile(spec, target="wgsl", tuned=False).plan.config
         assert (c.tile_q, c.tile_kv, c.workgroup) == (d.tile_q, d.tile_kv, d.workgroup)
     else:
@@ -147,6 +147,7 @@ def test_a_sweep_whose_candidates_are_slower_stores_the_defaults(own_cache, monk
     assert main(["tune", str(own_cache), "--target", "wgsl", "--shape", "B=1,Lq=40,Lk=40", "-q"]) == 0
     assert "fastest: the profile's defaults, 1 ms" in capsys.readouterr().out
     (entry,) = [json.loads(d) for d in cache.entries(tune.SUFFIX)]
-    assert entry["results"]["prefill Lk<=512"]["choice"] is None
+    choice = entry["results"]["prefill Lk<=512"]["choice"]
+    assert choice == {"tile_q": None, "tile_kv": None, "options": {}}  # every choice auto (older versions read it)
     spec = spec_of("head_dim 32\n heads q=4 kv=2\n dtype f32\n mask causal")
-    assert tune.apply(spec, "wgsl", None) is spec
+    assert tune.apply(spec, "wgsl", choice) is spec and tune.label(choice) == "the profile's defaults"

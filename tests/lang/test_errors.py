@@ -905,3 +905,10 @@ def test_a_target_name_followed_by_a_word_asks_for_an_option_block():
         attngen.parse("attention t {\n head_dim 64\n dtype f16\n target cuda auto\n}\n")
     (d,) = info.value.diagnostics
     assert "expected an option block after 'target cuda'" in d.message and (d.span.line, d.span.column) == (4, 14)
+
+
+def test_an_unknown_target_name_is_named_even_with_more_words():
+    with pytest.raises(attngen.SpecError) as info:
+        attngen.parse("attention t {\n head_dim 64\n dtype f16\n target nope auto\n}\n")
+    (d,) = info.value.diagnostics
+    assert "unknown target 'nope'" in d.message

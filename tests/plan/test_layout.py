@@ -225,9 +225,10 @@ def test_public_functions_are_not_shadowed_by_their_modules():
         assert not isinstance(value, type(attngen)), f"attngen.{name} is a module"
 
 
-def test_the_tiling_options_are_what_the_tune_sweeps_set():
+def test_every_option_the_tune_sweeps_set_is_marked_tiling():
     """`attngen tune` keeps a spec's other target options (runtime/tune.py), so every option a
-    backend's sweep sets must be marked `tiling` in its schema."""
+    backend's sweep sets must be marked `tiling` in its schema (tiling may hold more: cuda's
+    warps fix tile q, which the sweep sets)."""
     from attngen import backends
     from attngen.lang.options import target_schema
     from conftest import spec_of

@@ -315,3 +315,50 @@ def test_the_reference_takes_a_mask_as_wide_as_the_cache():
 def test_api_calls_with_the_wrong_kind_of_argument_say_so(call, message):
     with pytest.raises(TypeError, match=message):
         call()
+
+
+def test_a_cache_wide_mask_does_not_change_the_splits_or_the_device_table_rule():
+    """(A review of the change above.) split_kv(auto) counts the sequences' keys, not a cache-wide
+    mask's; with kv_lens on the host and the block table on the device the mask may be narrower
+    than the cache too (only device kv_lens ask for the cache's rows)."""
+    body = "head_dim 64\n dtype f16\n mask custom\n schedule split_kv(auto)"
+    q, k = (1, 1, 8, 64), (1, 32768, 8, 64)
+    narrow = _resolve(body, q, k, kv_lens=[100], has_mask=True, mask_keys=100, cores=108)
+    wide = _resolve(body, q, k, kv_lens=[100], has_mask=True, mask_keys=32768, cores=108)
+    assert wide.splits == narrow.splits and (narrow.mask_lk, wide.mask_lk) == (100, 32768)
+    paged = "head_dim 32\n dtype f16\n mask custom\n kv_cache paged(page=16)"
+    ln = _resolve(paged, (2, 1, 4, 32), (6, 16, 2, 32), kv_lens=[20, 3], block_table=OnDevice((2, 3)),
+                  has_mask=True, mask_keys=32)
+    assert (ln.len_k, ln.mask_lk) == (48, 32)
+    with pytest.raises(attngen.LaunchError, match="longest sequence's 20 keys"):
+        _resolve(paged, (2, 1, 4, 32), (6, 16, 2, 32), kv_lens=[20, 3], block_table=OnDevice((2, 3)),
+                 has_mask=True, mask_keys=16)
+
+
+def test_the_reference_takes_packed_masks_up_to_the_packed_rows():
+    """The oracle refused a packed mask larger than the longest sequence, which the kernels take
+    (max_seqlen_q / _k, or device cu_seqlens on cuda); B = 0 failed inside numpy."""
+    s = spec_of("head_dim 16\n heads q=2 kv=1\n dtype f32\n mask custom")
+    rng = np.random.default_rng(2)
+    cu = np.array([0, 3, 8])
+    q, k = rng.standard_normal((8, 2, 16)), rng.standard_normal((8, 1, 16))
+    m = rng.random((2, 1, 8, 8)) > 0.3
+    wide = attngen.reference(s, q, k, k, mask=m, cu_seqlens_q=cu)
+    exact = attngen.reference(s, q, k, k, mask=m[:, :, :5, :5], cu_seqlens_q=cu)
+    np.testing.assert_array_equal(wide, exact)
+    with pytest.raises(attngen.LaunchError, match="attngen.reference: mask covers 4 query rows, but cu_seqlens holds "
+                                                  "a sequence of 5"):
+        attngen.reference(s, q, k, k, mask=m[:, :, :4], cu_seqlens_q=cu)
+    plain = spec_of("head_dim 8\n dtype f32")
+    out, lse = attngen.reference(plain, np.zeros((0, 3, 2, 8)), np.zeros((0, 5, 2, 8)), np.zeros((0, 5, 2, 8)),
+                                 return_lse=True)
+    assert out.shape == (0, 3, 2, 8) and lse.shape == (0, 2, 3)
+
+
+def test_key_warps_is_kept_through_a_tuned_choice():
+    from attngen.runtime import tune
+    s = spec_of("head_dim 128\n dtype f16\n schedule split_kv(4)\n target cuda { key_warps=2 }")
+    assert tune.is_auto(s, "cuda")
+    assert tune.apply(s, "cuda", {"tile_q": 16, "tile_kv": 64, "options": {"stages": 3}}).options("cuda") == {
+        "key_warps": 2, "stages": 3}
+    assert not tune.is_auto(spec_of("head_dim 128\n dtype f16\n target cuda { warps=4 }"), "cuda")

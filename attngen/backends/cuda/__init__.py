@@ -24,7 +24,7 @@ class CudaBackend(Backend):
     schema = TargetSchema("cuda", (
         Option("warps", "int", 1, 32, tiling=True),
         Option("stages", "int", 1, 8, tiling=True),
-        Option("key_warps", "int", 1, 8, tiling=True),
+        Option("key_warps", "int", 1, 8),
         Option("producer", "choice", choices=("auto", "on", "off"), what="producer warpgroup", usage="auto|on|off"),
         Option("persistent", "choice", choices=("auto", "on", "off"), what="persistent blocks", usage="auto|on|off"),
         Option("tma", "choice", choices=("auto", "on", "off"), what="tensor copy engine", usage="auto|on|off"),

@@ -476,7 +476,7 @@ class CudaKernel(Kernel):
         if mask is not None:
             bm = mask if isinstance(mask, BlockMask) else cuda_args.build_block_mask(
                 mask, self.plan.tile_q, self.plan.tile_kv, dev)
-            check_against(bm, launch.batch, launch.heads_q, launch.len_q, launch.len_k,
+            check_against(bm, launch.batch, launch.heads_q, launch.len_q, launch.mask_lk,
                           self.plan.tile_q, self.plan.tile_kv, "cuda")
             if not isinstance(mask, BlockMask):
                 keep.append(bm)

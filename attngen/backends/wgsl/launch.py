@@ -58,11 +58,11 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
             mask_kind(mask.dtype)
             shape4 = mask_shape4(mask.shape)
             check_against(BlockMask("wgsl", "bool", shape4, plan.tile_q, plan.tile_kv, dev), L.batch, L.heads_q,
-                          L.len_q, L.len_k, plan.tile_q, plan.tile_kv, "wgsl")  # shape first: no GPU work
+                          L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")  # shape first: no GPU work
             bm = kernel.block_mask(mask)
         else:
             bm = mask
-        check_against(bm, L.batch, L.heads_q, L.len_q, L.len_k, plan.tile_q, plan.tile_kv, "wgsl")
+        check_against(bm, L.batch, L.heads_q, L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")
         if bm.device is not dev:
             raise LaunchError("mask= is a BlockMask built on another wgpu device")
 
