@@ -199,6 +199,26 @@ def test_a_custom_mask_as_wide_as_the_cache_with_kv_lens(width, ints, target):
           expect_empty_rows=True)
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("schedule", ["fused", "split_kv(auto)", "two_pass"])
+def test_a_cache_wide_mask_over_a_paged_cache_with_junk_past_the_pages(schedule, target):
+    """A mask as wide as the block table's columns x page, over sequences whose block-table rows
+    hold junk past their pages: the kernels read no page past a sequence's kv_len, whatever the
+    mask's lists (which reach to the mask's width), on every schedule."""
+    require(target)
+    spec = spec_of(f"head_dim 64\n dtype f16\n heads q=4 kv=2\n mask custom\n kv_cache paged(page=16)\n"
+                   f" schedule {schedule}")
+    rng = np.random.default_rng(23)
+    lens = np.array([37, 0, 70, 1], np.int32)
+    kp, vp, table, _ = paged_cache(rng, lens, 16, 2, 64, 64)
+    width = table.shape[1] * 16
+    q = _rand(rng, 4, 3, 4, 64)
+    mask = rng.random((4, 1, 3, width)) > 0.2
+    bm = attngen.block_mask(_device_mask(target, mask), kernel_for(spec, target))
+    check(spec, target, q, kp, vp, mask=bm, kv_lens=lens, block_table=table,
+          ref_kw={"kv_lens": lens, "block_table": table, "mask": mask}, expect_empty_rows=True)
+
+
 # ---- paged caches and appending -----------------------------------------------------------------
 
 def paged_cache(rng, lens, page, hkv, d, dv, spare=3):
