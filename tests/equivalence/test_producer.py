@@ -42,9 +42,10 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 192\n dtype bf16\n softcap 50\n mask causal", True),
     ("head_dim 256\n dtype f16\n mask window(left=64)\n tile q=128 kv=96", False),  # above kv 64: not measured
     ("head_dim 256\n dtype f16\n mask window(left=64)\n target cuda { tma=off }", False),
-    ("head_dim 128\n dtype f16\n mask causal", True),               # q128 kv96
+    ("head_dim 128\n dtype f16\n mask causal", True),               # q128 kv128 (since 2026-11-27)
     ("head_dim 64\n dtype f16\n mask causal", True),                # q128 kv128 (up to d64)
-    ("head_dim 128\n dtype f16\n mask causal\n tile q=128 kv=128", False),  # kv128: its consumers spill
+    ("head_dim 128\n dtype f16\n mask causal\n tile q=128 kv=128", True),  # its consumers no longer spill
+    ("head_dim 128\n dtype f16\n mask causal\n tile q=128 kv=160", False),  # above kv 128: not measured
     ("head_dim 128\n dtype f16\n mask window(left=100)", True),     # q128 kv96
     ("head_dim 128\n dtype f16\n mask window(left=100)\n tile q=128 kv=112", False),  # kv112 spills with it
     ("head_dim 128\n dtype f16\n mask custom", True),               # q128 kv80, mask words staged

@@ -18,14 +18,14 @@
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //
-// Plan: tile q=128 kv=96, 8 consumer warps + a producer warpgroup (384 threads), 4 K/V stage(s), Hopper tensor cores (wgmma m64n96k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (Q, K and V by the tensor copy engine, mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
+// Plan: tile q=128 kv=128, 8 consumer warps + a producer warpgroup (384 threads), 3 K/V stage(s), Hopper tensor cores (wgmma m64n128k16 and m64n128k16, 2 warpgroups of 64 rows, sm_90a; softmax overlapped with P V; a producer warpgroup copies the tiles (Q, K and V by the tensor copy engine, mbarriers, setmaxnreg, ping-pong)); persistent: one block per multiprocessor takes the row tiles in turn.
 // Scale 0.08838834764831843; mask causal (top-left aligned, torch's is_causal): query i sees key j iff j <= i.
-// Shared memory: 230672 bytes (each buffer 16-byte aligned):
+// Shared memory: 230640 bytes (each buffer 16-byte aligned):
 //   sQ    at      0: 128 x 128 bf16 (the block's rows of Q (128-byte swizzle))
-//   sK    at  32768: 4 x 96 x 128 bf16 (K tiles, one per pipeline stage (128-byte swizzle))
-//   sV    at 131072: 4 x 96 x 128 bf16 (V tiles, one per pipeline stage (128-byte swizzle))
-//   sSync at 229376: 1 x 65 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
-// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=128 kv=96 (230624 bytes of shared memory).
+//   sK    at  32768: 3 x 128 x 128 bf16 (K tiles, one per pipeline stage (128-byte swizzle))
+//   sV    at 131072: 3 x 128 x 128 bf16 (V tiles, one per pipeline stage (128-byte swizzle))
+//   sSync at 229376: 1 x 59 u32 (mbarriers of the copies, the work items and each stage's keys with non-finite values)
+// Launches with cu_seqlens, kv_lens or an append: entry point _varlen, tile q=128 kv=96 (181456 bytes of shared memory).
 // Grid: (min(SM, ceil(Lq / 128) * Hq * B), 1, 1), 384 threads each; tensors are (batch, seq, heads, head_dim): q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv); lse (B, Hq, Lq) f32.
 // Entry point: attngen_qwen2_7b_prefill; the manifest (attngen build --emit manifest) lists the parameters in order.
 // =============================================================================================
@@ -81,7 +81,7 @@ namespace padded {
 constexpr int kBlockQ = 128;      // tile q: rows of Q per block
 constexpr int kFrags = 1;         // 16-row fragments of Q per warp
 constexpr int kRowsPerWarp = 16 * kFrags;
-constexpr int kBlockKV = 96;     // tile kv: rows of K and V per iteration of the main loop
+constexpr int kBlockKV = 128;     // tile kv: rows of K and V per iteration of the main loop
 constexpr int kWarps = 8;
 // Warp specialisation (FlashAttention-3, section 3.1): warpgroups 0 .. kConsumerGroups - 1 compute
 // (64 rows each); the last warpgroup, the producer, only copies Q and the ring of K/V tiles and
@@ -96,7 +96,7 @@ constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 // a multiple of 8): asking for more would wait forever. One consumer warpgroup moves none.
 static_assert(kConsumerGroups == 1 || kProducerRegs * kCopyThreads + kConsumerRegs * kWarps * 32 <=
               (65536 / kThreads) / 8 * 8 * kThreads, "setmaxnreg within the launch's registers");
-constexpr int kStages = 4;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
 constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
@@ -107,7 +107,7 @@ constexpr int kVTileCols = kHeadDimVPad;  // columns of the V tiles
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (230672 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (230640 bytes)
 constexpr int kOffsetK = 32768;
 constexpr int kOffsetV = 131072;
 constexpr int kOffsetSync = 229376;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits and land[kStages]
@@ -115,7 +115,7 @@ constexpr int kOffsetSync = 229376;  // mbarriers (Q, full[kStages], empty[kStag
 // keys past Lk and columns past the head dims included.
 constexpr unsigned kTileBytes = kBlockKV * (kHeadDimQKPad + kVTileCols) * 2;
 constexpr unsigned kQBytes = kBlockQ * kHeadDimQKPad * 2;  // Q's copies (rows past Lq zero-filled)
-constexpr int kSmemBytes = 230672;
+constexpr int kSmemBytes = 230640;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).
@@ -365,19 +365,21 @@ __device__ __forceinline__ void fence_registers(float (&d)[kTiles][4]) {
     }
 }
 
-// d (= or +=, by scale_d) A B for one k16 step: m64n96k16, A and B from shared memory, K-major.
+// d (= or +=, by scale_d) A B for one k16 step: m64n128k16, A and B from shared memory, K-major.
 __device__ __forceinline__ void wgmma_scores(float (&d)[kNTilesKV][4], unsigned long long a, unsigned long long b, int scale_d) {
     asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %48, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
-        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47 }, "
-        "%49, %50, p, 1, 1, 0, 0;\n}\n"
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %64, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{ %0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63 }, "
+        "%65, %66, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), 
 "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), 
 "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), 
 "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), 
 "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), 
-"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3])
+"+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), 
+"+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), 
+"+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
         : "r"(scale_d), "l"(a), "l"(b));
 }
 
@@ -1472,7 +1474,7 @@ constexpr int kProducerRegs = 120, kConsumerRegs = 192;
 // a multiple of 8): asking for more would wait forever. One consumer warpgroup moves none.
 static_assert(kConsumerGroups == 1 || kProducerRegs * kCopyThreads + kConsumerRegs * kWarps * 32 <=
               (65536 / kThreads) / 8 * 8 * kThreads, "setmaxnreg within the launch's registers");
-constexpr int kStages = 4;      // K/V tiles in flight (cp.async pipeline depth)
+constexpr int kStages = 3;      // K/V tiles in flight (cp.async pipeline depth)
 constexpr int kHeadDimQK = 128;    // head dim of q and k
 constexpr int kHeadDimV = 128;     // head dim of v and out
 constexpr int kHeadDimQKPad = 128; // padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero
@@ -1483,11 +1485,11 @@ constexpr int kVTileCols = kHeadDimVPad;  // columns of the V tiles
 constexpr int kStrideQ = 128;
 constexpr int kStrideK = 128;
 constexpr int kStrideV = 128;
-constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (230624 bytes)
+constexpr int kOffsetQ = 0;     // byte offsets into dynamic shared memory (181456 bytes)
 constexpr int kOffsetK = 32768;
-constexpr int kOffsetV = 131072;
-constexpr int kOffsetSync = 229376;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits
-constexpr int kSmemBytes = 230624;
+constexpr int kOffsetV = 106496;
+constexpr int kOffsetSync = 180224;  // mbarriers (Q, full[kStages], empty[kStages]), then bad-key bits
+constexpr int kSmemBytes = 181456;
 static_assert(kOffsetV + kStages * kBlockKV * kStrideV * 2 <= kSmemBytes, "shared-memory layout");
 
 // Scores are kept in the log2 domain so that exp2 does the softmax: t = s * scale * log2(e).

@@ -63,13 +63,19 @@ CUDA_WGMMA_KV_CAP = {"window": 112, "custom": 80, "softcap": 96}
 # the producer warpgroup and persistent blocks. Up to 64: q128 kv128 (H100 f16 causal,
 # benchmarks/probe_persistent.py, 2026-11-25 with the bit-mask score loop, TFLOP/s at L 1k / 4k /
 # 16k: 250 / 326 / 359 vs 257 / 298 / 318 for the former q64 kv64 without a producer; FA2 214 /
-# 278 / 294, Flex 252 / 344 / 367). Above 64: q128 kv96 (kv96 is the widest whose masked
-# consumers do not spill at 216 registers; benchmarks/quick_causal.py at ac32f17: d128 248 / 366 /
-# 432 vs q64 kv64 245 / 335 / 352 and FA2 237 / 302 / 312).
+# 278 / 294, Flex 252 / 344 / 367). Above 64 it was q128 kv96 until 2026-11-27 (kv96 was then the
+# widest whose masked consumers did not spill at 216 registers; benchmarks/quick_causal.py at
+# ac32f17: d128 248 / 366 / 432 vs q64 kv64 245 / 335 / 352 and FA2 237 / 302 / 312).
 # (tile q, tile kv, stages or None for the profile's): d128 causal four stages of kv96 (f16 TFLOP/s at
 # L 1k / 4k / 16k, benchmarks/probe_persistent.py 2026-11-26: 339 / 478 / 549 vs 339 / 478 / 520 with
-# three; d64 level with four, d128 full slower with four of kv64 or kv96).
-CUDA_WGMMA_CAUSAL_TILES = ((64, (128, 128, None)), (128, (128, 96, 4)))
+# three; d64 level with four, d128 full slower with four of kv64 or kv96). Since 2026-11-27 (fifth
+# session) every causal head dim up to 128 takes q128 kv128 with three stages, as FlashAttention-3
+# does: its masked consumers no longer spill at 240 registers (NVRTC 13.5 and nvcc 13.0, d80-d128,
+# f16 / bf16, GQA) and the 42% fewer tiles than kv96 cost less per-tile work (Nsight Compute:
+# benchmarks/NOTES.md); ab.sh A/B, H100 f16, TFLOP/s at L 1k / 4k / 16k: d128 336-344 / 476-478 /
+# 530-540 -> 358-373 / 505-527 / 542-572, d96 282-283 / 383-384 / 397-433 -> 302-304 / 406-441 /
+# 437-457; llama3 L4096 497 -> 530, qwen2 519 -> 545, phi35 367 -> 386 (cuDNN 499-508 / 376-379).
+CUDA_WGMMA_CAUSAL_TILES = ((128, (128, 128, None)),)
 # Head dims above 128 (up to 256) without a window, custom mask or softcap: tile q 128 with the
 # producer, persistent blocks and the tensor copy engine (Q too: the producer no longer holds copy
 # addresses, so neither it nor the consumers spill), tile kv by head dim. H100 f16,
@@ -144,9 +150,13 @@ CUDA_WGMMA_WIDE_TILE = (64, (192, 128))
 # with it vs 317 / 355 for q64; d64 softcap 30 at q128 without it 149 / 182 vs 173 / 192 for q64).
 CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY = 64
 # The widest tile kv at which the producer's masked consumers stay free of spills (ptxas -v, 216
-# registers): auto puts a producer in causal and window blocks only up to it (and window tiles
-# of q 128 take it as their auto tile kv); causal blocks up to head dim 64 take it up to kv 128.
+# registers): auto puts a producer in window blocks only up to it (and window tiles of q 128
+# take it as their auto tile kv); causal blocks up to CUDA_PRODUCER_CAUSAL_KV128_D take it up to
+# kv 128.
 CUDA_PRODUCER_MASKED_KV = 96
+# Causal blocks up to this head dim take the producer up to tile kv 128 (their auto tile since
+# 2026-11-27, fifth session: d128 causal q128 kv128 three stages, spill-free at 240 registers).
+CUDA_PRODUCER_CAUSAL_KV128_D = 128
 # Head dims above 128 (up to 256) with a window or custom mask or softcap: auto puts a producer
 # (with persistent blocks and the tensor copy engine) in their tile q 128 blocks up to this tile kv
 # (their auto tile: kv 64, two stages, CUDA_WGMMA_KV_CAP), where they had the plain loop until
@@ -783,7 +793,7 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
                       "mask words for up to 128 keys (two 128-key chunks of a row)", key="target.cuda",
                       hint="use tile kv=128 or less, or leave producer out")
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
-    masked_kv = CUDA_PRODUCER_MASKED_KV if dmax > 64 or spec.mask.kind != "causal" else 128
+    masked_kv = CUDA_PRODUCER_MASKED_KV if dmax > CUDA_PRODUCER_CAUSAL_KV128_D or spec.mask.kind != "causal" else 128
     masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window", "custom")
                                              and tile_kv <= masked_kv)
     # three consumer warpgroups: auto only unmasked (causal q192 no longer spills, but was not faster)
