@@ -122,8 +122,9 @@ class Launch:
     len_new: int  # rows appended per sequence (0: no append)
     splits: int  # KV splits (1 for fused)
     cores: int = 1  # the device's multiprocessors (grid symbol SM: persistent blocks)
-    # mask custom with kv_lens: the mask's key axis, which may reach past len_k up to the cache's
-    # rows (a mask's keys are cache positions); None: the mask covers len_k exactly
+    # mask custom with host kv_lens and a device block table: the mask's key axis, which may be
+    # narrower than len_k (the cache's rows, the grid's bound there) down to the longest sequence's
+    # keys; None: the mask covers len_k exactly (with host kv_lens and table, len_k is the mask's)
     mask_len_k: int | None = None
 
     @property
@@ -269,7 +270,7 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
     `cores` is the device's multiprocessors / compute units (for split_kv(auto); None: inputs only,
     no launch: one split, and `plan` needs only spec, d_qk, d_v and dtype); max_seqlen_q /
     max_seqlen_k bound the packed sequences' lengths (the grid's rows and keys); `mask_keys`: the
-    custom mask's key axis, which with kv_lens sets the launch's Lk (see below).
+    custom mask's key axis, which with host kv_lens may be as wide as the cache (_mask_width).
     """
     spec = plan.spec
     paged = spec.kv_cache.is_paged
