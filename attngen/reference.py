@@ -139,7 +139,7 @@ def _check_inputs(spec: AttentionSpec, q, k, v, mask, kv_lens, cu_seqlens_q, cu_
     from dataclasses import replace
     from .errors import LaunchError
     from .lang.spec import KVCache, Mask
-    from .runtime.blockmask import check_mask_shape, mask_shape4
+    from .runtime.blockmask import check_mask_shape, mask_keys, mask_shape4
     from .runtime.launch import resolve
     shapes = {"q": np.shape(q), "k": np.shape(k), "v": np.shape(v)}
     # The oracle computes the function, whatever the storage: a paged spec's attention from
@@ -162,7 +162,7 @@ def _check_inputs(spec: AttentionSpec, q, k, v, mask, kv_lens, cu_seqlens_q, cu_
         launch = resolve(_SpecOnly(spec), shapes, dict.fromkeys(shapes, spec.dtype), kv_lens=kv_lens,
                          cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table,
                          has_mask=mask is not None, cores=None, max_seqlen_q=bound[0], max_seqlen_k=bound[1],
-                         mask_keys=None if mask is None or np.ndim(mask) < 2 else int(np.shape(mask)[-1]))
+                         mask_keys=None if mask is None else mask_keys(mask))
         if mask is not None:
             check_mask_shape(mask_shape4(np.shape(mask)), launch.batch, launch.heads_q, launch.len_q, launch.mask_lk)
     except LaunchError as e:

@@ -151,12 +151,8 @@ CUDA_WGMMA_WIDE_TILE = (64, (192, 128))
 CUDA_WGMMA_Q128_WITH_PRODUCER_ONLY = 64
 # The widest tile kv at which the producer's masked consumers stay free of spills (ptxas -v, 216
 # registers): auto puts a producer in window blocks only up to it (and window tiles of q 128
-# take it as their auto tile kv); causal blocks up to CUDA_PRODUCER_CAUSAL_KV128_D take it up to
-# kv 128.
+# take it as their auto tile kv); causal blocks take it up to their CUDA_WGMMA_CAUSAL_TILES kv.
 CUDA_PRODUCER_MASKED_KV = 96
-# Causal blocks up to this head dim take the producer up to tile kv 128 (their auto tile since
-# 2026-11-27, fifth session: d128 causal q128 kv128 three stages, spill-free at 240 registers).
-CUDA_PRODUCER_CAUSAL_KV128_D = 128
 # Head dims above 128 (up to 256) with a window or custom mask or softcap: auto puts a producer
 # (with persistent blocks and the tensor copy engine) in their tile q 128 blocks up to this tile kv
 # (their auto tile: kv 64, two stages, CUDA_WGMMA_KV_CAP), where they had the plain loop until
@@ -793,7 +789,9 @@ def _cuda_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int) 
                       "mask words for up to 128 keys (two 128-key chunks of a row)", key="target.cuda",
                       hint="use tile kv=128 or less, or leave producer out")
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
-    masked_kv = CUDA_PRODUCER_MASKED_KV if dmax > CUDA_PRODUCER_CAUSAL_KV128_D or spec.mask.kind != "causal" else 128
+    # causal blocks take the producer up to their own auto tile kv (CUDA_WGMMA_CAUSAL_TILES)
+    causal_kv = next((tile[1] for d, tile in CUDA_WGMMA_CAUSAL_TILES if dmax <= d), None)
+    masked_kv = causal_kv if spec.mask.kind == "causal" and causal_kv is not None else CUDA_PRODUCER_MASKED_KV
     masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window", "custom")
                                              and tile_kv <= masked_kv)
     # three consumer warpgroups: auto only unmasked (causal q192 no longer spills, but was not faster)
