@@ -118,7 +118,7 @@ def record(spec, target, profile) -> dict:
     }
 
 
-def cases():
+def cases(only=None):
     specs = [(label, spec) for label, spec in file_specs()]
     for label, text in grid_specs():
         try:
@@ -128,11 +128,13 @@ def cases():
             continue
         specs.append((label, parsed[0]))
     for (target, profile) in all_profiles():
+        if only and profile not in only and target not in only:
+            continue
         for i, (label, spec) in enumerate(specs):
             yield f"{i:05d} {label} {getattr(spec, 'name', 'refused')} {profile}", spec, target, profile
 
 
-def run(path: str, compare: bool) -> int:
+def run(path: str, compare: bool, only=None) -> int:
     t0 = time.time()
     before = {}
     if compare:
@@ -141,7 +143,7 @@ def run(path: str, compare: bool) -> int:
                 row = json.loads(line)
                 before[row["case"]] = row
     rows, moved, n_built = [], [], 0
-    for case, spec, target, profile in cases():
+    for case, spec, target, profile in cases(only):
         if isinstance(spec, str):
             rec = {"refused": "language"}
         else:
@@ -149,7 +151,10 @@ def run(path: str, compare: bool) -> int:
         n_built += "source" in rec
         row = {"case": case, **rec}
         if compare:
-            old = before.pop(case, None)
+            if case not in before:
+                moved.append((case, None, row))
+                continue
+            old = before.pop(case)
             if old != row:
                 moved.append((case, old, row))
         else:
@@ -162,7 +167,8 @@ def run(path: str, compare: bool) -> int:
         print(f"{len(rows)} cases ({n_built} built) in {time.time() - t0:.0f} s -> {path} (sha256 {digest})")
         return 0
     for case in before:
-        moved.append((case, before[case], None))
+        if not only or case.split()[-1] in only or _target_of(case.split()[-1]) in only:
+            moved.append((case, before[case], None))
     for case, old, new in moved[:20]:
         print(f"MOVED {case}")
         for key in ("refused", "source", "manifest", "describe"):
@@ -171,6 +177,10 @@ def run(path: str, compare: bool) -> int:
                 print(f"  {key}: {_first_difference(a, b)}")
     print(f"{n_built} built; {len(moved)} of the cases differ from {path} ({time.time() - t0:.0f} s)")
     return 1 if moved else 0
+
+
+def _target_of(profile: str) -> str:
+    return "cuda" if profile.startswith("cuda") else "wgsl"
 
 
 def _first_difference(a, b) -> str:
@@ -187,8 +197,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("snapshot", "compare"))
     ap.add_argument("path")
+    ap.add_argument("--only", default="", help="comma-separated targets or profiles to render (compare: "
+                                                 "only those are checked), e.g. cuda or cuda-sm90,webgpu-core")
     args = ap.parse_args(argv)
-    return run(args.path, args.mode == "compare")
+    only = {w for w in args.only.split(",") if w} or None
+    return run(args.path, args.mode == "compare", only)
 
 
 if __name__ == "__main__":
