@@ -30,7 +30,7 @@ from .plan.lower import lower as _lower
 from .reference import reference
 from .resources import generator_version
 from .runtime import cache as disk_cache
-from .runtime import tune as tune_results
+from .harness import tune as tune_results
 
 
 def parse(text, filename: str = "<string>") -> list[AttentionSpec]:

@@ -510,7 +510,7 @@ def _parse_shape(text: str | None, spec) -> dict:
 def _tuned_lines(spec, target) -> list[str]:
     """Where the tile choices come from: the profile's defaults, and any `attngen tune` result
     stored for this spec (compile uses the one of its device when the spec leaves tiles auto)."""
-    from .runtime import tune
+    from .harness import tune
     if not tune.is_auto(spec, target):
         return ["tiles: from the spec"]
     found = tune.stored_for(target, spec)
@@ -523,7 +523,7 @@ def _tuned_lines(spec, target) -> list[str]:
 
 
 def cmd_tune(args) -> int:
-    from .runtime import tune
+    from .harness import tune
     spec = _one_spec(args)
     backend = backends.get(args.target)
     if not tune.is_auto(spec, args.target):
@@ -581,7 +581,7 @@ def cmd_tune(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .runtime.runner import run_shapes
+    from .harness.runner import run_shapes
     spec = _one_spec(args)
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")

@@ -6,7 +6,7 @@ clean on the examples).
     compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/racecheck_examples.py
 
 Shapes: B 1, Lq = Lk = 150 (decode schedules: Lq 1, Lk 300), the spec's heads (or 4 over 2);
-custom masks and paged caches get their run-time inputs from attngen.runtime.runner. Prints a
+custom masks and paged caches get their run-time inputs from attngen.harness.runner. Prints a
 line per kernel; exits 1 if any kernel differs from the reference beyond its tolerance.
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 
 import attngen
 from attngen.reference import reference, relative_error, to_numpy, tolerance
-from attngen.runtime.runner import runtime_inputs
+from attngen.harness.runner import runtime_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

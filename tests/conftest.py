@@ -165,8 +165,8 @@ def skip_if_adapter_refuses(error, target):
 
 def runtime_inputs(spec, target, q, k, v, seed=0):
     """(k, v, call options, reference options) for specs that need run-time inputs (custom
-    masks, paged caches: attngen.runtime.runner.runtime_inputs); masks go to the GPU for cuda."""
-    from attngen.runtime.runner import runtime_inputs as host_inputs
+    masks, paged caches: attngen.harness.runner.runtime_inputs); masks go to the GPU for cuda."""
+    from attngen.harness.runner import runtime_inputs as host_inputs
     k, v, opts = host_inputs(spec, q, k, v, np.random.default_rng(seed))
     call = dict(opts)
     if "mask" in opts and target == "cuda":

@@ -52,7 +52,7 @@ CASES = [
 def _paged(rng):
     """Decode over a paged cache (attngen run's: the keys scattered over shuffled pages), with
     kv_lens and a block table, split_kv(auto)."""
-    from attngen.runtime.runner import runtime_inputs
+    from attngen.harness.runner import runtime_inputs
     spec = spec_of(CACHE_CASES[0][1])
     q = rng.standard_normal((3, 1, 8, 64)).astype(np.float32)
     k, v = (rng.standard_normal((3, 100, 2, 64)).astype(np.float32) for _ in range(2))
@@ -123,7 +123,7 @@ CACHE_CASES = [
 def _custom(rng):
     """A custom boolean mask (three documents, causal inside, holes): the block-mask builder runs
     first in the browser, then the kernel walks its tile lists."""
-    from attngen.runtime.runner import runtime_inputs
+    from attngen.harness.runner import runtime_inputs
     q, k, v = (rng.standard_normal((1, 45, 2, 32)).astype(np.float32) for _ in range(3))
     k, v, opts = runtime_inputs(spec_of("head_dim 32\n dtype f32\n mask custom"), q, k, v, rng)
     mask = opts["mask"]

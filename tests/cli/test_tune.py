@@ -10,7 +10,8 @@ import pytest
 
 import attngen
 from attngen.cli import main
-from attngen.runtime import cache, tune
+from attngen.harness import tune
+from attngen.runtime import cache
 
 from conftest import require, spec_of
 

@@ -356,7 +356,7 @@ def test_the_reference_takes_packed_masks_up_to_the_packed_rows():
 
 
 def test_key_warps_is_kept_through_a_tuned_choice():
-    from attngen.runtime import tune
+    from attngen.harness import tune
     s = spec_of("head_dim 128\n dtype f16\n schedule split_kv(4)\n target cuda { key_warps=2 }")
     assert tune.is_auto(s, "cuda")
     assert tune.apply(s, "cuda", {"tile_q": 16, "tile_kv": 64, "options": {"stages": 3}}).options("cuda") == {

@@ -18,7 +18,7 @@ from dataclasses import replace
 from ..lang.spec import AttentionSpec, Tile
 from ..lang.options import target_schema
 from ..lang.spec import format_spec
-from . import cache
+from ..runtime import cache
 from .runner import draw_inputs
 from ..reference import reference, relative_error, to_numpy, tolerance
 
