@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attngen
-from attngen.backends.cuda import runtime as rt
-from attngen.backends.cuda.launcher import pending
+from attngen.backends.cuda import kernel as rt
+from attngen.backends.cuda.launch import pending
 from host import host_ms  # benchmarks/host.py: 100 calls without waiting, median of 4 runs
 
 

@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wgsl_peers import _group, _pipeline, fma_ceiling, measure  # noqa: E402
 
-from attngen.backends.wgsl.adapter import device_state, wgpu  # noqa: E402
+from attngen.backends.wgsl.devices import device_state, wgpu  # noqa: E402
 
 ROWS, GROUPS, KEYS, WG = 4, 4, 32, 128
 

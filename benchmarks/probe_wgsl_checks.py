@@ -20,7 +20,7 @@ import argparse
 
 import attngen
 from attngen.backends.wgsl import kernel as wgsl_kernel
-from attngen.backends.wgsl.adapter import trusted_module
+from attngen.backends.wgsl.devices import trusted_module
 from wgsl_probe_cases import Row, add_arguments, cases, spec_text
 
 BOUNDS, LOOPS = 0x1, 0x2  # WGPUShaderRuntimeChecks_BoundsChecks, _ForceLoopBounding

@@ -20,7 +20,7 @@ import argparse
 
 import numpy as np
 
-from attngen.backends.wgsl.adapter import device_state, wgpu
+from attngen.backends.wgsl.devices import device_state, wgpu
 from wgsl_peers import _group, _pipeline, measure
 
 _SOURCE = """

@@ -63,7 +63,7 @@ def main() -> int:
         import subprocess
         burner = subprocess.Popen([sys.executable, "-c", "import cupy\nx = cupy.random.rand(4096, 4096, dtype=cupy.float32)\n"
                                    "while True:\n    y = x @ x\n    cupy.cuda.Device().synchronize()"])
-    from attngen.backends.cuda import launcher
+    from attngen.backends.cuda import launch as launcher
     kept = []
     modes = {"both": (True, False), "on": (True,), "off": (False,)}[a.paged]
     failures = 0

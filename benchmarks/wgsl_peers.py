@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from attngen.backends.wgsl.adapter import WgslTensor, device_state, padded, wgpu
+from attngen.backends.wgsl.devices import WgslTensor, device_state, padded, wgpu
 
 GPU_TIMING = "GPU (timestamp queries)"
 WALL_TIMING = "wall (submit to completion)"

@@ -155,7 +155,7 @@ def skip_if_adapter_refuses(error, target):
     workgroup), tiles beyond its limits. Anywhere else a refusal fails the test."""
     if target != "wgsl":
         return
-    from attngen.backends.wgsl.adapter import DAWN, device_state
+    from attngen.backends.wgsl.devices import DAWN, device_state
     msg = str(error)
     if "needs the shader-f16 feature" in msg and "shader-f16" not in device_state().features:
         pytest.skip("this adapter has no shader-f16: the checker refuses f16 accumulators here")

@@ -1,6 +1,6 @@
 """A WGSL run prints nothing of the Vulkan stack's: libwayland-client, called by Mesa's
 device-selection layer, complained "XDG_RUNTIME_DIR is invalid or not set" twice per run when
-the variable was unset or not an absolute path (attngen/backends/wgsl/adapter.py)."""
+the variable was unset or not an absolute path (attngen/backends/wgsl/devices.py)."""
 
 from __future__ import annotations
 

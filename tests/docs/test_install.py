@@ -125,19 +125,19 @@ def test_documented_installs_resolve(target, tmp_path):
 # -- the hints for a missing device library -----------------------------------------------------
 
 def hint_of_missing_wgpu(monkeypatch):
-    from attngen.backends.wgsl import adapter
-    monkeypatch.setattr(adapter, "wgpu", None)
-    monkeypatch.setattr(adapter, "_STATE", None)
+    from attngen.backends.wgsl import devices
+    monkeypatch.setattr(devices, "wgpu", None)
+    monkeypatch.setattr(devices, "_STATE", None)
     with pytest.raises(attngen.LaunchError) as e:
-        adapter.device_state()
+        devices.device_state()
     return str(e.value)
 
 
 def hint_of_missing_cupy(monkeypatch):
-    from attngen.backends.cuda import runtime
+    from attngen.backends.cuda import kernel
     monkeypatch.setitem(sys.modules, "cupy", None)
     with pytest.raises(attngen.LaunchError) as e:
-        runtime.cupy_module()
+        kernel.cupy_module()
     return str(e.value)
 
 

@@ -15,7 +15,7 @@ import pytest
 
 import attngen
 from attngen.api import emit_plan
-from attngen.backends.cuda.launcher import Packed
+from attngen.backends.cuda.launch import Packed
 from attngen.backends.cuda.tensor_maps import MAP_BYTES, TensorMapEncoder, tma_layout_problem
 from attngen.errors import SpecError
 

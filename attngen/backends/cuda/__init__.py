@@ -4,7 +4,7 @@
     lower.py    parameters, grids, workspaces and entry points of the plan
     emit.py     the source (templates/cuda) and the manifest
     nvrtc.py    source -> cubin (no GPU needed)
-    runtime.py  the kernel object: tensors in, launch on the caller's stream
+    kernel.py   the kernel object: tensors in, launch on the caller's stream
     args.py     one call's kernel arguments, workspaces and block masks
 
 This module only describes the backend; CuPy, NVRTC and jinja2 are imported when needed.
@@ -60,7 +60,7 @@ class CudaBackend(Backend):
                 for q in (64, 128) for kv in (32, 64, 128) for st in (2, 3)]
 
     def device_identity(self):
-        from .runtime import cupy_module
+        from .kernel import cupy_module
         cupy = cupy_module()
         dev = cupy.cuda.Device()
         if dev.id not in self._identities:  # asked by every attngen.compile: once per device
@@ -72,7 +72,7 @@ class CudaBackend(Backend):
     _identities: dict = {}
 
     def compile(self, spec, profile=None):
-        from .runtime import compile_kernel
+        from .kernel import compile_kernel
         return compile_kernel(self, spec, profile)
 
     device_kinds = "CUDA architectures: sm_80, sm_86, sm_89, sm_90, ... (compute capability 8.0 or newer)"
@@ -89,7 +89,7 @@ class CudaBackend(Backend):
 
     def precompile(self, spec, device):
         import re
-        from .runtime import precompile
+        from .kernel import precompile
         m = re.fullmatch(r"sm_(\d{2,3})", device.strip())
         if m is None or int(m.group(1)) < 80:
             raise ValueError(f"unknown CUDA device {device!r}: give an architecture such as sm_80 or sm_90 "
@@ -104,7 +104,7 @@ class CudaBackend(Backend):
 
     def device_inputs(self, spec, host, options):
         from ...errors import LaunchError
-        from .runtime import cupy_module
+        from .kernel import cupy_module
         cupy = cupy_module()
         if "mask" in options:
             options = {**options, "mask": cupy.asarray(options["mask"])}
@@ -119,7 +119,7 @@ class CudaBackend(Backend):
 
     def time_call(self, kernel, args, options, repeat):
         import statistics
-        from .runtime import cupy_module
+        from .kernel import cupy_module
         cupy = cupy_module()
         def synced():
             kernel(*args, **options)

@@ -1,6 +1,6 @@
 """The CUDA kernels' arguments for one call: values by parameter name, in the plan's order.
 
-runtime.py checks the tensors and resolves the call (attngen.runtime.launch.resolve); this
+kernel.py checks the tensors and resolves the call (attngen.runtime.launch.resolve); this
 module turns the result into the argument tuples of the main entry point and of the further
 ones (plan.entries: two_pass's P V pass, the split combine), sizes the split workspaces from
 the plan's formulas, and builds block masks on the GPU. Every name here is a parameter name of
@@ -101,7 +101,7 @@ def workspace_shapes(plan, launch: Launch) -> dict:
 
 def persistent_words(plan, launch: Launch) -> dict:
     """The persistent workspaces (the fused combine's tile counters) as {name: 32-bit words} for
-    this call; the runtime keeps them zeroed per stream (backends/cuda/runtime.py)."""
+    this call; the runtime keeps them zeroed per stream (ZeroedBuffers, backends/cuda/launch.py)."""
     sizes = launch.sizes(plan)
     return {w.name: max(1, int(np.prod(evaluate_all(w.shape, **sizes), dtype=np.int64)))
             for w in plan.workspaces if w.persistent}
@@ -123,7 +123,7 @@ def varlen_launch(launch: Launch) -> bool:
 
 def launches(plan, launch: Launch, mask_kind: str | None = None) -> list:
     """[(entry point name, its parameters, grid, block, shared bytes)] in launch order (the
-    launcher packs the parameters' values: attngen/backends/cuda/launcher.py). `mask_kind`: the
+    launcher packs the parameters' values: attngen/backends/cuda/launch.py). `mask_kind`: the
     BlockMask's (bool | additive) of a custom mask; the producer kernel of a custom mask stages
     boolean masks only, and an additive one takes its _varlen entry (docs/cuda-variants.md)."""
     sizes = launch.sizes(plan)

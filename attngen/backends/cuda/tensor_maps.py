@@ -8,7 +8,7 @@ read, and zeros for keys or rows past the length and columns past the head dim
 (templates/cuda/copy.j2, `tma_tile`). The maps are built here with the
 driver's `cuTensorMapEncodeTiled`, called through ctypes on libcuda (no new dependency: the
 driver is what runs the kernels anyway). The shape, strides and box of a map are fixed per call
-signature (the launcher's Recipe); only the address changes from call to call, so each
+signature (launch.py's Recipe); only the address changes from call to call, so each
 `TensorMapEncoder` keeps its last address and re-encodes only when a call brings another one
 (a host function of the driver, about a microsecond).
 """

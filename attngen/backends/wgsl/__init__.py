@@ -3,7 +3,7 @@
     config.py     the tile configuration (invocations per row, workgroup-memory layout)
     lower.py      the Params struct, bindings, dispatches, workspaces and entry points
     emit.py       the source (templates/wgsl) and the manifest (manifest.py: packed buffers)
-    adapter.py    the process's wgpu device, the adapter's profile, WgslTensor
+    devices.py    the process's wgpu device, the adapter's profile, WgslTensor
     kernel.py     the kernel object: compile, inputs, the call
     launch.py     one call: upload, dispatch every entry point, read back
     args.py       the Params words and the packed integer inputs
@@ -45,7 +45,7 @@ class WgslBackend(Backend):
     def timing(self):
         """How time_call measures on this machine's adapter."""
         try:
-            from .adapter import device_state
+            from .devices import device_state
             return self.gpu_timing if "timestamp-query" in device_state().features else self.wall_timing
         except Exception:  # no wgpu or no adapter here: nothing is timed
             return self.wall_timing
@@ -99,7 +99,7 @@ class WgslBackend(Backend):
                 for q in (8, 16, 32) for kv in (16, 32) for per_row in (2, 4, 8)]
 
     def device_identity(self):
-        from .adapter import device_state
+        from .devices import device_state
         info = device_state().info
         parts = [str(info.get(k) or "") for k in ("vendor", "architecture", "device", "description", "backend_type")]
         return " / ".join(p for p in parts if p)
@@ -126,7 +126,7 @@ class WgslBackend(Backend):
 
     def device_inputs(self, spec, host, options):
         import numpy as np
-        from .adapter import WgslTensor
+        from .devices import WgslTensor
         # resident on the device: a timed call uploads nothing but its uniforms
         return tuple(WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype]))) for a in host), options
 
@@ -161,12 +161,12 @@ def compile_kernel(spec, profile=None):
 
 def adapter_profile():
     """The profile of the live adapter, narrowed to what it reports."""
-    from .adapter import adapter_profile as profile_of
+    from .devices import adapter_profile as profile_of
     return profile_of(BACKEND)
 
 
 # The runtime's public names, imported on first use (they need wgpu).
-_RUNTIME = {"WgslTensor": "adapter", "device": "adapter", "device_state": "adapter", "WgslKernel": "kernel"}
+_RUNTIME = {"WgslTensor": "devices", "device": "devices", "device_state": "devices", "WgslKernel": "kernel"}
 
 
 def __getattr__(name):

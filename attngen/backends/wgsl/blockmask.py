@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import LaunchError
 from ...runtime.blockmask import BlockMask, mask_kind, mask_shape4
-from .adapter import WgslTensor, wgpu
+from .devices import WgslTensor, wgpu
 from .emit import BLOCK_MASK_WORKGROUP, block_mask_source
 
 UNSET = 0xFFFFFFFF

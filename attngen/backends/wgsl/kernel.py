@@ -1,6 +1,6 @@
 """The WGSL kernel object: compile a spec for the live wgpu device, and call it.
 
-    kernel = compile_kernel(spec)            # profile of the live adapter (adapter.py)
+    kernel = compile_kernel(spec)            # profile of the live adapter (devices.py)
     out = kernel(q, k, v)                    # numpy arrays (B, L, H, D) in, numpy out
     out, lse = kernel(q, k, v, return_lse=True)
 
@@ -29,7 +29,7 @@ from ...resources import generator_version
 from ...runtime.cache import cache_key, cached
 from ...runtime.kernel import Kernel
 from .blockmask import build_block_mask
-from .adapter import (
+from .devices import (
     NP_DTYPES, SENTINEL, WGPU_FEATURE, WgslTensor, _DeviceState, adapter_profile, create_module, device_state,
     naga_dialect, padded, wgpu,
 )

@@ -7,7 +7,7 @@ attributes are used. Results are numpy arrays, or WgslTensor when q, k
 and v are all WgslTensor. Appending (k_new / v_new) updates the cache on the GPU; numpy caches
 are read back and written into the caller's arrays in place.
 
-On Mesa's llvmpipe (a loop budget per invocation, see adapter.py) `out` is filled with a
+On Mesa's llvmpipe (a loop budget per invocation, see devices.py) `out` is filled with a
 sentinel NaN before the launch and checked afterwards; the split schedules' lse_part / stats
 workspaces carry the same bits so that a cut-short workgroup leaves its rows of `out` unwritten.
 """
@@ -25,7 +25,7 @@ from ...plan.schedule import max_splits
 from ...runtime.blockmask import BlockMask, check_against, mask_keys, mask_kind, mask_shape4
 from ...runtime.launch import resolve
 from .args import meta_words, params_words, workspace_bytes
-from .adapter import DTYPE_BYTES, NP_DTYPES, WgslTensor, as_input, dtype_name, padded, sentinel_bytes, wgpu
+from .devices import DTYPE_BYTES, NP_DTYPES, WgslTensor, as_input, dtype_name, padded, sentinel_bytes, wgpu
 
 
 def _upload(dev, data: np.ndarray | bytes, usage):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import attngen
-from attngen.backends.cuda.launcher import Packed, workspace_layout
+from attngen.backends.cuda.launch import Packed, workspace_layout
 from attngen.plan.kernel_plan import Param
 from attngen.reference import reference, relative_error, tolerance
 
@@ -62,7 +62,7 @@ def test_zeroed_buffers_are_kept_per_stream_and_grown():
     stream), grown when a call needs more, never shared by two streams, and never by a captured
     call (its buffer is its own and kept: a graph may replay at any time). The stream handles are
     made up."""
-    from attngen.backends.cuda.launcher import ZeroedBuffers
+    from attngen.backends.cuda.launch import ZeroedBuffers
 
     class _Arr:
         def __init__(self, n):
@@ -110,7 +110,7 @@ def test_fused_combine_leaves_its_counters_at_zero_over_many_calls():
     """Calls of different shapes and split counts on one stream share its tile counters: each
     call's last split blocks reset them, so every call is right and the buffer ends at zero."""
     cupy = _cupy()
-    from attngen.backends.cuda.launcher import ZEROED
+    from attngen.backends.cuda.launch import ZEROED
     rng = np.random.default_rng(21)
     for sched in ("split_kv(auto)", "split_kv(3)", "split_kv(7)"):
         spec = spec_of(f"head_dim 64\n heads q=14 kv=2\n dtype f16\n schedule {sched}", name="fused_combine")

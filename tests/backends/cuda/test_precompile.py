@@ -17,7 +17,7 @@ import attngen
 from attngen.api import emit_plan
 from attngen.backends import get
 from attngen.backends.cuda import nvrtc
-from attngen.backends.cuda import runtime as rt
+from attngen.backends.cuda import kernel as rt
 from attngen.cli import main
 from attngen.plan.lower import lower
 from attngen.runtime.kernel import Rendered

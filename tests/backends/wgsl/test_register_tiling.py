@@ -191,7 +191,7 @@ def test_adreno_gets_smaller_sub_blocks_than_nvidia():
 
 
 def test_vendor_profiles_match_their_adapters():
-    from attngen.backends.wgsl.adapter import _matches
+    from attngen.backends.wgsl.devices import _matches
     from attngen.api import get_profile
     cases = {"wgpu-adreno": {"vendor_id": 0x5143, "backend_type": "Vulkan", "adapter_type": "IntegratedGPU"},
              "wgpu-intel": {"vendor_id": 0x8086, "backend_type": "Vulkan", "adapter_type": "DiscreteGPU"},

@@ -19,7 +19,7 @@ import attngen
 from attngen.api import emit_plan
 from attngen.errors import LaunchError, SpecError
 from attngen.api import lower as plan
-from attngen.backends.wgsl.adapter import DAWN, WGPU_FEATURE
+from attngen.backends.wgsl.devices import DAWN, WGPU_FEATURE
 from attngen.reference import reference, relative_error, tolerance
 
 from conftest import skip_if_adapter_refuses
@@ -414,7 +414,7 @@ def test_compile_errors_carry_the_naga_message(rt, monkeypatch):
 
 
 def test_subgroup_range_keeps_a_matched_profile_where_the_adapter_says_only_the_spec_range():
-    from attngen.backends.wgsl.adapter import subgroup_range
+    from attngen.backends.wgsl.devices import subgroup_range
     # wgpu-py reports 4..128 for every adapter: NVIDIA's profile (32..32) stands, the probe saw 32
     assert subgroup_range((4, 128), (32, 32), True, (32,)) == (32, 32)
     assert subgroup_range((4, 128), (32, 32), False, (32,)) == (4, 128)  # no profile matched: the spec's
@@ -493,7 +493,7 @@ def test_create_module_without_checks_builds_and_reports_like_the_plain_one(rt):
     """adapter.create_module's trusted path (wgpuDeviceCreateShaderModuleTrusted through wgpu-py's
     cffi handles) on the live adapter: a module that runs, and a bad shader raises as
     create_shader_module does (the kernels themselves take it only off llvmpipe)."""
-    from attngen.backends.wgsl.adapter import create_module, wgpu  # wgpu or wgpudawn, as the runtime
+    from attngen.backends.wgsl.devices import create_module, wgpu  # wgpu or wgpudawn, as the runtime
     dev = rt.device_state().device
     code = ("@group(0) @binding(0) var<storage, read_write> x: array<u32>;\n"
             "@compute @workgroup_size(64) fn main(@builtin(global_invocation_id) g: vec3<u32>) {\n"

@@ -28,7 +28,7 @@ from ...runtime.kernel import Kernel, Rendered
 from ...runtime.launch import OnDevice, host_ints, on_device, resolve
 from . import args as cuda_args
 from . import nvrtc
-from .launcher import (KEPT_FOR_GRAPHS, ZEROED, Packed, Recipe, capturing, error_flags, pending, raise_pending,
+from .launch import (KEPT_FOR_GRAPHS, ZEROED, Packed, Recipe, capturing, error_flags, pending, raise_pending,
                        workspace_layout)
 from .tensor_maps import TensorMapEncoder, tma_layout_problem
 
@@ -291,7 +291,7 @@ class CudaKernel(Kernel):
         self._functions: dict = {}
         self._home_device = device_id
         self._sm_count: dict = {}
-        self._recipes: dict = {}  # call signature -> Recipe (launcher.py)
+        self._recipes: dict = {}  # call signature -> Recipe (launch.py)
 
     def _function(self, device_id: int, entry: str | None = None):
         """The loaded entry point (the main one by default) on a device."""
