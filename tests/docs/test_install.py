@@ -134,10 +134,10 @@ def hint_of_missing_wgpu(monkeypatch):
 
 
 def hint_of_missing_cupy(monkeypatch):
-    from attngen.backends.cuda import kernel
+    from attngen.backends.cuda import devices
     monkeypatch.setitem(sys.modules, "cupy", None)
     with pytest.raises(attngen.LaunchError) as e:
-        kernel.cupy_module()
+        devices.cupy_module()
     return str(e.value)
 
 

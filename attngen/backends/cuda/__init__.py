@@ -4,6 +4,7 @@
     lower.py    parameters, grids, workspaces and entry points of the plan
     emit.py     the source (templates/cuda) and the manifest
     nvrtc.py    source -> cubin (no GPU needed)
+    devices.py  the GPUs: CuPy, a device's profile (profile_for, device_profile), its name
     kernel.py   the kernel object: tensors in, launch on the caller's stream
     args.py     one call's kernel arguments, workspaces and block masks
 
@@ -60,11 +61,11 @@ class CudaBackend(Backend):
                 for q in (64, 128) for kv in (32, 64, 128) for st in (2, 3)]
 
     def device_identity(self):
-        from .kernel import cupy_module
+        from .devices import cupy_module, device_name
         cupy = cupy_module()
         dev = cupy.cuda.Device()
         if dev.id not in self._identities:  # asked by every attngen.compile: once per device
-            name = _device_name(cupy, dev.id)
+            name = device_name(cupy, dev.id)
             self._identities[dev.id] = (f"NVIDIA / sm_{dev.compute_capability} / {name} / driver "
                                         f"{cupy.cuda.runtime.driverGetVersion()}")
         return self._identities[dev.id]
@@ -104,7 +105,7 @@ class CudaBackend(Backend):
 
     def device_inputs(self, spec, host, options):
         from ...errors import LaunchError
-        from .kernel import cupy_module
+        from .devices import cupy_module
         cupy = cupy_module()
         if "mask" in options:
             options = {**options, "mask": cupy.asarray(options["mask"])}
@@ -119,7 +120,7 @@ class CudaBackend(Backend):
 
     def time_call(self, kernel, args, options, repeat):
         import statistics
-        from .kernel import cupy_module
+        from .devices import cupy_module
         cupy = cupy_module()
         def synced():
             kernel(*args, **options)
@@ -137,22 +138,6 @@ class CudaBackend(Backend):
 
 
 BACKEND = CudaBackend()
-
-
-def _device_name(cupy, device: int) -> str:
-    """The GPU's name: the driver's cuDeviceGetName (cudaGetDeviceProperties, which queries
-    every property, costs tens of milliseconds of a cached compile), else the properties."""
-    try:
-        import ctypes
-        lib = ctypes.CDLL("libcuda.so.1")
-        handle = ctypes.c_int()
-        buf = ctypes.create_string_buffer(256)
-        if lib.cuDeviceGet(ctypes.byref(handle), device) == 0 and lib.cuDeviceGetName(buf, 256, handle) == 0:
-            return buf.value.decode()
-    except (OSError, AttributeError, UnicodeDecodeError):
-        pass
-    name = cupy.cuda.runtime.getDeviceProperties(device)["name"]
-    return name.decode() if isinstance(name, bytes) else name
 
 
 def _combine_line(plan) -> str:

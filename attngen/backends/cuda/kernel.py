@@ -28,6 +28,7 @@ from ...runtime.kernel import Kernel, Rendered
 from ...runtime.launch import OnDevice, host_ints, on_device, resolve
 from . import args as cuda_args
 from . import nvrtc
+from .devices import cupy_module, device_profile, one_gpu, profile_for
 from .launch import (KEPT_FOR_GRAPHS, ZEROED, Packed, Recipe, capturing, error_flags, pending, raise_pending,
                        workspace_layout)
 from .tensor_maps import TensorMapEncoder, tma_layout_problem
@@ -35,18 +36,6 @@ from .tensor_maps import TensorMapEncoder, tma_layout_problem
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
 _NP_DTYPES = {"float16": "f16", "float32": "f32", "bfloat16": "bf16"}
 _ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
-
-
-def cupy_module():
-    """CuPy, or a LaunchError saying how to install it."""
-    try:
-        import cupy  # type: ignore
-    except ImportError:
-        raise LaunchError("the cuda target needs CuPy (and a CUDA 13 driver): pip install cupy-cuda13x, "
-                          "or in attngen's checkout: pip install '.[gpu]'") from None
-    return cupy
-
-
 _cupy = cupy_module
 
 
@@ -230,56 +219,6 @@ def _int_input(name: str, x, ndim: int, device: int):
         x = x.contiguous() if mod == "torch" else _cupy().ascontiguousarray(x)
         strides = tuple(x.stride()) if mod == "torch" else tuple(s // 4 for s in x.strides)
     return desc, x, (strides[0] if ndim == 2 else 1)
-
-
-# Dynamic shared memory per block after opt-in, by compute capability (CUDA C++ Programming
-# Guide, "Technical Specifications per Compute Capability"): what a device of that kind reports
-# as MaxSharedMemoryPerBlockOptin. Used to plan for a device that is not here (precompile).
-SHARED_MEMORY_OPTIN = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448,
-                       100: 232448, 103: 232448, 110: 232448, 120: 101376, 121: 101376}
-
-
-def profile_for(backend, cc: int, smem_optin: int | None = None) -> Profile:
-    """The profile of a device of compute capability `cc` (e.g. 90) whose opt-in shared memory
-    per block is `smem_optin` bytes (by default what devices of that capability have): the
-    sm80 or sm90 profile narrowed to the device. A device's own kernels (device_profile) and
-    kernels built ahead of time for it (precompile) plan with the same profile, so they find
-    each other in the disk cache."""
-    if cc < 80:
-        raise LaunchError(f"compute capability {cc // 10}.{cc % 10}: attngen's CUDA kernels need 8.0 or newer "
-                          "(mma.sync m16n8k16 and cp.async)")
-    base = backend.profile("cuda-sm90" if cc >= 90 else "cuda-sm80")
-    smem = smem_optin if smem_optin is not None else SHARED_MEMORY_OPTIN.get(cc, base.limit("shared_memory_bytes"))
-    # wgmma exists on compute capability 9.0 only (sm_90a); later GPUs get the mma.sync family
-    arch = f"sm_{cc}a" if cc == 90 and base.features.get("wgmma") else f"sm_{cc}"
-    return base.narrowed(
-        limits={"shared_memory_bytes": min(smem, base.limit("shared_memory_bytes"))},
-        features={"wgmma": bool(base.features.get("wgmma")) and cc == 90},
-        sections={"device": {"arch": arch, "compute_capability": cc}},
-    )
-
-
-def device_profile(backend, device_id: int | None = None) -> Profile:
-    """The profile for a CUDA device, narrowed to what the device reports (`backend`: the CUDA
-    backend, which looks profiles up)."""
-    cupy = _cupy()
-    dev = cupy.cuda.Device(device_id) if device_id is not None else cupy.cuda.Device()
-    cc = int(dev.compute_capability)
-    if cc < 80:
-        raise LaunchError(f"GPU {dev.id} has compute capability {cc // 10}.{cc % 10}; attngen's CUDA "
-                          "kernels need 8.0 or newer (mma.sync m16n8k16 and cp.async)")
-    optin = _device_attribute(dev, "MaxSharedMemoryPerBlockOptin")
-    return profile_for(backend, cc, optin)
-
-
-def _device_attribute(dev, name: str):
-    """One attribute of a CuPy device (None when CuPy cannot name it). CuPy's Device.attributes
-    queries every attribute the driver has; one is all a compile needs."""
-    try:
-        from cupy.cuda import runtime  # type: ignore
-        return runtime.deviceGetAttribute(getattr(runtime, f"cudaDevAttr{name}"), dev.id)
-    except (ImportError, AttributeError):
-        return dev.attributes.get(name)
 
 
 class CudaKernel(Kernel):
@@ -601,7 +540,7 @@ class CudaKernel(Kernel):
                     KEPT_FOR_GRAPHS.append(held)
             for name, words in recipe.persistent.items():
                 ptrs[name] = ZEROED.get(recipe.kind, recipe.device, stream, words, recipe.zeros, captured)
-            if _one_gpu(cupy) or cupy.cuda.runtime.getDevice() == recipe.device:
+            if one_gpu(cupy) or cupy.cuda.runtime.getDevice() == recipe.device:
                 for p in recipe.launches:
                     p.launch(cupy.cuda.driver, ptrs, stream)
             else:
@@ -625,7 +564,7 @@ class CudaKernel(Kernel):
                                                 opt["k_new"], opt["v_new"])
         cupy = _cupy()
         driver = cupy.cuda.driver
-        device = contextlib.nullcontext() if _one_gpu(cupy) else cupy.cuda.Device(recipe.device)
+        device = contextlib.nullcontext() if one_gpu(cupy) else cupy.cuda.Device(recipe.device)
 
         def launch():
             with device:
@@ -703,16 +642,6 @@ def _stream_getter(kind: str, device: int):
     return lambda: cupy.cuda.get_current_stream().ptr
 
 
-_GPUS: list = []
-
-
-def _one_gpu(cupy) -> bool:
-    """Whether the process sees one GPU (then the current device needs no check per call)."""
-    if not _GPUS:
-        _GPUS.append(cupy.cuda.runtime.getDeviceCount())
-    return _GPUS[0] == 1
-
-
 def _mask_ptrs(bm: BlockMask) -> dict:
     return {"mask_bits": bm.data.data.ptr if bm.kind == "bool" else 0,
             "mask_add": bm.data.data.ptr if bm.kind == "additive" else 0,
@@ -762,5 +691,4 @@ def precompile(backend, spec, cc: int) -> tuple[bool, str]:
     return hit, kernel_key(plan)
 
 
-__all__ = ["CudaKernel", "build_cubin", "compile_kernel", "cupy_module", "device_profile", "kernel_key",
-           "precompile", "profile_for"]
+__all__ = ["CudaKernel", "build_cubin", "compile_kernel", "kernel_key", "precompile"]

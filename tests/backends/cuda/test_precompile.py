@@ -18,6 +18,7 @@ from attngen.api import emit_plan
 from attngen.backends import get
 from attngen.backends.cuda import nvrtc
 from attngen.backends.cuda import kernel as rt
+from attngen.backends.cuda.devices import profile_for
 from attngen.cli import main
 from attngen.plan.lower import lower
 from attngen.runtime.kernel import Rendered
@@ -39,7 +40,7 @@ def test_a_precompiled_kernel_is_found_without_rendering():
     hit, key = rt.precompile(CUDA, spec, 90)
     assert not hit
     # what compile_kernel does on an H100: the device's profile, then the cache
-    plan = lower(spec, CUDA, rt.profile_for(CUDA, 90, 232448))
+    plan = lower(spec, CUDA, profile_for(CUDA, 90, 232448))
     assert rt.kernel_key(plan) == key
     cubin, found = rt.build_cubin(plan, _never)
     assert found and cubin[:4] == b"\x7fELF"
@@ -49,13 +50,13 @@ def test_a_precompiled_kernel_is_found_without_rendering():
 @needs_nvrtc
 def test_the_key_follows_the_plan_the_arch_and_the_generator(monkeypatch):
     spec = spec_of("head_dim 64\n dtype f16", name="keys")
-    base = lower(spec, CUDA, rt.profile_for(CUDA, 90))
+    base = lower(spec, CUDA, profile_for(CUDA, 90))
     keys = {rt.kernel_key(base)}
-    keys.add(rt.kernel_key(lower(spec, CUDA, rt.profile_for(CUDA, 89))))  # same tiles, other arch
+    keys.add(rt.kernel_key(lower(spec, CUDA, profile_for(CUDA, 89))))  # same tiles, other arch
     keys.add(rt.kernel_key(lower(spec_of("head_dim 64\n dtype f16\n tile q=64 kv=64", name="keys"), CUDA,
-                                 rt.profile_for(CUDA, 90))))
+                                 profile_for(CUDA, 90))))
     keys.add(rt.kernel_key(lower(spec_of("head_dim 64\n dtype f16\n mask causal", name="keys"), CUDA,
-                                 rt.profile_for(CUDA, 90))))
+                                 profile_for(CUDA, 90))))
     monkeypatch.setattr(rt, "generator_version", lambda: "0.0.0+edited")
     keys.add(rt.kernel_key(base))
     assert len(keys) == 5
@@ -65,13 +66,13 @@ def test_devices_plan_with_their_own_shared_memory():
     """A 99 KiB device (sm_86) cannot take the 163 KiB sm_80 tiles of a large head dim: its
     profile (from the compute capability, as precompile and the device both make it) says so."""
     spec = spec_of("head_dim 256\n dtype f16", name="big")
-    a100 = lower(spec, CUDA, rt.profile_for(CUDA, 80))
-    rtx = lower(spec, CUDA, rt.profile_for(CUDA, 86))
+    a100 = lower(spec, CUDA, profile_for(CUDA, 80))
+    rtx = lower(spec, CUDA, profile_for(CUDA, 86))
     assert a100.smem_bytes == 135168 and rtx.smem_bytes <= 101376 and rtx.config.tile_kv < a100.config.tile_kv
     assert rtx.details.arch == "sm_86" and a100.details.arch == "sm_80"
-    assert rt.profile_for(CUDA, 90).limit("shared_memory_bytes") == 232448
+    assert profile_for(CUDA, 90).limit("shared_memory_bytes") == 232448
     # a device's own report wins over the table
-    assert rt.profile_for(CUDA, 90, 100000).limit("shared_memory_bytes") == 100000
+    assert profile_for(CUDA, 90, 100000).limit("shared_memory_bytes") == 100000
 
 
 def test_rendered_is_the_emitted_source_and_manifest_on_demand():

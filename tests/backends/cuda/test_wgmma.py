@@ -11,7 +11,7 @@ import pytest
 import attngen
 from attngen.api import emit_plan
 from attngen.backends.cuda import BACKEND
-from attngen.backends.cuda.kernel import profile_for
+from attngen.backends.cuda.devices import profile_for
 
 from conftest import spec_of
 
