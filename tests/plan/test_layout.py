@@ -187,6 +187,58 @@ def test_only_its_backend_knows_a_target():
     assert not bad, "\n".join(bad)
 
 
+# The backends' modules, by job: a job both targets do has the same module name in both (so a
+# reader who knows one backend finds the other's), and a module of one target only is named here.
+SHARED_JOBS = {
+    "__init__": "the Backend subclass: options, profile keys, the protocol's methods",
+    "config": "the configuration search",
+    "lower": "the target's part of the plan",
+    "emit": "the source and the manifest",
+    "devices": "the device: opening it, its limits, the profile it matches, its name",
+    "kernel": "the compiled Kernel subclass and its compile",
+    "launch": "a call: its checks and its launches",
+    "args": "a call's parameters packed for the device",
+}
+TARGET_ONLY = {
+    "cuda": {"nvrtc", "tensor_maps", "torch_op"},
+    "wgsl": {"blockmask", "manifest", "unroll"},
+}
+
+
+def _target_modules() -> dict[str, set[str]]:
+    return {d.name: {p.stem for p in d.glob("*.py")} for d in sorted((PACKAGE / "backends").iterdir())
+            if (d / "__init__.py").is_file()}
+
+
+def test_the_backends_name_their_shared_jobs_alike():
+    """Both built-in backends have a module of each shared job, under the same name, and every
+    other module of a target package is one listed as that target's own (add a new one to
+    TARGET_ONLY, or give it the shared name when the other target does the same job)."""
+    found = _target_modules()
+    assert set(found) >= {"cuda", "wgsl"}
+    for target in ("cuda", "wgsl"):
+        missing = set(SHARED_JOBS) - found[target]
+        assert not missing, f"backends/{target}/ has no module for {sorted(missing)}"
+    for target, names in found.items():
+        unknown = names - set(SHARED_JOBS) - TARGET_ONLY.get(target, set())
+        assert not unknown, (f"backends/{target}/: modules {sorted(unknown)} are neither a shared job "
+                             f"({', '.join(SHARED_JOBS)}) nor listed in TARGET_ONLY")
+
+
+def test_no_backend_module_shadows_a_public_name_of_its_package():
+    """A module named like a name its package exports (wgsl's device(), WgslTensor, ...) would
+    replace that name once imported: `attngen.backends.wgsl.device` would become the module.
+    (Hence wgsl's devices.py, not device.py.)"""
+    for target, names in _target_modules().items():
+        tree = ast.parse((PACKAGE / "backends" / target / "__init__.py").read_text())
+        public = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        for node in tree.body:  # the names served lazily: _RUNTIME = {"name": "module", ...}
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+                public |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        clash = names & public
+        assert not clash, f"backends/{target}/: modules {sorted(clash)} shadow the package's names"
+
+
 def _code_words(path: Path) -> list[tuple[int, str]]:
     """(line, text) of every string constant (docstrings left out) and every identifier of a module."""
     tree = ast.parse(path.read_text(), str(path))
