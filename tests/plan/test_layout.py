@@ -196,7 +196,7 @@ SHARED_JOBS = {
     "emit": "the source and the manifest",
     "devices": "the device: opening it, its limits, the profile it matches, its name",
     "kernel": "the compiled Kernel subclass and its compile",
-    "launch": "a call: its checks and its launches",
+    "launch": "a call's launches: what runs on the device, in order",
     "args": "a call's parameters packed for the device",
 }
 TARGET_ONLY = {
