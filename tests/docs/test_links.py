@@ -6,7 +6,9 @@ text or in `backticks` must name an existing file or folder of this repository: 
 the page's folder or to the root, or (for the package-relative names of docs/architecture.md,
 such as `lang/reader.py`) as the tail of a repository path. `*` globs and `<placeholders>` match
 anything; a path that starts with a placeholder (`<out>/results.json`) names a file the reader
-makes and is not checked; URLs are ignored. In fenced code blocks (commands and their outputs:
+makes and is not checked; a path followed by `at <commit>` (`benchmarks/probe_x.py` at 1a2b3c4: a
+script deleted since, cited where its result is recorded) names a file of that commit and is not
+checked; URLs are ignored. In fenced code blocks (commands and their outputs:
 tests/docs/test_readme.py runs the README's) only words that plainly are repository paths
 (`examples/llama3_8b.attn`, `./x`, `../x`) are checked. Nothing outside the repository counts: it must be
 understandable on its own.
@@ -41,6 +43,8 @@ URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+|\bmailto:\S+|\bwww\.\S+")
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_CODE = re.compile(r"`([^`]+)`")
 WORD = re.compile(r"[\w.<>*/{},-]+")
+# `path` at <commit>: a file of that commit (a probe deleted since), not of the checkout.
+AT_COMMIT = re.compile(r"`?[\w./-]+`? at [0-9a-f]{7,40}\b")
 
 
 @lru_cache(maxsize=1)
@@ -91,6 +95,7 @@ def candidates(text: str) -> list[tuple[int, str, str]]:
     """(line, kind, path) for every link and every path-like word of a page."""
     out = []
     for n, line, fenced in lines(text):
+        line = AT_COMMIT.sub(" ", line)
         if fenced:  # commands and outputs: only words that are plainly repository paths
             for word in WORD.findall(URL.sub(" ", line)):
                 word = word.rstrip(".,;:")
@@ -172,7 +177,8 @@ def test_checker_finds_what_it_should(tmp_path):
         "See [the design](../DESIGN.md) and [language](language.md), `../shared/ANCHORS.md`,",
         "benchmarks/head_dims.py, `examples/*.attn`, `backends/<t>/lower.py`, `lang/reader.py`,",
         "https://example.com/a/b.md, `attngen.backends.wgsl`, f16/bf16, K/V, `<out>/results.json`,",
-        "`templates/{cuda,wgsl}/mask.j2`, templates/nothing.j2",
+        "`templates/{cuda,wgsl}/mask.j2`, templates/nothing.j2, `benchmarks/gone.py` at 1a2b3c4,",
+        "benchmarks/gone_too.py at 1a2b3c4d (a deleted probe's commit)",
         "```",
         "attngen build missing/in/a/fence.attn -o out.wgsl && cat ../outside/x.md",
         "```",
@@ -183,6 +189,7 @@ def test_checker_finds_what_it_should(tmp_path):
     assert not any("example.com" in p or p.startswith("attngen.") or p in ("f16/bf16", "K/V")
                    for p in paths)
     assert not any("fence" in p or "out.wgsl" in p for p in paths)
+    assert not any("gone" in p for p in paths)
     bad = sorted(p for _, kind, p in found if not p.startswith("<") and not resolves(page, kind, p))
     assert bad == ["../DESIGN.md", "../outside/x.md", "../shared/ANCHORS.md", "benchmarks/head_dims.py",
                    "templates/nothing.j2"]
