@@ -22,7 +22,7 @@ import numpy as np
 
 import attngen
 from attngen.backends import wgsl
-from wgsl_probe_cases import spec_text
+from common import spec_text
 
 
 def main():

@@ -21,7 +21,7 @@ import argparse
 import attngen
 from attngen.backends.wgsl import kernel as wgsl_kernel
 from attngen.backends.wgsl.adapter import trusted_module
-from wgsl_probe_cases import Row, add_arguments, cases, spec_text
+from common import Row, add_arguments, cases, spec_text
 
 BOUNDS, LOOPS = 0x1, 0x2  # WGPUShaderRuntimeChecks_BoundsChecks, _ForceLoopBounding
 MODES = {"checked": None, "none": 0, "bounds only": BOUNDS, "loops only": LOOPS}

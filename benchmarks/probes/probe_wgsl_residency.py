@@ -21,7 +21,8 @@ import argparse
 import numpy as np
 
 from attngen.backends.wgsl.adapter import device_state, wgpu
-from wgsl_peers import _group, _pipeline, measure
+import common  # noqa: F401  (benchmarks/suite/ on sys.path)
+from wgsl_peers import _group, _pipeline, measure  # noqa: E402
 
 _SOURCE = """
 struct Params {{ iters: u32, seed: u32, pad0: u32, pad1: u32 }}

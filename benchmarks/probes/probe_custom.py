@@ -21,10 +21,11 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import attngen  # noqa: E402
-from probe_persistent import compile_with  # noqa: E402  (benchmarks/probe_persistent.py)
-from variants import MASK_WINDOW, mask_cases  # noqa: E402  (benchmarks/variants.py: the masks section)
+import common  # noqa: F401, E402  (benchmarks/suite/ on sys.path)
+from probe_persistent import compile_with  # noqa: E402  (benchmarks/probes/probe_persistent.py)
+from variants import MASK_WINDOW, mask_cases  # noqa: E402  (benchmarks/suite/variants.py: the masks section)
 
 L, H, D, WINDOW = 16384, 16, 128, MASK_WINDOW
 DEFAULT_VARIANTS = ("default=;plain=target cuda { producer=off };"

@@ -17,7 +17,7 @@ import dataclasses
 
 import attngen
 from attngen.backends import wgsl
-from wgsl_probe_cases import Row, add_arguments, cases, spec_text
+from common import Row, add_arguments, cases, spec_text
 
 
 def _row(q: int, kv: int, tpr: int, rows: int):

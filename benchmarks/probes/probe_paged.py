@@ -15,7 +15,8 @@ import argparse
 import torch
 from triton.testing import do_bench
 
-import decode_grid
+import common  # noqa: F401  (benchmarks/suite/ on sys.path)
+import decode_grid  # noqa: E402  (benchmarks/suite/decode_grid.py)
 
 HKV, D, HQ = decode_grid.HKV, decode_grid.D, decode_grid.HQ
 

@@ -25,6 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: F401, E402  (benchmarks/suite/ on sys.path)
 from wgsl_peers import _group, _pipeline, fma_ceiling, measure  # noqa: E402
 
 from attngen.backends.wgsl.adapter import device_state, wgpu  # noqa: E402

@@ -349,7 +349,7 @@ def main():
     import argparse
     import os
     import sys
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import attngen
     from attngen.reference import relative_error
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -21,7 +21,7 @@ from triton.testing import do_bench
 
 import attngen
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 

@@ -30,7 +30,7 @@ import re
 
 import attngen
 from attngen.backends.wgsl import kernel as wgsl_kernel
-from wgsl_probe_cases import Row, add_arguments, cases, spec_text
+from common import Row, add_arguments, cases, spec_text
 
 REWRITES = {
     "noguard": [(r"if \(\(partial \|\| atomicLoad\(&p_zero_tile\) == u32\(it\) \+ 1u\) && atomicLoad\(&v_nonfinite_tile\) "

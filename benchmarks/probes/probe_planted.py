@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests"))
 import attngen  # noqa: E402
 from attngen.reference import reference  # noqa: E402
 from conftest import _to_numpy, random_qkv, to_device  # noqa: E402

@@ -22,7 +22,7 @@ import attngen
 from attngen.reference import reference, relative_error, to_numpy, tolerance
 from attngen.runtime.runner import runtime_inputs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _device(spec, *arrays):

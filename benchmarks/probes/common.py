@@ -1,12 +1,23 @@
-"""The cases the WGSL probes (probe_wgsl_checks.py, probe_wgsl_plans.py, probe_wgsl_rewrite.py)
+"""The probes' shared helpers (benchmarks/probes/README.md). Importing it puts benchmarks/suite/
+on sys.path: some probes reuse the maintained suite's modules (decode_grid, host, variants,
+wgsl_peers).
+
+The cases the WGSL probes (probe_wgsl_checks.py, probe_wgsl_plans.py, probe_wgsl_rewrite.py)
 run: the shapes of run_gpu.py's WGSL suite (B L = 16384 tokens, H 16, random f16 values), by
 head dim, storage dtype, length and mask, each uploaded once and freed after its rows."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 
-from attngen.backends import wgsl
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(BENCHMARKS)
+SUITE = os.path.join(BENCHMARKS, "suite")
+if SUITE not in sys.path:
+    sys.path.append(SUITE)  # appended: its module names (host, variants) shadow nothing
 
 TOKENS, HEADS = 16384, 16
 
@@ -31,6 +42,7 @@ def spec_text(dtype: str, d: int, mask: str, extra: str = "") -> str:
 
 def cases(args):
     """(dtype, d, L, mask, the inputs q, k, v on the adapter, attention FLOPs) per case."""
+    from attngen.backends import wgsl
     for d in (int(x) for x in args.dims.split(",")):
         rng = np.random.default_rng(d)
         host = [rng.standard_normal((args.tokens, HEADS, d), dtype=np.float32).astype(np.float16) for _ in range(3)]
@@ -56,6 +68,7 @@ class Row:
     def add(self, label: str, make, note=None) -> None:
         """make(): the compiled kernel; note(kernel): text after the figures (or None). A variant
         that fails or is refused is a cell saying so."""
+        from attngen.backends import wgsl
         from attngen.reference import relative_error
 
         try:

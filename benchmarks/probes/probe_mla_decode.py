@@ -24,7 +24,7 @@ from triton.testing import do_bench
 
 import attngen
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def reference(q, k, v, scale):

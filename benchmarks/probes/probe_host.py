@@ -22,7 +22,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import attngen
 from attngen.backends.cuda import runtime as rt
 from attngen.backends.cuda.launcher import pending
-from host import host_ms  # benchmarks/host.py: 100 calls without waiting, median of 4 runs
+import common  # noqa: F401  (benchmarks/suite/ on sys.path)
+from host import host_ms  # noqa: E402  (benchmarks/suite/host.py: 100 calls without waiting, median of 4 runs)
 
 
 def host_us(fn) -> float:
