@@ -3,7 +3,7 @@ below SDPA flash and cuDNN). Run under Nsight Compute on the GPU machine:
 
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
-        --section WarpStateStats python3 benchmarks/ncu_decode.py [--lk 32768] [--batch 8]
+        --section WarpStateStats python3 benchmarks/probes/ncu_decode.py [--lk 32768] [--batch 8]
 
 Each kernel (attngen's launches alone through kernel.prepared, SDPA flash, SDPA cuDNN) is warmed
 up outside the profiled range, then run once inside it (torch.cuda.profiler.start / stop).
@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
 import attngen
+from common import randn, sdpa
 
 HQ, HKV, D = 32, 8, 128
 
@@ -37,16 +37,13 @@ def main():
     ap.add_argument("--paged", type=int, default=0, help="also the kernel on a paged cache of this page size")
     args = ap.parse_args()
     B, lk = args.batch, args.lk
-    q = torch.randn((B, 1, HQ, D), device="cuda", dtype=torch.float16)
-    k = torch.randn((B, lk, HKV, D), device="cuda", dtype=torch.float16)
+    q = randn((B, 1, HQ, D))
+    k = randn((B, lk, HKV, D))
     v = torch.randn_like(k)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
 
-    def sdpa(backend):
-        def run():
-            with sdpa_kernel(backend):
-                F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
-        return run
+    def peer(backend):
+        return lambda: sdpa(qt, kt, vt, backend, enable_gqa=True)
 
     runs = [("attngen", kernel("decode_default", "").prepared(q, k, v))]
     for item in filter(None, args.variants.split(";")):
@@ -67,7 +64,7 @@ def main():
         order = torch.arange(B * n, device="cuda", dtype=torch.int32).reshape(B, n)
         runs.append((f"paged{page}_in_order", paged.prepared(q, ks, vs, kv_lens=lens, block_table=order)))
         runs.append(("contiguous_lens", kernel("decode_default", "").prepared(q, k, v, kv_lens=lens)))
-    runs += [("sdpa_flash", sdpa(SDPBackend.FLASH_ATTENTION)), ("sdpa_cudnn", sdpa(SDPBackend.CUDNN_ATTENTION))]
+    runs += [("sdpa_flash", peer(SDPBackend.FLASH_ATTENTION)), ("sdpa_cudnn", peer(SDPBackend.CUDNN_ATTENTION))]
     for name, fn in runs:
         for _ in range(5):
             fn()

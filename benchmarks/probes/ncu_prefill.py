@@ -5,7 +5,7 @@ under Nsight Compute on the GPU machine:
     ncu --clock-control none --profile-from-start off --section SpeedOfLight \
         --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
         --section WarpStateStats --section SchedulerStats \
-        python3 benchmarks/ncu_prefill.py [--d 128] [--l 1024] [--mask causal] [--dtype f16]
+        python3 benchmarks/probes/ncu_prefill.py [--d 128] [--l 1024] [--mask causal] [--dtype f16]
 
 The dense suite's shape (B L = 16384, H D = 2048). Each kernel is warmed up outside the
 profiled range, then run once inside it (torch.cuda.profiler.start / stop): attngen's launch
@@ -17,10 +17,10 @@ from __future__ import annotations
 import argparse
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import SDPBackend
 
 import attngen
+from common import randn, sdpa
 
 
 def main():
@@ -34,7 +34,7 @@ def main():
     d, length = args.d, args.l
     heads, batch = 2048 // d, 16384 // length
     dt = torch.float16 if args.dtype == "f16" else torch.bfloat16
-    q, k, v = (torch.randn((batch, length, heads, d), device="cuda", dtype=dt) for _ in range(3))
+    q, k, v = (randn((batch, length, heads, d), dt) for _ in range(3))
     text = (f"attention prefill {{\n head_dim {d}\n heads q={heads} kv={heads}\n dtype {args.dtype}\n"
             f" mask {args.mask}\n{args.extra.replace(chr(92) + 'n', chr(10))}\n}}")
     kern = attngen.compile(attngen.parse(text)[0], target="cuda")
@@ -42,14 +42,11 @@ def main():
     ours = kern.prepared(q, k, v)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
 
-    def sdpa(backend):
-        def run():
-            with sdpa_kernel(backend):
-                F.scaled_dot_product_attention(qt, kt, vt, is_causal=args.mask == "causal")
-        return run
+    def peer(backend):
+        return lambda: sdpa(qt, kt, vt, backend, is_causal=args.mask == "causal")
 
-    runs = [("attngen", ours), ("sdpa cudnn", sdpa(SDPBackend.CUDNN_ATTENTION)),
-            ("sdpa flash", sdpa(SDPBackend.FLASH_ATTENTION))]
+    runs = [("attngen", ours), ("sdpa cudnn", peer(SDPBackend.CUDNN_ATTENTION)),
+            ("sdpa flash", peer(SDPBackend.FLASH_ATTENTION))]
     for _, fn in runs:
         for _ in range(5):
             fn()

@@ -1,6 +1,6 @@
 """Custom masks on the Hopper family: variants of the `mask custom` kernel side by side (issue 11).
 
-    python3 benchmarks/probe_custom.py [--variants NAME=SPEC_LINES,...] [--no-flex] [--dim 128]
+    python3 benchmarks/probes/probe_custom.py [--variants NAME=SPEC_LINES,...] [--no-flex] [--dim 128]
 
 The masks section's two cases (L 16384, d128, 16 heads, B 1, f16: a sliding window of 1024 keys
 and 8 causal documents of uneven lengths, each as a `mask custom` BlockMask) for each variant
@@ -17,23 +17,17 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
+from torch.nn.attention import SDPBackend
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import attngen  # noqa: E402
-import common  # noqa: F401, E402  (benchmarks/suite/ on sys.path)
+from common import median_ms, randn, rel_err, sdpa  # noqa: E402  (and benchmarks/suite/ on sys.path)
 from probe_persistent import compile_with  # noqa: E402  (benchmarks/probes/probe_persistent.py)
 from variants import MASK_WINDOW, mask_cases  # noqa: E402  (benchmarks/suite/variants.py: the masks section)
 
 L, H, D, WINDOW = 16384, 16, 128, MASK_WINDOW
 DEFAULT_VARIANTS = ("default=;plain=target cuda { producer=off };"
                     "nopersist=target cuda { persistent=off };kv64=tile q=128 kv=64")
-
-
-def _ms(fn) -> float:
-    return do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
 # Variants whose name contains keys here get the producer entry's generated source rewritten
@@ -58,10 +52,6 @@ def _compile(name: str, body: str, d: int = D, h: int = H):
     return compile_with(attngen.parse(text)[0], pairs)
 
 
-def _rel(a, b) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm())
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--variants", default=DEFAULT_VARIANTS,
@@ -71,7 +61,7 @@ def main() -> None:
     args = ap.parse_args()
     d, h = args.dim, 2048 // args.dim
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn((1, L, h, d), device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    q, k, v = (randn((1, L, h, d), generator=g) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     masks, mods = mask_cases(L)
     variants = []
@@ -88,20 +78,19 @@ def main() -> None:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
         flex = torch.compile(flex_attention)
     for case, dense in masks.items():
-        with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
-            ref = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=dense).transpose(1, 2)
+        ref = sdpa(qt, kt, vt, SDPBackend.EFFICIENT_ATTENTION, attn_mask=dense).transpose(1, 2)
         line = [f"{case:16s}"]
         for name, kern in variants:
             bm = attngen.block_mask(dense, kern)
             out = kern(q, k, v, mask=bm)
-            line.append(f"{name} {_ms(lambda: kern(q, k, v, mask=bm)):.3f} ({_rel(out, ref):.1e})")
+            line.append(f"{name} {median_ms(lambda: kern(q, k, v, mask=bm), 10, 50):.3f} ({rel_err(out, ref):.1e})")
         if case == "window 1024":
             out = window(q, k, v)
-            line.append(f"analytic {_ms(lambda: window(q, k, v)):.3f} ({_rel(out, ref):.1e})")
+            line.append(f"analytic {median_ms(lambda: window(q, k, v), 10, 50):.3f} ({rel_err(out, ref):.1e})")
         if flex is not None:
             fbm = create_block_mask(mods[case], None, None, L, L, device="cuda")
             flex(qt, kt, vt, block_mask=fbm)
-            line.append(f"flex {_ms(lambda: flex(qt, kt, vt, block_mask=fbm)):.3f}")
+            line.append(f"flex {median_ms(lambda: flex(qt, kt, vt, block_mask=fbm), 10, 50):.3f}")
         print("  ".join(line), flush=True)
 
 

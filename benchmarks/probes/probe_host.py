@@ -1,7 +1,7 @@
 """Where the host time of one plain attngen call goes (issue 12: a plain call <= SDPA's), piece
 by piece, on the host.py prefill case (B1 H32 Lq=Lk=128 d128 f16, torch tensors).
 
-    python3 benchmarks/probe_host.py [--rounds 7]
+    python3 benchmarks/probes/probe_host.py [--rounds 7]
 
 Each piece is timed as host.py times a call: 100 calls issued without waiting (the GPU drained
 between batches), microseconds per call, the median of `rounds` rounds in which every piece is
@@ -22,7 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import attngen
 from attngen.backends.cuda import runtime as rt
 from attngen.backends.cuda.launcher import pending
-import common  # noqa: F401  (benchmarks/suite/ on sys.path)
+from common import randn  # (and benchmarks/suite/ on sys.path)
 from host import host_ms  # noqa: E402  (benchmarks/suite/host.py: 100 calls without waiting, median of 4 runs)
 
 
@@ -37,7 +37,7 @@ def main():
     spec = attngen.parse("attention host_prefill {\n head_dim 128\n heads q=32 kv=32\n dtype f16\n}")[0]
     kern = attngen.compile(spec, target="cuda")
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(1, 128, 32, 128, device="cuda", dtype=torch.float16, generator=g) for _ in range(3))
+    q, k, v = (randn((1, 128, 32, 128), generator=g) for _ in range(3))
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     kern(q, k, v)
     arrays = (q, k, v, None, None, None, None, None, None)

@@ -2,7 +2,7 @@
 latent KV head, keys 576-dim, values 512, bf16, paged cache of 64 tokens, split_kv(auto)) on the
 GPU: what it streams, for the issue 12 note (no SDPA backend runs this shape: head dims 576 / 512).
 
-    python3 benchmarks/probe_mla_decode.py [--batch 1,8,32] [--lk 4096,32768]
+    python3 benchmarks/probes/probe_mla_decode.py [--batch 1,8,32] [--lk 4096,32768]
                                            [--tiles "q=64 kv=32 d=64,q=128 kv=32 d=64"]
 
 Bytes counted: K and V as the kernel reads them, B x Lk x (576 + 512) x 2 (the latent V is the
@@ -20,11 +20,9 @@ import os
 import re
 
 import torch
-from triton.testing import do_bench
 
 import attngen
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import ROOT, median_ms, randn, rel_err
 
 
 def reference(q, k, v, scale):
@@ -54,9 +52,9 @@ def main():
         for lk in (int(x) for x in args.lk.split(",")):
             g = torch.Generator(device="cuda").manual_seed(b * 7 + lk)
             n = lk // page
-            q = torch.randn((b, 1, hq, dqk), device="cuda", dtype=torch.bfloat16, generator=g)
-            kp = torch.randn((b * n, page, 1, dqk), device="cuda", dtype=torch.bfloat16, generator=g)
-            vp = torch.randn((b * n, page, 1, dv), device="cuda", dtype=torch.bfloat16, generator=g)
+            q = randn((b, 1, hq, dqk), torch.bfloat16, g)
+            kp = randn((b * n, page, 1, dqk), torch.bfloat16, g)
+            vp = randn((b * n, page, 1, dv), torch.bfloat16, g)
             table = torch.randperm(b * n, device="cuda", generator=g).to(torch.int32).reshape(b, n)
             lens = torch.full((b,), lk, device="cuda", dtype=torch.int32)
             k0 = kp[table[0].long()].reshape(lk, dqk)
@@ -66,10 +64,9 @@ def main():
             for tile, kern in kernels.items():
                 launch = kern.prepared(q, kp, vp, kv_lens=lens, block_table=table)
                 out = launch()
-                err = ((out[0, 0].float() - ref).norm() / ref.norm()).item()
-                ms = do_bench(launch, warmup=25, rep=100, return_mode="median")
-                call_ms = do_bench(lambda: kern(q, kp, vp, kv_lens=lens, block_table=table), warmup=25, rep=100,
-                                   return_mode="median")
+                err = rel_err(out[0, 0], ref)
+                ms = median_ms(launch)
+                call_ms = median_ms(lambda: kern(q, kp, vp, kv_lens=lens, block_table=table))
                 print(f"B{b} Lk{lk} {tile:18s}: kernels {ms * 1e3:8.1f} us {nbytes / ms / 1e9:5.2f} TB/s | call "
                       f"{call_ms * 1e3:8.1f} us {nbytes / call_ms / 1e9:5.2f} TB/s | rel. err {err:.1e}", flush=True)
 

@@ -4,7 +4,7 @@ checked against SDPA's memory-efficient kernel (relative error in brackets). B 1
 models section of run_gpu.py), medians of triton do_bench, TFLOP/s = 2 Hq L^2 (Dqk + Dv), halved
 for causal.
 
-    python3 benchmarks/probe_models.py deepseek_v2_lite.attn deepseek_v2_lite_mla_prefill \\
+    python3 benchmarks/probes/probe_models.py deepseek_v2_lite.attn deepseek_v2_lite_mla_prefill \\
         --variants "kv96p=tile q=128 kv=96;target cuda { producer=on }" [--lengths 4096]
 """
 
@@ -17,11 +17,10 @@ import re
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from triton.testing import do_bench
 
 import attngen
+from common import ROOT, attention_flops, median_ms, randn, rel_err
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DT = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -49,11 +48,11 @@ def main() -> None:
         hq, hkv = base.heads_q or 16, base.heads_kv or 16
         g = torch.Generator(device="cuda").manual_seed(3)
         dt = DT[base.dtype]
-        q = torch.randn((1, length, hq, base.head_dim_qk), device="cuda", dtype=dt, generator=g)
-        k = torch.randn((1, length, hkv, base.head_dim_qk), device="cuda", dtype=dt, generator=g)
-        v = torch.randn((1, length, hkv, base.head_dim_v), device="cuda", dtype=dt, generator=g)
+        q = randn((1, length, hq, base.head_dim_qk), dt, g)
+        k = randn((1, length, hkv, base.head_dim_qk), dt, g)
+        v = randn((1, length, hkv, base.head_dim_v), dt, g)
         causal = base.mask.kind == "causal"
-        flops = 2.0 * hq * length * length * (base.head_dim_qk + base.head_dim_v) * (0.5 if causal else 1.0)
+        flops = attention_flops(1, hq, length, length, base.head_dim_qk, base.head_dim_v, causal)
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):  # (GQA: K and V repeated, it has no enable_gqa)
             kr, vr = (x.repeat_interleave(hq // hkv, dim=1) for x in (kt, vt))
@@ -62,9 +61,8 @@ def main() -> None:
         for pname, backend in (("cuDNN", SDPBackend.CUDNN_ATTENTION), ("FA2", SDPBackend.FLASH_ATTENTION)):
             try:
                 with sdpa_kernel([backend]):
-                    ms = do_bench(lambda: F.scaled_dot_product_attention(
-                        qt, kt, vt, is_causal=causal, enable_gqa=hq != hkv, scale=base.scale),
-                        warmup=25, rep=100, return_mode="median")
+                    ms = median_ms(lambda: F.scaled_dot_product_attention(
+                        qt, kt, vt, is_causal=causal, enable_gqa=hq != hkv, scale=base.scale))
                 cells.append(f"{pname} {flops / ms / 1e9:4.0f}")
             except RuntimeError:
                 cells.append(f"{pname} n/a")
@@ -74,9 +72,8 @@ def main() -> None:
             except attngen.SpecError as e:
                 cells.append(f"{vname}: refused ({str(e).splitlines()[0][:80]})")
                 continue
-            out = kern(q, k, v).float()
-            err = ((out - ref).norm() / ref.norm()).item()
-            ms = do_bench(lambda: kern(q, k, v), warmup=25, rep=100, return_mode="median")
+            err = rel_err(kern(q, k, v), ref)
+            ms = median_ms(lambda: kern(q, k, v))
             c = kern.plan.config
             cells.append(f"{vname} [q{c.tile_q} kv{c.tile_kv} p={int(c.producer)} pers={int(c.persistent)} "
                          f"tma={int(c.tma)}] {flops / ms / 1e9:4.0f} ({err:.0e})")

@@ -1,6 +1,6 @@
 """How fast can one kernel stream a paged KV cache, by access pattern alone (issue 12)?
 
-    python3 benchmarks/probe_page_reads.py [--batch 8] [--lk 32768] [--page 16] [--runs 3]
+    python3 benchmarks/probes/probe_page_reads.py [--batch 8] [--lk 32768] [--page 16] [--runs 3]
         [--allocations 2] [--peers]
 
 No attention: each block copies its share of K and V into shared memory with cp.async through
@@ -30,7 +30,8 @@ import argparse
 import cupy as cp
 import numpy as np
 import torch
-from triton.testing import do_bench
+
+from common import decode_spec, median_ms, randn, sdpa
 
 HKV, D = 8, 128
 ROW = HKV * D * 2  # bytes per token (all heads)
@@ -109,14 +110,14 @@ def main():
     variants = [(1, 128, 2, 2), (1, 64, 3, 2), (2, 64, 2, 4), (2, 64, 3, 4), (4, 32, 2, 8), (4, 32, 3, 8),
                 (8, 16, 2, 16), (8, 16, 3, 16), (8, 8, 4, 16)]
     if args.peers:
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        import probe_paged
-        ours = {layout: probe_paged.kernel(layout, "") for layout in ("contiguous", f"paged{page}")}
+        from torch.nn.attention import SDPBackend
+
+        import attngen
+        ours = {layout: attngen.compile(decode_spec(layout), target="cuda") for layout in ("contiguous", f"paged{page}")}
     out = cp.zeros(1 << 22, dtype=cp.uint32)
     times: dict = {}
     for a in range(args.allocations):
-        k = torch.randn((b * n, page, HKV, D), device="cuda", dtype=torch.float16, generator=g)
+        k = randn((b * n, page, HKV, D), generator=g)
         v = torch.randn_like(k)
         nbytes = 2 * k.numel() * 2
         tables = {"contiguous": torch.arange(b * n, device="cuda", dtype=torch.int32),
@@ -135,7 +136,7 @@ def main():
                                              i32(stages), i32(heads), out), shared_mem=smem)
                 launches[f"| {heads} | {rows} | {stages} | {splits} | {blocks} | {name} "] = launch
         if args.peers:
-            q = torch.randn((b, 1, HKV * 4, D), device="cuda", dtype=torch.float16, generator=g)
+            q = randn((b, 1, HKV * 4, D), generator=g)
             lens = torch.full((b,), lk, device="cuda", dtype=torch.int32)
             kc, vc = k.view(b, lk, HKV, D), v.view(b, lk, HKV, D)
             launches["| attngen | 128 | 2 | auto | | contiguous "] = ours["contiguous"].prepared(q, kc, vc, kv_lens=lens)
@@ -144,14 +145,13 @@ def main():
             qt, kt, vt = q.transpose(1, 2), kc.transpose(1, 2), vc.transpose(1, 2)
             for key, backend in (("sdpa flash", SDPBackend.FLASH_ATTENTION), ("sdpa cudnn", SDPBackend.CUDNN_ATTENTION)):
                 def call(backend=backend, qt=qt, kt=kt, vt=vt):
-                    with sdpa_kernel(backend):
-                        return F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=True)
+                    return sdpa(qt, kt, vt, backend, enable_gqa=True)
                 call()
                 launches[f"| {key} | | | | | contiguous "] = call
         for _ in range(args.runs):
             for key, f in launches.items():
                 times.setdefault(key, [[] for _ in range(args.allocations)])[a].append(
-                    do_bench(f, warmup=10, rep=100, return_mode="median") * 1e3)
+                    median_ms(f, 10, 100) * 1e3)
         del k, v, tables, launches
         torch.cuda.empty_cache()
     print(f"B{b} Lk{lk} page {page}, {nbytes / 1e9:.2f} GB of K and V, {sms} SMs; us per call, the median of "

@@ -1,9 +1,9 @@
 """Paged against contiguous decode at small B and Lk (issue 12: paged caches within 10% of
 contiguous), the launches alone, several runs of each so that the spread shows.
 
-    python3 benchmarks/probe_paged.py [--batch 1] [--lk 1024,4096] [--runs 3] [--extra "spec line"] [--hnd]
+    python3 benchmarks/probes/probe_paged.py [--batch 1] [--lk 1024,4096] [--runs 3] [--extra "spec line"] [--hnd]
 
-The cases of benchmarks/decode_grid.py (32 q heads over 8 KV heads, d128, f16, split_kv(auto),
+The cases of benchmarks/suite/decode_grid.py (32 q heads over 8 KV heads, d128, f16, split_kv(auto),
 kv_lens on the GPU; paged: a shuffled block table), each timed `runs` times by triton's
 do_bench (median) in turn, so that drifting clocks hit every layout alike.
 """
@@ -13,9 +13,8 @@ from __future__ import annotations
 import argparse
 
 import torch
-from triton.testing import do_bench
 
-import common  # noqa: F401  (benchmarks/suite/ on sys.path)
+from common import decode_spec, median_ms, randn  # (and benchmarks/suite/ on sys.path)
 import decode_grid  # noqa: E402  (benchmarks/suite/decode_grid.py)
 
 HKV, D, HQ = decode_grid.HKV, decode_grid.D, decode_grid.HQ
@@ -25,11 +24,8 @@ def kernel(layout: str, extra: str, schedule: str = "split_kv(auto)", cluster: s
     """The decode kernel of `layout`; cluster "X,Y,Z": its entry points get __cluster_dims__(X, Y, Z)
     (a rewrite of the generated source, for timing: the blocks of a cluster run at once on one GPC)."""
     import attngen
-    cache = "" if layout == "contiguous" else f"\n kv_cache paged(page={layout[5:]})"
     name = f"decode_{layout}" + (f"_c{cluster.replace(',', '_')}" if cluster else "")
-    text = (f"attention {name} {{\n head_dim {D}\n heads q={HQ} kv={HKV}\n dtype f16\n"
-            f" schedule {schedule}{cache}\n {extra}\n}}")
-    spec = attngen.parse(text)[0]
+    spec = decode_spec(layout, extra, schedule, name)
     if not cluster:
         return attngen.compile(spec, target="cuda")
     from probe_persistent import compile_with
@@ -84,9 +80,9 @@ def main():
     b = args.batch
     for lk in (int(x) for x in args.lk.split(",")):
         g = torch.Generator(device="cuda").manual_seed(lk)
-        q = torch.randn((b, 1, HQ, D), device="cuda", dtype=torch.float16, generator=g)
-        k = torch.randn((b, lk, HKV, D), device="cuda", dtype=torch.float16, generator=g)
-        v = torch.randn((b, lk, HKV, D), device="cuda", dtype=torch.float16, generator=g)
+        q = randn((b, 1, HQ, D), generator=g)
+        k = randn((b, lk, HKV, D), generator=g)
+        v = randn((b, lk, HKV, D), generator=g)
         lens = torch.full((b,), lk, device="cuda", dtype=torch.int32)
         launches, pools = {}, {}
         for layout, kern in kernels.items():
@@ -113,7 +109,7 @@ def main():
         times = {layout: [] for layout in launches}
         for _ in range(args.runs):
             for layout, f in launches.items():
-                times[layout].append(do_bench(f, warmup=10, rep=100, return_mode="median") * 1e3)
+                times[layout].append(median_ms(f, 10, 100) * 1e3)
         base = min(times["contiguous"])
         nbytes = 2 * k.numel() * 2
         print(f"B{b} Lk{lk} {args.extra}{' pages ' + args.placement}{' HND' if args.hnd else ''} {args.schedule}: " + " | ".join(

@@ -1,7 +1,7 @@
 """Non-finite K and V planted at visible keys (issue 11 / hardening; a reproduction, not a test):
 which CUDA kernels give a non-finite result on rows whose reference result is finite.
 
-    python3 benchmarks/probe_planted.py
+    python3 benchmarks/probes/probe_planted.py
 
 Plants (B2 Lq150 Lk170 Hq2 Hkv1, causal): `sep` puts inf / NaN in K at some keys and in V at
 others; `kv` puts them in K and V of the same keys, so that a row that sees such a key and whose

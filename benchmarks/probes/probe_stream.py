@@ -1,7 +1,7 @@
 """How fast can a block stream K/V tiles on this GPU? (issue 12: decode sits ~3% below SDPA
 flash and cuDNN at B8; is that the 128 blocks on 132 SMs, a per-SM cap, or the copy method?)
 
-    python3 benchmarks/probe_stream.py
+    python3 benchmarks/probes/probe_stream.py
 
 No attention: each block copies K/V tiles of decode's layout (B8, Lk 32768, 8 KV heads, d128,
 f16: 128 keys x 256 bytes at a stride of 2 KB, K and V) into shared memory and throws them away,

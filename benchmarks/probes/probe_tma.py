@@ -1,6 +1,6 @@
 """Probe of the tensor copy engine for the Hopper family (issue 11; run on an sm_90 GPU).
 
-    python3 benchmarks/probe_tma.py
+    python3 benchmarks/probes/probe_tma.py
 
 Settles, before the kernels use it, what the PTX text and the driver's header leave to be
 checked: a tensor map built on the host with cuTensorMapEncodeTiled (the driver through ctypes:

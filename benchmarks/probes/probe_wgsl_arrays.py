@@ -11,9 +11,9 @@ workgroup memory), written three ways:
   indexed  the loops unrolled in the source, arrays indexed by constants
   scalars  unrolled, one named variable per element
 
-    python3 benchmarks/probe_wgsl_arrays.py [--workgroups N] [--iters N]
+    python3 benchmarks/probes/probe_wgsl_arrays.py [--workgroups N] [--iters N]
 
-Prints TFLOP/s for each and the FMA ceiling of benchmarks/wgsl_peers.py beside them.
+Prints TFLOP/s for each and the FMA ceiling of benchmarks/suite/wgsl_peers.py beside them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What wgpu's own shader runtime checks cost attngen's WGSL kernels (issue 13).
 
-    python3 benchmarks/probe_wgsl_checks.py [--lengths 1024,4096] [--dims 64,128] [--dtypes f32,f16]
+    python3 benchmarks/probes/probe_wgsl_checks.py [--lengths 1024,4096] [--dims 64,128] [--dtypes f32,f16]
                                             [--masks none,causal] [--tokens 16384]
 
 wgpu (naga) adds two runtime checks to every shader it is given: every array index is clamped

@@ -1,6 +1,6 @@
 """Does wgpu's experimental cooperative-matrix feature reach the tensor cores (issue 13)?
 
-    python3 benchmarks/probe_wgsl_coop.py [--n 4096]
+    python3 benchmarks/probes/probe_wgsl_coop.py [--n 4096]
 
 wgpu 0.32 (wgpu-native) offers the native-only feature "cooperative-matrix": WGSL with
 `enable wgpu_cooperative_matrix;`, the type coop_mat8x8<f32, A|B|C> and coopLoad / coopStore /
@@ -11,7 +11,7 @@ wgpu 0.32). This probe, on the live adapter:
      workgroup memory, coopLoadT, a zero constructor, scalar multiply);
   3. times C = A B (f32, n x n x n) with cooperative matrices, two ways (tiles read from the storage
      buffers; tiles staged in workgroup memory), checks each against numpy, and prints TFLOP/s
-     beside the FMA ceiling of benchmarks/wgsl_peers.py.
+     beside the FMA ceiling of benchmarks/suite/wgsl_peers.py.
 It changes nothing in attngen; what it prints decides whether a WGSL kernel family on cooperative
 matrices is worth building (benchmarks/NOTES.md).
 """

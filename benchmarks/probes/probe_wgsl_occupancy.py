@@ -1,6 +1,6 @@
 """How many workgroups of a WGSL kernel share one multiprocessor (issue 13), told by timing alone.
 
-    python3 benchmarks/probe_wgsl_occupancy.py [--dims 128] [--dtypes f16,f32] [--lk 4096]
+    python3 benchmarks/probes/probe_wgsl_occupancy.py [--dims 128] [--dtypes f16,f32] [--lk 4096]
                                                [--row-tiles 4,8,16,24,32]
                                                [--variants "default|target wgsl { prefetch=off }"]
 

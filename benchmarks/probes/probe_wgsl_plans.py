@@ -4,7 +4,7 @@ f16 and f32 storage. Each variant is checked against the default plan's output (
 and timed as `attngen tune` times (GPU time from timestamp queries after 0.3 s of warm-up calls,
 median of 5). What it prints is the evidence behind a profile default; it changes nothing.
 
-    python3 benchmarks/probe_wgsl_plans.py [--lengths 1024,4096] [--dims 64,128] [--dtypes f32,f16]
+    python3 benchmarks/probes/probe_wgsl_plans.py [--lengths 1024,4096] [--dims 64,128] [--dtypes f32,f16]
                                            [--masks none,causal] [--tokens 16384]
                                            [--variants spec|profile|prefetch|occupancy|kv|wg512]
 """

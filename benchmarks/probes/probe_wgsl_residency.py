@@ -1,7 +1,7 @@
 """How many workgroups of 256 invocations the adapter keeps on one multiprocessor, by workgroup
 memory and by registers (issue 13): synthetic kernels, timed by grid size.
 
-    python3 benchmarks/probe_wgsl_residency.py [--smem-kib 16,48] [--live 8,96,160] [--loads 40960]
+    python3 benchmarks/probes/probe_wgsl_residency.py [--smem-kib 16,48] [--live 8,96,160] [--loads 40960]
 
 Each invocation walks a chain of dependent loads through workgroup memory (latency-bound: one
 workgroup of 8 warps leaves the multiprocessor mostly idle) while keeping `live` f32 values in
@@ -11,7 +11,7 @@ the H100; --sms) workgroups. If two workgroups fit one multiprocessor, a grid of
 count takes about as long as one of the SM count; if one fits, twice as long (waves). The table
 gives the time of each grid over the time of the first: 2.0 at n 2 says one workgroup per
 multiprocessor. attngen's q128 kernels (256 invocations, ~48 KiB, 32 scores and 64 accumulators
-per invocation) read 2.0 in benchmarks/probe_wgsl_occupancy.py. It changes nothing in attngen.
+per invocation) read 2.0 in benchmarks/probes/probe_wgsl_occupancy.py. It changes nothing in attngen.
 """
 
 from __future__ import annotations

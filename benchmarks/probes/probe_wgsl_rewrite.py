@@ -1,6 +1,6 @@
 """Where a WGSL kernel's time goes, by timing it with parts of its source taken out (issue 13).
 
-    python3 benchmarks/probe_wgsl_rewrite.py [--lengths 1024,4096] [--dims 64,128] [--dtypes f32,f16]
+    python3 benchmarks/probes/probe_wgsl_rewrite.py [--lengths 1024,4096] [--dims 64,128] [--dtypes f32,f16]
                                              [--masks causal] [--rewrites noguard,nomask,noguard+nomask]
 
 Each rewrite is a text substitution on the generated source, applied where the pipeline is made

@@ -4,7 +4,7 @@ order (each head's last row tile first) and in groups of G (batch, head) pairs t
 (templates/cuda/body.j2, section work items). An item's length is its K/V tiles plus a fixed cost
 of 2 tiles (Q load, last P V, epilogue); L2 is not modelled (that is what the group bound is for).
 
-    python3 benchmarks/sched_order.py
+    python3 benchmarks/probes/sched_order.py
 
 Prints, per shape, the ideal (total / blocks) and each order's end, with its share of the ideal.
 """

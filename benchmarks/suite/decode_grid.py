@@ -1,6 +1,6 @@
 """Issue 12's decode grid: split_kv(auto) decode over batch sizes, key lengths and cache layouts.
 
-    python3 benchmarks/decode_grid.py [--out DIR]
+    python3 benchmarks/suite/decode_grid.py [--out DIR]
 
 32 query heads over 8 KV heads, d128, f16, Lq 1; B 1 / 8 / 64; Lk 1k-128k (B64 to 32k); the
 cache contiguous, paged with pages of 16 and of 64 keys (a shuffled block table; kv_lens and
@@ -32,7 +32,7 @@ GRID = [(1, (1024, 4096, 16384, 32768, 131072)), (8, (1024, 4096, 16384, 32768, 
 LAYOUTS = ("contiguous", "paged16", "paged64")
 # Each kernel and peer of a case is timed ROUNDS times, the cases' functions in turn, and its
 # median taken: one do_bench each let the clocks of the moment decide the small cases (B1 Lk 1024
-# paged16 read 1.32x of contiguous in one run and 1.10x in benchmarks/probe_paged.py the next).
+# paged16 read 1.32x of contiguous in one run and 1.10x in benchmarks/probes/probe_paged.py the next).
 ROUNDS = 3
 
 

@@ -132,10 +132,6 @@ def _case(name: str, call, op_call, sdpa, prepared) -> dict:
     return row
 
 
-def _spec(name: str, body: str):
-    return attngen.parse(f"attention {name} {{\n{body}\n}}")[0]
-
-
 def host_section(rows: list):
     dev = "cuda"
     gen = torch.Generator(device=dev).manual_seed(0)

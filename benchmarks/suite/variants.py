@@ -64,7 +64,7 @@ MASK_WINDOW = 1024
 
 def mask_cases(L: int = 16384):
     """The masks section's two custom masks over L tokens: {name: dense bool mask on the GPU}
-    and {name: FlexAttention mask_mod} (also benchmarks/probe_custom.py)."""
+    and {name: FlexAttention mask_mod} (also benchmarks/probes/probe_custom.py)."""
     i = torch.arange(L, device="cuda")
     doc = torch.repeat_interleave(torch.arange(len(DOC_LENGTHS), device="cuda"),
                                   torch.tensor(DOC_LENGTHS, device="cuda"))

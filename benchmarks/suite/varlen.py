@@ -5,7 +5,7 @@ the padded shape, in one process. f16, H D = 2048; each output is checked agains
 error in brackets); medians of triton do_bench; TFLOP/s = 4 B H L^2 D (halved for causal).
 run_gpu.py's `varlen` section is `section()` here (d64 / d128, L 1k / 4k, none and causal).
 
-    python3 benchmarks/probe_varlen.py [--dims 128] [--lengths 1024,4096] [--masks none,causal]
+    python3 benchmarks/suite/varlen.py [--dims 128] [--lengths 1024,4096] [--masks none,causal]
         [--docs 4] [--uneven]
 
 --uneven packs sequences of lengths L/2, L, 3L/2 ... (the same total per batch) instead of B

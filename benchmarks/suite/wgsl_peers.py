@@ -1,6 +1,6 @@
 """Peers of attngen's WGSL kernels, written by hand, for the wgsl section of run_gpu.py (issue 13).
 
-    python3 benchmarks/wgsl_peers.py [--small]     # checks the three-pass baseline, prints its
+    python3 benchmarks/suite/wgsl_peers.py [--small]     # checks the three-pass baseline, prints its
                                                    # TFLOP/s and the FMA ceiling
 
 ThreePass: a straightforward three-pass attention, what one writes first without fusing:
@@ -117,7 +117,7 @@ _LOAD = {
 }
 
 _THREE_PASS = """
-// Three-pass attention (benchmarks/wgsl_peers.py): scores, softmax, P V through memory; f32 compute.
+// Three-pass attention (benchmarks/suite/wgsl_peers.py): scores, softmax, P V through memory; f32 compute.
 struct Params {{ L: u32, H: u32, pair0: u32, causal: u32, scale: f32, pad0: u32, pad1: u32, pad2: u32 }}
 const D4: u32 = {d4}u;  // head dim / 4
 @group(0) @binding(0) var<uniform> P: Params;
@@ -290,7 +290,7 @@ def three_pass(q: WgslTensor, k: WgslTensor, v: WgslTensor, **kw) -> np.ndarray:
 CHAINS, STEPS, WORKGROUP = 8, 4, 256  # vec4 chains per invocation, steps of each per loop iteration
 
 _FMA = """
-// The FMA ceiling (benchmarks/wgsl_peers.py): {chains} independent vec4 FMA chains per invocation.
+// The FMA ceiling (benchmarks/suite/wgsl_peers.py): {chains} independent vec4 FMA chains per invocation.
 {enable}
 struct Params {{ iters: u32, a: f32, b: f32, pad: u32 }}
 @group(0) @binding(0) var<uniform> P: Params;

@@ -2,7 +2,7 @@
 GPU running the whole sequence with attngen, and vs PyTorch's context_parallel (SDPA underneath,
 its own ring) in the same run. Started once per host; it starts one process per GPU.
 
-    python3 benchmarks/context_parallel.py [--gpus 2] [--lens 32768,65536,131072,262144] [--heads 8]
+    python3 benchmarks/tools/context_parallel.py [--gpus 2] [--lens 32768,65536,131072,262144] [--heads 8]
 
 B 1, H heads (default 8), d128, f16, causal (zigzag layout for attngen; PyTorch balances causal
 shards its own way) and full. Each process holds L / gpus positions; a ring's time is the slowest

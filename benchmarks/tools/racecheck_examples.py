@@ -2,8 +2,8 @@
 reference: the program to run under compute-sanitizer (issue 11 asks for memcheck and racecheck
 clean on the examples).
 
-    compute-sanitizer --tool racecheck --error-exitcode 1 python3 benchmarks/racecheck_examples.py
-    compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/racecheck_examples.py
+    compute-sanitizer --tool racecheck --error-exitcode 1 python3 benchmarks/tools/racecheck_examples.py
+    compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/tools/racecheck_examples.py
 
 Shapes: B 1, Lq = Lk = 150 (decode schedules: Lq 1, Lk 300), the spec's heads (or 4 over 2);
 custom masks and paged caches get their run-time inputs from attngen.runtime.runner. Prints a

@@ -1,7 +1,7 @@
 """Non-finite values of V in partial tiles under compute-sanitizer racecheck (the zeroing of
 clean_values is shared by every warp of a block; templates/cuda/nonfinite.j2).
 
-    compute-sanitizer --tool racecheck --error-exitcode 1 python3 benchmarks/racecheck_values.py ["spec body" ...]
+    compute-sanitizer --tool racecheck --error-exitcode 1 python3 benchmarks/tools/racecheck_values.py ["spec body" ...]
 
 Causal, window and custom-mask kernels of the Hopper family on sm_90a (the producer warpgroup's
 persistent blocks: its K/V ring, a custom mask's words staged beside K and V, the redone items;

@@ -1,7 +1,7 @@
 """Bad integer inputs on the GPU under compute-sanitizer (issue 12, "Bad input").
 
-    compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize.py
-    compute-sanitizer --tool racecheck --error-exitcode 1 python3 benchmarks/sanitize.py
+    compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/tools/sanitize.py
+    compute-sanitizer --tool racecheck --error-exitcode 1 python3 benchmarks/tools/sanitize.py
 
 Each case launches a kernel with int32 CUDA tensors whose contents are wrong (kv_lens past the
 cache or negative, block-table pages outside k / v or repeated by an append, cu_seqlens that

@@ -3,7 +3,7 @@ attngen.compile (empty disk cache: plan, render, NVRTC), a warm one (the kernel 
 render, no NVRTC), and a warm one after `attngen precompile` filled the cache. Medians of
 --runs processes; the imports of CuPy and of attngen are timed apart from the compile.
 
-    python3 benchmarks/startup.py [--runs 5] [--spec examples/llama3_8b.attn]
+    python3 benchmarks/tools/startup.py [--runs 5] [--spec examples/llama3_8b.attn]
 
 Prints a markdown table (date, GPU, commit) for benchmarks/RESULTS.md. The children share one
 PYTHONPYCACHEPREFIX, so that they import from bytecode as an installed package does.

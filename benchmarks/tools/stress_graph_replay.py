@@ -8,7 +8,7 @@ prints which step, how far off, how many rows and which, and the buffers' addres
 cause: a captured call's workspace handed back to CuPy's pool while the graph still wrote it
 (NOTES.md, 2026-11-27, fourth session; about one round in five failed before the fix, none after).
 
-    python3 benchmarks/stress_graph_replay.py [--rounds 300] [--paged both|on|off] [--burn]
+    python3 benchmarks/tools/stress_graph_replay.py [--rounds 300] [--paged both|on|off] [--burn]
         [--sync-first] [--keep-ws] [--fresh-zeroed] [--first-on-stream]
 
 --burn keeps the GPU busy from a second process (matrix products) as a parallel test run does;

@@ -2,7 +2,7 @@
 GPU (issue 12 part 5: what the split rule and the decode defaults should be), beside SDPA flash
 and cuDNN.
 
-    python3 benchmarks/sweep_decode.py [--lk 4096,32768] [--batch 8] [--warps-kv 1x32,4x128]
+    python3 benchmarks/tools/sweep_decode.py [--lk 4096,32768] [--batch 8] [--warps-kv 1x32,4x128]
                                        [--stages 2,3] [--splits auto,4,8]
 
 Lq=1, 32 query heads over 8 KV heads, d128, f16; the kernels' launches alone (kernel.prepared),

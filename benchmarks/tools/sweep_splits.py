@@ -1,6 +1,6 @@
 """Sweep the KV split count of split_kv decode on the GPU (tuning data for attngen/plan/schedule.py).
 
-    python3 benchmarks/sweep_splits.py
+    python3 benchmarks/tools/sweep_splits.py
 
 B=8, Lq=1, 32 query heads over 8 KV heads, d128, f16, Lk 4096 and 32768: the kernels' launches
 alone (kernel.prepared), median of triton do_bench, effective K+V TB/s. Prints one line per count.

@@ -1,8 +1,8 @@
 """Time attngen CUDA kernels over tile configurations, with ptxas's spill report for each (the
 tuning data behind the profiles' [[defaults]]: the default plans must not spill).
 
-    python3 benchmarks/sweep_tiles.py [--only prefill,decode]
-    python3 benchmarks/sweep_tiles.py --only prefill --d 256 --cases causal:1024,causal:4096 \
+    python3 benchmarks/tools/sweep_tiles.py [--only prefill,decode]
+    python3 benchmarks/tools/sweep_tiles.py --only prefill --d 256 --cases causal:1024,causal:4096 \
         --configs "default;q=128 kv=64 | stages=2 producer=on"     (chosen configurations and cases)
 
 Prefill: fp16, B L = 16384, H D = 2048 as run_gpu.py, CUDA events (median); each configuration is
