@@ -1,7 +1,7 @@
 """Every file the documentation cites exists in the repository.
 
-README.md, docs/*.md and benchmarks/*.md are read. A relative link `[text](path)` must resolve
-from the page's own folder, as a Markdown viewer resolves it. A repository path written in the
+README.md, docs/*.md, benchmarks/*.md and benchmarks/*/*.md are read. A relative link
+`[text](path)` must resolve from the page's own folder, as a Markdown viewer resolves it. A repository path written in the
 text or in `backticks` must name an existing file or folder of this repository: relative to
 the page's folder or to the root, or (for the package-relative names of docs/architecture.md,
 such as `lang/reader.py`) as the tail of a repository path. `*` globs and `<placeholders>` match
@@ -30,6 +30,7 @@ PAGES = sorted(
     [os.path.join(ROOT, "README.md")]
     + glob.glob(os.path.join(ROOT, "docs", "*.md"))
     + glob.glob(os.path.join(ROOT, "benchmarks", "*.md"))
+    + glob.glob(os.path.join(ROOT, "benchmarks", "*", "*.md"))  # probes/README.md
 )
 
 # File name endings that make a word a path even without a folder in front of it.
