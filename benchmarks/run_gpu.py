@@ -39,7 +39,7 @@ if SUITE not in sys.path:
 import attngen  # noqa: E402
 
 try:  # the CUDA sections' stack; without it only `--only wgsl` runs (a machine with lavapipe only)
-    from triton.testing import do_bench  # first: where Triton is missing, torch is not loaded for nothing
+    import triton.testing  # noqa: F401  (first: where Triton is missing, torch is not loaded for nothing)
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -47,6 +47,7 @@ try:  # the CUDA sections' stack; without it only `--only wgsl` runs (a machine 
     import host  # noqa: E402  (benchmarks/suite/host.py)
     import varlen  # noqa: E402  (benchmarks/suite/varlen.py)
     import variants  # noqa: E402  (benchmarks/suite/variants.py)
+    from variants import bench_ms, rel_err  # the suite's one timer and error (CUDA sections only)
     NO_CUDA_STACK = None
 except ImportError as e:
     torch = None
@@ -68,15 +69,6 @@ TORCH_DTYPE = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float3
 def spec_for(dtype, d, mask):
     return attngen.parse(f"attention bench_d{d}_{mask}_{dtype} {{\n head_dim {d}\n dtype {dtype}\n"
                          f" mask {mask}\n}}\n")[0]
-
-
-def bench_ms(fn) -> float:
-    return do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-
-def rel_err(a, b) -> float:
-    a, b = a.float(), b.float()
-    return float((a - b).norm() / b.norm())
 
 
 def _flex():
