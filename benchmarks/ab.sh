@@ -5,7 +5,7 @@
 # source come from the same machine and the same run (benchmarks/NOTES.md compares them).
 #   git archive <rev> templates targets grammar | (mkdir -p ab-base && tar -x -C ab-base)   # here
 #   (add attngen to the list where the change is in the planner or the emitter too)
-#   bash benchmarks/ab.sh ab-base python3 benchmarks/probe_persistent.py --dims 64 --no-flex
+#   bash benchmarks/ab.sh ab-base python3 benchmarks/probes/probe_persistent.py --dims 64 --no-flex
 # (ab-base/ travels with the working tree to the GPU machine when it is not ignored; delete it
 # after.) Each run's output is prefixed with "== base" or "== head". The command runs from the
 # root of its copy, with PYTHONPATH pointing there.

@@ -33,13 +33,13 @@ fi
 if [ "$what" = checks ]; then
     cs=${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}
     step() { echo "=== $*"; timeout 300 "$@" >"$out/check.log" 2>&1; r=$?; tail -n 12 "$out/check.log"; [ $r = 0 ] || rc=$r; }
-    step python3 benchmarks/probe_tma.py
+    step python3 benchmarks/probes/probe_tma.py
     step python3 -c "from attngen.backends import wgsl; p = wgsl.adapter_profile(); print(p.name, p.features)"
-    step "$cs" --tool racecheck --error-exitcode 1 python3 benchmarks/racecheck_examples.py
-    step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/racecheck_examples.py
-    step "$cs" --tool racecheck --error-exitcode 1 python3 benchmarks/racecheck_values.py
-    step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/sanitize.py
-    step python3 benchmarks/stress_graph_replay.py --rounds 100 --burn
+    step "$cs" --tool racecheck --error-exitcode 1 python3 benchmarks/tools/racecheck_examples.py
+    step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/tools/racecheck_examples.py
+    step "$cs" --tool racecheck --error-exitcode 1 python3 benchmarks/tools/racecheck_values.py
+    step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/tools/sanitize.py
+    step python3 benchmarks/tools/stress_graph_replay.py --rounds 100 --burn
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     start=$(date +%s)

@@ -3,7 +3,7 @@
     python3 benchmarks/run_gpu.py [--out DIR] [--quick] [--only SECTIONS] [--small]   (benchmarks/README.md)
 
 Sections: dense (the cases below), wgsl, models, host, decode_grid, varlen (packed prefill:
-benchmarks/probe_varlen.py), and issue 3's masks, decode and head_dims (benchmarks/variants.py);
+benchmarks/suite/varlen.py), and issue 3's masks, decode and head_dims (benchmarks/suite/variants.py);
 --only takes a comma-separated subset.
 
 For every case: build the attngen CUDA kernel, check its output against SDPA's flash backend
@@ -12,7 +12,7 @@ on the same random inputs (relative L2, fp16 vs fp16), then time attngen, SDPA f
 warm-up, triton.testing.do_bench). Cases follow benchmarks/ANCHORS.md: batch * seqlen = 16384,
 heads * head_dim = 2048, fp16 unless said; TFLOP/s counts 4 * B * H * Lq * Lk * D, halved
 for causal. A WGSL section (issue 13) times attngen's WGSL kernels through wgpu on the GPU's Vulkan
-driver beside a three-pass WGSL attention and the adapter's FMA ceiling (benchmarks/wgsl_peers.py);
+driver beside a three-pass WGSL attention and the adapter's FMA ceiling (benchmarks/suite/wgsl_peers.py);
 `--only wgsl --small` runs it at small shapes on a software adapter (lavapipe), without PyTorch.
 Writes results.json, latest.json (the committed benchmarks/results/latest.json form), dense.png
 (matplotlib, where installed) and RESULTS.md (date, GPU, commit) into --out; prints the table last.
@@ -32,17 +32,22 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The suite's modules (benchmarks/suite/); appended: their names (host, variants) shadow nothing.
+SUITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "suite")
+if SUITE not in sys.path:
+    sys.path.append(SUITE)
 import attngen  # noqa: E402
 
 try:  # the CUDA sections' stack; without it only `--only wgsl` runs (a machine with lavapipe only)
-    from triton.testing import do_bench  # first: where Triton is missing, torch is not loaded for nothing
+    import triton.testing  # noqa: F401  (first: where Triton is missing, torch is not loaded for nothing)
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    import decode_grid  # noqa: E402  (benchmarks/decode_grid.py)
-    import host  # noqa: E402  (benchmarks/host.py)
-    import probe_varlen  # noqa: E402  (benchmarks/probe_varlen.py)
-    import variants  # noqa: E402  (benchmarks/variants.py)
+    import decode_grid  # noqa: E402  (benchmarks/suite/decode_grid.py)
+    import host  # noqa: E402  (benchmarks/suite/host.py)
+    import varlen  # noqa: E402  (benchmarks/suite/varlen.py)
+    import variants  # noqa: E402  (benchmarks/suite/variants.py)
+    from variants import bench_ms, rel_err  # the suite's one timer and error (CUDA sections only)
     NO_CUDA_STACK = None
 except ImportError as e:
     torch = None
@@ -64,15 +69,6 @@ TORCH_DTYPE = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float3
 def spec_for(dtype, d, mask):
     return attngen.parse(f"attention bench_d{d}_{mask}_{dtype} {{\n head_dim {d}\n dtype {dtype}\n"
                          f" mask {mask}\n}}\n")[0]
-
-
-def bench_ms(fn) -> float:
-    return do_bench(fn, warmup=25, rep=100, return_mode="median")
-
-
-def rel_err(a, b) -> float:
-    a, b = a.float(), b.float()
-    return float((a - b).norm() / b.norm())
 
 
 def _flex():
@@ -139,7 +135,7 @@ def cuda_section(cases, results):
 
 
 # The WGSL suite (issue 13): head dims 64 / 128 x L 1k / 4k x full and causal x f16 and f32 storage,
-# B L = 16384 tokens, 16 heads, beside the three-pass baseline of benchmarks/wgsl_peers.py; --small:
+# B L = 16384 tokens, 16 heads, beside the three-pass baseline of benchmarks/suite/wgsl_peers.py; --small:
 # the same grid at sizes a software adapter (lavapipe) runs in seconds.
 WGSL_GRID = {"dims": (64, 128), "lengths": (1024, 4096), "masks": ("none", "causal"), "dtypes": ("f16", "f32"),
              "tokens": 16384, "heads": 16}
@@ -240,7 +236,7 @@ def wgsl_row(dtype, d, mask, dev, host_qkv, refs, runs=5, budget_s=2.0) -> dict:
 
 def wgsl_section(results, grid=None, fma=None, runs=5, budget_s=2.0):
     """attngen's WGSL kernels through wgpu on the same GPU beside a straightforward three-pass
-    WGSL attention (benchmarks/wgsl_peers.py), on the same resident inputs, and the adapter's FMA
+    WGSL attention (benchmarks/suite/wgsl_peers.py), on the same resident inputs, and the adapter's FMA
     ceiling, measured once. Appends {"wgsl_adapter", "wgsl_meta", "wgsl": rows} to `results`."""
     import wgsl_peers
     from attngen.backends import wgsl
@@ -318,7 +314,7 @@ def wgsl_markdown(wmeta, wgsl_rows) -> list:
         return "n/a" if v is None else f"{v:.3g}{unit}"
     ceiling = wmeta.get("fma_ceiling_tflops")
     lines = [f"WGSL through wgpu on the same GPU ({wmeta.get('adapter')}): attngen beside a straightforward "
-             "three-pass WGSL attention (benchmarks/wgsl_peers.py: scores, softmax and P V through memory, f32 "
+             "three-pass WGSL attention (benchmarks/suite/wgsl_peers.py: scores, softmax and P V through memory, f32 "
              f"compute) on the same inputs, resident on the GPU; B L = {wmeta.get('tokens', '?')}, "
              f"H {wmeta.get('heads', '?')}; TFLOP/s = 4 B H L^2 D (halved for causal); median of up to 5 runs "
              "(timing column); rel. err: the first and last (batch, head) vs float64. FMA ceiling (independent "
@@ -423,7 +419,7 @@ def latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows=(), grid_rows=
         out += host.latest_rows(list(host_rows))
     out += [{k: v for k, v in r.items() if k not in ("batch", "len_k", "layout")} for r in grid_rows]
     if varlen_rows:
-        out += probe_varlen.latest_rows(list(varlen_rows))
+        out += varlen.latest_rows(list(varlen_rows))
     result = {"gpu": meta["gpu"], "commit": meta["commit"], "date": meta["date"], "torch": meta["torch"]}
     if meta.get("wgsl"):  # the WGSL section's adapter and FMA ceiling (fma_ceiling_tflops), once per run
         result["wgsl"] = meta["wgsl"]
@@ -507,7 +503,7 @@ def main():
     model_rows, host_rows, grid_rows, varlen_rows = [], [], [], []
     for name, fn, out in (("models", models_section, model_rows), ("host", lambda o: host.host_section(o), host_rows),
                           ("decode_grid", lambda o: decode_grid.run(o), grid_rows),
-                          ("varlen", lambda o: probe_varlen.section(o), varlen_rows)):
+                          ("varlen", lambda o: varlen.section(o), varlen_rows)):
         if not only or name in only:
             try:
                 fn(out)
@@ -541,7 +537,7 @@ def main():
     md = (markdown(meta, rows, wgsl_rows) + models_markdown(model_rows)
           + (host.markdown(host_rows, meta) if host_rows else "")
           + (decode_grid.markdown(grid_rows, meta) if grid_rows else "")
-          + (probe_varlen.markdown(varlen_rows) if varlen_rows else "")
+          + (varlen.markdown(varlen_rows) if varlen_rows else "")
           + (variants.markdown(var_rows) if var_rows else ""))
     if grid_rows:
         decode_grid.plot(grid_rows, os.path.join(args.out, "decode.png"))

@@ -1,5 +1,5 @@
 """The WGSL benchmark's peers and section (issue 13) at tiny shapes on the live adapter (lavapipe
-here): benchmarks/wgsl_peers.py's three-pass attention against the float64 reference (one group
+here): benchmarks/suite/wgsl_peers.py's three-pass attention against the float64 reference (one group
 of (batch, head) pairs and one per pair), its timing, the FMA ceiling, and run_gpu.py's
 wgsl_section rows, their table (markdown) and their latest.json rows (latest)."""
 
@@ -18,8 +18,9 @@ from attngen.reference import relative_error, tolerance
 from conftest import ROOT, require, spec_of
 
 BENCHMARKS = os.path.join(ROOT, "benchmarks")
-if BENCHMARKS not in sys.path:
-    sys.path.append(BENCHMARKS)  # appended: its module names (host, variants) shadow nothing
+for _path in (BENCHMARKS, os.path.join(BENCHMARKS, "suite")):  # run_gpu.py; wgsl_peers.py
+    if _path not in sys.path:
+        sys.path.append(_path)  # appended: their module names (host, variants) shadow nothing
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,14 @@
 """Every file the documentation cites exists in the repository.
 
-README.md, docs/*.md and benchmarks/*.md are read. A relative link `[text](path)` must resolve
-from the page's own folder, as a Markdown viewer resolves it. A repository path written in the
+README.md, docs/*.md, benchmarks/*.md and benchmarks/*/*.md are read. A relative link
+`[text](path)` must resolve from the page's own folder, as a Markdown viewer resolves it. A repository path written in the
 text or in `backticks` must name an existing file or folder of this repository: relative to
 the page's folder or to the root, or (for the package-relative names of docs/architecture.md,
 such as `lang/reader.py`) as the tail of a repository path. `*` globs and `<placeholders>` match
 anything; a path that starts with a placeholder (`<out>/results.json`) names a file the reader
-makes and is not checked; URLs are ignored. In fenced code blocks (commands and their outputs:
+makes and is not checked; a path followed by `at <commit>` (`benchmarks/probe_x.py` at 1a2b3c4: a
+script deleted since, cited where its result is recorded) names a file of that commit and is not
+checked; URLs are ignored. In fenced code blocks (commands and their outputs:
 tests/docs/test_readme.py runs the README's) only words that plainly are repository paths
 (`examples/llama3_8b.attn`, `./x`, `../x`) are checked. Nothing outside the repository counts: it must be
 understandable on its own.
@@ -28,6 +30,7 @@ PAGES = sorted(
     [os.path.join(ROOT, "README.md")]
     + glob.glob(os.path.join(ROOT, "docs", "*.md"))
     + glob.glob(os.path.join(ROOT, "benchmarks", "*.md"))
+    + glob.glob(os.path.join(ROOT, "benchmarks", "*", "*.md"))  # probes/README.md
 )
 
 # File name endings that make a word a path even without a folder in front of it.
@@ -41,6 +44,13 @@ URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+|\bmailto:\S+|\bwww\.\S+")
 FENCE = re.compile(r"^\s*(```|~~~)")
 INLINE_CODE = re.compile(r"`([^`]+)`")
 WORD = re.compile(r"[\w.<>*/{},-]+")
+# `path` at <commit>: a file of that commit (a probe deleted since), not of the checkout.
+AT_COMMIT = re.compile(r"`?[\w./-]+`? at [0-9a-f]{7,40}\b")
+# Dated records keep the script paths of their day: benchmarks/X.py before the scripts were
+# sorted into suite/, tools/ and probes/ (NOTES.md says so at its top). There such a path
+# resolves at its new place.
+HISTORICAL = (os.path.join("benchmarks", "NOTES.md"), os.path.join("benchmarks", "RESULTS.md"))
+RENAMED = {"probe_varlen.py": "benchmarks/suite/varlen.py", "wgsl_probe_cases.py": "benchmarks/probes/common.py"}
 
 
 @lru_cache(maxsize=1)
@@ -91,6 +101,7 @@ def candidates(text: str) -> list[tuple[int, str, str]]:
     """(line, kind, path) for every link and every path-like word of a page."""
     out = []
     for n, line, fenced in lines(text):
+        line = AT_COMMIT.sub(" ", line)
         if fenced:  # commands and outputs: only words that are plainly repository paths
             for word in WORD.findall(URL.sub(" ", line)):
                 word = word.rstrip(".,;:")
@@ -150,6 +161,16 @@ def resolves(page: str, kind: str, path: str) -> bool:
                for p in repository_paths())
 
 
+def moved(path: str) -> list[str]:
+    """Where a script a dated record names by its old path (benchmarks/X.py, or a renamed X.py) is now."""
+    name = path[len("benchmarks/"):] if path.startswith("benchmarks/") else path
+    if name in RENAMED:
+        return [RENAMED[name]]
+    if path.startswith("benchmarks/") and "/" not in name:
+        return [f"benchmarks/{folder}/{name}" for folder in ("suite", "tools", "probes")]
+    return []
+
+
 def test_pages_found():
     names = {os.path.relpath(p, ROOT) for p in PAGES}
     assert {"README.md", os.path.join("docs", "architecture.md"), os.path.join("benchmarks", "README.md")} <= names
@@ -159,8 +180,10 @@ def test_pages_found():
 def test_cited_paths_exist(page):
     text = open(page, encoding="utf-8").read()
     found = candidates(text)
+    historical = os.path.relpath(page, ROOT) in HISTORICAL
     missing = [f"{os.path.relpath(page, ROOT)}:{n}: {kind} {path!r}" for n, kind, path in found
-               if not path.startswith("<") and not resolves(page, kind, path)]
+               if not path.startswith("<") and not resolves(page, kind, path)
+               and not (historical and any(resolves(page, kind, p) for p in moved(path)))]
     assert not missing, "cited but not in the repository:\n" + "\n".join(missing)
 
 
@@ -172,7 +195,8 @@ def test_checker_finds_what_it_should(tmp_path):
         "See [the design](../DESIGN.md) and [language](language.md), `../shared/ANCHORS.md`,",
         "benchmarks/head_dims.py, `examples/*.attn`, `backends/<t>/lower.py`, `lang/reader.py`,",
         "https://example.com/a/b.md, `attngen.backends.wgsl`, f16/bf16, K/V, `<out>/results.json`,",
-        "`templates/{cuda,wgsl}/mask.j2`, templates/nothing.j2",
+        "`templates/{cuda,wgsl}/mask.j2`, templates/nothing.j2, `benchmarks/gone.py` at 1a2b3c4,",
+        "benchmarks/gone_too.py at 1a2b3c4d (a deleted probe's commit)",
         "```",
         "attngen build missing/in/a/fence.attn -o out.wgsl && cat ../outside/x.md",
         "```",
@@ -183,6 +207,7 @@ def test_checker_finds_what_it_should(tmp_path):
     assert not any("example.com" in p or p.startswith("attngen.") or p in ("f16/bf16", "K/V")
                    for p in paths)
     assert not any("fence" in p or "out.wgsl" in p for p in paths)
+    assert not any("gone" in p for p in paths)
     bad = sorted(p for _, kind, p in found if not p.startswith("<") and not resolves(page, kind, p))
     assert bad == ["../DESIGN.md", "../outside/x.md", "../shared/ANCHORS.md", "benchmarks/head_dims.py",
                    "templates/nothing.j2"]
