@@ -19,11 +19,11 @@ from dataclasses import replace
 import numpy as np
 
 from ..lang.spec import Mask
+from ..limits import MAX_SEQ_LEN
 
 # Window sizes at or above this are unbounded for every sequence the runtimes accept
 # (they refuse lengths above MAX_SEQ_LEN), and keep the kernels' index arithmetic in 32 bits.
-MAX_SEQ_LEN = 2**30
-WINDOW_CAP = 2**30
+WINDOW_CAP = MAX_SEQ_LEN
 
 
 def clamp(mask: Mask) -> Mask:

@@ -14,7 +14,8 @@ import numpy as np
 from ...errors import LaunchError
 from ...plan.formulas import evaluate_all
 from ...runtime.blockmask import BlockMask, build_arrays, mask_kind
-from ...runtime.launch import MAX_GRID_YZ, Launch
+from ...limits import MAX_GRID_X, MAX_GRID_YZ
+from ...runtime.launch import Launch
 
 def _cupy():
     import cupy  # the CUDA runtime checked it is installed
@@ -137,7 +138,7 @@ def launches(plan, launch: Launch, mask_kind: str | None = None) -> list:
         g = evaluate_all(grid, **sizes)
         if g[1] > MAX_GRID_YZ or g[2] > MAX_GRID_YZ:
             raise LaunchError(f"{name}'s grid {g} exceeds {MAX_GRID_YZ} blocks along y or z")
-        if g[0] >= 2**31:
+        if g[0] > MAX_GRID_X:
             raise LaunchError(f"{name}'s grid {g} exceeds 2^31 - 1 blocks along x")
         out.append((name, params, g, threads, smem))
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...limits import UINT32_MAX
 from ...plan.formulas import evaluate_all
 from ...plan.kernel_plan import KernelPlan
 from ...runtime.blockmask import BlockMask
@@ -25,7 +26,7 @@ def meta_words(launch: Launch) -> tuple[np.ndarray, dict]:
     table = launch.block_table
     if table is not None:
         # entries past a sequence's pages are never read (may be anything): keep the words valid
-        table = np.clip(table, 0, 2**32 - 1)
+        table = np.clip(table, 0, UINT32_MAX)
     for field, arr in (("meta_cu_q", launch.cu_seqlens_q), ("meta_cu_k", launch.cu_seqlens_k),
                        ("meta_kv_lens", launch.kv_lens), ("meta_table", table)):
         offsets[field] = at
