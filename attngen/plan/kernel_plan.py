@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..lang.spec import DTYPE_BYTES, AttentionSpec, Mask
+from .formulas import evaluate_all
 
 # The kernels keep scores in the log2 domain (exp2 does the softmax) and report lse in natural
 # log: these are the factors, printed into every kernel from here.
@@ -78,10 +79,24 @@ class Workspace:
     persistent: bool = False
 
     @property
+    def element_bytes(self) -> int:
+        """Bytes of one element: the dtype's, 4 for the 32-bit words (u32) DTYPE_BYTES leaves out."""
+        return DTYPE_BYTES.get(self.dtype, 4)
+
+    def nbytes(self, sizes: dict) -> int:
+        """The size in bytes for one launch: the shape's formulas evaluated with the run-time
+        `sizes` (symbol -> int, e.g. Launch.sizes()) times the element size; the value of
+        bytes_formula for the same sizes. Every runtime sizes its workspaces here."""
+        n = self.element_bytes
+        for dim in evaluate_all(self.shape, **sizes):
+            n *= dim
+        return n
+
+    @property
     def bytes_formula(self) -> str:
-        """The size in bytes as a formula: the element size times the numeric dims, then the
-        symbolic ones ("4 * S * B * Hq * Lq * Dv")."""
-        factor, names = DTYPE_BYTES.get(self.dtype, 4), []
+        """The size in bytes as a formula (manifests): the element size times the numeric dims,
+        then the symbolic ones ("4 * S * B * Hq * Lq * Dv"); nbytes evaluates the same."""
+        factor, names = self.element_bytes, []
         for dim in self.shape:
             if str(dim).isdigit():
                 factor *= int(dim)

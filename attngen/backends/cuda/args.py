@@ -93,19 +93,19 @@ def mask_values(bm: BlockMask, device: int) -> dict:
     }
 
 
-def workspace_shapes(plan, launch: Launch) -> dict:
-    """The split schedules' workspaces (plan.workspaces) as (shape, dtype) for this call; a key
-    axis of Lk = 0 still gets one column (the scores' row stride)."""
+def workspace_bytes(plan, launch: Launch) -> dict:
+    """The split schedules' workspaces (plan.workspaces but the persistent ones) as {name: bytes}
+    for this call (Workspace.nbytes); a key axis of Lk = 0 still gets one column (the scores'
+    row stride)."""
     sizes = {**launch.sizes(plan), "Lk": max(launch.len_k, 1)}
-    return {w.name: evaluate_all(w.shape, **sizes) for w in plan.workspaces if not w.persistent}
+    return {w.name: w.nbytes(sizes) for w in plan.workspaces if not w.persistent}
 
 
 def persistent_words(plan, launch: Launch) -> dict:
     """The persistent workspaces (the fused combine's tile counters) as {name: 32-bit words} for
     this call; the runtime keeps them zeroed per stream (backends/cuda/runtime.py)."""
     sizes = launch.sizes(plan)
-    return {w.name: max(1, int(np.prod(evaluate_all(w.shape, **sizes), dtype=np.int64)))
-            for w in plan.workspaces if w.persistent}
+    return {w.name: max(1, w.nbytes(sizes) // 4) for w in plan.workspaces if w.persistent}
 
 
 def entry_points(plan) -> list:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from ...limits import UINT32_MAX
-from ...plan.formulas import evaluate_all
 from ...plan.kernel_plan import KernelPlan
 from ...runtime.blockmask import BlockMask
 from ...runtime.launch import Launch
@@ -77,12 +76,6 @@ def params_words(plan: KernelPlan, launch: Launch, *, write_lse: bool, offsets: 
 
 
 def workspace_bytes(plan: KernelPlan, launch: Launch) -> dict:
-    """Bytes of the split schedules' workspaces (the plan's formulas), by binding name."""
+    """Bytes of the split schedules' workspaces (Workspace.nbytes), by binding name."""
     sizes = launch.sizes(plan)
-    out = {}
-    for w in plan.workspaces:
-        n = 4
-        for dim in evaluate_all(w.shape, **sizes):
-            n *= dim
-        out[w.name] = n
-    return out
+    return {w.name: w.nbytes(sizes) for w in plan.workspaces}
