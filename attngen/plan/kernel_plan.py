@@ -24,6 +24,12 @@ LN2 = 0.6931471805599453
 F16_SCORE_BOUND = 16.0
 
 
+def element_bytes(dtype: str) -> int:
+    """Bytes of one element of a buffer or workspace: the dtype's (DTYPE_BYTES), 4 for the 32-bit
+    words (u32 flags and counters) it leaves out."""
+    return DTYPE_BYTES.get(dtype, 4)
+
+
 class Problem(Exception):
     """A configuration that cannot work on a target; `key` names the spec key to point at.
 
@@ -80,8 +86,7 @@ class Workspace:
 
     @property
     def element_bytes(self) -> int:
-        """Bytes of one element: the dtype's, 4 for the 32-bit words (u32) DTYPE_BYTES leaves out."""
-        return DTYPE_BYTES.get(self.dtype, 4)
+        return element_bytes(self.dtype)
 
     def nbytes(self, sizes: dict) -> int:
         """The size in bytes for one launch: the shape's formulas evaluated with the run-time
@@ -119,7 +124,7 @@ class Buffer:
 
     @property
     def bytes(self) -> int:
-        return self.copies * self.rows * self.cols * DTYPE_BYTES.get(self.dtype, 4)  # u32 flags: 4
+        return self.copies * self.rows * self.cols * element_bytes(self.dtype)
 
 
 def place_buffers(entries) -> tuple[tuple[Buffer, ...], int]:
