@@ -4,7 +4,7 @@ Layer 0 (docs/architecture.md): it imports nothing of attngen, and every layer t
 size against one of these (the language's reader and target options, the runtimes' checks of a
 call, the CUDA launcher, the command's --shape) imports it from here, so that a limit cannot
 differ between the place that accepts a value and the place that launches it.
-tests/plan/test_limits.py fails when one of these numbers is written again elsewhere.
+tests/plan/test_limits_once.py fails when one of these numbers is written again elsewhere.
 """
 
 from __future__ import annotations
