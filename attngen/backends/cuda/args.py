@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import LaunchError
+from ...limits import MAX_GRID_X, MAX_GRID_YZ
 from ...plan.formulas import evaluate_all
 from ...runtime.blockmask import BlockMask, build_arrays, mask_kind
-from ...limits import MAX_GRID_X, MAX_GRID_YZ
 from ...runtime.launch import Launch
 
 def _cupy():
