@@ -35,6 +35,7 @@ import warnings
 from . import api, backends
 from .errors import CompileError, LaunchError, SpecError, did_you_mean
 from .cli_parser import UsageError, build_parser
+from .limits import MAX_SEQ_LEN
 from .plan.profiles import ProfileError
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
@@ -368,7 +369,7 @@ def _parse_shape(text: str | None, spec) -> dict:
             n = int(value)
         except ValueError:
             raise UsageError(f"bad --shape value {part!r}: not an integer") from None
-        if n < 1 or n > 1 << 30:
+        if n < 1 or n > MAX_SEQ_LEN:
             raise UsageError(f"bad --shape value {part!r}: must be between 1 and 2^30")
         name = keys[key.lower()]
         if fixed.get(name) is not None and n != fixed[name]:

@@ -27,6 +27,7 @@ import numpy as np
 
 from .errors import LaunchError
 from .merge import merge
+from .plan.masks import window_block  # (the window's geometry is the masks' rule; exported here too)
 
 # No NVLink SHARP / multicast objects in any process that imports this module (the project's
 # rule for multi-GPU hosts): NCCL, PyTorch's symmetric memory and NVSHMEM read these at start.
@@ -119,29 +120,6 @@ def _nothing_seen(q, v, heads_q):
     import torch
     return (torch.zeros((b, s, heads_q, v.shape[3]), dtype=torch.float32, device=q.device),
             torch.full((b, heads_q, s), float("-inf"), dtype=torch.float32, device=q.device))
-
-
-def window_block(left: int, right: int, q_off: int, k_off: int, n: int):
-    """Where a chunk of n keys at global position k_off meets a chunk of n queries at q_off under
-    `mask window(left, right)` (key j_g is seen by query i_g iff -left <= j_g - i_g <= right).
-    None: no pair is visible; else (q0, q1, k0, k1, a, b): query rows q0 .. q1 - 1 and keys
-    k0 .. k1 - 1 of the chunks, a square block in which key j' is seen by row i' iff
-    -a <= j' - i' <= b, so the block is `mask window(left=a, right=b)` (0 <= a, b < its size;
-    a = b = n - 1: every pair, `mask none`)."""
-    d = k_off - q_off
-    lo, hi = max(-left - d, -(n - 1)), min(right - d, n - 1)  # the visible j - i of the chunks
-    if lo > hi:
-        return None
-    if lo > 0:  # keys after their queries only: the last n - lo keys, the first n - lo rows
-        q0, q1, k0, k1, a, b = 0, n - lo, lo, n, 0, hi - lo
-    elif hi < 0:  # keys before their queries only: the last n + hi rows, the first n + hi keys
-        q0, q1, k0, k1, a, b = -hi, n, 0, n + hi, hi - lo, 0
-    else:
-        q0, q1, k0, k1, a, b = 0, n, 0, n, -lo, hi
-    m = q1 - q0
-    if a >= m - 1 and b >= m - 1:  # every pair of the block
-        return q0, q1, k0, k1, n - 1, n - 1
-    return q0, q1, k0, k1, min(a, m - 1), min(b, m - 1)
 
 
 def _check_ranks(torch, dist, group, kernel, q, k, v, world, cu_seqlens=None):

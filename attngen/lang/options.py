@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MAX_INT = 2**31 - 1
+from ..limits import INT32_MAX as MAX_INT
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 
 from ..errors import Diagnostic, Source, Span, SpecError, did_you_mean
+from ..limits import INT32_MAX, MAX_HEADS
 from .options import target_schema, target_schemas
 from .source import decode_source
 from .spec import AttentionSpec, KVCache, Mask, Schedule, Tile, ACC_DTYPES, DTYPES, format_spec
 from .syntax import MAX_NAME_LENGTH, Block, Call, Number, Pair, Setting, Word, parse_blocks
 
-MAX_INT = 2**31 - 1
+MAX_INT = INT32_MAX  # (attngen.limits: the reasons of every limit)
 MAX_HEAD_DIM = 1024
-MAX_HEADS = 65535  # one grid dimension / dispatch dimension per head
 # scale and softcap become f32 constants in the kernels (scale * log2(e), scale / softcap,
 # softcap * log2(e)); within this range every one of them is a finite, normal f32.
 MIN_REAL, MAX_REAL = 1e-12, 1e12

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..lang.spec import DTYPE_BYTES, AttentionSpec, Mask
+from .formulas import evaluate_all
 
 # The kernels keep scores in the log2 domain (exp2 does the softmax) and report lse in natural
 # log: these are the factors, printed into every kernel from here.
@@ -21,6 +22,12 @@ LN2 = 0.6931471805599453
 # tolerance (1e-2) while a row's largest score |t| (log2 domain) is at most this. Rows beyond it
 # come out NaN rather than wrong (docs/language.md, Numerics).
 F16_SCORE_BOUND = 16.0
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes of one element of a buffer or workspace: the dtype's (DTYPE_BYTES), 4 for the 32-bit
+    words (u32 flags and counters) it leaves out."""
+    return DTYPE_BYTES.get(dtype, 4)
 
 
 class Problem(Exception):
@@ -78,10 +85,23 @@ class Workspace:
     persistent: bool = False
 
     @property
+    def element_bytes(self) -> int:
+        return element_bytes(self.dtype)
+
+    def nbytes(self, sizes: dict) -> int:
+        """The size in bytes for one launch: the shape's formulas evaluated with the run-time
+        `sizes` (symbol -> int, e.g. Launch.sizes()) times the element size; the value of
+        bytes_formula for the same sizes. Every runtime sizes its workspaces here."""
+        n = self.element_bytes
+        for dim in evaluate_all(self.shape, **sizes):
+            n *= dim
+        return n
+
+    @property
     def bytes_formula(self) -> str:
-        """The size in bytes as a formula: the element size times the numeric dims, then the
-        symbolic ones ("4 * S * B * Hq * Lq * Dv")."""
-        factor, names = DTYPE_BYTES.get(self.dtype, 4), []
+        """The size in bytes as a formula (manifests): the element size times the numeric dims,
+        then the symbolic ones ("4 * S * B * Hq * Lq * Dv"); nbytes evaluates the same."""
+        factor, names = self.element_bytes, []
         for dim in self.shape:
             if str(dim).isdigit():
                 factor *= int(dim)
@@ -104,7 +124,7 @@ class Buffer:
 
     @property
     def bytes(self) -> int:
-        return self.copies * self.rows * self.cols * DTYPE_BYTES.get(self.dtype, 4)  # u32 flags: 4
+        return self.copies * self.rows * self.cols * element_bytes(self.dtype)
 
 
 def place_buffers(entries) -> tuple[tuple[Buffer, ...], int]:

@@ -19,12 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import LaunchError
+from ..limits import INT32_MAX, MAX_GRID_YZ, MAX_SEQ_LEN
 from ..plan.kernel_plan import KernelPlan
-from ..plan.masks import MAX_SEQ_LEN
 from ..plan.schedule import choose_splits
-
-MAX_GRID_YZ = 65535  # CUDA grid.y / grid.z and WebGPU dispatch dimensions
-INT32_MAX = 2**31 - 1
 
 
 def _module(x) -> str:

@@ -25,7 +25,7 @@ PACKAGE = Path(ROOT) / "attngen"
 
 # Layers, bottom up: a module's layer is the first prefix that matches its name.
 LAYERS = [
-    ("attngen.version", 0), ("attngen.errors", 0), ("attngen.resources", 0),
+    ("attngen.version", 0), ("attngen.errors", 0), ("attngen.resources", 0), ("attngen.limits", 0),
     ("attngen.lang", 1),
     ("attngen.plan", 2),
     ("attngen.merge", 3),

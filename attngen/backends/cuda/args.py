@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import LaunchError
+from ...limits import MAX_GRID_X, MAX_GRID_YZ
 from ...plan.formulas import evaluate_all
 from ...runtime.blockmask import BlockMask, build_arrays, mask_kind
-from ...runtime.launch import MAX_GRID_YZ, Launch
+from ...runtime.launch import Launch
 
 def _cupy():
     import cupy  # the CUDA runtime checked it is installed
@@ -92,19 +93,19 @@ def mask_values(bm: BlockMask, device: int) -> dict:
     }
 
 
-def workspace_shapes(plan, launch: Launch) -> dict:
-    """The split schedules' workspaces (plan.workspaces) as (shape, dtype) for this call; a key
-    axis of Lk = 0 still gets one column (the scores' row stride)."""
+def workspace_bytes(plan, launch: Launch) -> dict:
+    """The split schedules' workspaces (plan.workspaces but the persistent ones) as {name: bytes}
+    for this call (Workspace.nbytes); a key axis of Lk = 0 still gets one column (the scores'
+    row stride)."""
     sizes = {**launch.sizes(plan), "Lk": max(launch.len_k, 1)}
-    return {w.name: evaluate_all(w.shape, **sizes) for w in plan.workspaces if not w.persistent}
+    return {w.name: w.nbytes(sizes) for w in plan.workspaces if not w.persistent}
 
 
 def persistent_words(plan, launch: Launch) -> dict:
     """The persistent workspaces (the fused combine's tile counters) as {name: 32-bit words} for
     this call; the runtime keeps them zeroed per stream (ZeroedBuffers, backends/cuda/launch.py)."""
     sizes = launch.sizes(plan)
-    return {w.name: max(1, int(np.prod(evaluate_all(w.shape, **sizes), dtype=np.int64)))
-            for w in plan.workspaces if w.persistent}
+    return {w.name: max(1, w.nbytes(sizes) // 4) for w in plan.workspaces if w.persistent}
 
 
 def entry_points(plan) -> list:
@@ -137,7 +138,7 @@ def launches(plan, launch: Launch, mask_kind: str | None = None) -> list:
         g = evaluate_all(grid, **sizes)
         if g[1] > MAX_GRID_YZ or g[2] > MAX_GRID_YZ:
             raise LaunchError(f"{name}'s grid {g} exceeds {MAX_GRID_YZ} blocks along y or z")
-        if g[0] >= 2**31:
+        if g[0] > MAX_GRID_X:
             raise LaunchError(f"{name}'s grid {g} exceeds 2^31 - 1 blocks along x")
         out.append((name, params, g, threads, smem))
     return out

@@ -464,15 +464,15 @@ class CudaKernel(Kernel):
             values["bt_stride"] = given["block_table"][2] or launch.block_table.shape[1]
         if bm is not None:
             values.update(cuda_args.mask_values(bm, dev))  # its arrays are slots: the addresses come per call
-        shapes = cuda_args.workspace_shapes(self.plan, launch)
+        ws_sizes = cuda_args.workspace_bytes(self.plan, launch)
         persistent = cuda_args.persistent_words(self.plan, launch)
-        layout, ws_bytes = workspace_layout(shapes)
-        if "ws_s" in shapes:
+        layout, ws_bytes = workspace_layout(ws_sizes)
+        if "ws_s" in ws_sizes:
             values["s_stride"] = max(launch.len_k, 1)
         # the addresses a call of this signature passes (the rest of the pointer parameters stay null)
         slots = frozenset(list(named) + list(given) + ["out"] + (["lse"] if return_lse else [])
                           + (["mask_bits", "mask_add", "mask_counts", "mask_tiles"] if bm is not None else [])
-                          + list(shapes) + list(persistent))
+                          + list(ws_sizes) + list(persistent))
         # the tensor copy engine's maps of K and V, and Q (CudaConfig.tma, tma_q): the main entry
         # point reads them
         maps = {}

@@ -268,12 +268,12 @@ _DRIVER: list = []
 ZEROED = ZeroedBuffers()
 
 
-def workspace_layout(shapes: dict) -> tuple[list, int]:
-    """One f32 buffer for the split workspaces: [(name, byte offset)] (256-byte aligned), bytes."""
+def workspace_layout(sizes: dict) -> tuple[list, int]:
+    """One f32 buffer for the split workspaces ({name: bytes}, args.workspace_bytes): [(name,
+    byte offset)] (256-byte aligned), bytes."""
     out, off = [], 0
-    for name, shape in shapes.items():
+    for name, n in sizes.items():
         out.append((name, off))
-        n = 4 * int(np.prod(shape, dtype=np.int64))
         off += -(-max(n, 4) // 256) * 256
     return out, off
 

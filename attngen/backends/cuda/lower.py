@@ -131,20 +131,20 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
     if spec.schedule.is_split:
         ps += _workspaces(spec)
     if counters:
-        ps.append(_p("tile_counters", "tensor", "u32", counters, "readwrite",
-                     doc="fused combine: per row tile, how many of its splits are done; zero before the "
-                         "launch, and left zero by it (the runtime keeps one such buffer per stream)"))
+        ps.append(_ws_param(tile_counters(counters),
+                            "fused combine: per row tile, how many of its splits are done; zero before the "
+                            "launch, and left zero by it (the runtime keeps one such buffer per stream)"))
     if persistent:
         ps.append(_p("batch_size", "scalar", _I32, doc="B, sequences (persistent blocks: the grid does not say)"))
     if persistent and not stored_p:
-        ps.append(_p("work_counter", "tensor", "u32", ("1",), "readwrite",
-                     doc="persistent blocks: work items handed out after each block's first; zero before the "
-                         "launch, and left zero by it (the runtime keeps one such buffer per stream)"))
+        ps.append(_ws_param(WORK_COUNTER,
+                            "persistent blocks: work items handed out after each block's first; zero before the "
+                            "launch, and left zero by it (the runtime keeps one such buffer per stream)"))
     if stored_p:
-        ps.append(_p("ws_p", "tensor", "u32", STORED_P_SHAPE, "readwrite",
-                     doc="workspace (P through memory): block x's slot holds, for the row tile it works on, each "
-                         "consumer thread's P fragments (16 bytes per 16 keys) and its rows' running max after each "
-                         "tile of 256 keys; uninitialised"))
+        ps.append(_ws_param(STORED_P,
+                            "workspace (P through memory): block x's slot holds, for the row tile it works on, each "
+                            "consumer thread's P fragments (16 bytes per 16 keys) and its rows' running max after "
+                            "each tile of 256 keys; uninitialised"))
     if tma:
         how = ("a CUtensorMap (128 bytes, passed by value) from cuTensorMapEncodeTiled over {t}: "
                "{dtype}, rank 4, dims (D{d}, {h}, {l}, B) innermost first, strides in bytes of its head, {r} and "
@@ -182,25 +182,43 @@ def _bounds() -> list:
     ]
 
 
-def _workspaces(spec: AttentionSpec) -> list:
+def _ws_param(w: Workspace, doc: str = "", access: str = "readwrite") -> Param:
+    """The parameter that passes workspace `w` (its name, dtype and shape: declared once, in the
+    Workspace the launcher allocates)."""
+    return _p(w.name, "tensor", w.dtype, w.shape, access, doc=doc)
+
+
+def split_workspaces(spec: AttentionSpec) -> tuple:
+    """The split schedules' f32 workspaces (uninitialised), declared once: the main entry point
+    passes them (main_params, with _WS_DOCS), the combine reads ws_o, ws_lse (and ws_l), and the
+    launcher allocates them (workspaces())."""
+    if not spec.schedule.is_split:
+        return ()
     rows = "B * Hq * Lq"
-    ps = [
-        _p("ws_o", "tensor", "f32", ("S", rows, "Dv"), "readwrite",
-           doc="workspace: each split's output for row ((b * Hq + h) * Lq + i), normalised by its own sum"
-               + (" (two_pass: by the merged sum, so the splits add up)" if spec.schedule.is_two_pass
-                  else "")),
-        _p("ws_lse", "tensor", "f32", ("S", rows), "readwrite",
-           doc="workspace: each split's log2-domain log-sum-exp (two_pass: its row max m), -inf: no key"),
-    ]
+    out = [Workspace("ws_o", "f32", ("S", rows, "Dv")), Workspace("ws_lse", "f32", ("S", rows))]
     if spec.schedule.is_two_pass:
-        ps += [
-            _p("ws_l", "tensor", "f32", ("S", rows), "readwrite",
-               doc="workspace (two_pass): each split's row sum l of exp2(t - m)"),
-            _p("ws_s", "tensor", "f32", (rows, "Lk"), "readwrite",
-               doc="workspace (two_pass): the transformed, masked scores t (log2 domain: "
-                   "log2(e) * scale * q.k, softcapped, plus log2(e) * additive mask; -inf where masked)"),
-            _p("s_stride", "scalar", _I32, doc="row stride of ws_s (Lk)"),
-        ]
+        out += [Workspace("ws_l", "f32", ("S", rows)), Workspace("ws_s", "f32", (rows, "Lk"))]
+    return tuple(out)
+
+
+_WS_DOCS = {
+    "ws_o": "workspace: each split's output for row ((b * Hq + h) * Lq + i), normalised by its own sum",
+    "ws_lse": "workspace: each split's log2-domain log-sum-exp (two_pass: its row max m), -inf: no key",
+    "ws_l": "workspace (two_pass): each split's row sum l of exp2(t - m)",
+    "ws_s": "workspace (two_pass): the transformed, masked scores t (log2 domain: "
+            "log2(e) * scale * q.k, softcapped, plus log2(e) * additive mask; -inf where masked)",
+}
+
+
+def _workspaces(spec: AttentionSpec) -> list:
+    ps = []
+    for w in split_workspaces(spec):
+        doc = _WS_DOCS[w.name]
+        if w.name == "ws_o" and spec.schedule.is_two_pass:
+            doc += " (two_pass: by the merged sum, so the splits add up)"
+        ps.append(_ws_param(w, doc))
+    if spec.schedule.is_two_pass:
+        ps.append(_p("s_stride", "scalar", _I32, doc="row stride of ws_s (Lk)"))
     ps.append(_p("splits", "scalar", _I32, doc="S, KV splits"))
     return ps
 
@@ -208,24 +226,27 @@ def _workspaces(spec: AttentionSpec) -> list:
 # P through memory (CudaConfig.stored_p): one slot per block of the persistent grid, of 2 warpgroups
 # x 128 threads x (16 steps of 16 keys x 4 words of P + 2 words of running max) per 256 keys.
 STORED_P_SHAPE = ("min(SM, ceil(Lq / 128) * Hq * B)", "16896 * ceil(Lk / 256)")
+STORED_P = Workspace("ws_p", "u32", STORED_P_SHAPE)
+# The persistent blocks' work counter (persistent: the runtime keeps it zeroed per stream).
+WORK_COUNTER = Workspace("work_counter", "u32", ("1",), fill=0, persistent=True)
+
+
+def tile_counters(shape: tuple) -> Workspace:
+    """The fused combine's tile counters of `shape` (counter_shape), persistent and zeroed."""
+    return Workspace("tile_counters", "u32", shape, fill=0, persistent=True)
 
 
 def workspaces(spec: AttentionSpec, cfg) -> tuple:
-    """The split schedules' f32 workspaces, allocated by the launcher (uninitialised), and the
-    fused combine's tile counters and the persistent blocks' work counter (persistent, zeroed
-    once)."""
+    """The workspaces the launcher allocates: the split schedules' (split_workspaces) and the
+    fused combine's tile counters, the persistent blocks' work counter (persistent, zeroed once),
+    or P through memory's slots."""
     if cfg.stored_p:
-        return (Workspace("ws_p", "u32", STORED_P_SHAPE),)
+        return (STORED_P,)
     if cfg.persistent:
-        return (Workspace("work_counter", "u32", ("1",), fill=0, persistent=True),)
-    if not spec.schedule.is_split:
-        return ()
-    rows = "B * Hq * Lq"
-    out = [Workspace("ws_o", "f32", ("S", rows, "Dv")), Workspace("ws_lse", "f32", ("S", rows))]
-    if spec.schedule.is_two_pass:
-        out += [Workspace("ws_l", "f32", ("S", rows)), Workspace("ws_s", "f32", (rows, "Lk"))]
+        return (WORK_COUNTER,)
+    out = list(split_workspaces(spec))
     if fused_combine(spec, cfg):
-        out.append(Workspace("tile_counters", "u32", counter_shape(spec, cfg), fill=0, persistent=True))
+        out.append(tile_counters(counter_shape(spec, cfg)))
     return tuple(out)
 
 
@@ -267,12 +288,7 @@ def entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
     if fused_combine(spec, cfg):
         return tuple(out)
     d = spec.dtype
-    combine = [
-        _p("ws_o", "tensor", "f32", ("S", "B * Hq * Lq", "Dv")),
-        _p("ws_lse", "tensor", "f32", ("S", "B * Hq * Lq")),
-    ]
-    if spec.schedule.is_two_pass:
-        combine.append(_p("ws_l", "tensor", "f32", ("S", "B * Hq * Lq")))
+    combine = [_ws_param(w, access="read") for w in split_workspaces(spec) if w.name != "ws_s"]
     combine += [
         _p("out", "tensor", d, ("B", "Lq", "Hq", "Dv"), "write"),
         _p("lse", "tensor", "f32", ("B", "Hq", "Lq"), "write", True),

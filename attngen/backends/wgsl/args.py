@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...plan.formulas import evaluate_all
+from ...limits import UINT32_MAX
 from ...plan.kernel_plan import KernelPlan
 from ...runtime.blockmask import BlockMask
 from ...runtime.launch import Launch
@@ -25,7 +25,7 @@ def meta_words(launch: Launch) -> tuple[np.ndarray, dict]:
     table = launch.block_table
     if table is not None:
         # entries past a sequence's pages are never read (may be anything): keep the words valid
-        table = np.clip(table, 0, 2**32 - 1)
+        table = np.clip(table, 0, UINT32_MAX)
     for field, arr in (("meta_cu_q", launch.cu_seqlens_q), ("meta_cu_k", launch.cu_seqlens_k),
                        ("meta_kv_lens", launch.kv_lens), ("meta_table", table)):
         offsets[field] = at
@@ -76,12 +76,6 @@ def params_words(plan: KernelPlan, launch: Launch, *, write_lse: bool, offsets: 
 
 
 def workspace_bytes(plan: KernelPlan, launch: Launch) -> dict:
-    """Bytes of the split schedules' workspaces (the plan's formulas), by binding name."""
+    """Bytes of the split schedules' workspaces (Workspace.nbytes), by binding name."""
     sizes = launch.sizes(plan)
-    out = {}
-    for w in plan.workspaces:
-        n = 4
-        for dim in evaluate_all(w.shape, **sizes):
-            n *= dim
-        out[w.name] = n
-    return out
+    return {w.name: w.nbytes(sizes) for w in plan.workspaces}

@@ -191,16 +191,14 @@ def grids(spec: AttentionSpec, tile_q: int, v_blocks: int) -> dict:
 
 def workspaces(spec: AttentionSpec) -> tuple:
     """The split schedules' f32 workspaces; lse_part and stats start filled with WORKSPACE_FILL
-    (a workgroup cut short leaves it, and the combine notices)."""
+    (a workgroup cut short leaves it, and the combine notices). Their dtypes and shapes are their
+    bindings' (_BINDINGS: declared once)."""
     kind = spec.schedule.kind
     if kind == "fused":
         return ()
-    out = [Workspace("o_part", "f32", ("S", "B", "Lq", "Hq", "Dv")),
-           Workspace("lse_part", "f32", ("S", "B", "Hq", "Lq"), fill=WORKSPACE_FILL)]
-    if kind == "two_pass":
-        out += [Workspace("s_scratch", "f32", ("B", "Hq", "Lq", "Lk")),
-                Workspace("stats", "f32", ("S", "B", "Hq", "Lq", "2"), fill=WORKSPACE_FILL)]
-    return tuple(out)
+    names = ["o_part", "lse_part"] + (["s_scratch", "stats"] if kind == "two_pass" else [])
+    fills = {"lse_part": WORKSPACE_FILL, "stats": WORKSPACE_FILL}
+    return tuple(Workspace(n, _BINDINGS[n][1], _BINDINGS[n][2], fill=fills.get(n)) for n in names)
 
 
 def entries(spec: AttentionSpec, entry: str, tile_q: int, v_blocks: int, threads: int) -> tuple:

@@ -10,7 +10,7 @@ Hq, Hkv, G = Hq / Hkv, S = splits); attngen's own runtime fills them the same wa
 from __future__ import annotations
 
 from ...plan.kernel_plan import KernelPlan
-from ...plan.schedule import BLOCKS_PER_CORE, MAX_SPLITS, MIN_TILES_PER_SPLIT, max_splits, pack_gqa, split_rule
+from ...plan.schedule import max_splits, pack_gqa, split_rule_for
 
 BUFFER_LAYOUTS = {
     "seq_meta": {
@@ -99,21 +99,17 @@ def schedule_manifest(plan: KernelPlan) -> dict:
     kind = spec.schedule.kind
     out = {"kind": kind}
     if kind != "fused":
+        rule = split_rule_for(plan)  # the rule choose_splits applies, as numbers and text
         out["splits"] = ("N of split_kv(N)" if spec.schedule.splits else
-                         split_rule(plan.tile_q, plan.tile_kv) + " (attngen.plan.schedule.choose_splits; "
-                         "compute_units from the profile)")
+                         rule.text + " (attngen.plan.schedule.choose_splits; compute_units from the profile)")
         out["max_splits"] = max_splits(spec)
         if spec.schedule.splits:
             out["splits_fixed"] = spec.schedule.splits  # S, whatever the shapes
         else:  # choose_splits' rule as numbers (a runtime evaluates it from the shapes)
-            out["split_rule"] = {"blocks_per_core": BLOCKS_PER_CORE, "min_tiles_per_split": MIN_TILES_PER_SPLIT,
-                                 "max_splits": MAX_SPLITS, "tile_q": plan.tile_q, "tile_kv": plan.tile_kv,
-                                 "rows_per_kv_head": pack_gqa(spec),
-                                 "note": "S = min(max(1, floor(blocks_per_core * compute_units / blocks)), max(1, "
-                                         "floor(Lk / (min_tiles_per_split * tile_kv))), max_splits), blocks = "
-                                         "B * Hkv * ceil(Lq * G / tile_q) when rows_per_kv_head, else B * Hq * "
-                                         "ceil(Lq / tile_q); compute_units: the device's (browsers do not say: "
-                                         "the webgpu-core profile guesses 8)"}
+            fields = rule.fields()
+            fields["note"] += ("; compute_units: the device's (browsers do not say: the webgpu-core profile "
+                               "guesses 8)")
+            out["split_rule"] = fields
         if pack_gqa(spec):
             out["rows"] = "a workgroup's rows are (query row, head in group) pairs of one KV head (dispatch y = Hkv)"
         else:

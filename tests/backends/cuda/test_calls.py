@@ -53,7 +53,7 @@ def test_packed_parameters_follow_the_c_layout():
 
 
 def test_workspaces_share_one_aligned_buffer():
-    layout, total = workspace_layout({"ws_o": (2, 3, 5), "ws_lse": (2, 3)})
+    layout, total = workspace_layout({"ws_o": 4 * 2 * 3 * 5, "ws_lse": 4 * 2 * 3})
     assert layout == [("ws_o", 0), ("ws_lse", 256)] and total == 512
 
 
