@@ -102,7 +102,7 @@ class CudaConfig:
 
     def __post_init__(self):
         # Every producer kernel runs the work-item code (templates/cuda/body.j2 has no other producer
-        # loop since 2026-11-27, third session): its redo is the cleaning pass of a key of weight 0.
+        # loop): its redo is the cleaning pass of a key of weight 0.
         if self.producer and not self.persistent:
             raise AssertionError("a producer kernel without the work-item code (CudaConfig.persistent)")
 

@@ -109,9 +109,8 @@ def producer_registers(t: CudaTiles, tma: bool, mask_kind: str, consumer_warps: 
 def swizzles_kv(spec: AttentionSpec, math: str, chunk: int | None, t: CudaTiles) -> bool:
     """Whether an mma.sync kernel keeps K and V in unpadded 128-byte rows (t.swizzle_kv)."""
     # (a paged tile is copied page by page: pages of a multiple of 8 keys keep the pattern)
-    # The split (decode) schedules, where it was measured, with head dims 64, 128 and 256 (ptxas on
-    # split_kv: d128 240 registers vs 249, d256 8 bytes of spills vs 36; d192 spilled more, 224
-    # bytes vs 168).
+    # The split (decode) schedules, where it was measured, with head dims 64, 128 and 256 (ptxas:
+    # benchmarks/NOTES.md, "config.py's measurements", swizzle_kv).
     return (t.swizzle_kv and math == "mma" and chunk is None and spec.schedule.is_split
             and spec.head_dim_qk in (64, 128, 256) and spec.head_dim_v in (64, 128, 256)
             and (not spec.kv_cache.is_paged or spec.kv_cache.page % 8 == 0))
@@ -121,11 +120,8 @@ def takes_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int, 
     """Whether the Hopper family's block gets a producer warpgroup: the spec's `producer`, else
     auto = on for blocks of two consumer warpgroups (tile q = 128) with a ring of 2+ stages, up to
     head dim 128, without softcap, for no mask or a causal or window one up to tile kv
-    t.producer_masked_max_kv (H100, benchmarks/NOTES.md: d128 L4096 full 429 -> 496 TFLOP/s, causal
-    q128 kv96 366 vs the plain loop's 317 at kv128; window 1024 at L16384 286 vs 199 without it and
-    170 for the former q128 kv112; d256 with its two stages of kv 64 445 -> 415; softcap 30 causal
-    292 either way; custom masks, q128 kv80: window 1024 0.385 ms vs 0.68 without it, the mask's
-    words staged with K and V, benchmarks/probe_custom.py)."""
+    t.producer_masked_max_kv (measured: benchmarks/NOTES.md, "config.py's measurements",
+    takes_producer)."""
     given = spec.options("cuda").get("producer")
     if given == "off":
         return False
@@ -158,7 +154,7 @@ def takes_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int, 
         if wide_masked(spec, t):
             wide_kv = t.producer_wide_masked_max_kv
         return given == "on" or (tile_q == 2 * WARPGROUP_ROWS and wide_kv is not None and tile_kv <= wide_kv)
-    # (softcap too since 2026-11-27, third session: t.producer_softcap)
+    # (softcap too: t.producer_softcap)
     return given == "on" or (tile_q == 2 * WARPGROUP_ROWS and masked_ok
                              and (spec.softcap is None or t.producer_softcap))
 
