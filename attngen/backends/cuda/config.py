@@ -633,7 +633,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
             d_qk_pad, d_v_pad = _round_up(spec.head_dim_qk, chunk), v_blocks * d_v_block
             q_in_regs = False
         ws = producer and math == "wgmma" and takes_producer(spec, tile_q, tile_kv, stages, t)
-        # Every producer kernel runs the work-item code (CUDA_PERSISTENT_AUTO): persistent blocks,
+        # Every producer kernel runs the work-item code (CudaConfig.persistent): persistent blocks,
         # or with persistent=off a grid of one block per item, so that a block whose result is not
         # finite still does its item again, cleaned (docs/language.md, "A key of weight 0 adds nothing")
         persist = bool(ws) and persistent_refusal(spec, ws) is None
