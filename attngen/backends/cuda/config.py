@@ -54,7 +54,7 @@ class CudaConfig:
     # Why a profile that has the Hopper family (wgmma) does not use it for this spec ('' when it
     # does, or when the profile has none): `attngen check` shows it, never a silent fallback.
     family_note: str = ""
-    # split_kv: warps over keys (t.split_key_warps): every tile of tile_kv keys is divided
+    # split_kv: warps over keys (CudaTiles.split_key_warps): every tile of tile_kv keys is divided
     # among key_warps warps that own the same rows; 1 everywhere else.
     key_warps: int = 1
     # Blocks one multiprocessor holds at once by shared memory (the profile's per-block limit
@@ -65,29 +65,30 @@ class CudaConfig:
     producer: bool = False
     # Persistent blocks (every producer kernel): one block per multiprocessor takes work items
     # (row tile, head, batch) one after the other, so that its producer copies the next item's Q
-    # and first K/V tiles while its consumers finish the current one (t.persistent_blocks).
+    # and first K/V tiles while its consumers finish the current one (CudaTiles.persistent_blocks).
     persistent: bool = False
     # ... with a grid of one block per work item (`persistent=off`): each block does its one row
     # tile, and again, cleaned, if its result is not finite.
     item_per_block: bool = False
-    # Producer kernels: the K and V tiles come by the tensor copy engine (t.tma_producer_regs).
+    # Producer kernels: the K and V tiles come by the tensor copy engine (CudaTiles.tma_producer_regs).
     tma: bool = False
     # ... and Q too: one box of tile q rows of one query head (not where a block's rows span a
     # GQA group's heads, pack_gqa, nor with head dims in chunks).
     tma_q: bool = False
-    # Split Q K^T (t.split_qk): the two consumer warpgroups own the same tile q rows, each
+    # Split Q K^T (CudaTiles.split_qk): the two consumer warpgroups own the same tile q rows, each
     # with half of Q K^T's head dim and d_v_pad (= d_v_block / 2) of the block's output columns.
     split_qk: bool = False
-    # mma.sync: the K and V tiles in 128-byte rows with permuted 16-byte chunks (t.swizzle_kv).
+    # mma.sync: the K and V tiles in 128-byte rows with permuted 16-byte chunks (CudaTiles.swizzle_kv).
     swizzle_kv: bool = False
-    # Head dims above t.q_whole_max_head_dim on the Hopper family: P through memory, two phases per row
-    # tile (t.stored_p_tiles); d_v_block is then the output columns of one pass of phase B.
+    # Head dims above CudaTiles.q_whole_max_head_dim on the Hopper family: P through memory, two
+    # phases per row tile (CudaTiles.stored_p_tiles); d_v_block is then the output columns of one
+    # pass of phase B.
     stored_p: bool = False
-    # The output through shared memory with a tensor store (t.tma_store): a buffer sO and a
+    # The output through shared memory with a tensor store (CudaTiles.tma_store): a buffer sO and a
     # tensor map over out (tmap_o).
     tma_store: bool = False
     # The producer's registers after setmaxnreg where not producer_registers' rule (0): the _varlen
-    # entry's producer, t.varlen_producer_regs.
+    # entry's producer, CudaTiles.varlen_producer_regs.
     producer_regs: int = 0
     # What the emitter prints from the tile table (tiles.py; set by cuda_config from the profile's
     # table, so that the plan, whose digest keys the disk cache, carries every value of the source):
@@ -209,7 +210,7 @@ class CudaConfig:
 
 
 def _stored_p_config(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> CudaConfig:
-    """The configuration of P through memory (t.stored_p_tiles): the stages that fit the profile's
+    """The configuration of P through memory (CudaTiles.stored_p_tiles): the stages that fit the profile's
     shared memory, and the mma.sync chunks for launches with per-sequence lengths (_varlen)."""
     tile_q, keys_a, tile_kv, cols, stages = t.stored_p_tiles
     d_qk_pad = padded_head_dim(spec.head_dim_qk, "wgmma")
@@ -227,8 +228,8 @@ def _stored_p_config(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> Cud
             break
         stages -= 1
     if smem > limit:
-        raise Problem(f"P through memory (head dims above {t.q_whole_max_head_dim}) needs {smem} bytes of shared memory "
-                      f"for 2 stages ({_describe(buffers)}), but {profile.name} allows {limit}")
+        raise Problem(f"P through memory (head dims above {t.q_whole_max_head_dim}) needs {smem} bytes of shared "
+                      f"memory for 2 stages ({_describe(buffers)}), but {profile.name} allows {limit}")
     _, consumer = producer_registers(t, True, "none", 8, True)
     return CudaConfig("wgmma", tile_q, tile_kv, 8, stages, spec.head_dim_qk, spec.head_dim_v, d_qk_pad, d_v_pad,
                       False, buffers, smem, 2 * cols // 4 + 48, consumer, v_blocks=1, d_v_block=cols,
@@ -244,7 +245,7 @@ def _cuda_layout(t, spec, math, tile_q, tile_kv, stages, chunk, producer=False, 
                  d_v_cols=None, split_qk=False, o_stage=False):
     """Shared-memory buffers: the whole head dims (chunk None), or one chunk per pipeline stage.
     d_v_cols: the V columns of a block (wgmma output column blocks), when not the whole head dim;
-    o_stage: the staging buffer of the tensor store (t.tma_store)."""
+    o_stage: the staging buffer of the tensor store (CudaTiles.tma_store)."""
     elem = spec.dtype
     if math == "wgmma":  # swizzled, no skew; whole 64-element blocks; 1024 bytes of alignment slack
         d_qk_pad = padded_head_dim(spec.head_dim_qk, math)
@@ -254,10 +255,10 @@ def _cuda_layout(t, spec, math, tile_q, tile_kv, stages, chunk, producer=False, 
             ("sK", elem, stages, tile_kv, d_qk_pad, "K tiles, one per pipeline stage (128-byte swizzle)"),
             ("sV", elem, stages, tile_kv, d_v_pad, "V tiles, one per pipeline stage (128-byte swizzle)"),
         ]
-        if split_qk:  # two tiles' halves of S from each warpgroup, f32 (t.split_qk)
+        if split_qk:  # two tiles' halves of S from each warpgroup, f32 (CudaTiles.split_qk)
             entries.append(("sX", "f32", 2, 2 * tile_q, tile_kv,
                             "each warpgroup's half of S = Q K^T, alternating by tile (split Q K^T)"))
-        if o_stage:  # the output tile staged for the tensor store (t.tma_store)
+        if o_stage:  # the output tile staged for the tensor store (CudaTiles.tma_store)
             entries.append(("sO", elem, 1, tile_q, d_v_pad, "the output tile, staged for the tensor store (64-column blocks)"))
         if producer and spec.mask.is_custom:  # a boolean mask's words of each stage's partial tile
             entries.append(("sMask", "u32", stages, tile_q, t.mask_stage_words,
@@ -358,7 +359,7 @@ def _cuda_v_split(d_v: int, chunk: int, cap: int) -> tuple[int, int]:
 def _cuda_default_chunk(spec: AttentionSpec, math: str, t: CudaTiles) -> int:
     """The candidate chunk with the least estimated work: the head-dim columns computed (padding
     to whole chunks, Q K^T once per output block) plus, per shared-memory step, a fixed cost
-    (barriers, copy latency) of about t.step_cost_columns columns. Ties go to the larger chunk."""
+    (barriers, copy latency) of about CudaTiles.step_cost_columns columns. Ties go to the larger chunk."""
     def work(chunk):
         v_blocks, d_v_block = _cuda_v_split(spec.head_dim_v, chunk, t.max_block_columns)
         columns = v_blocks * (_round_up(spec.head_dim_qk, chunk) + d_v_block)
@@ -384,9 +385,9 @@ def _cuda_check_chunk(spec: AttentionSpec, math: str, chunk: int, t: CudaTiles) 
 
 def _producer_wide_d_tile(spec: AttentionSpec, profile: Profile, t: CudaTiles, masked: bool = False) -> tuple[int, int]:
     """(tile kv, stages) of the auto tile of a producer kernel above head dim 128: the first of
-    t.wide_d_tiles's options for the head dim whose buffers fit (up to d256, where the
+    CudaTiles.wide_d_tiles's options for the head dim whose buffers fit (up to d256, where the
     whole head dims sit in shared memory; above, the only option, which _cuda_fit places);
-    `masked`: a window, custom mask or softcap, t.wide_masked_tiles."""
+    `masked`: a window, custom mask or softcap, CudaTiles.wide_masked_tiles."""
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
     options = (t.wide_masked_tiles if masked
                else next(opts for d, opts in t.wide_d_tiles if dmax <= d))
@@ -403,7 +404,7 @@ def _producer_wide_d_tile(spec: AttentionSpec, profile: Profile, t: CudaTiles, m
 def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     """Resolve tiles for CUDA; raise Problem if the spec's own choices cannot work.
 
-    Head dims up to t.max_block_columns sit in shared memory whole when they fit; otherwise (or
+    Head dims up to CudaTiles.max_block_columns sit in shared memory whole when they fit; otherwise (or
     when the spec gives `tile d`) they stream through it in chunks.
     """
     t = tiles_for(profile)
@@ -421,7 +422,8 @@ def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> Cuda
                           f"which this spec does not use on {profile.name} ({why})", key="target.cuda",
                           hint=f"leave {opt} out, or build for cuda-sm90")
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
-    if math == "wgmma" and dmax > t.stored_p_above_head_dim and (dmax > t.q_whole_max_head_dim or stored_p_refusal(spec) is None):
+    if (math == "wgmma" and dmax > t.stored_p_above_head_dim
+            and (dmax > t.q_whole_max_head_dim or stored_p_refusal(spec) is None)):
         return _stored_p_config(spec, profile, t)
     if math == "wgmma":
         kv = rows = None
@@ -451,7 +453,7 @@ def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> Cuda
             rows, kv = (wide_q, wide_q // ROWS_PER_WARP), (wide_kv, opts.get("stages"))
         if (takes_split_qk(spec, t) and spec.tile.q is None and spec.tile.kv is None and opts.get("warps") is None
                 and opts.get("stages") is None):
-            # the first tile kv and stages (t.split_qk_tiles) that fit beside Q and the halves of S
+            # the first tile kv and stages (CudaTiles.split_qk_tiles) that fit beside Q and the halves of S
             # (a spec's own tiles are kept: they take the column blocks below)
             cfg = None
             for cand, st in t.split_qk_tiles:
@@ -494,11 +496,11 @@ def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> Cuda
             varlen = _cuda_fit(spec, profile, math, None, t, rows=(cfg.tile_q, cfg.warps), kv=(cfg.tile_kv, cfg.stages))
             return replace(cfg, fast_path=True, varlen=varlen)
         if dmax > 256:
-            # Head dims above 256 (t.wide_d_tiles): launches with per-sequence lengths take
+            # Head dims above 256 (CudaTiles.wide_d_tiles): launches with per-sequence lengths take
             # the mma.sync family's chunked head dims in the _varlen entry point.
             return replace(cfg, fast_path=True, varlen=_cuda_config(spec, profile, "mma", t))
         if cfg.producer and dmax <= t.varlen_producer_max_d:
-            # Launches with per-sequence lengths (t.varlen_producer_max_d): the same tiles with the
+            # Launches with per-sequence lengths (CudaTiles.varlen_producer_max_d): the same tiles with the
             # producer, persistent blocks, and copies by cp.async (packed rows are not one tensor map)
             # (three consumer warpgroups, q192, were measured with the tensor copy engine only: q128)
             vrows = (cfg.tile_q, cfg.warps) if cfg.tile_q <= 2 * WARPGROUP_ROWS else (
@@ -521,7 +523,7 @@ def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> Cuda
             # auto causal tiles, and head dims that take q128 only with the producer: the entry
             # point (which has none) keeps q64
             vrows = (WARPGROUP_ROWS, WARPGROUP_ROWS // ROWS_PER_WARP)
-        # (above d128 two stages: the main entry's third stage (t.wide_d_tiles) would turn the
+        # (above d128 two stages: the main entry's third stage (CudaTiles.wide_d_tiles) would turn the
         # _varlen entry's plain loop into the overlapped one, which spills there)
         vstages = min(cfg.stages, 2) if dmax > 128 and opts.get("stages") is None else cfg.stages
         varlen = _cuda_fit(spec, profile, math, None, t, rows=vrows, kv=(min(cfg.tile_kv, kv_cap), vstages))
@@ -567,9 +569,9 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
     row = profile.default_row(big, math)
     if spec.schedule.is_split:
         # Split schedules serve decode: a block's rows are (query row, head in group) pairs, a few
-        # per KV head, so one warp of t.split_tile_q rows; the splits give the parallelism.
+        # per KV head, so one warp of CudaTiles.split_tile_q rows; the splits give the parallelism.
         row = {**row, "tile_q": t.split_tile_q, "warps": 1, "tile_kv": t.split_tile_kv, "stages": 2}
-        if chunk is not None:  # head dims in chunks: t.split_chunked_tile_kv
+        if chunk is not None:  # head dims in chunks: CudaTiles.split_chunked_tile_kv
             group_rows = ROWS_PER_WARP * -(-(spec.group_size or 1) // ROWS_PER_WARP)
             group_rows = min(t.split_chunked_max_tile_q, group_rows)
             row.update(tile_q=group_rows, warps=group_rows // ROWS_PER_WARP, tile_kv=t.split_chunked_tile_kv)
@@ -595,7 +597,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
     if math == "wgmma":  # one 16-row fragment per warp, whole warpgroups
         tile_q = given_q if given_q is not None else (given_w * ROWS_PER_WARP if given_w else row["tile_q"])
         warps = tile_q // ROWS_PER_WARP
-        if split_qk:  # two consumer warpgroups over the same 64 rows (t.split_qk)
+        if split_qk:  # two consumer warpgroups over the same 64 rows (CudaTiles.split_qk)
             tile_q, warps = WARPGROUP_ROWS, 2 * WARPGROUP_ROWS // ROWS_PER_WARP
     else:
         tile_q, warps = _cuda_rows(given_q, given_w, row)
@@ -621,10 +623,10 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
         if chunk is None:
             d_qk_pad, d_v_pad = padded_head_dim(spec.head_dim_qk, math), padded_head_dim(spec.head_dim_v, math)
             v_blocks, d_v_block = 1, d_v_pad
-            if split_qk:  # each warpgroup half of the block's columns (t.split_qk)
+            if split_qk:  # each warpgroup half of the block's columns (CudaTiles.split_qk)
                 v_blocks, d_v_block = _cuda_v_split(spec.head_dim_v, 2 * WGMMA_COLUMNS, 2 * t.max_block_columns)
                 d_v_pad = d_v_block // 2  # a warpgroup's columns: its acc and the N of its P V
-            elif math == "wgmma" and d_v_pad > t.max_block_columns:  # output column blocks (t.q_whole_max_head_dim)
+            elif math == "wgmma" and d_v_pad > t.max_block_columns:  # output column blocks (q_whole_max_head_dim)
                 v_blocks, d_v_block = _cuda_v_split(spec.head_dim_v, WGMMA_COLUMNS, t.max_block_columns)
                 d_v_pad = d_v_block  # the block's columns: its V tiles, acc and the N of P V
             q_in_regs = math == "mma" and frags * padded_head_dim(spec.head_dim_qk, "mma") <= 128
@@ -648,7 +650,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
         reg_cap = (producer_registers(t, tma, spec.mask.kind, warps, tma_q, persist)[1] if ws
                    else cuda_register_cap(profile, warps * key_warps * 32))
         # A little spilling is slower, not wrong: the profile's measured defaults and the spec's
-        # own choices may exceed the estimate's cap, but not pathologically (t.spill_factor).
+        # own choices may exceed the estimate's cap, but not pathologically (CudaTiles.spill_factor).
         if smem <= profile.limit("shared_memory_bytes") and regs <= reg_cap * t.spill_factor:
             break
         if given_kv is None and tile_kv > 16 * key_warps:
@@ -724,8 +726,8 @@ configure = cuda_config  # the backend's configure() (attngen.backends.base.Back
 
 
 def rescale_slack_for(spec: AttentionSpec, t: CudaTiles) -> float:
-    """kRescaleSlack of the spec's kernels: t.rescale_slack, or 0 (rescale at every new max) with
-    f16 accumulators, the two_pass schedule, or fewer than t.rescale_slack_min_d_v output columns."""
+    """kRescaleSlack of the spec's kernels: CudaTiles.rescale_slack, or 0 (rescale at every new max) with
+    f16 accumulators, the two_pass schedule, or fewer than CudaTiles.rescale_slack_min_d_v output columns."""
     if ("f16" in (spec.acc_qk, spec.acc_pv) or spec.schedule.is_two_pass
             or spec.head_dim_v < t.rescale_slack_min_d_v):
         return 0.0

@@ -63,9 +63,10 @@ def wgmma_refusal(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> str | 
 
 
 def stored_p_refusal(spec: AttentionSpec) -> str | None:
-    """Why a head dim above t.stored_p_above_head_dim cannot take P through memory (t.stored_p_tiles); None
-    when it can (above t.q_whole_max_head_dim the mma.sync chunks serve what it cannot; below, the producer
-    kernel with Q whole in shared memory). (f32, f16 accumulators, split schedules and paged caches are refused before.)"""
+    """Why a head dim above CudaTiles.stored_p_above_head_dim cannot take P through memory
+    (CudaTiles.stored_p_tiles); None when it can (above CudaTiles.q_whole_max_head_dim the mma.sync
+    chunks serve what it cannot; below, the producer kernel with Q whole in shared memory). (f32,
+    f16 accumulators, split schedules and paged caches are refused before.)"""
     opts = spec.options("cuda")
     given = [f"tile {k}={v}" for k, v in (("q", spec.tile.q), ("kv", spec.tile.kv)) if v is not None]
     given += [f"{k}={opts[k]}" for k in ("warps", "stages") if opts.get(k) is not None]
@@ -85,9 +86,9 @@ def producer_registers(t: CudaTiles, tma: bool, mask_kind: str, consumer_warps: 
     `consumer_warps` consumer warps: the launch gives each thread 65536 / threads (a multiple of
     8) and the consumers share what the producer gives up (2 warpgroups, cp.async: 72 / 216; with
     the tensor copy engine 24 / 240, 40 / 232; 3 warpgroups 32 / 160, 40 / 152 with a custom mask;
-    `tma_q` False: Q by cp.async, t.tma_kv_only_producer_regs; persistent blocks with the tensor copy
-    engine: t.cleaning_producer_regs at least; `given`: the configuration's own, CudaConfig.producer_regs). One consumer
-    warpgroup moves none: its threads keep what the launch gives (up to 255). The producer keeps
+    `tma_q` False: Q by cp.async, CudaTiles.tma_kv_only_producer_regs; persistent blocks with the
+    tensor copy engine: CudaTiles.cleaning_producer_regs at least; `given`: the configuration's own,
+    CudaConfig.producer_regs). One consumer warpgroup moves none: its threads keep what the launch gives (up to 255). The producer keeps
     the registers that would not raise the consumers' count (a multiple of 8)."""
     if consumer_warps <= 4:
         return 255, 255
@@ -107,7 +108,7 @@ def producer_registers(t: CudaTiles, tma: bool, mask_kind: str, consumer_warps: 
 
 
 def swizzles_kv(spec: AttentionSpec, math: str, chunk: int | None, t: CudaTiles) -> bool:
-    """Whether an mma.sync kernel keeps K and V in unpadded 128-byte rows (t.swizzle_kv)."""
+    """Whether an mma.sync kernel keeps K and V in unpadded 128-byte rows (CudaTiles.swizzle_kv)."""
     # (a paged tile is copied page by page: pages of a multiple of 8 keys keep the pattern)
     # The split (decode) schedules, where it was measured, with head dims 64, 128 and 256 (ptxas:
     # benchmarks/NOTES.md, "config.py's measurements", swizzle_kv).
@@ -120,7 +121,7 @@ def takes_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int, 
     """Whether the Hopper family's block gets a producer warpgroup: the spec's `producer`, else
     auto = on for blocks of two consumer warpgroups (tile q = 128) with a ring of 2+ stages, up to
     head dim 128, without softcap, for no mask or a causal or window one up to tile kv
-    t.producer_masked_max_kv (measured: benchmarks/NOTES.md, "config.py's measurements",
+    CudaTiles.producer_masked_max_kv (measured: benchmarks/NOTES.md, "config.py's measurements",
     takes_producer)."""
     given = spec.options("cuda").get("producer")
     if given == "off":
@@ -139,7 +140,7 @@ def takes_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int, 
                       "mask words for up to 128 keys (two 128-key chunks of a row)", key="target.cuda",
                       hint="use tile kv=128 or less, or leave producer out")
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
-    # causal blocks take the producer up to their own auto tile kv (t.causal_tiles)
+    # causal blocks take the producer up to their own auto tile kv (CudaTiles.causal_tiles)
     causal_kv = next((tile[1] for d, tile in t.causal_tiles if dmax <= d), None)
     masked_kv = causal_kv if spec.mask.kind == "causal" and causal_kv is not None else t.producer_masked_max_kv
     masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window", "custom")
@@ -149,20 +150,20 @@ def takes_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int, 
         return given == "on" or (spec.mask.kind == "none" and spec.softcap is None and dmax <= 128)
     if dmax > 256:  # output column blocks exist only in the producer kernel (wgmma_refusal checked the rest)
         return True
-    if dmax > 128:  # t.wide_d_tiles: with the tensor copy engine, no mask but causal, its tile kv at most
+    if dmax > 128:  # CudaTiles.wide_d_tiles: with the tensor copy engine, no mask but causal, its tile kv at most
         wide_kv = wide_d_kv(spec, t)
         if wide_masked(spec, t):
             wide_kv = t.producer_wide_masked_max_kv
         return given == "on" or (tile_q == 2 * WARPGROUP_ROWS and wide_kv is not None and tile_kv <= wide_kv)
-    # (softcap too: t.producer_softcap)
+    # (softcap too: CudaTiles.producer_softcap)
     return given == "on" or (tile_q == 2 * WARPGROUP_ROWS and masked_ok
                              and (spec.softcap is None or t.producer_softcap))
 
 
 def wide_masked(spec: AttentionSpec, t: CudaTiles) -> bool:
     """A head dim above 128, up to 256, with a window or custom mask or softcap, whose tiles come
-    by the tensor copy engine: the producer with t.producer_wide_masked_max_kv and its tiles
-    (t.wide_masked_tiles), where t.wide_d_tiles has none."""
+    by the tensor copy engine: the producer with CudaTiles.producer_wide_masked_max_kv and its tiles
+    (CudaTiles.wide_masked_tiles), where CudaTiles.wide_d_tiles has none."""
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
     return (128 < dmax <= 256 and wide_d_kv(spec, t) is None and spec.options("cuda").get("tma") != "off"
             and (spec.mask.kind in ("window", "custom") or spec.softcap is not None))
@@ -170,7 +171,7 @@ def wide_masked(spec: AttentionSpec, t: CudaTiles) -> bool:
 
 def takes_split_qk(spec: AttentionSpec, t: CudaTiles) -> bool:
     """Whether a head dim above 256 on the Hopper family splits Q K^T between its two consumer
-    warpgroups (t.split_qk): a padded qk head dim of whole 128-column halves."""
+    warpgroups (CudaTiles.split_qk): a padded qk head dim of whole 128-column halves."""
     d_qk_pad = padded_head_dim(spec.head_dim_qk, "wgmma")
     d_pad = padded_head_dim(max(spec.head_dim_qk, spec.head_dim_v), "wgmma")
     return (t.split_qk and d_pad >= t.split_qk_min_head_dim
@@ -178,7 +179,7 @@ def takes_split_qk(spec: AttentionSpec, t: CudaTiles) -> bool:
 
 
 def wide_d_kv(spec: AttentionSpec, t: CudaTiles) -> int | None:
-    """The auto tile kv of a producer kernel for head dims above 128 (t.wide_d_tiles), or
+    """The auto tile kv of a producer kernel for head dims above 128 (CudaTiles.wide_d_tiles), or
     None where such head dims keep the plain loop (window, custom, softcap, tma=off, above 256)."""
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
     if (spec.mask.kind not in ("none", "causal") or spec.softcap is not None

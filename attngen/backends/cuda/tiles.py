@@ -75,7 +75,7 @@ class CudaTiles:
     producer_wide_masked_max_kv: int = 64  # d160-d256 with a window, custom mask or softcap: producer up to it
     wide_masked_tiles: tuple = ((64, 3), (64, 2))  # ... their auto (tile kv, stages), first that fits
     producer_softcap: bool = True  # softcap up to d128 takes the producer too (faster since persistent blocks)
-    varlen_producer_max_d: int = 128  # the _varlen entry runs the producer up to it (above, the cp.async producer spills)
+    varlen_producer_max_d: int = 128  # the _varlen entry runs the producer up to it (above, its producer spills)
     varlen_producer_max_kv: int = 96  # ... its tile kv at most, for varlen_producer_kv_dims
     varlen_producer_kv_dims: tuple = (32, 48, 64, 80, 96, 128)  # (equal qk and v head dims)
     varlen_producer_max_kv_other: int = 64  # ... for other head dims (d112 spilled at kv 96)
@@ -97,7 +97,7 @@ class CudaTiles:
     persistent_blocks: str = "SM"  # blocks of a persistent grid: one per multiprocessor (grid symbol)
     causal_order_bytes: int = 16 << 20  # causal items longest first within (batch, head) groups of this much K/V: L2
     # -- what every kernel does with non-finite values, and the softmax
-    clean_values: bool = True  # clean V's non-finite values where a row must not take them in (False: wrong for such inputs)
+    clean_values: bool = True  # clean V's non-finite values where a row must not take them in (False: wrong then)
     clean_every_tile: bool = True  # the plain loop cleans in every tile with a weight of 0 (False: partial tiles only)
     rescale_slack: float = 8.0  # the lazy rescale: keep m_i until a tile's max passes it by this much (log2)
     rescale_slack_min_d_v: int = 128  # ... only from this many output columns, where acc is large

@@ -211,7 +211,7 @@ def wgsl_subgroup_choice(spec: AttentionSpec, profile: Profile) -> bool | None:
 def prefetch_choice(spec: AttentionSpec, profile: Profile, cfg: "WgslConfig", t: WgslTiles) -> bool:
     """Whether the main loop loads the next step's tiles into registers during the current step's
     math (the spec's `target wgsl { prefetch=... }`; auto: the profile's `[dialect] prefetch_tiles`
-    where each tile costs at most t.prefetch_max_items vec4 per invocation). The two_pass schedule's
+    where each tile costs at most WgslTiles.prefetch_max_items vec4 per invocation). The two_pass schedule's
     second entry point keeps plain copies."""
     mode = spec.options("wgsl").get("prefetch") or "auto"
     most = max(cfg.prefetch_items.values())
