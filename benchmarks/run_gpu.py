@@ -48,10 +48,10 @@ try:  # the CUDA sections' stack; without it only `--only wgsl` runs (a machine 
     import varlen  # noqa: E402  (benchmarks/suite/varlen.py)
     import variants  # noqa: E402  (benchmarks/suite/variants.py)
     from variants import bench_ms, rel_err  # the suite's one timer and error (CUDA sections only)
-    NO_CUDA_STACK = None
+    MISSING_STACK = None
 except ImportError as e:
     torch = None
-    NO_CUDA_STACK = f"{type(e).__name__}: {e}"
+    MISSING_STACK = f"{type(e).__name__}: {e}"
 
 # The dense suite (issue 11): f16 and bf16, head dims 64 / 128 / 256, L 1k / 4k / 16k, full and causal.
 CASES = [(f"{dtype} d{d} L{L} {'causal' if mask == 'causal' else 'full'}", dtype, d, L, mask)
@@ -490,8 +490,8 @@ def main():
                                     cwd=root).stdout.strip() or "unknown"
         except OSError:
             commit = "unknown"
-    if NO_CUDA_STACK and (not only or only - {"wgsl"}):
-        sys.exit(f"the CUDA sections need PyTorch and Triton ({NO_CUDA_STACK}); here only --only wgsl runs")
+    if MISSING_STACK and (not only or only - {"wgsl"}):
+        sys.exit(f"the CUDA sections need PyTorch and Triton ({MISSING_STACK}); here only --only wgsl runs")
     cuda = torch is not None and torch.cuda.is_available()
     meta = {"date": datetime.date.today().isoformat(), "gpu": torch.cuda.get_device_name() if cuda else None,
             "torch": getattr(torch, "__version__", None), "cuda": torch.version.cuda if torch else None,

@@ -61,9 +61,21 @@ class Backend:
         if isinstance(profile, Profile):
             if profile.target != self.name:
                 raise ProfileError(f"profile '{profile.name}' is for target {profile.target}, not {self.name}")
+            if profile.overrides:
+                self.check_overrides(profile)
             return profile
         prof = find_profile(profile or self.default_profile, self.name, self.extra_profiles())
         return require(prof, self.required_limits, self.required_defaults, self.required_sections)
+
+    def check_overrides(self, profile: Profile) -> None:
+        """Refuse overrides (Profile.overrides) that this target's tile table does not have
+        (ProfileError naming the field): the package's tiles.tiles_for checks them."""
+        try:
+            tiles_for = self._step("tiles", "tiles_for")
+        except (NotImplementedError, ModuleNotFoundError):
+            raise ProfileError(f"profile {profile.name}: target {self.name} has no tile table to override "
+                               f"({', '.join(profile.overrides)})") from None
+        tiles_for(profile)
 
     def profiles(self) -> list[Profile]:
         return [require(p, self.required_limits, self.required_defaults, self.required_sections)

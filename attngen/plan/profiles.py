@@ -34,6 +34,10 @@ class Profile:
     features: dict = field(hash=False)  # guaranteed / optional feature names, and target-specific facts
     defaults: tuple = field(hash=False)  # rows of tuned defaults (dicts)
     sections: dict = field(default_factory=dict, hash=False)  # other tables, by name
+    # The backend's tile table with these fields replaced (a benchmark's or A/B probe's choices,
+    # passed as data: with_overrides); the backend checks the names (e.g. attngen/backends/cuda/
+    # tiles.py, tiles_for). Empty for every profile of targets/.
+    overrides: dict = field(default_factory=dict, hash=False)
 
     def limit(self, key: str) -> int:
         return self.limits[key]
@@ -61,6 +65,12 @@ class Profile:
                 return row
         raise ProfileError(f"profile {self.name} has no tuned defaults for head dim {head_dim}"
                            + (f" with math {math}" if math else ""))
+
+    def with_overrides(self, **fields) -> "Profile":
+        """This profile with fields of its backend's tile table replaced (added to any overrides
+        it has): `get_profile("cuda-sm90", "cuda").with_overrides(clean_values=False)`. The
+        backend refuses a name its table does not have when the profile is used."""
+        return replace(self, overrides={**self.overrides, **fields})
 
     def narrowed(self, name: str | None = None, limits: dict | None = None,
                  features: dict | None = None, sections: dict | None = None) -> "Profile":

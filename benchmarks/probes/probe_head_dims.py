@@ -1,12 +1,12 @@
 """Head dims above 256 (issue 11: d320 / 512 / 1024 at B1 H48 L4096 against SDPA's memory-efficient
-kernel): attngen's plans side by side, each variant a set of planner constants of
-attngen/backends/cuda/config.py patched for the compile (an A/B of planner choices in one process)
+kernel): attngen's plans side by side, each variant a set of fields of the planner's tile table
+(CudaTiles, attngen/backends/cuda/tiles.py) overridden for the compile (an A/B of planner choices in one process)
 and / or spec lines (tile, target cuda { ... }).
 Each output is checked against the memory-efficient kernel (relative error in brackets); medians of
 triton do_bench; TFLOP/s = 4 B H L^2 D (halved for causal).
 
     python3 benchmarks/probe_head_dims.py --dims 384,512 \\
-        --variants "split=CUDA_WGMMA_SPLIT_QK:True | blocks=CUDA_WGMMA_SPLIT_QK:False" [--mask causal]
+        --variants "split=split_qk:True | blocks=split_qk:False" [--mask causal]
     python3 benchmarks/probe_head_dims.py --dims 1024 --variants "s4=target cuda { stages=4 }"
 """
 
@@ -22,19 +22,20 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import attngen
-from attngen.backends.cuda import config
+from probe_persistent import with_tiles  # noqa: E402  (benchmarks/probe_persistent.py)
 
 
 def variants(text: str) -> list:
-    """'name=CONST:value;spec line;... | name2=...' -> [(name, {CONST: value}, [spec lines])]
-    (values: Python literals; a part that is not CONST:value is a spec line); '' -> the defaults."""
+    """'name=field:value;spec line;... | name2=...' -> [(name, {field: value}, [spec lines])]
+    (fields of CudaTiles, values Python literals; a part that is not field:value is a spec line);
+    '' -> the defaults."""
     out = []
     for item in filter(None, (x.strip() for x in text.split("|"))):
         name, _, rest = item.partition("=")
         patch, lines = {}, []
         for part in filter(None, (p.strip() for p in rest.split(";"))):
             key, colon, value = part.partition(":")
-            if colon and re.fullmatch(r"[A-Z0-9_]+", key.strip()):
+            if colon and re.fullmatch(r"[a-z0-9_]+", key.strip()):
                 patch[key.strip()] = ast.literal_eval(value.strip())
             else:
                 lines.append(part)
@@ -66,21 +67,14 @@ def main() -> None:
         ref = ref.transpose(1, 2).float()
         cells = [f"mem-eff {flops / peer / 1e9:6.1f}"]
         for name, patch, lines in variants(args.variants):
-            saved = {key: getattr(config, key) for key in patch}
+            extra = "".join(f" {line}\n" for line in lines)
             try:
-                for key, value in patch.items():
-                    setattr(config, key, value)
-                extra = "".join(f" {line}\n" for line in lines)
-                try:
-                    spec = attngen.parse(f"attention hd{d}_{name} {{\n head_dim {d}\n dtype {args.dtype}\n"
-                                         f" mask {args.mask}\n{extra}}}\n")[0]
-                    kern = attngen.compile(spec, target="cuda")
-                except attngen.SpecError as e:
-                    cells.append(f"{name}: refused ({str(e).splitlines()[0][:80]})")
-                    continue
-            finally:
-                for key, value in saved.items():
-                    setattr(config, key, value)
+                spec = attngen.parse(f"attention hd{d}_{name} {{\n head_dim {d}\n dtype {args.dtype}\n"
+                                     f" mask {args.mask}\n{extra}}}\n")[0]
+                kern = attngen.compile(spec, target="cuda", profile=with_tiles(None, **patch) if patch else None)
+            except attngen.SpecError as e:
+                cells.append(f"{name}: refused ({str(e).splitlines()[0][:80]})")
+                continue
             out = kern(q, k, v).float()
             err = float((out - ref).norm() / ref.norm())
             ms = do_bench(lambda: kern(q, k, v), warmup=25, rep=100, return_mode="median")

@@ -28,13 +28,12 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import attngen
-import attngen.backends.cuda.config as cuda_config
 from attngen.backends.cuda import nvrtc
 
 REWRITES = {
     "reverse": [("auto kv_tile = [&](int it) { return tile_first + it; };",
                  "auto kv_tile = [&](int it) { return tile_first + n_tiles - 1 - it; };")],
-    "noclean": [],  # (config.CUDA_CLEAN_VALUES patched instead)
+    "noclean": [],  # (the table's clean_values=False instead: with_tiles)
 }
 
 
@@ -44,7 +43,7 @@ def compile_with(spec, pairs, clean=True, strict=True, profile=None):
     with strict=False is reported and skipped); clean=False also drops the cleaning of hidden
     keys' values; profile: a profile name (None: the default). The probes' shared helper
     (probe_custom.py, probe_cuda_clean.py); give the spec a name of its own (its cache entry)."""
-    compile_cubin, clean_values = nvrtc.compile_cubin, cuda_config.CUDA_CLEAN_VALUES
+    compile_cubin = nvrtc.compile_cubin
 
     def patched(source, *a, **k):
         for old, new in pairs:
@@ -56,11 +55,22 @@ def compile_with(spec, pairs, clean=True, strict=True, profile=None):
         return compile_cubin(source, *a, **k)
     nvrtc.compile_cubin = patched
     if not clean:
-        cuda_config.CUDA_CLEAN_VALUES = False
+        profile = with_tiles(profile, clean_values=False)
     try:
         return attngen.compile(spec, target="cuda", profile=profile)
     finally:
-        nvrtc.compile_cubin, cuda_config.CUDA_CLEAN_VALUES = compile_cubin, clean_values
+        nvrtc.compile_cubin = compile_cubin
+
+
+def with_tiles(profile=None, **overrides):
+    """The named profile (None: this GPU's, as attngen.compile takes it) with fields of the CUDA
+    tile table replaced (attngen/backends/cuda/tiles.py, CudaTiles): a probe's A/B passes its
+    choices as data; the plan, and so the cache entry, differs where the source does."""
+    from attngen import backends
+    from attngen.backends.cuda.runtime import device_profile
+    backend = backends.get("cuda")
+    base = device_profile(backend) if profile is None else backend.profile(profile)
+    return base.with_overrides(**overrides)
 
 
 def compile_rewritten(spec, name):

@@ -1,5 +1,5 @@
 """What cleaning V where a weight is 0 costs the plain loop (mma.sync, CUDA cores): each kernel as
-planned beside the same spec compiled with CUDA_CLEAN_EVERY_TILE=False (partial tiles only: the
+planned beside the same spec compiled with clean_every_tile=False (CudaTiles; partial tiles only: the
 kernels before 2026-11-27, wrong for a key of weight 0 with inf / NaN in its V), timed in turn in
 one process (rounds alternate, so drifting clocks hit both alike).
 
@@ -22,8 +22,7 @@ import torch
 from triton.testing import do_bench
 
 import attngen
-import attngen.backends.cuda.config as cuda_config
-from probe_persistent import compile_with  # noqa: E402  (benchmarks/probe_persistent.py)
+from probe_persistent import compile_with, with_tiles  # noqa: E402  (benchmarks/probe_persistent.py)
 
 REWRITES = {
     "barrier": [("__syncthreads_or(zero_weight(s, rows_real))", "__syncthreads_or(false)")],
@@ -67,10 +66,9 @@ def main():
         k, v = (torch.randn(ks, device="cuda", dtype=DT[dt]) for _ in range(2))
         launches = {}
         for every in (True, False):
-            cuda_config.CUDA_CLEAN_EVERY_TILE = every
             spec = attngen.parse(f"attention plain{i}_{int(every)} {{\n {body}\n}}")[0]
-            launches[every] = attngen.compile(spec, target="cuda", profile=profile).prepared(q, k, v)
-        cuda_config.CUDA_CLEAN_EVERY_TILE = True
+            tiles = with_tiles(profile, clean_every_tile=every)
+            launches[every] = attngen.compile(spec, target="cuda", profile=tiles).prepared(q, k, v)
         for r in rewrites:
             if "causal" in label and r == "vote":
                 continue

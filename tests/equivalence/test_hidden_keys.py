@@ -227,7 +227,7 @@ def test_a_visible_key_whose_weight_underflows_adds_nothing_whatever_its_v(mask,
 # templates/cuda/nonfinite.j2). The profile's default plan for the H100 unless a profile is named.
 _LENS = np.array([150, 131], np.int32)
 _CAUSAL_BR = np.tril(np.ones((37, 150), bool), k=150 - 37)
-CUDA_FAMILIES = [
+KERNEL_FAMILIES = [
     ("head_dim 64\n dtype f16", None, {}),              # producer, persistent, 3 consumer warpgroups
     ("head_dim 128\n dtype bf16", None, {}),            # producer, persistent, 2 consumer warpgroups
     ("head_dim 256\n dtype f16", None, {}),             # producer, persistent, d256 tiles
@@ -270,7 +270,7 @@ def _family_id(case):
     return f"{body.replace(chr(10), ' ')} {profile or ''}".strip()
 
 
-@pytest.mark.parametrize("body, profile, opts", CUDA_FAMILIES, ids=[_family_id(c) for c in CUDA_FAMILIES])
+@pytest.mark.parametrize("body, profile, opts", KERNEL_FAMILIES, ids=[_family_id(c) for c in KERNEL_FAMILIES])
 def test_a_key_of_weight_zero_in_every_cuda_kernel_family(body, profile, opts):
     """The same on the CUDA kernel families: a key of weight 0 with inf / NaN in its V adds
     nothing (lengths past one tile, GQA 3, Lq != Lk)."""

@@ -133,7 +133,7 @@ def _ramp_qkv(rng, lq, lk, d, growth, jump=None):
 @pytest.mark.parametrize("growth, jump", [(3.0, None), (7.9, None), (12.0, None), (0.0, 40.0)])
 def test_a_row_max_that_creeps_up_or_jumps_keeps_the_answer(target, dtype, schedule, mask, growth, jump):
     """The CUDA kernels from 128 output columns keep a row's max until a tile's passes it by more
-    than kRescaleSlack = 8 (log2 domain; backends/cuda/config.py, CUDA_RESCALE_SLACK): P then
+    than kRescaleSlack = 8 (log2 domain; backends/cuda/tiles.py, CudaTiles.rescale_slack): P then
     reaches 2^8 and acc is rescaled only when the max jumps. Rows whose max rises by 3, 7.9 or 12
     (times a row factor of 0.5-1.5) per 128 keys: on the Hopper kernels' 96- and 128-key tiles
     that is less than the slack per tile, about it, and more; on the split kernels' 32-key warp

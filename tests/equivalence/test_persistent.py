@@ -208,17 +208,24 @@ def test_other_calls_are_refused_in_formulas(bad):
 
 
 @pytest.mark.parametrize("mask", ["causal", "causal(bottom_right)"])
-def test_causal_items_in_small_order_groups(mask, monkeypatch):
+def test_causal_items_in_small_order_groups(mask):
     """Causal items go longest first within groups of (batch, head) pairs whose K and V fit
-    CUDA_CAUSAL_ORDER_BYTES (templates/cuda/body.j2, section work items). With the bound made small,
-    the 42 pairs (B 3 x 14 query heads, GQA 7) fall into groups of 8 and a last group of 2: every
-    item is still done once (the reference's function, and persistent=off's)."""
-    from attngen.backends.cuda import config
-    monkeypatch.setattr(config, "CUDA_CAUSAL_ORDER_BYTES", 600_000)  # 1023 keys x 256 x 2 bytes per KV head: 8 pairs
-    spec = spec_of(f"head_dim 128\n dtype f16\n mask {mask}\n heads q=14 kv=2", name="order_groups")  # (its own kernel)
-    src = emit_plan(attngen.lower(spec, "cuda", "cuda-sm90")).source
+    CudaTiles.causal_order_bytes (templates/cuda/body.j2, section work items). With the bound made
+    small (the profile's override), the 42 pairs (B 3 x 14 query heads, GQA 7) fall into groups of
+    8 and a last group of 2: every item is still done once (the reference's function)."""
+    from attngen.api import get_profile
+    small = {"causal_order_bytes": 600_000}  # 1023 keys x 256 x 2 bytes per KV head: 8 pairs
+    spec = spec_of(f"head_dim 128\n dtype f16\n mask {mask}\n heads q=14 kv=2", name="order_groups")
+    src = emit_plan(attngen.lower(spec, "cuda", get_profile("cuda-sm90", "cuda").with_overrides(**small))).source
     assert "constexpr long long kOrderBytes = 600000LL;" in src and "order_group(len_k, group, pairs)" in src
     require("cuda")
+    from attngen import backends
+    from attngen.backends.cuda.runtime import device_profile
+    from attngen.reference import relative_error, tolerance
+    kernel = attngen.compile(spec, "cuda", profile=device_profile(backends.get("cuda")).with_overrides(**small))
+    assert kernel.plan.config.causal_order_bytes == 600_000
     rng = np.random.default_rng(11)
     q, k, v = _rand(rng, 3, 1023, 14, 128), _rand(rng, 3, 1023, 2, 128), _rand(rng, 3, 1023, 2, 128)
-    check(spec, "cuda", q, k, v)
+    out = _np(kernel(*to_device("cuda", spec.dtype, q, k, v)))
+    err = relative_error(out, reference(spec, q, k, v))
+    assert not np.isnan(out).any() and err <= tolerance(spec), f"relative error {err:.3g}"

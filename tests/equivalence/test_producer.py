@@ -14,7 +14,7 @@ import pytest
 import attngen
 from attngen.api import emit_plan
 from attngen.backends.cuda import nvrtc
-from attngen.backends.cuda.config import CUDA_CONSUMER_REGS, CUDA_PRODUCER_REGS, CUDA_VARLEN_PRODUCER_MAX_D
+from attngen.backends.cuda.tiles import DEFAULT as TILES
 from attngen.errors import SpecError
 from attngen.reference import reference
 
@@ -34,10 +34,10 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 128\n heads q=28 kv=4\n dtype bf16", True),
     ("head_dim 96\n dtype f16", True),
     ("head_dim 64\n dtype f16", True),                              # tile q 128 (with it: +11%)
-    ("head_dim 64\n dtype f16\n softcap 30", True),                # q128 with it (CUDA_PRODUCER_SOFTCAP)
+    ("head_dim 64\n dtype f16\n softcap 30", True),                # q128 with it (CudaTiles.producer_softcap)
     ("head_dim 64\n dtype f16\n softcap 30\n target cuda { producer=off }", False),  # tile q 64, no q128
     ("head_dim 64\n dtype f16\n target cuda { producer=off }", False),
-    ("head_dim 256\n dtype f16", True),                             # kv 80 with persistent blocks (CUDA_PRODUCER_WIDE_D_KV)
+    ("head_dim 256\n dtype f16", True),                             # kv 80 with persistent blocks (CudaTiles.wide_d_tiles)
     ("head_dim 256\n dtype f16\n mask window(left=64)", True),       # above d128, window / custom / softcap: kv 64
     ("head_dim 192\n dtype bf16\n softcap 50\n mask causal", True),
     ("head_dim 256\n dtype f16\n mask window(left=64)\n tile q=128 kv=96", False),  # above kv 64: not measured
@@ -67,7 +67,7 @@ def test_which_plans_get_a_producer(body, on):
     if on and c.warps == 8:
         assert "setmaxnreg.dec" in src and "setmaxnreg.inc" in src
     if c.varlen is not None:  # launches with per-sequence lengths: the producer by cp.async up to d128
-        narrow = max(c.d_qk, c.d_v) <= CUDA_VARLEN_PRODUCER_MAX_D and "custom" not in body
+        narrow = max(c.d_qk, c.d_v) <= TILES.varlen_producer_max_d and "custom" not in body
         assert c.varlen.producer is (on and narrow)
         assert not c.varlen.tma
 
@@ -75,8 +75,8 @@ def test_which_plans_get_a_producer(body, on):
 def test_registers_setmaxnreg_may_move():
     """The launch gives a block of 384 threads 168 registers each; the producer and the two
     consumer warpgroups must fit in that, or setmaxnreg.inc waits forever (seen on the H100)."""
-    assert 128 * CUDA_PRODUCER_REGS + 256 * CUDA_CONSUMER_REGS <= 384 * 168
-    assert CUDA_PRODUCER_REGS % 8 == 0 and CUDA_CONSUMER_REGS % 8 == 0 and 24 <= CUDA_PRODUCER_REGS
+    assert 128 * TILES.producer_regs + 256 * TILES.consumer_regs <= 384 * 168
+    assert TILES.producer_regs % 8 == 0 and TILES.consumer_regs % 8 == 0 and 24 <= TILES.producer_regs
 
 
 @pytest.mark.parametrize("body, profile, words", [

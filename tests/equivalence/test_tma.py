@@ -37,7 +37,7 @@ def _plan(body, profile="cuda-sm90"):
     ("head_dim 128\n dtype f16\n target cuda { tma=off }", False),
     ("head_dim 128\n dtype f16\n softcap 30", True),   # with the producer since 2026-11-27
     ("head_dim 128\n dtype f16\n softcap 30\n target cuda { producer=off }", False),  # no producer
-    ("head_dim 256\n dtype f16", True),  # producer and persistent blocks above d128 (CUDA_PRODUCER_WIDE_D_KV)
+    ("head_dim 256\n dtype f16", True),  # producer and persistent blocks above d128 (CudaTiles.wide_d_tiles)
     ("head_dim 256\n dtype f16\n mask window(left=64)", True),   # the producer above d128 too
     ("head_dim 256\n dtype f16\n mask window(left=64)\n target cuda { producer=off }", False),  # no producer
 ])

@@ -7,8 +7,6 @@ from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
 from ..render import (c_float, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render,
                       transform_doc)
-from . import config as _config
-from .config import CUDA_MASK_STAGE_WORDS, producer_registers
 from .lower import COMBINE_WARPS, fused_combine
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
@@ -82,9 +80,9 @@ def _variant_context(plan: KernelPlan) -> dict:
         varlen_decl=param_list(plan.params, len(plan.entry) + len("_varlen(")),
         general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=COMBINE_WARPS,
-        mask_stage_words=CUDA_MASK_STAGE_WORDS,
-        order_bytes=_config.CUDA_CAUSAL_ORDER_BYTES,  # (read per call: a probe may patch it)
-        keys_a=_config.CUDA_STORED_P[1],  # P through memory: keys per tile of phase A
+        mask_stage_words=plan.config.mask_stage_words,
+        order_bytes=plan.config.causal_order_bytes,
+        keys_a=plan.config.stored_p_keys_a,  # P through memory: keys per tile of phase A
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
     )
 
@@ -99,8 +97,8 @@ _PAD_DOC = {
 def cleans_every_tile(c) -> bool:
     """Whether the kernel of tile configuration `c` cleans V, in its one pass, in every tile where
     a weight is 0: the plain loop (mma.sync and CUDA-core families, and wgmma without a producer
-    or the overlapped loop), which has no second pass (CUDA_CLEAN_EVERY_TILE)."""
-    return (_config.CUDA_CLEAN_VALUES and _config.CUDA_CLEAN_EVERY_TILE and not c.stored_p
+    or the overlapped loop), which has no second pass (CudaTiles.clean_every_tile)."""
+    return (c.clean_values and c.clean_every_tile and not c.stored_p
             and not c.overlap and not c.producer)
 
 
@@ -111,16 +109,15 @@ def cleans_values(c, mask) -> bool:
     blocks and the overlapped loop without a producer (a cleaning pass), the plain loop (every
     tile, cleans_every_tile). P through memory redoes a warp's P V on its own (templates/cuda/
     stored_p.j2); every producer kernel is persistent (docs/language.md, "A key of weight 0 adds
-    nothing"). Read per call: a probe may patch CUDA_CLEAN_VALUES and CUDA_CLEAN_EVERY_TILE."""
-    return (_config.CUDA_CLEAN_VALUES and not c.stored_p
+    nothing"). (CudaTiles.clean_values False: nowhere, a probe's switch.)"""
+    return (c.clean_values and not c.stored_p
             and (masks.hides_loaded_keys(mask) or c.persistent or (c.overlap and not c.producer)
                  or cleans_every_tile(c)))
 
 
 def _registers(c, spec) -> tuple[int, int]:
-    """(producer, consumer) registers after setmaxnreg of configuration `c` (producer_registers)."""
-    return producer_registers(c.tma, spec.mask.kind, c.warps, c.tma_q, c.persistent and not c.stored_p,
-                              c.producer_regs)
+    """(producer, consumer) registers after setmaxnreg of configuration `c` (family.producer_registers)."""
+    return c.setmaxnreg
 
 
 def _namespace(name: str, c, doc: str, mask, spec) -> dict:
@@ -133,7 +130,7 @@ def _namespace(name: str, c, doc: str, mask, spec) -> dict:
             "producer_regs": regs[0], "consumer_regs": regs[1],
             "offsets": {b.name: b.offset for b in c.buffers},
             "strides": {b.name[1:].lower(): b.cols for b in c.buffers},
-            "math_template": f"cuda/math_{c.math}.j2", "pad": {"wgmma": 64, "mma": 16}.get(c.math, 8),
+            "math_template": f"cuda/math_{c.math}.j2", "pad": c.column_step,
             "pad_doc": _PAD_DOC[c.math]}
 
 
@@ -153,7 +150,7 @@ def render_source(plan: KernelPlan) -> str:
         layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")
     if c.varlen is not None:
         layout.append(c.varlen_summary[0].upper() + c.varlen_summary[1:] + ".")
-    slack = _config.rescale_slack(plan)
+    slack = c.rescale_slack
     source = render(
         "cuda/kernel.cu.j2",
         header=comment_block(header_lines(plan, layout)),

@@ -24,7 +24,6 @@ from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Entry, Lowered, Param, Workspace
 from ...plan.profiles import Profile
 from ...plan.schedule import main_grid, row_blocks
-from .config import CUDA_PERSISTENT_BLOCKS
 
 COMBINE_WARPS = 4  # rows per combine block (one warp each)
 
@@ -269,7 +268,7 @@ def grid(spec: AttentionSpec, cfg, column_blocks: bool | None = None) -> tuple:
             heads = f"{heads} * {cfg.v_blocks}"
         if cfg.item_per_block:  # persistent=off: one block per work item
             return (f"{rows} * {heads} * B", "1", "1")
-        return (f"min({CUDA_PERSISTENT_BLOCKS}, {rows} * {heads} * B)", "1", "1")
+        return (f"min({cfg.persistent_blocks}, {rows} * {heads} * B)", "1", "1")
     if column_blocks is None:
         column_blocks = not spec.schedule.is_two_pass
     return main_grid(spec, cfg.tile_q, cfg.v_blocks if column_blocks else 1)

@@ -22,24 +22,17 @@ from dataclasses import dataclass, replace
 from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Problem, describe_buffers as _describe, place_buffers as _layout
 from ...plan.profiles import Profile
-
-# Register budget of one invocation, in f32 values: scores R x C (WGSL_MAX_SCORES) and the
-# output accumulator R x columns (WGSL_MAX_DIMS_V). A wider head dim v is split over V_BLOCKS
-# workgroups per row tile (grid.y = Hq * V_BLOCKS), each computing V_COLS columns. A profile may
-# set its own budget ([limits] invocation_scores, invocation_accumulators): GPUs whose occupancy
-# falls fast with registers per invocation (Adreno, Intel) take smaller sub-blocks.
-WGSL_MAX_DIMS_V = 64
-WGSL_MAX_SCORES = 32
+from .tiles import DEFAULT, VEC, WgslTiles, tiles_for
 
 
-def register_budget(profile: Profile) -> tuple[int, int]:
-    """(scores, accumulators): the f32 values of S and of acc one invocation may hold."""
-    return (int(profile.limits.get("invocation_scores", WGSL_MAX_SCORES)),
-            int(profile.limits.get("invocation_accumulators", WGSL_MAX_DIMS_V)))
-WGSL_MAX_ROWS = 4          # rows of the sub-block an auto plan gives an invocation at most
-WGSL_MIN_WORKGROUP = 64    # auto plans give an invocation more rows only while the workgroup keeps this many
-ROW_PAD = 4                # elements added to rows that invocations read at different rows (bank spread)
-VEC = 4                    # elements per vec4: dims of Q/K, columns of V, keys of P
+def register_budget(profile: Profile, t: WgslTiles) -> tuple[int, int]:
+    """(scores, accumulators): the f32 values of S (R x C) and of acc (R x columns) one invocation
+    may hold. A wider head dim v is split over V_BLOCKS workgroups per row tile (grid.y = Hq *
+    V_BLOCKS), each computing V_COLS columns. A profile may set its own budget ([limits]
+    invocation_scores, invocation_accumulators): GPUs whose occupancy falls fast with registers
+    per invocation (Adreno, Intel) take smaller sub-blocks; else the table's (tiles.py)."""
+    return (int(profile.limits.get("invocation_scores", t.max_scores)),
+            int(profile.limits.get("invocation_accumulators", t.max_accumulators)))
 
 
 @dataclass(frozen=True)
@@ -61,11 +54,14 @@ class WgslConfig:
     # f16 storage without shader-f16: tensors are read and written as pairs of f16 in u32 words
     # (unpack2x16float / pack2x16float) and all arithmetic is f32 (f16_storage()).
     f16_packed: bool = False
-    pad: int = ROW_PAD  # elements of padding on rows of sQ, sK and sP
-    budget: tuple = (WGSL_MAX_SCORES, WGSL_MAX_DIMS_V)  # the profile's register budget (register_budget)
+    pad: int = DEFAULT.row_pad  # elements of padding on rows of sQ, sK and sP
+    budget: tuple = (DEFAULT.max_scores, DEFAULT.max_accumulators)  # the profile's register budget (register_budget)
     # the next step's Q / K / V tiles loaded into registers during the current step's math
     # (prefetch_choice; kernel.wgsl.j2 section prefetch)
     prefetch: bool = False
+    # the table's accumulators per invocation (WgslTiles.max_accumulators), which the source's note
+    # on V_BLOCKS prints (where a profile sets its own budget, budget[1] is what the plan used)
+    table_accumulators: int = DEFAULT.max_accumulators
 
     def items(self, rows: int, cols: int) -> int:
         """vec4 items of a rows x cols tile each invocation copies (all copy together)."""
@@ -212,27 +208,23 @@ def wgsl_subgroup_choice(spec: AttentionSpec, profile: Profile) -> bool | None:
     return None if profile.has_feature("subgroups") else False
 
 
-PREFETCH_MAX_ITEMS = 8  # auto: prefetch where each tile costs an invocation at most this many vec4 registers
-PREFETCH_LIMIT_ITEMS = 16  # prefetch=on: refused past this many
-
-
-def prefetch_choice(spec: AttentionSpec, profile: Profile, cfg: "WgslConfig") -> bool:
+def prefetch_choice(spec: AttentionSpec, profile: Profile, cfg: "WgslConfig", t: WgslTiles) -> bool:
     """Whether the main loop loads the next step's tiles into registers during the current step's
     math (the spec's `target wgsl { prefetch=... }`; auto: the profile's `[dialect] prefetch_tiles`
-    where each tile costs at most PREFETCH_MAX_ITEMS vec4 per invocation). The two_pass schedule's
+    where each tile costs at most WgslTiles.prefetch_max_items vec4 per invocation). The two_pass schedule's
     second entry point keeps plain copies."""
     mode = spec.options("wgsl").get("prefetch") or "auto"
     most = max(cfg.prefetch_items.values())
     if mode == "off":
         return False
     if mode == "on":
-        if most > PREFETCH_LIMIT_ITEMS:
+        if most > t.prefetch_limit_items:
             raise Problem(f"prefetch=on would hold {most} vec4 of the next tile in each invocation's registers "
-                          f"(at most {PREFETCH_LIMIT_ITEMS}): the workgroup of {cfg.workgroup} is small for "
+                          f"(at most {t.prefetch_limit_items}): the workgroup of {cfg.workgroup} is small for "
                           f"tile q={cfg.tile_q} kv={cfg.tile_kv}", key="target.wgsl",
                           hint="use prefetch=off, a smaller tile or more invocations")
         return True
-    return bool(profile.section("dialect").get("prefetch_tiles", False)) and most <= PREFETCH_MAX_ITEMS
+    return bool(profile.section("dialect").get("prefetch_tiles", False)) and most <= t.prefetch_max_items
 
 
 def _chunk_fits(width: int, d: int) -> bool:
@@ -240,7 +232,7 @@ def _chunk_fits(width: int, d: int) -> bool:
     return width <= d or width % d == 0
 
 
-def _v_blocks(d_v: int, tc: int, rows: int, tile_d: int | None, max_acc: int = WGSL_MAX_DIMS_V) -> int:
+def _v_blocks(d_v: int, tc: int, rows: int, tile_d: int | None, max_acc: int) -> int:
     """Fewest workgroups to split the output columns over so that each invocation keeps at most
     max_acc accumulators (rows x columns; the profile's register budget), each block a whole
     number of vec4 column groups per invocation (and of tile d chunks)."""
@@ -254,7 +246,7 @@ def _v_blocks(d_v: int, tc: int, rows: int, tile_d: int | None, max_acc: int = W
     return 0  # none: the caller tries other sub-blocks
 
 
-def _sub_blocks(spec, profile, row, tile_q, subgroups):
+def _sub_blocks(spec, profile, row, tile_q, subgroups, t):
     """(threads_per_row, rows, subgroups) to try, in order of preference, checked against the
     spec's own `workgroup`."""
     sg_min = int(profile.features.get("subgroup_min_size", 4))
@@ -285,9 +277,9 @@ def _sub_blocks(spec, profile, row, tile_q, subgroups):
             tc //= 2
         shapes = []
         for tc in tcs:
-            max_rows = int(row.get("rows_per_invocation", WGSL_MAX_ROWS))  # the profile's cap, if any
-            for r in (r for r in (WGSL_MAX_ROWS, 2, 1) if r <= max_rows):
-                if tile_q % r == 0 and r <= tile_q and (tile_q // r * tc >= min(WGSL_MIN_WORKGROUP, tile_q * tc)):
+            max_rows = int(row.get("rows_per_invocation", t.max_rows))  # the profile's cap, if any
+            for r in (r for r in (t.max_rows, 2, 1) if r <= max_rows):
+                if tile_q % r == 0 and r <= tile_q and (tile_q // r * tc >= min(t.min_workgroup, tile_q * tc)):
                     shapes.append((tc, r))
                     break
             # rows enough to keep the workgroup within the profile's invocations
@@ -348,7 +340,8 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
         raise Problem(f"tile d={given_d} does not divide head_dim qk={d_qk} (the chunks cover the "
                       "head dim exactly)", hint=f"use d={good[-1]}" + (f" or d={good[0]}" if len(good) > 1
                                                                     else "") if good else None)
-    shapes = _sub_blocks(spec, profile, row, tile_q, wgsl_subgroup_choice(spec, profile))
+    t = tiles_for(profile)
+    shapes = _sub_blocks(spec, profile, row, tile_q, wgsl_subgroup_choice(spec, profile), t)
     if given_d is not None and spec.options("wgsl").get("workgroup") is not None:
         tc = shapes[0][0] if shapes else 1
         if min(given_d, d_v) % (VEC * tc):
@@ -356,7 +349,7 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
                           "invocations per row)", hint=f"use a multiple of {VEC * tc} for d, or fewer "
                                                         "invocations per row")
     limit = profile.limit("workgroup_storage_bytes")
-    max_scores, max_acc = register_budget(profile)
+    max_scores, max_acc = register_budget(profile, t)
     packed = f16_storage(spec, profile) == "packed"
     kv_steps = _kv_steps(given_kv, row["tile_kv"])
     tried, last, why = [], None, None
@@ -395,7 +388,7 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
             chunks = _chunks(d_qk, v_cols, tc, given_d) if (given_d is not None or v_blocks > 1) else \
                 [None] + _chunks(d_qk, v_cols, tc, None)
             for tile_d in chunks:
-                for pad in (ROW_PAD, 0):
+                for pad in (t.row_pad, 0):
                     cols = (d_qk, d_v) if tile_d is None else (min(tile_d, d_qk), min(tile_d, v_cols))
                     if cols[1] % (VEC * tc):
                         continue
@@ -403,10 +396,10 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
                                                  pad, packed=packed)
                     cfg = WgslConfig(tile_q, tile_kv, tc, r, sg, d_qk, d_v, buffers, smem, tile_d,
                                      given_d is not None, v_blocks, f16_packed=packed, pad=pad,
-                                     budget=(max_scores, max_acc))
+                                     budget=(max_scores, max_acc), table_accumulators=t.max_accumulators)
                     last = last or cfg
                     if smem <= limit:
-                        return replace(cfg, prefetch=prefetch_choice(spec, profile, cfg))
+                        return replace(cfg, prefetch=prefetch_choice(spec, profile, cfg, t))
                     tried.append(cfg)
     if last is None:
         if why is not None:

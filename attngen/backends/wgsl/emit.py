@@ -14,7 +14,6 @@ from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import WORKSPACE_FILL, max_splits, pack_gqa
 from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 from . import manifest as wgsl_layout
-from .config import WGSL_MAX_DIMS_V
 from .lower import COMBINE_WORKGROUP
 from .unroll import unroll_loops
 
@@ -219,7 +218,7 @@ def render_source(plan: KernelPlan) -> str:
         p_vec4=c.threads_per_row > 1 and c.tile_kv % 4 == 0 and c.pad % 4 == 0,
         key_chunk4=_chunk(c.tile_kv // 4, MAX_KEY_CHUNK // 4) if c.tile_kv % 4 == 0 else 1,
         max_chunk=MAX_VEC_CHUNK,
-        max_dims_v=WGSL_MAX_DIMS_V,
+        max_dims_v=c.table_accumulators,
         elem="f32" if plan.details.f16_packed else _SCALAR[plan.dtype],
         f16_packed=plan.details.f16_packed,
         packed_inputs=[p.name for p in module_params(plan) if p.name in _PACKED],

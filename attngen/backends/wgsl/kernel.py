@@ -37,8 +37,11 @@ from .launch import call
 
 
 def _profile_key(p: Profile) -> str:
-    return json.dumps({"name": p.name, "limits": p.limits, "features": p.features, "sections": p.sections,
-                       "defaults": list(p.defaults), "dtypes": list(p.storage_dtypes)}, sort_keys=True)
+    key = {"name": p.name, "limits": p.limits, "features": p.features, "sections": p.sections,
+           "defaults": list(p.defaults), "dtypes": list(p.storage_dtypes)}
+    if p.overrides:  # the tile table's overrides (wgsl/tiles.py): they change the plan
+        key["overrides"] = p.overrides
+    return json.dumps(key, sort_keys=True)
 
 
 # ---- compiling ----------------------------------------------------------------------------------

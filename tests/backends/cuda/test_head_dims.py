@@ -81,9 +81,9 @@ def test_wide_head_dims_get_a_chunk_and_column_blocks(head_dim, chunk, v_blocks,
 # Head dims above 256 up to 512 on the Hopper family (causal, no softcap; mask none takes P through
 # memory, below): the producer
 # kernel with Q whole in shared memory and output column blocks; tile kv the widest that fits two
-# stages (config.py CUDA_PRODUCER_WIDE_D_KV, three where they fit); the _varlen entry streams chunks on mma.sync. A padded
+# stages (tiles.py CudaTiles.wide_d_tiles, three where they fit); the _varlen entry streams chunks on mma.sync. A padded
 # qk head dim of whole 128-column halves splits Q K^T between the two consumer warpgroups, which
-# then own the same 64 rows (CUDA_WGMMA_SPLIT_QK).
+# then own the same 64 rows (CudaTiles.split_qk).
 @pytest.mark.parametrize("body, tile_q, tile_kv, stages, v_blocks, d_v_block, d_v_pad, split", [
     ("head_dim 320\n dtype f16\n mask causal", 128, 48, 3, 2, 192, 192, False),
     ("head_dim 264\n dtype f16\n mask causal", 128, 48, 3, 2, 192, 192, False),
@@ -113,7 +113,7 @@ def test_head_dims_up_to_512_take_the_wgmma_producer_with_column_blocks(body, ti
 
 
 # Head dims above 256 on the Hopper family (mask none, no softcap, auto tiles): P through memory
-# (config.py CUDA_STORED_P): persistent blocks of 128 rows in two phases, P in the ws_p workspace;
+# (tiles.py CudaTiles.stored_p_tiles): persistent blocks of 128 rows in two phases, P in the ws_p workspace;
 # launches with per-sequence lengths take the mma.sync chunks (_varlen).
 @pytest.mark.parametrize("body, d_v_pad, passes", [
     ("head_dim 1024\n dtype f16", 1024, 4),
@@ -195,14 +195,14 @@ def test_a_given_tile_d_is_kept():
 @pytest.mark.parametrize("profile", ["cuda-sm80", "cuda-sm90"])
 def test_split_decode_in_chunks_takes_the_group_in_up_to_64_rows_and_64_keys(heads, tile_q, warps, profile):
     """MLA decode (128 query heads over one latent KV head, 576 / 512 dims in chunks): the GQA
-    group's rows in up to 64 rows per block, 64 keys per tile (CUDA_SPLIT_CHUNK_KV; 2-3x on the
+    group's rows in up to 64 rows per block, 64 keys per tile (CudaTiles.split_chunked_tile_kv; 2-3x on the
     H100, benchmarks/NOTES.md). A spec without fixed heads keeps one warp of 16 rows."""
     body = "head_dim qk=576 v=512\n dtype bf16\n tile d=64\n schedule split_kv(auto)\n kv_cache paged(page=64)"
     if heads:
         body += f"\n heads {heads}"
     c = cuda_config(_spec(body), get_profile(profile, "cuda"))
     assert (c.tile_q, c.warps, c.tile_kv, c.chunk) == (tile_q, warps, 64, 64)
-    # whole head dims keep the decode tiles of CUDA_SPLIT_ROWS rows (and warps over keys)
+    # whole head dims keep the decode tiles of CudaTiles.split_tile_q rows (and warps over keys)
     c = cuda_config(_spec("head_dim 128\n dtype f16\n heads q=128 kv=1\n schedule split_kv(auto)"),
                     get_profile(profile, "cuda"))
     assert c.tile_q == 16 and c.chunk is None

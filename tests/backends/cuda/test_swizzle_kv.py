@@ -1,5 +1,5 @@
 """The split schedules' K and V tiles in unpadded 128-byte rows with permuted 16-byte chunks
-(CUDA_SWIZZLE_KV, docs/cuda-variants.md): which plans take them, and what the source says.
+(CudaTiles.swizzle_kv, docs/cuda-variants.md): which plans take them, and what the source says.
 Their results are checked on the GPU by the split and paged equivalence tests."""
 
 from __future__ import annotations

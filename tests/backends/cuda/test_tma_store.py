@@ -1,5 +1,5 @@
 """The output through shared memory with a tensor store (CudaConfig.tma_store, config.py
-CUDA_TMA_STORE): the plan takes it where the staging buffer fits beside the ring; on the GPU the
+CudaTiles.tma_store): the plan takes it where the staging buffer fits beside the ring; on the GPU the
 stored rows match the reference, rows past Lq are not written, and a given out= with its own
 strides is written where it says and nowhere else.
 """
