@@ -12,8 +12,9 @@ and no probe imports another for them:
 Importing it puts benchmarks/suite/ on sys.path: some probes reuse the maintained suite's
 modules (decode_grid, host, variants, wgsl_peers). torch, triton and wgpu are imported where a
 helper needs them, so that a WGSL probe runs without PyTorch and a CUDA probe without wgpu.
-(probe_persistent.py's `compile_with`, the source-rewrite helper, stays in that probe for now:
-it patches a backend constant, which another branch replaces by an override.)
+- the A/B helpers: `with_tiles` (a profile with fields of the CUDA tile table overridden, as
+  data: attngen/backends/cuda/tiles.py) and `compile_with` (a kernel compiled with a rewrite made
+  to its generated source, for timing what a step costs).
 """
 
 from __future__ import annotations
@@ -28,6 +29,46 @@ ROOT = os.path.dirname(BENCHMARKS)
 SUITE = os.path.join(BENCHMARKS, "suite")
 if SUITE not in sys.path:
     sys.path.append(SUITE)  # appended: its module names (host, variants) shadow nothing
+
+
+# -- CUDA probes: A/B helpers ------------------------------------------------------------------
+
+def compile_with(spec, pairs, clean=True, strict=True, profile=None):
+    """attngen.compile of `spec` with each (old, new) of `pairs` replaced in its generated source
+    (a timing probe: NVRTC is patched meanwhile; a pair whose text is missing stops the probe, or
+    with strict=False is reported and skipped); clean=False also drops the cleaning of hidden
+    keys' values; profile: a profile name (None: the default). The probes' shared helper
+    (probe_persistent.py, probe_custom.py, probe_plain_clean.py, probe_paged.py); give the spec a name of its own (its cache entry)."""
+    import attngen
+    from attngen.backends.cuda import nvrtc
+    compile_cubin = nvrtc.compile_cubin
+
+    def patched(source, *a, **k):
+        for old, new in pairs:
+            if old not in source:
+                if strict:
+                    raise SystemExit(f"{spec.name}: nothing to rewrite for {old[:60]!r}")
+                print(f"  ({spec.name}: nothing to rewrite for {old[:60]!r})")
+            source = source.replace(old, new)
+        return compile_cubin(source, *a, **k)
+    nvrtc.compile_cubin = patched
+    if not clean:
+        profile = with_tiles(profile, clean_values=False)
+    try:
+        return attngen.compile(spec, target="cuda", profile=profile)
+    finally:
+        nvrtc.compile_cubin = compile_cubin
+
+
+def with_tiles(profile=None, **overrides):
+    """The named profile (None: this GPU's, as attngen.compile takes it) with fields of the CUDA
+    tile table replaced (attngen/backends/cuda/tiles.py, CudaTiles): a probe's A/B passes its
+    choices as data; the plan, and so the cache entry, differs where the source does."""
+    from attngen import backends
+    from attngen.backends.cuda.devices import device_profile
+    backend = backends.get("cuda")
+    base = device_profile(backend) if profile is None else backend.profile(profile)
+    return base.with_overrides(**overrides)
 
 
 # -- CUDA probes: timing, error, FLOPs, inputs, peers -----------------------------------------

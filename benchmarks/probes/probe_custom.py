@@ -22,7 +22,7 @@ from torch.nn.attention import SDPBackend
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import attngen  # noqa: E402
 from common import median_ms, randn, rel_err, sdpa  # noqa: E402  (and benchmarks/suite/ on sys.path)
-from probe_persistent import compile_with  # noqa: E402  (benchmarks/probes/probe_persistent.py)
+from common import compile_with  # noqa: E402
 from variants import MASK_WINDOW, mask_cases  # noqa: E402  (benchmarks/suite/variants.py: the masks section)
 
 L, H, D, WINDOW = 16384, 16, 128, MASK_WINDOW

@@ -22,7 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import attngen
-from probe_persistent import with_tiles  # noqa: E402  (benchmarks/probe_persistent.py)
+from common import with_tiles  # noqa: E402  (benchmarks/probes/common.py)
 
 
 def variants(text: str) -> list:

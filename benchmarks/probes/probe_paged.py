@@ -28,7 +28,7 @@ def kernel(layout: str, extra: str, schedule: str = "split_kv(auto)", cluster: s
     spec = decode_spec(layout, extra, schedule, name)
     if not cluster:
         return attngen.compile(spec, target="cuda")
-    from probe_persistent import compile_with
+    from common import compile_with
     return compile_with(spec, [("__launch_bounds__(kThreads, 1)\n", f"__launch_bounds__(kThreads, 1) __cluster_dims__({cluster})\n")])
 
 

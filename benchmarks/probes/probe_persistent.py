@@ -28,49 +28,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 import attngen
-from attngen.backends.cuda import nvrtc
+from common import compile_with  # noqa: E402  (benchmarks/probes/common.py)
 
 REWRITES = {
     "reverse": [("auto kv_tile = [&](int it) { return tile_first + it; };",
                  "auto kv_tile = [&](int it) { return tile_first + n_tiles - 1 - it; };")],
     "noclean": [],  # (the table's clean_values=False instead: with_tiles)
 }
-
-
-def compile_with(spec, pairs, clean=True, strict=True, profile=None):
-    """attngen.compile of `spec` with each (old, new) of `pairs` replaced in its generated source
-    (a timing probe: NVRTC is patched meanwhile; a pair whose text is missing stops the probe, or
-    with strict=False is reported and skipped); clean=False also drops the cleaning of hidden
-    keys' values; profile: a profile name (None: the default). The probes' shared helper
-    (probe_custom.py, probe_cuda_clean.py); give the spec a name of its own (its cache entry)."""
-    compile_cubin = nvrtc.compile_cubin
-
-    def patched(source, *a, **k):
-        for old, new in pairs:
-            if old not in source:
-                if strict:
-                    raise SystemExit(f"{spec.name}: nothing to rewrite for {old[:60]!r}")
-                print(f"  ({spec.name}: nothing to rewrite for {old[:60]!r})")
-            source = source.replace(old, new)
-        return compile_cubin(source, *a, **k)
-    nvrtc.compile_cubin = patched
-    if not clean:
-        profile = with_tiles(profile, clean_values=False)
-    try:
-        return attngen.compile(spec, target="cuda", profile=profile)
-    finally:
-        nvrtc.compile_cubin = compile_cubin
-
-
-def with_tiles(profile=None, **overrides):
-    """The named profile (None: this GPU's, as attngen.compile takes it) with fields of the CUDA
-    tile table replaced (attngen/backends/cuda/tiles.py, CudaTiles): a probe's A/B passes its
-    choices as data; the plan, and so the cache entry, differs where the source does."""
-    from attngen import backends
-    from attngen.backends.cuda.runtime import device_profile
-    backend = backends.get("cuda")
-    base = device_profile(backend) if profile is None else backend.profile(profile)
-    return base.with_overrides(**overrides)
 
 
 def compile_rewritten(spec, name):

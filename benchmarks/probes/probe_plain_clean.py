@@ -22,7 +22,7 @@ import torch
 from triton.testing import do_bench
 
 import attngen
-from probe_persistent import compile_with, with_tiles  # noqa: E402  (benchmarks/probe_persistent.py)
+from common import compile_with, with_tiles  # noqa: E402  (benchmarks/probes/common.py)
 
 REWRITES = {
     "barrier": [("__syncthreads_or(zero_weight(s, rows_real))", "__syncthreads_or(false)")],
