@@ -9,6 +9,7 @@ from ..render import (c_float, comment_block, constants, header_lines, layout_li
                       transform_doc)
 from . import config as _config
 from .config import CUDA_MASK_STAGE_WORDS, producer_registers
+from .family import kernel_shape
 from .lower import COMBINE_WARPS, fused_combine
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
@@ -123,13 +124,18 @@ def _registers(c, spec) -> tuple[int, int]:
                               c.producer_regs)
 
 
-def _namespace(name: str, c, doc: str, mask, spec) -> dict:
-    """One tile configuration's context for body.j2 (its shared-memory offsets and strides, its
-    kernel family's matmul primitives: the _varlen entry of head dims above 256 runs the
-    mma.sync family beside the main entry's wgmma, whether it cleans V's values, and its
-    producer's and consumers' registers: the _varlen entry's producer copies by cp.async)."""
+def _namespace(name: str, c, doc: str, mask, spec, plan) -> dict:
+    """One tile configuration's context for its kernel family's template (its shared-memory
+    offsets and strides, its family and the paths it takes (f: family.KernelShape), its matmul
+    primitives: the _varlen entry of head dims above 256 runs the mma.sync family beside the main
+    entry's wgmma, whether it cleans V's values, and its producer's and consumers' registers: the
+    _varlen entry's producer copies by cp.async)."""
     regs = _registers(c, spec)
-    return {"name": name, "c": c, "doc": doc, "clean_v": cleans_values(c, mask), "clean_all": cleans_every_tile(c),
+    clean_v, clean_all = cleans_values(c, mask), cleans_every_tile(c)
+    shape = kernel_shape(c, spec, mask, clean_v=clean_v, clean_all=clean_all,
+                         fused_combine=fused_combine(spec, plan.config), prescale_q=plan.prescale_q,
+                         softcap=plan.softcap, pack_gqa=pack_gqa(spec))
+    return {"name": name, "c": c, "doc": doc, "clean_v": clean_v, "clean_all": clean_all, "f": shape,
             "producer_regs": regs[0], "consumer_regs": regs[1],
             "offsets": {b.name: b.offset for b in c.buffers},
             "strides": {b.name[1:].lower(): b.cols for b in c.buffers},
@@ -142,12 +148,13 @@ def render_source(plan: KernelPlan) -> str:
     c = plan.config
     types_template, mma_type = _TYPES[plan.dtype]
     main = _namespace("padded", c, "launches without cu_seqlens_q, kv_lens or an append (the main "
-                                   "entry point)", plan.mask, plan.spec)
+                                   "entry point)", plan.mask, plan.spec, plan)
     offsets, strides = main["offsets"], main["strides"]
     namespaces = [main]
     if c.varlen is not None:
         namespaces.append(_namespace("varlen", c.varlen, f"launches with cu_seqlens_q, kv_lens or an append "
-                                                         f"(entry point {plan.entry}_varlen)", plan.mask, plan.spec))
+                                                         f"(entry point {plan.entry}_varlen)", plan.mask, plan.spec,
+                                        plan))
     layout = layout_lines(plan, "Shared memory")
     if c.chunked:
         layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")
@@ -165,6 +172,7 @@ def render_source(plan: KernelPlan) -> str:
         strides=strides,
         offsets=offsets,
         namespaces=namespaces,
+        f=main["f"],  # (the main namespace's KernelShape, for the template without namespaces)
         types_template=types_template,
         math_template=main["math_template"],
         producer_regs=main["producer_regs"],  # (body.j2 without namespaces: the one configuration's)
