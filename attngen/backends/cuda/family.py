@@ -25,8 +25,8 @@ from dataclasses import dataclass
 # name -> (main-loop template, what `attngen check` says of it)
 FAMILIES = {
     "plain": ("cuda/family_plain.j2", "the plain loop"),
-    "overlap": ("cuda/family_plain.j2", "wgmma, the overlapped loop (FlashAttention-3 order)"),
-    "producer": ("cuda/family_plain.j2", "wgmma with a producer warpgroup and work items"),
+    "overlap": ("cuda/family_overlap.j2", "wgmma, the overlapped loop (FlashAttention-3 order)"),
+    "producer": ("cuda/family_producer.j2", "wgmma with a producer warpgroup and work items"),
     "stored_p": ("cuda/stored_p.j2", "wgmma, P through memory"),
 }
 
@@ -135,6 +135,10 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
     col_blocks = bool(c.chunked or c.v_blocks > 1 or c.split_qk)
     bit_mask = wgmma and (mask.kind in ("causal", "window") or (custom and c.producer))
     kw_cols = kw and fused_combine and (c.d_v_pad // 8) % c.key_warps == 0
+    # what the family templates leave out: the overlapped loops have no warps over keys (section
+    # merge the key warps), the producer family no fused combine
+    assert not (kw and name in ("overlap", "producer")), "warps over keys outside the plain loop"
+    assert not (fused_combine and name == "producer"), "a fused combine in the producer family"
     return KernelShape(
         family=name,
         template=FAMILIES[name][0],
