@@ -73,6 +73,7 @@ def _variant_context(plan: KernelPlan) -> dict:
         split=spec.schedule.is_split,
         two_pass=spec.schedule.is_two_pass,
         fused_combine=fused_combine(spec, plan.config),
+        combine_launch=spec.schedule.is_split and not fused_combine(spec, plan.config),  # (the combine entry)
         pack_gqa=pack_gqa(spec),
         # The plain prefill kernel (fused, contiguous cache, structured mask, whole head dims) gets
         # a second instantiation without the per-sequence machinery, for launches without

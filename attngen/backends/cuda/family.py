@@ -112,8 +112,14 @@ class KernelShape:
     early_bits: bool
     # early_bits read by lane 0 and broadcast (up to two consumer warpgroups)
     broadcast_bits: bool
-    # the producer works on a tile after its copies (cleans V, stages mask words)
+    # the producer works on a tile after its copies (cleans V, stages mask words) ...
     producer_works: bool
+    # ... where this C++ condition holds
+    producer_flags: str
+    # the plain loop with warps over keys cleans V: each key warp its own keys' rows
+    clean_key_warps: bool
+    # paged split_kv: the first block-table entries of a split's share are prefetched into L1
+    table_prefetch: bool
     # the tensor copy engine's producer cleans V: bar_land
     tma_cleans: bool
 
@@ -165,5 +171,8 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
         early_bits=clean_v and hidden_keys,
         broadcast_bits=c.warps <= 8,
         producer_works=clean_v or custom,
+        producer_flags=" || ".join((["cleans"] if clean_v else []) + (["words"] if custom else [])),
+        clean_key_warps=clean_v and kw,
+        table_prefetch=paged and spec.schedule.is_split,
         tma_cleans=c.tma and clean_v,
     )
