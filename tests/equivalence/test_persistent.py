@@ -210,7 +210,7 @@ def test_other_calls_are_refused_in_formulas(bad):
 @pytest.mark.parametrize("mask", ["causal", "causal(bottom_right)"])
 def test_causal_items_in_small_order_groups(mask, monkeypatch):
     """Causal items go longest first within groups of (batch, head) pairs whose K and V fit
-    CUDA_CAUSAL_ORDER_BYTES (templates/cuda/body.j2, section work items). With the bound made small,
+    CUDA_CAUSAL_ORDER_BYTES (templates/cuda/family_producer.j2, section work items). With the bound made small,
     the 42 pairs (B 3 x 14 query heads, GQA 7) fall into groups of 8 and a last group of 2: every
     item is still done once (the reference's function, and persistent=off's)."""
     from attngen.backends.cuda import config

@@ -9,7 +9,7 @@ from ..render import (c_float, comment_block, constants, header_lines, layout_li
                       transform_doc)
 from . import config as _config
 from .config import CUDA_MASK_STAGE_WORDS, producer_registers
-from .family import kernel_shape
+from .family import family_name, kernel_shape
 from .lower import COMBINE_WARPS, fused_combine
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
@@ -64,9 +64,9 @@ def _variant_context(plan: KernelPlan) -> dict:
         pv_decl=param_list(plan.params, len(plan.entry) + len("_pv(")),
         param_names=", ".join(p.name for p in plan.params),
         custom=spec.mask.is_custom,
-        # (the types' helpers: some namespace cleans; body.j2 gets each namespace's own, _namespace)
+        # (the types' helpers: some namespace cleans; a family template gets each namespace's own, _namespace)
         clean_v=any(cleans_values(c, plan.mask) for c in (plan.config, plan.config.varlen) if c is not None),
-        clean_all=cleans_every_tile(plan.config),  # (body.j2 without namespaces: the one configuration's)
+        clean_all=cleans_every_tile(plan.config),  # (the template without namespaces: the one configuration's)
         hidden_keys=masks.hides_loaded_keys(plan.mask),  # partial tiles are cleaned in the first pass
         paged=spec.kv_cache.is_paged,
         page=spec.kv_cache.page,
@@ -100,10 +100,10 @@ _PAD_DOC = {
 
 def cleans_every_tile(c) -> bool:
     """Whether the kernel of tile configuration `c` cleans V, in its one pass, in every tile where
-    a weight is 0: the plain loop (mma.sync and CUDA-core families, and wgmma without a producer
-    or the overlapped loop), which has no second pass (CUDA_CLEAN_EVERY_TILE)."""
+    a weight is 0: the plain loop's family (family.py: mma.sync and CUDA cores, and wgmma without a
+    producer or the overlapped loop), which has no second pass (CUDA_CLEAN_EVERY_TILE)."""
     return (_config.CUDA_CLEAN_VALUES and _config.CUDA_CLEAN_EVERY_TILE and not c.stored_p
-            and not c.overlap and not c.producer)
+            and family_name(c) == "plain")
 
 
 def cleans_values(c, mask) -> bool:
@@ -115,13 +115,13 @@ def cleans_values(c, mask) -> bool:
     stored_p.j2); every producer kernel is persistent (docs/language.md, "A key of weight 0 adds
     nothing"). Read per call: a probe may patch CUDA_CLEAN_VALUES and CUDA_CLEAN_EVERY_TILE."""
     return (_config.CUDA_CLEAN_VALUES and not c.stored_p
-            and (masks.hides_loaded_keys(mask) or c.persistent or (c.overlap and not c.producer)
+            and (masks.hides_loaded_keys(mask) or family_name(c) in ("producer", "overlap")
                  or cleans_every_tile(c)))
 
 
 def _registers(c, spec) -> tuple[int, int]:
     """(producer, consumer) registers after setmaxnreg of configuration `c` (producer_registers)."""
-    return producer_registers(c.tma, spec.mask.kind, c.warps, c.tma_q, c.persistent and not c.stored_p,
+    return producer_registers(c.tma, spec.mask.kind, c.warps, c.tma_q, family_name(c) == "producer",
                               c.producer_regs)
 
 
@@ -176,7 +176,7 @@ def render_source(plan: KernelPlan) -> str:
         f=main["f"],  # (the main namespace's KernelShape, for the template without namespaces)
         types_template=types_template,
         math_template=main["math_template"],
-        producer_regs=main["producer_regs"],  # (body.j2 without namespaces: the one configuration's)
+        producer_regs=main["producer_regs"],  # (the template without namespaces: the one configuration's)
         consumer_regs=main["consumer_regs"],
         mma_type=mma_type,
         acc_qk=plan.acc_qk,
