@@ -25,7 +25,7 @@ from dataclasses import dataclass
 # name -> (main-loop template, what `attngen check` says of it)
 FAMILIES = {
     "plain": ("cuda/family_plain.j2", "the plain loop"),
-    "overlap": ("cuda/family_overlap.j2", "wgmma, the overlapped loop (FlashAttention-3 order)"),
+    "overlap": ("cuda/family_overlap.j2", "wgmma, the overlapped loop in FlashAttention-3's order"),
     "producer": ("cuda/family_producer.j2", "wgmma with a producer warpgroup and work items"),
     "stored_p": ("cuda/stored_p.j2", "wgmma, P through memory"),
 }
