@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...plan import masks
+
 # name -> (main-loop template, what `attngen check` says of it)
 FAMILIES = {
     "plain": ("cuda/family_plain.j2", "the plain loop"),
@@ -133,7 +135,7 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
     custom = spec.mask.is_custom
     two_pass = spec.schedule.is_two_pass
     paged, page = spec.kv_cache.is_paged, spec.kv_cache.page
-    hidden_keys = mask.kind != "none"  # masks.hides_loaded_keys
+    hidden_keys = masks.hides_loaded_keys(mask)
     kw = c.key_warps > 1
     wgmma = c.math == "wgmma"
     whole_pages = bool(paged and page < c.tile_kv and c.tile_kv % page == 0 and not wgmma)
