@@ -134,7 +134,7 @@ def cases(only=None):
             yield f"{i:05d} {label} {getattr(spec, 'name', 'refused')} {profile}", spec, target, profile
 
 
-def run(path: str, compare: bool, only=None) -> int:
+def run(path: str, compare: bool, only=None, ignore=()) -> int:
     t0 = time.time()
     before = {}
     if compare:
@@ -155,7 +155,7 @@ def run(path: str, compare: bool, only=None) -> int:
                 moved.append((case, None, row))
                 continue
             old = before.pop(case)
-            if old != row:
+            if {k: v for k, v in old.items() if k not in ignore} != {k: v for k, v in row.items() if k not in ignore}:
                 moved.append((case, old, row))
         else:
             rows.append(row)
@@ -199,9 +199,11 @@ def main(argv=None) -> int:
     ap.add_argument("path")
     ap.add_argument("--only", default="", help="comma-separated targets or profiles to render (compare: "
                                                  "only those are checked), e.g. cuda or cuda-sm90,webgpu-core")
+    ap.add_argument("--ignore", default="", help="comma-separated keys not compared (source, manifest, describe, "
+                                                   "refused): for a change meant to move one of them")
     args = ap.parse_args(argv)
     only = {w for w in args.only.split(",") if w} or None
-    return run(args.path, args.mode == "compare", only)
+    return run(args.path, args.mode == "compare", only, tuple(w for w in args.ignore.split(",") if w))
 
 
 if __name__ == "__main__":

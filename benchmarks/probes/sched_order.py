@@ -1,7 +1,7 @@
 """The order of causal work items for persistent blocks, by count (no GPU): a list schedule of
 the items on 132 blocks (each block takes the next item when it finishes one) in the head-major
 order (each head's last row tile first) and in groups of G (batch, head) pairs taken longest first
-(templates/cuda/body.j2, section work items). An item's length is its K/V tiles plus a fixed cost
+(templates/cuda/family_producer.j2, section work items). An item's length is its K/V tiles plus a fixed cost
 of 2 tiles (Q load, last P V, epilogue); L2 is not modelled (that is what the group bound is for).
 
     python3 benchmarks/probes/sched_order.py

@@ -50,7 +50,9 @@ AT_COMMIT = re.compile(r"`?[\w./-]+`? at [0-9a-f]{7,40}\b")
 # sorted into suite/, tools/ and probes/ (NOTES.md says so at its top). There such a path
 # resolves at its new place.
 HISTORICAL = (os.path.join("benchmarks", "NOTES.md"), os.path.join("benchmarks", "RESULTS.md"))
-RENAMED = {"probe_varlen.py": "benchmarks/suite/varlen.py", "wgsl_probe_cases.py": "benchmarks/probes/common.py"}
+RENAMED = {"probe_varlen.py": "benchmarks/suite/varlen.py", "wgsl_probe_cases.py": "benchmarks/probes/common.py",
+           # issue 39: body.j2 was split by kernel family; the plain loop kept its file's history
+           "templates/cuda/body.j2": "templates/cuda/family_plain.j2", "body.j2": "templates/cuda/family_plain.j2"}
 
 
 @lru_cache(maxsize=1)

@@ -1,6 +1,6 @@
 """split_kv with warps over keys (`target cuda { key_warps=N }`): the warps of a block own the
 same rows and divide each K/V tile's keys; their partial softmaxes are merged at the end of the
-block (templates/cuda/body.j2, section "merge the key warps"). Checked against the float64
+block (templates/cuda/family_plain.j2, section "merge the key warps"). Checked against the float64
 reference on the GPU: odd lengths (1, 7, 113, 1023), Lq != Lk, GQA groups 4 and 7, masks, kv_lens
 with an empty sequence, a paged cache, planted inf / NaN that only some rows see. The plan and
 the checker's refusals are checked without a GPU."""

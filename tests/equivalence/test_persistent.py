@@ -210,7 +210,7 @@ def test_other_calls_are_refused_in_formulas(bad):
 @pytest.mark.parametrize("mask", ["causal", "causal(bottom_right)"])
 def test_causal_items_in_small_order_groups(mask):
     """Causal items go longest first within groups of (batch, head) pairs whose K and V fit
-    CudaTiles.causal_order_bytes (templates/cuda/body.j2, section work items). With the bound made
+    CudaTiles.causal_order_bytes (templates/cuda/family_producer.j2, section work items). With the bound made
     small (the profile's override), the 42 pairs (B 3 x 14 query heads, GQA 7) fall into groups of
     8 and a last group of 2: every item is still done once (the reference's function)."""
     from attngen.api import get_profile
@@ -220,7 +220,7 @@ def test_causal_items_in_small_order_groups(mask):
     assert "constexpr long long kOrderBytes = 600000LL;" in src and "order_group(len_k, group, pairs)" in src
     require("cuda")
     from attngen import backends
-    from attngen.backends.cuda.runtime import device_profile
+    from attngen.backends.cuda.devices import device_profile
     from attngen.reference import relative_error, tolerance
     kernel = attngen.compile(spec, "cuda", profile=device_profile(backends.get("cuda")).with_overrides(**small))
     assert kernel.plan.config.causal_order_bytes == 600_000

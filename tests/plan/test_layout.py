@@ -192,6 +192,7 @@ def test_only_its_backend_knows_a_target():
 SHARED_JOBS = {
     "__init__": "the Backend subclass: options, profile keys, the protocol's methods",
     "config": "the configuration search",
+    "tiles": "the tile table: the configuration's choices as data, with the profile's overrides",
     "lower": "the target's part of the plan",
     "emit": "the source and the manifest",
     "devices": "the device: opening it, its limits, the profile it matches, its name",
@@ -200,7 +201,9 @@ SHARED_JOBS = {
     "args": "a call's parameters packed for the device",
 }
 TARGET_ONLY = {
-    "cuda": {"nvrtc", "tensor_maps", "torch_op"},
+    "cuda": {"nvrtc", "tensor_maps", "torch_op",
+             "choices",  # which kernel family and which of its parts serve a spec (config asks)
+             "family"},  # what each family's template renders (KernelShape; emit asks)
     "wgsl": {"blockmask", "manifest", "unroll"},
 }
 

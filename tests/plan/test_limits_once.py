@@ -25,11 +25,11 @@ LIMIT_VALUES = {
 }
 # (module, text on the line): the same number, another meaning.
 ELSEWHERE = [
-    ("backends/wgsl/adapter.py", "LLVMPIPE_LOOP_BUDGET = 65535"),  # llvmpipe's loop budget, not a grid limit
+    ("backends/wgsl/devices.py", "LLVMPIPE_LOOP_BUDGET = 65535"),  # llvmpipe's loop budget, not a grid limit
     ("backends/wgsl/blockmask.py", "UNSET = 0xFFFFFFFF"),  # a sentinel word of the block-mask lists
     ("backends/wgsl/emit.py", '"fill_word": 0xFFFFFFFF'),  # the same sentinel, in the manifest
     ("runtime/cache.py", '("GiB", 1 << 30)'),  # units of a byte count
-    ("runtime/runner.py", "GiB"),
+    ("harness/runner.py", "GiB"),
 ]
 
 

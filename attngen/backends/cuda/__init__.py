@@ -2,6 +2,7 @@
 
     config.py   the tile configuration (warps, stages, shared-memory layout)
     lower.py    parameters, grids, workspaces and entry points of the plan
+    family.py   each namespace's kernel family, its main-loop template and the paths it takes
     emit.py     the source (templates/cuda) and the manifest
     nvrtc.py    source -> cubin (no GPU needed)
     devices.py  the GPUs: CuPy, a device's profile (profile_for, device_profile), its name
@@ -51,7 +52,7 @@ class CudaBackend(Backend):
             "whether anything spills)",
             f"arch: {plan.details.arch} (compute capability 9.0 only)" if plan.details.arch.endswith("a")
             else f"arch: {plan.details.arch} or newer",
-        ] + ([c.varlen_summary] if c.varlen is not None else []) + (
+        ] + ([c.varlen_summary] if c.varlen is not None else []) + _family_lines(c) + (
             [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else []) + (
             [_combine_line(plan)] if plan.spec.schedule.is_split else [])
 
@@ -138,6 +139,15 @@ class CudaBackend(Backend):
 
 
 BACKEND = CudaBackend()
+
+
+def _family_lines(c) -> list[str]:
+    """The kernel family and main-loop template of each namespace (attngen check, --emit ir)."""
+    from .family import family_line
+    if c.varlen is None:
+        return [f"kernel family: {family_line(c)}"]
+    return [f"kernel family (main entry, namespace padded): {family_line(c)}",
+            f"kernel family (_varlen entry, namespace varlen): {family_line(c.varlen)}"]
 
 
 def _combine_line(plan) -> str:

@@ -5,7 +5,7 @@ Problem, with the bytes it needs and the limit) and the plan is built from what 
 Values the spec leaves at `auto` come from the profile's tuned defaults and are shrunk until
 they fit; values the spec gives are never changed: if they do not fit, that is an error.
 The choices it makes are data (tiles.py: the table of the profile, tiles_for); which kernel
-family and which of its parts serve a spec is family.py's.
+family and which of its parts serve a spec is choices.py's (what each family's template renders: family.py).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from ...lang.spec import DTYPE_BYTES, AttentionSpec
 from ...plan.kernel_plan import Problem, describe_buffers as _describe, place_buffers as _layout
 from ...plan.profiles import Profile
 from ...plan.schedule import pack_gqa
-from .family import (cuda_math, persistent_refusal, producer_registers, stored_p_refusal, swizzles_kv, takes_producer,
-                     takes_split_qk, wgmma_refusal, wide_d_kv, wide_masked)
+from .choices import (cuda_math, persistent_refusal, producer_registers, stored_p_refusal, swizzles_kv, takes_producer,
+                      takes_split_qk, wgmma_refusal, wide_d_kv, wide_masked)
 from .tiles import (COLUMN_STEP, DEFAULT, PRODUCER_THREADS, ROWS_PER_WARP, WARPGROUP_ROWS, WGMMA_ALIGN, WGMMA_COLUMNS,
                     CudaTiles, padded_head_dim, tiles_for)
 
@@ -102,7 +102,7 @@ class CudaConfig:
     setmaxnreg: tuple = (255, 255)  # (producer, consumer) registers after setmaxnreg (family.producer_registers)
 
     def __post_init__(self):
-        # Every producer kernel runs the work-item code (templates/cuda/body.j2 has no other producer
+        # Every producer kernel runs the work-item code (templates/cuda/family_producer.j2 has no other producer
         # loop): its redo is the cleaning pass of a key of weight 0.
         if self.producer and not self.persistent:
             raise AssertionError("a producer kernel without the work-item code (CudaConfig.persistent)")

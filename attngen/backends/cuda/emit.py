@@ -7,6 +7,7 @@ from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
 from ..render import (c_float, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render,
                       transform_doc)
+from .family import family_name, kernel_shape
 from .lower import COMBINE_WARPS, fused_combine
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
@@ -61,15 +62,16 @@ def _variant_context(plan: KernelPlan) -> dict:
         pv_decl=param_list(plan.params, len(plan.entry) + len("_pv(")),
         param_names=", ".join(p.name for p in plan.params),
         custom=spec.mask.is_custom,
-        # (the types' helpers: some namespace cleans; body.j2 gets each namespace's own, _namespace)
+        # (the types' helpers: some namespace cleans; a family template gets each namespace's own, _namespace)
         clean_v=any(cleans_values(c, plan.mask) for c in (plan.config, plan.config.varlen) if c is not None),
-        clean_all=cleans_every_tile(plan.config),  # (body.j2 without namespaces: the one configuration's)
+        clean_all=cleans_every_tile(plan.config),  # (the template without namespaces: the one configuration's)
         hidden_keys=masks.hides_loaded_keys(plan.mask),  # partial tiles are cleaned in the first pass
         paged=spec.kv_cache.is_paged,
         page=spec.kv_cache.page,
         split=spec.schedule.is_split,
         two_pass=spec.schedule.is_two_pass,
         fused_combine=fused_combine(spec, plan.config),
+        combine_launch=spec.schedule.is_split and not fused_combine(spec, plan.config),  # (the combine entry)
         pack_gqa=pack_gqa(spec),
         # The plain prefill kernel (fused, contiguous cache, structured mask, whole head dims) gets
         # a second instantiation without the per-sequence machinery, for launches without
@@ -96,10 +98,10 @@ _PAD_DOC = {
 
 def cleans_every_tile(c) -> bool:
     """Whether the kernel of tile configuration `c` cleans V, in its one pass, in every tile where
-    a weight is 0: the plain loop (mma.sync and CUDA-core families, and wgmma without a producer
-    or the overlapped loop), which has no second pass (CudaTiles.clean_every_tile)."""
+    a weight is 0: the plain loop's family (family.py: mma.sync and CUDA cores, and wgmma without a
+    producer or the overlapped loop), which has no second pass (CudaTiles.clean_every_tile)."""
     return (c.clean_values and c.clean_every_tile and not c.stored_p
-            and not c.overlap and not c.producer)
+            and family_name(c) == "plain")
 
 
 def cleans_values(c, mask) -> bool:
@@ -111,22 +113,27 @@ def cleans_values(c, mask) -> bool:
     stored_p.j2); every producer kernel is persistent (docs/language.md, "A key of weight 0 adds
     nothing"). (CudaTiles.clean_values False: nowhere, a probe's switch.)"""
     return (c.clean_values and not c.stored_p
-            and (masks.hides_loaded_keys(mask) or c.persistent or (c.overlap and not c.producer)
+            and (masks.hides_loaded_keys(mask) or family_name(c) in ("producer", "overlap")
                  or cleans_every_tile(c)))
 
 
 def _registers(c, spec) -> tuple[int, int]:
-    """(producer, consumer) registers after setmaxnreg of configuration `c` (family.producer_registers)."""
+    """(producer, consumer) registers after setmaxnreg of configuration `c` (choices.producer_registers)."""
     return c.setmaxnreg
 
 
-def _namespace(name: str, c, doc: str, mask, spec) -> dict:
-    """One tile configuration's context for body.j2 (its shared-memory offsets and strides, its
-    kernel family's matmul primitives: the _varlen entry of head dims above 256 runs the
-    mma.sync family beside the main entry's wgmma, whether it cleans V's values, and its
-    producer's and consumers' registers: the _varlen entry's producer copies by cp.async)."""
+def _namespace(name: str, c, doc: str, mask, spec, plan) -> dict:
+    """One tile configuration's context for its kernel family's template (its shared-memory
+    offsets and strides, its family and the paths it takes (f: family.KernelShape), its matmul
+    primitives: the _varlen entry of head dims above 256 runs the mma.sync family beside the main
+    entry's wgmma, whether it cleans V's values, and its producer's and consumers' registers: the
+    _varlen entry's producer copies by cp.async)."""
     regs = _registers(c, spec)
-    return {"name": name, "c": c, "doc": doc, "clean_v": cleans_values(c, mask), "clean_all": cleans_every_tile(c),
+    clean_v, clean_all = cleans_values(c, mask), cleans_every_tile(c)
+    shape = kernel_shape(c, spec, mask, clean_v=clean_v, clean_all=clean_all,
+                         fused_combine=fused_combine(spec, plan.config), prescale_q=plan.prescale_q,
+                         softcap=plan.softcap, pack_gqa=pack_gqa(spec))
+    return {"name": name, "c": c, "doc": doc, "clean_v": clean_v, "clean_all": clean_all, "f": shape,
             "producer_regs": regs[0], "consumer_regs": regs[1],
             "offsets": {b.name: b.offset for b in c.buffers},
             "strides": {b.name[1:].lower(): b.cols for b in c.buffers},
@@ -139,12 +146,13 @@ def render_source(plan: KernelPlan) -> str:
     c = plan.config
     types_template, mma_type = _TYPES[plan.dtype]
     main = _namespace("padded", c, "launches without cu_seqlens_q, kv_lens or an append (the main "
-                                   "entry point)", plan.mask, plan.spec)
+                                   "entry point)", plan.mask, plan.spec, plan)
     offsets, strides = main["offsets"], main["strides"]
     namespaces = [main]
     if c.varlen is not None:
         namespaces.append(_namespace("varlen", c.varlen, f"launches with cu_seqlens_q, kv_lens or an append "
-                                                         f"(entry point {plan.entry}_varlen)", plan.mask, plan.spec))
+                                                         f"(entry point {plan.entry}_varlen)", plan.mask, plan.spec,
+                                        plan))
     layout = layout_lines(plan, "Shared memory")
     if c.chunked:
         layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")
@@ -162,9 +170,10 @@ def render_source(plan: KernelPlan) -> str:
         strides=strides,
         offsets=offsets,
         namespaces=namespaces,
+        f=main["f"],  # (the main namespace's KernelShape, for the template without namespaces)
         types_template=types_template,
         math_template=main["math_template"],
-        producer_regs=main["producer_regs"],  # (body.j2 without namespaces: the one configuration's)
+        producer_regs=main["producer_regs"],  # (the template without namespaces: the one configuration's)
         consumer_regs=main["consumer_regs"],
         mma_type=mma_type,
         acc_qk=plan.acc_qk,

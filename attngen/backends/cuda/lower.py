@@ -54,7 +54,7 @@ _BLH = (("b", "batch"), ("l", "sequence"), ("h", "head"))
 
 def fused_combine(spec: AttentionSpec, cfg) -> bool:
     """split_kv merges its splits in the main kernel: the last split block of each row tile runs
-    the combine (templates/cuda/body.j2, section "combine (fused ...)"), so a call is one launch.
+    the combine (templates/cuda/combine_fused.j2, section "combine (fused ...)"), so a call is one launch.
     two_pass, and kernels whose output columns are split over blocks (chunked head dims), keep
     the combine launch."""
     return spec.schedule.is_split and not spec.schedule.is_two_pass and not cfg.chunked

@@ -13,7 +13,7 @@ import pytest
 import attngen
 from attngen.api import emit_plan, get_profile
 from attngen.backends.cuda import tiles as cuda_tiles
-from attngen.backends.cuda.runtime import kernel_key
+from attngen.backends.cuda.kernel import kernel_key
 from attngen.backends.wgsl import tiles as wgsl_tiles
 from attngen.plan.profiles import ProfileError
 
@@ -34,7 +34,7 @@ def test_profiles_of_targets_take_the_default_tables():
 
 
 @pytest.mark.parametrize("body, overrides, before, after", [
-    # the persistent causal items' L2 group bound (body.j2, work items)
+    # the persistent causal items' L2 group bound (family_producer.j2, work items)
     ("head_dim 128\n dtype f16\n mask causal\n heads q=14 kv=2", {"causal_order_bytes": 600_000},
      "kOrderBytes = 16777216LL;", "kOrderBytes = 600000LL;"),
     # no cleaning of V's non-finite values at all (a probe's switch)
