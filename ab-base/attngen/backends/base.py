@@ -1,0 +1,182 @@
+"""The Backend protocol: what the target-neutral core asks of a target.
+
+A backend is one object per target, registered by name (attngen.backends). The core calls it
+at each step of the pipeline and never looks inside it:
+
+    language  schema            the options of `target NAME { ... }` blocks
+    profiles  profile(name)     a targets/*.toml profile of this target, checked for its keys
+    check     check(spec, p)    target problems (dtypes, features) -> [Problem]
+    configure configure(spec,p) the tile configuration, searched once (raises Problem)
+    lower     lower(...)        parameters, grid, entry points, workspaces -> Lowered
+    render    render(plan)      the source text
+    manifest  manifest(plan)    what a launcher without Python needs (JSON-able dict)
+    describe  describe(plan)    lines for `attngen check` and `--emit ir`
+    compile   compile(spec, p)  a runnable Kernel on this machine's device
+    precompile precompile(spec, device)  fill the disk cache ahead of time (`attngen precompile`)
+    run       device_inputs / time_call: what `attngen run` needs of the device
+
+Adding a target is a new package under attngen/backends/ with a subclass of Backend, its
+templates and its profiles; tests/plan/test_toy_backend.py registers one without an edit to
+the core.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from ..lang.options import TargetSchema
+from ..lang.spec import AttentionSpec
+from ..plan.kernel_plan import KernelPlan, Lowered, Problem
+from ..plan.profiles import Profile, ProfileError, find_profile, profiles_for, require
+
+
+class Backend:
+    """Base class of the backends; subclasses set the class attributes and override the steps."""
+
+    name: str = ""
+    # A backend package may implement the steps in modules of the usual names, which are
+    # imported only when a step runs: config.configure, lower.lower, emit.render_source and
+    # emit.render_manifest. Otherwise a subclass overrides the methods.
+    package: str | None = None
+    schema: TargetSchema = TargetSchema("", ())
+    default_profile: str = ""
+    # Keys every profile of this target must have (checked when a profile is looked up).
+    required_limits: tuple = ()
+    required_defaults: tuple = ()
+    required_sections: tuple = ()
+    # What `attngen run` says of its timings.
+    timing: str = "wall time"
+    # The file name extension of the generated source (`attngen build DIR -o OUT` writes
+    # OUT/<kernel>.<source_suffix>).
+    source_suffix: str = "txt"
+
+    # -- profiles ---------------------------------------------------------------------------
+    def extra_profiles(self) -> tuple:
+        """Profiles the backend brings besides targets/*.toml (none by default)."""
+        return ()
+
+    def profile(self, profile: Profile | str | None = None) -> Profile:
+        """The named profile (default: the target's), checked to be this target's and to have
+        the keys this target needs; a Profile object is checked and returned."""
+        if isinstance(profile, Profile):
+            if profile.target != self.name:
+                raise ProfileError(f"profile '{profile.name}' is for target {profile.target}, not {self.name}")
+            return profile
+        prof = find_profile(profile or self.default_profile, self.name, self.extra_profiles())
+        return require(prof, self.required_limits, self.required_defaults, self.required_sections)
+
+    def profiles(self) -> list[Profile]:
+        return [require(p, self.required_limits, self.required_defaults, self.required_sections)
+                for p in profiles_for(self.name, self.extra_profiles())]
+
+    # -- the pipeline -----------------------------------------------------------------------------
+    def check(self, spec: AttentionSpec, profile: Profile) -> list[Problem]:
+        """Problems of `spec` on this target that do not depend on tiles (dtypes, features)."""
+        if spec.dtype not in profile.storage_dtypes:
+            return [Problem(f"dtype {spec.dtype} is not available (has: {', '.join(profile.storage_dtypes)})",
+                            key="dtype")]
+        return []
+
+    def _step(self, module: str, function: str):
+        if self.package is None:
+            raise NotImplementedError(f"backend {self.name} implements no {function}")
+        return getattr(importlib.import_module(f"{self.package}.{module}"), function)
+
+    def configure(self, spec: AttentionSpec, profile: Profile):
+        """The tile configuration (tile_q, tile_kv, buffers, smem_bytes, summary()); raise
+        Problem when the spec's own choices cannot work."""
+        return self._step("config", "configure")(spec, profile)
+
+    def lower(self, spec: AttentionSpec, profile: Profile, config, entry: str) -> Lowered:
+        return self._step("lower", "lower")(spec, profile, config, entry)
+
+    def render(self, plan: KernelPlan) -> str:
+        return self._step("emit", "render_source")(plan)
+
+    def manifest(self, plan: KernelPlan) -> dict:
+        return self._step("emit", "render_manifest")(plan)
+
+    def describe(self, plan: KernelPlan) -> list[str]:
+        """What `attngen check` prints under a plan (one line each)."""
+        c = plan.config
+        return [plan.summary(), f"on-chip memory: {plan.smem_bytes} bytes",
+                f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads"] + (
+            [f"features: {', '.join(plan.features)}"] if plan.features else []) + (
+            [f"buffers: {c.smem_summary}"] if hasattr(c, "smem_summary") else [])
+
+    def compile(self, spec: AttentionSpec, profile: Profile | str | None = None):
+        """A runnable kernel for this machine's device (attngen.runtime.kernel.Kernel)."""
+        raise NotImplementedError(f"target {self.name} generates source only: it has no runtime here")
+
+    # -- attngen precompile ---------------------------------------------------------------------
+    # What `--device` names for this target, in words ("" when the target builds nothing ahead of time).
+    device_kinds: str = ""
+
+    def precompile_devices(self) -> tuple:
+        """The devices `attngen precompile` builds for when none are named."""
+        return ()
+
+    def precompile(self, spec: AttentionSpec, device: str) -> bool:
+        """Build `spec` for `device` into the disk cache, as compile() on such a device will look
+        it up; True when it was there already. ValueError for a device name this target does
+        not know."""
+        raise NotImplementedError(f"target {self.name} builds its kernels when they are loaded: there is "
+                                  "nothing to precompile")
+
+    # -- attngen tune -----------------------------------------------------------------------------
+    def tune_space(self, spec: AttentionSpec) -> list:
+        """The choices `attngen tune` sweeps: dicts of tile_q, tile_kv and options (this target's
+        `target NAME { ... }` values); the planner refuses the illegal ones."""
+        return []
+
+    def device_identity(self) -> str:
+        """This machine's device, as tuned results are keyed: vendor, architecture, device, driver."""
+        raise NotImplementedError(f"target {self.name} has no runtime here")
+
+    def helper_sources(self, plan: KernelPlan) -> dict:
+        """{name: source} of the helper modules a foreign runtime runs beside the kernel
+        (`attngen build --emit NAME`); none by default."""
+        return {}
+
+    # -- attngen serve-demo -----------------------------------------------------------------------
+    def demo_files(self, spec: AttentionSpec, profile: Profile) -> dict:
+        """{file name: text} of a static web page that runs the kernel (attngen serve-demo);
+        targets without a web runtime raise NotImplementedError."""
+        raise NotImplementedError(f"target {self.name} has no web demo")
+
+    # -- attngen run ------------------------------------------------------------------------------
+    def device_inputs(self, spec: AttentionSpec, host: tuple, options: dict) -> tuple[tuple, dict]:
+        """(q, k, v, options) on the device, from float32 host arrays and host options."""
+        raise NotImplementedError(f"target {self.name} has no runtime here")
+
+    def time_call(self, kernel, args: tuple, options: dict, repeat: int) -> float:
+        """Median milliseconds of `repeat` calls after a warm-up call (a backend whose calls wait
+        for the device warms it up for longer, warm_up)."""
+        import statistics
+        import time
+        kernel(*args, **options)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            kernel(*args, **options)
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+    def __repr__(self) -> str:
+        return f"<attngen backend '{self.name}'>"
+
+
+# Seconds of calls before a candidate is timed (attngen tune): the GPU idles while the host
+# checks the candidate against the float64 reference, its clocks drop, and a few short timed
+# calls do not bring them back (H100, WGSL: rows timed 2-3x slow; benchmarks/NOTES.md 2026-11-24).
+WARM_UP_S = 0.3
+
+
+def warm_up(call, seconds: float = WARM_UP_S) -> None:
+    """Run `call` (which must wait for its work to finish) until `seconds` have passed, at least once."""
+    import time
+    start = time.perf_counter()
+    call()
+    while time.perf_counter() - start < seconds:
+        call()
+

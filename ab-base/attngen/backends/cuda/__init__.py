@@ -1,0 +1,165 @@
+"""The CUDA backend: CUDA C++ for NVRTC, launched through CuPy (sm_80 and newer).
+
+    config.py   the tile configuration (warps, stages, shared-memory layout)
+    lower.py    parameters, grids, workspaces and entry points of the plan
+    emit.py     the source (templates/cuda) and the manifest
+    nvrtc.py    source -> cubin (no GPU needed)
+    runtime.py  the kernel object: tensors in, launch on the caller's stream
+    args.py     one call's kernel arguments, workspaces and block masks
+
+This module only describes the backend; CuPy, NVRTC and jinja2 are imported when needed.
+"""
+
+from __future__ import annotations
+
+from ...lang.options import Option, TargetSchema
+from ..base import Backend, warm_up
+
+_NP = {"f16": "float16", "f32": "float32"}
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+    package = __name__  # config.py, lower.py and emit.py implement configure, lower, render, manifest
+    schema = TargetSchema("cuda", (
+        Option("warps", "int", 1, 32, tiling=True),
+        Option("stages", "int", 1, 8, tiling=True),
+        Option("key_warps", "int", 1, 8),
+        Option("producer", "choice", choices=("auto", "on", "off"), what="producer warpgroup", usage="auto|on|off"),
+        Option("persistent", "choice", choices=("auto", "on", "off"), what="persistent blocks", usage="auto|on|off"),
+        Option("tma", "choice", choices=("auto", "on", "off"), what="tensor copy engine", usage="auto|on|off"),
+    ), language="C++")
+    default_profile = "cuda-sm80"
+    required_limits = ("shared_memory_bytes", "threads_per_block", "registers_per_thread", "registers_per_block")
+    required_defaults = ("math", "max_head_dim", "tile_q", "tile_kv", "stages")
+    required_sections = ("device.arch",)
+    timing = "GPU time (events)"
+    device_name = "CUDA GPU (with CuPy)"
+    source_suffix = "cu"
+
+    def describe(self, plan):
+        c = plan.config
+        # The estimate steers the tile search; whether a kernel spills is ptxas's word (the
+        # examples' default plans are held to none: tests/backends/cuda/test_spills.py).
+        return [
+            plan.summary(),
+            f"shared memory: {plan.smem_bytes} bytes ({c.smem_summary})",
+            f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
+            f"registers: at most {c.registers_cap} per thread; the planner's rough count, which only steers "
+            f"the tile search, is about {c.registers_estimate} (the compiler allocates them and decides "
+            "whether anything spills)",
+            f"arch: {plan.details.arch} (compute capability 9.0 only)" if plan.details.arch.endswith("a")
+            else f"arch: {plan.details.arch} or newer",
+        ] + ([c.varlen_summary] if c.varlen is not None else []) + (
+            [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else []) + (
+            [_combine_line(plan)] if plan.spec.schedule.is_split else [])
+
+    def tune_space(self, spec):
+        """Rows per block x keys per tile x K/V stages (the planner picks the kernel family)."""
+        return [{"tile_q": q, "tile_kv": kv, "options": {"stages": st}}
+                for q in (64, 128) for kv in (32, 64, 128) for st in (2, 3)]
+
+    def device_identity(self):
+        from .runtime import cupy_module
+        cupy = cupy_module()
+        dev = cupy.cuda.Device()
+        if dev.id not in self._identities:  # asked by every attngen.compile: once per device
+            name = _device_name(cupy, dev.id)
+            self._identities[dev.id] = (f"NVIDIA / sm_{dev.compute_capability} / {name} / driver "
+                                        f"{cupy.cuda.runtime.driverGetVersion()}")
+        return self._identities[dev.id]
+
+    _identities: dict = {}
+
+    def compile(self, spec, profile=None):
+        from .runtime import compile_kernel
+        return compile_kernel(self, spec, profile)
+
+    device_kinds = "CUDA architectures: sm_80, sm_86, sm_89, sm_90, ... (compute capability 8.0 or newer)"
+
+    def precompile_devices(self):
+        """The GPUs of this machine, else the two architectures of the profiles (A100, H100)."""
+        try:
+            import cupy  # type: ignore
+            n = cupy.cuda.runtime.getDeviceCount()
+            found = sorted({f"sm_{cupy.cuda.Device(i).compute_capability}" for i in range(n)})
+        except Exception:  # no CuPy, no driver or no GPU: CI machines precompile for both profiles
+            found = []
+        return tuple(found) or ("sm_80", "sm_90")
+
+    def precompile(self, spec, device):
+        import re
+        from .runtime import precompile
+        m = re.fullmatch(r"sm_(\d{2,3})", device.strip())
+        if m is None or int(m.group(1)) < 80:
+            raise ValueError(f"unknown CUDA device {device!r}: give an architecture such as sm_80 or sm_90 "
+                             "(compute capability 8.0 or newer)")
+        from ...errors import LaunchError
+        from . import nvrtc
+        if not nvrtc.available():
+            raise LaunchError("precompiling for the cuda target needs NVRTC: pip install 'attngen[gpu]' "
+                              "(cuda-bindings and nvidia-cuda-nvrtc; no GPU needed)")
+        hit, _ = precompile(self, spec, int(m.group(1)))
+        return hit
+
+    def device_inputs(self, spec, host, options):
+        from ...errors import LaunchError
+        from .runtime import cupy_module
+        cupy = cupy_module()
+        if "mask" in options:
+            options = {**options, "mask": cupy.asarray(options["mask"])}
+        if spec.dtype == "bf16":
+            try:
+                import torch
+            except ImportError:
+                raise LaunchError("bf16 inputs on the cuda target are made with PyTorch, which is not "
+                                  "installed") from None
+            return tuple(torch.from_numpy(a).cuda().to(torch.bfloat16) for a in host), options
+        return tuple(cupy.asarray(a.astype(_NP[spec.dtype])) for a in host), options
+
+    def time_call(self, kernel, args, options, repeat):
+        import statistics
+        from .runtime import cupy_module
+        cupy = cupy_module()
+        def synced():
+            kernel(*args, **options)
+            cupy.cuda.get_current_stream().synchronize()
+        warm_up(synced)  # module load, and the GPU's clocks
+        times = []
+        for _ in range(repeat):
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            kernel(*args, **options)
+            stop.record()
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop))
+        return statistics.median(times)
+
+
+BACKEND = CudaBackend()
+
+
+def _device_name(cupy, device: int) -> str:
+    """The GPU's name: the driver's cuDeviceGetName (cudaGetDeviceProperties, which queries
+    every property, costs tens of milliseconds of a cached compile), else the properties."""
+    try:
+        import ctypes
+        lib = ctypes.CDLL("libcuda.so.1")
+        handle = ctypes.c_int()
+        buf = ctypes.create_string_buffer(256)
+        if lib.cuDeviceGet(ctypes.byref(handle), device) == 0 and lib.cuDeviceGetName(buf, 256, handle) == 0:
+            return buf.value.decode()
+    except (OSError, AttributeError, UnicodeDecodeError):
+        pass
+    name = cupy.cuda.runtime.getDeviceProperties(device)["name"]
+    return name.decode() if isinstance(name, bytes) else name
+
+
+def _combine_line(plan) -> str:
+    """How a split schedule's partial results are merged (attngen check, --emit ir)."""
+    from .lower import fused_combine
+    if fused_combine(plan.spec, plan.config):
+        return ("combine: fused, one launch (the last split block of each row tile merges the splits; "
+                "tile_counters, zeroed once per stream)")
+    why = "two_pass" if plan.spec.schedule.is_two_pass else "output columns split over blocks"
+    return f"combine: a second launch ({why})"

@@ -1,0 +1,257 @@
+"""KernelPlan -> CUDA C++ source (for NVRTC) and its manifest."""
+
+from __future__ import annotations
+
+from ...plan import masks
+from ...plan.kernel_plan import KernelPlan
+from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
+from ..render import (c_float, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render,
+                      transform_doc)
+from . import config as _config
+from .config import CUDA_MASK_STAGE_WORDS, producer_registers
+from .lower import COMBINE_WARPS, fused_combine
+
+# Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
+_TYPES = {
+    "f16": ("cuda/types_f16.j2", "f16"),
+    "bf16": ("cuda/types_bf16.j2", "bf16"),
+    "f32": ("cuda/types_f32.j2", None),
+}
+
+
+# Tensors stored in the spec's dtype (elem_t in the source); other tensors by their dtype.
+_STORAGE = ("q", "k", "v", "out", "k_new", "v_new")
+_C_TYPES = {"f32": "float", "i32": "int", "u32": "unsigned", "u8": "unsigned char", "i64": "long long"}
+
+
+_WS_NOTE = {
+    "stored_p": "allocated by the launcher, uninitialised; one row per block of the grid, written and read back by "
+                "the same launch",
+    False: "allocated by the launcher, uninitialised; reused only after the combine has run",
+    True: "zero before a launch and left zero by it: a caller keeps one such buffer per stream (the "
+          "fused combine's last split block of each row tile resets its counter; the persistent blocks' "
+          "last fetch wraps theirs to zero); zero it once when allocated",
+}
+
+
+def _c_decl(p, entry: bool = True) -> str:
+    """The C++ declaration of one kernel parameter (of an entry point, or of the device function
+    it calls: a tensor map stays in the entry's parameter space and is passed on by reference)."""
+    if p.kind == "scalar":
+        return f"{_C_TYPES[p.dtype]} {p.name}"
+    if p.kind == "tensor_map":
+        return f"const __grid_constant__ TensorMap {p.name}" if entry else f"const TensorMap& {p.name}"
+    base = "elem_t" if p.name in _STORAGE else _C_TYPES[p.dtype]
+    # k and v are written only by an append, at keys no block reads from the cache (docs/variants.md)
+    const = "const " if p.access == "read" or p.name in ("k", "v") else ""
+    return f"{const}{base}* __restrict__ {p.name}"
+
+
+def param_list(params, indent: int, entry: bool = True) -> str:
+    """Declarations, one per line, aligned after the opening parenthesis."""
+    return (",\n" + " " * indent).join(_c_decl(p, entry) for p in params)
+
+
+def _variant_context(plan: KernelPlan) -> dict:
+    """What the templates need to know of docs/variants.md's variants (flags only)."""
+    spec = plan.spec
+    combine = [e for e in plan.entries if e.name == "combine"]
+    return dict(
+        params_decl=param_list(plan.params, len("__device__ __forceinline__ void attention("), entry=False),
+        tma=plan.config.tma,
+        entry_decl=param_list(plan.params, len(plan.entry) + 1),
+        pv_decl=param_list(plan.params, len(plan.entry) + len("_pv(")),
+        param_names=", ".join(p.name for p in plan.params),
+        custom=spec.mask.is_custom,
+        # (the types' helpers: some namespace cleans; body.j2 gets each namespace's own, _namespace)
+        clean_v=any(cleans_values(c, plan.mask) for c in (plan.config, plan.config.varlen) if c is not None),
+        clean_all=cleans_every_tile(plan.config),  # (body.j2 without namespaces: the one configuration's)
+        hidden_keys=masks.hides_loaded_keys(plan.mask),  # partial tiles are cleaned in the first pass
+        paged=spec.kv_cache.is_paged,
+        page=spec.kv_cache.page,
+        split=spec.schedule.is_split,
+        two_pass=spec.schedule.is_two_pass,
+        fused_combine=fused_combine(spec, plan.config),
+        pack_gqa=pack_gqa(spec),
+        # The plain prefill kernel (fused, contiguous cache, structured mask, whole head dims) gets
+        # a second instantiation without the per-sequence machinery, for launches without
+        # cu_seqlens / kv_lens / append: it keeps the plain algorithm's registers (CudaConfig:
+        # fast_path, varlen). The other kinds use one general instantiation (half the NVRTC time).
+        padded_fast_path=plan.config.fast_path,
+        varlen=plan.details.varlen is not None,
+        varlen_decl=param_list(plan.params, len(plan.entry) + len("_varlen(")),
+        general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
+        combine_warps=COMBINE_WARPS,
+        mask_stage_words=CUDA_MASK_STAGE_WORDS,
+        order_bytes=_config.CUDA_CAUSAL_ORDER_BYTES,  # (read per call: a probe may patch it)
+        keys_a=_config.CUDA_STORED_P[1],  # P through memory: keys per tile of phase A
+        combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
+    )
+
+
+_PAD_DOC = {
+    "wgmma": "padded to a multiple of 64 (whole 128-byte swizzle blocks); padding is zero",
+    "mma": "padded to a multiple of 16 (the k of m16n8k16); padding is zero",
+    "fma": "no padding on CUDA cores",
+}
+
+
+def cleans_every_tile(c) -> bool:
+    """Whether the kernel of tile configuration `c` cleans V, in its one pass, in every tile where
+    a weight is 0: the plain loop (mma.sync and CUDA-core families, and wgmma without a producer
+    or the overlapped loop), which has no second pass (CUDA_CLEAN_EVERY_TILE)."""
+    return (_config.CUDA_CLEAN_VALUES and _config.CUDA_CLEAN_EVERY_TILE and not c.stored_p
+            and not c.overlap and not c.producer)
+
+
+def cleans_values(c, mask) -> bool:
+    """Whether the kernel of tile configuration `c` cleans V's non-finite values (section
+    non-finite values, templates/cuda/nonfinite.j2): where the mask hides keys of the tiles a block
+    loads (partial tiles), and wherever the kernel takes care of keys of weight 0: persistent
+    blocks and the overlapped loop without a producer (a cleaning pass), the plain loop (every
+    tile, cleans_every_tile). P through memory redoes a warp's P V on its own (templates/cuda/
+    stored_p.j2); every producer kernel is persistent (docs/language.md, "A key of weight 0 adds
+    nothing"). Read per call: a probe may patch CUDA_CLEAN_VALUES and CUDA_CLEAN_EVERY_TILE."""
+    return (_config.CUDA_CLEAN_VALUES and not c.stored_p
+            and (masks.hides_loaded_keys(mask) or c.persistent or (c.overlap and not c.producer)
+                 or cleans_every_tile(c)))
+
+
+def _registers(c, spec) -> tuple[int, int]:
+    """(producer, consumer) registers after setmaxnreg of configuration `c` (producer_registers)."""
+    return producer_registers(c.tma, spec.mask.kind, c.warps, c.tma_q, c.persistent and not c.stored_p,
+                              c.producer_regs)
+
+
+def _namespace(name: str, c, doc: str, mask, spec) -> dict:
+    """One tile configuration's context for body.j2 (its shared-memory offsets and strides, its
+    kernel family's matmul primitives: the _varlen entry of head dims above 256 runs the
+    mma.sync family beside the main entry's wgmma, whether it cleans V's values, and its
+    producer's and consumers' registers: the _varlen entry's producer copies by cp.async)."""
+    regs = _registers(c, spec)
+    return {"name": name, "c": c, "doc": doc, "clean_v": cleans_values(c, mask), "clean_all": cleans_every_tile(c),
+            "producer_regs": regs[0], "consumer_regs": regs[1],
+            "offsets": {b.name: b.offset for b in c.buffers},
+            "strides": {b.name[1:].lower(): b.cols for b in c.buffers},
+            "math_template": f"cuda/math_{c.math}.j2", "pad": {"wgmma": 64, "mma": 16}.get(c.math, 8),
+            "pad_doc": _PAD_DOC[c.math]}
+
+
+def render_source(plan: KernelPlan) -> str:
+    """The CUDA C++ source of a plan."""
+    c = plan.config
+    types_template, mma_type = _TYPES[plan.dtype]
+    main = _namespace("padded", c, "launches without cu_seqlens_q, kv_lens or an append (the main "
+                                   "entry point)", plan.mask, plan.spec)
+    offsets, strides = main["offsets"], main["strides"]
+    namespaces = [main]
+    if c.varlen is not None:
+        namespaces.append(_namespace("varlen", c.varlen, f"launches with cu_seqlens_q, kv_lens or an append "
+                                                         f"(entry point {plan.entry}_varlen)", plan.mask, plan.spec))
+    layout = layout_lines(plan, "Shared memory")
+    if c.chunked:
+        layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")
+    if c.varlen is not None:
+        layout.append(c.varlen_summary[0].upper() + c.varlen_summary[1:] + ".")
+    slack = _config.rescale_slack(plan)
+    source = render(
+        "cuda/kernel.cu.j2",
+        header=comment_block(header_lines(plan, layout)),
+        c=c,
+        entry=plan.entry,
+        elem_bytes=4 if plan.dtype == "f32" else 2,
+        pad=main["pad"],
+        pad_doc=main["pad_doc"],
+        strides=strides,
+        offsets=offsets,
+        namespaces=namespaces,
+        types_template=types_template,
+        math_template=main["math_template"],
+        producer_regs=main["producer_regs"],  # (body.j2 without namespaces: the one configuration's)
+        consumer_regs=main["consumer_regs"],
+        mma_type=mma_type,
+        acc_qk=plan.acc_qk,
+        acc_pv=plan.acc_pv,
+        any_f16_acc="f16" in (plan.acc_qk, plan.acc_pv),
+        rescale_slack=c_float(slack) if slack else None,
+        mask=plan.mask,
+        mask_doc=mask_doc(plan),
+        **_variant_context(plan),
+        transform_doc=transform_doc(plan),
+        **constants(plan),
+    )
+    return source
+
+
+def render_manifest(plan: KernelPlan) -> dict:
+    """What a launcher without Python needs (the common part, attngen.backends.render.manifest,
+    plus the CUDA launch facts)."""
+    c = plan.config
+    arch = plan.details.arch
+    extra = {
+        "language": "CUDA C++17 (NVRTC), no headers",
+        "arch": arch,
+        "compile_options": ["--std=c++17", f"--gpu-architecture={arch}"],
+        "block": [c.threads, 1, 1],
+        "dynamic_shared_memory_bytes": c.smem_bytes,
+        "shared_memory_note": "above 48 KiB a launcher must raise the kernel's "
+                              "cudaFuncAttributeMaxDynamicSharedMemorySize first",
+        "alignment": "q, k, v, out base pointers 16-byte aligned; strides multiples of "
+                     f"{16 // (4 if plan.dtype == 'f32' else 2)} elements",
+        "features": [],
+    }
+    extra["grid_symbols"] = {
+        "B": "batch", "Lq": "query rows per sequence (packed: the longest sequence's)",
+        "Lk": "keys per sequence (kv_lens / packed: the longest sequence's, after the append)",
+        "Hq": "query heads", "Hkv": "KV heads", "G": "Hq / Hkv", "Dqk": plan.d_qk, "Dv": plan.d_v,
+        "S": "KV splits (1 for fused)", "Tq": "rows of packed q", "Tk": "rows of packed k",
+        "Lnew": "rows appended per sequence", "P": "pages", "Pmax": "block_table columns",
+        "Bm": "mask batch (1 or B)", "Hm": "mask heads (1 or Hq)",
+        "Wm": "32-bit words per row of a boolean mask: 4 * ceil(Lk / 128) + 4", "Nq": f"ceil(Lq / {c.tile_q})",
+        "Nk": f"ceil(Lk / {c.tile_kv})",
+        "SM": "multiprocessors of the GPU (persistent blocks: one per multiprocessor)",
+    }
+    extra["lse"] = {"layout": ["B", "Hq", "Lq"], "packed_layout": ["Hq", "Tq"], "dtype": "f32",
+                    "units": "natural log", "empty_row": "-inf"}
+    extra["variants"] = "docs/variants.md: layouts, kv_lens, packed sequences, paged caches, appends"
+    if plan.details.varlen is not None:
+        v = plan.details.varlen
+        extra["varlen_entry_point"] = {
+            "entry_point": v.entry,
+            "when": "launch it instead of entry_point when cu_seqlens_q, kv_lens or k_new / v_new is given",
+            "grid": list(v.grid), "block": [v.threads, 1, 1], "dynamic_shared_memory_bytes": v.smem_bytes,
+            "parameters": "the same as entry_point's", "doc": v.doc}
+    if plan.spec.schedule.is_split:
+        splits = plan.spec.schedule.splits
+        extra["splits"] = (f"S = {splits}" if splits is not None else
+                           split_rule(c.tile_q, c.tile_kv, blocks_per_core(plan)) + " (attngen.plan.schedule.choose_splits; "
+                           "compute_units = the GPU's multiprocessors)")
+        extra["combine"] = ("fused: the last split block of each row tile merges the splits (tile_counters), "
+                            "one launch" if fused_combine(plan.spec, c) else
+                            "a second launch (the combine entry point) merges the splits")
+    if plan.workspaces:
+        extra["workspaces"] = {w.name: {"bytes": w.bytes_formula, "dtype": w.dtype,
+                                        "note": _WS_NOTE["stored_p" if w.name == "ws_p" else w.persistent]}
+                               for w in plan.workspaces}
+    if c.stored_p:
+        extra["persistent"] = ("one block per multiprocessor (grid symbol SM; min(a, b) is the smaller of a and b); "
+                               "block x takes work items (row tile, head, batch; row tile fastest) x, x + gridDim.x, "
+                               "...; pass batch_size = B")
+        extra["stored_p"] = ("P through memory: block x keeps each row tile's P and running maxima in row x of "
+                             "ws_p (uninitialised; any contents before the launch are fine) between its two phases")
+    elif c.persistent:
+        extra["persistent"] = ("one block per multiprocessor (grid symbol SM; min(a, b) is the smaller of a and b) "
+                               "takes work items (row tile, head, batch) in turn; pass batch_size = B and a work_counter that is zero before the "
+                               "launch (the launch's last fetch wraps it back to zero)")
+    if c.chunked:
+        # tile d and the split of the output columns over blocks (already in the grid formula).
+        extra["tile"] = {"q": c.tile_q, "kv": c.tile_kv, "d": c.chunk}
+        extra["output_column_blocks"] = {
+            "blocks": c.v_blocks, "columns_per_block": c.d_v_block,
+            "grid_y": f"head * {c.v_blocks} + block; block b writes out[..., b * {c.d_v_block} : "
+                      f"(b + 1) * {c.d_v_block}] (clipped to Dv); block 0 writes lse"}
+        if plan.spec.schedule.is_two_pass:
+            extra["output_column_blocks"]["two_pass"] = (
+                "pass 1 (the main entry) computes the scores once per head, without column blocks "
+                "(grid.y = heads); pass 2 (the _pv entry) has them: block b writes its columns of ws_o")
+    return manifest(plan, extra)

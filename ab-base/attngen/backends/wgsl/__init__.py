@@ -1,0 +1,176 @@
+"""The WGSL backend: WGSL for WebGPU (browsers' Tint, wgpu's naga), launched through wgpu-py.
+
+    config.py     the tile configuration (invocations per row, workgroup-memory layout)
+    lower.py      the Params struct, bindings, dispatches, workspaces and entry points
+    emit.py       the source (templates/wgsl) and the manifest (manifest.py: packed buffers)
+    adapter.py    the process's wgpu device, the adapter's profile, WgslTensor
+    kernel.py     the kernel object: compile, inputs, the call
+    launch.py     one call: upload, dispatch every entry point, read back
+    args.py       the Params words and the packed integer inputs
+    blockmask.py  BlockMask lists built on the GPU by a generated shader
+
+This module only describes the backend; wgpu and jinja2 are imported when needed.
+    from attngen.backends.wgsl import WgslTensor, device   # the runtime's public names
+"""
+
+from __future__ import annotations
+
+from ...lang.options import Option, TargetSchema
+from ..base import Backend, warm_up
+from ...plan.kernel_plan import Problem
+from .lower import RUNTIME_CHECKS
+
+_NP = {"f16": "float16", "f32": "float32"}
+
+
+class WgslBackend(Backend):
+    name = "wgsl"
+    package = __name__  # config.py, lower.py and emit.py implement configure, lower, render, manifest
+    schema = TargetSchema("wgsl", (
+        Option("workgroup", "int", 1, 1024, tiling=True),
+        Option("subgroups", "choice", choices=("auto", "on", "off"), what="subgroups mode", usage="auto|on|off"),
+        Option("f16", "choice", choices=("auto", "native", "packed"), what="f16 storage", usage="auto|native|packed"),
+        Option("prefetch", "choice", choices=("auto", "on", "off"), what="tile prefetch", usage="auto|on|off"),
+    ), language="WGSL")
+    default_profile = "webgpu-core"
+    required_limits = ("workgroup_storage_bytes", "invocations_per_workgroup", "storage_buffers_per_stage",
+                       "workgroups_per_dimension", "storage_buffer_binding_bytes")
+    required_defaults = ("max_head_dim", "tile_q", "threads_per_row", "tile_kv")
+    required_sections = ("dialect",)
+    wall_timing = "wall time, uploads and read-back included"  # where the adapter has no timestamp queries
+    gpu_timing = ("GPU time of the dispatches (timestamp queries; short calls repeated back to back in one "
+                  "submission of ~25 ms), inputs resident on the device")
+
+    @property
+    def timing(self):
+        """How time_call measures on this machine's adapter."""
+        try:
+            from .adapter import device_state
+            return self.gpu_timing if "timestamp-query" in device_state().features else self.wall_timing
+        except Exception:  # no wgpu or no adapter here: nothing is timed
+            return self.wall_timing
+    device_name = "wgpu adapter"
+    source_suffix = "wgsl"
+
+    def check(self, spec, profile):
+        problems = []
+        if spec.dtype not in profile.storage_dtypes:
+            if spec.dtype == "bf16":
+                problems.append(Problem("dtype bf16 is not available: WGSL has no bf16 type", key="dtype",
+                                        hint="use dtype f16 (packed in u32 words where shader-f16 is missing) or f32 for WGSL; "
+                                             "bf16 runs on cuda"))
+            else:
+                problems += super().check(spec, profile)
+        from .config import f16_storage
+        storage = f16_storage(spec, profile)
+        f16_math = "f16" in (spec.acc_qk, spec.acc_pv)
+        if storage == "native" and not profile.may_use_feature("shader-f16"):
+            problems.append(Problem("f16=native needs the shader-f16 feature, which this profile does not "
+                                    "offer", key="target.wgsl", hint="use f16=packed (or auto): f16 in u32 words"))
+        elif f16_math and not profile.may_use_feature("shader-f16"):
+            problems.append(Problem("accumulate f16 needs the shader-f16 feature (f16 arithmetic), which this "
+                                    "profile does not offer", key="accumulate",
+                                    hint="use accumulate qk=f32 pv=f32: f16 storage is then packed in u32 words"))
+        elif f16_math and storage == "packed":
+            problems.append(Problem("accumulate f16 with f16=packed: packed storage computes in f32",
+                                    key="accumulate", hint="use accumulate qk=f32 pv=f32, or f16=native"))
+        if spec.options(self.name).get("subgroups") == "on" and not profile.may_use_feature("subgroups"):
+            problems.append(Problem("subgroups=on, but this profile has no subgroups feature", key="target.wgsl",
+                                    hint="use subgroups=auto or off"))
+        return problems
+
+    def describe(self, plan):
+        c = plan.config
+        return [
+            plan.summary(),
+            f"register tiling: {c.sub_block} ({c.workgroup} invocations: {c.row_groups} row groups x "
+            f"{c.threads_per_row} per row; row reductions: {c.reduction}; the profile's register budget: "
+            f"{c.budget[0]} scores and {c.budget[1]} accumulators per invocation)",
+            f"workgroup memory: {plan.smem_bytes} bytes ({c.smem_summary})",
+            f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
+            f"features: {', '.join(plan.features) or 'none'}",
+            f"wgpu runtime checks: {plan.details.runtime_checks} ({RUNTIME_CHECKS[plan.details.runtime_checks]}; "
+            "the profile's dialect, wgpu-native only)",
+        ]
+
+    def tune_space(self, spec):
+        """Rows per workgroup x keys per tile x invocations per row (workgroup = rows x that)."""
+        return [{"tile_q": q, "tile_kv": kv, "options": {"workgroup": q * per_row}}
+                for q in (8, 16, 32) for kv in (16, 32) for per_row in (2, 4, 8)]
+
+    def device_identity(self):
+        from .adapter import device_state
+        info = device_state().info
+        parts = [str(info.get(k) or "") for k in ("vendor", "architecture", "device", "description", "backend_type")]
+        return " / ".join(p for p in parts if p)
+
+    def helper_sources(self, plan):
+        """The block-mask builder of a custom-mask kernel (manifest: block_mask)."""
+        from .emit import block_mask_source
+        return {"block-mask": block_mask_source(plan)} if plan.spec.mask.is_custom else {}
+
+    def demo_files(self, spec, profile):
+        """The kernel, its manifest, examples/web's page and runtime (docs/web.md)."""
+        import json
+        from ...plan.lower import lower
+        from ...resources import resource_path
+        plan = lower(spec, self, self.profile(profile))  # checked: SpecError with every problem
+        files = {"kernel.wgsl": self.render(plan), "kernel.wgsl.json": json.dumps(self.manifest(plan), indent=1) + "\n"}
+        for name in ("index.html", "attngen.js"):
+            files[name] = resource_path("web", name).read_text()
+        return files
+
+    def compile(self, spec, profile=None):
+        from .kernel import compile_kernel
+        return compile_kernel(self, spec, profile)
+
+    def device_inputs(self, spec, host, options):
+        import numpy as np
+        from .adapter import WgslTensor
+        # resident on the device: a timed call uploads nothing but its uniforms
+        return tuple(WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype]))) for a in host), options
+
+    def time_call(self, kernel, args, options, repeat):
+        """Median GPU milliseconds of `repeat` calls (timestamp queries around the dispatches),
+        or median wall time where the adapter has no timestamp queries (self.timing says which)."""
+        import statistics
+        from .launch import gpu_timer, timed_repeats
+        if "timestamp-query" not in kernel.state.features:
+            return super().time_call(kernel, args, options, repeat)
+
+        def call():
+            kernel(*args, **options)
+        warm_up(call)  # pipelines, and the GPU's clocks (timed calls wait)
+        # each timed call: its dispatches repeated back to back in one submission of ~25 ms
+        with gpu_timer(kernel, repeat=timed_repeats(kernel, call)) as times:
+            per_call = []
+            for _ in range(repeat):
+                times.clear()
+                kernel(*args, **options)
+                per_call.append(sum(times))
+        return statistics.median(per_call)
+
+
+BACKEND = WgslBackend()
+
+
+def compile_kernel(spec, profile=None):
+    """A WGSL kernel for the live adapter (attngen.compile(spec, target="wgsl"))."""
+    return BACKEND.compile(spec, profile)
+
+
+def adapter_profile():
+    """The profile of the live adapter, narrowed to what it reports."""
+    from .adapter import adapter_profile as profile_of
+    return profile_of(BACKEND)
+
+
+# The runtime's public names, imported on first use (they need wgpu).
+_RUNTIME = {"WgslTensor": "adapter", "device": "adapter", "device_state": "adapter", "WgslKernel": "kernel"}
+
+
+def __getattr__(name):
+    if name in _RUNTIME:
+        import importlib
+        return getattr(importlib.import_module(f"{__name__}.{_RUNTIME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

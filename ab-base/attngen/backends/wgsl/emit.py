@@ -1,0 +1,301 @@
+"""KernelPlan -> WGSL source (for WebGPU: wgpu/naga, Chrome's Tint, ...) and its manifest.
+
+The kernel is templates/wgsl/kernel.wgsl.j2 with its parts (config, memory, math, mask). This
+module only turns the plan into the lists and numbers the templates print: the `enable`
+directives, the Params struct, the bindings, the buffer sizes and the shuffle masks of the
+subgroup reduction. No decisions are made here; they are the plan's.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from ...plan.kernel_plan import KernelPlan
+from ...plan.schedule import WORKSPACE_FILL, max_splits, pack_gqa
+from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
+from . import manifest as wgsl_layout
+from .config import WGSL_MAX_DIMS_V
+from .lower import COMBINE_WORKGROUP
+from .unroll import unroll_loops
+
+# Longest loops over an invocation's vec4 of head dims and over a tile's keys that are left to the
+# compiler in one piece (longer ones are split in chunks; see the DIM_CHUNK_QK comment in
+# templates/wgsl/config.j2).
+MAX_VEC_CHUNK = 8
+MAX_KEY_CHUNK = 16
+BLOCK_MASK_WORKGROUP = 64  # invocations per workgroup of the block-mask builder
+_COMMENT_WIDTH = 92  # text width of wrapped comments (96 columns with '// ')
+
+# WGSL scalar types of the attngen dtypes a WGSL kernel can hold (bf16 is rejected by the checker).
+_SCALAR = {"f16": "f16", "f32": "f32"}
+_WORD = {"f16": "f16", "f32": "f32", "u32": "u32"}
+_F32_ALWAYS = ("lse", "o_part", "lse_part", "s_scratch", "stats")  # f32 whatever the storage dtype
+
+_TYPES_DOC = {
+    "f32": ["Storage is f32; all arithmetic is f32 unless an accumulator below says f16."],
+    "f16": ["Storage is f16 (`enable f16;`, the shader-f16 feature): tiles stay f16 in workgroup",
+            "memory and are widened to f32 where the arithmetic is f32."],
+    "f16 packed": ["Storage is f16 packed in u32 words (no shader-f16; section memory): elem_t, the",
+                   "type of the tiles in workgroup memory, is f32, and so is all arithmetic."],
+}
+_PACKED = ("q", "k", "v", "kv_new")  # u32 words when f16 is packed (read by <name>_vec); out: store_out
+_VECTOR_READ = ("q", "k", "v")  # bound as arrays of 4 elements (vec4<elem_t>, or vec2<u32> packed)
+
+
+def _fields(plan: KernelPlan) -> list[dict]:
+    """The Params struct's fields, with `pad` spaces so that their trailing comments line up."""
+    rows = [{"name": n, "type": t, "doc": d} for n, t, d in plan.details.uniform_fields]
+    width = max((len(r["name"]) + len(r["type"]) for r in rows), default=0)
+    return [{**r, "pad": width - len(r["name"]) - len(r["type"])} for r in rows]
+
+
+def module_params(plan: KernelPlan) -> list:
+    """Every binding of the module (the union over its entry points), by binding number."""
+    seen = {}
+    for p in list(plan.params) + [q for e in plan.entries for q in e.params]:
+        seen.setdefault(p.binding, p)
+    return [seen[b] for b in sorted(seen)]
+
+
+def _bindings(plan: KernelPlan) -> list[dict]:
+    """One row per Param: WGSL address space and type, from the param's kind, access and dtype,
+    and its doc as comment lines."""
+    rows = []
+    for p in module_params(plan):
+        if p.kind == "uniform":
+            space, typ = "uniform", "Params"
+        else:
+            # WGSL has no write-only storage buffers: outputs are read_write. Tensors in the
+            # storage dtype are elem_t; lse, workspaces (f32) and the word buffers (u32) are not.
+            space = "storage, read" if p.access == "read" else "storage, read_write"
+            typ = "array<elem_t>" if p.dtype == plan.dtype and p.dtype != "u32" and p.name not in _F32_ALWAYS \
+                else f"array<{_WORD[p.dtype]}>"
+            if plan.details.f16_packed and typ == "array<elem_t>":
+                typ = "array<atomic<u32>>" if p.name == "out" else "array<u32>"
+            if p.name in _VECTOR_READ and typ in ("array<elem_t>", "array<u32>"):
+                # Tile copies read 4 elements in one load (16 bytes of f32, 8 of f16); naga and
+                # the drivers do not merge 4 scalar loads (each has its own bounds check).
+                typ = "array<vec4<elem_t>>" if typ == "array<elem_t>" else "array<vec2<u32>>"
+        doc = f"{p.name}: {p.doc}"
+        if p.shape:
+            doc = f"{p.name} ({', '.join(p.shape)}) {p.dtype}: {p.doc}"
+        rows.append({"binding": p.binding, "name": p.name, "space": space, "type": typ,
+                     "doc": textwrap.wrap(doc, width=_COMMENT_WIDTH)})
+    return rows
+
+
+_OPTIONAL_NOTE = {
+    "lse": "bind any buffer of at least 4 bytes and set write_lse = 0 to skip it",
+    "seq_meta": "bind any buffer of at least 4 bytes when the layout is padded without kv_lens",
+    "kv_new": "bind any buffer of at least 4 bytes and set len_new = 0 when nothing is appended",
+}
+
+
+def _chunk(n: int, cap: int) -> int:
+    """The largest divisor of n that is at most cap."""
+    return max(c for c in range(1, min(n, cap) + 1) if n % c == 0)
+
+
+def _shuffle_masks(threads_per_row: int) -> list[int]:
+    """Lane masks of the butterfly reduction over a row: T/2, T/4, ..., 1."""
+    masks, m = [], threads_per_row // 2
+    while m >= 1:
+        masks.append(m)
+        m //= 2
+    return masks
+
+
+# The value of each Params field as a formula (attngen.plan.formulas' grammar) over the grid
+# symbols and the launch symbols the manifest lists in "launch_symbols"; fields not listed are 0.
+# attngen/backends/wgsl/args.py computes the same values from a Launch (tests/backends/wgsl/
+# test_manifest_values.py holds the two together).
+VALUES = {"batch": "B", "len_q": "Lq", "len_k": "Lk", "heads_q": "Hq", "heads_kv": "Hkv", "group": "G",
+          "write_lse": "write_lse", "splits": "S", "kv_layout": "layout", "has_kv_lens": "has_kv_lens", "cap": "cap",
+          "total_q": "Tq", "len_new": "Lnew", "meta_cu_q": "meta_cu_q", "meta_cu_k": "meta_cu_k",
+          "meta_kv_lens": "meta_kv_lens", "meta_table": "meta_table", "table_width": "Pmax",
+          "new_v": "B * Lnew * Hkv * Dqk"}
+
+
+def _values(plan: KernelPlan) -> dict:
+    """VALUES plus the custom-mask fields, over the mask symbols (Bm, Hm, Lqm, Lkm, mask_additive)."""
+    nq, nk = f"ceil(Lqm / {plan.tile_q})", f"ceil(Lkm / {plan.tile_kv})"
+    return {**VALUES, "mask_additive": "mask_additive", "mask_batch": "Bm", "mask_heads": "Hm",
+            "mask_len_q": "Lqm", "mask_len_k": "Lkm", "mask_qtiles": nq, "mask_kvtiles": nk,
+            "mask_counts": "0", "mask_tiles": f"Bm * Hm * {nq}", "mask_data": f"Bm * Hm * {nq} + Bm * Hm * {nq} * {nk}"}
+
+
+def block_mask_manifest(plan: KernelPlan) -> dict:
+    """How to run the block-mask builder (`attngen build --emit block-mask`) before the kernel."""
+    nq, nk = f"ceil(Lqm / {plan.tile_q})", f"ceil(Lkm / {plan.tile_kv})"
+    fields = [("slices", "Bm * Hm"), ("len_q", "Lqm"), ("len_k", "Lkm"), ("qtiles", nq), ("kvtiles", nk),
+              ("additive", "mask_additive"), ("counts", "0"), ("tiles", f"Bm * Hm * {nq}"),
+              ("data", f"Bm * Hm * {nq} + Bm * Hm * {nq} * {nk}"), ("_pad9", "0"), ("_pad10", "0"), ("_pad11", "0")]
+    return {
+        "source": "a separate module: attngen build SPEC --target wgsl --emit block-mask",
+        "workgroup_size": [BLOCK_MASK_WORKGROUP, 1, 1],
+        "bindings": [{"binding": 0, "type": "uniform", "struct": "BmParams", "size_bytes": 4 * len(fields),
+                      "fields": [{"name": n, "type": "u32", "offset": 4 * i, "value": v}
+                                 for i, (n, v) in enumerate(fields)]},
+                     {"binding": 1, "type": "storage", "name": "mask",
+                      "words": f"Bm * Hm * {nq} + Bm * Hm * {nq} * {nk} + data words"}],
+        "data": "bool (mask_additive = 0): the mask as bytes (1 = attend), 4 per u32 word, little-endian, "
+                "(Bm, Hm, Lqm, Lkm) row-major; additive (1): its f32 bits, -inf for masked pairs",
+        "fill_word": 0xFFFFFFFF,
+        "fill_note": "every word before data (counts and tiles) holds fill_word before the builder runs",
+        "entry_points": [
+            {"entry_point": "block_mask_classify", "dispatch": [f"ceil({nk} / {BLOCK_MASK_WORKGROUP})", nq, "Bm * Hm"]},
+            {"entry_point": "block_mask_compact", "dispatch": [f"ceil({nq} / {BLOCK_MASK_WORKGROUP})", "Bm * Hm", "1"]}],
+        "then": "bind the same buffer as the kernel's `mask` binding; Params' mask fields have their values",
+    }
+
+
+LAUNCH_SYMBOLS = {
+    "layout": "0 padded (B, L, H, D) tensors, 1 packed sequences (cu_seqlens), 2 a paged cache (block_table)",
+    "has_kv_lens": "1 when kv_lens is given, else 0",
+    "cap": "padded: rows per sequence of k and v (their second dimension); paged: rows per page",
+    "Tq": "rows of q: packed, total_q; else B * Lq",
+    "Lnew": "rows appended per sequence (k_new / v_new), else 0",
+    "Pmax": "columns of block_table, else 0",
+    "Lk": "keys per sequence; with kv_lens or packed: of the longest sequence, after the append",
+    "meta_cu_q, meta_cu_k, meta_kv_lens, meta_table": "word offsets of the seq_meta sections (its layout)",
+    "write_lse": "1 when lse is wanted, else 0",
+    "Bm, Hm, Lqm, Lkm": "mask custom: the mask's (batch, heads, Lq, Lk) shape (Bm 1 or B, Hm 1 or Hq)",
+    "mask_additive": "mask custom: 0 for a boolean mask, 1 for an additive one",
+}
+
+
+def _binding_manifest(plan: KernelPlan) -> list[dict]:
+    out = []
+    layouts = wgsl_layout.buffer_layouts(plan)
+    fields = plan.details.uniform_fields
+    values = _values(plan)
+    for p in module_params(plan):
+        entry = {"group": 0, "binding": p.binding, "name": p.name}
+        if p.kind == "uniform":
+            entry.update(
+                type="uniform",
+                struct="Params",
+                size_bytes=4 * len(fields),
+                fields=[{"name": n, "type": t, "offset": 4 * i, "doc": d, "value": values.get(n, "0")}
+                        for i, (n, t, d) in enumerate(fields)],
+                value_note="value: the field's value as a formula (grammar: formula_grammar) of the grid "
+                           "symbols and launch_symbols",
+            )
+        else:
+            entry.update(
+                type="read-only-storage" if p.access == "read" else "storage",
+                dtype=p.dtype,
+                shape=list(p.shape),
+            )
+            if p.optional:
+                entry["optional"] = _OPTIONAL_NOTE[p.name]
+            if plan.details.f16_packed and (p.name in _PACKED or p.name == "out"):
+                entry["packing"] = ("two f16 per u32 word, element 2w in the low 16 bits (the bytes of a "
+                                    "little-endian f16 array)")
+            if p.name in layouts:
+                entry["layout"] = layouts[p.name]
+        out.append(entry)
+    return out
+
+
+def render_source(plan: KernelPlan) -> str:
+    """The WGSL source of a plan (every entry point of its schedule in one module)."""
+    c = plan.config
+    sizes = {b.name: b.rows * b.cols for b in c.buffers}
+    layout = layout_lines(plan, "Workgroup memory")
+    layout.append(f"Register tiling: {c.sub_block}" + ("; its loops unrolled (the profile's dialect)."
+                                                       if plan.details.unroll_sub_block else "."))
+    if c.chunked:
+        layout.append(f"Head dim: {c.chunk_summary}.")
+    source = render(
+        "wgsl/kernel.wgsl.j2",
+        header=comment_block(header_lines(plan, layout)),
+        directives=list(plan.details.directives),
+        c=c,
+        entry=plan.entry,
+        dim_chunk_qk=_chunk(c.tile_dqk // 4, MAX_VEC_CHUNK),
+        key_chunk=_chunk(c.tile_kv, MAX_KEY_CHUNK),
+        # P through sP as vec4 of 4 consecutive keys (one load serves 4 keys of a row in P V)
+        p_vec4=c.threads_per_row > 1 and c.tile_kv % 4 == 0 and c.pad % 4 == 0,
+        key_chunk4=_chunk(c.tile_kv // 4, MAX_KEY_CHUNK // 4) if c.tile_kv % 4 == 0 else 1,
+        max_chunk=MAX_VEC_CHUNK,
+        max_dims_v=WGSL_MAX_DIMS_V,
+        elem="f32" if plan.details.f16_packed else _SCALAR[plan.dtype],
+        f16_packed=plan.details.f16_packed,
+        packed_inputs=[p.name for p in module_params(plan) if p.name in _PACKED],
+        vector_inputs=[p.name for p in module_params(plan) if p.name in _VECTOR_READ],
+        acc_qk=_SCALAR[plan.acc_qk],
+        acc_pv=_SCALAR[plan.acc_pv],
+        types_doc=_TYPES_DOC["f16 packed" if plan.details.f16_packed else plan.dtype],
+        fields=_fields(plan),
+        bindings=_bindings(plan),
+        sizes=sizes,
+        shuffle_masks=_shuffle_masks(c.threads_per_row),
+        mask=plan.mask,
+        schedule=plan.spec.schedule.kind,
+        pack_gqa=pack_gqa(plan.spec),
+        paged=plan.spec.kv_cache.is_paged,
+        page=plan.spec.kv_cache.page,
+        max_splits=max_splits(plan.spec),
+        combine_workgroup=COMBINE_WORKGROUP,
+        unwritten_bits=f"0x{WORKSPACE_FILL:08x}",
+        mask_doc=mask_doc(plan),
+        transform_doc=transform_doc(plan),
+        **constants(plan),
+    )
+    # the loops over each invocation's rows, keys and column groups, unrolled where the profile's
+    # dialect asks for it (unroll.py: a driver that keeps them as loops keeps acc, s and part in
+    # memory, not registers; SwiftShader's compiler takes 20x longer on the unrolled form)
+    if plan.details.unroll_sub_block:
+        source = unroll_loops(source)
+    return source
+
+
+def render_manifest(plan: KernelPlan) -> dict:
+    """What a launcher without Python (a browser) needs: the common part
+    (attngen.backends.render.manifest) plus bindings, entry points and dispatches."""
+    c = plan.config
+    extra = {
+        "language": "WGSL",
+        "directives": [f"enable {d};" for d in plan.details.directives],
+        "workgroup_size": [c.workgroup, 1, 1],
+        "dispatch": list(plan.grid),
+        "dispatch_note": "dispatchWorkgroups(x, y, z) with the grid formulas; each dimension at most "
+                         "maxComputeWorkgroupsPerDimension; y = heads * V_BLOCKS (head-major) when the "
+                         "output columns are split over V_BLOCKS workgroups, heads being Hq, or Hkv for "
+                         "split schedules that pack GQA groups (schedule.rows)",
+        "workgroup_storage_bytes": c.smem_bytes,
+        "head_dim_chunks": {"tile_d": c.tile_d, "from_spec": c.tile_d_given, "v_blocks": c.v_blocks,
+                            "note": c.chunk_summary},
+        "features": list(plan.features),
+        **({"f16_storage": "packed" if plan.details.f16_packed else "native"} if plan.dtype == "f16" else {}),
+        "bindings": _binding_manifest(plan),
+        "entry_points": wgsl_layout.entry_points(plan),
+        "entry_points_note": "dispatch every entry point in this order, each with a bind group of exactly "
+                             "its bindings (its own pipeline layout, group 0); the params uniform is shared",
+        "schedule": wgsl_layout.schedule_manifest(plan),
+        "grid_extra_symbols": {"G": "Hq / Hkv, query heads per KV head", "S": "KV splits of this launch"},
+        "formula_grammar": "integers, symbol names, a + b, a * b and ceil(a / b) (integer division rounded "
+                           "up); nothing else (attngen/plan/formulas.py)",
+        "launch_symbols": LAUNCH_SYMBOLS,
+        **({"block_mask": block_mask_manifest(plan)} if plan.spec.mask.is_custom else {}),
+        "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
+                  "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides. Packed "
+                  "(kv_layout = 1): q (total_q, Hq, Dqk), k, v (total_k, Hkv, D), out (total_q, Hq, Dv), "
+                  "lse (Hq, total_q); paged (kv_layout = 2): k, v (num_pages, page, Hkv, D)",
+        "buffer_note": "buffers are contiguous (B, L, H, D); f16 buffers are padded with zeros to a "
+                       "multiple of 4 bytes (WebGPU buffer sizes); q, k and v are bound as arrays of "
+                       "4-element items (vec4<elem_t>, or vec2<u32> for packed f16), so their buffers "
+                       "hold at least 16 bytes (an empty tensor is bound as one zero item)",
+        "completion_note": "if a driver cuts the main loop short (Mesa's llvmpipe ends all loops of a "
+                           "shader after 65535 iterations), the kernel stores nothing for those rows: "
+                           "fill out with NaN before the dispatch to detect it",
+    }
+    return manifest(plan, extra)
+
+
+def block_mask_source(plan: KernelPlan) -> str:
+    """The block-mask builder for `plan`'s tiles (templates/wgsl/block_mask.wgsl.j2)."""
+    c = plan.config
+    return render("wgsl/block_mask.wgsl.j2", tile_q=c.tile_q, tile_kv=c.tile_kv, kernel=plan.spec.name,
+                  workgroup=BLOCK_MASK_WORKGROUP)

@@ -1,0 +1,241 @@
+"""The WGSL kernel object: compile a spec for the live wgpu device, and call it.
+
+    kernel = compile_kernel(spec)            # profile of the live adapter (adapter.py)
+    out = kernel(q, k, v)                    # numpy arrays (B, L, H, D) in, numpy out
+    out, lse = kernel(q, k, v, return_lse=True)
+
+Caching. Pipelines are cached in this process by (spec, profile, generator version). The
+generated source and manifest are also written to the on-disk cache (attngen.runtime.cache)
+keyed by (spec, generator version, target, adapter, profile), for inspection and for runtimes
+outside Python. wgpu offers no portable way to serialise a compiled pipeline, so every new
+process compiles the shader again (naga + the driver; some drivers, e.g. Mesa, keep their own
+shader cache); the on-disk entries are a record, not a shortcut: the source is always emitted
+afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+
+from ...errors import CompileError, LaunchError
+from ...lang.spec import AttentionSpec
+from ...plan.kernel_plan import Emitted
+from ...plan.lower import lower
+from ...plan.profiles import Profile
+from ...resources import generator_version
+from ...runtime.cache import cache_key, cached
+from ...runtime.kernel import Kernel
+from .blockmask import build_block_mask
+from .adapter import (
+    NP_DTYPES, SENTINEL, WGPU_FEATURE, WgslTensor, _DeviceState, adapter_profile, create_module, device_state,
+    naga_dialect, padded, wgpu,
+)
+from .launch import call
+
+
+def _profile_key(p: Profile) -> str:
+    return json.dumps({"name": p.name, "limits": p.limits, "features": p.features, "sections": p.sections,
+                       "defaults": list(p.defaults), "dtypes": list(p.storage_dtypes)}, sort_keys=True)
+
+
+# ---- compiling ----------------------------------------------------------------------------------
+
+def _check_device(plan, st: _DeviceState, adapter: Profile) -> None:
+    """Refuse a plan this device cannot run, naming what is missing (`adapter`: the live
+    adapter's profile, whose subgroup range is what plans on this device may assume)."""
+    who = f"this device ({st.info.get('device') or st.info.get('vendor')})"
+    for feat in plan.features:
+        if WGPU_FEATURE[feat] not in st.features:
+            raise LaunchError(f"kernel '{plan.spec.name}' needs the WebGPU feature '{feat}', which {who} "
+                              "does not have")
+    if plan.config.subgroups:
+        if st.subgroup_problem is not None:
+            raise LaunchError(f"kernel '{plan.spec.name}' uses subgroups, but on {who} {st.subgroup_problem}; "
+                              "build it with target wgsl { subgroups=off } or for the adapter's profile")
+        guaranteed = adapter.features.get("subgroup_min_size") or st.subgroup_min
+        if guaranteed and plan.config.threads_per_row > guaranteed:
+            raise LaunchError(f"kernel '{plan.spec.name}' reduces {plan.config.threads_per_row} invocations "
+                              f"per row with subgroup shuffles, but {who} guarantees subgroups of only "
+                              f"{guaranteed}")
+    if st.loop_budget is not None and plan.details.runtime_checks != "all":
+        # llvmpipe ends all loops of a shader after LLVMPIPE_LOOP_BUDGET iterations; only with wgpu's
+        # loop bounding does that cut end the main loop where the epilogue sees it (measured: long
+        # rows came back wrong, not refused, with runtime_checks "bounds" or "none")
+        raise LaunchError(f"kernel '{plan.spec.name}' is planned with wgpu's runtime checks "
+                          f"'{plan.details.runtime_checks}' (profile {plan.profile}), but on {who} (Mesa's "
+                          "llvmpipe, which cuts long loops short) the kernels need wgpu's loop bounding to "
+                          "detect the cut: use a profile with [dialect] runtime_checks = \"all\"")
+    for value, key, what in ((plan.smem_bytes, "workgroup_storage_bytes", "bytes of workgroup memory"),
+                             (plan.threads, "invocations_per_workgroup", "invocations per workgroup")):
+        limit = st.device_limit(key)
+        if value > limit:
+            raise LaunchError(f"kernel '{plan.spec.name}' needs {value} {what}, but {who} allows {limit}")
+
+
+def _layout(params, dev):
+    """The bind group layout of one entry point: exactly its bindings (lower.py)."""
+    entries = []
+    for p in sorted(params, key=lambda p: p.binding):
+        if p.kind == "uniform":
+            kind = wgpu.BufferBindingType.uniform
+        elif p.access == "read":
+            kind = wgpu.BufferBindingType.read_only_storage
+        else:
+            kind = wgpu.BufferBindingType.storage
+        entries.append({"binding": p.binding, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": kind}})
+    return dev.create_bind_group_layout(entries=entries)
+
+
+_PIPELINES: dict = {}
+_PIPELINES_LOCK = threading.Lock()
+
+
+def compile_kernel(backend, spec: AttentionSpec, profile: Profile | str | None = None) -> "WgslKernel":
+    """Plan, emit and compile `spec` with `backend` (the WGSL backend) for the live device
+    (profile None = the adapter's profile)."""
+    st = device_state()
+    live = adapter_profile(backend)
+    prof = live if profile is None else naga_dialect(backend.profile(profile))
+    plan = lower(spec, backend, prof)
+    _check_device(plan, st, live)
+    key = (plan.spec_text, _profile_key(prof), generator_version())
+    with _PIPELINES_LOCK:
+        hit = _PIPELINES.get(key)
+    if hit is not None:
+        return WgslKernel(*hit, st)
+
+    # The source is always emitted afresh (it is cheap, and a disk copy could go stale behind
+    # the template digest); the disk cache keeps a record of it and its manifest once it compiles.
+    source = backend.render(plan)
+    em = Emitted(source, backend.manifest(plan), plan)
+    disk_key = cache_key(spec=plan.spec_text, generator=generator_version(), target="wgsl",
+                         adapter=st.description(), profile=_profile_key(prof))
+
+    dev = st.device
+    try:
+        module = create_module(dev, plan.entry, source, plan.details.runtime_checks)
+        # one pipeline per entry point, in dispatch order, each with a layout of its own bindings
+        pipeline = []
+        for role, entry, params, grid in [("attention", plan.entry, plan.params, plan.grid)] + [
+                (e.name, e.entry, e.params, e.grid) for e in plan.entries]:
+            bgl = _layout(params, dev)
+            pipeline.append((role, dev.create_compute_pipeline(
+                label=entry, layout=dev.create_pipeline_layout(bind_group_layouts=[bgl]),
+                compute={"module": module, "entry_point": entry}), bgl, params, grid))
+        pipeline = tuple(pipeline)
+        layout = pipeline[0][2]
+    except wgpu.GPUError as e:
+        raise CompileError(f"wgpu rejected the generated WGSL of kernel '{spec.name}' (profile {prof.name}); "
+                           f"this is a bug in attngen, please report it with the spec:\n{e}") from None
+    cached(disk_key, ".wgsl", lambda: source.encode())
+    cached(disk_key, ".json", lambda: json.dumps(em.manifest, indent=2, sort_keys=True).encode())
+    with _PIPELINES_LOCK:
+        _PIPELINES[key] = (em, pipeline, layout, prof)
+    return WgslKernel(em, pipeline, layout, prof, st)
+
+
+class WgslKernel(Kernel):
+    """A compiled WGSL kernel: call it with q, k, v (numpy arrays or WgslTensor)."""
+
+    target = "wgsl"
+
+    def __init__(self, emitted: Emitted, pipeline, layout, profile: Profile, state: _DeviceState):
+        super().__init__(emitted)
+        self.profile = profile  # what the kernel was planned for
+        # (role, pipeline, bind group layout, params, grid) of each entry point, in dispatch order
+        self.pipelines = pipeline
+        self.layout = layout
+        self.state = state  # the device it runs on (adapter.device_state())
+
+    def __repr__(self) -> str:
+        text = super().__repr__()
+        st = self.state
+        if "subgroup" in st.features and st.subgroup_problem is not None:
+            text = text[:-1] + f"; subgroups not used: {st.subgroup_problem}>"
+        return text
+
+    # -- inputs -------------------------------------------------------------------------------
+    def buffer(self, name: str, x, limit: int):
+        """A storage buffer holding input `x` (a WgslTensor's own, or a new upload)."""
+        st = self.state
+        if isinstance(x, WgslTensor):
+            if x.nbytes > limit:
+                raise LaunchError(f"{name} is {x.nbytes} bytes, above the {limit}-byte storage binding limit")
+            size = getattr(x.buffer, "size", None)
+            if size is not None and size < x.nbytes:
+                raise LaunchError(f"{name}'s buffer holds {size} bytes, but shape {tuple(x.shape)} {x.dtype} "
+                                  f"needs {x.nbytes}")
+            usage = getattr(x.buffer, "usage", None)
+            if usage is not None and not usage & wgpu.BufferUsage.STORAGE:
+                raise LaunchError(f"{name}'s buffer was not created with STORAGE usage")
+            return x.buffer
+        data = np.ascontiguousarray(x)
+        if data.nbytes > limit:
+            raise LaunchError(f"{name} is {data.nbytes} bytes, above the {limit}-byte storage binding limit "
+                              "of this device/profile")
+        raw = data.tobytes()
+        raw += b"\0" * (padded(len(raw)) - len(raw))  # f16 buffers: padded to 4 bytes
+        return st.device.create_buffer_with_data(data=raw, usage=wgpu.BufferUsage.STORAGE)
+
+    def check_out(self, out, shape, dtype: str):
+        """A LaunchError unless `out` can take this call's output."""
+        if isinstance(out, WgslTensor):
+            if tuple(out.shape) != shape or out.dtype != dtype:
+                raise LaunchError(f"out is a WgslTensor of shape {tuple(out.shape)} {out.dtype}, but this call "
+                                  f"writes {shape} {dtype}")
+            size, usage = getattr(out.buffer, "size", None), getattr(out.buffer, "usage", None)
+            if size is not None and size < out.nbytes:
+                raise LaunchError(f"out's buffer holds {size} bytes, but {shape} {dtype} needs {out.nbytes}")
+            if usage is not None and not usage & wgpu.BufferUsage.STORAGE:
+                raise LaunchError("out's buffer was not created with STORAGE usage")
+            return
+        if not isinstance(out, np.ndarray):
+            raise LaunchError(f"out must be a numpy array or a WgslTensor, not {type(out).__name__}")
+        if out.shape != shape or out.dtype != NP_DTYPES[dtype]:
+            raise LaunchError(f"out has shape {out.shape} and dtype {out.dtype}, but this call writes "
+                              f"{shape} {np.dtype(NP_DTYPES[dtype])}")
+        if not out.flags.writeable:
+            raise LaunchError("out is read-only")
+
+    # -- the call ---------------------------------------------------------------------------------
+    def __call__(self, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                 block_table=None, k_new=None, v_new=None, return_lse: bool = False, out=None, max_seqlen_q=None,
+                 max_seqlen_k=None, check=False):
+        """out in the spec's dtype, and lse f32 with return_lse; layouts and options as in
+        docs/variants.md (launch.py does the work). Integer inputs are read on the host and
+        checked before the launch (`check` is accepted for the CUDA target's signature: there
+        is nothing left for the GPU to report).
+
+        Results are numpy arrays, or WgslTensor when q, k and v are all WgslTensor (nothing is
+        read back then); `out=` (numpy array or WgslTensor of the right shape and dtype) is
+        written into and returned. k_new / v_new are appended to k and v in place.
+        """
+        return call(self, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
+                    cu_seqlens_k=cu_seqlens_k, block_table=block_table, k_new=k_new, v_new=v_new,
+                    return_lse=return_lse, out=out, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+
+    def block_mask(self, mask):
+        """A BlockMask of `mask` (numpy bool or additive float) for this kernel, built on the GPU."""
+        return build_block_mask(self, mask)
+
+    def sentinel(self):
+        """(bits dtype, bits) of the NaN that marks unwritten output on loop-budget adapters."""
+        return SENTINEL[self.plan.dtype]
+
+    def budget_error(self, len_k: int, what: str) -> LaunchError:
+        name = self.state.info.get("device") or "llvmpipe"
+        return LaunchError(
+            f"kernel '{self.spec.name}' with Lk={len_k}: the software adapter {name} (Mesa's "
+            f"llvmpipe) stops all loops of a shader after {self.state.loop_budget} iterations in total, "
+            f"and this launch needed more ({what}); nothing was returned. Use shorter key sequences "
+            "on this adapter, or a hardware one")
+
+    def limit(self, key: str) -> int:
+        """The smaller of the profile's and the device's limit."""
+        return min(self.profile.limit(key), self.state.device_limit(key))
+
+    def binding_limit(self) -> int:
+        return self.limit("storage_buffer_binding_bytes")

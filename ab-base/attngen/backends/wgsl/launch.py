@@ -1,0 +1,280 @@
+"""One call of a WGSL kernel: check (attngen.runtime.launch.resolve), upload, dispatch, read back.
+
+Every entry point of the kernel (the attention, then for split schedules two_pass's P V pass
+and the combine) is dispatched in order in one command encoder, each with a bind group of
+exactly its bindings (lower.py). The kernel object (kernel.py) is handed in; only its public
+attributes are used. Results are numpy arrays, or WgslTensor when q, k
+and v are all WgslTensor. Appending (k_new / v_new) updates the cache on the GPU; numpy caches
+are read back and written into the caller's arrays in place.
+
+On Mesa's llvmpipe (a loop budget per invocation, see adapter.py) `out` is filled with a
+sentinel NaN before the launch and checked afterwards; the split schedules' lse_part / stats
+workspaces carry the same bits so that a cut-short workgroup leaves its rows of `out` unwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+
+from ...errors import LaunchError
+from ...plan.formulas import evaluate_all
+from ...plan.schedule import max_splits
+from ...runtime.blockmask import BlockMask, check_against, mask_keys, mask_kind, mask_shape4
+from ...runtime.launch import resolve
+from .args import meta_words, params_words, workspace_bytes
+from .adapter import DTYPE_BYTES, NP_DTYPES, WgslTensor, as_input, dtype_name, padded, sentinel_bytes, wgpu
+
+
+def _upload(dev, data: np.ndarray | bytes, usage):
+    raw = data if isinstance(data, bytes) else np.ascontiguousarray(data).tobytes()
+    raw += b"\0" * (padded(len(raw)) - len(raw))
+    return dev.create_buffer_with_data(data=raw, usage=usage | wgpu.BufferUsage.STORAGE)
+
+
+def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None, block_table=None,
+         k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None, max_seqlen_k=None):
+    plan = kernel.plan
+    st = kernel.state
+    dev = st.device
+    inputs = {"q": as_input("q", q), "k": as_input("k", k), "v": as_input("v", v)}
+    if k_new is not None:
+        inputs["k_new"] = as_input("k_new", k_new)
+    if v_new is not None:
+        inputs["v_new"] = as_input("v_new", v_new)
+    shapes = {n: tuple(x.shape) for n, x in inputs.items()}
+    dtypes = {n: dtype_name(x) for n, x in inputs.items()}
+    L = resolve(plan, shapes, dtypes, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                block_table=block_table, has_mask=mask is not None, max_seqlen_q=max_seqlen_q,
+                max_seqlen_k=max_seqlen_k, cores=int(kernel.profile.limits.get("compute_units", 8)),
+                mask_keys=None if mask is None else mask_keys(mask))
+    bm = None
+    if mask is not None:
+        if not isinstance(mask, BlockMask):
+            if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
+                mask = np.asarray(mask)
+            mask_kind(mask.dtype)
+            shape4 = mask_shape4(mask.shape)
+            check_against(BlockMask("wgsl", "bool", shape4, plan.tile_q, plan.tile_kv, dev), L.batch, L.heads_q,
+                          L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")  # shape first: no GPU work
+            bm = kernel.block_mask(mask)
+        else:
+            bm = mask
+        check_against(bm, L.batch, L.heads_q, L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")
+        if bm.device is not dev:
+            raise LaunchError("mask= is a BlockMask built on another wgpu device")
+
+    out_shape, lse_shape = L.out_shape_for(plan.d_v), L.lse_shape
+    np_dtype = NP_DTYPES[plan.dtype]
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    on_gpu = all(isinstance(x, WgslTensor) for x in (q, k, v))
+    if out is not None:
+        if on_gpu and not isinstance(out, WgslTensor):
+            raise LaunchError(f"q, k and v are WgslTensors, so the result stays on the GPU: out must be a WgslTensor "
+                              f"too (or None), not {type(out).__name__}; read a WgslTensor back with .numpy()")
+        kernel.check_out(out, out_shape, plan.dtype)
+    if L.empty:
+        if on_gpu:
+            o = out if out is not None else WgslTensor.from_numpy(np.zeros(out_shape, np_dtype))
+            return (o, WgslTensor.from_numpy(np.zeros(lse_shape, np.float32))) if return_lse else o
+        o = out if out is not None else np.zeros(out_shape, np_dtype)
+        if out is not None:
+            o[...] = 0
+        return (o, np.zeros(lse_shape, np.float32)) if return_lse else o
+
+    limit = kernel.binding_limit()
+    sizes = L.sizes(plan)
+    dims = kernel.limit("workgroups_per_dimension")
+    for role, _, _, _, grid in kernel.pipelines:
+        for axis, n, what in zip("xyz", evaluate_all(grid, **sizes), grid):
+            if n > dims:
+                raise LaunchError(f"dispatch {axis} of {role} = {what} = {n} exceeds the {dims} workgroups per "
+                                  "dimension this device allows")
+    if L.splits > max_splits(plan.spec):
+        raise LaunchError(f"{L.splits} KV splits exceed the kernel's bound")
+
+    usage_rw = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
+    appending = L.len_new > 0
+    if appending:  # every argument is checked before anything is written: never half an append
+        for name, x in (("k", k), ("v", v)):
+            if isinstance(x, np.ndarray) and not x.flags.writeable:
+                raise LaunchError(f"{name} is read-only, but k_new/v_new are appended to it in place")
+    if st.loop_budget is not None and plan.spec.schedule.is_split:
+        # the combine loops over the splits for each output column, three times besides, and
+        # over the columns (a loop's own passes count against the budget too)
+        need = L.splits * (plan.d_v + 4) + plan.d_v + 4
+        if need >= st.loop_budget:
+            most = max(1, (st.loop_budget - plan.d_v - 5) // (plan.d_v + 4))
+            raise LaunchError(
+                f"kernel '{plan.spec.name}' with {L.splits} KV splits: the combine loops over the splits for "
+                f"each of the {plan.d_v} output columns ({need} iterations), above the {st.loop_budget}-iteration "
+                f"loop budget of the software adapter {st.info.get('device') or 'llvmpipe'} (Mesa's llvmpipe); "
+                f"use at most {most} splits (split_kv(N) with N <= {most}, or split_kv(auto)), or a hardware adapter")
+    bufs = {"q": kernel.buffer("q", q, limit)}
+    for name, x in (("k", k), ("v", v)):
+        if appending and not isinstance(x, WgslTensor):  # read back after the append
+            data = np.ascontiguousarray(x)
+            if data.nbytes > limit:
+                raise LaunchError(f"{name} is {data.nbytes} bytes, above the {limit}-byte storage binding limit")
+            bufs[name] = _upload(dev, data, usage_rw)
+        else:
+            bufs[name] = kernel.buffer(name, x, limit)
+    if appending:
+        kn, vn = inputs["k_new"], inputs["v_new"]
+        host = [x.numpy() if isinstance(x, WgslTensor) else np.ascontiguousarray(x) for x in (kn, vn)]
+        both = np.concatenate([h.reshape(-1) for h in host]).astype(np_dtype)
+        if both.nbytes > limit:
+            raise LaunchError(f"k_new and v_new are {both.nbytes} bytes together, above the {limit}-byte limit")
+        bufs["kv_new"] = _upload(dev, both, 0)
+    else:
+        bufs["kv_new"] = _upload(dev, np.zeros(1, np.uint32), 0)
+    words, offsets = meta_words(L)
+    if words.nbytes > limit:
+        raise LaunchError(f"the integer inputs are {words.nbytes} bytes, above the {limit}-byte limit")
+    bufs["seq_meta"] = _upload(dev, words, 0)
+    if bm is not None:
+        bufs["mask"] = bm.buffer
+
+    out_bytes = int(np.prod(out_shape)) * DTYPE_BYTES[plan.dtype]
+    lse_bytes = int(np.prod(lse_shape)) * 4
+    work = workspace_bytes(plan, L)
+    fills = {w.name: w.fill for w in plan.workspaces}
+    for name, n in [("out", out_bytes), ("lse", lse_bytes)] + list(work.items()):
+        if n > limit:
+            raise LaunchError(f"{name} would be {n} bytes, above the {limit}-byte storage binding limit "
+                              "of this device/profile" + (" (fewer splits or shorter sequences)" if name in work else ""))
+    guard = st.loop_budget is not None
+    if guard:
+        bufs["out"] = dev.create_buffer_with_data(data=sentinel_bytes(plan.dtype, out_bytes), usage=usage_rw)
+    elif isinstance(out, WgslTensor):
+        bufs["out"] = out.buffer
+    else:
+        bufs["out"] = dev.create_buffer(size=padded(out_bytes), usage=usage_rw)
+    bufs["lse"] = dev.create_buffer(size=padded(lse_bytes if return_lse else 4), usage=usage_rw)
+    for name, n in work.items():
+        if fills[name] is not None:  # the workspaces the combine checks for unwritten rows
+            bufs[name] = dev.create_buffer_with_data(data=np.full(padded(n) // 4, fills[name], np.uint32).tobytes(),
+                                                     usage=wgpu.BufferUsage.STORAGE)
+        else:
+            bufs[name] = dev.create_buffer(size=padded(n), usage=wgpu.BufferUsage.STORAGE)
+    prm = params_words(plan, L, write_lse=return_lse, offsets=offsets, bm=bm)
+    bufs["params"] = dev.create_buffer_with_data(data=prm.tobytes(), usage=wgpu.BufferUsage.UNIFORM)
+    dispatch(kernel, bufs, sizes)
+
+    count = out_bytes // DTYPE_BYTES[plan.dtype]
+    data = None
+    if guard or not (on_gpu or isinstance(out, WgslTensor)):
+        data = dev.queue.read_buffer(bufs["out"], size=padded(out_bytes))
+    if guard:
+        bits_type, sentinel = kernel.sentinel()
+        unwritten = int(np.count_nonzero(np.frombuffer(data, dtype=bits_type, count=count) == sentinel))
+        if unwritten:
+            raise kernel.budget_error(L.len_k, f"{unwritten} of {count} output elements were not written")
+    if appending:  # numpy caches: the appended rows, read back into the caller's arrays
+        for name, x in (("k", k), ("v", v)):
+            if not isinstance(x, WgslTensor):
+                raw = dev.queue.read_buffer(bufs[name], size=padded(x.nbytes))
+                new = np.frombuffer(raw, dtype=x.dtype, count=x.size).reshape(x.shape)
+                np.copyto(x, new)
+    if isinstance(out, WgslTensor):
+        if guard:  # the checked result is in our buffer: move it into the caller's
+            if out.buffer.usage & wgpu.BufferUsage.COPY_DST:
+                enc = dev.create_command_encoder()
+                enc.copy_buffer_to_buffer(bufs["out"], 0, out.buffer, 0, padded(out_bytes))
+                dev.queue.submit([enc.finish()])
+            else:  # no COPY_DST: run again straight into it (deterministic; an append rewrites the same rows)
+                dispatch(kernel, {**bufs, "out": out.buffer}, sizes)
+        result = out
+    elif on_gpu:
+        result = WgslTensor(bufs["out"], out_shape, plan.dtype)
+    else:
+        o = np.frombuffer(data, dtype=np_dtype, count=count).reshape(out_shape)
+        if out is not None:
+            np.copyto(out, o)
+            result = out
+        else:
+            result = o.copy()
+    if not return_lse:
+        return result
+    if on_gpu:
+        return result, WgslTensor(bufs["lse"], lse_shape, "f32")
+    raw = dev.queue.read_buffer(bufs["lse"], size=padded(lse_bytes))
+    return result, np.frombuffer(raw, dtype=np.float32, count=lse_bytes // 4).reshape(lse_shape).copy()
+
+
+_TIMER = threading.local()
+
+
+TIMED_SUBMISSION_MS = 25.0  # repeats_for: a timed submission keeps the GPU busy about this long
+
+
+def repeats_for(ms: float, target_ms: float = TIMED_SUBMISSION_MS, most: int = 64) -> int:
+    """Back-to-back repeats of a call of `ms` GPU milliseconds that fill one timed submission."""
+    return max(1, min(most, int(target_ms // max(ms, 1e-3))))
+
+
+def timed_repeats(kernel, call) -> int:
+    """gpu_timer's `repeat` for `call` (one call of `kernel`, made once here and timed): how many
+    back-to-back repeats of its dispatches fill one timed submission (1 without timestamp queries)."""
+    with gpu_timer(kernel) as times:
+        if times is None:
+            return 1
+        call()
+        return repeats_for(sum(times))
+
+
+@contextlib.contextmanager
+def gpu_timer(kernel, repeat: int = 1):
+    """Collect the GPU time (ms) of every dispatch made inside the block, from timestamp queries
+    written at the start of the first compute pass and the end of the last one: the kernels'
+    time on the GPU, without uploads, read-back or Python. With `repeat` > 1 each call encodes its
+    passes `repeat` times back to back in its one submission and records the mean time of one:
+    short kernels (a few ms) are then timed with the GPU busy throughout, not between the host's
+    waits (their single-submission times read up to 2x high in some runs, benchmarks/NOTES.md).
+    Yields the list of times, or None when the device has no timestamp-query feature (then time
+    on the wall)."""
+    if "timestamp-query" not in kernel.state.features:
+        yield None
+        return
+    times = []
+    _TIMER.times, _TIMER.repeat = times, max(1, int(repeat))
+    try:
+        yield times
+    finally:
+        _TIMER.times, _TIMER.repeat = None, 1
+
+
+def dispatch(kernel, bufs: dict, sizes: dict) -> None:
+    """Every entry point in order, one compute pass each, in one submission."""
+    dev = kernel.state.device
+    enc = dev.create_command_encoder()
+    times = getattr(_TIMER, "times", None)
+    repeat = getattr(_TIMER, "repeat", 1) if times is not None else 1  # gpu_timer(repeat=): timing only
+    queries = dev.create_query_set(type=wgpu.QueryType.timestamp, count=2) if times is not None else None
+    groups = [dev.create_bind_group(layout=bgl, entries=[
+        {"binding": p.binding, "resource": {"buffer": bufs[p.name], "offset": 0, "size": bufs[p.name].size}}
+        for p in params]) for _, _, bgl, params, _ in kernel.pipelines]
+    last = repeat * len(kernel.pipelines) - 1
+    for i in range(last + 1):
+        _, pipeline, _, _, grid = kernel.pipelines[i % len(kernel.pipelines)]
+        writes = None
+        if queries is not None and i in (0, last):  # a pass between writes no timestamp
+            writes = {"query_set": queries}
+            if i == 0:
+                writes["beginning_of_pass_write_index"] = 0
+            if i == last:
+                writes["end_of_pass_write_index"] = 1
+        cp = enc.begin_compute_pass(timestamp_writes=writes)
+        cp.set_pipeline(pipeline)
+        cp.set_bind_group(0, groups[i % len(kernel.pipelines)])
+        cp.dispatch_workgroups(*evaluate_all(grid, **sizes))
+        cp.end()
+    if queries is not None:
+        stamps = dev.create_buffer(size=16, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC)
+        enc.resolve_query_set(queries, 0, 2, stamps, 0)
+    dev.queue.submit([enc.finish()])
+    if queries is not None:
+        t0, t1 = np.frombuffer(dev.queue.read_buffer(stamps), dtype=np.uint64)
+        times.append(float(t1 - t0) / 1e6 / repeat)  # WebGPU timestamps are nanoseconds

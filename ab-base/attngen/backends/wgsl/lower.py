@@ -1,0 +1,256 @@
+"""The WGSL part of lowering: the Params struct, the bindings, the entry points, workspaces.
+
+One WGSL module holds every entry point of a spec (the attention kernel, and for the split
+schedules the combine and two_pass's second pass); they share the uniform `params` and the
+binding numbers of group 0, and each entry point gets a pipeline layout with only the
+bindings it uses, so that none needs more than webgpu-core's 8 storage buffers:
+
+    binding  name      used by                      holds
+    0        params    every entry point            struct Params (uniform)
+    1        q         attention                    (B, Lq, Hq, Dqk) / packed (total_q, Hq, Dqk)
+    2        k         attention                    (B, Lk, Hkv, Dqk) / packed / paged pages
+    3        v         attention, pv                (B, Lk, Hkv, Dv) ...
+    4        out       fused attention, combine     (B, Lq, Hq, Dv) / packed (total_q, Hq, Dv)
+    5        lse       fused attention, combine     (B, Hq, Lq) / packed (Hq, total_q), f32
+    6        seq_meta  every entry point            u32 words: cu_seqlens_q/k, kv_lens, block_table
+    7        kv_new    attention, pv                k_new then v_new (appending to the cache)
+    8        mask      attention, pv (mask custom)  u32 words: counts | tiles | data
+    9        o_part    split schedules              (S, B, Lq, Hq, Dv) f32 partial outputs
+    10       lse_part  split schedules              (S, B, Hq, Lq) f32 partial lse
+    11       s_scratch two_pass                     (B, Hq, Lq, Lk) f32 transformed, masked S
+    12       stats     two_pass                     (S, B, Hq, Lq, 2) f32 per-split row max, sum
+
+k and v are read_write storage in every kernel: a call may append k_new / v_new to the cache
+(docs/variants.md), which the attention entry point writes in place. Optional bindings (lse,
+kv_new, seq_meta) take any buffer of at least 4 bytes when unused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...lang.spec import AttentionSpec
+from ...plan.kernel_plan import Entry, Lowered, Param, Workspace
+from ...plan.profiles import Profile, ProfileError
+from ...plan.schedule import WORKSPACE_FILL, main_grid
+
+COMBINE_WORKGROUP = 64  # invocations of the combine entry point: one (query row, head) each
+
+
+@dataclass(frozen=True)
+class WgslDetails:
+    """What only the WGSL target needs of a plan (KernelPlan.details)."""
+
+    uniform_fields: tuple  # (name, type, doc) of struct Params, in order
+    directives: tuple  # `enable ...;` lines the source needs
+    f16_packed: bool = False  # f16 tensors as pairs in u32 words (WgslConfig.f16_packed)
+    unroll_sub_block: bool = False  # the source's sub-block loops unrolled (the profile's dialect; unroll.py)
+    runtime_checks: str = "all"  # wgpu's own shader checks the module keeps (the profile's dialect; RUNTIME_CHECKS)
+
+
+# `[dialect] runtime_checks`: which of wgpu's (naga's) own runtime checks the shader module keeps,
+# where the runtime is wgpu-native (adapter.create_module; Dawn and browsers take no such choice).
+# "all" (the default): every array index clamped into its array and every loop given a hidden
+# iteration counter ("loop bounding"). "bounds": the index clamps only; attngen's loops all end by
+# their own bounds (counts from params, the plan's constants, or mask counts clamped to the
+# mask's tiles), so the counter guards nothing. "none": neither; the kernels guard every index
+# themselves (integer inputs are checked on the host before a WGSL launch).
+RUNTIME_CHECKS = {"all": "every index clamped and every loop bounded: wgpu's default",
+                  "bounds": "index clamps kept, loop bounding off",
+                  "none": "no index clamps, no loop bounding"}
+
+
+def runtime_checks(profile: Profile) -> str:
+    """The profile's `[dialect] runtime_checks`, checked."""
+    mode = profile.section("dialect").get("runtime_checks", "all")
+    if mode not in RUNTIME_CHECKS:
+        raise ProfileError(f"profile {profile.name}: [dialect] runtime_checks = {mode!r}; expected one of "
+                         f"{', '.join(repr(m) for m in RUNTIME_CHECKS)}")
+    return mode
+
+# binding number, name, dtype ("elem" = the storage dtype), shape, access, optional, doc
+_BINDINGS = {
+    "params": (0, "struct", None, "read", False, "sizes and word offsets of this launch (struct Params)"),
+    "q": (1, "elem", ("B", "Lq", "Hq", "Dqk"), "read", False, "queries (packed: (total_q, Hq, Dqk))"),
+    "k": (2, "elem", ("B", "Lk", "Hkv", "Dqk"), "readwrite", False,
+          "keys (packed: (total_k, Hkv, Dqk); paged: (num_pages, page, Hkv, Dqk)); read_write: appended "
+          "rows are written in place"),
+    "v": (3, "elem", ("B", "Lk", "Hkv", "Dv"), "readwrite", False,
+          "values, laid out as k; read_write: appended rows are written in place"),
+    "out": (4, "elem", ("B", "Lq", "Hq", "Dv"), "write", False, "attention output (packed: (total_q, Hq, Dv))"),
+    "lse": (5, "f32", ("B", "Hq", "Lq"), "write", True,
+            "log-sum-exp of each row's scores (natural log; -inf where a row sees no key; packed: "
+            "(Hq, total_q)); written only when requested"),
+    "seq_meta": (6, "u32", ("meta_words",), "read", True,
+             "the integer inputs as u32 words at the offsets in params: cu_seqlens_q (B + 1) at "
+             "meta_cu_q, cu_seqlens_k (B + 1) at meta_cu_k, kv_lens (B) at meta_kv_lens, block_table "
+             "(B, table_width) row-major at meta_table; only those the layout uses are read"),
+    "kv_new": (7, "elem", ("2", "B", "Lnew", "Hkv", "D"), "read", True,
+               "rows to append: k_new (B, Lnew, Hkv, Dqk) at element 0, then v_new (B, Lnew, Hkv, Dv) "
+               "at element params.new_v; read only when params.len_new > 0"),
+    "mask": (8, "u32", ("mask_words",), "read", False,
+             "the BlockMask as u32 words: counts (Bm, Hm, n_qtiles) at mask_counts, tiles (Bm, Hm, "
+             "n_qtiles, n_kvtiles) at mask_tiles (kv_tile * 2 + partial), data (Bm, Hm, Lq_m, Lk_m) at "
+             "mask_data: bool as bytes, 4 per word, little-endian; additive as f32 bits"),
+    "o_part": (9, "f32", ("S", "B", "Lq", "Hq", "Dv"), "write", False,
+               "workspace: each KV split's output, normalised by its own sum (two_pass: by the row's)"),
+    "lse_part": (10, "f32", ("S", "B", "Hq", "Lq"), "write", False,
+                 "workspace: each KV split's lse (MASKED = -3e38 for a split that saw no key)"),
+    "s_scratch": (11, "f32", ("B", "Hq", "Lq", "Lk"), "write", False,
+               "two_pass scratch: transformed, masked scores in the log2 domain (MASKED where masked)"),
+    "stats": (12, "f32", ("S", "B", "Hq", "Lq", "2"), "write", False,
+              "two_pass scratch: each split's row max (log2 domain) and sum of exp2(t - max)"),
+}
+
+
+def wgsl_param(name: str, dtype: str, access: str | None = None) -> Param:
+    binding, kind_dtype, shape, acc, optional, doc = _BINDINGS[name]
+    if name == "params":
+        return Param("params", "uniform", "struct", binding=0, doc=doc)
+    return Param(name, "tensor", dtype if kind_dtype == "elem" else kind_dtype, shape, access or acc,
+                 optional=optional, binding=binding, doc=doc)
+
+
+def _params(spec: AttentionSpec, names) -> tuple:
+    # read_write buffers that an entry point only reads are still declared read_write in the
+    # module (one declaration per binding), so every layout uses the declared access.
+    return tuple(wgsl_param(n, spec.dtype) for n in names)
+
+
+def uniform_fields(spec: AttentionSpec) -> tuple:
+    """(name, type, doc) of struct Params, padded to a multiple of 16 bytes."""
+    f = [
+        ("batch", "u32", "B, sequences"),
+        ("len_q", "u32", "Lq: query rows per sequence (packed: of the longest sequence)"),
+        ("len_k", "u32", "Lk: keys per sequence (with kv_lens or packed: of the longest, after the append)"),
+        ("heads_q", "u32", "Hq, query heads"),
+        ("heads_kv", "u32", "Hkv, KV heads"),
+        ("group", "u32", "Hq / Hkv, query heads per KV head"),
+        ("write_lse", "u32", "1 to write lse, 0 to skip it"),
+        ("kv_layout", "u32", "0 padded (B, L, H, D), 1 packed (cu_seqlens), 2 paged (block_table)"),
+        ("has_kv_lens", "u32", "1: sequence b has seq_meta[meta_kv_lens + b] keys (+ len_new); 0: len_k"),
+        ("cap", "u32", "padded: rows per sequence of k and v; paged: rows per page"),
+        ("total_q", "u32", "rows of q: packed total_q, else B * Lq"),
+        ("len_new", "u32", "Lnew, rows appended per sequence (0: no append)"),
+        ("meta_cu_q", "u32", "word offset of cu_seqlens_q in seq_meta"),
+        ("meta_cu_k", "u32", "word offset of cu_seqlens_k in seq_meta"),
+        ("meta_kv_lens", "u32", "word offset of kv_lens in seq_meta"),
+        ("meta_table", "u32", "word offset of block_table in seq_meta"),
+        ("table_width", "u32", "max_pages, entries per row of block_table"),
+        ("new_v", "u32", "element offset of v_new in kv_new: B * Lnew * Hkv * Dqk"),
+    ]
+    if spec.schedule.is_split:
+        f.append(("splits", "u32", "S, KV splits: key tiles are divided over S workgroups"))
+    if spec.mask.is_custom:
+        f += [
+            ("mask_additive", "u32", "0: boolean mask data (bytes), 1: additive (f32)"),
+            ("mask_batch", "u32", "Bm, 1 or B"),
+            ("mask_heads", "u32", "Hm, 1 or Hq"),
+            ("mask_len_q", "u32", "Lq of the mask"),
+            ("mask_len_k", "u32", "Lk of the mask"),
+            ("mask_qtiles", "u32", "ceil(mask_len_q / TILE_Q)"),
+            ("mask_kvtiles", "u32", "ceil(mask_len_k / TILE_KV)"),
+            ("mask_counts", "u32", "word offset of counts in mask"),
+            ("mask_tiles", "u32", "word offset of tiles in mask"),
+            ("mask_data", "u32", "word offset of data in mask"),
+        ]
+    while len(f) % 4:
+        f.append((f"_pad{len(f)}", "u32", "keeps the struct a multiple of 16 bytes"))
+    return tuple(f)
+
+
+def attention_bindings(spec: AttentionSpec) -> tuple:
+    """Names of the bindings of the main (attention) entry point, by binding number."""
+    names = ["params", "q", "k", "v"]
+    kind = spec.schedule.kind
+    if kind == "fused":
+        names += ["out", "lse"]
+    names += ["seq_meta", "kv_new"]
+    if spec.mask.is_custom:
+        names.append("mask")
+    if kind == "split_kv":
+        names += ["o_part", "lse_part"]
+    elif kind == "two_pass":
+        names += ["s_scratch", "stats"]
+    return tuple(names)
+
+
+def main_params(spec: AttentionSpec) -> tuple:
+    return _params(spec, attention_bindings(spec))
+
+
+def grids(spec: AttentionSpec, tile_q: int, v_blocks: int) -> dict:
+    """Dispatch formulas of each entry point, over B, Lq, Hq, Hkv, G (= Hq / Hkv), S (splits):
+    x: row tiles (times splits), y: heads (KV heads when GQA groups are packed) times the
+    workgroups that split the output columns, head-major; z: batch (attngen.plan.schedule)."""
+    rows = main_grid(spec, tile_q, v_blocks)
+    if not spec.schedule.is_split:
+        return {"main": rows}
+    return {"main": rows, "pv": rows, "combine": (f"ceil(Lq * Hq / {COMBINE_WORKGROUP})", "B", "1")}
+
+
+def workspaces(spec: AttentionSpec) -> tuple:
+    """The split schedules' f32 workspaces; lse_part and stats start filled with WORKSPACE_FILL
+    (a workgroup cut short leaves it, and the combine notices)."""
+    kind = spec.schedule.kind
+    if kind == "fused":
+        return ()
+    out = [Workspace("o_part", "f32", ("S", "B", "Lq", "Hq", "Dv")),
+           Workspace("lse_part", "f32", ("S", "B", "Hq", "Lq"), fill=WORKSPACE_FILL)]
+    if kind == "two_pass":
+        out += [Workspace("s_scratch", "f32", ("B", "Hq", "Lq", "Lk")),
+                Workspace("stats", "f32", ("S", "B", "Hq", "Lq", "2"), fill=WORKSPACE_FILL)]
+    return tuple(out)
+
+
+def entries(spec: AttentionSpec, entry: str, tile_q: int, v_blocks: int, threads: int) -> tuple:
+    """The entry points launched after the main one, in order."""
+    kind = spec.schedule.kind
+    if kind == "fused":
+        return ()
+    g = grids(spec, tile_q, v_blocks)
+    out = []
+    if kind == "two_pass":
+        # mask custom: pass 2 walks the same BlockMask list entries as pass 1 (8 storage buffers)
+        mask = ("mask",) if spec.mask.is_custom else ()
+        out.append(Entry(
+            name="pv", entry=entry + "_pv",
+            doc="two_pass, pass 2: per row, the splits' statistics merged into the row's max and sum; "
+                "P = exp2(S - m) / l from the scores scratch (no K read) times V, per split, into o_part",
+            params=_params(spec, ("params", "v", "seq_meta", "kv_new", *mask, "o_part", "lse_part", "s_scratch",
+                                  "stats")),
+            grid=g["pv"], threads=threads))
+    how = ("sums the splits' outputs (already normalised by the row's sum)" if kind == "two_pass" else
+           "merges the splits by their lse: lse = log(sum_s exp(lse_s)), out = sum_s exp(lse_s - lse) out_s")
+    out.append(Entry(
+        name="combine", entry=entry + "_combine",
+        doc=f"one invocation per (query row, head): {how}; a row no split saw gets 0 and lse -inf",
+        params=_params(spec, ("params", "out", "lse", "seq_meta", "o_part", "lse_part")),
+        grid=g["combine"], threads=COMBINE_WORKGROUP))
+    return tuple(out)
+
+
+def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
+    """The WGSL part of the KernelPlan of `spec` with configuration `cfg`: the features and
+    `enable` directives the source needs (per the profile's dialect), bindings, dispatches."""
+    features, directives = [], []
+    if (spec.dtype == "f16" and not cfg.f16_packed) or "f16" in (spec.acc_qk, spec.acc_pv):
+        features.append("shader-f16")
+        directives.append("f16")
+    if cfg.subgroups:
+        features.append("subgroups")
+        if profile.section("dialect").get("subgroups_directive", False):
+            directives.append("subgroups")
+    return Lowered(
+        threads=cfg.workgroup,
+        grid=grids(spec, cfg.tile_q, cfg.v_blocks)["main"],
+        params=main_params(spec),
+        smem_bytes=cfg.smem_bytes,
+        entries=entries(spec, entry, cfg.tile_q, cfg.v_blocks, cfg.workgroup),
+        features=tuple(features),
+        workspaces=workspaces(spec),
+        details=WgslDetails(uniform_fields=uniform_fields(spec), directives=tuple(directives),
+                            f16_packed=cfg.f16_packed,
+                            unroll_sub_block=bool(profile.section("dialect").get("unroll_sub_block", False)),
+                            runtime_checks=runtime_checks(profile)),
+    )

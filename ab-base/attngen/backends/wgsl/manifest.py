@@ -1,0 +1,125 @@
+"""What the WGSL manifest says about the packed buffers and the entry points, for runtimes
+outside Python (a browser): the word layout of `seq_meta` and `mask`, the sizes of the split
+schedules' workspaces, and every entry point in dispatch order with its bindings and grid.
+
+The formulas use the Params fields (meta_cu_q, mask_counts, ...) and the grid symbols (B, Lq,
+Hq, Hkv, G = Hq / Hkv, S = splits); attngen's own runtime fills them the same way
+(attngen/backends/wgsl/args.py).
+"""
+
+from __future__ import annotations
+
+from ...plan.kernel_plan import KernelPlan
+from ...plan.schedule import BLOCKS_PER_CORE, MAX_SPLITS, MIN_TILES_PER_SPLIT, max_splits, pack_gqa, split_rule
+
+BUFFER_LAYOUTS = {
+    "seq_meta": {
+        "element": "u32",
+        "sections": [
+            {"name": "cu_seqlens_q", "offset": "meta_cu_q", "words": "B + 1", "when": "kv_layout = 1 (packed)"},
+            {"name": "cu_seqlens_k", "offset": "meta_cu_k", "words": "B + 1",
+             "when": "kv_layout = 1 (packed; a copy of cu_seqlens_q when not given)"},
+            {"name": "kv_lens", "offset": "meta_kv_lens", "words": "B", "when": "has_kv_lens = 1"},
+            {"name": "block_table", "offset": "meta_table", "words": "B * table_width",
+             "when": "kv_layout = 2 (paged), row-major (B, table_width)"},
+        ],
+        "note": "attngen packs them in this order, each right after the previous one; any offsets work",
+    },
+    "mask": {
+        "element": "u32",
+        "sections": [
+            {"name": "counts", "offset": "mask_counts", "words": "Bm * Hm * n_qtiles",
+             "doc": "live kv tiles of each q tile, (Bm, Hm, n_qtiles)"},
+            {"name": "tiles", "offset": "mask_tiles", "words": "Bm * Hm * n_qtiles * n_kvtiles",
+             "doc": "per q tile, its live kv tiles in ascending order as kv_tile * 2 + partial (entries past "
+                    "the count: 0xffffffff)"},
+            {"name": "data", "offset": "mask_data",
+             "words": "ceil(Bm * Hm * Lq_m * Lk_m / 4) (bool) or Bm * Hm * Lq_m * Lk_m (additive)",
+             "doc": "the mask (Bm, Hm, Lq_m, Lk_m) row-major: bool as bytes (1 = attend), 4 per word, "
+                    "little-endian (byte e in word e / 4 at bit 8 * (e % 4)); additive as f32 bits, -inf masked"},
+        ],
+        "note": "n_qtiles = ceil(Lq_m / tile q) = mask_qtiles, n_kvtiles = ceil(Lk_m / tile kv) = mask_kvtiles; "
+                "the entry point block_mask of the block-mask module fills counts and tiles from data",
+    },
+    "kv_new": {"element": "storage dtype", "k_new": "elements [0, new_v): (B, Lnew, Hkv, Dqk)",
+               "v_new": "elements [new_v, new_v + B * Lnew * Hkv * Dv): (B, Lnew, Hkv, Dv)"},
+}
+
+
+# Where each workspace element is, and why a filled one is filled (the fill value: the plan's).
+_WORKSPACE_INDEX = {
+    "o_part": "(((s * B + b) * Lq + row) * Hq + head) * Dv + d",
+    "lse_part": "((s * B + b) * Hq + head) * Lq + row",
+    "s_scratch": "((b * Hq + head) * Lq + row) * Lk + key",
+    "stats": "2 * (((s * B + b) * Hq + head) * Lq + row) (+1: sum)",
+}
+_FILL_WHY = {"lse_part": " (the combine's unwritten-row check)"}
+
+
+def buffer_layouts(plan: KernelPlan) -> dict:
+    """The layouts of the packed buffers and of the plan's workspaces, by binding name."""
+    out = dict(BUFFER_LAYOUTS)
+    for w in plan.workspaces:
+        entry = {"bytes": w.bytes_formula, "index": _WORKSPACE_INDEX[w.name]}
+        if w.fill is not None:
+            entry["fill"] = f"0x{w.fill:08x} in every word before the launch{_FILL_WHY.get(w.name, '')}"
+            entry["fill_word"] = w.fill  # the same, as a number: every u32 word of the buffer
+        out[w.name] = entry
+    return out
+
+
+def _entry(name: str, role: str, doc: str, params, grid, workgroup: int) -> dict:
+    return {
+        "entry_point": name,
+        "role": role,
+        "doc": doc,
+        "workgroup_size": [workgroup, 1, 1],
+        "dispatch": list(grid),
+        "bindings": [p.binding for p in sorted(params, key=lambda p: p.binding)],
+        "storage_buffers": sum(1 for p in params if p.kind == "tensor"),
+    }
+
+
+def entry_points(plan: KernelPlan) -> list[dict]:
+    """Every entry point in dispatch order (one command encoder, in this order)."""
+    kind = plan.spec.schedule.kind
+    main_doc = {
+        "fused": "the attention: out and lse",
+        "split_kv": "attention over each split's key tiles: o_part and lse_part",
+        "two_pass": "pass 1: the scores S of each split's key tiles into s_scratch, row max and sum into stats",
+    }[kind]
+    out = [_entry(plan.entry, "attention", main_doc, plan.params, plan.grid, plan.threads)]
+    for e in plan.entries:
+        out.append(_entry(e.entry, e.name, e.doc, e.params, e.grid, e.threads))
+    return out
+
+
+def schedule_manifest(plan: KernelPlan) -> dict:
+    spec = plan.spec
+    kind = spec.schedule.kind
+    out = {"kind": kind}
+    if kind != "fused":
+        out["splits"] = ("N of split_kv(N)" if spec.schedule.splits else
+                         split_rule(plan.tile_q, plan.tile_kv) + " (attngen.plan.schedule.choose_splits; "
+                         "compute_units from the profile)")
+        out["max_splits"] = max_splits(spec)
+        if spec.schedule.splits:
+            out["splits_fixed"] = spec.schedule.splits  # S, whatever the shapes
+        else:  # choose_splits' rule as numbers (a runtime evaluates it from the shapes)
+            out["split_rule"] = {"blocks_per_core": BLOCKS_PER_CORE, "min_tiles_per_split": MIN_TILES_PER_SPLIT,
+                                 "max_splits": MAX_SPLITS, "tile_q": plan.tile_q, "tile_kv": plan.tile_kv,
+                                 "rows_per_kv_head": pack_gqa(spec),
+                                 "note": "S = min(max(1, floor(blocks_per_core * compute_units / blocks)), max(1, "
+                                         "floor(Lk / (min_tiles_per_split * tile_kv))), max_splits), blocks = "
+                                         "B * Hkv * ceil(Lq * G / tile_q) when rows_per_kv_head, else B * Hq * "
+                                         "ceil(Lq / tile_q); compute_units: the device's (browsers do not say: "
+                                         "the webgpu-core profile guesses 8)"}
+        if pack_gqa(spec):
+            out["rows"] = "a workgroup's rows are (query row, head in group) pairs of one KV head (dispatch y = Hkv)"
+        else:
+            out["rows"] = ("mask custom: a workgroup's rows are query rows of one query head (dispatch y = Hq), "
+                           "since the BlockMask's lists are per query head")
+            out["split_of_the_list"] = ("split s of S takes the contiguous entries [s * P, min(count, (s + 1) * P)) "
+                                        "of its q tile's list, P = ceil(count / S); a split with no entry writes "
+                                        "lse_part MASKED (weight 0)")
+    return out

@@ -1,0 +1,824 @@
+"""The `attngen` command: build, check, run, cache. docs/cli.md describes every option.
+
+Exit codes: 0 success; 1 invalid spec, failed check or failed run (error above tolerance, no
+device), output that cannot be written (a full disk, a closed pipe, no permission, a FIFO or a
+directory as the output file), or a cache directory that cannot be read; 2 usage error (bad
+arguments, unreadable spec file, unknown profile or kernel, --shape heads that contradict the
+spec's). No Python traceback reaches the user unless --debug is given (anywhere on the line).
+
+Inputs. SPEC is a .attn file, '-' for standard input, or (check and build) a directory, which
+means every *.attn file directly in it, in sorted order. `check DIR` reports every file
+(exit 1 if any fails); `build DIR` needs `-o OUTDIR` (made if missing) and writes one file per
+kernel, OUTDIR/<kernel>.<ext> (ext: the target's source extension, json for --emit manifest,
+ir for --emit ir); it checks every kernel first and writes nothing if any fails.
+
+Output of build. No -o, or `-o -`: standard output. `-o PATH`: the file PATH (to write a file
+named '-', say `-o ./-`); `-o ''` is a usage error. An existing PATH that is a FIFO (named pipe)
+or a socket is refused: opening a FIFO blocks until a reader comes, possibly forever (the file
+is opened with O_NONBLOCK and checked again after opening, so a FIFO made meanwhile is refused
+too instead of blocking). Character devices (/dev/null, a terminal) are written like files.
+
+`attngen run` prints its table on standard output and what it is doing (compiling, drawing
+inputs, timing, the float64 reference) on standard error, unless --quiet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import sys
+import time
+import warnings
+
+from . import api, backends
+from .errors import CompileError, LaunchError, SpecError, did_you_mean
+from .plan.profiles import ProfileError
+from .version import __version__
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad command-line use: exit code 2."""
+
+
+class OutputError(Exception):
+    """Output that cannot be written, or a cache directory that cannot be read: exit code 1."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        raise UsageError(f"{self.prog}: {message}")
+
+
+DIRECTORIES = ("SPEC may be a directory: every *.attn file in it, in sorted order")
+
+
+def _parser() -> argparse.ArgumentParser:
+    targets = backends.names()
+    # --debug is accepted before and after the command (SUPPRESS: a command's parser does not
+    # reset what the top-level one read).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show Python tracebacks")
+    p = _Parser(prog="attngen", description="Compile attention specs into flash-attention kernels "
+                f"(targets: {', '.join(targets)}).",
+                epilog="Exit codes: 0 success; 1 invalid spec, failed check or run, output that cannot be "
+                       "written; 2 usage error. See docs/cli.md.")
+    p.add_argument("--version", action="version", version=f"attngen {__version__}")
+    p.add_argument("--debug", action="store_true", default=False, help="show Python tracebacks")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    b = sub.add_parser("build", parents=[common], help="generate kernel source, IR or manifest",
+                       description="Generate a kernel's source, IR or manifest. " + DIRECTORIES +
+                       "; then -o must name an output directory, which gets one file per kernel, "
+                       "<kernel>.<ext> (the target's source extension, json or ir).")
+    b.add_argument("spec", metavar="SPEC", help="a .attn file, '-' for standard input, or a directory")
+    b.add_argument("--target", required=True, choices=targets)
+    b.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
+    defaults = " / ".join(backends.get(t).default_profile for t in targets)
+    b.add_argument("--profile", metavar="P", help=f"target profile (default {defaults})")
+    b.add_argument("--emit", choices=("source", "ir", "manifest", "block-mask"), default="source",
+                   help="block-mask: the block-mask builder a foreign runtime runs before a mask custom kernel")
+    b.add_argument("-o", "--output", metavar="PATH",
+                   help="write here instead of standard output ('-': standard output; a directory "
+                        "when SPEC is one; FIFOs are refused)")
+
+    c = sub.add_parser("check", parents=[common],
+                       help="validate a spec; print tiles, threads, memory, features",
+                       description="Validate specs and print the plan of each kernel. " + DIRECTORIES +
+                       ", all of them reported (exit 1 if any fails).")
+    c.add_argument("spec", metavar="SPEC", help="a .attn file, '-' for standard input, or a directory")
+    c.add_argument("--target", choices=targets, help="only this target (default: both)")
+    c.add_argument("--profile", metavar="P", help="a profile name, or 'all' (default: the target's default)")
+    c.add_argument("--kernel", metavar="NAME", help="only this kernel (default: every kernel)")
+
+    r = sub.add_parser("run", parents=[common],
+                       help="run on this machine's device and compare with the reference",
+                       description="Run a kernel on this machine's device with random inputs, time it and "
+                       "compare it with the float64 reference. The table goes to standard output, "
+                       "progress to standard error.")
+    r.add_argument("spec", metavar="SPEC", help="a .attn file or '-' for standard input")
+    r.add_argument("--target", required=True, choices=targets)
+    r.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
+    r.add_argument("--profile", metavar="P", help="profile (default: the live device's)")
+    r.add_argument("--shape", action="append", metavar="B=..,Lq=..,Lk=..[,Hq=..,Hkv=..]",
+                   help="a run-time shape; repeat for several (default B=1,Lq=Lk=256; Hq and Hkv "
+                        "default to the spec's heads, and must equal them when the spec fixes them)")
+    r.add_argument("--repeat", type=int, default=10, help="timed runs per shape (median reported)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.add_argument("--no-reference", action="store_true",
+                   help="time only (the float64 reference is slow for large shapes)")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress lines on standard error")
+
+    pc = sub.add_parser("precompile", parents=[common],
+                        help="build kernels into the disk cache ahead of time (no GPU needed)",
+                        description="Build every kernel of the SPECs for the named devices into the disk "
+                        "cache, so that attngen.compile() on such a device finds it (a new process then "
+                        "neither renders nor compiles). Needs the target's compiler, not its device. "
+                        "A SPEC may be a directory: every *.attn file in it.")
+    pc.add_argument("spec", metavar="SPEC", nargs="+", help="a .attn file or a directory")
+    pc.add_argument("--target", required=True, choices=targets)
+    kinds = "; ".join(f"{t}: {backends.get(t).device_kinds}" for t in targets if backends.get(t).device_kinds)
+    pc.add_argument("--device", action="append", metavar="D[,D...]",
+                    help=f"devices to build for ({kinds}); default: this machine's devices, else every "
+                         "architecture of the target's profiles")
+    pc.add_argument("--kernel", metavar="NAME", help="only this kernel")
+    pc.add_argument("-q", "--quiet", action="store_true", help="no progress on standard error")
+
+    t = sub.add_parser("tune", parents=[common], help="find the fastest tiles for this machine's device",
+                       description="Sweep the tile choices of a kernel (tile q, tile kv and the target's options) "
+                       "on this machine's device: every candidate is checked against the float64 reference "
+                       "before it is timed; the fastest is stored in the cache and used by attngen.compile on "
+                       "this device when the spec leaves those choices at auto (attngen check lists it).")
+    t.add_argument("spec", metavar="SPEC", help="a .attn file or '-' for standard input")
+    t.add_argument("--target", required=True, choices=targets)
+    t.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
+    t.add_argument("--shape", metavar="B=..,Lq=..,Lk=..[,Hq=..,Hkv=..]",
+                   help="the shape to tune for (default B=1,Lq=Lk=256); results are kept per shape class "
+                        "(decode or prefill, and the order of Lk)")
+    t.add_argument("--repeat", type=int, default=5, help="timed runs per candidate (median)")
+    t.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    t.add_argument("-q", "--quiet", action="store_true", help="no progress lines on standard error")
+
+    d = sub.add_parser("serve-demo", parents=[common], help="a web page that runs a kernel in the browser",
+                       description="Build a kernel with its manifest into a folder beside the web runtime "
+                       "and a demo page (docs/web.md), and serve the folder over HTTP on localhost: open the "
+                       "address it prints in a browser with WebGPU. With --no-serve the folder is only written "
+                       "(a static page to copy anywhere).")
+    d.add_argument("spec", metavar="SPEC", help="a .attn file or '-' for standard input")
+    d.add_argument("--target", required=True, choices=targets, help="a target with a web runtime")
+    d.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
+    d.add_argument("--profile", metavar="P", help="target profile (default: the target's)")
+    d.add_argument("--dir", metavar="DIR", help="write the page here (default: a new temporary folder)")
+    d.add_argument("--port", type=int, default=8000, help="HTTP port on 127.0.0.1 (default 8000; 0: any free)")
+    d.add_argument("--no-serve", action="store_true", help="write the folder and exit")
+
+    k = sub.add_parser("cache", parents=[common], help="show or empty the disk cache of built kernels",
+                       description="The disk cache of built kernels: $ATTNGEN_CACHE_DIR, else "
+                       "$XDG_CACHE_HOME/attngen, else ~/.cache/attngen.")
+    actions = k.add_subparsers(dest="action", parser_class=_Parser)
+    actions.add_parser("info", parents=[common], help="the cache's directory, entries and size")
+    actions.add_parser("clear", parents=[common], help="remove every entry (files attngen did not write stay)")
+    return p
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _reason(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+def _read_source(path: str) -> tuple[str, str]:
+    """(text, name) of a spec file, or of standard input for '-'."""
+    if path == "-":
+        return api.read_source(sys.stdin.buffer, "<stdin>"), "<stdin>"
+    try:
+        return api.read_spec_file(path)
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory; run takes one spec file (check and build take "
+                         "directories)") from None
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror or e}") from None
+
+
+def _spec_files(path: str) -> list[str] | None:
+    """The *.attn files directly in `path`, sorted, when it is a directory; else None."""
+    if path == "-" or not os.path.isdir(path):
+        return None
+    try:
+        names = sorted(n for n in os.listdir(path) if n.endswith(".attn") and os.path.isfile(os.path.join(path, n)))
+    except OSError as e:
+        raise UsageError(f"cannot read the directory {path}: {_reason(e)}") from None
+    if not names:
+        raise UsageError(f"the directory {path} has no *.attn files")
+    return [os.path.join(path, n) for n in names]
+
+
+def _read_specs(path: str):
+    text, name = _read_source(path)
+    return api.parse(text, filename=name), name
+
+
+def _one_spec(args):
+    specs, name = _read_specs(args.spec)
+    if args.kernel is None and len(specs) > 1:
+        names = ", ".join(s.name for s in specs)
+        raise UsageError(f"{name} defines {len(specs)} kernels ({names}); choose one with --kernel")
+    try:
+        return api.pick(specs, args.kernel, name)
+    except SpecError as e:
+        raise UsageError(e.diagnostics[0].message + (f" ({e.diagnostics[0].hint})"
+                         if e.diagnostics[0].hint else "")) from None
+
+
+def _profile(name, target):
+    try:
+        return backends.get(target).profile(name)
+    except ProfileError as e:
+        raise UsageError(str(e)) from None
+
+
+def _write_stdout(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except OSError as e:
+        raise OutputError(f"cannot write to standard output: {_reason(e)}") from None
+
+
+def _print(line: str = "") -> None:
+    _write_stdout(line + "\n")
+
+
+def _silence_stdout() -> None:
+    """After a failed write to standard output: point it at /dev/null, so that the interpreter's
+    last flush of what is still buffered neither fails again nor prints "Exception ignored"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass  # standard output is not a file descriptor (tests capture it)
+
+
+_NOT_FILES = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def _refuse(path: str, mode: int) -> None:
+    for test, what in _NOT_FILES:
+        if test(mode):
+            raise OutputError(f"cannot write {path}: it is {what}, which attngen does not write to (it "
+                              "could block forever); write to standard output instead and redirect it")
+
+
+def _write_file(path: str, text: str) -> None:
+    """Write `text` to the file `path` (module docstring: FIFOs and sockets are refused)."""
+    try:
+        _refuse(path, os.stat(path).st_mode)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {_reason(e)}") from None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {_reason(e)}") from None
+    try:
+        _refuse(path, os.fstat(fd).st_mode)  # made a FIFO between the stat and the open
+        if hasattr(os, "O_NONBLOCK"):
+            os.set_blocking(fd, True)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            fd = None
+            f.write(text)
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {_reason(e)}") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _write(args, text: str):
+    if args.output is None or args.output == "-":
+        _write_stdout(text)
+    else:
+        _write_file(args.output, text)
+
+
+def _check_output(args) -> None:
+    if args.output == "":
+        raise UsageError("-o/--output is empty: give a file name, or '-' for standard output")
+
+
+def _plan_lines(p) -> list[str]:
+    return backends.get(p.target).describe(p)
+
+
+def _render(spec, args, profile) -> str:
+    """What build writes for one kernel."""
+    p = api.lower(spec, args.target, profile)
+    if args.emit == "ir":
+        text = api.format_spec(spec)
+        text += f"\n# plan for {p.target} (profile {p.profile})\n"
+        text += "".join(f"#   {ln}\n" for ln in _plan_lines(p))
+        return text
+    if args.emit not in ("source", "manifest"):  # a helper module
+        helpers = backends.get(p.target).helper_sources(p)
+        if args.emit not in helpers:
+            raise UsageError(f"target {p.target} emits no {args.emit} for kernel '{spec.name}' (only mask custom "
+                             "kernels of targets whose runtime is foreign have one; the manifest says)")
+        return helpers[args.emit]
+    out = api.emit_plan(p)
+    if args.emit == "manifest":
+        return json.dumps(out.manifest, indent=2) + "\n"
+    return out.source
+
+
+# -- commands ------------------------------------------------------------------------------------
+def cmd_build(args) -> int:
+    _check_output(args)
+    files = _spec_files(args.spec)
+    if files is not None:
+        return _build_directory(args, files)
+    spec = _one_spec(args)
+    _write(args, _render(spec, args, _profile(args.profile, args.target)))
+    return EXIT_OK
+
+
+def _kernels_of(files: list[str], kernel: str | None, where: str) -> tuple[list, list]:
+    """(spec, file name) of every kernel of the files (only those named `kernel`, when given),
+    and the diagnostics of the files that do not parse; a UsageError when no file that parses
+    defines `kernel`."""
+    kernels, diags = [], []
+    for path in files:
+        try:
+            specs, name = _read_specs(path)
+        except SpecError as e:
+            diags += e.diagnostics
+            continue
+        kernels += [(spec, name) for spec in specs]
+    if kernel is not None:
+        chosen = [(s, f) for s, f in kernels if s.name == kernel]
+        if not chosen and not diags:
+            hint = did_you_mean(kernel, [s.name for s, _ in kernels])
+            place = (f"{files[0]} defines no kernel named '{kernel}'" if len(files) == 1 and files[0] == where
+                     else f"no *.attn file in {where} defines a kernel named '{kernel}'")
+            names = [s.name for s, _ in kernels]
+            shown = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+            raise UsageError(place + (f" ({hint})" if hint else f" (kernels: {shown})" if names else ""))
+        kernels = chosen
+    return kernels, diags
+
+
+def _build_directory(args, files: list[str]) -> int:
+    """build DIR -o OUTDIR: every kernel of every file checked first, then one file each."""
+    if args.output is None or args.output == "-":
+        where = "no -o" if args.output is None else "-o -"
+        raise UsageError(f"{args.spec} is a directory: building it writes one file per kernel, so it needs "
+                         f"an output directory (-o DIR), not standard output ({where})")
+    out_dir = args.output
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError(f"-o {out_dir} is not a directory: building the directory {args.spec} writes one "
+                         "file per kernel into -o DIR")
+    profile = _profile(args.profile, args.target)
+    kernels, diags = _kernels_of(files, args.kernel, args.spec)
+    seen: dict = {}
+    for spec, name in kernels:
+        if spec.name in seen:
+            raise UsageError(f"kernel '{spec.name}' is defined in both {seen[spec.name]} and {name}: both "
+                             f"would be written to the same file of {out_dir}")
+        seen[spec.name] = name
+    suffix = backends.get(args.target).source_suffix
+    # a helper module (block-mask) is named apart from the kernel's source, which shares the folder
+    ext = {"ir": "ir", "manifest": "json", "source": suffix}.get(args.emit) or f"{args.emit}.{suffix}"
+    outputs, skipped = [], []
+    for spec, _ in kernels:
+        try:
+            outputs.append((os.path.join(out_dir, f"{spec.name}.{ext}"), _render(spec, args, profile)))
+        except SpecError as e:
+            diags += e.diagnostics
+        except UsageError:
+            if args.emit in ("source", "manifest", "ir") or args.kernel is not None:
+                raise
+            skipped.append(spec.name)  # a helper only some kernels have: the others have nothing to write
+    if diags:
+        raise SpecError(diags)  # nothing is written
+    if skipped and not outputs:
+        raise UsageError(f"no kernel of {args.spec} has a {args.emit} on target {args.target} (only mask custom "
+                         "kernels of targets whose runtime is foreign have one)")
+    for name in skipped:
+        _print(f"skipped {name}: no {args.emit} (not a mask custom kernel)")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot make the directory {out_dir}: {_reason(e)}") from None
+    for path, text in outputs:
+        _write_file(path, text)
+        _print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _check_one(args, text, name, targets, diags, report) -> bool:
+    """Check the kernels of one source; False when --kernel names none of them."""
+    specs, found = api.parse_collect(text, name)
+    diags += found
+    if args.kernel is not None:
+        specs = [s for s in specs if s.name == args.kernel]
+    for spec in specs:
+        lines = [spec.name]
+        for target in targets:
+            backend = backends.get(target)
+            profiles = backend.profiles() if args.profile == "all" else [_profile(args.profile, target)]
+            for prof in profiles:
+                if args.target is None and spec.dtype not in prof.storage_dtypes:
+                    # every target by default: one that never stores this dtype is not a failure of
+                    # the spec (a bf16 kernel on wgsl); `--target` asks for it, and gets the error
+                    lines.append(f"  {target} ({prof.name}): n/a (dtype {spec.dtype}; it stores "
+                                 f"{', '.join(prof.storage_dtypes)})")
+                    continue
+                try:  # one configuration search: what build would use
+                    p = api.lower(spec, target, prof)
+                except SpecError as e:
+                    diags += e.diagnostics
+                    lines.append(f"  {target} ({prof.name}): error (see above)")
+                    continue
+                lines.append(f"  {target} ({prof.name}): ok")
+                lines += [f"    {ln}" for ln in _plan_lines(p)]
+                lines += [f"    {ln}" for ln in _tuned_lines(spec, target)]
+        report.append("\n".join(lines))
+    return bool(specs)
+
+
+def cmd_check(args) -> int:
+    if args.profile and args.profile != "all" and not args.target:
+        raise UsageError("--profile needs --target (or use --profile all)")
+    targets = [args.target] if args.target else list(backends.names())
+    files = _spec_files(args.spec)
+    diags, report, unreadable = [], [], False
+    if files is None:
+        text, name = _read_source(args.spec)
+        if not _check_one(args, text, name, targets, diags, report) and args.kernel is not None and not diags:
+            raise UsageError(f"{name} has no kernel named '{args.kernel}'")
+    else:  # every file of the directory, each under a line naming it
+        found = False
+        for path in files:
+            before = len(diags)
+            part: list = []
+            try:
+                text, name = _read_source(path)
+                found |= _check_one(args, text, name, targets, diags, part)
+            except SpecError as e:  # not UTF-8
+                diags += e.diagnostics
+            except UsageError as e:  # unreadable: a failed check of this file
+                print(f"error: {e}", file=sys.stderr)
+                unreadable = True
+                part = ["  error: cannot read it (see above)"]
+            if not part and len(diags) > before:
+                part = ["  error (see above)"]
+            if part:  # with --kernel, files without that kernel are left out
+                report.append(f"# {path}\n" + "\n".join(part))
+        if args.kernel is not None and not found and not diags and not unreadable:
+            raise UsageError(f"no *.attn file in {args.spec} defines a kernel named '{args.kernel}'")
+    if diags:
+        print(SpecError(diags).format(), file=sys.stderr)
+    if report:
+        _print("\n".join(report))
+    return EXIT_INVALID if diags or unreadable else EXIT_OK
+
+
+def _parse_shape(text: str | None, spec) -> dict:
+    """The --shape argument (None: not given, the defaults) as B, Lq, Lk, Hq, Hkv."""
+    keys = {"b": "B", "lq": "Lq", "lk": "Lk", "hq": "Hq", "hkv": "Hkv"}
+    out = {"B": 1, "Lq": 256, "Lk": 256, "Hq": spec.heads_q, "Hkv": spec.heads_kv}
+    fixed = {"Hq": spec.heads_q, "Hkv": spec.heads_kv}
+    if text is not None and not text.strip():
+        raise UsageError("--shape is empty: give B=, Lq=, Lk= (and Hq=, Hkv=), e.g. --shape B=1,Lq=256,Lk=256, "
+                         "or leave --shape out for that default")
+    seen = set()
+    for part in (text or "").replace(" ", "").split(",") if text else ():
+        key, _, value = part.partition("=")
+        if key.lower() not in keys or not value:
+            raise UsageError(f"bad --shape item {part!r}: expected B=, Lq=, Lk=, Hq= or Hkv= with a number, "
+                             "items separated by single commas")
+        if keys[key.lower()] in seen:
+            raise UsageError(f"--shape gives {keys[key.lower()]} twice ({text!r})")
+        seen.add(keys[key.lower()])
+        try:
+            n = int(value)
+        except ValueError:
+            raise UsageError(f"bad --shape value {part!r}: not an integer") from None
+        if n < 1 or n > 1 << 30:
+            raise UsageError(f"bad --shape value {part!r}: must be between 1 and 2^30")
+        name = keys[key.lower()]
+        if fixed.get(name) is not None and n != fixed[name]:
+            raise UsageError(f"--shape {name}={n}: kernel '{spec.name}' is built for heads q={spec.heads_q} "
+                             f"kv={spec.heads_kv} (the spec's 'heads' line); leave Hq and Hkv out of --shape, "
+                             "or give those numbers")
+        out[name] = n
+    if out["Hq"] is None:
+        out["Hq"] = 8
+    if out["Hkv"] is None:
+        out["Hkv"] = out["Hq"] if spec.heads_q is None else spec.heads_kv
+    if out["Hq"] % out["Hkv"]:
+        raise UsageError(f"--shape Hq={out['Hq']} is not a multiple of Hkv={out['Hkv']}")
+    return out
+
+
+def _tuned_lines(spec, target) -> list[str]:
+    """Where the tile choices come from: the profile's defaults, and any `attngen tune` result
+    stored for this spec (compile uses the one of its device when the spec leaves tiles auto)."""
+    from .runtime import tune
+    if not tune.is_auto(spec, target):
+        return ["tiles: from the spec"]
+    found = tune.stored_for(target, spec)
+    if not found:
+        return ["tiles: the profile's defaults (no attngen tune result stored for this spec)"]
+    return ["tiles: the profile's defaults here; attngen.compile on a tuned device uses its result:"] + [
+        f"  tuned {tune.label(r['choice'])} on {r['device']} for {r['shape_class']} ({r['ms']:.4g} ms, "
+        f"defaults {r['default_ms']:.4g} ms; {r['date']})" if r.get("default_ms") else
+        f"  tuned {tune.label(r['choice'])} on {r['device']} for {r['shape_class']} ({r['date']})" for r in found]
+
+
+def cmd_tune(args) -> int:
+    from .runtime import tune
+    spec = _one_spec(args)
+    backend = backends.get(args.target)
+    if not tune.is_auto(spec, args.target):
+        from .lang.options import target_schema
+        tiling = [o.name for o in target_schema(args.target).options if o.tiling]
+        raise UsageError(f"{spec.name} fixes its own tile q, tile kv or {', '.join(tiling) or 'tiling options'} of "
+                         f"target {args.target}: tune sweeps those, so leave them at auto (its other target options "
+                         "are kept)")
+    if not backend.tune_space(spec):
+        raise UsageError(f"target {args.target} has nothing to tune")
+    if args.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    shape = _parse_shape(args.shape, spec)
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(f"attngen tune: {line}", file=sys.stderr, flush=True)
+    try:
+        profile = backend.profile(None)
+        diags = api.check(spec, args.target, profile)
+        if diags:
+            raise SpecError(diags)
+        progress(f"{spec.name} on {backend.device_identity()}, B={shape['B']} Lq={shape['Lq']} Lk={shape['Lk']}: "
+                 "the profile's defaults first")
+        default, rows = tune.sweep(backend, spec, shape, repeat=args.repeat, seed=args.seed, progress=progress,
+                                   check=lambda s: api.check(s, args.target, profile),
+                                   compile_=lambda s: api.compile(s, args.target, tuned=False))
+    except (ImportError, RuntimeError, OSError) as e:
+        raise LaunchError(f"no usable {getattr(backend, 'device_name', 'device')} on this machine: "
+                          f"{type(e).__name__}: {e}") from None
+    _print(f"{spec.name} on {args.target} ({backend.device_identity()}), B={shape['B']} Lq={shape['Lq']} "
+           f"Lk={shape['Lk']} Hq={shape['Hq']} Hkv={shape['Hkv']}; {backend.timing}")
+    _print(f"  {'candidate':42} {'ms':>10}  result")
+    _, status, default_ms, _, default_plan = default
+    ms_text = "-" if default_ms is None else f"{default_ms:.4g}"
+    _print(f"  {'the defaults: ' + default_plan.split(',')[0]:42} {ms_text:>10}  {status}")
+    for choice, status, ms, _, summary in rows:
+        same = " (the defaults' plan)" if summary == default_plan else ""
+        _print(f"  {tune.label(choice):42} {('-' if ms is None else f'{ms:.4g}'):>10}  {status}{same}")
+    ok = [r for r in rows if r[2] is not None]
+    if not ok:
+        _print("no candidate ran correctly: nothing stored")
+        return EXIT_INVALID
+    choice, _, ms, _, _ = ok[0]
+    if default_ms is not None and default_ms <= ms:
+        # no candidate beats the defaults: they are the result (compile keeps the spec as it is)
+        where = tune.store(backend, spec, shape, tune.DEFAULTS, default_ms, default_ms)
+        _print(f"fastest: the profile's defaults, {default_ms:.4g} ms (the best candidate, {tune.label(choice)}, "
+               f"took {ms:.4g} ms); stored in {where}")
+        return EXIT_OK
+    where = tune.store(backend, spec, shape, choice, ms, default_ms)
+    versus = f"{default_ms / ms:.2f}x the defaults" if default_ms else "the defaults were wrong"
+    _print(f"fastest: {tune.label(choice)}, {ms:.4g} ms ({versus}); stored in {where}")
+    return EXIT_OK
+
+
+def cmd_run(args) -> int:
+    from .runtime.runner import run_shapes
+    spec = _one_spec(args)
+    if args.repeat < 1:
+        raise UsageError("--repeat must be at least 1")
+    if args.seed < 0:
+        raise UsageError("--seed must be a non-negative integer")
+    shapes = [_parse_shape(s, spec) for s in (args.shape or [None])]
+    profile = _profile(args.profile, args.target) if args.profile else None
+    backend = backends.get(args.target)
+
+    def progress(line: str) -> None:
+        if not args.quiet:
+            print(f"attngen run: {line}", file=sys.stderr, flush=True)
+    progress(f"compiling {spec.name} for {args.target} on this machine's device")
+    t0 = time.perf_counter()
+    try:
+        kernel = api.compile(spec, target=args.target, profile=profile)
+    except (ImportError, RuntimeError, OSError) as e:
+        raise LaunchError(f"no usable {getattr(backend, 'device_name', 'device')} on this machine: "
+                          f"{type(e).__name__}: {e}") from None
+    progress(f"compiled in {time.perf_counter() - t0:.2f} s")
+    ok = run_shapes(kernel, backend, shapes, repeat=args.repeat, seed=args.seed,
+                    use_reference=not args.no_reference, echo=_print, progress=progress)
+    return EXIT_OK if ok else EXIT_INVALID
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def cmd_precompile(args) -> int:
+    backend = backends.get(args.target)
+    if not backend.device_kinds:
+        raise UsageError(f"target {args.target} builds its kernels when they are loaded: there is nothing "
+                         "to precompile")
+    devices = [d.strip() for arg in (args.device or []) for d in arg.split(",")]
+    if args.device is not None and not any(devices):
+        raise UsageError(f"--device is empty: name {backend.device_kinds}")
+    if any(not d for d in devices):
+        raise UsageError(f"--device {','.join(args.device)}: an empty item; name devices separated by single commas")
+    devices = list(dict.fromkeys(devices)) or list(backend.precompile_devices())
+    files = [file for path in args.spec for file in (_spec_files(path) or [path])]
+    kernels, diags = _kernels_of(files, args.kernel, ", ".join(args.spec))
+    if diags:
+        raise SpecError(diags)
+    todo = [(spec, device) for spec, _ in kernels for device in devices]
+    progress = _Progress(len(todo), quiet=args.quiet)
+    built = found = failed = 0
+    for spec, device in todo:
+        start = time.perf_counter()
+        try:
+            hit = backend.precompile(spec, device)
+        except SpecError as e:  # the target refuses this spec (attngen check says why)
+            failed += 1
+            progress.step(f"{spec.name} {device}: refused: {e.diagnostics[0].message}", failed=True)
+            continue
+        except LaunchError:  # no compiler on this machine: the same for every kernel
+            raise
+        except ValueError as e:  # a device name the target does not know
+            raise UsageError(f"--device {device}: {e}") from None
+        except CompileError as e:
+            failed += 1
+            progress.step(f"{spec.name} {device}: compile error: {str(e).splitlines()[0]}", failed=True)
+            continue
+        found += hit
+        built += not hit
+        progress.step(f"{spec.name} {device}: " + ("already cached" if hit else
+                                                    f"built in {time.perf_counter() - start:.1f} s"))
+    progress.done()
+    from .runtime import cache
+    _print(f"{_count(built, 'kernel', 'kernels')} built, {found} already cached"
+           + (f", {failed} failed" if failed else "") + f" (cache: {cache.cache_dir()})")
+    return EXIT_INVALID if failed else EXIT_OK
+
+
+class _Progress:
+    """Progress of a long command on standard error: a bar redrawn in place on a terminal, one
+    line per step otherwise (logs, pipes)."""
+
+    WIDTH = 24
+
+    def __init__(self, total: int, quiet: bool = False):
+        self.total, self.n, self.quiet = total, 0, quiet
+        self.tty = sys.stderr.isatty()
+
+    def step(self, what: str, failed: bool = False) -> None:
+        self.n += 1
+        if self.quiet and not failed:
+            return
+        filled = self.WIDTH * self.n // max(self.total, 1)
+        line = f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {self.n}/{self.total} {what}"
+        try:
+            if self.tty and not failed:
+                sys.stderr.write("\r\x1b[2K" + line)
+            else:
+                sys.stderr.write(("\r\x1b[2K" if self.tty else "") + line + "\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
+
+    def done(self) -> None:
+        if self.tty and not self.quiet and self.n:
+            try:
+                sys.stderr.write("\n")
+            except OSError:
+                pass
+
+
+def cmd_cache(args) -> int:
+    from .runtime import cache
+    if args.action is None:
+        raise UsageError("attngen cache needs an action: 'info' (show the cache) or 'clear' (empty it)")
+    where = cache.cache_dir()
+    try:
+        if args.action == "info":
+            for line in cache.describe(cache.summary(where)):
+                _print(line)
+            return EXIT_OK
+        report = cache.clear(where)
+    except OSError as e:
+        raise OutputError(f"cannot read the cache directory {where}: {_reason(e)}") from None
+    if not report.exists:
+        _print(f"nothing to remove: the cache directory {where} does not exist")
+    elif not (report.removed_files or report.busy_locks or report.errors):
+        _print(f"nothing to remove: no attngen files in {where}")
+    else:
+        _print(f"removed {_count(report.removed_entries, 'entry', 'entries')} "
+               f"({_count(report.removed_files, 'file', 'files')}, {cache.human_size(report.removed_bytes)}) "
+               f"from {where}")
+    if report.busy_locks:
+        _print(f"left {_count(report.busy_locks, 'lock file', 'lock files')} of builds in progress")
+    if report.other_files:
+        _print(f"left {_count(len(report.other_files), 'file', 'files')} that attngen did not write: "
+               + ", ".join(report.other_files))
+    for name, reason in report.errors:
+        print(f"error: cannot remove {where / name}: {reason}", file=sys.stderr)
+    return EXIT_INVALID if report.errors else EXIT_OK
+
+
+def cmd_serve_demo(args) -> int:
+    backend = backends.get(args.target)
+    spec = _one_spec(args)
+    try:
+        files = backend.demo_files(spec, _profile(args.profile, args.target))
+    except NotImplementedError as e:
+        raise UsageError(f"{e}: serve-demo needs a target with a web runtime") from None
+    if spec.mask.is_custom:
+        raise UsageError(f"kernel '{spec.name}' has mask custom: the demo page draws only q, k and v, while such a "
+                         "kernel needs its mask and the block-mask builder (build them with --emit source and "
+                         "--emit block-mask, and pass the builder to loadKernel: docs/web.md)")
+    import tempfile
+    folder = args.dir or tempfile.mkdtemp(prefix=f"attngen-demo-{spec.name}-")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot make {folder}: {_reason(e)}") from None
+    for name, text in files.items():
+        _write_file(os.path.join(folder, name), text)
+    print(f"wrote {', '.join(files)} to {folder}")
+    if args.no_serve:
+        return EXIT_OK
+    import functools
+    import http.server
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=folder)
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+    except OSError as e:
+        raise UsageError(f"cannot listen on 127.0.0.1:{args.port}: {_reason(e)} (try --port 0)") from None
+    print(f"serving on http://127.0.0.1:{server.server_address[1]}/ (a browser with WebGPU; Ctrl-C stops)",
+          flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return EXIT_OK
+
+
+COMMANDS = {"build": cmd_build, "check": cmd_check, "run": cmd_run, "precompile": cmd_precompile,
+            "serve-demo": cmd_serve_demo, "tune": cmd_tune, "cache": cmd_cache}
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings (e.g. a cache entry rebuilt) as one line, without the source line."""
+    try:
+        print(f"warning: {message}", file=sys.stderr)
+    except OSError:
+        pass
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv  # until the line is parsed
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            args = parser.parse_args(argv)
+            debug = args.debug
+            if args.command is None:
+                parser.print_help(sys.stderr)
+                return EXIT_USAGE
+            code = COMMANDS[args.command](args)
+            _write_stdout("")  # what print() left in the buffer, while errors can be reported
+            return code
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except SpecError as e:
+        print(e.format(), file=sys.stderr)
+        return EXIT_INVALID
+    except OutputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        _silence_stdout()
+        return EXIT_INVALID
+    except (LaunchError, CompileError) as e:
+        if debug:
+            raise
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_INVALID
+    except KeyboardInterrupt:
+        return 130
+    except SystemExit as e:  # --help / --version
+        try:
+            _write_stdout("")
+        except OutputError as oe:
+            print(f"error: {oe}", file=sys.stderr)
+            _silence_stdout()
+            return EXIT_INVALID
+        return e.code if isinstance(e.code, int) else EXIT_OK
+    except Exception as e:  # a bug in attngen: say so without a traceback
+        if debug:
+            raise
+        print(f"internal error: {type(e).__name__}: {e}\n(this is a bug in attngen; rerun with --debug "
+              "for the traceback and report it)", file=sys.stderr)
+        return EXIT_INVALID
+
+
+if __name__ == "__main__":
+    sys.exit(main())

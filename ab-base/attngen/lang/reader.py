@@ -1,0 +1,559 @@
+"""Syntax tree -> AttentionSpec: the vocabulary of the language, checked with positions.
+
+Every key has one reader below. Readers report into a shared list of diagnostics instead of
+raising, so a file with many mistakes gets all of them at once. Checks that need a target
+(tile sizes, dtypes a target lacks, memory) live in attngen.plan.check, not here. The
+options of `target NAME { ... }` blocks come from the registered targets
+(attngen.lang.options), not from this module.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import Diagnostic, Source, Span, SpecError, did_you_mean
+from .options import target_schema, target_schemas
+from .source import decode_source
+from .spec import AttentionSpec, KVCache, Mask, Schedule, Tile, ACC_DTYPES, DTYPES, format_spec
+from .syntax import MAX_NAME_LENGTH, Block, Call, Number, Pair, Setting, Word, parse_blocks
+
+MAX_INT = 2**31 - 1
+MAX_HEAD_DIM = 1024
+MAX_HEADS = 65535  # one grid dimension / dispatch dimension per head
+# scale and softcap become f32 constants in the kernels (scale * log2(e), scale / softcap,
+# softcap * log2(e)); within this range every one of them is a finite, normal f32.
+MIN_REAL, MAX_REAL = 1e-12, 1e12
+MAX_F16_SCALE = 1.0  # with accumulate qk=f16 (see cross_checks)
+
+USAGE = {
+    "head_dim": "head_dim N  or  head_dim qk=N v=M  (multiples of 8, 8..1024)",
+    "heads": "heads q=N kv=M  (or heads q=N, heads N, heads any)",
+    "dtype": "dtype f16 | bf16 | f32",
+    "accumulate": "accumulate qk=f32|f16 pv=f32|f16  (or accumulate f32)",
+    "mask": "mask none | causal | causal(bottom_right) | window(left=N) | window(left=N, right=M) | custom",
+    "softcap": "softcap C  (a positive number) or softcap none",
+    "scale": "scale auto  or  scale X  (a positive number)",
+    "tile": "tile q=N kv=M [d=K]  (each a number or auto)",
+    "schedule": "schedule fused | split_kv(N) | split_kv(auto) | two_pass",
+    "kv_cache": "kv_cache contiguous | paged(page=N)",
+    "target": "target NAME { OPTION=VALUE ... }",  # the registered targets' own forms: target_usage()
+}
+REQUIRED = ("head_dim", "dtype")
+DTYPE_ALIASES = {
+    "fp16": "f16", "float16": "f16", "half": "f16", "bfloat16": "bf16", "fp32": "f32",
+    "float32": "f32", "float": "f32", "single": "f32",
+}
+
+
+def target_usage() -> str:
+    """How to write a target block, for each registered target."""
+    return "  or  ".join(t.usage for t in target_schemas()) or USAGE["target"]
+
+
+def _both(names) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1] if names else ""
+
+
+def _either(names) -> str:
+    """'a', 'a or b', 'a, b or c'."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1] if names else ""
+
+
+class _Reader:
+    """Reads one attention block into keyword arguments for AttentionSpec."""
+
+    def __init__(self, block: Block, diags: list):
+        self.block = block
+        self.diags = diags
+        self.fields: dict = {}
+        self.targets: dict = {}
+        self.spans: dict = {"name": block.name_span}
+        self.USAGE = dict(USAGE, target=target_usage())
+
+    # -- reporting ---------------------------------------------------------------------
+    def error(self, message, span, hint=None):
+        self.diags.append(Diagnostic(message, span, hint))
+
+    def usage(self, key, node, what="bad value"):
+        self.error(f"{what} for '{key}'", node.span, f"write: {self.USAGE[key]}")
+
+    # -- value helpers -----------------------------------------------------------------
+    def integer(self, key, node, lo=1, hi=MAX_INT, multiple_of=None, allow_auto=False):
+        """An integer in [lo, hi]; `auto` gives None where allowed. Reports and returns False."""
+        if allow_auto and isinstance(node, Word) and node.text == "auto":
+            return None
+        if not isinstance(node, Number) or not isinstance(node.value, int):
+            shown = node.show()
+            usage = self.USAGE.get(key.split(".")[0], self.USAGE["mask"])
+            self.error(f"'{key}' must be {'an integer or auto' if allow_auto else 'an integer'}, "
+                       f"not '{shown}'", node.span, f"write: {usage}")
+            return False
+        v = node.value
+        shown = _short(node.text)
+        if v < lo:
+            self.error(f"'{key}' must be at least {lo}, not {shown}", node.span)
+            return False
+        if v > hi:
+            self.error(f"'{key}' = {shown} is too large (at most {hi})", node.span)
+            return False
+        if multiple_of and v % multiple_of:
+            lower = v - v % multiple_of
+            near = [x for x in (lower, lower + multiple_of) if lo <= x <= hi]
+            hint = f"try {' or '.join(map(str, near))}" if near else None
+            self.error(f"'{key}' must be a multiple of {multiple_of}, not {v}", node.span, hint)
+            return False
+        return v
+
+    def positive_float(self, key, node):
+        if isinstance(node, Number):
+            v = float(node.value)
+            if math.isfinite(v) and v > 0:
+                if MIN_REAL <= v <= MAX_REAL:
+                    return v
+                self.error(f"'{key}' = {_short(node.text)} is out of range ({MIN_REAL:g} to {MAX_REAL:g}: "
+                           "the kernels hold it in f32)", node.span)
+                return False
+            self.error(f"'{key}' must be a positive finite number, not {_short(node.text)}", node.span)
+        else:
+            self.error(f"'{key}' must be a positive finite number, not '{node.show()}'", node.span,
+                       f"write: {self.USAGE[key]}")
+        return False
+
+    def choice(self, key, node, choices, aliases=None, what=None):
+        if isinstance(node, Word) and node.text in choices:
+            return node.text
+        word = node.text if isinstance(node, Word) else node.show()
+        hint = did_you_mean(word, choices, aliases) or f"write: {self.USAGE[key]}"
+        self.error(f"unknown {what or key} '{word}' (expected {', '.join(choices)})", node.span, hint)
+        return False
+
+    def pairs(self, key, nodes, allowed, required=(), at=None):
+        """Values that must all be key=value pairs with known, distinct keys.
+
+        `at` is the span to point at when a required pair is missing and there are no values.
+        """
+        out, ok = {}, True
+        for node in nodes:
+            if not isinstance(node, Pair):
+                self.usage(key, node, f"unexpected '{node.show()}'")
+                ok = False
+                continue
+            if node.key not in allowed:
+                hint = did_you_mean(node.key, allowed) or f"write: {self.USAGE[key]}"
+                self.error(f"unknown option '{node.key}' for '{key}' (expected {', '.join(allowed)})",
+                           node.key_span, hint)
+                ok = False
+            elif node.key in out:
+                self.error(f"'{key}' option '{node.key}' given twice", node.key_span)
+                ok = False
+            else:
+                out[node.key] = node
+        for name in required:
+            if ok and name not in out:
+                self.error(f"'{key}' needs {name}=", nodes[0].span if nodes else at,
+                           f"write: {self.USAGE[key]}")
+                ok = False
+        return out if ok else None
+
+    def single(self, s: Setting):
+        if len(s.values) != 1:
+            span = s.values[1].span if len(s.values) > 1 else s.key_span
+            what = "too many values" if len(s.values) > 1 else "missing value"
+            self.usage(s.key, _At(span), what)
+            return None
+        return s.values[0]
+
+    # -- keys --------------------------------------------------------------------------
+    def read(self) -> dict | None:
+        seen: dict = {}
+        n_before = len(self.diags)
+        for s in self.block.settings:
+            key = s.key
+            if key == "target":
+                self.read_target(s, seen)
+                continue
+            if key not in self.USAGE:
+                hint = did_you_mean(key, list(self.USAGE)) or "known keys: " + ", ".join(self.USAGE)
+                self.error(f"unknown key '{key}'", s.key_span, hint)
+                continue
+            if key in seen:
+                self.error(f"duplicate key '{key}' (first set on line {seen[key].line})",
+                           s.key_span, "remove one of them")
+                continue
+            seen[key] = s.key_span
+            self.spans[key] = s.span
+            stray = next((v for v in s.values if isinstance(v, Word) and v.text in self.USAGE), None)
+            if stray is not None:
+                self.error(f"'{stray.text}' starts another setting on the line of '{key}'", stray.span,
+                           "put one setting per line")
+                continue
+            if s.options is not None:
+                self.error(f"'{key}' takes no {{ }} block", s.span, f"write: {self.USAGE[key]}")
+                continue
+            getattr(self, "key_" + key)(s)
+        for key in REQUIRED:
+            if key not in seen:
+                self.error(f"attention '{self.block.name}' has no '{key}' (it is required)",
+                           self.block.name_span, f"add a line: {self.USAGE[key]}")
+        self.cross_checks()
+        if len(self.diags) > n_before:
+            return None
+        return dict(self.fields, targets=self.targets, spans=self.spans)
+
+    def key_head_dim(self, s):
+        vals = s.values
+        if not vals:
+            self.usage("head_dim", _At(s.key_span), "missing value")
+            return
+        if len(vals) == 1 and not isinstance(vals[0], Pair):
+            d = self.integer("head_dim", vals[0], 8, MAX_HEAD_DIM, 8)
+            if d is not False:
+                self.fields.update(head_dim_qk=d, head_dim_v=d)
+            return
+        p = self.pairs("head_dim", vals, ("qk", "v"), ("qk", "v"))
+        if p is None:
+            return
+        qk = self.integer("head_dim.qk", p["qk"].value, 8, MAX_HEAD_DIM, 8)
+        v = self.integer("head_dim.v", p["v"].value, 8, MAX_HEAD_DIM, 8)
+        if qk is not False and v is not False:
+            self.fields.update(head_dim_qk=qk, head_dim_v=v)
+
+    def key_heads(self, s):
+        vals = s.values
+        if not vals:
+            self.usage("heads", _At(s.key_span), "missing value")
+            return
+        if len(vals) == 1 and isinstance(vals[0], Word) and vals[0].text == "any":
+            return
+        if len(vals) == 1 and isinstance(vals[0], Number):
+            n = self.integer("heads", vals[0], 1, MAX_HEADS)
+            if n is not False:
+                self.fields.update(heads_q=n, heads_kv=n)
+            return
+        p = self.pairs("heads", vals, ("q", "kv"), ("q",))
+        if p is None:
+            return
+        q = self.integer("heads.q", p["q"].value, 1, MAX_HEADS)
+        kv = self.integer("heads.kv", p["kv"].value, 1, MAX_HEADS) if "kv" in p else q
+        if q is False or kv is False:
+            return
+        if q % kv:
+            divisors = [d for d in range(1, q + 1) if q % d == 0]
+            near = sorted(divisors, key=lambda d: abs(d - kv))[:2]
+            self.error(f"heads q={q} is not a multiple of kv={kv} (each KV head serves a whole "
+                       "group of query heads)", p["kv"].span,
+                       f"kv must divide {q}, e.g. {' or '.join(map(str, sorted(near)))}")
+            return
+        self.fields.update(heads_q=q, heads_kv=kv)
+
+    def key_dtype(self, s):
+        node = self.single(s)
+        if node is not None:
+            d = self.choice("dtype", node, DTYPES, DTYPE_ALIASES)
+            if d:
+                self.fields["dtype"] = d
+
+    def key_accumulate(self, s):
+        vals = s.values
+        if len(vals) == 1 and isinstance(vals[0], Word):
+            a = self.choice("accumulate", vals[0], ACC_DTYPES, DTYPE_ALIASES)
+            if a:
+                self.fields.update(acc_qk=a, acc_pv=a)
+            return
+        p = self.pairs("accumulate", vals, ("qk", "pv"))
+        if not p:
+            if p is not None:
+                self.usage("accumulate", _At(s.key_span), "missing value")
+            return
+        for name, node in p.items():
+            a = self.choice("accumulate", node.value, ACC_DTYPES, DTYPE_ALIASES)
+            if a:
+                self.fields["acc_" + name] = a
+
+    def key_mask(self, s):
+        node = self.single(s)
+        if node is None:
+            return
+        kinds = ("none", "causal", "causal(bottom_right)", "window", "custom")
+        if isinstance(node, Word):
+            if node.text in ("none", "causal", "custom"):
+                self.fields["mask"] = Mask(node.text)
+            elif node.text == "window":
+                self.error("window needs its size", node.span, "write: window(left=N) or window(left=N, right=M)")
+            else:
+                self.choice("mask", node, kinds)
+            return
+        if not isinstance(node, Call):
+            self.usage("mask", node)
+            return
+        if node.name == "causal":
+            if len(node.args) == 1 and isinstance(node.args[0], Word) and \
+                    node.args[0].text in ("bottom_right", "top_left"):
+                self.fields["mask"] = Mask("causal", bottom_right=node.args[0].text == "bottom_right")
+            else:
+                bad = [a for a in node.args if not (isinstance(a, Word) and a.text in ("bottom_right", "top_left"))]
+                arg = bad[0] if bad else (node.args[1] if len(node.args) > 1 else node)
+                hint = None
+                if isinstance(arg, Word) and arg.text not in ("bottom_right", "top_left"):
+                    hint = did_you_mean(arg.text, ["bottom_right", "top_left"])
+                self.error("causal takes one alignment: causal(bottom_right) or causal(top_left)",
+                           arg.span, hint)
+            return
+        if node.name == "window":
+            p = self.pairs("mask", node.args, ("left", "right"), ("left",), at=node.span)
+            if p is None:
+                return
+            left = self.integer("window.left", p["left"].value, 0)
+            right = self.integer("window.right", p["right"].value, 0) if "right" in p else 0
+            if left is not False and right is not False:
+                self.fields["mask"] = Mask("window", left=left, right=right)
+            return
+        hint = did_you_mean(node.name, ["causal", "window"]) or f"write: {self.USAGE['mask']}"
+        self.error(f"unknown mask '{node.name}(...)'", node.span, hint)
+
+    def key_softcap(self, s):
+        node = self.single(s)
+        if node is None:
+            return
+        if isinstance(node, Word) and node.text == "none":
+            return
+        v = self.positive_float("softcap", node)
+        if v is not False:
+            self.fields["softcap"] = v
+
+    def key_scale(self, s):
+        node = self.single(s)
+        if node is None:
+            return
+        if isinstance(node, Word) and node.text == "auto":
+            return
+        v = self.positive_float("scale", node)
+        if v is not False:
+            self.fields["scale"] = v
+
+    def key_tile(self, s):
+        p = self.pairs("tile", s.values, ("q", "kv", "d"))
+        if not p:
+            if p is not None:
+                self.usage("tile", _At(s.key_span), "missing value")
+            return
+        sizes = {}
+        for name, node in p.items():
+            mult = 8 if name == "d" else None
+            sizes[name] = self.integer(f"tile.{name}", node.value, 8 if name == "d" else 1,
+                                       MAX_HEAD_DIM, mult, allow_auto=True)
+        if all(v is not False for v in sizes.values()):
+            self.fields["tile"] = Tile(**sizes)
+
+    def key_schedule(self, s):
+        node = self.single(s)
+        if node is None:
+            return
+        if isinstance(node, Word) and node.text in ("fused", "two_pass"):
+            self.fields["schedule"] = Schedule(node.text)
+        elif isinstance(node, Word) and node.text == "split_kv":
+            self.error("split_kv needs its number of splits", node.span,
+                       "write: split_kv(N) or split_kv(auto)")
+        elif isinstance(node, Call) and node.name == "split_kv":
+            if len(node.args) != 1 or isinstance(node.args[0], Pair):
+                self.error("split_kv takes one argument: a number of splits or auto", node.span,
+                           "write: split_kv(4) or split_kv(auto)")
+                return
+            n = self.integer("schedule", node.args[0], 1, 1024, allow_auto=True)
+            if n is not False:
+                self.fields["schedule"] = Schedule("split_kv", n)
+        else:
+            name = node.text if isinstance(node, Word) else getattr(node, "name", node.show())
+            hint = did_you_mean(name, ["fused", "split_kv", "two_pass"]) or f"write: {self.USAGE['schedule']}"
+            self.error(f"unknown schedule '{node.show()}'", node.span, hint)
+
+    def key_kv_cache(self, s):
+        node = self.single(s)
+        if node is None:
+            return
+        if isinstance(node, Word) and node.text == "contiguous":
+            self.fields["kv_cache"] = KVCache("contiguous")
+        elif isinstance(node, Word) and node.text == "paged":
+            self.error("paged needs its page size", node.span, "write: paged(page=16)")
+        elif isinstance(node, Call) and node.name == "paged":
+            p = self.pairs("kv_cache", node.args, ("page",), ("page",), at=node.span)
+            if p is not None:
+                page = self.integer("kv_cache.page", p["page"].value, 1, 65536)
+                if page is not False:
+                    self.fields["kv_cache"] = KVCache("paged", page)
+        else:
+            name = node.text if isinstance(node, Word) else getattr(node, "name", node.show())
+            hint = did_you_mean(name, ["contiguous", "paged"]) or f"write: {self.USAGE['kv_cache']}"
+            self.error(f"unknown kv_cache '{node.show()}'", node.span, hint)
+
+    def read_target(self, s: Setting, seen: dict):
+        schemas = target_schemas()
+        if s.values and isinstance(s.values[0], Word) and target_schema(s.values[0].text) is None:
+            self.choice("target", s.values[0], tuple(t.name for t in schemas))  # an unknown name, first
+            return
+        if len(s.values) > 1 and isinstance(s.values[0], Word):
+            # `target cuda auto`: the name is there, the rest is not an option block
+            self.usage("target", _At(s.values[1].span),
+                       f"expected an option block after 'target {s.values[0].text}': "
+                       f"{{ key=value ... }}, or nothing (every option auto)")
+            return
+        if len(s.values) != 1 or not isinstance(s.values[0], Word):
+            self.usage("target", _At(s.values[0].span if s.values else s.key_span),
+                       f"expected a target name ({_either(t.name for t in schemas)})")
+            return
+        name = s.values[0].text
+        schema = target_schema(name)
+        if schema is None:
+            self.choice("target", s.values[0], tuple(t.name for t in schemas))
+            return
+        key = f"target {name}"
+        if key in seen:
+            self.error(f"duplicate '{key}' block (first on line {seen[key].line})", s.key_span,
+                       "merge the options into one block")
+            return
+        seen[key] = s.key_span
+        self.spans[f"target.{name}"] = s.span
+        p = self.pairs("target", s.options or (), tuple(o.name for o in schema.options))
+        if p is None:
+            return
+        values, ok = {}, True
+        for opt in schema.options:
+            if opt.name not in p:
+                continue
+            node = p[opt.name].value
+            if opt.kind == "int":
+                v = self.integer(f"target.{opt.name}", node, opt.lo, opt.hi, allow_auto=True)
+            else:
+                v = self.choice("target", node, opt.choices, what=opt.what or None)
+                v = None if v == "auto" else v
+            ok &= v is not False
+            values[opt.name] = v
+        if ok:
+            self.targets[name] = values
+
+    def cross_checks(self):
+        f = self.fields
+        tile = f.get("tile")
+        if tile and tile.d is not None and "head_dim_qk" in f:
+            big = max(f["head_dim_qk"], f["head_dim_v"])
+            if tile.d > big:
+                self.error(f"tile d={tile.d} is larger than the head dim ({big})", self.spans["tile"])
+        if f.get("acc_qk") == "f16" or f.get("acc_pv") == "f16":
+            if f.get("dtype") in ("f32", "bf16"):
+                self.error(f"accumulate f16 needs dtype f16 (this kernel stores {f['dtype']}: its "
+                           "products are not f16 and tensor cores accumulate bf16 only in f32)",
+                           self.spans["accumulate"], "use accumulate qk=f32 pv=f32")
+        if f.get("acc_qk") == "f16" and f.get("scale") is not None and f["scale"] > MAX_F16_SCALE:
+            # Q is multiplied by the scale as it is staged in f16 (so the f16 sums stay small):
+            # a scale above 1 could push |q| past the f16 range (docs/language.md, Numerics).
+            self.error(f"accumulate qk=f16 needs scale <= {MAX_F16_SCALE:g} (Q is multiplied by the scale in f16), "
+                       f"not {f['scale']:g}", self.spans["scale"],
+                       "use accumulate qk=f32, or a smaller scale")
+
+
+def _short(text: str) -> str:
+    """A number's text as quoted in a message: a 5000-digit one is cut short."""
+    return text if len(text) <= 24 else text[:20] + "..."
+
+
+class _At:
+    """A stand-in node that only carries a span (for errors about missing values)."""
+
+    def __init__(self, span):
+        self.span = span
+
+
+def build_specs(blocks, source) -> tuple[list[AttentionSpec], list[Diagnostic]]:
+    """Read every block; return the valid specs and every diagnostic found."""
+    diags: list[Diagnostic] = []
+    specs = []
+    names: dict = {}
+    if not blocks:
+        diags.append(Diagnostic("the file defines no attention kernel", Span(source, 1, 1, 1, 2),
+                                "a spec file holds one or more `attention NAME { ... }` blocks"))
+    for block in blocks:
+        name_diag = None
+        if len(block.name) > MAX_NAME_LENGTH:
+            name_diag = Diagnostic(f"kernel name is {len(block.name)} characters long (at most "
+                                   f"{MAX_NAME_LENGTH})", block.name_span)
+        elif block.name.startswith("__"):
+            languages = _both(t.language for t in target_schemas() if t.language) or "the generated code"
+            name_diag = Diagnostic(f"kernel names may not start with '__' (reserved in {languages})",
+                                   block.name_span)
+        elif block.name in names:
+            name_diag = Diagnostic(f"duplicate kernel name '{block.name}' (first on line "
+                                   f"{names[block.name].line})", block.name_span,
+                                   "each attention block needs its own name")
+        else:
+            names[block.name] = block.name_span
+        # A block with a bad name is still read, so that its other errors are reported too.
+        fields = _Reader(block, diags).read()
+        if name_diag is not None:
+            diags.append(name_diag)
+        elif fields is not None:
+            specs.append(AttentionSpec(name=block.name, **fields))
+    return specs, diags
+
+
+def parse(text: str, filename: str = "<string>") -> list[AttentionSpec]:
+    """Parse spec text into validated AttentionSpecs; raise SpecError with every problem."""
+    specs, diags = parse_collect(text, filename)
+    if diags:
+        raise SpecError(diags)
+    return specs
+
+
+def parse_collect(text, filename="<string>"):
+    """Like parse, but return (specs, diagnostics) without raising for semantic errors."""
+    if isinstance(text, (bytes, bytearray)):
+        text = decode_source(bytes(text), filename)
+    if not isinstance(text, str):
+        raise TypeError(f"spec text must be str, not {type(text).__name__}")
+    if text.startswith("\ufeff"):
+        text = text[1:]  # a UTF-8 byte-order mark (some Windows editors write one) is not text
+    if "\r" in text:  # classic Mac line endings: lone CRs end lines too
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    source, blocks = parse_blocks(text, filename)
+    return build_specs(blocks, source)
+
+
+# The fields of AttentionSpec and the types their values must have (before the language's rules).
+_FIELD_TYPES = {
+    "name": str, "head_dim_qk": int, "head_dim_v": int, "dtype": str, "heads_q": (int, type(None)),
+    "heads_kv": (int, type(None)), "acc_qk": str, "acc_pv": str, "mask": Mask, "softcap": (int, float, type(None)),
+    "scale": (int, float, type(None)), "tile": Tile, "schedule": Schedule, "kv_cache": KVCache, "targets": tuple,
+}
+
+
+def validate(spec) -> list[Diagnostic]:
+    """Every problem of an AttentionSpec however it was made (parsed, built directly, changed
+    with dataclasses.replace), by the language's own rules: the spec is printed (format_spec)
+    and read back by this reader, so an object is checked exactly as strictly as text. A value
+    the text cannot say (a wrong type, a field that reads back differently) is reported by name.
+    Diagnostics point into the printed text, named <AttentionSpec NAME>."""
+    if not isinstance(spec, AttentionSpec):
+        return [Diagnostic(f"expected an AttentionSpec, not {type(spec).__name__}")]
+    bad = [f"{f} = {getattr(spec, f)!r}" for f, types in _FIELD_TYPES.items()
+           if not isinstance(getattr(spec, f), types) or isinstance(getattr(spec, f), bool)]
+    if bad:
+        return [Diagnostic(f"AttentionSpec {spec.name!r}: field {b} has the wrong type") for b in bad]
+    where = f"<AttentionSpec {spec.name[:64]!r}>"
+    try:
+        text = format_spec(spec)
+    except (TypeError, ValueError, AttributeError, OverflowError) as e:
+        return [Diagnostic(f"AttentionSpec {spec.name!r} cannot be written in the language: {e}")]
+    try:
+        specs, diags = parse_collect(text, where)
+    except SpecError as e:
+        return list(e.diagnostics)
+    if diags:
+        return diags
+    if specs != [spec]:
+        back = specs[0]
+        fields = [f for f in _FIELD_TYPES if getattr(back, f) != getattr(spec, f)]
+        return [Diagnostic(f"AttentionSpec {spec.name!r}: field {f} = {getattr(spec, f)!r} is not a value of the "
+                           f"language (it reads back as {getattr(back, f)!r})") for f in fields]
+    return []

@@ -1,0 +1,189 @@
+"""The validated attention spec: frozen dataclasses, every default filled in.
+
+An `AttentionSpec` is what the language means, independent of any target: it is produced
+by the reader (attngen.lang.reader), printed back by `format_spec`, checked against a target
+profile and lowered to a KernelPlan by attngen.plan. Source spans are kept in `spans`
+(key -> Span), which takes no part in equality or hashing.
+
+Target options (`target NAME { key=value }`) are kept generically in `targets`: the
+backends define which targets and options exist (attngen.lang.options).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+import math
+
+from .options import target_schemas
+
+DTYPES = ("f16", "bf16", "f32")
+ACC_DTYPES = ("f32", "f16")
+
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Which keys a query sees.
+
+    kind "causal": query i sees key j iff j <= i (top-left aligned, torch's is_causal), or
+    iff j <= i + (Lk - Lq) when bottom_right. kind "window": bottom-right aligned sliding
+    window, i + (Lk - Lq) - left <= j <= i + (Lk - Lq) + right. kind "custom": a mask
+    tensor given at run time.
+    """
+
+    kind: str = "none"
+    bottom_right: bool = False
+    left: int | None = None
+    right: int | None = None
+
+    @property
+    def is_custom(self) -> bool:
+        """A mask tensor given at run time (with per-tile lists), not a rule of positions."""
+        return self.kind == "custom"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    kind: str = "fused"
+    splits: int | None = None  # split_kv(N); None = auto
+
+    @property
+    def is_split(self) -> bool:
+        """split_kv and two_pass: key tiles over S blocks, then a combine."""
+        return self.kind != "fused"
+
+    @property
+    def is_two_pass(self) -> bool:
+        return self.kind == "two_pass"
+
+
+@dataclass(frozen=True)
+class KVCache:
+    kind: str = "contiguous"
+    page: int | None = None  # paged(page=N)
+
+    @property
+    def is_paged(self) -> bool:
+        return self.kind == "paged"
+
+
+@dataclass(frozen=True)
+class Tile:
+    """Rows of Q and of K/V per block, and the head-dim chunk; None = the profile's default."""
+
+    q: int | None = None
+    kv: int | None = None
+    d: int | None = None
+
+
+def normalise_targets(targets) -> tuple:
+    """Target options as stored: ((target, ((option, value), ...)), ...), sorted by name, with
+    `auto` (None) values and empty targets left out. Takes that form or a mapping of mappings,
+    e.g. {"cuda": {"warps": 4}}."""
+    items = targets.items() if isinstance(targets, Mapping) else targets
+    out = []
+    for name, options in items:
+        pairs = options.items() if isinstance(options, Mapping) else options
+        kept = tuple(sorted((str(k), v) for k, v in pairs if v is not None))
+        if kept:
+            out.append((str(name), kept))
+    return tuple(sorted(out))
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    name: str
+    head_dim_qk: int
+    head_dim_v: int
+    dtype: str
+    heads_q: int | None = None
+    heads_kv: int | None = None
+    acc_qk: str = "f32"
+    acc_pv: str = "f32"
+    mask: Mask = Mask()
+    softcap: float | None = None
+    scale: float | None = None  # None = auto = 1/sqrt(head_dim_qk)
+    tile: Tile = Tile()
+    schedule: Schedule = Schedule()
+    kv_cache: KVCache = KVCache()
+    targets: tuple = ()  # target options given (not auto): see normalise_targets
+    spans: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "targets", normalise_targets(self.targets))
+
+    def options(self, target: str) -> dict:
+        """The options given for `target` (those left at auto are absent)."""
+        return dict(dict(self.targets).get(target, ()))
+
+    @property
+    def group_size(self) -> int | None:
+        """Query heads per KV head (GQA group), when the heads are fixed by the spec."""
+        if self.heads_q is None or self.heads_kv is None:
+            return None
+        return self.heads_q // self.heads_kv
+
+    @property
+    def resolved_scale(self) -> float:
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim_qk)
+
+    def span(self, key: str):
+        """Where `key` was written (falls back to the kernel's name)."""
+        return self.spans.get(key) or self.spans.get("name")
+
+
+def format_number(x) -> str:
+    """Shortest text that reads back to the same value (ints stay ints)."""
+    if isinstance(x, int):
+        return str(x)
+    return repr(float(x))
+
+
+def _auto(x) -> str:
+    if x is None:
+        return "auto"
+    return x if isinstance(x, str) else format_number(x)
+
+
+def format_spec(spec: AttentionSpec) -> str:
+    """Print a spec in the language, every default filled in; parse(format_spec(s)) == [s]."""
+    s = spec
+    if s.head_dim_qk == s.head_dim_v:
+        head_dim = str(s.head_dim_qk)
+    else:
+        head_dim = f"qk={s.head_dim_qk} v={s.head_dim_v}"
+    heads = "any" if s.heads_q is None else f"q={s.heads_q} kv={s.heads_kv}"
+    m = s.mask
+    if m.kind == "causal":
+        mask = "causal(bottom_right)" if m.bottom_right else "causal"
+    elif m.kind == "window":
+        mask = f"window(left={m.left}, right={m.right})"
+    else:
+        mask = m.kind
+    if s.schedule.kind == "split_kv":
+        schedule = f"split_kv({_auto(s.schedule.splits)})"
+    else:
+        schedule = s.schedule.kind
+    kv_cache = f"paged(page={s.kv_cache.page})" if s.kv_cache.kind == "paged" else s.kv_cache.kind
+    rows = [
+        ("head_dim", head_dim),
+        ("heads", heads),
+        ("dtype", s.dtype),
+        ("accumulate", f"qk={s.acc_qk} pv={s.acc_pv}"),
+        ("mask", mask),
+        ("softcap", "none" if s.softcap is None else format_number(s.softcap)),
+        ("scale", _auto(s.scale)),
+        ("tile", f"q={_auto(s.tile.q)} kv={_auto(s.tile.kv)} d={_auto(s.tile.d)}"),
+        ("schedule", schedule),
+        ("kv_cache", kv_cache),
+    ]
+    # Every registered target's options, auto where the spec leaves them, in the schema's order.
+    for schema in target_schemas():
+        given = s.options(schema.name)
+        if schema.options:
+            opts = " ".join(f"{o.name}={_auto(given.get(o.name))}" for o in schema.options)
+            rows.append(("target", f"{schema.name} {{ {opts} }}"))
+    body = "\n".join(f"    {k:<10} {v}".rstrip() for k, v in rows)
+    return f"attention {s.name} {{\n{body}\n}}\n"

@@ -1,0 +1,264 @@
+"""The float64 numpy oracle: what every kernel must compute, for every feature of the language.
+
+    out = attngen.reference(spec, q, k, v)                      # (B, Lq, Hq, Dv) float64
+    out, lse = attngen.reference(spec, q, k, v, return_lse=True)
+
+Inputs are first rounded to the spec's dtype (so the oracle sees exactly what a kernel
+reads), then computed in float64: scores s = scale * q.k, optional softcap c * tanh(s / c),
+the mask, a softmax over the visible keys, and the weighted sum of v. A row that sees no key
+gives 0 and lse = -inf. Besides the spec's structured masks it takes the run-time inputs of
+later features: a custom mask (boolean, True = attend, or additive), per-sequence KV lengths
+(`kv_lens`), packed variable-length batches (`cu_seqlens_q` / `cu_seqlens_k`) and paged KV
+caches (`block_table`). Masks align per sequence (Lk is that sequence's key count).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .lang.spec import AttentionSpec
+from .plan import masks
+
+_ROW_CHUNK = 512  # query rows per step, to keep the float64 score block small
+
+
+def to_numpy(x) -> np.ndarray:
+    """Host copy of a numpy / PyTorch / device array (bf16 tensors become float32). Device
+    arrays copy themselves to the host with .get() (CuPy) or .numpy() (a GPU buffer's handle)."""
+    if isinstance(x, np.ndarray):
+        return x
+    mod = type(x).__module__.split(".")[0]
+    if mod == "torch":
+        t = x.detach()
+        if str(t.dtype) == "torch.bfloat16":
+            t = t.float()
+        return t.cpu().numpy()
+    if callable(getattr(x, "get", None)) and hasattr(x, "shape") and hasattr(x, "dtype"):
+        return x.get()
+    if callable(getattr(x, "numpy", None)) and hasattr(x, "shape"):
+        return x.numpy()
+    return np.asarray(x)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), returned as float32."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    return bits.astype(np.uint32).view(np.float32)
+
+
+def round_to_dtype(x, dtype: str) -> np.ndarray:
+    """The values a kernel with storage `dtype` reads, as float64."""
+    a = to_numpy(x)
+    if a.dtype == np.uint16 and dtype == "bf16":  # raw bf16 bits
+        a = (a.astype(np.uint32) << 16).view(np.float32)
+    if dtype == "f16":
+        a = a.astype(np.float16)
+    elif dtype == "bf16":
+        a = round_bf16(a.astype(np.float32))
+    else:
+        a = a.astype(np.float32)
+    return a.astype(np.float64)
+
+
+def structured_mask(spec: AttentionSpec, len_q: int, len_k: int) -> np.ndarray | None:
+    """(Lq, Lk) boolean visibility of the spec's mask (None = everything visible)."""
+    return masks.visible(spec.mask, len_q, len_k)
+
+
+def _attend(spec, q, k, v, visible, bias):
+    """One sequence, one KV head group. q (Lq, G, D), k (Lk, D), v (Lk, Dv) -> out, lse.
+
+    A key a row does not see contributes nothing to it, whatever its values: scores and P V
+    select on visibility, never multiply a hidden key's values by zero (0 * inf is NaN). A
+    non-finite value a row does see makes that row non-finite (NaN in, NaN out)."""
+    scale = spec.resolved_scale
+    len_q, groups = q.shape[0], q.shape[1]
+    out = np.zeros((len_q, groups, v.shape[1]))
+    lse = np.full((groups, len_q), -np.inf)
+    if k.shape[0] == 0:
+        return out, lse
+    finite_v = np.isfinite(v)
+    v_clean = np.where(finite_v, v, 0.0)
+    poisoned = np.nonzero(~finite_v.all(axis=1))[0]  # keys with a non-finite value
+    for r0 in range(0, len_q, _ROW_CHUNK):
+        r1 = min(r0 + _ROW_CHUNK, len_q)
+        with np.errstate(invalid="ignore", over="ignore"):
+            s = np.einsum("igd,jd->gij", q[r0:r1], k) * scale
+            if spec.softcap is not None:
+                s = spec.softcap * np.tanh(s / spec.softcap)
+        ok = np.ones(s.shape, bool) if bias is None else (bias[:, r0:r1] > -np.inf)
+        if visible is not None:
+            ok &= visible[:, r0:r1]
+        s = np.where(ok, s if bias is None else s + np.where(ok, bias[:, r0:r1], 0.0), -np.inf)
+        with np.errstate(invalid="ignore"):
+            m = s.max(axis=-1, keepdims=True)  # NaN when a visible score is NaN
+            seen = np.isfinite(m)
+            p = np.where(ok, np.exp(s - np.where(seen, m, 0.0)), 0.0)
+            l = p.sum(axis=-1, keepdims=True)
+            w = p / np.where(l > 0, l, 1.0)
+            o = np.einsum("gij,jd->igd", w, v_clean)
+            for j in poisoned:  # only the rows that see key j take its non-finite values
+                wj = w[:, :, j][..., None]
+                o += np.transpose(np.where(wj != 0, wj * np.where(finite_v[j], 0.0, v[j]), 0.0), (1, 0, 2))
+        out[r0:r1] = o
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # no key seen: -inf; a NaN (or inf) in the row's inputs: NaN
+            lse[:, r0:r1] = np.where(l[..., 0] > 0, (m + np.log(np.where(l > 0, l, 1.0)))[..., 0],
+                                     np.where(l[..., 0] == 0, -np.inf, np.nan))
+    return out, lse
+
+
+def _mask_for(mask, b, hq0, groups, len_q, len_k):
+    """Slice a run-time mask (broadcastable to (B, Hq, Lq, Lk)) for one batch and head group."""
+    if mask is None:
+        return None, None
+    m = np.asarray(mask)
+    while m.ndim < 4:
+        m = m[None]
+    m = m[b if m.shape[0] > 1 else 0]
+    m = m[hq0:hq0 + groups] if m.shape[0] > 1 else np.repeat(m, groups, axis=0)
+    m = np.broadcast_to(m[:, :len_q], (groups, len_q, len_k))  # packed: the sequence's top-left corner
+    if m.dtype == bool:
+        return m, None
+    return None, m.astype(np.float64)
+
+
+class _SpecOnly:
+    """What the runtime's input checks (attngen.runtime.launch.resolve) read of a kernel plan,
+    from the spec alone: the oracle checks its inputs by the same rules as the kernels."""
+
+    def __init__(self, spec: AttentionSpec):
+        self.spec, self.d_qk, self.d_v, self.dtype = spec, spec.head_dim_qk, spec.head_dim_v, spec.dtype
+
+
+def _check_inputs(spec: AttentionSpec, q, k, v, mask, kv_lens, cu_seqlens_q, cu_seqlens_k, block_table) -> None:
+    """A LaunchError (naming the argument) for inputs a kernel of `spec` would refuse: shapes,
+    heads and head dims against the spec, kv_lens / block_table / cu_seqlens contents, the
+    mask's shape. Dtypes are free: the oracle rounds every input to the spec's dtype."""
+    from dataclasses import replace
+    from .errors import LaunchError
+    from .lang.spec import KVCache, Mask
+    from .runtime.blockmask import check_mask_shape, mask_keys, mask_shape4
+    from .runtime.launch import resolve
+    shapes = {"q": np.shape(q), "k": np.shape(k), "v": np.shape(v)}
+    # The oracle computes the function, whatever the storage: a paged spec's attention from
+    # contiguous K/V (no block_table), a mask beside any mask mode. So the layout and the mask
+    # checked are the inputs' own.
+    paged = KVCache("paged", int(shapes["k"][1])) if block_table is not None and len(shapes["k"]) == 4 else KVCache()
+    mask_mode = Mask("custom") if mask is not None else (Mask() if spec.mask.is_custom else spec.mask)
+    spec = replace(spec, kv_cache=paged, mask=mask_mode)
+    # packed sequences with a mask: its rows and keys bound the longest sequence, as the kernels'
+    # max_seqlen_q / max_seqlen_k do (each sequence reads the top-left corner)
+    bound = (int(np.shape(mask)[-2]), int(np.shape(mask)[-1])) if (
+        mask is not None and cu_seqlens_q is not None and np.ndim(mask) >= 2) else (None, None)
+    for what, n, cu in (("query rows", bound[0], cu_seqlens_q),
+                        ("keys", bound[1], cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q)):
+        longest = int(np.diff(np.asarray(cu)).max()) if n is not None and np.ndim(cu) == 1 and len(cu) > 1 else 0
+        if n is not None and n < longest:
+            raise LaunchError(f"attngen.reference: mask covers {n} {what}, but cu_seqlens holds a sequence of "
+                              f"{longest}")
+    try:
+        launch = resolve(_SpecOnly(spec), shapes, dict.fromkeys(shapes, spec.dtype), kv_lens=kv_lens,
+                         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, block_table=block_table,
+                         has_mask=mask is not None, cores=None, max_seqlen_q=bound[0], max_seqlen_k=bound[1],
+                         mask_keys=None if mask is None else mask_keys(mask))
+        if mask is not None:
+            check_mask_shape(mask_shape4(np.shape(mask)), launch.batch, launch.heads_q, launch.len_q, launch.mask_lk)
+    except LaunchError as e:
+        raise LaunchError(f"attngen.reference: {e}") from None
+
+
+def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None,
+              cu_seqlens_k=None, block_table=None, return_lse: bool = False):
+    """float64 attention as the spec defines it (see the module docstring for the inputs).
+
+    Shapes: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv); packed varlen:
+    q (total_q, Hq, Dqk), k/v (total_k, Hkv, D) with cu_seqlens_* (B + 1,); paged: k/v
+    (pages, page_size, Hkv, D) with block_table (B, max_pages) and kv_lens (B,).
+    Returns out (B, Lq, Hq, Dv) (packed: (total_q, Hq, Dv)) and, with return_lse, lse
+    (B, Hq, Lq) (packed: (Hq, total_q)).
+    """
+    q = round_to_dtype(q, spec.dtype)
+    k = round_to_dtype(k, spec.dtype)
+    v = round_to_dtype(v, spec.dtype)
+    mask_np = None if mask is None else to_numpy(mask)
+    ints = [None if x is None else to_numpy(x) for x in (kv_lens, cu_seqlens_q, cu_seqlens_k, block_table)]
+    _check_inputs(spec, q, k, v, mask_np, *ints)
+    packed = cu_seqlens_q is not None
+    if packed:
+        cq = to_numpy(cu_seqlens_q).astype(np.int64)
+        ck = to_numpy(cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q).astype(np.int64)
+        seqs = [(q[cq[b]:cq[b + 1]], k[ck[b]:ck[b + 1]], v[ck[b]:ck[b + 1]]) for b in range(len(cq) - 1)]
+    elif block_table is not None:
+        table = to_numpy(block_table).astype(np.int64)
+        lens = to_numpy(kv_lens).astype(np.int64)
+        page = k.shape[1]
+        seqs = []
+        for b in range(table.shape[0]):
+            n_pages = -(-int(lens[b]) // page)
+            pages = table[b, :n_pages]
+            kb = k[pages].reshape(-1, *k.shape[2:])[: lens[b]]
+            vb = v[pages].reshape(-1, *v.shape[2:])[: lens[b]]
+            seqs.append((q[b], kb, vb))
+    else:
+        lens = None if kv_lens is None else to_numpy(kv_lens).astype(np.int64)
+        seqs = [(q[b], k[b, : (lens[b] if lens is not None else k.shape[1])],
+                 v[b, : (lens[b] if lens is not None else v.shape[1])]) for b in range(q.shape[0])]
+
+    outs, lses = [], []
+    for b, (qb, kb, vb) in enumerate(seqs):
+        len_q, heads_q = qb.shape[0], qb.shape[1]
+        heads_kv = kb.shape[1]
+        groups = heads_q // heads_kv
+        len_k = kb.shape[0]
+        visible = structured_mask(spec, len_q, len_k)
+        ob = np.zeros((len_q, heads_q, vb.shape[2]))
+        lb = np.full((heads_q, len_q), -np.inf)
+        for h in range(heads_kv):
+            sl = slice(h * groups, (h + 1) * groups)
+            vis, bias = _mask_for(mask_np, b, h * groups, groups, len_q, mask_np.shape[-1]
+                                  if mask_np is not None else len_k)
+            if vis is not None:
+                vis = vis[..., :len_k]
+            if bias is not None:
+                bias = bias[..., :len_k]
+            if visible is not None:
+                vis = visible[None] if vis is None else (vis & visible[None])
+            o, l = _attend(spec, qb[:, sl], kb[:, h], vb[:, h], vis, bias)
+            ob[:, sl] = o
+            lb[sl] = l
+        outs.append(ob)
+        lses.append(lb)
+    if packed:
+        out = np.concatenate(outs, axis=0) if outs else np.zeros((0,) + q.shape[1:2] + v.shape[-1:])
+        lse = np.concatenate(lses, axis=1) if lses else np.zeros((q.shape[1], 0))
+    elif outs:
+        out = np.stack(outs)
+        lse = np.stack(lses)
+    else:  # B = 0
+        out = np.zeros((0, q.shape[1], q.shape[2], v.shape[-1]))
+        lse = np.zeros((0, q.shape[2], q.shape[1]))
+    return (out, lse) if return_lse else out
+
+
+def relative_error(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float64 (NaN anywhere gives inf)."""
+    o = np.asarray(to_numpy(out), dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    if not np.all(np.isfinite(o)):
+        return float("inf")
+    denom = np.linalg.norm(r)
+    diff = np.linalg.norm(o - r)
+    return float(diff / denom) if denom > 0 else float(diff)
+
+
+TOLERANCE = {"f32": 1e-5, "f16": 2e-3, "bf16": 1e-2}
+F16_ACCUMULATOR_TOLERANCE = 1e-2
+
+
+def tolerance(spec: AttentionSpec) -> float:
+    """Relative L2 error allowed against the reference (docs/architecture.md, "Numerics")."""
+    if "f16" in (spec.acc_qk, spec.acc_pv):
+        return max(F16_ACCUMULATOR_TOLERANCE, TOLERANCE[spec.dtype])
+    return TOLERANCE[spec.dtype]

@@ -1,0 +1,114 @@
+"""`attngen run`: random inputs on this machine's device, the kernel against the reference,
+and the time it took. The target's backend, handed in, puts the inputs on its device and times
+the calls; nothing here knows a target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import LaunchError
+from ..plan.masks import visible_pairs
+from ..reference import reference, relative_error, to_numpy, tolerance
+
+
+# Inputs are drawn on the host in float32 first; refuse shapes that would not fit there.
+MAX_HOST_INPUT_BYTES = 32 << 30
+
+
+def draw_inputs(spec, backend, shape, seed):
+    rng = np.random.default_rng(seed)
+    b, lq, lk, hq, hkv = shape["B"], shape["Lq"], shape["Lk"], shape["Hq"], shape["Hkv"]
+    need = 4 * b * (lq * hq * spec.head_dim_qk + lk * hkv * (spec.head_dim_qk + spec.head_dim_v))
+    if need > MAX_HOST_INPUT_BYTES:
+        raise LaunchError(f"random inputs for B={b} Lq={lq} Lk={lk} Hq={hq} Hkv={hkv} would take "
+                          f"{need / 2**30:.1f} GiB of host memory (attngen run draws them on the host; "
+                          f"at most {MAX_HOST_INPUT_BYTES >> 30} GiB)")
+    host = (
+        rng.standard_normal((b, lq, hq, spec.head_dim_qk), dtype=np.float32),
+        rng.standard_normal((b, lk, hkv, spec.head_dim_qk), dtype=np.float32),
+        rng.standard_normal((b, lk, hkv, spec.head_dim_v), dtype=np.float32),
+    )
+    k, v, opts = runtime_inputs(spec, *host, rng)
+    host = (host[0], k, v)
+    args, opts = backend.device_inputs(spec, host, opts)
+    return host, args, opts
+
+
+def runtime_inputs(spec, q, k, v, rng):
+    """(k, v, options) for specs that need run-time inputs, on the host: a custom mask (three
+    documents with random holes, so tiles are empty, full and partial) or a paged cache (the
+    contiguous k, v scattered over shuffled pages, with block_table and kv_lens). The same
+    options serve the kernel and attngen.reference; other specs get k, v and no options."""
+    opts = {}
+    b, lq = q.shape[:2]
+    lk = k.shape[1]
+    if spec.mask.is_custom:
+        docs = 3
+        same = (np.arange(lq)[:, None] * docs // lq) == (np.arange(lk)[None, :] * docs // lk)
+        opts["mask"] = same & (rng.random((b, 1, lq, lk)) < 0.9)
+    if spec.kv_cache.is_paged:
+        page = spec.kv_cache.page
+        per = -(-lk // page)
+        table = rng.permutation(b * per + 1)[: b * per].reshape(b, per).astype(np.int32)
+        kc = rng.standard_normal((b * per + 1, page) + k.shape[2:]).astype(np.float32)
+        vc = rng.standard_normal((b * per + 1, page) + v.shape[2:]).astype(np.float32)
+        pos = np.arange(lk)
+        for bi in range(b):
+            kc[table[bi, pos // page], pos % page] = k[bi]
+            vc[table[bi, pos // page], pos % page] = v[bi]
+        k, v = kc, vc
+        opts.update(kv_lens=np.full(b, lk, np.int32), block_table=table)
+    return k, v, opts
+
+
+def _ms(x: float) -> str:
+    """Milliseconds with four significant digits (0.01234, 1.480, 123.4; 1234 and above whole)."""
+    if x != x or x >= 1000:
+        return f"{x:.0f}"
+    return f"{x:#.4g}".rstrip(".")
+
+
+def _tflops(x: float) -> str:
+    """TFLOP/s with three significant digits, so that a tiny run does not show 0.00."""
+    return "nan" if x != x else f"{x:#.3g}".rstrip(".")
+
+
+def run_shapes(kernel, backend, shapes, *, repeat=10, seed=0, use_reference=True, echo=print,
+               progress=None) -> bool:
+    """Run a compiled kernel on every shape; print one line each with `echo`; True when all
+    are within tolerance. `backend` is the kernel's target's (attngen.backends). `progress`,
+    when given, is called with a line before each step (drawing inputs, timing, the float64
+    reference), which can take long on big shapes."""
+    spec = kernel.spec
+    bound = tolerance(spec)
+    say = progress or (lambda line: None)
+    echo(f"{spec.name} on {backend.name} ({kernel.plan.profile}): {kernel.plan.summary()}")
+    echo(f"{'B':>4} {'Lq':>7} {'Lk':>7} {'Hq':>4} {'Hkv':>4}  {'rel. error':>10}  {'ms':>9}  {'TFLOP/s':>8}  result")
+    all_ok = True
+    for i, shape in enumerate(shapes):
+        where = f"shape {i + 1}/{len(shapes)}"
+        say(f"{where} (B={shape['B']} Lq={shape['Lq']} Lk={shape['Lk']} Hq={shape['Hq']} Hkv={shape['Hkv']}): "
+            "drawing inputs")
+        host, args, opts = draw_inputs(spec, backend, shape, seed + i)
+        say(f"{where}: timing {repeat} run{'s' if repeat != 1 else ''} after a warm-up")
+        ms = backend.time_call(kernel, args, opts, repeat)
+        flops = 2.0 * shape["B"] * shape["Hq"] * visible_pairs(spec.mask, shape["Lq"], shape["Lk"]) * \
+            (spec.head_dim_qk + spec.head_dim_v)
+        tflops = flops / (ms * 1e-3) / 1e12 if ms > 0 else float("nan")
+        if use_reference:
+            say(f"{where}: comparing with the float64 reference")
+            out = to_numpy(kernel(*args, **opts))
+            ref_opts = {n: to_numpy(x) for n, x in opts.items()}
+            err = relative_error(out, reference(spec, *host, **ref_opts))
+            ok = err <= bound
+            verdict = "ok" if ok else f"FAIL (tolerance {bound:g})"
+            err_text = f"{err:10.2e}"
+        else:
+            ok, verdict, err_text = True, "not checked", f"{'-':>10}"
+        all_ok &= ok
+        echo(f"{shape['B']:>4} {shape['Lq']:>7} {shape['Lk']:>7} {shape['Hq']:>4} {shape['Hkv']:>4}  "
+             f"{err_text}  {_ms(ms):>9}  {_tflops(tflops):>8}  {verdict}")
+    echo(f"times: median of {repeat} runs after a warm-up; {backend.timing}; tolerance {bound:g} "
+         "(relative L2 vs float64)")
+    return all_ok
