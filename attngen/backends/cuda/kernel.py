@@ -181,7 +181,7 @@ _NO_INTS = {"kv_lens": None, "cu_seqlens_q": None, "cu_seqlens_k": None, "block_
 def _qkv_signature(q, k, v):
     """(key, q's, k's and v's addresses) of a call with q, k and v alone, all PyTorch tensors: what
     _signature keys (shapes, strides, dtypes, devices, alignment), read with fewer steps (a plain
-    call's host time, benchmarks/probe_host.py); None for anything else (_signature decides)."""
+    call's host time, benchmarks/probes/probe_host.py); None for anything else (_signature decides)."""
     if _KINDS.get(type(q)) != "torch" or _KINDS.get(type(k)) != "torch" or _KINDS.get(type(v)) != "torch":
         return None
     pq, pk, pv = q.data_ptr(), k.data_ptr(), v.data_ptr()
@@ -594,7 +594,7 @@ def _allocator(kind: str, device: int, shape: tuple, dtype: str, like_dtype: str
     """A function of `like` (the call's q: an array of dtype `like_dtype` on `device`) that
     allocates an uninitialised array of `shape` and `dtype` on `device` in the caller's
     framework: torch's caching allocator (on its current stream) or CuPy's memory pool. For
-    torch the cheapest ways there are taken (benchmarks/probe_host.py, host time per call on
+    torch the cheapest ways there are taken (benchmarks/probes/probe_host.py, host time per call on
     the H100's host: torch.empty(shape, dtype=, device=) 6.3 us, q.new_empty(shape) 5.1,
     torch.empty_like(q) 3.6): empty_like where `like` has the shape, dtype and row-major
     strides asked for (`same_layout`: the recipe's key holds q's shape and strides)."""

@@ -3,7 +3,7 @@
 The register-tiled kernel keeps each invocation's rows, keys and column groups in small arrays
 (acc, s, part, m_i, l_i, ...) that loops index by their counters (templates/wgsl). A driver
 that does not unroll such a loop must keep the array in memory rather than registers, and then
-every multiply-add of the products costs loads and stores (benchmarks/probe_wgsl_arrays.py
+every multiply-add of the products costs loads and stores (benchmarks/probes/probe_wgsl_arrays.py
 measures the two forms). WGSL has no unroll attribute, so the generator unrolls them itself:
 a loop
 

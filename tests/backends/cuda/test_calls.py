@@ -221,7 +221,7 @@ def test_a_captured_call_keeps_its_buffers_from_later_allocations(paged):
     capture) was carved from the workspace, each replay wrote partial results over it, and the
     next capture on a stream of the same handle counted from that garbage and merged nothing
     (benchmarks/NOTES.md, 2026-11-27, fourth session; one replay in five wrong in
-    benchmarks/stress_graph_replay.py).
+    benchmarks/tools/stress_graph_replay.py).
     Here: new streams round after round (their handles are reused), every step checked, and
     arrays filled on the stream after each capture that no replay may touch."""
     cupy = _cupy()

@@ -432,7 +432,7 @@ def test_wide_wgmma_planted_non_finite_values(body, same_keys):
     rows that see them come out non-finite as in the reference, every other row matches it. With
     K and V planted at the same keys, a row whose score with such a key is -inf (p = 0) keeps the
     key's non-finite V out, in full tiles too (the persistent blocks' cleaning pass cleans every
-    tile; benchmarks/probe_planted.py)."""
+    tile; benchmarks/probes/probe_planted.py)."""
     require("cuda")
     import numpy as np
     from attngen.reference import reference, relative_error, tolerance
