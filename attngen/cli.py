@@ -182,7 +182,7 @@ def _render(spec, args, profile) -> str:
     if args.emit == "ir":
         text = api.format_spec(spec)
         text += f"\n# plan for {p.target} (profile {p.profile})\n"
-        text += "".join(f"#   {ln}\n" for ln in _plan_lines(p))
+        text += "".join(f"#   {ln}\n" for ln in _plan_lines(p) + backends.get(p.target).describe_ir(p))
         return text
     if args.emit not in ("source", "manifest"):  # a helper module
         helpers = backends.get(p.target).helper_sources(p)

@@ -116,6 +116,12 @@ class Backend:
             [f"features: {', '.join(plan.features)}"] if plan.features else []) + (
             [f"buffers: {c.smem_summary}"] if hasattr(c, "smem_summary") else [])
 
+    def describe_ir(self, plan: KernelPlan) -> list[str]:
+        """Lines `attngen build --emit ir` adds under describe's: what the emitter derives from the
+        plan in full (the CUDA backend: each namespace's KernelShape, the fields its templates
+        test). None by default."""
+        return []
+
     def compile(self, spec: AttentionSpec, profile: Profile | str | None = None):
         """A runnable kernel for this machine's device (attngen.runtime.kernel.Kernel)."""
         raise NotImplementedError(f"target {self.name} generates source only: it has no runtime here")

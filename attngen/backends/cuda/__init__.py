@@ -56,6 +56,12 @@ class CudaBackend(Backend):
             [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else []) + (
             [_combine_line(plan)] if plan.spec.schedule.is_split else [])
 
+    def describe_ir(self, plan):
+        """Each namespace's KernelShape (family.py): every choice its family template tests, by name."""
+        from .emit import namespace_shapes
+        from .family import shape_fields
+        return [f"template fields ({name}): {shape_fields(shape)}" for name, shape in namespace_shapes(plan)]
+
     def tune_space(self, spec):
         """Rows per block x keys per tile x K/V stages (the planner picks the kernel family)."""
         return [{"tile_q": q, "tile_kv": kv, "options": {"stages": st}}

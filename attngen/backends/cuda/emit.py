@@ -141,18 +141,35 @@ def _namespace(name: str, c, doc: str, mask, spec, plan) -> dict:
             "pad_doc": _PAD_DOC[c.math]}
 
 
+_NAMESPACE_DOC = {
+    "padded": "launches without cu_seqlens_q, kv_lens or an append (the main entry point)",
+    "varlen": "launches with cu_seqlens_q, kv_lens or an append (entry point {entry}_varlen)",
+}
+
+
+def _namespaces(plan: KernelPlan) -> list[dict]:
+    """The context of each tile configuration the source holds: `padded` (the main one) and,
+    with a _varlen entry, `varlen`."""
+    c = plan.config
+    out = [_namespace("padded", c, _NAMESPACE_DOC["padded"], plan.mask, plan.spec, plan)]
+    if c.varlen is not None:
+        out.append(_namespace("varlen", c.varlen, _NAMESPACE_DOC["varlen"].format(entry=plan.entry), plan.mask,
+                              plan.spec, plan))
+    return out
+
+
+def namespace_shapes(plan: KernelPlan) -> list[tuple[str, object]]:
+    """(namespace, KernelShape) of each tile configuration of the plan, as render_source uses them."""
+    return [(ns["name"], ns["f"]) for ns in _namespaces(plan)]
+
+
 def render_source(plan: KernelPlan) -> str:
     """The CUDA C++ source of a plan."""
     c = plan.config
     types_template, mma_type = _TYPES[plan.dtype]
-    main = _namespace("padded", c, "launches without cu_seqlens_q, kv_lens or an append (the main "
-                                   "entry point)", plan.mask, plan.spec, plan)
+    namespaces = _namespaces(plan)
+    main = namespaces[0]
     offsets, strides = main["offsets"], main["strides"]
-    namespaces = [main]
-    if c.varlen is not None:
-        namespaces.append(_namespace("varlen", c.varlen, f"launches with cu_seqlens_q, kv_lens or an append "
-                                                         f"(entry point {plan.entry}_varlen)", plan.mask, plan.spec,
-                                        plan))
     layout = layout_lines(plan, "Shared memory")
     if c.chunked:
         layout.append(c.chunk_summary[0].upper() + c.chunk_summary[1:] + ".")

@@ -126,6 +126,21 @@ class KernelShape:
     tma_cleans: bool
 
 
+def shape_fields(shape: KernelShape) -> str:
+    """A KernelShape in one line (attngen build --emit ir): the flags that are on, then the C++
+    snippets; family and template are describe's `kernel family` line."""
+    on, text = [], []
+    for name, value in vars(shape).items():
+        if name in ("family", "template"):
+            continue
+        if isinstance(value, bool):
+            if value:
+                on.append(name)
+        elif value:
+            text.append(f"{name}={value!r}")
+    return ", ".join(on or ["no flags"]) + ("; " + ", ".join(text) if text else "")
+
+
 def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine: bool,
                  prescale_q: bool, softcap, pack_gqa: bool) -> KernelShape:
     """The KernelShape of tile configuration `c` of `spec` (mask: the plan's), given whether it

@@ -117,3 +117,23 @@ def test_the_cuda_templates_take_no_decision_with_set():
                 if m and re.search(r"\b(and|or|not)\b", m.group(1)):
                     found.append(f"{name}:{n}: {line.strip()}")
     assert not found, found
+
+
+def test_emit_ir_prints_every_namespaces_template_fields(capsys):
+    """`attngen build --emit ir` shows each namespace's KernelShape: the choices its template
+    tests, by the names the templates use (f.fold_scale, ...), as emit hands them over."""
+    from attngen.backends.cuda.emit import namespace_shapes
+    from attngen.cli import main
+
+    spec = attngen.load(os.path.join(ROOT, "examples", "llama3_8b.attn"), "llama3_8b_prefill")
+    plan = attngen.lower(spec, "cuda", "cuda-sm90")
+    shapes = dict(namespace_shapes(plan))
+    assert set(shapes) == {"padded", "varlen"}
+    assert main(["build", os.path.join(ROOT, "examples", "llama3_8b.attn"), "--kernel", "llama3_8b_prefill",
+                 "--target", "cuda", "--profile", "cuda-sm90", "--emit", "ir"]) == 0
+    out = capsys.readouterr().out
+    for name, shape in shapes.items():
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"#   template fields ({name}): "))
+        flags = line.split(": ", 1)[1].split(";")[0].split(", ")
+        assert flags == [k for k, v in vars(shape).items() if v is True]
+    assert shapes["padded"].fold_scale and shapes["padded"].tma_cleans and not shapes["varlen"].tma_cleans
