@@ -61,6 +61,8 @@ def pytest_addoption(parser):
                      help="rewrite tests/golden/* from the current generator")
     parser.addoption("--quick", action="store_true", default=False,
                      help="the quick tier: the tests QUICK (tests/conftest.py) names, every layer on small shapes")
+    parser.addoption("--tint-pass", action="store_true", default=False,
+                     help="scripts/test.sh's second pass, on Dawn: leave out TINT_PASS_EXCEPT (tests/conftest.py)")
 
 
 # ---- the quick tier (bash scripts/test.sh --quick) ----------------------------------------------
@@ -131,16 +133,46 @@ def _pattern(p: str) -> re.Pattern:
 
 
 def in_quick_tier(nodeid: str) -> bool:
-    def hit(patterns):
-        return any(_pattern(p).fullmatch(nodeid) for p in patterns)
-    return (hit(QUICK) and not hit(QUICK_EXCEPT)) or hit(QUICK_PICKS)
+    return (_matches(nodeid, QUICK) and not _matches(nodeid, QUICK_EXCEPT)) or _matches(nodeid, QUICK_PICKS)
+
+
+# ---- the second pass, on Dawn (scripts/test.sh: ATTNGEN_WGPU=wgpudawn ... -k wgsl --tint-pass) ----
+# The pass is there for Tint: the WGSL the runtime compiles goes through Dawn's compiler instead of
+# naga. Left out of it are the tests whose outcome does not depend on the WGSL compiler: those that
+# only plan and emit (no device: the same bytes as in the first pass), and runs whose kernels other
+# tests of the pass already send through Tint, where what the test adds is the runtime's own (the
+# command line, the environment), which the first pass checks.
+TINT_PASS_EXCEPT = [
+    # plan and emit only
+    "tests/backends/wgsl/test_manifest_schema.py::*", "tests/backends/wgsl/test_manifest_values.py::*",
+    "tests/backends/wgsl/test_subgroup_sizes.py::*", "tests/backends/wgsl/test_unroll.py::*",
+    "tests/cli/test_directories.py::*", "tests/cli/test_cli.py::test_build_cuda_and_wgsl_source",
+    "tests/fuzz/test_property.py::*",
+    # `attngen run` of whisper_large_v3_cross: its kernel runs through Tint in
+    # test_equivalence.py::test_examples[whisper_large_v3_cross-wgsl] (more shapes), the timing on
+    # Dawn in test_gpu_timing.py; SwiftShader's timestamps read ~0 ms, so each timed call repeats
+    # the kernel 64 times: 60-85 s of the pass
+    "tests/cli/test_cli.py::test_run_wgsl_against_the_reference",
+    # the XDG_RUNTIME_DIR values: the runtime's environment, set before any device exists; one run
+    # on Dawn stays, with the variable unset (vit_b16's kernel: test_examples[vit_b16-wgsl])
+    "tests/cli/test_quiet_wgsl.py::test_no_xdg_runtime_dir_complaint[]",
+    "tests/cli/test_quiet_wgsl.py::test_no_xdg_runtime_dir_complaint[relative/dir]",
+    "tests/cli/test_quiet_wgsl.py::test_no_xdg_runtime_dir_complaint[/nonexistent/attngen-xdg]",
+]
+
+
+def _matches(nodeid: str, patterns) -> bool:
+    return any(_pattern(p).fullmatch(nodeid) for p in patterns)
 
 
 def pytest_collection_modifyitems(config, items):
-    if not config.getoption("--quick"):
+    if config.getoption("--quick"):
+        keep = [item for item in items if in_quick_tier(item.nodeid)]
+    elif config.getoption("--tint-pass"):
+        keep = [item for item in items if not _matches(item.nodeid, TINT_PASS_EXCEPT)]
+    else:
         return
-    keep = [item for item in items if in_quick_tier(item.nodeid)]
-    dropped = [item for item in items if not in_quick_tier(item.nodeid)]
+    dropped = [item for item in items if item not in keep]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
