@@ -48,35 +48,37 @@ else
     tier="the full suite (what CI runs)"
 fi
 echo "== scripts/test.sh: $tier; times are for 2 cores"
+n=0
+item() { n=$((n + 1)); echo "   $n. $1"; }
 if [ ${#need_apt[@]} -gt 0 ]; then
-    echo "   1. apt-get install ${need_apt[*]} (about 1-3 min, with Chromium)"
+    item "apt-get install ${need_apt[*]} (about 1-3 min, with Chromium)"
 else
-    echo "   1. system packages: Mesa's lavapipe, python3-venv and Chromium are here"
+    item "system packages: Mesa's lavapipe, python3-venv and Chromium are here"
 fi
 if [ ! -x .venv/bin/python ]; then
-    echo "   2. python3 -m venv .venv (a few seconds)"
+    item "python3 -m venv .venv (a few seconds)"
 fi
 if [ "$pip_needed" = 1 ]; then
-    echo "   3. pip: pip itself, then attngen and its test extra into .venv: pytest, pytest-xdist,"
+    item "pip: pip itself, then attngen and its test extra into .venv: pytest, pytest-xdist,"
     echo "      hypothesis, NVRTC and nvdisasm (cuda-bindings, nvidia-cuda-nvrtc, nvidia-cuda-nvdisasm),"
     echo "      jsonschema, wgpu and wgpudawn; then PyTorch's CPU build where no torch is found"
     echo "      (about 2-4 min on a fresh machine, most of it downloads; half a minute when up to date)"
 else
-    echo "   3. pip: .venv is up to date with pyproject.toml (ATTNGEN_REINSTALL=1 installs again)"
+    item "pip: .venv is up to date with pyproject.toml (ATTNGEN_REINSTALL=1 installs again)"
 fi
 if [ "$quick" = 1 ]; then
-    echo "   4. pytest -n auto --quick: lang, plan, backends/cuda (a few NVRTC compiles), backends/wgsl"
-    echo "      (a few lavapipe runs), runtime, cli, golden, equivalence (lavapipe), docs (about 2-3 min)"
+    item "pytest -n auto --quick: lang, plan, backends/cuda (a few NVRTC compiles), backends/wgsl"
+    echo "      (a few lavapipe runs), runtime, cli, golden, equivalence (lavapipe), docs (about 1 min)"
     echo "      (no Dawn pass: the full command has it)"
 else
-    echo "   4. pytest -n auto over tests/ (every layer; WGSL on lavapipe, CUDA compiled with NVRTC,"
-    echo "      the browser tests in Chromium) (about 10 min)"
+    item "pytest -n auto over tests/ (every layer; WGSL on lavapipe, CUDA compiled with NVRTC,"
+    echo "      the browser tests in Chromium) (about 5 min; more where Mesa's shader cache is empty)"
     if [ "$dawn" = 1 ] && [ -f "$icd" ]; then
-        echo "   5. the WGSL tests that compile WGSL, a second time on Dawn (Tint), SwiftShader (about 4 min)"
+        item "the WGSL tests that compile WGSL, a second time on Dawn (Tint), SwiftShader (about 4 min)"
     elif [ "$dawn" = 1 ]; then
-        echo "   5. (the Dawn pass needs $icd, which Debian's chromium ships: not here, left out)"
+        item "(the Dawn pass needs $icd, which Debian's chromium ships: not here, left out)"
     else
-        echo "   5. (the Dawn pass: left out, ATTNGEN_TINT=0)"
+        item "(the Dawn pass: left out, ATTNGEN_TINT=0)"
     fi
 fi
 if [ $# -gt 0 ]; then echo "   pytest's arguments: $*"; fi
