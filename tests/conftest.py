@@ -172,7 +172,8 @@ def pytest_collection_modifyitems(config, items):
         keep = [item for item in items if not _matches(item.nodeid, TINT_PASS_EXCEPT)]
     else:
         return
-    dropped = [item for item in items if item not in keep]
+    kept = set(map(id, keep))
+    dropped = [item for item in items if id(item) not in kept]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
