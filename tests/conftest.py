@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import re
 import shutil
 import tempfile
 
@@ -58,6 +59,150 @@ def pytest_unconfigure(config):
 def pytest_addoption(parser):
     parser.addoption("--update-golden", action="store_true", default=False,
                      help="rewrite tests/golden/* from the current generator")
+    parser.addoption("--quick", action="store_true", default=False,
+                     help="the quick tier: the tests QUICK (tests/conftest.py) names, every layer on small shapes")
+    parser.addoption("--tint-pass", action="store_true", default=False,
+                     help="scripts/test.sh's second pass, on Dawn: leave out TINT_PASS_EXCEPT (tests/conftest.py)")
+
+
+# ---- the quick tier (bash scripts/test.sh --quick) ----------------------------------------------
+# Every layer runs tests, on small shapes, in under 3 minutes on 2 cores; the full suite (what CI
+# runs) runs everything. A test is in the tier when its node id matches a pattern (`*`: any text,
+# nothing else special) of QUICK and none of QUICK_EXCEPT, or one of QUICK_PICKS: whole layers where they are cheap, and of
+# the costly kinds (NVRTC compiles, a second or more each; lavapipe runs of large kernels; tune's
+# sweeps; subprocesses) a few. The summary at the end counts what passed per layer and names a
+# layer of QUICK_LAYERS where nothing did.
+QUICK_LAYERS = ("lang", "plan", "backends/cuda", "backends/wgsl", "runtime", "cli", "golden", "equivalence",
+                "docs")
+QUICK = [
+    "tests/lang/*", "tests/plan/*", "tests/golden/*", "tests/runtime/*", "tests/cli/*",
+    "tests/backends/cuda/*", "tests/backends/wgsl/*", "tests/docs/*",
+    # equivalence: the float64 reference itself, and the key-warp plans (GPU runs skip here)
+    "tests/equivalence/test_reference.py::*", "tests/equivalence/test_key_warps.py::*",
+    # the pure functions of the distributed module (no ranks started)
+    "tests/distributed/test_ring.py::test_packed_pieces", "tests/distributed/test_ring.py::test_zigzag_shards",
+    "tests/distributed/test_ring.py::test_window_blocks_cover_exactly_the_window*",
+    "tests/distributed/test_ring.py::test_unsupported_inputs_are_refused_before_any_communication",
+]
+QUICK_EXCEPT = [
+    # NVRTC compile checks: QUICK_PICKS keeps a few
+    "tests/backends/cuda/test_nvrtc.py::test_*_compile[*",
+    "tests/backends/cuda/test_spills.py::test_default_plan_does_not_spill[*",
+    "tests/backends/cuda/test_sass.py::test_hgmma_in_the_hot_loop[*",
+    "tests/backends/cuda/test_head_dims.py::test_compiles[*",
+    "tests/backends/cuda/test_head_dims.py::test_two_pass_chunked_compiles[*",
+    # lavapipe runs of large or many kernels
+    "tests/backends/wgsl/test_wgsl_backend.py::test_prefetch_matches_the_plain_copies[*",
+    "tests/backends/wgsl/test_wgsl_backend.py::test_runtime_checks_do_not_change_results[*",
+    "tests/backends/wgsl/test_wgsl_hardening.py::test_too_many_splits_for_a_software_adapter_says_so",
+    "tests/backends/wgsl/test_register_tiling.py::test_small_budget_plans_match_the_reference[*",
+    "tests/backends/wgsl/test_register_tiling.py::test_sub_block_matches_reference[*",
+    "tests/backends/wgsl/test_head_dims_wgsl.py::test_matches_reference[*",
+    "tests/backends/wgsl/test_wgsl_variants.py::test_*_over_packed_sequences[*",
+    # tune's sweeps; the XDG check in four subprocesses; the README's kernel runs and precompile
+    "tests/cli/test_tune.py::test_tune_stores_the_fastest_and_compile_uses_it",
+    "tests/cli/test_tune.py::test_tune_keeps_the_target_options_it_does_not_sweep",
+    "tests/cli/test_quiet_wgsl.py::test_no_xdg_runtime_dir_complaint[*",
+    "tests/docs/test_readme.py::test_readme_command[*attngen run *",
+    "tests/docs/test_readme.py::test_readme_command[*attngen precompile *",
+]
+QUICK_PICKS = [
+    "tests/backends/cuda/test_nvrtc.py::test_examples_compile[llama3_8b_prefill-*",
+    "tests/backends/cuda/test_nvrtc.py::test_variants_compile[f16 d8 causal-cuda-sm80-sm_80]",
+    "tests/backends/cuda/test_spills.py::test_default_plan_does_not_spill[llama3_8b_prefill-cuda-sm90-nvrtc]",
+    "tests/backends/cuda/test_sass.py::test_hgmma_in_the_hot_loop[llama3_8b_prefill]",
+    "tests/backends/wgsl/test_register_tiling.py::test_sub_block_matches_reference[4x4-subgroups]",
+    "tests/backends/wgsl/test_head_dims_wgsl.py::test_matches_reference[d8-f32-tile-d8-causal]",
+    "tests/backends/wgsl/test_wgsl_variants.py::test_split_schedules_over_packed_sequences[whole-split_kv(2)]",
+    "tests/cli/test_quiet_wgsl.py::test_no_xdg_runtime_dir_complaint[None]",
+    # a few specs on the live adapter against the reference
+    "tests/equivalence/test_equivalence.py::test_examples[llama3_8b_prefill-wgsl]",
+    "tests/equivalence/test_equivalence.py::test_examples[phi35_mini-wgsl]",
+    "tests/equivalence/test_equivalence.py::test_rows_that_see_no_key[wgsl]",
+    "tests/equivalence/test_equivalence.py::test_output_is_fully_written[wgsl]",
+    "tests/equivalence/test_variants.py::test_schedules[1-8-2-none-*-wgsl]",
+    "tests/equivalence/test_variants.py::test_paged[1-wgsl]",
+    "tests/equivalence/test_variants.py::test_custom_mask[additive-wgsl]",
+    "tests/equivalence/test_variants.py::test_append[paged-wgsl]",
+]
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern(p: str) -> re.Pattern:
+    return re.compile(".*".join(re.escape(part) for part in p.split("*")), re.S)
+
+
+def in_quick_tier(nodeid: str) -> bool:
+    return (_matches(nodeid, QUICK) and not _matches(nodeid, QUICK_EXCEPT)) or _matches(nodeid, QUICK_PICKS)
+
+
+# ---- the second pass, on Dawn (scripts/test.sh: ATTNGEN_WGPU=wgpudawn ... -k wgsl --tint-pass) ----
+# The pass is there for Tint: the WGSL the runtime compiles goes through Dawn's compiler instead of
+# naga. Left out of it are the tests whose outcome does not depend on the WGSL compiler: those that
+# only plan and emit (no device: the same bytes as in the first pass), and runs whose kernels other
+# tests of the pass already send through Tint, where what the test adds is the runtime's own (the
+# command line, the environment), which the first pass checks.
+TINT_PASS_EXCEPT = [
+    # plan and emit only
+    "tests/backends/wgsl/test_manifest_schema.py::*", "tests/backends/wgsl/test_manifest_values.py::*",
+    "tests/backends/wgsl/test_subgroup_sizes.py::*", "tests/backends/wgsl/test_unroll.py::*",
+    "tests/cli/test_directories.py::*", "tests/cli/test_cli.py::test_build_cuda_and_wgsl_source",
+    "tests/fuzz/test_property.py::*",
+    # `attngen run` of whisper_large_v3_cross: its kernel runs through Tint in
+    # test_equivalence.py::test_examples[whisper_large_v3_cross-wgsl] (more shapes), the timing on
+    # Dawn in test_gpu_timing.py; SwiftShader's timestamps read ~0 ms, so each timed call repeats
+    # the kernel 64 times: 60-85 s of the pass
+    "tests/cli/test_cli.py::test_run_wgsl_against_the_reference",
+    # the XDG_RUNTIME_DIR values: the runtime's environment, set before any device exists; one run
+    # on Dawn stays, with the variable unset (vit_b16's kernel: test_examples[vit_b16-wgsl])
+    "tests/cli/test_quiet_wgsl.py::test_no_xdg_runtime_dir_complaint[]",
+    "tests/cli/test_quiet_wgsl.py::test_no_xdg_runtime_dir_complaint[relative/dir]",
+    "tests/cli/test_quiet_wgsl.py::test_no_xdg_runtime_dir_complaint[/nonexistent/attngen-xdg]",
+]
+
+
+def _matches(nodeid: str, patterns) -> bool:
+    return any(_pattern(p).fullmatch(nodeid) for p in patterns)
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--quick"):
+        keep = [item for item in items if in_quick_tier(item.nodeid)]
+    elif config.getoption("--tint-pass"):
+        keep = [item for item in items if not _matches(item.nodeid, TINT_PASS_EXCEPT)]
+    else:
+        return
+    kept = set(map(id, keep))
+    dropped = [item for item in items if id(item) not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
+def _layer(nodeid: str) -> str:
+    parts = nodeid.split("::")[0].split("/")
+    return "/".join(parts[1:3]) if len(parts) > 2 and parts[1] == "backends" else parts[1] if len(parts) > 1 else "?"
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The quick tier says what ran in each layer (and where nothing did)."""
+    if not config.getoption("--quick"):
+        return
+    counts: dict = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for rep in terminalreporter.stats.get(outcome, []):
+            if getattr(rep, "when", "call") in ("call", "setup") and (outcome != "passed" or rep.when == "call"):
+                c = counts.setdefault(_layer(rep.nodeid), {})
+                c[outcome] = c.get(outcome, 0) + 1
+    if not counts:
+        return
+    tr = terminalreporter
+    tr.section("the quick tier, by layer")
+    for layer in sorted(counts):
+        tr.write_line(f"{layer:15} " + ", ".join(f"{n} {k}" for k, n in sorted(counts[layer].items())))
+    idle = [layer for layer in QUICK_LAYERS if not counts.get(layer, {}).get("passed")]
+    if idle:
+        tr.write_line(f"no test passed in: {', '.join(idle)}", red=True)
 
 
 @pytest.fixture
@@ -132,6 +277,38 @@ def to_device(target, dtype, *arrays):
 def _to_numpy(x):
     from attngen.reference import to_numpy
     return np.asarray(to_numpy(x), dtype=np.float64)
+
+
+# ---- NVRTC compile checks: each source once --------------------------------------------------
+def nvrtc_compile(source: str, arch: str) -> tuple[bytes, str]:
+    """NVRTC's (cubin, log) of `source` for `arch`, the log with ptxas's resource report of every
+    entry point (attngen.backends.cuda.nvrtc.compile_cubin with report=True; the cubin then also
+    holds its empty attngen_report_* kernel). Several tests compile-check the same source (every
+    example: test_nvrtc.py that it builds without a warning, test_spills.py its report,
+    test_sass.py its SASS), and each compile takes seconds: the suite compiles each (source, arch)
+    once into its own cache directory, which the pytest-xdist workers share, under a lock per
+    source so that two workers never compile the same one."""
+    import fcntl
+    import hashlib
+    import json
+    from attngen.backends.cuda import nvrtc
+    key = hashlib.sha256(json.dumps([source, arch, nvrtc.OPTIONS, list(nvrtc.version())]).encode()).hexdigest()
+    folder = os.path.join(os.environ["ATTNGEN_CACHE_DIR"], "tests-nvrtc")
+    os.makedirs(folder, exist_ok=True)
+    base = os.path.join(folder, key)
+    with open(base + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(base + ".log"):
+            cubin, log = nvrtc.compile_cubin(source, arch, report=True)
+            for suffix, data in ((".cubin", cubin), (".log", log.encode())):
+                with open(base + suffix + ".tmp", "wb") as f:
+                    f.write(data)
+                os.replace(base + suffix + ".tmp", base + suffix)  # the log last: it marks a whole entry
+        with open(base + ".cubin", "rb") as f:
+            cubin = f.read()
+        with open(base + ".log", "rb") as f:
+            log = f.read().decode()
+    return cubin, log
 
 
 _KERNELS: dict = {}

@@ -10,7 +10,8 @@ dropped) and checked by kind:
   and checks for both targets) runs on a machine without a GPU.
 - `pip install ...`: the extras it names exist in pyproject.toml (tests/docs/test_install.py
   checks that they resolve together); `python3 -m venv` and `apt-get` need no check here.
-- `bash scripts/test.sh`: the script exists (it runs this suite; it is not run from inside it).
+- `bash scripts/test.sh [--quick]`: the script exists, and takes the option (it runs this suite; it is
+  not run from inside it).
 
 A command of any other kind fails the test, so that a new one gets a check. The README's
 other code blocks (the spec example, the Python API, the command synopsis, the layout) are
@@ -148,8 +149,11 @@ def test_readme_command(item, workdir):
     if os.path.basename(prog) == "pip" or argv[1:3] == ["-m", "pip"]:
         check_pip_install(argv)
         return
-    if argv == ["bash", "scripts/test.sh"]:
-        assert os.path.isfile(os.path.join(ROOT, "scripts", "test.sh")), where
+    if argv[:2] == ["bash", "scripts/test.sh"]:
+        script = os.path.join(ROOT, "scripts", "test.sh")
+        assert os.path.isfile(script), where
+        for flag in argv[2:]:  # the script's own options (anything else would go to pytest)
+            assert flag in ("--quick",) and f'"{flag}"' in open(script).read(), where
         return
     assert prog in ("attngen", ".venv/bin/attngen"), f"{where}: the test does not know this command; teach it"
     args = argv[1:]

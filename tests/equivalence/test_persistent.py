@@ -17,7 +17,7 @@ from attngen.api import emit_plan
 from attngen.backends.cuda import nvrtc
 from attngen.errors import SpecError
 
-from conftest import kernel_for, require, spec_of, to_device
+from conftest import kernel_for, nvrtc_compile, require, spec_of, to_device
 from test_hidden_keys import _compare, _plant
 from test_variants import _np, check
 from attngen.reference import reference
@@ -120,7 +120,7 @@ PERSISTENT = [
 def test_builds_for_sm90a_without_spills(body):
     p = _plan(body)
     assert p.config.persistent
-    _, log = nvrtc.compile_cubin(emit_plan(p).source, "sm_90a", report=True)
+    _, log = nvrtc_compile(emit_plan(p).source, "sm_90a")
     assert "C7514" not in log and "C7508" not in log, log
     usage = nvrtc.resource_usage(log)
     if not usage:  # (an NVRTC that gives no report: compile_cubin asks for one)

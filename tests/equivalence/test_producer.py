@@ -18,7 +18,7 @@ from attngen.backends.cuda.tiles import DEFAULT as TILES
 from attngen.errors import SpecError
 from attngen.reference import reference
 
-from conftest import kernel_for, require, spec_of, to_device
+from conftest import kernel_for, nvrtc_compile, require, spec_of, to_device
 from test_hidden_keys import _compare, _plant
 from test_variants import _device_ints, _device_mask, _np, check, make_mask
 
@@ -121,7 +121,7 @@ VARIANTS = [
 def test_builds_for_sm90a_without_serialised_products(body):
     p = _plan(body)
     assert p.config.producer
-    _, log = nvrtc.compile_cubin(emit_plan(p).source, "sm_90a", report=True)
+    _, log = nvrtc_compile(emit_plan(p).source, "sm_90a")
     # C7514: ptxas serialises the wgmma products (a bar.arrive between issue and wait did this);
     # C7508: setmaxnreg ignored
     assert "C7514" not in log and "C7508" not in log, log

@@ -22,7 +22,7 @@ from attngen.api import get_profile
 from attngen.backends.cuda import nvrtc
 from attngen.backends.cuda.config import cuda_config
 
-from conftest import check_against_reference, random_qkv, require, spec_of
+from conftest import check_against_reference, nvrtc_compile, random_qkv, require, spec_of
 
 # (label, spec body, query heads, KV heads): every path of the chunked kernel. "d=" cases give
 # `tile d`; the others are chosen by the planner (above 256, whole head dims do not fit).
@@ -269,7 +269,7 @@ def test_chunk_and_grid_show_in_check_source_and_manifest(capsys):
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
 def test_compiles(case, profile, arch):
     source = emit_plan(plan(_spec(case[1]), "cuda", profile)).source
-    cubin, log = nvrtc.compile_cubin(source, arch)
+    cubin, log = nvrtc_compile(source, arch)
     assert cubin[:4] == b"\x7fELF"
     assert "warning" not in log.lower(), log
 
@@ -316,7 +316,7 @@ def test_two_pass_chunked_plan(case):
 @pytest.mark.parametrize("case", TWO_PASS_CASES, ids=lambda c: c[0])
 def test_two_pass_chunked_compiles(case, profile, arch):
     source = emit_plan(plan(_spec(case[1]), "cuda", profile)).source
-    cubin, log = nvrtc.compile_cubin(source, arch)
+    cubin, log = nvrtc_compile(source, arch)
     assert cubin[:4] == b"\x7fELF"
     assert "warning" not in log.lower(), log
 

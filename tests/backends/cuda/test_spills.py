@@ -22,7 +22,7 @@ import attngen
 from attngen.api import emit_plan
 from attngen.backends.cuda import nvrtc
 
-from conftest import example_specs
+from conftest import example_specs, nvrtc_compile
 from test_sass import NVDISASM, loops
 
 pytestmark = pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
@@ -34,7 +34,7 @@ COMPILERS = ["nvrtc", "nvcc"]
 def ptxas_report(compiler, source, arch):
     """(cubin, ptxas's report)."""
     if compiler == "nvrtc":
-        return nvrtc.compile_cubin(source, arch, report=True)
+        return nvrtc_compile(source, arch)  # (one compile per source for the whole suite)
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("no nvcc on PATH (NVRTC's report is checked by the nvrtc cases)")
