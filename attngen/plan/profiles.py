@@ -10,7 +10,7 @@ what the device reports with `Profile.narrowed`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 import functools
 import tomllib
 
@@ -165,3 +165,31 @@ def find_profile(name: str, target: str, extra: tuple = ()) -> Profile:
 
 def profiles_for(target: str, extra: tuple = ()) -> list[Profile]:
     return [p for p in {**all_profiles(), **{p.name: p for p in extra}}.values() if p.target == target]
+
+
+def with_overrides(default, profile: "Profile | None"):
+    """A backend's tile table (`default`: a frozen dataclass of choices, e.g. CudaTiles) with the
+    profile's overrides applied (Profile.with_overrides): the one check of their names and types.
+    A ProfileError names an override that is not a field of the table, or a value not of the
+    field's kind (bool, str, tuple and dict fields take their own type; int fields an int; float
+    fields any number; a bool is never a number)."""
+    overrides = getattr(profile, "overrides", None) or {}
+    if not overrides:
+        return default
+    table = type(default).__name__
+    names = [f.name for f in fields(default)]
+    for name, value in overrides.items():
+        if name not in names:
+            raise ProfileError(f"profile {profile.name}: unknown override '{name}' ({table} has no such field; "
+                               f"fields: {', '.join(names)})")
+        was = getattr(default, name)
+        if isinstance(was, (bool, str, tuple, dict)):
+            ok = isinstance(value, type(was))
+        else:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                isinstance(was, float) or isinstance(value, int))
+        if not ok:
+            kind = type(was).__name__
+            raise ProfileError(f"profile {profile.name}: override {name}={value!r} is not "
+                               f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} ({table}.{name} = {was!r})")
+    return replace(default, **overrides)

@@ -14,9 +14,9 @@ choices: a kernel with other values would not be a valid kernel, so no profile o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 
-from ...plan.profiles import Profile, ProfileError
+from ...plan.profiles import Profile, ProfileError, with_overrides
 
 # -- facts (not choices) --------------------------------------------------------------------------
 ROWS_PER_WARP = 16  # rows of one m16n8k16 fragment; a warp owns 1 or 2 of them
@@ -112,24 +112,7 @@ class CudaTiles:
 
 DEFAULT = CudaTiles()
 
-_FIELDS = {f.name: f for f in fields(CudaTiles)}
-
-
 def tiles_for(profile: Profile | None) -> CudaTiles:
-    """The table a configuration of `profile` reads: DEFAULT with the profile's overrides; a
-    ProfileError names an override that is not a field of CudaTiles or has the wrong type."""
-    overrides = getattr(profile, "overrides", None) or {}
-    if not overrides:
-        return DEFAULT
-    for name, value in overrides.items():
-        if name not in _FIELDS:
-            raise ProfileError(f"profile {profile.name}: unknown override '{name}' (CudaTiles has no such field; "
-                               f"fields: {', '.join(_FIELDS)})")
-        default = getattr(DEFAULT, name)
-        ok = (isinstance(value, type(default)) if isinstance(default, (bool, str, tuple, dict))
-              else isinstance(value, (int, float)) and not isinstance(value, bool)
-              and (isinstance(default, float) or isinstance(value, int)))
-        if not ok:
-            raise ProfileError(f"profile {profile.name}: override {name}={value!r} is not a "
-                               f"{type(default).__name__} (CudaTiles.{name} = {default!r})")
-    return replace(DEFAULT, **overrides)
+    """The table a configuration of `profile` reads: DEFAULT with the profile's overrides (checked
+    by name and type: attngen.plan.profiles.with_overrides)."""
+    return with_overrides(DEFAULT, profile)

@@ -9,9 +9,9 @@ is a fact of the kernel (its tiles pass through workgroup memory as vec4), not a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
-from ...plan.profiles import Profile, ProfileError
+from ...plan.profiles import Profile, with_overrides
 
 VEC = 4  # elements per vec4: dims of Q/K, columns of V, keys of P
 
@@ -30,20 +30,7 @@ class WgslTiles:
 
 DEFAULT = WgslTiles()
 
-_FIELDS = {f.name for f in fields(WgslTiles)}
-
-
 def tiles_for(profile: Profile | None) -> WgslTiles:
-    """The table a configuration of `profile` reads: DEFAULT with the profile's overrides; a
-    ProfileError names an override that is not a field of WgslTiles or not an integer."""
-    overrides = getattr(profile, "overrides", None) or {}
-    if not overrides:
-        return DEFAULT
-    for name, value in overrides.items():
-        if name not in _FIELDS:
-            raise ProfileError(f"profile {profile.name}: unknown override '{name}' (WgslTiles has no such field; "
-                               f"fields: {', '.join(sorted(_FIELDS))})")
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ProfileError(f"profile {profile.name}: override {name}={value!r} is not an int "
-                               f"(WgslTiles.{name} = {getattr(DEFAULT, name)!r})")
-    return replace(DEFAULT, **overrides)
+    """The table a configuration of `profile` reads: DEFAULT with the profile's overrides (checked
+    by name and type: attngen.plan.profiles.with_overrides)."""
+    return with_overrides(DEFAULT, profile)
