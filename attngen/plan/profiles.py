@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 import functools
 import tomllib
 
+from ..errors import did_you_mean
 from ..resources import resource_dir
 
 # The tables every profile has; any other top-level table is kept in Profile.sections.
@@ -180,8 +181,9 @@ def with_overrides(default, profile: "Profile | None"):
     names = [f.name for f in fields(default)]
     for name, value in overrides.items():
         if name not in names:
-            raise ProfileError(f"profile {profile.name}: unknown override '{name}' ({table} has no such field; "
-                               f"fields: {', '.join(names)})")
+            hint = did_you_mean(name, names)
+            raise ProfileError(f"profile {profile.name}: unknown override '{name}' ({table} has no such field"
+                               + (f"; {hint})" if hint else f"; fields: {', '.join(names)})"))
         was = getattr(default, name)
         if isinstance(was, (bool, str, tuple, dict)):
             ok = isinstance(value, type(was))
