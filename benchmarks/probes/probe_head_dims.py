@@ -5,9 +5,9 @@ and / or spec lines (tile, target cuda { ... }).
 Each output is checked against the memory-efficient kernel (relative error in brackets); medians of
 triton do_bench; TFLOP/s = 4 B H L^2 D (halved for causal).
 
-    python3 benchmarks/probe_head_dims.py --dims 384,512 \\
+    python3 benchmarks/probes/probe_head_dims.py --dims 384,512 \\
         --variants "split=split_qk:True | blocks=split_qk:False" [--mask causal]
-    python3 benchmarks/probe_head_dims.py --dims 1024 --variants "s4=target cuda { stages=4 }"
+    python3 benchmarks/probes/probe_head_dims.py --dims 1024 --variants "s4=target cuda { stages=4 }"
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ and the other tile plans given with --extra, with SDPA flash (FA2) and FlexAtten
 run. f16, B L = 16384, H D = 2048 (the dense suite's shapes); each kernel is checked against SDPA
 flash before it is timed (relative error in brackets), medians of do_bench after warm-up.
 
-    python3 benchmarks/probe_persistent.py [--dims 128] [--lengths 1024,4096,16384]
+    python3 benchmarks/probes/probe_persistent.py [--dims 128] [--lengths 1024,4096,16384]
         [--masks "none,causal,window(left=1024)"] [--softcap 30] [--no-flex]
         [--extra "tile q=128 kv=128\\n target cuda { producer=on }" ...]
 

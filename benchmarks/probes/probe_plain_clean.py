@@ -3,7 +3,7 @@ planned beside the same spec compiled with clean_every_tile=False (CudaTiles; pa
 kernels before 2026-11-27, wrong for a key of weight 0 with inf / NaN in its V), timed in turn in
 one process (rounds alternate, so drifting clocks hit both alike).
 
-    python3 benchmarks/probe_plain_clean.py [--rounds 3] [--only sm80,decode] [--rewrites barrier,vote]
+    python3 benchmarks/probes/probe_plain_clean.py [--rounds 3] [--only sm80,decode] [--rewrites barrier,vote]
 
 Cases: f32 on CUDA cores (d64, L 1024 / 4096, full and causal), the cuda-sm80 profile's d128
 prefill, decode B8 32q/8kv d128 Lk 4096 / 32768 (split_kv(auto), two_pass, fused). Microseconds
