@@ -47,9 +47,8 @@ class CudaBackend(Backend):
             plan.summary(),
             f"shared memory: {plan.smem_bytes} bytes ({c.smem_summary})",
             f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
-            f"registers: at most {c.registers_cap} per thread; the planner's rough count, which only steers "
-            f"the tile search, is about {c.registers_estimate} (the compiler allocates them and decides "
-            "whether anything spills)",
+            f"registers: at most {c.registers_cap} per thread, allocated by the compiler (ptxas decides what "
+            "spills; the planner's rough estimate, which only ranks tile choices: attngen build --emit ir)",
             f"arch: {plan.details.arch} (compute capability 9.0 only)" if plan.details.arch.endswith("a")
             else f"arch: {plan.details.arch} or newer",
         ] + ([c.varlen_summary] if c.varlen is not None else []) + _family_lines(c) + (
@@ -57,10 +56,14 @@ class CudaBackend(Backend):
             [_combine_line(plan)] if plan.spec.schedule.is_split else [])
 
     def describe_ir(self, plan):
-        """Each namespace's KernelShape (family.py): every choice its family template tests, by name."""
+        """The planner's register estimate, and each namespace's KernelShape (family.py): every choice
+        its family template tests, by name."""
         from .emit import namespace_shapes
         from .family import shape_fields
-        return [f"template fields ({name}): {shape_fields(shape)}" for name, shape in namespace_shapes(plan)]
+        c = plan.config
+        return [f"register estimate: about {c.registers_estimate} per thread (rough: it ranks the tile choices; "
+                f"ptxas allocates at most {c.registers_cap} and decides what spills)"] + [
+            f"template fields ({name}): {shape_fields(shape)}" for name, shape in namespace_shapes(plan)]
 
     def tune_space(self, spec):
         """Rows per block x keys per tile x K/V stages (the planner picks the kernel family)."""

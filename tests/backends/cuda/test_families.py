@@ -137,3 +137,20 @@ def test_emit_ir_prints_every_namespaces_template_fields(capsys):
         flags = line.split(": ", 1)[1].split(";")[0].split(", ")
         assert flags == [k for k, v in vars(shape).items() if v is True]
     assert shapes["padded"].fold_scale and shapes["padded"].tma_cleans and not shapes["varlen"].tma_cleans
+
+
+def test_check_shows_no_register_estimate_beside_ok_and_ir_shows_it(capsys):
+    """(issue 40, a first-hour friction) `attngen check` printed "about 272 registers" next to "ok"
+    for a plan whose cap is 255, which reads as a problem: check says what the compiler gets, and
+    the planner's rough estimate, which only ranks tile choices, is in --emit ir."""
+    from attngen.cli import main
+
+    path = os.path.join(ROOT, "examples", "llama3_8b.attn")
+    spec = attngen.load(path, "llama3_8b_prefill")
+    c = attngen.lower(spec, "cuda", "cuda-sm80").config
+    assert c.registers_estimate > c.registers_cap  # the case the friction was seen with
+    assert main(["check", path, "--target", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert f"at most {c.registers_cap} per thread" in out and str(c.registers_estimate) not in out
+    assert main(["build", path, "--kernel", "llama3_8b_prefill", "--target", "cuda", "--emit", "ir"]) == 0
+    assert f"register estimate: about {c.registers_estimate} per thread" in capsys.readouterr().out
