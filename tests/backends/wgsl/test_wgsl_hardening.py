@@ -127,3 +127,31 @@ def test_a_nan_with_the_markers_bits_is_nan_out_not_an_error(body, where):
     assert np.array_equal(np.isnan(lse), np.isnan(np.asarray(ref_lse)))
     fine = ~np.isnan(ref)
     assert np.allclose(out[fine], ref[fine], atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("left", ["lse", "out"])
+def test_unwritten_rows_are_still_refused(left):
+    """The check that replaced out's marker alone: a row whose lse kept its marker is refused at
+    once; an element of out that holds the marker in both dispatches (here: a kernel with no
+    pipelines, which writes nothing) is refused too, while one the kernel writes is not."""
+    require("wgsl")
+    from types import SimpleNamespace
+    from attngen.backends import wgsl
+    from attngen.backends.wgsl import devices, launch
+    if wgsl.device_state().loop_budget is None:
+        pytest.skip("not llvmpipe: no loop budget")
+    real = kernel_for(spec_of("head_dim 32\n dtype f32"), "wgsl")
+    nothing = SimpleNamespace(state=real.state, plan=real.plan, pipelines=[], sentinel=real.sentinel,
+                              budget_error=real.budget_error)
+    dev = real.state.device
+    usage = devices.wgpu.BufferUsage.STORAGE | devices.wgpu.BufferUsage.COPY_SRC
+    lse = np.zeros(4, np.uint32)
+    if left == "lse":
+        lse[2] = devices.LSE_SENTINEL
+    out = np.zeros(8, np.uint32)
+    out[5] = devices.SENTINEL["f32"][1]
+    bufs = {"lse": dev.create_buffer_with_data(data=lse.tobytes(), usage=usage),
+            "out": dev.create_buffer_with_data(data=out.tobytes(), usage=usage)}
+    with pytest.raises(attngen.LaunchError, match="65535 iterations") as info:
+        launch._check_written(nothing, bufs, {}, out.tobytes(), 8, 4, 100)
+    assert ("1 of 4 rows" if left == "lse" else "1 of 8 output elements") in str(info.value)
