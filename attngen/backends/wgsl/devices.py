@@ -102,10 +102,20 @@ _RAISED_LIMITS = ("max-compute-workgroup-storage-size", "max-compute-invocations
 # tile there, so rows that see more than roughly 1.5k-15k keys would come out wrong. The kernels
 # detect it (their main loop ends with an empty pass that a cut-short loop never reaches, and
 # then they store nothing);
-# on such an adapter the runtime fills `out` with a sentinel NaN before the dispatch, checks
-# afterwards that every element was written, and refuses with a LaunchError otherwise.
+# on such an adapter the runtime fills `out` and `lse` with sentinel NaNs before the dispatch,
+# checks afterwards that every row was written, and refuses with a LaunchError otherwise
+# (launch.py, _check_written; docs/wgsl-variants.md "Software adapters" says why both).
 LLVMPIPE_LOOP_BUDGET = 65535
-SENTINEL = {"f16": (np.uint16, 0x7E5A), "f32": (np.uint32, 0x7FC0DEAD)}  # quiet NaNs, odd payloads
+# out's "not written" marker: quiet NaNs with odd payloads. An input NaN can carry the same bits
+# to out (a NaN in V reaches it through P V with its payload), so a marker left in out is only
+# a suspect: RECHECK_SENTINEL, a second payload, tells the two apart (launch.py).
+SENTINEL = {"f16": (np.uint16, 0x7E5A), "f32": (np.uint32, 0x7FC0DEAD)}
+RECHECK_SENTINEL = {"f16": (np.uint16, 0x7E3C), "f32": (np.uint32, 0x7FC0BEEF)}
+# lse's marker (f32 bits; the split workspaces' WORKSPACE_FILL, for the same reason): the kernels
+# store in lse only a finite value, -inf, or their own NaN (NAN_BITS, 0x7fc00000, selected for a
+# row that saw a NaN or +inf score, whose bits never come from an input); lse depends on the
+# scores only, never on V. So no input can leave these bits in a row's lse that was written.
+LSE_SENTINEL = 0x7FC0DEAD
 
 _PROBE_SIZE = 256  # invocations of the subgroup probe's workgroup
 _PROBE_WGSL = """
@@ -404,9 +414,10 @@ def padded(nbytes: int) -> int:
     return max(16, -(-nbytes // 4) * 4)
 
 
-def sentinel_bytes(dtype: str, nbytes: int) -> bytes:
-    """A buffer of `nbytes` (padded) filled with the dtype's sentinel NaN."""
-    bits_type, sentinel = SENTINEL[dtype]
+def sentinel_bytes(dtype: str, nbytes: int, table: dict = SENTINEL) -> bytes:
+    """A buffer of `nbytes` (padded) filled with the dtype's sentinel NaN from `table`
+    (SENTINEL or RECHECK_SENTINEL)."""
+    bits_type, sentinel = table[dtype]
     n = padded(nbytes) // np.dtype(bits_type).itemsize
     return np.full(n, sentinel, dtype=bits_type).tobytes()
 

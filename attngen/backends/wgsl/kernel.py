@@ -30,8 +30,8 @@ from ...runtime.cache import cache_key, cached
 from ...runtime.kernel import Kernel
 from .blockmask import build_block_mask
 from .devices import (
-    NP_DTYPES, SENTINEL, WGPU_FEATURE, WgslTensor, _DeviceState, adapter_profile, create_module, device_state,
-    naga_dialect, padded, wgpu,
+    NP_DTYPES, RECHECK_SENTINEL, SENTINEL, WGPU_FEATURE, WgslTensor, _DeviceState, adapter_profile, create_module,
+    device_state, naga_dialect, padded, wgpu,
 )
 from .launch import call
 
@@ -224,9 +224,11 @@ class WgslKernel(Kernel):
         """A BlockMask of `mask` (numpy bool or additive float) for this kernel, built on the GPU."""
         return build_block_mask(self, mask)
 
-    def sentinel(self):
-        """(bits dtype, bits) of the NaN that marks unwritten output on loop-budget adapters."""
-        return SENTINEL[self.plan.dtype]
+    def sentinel(self, recheck: bool = False):
+        """(bits dtype, bits) of the NaN that marks unwritten output on loop-budget adapters
+        (`recheck`: the second marker, which tells an unwritten element from an input NaN with
+        the first one's bits; launch.py)."""
+        return (RECHECK_SENTINEL if recheck else SENTINEL)[self.plan.dtype]
 
     def budget_error(self, len_k: int, what: str) -> LaunchError:
         name = self.state.info.get("device") or "llvmpipe"

@@ -7,9 +7,11 @@ attributes are used. Results are numpy arrays, or WgslTensor when q, k
 and v are all WgslTensor. Appending (k_new / v_new) updates the cache on the GPU; numpy caches
 are read back and written into the caller's arrays in place.
 
-On Mesa's llvmpipe (a loop budget per invocation, see devices.py) `out` is filled with a
-sentinel NaN before the launch and checked afterwards; the split schedules' lse_part / stats
-workspaces carry the same bits so that a cut-short workgroup leaves its rows of `out` unwritten.
+On Mesa's llvmpipe (a loop budget per invocation, see devices.py) `out` and `lse` are filled
+with sentinel NaNs before the launch and checked afterwards (_check_written: a row whose lse
+kept its marker was cut short; a marker left in out is checked again, since a NaN in V can carry
+its bits); the split schedules' lse_part / stats workspaces carry lse's marker bits so that a
+cut-short workgroup leaves its rows of `out` and `lse` unwritten.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ from ...plan.schedule import max_splits
 from ...runtime.blockmask import BlockMask, check_against, mask_keys, mask_kind, mask_shape4
 from ...runtime.launch import resolve
 from .args import meta_words, params_words, workspace_bytes
-from .devices import DTYPE_BYTES, NP_DTYPES, WgslTensor, as_input, dtype_name, padded, sentinel_bytes, wgpu
+from .devices import (
+    DTYPE_BYTES, LSE_SENTINEL, NP_DTYPES, RECHECK_SENTINEL, WgslTensor, as_input, dtype_name, padded, sentinel_bytes,
+    wgpu,
+)
 
 
 def _upload(dev, data: np.ndarray | bytes, usage):
@@ -152,14 +157,18 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
         bufs["out"] = out.buffer
     else:
         bufs["out"] = dev.create_buffer(size=padded(out_bytes), usage=usage_rw)
-    bufs["lse"] = dev.create_buffer(size=padded(lse_bytes if return_lse else 4), usage=usage_rw)
+    if guard:  # every row's lse is written and checked, wanted or not (_check_written)
+        bufs["lse"] = dev.create_buffer_with_data(
+            data=np.full(padded(lse_bytes) // 4, LSE_SENTINEL, np.uint32).tobytes(), usage=usage_rw)
+    else:
+        bufs["lse"] = dev.create_buffer(size=padded(lse_bytes if return_lse else 4), usage=usage_rw)
     for name, n in work.items():
         if fills[name] is not None:  # the workspaces the combine checks for unwritten rows
             bufs[name] = dev.create_buffer_with_data(data=np.full(padded(n) // 4, fills[name], np.uint32).tobytes(),
                                                      usage=wgpu.BufferUsage.STORAGE)
         else:
             bufs[name] = dev.create_buffer(size=padded(n), usage=wgpu.BufferUsage.STORAGE)
-    prm = params_words(plan, L, write_lse=return_lse, offsets=offsets, bm=bm)
+    prm = params_words(plan, L, write_lse=return_lse or guard, offsets=offsets, bm=bm)
     bufs["params"] = dev.create_buffer_with_data(data=prm.tobytes(), usage=wgpu.BufferUsage.UNIFORM)
     dispatch(kernel, bufs, sizes)
 
@@ -168,10 +177,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
     if guard or not (on_gpu or isinstance(out, WgslTensor)):
         data = dev.queue.read_buffer(bufs["out"], size=padded(out_bytes))
     if guard:
-        bits_type, sentinel = kernel.sentinel()
-        unwritten = int(np.count_nonzero(np.frombuffer(data, dtype=bits_type, count=count) == sentinel))
-        if unwritten:
-            raise kernel.budget_error(L.len_k, f"{unwritten} of {count} output elements were not written")
+        _check_written(kernel, bufs, sizes, data, count, lse_bytes // 4, L.len_k)
     if appending:  # numpy caches: the appended rows, read back into the caller's arrays
         for name, x in (("k", k), ("v", v)):
             if not isinstance(x, WgslTensor):
@@ -202,6 +208,41 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
         return result, WgslTensor(bufs["lse"], lse_shape, "f32")
     raw = dev.queue.read_buffer(bufs["lse"], size=padded(lse_bytes))
     return result, np.frombuffer(raw, dtype=np.float32, count=lse_bytes // 4).reshape(lse_shape).copy()
+
+
+def _check_written(kernel, bufs: dict, sizes: dict, data: bytes, count: int, rows: int, len_k: int) -> None:
+    """On a loop-budget adapter: raise the budget error unless every row of out and lse was
+    written (`data`: out as read back, `count` elements; `rows`: lse's elements).
+
+    lse decides first: a written row's lse is finite, -inf or the kernel's own NaN, never
+    LSE_SENTINEL's bits (devices.py), so a row whose lse kept them was cut short. out's marker
+    alone cannot decide: a NaN in V with its bits reaches out through P V (NaN in, NaN out,
+    which is correct). So elements of rows with a written lse that still hold out's marker
+    (normally none) are checked by a second dispatch into a buffer filled with another marker
+    (RECHECK_SENTINEL): an element the kernel writes is the same in both (the kernels are
+    deterministic; an append rewrites the same rows), one it never writes holds each run's
+    marker. That covers a V block (its own workgroup) cut short where the lse writer was not.
+    """
+    dev = kernel.state.device
+    lse = np.frombuffer(dev.queue.read_buffer(bufs["lse"], size=padded(rows * 4)), dtype=np.uint32, count=rows)
+    cut = int(np.count_nonzero(lse == LSE_SENTINEL))
+    if cut:
+        raise kernel.budget_error(len_k, f"{cut} of {rows} rows were not written")
+    bits_type, sentinel = kernel.sentinel()
+    suspects = np.flatnonzero(np.frombuffer(data, dtype=bits_type, count=count) == sentinel)
+    if not suspects.size:
+        return
+    again = dev.create_buffer_with_data(data=sentinel_bytes(kernel.plan.dtype, bufs["out"].size, RECHECK_SENTINEL),
+                                        usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    timed, _TIMER.times = getattr(_TIMER, "times", None), None  # a check, not a call: gpu_timer never sees it
+    try:
+        dispatch(kernel, {**bufs, "out": again}, sizes)
+    finally:
+        _TIMER.times = timed
+    second = np.frombuffer(dev.queue.read_buffer(again, size=bufs["out"].size), dtype=bits_type, count=count)
+    unwritten = int(np.count_nonzero(second[suspects] == kernel.sentinel(recheck=True)[1]))
+    if unwritten:
+        raise kernel.budget_error(len_k, f"{unwritten} of {count} output elements were not written")
 
 
 _TIMER = threading.local()

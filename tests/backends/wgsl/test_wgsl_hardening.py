@@ -92,3 +92,66 @@ def test_a_wgsl_tensor_is_checked_when_it_is_made(buffer, shape, dtype, message)
         buffer = device().create_buffer(size=64, usage=wgpu.BufferUsage.STORAGE)
     with pytest.raises(attngen.LaunchError, match=message):
         WgslTensor(buffer, shape, dtype)
+
+
+# The bits of the runtime's "not written" marker of out (devices.SENTINEL), as input values: a
+# NaN in V with exactly these bits reaches out through P V; one in K (or Q) makes its row's
+# result NaN. Either way the call is correct, and must say so, not blame a loop budget.
+_MARKER_BITS = {"f32": (np.uint32, 0x7FC0DEAD), "f16": (np.uint16, 0x7E5A)}
+
+
+@pytest.mark.parametrize("where", ["v", "k", "q"])
+@pytest.mark.parametrize("body", [
+    "head_dim 32\n dtype f32\n mask causal",
+    "head_dim 32\n dtype f16\n mask causal",
+    "head_dim 32\n dtype f32\n mask causal\n schedule split_kv(3)",
+    "head_dim 32\n dtype f16\n mask causal\n schedule two_pass",
+], ids=["f32", "f16", "f32-split_kv", "f16-two_pass"])
+def test_a_nan_with_the_markers_bits_is_nan_out_not_an_error(body, where):
+    """A NaN in V with the out marker's bits made a correct call on llvmpipe raise a LaunchError
+    about a loop-iteration limit: NaN in must give NaN out (rows that see it), never an error."""
+    require("wgsl")
+    from attngen.reference import reference
+    spec = spec_of(body)
+    bits_type, bits = _MARKER_BITS[spec.dtype]
+    np_dtype = np.float32 if spec.dtype == "f32" else np.float16
+    rng = np.random.default_rng(40)
+    q, k, v = (rng.standard_normal((1, 40, 2, 32)).astype(np_dtype) for _ in range(3))
+    x = {"q": q, "k": k, "v": v}[where]
+    x.view(bits_type)[0, 17, 1, 5] = bits  # key 17 (query row 17 for q), head 1, column 5
+    out, lse = kernel_for(spec, "wgsl")(q, k, v, return_lse=True)
+    ref, ref_lse = reference(spec, q, k, v, return_lse=True)
+    out, ref = out.astype(np.float32), np.asarray(ref, np.float32)
+    assert np.isnan(ref).any()
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
+    assert np.array_equal(np.isnan(lse), np.isnan(np.asarray(ref_lse)))
+    fine = ~np.isnan(ref)
+    assert np.allclose(out[fine], ref[fine], atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("left", ["lse", "out"])
+def test_unwritten_rows_are_still_refused(left):
+    """The check that replaced out's marker alone: a row whose lse kept its marker is refused at
+    once; an element of out that holds the marker in both dispatches (here: a kernel with no
+    pipelines, which writes nothing) is refused too, while one the kernel writes is not."""
+    require("wgsl")
+    from types import SimpleNamespace
+    from attngen.backends import wgsl
+    from attngen.backends.wgsl import devices, launch
+    if wgsl.device_state().loop_budget is None:
+        pytest.skip("not llvmpipe: no loop budget")
+    real = kernel_for(spec_of("head_dim 32\n dtype f32"), "wgsl")
+    nothing = SimpleNamespace(state=real.state, plan=real.plan, pipelines=[], sentinel=real.sentinel,
+                              budget_error=real.budget_error)
+    dev = real.state.device
+    usage = devices.wgpu.BufferUsage.STORAGE | devices.wgpu.BufferUsage.COPY_SRC
+    lse = np.zeros(4, np.uint32)
+    if left == "lse":
+        lse[2] = devices.LSE_SENTINEL
+    out = np.zeros(8, np.uint32)
+    out[5] = devices.SENTINEL["f32"][1]
+    bufs = {"lse": dev.create_buffer_with_data(data=lse.tobytes(), usage=usage),
+            "out": dev.create_buffer_with_data(data=out.tobytes(), usage=usage)}
+    with pytest.raises(attngen.LaunchError, match="65535 iterations") as info:
+        launch._check_written(nothing, bufs, {}, out.tobytes(), 8, 4, 100)
+    assert ("1 of 4 rows" if left == "lse" else "1 of 8 output elements") in str(info.value)
