@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..errors import Diagnostic, Source, Span, SpecError, did_you_mean
+from ..errors import NUMBER_QUOTED, Diagnostic, Source, Span, SpecError, clip, did_you_mean
 from ..limits import INT32_MAX, MAX_HEADS
 from .options import target_schema, target_schemas
 from .source import decode_source
@@ -86,7 +86,7 @@ class _Reader:
         if allow_auto and isinstance(node, Word) and node.text == "auto":
             return None
         if not isinstance(node, Number) or not isinstance(node.value, int):
-            shown = node.show()
+            shown = _shown(node)
             usage = self.USAGE.get(key.split(".")[0], self.USAGE["mask"])
             self.error(f"'{key}' must be {'an integer or auto' if allow_auto else 'an integer'}, "
                        f"not '{shown}'", node.span, f"write: {usage}")
@@ -118,7 +118,7 @@ class _Reader:
                 return False
             self.error(f"'{key}' must be a positive finite number, not {_short(node.text)}", node.span)
         else:
-            self.error(f"'{key}' must be a positive finite number, not '{node.show()}'", node.span,
+            self.error(f"'{key}' must be a positive finite number, not '{_shown(node)}'", node.span,
                        f"write: {self.USAGE[key]}")
         return False
 
@@ -127,7 +127,7 @@ class _Reader:
             return node.text
         word = node.text if isinstance(node, Word) else node.show()
         hint = did_you_mean(word, choices, aliases) or f"write: {self.USAGE[key]}"
-        self.error(f"unknown {what or key} '{word}' (expected {', '.join(choices)})", node.span, hint)
+        self.error(f"unknown {what or key} '{clip(word)}' (expected {', '.join(choices)})", node.span, hint)
         return False
 
     def pairs(self, key, nodes, allowed, required=(), at=None):
@@ -138,12 +138,12 @@ class _Reader:
         out, ok = {}, True
         for node in nodes:
             if not isinstance(node, Pair):
-                self.usage(key, node, f"unexpected '{node.show()}'")
+                self.usage(key, node, f"unexpected '{_shown(node)}'")
                 ok = False
                 continue
             if node.key not in allowed:
                 hint = did_you_mean(node.key, allowed) or f"write: {self.USAGE[key]}"
-                self.error(f"unknown option '{node.key}' for '{key}' (expected {', '.join(allowed)})",
+                self.error(f"unknown option '{clip(node.key)}' for '{key}' (expected {', '.join(allowed)})",
                            node.key_span, hint)
                 ok = False
             elif node.key in out:
@@ -177,7 +177,7 @@ class _Reader:
                 continue
             if key not in self.USAGE:
                 hint = did_you_mean(key, list(self.USAGE)) or "known keys: " + ", ".join(self.USAGE)
-                self.error(f"unknown key '{key}'", s.key_span, hint)
+                self.error(f"unknown key '{clip(key)}'", s.key_span, hint)
                 continue
             if key in seen:
                 self.error(f"duplicate key '{key}' (first set on line {seen[key].line})",
@@ -196,7 +196,7 @@ class _Reader:
             getattr(self, "key_" + key)(s)
         for key in REQUIRED:
             if key not in seen:
-                self.error(f"attention '{self.block.name}' has no '{key}' (it is required)",
+                self.error(f"attention '{clip(self.block.name)}' has no '{key}' (it is required)",
                            self.block.name_span, f"add a line: {self.USAGE[key]}")
         self.cross_checks()
         if len(self.diags) > n_before:
@@ -312,7 +312,7 @@ class _Reader:
                 self.fields["mask"] = Mask("window", left=left, right=right)
             return
         hint = did_you_mean(node.name, ["causal", "window"]) or f"write: {self.USAGE['mask']}"
-        self.error(f"unknown mask '{node.name}(...)'", node.span, hint)
+        self.error(f"unknown mask '{clip(node.name)}(...)'", node.span, hint)
 
     def key_softcap(self, s):
         node = self.single(s)
@@ -368,7 +368,7 @@ class _Reader:
         else:
             name = node.text if isinstance(node, Word) else getattr(node, "name", node.show())
             hint = did_you_mean(name, ["fused", "split_kv", "two_pass"]) or f"write: {self.USAGE['schedule']}"
-            self.error(f"unknown schedule '{node.show()}'", node.span, hint)
+            self.error(f"unknown schedule '{_shown(node)}'", node.span, hint)
 
     def key_kv_cache(self, s):
         node = self.single(s)
@@ -387,7 +387,7 @@ class _Reader:
         else:
             name = node.text if isinstance(node, Word) else getattr(node, "name", node.show())
             hint = did_you_mean(name, ["contiguous", "paged"]) or f"write: {self.USAGE['kv_cache']}"
-            self.error(f"unknown kv_cache '{node.show()}'", node.span, hint)
+            self.error(f"unknown kv_cache '{_shown(node)}'", node.span, hint)
 
     def read_target(self, s: Setting, seen: dict):
         schemas = target_schemas()
@@ -456,7 +456,12 @@ class _Reader:
 
 def _short(text: str) -> str:
     """A number's text as quoted in a message: a 5000-digit one is cut short."""
-    return text if len(text) <= 24 else text[:20] + "..."
+    return clip(text, NUMBER_QUOTED)
+
+
+def _shown(node) -> str:
+    """A value as quoted in a message (attngen.errors.clip): a word of megabytes is cut short."""
+    return _short(node.show()) if isinstance(node, Number) else clip(node.show())
 
 
 class _At:

@@ -170,3 +170,63 @@ def test_a_spec_file_at_the_limit_is_read_and_one_byte_more_is_not(tmp_path, mon
     with pytest.raises(attngen.SpecError, match="longer than 4096 bytes"):
         attngen.load(over)
     assert MAX_SOURCE_BYTES == 64 << 20
+
+
+# -- huge words (issue 40) --------------------------------------------------------------------
+
+_HUGE = "w" * (5 << 20)  # a 5 MB word: one token, so the token limit does not refuse it first
+HUGE_WORDS = {
+    "key": f"attention a {{\n head_dim 64\n dtype f16\n {_HUGE} 1\n}}\n",
+    "dtype": f"attention a {{\n head_dim 64\n dtype {_HUGE}\n}}\n",
+    "mask": f"attention a {{\n head_dim 64\n dtype f16\n mask {_HUGE}\n}}\n",
+    "mask call": f"attention a {{\n head_dim 64\n dtype f16\n mask {_HUGE}(left=1)\n}}\n",
+    "target option": f"attention a {{\n head_dim 64\n dtype f16\n target cuda {{ {_HUGE}=4 }}\n}}\n",
+    "target value": f"attention a {{\n head_dim 64\n dtype f16\n target wgsl {{ subgroups={_HUGE} }}\n}}\n",
+    "target name": f"attention a {{\n head_dim 64\n dtype f16\n target {_HUGE}\n}}\n",
+    "schedule": f"attention a {{\n head_dim 64\n dtype f16\n schedule {_HUGE}\n}}\n",
+    "head_dim word": f"attention a {{\n head_dim {_HUGE}\n dtype f16\n}}\n",
+    "kernel name": f"attention {_HUGE} {{\n head_dim 64\n}}\n",
+}
+
+
+@pytest.mark.parametrize("text", HUGE_WORDS.values(), ids=HUGE_WORDS.keys())
+def test_a_huge_word_is_quoted_short_and_refused_quickly(text, capsys, tmp_path):
+    """A key, dtype, mask or option word of several MB was quoted whole in the error (2 MB of
+    stderr per word), and did_you_mean ran difflib on it (a 50 MB key: 10-15 s and 2.2 GiB)."""
+    attngen.parse("attention w {\n head_dim 64\n dtype f16\n}\n")  # the parser built: not timed
+    err = None
+
+    def refuse():
+        nonlocal err
+        with pytest.raises(attngen.SpecError) as info:
+            attngen.lang.parse(text)
+        err = info.value
+
+    assert _cpu_seconds(refuse) < 1.0
+    shown = len(str(err))
+    assert shown < 4000
+    assert max(len(d.message) + len(d.hint or "") for d in err.diagnostics) < 800
+    path = tmp_path / "huge.attn"
+    path.write_text(text)
+    assert main(["check", str(path)]) == 1
+    stderr = len(capsys.readouterr().err)
+    assert stderr < 4000
+
+
+def test_a_long_word_is_quoted_whole_up_to_the_longest_name():
+    """Clipping starts past MAX_NAME_LENGTH characters: every word a kernel could use is shown whole."""
+    word = "x" * 64
+    (d,) = _error(f"attention a {{\n head_dim 64\n dtype {word}\n}}\n").diagnostics
+    assert d.message == f"unknown dtype '{word}' (expected f16, bf16, f32)"
+    (d,) = _error(f"attention a {{\n head_dim 64\n dtype {word}x\n}}\n").diagnostics
+    assert d.message == f"unknown dtype '{'x' * 60}...' (expected f16, bf16, f32)"
+
+
+def test_did_you_mean_skips_words_too_long_to_be_close():
+    """No choice can be within difflib's cutoff of a word over 3 times its length: the answer is
+    None without building difflib's tables for the word."""
+    from attngen.errors import did_you_mean
+    assert did_you_mean("head_dm", ["head_dim", "dtype"]) == "did you mean 'head_dim'?"
+    assert did_you_mean("h" * 25, ["head_dim"]) is None
+    t = _cpu_seconds(lambda: did_you_mean("w" * (50 << 20), ["head_dim", "dtype"]))
+    assert t < 0.5
