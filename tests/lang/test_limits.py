@@ -230,3 +230,66 @@ def test_did_you_mean_skips_words_too_long_to_be_close():
     assert did_you_mean("h" * 25, ["head_dim"]) is None
     t = _cpu_seconds(lambda: did_you_mean("w" * (50 << 20), ["head_dim", "dtype"]))
     assert t < 0.5
+
+
+# -- exact types of a hand-built spec (issue 40) ------------------------------------------------
+
+_TEXT = ("attention a {\n head_dim 32\n heads q=1 kv=1\n dtype f16\n mask window(left=3)\n"
+         " tile q=64 kv=64\n target cuda { warps=4 }\n}\n")
+
+
+def _typed_twins():
+    """A parsed spec, and hand-made ones equal to it (== and hash) whose values have other types."""
+    import numpy as np
+    (spec,) = attngen.parse(_TEXT)
+    r = dataclasses.replace
+    return spec, {
+        "head_dim_qk=32.0": r(spec, head_dim_qk=32.0),
+        "head_dim_v=np.int64": r(spec, head_dim_v=np.int64(32)),
+        "heads_q=True": r(spec, heads_q=True, heads_kv=True),
+        "mask.left=np.int64": r(spec, mask=Mask("window", left=np.int64(3), right=0)),
+        "mask.right=0.0": r(spec, mask=Mask("window", left=3, right=0.0)),
+        "tile.q=64.0": r(spec, tile=dataclasses.replace(spec.tile, q=64.0)),
+        "warps=4.0": r(spec, targets={"cuda": {"warps": 4.0}}),
+        "warps=np.int64": r(spec, targets={"cuda": {"warps": np.int64(4)}}),
+    }
+
+
+@pytest.mark.parametrize("case", list(_typed_twins()[1]))
+def test_an_equal_spec_of_other_types_does_not_share_the_validation_memo(case):
+    """Validation was remembered by spec equality (32.0 == 32, True == 1): replace(parsed,
+    head_dim_qk=32.0) skipped validation (CUDA emitted `constexpr int kHeadDimQK = 32.0;`), and a
+    hand-built 32.0 checked first made the equal parsed spec refused afterwards."""
+    spec, twins = _typed_twins()
+    twin = twins[case]
+    assert twin == spec and hash(twin) == hash(spec)
+    field = case.split("=")[0]
+    for entry in ("cuda", "wgsl"):
+        with pytest.raises(attngen.SpecError) as info:
+            attngen.emit(twin, target=entry)
+        assert field.split(".")[-1] in str(info.value)
+    # the other order: the twin checked first does not make the parsed spec invalid
+    from attngen.plan import check
+    check._validate_cached.cache_clear()
+    assert attngen.check(twin, "wgsl") != []
+    assert attngen.check(spec, "wgsl") == []
+    assert attngen.check(twin, "wgsl") != []
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(head_dim_qk=32.0), "field head_dim_qk = 32.0 has the wrong type (float; an int is needed)"),
+    (dict(heads_q=True, heads_kv=1), "field heads_q = True has the wrong type (bool; an int or None is needed)"),
+    (dict(dtype=None), "field dtype = None has the wrong type (NoneType; a str is needed)"),
+])
+def test_a_hand_built_spec_names_the_field_of_a_wrong_type(fields, message):
+    spec = AttentionSpec(**{**dict(name="a", head_dim_qk=32, head_dim_v=32, dtype="f16"), **fields})
+    with pytest.raises(attngen.SpecError) as info:
+        attngen.emit(spec, target="cuda")
+    assert message in str(info.value)
+
+
+def test_an_int_scale_is_a_value_of_the_language():
+    """scale and softcap are reals: an int is one (the text `scale 2` says 2.0)."""
+    (spec,) = attngen.parse("attention a {\n head_dim 32\n dtype f16\n scale 2\n}\n")
+    assert attngen.check(dataclasses.replace(spec, scale=2), "cuda") == []
+    assert attngen.check(spec, "cuda") == []
