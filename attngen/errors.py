@@ -153,6 +153,12 @@ def clip(text: str, limit: int = WORD_QUOTED) -> str:
 
 def did_you_mean(word: str, choices, aliases: dict[str, str] | None = None) -> str | None:
     """A hint naming the closest valid choice, or None."""
+    close = closest(word, choices, aliases)
+    return f"did you mean '{close}'?" if close else None
+
+
+def closest(word: str, choices, aliases: dict[str, str] | None = None) -> str | None:
+    """The valid choice `word` is most likely a typo of (an alias's name first), or None."""
     choices = list(choices)
     # difflib's ratio is at most 2*min(len)/(len+len): below its 0.6 cutoff once the word is over
     # 3 times the longest choice. Such a word (a hostile file's megabytes) gets no suggestion
@@ -160,8 +166,8 @@ def did_you_mean(word: str, choices, aliases: dict[str, str] | None = None) -> s
     if len(word) > 3 * max((len(c) for c in [*choices, *(aliases or ())]), default=0):
         return None
     if aliases and word.lower() in aliases:
-        return f"did you mean '{aliases[word.lower()]}'?"
+        return aliases[word.lower()]
     close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     if not close:
         close = difflib.get_close_matches(word.lower(), choices, n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else None
+    return close[0] if close else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ..errors import NUMBER_QUOTED, Diagnostic, Source, Span, SpecError, clip, did_you_mean
+from ..errors import NUMBER_QUOTED, Diagnostic, Source, Span, SpecError, clip, closest, did_you_mean
 from ..limits import INT32_MAX, MAX_HEADS
 from .options import target_schema, target_schemas
 from .source import decode_source
@@ -170,6 +170,7 @@ class _Reader:
     # -- keys --------------------------------------------------------------------------
     def read(self) -> dict | None:
         seen: dict = {}
+        typos: set = set()  # the keys that unknown keys are close to (did you mean ...?)
         n_before = len(self.diags)
         for s in self.block.settings:
             key = s.key
@@ -177,8 +178,10 @@ class _Reader:
                 self.read_target(s, seen)
                 continue
             if key not in self.USAGE:
-                hint = did_you_mean(key, list(self.USAGE)) or "known keys: " + ", ".join(self.USAGE)
+                close = closest(key, list(self.USAGE))
+                hint = f"did you mean '{close}'?" if close else "known keys: " + ", ".join(self.USAGE)
                 self.error(f"unknown key '{clip(key)}'", s.key_span, hint)
+                typos.add(close)
                 continue
             if key in seen:
                 self.error(f"duplicate key '{key}' (first set on line {seen[key].line})",
@@ -196,7 +199,8 @@ class _Reader:
                 continue
             getattr(self, "key_" + key)(s)
         for key in REQUIRED:
-            if key not in seen:
+            # `head_dm 64`: one error (the unknown key, with its did-you-mean), not two
+            if key not in seen and key not in typos:
                 self.error(f"attention '{clip(self.block.name)}' has no '{key}' (it is required)",
                            self.block.name_span, f"add a line: {self.USAGE[key]}")
         self.cross_checks()
