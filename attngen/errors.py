@@ -139,11 +139,35 @@ class CompileError(RuntimeError):
     """A generated kernel failed to compile: a bug in attngen, reported with the log."""
 
 
+# How much of the user's text a message quotes: a number's digits, a word (a key, dtype, option
+# or kernel name: MAX_NAME_LENGTH, the longest name a kernel may have, so every word that could be
+# valid is quoted whole). A file may hold a word of megabytes; its message stays a line.
+NUMBER_QUOTED = 24
+WORD_QUOTED = 64
+
+
+def clip(text: str, limit: int = WORD_QUOTED) -> str:
+    """`text` as a message quotes it: whole up to `limit` characters, else cut short with '...'."""
+    return text if len(text) <= limit else text[:limit - 4] + "..."
+
+
 def did_you_mean(word: str, choices, aliases: dict[str, str] | None = None) -> str | None:
     """A hint naming the closest valid choice, or None."""
+    close = closest(word, choices, aliases)
+    return f"did you mean '{close}'?" if close else None
+
+
+def closest(word: str, choices, aliases: dict[str, str] | None = None) -> str | None:
+    """The valid choice `word` is most likely a typo of (an alias's name first), or None."""
+    choices = list(choices)
+    # difflib's ratio is at most 2*min(len)/(len+len): below its 0.6 cutoff once the word is over
+    # 3 times the longest choice. Such a word (a hostile file's megabytes) gets no suggestion
+    # without difflib indexing it (a 50 MB key took seconds and gigabytes).
+    if len(word) > 3 * max((len(c) for c in [*choices, *(aliases or ())]), default=0):
+        return None
     if aliases and word.lower() in aliases:
-        return f"did you mean '{aliases[word.lower()]}'?"
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+        return aliases[word.lower()]
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
     if not close:
-        close = difflib.get_close_matches(word.lower(), list(choices), n=1, cutoff=0.6)
-    return f"did you mean '{close[0]}'?" if close else None
+        close = difflib.get_close_matches(word.lower(), choices, n=1, cutoff=0.6)
+    return close[0] if close else None

@@ -7,6 +7,7 @@ blocks are registered by the backends (options.py). lark is imported only when t
 from __future__ import annotations
 
 from .source import MAX_SOURCE_BYTES, decode_source, read_source
+from .spec import typed_key
 
 
 def parse(text, filename: str = "<string>"):
@@ -35,13 +36,14 @@ def mark_read(specs) -> None:
     if len(_READ) > _READ_MAX:
         _READ.clear()
     for s in specs:
-        _READ[s] = None
+        _READ[typed_key(s)] = None
 
 
 def validate(spec):
     """Every problem of an AttentionSpec however it was made (list of Diagnostic; empty: valid)."""
     try:
-        if spec in _READ:
+        # keyed by value and type: an equal spec of other types (32.0 for 32) is not the one read
+        if typed_key(spec) in _READ:
             return []
     except TypeError:  # unhashable: not something the reader made
         pass

@@ -9,13 +9,14 @@ options of `target NAME { ... }` blocks come from the registered targets
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from ..errors import Diagnostic, Source, Span, SpecError, did_you_mean
+from ..errors import NUMBER_QUOTED, Diagnostic, Source, Span, SpecError, clip, closest, did_you_mean
 from ..limits import INT32_MAX, MAX_HEADS
 from .options import target_schema, target_schemas
 from .source import decode_source
-from .spec import AttentionSpec, KVCache, Mask, Schedule, Tile, ACC_DTYPES, DTYPES, format_spec
+from .spec import AttentionSpec, KVCache, Mask, Schedule, Tile, ACC_DTYPES, DTYPES, format_spec, typed_key
 from .syntax import MAX_NAME_LENGTH, Block, Call, Number, Pair, Setting, Word, parse_blocks
 
 MAX_INT = INT32_MAX  # (attngen.limits: the reasons of every limit)
@@ -86,7 +87,7 @@ class _Reader:
         if allow_auto and isinstance(node, Word) and node.text == "auto":
             return None
         if not isinstance(node, Number) or not isinstance(node.value, int):
-            shown = node.show()
+            shown = _shown(node)
             usage = self.USAGE.get(key.split(".")[0], self.USAGE["mask"])
             self.error(f"'{key}' must be {'an integer or auto' if allow_auto else 'an integer'}, "
                        f"not '{shown}'", node.span, f"write: {usage}")
@@ -118,7 +119,7 @@ class _Reader:
                 return False
             self.error(f"'{key}' must be a positive finite number, not {_short(node.text)}", node.span)
         else:
-            self.error(f"'{key}' must be a positive finite number, not '{node.show()}'", node.span,
+            self.error(f"'{key}' must be a positive finite number, not '{_shown(node)}'", node.span,
                        f"write: {self.USAGE[key]}")
         return False
 
@@ -127,7 +128,7 @@ class _Reader:
             return node.text
         word = node.text if isinstance(node, Word) else node.show()
         hint = did_you_mean(word, choices, aliases) or f"write: {self.USAGE[key]}"
-        self.error(f"unknown {what or key} '{word}' (expected {', '.join(choices)})", node.span, hint)
+        self.error(f"unknown {what or key} '{clip(word)}' (expected {', '.join(choices)})", node.span, hint)
         return False
 
     def pairs(self, key, nodes, allowed, required=(), at=None):
@@ -138,12 +139,12 @@ class _Reader:
         out, ok = {}, True
         for node in nodes:
             if not isinstance(node, Pair):
-                self.usage(key, node, f"unexpected '{node.show()}'")
+                self.usage(key, node, f"unexpected '{_shown(node)}'")
                 ok = False
                 continue
             if node.key not in allowed:
                 hint = did_you_mean(node.key, allowed) or f"write: {self.USAGE[key]}"
-                self.error(f"unknown option '{node.key}' for '{key}' (expected {', '.join(allowed)})",
+                self.error(f"unknown option '{clip(node.key)}' for '{key}' (expected {', '.join(allowed)})",
                            node.key_span, hint)
                 ok = False
             elif node.key in out:
@@ -169,6 +170,7 @@ class _Reader:
     # -- keys --------------------------------------------------------------------------
     def read(self) -> dict | None:
         seen: dict = {}
+        typos: set = set()  # the keys that unknown keys are close to (did you mean ...?)
         n_before = len(self.diags)
         for s in self.block.settings:
             key = s.key
@@ -176,8 +178,10 @@ class _Reader:
                 self.read_target(s, seen)
                 continue
             if key not in self.USAGE:
-                hint = did_you_mean(key, list(self.USAGE)) or "known keys: " + ", ".join(self.USAGE)
-                self.error(f"unknown key '{key}'", s.key_span, hint)
+                close = closest(key, list(self.USAGE))
+                hint = f"did you mean '{close}'?" if close else "known keys: " + ", ".join(self.USAGE)
+                self.error(f"unknown key '{clip(key)}'", s.key_span, hint)
+                typos.add(close)
                 continue
             if key in seen:
                 self.error(f"duplicate key '{key}' (first set on line {seen[key].line})",
@@ -195,8 +199,9 @@ class _Reader:
                 continue
             getattr(self, "key_" + key)(s)
         for key in REQUIRED:
-            if key not in seen:
-                self.error(f"attention '{self.block.name}' has no '{key}' (it is required)",
+            # `head_dm 64`: one error (the unknown key, with its did-you-mean), not two
+            if key not in seen and key not in typos:
+                self.error(f"attention '{clip(self.block.name)}' has no '{key}' (it is required)",
                            self.block.name_span, f"add a line: {self.USAGE[key]}")
         self.cross_checks()
         if len(self.diags) > n_before:
@@ -312,7 +317,7 @@ class _Reader:
                 self.fields["mask"] = Mask("window", left=left, right=right)
             return
         hint = did_you_mean(node.name, ["causal", "window"]) or f"write: {self.USAGE['mask']}"
-        self.error(f"unknown mask '{node.name}(...)'", node.span, hint)
+        self.error(f"unknown mask '{clip(node.name)}(...)'", node.span, hint)
 
     def key_softcap(self, s):
         node = self.single(s)
@@ -368,7 +373,7 @@ class _Reader:
         else:
             name = node.text if isinstance(node, Word) else getattr(node, "name", node.show())
             hint = did_you_mean(name, ["fused", "split_kv", "two_pass"]) or f"write: {self.USAGE['schedule']}"
-            self.error(f"unknown schedule '{node.show()}'", node.span, hint)
+            self.error(f"unknown schedule '{_shown(node)}'", node.span, hint)
 
     def key_kv_cache(self, s):
         node = self.single(s)
@@ -387,7 +392,7 @@ class _Reader:
         else:
             name = node.text if isinstance(node, Word) else getattr(node, "name", node.show())
             hint = did_you_mean(name, ["contiguous", "paged"]) or f"write: {self.USAGE['kv_cache']}"
-            self.error(f"unknown kv_cache '{node.show()}'", node.span, hint)
+            self.error(f"unknown kv_cache '{_shown(node)}'", node.span, hint)
 
     def read_target(self, s: Setting, seen: dict):
         schemas = target_schemas()
@@ -456,7 +461,12 @@ class _Reader:
 
 def _short(text: str) -> str:
     """A number's text as quoted in a message: a 5000-digit one is cut short."""
-    return text if len(text) <= 24 else text[:20] + "..."
+    return clip(text, NUMBER_QUOTED)
+
+
+def _shown(node) -> str:
+    """A value as quoted in a message (attngen.errors.clip): a word of megabytes is cut short."""
+    return _short(node.show()) if isinstance(node, Number) else clip(node.show())
 
 
 class _At:
@@ -520,40 +530,60 @@ def parse_collect(text, filename="<string>"):
     return build_specs(blocks, source)
 
 
-# The fields of AttentionSpec and the types their values must have (before the language's rules).
+# The fields of AttentionSpec and the exact types their values must have (before the language's
+# rules): an int field holds an int, not True, 32.0 or numpy.int64(32) (equal to 32, but the
+# generated code and the manifest would show them as they are); scale and softcap are reals, an
+# int or a float. The fields of Mask, Tile, Schedule and KVCache, and target options, are checked
+# by the printed text read back (32.0 prints as 32.0, which the reader refuses) and then by type.
+_NONE = type(None)
 _FIELD_TYPES = {
-    "name": str, "head_dim_qk": int, "head_dim_v": int, "dtype": str, "heads_q": (int, type(None)),
-    "heads_kv": (int, type(None)), "acc_qk": str, "acc_pv": str, "mask": Mask, "softcap": (int, float, type(None)),
-    "scale": (int, float, type(None)), "tile": Tile, "schedule": Schedule, "kv_cache": KVCache, "targets": tuple,
+    "name": (str,), "head_dim_qk": (int,), "head_dim_v": (int,), "dtype": (str,), "heads_q": (int, _NONE),
+    "heads_kv": (int, _NONE), "acc_qk": (str,), "acc_pv": (str,), "mask": (Mask,), "softcap": (int, float, _NONE),
+    "scale": (int, float, _NONE), "tile": (Tile,), "schedule": (Schedule,), "kv_cache": (KVCache,),
+    "targets": (tuple,),
 }
+_REALS = ("softcap", "scale")
 
 
 def validate(spec) -> list[Diagnostic]:
     """Every problem of an AttentionSpec however it was made (parsed, built directly, changed
     with dataclasses.replace), by the language's own rules: the spec is printed (format_spec)
     and read back by this reader, so an object is checked exactly as strictly as text. A value
-    the text cannot say (a wrong type, a field that reads back differently) is reported by name.
-    Diagnostics point into the printed text, named <AttentionSpec NAME>."""
+    the text cannot say (a wrong type, a field that reads back differently or as another type)
+    is reported by name. Diagnostics point into the printed text, named <AttentionSpec NAME>."""
     if not isinstance(spec, AttentionSpec):
         return [Diagnostic(f"expected an AttentionSpec, not {type(spec).__name__}")]
-    bad = [f"{f} = {getattr(spec, f)!r}" for f, types in _FIELD_TYPES.items()
-           if not isinstance(getattr(spec, f), types) or isinstance(getattr(spec, f), bool)]
+    name = clip(repr(spec.name), 80)  # a valid name (64 characters) whole, with its quotes
+    bad = [(f, getattr(spec, f), types) for f, types in _FIELD_TYPES.items() if type(getattr(spec, f)) not in types]
     if bad:
-        return [Diagnostic(f"AttentionSpec {spec.name!r}: field {b} has the wrong type") for b in bad]
+        return [Diagnostic(f"AttentionSpec {name}: field {f} = {clip(repr(v), 200)} has the wrong type "
+                           f"({type(v).__name__}; {_needed(types)} is needed)") for f, v, types in bad]
     where = f"<AttentionSpec {spec.name[:64]!r}>"
     try:
         text = format_spec(spec)
     except (TypeError, ValueError, AttributeError, OverflowError) as e:
-        return [Diagnostic(f"AttentionSpec {spec.name!r} cannot be written in the language: {e}")]
+        return [Diagnostic(f"AttentionSpec {name} cannot be written in the language: {clip(str(e), 200)}")]
     try:
         specs, diags = parse_collect(text, where)
     except SpecError as e:
         return list(e.diagnostics)
     if diags:
         return diags
-    if specs != [spec]:
-        back = specs[0]
-        fields = [f for f in _FIELD_TYPES if getattr(back, f) != getattr(spec, f)]
-        return [Diagnostic(f"AttentionSpec {spec.name!r}: field {f} = {getattr(spec, f)!r} is not a value of the "
-                           f"language (it reads back as {getattr(back, f)!r})") for f in fields]
+    back = specs[0]
+    # equal is not enough: numpy.int64(3) prints as 3 and reads back equal (an int real, which
+    # reads back as a float, is the one difference of type the language has)
+    reals = {f: float(getattr(spec, f)) for f in _REALS if type(getattr(spec, f)) is int}
+    same_types = typed_key(dataclasses.replace(spec, **reals)) == typed_key(back) if reals else \
+        typed_key(spec) == typed_key(back)
+    if specs != [spec] or not same_types:
+        fields = [f for f in _FIELD_TYPES if f not in reals and
+                  typed_key(getattr(back, f)) != typed_key(getattr(spec, f))]
+        return [Diagnostic(f"AttentionSpec {name}: field {f} = {clip(repr(getattr(spec, f)), 200)} is not a value "
+                           f"of the language (it reads back as {clip(repr(getattr(back, f)), 200)})") for f in fields]
     return []
+
+
+def _needed(types) -> str:
+    """'an int', 'a str or None', 'an int, a float or None'."""
+    names = ["None" if t is _NONE else ("an " if t.__name__[0] in "aeiouAEIOU" else "a ") + t.__name__ for t in types]
+    return _either(names)

@@ -12,7 +12,7 @@ backends define which targets and options exist (attngen.lang.options).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 import math
 
 from .options import target_schemas
@@ -132,6 +132,18 @@ class AttentionSpec:
     def span(self, key: str):
         """Where `key` was written (falls back to the kernel's name)."""
         return self.spans.get(key) or self.spans.get("name")
+
+
+def typed_key(value):
+    """`value` with the type of every part: equal only where the values are equal and of the same
+    types. Specs compare as their values (32 == 32.0, 1 == True, 3 == numpy.int64(3)): a memo of
+    validated specs is keyed by this instead, so a spec of other types is validated itself.
+    (Spans take no part, as in equality.)"""
+    if is_dataclass(value) and not isinstance(value, type):
+        return (type(value), tuple(typed_key(getattr(value, f.name)) for f in fields(value) if f.compare))
+    if type(value) is tuple:
+        return (tuple, tuple(typed_key(x) for x in value))
+    return (type(value), value)
 
 
 def format_number(x) -> str:

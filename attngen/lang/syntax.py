@@ -13,7 +13,7 @@ import re
 import lark
 from lark import Transformer, v_args
 
-from ..errors import Diagnostic, Source, Span, SpecError, did_you_mean
+from ..errors import Diagnostic, Source, Span, SpecError, clip, did_you_mean
 from ..resources import resource_path
 
 # Kernel names become C and WGSL identifiers (prefixed); keep them short and plain.
@@ -206,7 +206,7 @@ def _syntax_error(source: Source, err: lark.exceptions.UnexpectedInput) -> Diagn
                 hint = "a block opened with '{' is not closed with '}'"
             end_col = col + 1
         else:
-            shown = "end of line" if tok.type == "_NL" else repr(str(tok))
+            shown = "end of line" if tok.type == "_NL" else repr(clip(str(tok)))
             msg = f"unexpected {shown}; expected {_describe(err.expected)}"
             end_col = col + max(1, len(str(tok).split("\n")[0]))
             unclosed = _unclosed_block(source, line)

@@ -14,7 +14,7 @@ import functools
 
 from ..errors import Diagnostic
 from ..lang import validate
-from ..lang.spec import AttentionSpec
+from ..lang.spec import AttentionSpec, typed_key
 from .kernel_plan import Problem
 from .profiles import Profile
 
@@ -46,12 +46,15 @@ def _validated(spec) -> list[Diagnostic]:
     """attngen.lang.validate, remembered per spec (a spec is checked once however often it is
     planned); an unhashable spec is invalid anyway and is checked every time."""
     try:
-        hash(spec)
+        key = typed_key(spec)
+        hash(key)
     except TypeError:
         return validate(spec)
-    return list(_validate_cached(spec))
+    return list(_validate_cached(key, spec))
 
 
 @functools.lru_cache(maxsize=1024)
-def _validate_cached(spec) -> tuple:
+def _validate_cached(key, spec) -> tuple:
+    """Keyed by typed_key(spec) first: specs equal in value but not in type (head_dim 32 and
+    32.0) share no entry, so neither one's answer is given for the other."""
     return tuple(validate(spec))

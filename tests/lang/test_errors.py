@@ -138,17 +138,32 @@ def test_dtype_aliases_are_errors_with_the_right_name(dtype, hint):
     assert (d.span.line, d.span.column) == (3, 7)
 
 
-def test_head_dm_suggests_head_dim_and_reports_the_missing_key():
+def test_head_dm_suggests_head_dim_and_is_one_error():
+    """One typo was two errors: the unknown key and the missing head_dim. The unknown key whose
+    suggestion is the missing required key says it all."""
     err = error_of("attention llama {\n    head_dm 128\n    dtype f16\n}\n")
     msgs = [(d.span.line, d.message, d.hint) for d in err.diagnostics]
     assert msgs == [
-        (1, "attention 'llama' has no 'head_dim' (it is required)",
-         "add a line: head_dim N  or  head_dim qk=N v=M  (multiples of 8, 8..1024)"),
         (2, "unknown key 'head_dm'", "did you mean 'head_dim'?"),
     ]
     text = str(err)
     assert "bad.attn:2:5: error: unknown key 'head_dm'\n        head_dm 128\n        ^^^^^^^\n" \
            "  hint: did you mean 'head_dim'?" in text
+
+
+@pytest.mark.parametrize("body, expected", [
+    # a typo of dtype: one error, as for head_dim
+    ("head_dim 64\ndtyp f16", [(3, "unknown key 'dtyp'")]),
+    # a typo of head_dim and no dtype: the typo, and dtype missing
+    ("head_dm 64", [(1, "attention 'k' has no 'dtype' (it is required)"), (2, "unknown key 'head_dm'")]),
+    # an unknown key close to nothing required: the missing key is still reported
+    ("headz 64\ndtype f16", [(1, "attention 'k' has no 'head_dim' (it is required)"), (2, "unknown key 'headz'")]),
+    # the close match given as well: the typo is still an error, nothing is missing
+    ("head_dim 64\nhead_dm 64\ndtype f16", [(3, "unknown key 'head_dm'")]),
+])
+def test_a_typo_of_a_required_key_is_not_also_a_missing_key(body, expected):
+    err = error_of(block(body, "k"))
+    assert [(d.span.line, d.message) for d in err.diagnostics] == expected
 
 
 def test_mask_caual_full_message():

@@ -170,3 +170,126 @@ def test_a_spec_file_at_the_limit_is_read_and_one_byte_more_is_not(tmp_path, mon
     with pytest.raises(attngen.SpecError, match="longer than 4096 bytes"):
         attngen.load(over)
     assert MAX_SOURCE_BYTES == 64 << 20
+
+
+# -- huge words (issue 40) --------------------------------------------------------------------
+
+_HUGE = "w" * (5 << 20)  # a 5 MB word: one token, so the token limit does not refuse it first
+HUGE_WORDS = {
+    "key": f"attention a {{\n head_dim 64\n dtype f16\n {_HUGE} 1\n}}\n",
+    "dtype": f"attention a {{\n head_dim 64\n dtype {_HUGE}\n}}\n",
+    "mask": f"attention a {{\n head_dim 64\n dtype f16\n mask {_HUGE}\n}}\n",
+    "mask call": f"attention a {{\n head_dim 64\n dtype f16\n mask {_HUGE}(left=1)\n}}\n",
+    "target option": f"attention a {{\n head_dim 64\n dtype f16\n target cuda {{ {_HUGE}=4 }}\n}}\n",
+    "target value": f"attention a {{\n head_dim 64\n dtype f16\n target wgsl {{ subgroups={_HUGE} }}\n}}\n",
+    "target name": f"attention a {{\n head_dim 64\n dtype f16\n target {_HUGE}\n}}\n",
+    "schedule": f"attention a {{\n head_dim 64\n dtype f16\n schedule {_HUGE}\n}}\n",
+    "head_dim word": f"attention a {{\n head_dim {_HUGE}\n dtype f16\n}}\n",
+    "kernel name": f"attention {_HUGE} {{\n head_dim 64\n}}\n",
+}
+
+
+@pytest.mark.parametrize("text", HUGE_WORDS.values(), ids=HUGE_WORDS.keys())
+def test_a_huge_word_is_quoted_short_and_refused_quickly(text, capsys, tmp_path):
+    """A key, dtype, mask or option word of several MB was quoted whole in the error (2 MB of
+    stderr per word), and did_you_mean ran difflib on it (a 50 MB key: 10-15 s and 2.2 GiB)."""
+    attngen.parse("attention w {\n head_dim 64\n dtype f16\n}\n")  # the parser built: not timed
+    err = None
+
+    def refuse():
+        nonlocal err
+        with pytest.raises(attngen.SpecError) as info:
+            attngen.lang.parse(text)
+        err = info.value
+
+    assert _cpu_seconds(refuse) < 1.0
+    shown = len(str(err))
+    assert shown < 4000
+    assert max(len(d.message) + len(d.hint or "") for d in err.diagnostics) < 800
+    path = tmp_path / "huge.attn"
+    path.write_text(text)
+    assert main(["check", str(path)]) == 1
+    stderr = len(capsys.readouterr().err)
+    assert stderr < 4000
+
+
+def test_a_long_word_is_quoted_whole_up_to_the_longest_name():
+    """Clipping starts past MAX_NAME_LENGTH characters: every word a kernel could use is shown whole."""
+    word = "x" * 64
+    (d,) = _error(f"attention a {{\n head_dim 64\n dtype {word}\n}}\n").diagnostics
+    assert d.message == f"unknown dtype '{word}' (expected f16, bf16, f32)"
+    (d,) = _error(f"attention a {{\n head_dim 64\n dtype {word}x\n}}\n").diagnostics
+    assert d.message == f"unknown dtype '{'x' * 60}...' (expected f16, bf16, f32)"
+
+
+def test_did_you_mean_skips_words_too_long_to_be_close():
+    """No choice can be within difflib's cutoff of a word over 3 times its length: the answer is
+    None without building difflib's tables for the word."""
+    from attngen.errors import did_you_mean
+    assert did_you_mean("head_dm", ["head_dim", "dtype"]) == "did you mean 'head_dim'?"
+    assert did_you_mean("h" * 25, ["head_dim"]) is None
+    t = _cpu_seconds(lambda: did_you_mean("w" * (50 << 20), ["head_dim", "dtype"]))
+    assert t < 0.5
+
+
+# -- exact types of a hand-built spec (issue 40) ------------------------------------------------
+
+_TEXT = ("attention a {\n head_dim 32\n heads q=1 kv=1\n dtype f16\n mask window(left=3)\n"
+         " tile q=64 kv=64\n target cuda { warps=4 }\n}\n")
+
+
+def _typed_twins():
+    """A parsed spec, and hand-made ones equal to it (== and hash) whose values have other types."""
+    import numpy as np
+    (spec,) = attngen.parse(_TEXT)
+    r = dataclasses.replace
+    return spec, {
+        "head_dim_qk=32.0": r(spec, head_dim_qk=32.0),
+        "head_dim_v=np.int64": r(spec, head_dim_v=np.int64(32)),
+        "heads_q=True": r(spec, heads_q=True, heads_kv=True),
+        "mask.left=np.int64": r(spec, mask=Mask("window", left=np.int64(3), right=0)),
+        "mask.right=0.0": r(spec, mask=Mask("window", left=3, right=0.0)),
+        "tile.q=64.0": r(spec, tile=dataclasses.replace(spec.tile, q=64.0)),
+        "warps=4.0": r(spec, targets={"cuda": {"warps": 4.0}}),
+        "warps=np.int64": r(spec, targets={"cuda": {"warps": np.int64(4)}}),
+    }
+
+
+@pytest.mark.parametrize("case", list(_typed_twins()[1]))
+def test_an_equal_spec_of_other_types_does_not_share_the_validation_memo(case):
+    """Validation was remembered by spec equality (32.0 == 32, True == 1): replace(parsed,
+    head_dim_qk=32.0) skipped validation (CUDA emitted `constexpr int kHeadDimQK = 32.0;`), and a
+    hand-built 32.0 checked first made the equal parsed spec refused afterwards."""
+    spec, twins = _typed_twins()
+    twin = twins[case]
+    assert twin == spec and hash(twin) == hash(spec)
+    field = case.split("=")[0]
+    for entry in ("cuda", "wgsl"):
+        with pytest.raises(attngen.SpecError) as info:
+            attngen.emit(twin, target=entry)
+        assert field.split(".")[-1] in str(info.value)
+    # the other order: the twin checked first does not make the parsed spec invalid
+    from attngen.plan import check
+    check._validate_cached.cache_clear()
+    assert attngen.check(twin, "wgsl") != []
+    assert attngen.check(spec, "wgsl") == []
+    assert attngen.check(twin, "wgsl") != []
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(head_dim_qk=32.0), "field head_dim_qk = 32.0 has the wrong type (float; an int is needed)"),
+    (dict(heads_q=True, heads_kv=1), "field heads_q = True has the wrong type (bool; an int or None is needed)"),
+    (dict(dtype=None), "field dtype = None has the wrong type (NoneType; a str is needed)"),
+])
+def test_a_hand_built_spec_names_the_field_of_a_wrong_type(fields, message):
+    spec = AttentionSpec(**{**dict(name="a", head_dim_qk=32, head_dim_v=32, dtype="f16"), **fields})
+    with pytest.raises(attngen.SpecError) as info:
+        attngen.emit(spec, target="cuda")
+    assert message in str(info.value)
+
+
+def test_an_int_scale_is_a_value_of_the_language():
+    """scale and softcap are reals: an int is one (the text `scale 2` says 2.0)."""
+    (spec,) = attngen.parse("attention a {\n head_dim 32\n dtype f16\n scale 2\n}\n")
+    assert attngen.check(dataclasses.replace(spec, scale=2), "cuda") == []
+    assert attngen.check(spec, "cuda") == []
