@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
+import json
 
 from . import backends
-from .errors import Diagnostic, SpecError, did_you_mean
+from .errors import Diagnostic, Source, SpecError, did_you_mean
 from .lang import decode_source, mark_read, read_source
 from .lang import parse as _parse
 from .lang import parse_collect as _parse_collect
 from .lang.spec import AttentionSpec
 from .lang.spec import format_spec as _format_spec
+from .lang.spec import specs_from_data, specs_to_data
 from .plan.check import check as _check
 from .plan.kernel_plan import Emitted, KernelPlan
 from .plan.lower import lower as _lower
@@ -43,16 +44,20 @@ def parse(text, filename: str = "<string>") -> list[AttentionSpec]:
     if key is not None:
         data = disk_cache.get(key, ".spec")
         if data is not None:
+            # JSON data, never a pickle: whoever wrote the entry chooses only field values
             try:
-                specs = pickle.loads(data)  # noqa: S301 - the user's own cache, like its cubins
-            except Exception:  # an entry of another attngen: parse again
+                specs = specs_from_data(json.loads(data), Source(filename, text))
+            except (ValueError, TypeError, KeyError):  # not JSON, or JSON of another form: parse again
                 specs = None
-            if isinstance(specs, list) and all(isinstance(x, AttentionSpec) for x in specs):
+            if specs:
                 mark_read(specs)
                 return specs
     specs = _parse(text, filename)
-    if key is not None:
-        disk_cache.put(key, ".spec", pickle.dumps(specs))  # an unwritable cache only costs time
+    if key is not None and specs:
+        source = next(iter(specs[0].spans.values())).source if specs[0].spans else None
+        data = specs_to_data(specs, source) if source and (source.name, source.text) == (filename, text) else None
+        if data is not None:  # an unwritable cache only costs time
+            disk_cache.put(key, ".spec", json.dumps(data, separators=(",", ":")).encode())
     return specs
 
 
@@ -62,7 +67,7 @@ def _parse_key(text, filename: str) -> str | None:
     of the language but not of the generator version)."""
     if not isinstance(text, str) or set(backends.names()) != set(backends.BUILTIN):
         return None
-    return disk_cache.cache_key(kind="spec", generator=generator_version(), filename=filename,
+    return disk_cache.cache_key(kind="spec", form="json", generator=generator_version(), filename=filename,
                                 text=hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
 
 

@@ -101,11 +101,12 @@ def _accumulate(out, lse, part, row0, row1=None):
 def _merge_into(out, lse, part):
     """attngen.merge of (out, lse) (f32 torch tensors, written in place) with a kernel's part (o, l):
     lse' = log(exp(lse) + exp(l)), out' = exp(lse - lse') out + exp(l - lse') o; rows neither saw
-    keep out 0 and lse -inf (logaddexp(-inf, -inf) = -inf, and their weights are set to 0)."""
+    keep out 0 and lse -inf (logaddexp(-inf, -inf) = -inf, and their weights are set to 0); a
+    NaN lse gives NaN out and lse for its row (its weights are NaN), as merge does."""
     import torch
     o, l = part
     new = torch.logaddexp(lse, l)
-    seen = new > -float("inf")
+    seen = new != -float("inf")  # NaN counts as seen: exp(x - NaN) = NaN poisons the row's out
     def weight(x):  # (..., H, L) -> (..., L, H, 1), 0 where no part saw a key
         return torch.where(seen, torch.exp(x - new), 0.0).transpose(-1, -2).unsqueeze(-1)
     out.mul_(weight(lse)).addcmul_(o, weight(l))

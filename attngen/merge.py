@@ -8,7 +8,9 @@ the attention over the union of the key sets is
     lse = log(sum_s exp(lse_s)),   out = sum_s exp(lse_s - lse) * out_s
 
 (the split_kv combine of the kernels computes the same). Parts that saw no key of a row
-have lse_s = -inf and weight 0; a row no part saw stays 0 with lse -inf, never NaN. Works on
+have lse_s = -inf and weight 0; a row no part saw stays 0 with lse -inf, never NaN. A row for
+which any part's lse is NaN merges to out = NaN and lse = NaN (NaN in, NaN out, for that row
+only; docs/architecture.md "Numerics"), never to the -inf of a row no part saw. Works on
 numpy, CuPy and PyTorch arrays alike (the result is of the inputs' kind and dtype; the
 arithmetic is float32, or float64 for float64 inputs).
 """
@@ -67,6 +69,10 @@ def merge(outs, lses):
         stack = lambda xs: xp.stack([x.astype(wide) for x in xs])  # noqa: E731
         amax = lambda x: x.max(axis=0)  # noqa: E731
     L = stack(lses)  # (S, ..., H, L)
+    # A NaN lse poisons its row: without this the row max would be NaN, fail `seen` and come
+    # out as a row no part saw (0, -inf).
+    poisoned = xp.isnan(L).any(0)
+    L = xp.where(poisoned[None], xp.full_like(L, -float("inf")), L)
     m = amax(L)
     seen = m > -float("inf")
     m_safe = xp.where(seen, m, xp.zeros_like(m))
@@ -75,6 +81,8 @@ def merge(outs, lses):
     lse = xp.where(seen, m_safe + xp.log(xp.where(seen, total, xp.ones_like(total))),
                    xp.full_like(m, -float("inf")))
     weight = xp.where(seen[None], w / xp.where(seen, total, xp.ones_like(total))[None], xp.zeros_like(w))
+    lse = xp.where(poisoned, xp.full_like(lse, float("nan")), lse)
+    weight = xp.where(poisoned[None], xp.full_like(weight, float("nan")), weight)  # NaN * out = NaN
     # (S, ..., H, L) -> (S, ..., L, H, 1) to scale the outputs
     nd = weight.ndim
     perm = tuple(range(nd - 2)) + (nd - 1, nd - 2)

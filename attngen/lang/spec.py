@@ -199,3 +199,76 @@ def format_spec(spec: AttentionSpec) -> str:
             rows.append(("target", f"{schema.name} {{ {opts} }}"))
     body = "\n".join(f"    {k:<10} {v}".rstrip() for k, v in rows)
     return f"attention {s.name} {{\n{body}\n}}\n"
+
+
+# ---- specs as JSON data (api.parse's disk cache) -----------------------------------------------
+
+# The fields of each dataclass a stored spec holds, with the JSON types each may take: the cache
+# of parsed text keeps data, never code (a pickle would run whatever its writer put in it).
+_NUM = (int, float)
+_FIELDS = {
+    Mask: {"kind": str, "bottom_right": bool, "left": (int, type(None)), "right": (int, type(None))},
+    Schedule: {"kind": str, "splits": (int, type(None))},
+    KVCache: {"kind": str, "page": (int, type(None))},
+    Tile: {"q": (int, type(None)), "kv": (int, type(None)), "d": (int, type(None))},
+}
+_SPEC_FIELDS = {"name": str, "head_dim_qk": int, "head_dim_v": int, "dtype": str, "heads_q": (int, type(None)),
+                "heads_kv": (int, type(None)), "acc_qk": str, "acc_pv": str, "softcap": _NUM + (type(None),),
+                "scale": _NUM + (type(None),)}
+_PARTS = {"mask": Mask, "tile": Tile, "schedule": Schedule, "kv_cache": KVCache}
+
+
+def specs_to_data(specs, source) -> list | None:
+    """`specs` (parsed from `source`, an errors.Source) as JSON-able data, spans as [line,
+    column, end_line, end_column]; None when a span points into another source (not storable
+    as positions in this one)."""
+    out = []
+    for s in specs:
+        d = {k: getattr(s, k) for k in _SPEC_FIELDS}
+        d.update({k: {f: getattr(getattr(s, k), f) for f in _FIELDS[cls]} for k, cls in _PARTS.items()})
+        d["targets"] = [[name, [list(kv) for kv in options]] for name, options in s.targets]
+        spans = {}
+        for key, span in s.spans.items():
+            if span.source is not source:
+                return None
+            spans[key] = [span.line, span.column, span.end_line, span.end_column]
+        d["spans"] = spans
+        out.append(d)
+    return out
+
+
+def _typed(d, fields: dict, what: str) -> dict:
+    if not isinstance(d, dict) or set(d) != set(fields):
+        raise ValueError(f"stored {what}: fields {sorted(d) if isinstance(d, dict) else type(d).__name__}")
+    for k, kinds in fields.items():
+        if not isinstance(d[k], kinds) or (isinstance(d[k], bool) and bool not in (kinds if isinstance(kinds, tuple) else (kinds,))):
+            raise ValueError(f"stored {what}.{k}: {d[k]!r}")
+    return d
+
+
+def specs_from_data(data, source) -> list:
+    """The specs specs_to_data stored, their spans pointing into `source`; ValueError for data
+    of any other form (an entry of another attngen, or not written by attngen)."""
+    from ..errors import Span
+    if not isinstance(data, list):
+        raise ValueError("stored specs: not a list")
+    specs = []
+    for d in data:
+        _typed(d, {**{k: object for k in _SPEC_FIELDS}, **{k: object for k in _PARTS}, "targets": list,
+                   "spans": dict}, "spec")
+        _typed({k: d[k] for k in _SPEC_FIELDS}, _SPEC_FIELDS, "spec")
+        parts = {k: cls(**_typed(d[k], _FIELDS[cls], k)) for k, cls in _PARTS.items()}
+        targets = []
+        for item in d["targets"]:
+            name, options = item
+            if not isinstance(name, str) or not all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
+                                                    for k, v in options):
+                raise ValueError(f"stored target options: {item!r}")
+            targets.append((name, tuple((k, v) for k, v in options)))
+        spans = {}
+        for key, pos in d["spans"].items():
+            if not (isinstance(pos, list) and len(pos) == 4 and all(type(x) is int for x in pos)):
+                raise ValueError(f"stored span {key}: {pos!r}")
+            spans[key] = Span(source, *pos)
+        specs.append(AttentionSpec(**{k: d[k] for k in _SPEC_FIELDS}, **parts, targets=tuple(targets), spans=spans))
+    return specs

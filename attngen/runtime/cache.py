@@ -23,6 +23,14 @@ entry to temporary files (`.<key>.*.tmp`) and renames them into place, digest fi
 POSIX), so readers never see a partial entry: a reader that finds an entry it cannot verify
 takes the lock and looks again before it rebuilds anything.
 
+Trust. The cache holds data, never code for the host: cubins (loaded onto the GPU), WGSL
+source, JSON manifests, tune results and parsed specs (JSON). Whoever can write the directory
+still chooses the kernels every reader runs, so a directory that group or others can write, or
+that another user owns, is not used at all (`unsafe()`): one CacheWarning per process and
+directory says why and how to fix it (`chmod go-w`), and every kernel is built in memory.
+attngen makes the directory mode 0700. The digest line names the entry's file, key and suffix
+included, so an entry copied under another key fails its digest.
+
 `summary()` and `clear()` serve `attngen cache info` and `attngen cache clear`; they count and
 remove only files whose names are of the forms above, and leave anything else alone.
 """
@@ -65,6 +73,51 @@ def cache_dir_source() -> str:
     if os.environ.get("XDG_CACHE_HOME"):
         return "$XDG_CACHE_HOME/attngen"
     return "the default, ~/.cache/attngen"
+
+
+_UNSAFE_WARNED: set = set()  # directories refused with a warning in this process
+
+
+def unsafe(root: Path) -> str | None:
+    """Why the cache directory `root` must not be used (writable by group or others, or owned
+    by another user), or None (fine, or missing: attngen makes it private). POSIX only."""
+    if not hasattr(os, "geteuid"):
+        return None
+    try:
+        st = os.stat(root)
+    except OSError:
+        return None  # missing (made 0700 when first written) or unreadable (handled as such)
+    if st.st_uid != os.geteuid():
+        return f"is owned by user {st.st_uid}, not by this user ({os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"is writable by its group or by others (mode {st.st_mode & 0o7777:o})"
+    return None
+
+
+def _fix(root: Path, why: str) -> str:
+    if "owned by" in why:
+        return "set ATTNGEN_CACHE_DIR to a directory of your own"
+    return f"make it private with 'chmod go-w {root}'"
+
+
+def _usable(root: Path) -> bool:
+    """Whether the cache directory may be read and written; warns once per directory if not."""
+    why = unsafe(root)
+    if why is None:
+        return True
+    if str(root) not in _UNSAFE_WARNED:
+        _UNSAFE_WARNED.add(str(root))
+        warnings.warn(f"attngen cache directory {root} {why}; it is not used (whoever can write it "
+                      f"chooses the kernels attngen loads): every kernel is built in memory; {_fix(root, why)}",
+                      CacheWarning,
+                      stacklevel=4)
+    return False
+
+
+def _make_dir(root: Path) -> None:
+    """The cache directory, made private (0700) when attngen makes it."""
+    root.parent.mkdir(parents=True, exist_ok=True)
+    root.mkdir(mode=0o700, exist_ok=True)
 
 
 def cache_key(**parts) -> str:
@@ -139,16 +192,22 @@ def _warn(path: Path, problem: str, stored: str | None) -> None:
 
 
 def get(key: str, suffix: str) -> bytes | None:
-    """The bytes of an entry written by put(), or None (missing, unreadable or failing its digest)."""
-    data, _ = _load(cache_dir() / f"{key}{suffix}")
+    """The bytes of an entry written by put(), or None (missing, unreadable, failing its digest,
+    or in a directory others can write)."""
+    root = cache_dir()
+    if not _usable(root):
+        return None
+    data, _ = _load(root / f"{key}{suffix}")
     return data
 
 
 def put(key: str, suffix: str, data: bytes) -> str | None:
     """Write (or replace) an entry, atomically with its digest; None, or why it could not be."""
     root = cache_dir()
+    if not _usable(root):
+        return f"the cache directory {unsafe(root)}"
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        _make_dir(root)
     except OSError as e:
         return _reason(e)
     return _store(root, key, root / f"{key}{suffix}", data)
@@ -156,6 +215,8 @@ def put(key: str, suffix: str, data: bytes) -> str | None:
 
 def entries(suffix: str):
     """The bytes of every valid entry with this suffix."""
+    if not _usable(cache_dir()):
+        return
     listing = _scan(cache_dir()) or []
     for name, kind, _ in listing:
         if kind == "entry" and name.endswith(suffix):
@@ -170,12 +231,14 @@ def cached(key: str, suffix: str, build) -> tuple[bytes, bool]:
     An entry that fails its digest or cannot be read is rebuilt with a CacheWarning (module
     docstring); errors of the cache itself never reach the caller, errors of `build()` do."""
     root = cache_dir()
+    if not _usable(root):
+        return build(), False
     path = root / f"{key}{suffix}"
     data, problem = _load(path)
     if data is not None:
         return data, True
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        _make_dir(root)
         lock = open(root / f"{key}.lock", "a+b")
     except OSError as e:  # an unwritable cache only costs time
         data = build()
@@ -242,6 +305,7 @@ class Summary:
     total_bytes: int = 0  # every file attngen wrote: entries, digests, lock and temporary files
     undigested: int = 0  # entries without a digest file (rebuilt when next used)
     other_files: list = field(default_factory=list)  # names attngen did not write (left alone)
+    unsafe: str | None = None  # why the directory is not used (unsafe()), or None
 
 
 def _scan(root: Path):
@@ -266,7 +330,7 @@ def summary(root: Path | None = None) -> Summary:
     """The cache's directory, entries by kind and sizes; OSError when the directory exists but
     cannot be listed."""
     root = cache_dir() if root is None else Path(root)
-    s = Summary(directory=root, source=cache_dir_source())
+    s = Summary(directory=root, source=cache_dir_source(), unsafe=unsafe(root))
     items = _scan(root)
     if items is None:
         return s
@@ -303,6 +367,9 @@ def _plural(n: int, one: str, many: str) -> str:
 def describe(s: Summary) -> list[str]:
     """The lines of `attngen cache info`."""
     lines = [f"cache directory: {s.directory} (from {s.source})"]
+    if s.unsafe:
+        lines.append(f"not used: the directory {s.unsafe}; attngen builds every kernel in memory "
+                     f"until it is fixed ({_fix(s.directory, s.unsafe)})")
     if not s.exists:
         lines.append("0 entries (the directory does not exist yet)")
         return lines

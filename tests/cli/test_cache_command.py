@@ -66,3 +66,17 @@ def test_a_cache_directory_that_is_a_file(capsys, tmp_path, monkeypatch):
     for action in ("info", "clear"):
         code, _, err = run(capsys, "cache", action)
         assert code == 1 and err.startswith(f"error: cannot read the cache directory {blocker}: ")
+
+
+def test_info_says_a_directory_others_can_write_is_not_used(capsys, tmp_path, monkeypatch):
+    """(issue 40) A cache directory others can write is not used; `cache info` says so and how to fix it."""
+    root = tmp_path / "shared"
+    root.mkdir()
+    os.chmod(root, 0o777)
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(root))
+    code, out, _ = run(capsys, "cache", "info")
+    assert code == 0 and "not used: the directory is writable by its group or by others (mode 777)" in out
+    assert f"chmod go-w {root}" in out
+    os.chmod(root, 0o700)
+    code, out, _ = run(capsys, "cache", "info")
+    assert code == 0 and "not used" not in out

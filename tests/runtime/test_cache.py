@@ -313,3 +313,108 @@ def test_a_changed_text_is_parsed_again(tmp_path, monkeypatch):
     b = attngen.parse("attention a {\n head_dim 64\n dtype f16\n mask causal\n}")[0]
     assert a.mask.kind == "none" and b.mask.kind == "causal"
     assert attngen.parse("attention a {\n head_dim 64\n dtype f16\n}")[0] == a
+
+
+# ---- issue 40 (hostile input): each failed before its fix ---------------------------------------
+
+def test_the_parse_cache_holds_data_not_code(tmp_path, monkeypatch):
+    """The parsed-spec entry was a pickle: whoever could write the cache directory ran code in
+    every attngen process that parsed that text. It is JSON now, and a pickle planted under the
+    key (with a valid digest) is never unpickled: the text is parsed again."""
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(tmp_path))
+    text, name = "attention a {\n head_dim 64\n dtype f16\n mask causal\n}\n", "a.attn"
+    from attngen.api import _parse_key
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    import pickle
+    cache.put(_parse_key(text, name), ".spec", pickle.dumps([Payload()]))
+    spec = attngen.parse(text, name)[0]
+    assert not marker.exists() and spec.mask.kind == "causal"
+    import json
+    stored = json.loads(cache.get(_parse_key(text, name), ".spec"))  # written again, as data
+    assert stored and not marker.exists()
+
+
+def test_specs_from_the_parse_cache_keep_their_source_positions(tmp_path, monkeypatch):
+    """A spec read back from the cache equals the parsed one, spans included (the diagnostics of
+    `check` point at its lines), for a spec with every kind of field."""
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(tmp_path))
+    text = ("attention a {\n head_dim qk=192 v=128\n heads q=16 kv=4\n dtype bf16\n mask window(left=7, right=0)\n"
+            " softcap 30.5\n scale 0.125\n tile q=64 kv=32 d=64\n schedule split_kv(4)\n kv_cache paged(page=16)\n"
+            " target cuda { warps=4 stages=2 }\n}\nattention b {\n head_dim 64\n dtype f16\n}\n")
+    first = attngen.parse(text, "x.attn")
+    again = attngen.parse(text, "x.attn")
+    assert again == first and [repr(s) for s in again] == [repr(s) for s in first]
+
+    def spans(specs):
+        return [{k: (v.source.name, v.source.text, v.line, v.column, v.end_line, v.end_column)
+                 for k, v in s.spans.items()} for s in specs]
+    assert spans(again) == spans(first) and spans(again)[0]
+
+
+def test_an_entry_copied_under_another_key_is_refused(tmp_path, monkeypatch):
+    """An entry and its digest copied to another key's names fail the digest, which names the
+    entry's own file (key and suffix): a cubin of one kernel is never loaded as another's."""
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(tmp_path))
+    a, b = "a" * 32, "b" * 32
+    cache.cached(a, ".cubin", lambda: b"kernel a")
+    for suffix in ("", ".sha256"):
+        (tmp_path / f"{b}.cubin{suffix}").write_bytes((tmp_path / f"{a}.cubin{suffix}").read_bytes())
+    with pytest.warns(cache.CacheWarning, match="does not match its sha256 digest"):
+        assert cache.cached(b, ".cubin", lambda: b"kernel b") == (b"kernel b", False)
+    assert cache.get(b, ".cubin") == b"kernel b"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX permissions")
+@pytest.mark.parametrize("mode", [0o775, 0o777, 0o1777])
+def test_a_cache_directory_others_can_write_is_not_used(tmp_path, monkeypatch, mode):
+    """Whoever can write the cache directory chooses the cubins every reader loads (and, with
+    the old pickled specs, ran code): a directory writable by group or others is not used --
+    one CacheWarning per process and directory, then every kernel is built, nothing is read
+    or written there."""
+    root = tmp_path / "shared"
+    root.mkdir()
+    os.chmod(root, mode)
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(root))
+    (root / ("c" * 32 + ".cubin")).write_bytes(b"planted")
+    (root / ("c" * 32 + ".cubin.sha256")).write_bytes(cache._digest_line(root / ("c" * 32 + ".cubin"), b"planted"))
+    with pytest.warns(cache.CacheWarning, match=r"writable by its group or by others.*not used.*chmod go-w"):
+        assert cache.cached("c" * 32, ".cubin", lambda: b"built") == (b"built", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per directory
+        assert cache.cached("d" * 32, ".cubin", lambda: b"built") == (b"built", False)
+        assert cache.get("c" * 32, ".cubin") is None
+        assert cache.put("d" * 32, ".cubin", b"x") is not None
+        assert list(cache.entries(".cubin")) == []
+    assert sorted(os.listdir(root)) == ["c" * 32 + ".cubin", "c" * 32 + ".cubin.sha256"]
+    assert "not used" in "\n".join(cache.describe(cache.summary()))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX owners")
+def test_a_cache_directory_of_another_user_is_not_used(tmp_path, monkeypatch):
+    root = tmp_path / "theirs"
+    root.mkdir(mode=0o700)
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(root))
+    me = os.geteuid()
+    monkeypatch.setattr(os, "geteuid", lambda: me + 1)  # as if another user owned it
+    with pytest.warns(cache.CacheWarning, match=f"owned by user {me}, not by this user"):
+        assert cache.cached("e" * 32, ".cubin", lambda: b"built") == (b"built", False)
+    assert os.listdir(root) == []
+
+
+def test_a_new_cache_directory_is_private(tmp_path, monkeypatch):
+    """The directory attngen makes is the user's alone (0700, whatever the umask)."""
+    root = tmp_path / "new" / "attngen"
+    monkeypatch.setenv("ATTNGEN_CACHE_DIR", str(root))
+    old = os.umask(0o002)
+    try:
+        cache.cached("f" * 32, ".cubin", lambda: b"built")
+    finally:
+        os.umask(old)
+    if os.name == "posix":
+        assert root.stat().st_mode & 0o777 == 0o700
+    assert cache.get("f" * 32, ".cubin") == b"built"

@@ -362,3 +362,54 @@ def test_key_warps_is_kept_through_a_tuned_choice():
     assert tune.apply(s, "cuda", {"tile_q": 16, "tile_kv": 64, "options": {"stages": 3}}).options("cuda") == {
         "key_warps": 2, "stages": 3}
     assert not tune.is_auto(spec_of("head_dim 128\n dtype f16\n target cuda { warps=4 }"), "cuda")
+
+
+# ---- issue 40 (hostile input): each failed before its fix ---------------------------------------
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_merge_of_a_nan_lse_is_nan(kind, dtype):
+    """A part whose lse is NaN for a row made that row 0 (or NaN) with lse -inf, the value of a
+    row no part saw: NaN in must give NaN out (out and lse), for that row only."""
+    rng = np.random.default_rng(1)
+    outs = [rng.standard_normal((2, 5, 3, 4)).astype(dtype) for _ in range(3)]
+    lses = [rng.standard_normal((2, 3, 5)).astype(dtype) for _ in range(3)]
+    lses[1][0, 2, 4] = np.nan        # one part's row NaN, the other parts finite
+    lses[0][1, 0, 3] = -np.inf       # a row two parts did not see and one saw as NaN
+    lses[1][1, 0, 3] = -np.inf
+    lses[2][1, 0, 3] = np.nan
+    lses[0][1, 1, 1] = lses[1][1, 1, 1] = lses[2][1, 1, 1] = -np.inf  # seen by no part
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        out, lse = attngen.merge([torch.from_numpy(o) for o in outs], [torch.from_numpy(x) for x in lses])
+        out, lse = out.numpy(), lse.numpy()
+    else:
+        out, lse = attngen.merge(outs, lses)
+    nan_rows = {(0, 2, 4), (1, 0, 3)}  # (batch, head, row)
+    for b, h, i in np.ndindex(2, 3, 5):
+        if (b, h, i) in nan_rows:
+            assert np.isnan(lse[b, h, i]) and np.isnan(out[b, i, h]).all(), (b, h, i)
+        elif (b, h, i) == (1, 1, 1):
+            assert lse[b, h, i] == -np.inf and (out[b, i, h] == 0).all()
+        else:
+            assert np.isfinite(lse[b, h, i]) and np.isfinite(out[b, i, h]).all(), (b, h, i)
+
+
+def test_the_ring_s_in_place_merge_of_a_nan_lse_is_nan():
+    """attngen.distributed merges torch parts in place (_merge_into): a NaN lse made the row
+    out = 0 with lse NaN. Like merge: out and lse NaN, for that row only."""
+    torch = pytest.importorskip("torch")
+    from attngen.distributed import _merge_into
+    g = torch.Generator().manual_seed(0)
+    out, o = torch.randn((1, 4, 2, 3), generator=g), torch.randn((1, 4, 2, 3), generator=g)
+    lse, l_ = torch.randn((1, 2, 4), generator=g), torch.randn((1, 2, 4), generator=g)
+    l_[0, 1, 2] = float("nan")
+    lse[0, 0, 3] = l_[0, 0, 3] = float("-inf")
+    _merge_into(out, lse, (o, l_))
+    for h, i in np.ndindex(2, 4):
+        if (h, i) == (1, 2):
+            assert torch.isnan(lse[0, h, i]) and torch.isnan(out[0, i, h]).all()
+        elif (h, i) == (0, 3):
+            assert lse[0, h, i] == float("-inf") and (out[0, i, h] == 0).all()
+        else:
+            assert torch.isfinite(lse[0, h, i]) and torch.isfinite(out[0, i, h]).all()

@@ -71,8 +71,9 @@ class CudaBackend(Backend):
                 for q in (64, 128) for kv in (32, 64, 128) for st in (2, 3)]
 
     def device_identity(self):
-        from .devices import cupy_module, device_name
+        from .devices import cupy_module, device_name, gpu_count
         cupy = cupy_module()
+        gpu_count(cupy)  # no driver or no GPU: a LaunchError that says so
         dev = cupy.cuda.Device()
         if dev.id not in self._identities:  # asked by every attngen.compile: once per device
             name = device_name(cupy, dev.id)

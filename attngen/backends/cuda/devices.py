@@ -19,6 +19,54 @@ def cupy_module():
     return cupy
 
 
+# What to do on a machine whose CUDA runtime finds no GPU: the end of every such LaunchError.
+_INSTEAD = ("; on a machine without an NVIDIA GPU use target wgsl (attngen.compile(spec, target='wgsl'), "
+            "attngen run --target wgsl), or build CUDA kernels for a GPU elsewhere with 'attngen precompile' "
+            "(NVRTC, no GPU needed)")
+
+
+def _no_gpu(cupy, status: str) -> LaunchError:
+    """The LaunchError for a CUDA runtime that reports no usable device (`status`: its error's
+    text). CUDA says cudaErrorInsufficientDriver both when there is no driver at all and when
+    the driver is too old; the driver version (0: none) tells the two apart."""
+    try:
+        driver = int(cupy.cuda.runtime.driverGetVersion())
+    except Exception:  # noqa: BLE001 - a runtime this broken has no driver to speak of
+        driver = 0
+    if "NoDevice" in status or "InsufficientDriver" not in status:
+        what = f"the CUDA runtime finds no NVIDIA GPU ({status.split(':')[0]})"
+    elif driver == 0:
+        what = "no NVIDIA driver is installed, so the cuda target has no GPU to run on (CUDA: cudaErrorInsufficientDriver)"
+    else:
+        what = (f"the NVIDIA driver (CUDA {driver // 1000}.{driver % 1000 // 10}) is older than CuPy's CUDA "
+                "runtime needs: update the driver, or install the CuPy for its CUDA version")
+    return LaunchError(what + _INSTEAD)
+
+
+def _is_cuda_error(e: Exception) -> bool:
+    """CuPy's CUDARuntimeError (cupy.cuda.runtime; by name, so a CuPy without it still works)."""
+    return type(e).__name__ in ("CUDARuntimeError", "CUDADriverError")
+
+
+def gpu_count(cupy) -> int:
+    """How many GPUs the process sees (asked once per CuPy); a LaunchError saying what is
+    missing and what to do instead when there is no driver or no GPU, where CuPy raises its
+    CUDARuntimeError (compile_kernel and device_identity ask first, so no raw CUDA error of a
+    machine without a GPU reaches the caller)."""
+    runtime = cupy.cuda.runtime
+    if runtime not in _GPUS:
+        try:
+            n = int(runtime.getDeviceCount())
+        except Exception as e:
+            if _is_cuda_error(e):
+                raise _no_gpu(cupy, str(e)) from None
+            raise
+        if n == 0:
+            raise _no_gpu(cupy, "cudaErrorNoDevice: no CUDA-capable device is detected")
+        _GPUS[runtime] = n
+    return _GPUS[runtime]
+
+
 # Dynamic shared memory per block after opt-in, by compute capability (CUDA C++ Programming
 # Guide, "Technical Specifications per Compute Capability"): what a device of that kind reports
 # as MaxSharedMemoryPerBlockOptin. Used to plan for a device that is not here (precompile).
@@ -50,6 +98,7 @@ def device_profile(backend, device_id: int | None = None) -> Profile:
     """The profile for a CUDA device, narrowed to what the device reports (`backend`: the CUDA
     backend, which looks profiles up)."""
     cupy = cupy_module()
+    gpu_count(cupy)
     dev = cupy.cuda.Device(device_id) if device_id is not None else cupy.cuda.Device()
     cc = int(dev.compute_capability)
     if cc < 80:
@@ -69,14 +118,13 @@ def _device_attribute(dev, name: str):
         return dev.attributes.get(name)
 
 
-_GPUS: list = []
+# GPUs the process sees, by CuPy runtime module (one in practice; a test's stand-in is another).
+_GPUS: dict = {}
 
 
 def one_gpu(cupy) -> bool:
     """Whether the process sees one GPU (then the current device needs no check per call)."""
-    if not _GPUS:
-        _GPUS.append(cupy.cuda.runtime.getDeviceCount())
-    return _GPUS[0] == 1
+    return gpu_count(cupy) == 1
 
 
 def device_name(cupy, device: int) -> str:
@@ -95,4 +143,5 @@ def device_name(cupy, device: int) -> str:
     return name.decode() if isinstance(name, bytes) else name
 
 
-__all__ = ["SHARED_MEMORY_OPTIN", "cupy_module", "device_name", "device_profile", "one_gpu", "profile_for"]
+__all__ = ["SHARED_MEMORY_OPTIN", "cupy_module", "device_name", "device_profile", "gpu_count", "one_gpu",
+           "profile_for"]

@@ -28,7 +28,7 @@ from ...runtime.kernel import Kernel, Rendered
 from ...runtime.launch import OnDevice, host_ints, on_device, resolve
 from . import args as cuda_args
 from . import nvrtc
-from .devices import cupy_module, device_profile, one_gpu, profile_for
+from .devices import cupy_module, device_profile, gpu_count, one_gpu, profile_for
 from .launch import (KEPT_FOR_GRAPHS, ZEROED, Packed, Recipe, capturing, error_flags, pending, raise_pending,
                        workspace_layout)
 from .tensor_maps import TensorMapEncoder, tma_layout_problem
@@ -669,6 +669,7 @@ def compile_kernel(backend, spec, profile: Profile | str | None = None, device_i
     """Plan and compile `spec` with `backend` (the CUDA backend) for a CUDA device (the current
     one by default). A kernel found in the disk cache is neither rendered nor compiled."""
     cupy = _cupy()
+    gpu_count(cupy)  # no driver or no GPU: a LaunchError that says so, not CuPy's CUDA error
     if device_id is None:
         device_id = cupy.cuda.Device().id
     live = device_profile(backend, device_id)

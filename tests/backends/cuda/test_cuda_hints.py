@@ -37,3 +37,63 @@ def test_thread_count_messages_name_what_the_spec_set(body, target, message, hin
         attngen.lower(spec_of(body), target)
     (d,) = info.value.diagnostics
     assert message in d.message and d.hint == hint
+
+
+# ---- issue 40: CuPy installed, no driver or no GPU ----------------------------------------------
+
+def _fake_cupy(error: str | None, driver: int, count: int = 0):
+    """A stand-in for CuPy whose runtime fails as CuPy's does without a driver or a GPU (this
+    machine has neither CuPy nor a GPU): every call that needs the device raises `error`."""
+    import types
+
+    class CUDARuntimeError(RuntimeError):
+        def __init__(self, status):
+            self.status = status
+            super().__init__(f"{status}: {'CUDA driver version is insufficient for CUDA runtime version' if 'Driver' in status else 'no CUDA-capable device is detected'}")
+
+    def failing(*_args, **_kw):
+        if error is None:
+            return count
+        raise CUDARuntimeError(error)
+
+    runtime = types.ModuleType("cupy.cuda.runtime")
+    runtime.__dict__.update(CUDARuntimeError=CUDARuntimeError, getDeviceCount=failing, getDevice=failing,
+                            driverGetVersion=lambda: driver)
+
+    class Device:
+        def __init__(self, *_a):
+            failing()
+            self.id = 0
+
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.__dict__.update(runtime=runtime, Device=Device)
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = cuda
+    return cupy, cuda, runtime
+
+
+@pytest.mark.parametrize("error, driver, count, words", [
+    ("cudaErrorInsufficientDriver", 0, 0, "no NVIDIA driver is installed"),
+    ("cudaErrorInsufficientDriver", 12040, 0, "driver (CUDA 12.4) is older than"),
+    ("cudaErrorNoDevice", 13000, 0, "finds no NVIDIA GPU"),
+    (None, 13000, 0, "finds no NVIDIA GPU"),
+])
+def test_compile_for_cuda_without_a_device_says_so(monkeypatch, capsys, error, driver, count, words):
+    """attngen.compile(target='cuda') with CuPy but no driver raised CuPy's CUDARuntimeError,
+    and `attngen run` said "driver version is insufficient" with no driver at all: a LaunchError
+    that says what is missing and what to do instead."""
+    import sys
+    cupy, cuda, runtime = _fake_cupy(error, driver, count)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.runtime", runtime)
+    spec = spec_of("head_dim 64\n dtype f16")
+    with pytest.raises(attngen.LaunchError) as e:
+        attngen.compile(spec, target="cuda")
+    message = str(e.value)
+    assert words in message and "target wgsl" in message and "attngen precompile" in message, message
+    from attngen.cli import main
+    capsys.readouterr()
+    assert main(["run", "examples/llama3_8b.attn", "--target", "cuda", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert words in err and "CUDARuntimeError" not in err and "attngen precompile" in err, err
