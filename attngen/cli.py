@@ -38,7 +38,7 @@ from .cli_parser import UsageError, build_parser
 from .limits import MAX_SEQ_LEN
 from .plan.profiles import ProfileError
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
 class OutputError(Exception):
@@ -622,21 +622,25 @@ def cmd_serve_demo(args) -> int:
     if args.no_serve:
         return EXIT_OK
     import functools
-    import http.server
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=folder)
+    from .demo_server import DemoServer, DemoHandler
     try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+        server = DemoServer(("127.0.0.1", args.port), functools.partial(DemoHandler, directory=folder))
     except OSError as e:
         raise UsageError(f"cannot listen on 127.0.0.1:{args.port}: {_reason(e)} (try --port 0)") from None
     print(f"serving on http://127.0.0.1:{server.server_address[1]}/ (a browser with WebGPU; Ctrl-C stops)",
           flush=True)
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        server.serve_forever()  # until Ctrl-C: main reports it, exit 130 (docs/cli.md)
     finally:
         server.server_close()
     return EXIT_OK
+
+
+def _interrupted() -> None:
+    try:
+        print("attngen: interrupted", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 COMMANDS = {"build": cmd_build, "check": cmd_check, "run": cmd_run, "precompile": cmd_precompile,
@@ -682,7 +686,8 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
-        return 130
+        _interrupted()
+        return EXIT_INTERRUPTED
     except SystemExit as e:  # --help / --version
         try:
             _write_stdout("")
