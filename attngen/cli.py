@@ -460,7 +460,7 @@ def cmd_tune(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .harness.runner import run_shapes
+    from .harness.runner import check_shape, run_shapes
     spec = _one_spec(args)
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
@@ -481,6 +481,13 @@ def cmd_run(args) -> int:
         raise LaunchError(f"no usable {getattr(backend, 'device_name', 'device')} on this machine: "
                           f"{type(e).__name__}: {e}") from None
     progress(f"compiled in {time.perf_counter() - t0:.2f} s")
+    for i, (text, shape) in enumerate(zip(args.shape or [None], shapes)):
+        try:  # every limit, from the shape alone: nothing is drawn for a shape that cannot run
+            check_shape(kernel, backend, shape)
+        except LaunchError as e:
+            given = f"--shape {text}" if text is not None else "the default shape"
+            raise UsageError(f"shape {i + 1}/{len(shapes)} ({given}): {e}; give a smaller B, Lq, Lk or "
+                             "heads") from None
     ok = run_shapes(kernel, backend, shapes, repeat=args.repeat, seed=args.seed,
                     use_reference=not args.no_reference, echo=_print, progress=progress)
     return EXIT_OK if ok else EXIT_INVALID
