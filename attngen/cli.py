@@ -5,7 +5,8 @@ Exit codes: 0 success; 1 invalid spec, failed check or failed run (error above t
 device), output that cannot be written (a full disk, a closed pipe, no permission, a FIFO or a
 directory as the output file), or a cache directory that cannot be read; 2 usage error (bad
 arguments, unreadable spec file, unknown profile or kernel, --shape heads that contradict the
-spec's). No Python traceback reaches the user unless --debug is given (anywhere on the line).
+spec's or pass a limit of the target, a --port outside 0-65535); 130 interrupted (Ctrl-C). No
+Python traceback reaches the user unless --debug is given (anywhere on the line).
 
 Inputs. SPEC is a .attn file, '-' for standard input, or (check and build) a directory, which
 means every *.attn file directly in it, in sorted order. `check DIR` reports every file
@@ -27,20 +28,19 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
 import sys
-import threading
 import time
 import warnings
 
 from . import api, backends
 from .errors import CompileError, LaunchError, SpecError, did_you_mean
+from .cli_interrupt import EXIT_INTERRUPTED, PromptInterrupt, interrupted
 from .cli_parser import UsageError, build_parser
 from .limits import MAX_SEQ_LEN
 from .plan.profiles import ProfileError
 
-EXIT_OK, EXIT_INVALID, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
 class OutputError(Exception):
@@ -404,7 +404,7 @@ def _tuned_lines(spec, target) -> list[str]:
 
 
 def cmd_tune(args) -> int:
-    with _PromptInterrupt():
+    with PromptInterrupt():
         return _tune(args)
 
 
@@ -467,7 +467,7 @@ def _tune(args) -> int:
 
 
 def cmd_run(args) -> int:
-    with _PromptInterrupt():
+    with PromptInterrupt():
         return _run(args)
 
 
@@ -655,72 +655,6 @@ def cmd_serve_demo(args) -> int:
     return EXIT_OK
 
 
-_REPORTED = threading.Lock()  # "interrupted" is said once, by main or by the watcher below
-
-
-def _interrupted() -> None:
-    if not _REPORTED.acquire(blocking=False):
-        return
-    try:
-        print("attngen: interrupted", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
-
-
-class _PromptInterrupt:
-    """Ctrl-C during a long command (run, tune) ends it within GRACE_S seconds.
-
-    Python raises KeyboardInterrupt only when the main thread runs Python code again, and a step
-    of `attngen run` can sit for many seconds in one call of C code (drawing gigabytes of inputs,
-    a GPU call that waits, the float64 reference). The signal's C handler also writes its number
-    to a wake-up pipe (signal.set_wakeup_fd); a thread reading it gives the main thread GRACE_S
-    seconds to unwind (main() says "interrupted" and returns 130), then says it and ends the
-    process with 130 itself: nothing is left half-written, as these commands write their results
-    (the cache, tune's record) only after the steps a Ctrl-C cuts. Only from the main thread."""
-
-    GRACE_S = 1.0
-
-    def __enter__(self):
-        self.fds, self.done = None, threading.Event()
-        if threading.current_thread() is not threading.main_thread():
-            return self
-        r, w = os.pipe()
-        os.set_blocking(w, False)
-        try:
-            self.old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        except ValueError:  # not the main interpreter
-            os.close(r)
-            os.close(w)
-            return self
-        self.fds = (r, w)
-        threading.Thread(target=self._watch, args=(r,), name="attngen-interrupt", daemon=True).start()
-        return self
-
-    def _watch(self, r: int) -> None:
-        while True:
-            try:
-                data = os.read(r, 64)
-            except OSError:
-                break
-            if not data:  # the command ended: __exit__ closed the pipe
-                break
-            if signal.SIGINT in data:
-                time.sleep(self.GRACE_S)
-                if self.done.is_set():  # ended normally meanwhile (a caller of main() goes on)
-                    break
-                _interrupted()
-                os._exit(EXIT_INTERRUPTED)
-        os.close(r)
-
-    def __exit__(self, kind, value, tb):
-        if self.fds is not None:
-            if kind is None or not issubclass(kind, KeyboardInterrupt):
-                self.done.set()  # interrupted: the watcher still ends a slow unwinding
-            signal.set_wakeup_fd(self.old)
-            os.close(self.fds[1])  # the watcher reads the end of the pipe, closes its end, ends
-        return False
-
-
 COMMANDS = {"build": cmd_build, "check": cmd_check, "run": cmd_run, "precompile": cmd_precompile,
             "serve-demo": cmd_serve_demo, "tune": cmd_tune, "cache": cmd_cache}
 
@@ -764,7 +698,7 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
-        _interrupted()
+        interrupted()
         return EXIT_INTERRUPTED
     except SystemExit as e:  # --help / --version
         try:

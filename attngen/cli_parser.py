@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from . import backends
+from .limits import MAX_PORT
 from .version import __version__
 
 
@@ -27,10 +28,6 @@ def _target(text: str) -> str:
     """--target's value: target names are lower case, and WGSL or Cuda mean the same targets
     (argparse checks the result against the choices)."""
     return text.lower()
-
-
-# The range of a TCP port; 0 asks the system for any free one.
-MAX_PORT = 65535
 
 
 def _port(text: str) -> int:
@@ -59,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="attngen", description="Compile attention specs into flash-attention kernels "
                 f"(targets: {', '.join(targets)}).",
                 epilog="Exit codes: 0 success; 1 invalid spec, failed check or run, output that cannot be "
-                       "written; 2 usage error. See docs/cli.md.")
+                       "written; 2 usage error; 130 interrupted. See docs/cli.md.")
     p.add_argument("--version", action="version", version=f"attngen {__version__}")
     p.add_argument("--debug", action="store_true", default=False, help="show Python tracebacks")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)

@@ -62,9 +62,14 @@ def _serve(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "attngen", "serve-demo", LLAMA, "--target", "wgsl", "--port", "0",
                              "--dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))})
-    proc.stdout.readline()  # wrote ...
-    line = proc.stdout.readline()
-    assert line.startswith("serving on http://127.0.0.1:"), line
+    try:
+        proc.stdout.readline()  # wrote ...
+        line = proc.stdout.readline()
+        assert line.startswith("serving on http://127.0.0.1:"), line
+    except BaseException:
+        proc.kill()
+        proc.wait(timeout=30)
+        raise
     return proc, line.split()[2]
 
 
