@@ -5,7 +5,8 @@ Exit codes: 0 success; 1 invalid spec, failed check or failed run (error above t
 device), output that cannot be written (a full disk, a closed pipe, no permission, a FIFO or a
 directory as the output file), or a cache directory that cannot be read; 2 usage error (bad
 arguments, unreadable spec file, unknown profile or kernel, --shape heads that contradict the
-spec's). No Python traceback reaches the user unless --debug is given (anywhere on the line).
+spec's or pass a limit of the target, a --port outside 0-65535); 130 interrupted (Ctrl-C). No
+Python traceback reaches the user unless --debug is given (anywhere on the line).
 
 Inputs. SPEC is a .attn file, '-' for standard input, or (check and build) a directory, which
 means every *.attn file directly in it, in sorted order. `check DIR` reports every file
@@ -34,6 +35,7 @@ import warnings
 
 from . import api, backends
 from .errors import CompileError, LaunchError, SpecError, did_you_mean
+from .cli_interrupt import EXIT_INTERRUPTED, PromptInterrupt, interrupted
 from .cli_parser import UsageError, build_parser
 from .limits import MAX_SEQ_LEN
 from .plan.profiles import ProfileError
@@ -402,6 +404,11 @@ def _tuned_lines(spec, target) -> list[str]:
 
 
 def cmd_tune(args) -> int:
+    with PromptInterrupt():
+        return _tune(args)
+
+
+def _tune(args) -> int:
     from .harness import tune
     spec = _one_spec(args)
     backend = backends.get(args.target)
@@ -460,7 +467,12 @@ def cmd_tune(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from .harness.runner import run_shapes
+    with PromptInterrupt():
+        return _run(args)
+
+
+def _run(args) -> int:
+    from .harness.runner import check_shape, run_shapes
     spec = _one_spec(args)
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
@@ -481,6 +493,13 @@ def cmd_run(args) -> int:
         raise LaunchError(f"no usable {getattr(backend, 'device_name', 'device')} on this machine: "
                           f"{type(e).__name__}: {e}") from None
     progress(f"compiled in {time.perf_counter() - t0:.2f} s")
+    for i, (text, shape) in enumerate(zip(args.shape or [None], shapes)):
+        try:  # every limit, from the shape alone: nothing is drawn for a shape that cannot run
+            check_shape(kernel, backend, shape)
+        except LaunchError as e:
+            given = f"--shape {text}" if text is not None else "the default shape"
+            raise UsageError(f"shape {i + 1}/{len(shapes)} ({given}): {e}; give a smaller B, Lq, Lk or "
+                             "heads") from None
     ok = run_shapes(kernel, backend, shapes, repeat=args.repeat, seed=args.seed,
                     use_reference=not args.no_reference, echo=_print, progress=progress)
     return EXIT_OK if ok else EXIT_INVALID
@@ -622,18 +641,15 @@ def cmd_serve_demo(args) -> int:
     if args.no_serve:
         return EXIT_OK
     import functools
-    import http.server
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=folder)
+    from .demo_server import DemoServer, DemoHandler
     try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", args.port), handler)
+        server = DemoServer(("127.0.0.1", args.port), functools.partial(DemoHandler, directory=folder))
     except OSError as e:
         raise UsageError(f"cannot listen on 127.0.0.1:{args.port}: {_reason(e)} (try --port 0)") from None
     print(f"serving on http://127.0.0.1:{server.server_address[1]}/ (a browser with WebGPU; Ctrl-C stops)",
           flush=True)
     try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
+        server.serve_forever()  # until Ctrl-C: main reports it, exit 130 (docs/cli.md)
     finally:
         server.server_close()
     return EXIT_OK
@@ -682,7 +698,8 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_INVALID
     except KeyboardInterrupt:
-        return 130
+        interrupted()
+        return EXIT_INTERRUPTED
     except SystemExit as e:  # --help / --version
         try:
             _write_stdout("")

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from . import backends
+from .limits import MAX_PORT
 from .version import __version__
 
 
@@ -21,6 +22,23 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):
         self.print_usage(sys.stderr)
         raise UsageError(f"{self.prog}: {message}")
+
+
+def _target(text: str) -> str:
+    """--target's value: target names are lower case, and WGSL or Cuda mean the same targets
+    (argparse checks the result against the choices)."""
+    return text.lower()
+
+
+def _port(text: str) -> int:
+    """--port's value, checked here so that a bad one is a usage error before anything is written."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0 to {MAX_PORT}; 0: any free port)") from None
+    if not 0 <= n <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"{n} is not a port number: ports are 0 to {MAX_PORT} (0: any free port)")
+    return n
 
 
 # The text of every command that takes a directory of specs.
@@ -38,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="attngen", description="Compile attention specs into flash-attention kernels "
                 f"(targets: {', '.join(targets)}).",
                 epilog="Exit codes: 0 success; 1 invalid spec, failed check or run, output that cannot be "
-                       "written; 2 usage error. See docs/cli.md.")
+                       "written; 2 usage error; 130 interrupted. See docs/cli.md.")
     p.add_argument("--version", action="version", version=f"attngen {__version__}")
     p.add_argument("--debug", action="store_true", default=False, help="show Python tracebacks")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -48,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "; then -o must name an output directory, which gets one file per kernel, "
                        "<kernel>.<ext> (the target's source extension, json or ir).")
     b.add_argument("spec", metavar="SPEC", help="a .attn file, '-' for standard input, or a directory")
-    b.add_argument("--target", required=True, choices=targets)
+    b.add_argument("--target", required=True, type=_target, choices=targets)
     b.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
     defaults = " / ".join(backends.get(t).default_profile for t in targets)
     b.add_argument("--profile", metavar="P", help=f"target profile (default {defaults})")
@@ -63,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Validate specs and print the plan of each kernel. " + DIRECTORIES +
                        ", all of them reported (exit 1 if any fails).")
     c.add_argument("spec", metavar="SPEC", help="a .attn file, '-' for standard input, or a directory")
-    c.add_argument("--target", choices=targets, help="only this target (default: both)")
+    c.add_argument("--target", type=_target, choices=targets, help="only this target (default: both)")
     c.add_argument("--profile", metavar="P", help="a profile name, or 'all' (default: the target's default)")
     c.add_argument("--kernel", metavar="NAME", help="only this kernel (default: every kernel)")
 
@@ -73,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "compare it with the float64 reference. The table goes to standard output, "
                        "progress to standard error.")
     r.add_argument("spec", metavar="SPEC", help="a .attn file or '-' for standard input")
-    r.add_argument("--target", required=True, choices=targets)
+    r.add_argument("--target", required=True, type=_target, choices=targets)
     r.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
     r.add_argument("--profile", metavar="P", help="profile (default: the live device's)")
     r.add_argument("--shape", action="append", metavar="B=..,Lq=..,Lk=..[,Hq=..,Hkv=..]",
@@ -92,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "neither renders nor compiles). Needs the target's compiler, not its device. "
                         "A SPEC may be a directory: every *.attn file in it.")
     pc.add_argument("spec", metavar="SPEC", nargs="+", help="a .attn file or a directory")
-    pc.add_argument("--target", required=True, choices=targets)
+    pc.add_argument("--target", required=True, type=_target, choices=targets)
     kinds = "; ".join(f"{t}: {backends.get(t).device_kinds}" for t in targets if backends.get(t).device_kinds)
     pc.add_argument("--device", action="append", metavar="D[,D...]",
                     help=f"devices to build for ({kinds}); default: this machine's devices, else every "
@@ -106,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "before it is timed; the fastest is stored in the cache and used by attngen.compile on "
                        "this device when the spec leaves those choices at auto (attngen check lists it).")
     t.add_argument("spec", metavar="SPEC", help="a .attn file or '-' for standard input")
-    t.add_argument("--target", required=True, choices=targets)
+    t.add_argument("--target", required=True, type=_target, choices=targets)
     t.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
     t.add_argument("--shape", metavar="B=..,Lq=..,Lk=..[,Hq=..,Hkv=..]",
                    help="the shape to tune for (default B=1,Lq=Lk=256); results are kept per shape class "
@@ -121,11 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "address it prints in a browser with WebGPU. With --no-serve the folder is only written "
                        "(a static page to copy anywhere).")
     d.add_argument("spec", metavar="SPEC", help="a .attn file or '-' for standard input")
-    d.add_argument("--target", required=True, choices=targets, help="a target with a web runtime")
+    d.add_argument("--target", required=True, type=_target, choices=targets, help="a target with a web runtime")
     d.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
     d.add_argument("--profile", metavar="P", help="target profile (default: the target's)")
     d.add_argument("--dir", metavar="DIR", help="write the page here (default: a new temporary folder)")
-    d.add_argument("--port", type=int, default=8000, help="HTTP port on 127.0.0.1 (default 8000; 0: any free)")
+    d.add_argument("--port", type=_port, default=8000, help="HTTP port on 127.0.0.1 (default 8000; 0: any free)")
     d.add_argument("--no-serve", action="store_true", help="write the folder and exit")
 
     k = sub.add_parser("cache", parents=[common], help="show or empty the disk cache of built kernels",

@@ -31,3 +31,6 @@ MAX_SEQ_LEN = 2**30
 # The largest 32-bit unsigned word (WGSL's u32 inputs: a block table's entries past a
 # sequence's pages are clipped into it).
 UINT32_MAX = 2**32 - 1
+
+# The largest TCP port (attngen serve-demo's --port; 0 asks the system for any free one).
+MAX_PORT = 2**16 - 1

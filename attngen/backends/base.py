@@ -167,6 +167,12 @@ class Backend:
         """(q, k, v, options) on the device, from float32 host arrays and host options."""
         raise NotImplementedError(f"target {self.name} has no runtime here")
 
+    def check_sizes(self, kernel, launch, inputs: dict) -> None:
+        """A LaunchError when a call of `kernel` resolved to `launch` (attngen.runtime.launch.resolve)
+        with inputs of {name: bytes} would pass a limit of the target that the call checks (grids,
+        buffer sizes): the same rules, from shapes alone, before anything is allocated (attngen
+        run checks each --shape with it). Nothing by default."""
+
     def time_call(self, kernel, args: tuple, options: dict, repeat: int) -> float:
         """Median milliseconds of `repeat` calls after a warm-up call (a backend whose calls wait
         for the device warms it up for longer, warm_up)."""

@@ -16,14 +16,70 @@ from ..reference import reference, relative_error, to_numpy, tolerance
 MAX_HOST_INPUT_BYTES = 32 << 30
 
 
+def _label(shape) -> str:
+    return f"B={shape['B']} Lq={shape['Lq']} Lk={shape['Lk']} Hq={shape['Hq']} Hkv={shape['Hkv']}"
+
+
+def _pages(spec, lk: int) -> int:
+    """Pages of one sequence of a paged cache (runtime_inputs: the cache has B of them + 1)."""
+    return -(-lk // spec.kv_cache.page)
+
+
+def call_shapes(spec, shape) -> dict:
+    """{name: shape} of the tensors `attngen run` hands the kernel for one --shape: q, k, v (a
+    paged cache's pages for k and v, as runtime_inputs makes them)."""
+    b, lq, lk, hq, hkv = shape["B"], shape["Lq"], shape["Lk"], shape["Hq"], shape["Hkv"]
+    dqk, dv = spec.head_dim_qk, spec.head_dim_v
+    rows = (b * _pages(spec, lk) + 1, spec.kv_cache.page) if spec.kv_cache.is_paged else (b, lk)
+    return {"q": (b, lq, hq, dqk), "k": rows + (hkv, dqk), "v": rows + (hkv, dv)}
+
+
+def _host_bytes(spec, shape) -> int:
+    """Host bytes draw_inputs takes: float32 q, k, v; a paged cache's float32 pages; a custom
+    mask's float64 draws and its booleans."""
+    b, lq, lk, hq, hkv = shape["B"], shape["Lq"], shape["Lk"], shape["Hq"], shape["Hkv"]
+    dqk, dv = spec.head_dim_qk, spec.head_dim_v
+    need = 4 * b * (lq * hq * dqk + lk * hkv * (dqk + dv))
+    if spec.kv_cache.is_paged:
+        need += 4 * (b * _pages(spec, lk) + 1) * spec.kv_cache.page * hkv * (dqk + dv)
+    if spec.mask.is_custom:
+        need += 9 * b * lq * lk
+    return need
+
+
+def _check_host(spec, shape) -> None:
+    need = _host_bytes(spec, shape)
+    if need > MAX_HOST_INPUT_BYTES:
+        raise LaunchError(f"random inputs for {_label(shape)} would take {need / 2**30:.1f} GiB of host memory "
+                          f"(attngen run draws them on the host; at most {MAX_HOST_INPUT_BYTES >> 30} GiB)")
+
+
+def check_shape(kernel, backend, shape) -> None:
+    """A LaunchError, before anything is allocated, when the inputs of `shape` would not fit: on
+    the host (MAX_HOST_INPUT_BYTES), or in a call of the kernel, by the rules the call itself
+    applies (attngen.runtime.launch.resolve: lengths, batch and heads against attngen.limits;
+    then the target's grids and buffer sizes, backend.check_sizes). A KV-split schedule is
+    counted with one split here; the call checks its real splits."""
+    from ..lang.spec import DTYPE_BYTES
+    from ..runtime.launch import on_device, resolve
+    spec = kernel.spec
+    _check_host(spec, shape)
+    ints = {}
+    if spec.kv_cache.is_paged:  # described, not made: their contents are not what is checked here
+        b = shape["B"]
+        ints = dict(kv_lens=on_device("kv_lens", (b,), "int32", 1),
+                    block_table=on_device("block_table", (b, _pages(spec, shape["Lk"])), "int32", 2))
+    tensors = call_shapes(spec, shape)
+    launch = resolve(kernel.plan, tensors, dict.fromkeys(tensors, kernel.plan.dtype), has_mask=spec.mask.is_custom,
+                     cores=None, **ints)
+    nbytes = {n: int(np.prod(dims, dtype=object)) * DTYPE_BYTES[kernel.plan.dtype] for n, dims in tensors.items()}
+    backend.check_sizes(kernel, launch, nbytes)
+
+
 def draw_inputs(spec, backend, shape, seed):
     rng = np.random.default_rng(seed)
+    _check_host(spec, shape)
     b, lq, lk, hq, hkv = shape["B"], shape["Lq"], shape["Lk"], shape["Hq"], shape["Hkv"]
-    need = 4 * b * (lq * hq * spec.head_dim_qk + lk * hkv * (spec.head_dim_qk + spec.head_dim_v))
-    if need > MAX_HOST_INPUT_BYTES:
-        raise LaunchError(f"random inputs for B={b} Lq={lq} Lk={lk} Hq={hq} Hkv={hkv} would take "
-                          f"{need / 2**30:.1f} GiB of host memory (attngen run draws them on the host; "
-                          f"at most {MAX_HOST_INPUT_BYTES >> 30} GiB)")
     host = (
         rng.standard_normal((b, lq, hq, spec.head_dim_qk), dtype=np.float32),
         rng.standard_normal((b, lk, hkv, spec.head_dim_qk), dtype=np.float32),
@@ -85,6 +141,8 @@ def run_shapes(kernel, backend, shapes, *, repeat=10, seed=0, use_reference=True
     say = progress or (lambda line: None)
     echo(f"{spec.name} on {backend.name} ({kernel.plan.profile}): {kernel.plan.summary()}")
     echo(f"{'B':>4} {'Lq':>7} {'Lk':>7} {'Hq':>4} {'Hkv':>4}  {'rel. error':>10}  {'ms':>9}  {'TFLOP/s':>8}  result")
+    for shape in shapes:  # every shape before the first is drawn: a bad one fails at once
+        check_shape(kernel, backend, shape)
     all_ok = True
     for i, shape in enumerate(shapes):
         where = f"shape {i + 1}/{len(shapes)}"

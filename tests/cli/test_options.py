@@ -62,3 +62,9 @@ def test_shape_heads_any_when_the_spec_leaves_them_open(capsys, tmp_path):
     path.write_text("attention x {\n    head_dim 64\n    dtype f32\n}\n")
     code, _, err = run(capsys, "run", str(path), "--target", "cuda", "--shape", "Hq=6,Hkv=4")
     assert code == 2 and "--shape Hq=6 is not a multiple of Hkv=4" in err
+
+
+@pytest.mark.parametrize("target", ["WGSL", "Wgsl", "CUDA"])
+def test_target_names_are_case_insensitive(capsys, target):
+    assert main(["build", os.path.join(ROOT, "examples", "vit_b16.attn"), "--target", target]) == 0
+    assert capsys.readouterr().out.strip()

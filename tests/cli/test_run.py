@@ -75,3 +75,54 @@ def test_cache_warnings_are_one_line(capsys, tmp_path, monkeypatch):
     assert code == 0 and len(warned) == len(records)
     assert all(ln.startswith("warning: attngen cache entry ") and "corrupt" in ln for ln in warned)
     assert "warnings.warn" not in err
+
+
+@pytest.mark.parametrize("shape, words", [
+    ("B=65536,Lq=1,Lk=1", ("batch 65536", "65535")),
+    # q: 65536 rows x 12 heads x 64 columns x 4 bytes, above webgpu-core's 128 MiB binding
+    ("B=1,Lq=65536,Lk=1", ("q ", "201326592 bytes", "storage binding limit")),
+])
+def test_a_shape_beyond_the_limits_is_refused_before_any_input_is_drawn(capsys, shape, words):
+    code, out, err = run(capsys, "run", VIT, "--target", "wgsl", "--profile", "webgpu-core", "--shape", shape,
+                         "--repeat", "1", "--no-reference")
+    assert code == 2, err
+    assert "drawing inputs" not in err and "internal error" not in err
+    line = [ln for ln in err.splitlines() if ln.startswith("error:")]
+    assert len(line) == 1 and all(w in line[0] for w in words), err
+    assert "--shape" in line[0]
+
+
+def test_a_bad_later_shape_is_refused_before_the_first_runs(capsys):
+    code, out, err = run(capsys, "run", VIT, "--target", "wgsl", "--shape", "B=1,Lq=8,Lk=8",
+                         "--shape", "B=65536,Lq=1,Lk=1", "--repeat", "1")
+    assert code == 2 and "drawing inputs" not in err and "shape 2" in err
+
+
+def test_ctrl_c_says_interrupted_and_exits_130():
+    import signal
+    import subprocess
+    import sys
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "attngen", "run", VIT, "--target", "wgsl", "--shape",
+                             "B=1,Lq=2048,Lk=2048", "--repeat", "1000"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))})
+    try:
+        lines = []
+        for line in proc.stderr:  # wait until it is timing (a long step in the GPU runtime)
+            lines.append(line)
+            if "timing" in line:
+                break
+        time.sleep(1)
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    err = "".join(lines) + err
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert took < 10, f"Ctrl-C took {took:.1f} s"

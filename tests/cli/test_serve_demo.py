@@ -9,6 +9,8 @@ import subprocess
 import sys
 import urllib.request
 
+import pytest
+
 from attngen.cli import main
 
 from conftest import ROOT
@@ -53,3 +55,69 @@ def test_it_serves_the_folder(tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _serve(tmp_path):
+    """serve-demo on 127.0.0.1, any free port; (process, base URL). The caller stops it."""
+    proc = subprocess.Popen([sys.executable, "-m", "attngen", "serve-demo", LLAMA, "--target", "wgsl", "--port", "0",
+                             "--dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))})
+    try:
+        proc.stdout.readline()  # wrote ...
+        line = proc.stdout.readline()
+        assert line.startswith("serving on http://127.0.0.1:"), line
+    except BaseException:
+        proc.kill()
+        proc.wait(timeout=30)
+        raise
+    return proc, line.split()[2]
+
+
+def _raw(port: int, request: bytes) -> bytes:
+    import socket
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(request)
+        chunks = []
+        while True:
+            data = s.recv(65536)
+            if not data:
+                return b"".join(chunks)
+            chunks.append(data)
+
+
+def test_a_nul_byte_in_the_path_is_a_bad_request_without_a_traceback(tmp_path):
+    proc, url = _serve(tmp_path)
+    port = int(url.rstrip("/").rsplit(":", 1)[1])
+    try:
+        for path in (b"/%00", b"/index.html%00.txt", b"/a\0b"):
+            answer = _raw(port, b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert answer.split(b"\r\n", 1)[0].split()[1] in (b"400", b"404"), (path, answer[:200])
+        # the server still serves
+        assert b"loadKernel" in urllib.request.urlopen(url + "index.html", timeout=30).read()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err, err
+
+
+def test_ctrl_c_exits_130(tmp_path):
+    import signal
+    proc, _ = _serve(tmp_path)
+    try:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "65536"])
+def test_a_port_out_of_range_is_a_usage_error_before_anything_is_written(tmp_path, capsys, port):
+    out = tmp_path / "d"
+    assert main(["serve-demo", LLAMA, "--target", "wgsl", "--dir", str(out), "--port", port]) == 2
+    err = capsys.readouterr().err
+    assert "--port" in err and "65535" in err and "internal error" not in err
+    assert not out.exists()

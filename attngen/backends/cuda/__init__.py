@@ -129,6 +129,10 @@ class CudaBackend(Backend):
             return tuple(torch.from_numpy(a).cuda().to(torch.bfloat16) for a in host), options
         return tuple(cupy.asarray(a.astype(_NP[spec.dtype])) for a in host), options
 
+    def check_sizes(self, kernel, launch, inputs):
+        from .args import launches  # the grids' limits; buffers are bounded by the GPU's memory alone
+        launches(kernel.plan, launch, "bool" if kernel.spec.mask.is_custom else None)
+
     def time_call(self, kernel, args, options, repeat):
         import statistics
         from .devices import cupy_module

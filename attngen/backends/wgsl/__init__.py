@@ -130,6 +130,10 @@ class WgslBackend(Backend):
         # resident on the device: a timed call uploads nothing but its uniforms
         return tuple(WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype]))) for a in host), options
 
+    def check_sizes(self, kernel, launch, inputs):
+        from .launch import check_sizes
+        check_sizes(kernel, launch, inputs)
+
     def time_call(self, kernel, args, options, repeat):
         """Median GPU milliseconds of `repeat` calls (timestamp queries around the dispatches),
         or median wall time where the adapter has no timestamp queries (self.timing says which)."""

@@ -39,6 +39,47 @@ def _upload(dev, data: np.ndarray | bytes, usage):
     return dev.create_buffer_with_data(data=raw, usage=usage | wgpu.BufferUsage.STORAGE)
 
 
+def _check_dispatch(kernel, L) -> None:
+    """Every entry point's dispatch within the device's workgroups per dimension, and the splits
+    within the kernel's bound."""
+    plan = kernel.plan
+    sizes = L.sizes(plan)
+    dims = kernel.limit("workgroups_per_dimension")
+    for role, _, _, _, grid in kernel.pipelines:
+        for axis, n, what in zip("xyz", evaluate_all(grid, **sizes), grid):
+            if n > dims:
+                raise LaunchError(f"dispatch {axis} of {role} = {what} = {n} exceeds the {dims} workgroups per "
+                                  "dimension this device allows")
+    if L.splits > max_splits(plan.spec):
+        raise LaunchError(f"{L.splits} KV splits exceed the kernel's bound")
+
+
+def _check_outputs(kernel, L, limit: int) -> tuple[int, int, dict]:
+    """(out bytes, lse bytes, {workspace: bytes}) of a launch, each within the binding limit."""
+    plan = kernel.plan
+    out_bytes = int(np.prod(L.out_shape_for(plan.d_v))) * DTYPE_BYTES[plan.dtype]
+    lse_bytes = int(np.prod(L.lse_shape)) * 4
+    work = workspace_bytes(plan, L)
+    for name, n in [("out", out_bytes), ("lse", lse_bytes)] + list(work.items()):
+        if n > limit:
+            raise LaunchError(f"{name} would be {n} bytes, above the {limit}-byte storage binding limit "
+                              "of this device/profile" + (" (fewer splits or shorter sequences)" if name in work else ""))
+    return out_bytes, lse_bytes, work
+
+
+def check_sizes(kernel, L, inputs: dict) -> None:
+    """What `call` checks of a launch's sizes, from shapes alone, in the same order (attngen run
+    checks each --shape with it before drawing any input): the dispatch, each input's bytes
+    ({name: bytes}), then the outputs' and workspaces' against the storage binding limit."""
+    limit = kernel.binding_limit()
+    _check_dispatch(kernel, L)
+    for name, n in inputs.items():
+        if n > limit:
+            raise LaunchError(f"{name} would be {n} bytes, above the {limit}-byte storage binding limit "
+                              "of this device/profile")
+    _check_outputs(kernel, L, limit)
+
+
 def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None, block_table=None,
          k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None, max_seqlen_k=None):
     plan = kernel.plan
@@ -90,15 +131,8 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
         return (o, np.zeros(lse_shape, np.float32)) if return_lse else o
 
     limit = kernel.binding_limit()
+    _check_dispatch(kernel, L)
     sizes = L.sizes(plan)
-    dims = kernel.limit("workgroups_per_dimension")
-    for role, _, _, _, grid in kernel.pipelines:
-        for axis, n, what in zip("xyz", evaluate_all(grid, **sizes), grid):
-            if n > dims:
-                raise LaunchError(f"dispatch {axis} of {role} = {what} = {n} exceeds the {dims} workgroups per "
-                                  "dimension this device allows")
-    if L.splits > max_splits(plan.spec):
-        raise LaunchError(f"{L.splits} KV splits exceed the kernel's bound")
 
     usage_rw = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
     appending = L.len_new > 0
@@ -142,14 +176,8 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
     if bm is not None:
         bufs["mask"] = bm.buffer
 
-    out_bytes = int(np.prod(out_shape)) * DTYPE_BYTES[plan.dtype]
-    lse_bytes = int(np.prod(lse_shape)) * 4
-    work = workspace_bytes(plan, L)
+    out_bytes, lse_bytes, work = _check_outputs(kernel, L, limit)
     fills = {w.name: w.fill for w in plan.workspaces}
-    for name, n in [("out", out_bytes), ("lse", lse_bytes)] + list(work.items()):
-        if n > limit:
-            raise LaunchError(f"{name} would be {n} bytes, above the {limit}-byte storage binding limit "
-                              "of this device/profile" + (" (fewer splits or shorter sequences)" if name in work else ""))
     guard = st.loop_budget is not None
     if guard:
         bufs["out"] = dev.create_buffer_with_data(data=sentinel_bytes(plan.dtype, out_bytes), usage=usage_rw)
