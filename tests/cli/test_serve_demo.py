@@ -40,23 +40,6 @@ def test_a_bad_spec_writes_nothing(tmp_path, capsys):
     assert "bf16" in capsys.readouterr().err and not (tmp_path / "d").exists()
 
 
-def test_it_serves_the_folder(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "attngen", "serve-demo", LLAMA, "--target", "wgsl", "--port", "0",
-                             "--dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))})
-    try:
-        proc.stdout.readline()  # wrote ...
-        line = proc.stdout.readline()
-        assert line.startswith("serving on http://127.0.0.1:"), line + proc.stderr.read()
-        url = line.split()[2]
-        page = urllib.request.urlopen(url + "index.html", timeout=30).read().decode()
-        assert 'import { loadKernel } from "./attngen.js";' in page
-        assert json.loads(urllib.request.urlopen(url + "kernel.wgsl.json", timeout=30).read())["target"] == "wgsl"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
 def _serve(tmp_path):
     """serve-demo on 127.0.0.1, any free port; (process, base URL). The caller stops it."""
     proc = subprocess.Popen([sys.executable, "-m", "attngen", "serve-demo", LLAMA, "--target", "wgsl", "--port", "0",
@@ -71,6 +54,17 @@ def _serve(tmp_path):
         proc.wait(timeout=30)
         raise
     return proc, line.split()[2]
+
+
+def test_it_serves_the_folder(tmp_path):
+    proc, url = _serve(tmp_path)
+    try:
+        page = urllib.request.urlopen(url + "index.html", timeout=30).read().decode()
+        assert 'import { loadKernel } from "./attngen.js";' in page
+        assert json.loads(urllib.request.urlopen(url + "kernel.wgsl.json", timeout=30).read())["target"] == "wgsl"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def _raw(port: int, request: bytes) -> bytes:
