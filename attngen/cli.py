@@ -34,7 +34,7 @@ import time
 import warnings
 
 from . import api, backends
-from .errors import CompileError, LaunchError, SpecError, did_you_mean
+from .errors import CompileError, ConfigError, LaunchError, SpecError, clip, did_you_mean
 from .cli_interrupt import EXIT_INTERRUPTED, PromptInterrupt, interrupted
 from .cli_parser import UsageError, build_parser
 from .limits import MAX_SEQ_LEN
@@ -655,7 +655,19 @@ def cmd_serve_demo(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"build": cmd_build, "check": cmd_check, "run": cmd_run, "precompile": cmd_precompile,
+def cmd_spec(args) -> int:
+    """attngen spec --from-hf CONFIG: the .attn text of a model's attention."""
+    from .transformers.config import model_attention, specs_text
+    _check_output(args)
+    if args.name is not None and not args.name.isidentifier():
+        raise UsageError(f"--name {clip(args.name)!r} is not a name a spec takes (letters, digits, '_')")
+    text = specs_text(model_attention(args.from_hf, dtype=args.dtype, name=args.name))
+    api.parse(text, filename="<from-hf>")  # what is written parses and checks
+    _write(args, text)
+    return EXIT_OK
+
+
+COMMANDS = {"build": cmd_build, "spec": cmd_spec, "check": cmd_check, "run": cmd_run, "precompile": cmd_precompile,
             "serve-demo": cmd_serve_demo, "tune": cmd_tune, "cache": cmd_cache}
 
 
@@ -691,6 +703,9 @@ def main(argv=None) -> int:
     except OutputError as e:
         print(f"error: {e}", file=sys.stderr)
         _silence_stdout()
+        return EXIT_INVALID
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
         return EXIT_INVALID
     except (LaunchError, CompileError) as e:
         if debug:

@@ -146,6 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--port", type=_port, default=8000, help="HTTP port on 127.0.0.1 (default 8000; 0: any free)")
     d.add_argument("--no-serve", action="store_true", help="write the folder and exit")
 
+    sp = sub.add_parser("spec", parents=[common], help="write the specs a Hugging Face model needs",
+                        description="Write the .attn specs of a model's attention from its Hugging Face config: "
+                        "per layer type (global, sliding window) a prefill and a decode kernel, with heads, head "
+                        "dims, dtype, mask, softcap and scale read from the config (docs/transformers.md). "
+                        "Needs neither transformers nor PyTorch.")
+    sp.add_argument("--from-hf", metavar="CONFIG", required=True, dest="from_hf",
+                    help="a config.json, or a model directory that holds one")
+    sp.add_argument("--dtype", choices=("f16", "bf16", "f32"),
+                    help="instead of the config's dtype (f16 for a target without bf16)")
+    sp.add_argument("--name", metavar="NAME", help="the kernels' name prefix (default: from the config)")
+    sp.add_argument("-o", "--output", metavar="PATH", help="write here instead of standard output")
+
     k = sub.add_parser("cache", parents=[common], help="show or empty the disk cache of built kernels",
                        description="The disk cache of built kernels: $ATTNGEN_CACHE_DIR, else "
                        "$XDG_CACHE_HOME/attngen, else ~/.cache/attngen.")

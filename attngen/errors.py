@@ -135,6 +135,11 @@ class LaunchError(ValueError):
     """Bad run-time inputs to a compiled kernel: wrong shape, dtype, device or layout."""
 
 
+class ConfigError(ValueError):
+    """A model config (attngen.transformers, `attngen spec --from-hf`) attngen cannot turn into
+    specs: the message names the field and why."""
+
+
 class CompileError(RuntimeError):
     """A generated kernel failed to compile: a bug in attngen, reported with the log."""
 

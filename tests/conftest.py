@@ -76,7 +76,7 @@ QUICK_LAYERS = ("lang", "plan", "backends/cuda", "backends/wgsl", "runtime", "cl
                 "docs")
 QUICK = [
     "tests/lang/*", "tests/plan/*", "tests/golden/*", "tests/runtime/*", "tests/cli/*",
-    "tests/backends/cuda/*", "tests/backends/wgsl/*", "tests/docs/*",
+    "tests/backends/cuda/*", "tests/backends/wgsl/*", "tests/docs/*", "tests/hf/test_from_hf.py::*",
     # equivalence: the float64 reference itself, and the key-warp plans (GPU runs skip here)
     "tests/equivalence/test_reference.py::*", "tests/equivalence/test_key_warps.py::*",
     # the pure functions of the distributed module (no ranks started)

@@ -71,4 +71,15 @@ def get(name: str) -> Backend:
     raise ValueError(f"unknown target {name!r} (expected one of: {', '.join(_REGISTRY)})")
 
 
-__all__ = ["BUILTIN", "DEFAULT_TARGET", "Backend", "get", "load_builtin", "names", "register", "unregister"]
+def for_torch_device(device_type: str) -> str:
+    """The target whose kernels take PyTorch tensors on `device_type` (torch.device.type): the
+    first registered backend that lists it in torch_devices; a ValueError names those known."""
+    load_builtin()
+    for name, backend in _REGISTRY.items():
+        if device_type in backend.torch_devices:
+            return name
+    known = ", ".join(f"{d} ({n})" for n, b in _REGISTRY.items() for d in b.torch_devices)
+    raise ValueError(f"no attngen target takes PyTorch tensors on {device_type!r} (known: {known})")
+
+
+__all__ = ["BUILTIN", "DEFAULT_TARGET", "Backend", "for_torch_device", "get", "load_builtin", "names", "register", "unregister"]

@@ -49,6 +49,9 @@ class Backend:
     # The file name extension of the generated source (`attngen build DIR -o OUT` writes
     # OUT/<kernel>.<source_suffix>).
     source_suffix: str = "txt"
+    # The PyTorch device types (torch.device.type) whose tensors this target's kernels take, as
+    # they are or as host arrays (attngen.transformers picks a target by its tensors' device).
+    torch_devices: tuple = ()
 
     # -- profiles ---------------------------------------------------------------------------
     def extra_profiles(self) -> tuple:

@@ -32,6 +32,7 @@ class CudaBackend(Backend):
         Option("tma", "choice", choices=("auto", "on", "off"), what="tensor copy engine", usage="auto|on|off"),
     ), language="C++")
     default_profile = "cuda-sm80"
+    torch_devices = ("cuda",)  # CUDA tensors, read in place
     required_limits = ("shared_memory_bytes", "threads_per_block", "registers_per_thread", "registers_per_block")
     required_defaults = ("math", "max_head_dim", "tile_q", "tile_kv", "stages")
     required_sections = ("device.arch",)

@@ -33,6 +33,7 @@ class WgslBackend(Backend):
         Option("prefetch", "choice", choices=("auto", "on", "off"), what="tile prefetch", usage="auto|on|off"),
     ), language="WGSL")
     default_profile = "webgpu-core"
+    torch_devices = ("cpu",)  # host tensors, through numpy arrays
     required_limits = ("workgroup_storage_bytes", "invocations_per_workgroup", "storage_buffers_per_stage",
                        "workgroups_per_dimension", "storage_buffer_binding_bytes")
     required_defaults = ("max_head_dim", "tile_q", "threads_per_row", "tile_kv")
