@@ -307,10 +307,27 @@ def _check_one(args, text, name, targets, diags, report) -> bool:
                     lines.append(f"  {target} ({prof.name}): error (see above)")
                     continue
                 lines.append(f"  {target} ({prof.name}): ok")
+                lines.append(f"    profile: {prof.name} ({_check_profile_reason(args.profile)})")
                 lines += [f"    {ln}" for ln in _plan_lines(p)]
                 lines += [f"    {ln}" for ln in _tuned_lines(spec, target)]
         report.append("\n".join(lines))
     return bool(specs)
+
+
+def _check_profile_reason(given: str | None) -> str:
+    """Why check plans with a profile: `attngen run` plans with the device's, so the two differ."""
+    if given is None:
+        return "the target's default: no --profile given; attngen run picks this machine's device's"
+    return f"--profile {given}; attngen run picks this machine's device's unless given --profile"
+
+
+def _run_profile_line(args, backend, kernel) -> str:
+    """Which profile `attngen run` compiled with and why (check plans with the target's default)."""
+    name = kernel.plan.profile
+    if args.profile:
+        return f"profile: {name} (--profile {args.profile})"
+    return (f"profile: {name} (this machine's device's, as no --profile was given; attngen check plans with "
+            f"the target's default, {backend.default_profile}, unless given --profile)")
 
 
 def cmd_check(args) -> int:
@@ -442,27 +459,34 @@ def _tune(args) -> int:
                           f"{type(e).__name__}: {e}") from None
     _print(f"{spec.name} on {args.target} ({backend.device_identity()}), B={shape['B']} Lq={shape['Lq']} "
            f"Lk={shape['Lk']} Hq={shape['Hq']} Hkv={shape['Hkv']}; {backend.timing}")
-    _print(f"  {'candidate':42} {'ms':>10}  result")
-    _, status, default_ms, _, default_plan = default
+    # each row labelled by the plan fields that vary among the rows (tune.plan_labels), so that
+    # two different plans never look alike; the defaults' row first
+    labels = tune.plan_labels([default] + rows)
+    named = {id(r): text for r, text in zip(rows, labels[1:])}
+    status, default_ms, default_plan = default[1], default[2], default[4]
+    width = max([42] + [len(t) + 1 for t in labels[1:]] + [len(labels[0]) + 15])
+    _print(f"  {'candidate':{width}} {'ms':>10}  result")
     ms_text = "-" if default_ms is None else f"{default_ms:.4g}"
-    _print(f"  {'the defaults: ' + default_plan.split(',')[0]:42} {ms_text:>10}  {status}")
-    for choice, status, ms, _, summary in rows:
+    _print(f"  {'the defaults: ' + labels[0]:{width}} {ms_text:>10}  {status}")
+    for row in rows:
+        choice, status, ms, summary = row[0], row[1], row[2], row[4]
         same = " (the defaults' plan)" if summary == default_plan else ""
-        _print(f"  {tune.label(choice):42} {('-' if ms is None else f'{ms:.4g}'):>10}  {status}{same}")
+        _print(f"  {named[id(row)]:{width}} {('-' if ms is None else f'{ms:.4g}'):>10}  {status}{same}")
     ok = [r for r in rows if r[2] is not None]
     if not ok:
         _print("no candidate ran correctly: nothing stored")
         return EXIT_INVALID
-    choice, _, ms, _, _ = ok[0]
+    choice, ms = ok[0][0], ok[0][2]
+    best = named[id(ok[0])] + ("" if named[id(ok[0])] == tune.label(choice) else f" (set as {tune.label(choice)})")
     if default_ms is not None and default_ms <= ms:
         # no candidate beats the defaults: they are the result (compile keeps the spec as it is)
         where = tune.store(backend, spec, shape, tune.DEFAULTS, default_ms, default_ms)
-        _print(f"fastest: the profile's defaults, {default_ms:.4g} ms (the best candidate, {tune.label(choice)}, "
+        _print(f"fastest: the profile's defaults, {default_ms:.4g} ms (the best candidate, {best}, "
                f"took {ms:.4g} ms); stored in {where}")
         return EXIT_OK
     where = tune.store(backend, spec, shape, choice, ms, default_ms)
     versus = f"{default_ms / ms:.2f}x the defaults" if default_ms else "the defaults were wrong"
-    _print(f"fastest: {tune.label(choice)}, {ms:.4g} ms ({versus}); stored in {where}")
+    _print(f"fastest: {best}, {ms:.4g} ms ({versus}); stored in {where}")
     return EXIT_OK
 
 
@@ -500,9 +524,26 @@ def _run(args) -> int:
             given = f"--shape {text}" if text is not None else "the default shape"
             raise UsageError(f"shape {i + 1}/{len(shapes)} ({given}): {e}; give a smaller B, Lq, Lk or "
                              "heads") from None
+    notes = [_run_profile_line(args, backend, kernel)] + _run_tiles_lines(args, spec, backend)
     ok = run_shapes(kernel, backend, shapes, repeat=args.repeat, seed=args.seed,
-                    use_reference=not args.no_reference, echo=_print, progress=progress)
+                    use_reference=not args.no_reference, echo=_print, progress=progress, notes=notes)
     return EXIT_OK if ok else EXIT_INVALID
+
+
+def _run_tiles_lines(args, spec, backend) -> list[str]:
+    """A line when attngen.compile took an `attngen tune` result for this device (api.compile),
+    which check does not: the other reason the two plans differ."""
+    from .harness import tune
+    if args.profile or not tune.is_auto(spec, args.target):
+        return []
+    try:
+        found = tune.lookup(backend, spec)
+    except Exception:  # noqa: BLE001  (no device identity: compile used no tuned result either)
+        return []
+    if found is None or tune.is_defaults(found["choice"]):
+        return []
+    return [f"tiles: {tune.label(found['choice'])}, attngen tune's result for this device ({found['shape_class']}, "
+            f"{found['date']}); attngen check shows the profile's defaults"]
 
 
 def _count(n: int, one: str, many: str) -> str:

@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from . import backends
+from .errors import did_you_mean
 from .limits import MAX_PORT
 from .version import __version__
 
@@ -25,9 +26,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _target(text: str) -> str:
-    """--target's value: target names are lower case, and WGSL or Cuda mean the same targets
-    (argparse checks the result against the choices)."""
-    return text.lower()
+    """--target's value: target names are lower case, and WGSL or Cuda mean the same targets. A
+    name no backend has is a one-line usage error with the closest name (UsageError passes through
+    argparse, which would print its usage block first)."""
+    name = text.lower()
+    targets = backends.names()
+    if name not in targets:
+        hint = did_you_mean(name, targets)
+        raise UsageError(f"unknown target {text!r} for --target" + (f": {hint}" if hint else "")
+                         + f" (targets: {', '.join(targets)})")
+    return name
 
 
 def _port(text: str) -> int:

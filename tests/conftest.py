@@ -102,6 +102,7 @@ QUICK_EXCEPT = [
     # tune's sweeps; the XDG check in four subprocesses; the README's kernel runs and precompile
     "tests/cli/test_tune.py::test_tune_stores_the_fastest_and_compile_uses_it",
     "tests/cli/test_tune.py::test_tune_keeps_the_target_options_it_does_not_sweep",
+    "tests/cli/test_tune.py::test_each_candidate_is_labelled_by_what_differs_between_the_plans",
     "tests/cli/test_quiet_wgsl.py::test_no_xdg_runtime_dir_complaint[*",
     "tests/docs/test_readme.py::test_readme_command[*attngen run *",
     "tests/docs/test_readme.py::test_readme_command[*attngen precompile *",

@@ -150,6 +150,12 @@ class Backend:
         `target NAME { ... }` values); the planner refuses the illegal ones."""
         return []
 
+    def plan_fields(self, plan: KernelPlan) -> dict:
+        """{short name: value} of the choices that tell one plan of a spec from another (tiles,
+        threads, stages, ...), in the order a person reads them: `attngen tune` labels each
+        candidate with those that vary among its candidates. Tile q and kv by default."""
+        return {"q": plan.tile_q, "kv": plan.tile_kv}
+
     def device_identity(self) -> str:
         """This machine's device, as tuned results are keyed: vendor, architecture, device, driver."""
         raise NotImplementedError(f"target {self.name} has no runtime here")
@@ -170,11 +176,12 @@ class Backend:
         """(q, k, v, options) on the device, from float32 host arrays and host options."""
         raise NotImplementedError(f"target {self.name} has no runtime here")
 
-    def check_sizes(self, kernel, launch, inputs: dict) -> None:
+    def check_sizes(self, kernel, launch, inputs: dict, mask: tuple | None = None) -> None:
         """A LaunchError when a call of `kernel` resolved to `launch` (attngen.runtime.launch.resolve)
-        with inputs of {name: bytes} would pass a limit of the target that the call checks (grids,
-        buffer sizes): the same rules, from shapes alone, before anything is allocated (attngen
-        run checks each --shape with it). Nothing by default."""
+        with inputs of {name: bytes} (and a custom mask of (shape (B, H, Lq, Lk), kind "bool" or
+        "additive")) would pass a limit of the target that the call checks (grids, buffer sizes):
+        the same rules, from shapes alone, before anything is allocated (attngen run checks each
+        --shape with it). Nothing by default."""
 
     def time_call(self, kernel, args: tuple, options: dict, repeat: int) -> float:
         """Median milliseconds of `repeat` calls after a warm-up call (a backend whose calls wait

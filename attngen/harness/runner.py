@@ -58,8 +58,9 @@ def check_shape(kernel, backend, shape) -> None:
     """A LaunchError, before anything is allocated, when the inputs of `shape` would not fit: on
     the host (MAX_HOST_INPUT_BYTES), or in a call of the kernel, by the rules the call itself
     applies (attngen.runtime.launch.resolve: lengths, batch and heads against attngen.limits;
-    then the target's grids and buffer sizes, backend.check_sizes). A KV-split schedule is
-    counted with one split here; the call checks its real splits."""
+    then the target's grids and buffer sizes, backend.check_sizes). A KV-split schedule's
+    workspaces are counted with the splits the call would use: split_kv(N)'s N, and for
+    split_kv(auto) and two_pass those of the kernel's device (Kernel.compute_units)."""
     from ..lang.spec import DTYPE_BYTES
     from ..runtime.launch import on_device, resolve
     spec = kernel.spec
@@ -70,10 +71,12 @@ def check_shape(kernel, backend, shape) -> None:
         ints = dict(kv_lens=on_device("kv_lens", (b,), "int32", 1),
                     block_table=on_device("block_table", (b, _pages(spec, shape["Lk"])), "int32", 2))
     tensors = call_shapes(spec, shape)
+    units = getattr(kernel, "compute_units", lambda: None)()  # a plan without a device (tests): 1
     launch = resolve(kernel.plan, tensors, dict.fromkeys(tensors, kernel.plan.dtype), has_mask=spec.mask.is_custom,
-                     cores=None, **ints)
+                     cores=units if units is not None else 1, **ints)
     nbytes = {n: int(np.prod(dims, dtype=object)) * DTYPE_BYTES[kernel.plan.dtype] for n, dims in tensors.items()}
-    backend.check_sizes(kernel, launch, nbytes)
+    mask = ((shape["B"], 1, shape["Lq"], shape["Lk"]), "bool") if spec.mask.is_custom else None  # runtime_inputs'
+    backend.check_sizes(kernel, launch, nbytes, mask=mask)
 
 
 def draw_inputs(spec, backend, shape, seed):
@@ -91,18 +94,23 @@ def draw_inputs(spec, backend, shape, seed):
     return host, args, opts
 
 
+# A custom mask's documents (blocks on the diagonal) and the chance that a pair inside one is kept.
+MASK_DOCUMENTS, MASK_KEEP = 3, 0.9
+
+
 def runtime_inputs(spec, q, k, v, rng):
     """(k, v, options) for specs that need run-time inputs, on the host: a custom mask (three
     documents with random holes, so tiles are empty, full and partial) or a paged cache (the
     contiguous k, v scattered over shuffled pages, with block_table and kv_lens). The same
-    options serve the kernel and attngen.reference; other specs get k, v and no options."""
+    options serve the kernel and attngen.reference; other specs get k, v and no options.
+    made_up says the same in words."""
     opts = {}
     b, lq = q.shape[:2]
     lk = k.shape[1]
     if spec.mask.is_custom:
-        docs = 3
+        docs = MASK_DOCUMENTS
         same = (np.arange(lq)[:, None] * docs // lq) == (np.arange(lk)[None, :] * docs // lk)
-        opts["mask"] = same & (rng.random((b, 1, lq, lk)) < 0.9)
+        opts["mask"] = same & (rng.random((b, 1, lq, lk)) < MASK_KEEP)
     if spec.kv_cache.is_paged:
         page = spec.kv_cache.page
         per = -(-lk // page)
@@ -118,6 +126,44 @@ def runtime_inputs(spec, q, k, v, rng):
     return k, v, opts
 
 
+def made_up(spec, shape, seed: int) -> list[str]:
+    """What draw_inputs makes up for one shape, a line per input, in words (attngen run prints
+    them): q, k, v, and where the spec needs them the custom mask and the paged cache's block
+    table and kv_lens."""
+    b, lq, lk = shape["B"], shape["Lq"], shape["Lk"]
+    entries = f"{b} batch entr{'y' if b == 1 else 'ies'}"
+    lines = [f"q, k, v: standard normal (seed {seed}), stored as {spec.dtype}; {entries}, each one sequence of {lq} "
+             f"queries and {lk} keys (no cu_seqlens" + ("" if spec.kv_cache.is_paged else ", no kv_lens") + ")"]
+    if spec.mask.is_custom:
+        docs = MASK_DOCUMENTS
+        same = sum(len(range(-(-d * lq // docs), -(-(d + 1) * lq // docs)))
+                   * len(range(-(-d * lk // docs), -(-(d + 1) * lk // docs))) for d in range(docs))
+        lines.append(f"mask: random boolean (B, 1, Lq, Lk), one per batch entry for every head: {docs} documents "
+                     f"on the diagonal (query i and key j in one when i*{docs}//Lq == j*{docs}//Lk), each pair in "
+                     f"a document kept with probability {MASK_KEEP:g}, pairs across documents masked: about "
+                     f"{100 * MASK_KEEP * same / (lq * lk):.0f}% of the pairs kept")
+    if spec.kv_cache.is_paged:
+        page, per = spec.kv_cache.page, _pages(spec, lk)
+        lines.append(f"block_table: {per} page(s) of {page} keys per sequence, drawn at random without repeats "
+                     f"from a cache of {b * per + 1} pages (one unused, random values), so pages are shuffled; "
+                     f"kv_lens = {lk} for every sequence")
+    return lines
+
+
+def _made_up_lines(spec, shapes, seed: int) -> list[str]:
+    """made_up's lines for every shape: once where every shape has the same, else per shape."""
+    each = [made_up(spec, s, seed + i) for i, s in enumerate(shapes)]
+    if len(shapes) == 1:
+        return [f"made up: {ln}" for ln in each[0]]
+    out = []
+    for n in range(len(each[0])):
+        if len({lines[n] for lines in each}) == 1:
+            out.append(f"made up: {each[0][n]}")
+        else:
+            out += [f"made up for shape {i + 1}: {lines[n]}" for i, lines in enumerate(each)]
+    return out
+
+
 def _ms(x: float) -> str:
     """Milliseconds with four significant digits (0.01234, 1.480, 123.4; 1234 and above whole)."""
     if x != x or x >= 1000:
@@ -131,15 +177,18 @@ def _tflops(x: float) -> str:
 
 
 def run_shapes(kernel, backend, shapes, *, repeat=10, seed=0, use_reference=True, echo=print,
-               progress=None) -> bool:
+               progress=None, notes=()) -> bool:
     """Run a compiled kernel on every shape; print one line each with `echo`; True when all
     are within tolerance. `backend` is the kernel's target's (attngen.backends). `progress`,
     when given, is called with a line before each step (drawing inputs, timing, the float64
-    reference), which can take long on big shapes."""
+    reference), which can take long on big shapes. `notes`: lines printed after the first (the
+    profile and why), before what the inputs are made of."""
     spec = kernel.spec
     bound = tolerance(spec)
     say = progress or (lambda line: None)
     echo(f"{spec.name} on {backend.name} ({kernel.plan.profile}): {kernel.plan.summary()}")
+    for line in list(notes) + _made_up_lines(spec, shapes, seed):
+        echo(line)
     echo(f"{'B':>4} {'Lq':>7} {'Lk':>7} {'Hq':>4} {'Hkv':>4}  {'rel. error':>10}  {'ms':>9}  {'TFLOP/s':>8}  result")
     for shape in shapes:  # every shape before the first is drawn: a bad one fails at once
         check_shape(kernel, backend, shape)

@@ -87,6 +87,46 @@ def label(choice: dict | None) -> str:
     return " ".join(parts)
 
 
+def _parts(summary: str) -> list[str]:
+    """A plan summary's comma-separated parts (commas inside brackets stay in their part)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(summary):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(summary[start:i].strip())
+            start = i + 1
+    return parts + [summary[start:].strip()]
+
+
+def plan_labels(rows) -> list[str]:
+    """A label per sweep row (the defaults' first): the plan's fields (Backend.plan_fields) that
+    vary among the rows that have a plan, as k=v; a row without a plan (refused, failed, not run)
+    is labelled by its choice. Two different plans never get the same label: where their fields
+    agree, the parts of their summaries that differ are added."""
+    fields = [r[5] if len(r) > 5 else None for r in rows]
+    planned = [f for f in fields if f is not None]
+    keys = list(dict.fromkeys(k for f in planned for k in f))
+    varying = [k for k in keys if len({str(f.get(k)) for f in planned}) > 1] or keys[:2]
+    out = [label(r[0]) if f is None else " ".join(f"{k}={f[k]}" for k in varying if k in f)
+           for r, f in zip(rows, fields)]
+    groups: dict = {}
+    for i, (r, f) in enumerate(zip(rows, fields)):
+        if f is not None:
+            groups.setdefault(out[i], []).append(i)
+    for same in groups.values():
+        summaries = {rows[i][4] for i in same}
+        if len(summaries) < 2:
+            continue
+        common = set.intersection(*(set(_parts(s)) for s in summaries))
+        for i in same:
+            extra = [p for p in _parts(rows[i][4]) if p not in common]
+            out[i] += f" ({'; '.join(extra)})" if extra else ""
+    return out
+
+
 def _key(target: str, identity: str, spec: AttentionSpec) -> str:
     return cache.cache_key(kind="tuned", target=target, device=identity, spec=spec_key(spec, target))
 
@@ -95,8 +135,10 @@ def sweep(backend, spec: AttentionSpec, shape: dict, *, repeat: int = 5, seed: i
           check=None, compile_=None):
     """The profile's defaults, then every candidate of backend.tune_space(spec), each checked
     against the float64 reference before it is timed: (default row, candidate rows fastest first
-    among the ok ones). A row is (choice, status, ms, rel_err, plan summary); the default's choice
-    is None. A candidate that raises (compile, launch, a device error) is a FAILED row; if the
+    among the ok ones). A row is (choice, status, ms, rel_err, plan summary, plan fields), the last
+    two None where no plan ran (refused, failed), the fields Backend.plan_fields' (plan_labels
+    labels the rows by them); the default's choice is None. A candidate that raises (compile,
+    launch, a device error) is a FAILED row; if the
     device then no longer runs the defaults (lost, or reset after a timeout) the sweep stops and
     the rows so far stand (the caller stores the fastest of them). `check(spec) -> problems` and `compile_(spec) -> kernel` come from the caller (the
     API layer)."""
@@ -109,10 +151,11 @@ def sweep(backend, spec: AttentionSpec, shape: dict, *, repeat: int = 5, seed: i
         err = relative_error(to_numpy(kernel(*args, **opts)), ref)
         if not err <= tolerance(cand):
             say(f"{where}: wrong result, not timed")
-            return (choice, f"WRONG (error {err:.2e})", None, err, kernel.plan.summary())
+            return (choice, f"WRONG (error {err:.2e})", None, err, kernel.plan.summary(),
+                    backend.plan_fields(kernel.plan))
         ms = backend.time_call(kernel, args, opts, repeat)
         say(f"{where}: {ms:.4g} ms")
-        return (choice, "ok", ms, err, kernel.plan.summary())
+        return (choice, "ok", ms, err, kernel.plan.summary(), backend.plan_fields(kernel.plan))
 
     default = run(None, spec, "the profile's defaults")
 
@@ -132,7 +175,8 @@ def sweep(backend, spec: AttentionSpec, shape: dict, *, repeat: int = 5, seed: i
         where = f"[{i + 1}/{len(space)}] {label(choice)}"
         problems = check(cand)
         if problems:
-            rows.append((choice, "refused: " + problems[0].message.split(": ", 1)[-1][:60], None, None, None))
+            reason = problems[0].message.split(": ", 1)[-1][:60]
+            rows.append((choice, "refused: " + reason, None, None, None, None))
             say(f"{where}: refused by the planner")
             continue
         try:
@@ -140,12 +184,12 @@ def sweep(backend, spec: AttentionSpec, shape: dict, *, repeat: int = 5, seed: i
         except Exception as e:  # noqa: BLE001  (a candidate that fails to compile, launch or finish)
             reason = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:70]}"
             say(f"{where}: failed ({reason})")
-            rows.append((choice, "FAILED: " + reason, None, None, None))
+            rows.append((choice, "FAILED: " + reason, None, None, None, None))
             if not device_still_runs():
                 rest = len(space) - i - 1
                 say(f"the device no longer runs the defaults: the sweep stops here ({rest} candidate(s) not run); "
                     "the results so far stand")
-                rows += [(c, "not run: the device was lost", None, None, None) for c in space[i + 1:]]
+                rows += [(c, "not run: the device was lost", None, None, None, None) for c in space[i + 1:]]
                 break
     ok = sorted((r for r in rows if r[2] is not None), key=lambda r: r[2])
     return default, ok + [r for r in rows if r[2] is None]

@@ -49,6 +49,11 @@ class Kernel:
     def manifest(self) -> dict:
         return self.emitted.manifest
 
+    def compute_units(self) -> int | None:
+        """The device's multiprocessors / compute units, which a call's split_kv(auto) and two_pass
+        plan their KV splits with (attngen.runtime.launch.resolve's `cores`); None: unknown."""
+        return None
+
     def block_mask(self, mask):
         """A BlockMask of `mask` for this kernel's tiles, on its device (attngen.block_mask)."""
         raise NotImplementedError(f"target {self.target} builds no block masks")

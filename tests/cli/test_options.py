@@ -68,3 +68,20 @@ def test_shape_heads_any_when_the_spec_leaves_them_open(capsys, tmp_path):
 def test_target_names_are_case_insensitive(capsys, target):
     assert main(["build", os.path.join(ROOT, "examples", "vit_b16.attn"), "--target", target]) == 0
     assert capsys.readouterr().out.strip()
+
+
+@pytest.mark.parametrize("argv", [
+    ["build", VIT, "--target", "wgls"],
+    ["check", VIT, "--target", "wgls"],
+    ["run", VIT, "--target", "wgls"],
+    ["tune", VIT, "--target", "wgls"],
+    ["precompile", VIT, "--target", "wgls"],
+])
+def test_an_unknown_target_is_one_line_with_a_did_you_mean(capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == ["error: unknown target 'wgls' for --target: did you mean 'wgsl'? "
+                                        "(targets: cuda, wgsl)"], err
+    code, _, err = run(capsys, "build", VIT, "--target", "metal")
+    assert code == 2 and err.strip().splitlines() == ["error: unknown target 'metal' for --target (targets: cuda, "
+                                                      "wgsl)"], err

@@ -51,3 +51,56 @@ def test_paged_caches_are_checked_too(monkeypatch):
     runner.check_shape(kernel, backends.get("cuda"), _shape(Hq=hq, Hkv=hkv, Lq=1, Lk=1000))
     with pytest.raises(LaunchError, match="65535"):
         runner.check_shape(kernel, backends.get("cuda"), _shape(B=70000, Hq=hq, Hkv=hkv, Lq=1, Lk=1))
+
+
+def _run_refused_before_drawing(tmp_path, monkeypatch, capsys, text: str, shape: str) -> str:
+    """`attngen run` of the spec `text` on wgsl with --shape `shape`: a usage error before any
+    input is drawn; its message."""
+    from conftest import wgsl_available
+    from attngen.cli import main
+    if not wgsl_available():
+        pytest.skip("no wgpu adapter")
+
+    def no_drawing(*a, **k):
+        raise AssertionError("inputs drawn")
+    monkeypatch.setattr(runner, "draw_inputs", no_drawing)
+    path = tmp_path / "s.attn"
+    path.write_text(text)
+    code = main(["run", str(path), "--target", "wgsl", "--shape", shape, "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    return err
+
+
+def test_a_split_kv_workspace_is_counted_with_its_real_splits(tmp_path, monkeypatch, capsys):
+    """(issue 40) check_shape counted split_kv's workspaces with one split: 8 splits' o_part of
+    256 MiB passed, and the inputs were drawn before the call refused it."""
+    err = _run_refused_before_drawing(tmp_path, monkeypatch, capsys, "attention s {\n head_dim 64\n heads q=8 kv=8\n"
+                                      " dtype f32\n schedule split_kv(8)\n}\n", "B=1,Lq=16384,Lk=64")
+    assert "o_part would be 268435456 bytes" in err, err  # 8 x 16384 x 8 x 64 x 4
+
+
+def test_a_custom_mask_is_checked_against_the_binding_limit_before_anything_is_drawn(tmp_path, monkeypatch, capsys):
+    """(issue 40) attngen run drew a custom mask (and q, k, v) whose BlockMask buffer passes the
+    storage binding limit, then failed in the block-mask builder."""
+    err = _run_refused_before_drawing(tmp_path, monkeypatch, capsys, "attention m {\n head_dim 32\n heads q=1 kv=1\n"
+                                      " dtype f32\n mask custom\n}\n", "B=1,Lq=12288,Lk=12288")
+    assert "mask: its BlockMask buffer would be" in err and "storage binding limit" in err, err
+
+
+def test_the_block_mask_builder_checks_the_size_before_it_copies(monkeypatch):
+    """The builder refuses a mask too big for the buffer before its host copies (from the shape)."""
+    from conftest import wgsl_available
+    if not wgsl_available():
+        pytest.skip("no wgpu adapter")
+    import numpy as np
+    import attngen
+    from attngen.backends.wgsl import blockmask
+    text = "attention m {\n head_dim 32\n heads q=1 kv=1\n dtype f32\n mask custom\n}\n"
+    kernel = attngen.compile(api.parse(text)[0], target="wgsl")
+    monkeypatch.setattr(kernel, "binding_limit", lambda: 1000)
+    copies = []
+    monkeypatch.setattr(blockmask.np, "ascontiguousarray", lambda *a, **k: copies.append(1) or np.asarray(*a))
+    with pytest.raises(LaunchError, match="BlockMask buffer would be 4[0-9]{3} bytes"):
+        blockmask.build_block_mask(kernel, np.ones((1, 1, 64, 64), bool))
+    assert not copies

@@ -30,7 +30,7 @@ def test_tune_stores_the_fastest_and_compile_uses_it(own_cache, capsys):
     require("wgsl")
     assert main(["tune", str(own_cache), "--target", "wgsl", "--shape", "B=1,Lq=40,Lk=40", "--repeat", "1", "-q"]) == 0
     out = capsys.readouterr().out
-    assert "the defaults: tile q=" in out and "fastest: " in out  # refusals: none needed (all may fit)
+    assert "the defaults: q=" in out and "fastest: " in out  # refusals: none needed (all may fit)
     assert out.count(" ok") >= 5
     (entry,) = [json.loads(d) for d in cache.entries(tune.SUFFIX)]
     result = entry["results"]["prefill Lk<=512"]
@@ -152,3 +152,52 @@ def test_a_sweep_whose_candidates_are_slower_stores_the_defaults(own_cache, monk
     assert choice == {"tile_q": None, "tile_kv": None, "options": {}}  # every choice auto (older versions read it)
     spec = spec_of("head_dim 32\n heads q=4 kv=2\n dtype f32\n mask causal")
     assert tune.apply(spec, "wgsl", choice) is spec and tune.label(choice) == "the profile's defaults"
+
+
+def _table(out: str) -> list[str]:
+    """The labels of tune's table, the defaults' first ("the defaults: " taken off)."""
+    lines = out.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.strip().startswith("candidate"))
+    labels = []
+    for ln in lines[head + 1:]:
+        if ln.startswith("fastest:") or ln.startswith("no candidate"):
+            break
+        text = ln.strip().removeprefix("the defaults: ")
+        labels.append(text.rsplit(None, 2)[0] if " ok" in ln else text)
+    return labels
+
+
+def test_each_candidate_is_labelled_by_what_differs_between_the_plans(own_cache, monkeypatch, capsys):
+    """(issue 40) The defaults showed only their tiles ("tile q=32 kv=16") and the candidates the
+    choice swept, so the defaults' plan and a candidate of the same tiles and workgroup but other
+    rows per invocation looked alike: every row now names the same fields, those that vary."""
+    require("wgsl")
+    seen = {}
+    real = tune.sweep
+
+    def keep(*a, **k):
+        seen["rows"] = result = real(*a, **k)
+        return result
+    monkeypatch.setattr(tune, "sweep", keep)
+    assert main(["tune", str(own_cache), "--target", "wgsl", "--shape", "B=1,Lq=24,Lk=24", "--repeat", "1", "-q"]) == 0
+    labels = _table(capsys.readouterr().out)
+    default, rows = seen["rows"]
+    rows = [default] + rows
+    assert len(labels) == len(rows)
+    fields = [dict(p.split("=", 1) for p in text.split() if "=" in p) for text in labels]
+    planned = [(f, r[4]) for f, r in zip(fields, rows) if r[4] is not None]
+    assert len({tuple(sorted(f)) for f, _ in planned}) == 1, labels  # the same fields on every row
+    assert "workgroup" in planned[0][0] and "q" in planned[0][0]
+    for i, (fa, sa) in enumerate(planned):
+        for fb, sb in planned[i + 1:]:
+            assert (fa == fb) == (sa == sb), (fa, sa, sb)  # other plans, other labels; one plan, one label
+
+
+def test_plans_whose_fields_agree_are_told_apart_by_their_summaries():
+    fields = {"q": 16, "kv": 16}
+    rows = [(None, "ok", 1.0, 0.0, "tile q=16 kv=16, workgroup 64 (a, b), x", fields),
+            ({"tile_q": 16}, "ok", 1.0, 0.0, "tile q=16 kv=16, workgroup 64 (a, b), y", fields),
+            ({"tile_q": 8, "tile_kv": 16, "options": {}}, "refused: too big", None, None, None, None)]
+    labels = tune.plan_labels(rows)
+    assert labels[0] != labels[1] and labels[0].endswith("(x)") and labels[1].endswith("(y)")
+    assert labels[2] == "q=8 kv=16"  # no plan: the choice

@@ -71,6 +71,14 @@ class CudaBackend(Backend):
         return [{"tile_q": q, "tile_kv": kv, "options": {"stages": st}}
                 for q in (64, 128) for kv in (32, 64, 128) for st in (2, 3)]
 
+    def plan_fields(self, plan):
+        from .family import family_name
+        c = plan.config
+        return {"q": c.tile_q, "kv": c.tile_kv, "warps": c.warps, "stages": c.stages, "family": family_name(c),
+                "math": c.math, "producer": "on" if c.producer else "off",
+                "persistent": "on" if c.persistent and not c.item_per_block else "off", "key_warps": c.key_warps,
+                "tma": "on" if c.tma else "off", "d": c.chunk or "whole", "v_blocks": c.v_blocks}
+
     def device_identity(self):
         from .devices import cupy_module, device_name, gpu_count
         cupy = cupy_module()
@@ -130,8 +138,8 @@ class CudaBackend(Backend):
             return tuple(torch.from_numpy(a).cuda().to(torch.bfloat16) for a in host), options
         return tuple(cupy.asarray(a.astype(_NP[spec.dtype])) for a in host), options
 
-    def check_sizes(self, kernel, launch, inputs):
-        from .args import launches  # the grids' limits; buffers are bounded by the GPU's memory alone
+    def check_sizes(self, kernel, launch, inputs, mask=None):
+        from .args import launches  # the grids' limits; buffers (a mask's too) are bounded by the GPU's memory alone
         launches(kernel.plan, launch, "bool" if kernel.spec.mask.is_custom else None)
 
     def time_call(self, kernel, args, options, repeat):

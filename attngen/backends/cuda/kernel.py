@@ -259,6 +259,10 @@ class CudaKernel(Kernel):
         from .torch_op import TorchOperator, operator_name
         return TorchOperator(self, name or operator_name(self, kernel_key(self.plan)))
 
+    def compute_units(self) -> int:
+        """The current GPU's multiprocessors (a call's, for the inputs on that GPU)."""
+        return self._cores(_cupy().cuda.Device().id)
+
     def _cores(self, device_id: int) -> int:
         if device_id not in self._sm_count:
             cupy = _cupy()

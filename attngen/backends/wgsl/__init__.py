@@ -99,6 +99,12 @@ class WgslBackend(Backend):
         return [{"tile_q": q, "tile_kv": kv, "options": {"workgroup": q * per_row}}
                 for q in (8, 16, 32) for kv in (16, 32) for per_row in (2, 4, 8)]
 
+    def plan_fields(self, plan):
+        c = plan.config
+        return {"q": c.tile_q, "kv": c.tile_kv, "workgroup": c.workgroup, "per_row": c.threads_per_row,
+                "rows": c.rows, "reduce": c.reduction, "prefetch": "on" if c.prefetch else "off",
+                "f16": "packed" if c.f16_packed else "native", "d": c.tile_d or "whole", "v_blocks": c.v_blocks}
+
     def device_identity(self):
         from .devices import device_state
         info = device_state().info
@@ -131,9 +137,9 @@ class WgslBackend(Backend):
         # resident on the device: a timed call uploads nothing but its uniforms
         return tuple(WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype]))) for a in host), options
 
-    def check_sizes(self, kernel, launch, inputs):
+    def check_sizes(self, kernel, launch, inputs, mask=None):
         from .launch import check_sizes
-        check_sizes(kernel, launch, inputs)
+        check_sizes(kernel, launch, inputs, mask)
 
     def time_call(self, kernel, args, options, repeat):
         """Median GPU milliseconds of `repeat` calls (timestamp queries around the dispatches),

@@ -59,6 +59,36 @@ def _host_mask(mask) -> np.ndarray:
     return np.asarray(mask)
 
 
+def _words(shape: tuple, kind: str, tq: int, tk: int) -> tuple[int, int, int]:
+    """u32 words of the BlockMask buffer of a mask of `shape` (Bm, Hm, Lq, Lk) and `kind`: (counts,
+    tiles, data); bool masks take a byte per element, additive ones a word."""
+    bm_b, bm_h, lq, lk = shape
+    slices, nq, nk = bm_b * bm_h, -(-lq // tq), -(-lk // tk)
+    elements = slices * lq * lk
+    return slices * nq, slices * nq * nk, -(-elements // 4) if kind == "bool" else elements
+
+
+def check_size(kernel, shape: tuple, kind: str) -> None:
+    """A LaunchError when the BlockMask of a mask of `shape` and `kind` would not fit the device:
+    its buffer within the storage binding limit, its dispatches within the workgroups per
+    dimension. From the shape alone, before anything is allocated (build_block_mask, and attngen
+    run's check of a --shape through check_sizes)."""
+    plan = kernel.plan
+    tq, tk = plan.tile_q, plan.tile_kv
+    nbytes = 4 * sum(_words(shape, kind, tq, tk))
+    limit = kernel.binding_limit()
+    if nbytes > limit:
+        raise LaunchError(f"mask: its BlockMask buffer would be {nbytes} bytes, above the {limit}-byte "
+                          "storage binding limit of this device/profile")
+    bm_b, bm_h, lq, lk = shape
+    nq, nk = -(-lq // tq), -(-lk // tk)
+    dims = kernel.limit("workgroups_per_dimension")
+    for what, n in (("q tiles", nq), ("mask batch x heads", bm_b * bm_h),
+                    ("kv tiles / 64", -(-nk // BLOCK_MASK_WORKGROUP))):
+        if n > dims:
+            raise LaunchError(f"mask: {what} = {n} exceeds the {dims} workgroups per dimension of this device")
+
+
 def build_block_mask(kernel, mask) -> BlockMask:
     """The BlockMask of `mask` for `kernel` (a WgslKernel), built on its device."""
     if isinstance(mask, BlockMask):
@@ -66,6 +96,7 @@ def build_block_mask(kernel, mask) -> BlockMask:
     m = _host_mask(mask)
     kind = mask_kind(m.dtype)
     shape = mask_shape4(m.shape)
+    check_size(kernel, shape, kind)  # before the host copies below and any GPU buffer
     plan = kernel.plan
     tq, tk = plan.tile_q, plan.tile_kv
     if kind == "bool":
@@ -86,14 +117,6 @@ def build_block_mask(kernel, mask) -> BlockMask:
     n_counts, n_tiles = slices * nq, slices * nq * nk
     offsets = {"counts": 0, "tiles": n_counts, "data": n_counts + n_tiles}
     words = np.concatenate([np.full(n_counts + n_tiles, UNSET, np.uint32), data])
-    limit = kernel.binding_limit()
-    if words.nbytes > limit:
-        raise LaunchError(f"mask: its BlockMask buffer would be {words.nbytes} bytes, above the {limit}-byte "
-                          "storage binding limit of this device/profile")
-    dims = kernel.limit("workgroups_per_dimension")
-    for what, n in (("q tiles", nq), ("mask batch x heads", slices), ("kv tiles / 64", -(-nk // BLOCK_MASK_WORKGROUP))):
-        if n > dims:
-            raise LaunchError(f"mask: {what} = {n} exceeds the {dims} workgroups per dimension of this device")
 
     st = kernel.state
     dev = st.device

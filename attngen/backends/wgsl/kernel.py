@@ -238,6 +238,10 @@ class WgslKernel(Kernel):
             f"and this launch needed more ({what}); nothing was returned. Use shorter key sequences "
             "on this adapter, or a hardware one")
 
+    def compute_units(self) -> int:
+        """The profile's compute units (8 where it names none): what a call's splits are planned with."""
+        return int(self.profile.limits.get("compute_units", 8))
+
     def limit(self, key: str) -> int:
         """The smaller of the profile's and the device's limit."""
         return min(self.profile.limit(key), self.state.device_limit(key))

@@ -27,6 +27,7 @@ from ...plan.schedule import max_splits
 from ...runtime.blockmask import BlockMask, check_against, mask_keys, mask_kind, mask_shape4
 from ...runtime.launch import resolve
 from .args import meta_words, params_words, workspace_bytes
+from .blockmask import check_size
 from .devices import (
     DTYPE_BYTES, LSE_SENTINEL, NP_DTYPES, RECHECK_SENTINEL, WgslTensor, as_input, dtype_name, padded, sentinel_bytes,
     wgpu,
@@ -67,11 +68,14 @@ def _check_outputs(kernel, L, limit: int) -> tuple[int, int, dict]:
     return out_bytes, lse_bytes, work
 
 
-def check_sizes(kernel, L, inputs: dict) -> None:
-    """What `call` checks of a launch's sizes, from shapes alone, in the same order (attngen run
-    checks each --shape with it before drawing any input): the dispatch, each input's bytes
-    ({name: bytes}), then the outputs' and workspaces' against the storage binding limit."""
+def check_sizes(kernel, L, inputs: dict, mask=None) -> None:
+    """What `call` checks of a launch's sizes, from shapes alone (attngen run checks each --shape
+    with it before drawing any input): a custom mask's BlockMask ((shape, kind), blockmask.check_size),
+    the dispatch, each input's bytes ({name: bytes}), then the outputs' and workspaces' against
+    the storage binding limit."""
     limit = kernel.binding_limit()
+    if mask is not None:
+        check_size(kernel, *mask)
     _check_dispatch(kernel, L)
     for name, n in inputs.items():
         if n > limit:
@@ -94,7 +98,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
     dtypes = {n: dtype_name(x) for n, x in inputs.items()}
     L = resolve(plan, shapes, dtypes, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                 block_table=block_table, has_mask=mask is not None, max_seqlen_q=max_seqlen_q,
-                max_seqlen_k=max_seqlen_k, cores=int(kernel.profile.limits.get("compute_units", 8)),
+                max_seqlen_k=max_seqlen_k, cores=kernel.compute_units(),
                 mask_keys=None if mask is None else mask_keys(mask))
     bm = None
     if mask is not None:
