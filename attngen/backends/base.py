@@ -53,6 +53,12 @@ class Backend:
     # they are or as host arrays (attngen.transformers picks a target by its tensors' device).
     torch_devices: tuple = ()
 
+    def torch_tags(self, torch, reads_host: bool) -> tuple:
+        """torch.Tag values a PyTorch operator that calls this target's kernels must carry;
+        reads_host: its call reads an input on the host (a mask made into a BlockMask), which a
+        graph capture of the target's work cannot hold. None by default."""
+        return ()
+
     # -- profiles ---------------------------------------------------------------------------
     def extra_profiles(self) -> tuple:
         """Profiles the backend brings besides targets/*.toml (none by default)."""

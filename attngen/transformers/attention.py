@@ -88,9 +88,9 @@ def _run(q, k, v, mask, window: int, softcap: float, scale: float, causal: bool,
 def _operator():
     """(torch.ops.attngen.hf_attention, torch.ops.attngen.hf_attention_masked): _run as operators
     for every device, with fake implementations for torch.compile. The masked one builds its
-    BlockMask from the mask on each call, which a CUDA graph cannot hold: it is tagged
-    cudagraph_unsafe, so that torch.compile's CUDA graphs (mode="reduce-overhead", transformers'
-    compiled static-cache generation) leave it out of the graph."""
+    BlockMask from the mask on each call, which a graph capture cannot hold: it carries the tags the
+    targets ask for that (Backend.torch_tags; CUDA: cudagraph_unsafe, so that torch.compile's CUDA
+    graphs, e.g. transformers' compiled static-cache generation, leave it out of the graph)."""
     global _OP
     if _OP is not None:
         return _OP
@@ -111,9 +111,10 @@ def _operator():
         def fake(q, k, v, *rest):
             return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
 
+        # the tags every target asks of an operator whose call reads the host (the masked one)
+        host_tags = tuple(dict.fromkeys(t for n in backends.names() for t in backends.get(n).torch_tags(torch, True)))
         ops = []
-        for fn, name, tags in ((impl, "hf_attention", ()),
-                               (impl_masked, "hf_attention_masked", (torch.Tag.cudagraph_unsafe,))):
+        for fn, name, tags in ((impl, "hf_attention", ()), (impl_masked, "hf_attention_masked", host_tags)):
             fn.__annotations__ = {n: eval(t, names) for n, t in fn.__annotations__.items()}  # noqa: S307
             op = torch.library.custom_op(f"attngen::{name}", mutates_args=(), tags=tags)(fn)
             op.register_fake(fake)

@@ -40,6 +40,12 @@ class CudaBackend(Backend):
     device_name = "CUDA GPU (with CuPy)"
     source_suffix = "cu"
 
+    def torch_tags(self, torch, reads_host: bool) -> tuple:
+        """cudagraph_unsafe where the call reads the host: torch.compile's CUDA graphs
+        (mode="reduce-overhead") then run the operator outside the graph."""
+        tag = getattr(torch.Tag, "cudagraph_unsafe", None)
+        return (tag,) if reads_host and tag is not None else ()
+
     def describe(self, plan):
         c = plan.config
         # The estimate steers the tile search; whether a kernel spills is ptxas's word (the
