@@ -164,3 +164,20 @@ def test_what_attngen_does_not_compute_is_refused_clearly():
 def test_register_checks_the_target_name():
     with pytest.raises(ValueError, match="unknown target 'wgls'"):
         at.register(target="wgls")
+
+
+def test_from_pretrained_takes_attn_implementation_attngen(tmp_path):
+    """A saved model loaded with from_pretrained(..., attn_implementation="attngen") runs attngen."""
+    require("wgsl")
+    hf_attention.clear_kernels()
+    config = _config("qwen2", "cpu")
+    _model(config, "eager", torch.device("cpu"), torch.float32).save_pretrained(tmp_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="attngen",
+                                                              dtype=torch.float32).eval()
+    eager = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, attn_implementation="eager",
+                                                              dtype=torch.float32).eval()
+    assert model.config._attn_implementation == "attngen"
+    ids = torch.randint(3, config.vocab_size, (1, 21), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        assert _rel(model(ids).logits, eager(ids).logits) <= FLOOR[torch.float32]
+    assert sorted(hf_attention.cached_kernels()) == ["qwen2_global_prefill", "qwen2_local_prefill"]
