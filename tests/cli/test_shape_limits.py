@@ -64,6 +64,9 @@ def _run_refused_before_drawing(tmp_path, monkeypatch, capsys, text: str, shape:
     def no_drawing(*a, **k):
         raise AssertionError("inputs drawn")
     monkeypatch.setattr(runner, "draw_inputs", no_drawing)
+    # the software adapter's storage binding limit (128 MiB), whatever adapter runs the test
+    from attngen.backends.wgsl.kernel import WgslKernel
+    monkeypatch.setattr(WgslKernel, "binding_limit", lambda self: 1 << 27)
     path = tmp_path / "s.attn"
     path.write_text(text)
     code = main(["run", str(path), "--target", "wgsl", "--shape", shape, "-q"])
