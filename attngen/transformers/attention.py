@@ -30,6 +30,7 @@ from .config import LayerAttention, _model_name, spec_text
 
 _DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
 _KERNELS: dict = {}  # (target, layer key, phase, custom) -> compiled kernel
+_BY_CALL: dict = {}  # a call's dtypes, device, shapes and arguments -> its kernel (in _KERNELS)
 _LOCK = threading.Lock()
 _OP = None
 _TARGET: dict = {"forced": None}
@@ -44,6 +45,7 @@ def cached_kernels() -> dict:
 def clear_kernels() -> None:
     with _LOCK:
         _KERNELS.clear()
+        _BY_CALL.clear()
 
 
 def _kernel(target: str, la: LayerAttention, phase: str, custom: bool, model: str):
@@ -65,24 +67,36 @@ def _kernel(target: str, la: LayerAttention, phase: str, custom: bool, model: st
 
 def _run(q, k, v, mask, window: int, softcap: float, scale: float, causal: bool, model: str):
     """out (B, Lq, Hq, Dv) of q (B, Lq, Hq, D), k / v (B, Lk, Hkv, D) (views are fine)."""
+    phase = "decode" if q.shape[1] == 1 else "prefill"
+    device = q.device.type
+    # a decode step is a few tens of microseconds of GPU time: the kernel of a call signature seen
+    # before is one dictionary lookup away
+    key = (q.dtype, k.dtype, v.dtype, device, q.shape[2], k.shape[2], q.shape[3], v.shape[3], window, softcap,
+           scale, causal, phase, mask is None, _TARGET["forced"], model)
+    kernel = _BY_CALL.get(key)
+    if kernel is None:
+        kernel = _BY_CALL[key] = _resolve(q, k, v, mask, window, softcap, scale, causal, model, phase)
+    if device != "cpu":
+        return kernel(q, k, v, mask=mask)
     import torch
+    host = [None if x is None else x.detach().contiguous().numpy() for x in (q, k, v, mask)]
+    return torch.from_numpy(kernel(*host[:3], mask=host[3]))
+
+
+def _resolve(q, k, v, mask, window, softcap, scale, causal, model, phase):
+    """The kernel of a call, checked: its dtypes, its device's target, its layer type."""
     dtype = _DTYPES.get(str(q.dtype))
     if dtype is None or str(k.dtype) != str(q.dtype) or str(v.dtype) != str(q.dtype):
         raise LaunchError(f"attngen: q, k, v are {q.dtype}, {k.dtype}, {v.dtype}: one of float16, bfloat16, float32 "
                           "is needed for all three")
     device = q.device.type
     target = _TARGET["forced"] or backends.for_torch_device(device)
-    la = LayerAttention(q.shape[2], k.shape[2], q.shape[3], v.shape[3], dtype, None if window < 0 else window,
-                        None if softcap <= 0 else softcap, scale, causal)
-    phase = "decode" if q.shape[1] == 1 else "prefill"
     if device == "cpu" and dtype == "bf16":
         raise LaunchError(f"attngen: a bfloat16 model on the CPU: the {target} target computes in f16 or f32; load "
                           "the model with dtype=torch.float32 (or float16)")
-    kernel = _kernel(target, la, phase, mask is not None, model)
-    if device != "cpu":
-        return kernel(q, k, v, mask=mask)
-    host = [None if x is None else x.detach().contiguous().numpy() for x in (q, k, v, mask)]
-    return torch.from_numpy(kernel(*host[:3], mask=host[3]))
+    la = LayerAttention(q.shape[2], k.shape[2], q.shape[3], v.shape[3], dtype, None if window < 0 else window,
+                        None if softcap <= 0 else softcap, scale, causal)
+    return _kernel(target, la, phase, mask is not None, model)
 
 
 def _operator():

@@ -64,6 +64,9 @@ def _decode_ms(model, ids, cache, reps=30, warm=5) -> float:
         torch.cuda.synchronize()
         if i >= warm:
             times.append(start.elapsed_time(end))
+    times.sort()
+    print(f"    decode steps: min {times[0]:.3f} median {statistics.median(times):.3f} max {times[-1]:.3f} ms",
+          flush=True)
     return statistics.median(times)
 
 
