@@ -15,7 +15,7 @@ from .errors import CompileError, LaunchError, SpecError
 # Functions named like their modules are bound here, so that a later import of the module
 # (attngen.reference, attngen.merge) cannot shadow them; both need only numpy.
 from .merge import merge
-from .reference import reference
+from .reference import reference, reference_backward
 
 # public name -> (module, attribute)
 _LAZY = {
@@ -49,5 +49,6 @@ def __dir__():
 
 __all__ = [
     "AttentionSpec", "BlockMask", "CompileError", "LaunchError", "SpecError", "block_mask", "check", "compile",
-    "emit", "format_spec", "load", "lower", "merge", "parse", "reference", "targets", "__version__",
+    "emit", "format_spec", "load", "lower", "merge", "parse", "reference", "reference_backward", "targets",
+    "__version__",
 ]

@@ -242,6 +242,105 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
     return (out, lse) if return_lse else out
 
 
+def _attend_grad(spec, q, k, v, do, o, visible, bias):
+    """One sequence, one KV head group: the gradients of _attend's out. q (Lq, G, D), k (Lk, D),
+    v (Lk, Dv), do and o (Lq, G, Dv) -> dq (Lq, G, D), dk (Lk, D), dv (Lk, Dv).
+
+    With P the softmax weights and s the soft-capped scores (t = tanh(scale q.k / c)):
+    dv = P^T dO; dP = dO v^T; dS = P (dP - D), D = rowsum(dO * O); through the soft-cap
+    dS *= 1 - t^2; dq = scale dS k; dk = scale dS^T q. An entry a row does not see is 0 in P
+    and dS, and contributes nothing, whatever the key's values (matmuls take non-finite values
+    as 0 where the weight is 0); a non-finite value a row does see makes its gradients
+    non-finite. A row that sees no key has P = 0: no gradient flows through it."""
+    scale, cap = spec.resolved_scale, spec.softcap
+    len_q, groups = q.shape[0], q.shape[1]
+    dq = np.zeros(q.shape)
+    dk = np.zeros(k.shape)
+    dv = np.zeros(v.shape)
+    if k.shape[0] == 0:
+        return dq, dk, dv
+
+    def clean(x):
+        return np.where(np.isfinite(x), x, 0.0)
+    qc, kc, doc = clean(q), clean(k), clean(do)
+    bad_do = ~np.isfinite(do).all(axis=-1)  # (Lq, G)
+    for r0 in range(0, len_q, _ROW_CHUNK):
+        r1 = min(r0 + _ROW_CHUNK, len_q)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            s = np.einsum("igd,jd->gij", q[r0:r1], k) * scale
+            t = np.tanh(s / cap) if cap is not None else None
+            if cap is not None:
+                s = cap * t
+            ok = np.ones(s.shape, bool) if bias is None else (bias[:, r0:r1] > -np.inf)
+            if visible is not None:
+                ok &= visible[:, r0:r1]
+            s = np.where(ok, s if bias is None else s + np.where(ok, bias[:, r0:r1], 0.0), -np.inf)
+            m = s.max(axis=-1, keepdims=True)
+            p = np.where(ok, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
+            l = p.sum(axis=-1, keepdims=True)
+            w = p / np.where(l > 0, l, 1.0)
+            dv += np.einsum("gij,igd->jd", w, doc[r0:r1])
+            seen_by_bad = ((w != 0) & bad_do[r0:r1].T[..., None]).any(axis=(0, 1))
+            dv[seen_by_bad] = np.nan  # a non-finite dout row reaches the keys it sees
+            d_p = np.where(ok, np.einsum("igd,jd->gij", do[r0:r1], v), 0.0)
+            d_row = np.einsum("igd,igd->gi", do[r0:r1], o[r0:r1])[..., None]
+            ds = np.where(ok, w * (d_p - d_row), 0.0)
+            if cap is not None:
+                ds = np.where(ok, ds * (1.0 - t * t), 0.0)
+            ds *= scale
+            dq[r0:r1] = np.einsum("gij,jd->igd", ds, kc)
+            dk += np.einsum("gij,igd->jd", ds, qc[r0:r1])
+    return dq, dk, dv
+
+
+def reference_backward(spec: AttentionSpec, q, k, v, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None,
+                       cu_seqlens_k=None):
+    """float64 gradients (dq, dk, dv) of the loss whose gradient with respect to the output is
+    `dout`, for the attention the spec defines (the same inputs as `reference`, without paged
+    caches: a cache is not trained). dq has q's shape, dk and dv k's and v's: with GQA, a KV
+    head's gradient sums its group's query heads; keys past a sequence's kv_lens get 0.
+
+    dout is rounded to the spec's dtype, as q, k and v are (what a backward kernel reads)."""
+    from .errors import LaunchError
+    q = round_to_dtype(q, spec.dtype)
+    k = round_to_dtype(k, spec.dtype)
+    v = round_to_dtype(v, spec.dtype)
+    do = round_to_dtype(dout, spec.dtype)
+    out = reference(spec, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
+                    cu_seqlens_k=cu_seqlens_k)  # checks the inputs as the kernels do
+    if do.shape != out.shape:
+        raise LaunchError(f"attngen.reference_backward: dout has shape {do.shape}; the output's is {out.shape}")
+    mask_np = None if mask is None else to_numpy(mask)
+    dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+    if cu_seqlens_q is not None:
+        cq = to_numpy(cu_seqlens_q).astype(np.int64)
+        ck = to_numpy(cu_seqlens_k if cu_seqlens_k is not None else cu_seqlens_q).astype(np.int64)
+        seqs = [((slice(cq[b], cq[b + 1]),), (slice(ck[b], ck[b + 1]),)) for b in range(len(cq) - 1)]
+    else:
+        lens = None if kv_lens is None else to_numpy(kv_lens).astype(np.int64)
+        seqs = [((b,), (b, slice(0, lens[b] if lens is not None else k.shape[1]))) for b in range(q.shape[0])]
+    for b, (iq, ik) in enumerate(seqs):
+        qb, kb, vb, ob, dob = q[iq], k[ik], v[ik], out[iq], do[iq]
+        len_q, heads_q, len_k, heads_kv = qb.shape[0], qb.shape[1], kb.shape[0], kb.shape[1]
+        groups = heads_q // heads_kv
+        visible = structured_mask(spec, len_q, len_k)
+        for h in range(heads_kv):
+            sl = slice(h * groups, (h + 1) * groups)
+            vis, bias = _mask_for(mask_np, b, h * groups, groups, len_q, mask_np.shape[-1]
+                                  if mask_np is not None else len_k)
+            if vis is not None:
+                vis = vis[..., :len_k]
+            if bias is not None:
+                bias = bias[..., :len_k]
+            if visible is not None:
+                vis = visible[None] if vis is None else (vis & visible[None])
+            gq, gk, gv = _attend_grad(spec, qb[:, sl], kb[:, h], vb[:, h], dob[:, sl], ob[:, sl], vis, bias)
+            dq[iq][:, sl] = gq  # (views of dq: basic indexing)
+            dk[ik][:, h] = gk
+            dv[ik][:, h] = gv
+    return dq, dk, dv
+
+
 def relative_error(out, ref) -> float:
     """||out - ref|| / ||ref|| in float64 (NaN anywhere gives inf)."""
     o = np.asarray(to_numpy(out), dtype=np.float64)
