@@ -58,6 +58,11 @@ class Kernel:
         """A BlockMask of `mask` for this kernel's tiles, on its device (attngen.block_mask)."""
         raise NotImplementedError(f"target {self.target} builds no block masks")
 
+    def backward(self, q, k, v, out, lse, dout, **options):
+        """(dq, dk, dv) of this kernel's attention (docs/backward.md): q, k, v and the call's options
+        as the forward took them, its out and lse, and dout (out's shape)."""
+        raise LaunchError(f"target {self.target} has no backward kernels yet (docs/backward.md)")
+
     def torch_operator(self, name: str | None = None):
         """This kernel as a PyTorch operator (attngen.torch.operator)."""
         raise LaunchError(f"target {self.target}'s kernels are not PyTorch operators: attngen.torch takes "

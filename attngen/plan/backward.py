@@ -1,0 +1,43 @@
+"""The backward pass's neutral rules (issue 41; docs/backward.md): which specs have one, and the
+work of the algorithm both targets implement.
+
+Every spec whose forward is a differentiable function of q, k and v has a backward, derived
+from the same spec: nothing in the language asks for it. The backward takes q, k, v, out, lse
+(the forward's, natural log) and dout, and returns dq, dk, dv. Both targets compute it in three
+steps, with no atomics, so the same inputs give the same bits on every run (deterministic):
+
+    1. preprocess  D_i = rowsum(dO_i * O_i)                         per query row, f32
+    2. dK, dV      per key tile j (of a batch entry and KV head), over the query tiles that can
+                   see it and every query head of the GQA group:
+                   P_ij = exp(S_ij - lse_i) (S: the scaled, soft-capped, masked scores),
+                   dV_j += P_ij^T dO_i; dP_ij = dO_i V_j^T; dS_ij = P_ij (dP_ij - D_i)
+                   (times 1 - tanh^2 through a soft-cap, times the scale); dK_j += dS_ij^T Q_i
+    3. dQ          per query tile i (of a batch entry and query head), over the key tiles it sees:
+                   the same P_ij and dS_ij, dQ_i += dS_ij K_j
+
+P is recomputed from lse in steps 2 and 3 (nothing L x L is stored: the workspace is D, B x Hq x Lq
+floats). A row that saw no key (lse = -inf) has P = 0: no gradient flows through it; a key a row
+does not see contributes nothing, whatever its values.
+"""
+
+from __future__ import annotations
+
+from ..lang.spec import AttentionSpec
+from .kernel_plan import Problem
+
+# The section names of both targets' backward templates, in order (tests/plan checks them).
+SECTIONS = ("inputs", "preprocess", "recompute P", "dK and dV", "dQ", "store")
+
+
+def problems(spec: AttentionSpec) -> list[Problem]:
+    """Why `spec` has no backward (empty: it has one)."""
+    out = []
+    if spec.kv_cache.kind == "paged":
+        out.append(Problem("a paged KV cache is an inference cache: its kernels have no backward", key="kv_cache",
+                           hint="train with kv_cache contiguous (the default); serve with paged"))
+    return out
+
+
+def workspace_bytes(batch: int, heads_q: int, len_q: int) -> int:
+    """The backward's workspace: D (f32 per query row and head)."""
+    return 4 * batch * heads_q * len_q
