@@ -189,6 +189,11 @@ def _render(spec, args, profile) -> str:
     if args.emit not in ("source", "manifest"):  # a helper module
         helpers = backends.get(p.target).helper_sources(p)
         if args.emit not in helpers:
+            if args.emit == "backward":
+                from .plan import backward
+                why = backward.problems(spec)
+                raise UsageError(f"kernel '{spec.name}' has no backward: {why[0].message}" if why else
+                                 f"target {p.target} builds no backward yet (docs/backward.md)")
             raise UsageError(f"target {p.target} emits no {args.emit} for kernel '{spec.name}' (only mask custom "
                              "kernels of targets whose runtime is foreign have one; the manifest says)")
         return helpers[args.emit]
@@ -309,9 +314,22 @@ def _check_one(args, text, name, targets, diags, report) -> bool:
                 lines.append(f"  {target} ({prof.name}): ok")
                 lines.append(f"    profile: {prof.name} ({_check_profile_reason(args.profile)})")
                 lines += [f"    {ln}" for ln in _plan_lines(p)]
+                lines += [f"    {ln}" for ln in _backward_lines(p)]
                 lines += [f"    {ln}" for ln in _tuned_lines(spec, target)]
         report.append("\n".join(lines))
     return bool(specs)
+
+
+def _backward_lines(p) -> list[str]:
+    """The backward's plan (docs/backward.md): its entries, grids and memory, or why there is none."""
+    from .plan import backward
+    why = backward.problems(p.spec)
+    if why:
+        return [f"backward: none ({why[0].message})"]
+    lines = backends.get(p.target).describe_backward(p)
+    if not lines:
+        return [f"backward: not built by target {p.target} yet (docs/backward.md)"]
+    return ["backward: " + lines[0]] + [f"  {ln}" for ln in lines[1:]]
 
 
 def _check_profile_reason(given: str | None) -> str:

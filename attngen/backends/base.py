@@ -166,6 +166,11 @@ class Backend:
         """This machine's device, as tuned results are keyed: vendor, architecture, device, driver."""
         raise NotImplementedError(f"target {self.name} has no runtime here")
 
+    def describe_backward(self, plan: KernelPlan) -> list[str]:
+        """Lines for `attngen check` on the backward of `plan` (entry points, grids, memory, its
+        workspace); empty: this target builds no backward (yet)."""
+        return []
+
     def helper_sources(self, plan: KernelPlan) -> dict:
         """{name: source} of the helper modules a foreign runtime runs beside the kernel
         (`attngen build --emit NAME`); none by default."""

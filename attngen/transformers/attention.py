@@ -65,22 +65,44 @@ def _kernel(target: str, la: LayerAttention, phase: str, custom: bool, model: st
     return kernel
 
 
-def _run(q, k, v, mask, window: int, softcap: float, scale: float, causal: bool, model: str):
-    """out (B, Lq, Hq, Dv) of q (B, Lq, Hq, D), k / v (B, Lk, Hkv, D) (views are fine)."""
+def _kernel_of(q, k, v, mask, window, softcap, scale, causal, model):
     phase = "decode" if q.shape[1] == 1 else "prefill"
-    device = q.device.type
     # a decode step is a few tens of microseconds of GPU time: the kernel of a call signature seen
     # before is one dictionary lookup away
-    key = (q.dtype, k.dtype, v.dtype, device, q.shape[2], k.shape[2], q.shape[3], v.shape[3], window, softcap,
-           scale, causal, phase, mask is None, _TARGET["forced"], model)
+    key = (q.dtype, k.dtype, v.dtype, q.device.type, q.shape[2], k.shape[2], q.shape[3], v.shape[3], window,
+           softcap, scale, causal, phase, mask is None, _TARGET["forced"], model)
     kernel = _BY_CALL.get(key)
     if kernel is None:
         kernel = _BY_CALL[key] = _resolve(q, k, v, mask, window, softcap, scale, causal, model, phase)
-    if device != "cpu":
-        return kernel(q, k, v, mask=mask)
+    return kernel
+
+
+def _host(*xs):
+    return [None if x is None else x.detach().contiguous().numpy() for x in xs]
+
+
+def _run(q, k, v, mask, window: int, softcap: float, scale: float, causal: bool, model: str,
+         return_lse: bool = False):
+    """out (B, Lq, Hq, Dv) of q (B, Lq, Hq, D), k / v (B, Lk, Hkv, D) (views are fine); with
+    return_lse, (out, lse (B, Hq, Lq) f32)."""
+    kernel = _kernel_of(q, k, v, mask, window, softcap, scale, causal, model)
+    if q.device.type != "cpu":
+        return kernel(q, k, v, mask=mask, return_lse=return_lse)
     import torch
-    host = [None if x is None else x.detach().contiguous().numpy() for x in (q, k, v, mask)]
-    return torch.from_numpy(kernel(*host[:3], mask=host[3]))
+    host = _host(q, k, v, mask)
+    res = kernel(*host[:3], mask=host[3], return_lse=return_lse)
+    return tuple(torch.from_numpy(x) for x in res) if return_lse else torch.from_numpy(res)
+
+
+def _run_backward(q, k, v, out, lse, dout, mask, window: int, softcap: float, scale: float, causal: bool,
+                  model: str):
+    """(dq, dk, dv) of _run's attention, in q's, k's and v's shapes (kernel.backward, docs/backward.md)."""
+    kernel = _kernel_of(q, k, v, mask, window, softcap, scale, causal, model)
+    if q.device.type != "cpu":
+        return kernel.backward(q, k, v, out, lse, dout, mask=mask)
+    import torch
+    host = _host(q, k, v, out, lse, dout, mask)
+    return tuple(torch.from_numpy(x) for x in kernel.backward(*host[:6], mask=host[6]))
 
 
 def _resolve(q, k, v, mask, window, softcap, scale, causal, model, phase):
@@ -101,10 +123,12 @@ def _resolve(q, k, v, mask, window, softcap, scale, causal, model, phase):
 
 def _operator():
     """(torch.ops.attngen.hf_attention, torch.ops.attngen.hf_attention_masked): _run as operators
-    for every device, with fake implementations for torch.compile. The masked one builds its
-    BlockMask from the mask on each call, which a graph capture cannot hold: it carries the tags the
-    targets ask for that (Backend.torch_tags; CUDA: cudagraph_unsafe, so that torch.compile's CUDA
-    graphs, e.g. transformers' compiled static-cache generation, leave it out of the graph)."""
+    returning (out, lse) for every device, with fake implementations for torch.compile, and
+    differentiable: their backward is torch.ops.attngen.hf_attention_backward (kernel.backward);
+    lse is not differentiated. The masked one builds its BlockMask from the mask on each call,
+    which a graph capture cannot hold: it carries the tags the targets ask for that
+    (Backend.torch_tags; CUDA: cudagraph_unsafe, so that torch.compile's CUDA graphs, e.g.
+    transformers' compiled static-cache generation, leave it out of the graph)."""
     global _OP
     if _OP is not None:
         return _OP
@@ -112,29 +136,66 @@ def _operator():
     with _LOCK:
         if _OP is not None:
             return _OP
-        names = {"Tensor": torch.Tensor, "int": int, "float": float, "bool": bool, "str": str}
+        names = {"Tensor": torch.Tensor, "Optional": __import__("typing").Optional, "Tuple": __import__("typing").Tuple,
+                 "int": int, "float": float, "bool": bool, "str": str}
 
         def impl(q: Tensor, k: Tensor, v: Tensor, window: int, softcap: float, scale: float, causal: bool,
-                 model: str) -> Tensor:
-            return _run(q, k, v, None, window, softcap, scale, causal, model)
+                 model: str) -> Tuple[Tensor, Tensor]:
+            return _run(q, k, v, None, window, softcap, scale, causal, model, return_lse=True)
 
         def impl_masked(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, window: int, softcap: float, scale: float,
-                        causal: bool, model: str) -> Tensor:
-            return _run(q, k, v, mask, window, softcap, scale, causal, model)
+                        causal: bool, model: str) -> Tuple[Tensor, Tensor]:
+            return _run(q, k, v, mask, window, softcap, scale, causal, model, return_lse=True)
+
+        def impl_backward(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dout: Tensor,
+                          mask: Optional[Tensor], window: int, softcap: float, scale: float, causal: bool,
+                          model: str) -> Tuple[Tensor, Tensor, Tensor]:
+            return tuple(g.contiguous() for g in _run_backward(q, k, v, out, lse, dout, mask, window, softcap,
+                                                               scale, causal, model))
 
         def fake(q, k, v, *rest):
-            return q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3]))
+            return (q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[3])),
+                    q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
+
+        def fake_backward(q, k, v, *rest):
+            return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+                    torch.empty(k.shape, dtype=k.dtype, device=k.device),
+                    torch.empty(v.shape, dtype=v.dtype, device=v.device))
 
         # the tags every target asks of an operator whose call reads the host (the masked one)
         host_tags = tuple(dict.fromkeys(t for n in backends.names() for t in backends.get(n).torch_tags(torch, True)))
         ops = []
-        for fn, name, tags in ((impl, "hf_attention", ()), (impl_masked, "hf_attention_masked", host_tags)):
+        for fn, fk, name, tags in ((impl, fake, "hf_attention", ()),
+                                   (impl_masked, fake, "hf_attention_masked", host_tags),
+                                   (impl_backward, fake_backward, "hf_attention_backward", host_tags)):
             fn.__annotations__ = {n: eval(t, names) for n, t in fn.__annotations__.items()}  # noqa: S307
             op = torch.library.custom_op(f"attngen::{name}", mutates_args=(), tags=tags)(fn)
-            op.register_fake(fake)
+            op.register_fake(fk)
             ops.append(op)
+        backward_op = ops[2]
+        for op, masked in ((ops[0], False), (ops[1], True)):
+            _differentiable(torch, op, backward_op, masked)
         _OP = tuple(ops)
     return _OP
+
+
+def _differentiable(torch, op, backward_op, masked: bool) -> None:
+    """register_autograd of a forward operator: dq, dk, dv through backward_op; no gradient for
+    the mask, the numbers, or lse."""
+    def setup(ctx, inputs, output):
+        q, k, v = inputs[:3]
+        mask = inputs[3] if masked else None
+        ctx.rest = inputs[4 if masked else 3:]
+        ctx.masked = masked
+        ctx.save_for_backward(q, k, v, output[0], output[1], mask)
+        ctx.mark_non_differentiable(output[1])
+
+    def grad(ctx, dout, _dlse):
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        dq, dk, dv = backward_op(q, k, v, out, lse, dout.contiguous(), mask, *ctx.rest)
+        return (dq, dk, dv) + (None,) * (len(ctx.rest) + (1 if ctx.masked else 0))
+
+    torch.library.register_autograd(op, grad, setup_context=setup)
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
@@ -142,8 +203,8 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     """transformers' attention function for attn_implementation="attngen": (out (B, Lq, Hq, Dv), None)."""
     import torch
     if dropout:
-        raise LaunchError(f"attngen: attention dropout ({dropout}) is not computed by attngen's kernels; call "
-                          "model.eval() or set the config's attention_dropout to 0")
+        raise LaunchError(f"attngen: attention dropout ({dropout}) is not computed by attngen's kernels; set the "
+                          "config's attention_dropout to 0 (or call model.eval())")
     for name in ("s_aux", "sinks", "position_bias"):
         if kwargs.get(name) is not None:
             raise LaunchError(f"attngen: this model's attention passes {name!r}, which attngen's kernels do not "
@@ -163,10 +224,13 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     rest = (-1 if sliding_window is None else int(sliding_window), 0.0 if softcap is None else float(softcap),
             float(scaling), causal, model)
-    if torch.compiler.is_compiling():  # the operators, registered by register() outside the trace
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (
+            query.requires_grad or key.requires_grad or value.requires_grad)):
+        # the operators (registered by register(), outside any trace): traced by torch.compile, and
+        # differentiated by autograd in training (their backward: kernel.backward)
         if attention_mask is None:
-            return _OP[0](q, k, v, *rest), None
-        return _OP[1](q, k, v, attention_mask, *rest), None
+            return _OP[0](q, k, v, *rest)[0], None
+        return _OP[1](q, k, v, attention_mask, *rest)[0], None
     return _run(q, k, v, attention_mask, *rest), None
 
 
