@@ -60,6 +60,14 @@ class TorchOperator:
 
     def __call__(self, q, k, v, *, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None, block_table=None,
                  k_new=None, v_new=None, max_seqlen_q=None, max_seqlen_k=None, return_lse=False):
+        import torch
+        grad = torch.is_grad_enabled() and any(getattr(x, "requires_grad", False) for x in (q, k, v))
+        if grad and k_new is None and v_new is None:
+            # autograd: the registered operator (its backward is kernel.backward), with the lse it needs
+            ms_q = -1 if max_seqlen_q is None else max_seqlen_q
+            ms_k = -1 if max_seqlen_k is None else max_seqlen_k
+            out, lse = self.op(q, k, v, kv_lens, cu_seqlens_q, cu_seqlens_k, block_table, ms_q, ms_k, True)
+            return (out, lse) if return_lse else out
         if not _compiling():  # eager (a CUDA graph capture too): the kernel's call, without the dispatcher's cost
             return self.kernel(q, k, v, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                                block_table=block_table, k_new=k_new, v_new=v_new, max_seqlen_q=max_seqlen_q,
@@ -139,8 +147,49 @@ def _register(torch, kernel, name: str, append: bool):
         impl.__annotations__ = {n: eval(t, names) for n, t in impl.__annotations__.items()}  # noqa: S307
         op = torch.library.custom_op(f"attngen::{name}", mutates_args=mutates, device_types="cuda")(impl)
         op.register_fake(impl_fake)
+        if not append:
+            _differentiable(torch, kernel, name, op)
         _OPS[name] = op
         return op
+
+
+def _differentiable(torch, kernel, name: str, op) -> None:
+    """register_autograd of the operator: dq, dk, dv through `attngen::<name>_backward`
+    (kernel.backward, docs/backward.md); lse and the integer inputs get no gradient. A call
+    that asks for gradients computes lse (TorchOperator.__call__ passes return_lse=True)."""
+    def impl(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dout: Tensor, kv_lens: Optional[Tensor],
+             cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor], max_seqlen_q: int,
+             max_seqlen_k: int) -> Tuple[Tensor, Tensor, Tensor]:
+        if lse.numel() == 0:
+            raise LaunchError(f"attngen.torch: the backward of {name} needs the forward's lse (call with "
+                              "return_lse=True, or through TorchOperator, which asks for it under autograd)")
+        grads = kernel.backward(q, k, v, out, lse, dout, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
+                                cu_seqlens_k=cu_seqlens_k, max_seqlen_q=None if max_seqlen_q < 0 else max_seqlen_q,
+                                max_seqlen_k=None if max_seqlen_k < 0 else max_seqlen_k)
+        return tuple(g.contiguous() for g in grads)
+
+    def impl_fake(q, k, v, *rest):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    names = {"Tensor": torch.Tensor, "Optional": typing.Optional, "Tuple": typing.Tuple, "int": int}
+    impl.__annotations__ = {n: eval(t, names) for n, t in impl.__annotations__.items()}  # noqa: S307
+    backward = torch.library.custom_op(f"attngen::{name}_backward", mutates_args=(), device_types="cuda")(impl)
+    backward.register_fake(impl_fake)
+
+    def setup(ctx, inputs, output):
+        q, k, v, kv_lens, cu_q, cu_k, block_table, ms_q, ms_k, _ = inputs
+        if block_table is not None:
+            raise LaunchError("attngen.torch: a paged cache (block_table) has no backward")
+        ctx.save_for_backward(q, k, v, output[0], output[1], kv_lens, cu_q, cu_k)
+        ctx.ms = (ms_q, ms_k)
+        ctx.mark_non_differentiable(output[1])
+
+    def grad(ctx, dout, _dlse):
+        q, k, v, out, lse, kv_lens, cu_q, cu_k = ctx.saved_tensors
+        dq, dk, dv = backward(q, k, v, out, lse, dout.contiguous(), kv_lens, cu_q, cu_k, *ctx.ms)
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+    torch.library.register_autograd(op, grad, setup_context=setup)
 
 
 def operator_name(kernel, key: str) -> str:
