@@ -112,9 +112,34 @@ class WgslBackend(Backend):
         return " / ".join(p for p in parts if p)
 
     def helper_sources(self, plan):
-        """The block-mask builder of a custom-mask kernel (manifest: block_mask)."""
-        from .emit import block_mask_source
-        return {"block-mask": block_mask_source(plan)} if plan.spec.mask.is_custom else {}
+        """The block-mask builder of a custom-mask kernel (manifest: block_mask), and the backward
+        module of every spec that has one (manifest: backward; docs/backward.md)."""
+        from .emit import backward_plan, backward_source, block_mask_source
+        out = {"block-mask": block_mask_source(plan)} if plan.spec.mask.is_custom else {}
+        if backward_plan(plan) is not None:
+            out["backward"] = backward_source(plan)
+        return out
+
+    def describe_backward(self, plan):
+        """Lines for `attngen check`: the backward's entry points, grids, blocks, workgroup memory
+        and workspace (or why there is none)."""
+        from ...plan.backward import problems, workspace_bytes
+        from .emit import backward_plan
+        made = backward_plan(plan)
+        if made is None:
+            why = "; ".join(p.message for p in problems(plan.spec)) or (
+                f"head dims qk={plan.d_qk} v={plan.d_v} do not fit its blocks in 16384 bytes of workgroup memory")
+            return [f"backward: none ({why})"]
+        cfg, entries = made
+        lines = [f"backward: 3 entry points, deterministic (no atomics), f32 accumulation; {cfg.summary}"]
+        for e in entries:
+            lines.append(f"  {e.entry}: grid ({', '.join(e.grid)}) x {e.threads} invocations, "
+                         f"{e.smem_bytes} bytes of workgroup memory, {sum(p.kind == 'tensor' for p in e.params)} "
+                         "storage buffers")
+        lines.append(f"  workspace rows: D per query row and head ({workspace_bytes(1, 1, 1)} bytes each: "
+                     "plan.backward.workspace_bytes(B, Hq, Lq)), with lse * log2(e) beside it (as much again) "
+                     "and one word for the loop-budget check; dk and dv share one binding (dkv)")
+        return lines
 
     def demo_files(self, spec, profile):
         """The kernel, its manifest, examples/web's page and runtime (docs/web.md)."""

@@ -433,3 +433,59 @@ def _chunks(d_qk, v_cols, tc, given_d):
 
 
 configure = wgsl_config  # the backend's configure() (attngen.backends.base.Backend)
+
+
+# ---- the backward (issue 41; templates/wgsl/backward.wgsl.j2, docs/backward.md) ----------------
+
+# Workgroup memory every backward plan fits in: WebGPU's default maxComputeWorkgroupStorageSize,
+# which every adapter offers, so the backward of a spec is the same on every profile.
+BACKWARD_SMEM_BYTES = 16384
+BACKWARD_WORKGROUP = 64  # invocations per workgroup of the three backward entry points
+# (rows, keys) of the backward's blocks, largest first; the first that fits is taken
+_BACKWARD_BLOCKS = ((16, 16), (16, 8), (8, 16), (8, 8), (8, 4), (4, 8), (4, 4), (4, 2), (2, 4), (2, 2),
+                    (2, 1), (1, 2), (1, 1))
+
+
+@dataclass(frozen=True)
+class WgslBackward:
+    """The backward's blocks: BQ query rows x BKV keys. Each block of Q, dO, K and V sits in
+    workgroup memory as f32 vec4, with P and dS of the block pair and lse, D of the rows.
+    BQ divides the forward's tile q and BKV its tile kv, so that a block lies inside one tile of
+    a custom mask's BlockMask (built with the forward's tiles)."""
+
+    block_q: int
+    block_kv: int
+    d_qk: int
+    d_v: int
+    workgroup: int = BACKWARD_WORKGROUP
+
+    @property
+    def smem_bytes(self) -> int:
+        return backward_smem(self.block_q, self.block_kv, self.d_qk, self.d_v)
+
+    def items(self, rows: int, cols: int) -> int:
+        """vec4 items of a rows x cols block each invocation owns."""
+        return -(-rows * (cols // VEC) // self.workgroup)
+
+    @property
+    def summary(self) -> str:
+        return (f"blocks of {self.block_q} query rows x {self.block_kv} keys, {self.workgroup} invocations, "
+                f"{self.smem_bytes} bytes of workgroup memory (sQ, sdO {self.block_q} x {self.d_qk} / "
+                f"{self.d_v}, sK, sV {self.block_kv} x {self.d_qk} / {self.d_v}, sP, sdS {self.block_q} x "
+                f"{self.block_kv}, lse and D {self.block_q}, all f32)")
+
+
+def backward_smem(bq: int, bkv: int, d_qk: int, d_v: int) -> int:
+    """Bytes of the backward's workgroup memory (f32): sQ, sdO, sK, sV, sP, sdS, sLse, sD."""
+    return 4 * ((bq + bkv) * (d_qk + d_v) + 2 * bq * bkv + 2 * bq)
+
+
+def backward_config(plan) -> WgslBackward | None:
+    """The backward's blocks for the forward plan `plan` (None: even one row and one key do not
+    fit BACKWARD_SMEM_BYTES: head dims too large for this backward)."""
+    for bq, bkv in _BACKWARD_BLOCKS:
+        if plan.tile_q % bq or plan.tile_kv % bkv:
+            continue
+        if backward_smem(bq, bkv, plan.d_qk, plan.d_v) <= BACKWARD_SMEM_BYTES:
+            return WgslBackward(bq, bkv, plan.d_qk, plan.d_v)
+    return None

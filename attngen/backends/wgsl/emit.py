@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import textwrap
 
-from ...plan.kernel_plan import KernelPlan
+from ...plan.kernel_plan import LOG2E, KernelPlan
 from ...plan.schedule import WORKSPACE_FILL, max_splits, pack_gqa
-from ..render import comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
+from ...version import __version__
+from ..render import c_float, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 from . import manifest as wgsl_layout
 from .lower import COMBINE_WORKGROUP
 from .unroll import unroll_loops
@@ -278,6 +279,7 @@ def render_manifest(plan: KernelPlan) -> dict:
                            "up); nothing else (attngen/plan/formulas.py)",
         "launch_symbols": LAUNCH_SYMBOLS,
         **({"block_mask": block_mask_manifest(plan)} if plan.spec.mask.is_custom else {}),
+        "backward": backward_manifest(plan),
         "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
                   "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides. Packed "
                   "(kv_layout = 1): q (total_q, Hq, Dqk), k, v (total_k, Hkv, D), out (total_q, Hq, Dv), "
@@ -298,3 +300,159 @@ def block_mask_source(plan: KernelPlan) -> str:
     c = plan.config
     return render("wgsl/block_mask.wgsl.j2", tile_q=c.tile_q, tile_kv=c.tile_kv, kernel=plan.spec.name,
                   workgroup=BLOCK_MASK_WORKGROUP)
+
+
+# ---- the backward (issue 41): templates/wgsl/backward.wgsl.j2, a module of its own -------------
+
+def backward_plan(plan: KernelPlan):
+    """(config.WgslBackward, its entry points) of `plan`'s backward, or None where it has none
+    (plan.backward.problems, or head dims too large for the backward's blocks)."""
+    from ...plan.backward import problems
+    from .config import backward_config
+    from .lower import backward_entries
+    if problems(plan.spec):
+        return None
+    cfg = backward_config(plan)
+    if cfg is None:
+        return None
+    return cfg, backward_entries(plan.spec, plan.entry, cfg)
+
+
+def _backward_params(entries) -> list:
+    seen = {}
+    for e in entries:
+        for p in e.params:
+            seen.setdefault(p.binding, p)
+    return [seen[b] for b in sorted(seen)]
+
+
+def _backward_bindings(plan: KernelPlan, entries) -> list[dict]:
+    rows = []
+    packed = plan.details.f16_packed
+    for p in _backward_params(entries):
+        if p.kind == "uniform":
+            space, typ = "uniform", "Params"
+        else:
+            space = "storage, read" if p.access == "read" else "storage, read_write"
+            if p.dtype == plan.dtype and p.dtype != "u32" and p.name not in ("lse", "rows"):
+                typ = "array<vec2<u32>>" if packed else "array<vec4<elem_t>>"  # 4 elements per item
+            else:
+                typ = f"array<{_WORD[p.dtype]}>"
+        doc = f"{p.name} ({', '.join(p.shape)}) {p.dtype}: {p.doc}" if p.shape else f"{p.name}: {p.doc}"
+        rows.append({"binding": p.binding, "name": p.name, "space": space, "type": typ,
+                     "doc": textwrap.wrap(doc, width=_COMMENT_WIDTH)})
+    return rows
+
+
+def _backward_header(plan: KernelPlan, cfg, entries) -> str:
+    lines = [
+        f"attngen {__version__}: flash-attention backward kernels for target {plan.target} (profile {plan.profile}).",
+        f"Generated from the spec below; regenerate with `attngen build SPEC --target {plan.target} --kernel "
+        f"{plan.spec.name} --emit backward` rather than editing.",
+        "",
+        "Spec (normalised, every default filled in):",
+        *["  " + ln for ln in plan.spec_text.rstrip("\n").splitlines()],
+        "",
+        f"Backward of the forward plan: {plan.summary()}.",
+        f"Scale {plan.scale!r}" + (f", softcap {plan.softcap!r}" if plan.softcap is not None else "")
+        + f"; {mask_doc(plan)}",
+        f"Backward blocks: {cfg.summary}.",
+        "Entry points, dispatched in this order (the manifest's \"backward\" lists their bindings):",
+        *[f"  {e.entry}: grid ({', '.join(e.grid)}) x {e.threads}" for e in entries],
+        "Tensors are (batch, seq, heads, head_dim) as the forward's; dq as q, dk and dv as k and v "
+        "(one binding, dkv); lse (B, Hq, Lq) f32.",
+    ]
+    return comment_block(lines)
+
+
+def backward_source(plan: KernelPlan) -> str:
+    """The backward module of `plan` (ValueError where it has none: backward_plan)."""
+    made = backward_plan(plan)
+    if made is None:
+        raise ValueError(f"kernel '{plan.spec.name}' has no WGSL backward")
+    cfg, entries = made
+    c = constants(plan)
+    scale = c_float(plan.scale)
+    extra = {"scale_log2": c_float(plan.scale * LOG2E)}
+    if plan.softcap is not None:
+        extra.update(scale_over_cap=c_float(plan.scale / plan.softcap), softcap_log2=c_float(plan.softcap * LOG2E))
+    native_f16 = plan.dtype == "f16" and not plan.details.f16_packed
+    return render(
+        "wgsl/backward.wgsl.j2",
+        header=_backward_header(plan, cfg, entries),
+        directives=["f16"] if native_f16 else [],
+        cfg=cfg,
+        tile_q=plan.tile_q,
+        tile_kv=plan.tile_kv,
+        entry=plan.entry,
+        elem="f32" if plan.details.f16_packed else _SCALAR[plan.dtype],
+        f16_packed=plan.details.f16_packed,
+        types_doc=_BACKWARD_TYPES_DOC["f16 packed" if plan.details.f16_packed else plan.dtype],
+        fields=_fields(plan),
+        bindings=_backward_bindings(plan, entries),
+        mask=plan.mask,
+        mask_doc=mask_doc(plan),
+        scale=scale,
+        scale_doc="1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec",
+        softcap=c["softcap"],
+        log2e=c["log2e"],
+        **extra,
+    )
+
+
+_BACKWARD_TYPES_DOC = {
+    "f32": ["Storage is f32; all arithmetic is f32."],
+    "f16": ["Storage is f16 (`enable f16;`, the shader-f16 feature); blocks are widened to f32 as they",
+            "are loaded, all arithmetic and accumulation is f32, gradients are rounded to f16 as stored."],
+    "f16 packed": ["Storage is f16 packed in u32 words (no shader-f16): q, k, v, out, dout, dq and dkv are",
+                   "bound as vec2<u32> (4 elements per item); all arithmetic is f32."],
+}
+
+
+def backward_manifest(plan: KernelPlan) -> dict | None:
+    """The manifest's "backward": how a runtime without Python runs the backward module."""
+    made = backward_plan(plan)
+    if made is None:
+        from ...plan.backward import problems
+        why = [p.message for p in problems(plan.spec)] or [
+            "head dims too large for the backward's blocks (one row and one key of Q, dO, K and V in 16384 "
+            "bytes of workgroup memory)"]
+        return {"available": False, "why": "; ".join(why)}
+    cfg, entries = made
+    values = _values(plan)
+    fields = plan.details.uniform_fields
+    bindings = []
+    for p in _backward_params(entries):
+        entry = {"group": 0, "binding": p.binding, "name": p.name}
+        if p.kind == "uniform":
+            entry.update(type="uniform", struct="Params", size_bytes=4 * len(fields),
+                         fields=[{"name": n, "type": t, "offset": 4 * i, "doc": d, "value": values.get(n, "0")}
+                                 for i, (n, t, d) in enumerate(fields)],
+                         value_note="the forward's Params, with the same values (write_lse and Lnew: 0)")
+        else:
+            entry.update(type="read-only-storage" if p.access == "read" else "storage", dtype=p.dtype,
+                         shape=list(p.shape), doc=p.doc)
+            if plan.details.f16_packed and p.dtype == "f16":
+                entry["packing"] = ("two f16 per u32 word, element 2w in the low 16 bits (the bytes of a "
+                                    "little-endian f16 array)")
+        bindings.append(entry)
+    return {
+        "available": True,
+        "source": "a separate module: attngen build SPEC --target wgsl --emit backward",
+        "workgroup_storage_bytes": cfg.smem_bytes,
+        "block": {"q": cfg.block_q, "kv": cfg.block_kv},
+        "bindings": bindings,
+        "entry_points": [{"entry_point": e.entry, "role": e.name, "doc": e.doc, "workgroup_size": [e.threads, 1, 1],
+                          "dispatch": list(e.grid), "workgroup_storage_bytes": e.smem_bytes,
+                          "bindings": [p.binding for p in e.params],
+                          "storage_buffers": sum(1 for p in e.params if p.kind == "tensor")} for e in entries],
+        "entry_points_note": "dispatch the three in this order, each with a bind group of exactly its bindings; "
+                             "rows and dkv / dq zero-filled before the first (fresh WebGPU buffers are)",
+        "rows": {"bytes": "4 * (2 * Hq * Tq + 1)",
+                 "index": "2 * r: lse_i * log2(e), 2 * r + 1: D_i, r = lse's index of the row; word "
+                          "2 * Hq * Tq: 1 when a driver cut a step's loops short (the results are then invalid)"},
+        "dkv": {"dk": "elements [0, rows(k) * Hkv * Dqk): rows(k) = B * cap (padded) or total_k (packed)",
+                "dv": "the next rows(k) * Hkv * Dv elements"},
+        "inputs": "q, k, v as the forward's call; out and lse the forward's (lse natural log, written with "
+                  "write_lse = 1); dout shaped as out; mask custom: the forward's BlockMask buffer",
+    }

@@ -33,7 +33,7 @@ from .devices import (
     NP_DTYPES, RECHECK_SENTINEL, SENTINEL, WGPU_FEATURE, WgslTensor, _DeviceState, adapter_profile, create_module,
     device_state, naga_dialect, padded, wgpu,
 )
-from .launch import call
+from .launch import backward_call, call
 
 
 def _profile_key(p: Profile) -> str:
@@ -219,6 +219,51 @@ class WgslKernel(Kernel):
         return call(self, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
                     cu_seqlens_k=cu_seqlens_k, block_table=block_table, k_new=k_new, v_new=v_new,
                     return_lse=return_lse, out=out, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+
+    def backward(self, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                 max_seqlen_q=None, max_seqlen_k=None):
+        """(dq, dk, dv) in q's, k's and v's shapes and dtype (docs/backward.md): q, k, v and the options
+        as the forward call took them, that call's out and lse (return_lse=True), and dout (out's
+        shape). numpy arrays, or WgslTensor when q, k and v are all WgslTensor."""
+        return backward_call(self, q, k, v, out, lse, dout, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
+                             cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+
+    def backward_pipelines(self):
+        """(role, pipeline, bind group layout, params, grid) of the backward's three entry points,
+        compiled once per process (a LaunchError for a spec without a backward)."""
+        from ...plan.backward import problems
+        from .emit import backward_plan, backward_source
+        plan = self.plan
+        found = problems(plan.spec)
+        if found:
+            raise LaunchError(f"kernel '{plan.spec.name}' has no backward: " + "; ".join(p.message for p in found))
+        made = backward_plan(plan)
+        if made is None:
+            raise LaunchError(f"kernel '{plan.spec.name}' has no WGSL backward: head dims qk={plan.d_qk} v={plan.d_v} "
+                              "do not fit the backward's blocks (one query row and one key of Q, dO, K and V in "
+                              "16384 bytes of workgroup memory)")
+        key = ("backward", plan.spec_text, _profile_key(self.profile), generator_version(), id(self.state.device))
+        with _PIPELINES_LOCK:
+            hit = _PIPELINES.get(key)
+        if hit is not None:
+            return hit
+        dev = self.state.device
+        source = backward_source(plan)
+        try:
+            module = create_module(dev, plan.entry + "_backward", source, plan.details.runtime_checks)
+            pipes = []
+            for e in made[1]:  # emit.backward_plan: (config, entry points in dispatch order)
+                bgl = _layout(e.params, dev)
+                pipes.append((e.name, dev.create_compute_pipeline(
+                    label=e.entry, layout=dev.create_pipeline_layout(bind_group_layouts=[bgl]),
+                    compute={"module": module, "entry_point": e.entry}), bgl, e.params, e.grid))
+        except wgpu.GPUError as err:
+            raise CompileError(f"wgpu rejected the generated backward WGSL of kernel '{plan.spec.name}'; this is a "
+                               f"bug in attngen, please report it with the spec:\n{err}") from None
+        pipes = tuple(pipes)
+        with _PIPELINES_LOCK:
+            _PIPELINES[key] = pipes
+        return pipes
 
     def block_mask(self, mask):
         """A BlockMask of `mask` (numpy bool or additive float) for this kernel, built on the GPU."""

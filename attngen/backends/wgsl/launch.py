@@ -351,3 +351,113 @@ def dispatch(kernel, bufs: dict, sizes: dict) -> None:
     if queries is not None:
         t0, t1 = np.frombuffer(dev.queue.read_buffer(stamps), dtype=np.uint64)
         times.append(float(t1 - t0) / 1e6 / repeat)  # WebGPU timestamps are nanoseconds
+
+
+# ---- the backward (issue 41; Kernel.backward, templates/wgsl/backward.wgsl.j2) ------------------
+
+def _check_like(name: str, x, shape: tuple, dtype: str, why: str) -> None:
+    got_shape, got_dtype = tuple(x.shape), dtype_name(x)
+    if got_shape != tuple(shape) or got_dtype != dtype:
+        raise LaunchError(f"{name} has shape {got_shape} and dtype {got_dtype}, but this call's {name} must be "
+                          f"{tuple(shape)} {dtype} ({why})")
+
+
+def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                  max_seqlen_q=None, max_seqlen_k=None):
+    """(dq, dk, dv) of the kernel's attention: the three entry points of its backward module
+    (kernel.backward_pipelines) in one submission. Inputs are checked as the forward's call checks
+    them, and out, lse, dout against the shapes that call gives."""
+    plan = kernel.plan
+    passes = kernel.backward_pipelines()  # refuses specs without a backward
+    st = kernel.state
+    dev = st.device
+    inputs = {n: as_input(n, x) for n, x in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse),
+                                              ("dout", dout))}
+    L = resolve(plan, {n: tuple(inputs[n].shape) for n in "qkv"}, {n: dtype_name(inputs[n]) for n in "qkv"},
+                kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, has_mask=mask is not None,
+                max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, cores=kernel.compute_units(),
+                mask_keys=None if mask is None else mask_keys(mask))
+    out_shape = L.out_shape_for(plan.d_v)
+    _check_like("out", inputs["out"], out_shape, plan.dtype, "the forward's output")
+    _check_like("dout", inputs["dout"], out_shape, plan.dtype, "the gradient of out: out's shape and dtype")
+    _check_like("lse", inputs["lse"], L.lse_shape, "f32", "the forward's lse, from return_lse=True")
+    bm = None
+    if mask is not None:
+        if not isinstance(mask, BlockMask):
+            if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
+                mask = np.asarray(mask)
+            mask_kind(mask.dtype)
+            check_against(BlockMask("wgsl", "bool", mask_shape4(mask.shape), plan.tile_q, plan.tile_kv, dev),
+                          L.batch, L.heads_q, L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")
+            bm = kernel.block_mask(mask)
+        else:
+            bm = mask
+        check_against(bm, L.batch, L.heads_q, L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")
+        if bm.device is not dev:
+            raise LaunchError("mask= is a BlockMask built on another wgpu device")
+
+    np_dtype = NP_DTYPES[plan.dtype]
+    on_gpu = all(isinstance(inputs[n], WgslTensor) for n in "qkv")
+    shapes = {n: tuple(inputs[n].shape) for n in "qkv"}
+    if L.empty:
+        zeros = [np.zeros(shapes[n], np_dtype) for n in "qkv"]
+        return tuple(WgslTensor.from_numpy(z) for z in zeros) if on_gpu else tuple(zeros)
+
+    limit = kernel.binding_limit()
+    sizes = {**L.sizes(plan), "Tq": L.total_q}
+    dims = kernel.limit("workgroups_per_dimension")
+    for role, _, _, _, grid in passes:
+        for axis, n, what in zip("xyz", evaluate_all(grid, **sizes), grid):
+            if n > dims:
+                raise LaunchError(f"dispatch {axis} of the backward's {role} = {what} = {n} exceeds the {dims} "
+                                  "workgroups per dimension this device allows")
+    elem = DTYPE_BYTES[plan.dtype]
+    n_q, n_k, n_v = (int(np.prod(shapes[n])) for n in "qkv")
+    rows_words = 2 * L.heads_q * L.total_q + 1
+    for name, n in (("dq", n_q * elem), ("dk and dv", (n_k + n_v) * elem), ("the rows workspace", 4 * rows_words)):
+        if n > limit:
+            raise LaunchError(f"{name} would be {n} bytes, above the {limit}-byte storage binding limit of this "
+                              "device/profile")
+    bufs = {n: kernel.buffer(n, inputs[n], limit) for n in ("q", "k", "v", "out", "lse", "dout")}
+    words, offsets = meta_words(L)
+    bufs["seq_meta"] = _upload(dev, words, 0)
+    if bm is not None:
+        bufs["mask"] = bm.buffer
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
+    bufs["rows"] = dev.create_buffer(size=padded(4 * rows_words), usage=usage)  # zeroed, as WebGPU buffers are
+    bufs["dq"] = dev.create_buffer(size=max(16, padded(n_q * elem)), usage=usage)
+    bufs["dkv"] = dev.create_buffer(size=max(16, padded((n_k + n_v) * elem)), usage=usage)
+    prm = params_words(plan, L, write_lse=False, offsets=offsets, bm=bm)
+    bufs["params"] = dev.create_buffer_with_data(data=prm.tobytes(), usage=wgpu.BufferUsage.UNIFORM)
+
+    enc = dev.create_command_encoder()
+    for _, pipeline, bgl, params, grid in passes:
+        group = dev.create_bind_group(layout=bgl, entries=[
+            {"binding": p.binding, "resource": {"buffer": bufs[p.name], "offset": 0, "size": bufs[p.name].size}}
+            for p in params])
+        cp = enc.begin_compute_pass()
+        cp.set_pipeline(pipeline)
+        cp.set_bind_group(0, group)
+        cp.dispatch_workgroups(*evaluate_all(grid, **sizes))
+        cp.end()
+    dev.queue.submit([enc.finish()])
+    if st.loop_budget is not None:  # a step whose loops the driver cut short set the last word of rows
+        flag = np.frombuffer(dev.queue.read_buffer(bufs["rows"], buffer_offset=4 * (rows_words - 1), size=4),
+                             dtype=np.float32)
+        if flag[0] != 0:
+            raise kernel.budget_error(L.len_k, "a backward step's loops were cut short")
+    if on_gpu:
+        dk_buf = dev.create_buffer(size=max(16, padded(n_k * elem)), usage=usage | wgpu.BufferUsage.COPY_DST)
+        dv_buf = dev.create_buffer(size=max(16, padded(n_v * elem)), usage=usage | wgpu.BufferUsage.COPY_DST)
+        enc = dev.create_command_encoder()
+        # copies are in multiples of 4 bytes: n_k * elem is one (head dims are multiples of 8)
+        enc.copy_buffer_to_buffer(bufs["dkv"], 0, dk_buf, 0, n_k * elem)
+        enc.copy_buffer_to_buffer(bufs["dkv"], n_k * elem, dv_buf, 0, n_v * elem)
+        dev.queue.submit([enc.finish()])
+        return (WgslTensor(bufs["dq"], shapes["q"], plan.dtype), WgslTensor(dk_buf, shapes["k"], plan.dtype),
+                WgslTensor(dv_buf, shapes["v"], plan.dtype))
+    raw_q = dev.queue.read_buffer(bufs["dq"], size=padded(n_q * elem))
+    raw_kv = dev.queue.read_buffer(bufs["dkv"], size=padded((n_k + n_v) * elem))
+    dq = np.frombuffer(raw_q, dtype=np_dtype, count=n_q).reshape(shapes["q"]).copy()
+    both = np.frombuffer(raw_kv, dtype=np_dtype, count=n_k + n_v)
+    return dq, both[:n_k].reshape(shapes["k"]).copy(), both[n_k:].reshape(shapes["v"]).copy()

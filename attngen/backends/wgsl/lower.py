@@ -252,3 +252,60 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
                             unroll_sub_block=bool(profile.section("dialect").get("unroll_sub_block", False)),
                             runtime_checks=runtime_checks(profile)),
     )
+
+
+# ---- the backward (issue 41): a module of its own (Backend.helper_sources' "backward") ----------
+# Its bindings share the forward's numbers where the names are the same; the outputs of the
+# forward are inputs here. dk and dv share one binding (dkv) so that no entry point binds more than
+# webgpu-core's 8 storage buffers (step 2 with a custom mask binds 8).
+_BACKWARD_BINDINGS = {
+    "out": (4, "elem", ("B", "Lq", "Hq", "Dv"), "read", False, "the forward's output (packed: (total_q, Hq, Dv))"),
+    "lse": (5, "f32", ("B", "Hq", "Lq"), "read", False,
+            "the forward's lse (natural log; -inf: the row saw no key; packed: (Hq, total_q))"),
+    "dout": (7, "elem", ("B", "Lq", "Hq", "Dv"), "read", False, "the gradient of the output, laid out as out"),
+    "rows": (9, "f32", ("Hq * Tq * 2 + 1",), "readwrite", False,
+             "workspace: per query row and head at lse's index r, rows[2r] = lse_i * log2(e) (MASKED: the "
+             "row saw no key) and rows[2r + 1] = D_i; the last word is set to 1 by a step whose loops a "
+             "driver cut short (fill: 0)"),
+    "dq": (10, "elem", ("B", "Lq", "Hq", "Dqk"), "write", False, "the gradient of q, laid out as q"),
+    "dkv": (11, "elem", ("2", "B", "Lk", "Hkv", "D"), "write", False,
+            "the gradients of k then v: dk (B, Lk, Hkv, Dqk) at element 0 (packed: (total_k, Hkv, Dqk)), dv "
+            "(B, Lk, Hkv, Dv) right after it, at element rows(k) * Hkv * Dqk"),
+}
+BACKWARD_ROLES = ("preprocess", "dkdv", "dq")
+
+
+def backward_param(name: str, dtype: str) -> Param:
+    if name not in _BACKWARD_BINDINGS:
+        return wgsl_param(name, dtype, "read") if name != "params" else wgsl_param(name, dtype)
+    binding, kind_dtype, shape, acc, optional, doc = _BACKWARD_BINDINGS[name]
+    return Param(name, "tensor", dtype if kind_dtype == "elem" else kind_dtype, shape, acc,
+                 optional=optional, binding=binding, doc=doc)
+
+
+def backward_entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
+    """The backward's three entry points, in dispatch order (`cfg`: config.WgslBackward)."""
+    mask = ("mask",) if spec.mask.is_custom else ()
+    names = {
+        "preprocess": ("params", "out", "lse", "dout", "rows"),
+        "dkdv": ("params", "q", "k", "v", "seq_meta", "dout", *mask, "rows", "dkv"),
+        "dq": ("params", "q", "k", "v", "seq_meta", "dout", *mask, "rows", "dq"),
+    }
+    grids = {
+        "preprocess": (f"ceil(Tq / {cfg.workgroup})", "Hq", "1"),
+        "dkdv": (f"ceil(Lk / {cfg.block_kv})", "Hkv", "B"),
+        "dq": (f"ceil(Lq / {cfg.block_q})", "Hq", "B"),
+    }
+    docs = {
+        "preprocess": "step 1, one invocation per (query row, head): D_i = rowsum(dO_i * O_i) and lse_i * log2(e) "
+                      "into rows",
+        "dkdv": "step 2, one workgroup per (key block, KV head, batch): over the query blocks that see the key "
+                "block and every query head of the group, dV_j += P_ij^T dO_i and dK_j += dS_ij^T Q_i; "
+                "writes its rows of dk and dv once",
+        "dq": "step 3, one workgroup per (query block, query head, batch): over the key blocks it sees, "
+              "dQ_i += dS_ij K_j; writes its rows of dq once",
+    }
+    smem = {"preprocess": 0, "dkdv": cfg.smem_bytes, "dq": cfg.smem_bytes}
+    return tuple(Entry(name=role, entry=f"{entry}_bw_{role}", doc=docs[role],
+                       params=tuple(backward_param(n, spec.dtype) for n in names[role]), grid=grids[role],
+                       threads=cfg.workgroup, smem_bytes=smem[role]) for role in BACKWARD_ROLES)
