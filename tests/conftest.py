@@ -144,6 +144,24 @@ def in_quick_tier(nodeid: str) -> bool:
 # tests of the pass already send through Tint, where what the test adds is the runtime's own (the
 # command line, the environment), which the first pass checks.
 TINT_PASS_EXCEPT = [
+    # the WGSL backward on Dawn: its module compiles through Tint in test_backward_emit.py, and these
+    # keep running there: a structured mask with softcap and scale in f16, a custom mask, packed
+    # sequences (the rest, 2 minutes of the pass, runs on lavapipe only)
+    "tests/equivalence/test_backward_wgsl.py::test_matches_reference[plain*",
+    "tests/equivalence/test_backward_wgsl.py::test_matches_reference[causal*",
+    "tests/equivalence/test_backward_wgsl.py::test_matches_reference[bottom-right*",
+    "tests/equivalence/test_backward_wgsl.py::test_matches_reference[unequal*",
+    "tests/equivalence/test_backward_wgsl.py::test_matches_reference[softcap-large*",
+    "tests/equivalence/test_backward_wgsl.py::test_matches_reference[window-left-only*",
+    "tests/equivalence/test_backward_wgsl.py::test_matches_reference[window-softcap-scale-f32]",
+    "tests/equivalence/test_backward_wgsl.py::test_f16_packed_in_words*",
+    "tests/equivalence/test_backward_wgsl.py::test_kv_lens", "tests/equivalence/test_backward_wgsl.py::test_custom_mask[additive]",
+    "tests/equivalence/test_backward_wgsl.py::test_packed_sequences[window*",
+    "tests/equivalence/test_backward_wgsl.py::test_deterministic_and_on_device_tensors",
+    "tests/equivalence/test_backward_wgsl.py::test_bad_inputs_are_refused",
+    "tests/equivalence/test_backward_wgsl.py::test_paged_specs_have_no_backward",
+    "tests/equivalence/test_backward_wgsl.py::test_split_schedule_forward",
+    "tests/equivalence/test_backward_wgsl.py::test_loops_cut_short_by_the_software_adapter_are_refused",
     # plan and emit only
     "tests/backends/wgsl/test_manifest_schema.py::*", "tests/backends/wgsl/test_manifest_values.py::*",
     "tests/backends/wgsl/test_subgroup_sizes.py::*", "tests/backends/wgsl/test_unroll.py::*",
