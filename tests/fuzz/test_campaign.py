@@ -195,6 +195,42 @@ def test_tensors_give_the_reference_or_a_launch_error(case):
     assert np.array_equal(np.isneginf(lse), empty)
 
 
+@settings(SLOW, max_examples=20 * FUZZ_SCALE)
+@given(tensor_case())
+def test_backward_gives_the_reference_gradients(case):
+    """The backward (issue 41) on the same random specs and odd shapes: dq, dk, dv within twice
+    the forward's tolerance of attngen.reference_backward, finite wherever it is; inf / NaN
+    planted only in keys no row sees (past kv_lens) change nothing."""
+    require("wgsl")
+    count("backward")
+    spec, b, lq, lk, seed, _, kv_lens, _ = case
+    rng = np.random.default_rng(seed)
+    hq, hkv, d = spec.heads_q, spec.heads_kv, spec.head_dim_qk
+    np_dtype = np.float16 if spec.dtype == "f16" else np.float32
+    q, k, v = (rng.standard_normal(s).astype(np_dtype) for s in ((b, lq, hq, d), (b, lk, hkv, d), (b, lk, hkv, d)))
+    opts = {}
+    if kv_lens is not None and not (spec.mask.is_custom and max(kv_lens) == 0):
+        opts["kv_lens"] = np.array(kv_lens, np.int32)
+        for i, n in enumerate(kv_lens):  # hidden keys hold inf and NaN
+            k[i, n:] = np.inf
+            v[i, n:] = np.nan
+    if spec.mask.is_custom:
+        keys = int(opts["kv_lens"].max()) if "kv_lens" in opts else lk
+        opts["mask"] = rng.random((b, 1, lq, keys)) < 0.6
+    kernel = kernel_for(spec, "wgsl")
+    out, lse = kernel(q, k, v, return_lse=True, **opts)
+    dout = rng.standard_normal(out.shape).astype(np_dtype)
+    grads = kernel.backward(q, k, v, out, lse, dout, **opts)
+    with np.errstate(all="ignore"):
+        want = attngen.reference_backward(spec, q, k, v, dout, **opts)
+    for got, ref, what in zip(grads, want, ("dq", "dk", "dv")):
+        got = np.asarray(got, np.float64)
+        assert got.shape == ref.shape, what
+        assert np.isfinite(got[np.isfinite(ref)]).all(), f"{what}: NaN or inf where the reference is finite"
+        if np.abs(ref).max() > 0:
+            assert relative_error(got, ref) <= 2 * tolerance(spec), what
+
+
 # ---- cache entries ------------------------------------------------------------------------------
 
 ENTRY = st.one_of(st.binary(max_size=64), st.just(b""), st.just(None), st.just("dir"))
