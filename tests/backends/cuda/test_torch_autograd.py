@@ -63,6 +63,8 @@ def test_a_training_step_captured_in_a_cuda_graph():
     with torch.cuda.stream(s):
         step()  # warm-up: loads both modules
     torch.cuda.current_stream().wait_stream(s)
+    for x in (q, k, v):
+        x.grad = None  # the captured backward's gradients live in the graph's pool
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         op(q, k, v).backward(dout)
