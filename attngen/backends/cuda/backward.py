@@ -116,7 +116,7 @@ def backward_config(plan: KernelPlan) -> BackwardConfig:
             return BackwardConfig(tile, THREADS, smem_bytes(tile, d_qk, d_v), _acc(tile, d_qk, d_v))
     raise Problem(f"the cuda backward stages tiles of at least {TILES[-1]} rows in {SMEM_BUDGET // 1024} KiB of "
                   f"shared memory: head dims qk={d_qk} v={d_v} do not fit (the backward takes head dims up to "
-                  "about 512)", key="head_dim")
+                  "about 700)", key="head_dim")
 
 
 def backward_problems(plan: KernelPlan) -> list[Problem]:
