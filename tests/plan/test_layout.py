@@ -203,7 +203,8 @@ SHARED_JOBS = {
 TARGET_ONLY = {
     "cuda": {"nvrtc", "tensor_maps", "torch_op",
              "choices",  # which kernel family and which of its parts serve a spec (config asks)
-             "family"},  # what each family's template renders (KernelShape; emit asks)
+             "family",  # what each family's template renders (KernelShape; emit asks)
+             "backward"},  # the backward pass (issue 41): tiles, source, description, launches
     "wgsl": {"blockmask", "manifest", "unroll"},
 }
 

@@ -8,6 +8,7 @@
     devices.py  the GPUs: CuPy, a device's profile (profile_for, device_profile), its name
     kernel.py   the kernel object: tensors in, launch on the caller's stream
     args.py     one call's kernel arguments, workspaces and block masks
+    backward.py the backward pass: its tiles, source, description and launches (issue 41)
 
 This module only describes the backend; CuPy, NVRTC and jinja2 are imported when needed.
 """
@@ -61,6 +62,23 @@ class CudaBackend(Backend):
         ] + ([c.varlen_summary] if c.varlen is not None else []) + _family_lines(c) + (
             [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else []) + (
             [_combine_line(plan)] if plan.spec.schedule.is_split else [])
+
+    def helper_sources(self, plan):
+        """The backward pass's source (`attngen build --emit backward`; backward.py), for specs that
+        have one on this target."""
+        from .backward import backward_problems, render_backward
+        return {} if backward_problems(plan) else {"backward": render_backward(plan)}
+
+    def describe_backward(self, plan) -> list[str]:
+        """Lines for `attngen check`: the backward's entry points, grids, tiles, shared memory and
+        workspace (backward.py)."""
+        from .backward import describe_backward
+        return describe_backward(plan)
+
+    def run_backward(self, kernel, q, k, v, out, lse, dout, **options):
+        """(dq, dk, dv) of a compiled kernel (CudaKernel.backward; backward.py)."""
+        from .backward import run_backward
+        return run_backward(kernel, q, k, v, out, lse, dout, **options)
 
     def describe_ir(self, plan):
         """The planner's register estimate, and each namespace's KernelShape (family.py): every choice

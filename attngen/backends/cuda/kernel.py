@@ -224,8 +224,9 @@ def _int_input(name: str, x, ndim: int, device: int):
 class CudaKernel(Kernel):
     target = "cuda"
 
-    def __init__(self, emitted, cubin: bytes, device_id: int):
+    def __init__(self, emitted, cubin: bytes, device_id: int, backend=None):
         super().__init__(emitted)
+        self.backend = backend  # the CUDA backend (its backward: backward.py, which imports this module)
         self.cubin = cubin
         self._functions: dict = {}
         self._home_device = device_id
@@ -278,6 +279,11 @@ class CudaKernel(Kernel):
         elif mod == "torch" and mask.is_cuda:
             device = mask.device.index
         return cuda_args.build_block_mask(mask, self.plan.tile_q, self.plan.tile_kv, device)
+
+    def backward(self, q, k, v, out, lse, dout, **options):
+        """(dq, dk, dv) of this kernel's attention (docs/backward.md): three launches on the caller's
+        stream, outputs of q's kind (backends/cuda/backward.py, through the backend)."""
+        return self.backend.run_backward(self, q, k, v, out, lse, dout, **options)
 
     def __call__(self, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  block_table=None, k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None,
@@ -685,7 +691,7 @@ def compile_kernel(backend, spec, profile: Profile | str | None = None, device_i
                           f"GPU {device_id} allows {live.limit('shared_memory_bytes')}")
     emitted = Rendered(plan, backend.render, backend.manifest)
     cubin, _ = build_cubin(plan, lambda _plan: emitted.source)
-    return CudaKernel(emitted, cubin, device_id)
+    return CudaKernel(emitted, cubin, device_id, backend)
 
 
 def precompile(backend, spec, cc: int) -> tuple[bool, str]:

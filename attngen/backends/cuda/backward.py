@@ -1,0 +1,377 @@
+"""The CUDA backward pass (issue 41; attngen/plan/backward.py, docs/backward.md): its tiles, its
+source (templates/cuda/backward.cu.j2, a helper source of the forward plan: `attngen build SPEC
+--target cuda --emit backward`), what `attngen check` says of it, and its launches.
+
+Three entry points run in order on the caller's stream, with no atomics (the same inputs give the
+same bits): attngen_<name>_bwd_preprocess (D_i = rowsum(dO_i * O_i) into an f32 workspace),
+_bwd_dkdv (one block per key tile, KV head and batch entry: dK_j and dV_j, summed over the query
+tiles that see the tile and the GQA group's heads) and _bwd_dq (one block per query tile, query
+head and batch entry: dQ_i). This first version computes on CUDA cores in f32 (every tile staged
+in shared memory as floats): correct for every dtype and head dim that fits, not fast.
+
+The runtime reads integer inputs (kv_lens, cu_seqlens) on the host and checks them with the
+forward's rules (runtime.launch.resolve): a device integer array costs a copy to the host and a
+synchronisation here, unlike the forward.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import Diagnostic, LaunchError, SpecError
+from ...plan import backward as neutral
+from ...plan import masks
+from ...plan.kernel_plan import KernelPlan, Problem
+from ...version import __version__
+
+THREADS = 256  # per block, every entry point: 8 warps
+# Shared memory a block may take (dK/dV and dQ steps): 96 KiB runs on every sm_80+ GPU (sm_86 and
+# sm_89 allow 99 KiB per block) without depending on the profile.
+SMEM_BUDGET = 96 * 1024
+TILES = (64, 32, 16, 8)  # square tiles (query rows x keys), largest first
+MAX_ACC = 64  # f32 accumulators per thread (the dK/dV step holds dK_j and dV_j in registers)
+PRE_ROWS = THREADS // 32  # preprocess: one warp per (query row, head)
+
+# The launch's argument struct, in this order in C and in ctypes: 8-byte fields first, so both
+# lay it out without padding. (C type, name, doc); "ptr" types are device pointers.
+_PTR, _I64, _I32 = "ptr", "i64", "i32"
+ARG_FIELDS = (
+    ("const elem_t*", "q", "(B, Lq, Hq, Dqk); packed (T, Hq, Dqk)"),
+    ("const elem_t*", "k", "(B, Lk, Hkv, Dqk)"),
+    ("const elem_t*", "v", "(B, Lk, Hkv, Dv)"),
+    ("const elem_t*", "out", "the forward's output (B, Lq, Hq, Dv)"),
+    ("const elem_t*", "dout", "the gradient of out"),
+    ("const float*", "lse", "the forward's lse (B, Hq, Lq), natural log"),
+    ("float*", "delta", "workspace D (lse's layout, contiguous): written by preprocess"),
+    ("elem_t*", "dq", "q's shape, contiguous"),
+    ("elem_t*", "dk", "k's shape, contiguous"),
+    ("elem_t*", "dv", "v's shape, contiguous"),
+    ("const int*", "kv_lens", "(B,) or null"),
+    ("const int*", "cu_seqlens_q", "(B + 1,) or null (padded)"),
+    ("const int*", "cu_seqlens_k", "(B + 1,), cu_seqlens_q's when not given"),
+    ("const unsigned*", "mask_bits", "mask custom, boolean: 32 keys per word, or null"),
+    ("const float*", "mask_add", "mask custom, additive, or null"),
+    ("const int*", "mask_counts", "the BlockMask's live kv tiles per q tile"),
+    ("const int*", "mask_tiles", "the BlockMask's lists"),
+) + tuple(("long long", f"{t}_s{a}", f"{t}'s {w} stride (elements)")
+          for t in ("q", "k", "v", "o", "do", "dq", "dk", "dv") for a, w in (("b", "batch"), ("l", "row"),
+                                                                              ("h", "head"))) + (
+    ("long long", "lse_sb", "lse's strides (packed: 0, then (Hq, T))"),
+    ("long long", "lse_sh", ""),
+    ("long long", "lse_sl", ""),
+    ("long long", "delta_sb", "delta's strides (rows contiguous)"),
+    ("long long", "delta_sh", ""),
+    ("long long", "mask_sb", "mask custom: the mask's strides (0 where broadcast)"),
+    ("long long", "mask_sh", ""),
+    ("long long", "mask_sl", ""),
+    ("long long", "list_sb", "the lists' strides (in q tiles)"),
+    ("long long", "list_sh", ""),
+    ("int", "len_q", "padded: Lq"),
+    ("int", "len_k", "padded: Lk (keys before kv_lens)"),
+    ("int", "rows_q", "preprocess: rows per batch entry (packed: T)"),
+    ("int", "rows_k", "padded: k's rows per batch entry"),
+    ("int", "group", "Hq / Hkv"),
+    ("int", "n_kvtiles", "mask custom: the lists' row length"),
+)
+
+
+def _ctype(c: str):
+    return ctypes.c_uint64 if c.endswith("*") else ctypes.c_longlong if c == "long long" else ctypes.c_int32
+
+
+class _Args(ctypes.Structure):
+    _fields_ = [(name, _ctype(c)) for c, name, _ in ARG_FIELDS]
+
+
+@dataclass(frozen=True)
+class BackwardConfig:
+    tile: int  # query rows and keys per tile
+    threads: int
+    smem_bytes: int  # the dK/dV and dQ steps (dynamic)
+    acc_per_thread: int  # f32 accumulators of the dK/dV step per thread
+
+
+def smem_bytes(tile: int, d_qk: int, d_v: int) -> int:
+    """Q_i, dO_i, K_j, V_j (rows padded by a float), P_ij, dS_ij, lse_i and D_i, as f32."""
+    return 4 * (2 * tile * (d_qk + 1) + 2 * tile * (d_v + 1) + 2 * tile * (tile + 1) + 2 * tile)
+
+
+def _acc(tile: int, d_qk: int, d_v: int) -> int:
+    return -(-tile * d_qk // THREADS) + -(-tile * d_v // THREADS)
+
+
+def backward_config(plan: KernelPlan) -> BackwardConfig:
+    """The largest square tile that fits the shared-memory budget and the accumulators; with
+    `mask custom`, one that divides the forward's tiles (the BlockMask's)."""
+    d_qk, d_v = plan.d_qk, plan.d_v
+    for tile in TILES:
+        if plan.spec.mask.is_custom and (plan.tile_q % tile or plan.tile_kv % tile):
+            continue
+        if smem_bytes(tile, d_qk, d_v) <= SMEM_BUDGET and _acc(tile, d_qk, d_v) <= MAX_ACC:
+            return BackwardConfig(tile, THREADS, smem_bytes(tile, d_qk, d_v), _acc(tile, d_qk, d_v))
+    raise Problem(f"the cuda backward stages tiles of at least {TILES[-1]} rows in {SMEM_BUDGET // 1024} KiB of "
+                  f"shared memory: head dims qk={d_qk} v={d_v} do not fit (the backward takes head dims up to "
+                  "about 700)", key="head_dim")
+
+
+def backward_problems(plan: KernelPlan) -> list[Problem]:
+    """Why `plan`'s spec has no CUDA backward (empty: it has one)."""
+    out = neutral.problems(plan.spec)
+    if not out:
+        try:
+            backward_config(plan)
+        except Problem as p:
+            out.append(p)
+    return out
+
+
+def refuse(plan: KernelPlan):
+    """A SpecError naming every reason `plan`'s spec has no CUDA backward; nothing if it has one."""
+    found = backward_problems(plan)
+    if found:
+        spec = plan.spec
+        raise SpecError([Diagnostic(f"target cuda, backward: {p.message}", spec.span(p.key), p.hint) for p in found])
+
+
+def entry_names(plan: KernelPlan) -> tuple[str, str, str]:
+    return tuple(f"{plan.entry}_bwd_{step}" for step in ("preprocess", "dkdv", "dq"))
+
+
+def _header(plan: KernelPlan, c: BackwardConfig) -> str:
+    from ..render import comment_block, mask_doc
+    pre, dkdv, dq = entry_names(plan)
+    lines = [
+        f"attngen {__version__}: flash-attention backward kernels for target cuda (profile {plan.profile}).",
+        "Generated from the spec below; regenerate with `attngen build SPEC --target cuda"
+        f" --kernel {plan.spec.name} --emit backward` rather than editing.",
+        "",
+        "Spec (normalised, every default filled in):",
+        *("  " + ln for ln in plan.spec_text.rstrip("\n").splitlines()),
+        "",
+        f"Scale {plan.scale!r}" + (f", softcap {plan.softcap!r}" if plan.softcap is not None else "")
+        + f"; {mask_doc(plan)}",
+        "Inputs: q, k, v, out and dout (the spec's dtype), lse (f32, natural log) of the forward call;",
+        "outputs dq, dk, dv in q's, k's and v's shapes. Three steps in order on one stream, no atomics",
+        "(deterministic), f32 on CUDA cores:",
+        f"  1. {pre}: D_i = rowsum(dO_i * O_i); grid (ceil(Lq / {PRE_ROWS}), Hq, B), {c.threads} threads",
+        f"  2. {dkdv}: dK_j, dV_j; grid (ceil(Lk / {c.tile}), Hkv, B), {c.threads} threads, "
+        f"{c.smem_bytes} bytes of shared memory",
+        f"  3. {dq}: dQ_i; grid (ceil(Lq / {c.tile}), Hq, B), {c.threads} threads, {c.smem_bytes} bytes",
+        f"Tiles of {c.tile} query rows x {c.tile} keys; workspace D: 4 * B * Hq * Lq bytes (packed: B = 1, "
+        "Lq = T).",
+    ]
+    return comment_block(lines)
+
+
+def render_backward(plan: KernelPlan) -> str:
+    """The backward's CUDA source for `plan` (a SpecError when its spec has none)."""
+    from ..render import c_float, mask_doc, render
+    from .emit import _TYPES
+    refuse(plan)
+    c = backward_config(plan)
+    width = max(len(f"{t} {n};") for t, n, _ in ARG_FIELDS)
+    fields = [(f"{t} {n};".ljust(width) + (f"  // {d}" if d else "")).rstrip() for t, n, d in ARG_FIELDS]
+    return render(
+        "cuda/backward.cu.j2",
+        header=_header(plan, c),
+        types_template=_TYPES[plan.dtype][0],
+        prescale_q=False, clean_v=False,
+        dtype=plan.dtype,
+        threads=c.threads, tile=c.tile, smem_bytes=c.smem_bytes,
+        d_qk=plan.d_qk, d_v=plan.d_v,
+        scale=c_float(plan.scale),
+        scale_doc="1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec",
+        softcap=c_float(plan.softcap) if plan.softcap is not None else None,
+        custom=plan.spec.mask.is_custom,
+        fwd_tile_q=plan.tile_q, fwd_tile_kv=plan.tile_kv,
+        fields=fields,
+        mask=plan.mask, mask_doc=mask_doc(plan), f={"row_bits": False},
+        entry=plan.entry,
+    )
+
+
+def describe_backward(plan: KernelPlan) -> list[str]:
+    """Lines for `attngen check`: the backward's entry points, grids, tiles, shared memory and
+    workspace (or why the spec has none)."""
+    found = backward_problems(plan)
+    if found:
+        return ["backward: none (" + "; ".join(p.message for p in found) + ")"]
+    c = backward_config(plan)
+    pre, dkdv, dq = entry_names(plan)
+    ws = neutral.workspace_bytes(1, 1, 1)
+    how = ("q tiles scanned, each list binary-searched for the key tile" if plan.spec.mask.is_custom
+           else "loop bounds from the mask" if masks.hides_loaded_keys(plan.mask) else "every tile")
+    return [
+        f"backward: 3 entry points, deterministic (no atomics), f32 on CUDA cores, tiles {c.tile} x {c.tile}",
+        f"backward {pre}: grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {c.threads} threads, no shared memory",
+        f"backward {dkdv}: grid (ceil(Lk / {c.tile}), Hkv, B) x {c.threads} threads, {c.smem_bytes} bytes of shared "
+        f"memory, {c.acc_per_thread} accumulators per thread; query tiles: {how}",
+        f"backward {dq}: grid (ceil(Lq / {c.tile}), Hq, B) x {c.threads} threads, {c.smem_bytes} bytes of shared memory",
+        f"backward workspace: D, {ws} * B * Hq * Lq bytes (f32)",
+    ]
+
+
+# ---- the launches ---------------------------------------------------------------------------------
+def _cubin(plan: KernelPlan) -> bytes:
+    from ...resources import generator_version
+    from ...runtime.cache import cache_key, cached
+    from . import nvrtc
+    key = cache_key(generator=generator_version(), target="cuda", kind="backward", arch=plan.details.arch,
+                    plan=hashlib.sha256(repr(plan).encode()).hexdigest())
+    return cached(key, ".cubin", lambda: nvrtc.compile_cubin(render_backward(plan), plan.details.arch)[0])[0]
+
+
+def _functions(kernel, device: int) -> dict:
+    """{step: loaded function} of `kernel`'s backward on `device`, compiled (or found in the disk
+    cache) on first use."""
+    cache = kernel.__dict__.setdefault("_backward_functions", {})
+    if device not in cache:
+        from .devices import cupy_module
+        cupy = cupy_module()
+        cubin = _cubin(kernel.plan)
+        smem = backward_config(kernel.plan).smem_bytes
+        with cupy.cuda.Device(device):
+            module = cupy.cuda.function.Module()
+            module.load(cubin)
+            fns = {}
+            for step, name in zip(("preprocess", "dkdv", "dq"), entry_names(kernel.plan)):
+                fn = module.get_function(name)
+                if step != "preprocess":
+                    cupy.cuda.driver.funcSetAttribute(
+                        fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
+                fns[step] = fn
+        cache[device] = (module, fns)
+    return cache[device][1]
+
+
+def _strides3(t, packed: bool) -> tuple:
+    return (0, t.strides[0], t.strides[1]) if packed else tuple(t.strides[:3])
+
+
+def _row_major(shape) -> tuple:
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(out))
+
+
+def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
+                 max_seqlen_q=None, max_seqlen_k=None):
+    """(dq, dk, dv) of `kernel`'s attention (Kernel.backward's contract), in q's framework, on
+    the caller's current stream."""
+    from ...runtime.blockmask import BlockMask, check_against, mask_keys
+    from ...runtime.launch import resolve
+    from . import args as cuda_args
+    from .devices import cupy_module
+    from .kernel import _allocator, _as_tensor, _contiguous, _launch_stream, _stream_getter
+    from .launch import pending, raise_pending
+    plan = kernel.plan
+    found = backward_problems(plan)
+    if found:
+        raise LaunchError(f"kernel '{plan.spec.name}' has no backward on the cuda target: "
+                          + "; ".join(p.message for p in found))
+    if pending():
+        raise_pending()
+    named = {name: _as_tensor(name, x) for name, x in (("q", q), ("k", k), ("v", v))}
+    devices = {t.device for t in named.values()}
+    if len(devices) > 1:
+        raise LaunchError("q, k and v are on different GPUs: " + ", ".join(f"{n} on {t.device}" for n, t in named.items()))
+    dev = named["q"].device
+    # integer inputs are read on the host (a device array is copied there) and checked by the forward's rules
+    launch = resolve(plan, {n: t.shape for n, t in named.items()}, {n: t.dtype for n, t in named.items()},
+                     kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                     has_mask=mask is not None, cores=1, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                     mask_keys=None if mask is None else mask_keys(mask))
+    packed = launch.layout == "packed"
+    out_shape, lse_shape = launch.out_shape_for(plan.d_v), launch.lse_shape
+    for name, x, shape, dtype in (("out", out, out_shape, plan.dtype), ("dout", dout, out_shape, plan.dtype),
+                                  ("lse", lse, lse_shape, "f32")):
+        t = _as_tensor(name, x)
+        if tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+            raise LaunchError(f"{name} must have shape {tuple(shape)} and dtype {dtype} (the forward call's "
+                              f"{'output' if name != 'lse' else 'lse'}{' gradient' if name == 'dout' else ''}), "
+                              f"got {tuple(t.shape)} {t.dtype}")
+        if t.device != dev:
+            raise LaunchError(f"{name} is on GPU {t.device}, q on GPU {dev}")
+        named[name] = t
+    for name in list(named):  # the kernels read rows with a contiguous last dimension
+        t = named[name]
+        if t.shape[-1] > 1 and t.strides[-1] != 1:
+            named[name] = _contiguous(name, t)
+    bm = None
+    if mask is not None:
+        bm = mask if isinstance(mask, BlockMask) else cuda_args.build_block_mask(mask, plan.tile_q, plan.tile_kv, dev)
+        check_against(bm, launch.batch, launch.heads_q, launch.len_q, launch.mask_lk, plan.tile_q, plan.tile_kv,
+                      "cuda")
+    cfg = backward_config(plan)
+    tq, kind = named["q"], named["q"].kind
+    alloc = {name: _allocator(kind, dev, named[src].shape, plan.dtype, tq.dtype)
+             for name, src in (("dq", "q"), ("dk", "k"), ("dv", "v"))}
+    grads = {name: f(q) for name, f in alloc.items()}
+    delta = _allocator(kind, dev, lse_shape, "f32", tq.dtype)(q)
+    keep = [named, grads, delta, bm]
+    a = _Args()
+    for name in ("q", "k", "v", "out", "dout", "lse"):
+        setattr(a, name, named[name].ptr)
+    for name, g in grads.items():
+        setattr(a, name, _as_tensor(name, g).ptr)
+    a.delta = _as_tensor("delta", delta).ptr
+    for prefix, name in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "out"), ("do", "dout")):
+        for axis, st in zip("blh", _strides3(named[name], packed)):
+            setattr(a, f"{prefix}_s{axis}", st)
+    for name, src in (("dq", "q"), ("dk", "k"), ("dv", "v")):
+        strides = _row_major(named[src].shape)
+        for axis, st in zip("blh", (0, *strides[:2]) if packed else strides[:3]):
+            setattr(a, f"{name}_s{axis}", st)
+    lse_t = named["lse"]
+    a.lse_sb, a.lse_sh, a.lse_sl = (0, *lse_t.strides) if packed else lse_t.strides
+    d_strides = _row_major(lse_shape)
+    a.delta_sb, a.delta_sh = (0, d_strides[0]) if packed else d_strides[:2]
+    a.len_q, a.len_k, a.group = launch.len_q, launch.len_k, launch.group
+    a.rows_q = launch.total_q if packed else launch.len_q
+    a.rows_k = 0 if packed else named["k"].shape[1]
+    cupy = cupy_module()
+    with cupy.cuda.Device(dev), _launch_stream(kind, dev):
+        ints = {}
+        if packed:
+            ints["cu_seqlens_q"] = launch.cu_seqlens_q
+            ints["cu_seqlens_k"] = launch.cu_seqlens_k if launch.cu_seqlens_k is not None else launch.cu_seqlens_q
+        elif launch.kv_lens is not None:
+            ints["kv_lens"] = launch.kv_lens
+        for name, host in ints.items():
+            arr = cupy.asarray(np.ascontiguousarray(host, dtype=np.int32))
+            keep.append(arr)
+            setattr(a, name, arr.data.ptr)
+        if bm is not None:
+            values = cuda_args.mask_values(bm, dev)
+            for name in ("mask_bits", "mask_add", "mask_counts", "mask_tiles"):
+                setattr(a, name, 0 if values[name] is None else values[name].data.ptr)
+            for name in ("mask_sb", "mask_sh", "mask_sl", "list_sb", "list_sh", "n_kvtiles"):
+                setattr(a, name, int(values[name]))
+        fns = _functions(kernel, dev)
+        stream = _stream_getter(kind, dev)()
+        nb = 1 if packed else launch.batch
+        grids = (
+            ("preprocess", (math.ceil(a.rows_q / PRE_ROWS), launch.heads_q, nb), 0),
+            ("dkdv", (math.ceil((launch.len_k if packed else a.rows_k) / cfg.tile), launch.heads_kv, launch.batch),
+             cfg.smem_bytes),
+            ("dq", (math.ceil(launch.len_q / cfg.tile), launch.heads_q, launch.batch), cfg.smem_bytes),
+        )
+        params = (ctypes.c_void_p * 1)(ctypes.addressof(a))
+        for step, grid, smem in grids:
+            if min(grid) <= 0:
+                continue
+            cupy.cuda.driver.launchKernel(fns[step].ptr, *grid, cfg.threads, 1, 1, smem, stream,
+                                          ctypes.addressof(params), 0)
+    del keep  # (the launches are queued; torch's and CuPy's allocators order later reuse on the stream)
+    return grads["dq"], grads["dk"], grads["dv"]
+
+
+__all__ = ["ARG_FIELDS", "BackwardConfig", "backward_config", "backward_problems", "describe_backward",
+           "entry_names", "refuse", "render_backward", "run_backward"]

@@ -1,0 +1,189 @@
+"""The CUDA backward's dK/dV and dQ steps run on the CPU against attngen.reference_backward (no
+GPU needed): the generated f32 source (templates/cuda/backward.cu.j2) is compiled as C++ with g++
+behind a small shim (one std::thread per CUDA thread, a std::barrier for __syncthreads), so the
+index arithmetic, the masks' loop bounds, GQA, kv_lens, packed sequences and the custom masks'
+lists are checked wherever the suite runs. D_i (the preprocess step, a warp reduction) is computed
+here in numpy; tests/equivalence/test_backward_cuda.py runs all three steps on a GPU."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from attngen.api import lower
+from attngen.backends.cuda import backward as bw
+from attngen.backends.cuda.args import mask_words
+from attngen.reference import reference, reference_backward, relative_error
+from attngen.runtime.blockmask import build_arrays
+
+from conftest import spec_of
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to compile the emulation")
+
+SHIM = r'''
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <barrier>
+#include <vector>
+#include <algorithm>
+using std::min; using std::max;
+struct dim3_ { unsigned x, y, z; };
+thread_local dim3_ threadIdx, blockIdx;
+static std::barrier<>* g_bar;
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __launch_bounds__(x)
+#define __syncthreads() g_bar->arrive_and_wait()
+inline float __int_as_float(unsigned x) { float f; memcpy(&f, &x, 4); return f; }
+inline float __shfl_xor_sync(unsigned, float v, int) { return v; }  // (preprocess: not run here)
+struct float2 { float x, y; };
+inline float2 make_float2(float a, float b) { return {a, b}; }
+'''
+RUN = r'''
+extern "C" void run_step(int step, const Args* a, int gx, int gy, int gz, int smem_bytes) {
+    for (int bz = 0; bz < gz; ++bz) for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {
+        std::vector<float> smem(smem_bytes / 4, std::nanf(""));  // NaN: a read before a write shows
+        std::barrier<> bar(kThreads);
+        g_bar = &bar;
+        std::vector<std::thread> threads;
+        for (int t = 0; t < kThreads; ++t) threads.emplace_back([&, t] {
+            threadIdx = {(unsigned)t, 0, 0};
+            blockIdx = {(unsigned)bx, (unsigned)by, (unsigned)bz};
+            if (step == 1) dkdv(*a, smem.data()); else dq(*a, smem.data());
+        });
+        for (auto& th : threads) th.join();
+    }
+}
+'''
+
+
+def _library(plan, tmp_dir):
+    source = bw.render_backward(plan)
+    source = SHIM + source[: source.index("// The entry points")] + RUN
+    name = hashlib.sha256(source.encode()).hexdigest()[:16]
+    path = os.path.join(tmp_dir, name + ".so")
+    if not os.path.exists(path):
+        with open(path[:-3] + ".cpp", "w") as f:
+            f.write(source)
+        subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-shared", "-fPIC", "-o", path, path[:-3] + ".cpp",
+                        "-lpthread"], check=True)
+    return ctypes.CDLL(path)
+
+
+def _emulate(spec, q, k, v, dout, out, lse, *, kv_lens=None, cu=None, cuk=None, mask=None, tmp_dir):
+    plan = lower(spec, "cuda", "cuda-sm80")
+    cfg = bw.backward_config(plan)
+    lib = _library(plan, tmp_dir)
+    packed = cu is not None
+    delta = np.einsum("...hd,...hd->...h", dout.astype(np.float64), out.astype(np.float64)).astype(np.float32)
+    delta = np.ascontiguousarray(np.moveaxis(delta, -1, 0 if packed else 1))
+    grads = [np.full(x.shape, np.nan, np.float32) for x in (q, k, v)]
+    a, keep = bw._Args(), []
+
+    def ptr(x):
+        keep.append(x)
+        return x.ctypes.data
+    for name, x in zip(("q", "k", "v", "out", "dout", "lse", "delta", "dq", "dk", "dv"),
+                       (q, k, v, out, dout, lse, delta, *grads)):
+        setattr(a, name, ptr(x))
+    for prefix, x in zip(("q", "k", "v", "o", "do", "dq", "dk", "dv"), (q, k, v, out, dout, *grads)):
+        s = tuple(st // 4 for st in x.strides)
+        for axis, st in zip("blh", (0, s[0], s[1]) if packed else s[:3]):
+            setattr(a, f"{prefix}_s{axis}", st)
+    s = tuple(st // 4 for st in lse.strides)
+    a.lse_sb, a.lse_sh, a.lse_sl = (0, *s) if packed else s
+    s = tuple(st // 4 for st in delta.strides)
+    a.delta_sb, a.delta_sh = (0, s[0]) if packed else s[:2]
+    hq, hkv = q.shape[-2], k.shape[-2]
+    if packed:
+        a.cu_seqlens_q, a.cu_seqlens_k = ptr(np.asarray(cu, np.int32)), ptr(np.asarray(cuk, np.int32))
+        b, lq, lk = len(cu) - 1, int(np.diff(cu).max()), int(np.diff(cuk).max())
+    else:
+        b, lq, lk = q.shape[0], q.shape[1], k.shape[1]
+    if kv_lens is not None:
+        a.kv_lens = ptr(np.asarray(kv_lens, np.int32))
+    a.len_q, a.len_k, a.group, a.rows_k = lq, lk, hq // hkv, 0 if packed else k.shape[1]
+    if mask is not None:
+        kind, data, counts, tiles, _, _ = build_arrays(np, mask, plan.tile_q, plan.tile_kv)
+        data = mask_words(np, data) if kind == "bool" else data.astype(np.float32)
+        bm_b, bm_h, mlq, _ = data.shape[:3] + (None,)
+        row, nq, nk = data.shape[-1], counts.shape[-1], tiles.shape[-1]
+        setattr(a, "mask_bits" if kind == "bool" else "mask_add", ptr(np.ascontiguousarray(data)))
+        a.mask_counts = ptr(np.ascontiguousarray(counts, np.int32))
+        a.mask_tiles = ptr(np.ascontiguousarray(tiles, np.int32))
+        a.mask_sb, a.mask_sh, a.mask_sl = bm_h * mlq * row if bm_b > 1 else 0, mlq * row if bm_h > 1 else 0, row
+        a.list_sb, a.list_sh, a.n_kvtiles = bm_h * nq if bm_b > 1 else 0, nq if bm_h > 1 else 0, nk
+    t = cfg.tile
+    lib.run_step(1, ctypes.byref(a), -(-(lk if packed else k.shape[1]) // t), hkv, b, cfg.smem_bytes)
+    lib.run_step(2, ctypes.byref(a), -(-lq // t), hq, b, cfg.smem_bytes)
+    return grads
+
+
+def _check(body, shapes, tmp_path, seed=0, poison=False, **kw):
+    spec = spec_of(body)
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    if poison:  # keys past kv_lens hold inf / NaN
+        for bi, n in enumerate(kw["kv_lens"]):
+            k[bi, n:], v[bi, n:] = np.inf, np.nan
+    ref_kw = {n: x for n, x in (("kv_lens", kw.get("kv_lens")), ("cu_seqlens_q", kw.get("cu")),
+                                ("cu_seqlens_k", kw.get("cuk")), ("mask", kw.get("mask"))) if x is not None}
+    out, lse = reference(spec, q, k, v, return_lse=True, **ref_kw)
+    out, lse = out.astype(np.float32), np.ascontiguousarray(lse, np.float32)
+    dout = rng.standard_normal(out.shape).astype(np.float32)
+    if kw.get("cu") is not None and kw.get("cuk") is None:
+        kw["cuk"] = kw["cu"]
+    got = _emulate(spec, q, k, v, dout, out, lse, tmp_dir=str(tmp_path), **kw)
+    want = reference_backward(spec, q, k, v, dout, **ref_kw)
+    for g, w, name in zip(got, want, ("dq", "dk", "dv")):
+        assert np.isfinite(g).all(), f"{name}: not finite (or not written)"
+        assert relative_error(g, w) <= 2e-5, f"{name}: {relative_error(g, w):.3g}"
+    return got
+
+
+def test_structured_masks_gqa_softcap_and_unequal_dims(tmp_path):
+    _check("head_dim 32\n dtype f32\n mask causal", [(1, 113, 6, 32), (1, 113, 2, 32), (1, 113, 2, 32)], tmp_path)
+    _check("head_dim 16\n dtype f32\n mask window(left=5, right=2)\n softcap 30\n scale 0.3",
+           [(1, 70, 4, 16), (1, 50, 1, 16), (1, 50, 1, 16)], tmp_path)
+    dq, _, _ = _check("head_dim qk=24 v=8\n dtype f32\n mask causal(bottom_right)",
+                      [(2, 17, 3, 24), (2, 5, 3, 24), (2, 5, 3, 8)], tmp_path)
+    assert not dq[:, :12].any()  # rows that see no key
+
+
+def test_kv_lens_with_inf_and_nan_past_them(tmp_path):
+    lens = [0, 37, 100, 1]
+    _, dk, dv = _check("head_dim 16\n dtype f32\n mask window(left=20)", [(4, 7, 6, 16), (4, 100, 2, 16),
+                                                                            (4, 100, 2, 16)], tmp_path,
+                       kv_lens=lens, poison=True)
+    for bi, n in enumerate(lens):
+        assert not dk[bi, n:].any() and not dv[bi, n:].any()
+
+
+def test_packed_sequences(tmp_path):
+    cuq = np.concatenate([[0], np.cumsum([1, 7, 113, 0, 30])]).astype(np.int32)
+    cuk = np.concatenate([[0], np.cumsum([1, 20, 113, 3, 0])]).astype(np.int32)
+    _check("head_dim 16\n dtype f32\n mask causal(bottom_right)", [(cuq[-1], 6, 16), (cuk[-1], 2, 16),
+                                                                  (cuk[-1], 2, 16)], tmp_path, cu=cuq, cuk=cuk)
+
+
+def test_custom_masks(tmp_path):
+    rng = np.random.default_rng(1)
+    same = (np.arange(113)[:, None] * 3 // 113) == (np.arange(150)[None, :] * 3 // 150)
+    add = np.where(same & (rng.random((2, 1, 113, 150)) < 0.7), rng.standard_normal((2, 1, 113, 150)), -np.inf)
+    add[:, :, 3] = -np.inf
+    _check("head_dim 16\n dtype f32\n mask custom", [(2, 113, 4, 16), (2, 150, 2, 16), (2, 150, 2, 16)], tmp_path,
+           mask=add.astype(np.float32))
+    _check("head_dim 16\n dtype f32\n tile q=16 kv=16\n mask custom", [(2, 50, 4, 16), (2, 70, 2, 16),
+                                                                       (2, 70, 2, 16)], tmp_path,
+           mask=rng.random((1, 4, 50, 70)) < 0.3)
+    cu = np.concatenate([[0], np.cumsum([5, 0, 40, 17])]).astype(np.int32)
+    _check("head_dim 16\n dtype f32\n mask custom", [(62, 4, 16), (62, 2, 16), (62, 2, 16)], tmp_path, cu=cu,
+           mask=rng.random((4, 1, 40, 40)) < 0.5)

@@ -1,0 +1,104 @@
+"""The CUDA backward's source (issue 41; docs/backward.md): its sections, header and argument
+struct, which specs have one, what `attngen check` says of it, and NVRTC compiles of every kind
+of variant for sm_80 and sm_90a (no GPU needed; the runs are tests/equivalence/test_backward_cuda.py)."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import pytest
+
+from attngen.api import lower
+from attngen.backends import get
+from attngen.backends.cuda import backward, nvrtc
+from attngen.errors import SpecError
+from attngen.plan.backward import SECTIONS
+
+from conftest import nvrtc_compile, spec_of
+
+
+def _plan(body: str, profile: str = "cuda-sm80"):
+    return lower(spec_of(body, name="b"), "cuda", profile)
+
+
+def test_sections_in_order_and_the_spec_in_the_header():
+    plan = _plan("head_dim 64\n heads q=6 kv=2\n dtype f16\n mask causal\n softcap 30")
+    source = get("cuda").helper_sources(plan)["backward"]
+    at = [source.index(f"// ---- {name} ----\n") for name in SECTIONS]
+    assert at == sorted(at), "the sections of plan.backward.SECTIONS, in that order"
+    assert "flash-attention backward kernels" in source.split("\n", 2)[1]
+    assert "mask       causal" in source and "softcap    30.0" in source  # the normalised spec
+    for name in backward.entry_names(plan):
+        assert re.search(rf'extern "C" __global__ void __launch_bounds__\(kThreads\)\n{name}\(', source), name
+    assert backward.entry_names(plan) == ("attngen_b_bwd_preprocess", "attngen_b_bwd_dkdv", "attngen_b_bwd_dq")
+    assert "atomic" not in source.replace("no atomics", "")  # deterministic: no atomics anywhere
+
+
+def test_the_source_is_deterministic():
+    a = backward.render_backward(_plan("head_dim 32\n dtype f32\n mask window(left=3, right=1)"))
+    b = backward.render_backward(_plan("head_dim 32\n dtype f32\n mask window(left=3, right=1)"))
+    assert a == b
+
+
+def test_the_argument_struct_has_no_padding():
+    """The launcher's ctypes struct and the C struct lay out the same fields the same way: 8-byte
+    fields first, then the ints, so neither pads between fields."""
+    offset = 0
+    for (ctype, name, _), (fname, ftype) in zip(backward.ARG_FIELDS, backward._Args._fields_):
+        assert name == fname
+        assert getattr(backward._Args, name).offset == offset, name
+        offset += ctypes.sizeof(ftype)
+    assert ctypes.sizeof(backward._Args) == offset and offset % 8 == 0
+
+
+def test_paged_specs_have_no_backward():
+    plan = _plan("head_dim 64\n dtype f16\n mask causal(bottom_right)\n kv_cache paged(page=16)")
+    cuda = get("cuda")
+    assert cuda.helper_sources(plan) == {}
+    with pytest.raises(SpecError, match="paged KV cache is an inference cache"):
+        backward.render_backward(plan)
+    assert cuda.describe_backward(plan)[0].startswith("backward: none (a paged KV cache")
+
+
+def test_head_dims_too_large_are_refused_clearly():
+    plan = _plan("head_dim 1024\n dtype f16")
+    assert any("head dims qk=1024" in p.message for p in backward.backward_problems(plan))
+    assert get("cuda").helper_sources(plan) == {}
+
+
+def test_describe_backward():
+    lines = get("cuda").describe_backward(_plan("head_dim 128\n heads q=32 kv=8\n dtype bf16\n mask causal"))
+    text = "\n".join(lines)
+    assert "attngen_b_bwd_dkdv: grid (ceil(Lk / 32), Hkv, B) x 256 threads" in text
+    assert "attngen_b_bwd_dq: grid (ceil(Lq / 32), Hq, B)" in text
+    assert "workspace: D, 4 * B * Hq * Lq bytes" in text
+    assert "no atomics" in text
+
+
+def test_custom_mask_tiles_divide_the_block_masks():
+    for body in ("head_dim 64\n dtype f16\n mask custom", "head_dim 32\n dtype f16\n tile q=16 kv=16\n mask custom"):
+        plan = _plan(body)
+        c = backward.backward_config(plan)
+        assert plan.tile_q % c.tile == 0 and plan.tile_kv % c.tile == 0
+
+
+# Every kind of variant the kernels render differently: dtypes, masks, softcap, custom masks
+# (boolean and additive share a source), unequal head dims. Each compile takes NVRTC ~10 s.
+COMPILED = [
+    ("f32 d16 none", "head_dim 16\n dtype f32"),
+    ("f16 192/128 window softcap", "head_dim qk=192 v=128\n dtype f16\n mask window(left=5, right=2)\n softcap 30"),
+    ("bf16 d128 causal bottom-right scale", "head_dim 128\n dtype bf16\n mask causal(bottom_right)\n scale 0.3"),
+    ("f16 d64 causal", "head_dim 64\n dtype f16\n mask causal"),
+    ("f16 d64 custom", "head_dim 64\n dtype f16\n mask custom"),
+]
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
+@pytest.mark.parametrize("profile, arch", [("cuda-sm80", "sm_80"), ("cuda-sm90", "sm_90a")])
+@pytest.mark.parametrize("variant", COMPILED, ids=lambda v: v[0])
+def test_backward_compiles(variant, profile, arch):
+    source = get("cuda").helper_sources(_plan(variant[1], profile))["backward"]
+    cubin, log = nvrtc_compile(source, arch)
+    assert cubin[:4] == b"\x7fELF"
+    assert "warning" not in log.lower(), log
