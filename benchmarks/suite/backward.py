@@ -106,8 +106,10 @@ def _finish(row, flops):
     return out
 
 
-def training_section(rows, steps: int = 300):
-    """Step times and loss curves of tests/hf/test_training.py's models at GPU widths."""
+def training_section(rows, steps: int | None = None):
+    """Step times and loss curves of tests/hf/test_training.py's models at GPU widths
+    (steps: $ATTNGEN_TRAIN_STEPS, default 300)."""
+    steps = steps or int(os.environ.get("ATTNGEN_TRAIN_STEPS", "300"))
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for where in (os.path.join(root, "tests"), os.path.join(root, "tests", "hf")):  # conftest, tiny, test_training
         if where not in sys.path:
