@@ -326,10 +326,10 @@ def _backward_lines(p) -> list[str]:
     why = backward.problems(p.spec)
     if why:
         return [f"backward: none ({why[0].message})"]
-    lines = backends.get(p.target).describe_backward(p)
+    lines = backends.get(p.target).describe_backward(p)  # its first line starts "backward: "
     if not lines:
         return [f"backward: not built by target {p.target} yet (docs/backward.md)"]
-    return ["backward: " + lines[0]] + [f"  {ln}" for ln in lines[1:]]
+    return [lines[0]] + [f"  {ln.strip()}" for ln in lines[1:]]
 
 
 def _check_profile_reason(given: str | None) -> str:
