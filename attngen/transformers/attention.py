@@ -15,9 +15,11 @@ skips whole tiles. Anything else (left padding, a static cache's unused rows, pa
 masks transformers combines for a model) is the dense boolean mask transformers builds for SDPA,
 run by a `mask custom` kernel with the same softcap and scale.
 
-Under torch.compile every call is one of two PyTorch operators, `torch.ops.attngen.hf_attention`
-(the spec's mask) and `..._masked` (a mask tensor), whose fake implementations give the output's
-shape: a model traces without a graph break. Run eagerly, their function is called directly.
+Under torch.compile, and whenever q, k or v need gradients (training), a call is one of two
+PyTorch operators, `torch.ops.attngen.hf_attention` (the spec's mask) and `..._masked` (a mask
+tensor): their fake implementations give the output's shape, so a model traces without a graph
+break, and autograd differentiates them through `hf_attention_backward` (kernel.backward,
+docs/backward.md). Otherwise (inference, eager) their function is called directly.
 """
 
 from __future__ import annotations
