@@ -6,7 +6,7 @@
 # equivalence and backend tests), each round's log kept as $OUT/repeat-<i>.log, its summary printed:
 # for a failure seen once in a parallel run (benchmarks/NOTES.md, 2026-11-27, third session).
 # checks: the probes and sanitizer runs (probe_tma.py, the WGSL adapter's profile, compute-sanitizer
-# racecheck + memcheck on every example and on the bad-input / hidden-value cases, the CUDA-graph
+# racecheck + memcheck on every example, on the bad-input / hidden-value cases and on the backward, the CUDA-graph
 # replay loop of stress_graph_replay.py), a few minutes.
 # (on a GPU machine prepared as benchmarks/README.md says)
 # The device machine's copy of .git may be stale: pass the commit you run (git rev-parse --short
@@ -39,6 +39,8 @@ if [ "$what" = checks ]; then
     step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/tools/racecheck_examples.py
     step "$cs" --tool racecheck --error-exitcode 1 python3 benchmarks/tools/racecheck_values.py
     step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/tools/sanitize.py
+    step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/tools/sanitize_backward.py
+    step "$cs" --tool racecheck --error-exitcode 1 python3 benchmarks/tools/sanitize_backward.py
     step python3 benchmarks/tools/stress_graph_replay.py --rounds 100 --burn
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
