@@ -271,3 +271,9 @@ def test_config_files_that_would_hang_or_crash_are_refused(tmp_path, capsys):
         assert main(["spec", "--from-hf", str(path)]) == 1, path
         err = capsys.readouterr().err
         assert words in err and "internal error" not in err and "Traceback" not in err, err
+
+
+def test_a_non_ascii_name_is_a_usage_error(tmp_path, capsys):
+    """'é'.isidentifier() is true in Python, not in the language: the CLI wrote a SpecError about its own text."""
+    assert main(["spec", "--from-hf", _write(tmp_path, LLAMA), "--name", "é"]) == 2
+    assert "--name 'é'" in capsys.readouterr().err
