@@ -718,7 +718,7 @@ def cmd_spec(args) -> int:
     """attngen spec --from-hf CONFIG: the .attn text of a model's attention."""
     from .transformers.config import model_attention, specs_text
     _check_output(args)
-    if args.name is not None and not args.name.isidentifier():
+    if args.name is not None and not (args.name.isascii() and args.name.isidentifier()):
         raise UsageError(f"--name {clip(args.name)!r} is not a name a spec takes (letters, digits, '_')")
     text = specs_text(model_attention(args.from_hf, dtype=args.dtype, name=args.name))
     api.parse(text, filename="<from-hf>")  # what is written parses and checks

@@ -211,6 +211,10 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
         if kwargs.get(name) is not None:
             raise LaunchError(f"attngen: this model's attention passes {name!r}, which attngen's kernels do not "
                               "compute; use another attn_implementation for it")
+    for what, x in (("query", query), ("key", key), ("value", value)):
+        if x.dim() != 4 or x.shape[-1] == 0:
+            raise LaunchError(f"attngen: {what} has shape {tuple(x.shape)}; transformers passes (B, heads, L, head "
+                              "dim) with a head dim of at least 1")
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     lq, lk = query.shape[2], key.shape[2]
     if attention_mask is None and causal and 1 < lq < lk:

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 from ..errors import ConfigError, clip
@@ -42,6 +43,12 @@ _DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32", "bf16": "bf16
            "fp32": "f32", "f32": "f32", "half": "f16", "float": "f32"}
 # Layer types of transformers' configs that attngen computes, and those it does not.
 _LAYER_TYPES = ("full_attention", "sliding_attention")
+# A config.json is a few KB (published ones: under 100 KB); reading stops past this.
+MAX_CONFIG_BYTES = 16 * 2**20
+# More layers than any model has (building a tuple of 10**7 layers took minutes).
+MAX_LAYERS = 2**16
+# The longest name prefix: a kernel name is at most 64 characters, and "_global_prefill" follows it.
+MAX_NAME = 64 - len("_global_prefill")
 
 
 @dataclass(frozen=True)
@@ -89,14 +96,20 @@ def read_config(config) -> dict:
         if os.path.isdir(path):
             path = os.path.join(path, "config.json")
         try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
+            raw = _read_bounded(path)
+            data = json.loads(raw.decode("utf-8"))
+        except ConfigError:
+            raise
         except FileNotFoundError:
             raise ConfigError(f"{path}: no such file (give a model's config.json or its directory)") from None
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: cannot read it ({e.__class__.__name__}: {e})") from None
         except json.JSONDecodeError as e:
             raise ConfigError(f"{path}:{e.lineno}:{e.colno}: not JSON: {e.msg}") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: not a config: JSON nested too deeply to read") from None
+        except ValueError as e:  # an integer of more than 4300 digits
+            raise ConfigError(f"{path}: not a config: {clip(str(e))}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a config.json holds one JSON object, not a {type(data).__name__}")
         return data
@@ -113,6 +126,25 @@ def read_config(config) -> dict:
         return data
     raise ConfigError(f"a config is a config.json path, a dict or a transformers config object, not "
                       f"{type(config).__name__}")
+
+
+def _read_bounded(path: str) -> bytes:
+    """The bytes of a regular file, at most MAX_CONFIG_BYTES (a FIFO, a device or a socket is
+    refused without waiting on it: opened non-blocking, checked on the open file)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ConfigError(f"{path}: not a regular file (give a model's config.json or its directory)")
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: longer than {MAX_CONFIG_BYTES >> 20} MiB: not a model's config.json")
+    return data
 
 
 def _field(cfg: dict, key: str, kind, model_type: str, default=None, required: bool = False):
@@ -141,7 +173,7 @@ def _dtype(cfg: dict, override: str | None) -> str:
         if override not in ("f16", "bf16", "f32"):
             raise ConfigError(f"dtype {override!r}: expected f16, bf16 or f32")
         return override
-    raw = cfg.get("dtype", cfg.get("torch_dtype"))
+    raw = cfg.get("dtype") if cfg.get("dtype") is not None else cfg.get("torch_dtype")
     if raw is None:
         return "f32"  # what transformers loads a config without a dtype as
     name = str(raw).replace("torch.", "")
@@ -166,8 +198,9 @@ def _scale(cfg: dict, model_type: str, head_dim_qk: int) -> float | None:
         rope = _rope(cfg)
         kind = rope.get("rope_type", rope.get("type", "default"))
         if kind != "default" and rope.get("mscale_all_dim"):
-            factor = float(rope["factor"])
-            mscale = 1.0 if factor <= 1 else 0.1 * float(rope["mscale_all_dim"]) * math.log(factor) + 1.0
+            factor = _field(rope, "factor", float, model_type, required=True)
+            mscale_all_dim = _field(rope, "mscale_all_dim", float, model_type)
+            mscale = 1.0 if factor <= 1 else 0.1 * mscale_all_dim * math.log(factor) + 1.0
             scale = scale * mscale * mscale
         return scale
     return None
@@ -179,9 +212,9 @@ def _layer_types(cfg: dict, model_type: str, n_layers: int, window: int | None) 
         if not isinstance(given, list) or len(given) != n_layers:
             raise ConfigError(f"the config's 'layer_types' must list one type per layer ({n_layers}), "
                               f"got {str(given)[:80]}")
-        bad = sorted({t for t in given if t not in _LAYER_TYPES}, key=str)
+        bad = list(dict.fromkeys(clip(repr(t)) for t in given if not isinstance(t, str) or t not in _LAYER_TYPES))
         if bad:
-            raise ConfigError(f"the config's 'layer_types' has {', '.join(map(repr, bad))}: attngen builds "
+            raise ConfigError(f"the config's 'layer_types' has {', '.join(bad[:4])}: attngen builds "
                               f"{' and '.join(_LAYER_TYPES)} layers only")
         return list(given)
     if model_type == "gemma2":
@@ -199,6 +232,10 @@ def _layer_types(cfg: dict, model_type: str, n_layers: int, window: int | None) 
 def model_attention(config, dtype: str | None = None, name: str | None = None) -> ModelAttention:
     """The attention of every layer of the model a config describes (ConfigError when the config
     lacks a field attngen needs, or asks for attention attngen does not compute)."""
+    if name is not None and not (isinstance(name, str) and name.isascii() and name.isidentifier()
+                                 and len(name) <= MAX_NAME):
+        raise ConfigError(f"name {clip(repr(name))}: a kernel name prefix is ASCII letters, digits and '_', not "
+                          f"starting with a digit, at most {MAX_NAME} characters")
     cfg = read_config(config)
     model_type = cfg.get("model_type")
     if not isinstance(model_type, str) or not model_type:
@@ -206,6 +243,9 @@ def model_attention(config, dtype: str | None = None, name: str | None = None) -
                           f"({', '.join(FAMILIES)})")
     if model_type in _TEXT_OF:
         text = cfg.get("text_config") or {}
+        if not isinstance(text, dict):
+            raise ConfigError(f"the config's 'text_config' is {clip(repr(text))}: an object of the text model's "
+                              "fields is needed")
         cfg = {**text, "model_type": _TEXT_OF[model_type],
                "dtype": (text.get("dtype") or text.get("torch_dtype") or cfg.get("dtype") or cfg.get("torch_dtype")),
                "_name_or_path": cfg.get("_name_or_path", cfg.get("name_or_path"))}
@@ -213,12 +253,18 @@ def model_attention(config, dtype: str | None = None, name: str | None = None) -
     for key in ("attention_chunk_size", "use_sinks"):
         if cfg.get(key):
             raise ConfigError(f"the config sets {key!r} ({clip(repr(cfg[key]))}): attngen does not build that attention")
+    for key in ("use_bidirectional_attention", "use_sliding_window"):
+        if not isinstance(cfg.get(key, False), (bool, type(None))):
+            raise ConfigError(f"the config's {key!r} is {clip(repr(cfg[key]))}: true or false is needed")
     if cfg.get("use_bidirectional_attention"):
         raise ConfigError("the config sets 'use_bidirectional_attention': attngen builds the causal attention of "
                           "decoders here")
     heads_q = _field(cfg, "num_attention_heads", int, model_type, required=True)
     heads_kv = _field(cfg, "num_key_value_heads", int, model_type, default=heads_q)
     n_layers = _field(cfg, "num_hidden_layers", int, model_type, required=True)
+    if n_layers > MAX_LAYERS:
+        raise ConfigError(f"the config's 'num_hidden_layers' is {clip(str(n_layers))}: more than {MAX_LAYERS}, "
+                          "which no model has")
     if model_type in ("deepseek_v2", "deepseek_v3"):
         nope = _field(cfg, "qk_nope_head_dim", int, model_type, required=True)
         rope = _field(cfg, "qk_rope_head_dim", int, model_type, required=True)
@@ -248,14 +294,16 @@ def model_attention(config, dtype: str | None = None, name: str | None = None) -
     dt = _dtype(cfg, dtype)
     layers = tuple(LayerAttention(heads_q, heads_kv, d_qk, d_v, dt, window if t == "sliding_attention" else None,
                                   softcap, scale) for t in types)
-    return ModelAttention(name or _model_name(cfg, model_type), model_type, model_type in FAMILIES, layers)
+    return ModelAttention(_model_name(cfg, model_type) if name is None else name, model_type, model_type in FAMILIES, layers)
 
 
 def _model_name(cfg: dict, model_type: str) -> str:
     raw = cfg.get("_name_or_path") or cfg.get("name_or_path") or model_type
     base = os.path.basename(str(raw).rstrip("/")) or model_type
-    name = re.sub(r"\W+", "_", base.lower()).strip("_")
-    return name if name and not name[0].isdigit() else f"m_{name}"
+    name = re.sub(r"\W+", "_", base.lower(), flags=re.ASCII).strip("_") or re.sub(
+        r"\W+", "_", model_type.lower(), flags=re.ASCII).strip("_") or "model"
+    name = name if not name[0].isdigit() else f"m_{name}"
+    return name[:MAX_NAME].rstrip("_")
 
 
 def auto_scale(scale: float | None, head_dim_qk: int) -> float | None:
@@ -294,7 +342,9 @@ def specs_text(model: ModelAttention) -> str:
     """The .attn file of a model: per layer type a prefill and a decode kernel, with comments that
     say where each number came from."""
     types = model.types()
-    out = [f"# {model.name}: the attention of a {model.model_type} model, written by "
+    kind = model.model_type if re.fullmatch(r"[\w.-]{1,64}", model.model_type, flags=re.ASCII) \
+        else clip(repr(model.model_type))
+    out = [f"# {model.name}: the attention of a {kind} model, written by "
            "`attngen spec --from-hf` from its config."]
     if not model.known:
         out.append(f"# model_type {clip(model.model_type)!r} is not one of the families attngen's rules were checked "

@@ -203,3 +203,77 @@ def test_a_config_object_without_transformers_installed_works_by_to_dict():
     assert [la.window for la in model.layers] == [16, None] and model.layers[0].softcap == 30.0
     with pytest.raises(ConfigError, match="not int"):
         model_attention(42)
+
+
+# issue 41/40 review: hostile configs give a ConfigError naming the field (no traceback, hang or wrong text)
+DEEPSEEK = {"model_type": "deepseek_v2", "num_attention_heads": 4, "num_hidden_layers": 2, "qk_nope_head_dim": 32,
+            "qk_rope_head_dim": 32, "v_head_dim": 32, "dtype": "float16",
+            "rope_scaling": {"type": "yarn", "factor": 40, "mscale_all_dim": 1.0}}
+
+
+@pytest.mark.parametrize("cfg, words", [
+    ({"model_type": "gemma3", "text_config": "x"}, "'text_config' is 'x': an object"),
+    ({"model_type": "gemma3", "text_config": [1]}, "'text_config' is [1]: an object"),
+    ({**LLAMA, "layer_types": [["full_attention"], "full_attention"]}, "'layer_types' has ['full_attention']"),
+    ({**LLAMA, "layer_types": [{"a": 1}, "full_attention"]}, "'layer_types' has {'a': 1}"),
+    ({**LLAMA, "num_hidden_layers": 10**7}, "'num_hidden_layers' is 10000000: more than 65536"),
+    ({**LLAMA, "num_hidden_layers": 10**9}, "more than 65536"),
+    ({**DEEPSEEK, "rope_scaling": {"type": "yarn", "factor": "x", "mscale_all_dim": 1.0}}, "'factor' is 'x'"),
+    ({**DEEPSEEK, "rope_scaling": {"type": "yarn", "mscale_all_dim": 1.0}}, "has no 'factor'"),
+    ({**DEEPSEEK, "rope_scaling": {"type": "yarn", "factor": math.nan, "mscale_all_dim": 1.0}}, "'factor' is nan"),
+    ({**DEEPSEEK, "rope_scaling": {"type": "yarn", "factor": 40, "mscale_all_dim": [1]}}, "'mscale_all_dim' is [1]"),
+    ({**LLAMA, "model_type": "qwen2", "use_sliding_window": "false", "sliding_window": 8},
+     "'use_sliding_window' is 'false': true or false"),
+    ({**LLAMA, "use_bidirectional_attention": "no"}, "'use_bidirectional_attention' is 'no'"),
+])
+def test_hostile_config_fields_are_config_errors(cfg, words):
+    with pytest.raises(ConfigError) as e:
+        model_attention(cfg)
+    assert words in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["1abc", "a-b", "", 3, "é", "a" * 50, "a\nattention x {"])
+def test_a_name_prefix_that_is_not_an_ascii_identifier_is_a_config_error(name):
+    with pytest.raises(ConfigError, match="kernel name prefix"):
+        from_hf(LLAMA, name=name)
+    assert attngen.parse(from_hf(LLAMA, name="a" * 49))  # the longest prefix: 64-character kernel names
+
+
+def test_names_from_the_config_are_ascii_and_short_and_its_model_type_stays_in_its_comment():
+    for path, want in (("Модель-7B", "m_7b"), ("/////", "llama"), ("x" * 200, "x" * 49)):
+        specs = specs_from_hf({**LLAMA, "_name_or_path": path})
+        assert specs[0].name == f"{want}_global_prefill"
+    # a model_type with a new line wrote its second line outside the comment: here a kernel of the attacker's
+    evil = "x\nattention evil { head_dim 64\n heads q=1 kv=1\n dtype f16\n mask none }\n#"
+    specs = specs_from_hf({**LLAMA, "model_type": evil})
+    assert len(specs) == 2 and [s.name.rsplit("_", 2)[1:] for s in specs] == [["global", "prefill"],
+                                                                            ["global", "decode"]]
+
+
+def test_a_null_dtype_falls_back_to_torch_dtype():
+    assert model_attention({**LLAMA, "dtype": None}).layers[0].dtype == "f16"
+
+
+def test_config_files_that_would_hang_or_crash_are_refused(tmp_path, capsys):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100000 + "]" * 100000)
+    bigint = tmp_path / "bigint.json"
+    bigint.write_text('{"model_type": "llama", "head_dim": ' + "9" * 5000 + "}")
+    big = tmp_path / "big.json"
+    with open(big, "wb") as f:
+        f.truncate(17 * 2**20)
+    (tmp_path / "dir" / "config.json").mkdir(parents=True)
+    for path, words in ((fifo, "not a regular file"), ("/dev/zero", "not a regular file"),
+                        (deep, "nested too deeply"), (bigint, "4300 digits"), (big, "longer than 16 MiB"),
+                        (tmp_path / "dir", "not a regular file")):
+        assert main(["spec", "--from-hf", str(path)]) == 1, path
+        err = capsys.readouterr().err
+        assert words in err and "internal error" not in err and "Traceback" not in err, err
+
+
+def test_a_non_ascii_name_is_a_usage_error(tmp_path, capsys):
+    """'é'.isidentifier() is true in Python, not in the language: the CLI wrote a SpecError about its own text."""
+    assert main(["spec", "--from-hf", _write(tmp_path, LLAMA), "--name", "é"]) == 2
+    assert "--name 'é'" in capsys.readouterr().err

@@ -181,3 +181,14 @@ def test_from_pretrained_takes_attn_implementation_attngen(tmp_path):
     with torch.no_grad():
         assert _rel(model(ids).logits, eager(ids).logits) <= FLOOR[torch.float32]
     assert sorted(hf_attention.cached_kernels()) == ["qwen2_global_prefill", "qwen2_local_prefill"]
+
+
+def test_the_attention_function_checks_the_ranks_and_head_dim_first():
+    """(issue 41/40 review) q, k, v of rank 3 raised IndexError, a head dim of 0 ZeroDivisionError."""
+    class Module(torch.nn.Module):
+        is_causal = True
+    q, k, v = torch.randn(1, 4, 5, 16), torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
+    for args, words in (((q[0], k[0], v[0]), "query has shape (4, 5, 16)"), ((q, k[0], v), "key has shape"),
+                        ((q[..., :0], k[..., :0], v[..., :0]), "head dim of at least 1")):
+        with pytest.raises(LaunchError, match=words.replace("(", r"\(").replace(")", r"\)")):
+            hf_attention.attention_forward(Module(), *args, None)
