@@ -66,13 +66,33 @@ def structured_mask(spec: AttentionSpec, len_q: int, len_k: int) -> np.ndarray |
     return masks.visible(spec.mask, len_q, len_k)
 
 
+def _weights(spec, q, k, visible, bias, r0, r1):
+    """Query rows r0:r1 of one head group: (ok, t, m, l, w). ok: which (head, row, key) entries
+    are seen; t: tanh(s / softcap) of the scaled scores s (None without a softcap); m, l: each
+    row's maximum and sum (m NaN where a seen score is NaN); w: the softmax weights, exactly 0
+    where not seen and in rows that see no key."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        s = np.einsum("igd,jd->gij", q[r0:r1], k) * spec.resolved_scale
+        t = np.tanh(s / spec.softcap) if spec.softcap is not None else None
+        if t is not None:
+            s = spec.softcap * t
+        ok = np.ones(s.shape, bool) if bias is None else (bias[:, r0:r1] > -np.inf)
+        if visible is not None:
+            ok &= visible[:, r0:r1]
+        s = np.where(ok, s if bias is None else s + np.where(ok, bias[:, r0:r1], 0.0), -np.inf)
+        m = s.max(axis=-1, keepdims=True)
+        p = np.where(ok, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
+        l = p.sum(axis=-1, keepdims=True)
+        w = p / np.where(l > 0, l, 1.0)
+    return ok, t, m, l, w
+
+
 def _attend(spec, q, k, v, visible, bias):
     """One sequence, one KV head group. q (Lq, G, D), k (Lk, D), v (Lk, Dv) -> out, lse.
 
     A key a row does not see contributes nothing to it, whatever its values: scores and P V
     select on visibility, never multiply a hidden key's values by zero (0 * inf is NaN). A
     non-finite value a row does see makes that row non-finite (NaN in, NaN out)."""
-    scale = spec.resolved_scale
     len_q, groups = q.shape[0], q.shape[1]
     out = np.zeros((len_q, groups, v.shape[1]))
     lse = np.full((groups, len_q), -np.inf)
@@ -83,20 +103,8 @@ def _attend(spec, q, k, v, visible, bias):
     poisoned = np.nonzero(~finite_v.all(axis=1))[0]  # keys with a non-finite value
     for r0 in range(0, len_q, _ROW_CHUNK):
         r1 = min(r0 + _ROW_CHUNK, len_q)
-        with np.errstate(invalid="ignore", over="ignore"):
-            s = np.einsum("igd,jd->gij", q[r0:r1], k) * scale
-            if spec.softcap is not None:
-                s = spec.softcap * np.tanh(s / spec.softcap)
-        ok = np.ones(s.shape, bool) if bias is None else (bias[:, r0:r1] > -np.inf)
-        if visible is not None:
-            ok &= visible[:, r0:r1]
-        s = np.where(ok, s if bias is None else s + np.where(ok, bias[:, r0:r1], 0.0), -np.inf)
+        _, _, m, l, w = _weights(spec, q, k, visible, bias, r0, r1)
         with np.errstate(invalid="ignore"):
-            m = s.max(axis=-1, keepdims=True)  # NaN when a visible score is NaN
-            seen = np.isfinite(m)
-            p = np.where(ok, np.exp(s - np.where(seen, m, 0.0)), 0.0)
-            l = p.sum(axis=-1, keepdims=True)
-            w = p / np.where(l > 0, l, 1.0)
             o = np.einsum("gij,jd->igd", w, v_clean)
             for j in poisoned:  # only the rows that see key j take its non-finite values
                 wj = w[:, :, j][..., None]
@@ -122,6 +130,19 @@ def _mask_for(mask, b, hq0, groups, len_q, len_k):
     if m.dtype == bool:
         return m, None
     return None, m.astype(np.float64)
+
+
+def _group_mask(mask, visible, b, hq0, groups, len_q, len_k):
+    """(visibility, additive bias) of one sequence's head group: the run-time mask's slice (its
+    keys cut to the sequence's len_k) combined with the spec's structured mask `visible`."""
+    vis, bias = _mask_for(mask, b, hq0, groups, len_q, mask.shape[-1] if mask is not None else len_k)
+    if vis is not None:
+        vis = vis[..., :len_k]
+    if bias is not None:
+        bias = bias[..., :len_k]
+    if visible is not None:
+        vis = visible[None] if vis is None else (vis & visible[None])
+    return vis, bias
 
 
 class _SpecOnly:
@@ -217,14 +238,7 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
         lb = np.full((heads_q, len_q), -np.inf)
         for h in range(heads_kv):
             sl = slice(h * groups, (h + 1) * groups)
-            vis, bias = _mask_for(mask_np, b, h * groups, groups, len_q, mask_np.shape[-1]
-                                  if mask_np is not None else len_k)
-            if vis is not None:
-                vis = vis[..., :len_k]
-            if bias is not None:
-                bias = bias[..., :len_k]
-            if visible is not None:
-                vis = visible[None] if vis is None else (vis & visible[None])
+            vis, bias = _group_mask(mask_np, visible, b, h * groups, groups, len_q, len_k)
             o, l = _attend(spec, qb[:, sl], kb[:, h], vb[:, h], vis, bias)
             ob[:, sl] = o
             lb[sl] = l
@@ -266,19 +280,8 @@ def _attend_grad(spec, q, k, v, do, o, visible, bias):
     bad_do = ~np.isfinite(do).all(axis=-1)  # (Lq, G)
     for r0 in range(0, len_q, _ROW_CHUNK):
         r1 = min(r0 + _ROW_CHUNK, len_q)
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            s = np.einsum("igd,jd->gij", q[r0:r1], k) * scale
-            t = np.tanh(s / cap) if cap is not None else None
-            if cap is not None:
-                s = cap * t
-            ok = np.ones(s.shape, bool) if bias is None else (bias[:, r0:r1] > -np.inf)
-            if visible is not None:
-                ok &= visible[:, r0:r1]
-            s = np.where(ok, s if bias is None else s + np.where(ok, bias[:, r0:r1], 0.0), -np.inf)
-            m = s.max(axis=-1, keepdims=True)
-            p = np.where(ok, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
-            l = p.sum(axis=-1, keepdims=True)
-            w = p / np.where(l > 0, l, 1.0)
+        ok, t, _, _, w = _weights(spec, q, k, visible, bias, r0, r1)
+        with np.errstate(invalid="ignore", over="ignore"):
             dv += np.einsum("gij,igd->jd", w, doc[r0:r1])
             seen_by_bad = ((w != 0) & bad_do[r0:r1].T[..., None]).any(axis=(0, 1))
             dv[seen_by_bad] = np.nan  # a non-finite dout row reaches the keys it sees
@@ -326,14 +329,7 @@ def reference_backward(spec: AttentionSpec, q, k, v, dout, *, mask=None, kv_lens
         visible = structured_mask(spec, len_q, len_k)
         for h in range(heads_kv):
             sl = slice(h * groups, (h + 1) * groups)
-            vis, bias = _mask_for(mask_np, b, h * groups, groups, len_q, mask_np.shape[-1]
-                                  if mask_np is not None else len_k)
-            if vis is not None:
-                vis = vis[..., :len_k]
-            if bias is not None:
-                bias = bias[..., :len_k]
-            if visible is not None:
-                vis = visible[None] if vis is None else (vis & visible[None])
+            vis, bias = _group_mask(mask_np, visible, b, h * groups, groups, len_q, len_k)
             gq, gk, gv = _attend_grad(spec, qb[:, sl], kb[:, h], vb[:, h], dob[:, sl], ob[:, sl], vis, bias)
             dq[iq][:, sl] = gq  # (views of dq: basic indexing)
             dk[ik][:, h] = gk

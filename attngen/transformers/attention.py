@@ -134,11 +134,13 @@ def _operator():
     global _OP
     if _OP is not None:
         return _OP
+    import typing
+
     import torch
     with _LOCK:
         if _OP is not None:
             return _OP
-        names = {"Tensor": torch.Tensor, "Optional": __import__("typing").Optional, "Tuple": __import__("typing").Tuple,
+        names = {"Tensor": torch.Tensor, "Optional": typing.Optional, "Tuple": typing.Tuple,
                  "int": int, "float": float, "bool": bool, "str": str}
 
         def impl(q: Tensor, k: Tensor, v: Tensor, window: int, softcap: float, scale: float, causal: bool,

@@ -253,14 +253,6 @@ def _strides3(t, packed: bool) -> tuple:
     return (0, t.strides[0], t.strides[1]) if packed else tuple(t.strides[:3])
 
 
-def _row_major(shape) -> tuple:
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(out))
-
-
 def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  max_seqlen_q=None, max_seqlen_k=None):
     """(dq, dk, dv) of `kernel`'s attention (Kernel.backward's contract), in q's framework, on
@@ -269,7 +261,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
     from ...runtime.launch import resolve
     from . import args as cuda_args
     from .devices import cupy_module
-    from .kernel import _allocator, _as_tensor, _contiguous, _launch_stream, _stream_getter
+    from .kernel import _allocator, _as_tensor, _contiguous, _launch_stream, _row_major, _stream_getter
     from .launch import pending, raise_pending
     plan = kernel.plan
     found = backward_problems(plan)

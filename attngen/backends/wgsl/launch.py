@@ -84,6 +84,23 @@ def check_sizes(kernel, L, inputs: dict, mask=None) -> None:
     _check_outputs(kernel, L, limit)
 
 
+def _checked_block_mask(kernel, mask, L, dev) -> BlockMask:
+    """The BlockMask of a call's mask= (a BlockMask, or a mask the kernel builds one of), checked
+    against the call's shapes: a raw mask's shape first, before any GPU work."""
+    plan = kernel.plan
+    if not isinstance(mask, BlockMask):
+        if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
+            mask = np.asarray(mask)
+        mask_kind(mask.dtype)
+        check_against(BlockMask("wgsl", "bool", mask_shape4(mask.shape), plan.tile_q, plan.tile_kv, dev), L.batch,
+                      L.heads_q, L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")
+        mask = kernel.block_mask(mask)
+    check_against(mask, L.batch, L.heads_q, L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")
+    if mask.device is not dev:
+        raise LaunchError("mask= is a BlockMask built on another wgpu device")
+    return mask
+
+
 def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None, block_table=None,
          k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None, max_seqlen_k=None):
     plan = kernel.plan
@@ -100,21 +117,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
                 block_table=block_table, has_mask=mask is not None, max_seqlen_q=max_seqlen_q,
                 max_seqlen_k=max_seqlen_k, cores=kernel.compute_units(),
                 mask_keys=None if mask is None else mask_keys(mask))
-    bm = None
-    if mask is not None:
-        if not isinstance(mask, BlockMask):
-            if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
-                mask = np.asarray(mask)
-            mask_kind(mask.dtype)
-            shape4 = mask_shape4(mask.shape)
-            check_against(BlockMask("wgsl", "bool", shape4, plan.tile_q, plan.tile_kv, dev), L.batch, L.heads_q,
-                          L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")  # shape first: no GPU work
-            bm = kernel.block_mask(mask)
-        else:
-            bm = mask
-        check_against(bm, L.batch, L.heads_q, L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")
-        if bm.device is not dev:
-            raise LaunchError("mask= is a BlockMask built on another wgpu device")
+    bm = None if mask is None else _checked_block_mask(kernel, mask, L, dev)
 
     out_shape, lse_shape = L.out_shape_for(plan.d_v), L.lse_shape
     np_dtype = NP_DTYPES[plan.dtype]
@@ -381,20 +384,7 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
     _check_like("out", inputs["out"], out_shape, plan.dtype, "the forward's output")
     _check_like("dout", inputs["dout"], out_shape, plan.dtype, "the gradient of out: out's shape and dtype")
     _check_like("lse", inputs["lse"], L.lse_shape, "f32", "the forward's lse, from return_lse=True")
-    bm = None
-    if mask is not None:
-        if not isinstance(mask, BlockMask):
-            if not hasattr(mask, "shape") or not hasattr(mask, "dtype"):
-                mask = np.asarray(mask)
-            mask_kind(mask.dtype)
-            check_against(BlockMask("wgsl", "bool", mask_shape4(mask.shape), plan.tile_q, plan.tile_kv, dev),
-                          L.batch, L.heads_q, L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")
-            bm = kernel.block_mask(mask)
-        else:
-            bm = mask
-        check_against(bm, L.batch, L.heads_q, L.len_q, L.mask_lk, plan.tile_q, plan.tile_kv, "wgsl")
-        if bm.device is not dev:
-            raise LaunchError("mask= is a BlockMask built on another wgpu device")
+    bm = None if mask is None else _checked_block_mask(kernel, mask, L, dev)
 
     np_dtype = NP_DTYPES[plan.dtype]
     on_gpu = all(isinstance(inputs[n], WgslTensor) for n in "qkv")
