@@ -31,6 +31,8 @@ class CudaBackend(Backend):
         Option("producer", "choice", choices=("auto", "on", "off"), what="producer warpgroup", usage="auto|on|off"),
         Option("persistent", "choice", choices=("auto", "on", "off"), what="persistent blocks", usage="auto|on|off"),
         Option("tma", "choice", choices=("auto", "on", "off"), what="tensor copy engine", usage="auto|on|off"),
+        Option("backward", "choice", choices=("auto", "fast", "deterministic"), what="backward family",
+               usage="auto|fast|deterministic"),
     ), language="C++")
     default_profile = "cuda-sm80"
     torch_devices = ("cuda",)  # CUDA tensors, read in place

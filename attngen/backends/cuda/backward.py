@@ -48,6 +48,7 @@ ARG_FIELDS = (
     ("const elem_t*", "dout", "the gradient of out"),
     ("const float*", "lse", "the forward's lse (B, Hq, Lq), natural log"),
     ("float*", "delta", "workspace D (lse's layout, contiguous): written by preprocess"),
+    ("float*", "dq_accum", "the wgmma family's f32 dQ (q's shape, contiguous; dq's strides), or null"),
     ("elem_t*", "dq", "q's shape, contiguous"),
     ("elem_t*", "dk", "k's shape, contiguous"),
     ("elem_t*", "dv", "v's shape, contiguous"),
@@ -119,10 +120,51 @@ def backward_config(plan: KernelPlan) -> BackwardConfig:
                   "about 700)", key="head_dim")
 
 
+# The Hopper family (backward_wgmma.cu.j2): keys per block, query rows per step, head dims.
+WGMMA_KEYS, WGMMA_ROWS, WGMMA_HEAD_DIMS = 128, 64, (64, 128)
+
+
+def wgmma_smem_bytes(d_qk: int, d_v: int) -> int:
+    """K_j, V_j; Q_i, dO_i and dS in two stages; lse and D per stage; a flag per key; 1024 bytes of
+    alignment (the template's kSmemBytes)."""
+    k, m = WGMMA_KEYS, WGMMA_ROWS
+    return 2 * k * (d_qk + d_v) + 2 * 2 * m * (d_qk + d_v) + 2 * 2 * m * k + 2 * 2 * m * 4 + k + 1024
+
+
+def _wgmma_refusal(plan: KernelPlan) -> str | None:
+    """Why the Hopper family cannot compute `plan`'s backward (None: it can)."""
+    if plan.dtype not in ("f16", "bf16"):
+        return f"its products take f16 or bf16, not {plan.dtype}"
+    if plan.d_qk not in WGMMA_HEAD_DIMS or plan.d_v not in WGMMA_HEAD_DIMS:
+        return f"it takes head dims 64 or 128, not qk={plan.d_qk} v={plan.d_v}"
+    if plan.details.arch != "sm_90a":
+        return f"it runs on Hopper's wgmma (profile cuda-sm90, arch sm_90a), and this plan is for {plan.details.arch}"
+    if plan.config.math != "wgmma":
+        return f"it runs beside the forward's Hopper wgmma family, and this plan's forward is {plan.config.math}"
+    if plan.spec.mask.is_custom and plan.tile_q % WGMMA_ROWS:
+        return f"mask custom: its steps of {WGMMA_ROWS} rows must lie in the BlockMask's q tiles ({plan.tile_q})"
+    return None
+
+
+def family(plan: KernelPlan) -> str:
+    """The backward family of `plan`: "wgmma" (fast: Hopper tensor cores, dQ by atomic f32
+    reductions, so the bits of dq may vary between runs) or "fma" (deterministic: CUDA cores, no
+    atomics). Option backward=auto takes the fast one where it can compute the spec."""
+    choice = plan.spec.options("cuda").get("backward")
+    if choice == "deterministic" or _wgmma_refusal(plan) is not None:
+        return "fma"
+    return "wgmma"
+
+
 def backward_problems(plan: KernelPlan) -> list[Problem]:
     """Why `plan`'s spec has no CUDA backward (empty: it has one)."""
     out = neutral.problems(plan.spec)
-    if not out:
+    if not out and plan.spec.options("cuda").get("backward") == "fast":
+        why = _wgmma_refusal(plan)
+        if why is not None:
+            out.append(Problem(f"backward=fast (the wgmma family, atomic dQ): {why}", key="target.cuda",
+                               hint="leave backward=auto: the deterministic family computes every spec"))
+    if not out and family(plan) == "fma":
         try:
             backward_config(plan)
         except Problem as p:
@@ -142,9 +184,40 @@ def entry_names(plan: KernelPlan) -> tuple[str, str, str]:
     return tuple(f"{plan.entry}_bwd_{step}" for step in ("preprocess", "dkdv", "dq"))
 
 
-def _header(plan: KernelPlan, c: BackwardConfig) -> str:
-    from ..render import comment_block, mask_doc
+def _steps(plan: KernelPlan) -> list[str]:
+    """The backward's family and entry points, grids and shared memory, one line each (the
+    source's header and `attngen check` print them)."""
     pre, dkdv, dq = entry_names(plan)
+    if family(plan) == "wgmma":
+        return [
+            "fast: Hopper tensor cores (wgmma m64nNk16, sm_90a), dQ accumulated by atomic f32 reductions (the bits "
+            "of dq may differ between runs; target cuda { backward=deterministic } for the deterministic family)",
+            f"{pre}: D_i = rowsum(dO_i * O_i), dQ's f32 accumulator zeroed; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x "
+            f"{THREADS} threads",
+            f"{dkdv}: dK_j, dV_j and the dQ_i contributions; grid (ceil(Lk / {WGMMA_KEYS}), Hkv, B) x {THREADS} "
+            f"threads (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {WGMMA_ROWS} query rows, "
+            f"{wgmma_smem_bytes(plan.d_qk, plan.d_v)} bytes of shared memory",
+            f"{dq}: dQ's accumulator to {plan.dtype}; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {THREADS} threads",
+        ]
+    c = backward_config(plan)
+    return [
+        "deterministic (no atomics: the same inputs give the same bits), f32 on CUDA cores"
+        + (f" (not the fast family: {_wgmma_refusal(plan)})" if _wgmma_refusal(plan) else ""),
+        f"{pre}: D_i = rowsum(dO_i * O_i); grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {c.threads} threads",
+        f"{dkdv}: dK_j, dV_j; grid (ceil(Lk / {c.tile}), Hkv, B) x {c.threads} threads, tiles {c.tile} x {c.tile}, "
+        f"{c.smem_bytes} bytes of shared memory, {c.acc_per_thread} accumulators per thread",
+        f"{dq}: dQ_i; grid (ceil(Lq / {c.tile}), Hq, B) x {c.threads} threads, {c.smem_bytes} bytes of shared memory",
+    ]
+
+
+def _workspace(plan: KernelPlan) -> str:
+    return ("D, 4 * B * Hq * Lq bytes (f32)" + (f", and dQ's accumulator, 4 * B * Lq * Hq * {plan.d_qk} bytes"
+                                                if family(plan) == "wgmma" else "") + " (packed: B = 1, Lq = T)")
+
+
+def _header(plan: KernelPlan) -> str:
+    from ..render import comment_block, mask_doc
+    first, *steps = _steps(plan)
     lines = [
         f"attngen {__version__}: flash-attention backward kernels for target cuda (profile {plan.profile}).",
         "Generated from the spec below; regenerate with `attngen build SPEC --target cuda"
@@ -156,64 +229,50 @@ def _header(plan: KernelPlan, c: BackwardConfig) -> str:
         f"Scale {plan.scale!r}" + (f", softcap {plan.softcap!r}" if plan.softcap is not None else "")
         + f"; {mask_doc(plan)}",
         "Inputs: q, k, v, out and dout (the spec's dtype), lse (f32, natural log) of the forward call;",
-        "outputs dq, dk, dv in q's, k's and v's shapes. Three steps in order on one stream, no atomics",
-        "(deterministic), f32 on CUDA cores:",
-        f"  1. {pre}: D_i = rowsum(dO_i * O_i); grid (ceil(Lq / {PRE_ROWS}), Hq, B), {c.threads} threads",
-        f"  2. {dkdv}: dK_j, dV_j; grid (ceil(Lk / {c.tile}), Hkv, B), {c.threads} threads, "
-        f"{c.smem_bytes} bytes of shared memory",
-        f"  3. {dq}: dQ_i; grid (ceil(Lq / {c.tile}), Hq, B), {c.threads} threads, {c.smem_bytes} bytes",
-        f"Tiles of {c.tile} query rows x {c.tile} keys; workspace D: 4 * B * Hq * Lq bytes (packed: B = 1, "
-        "Lq = T).",
+        "outputs dq, dk, dv in q's, k's and v's shapes. Three steps in order on one stream; " + first + ":",
+        *(f"  {i}. {line}" for i, line in enumerate(steps, 1)),
+        f"Workspace: {_workspace(plan)}.",
     ]
     return comment_block(lines)
 
 
 def render_backward(plan: KernelPlan) -> str:
-    """The backward's CUDA source for `plan` (a SpecError when its spec has none)."""
+    """The backward's CUDA source for `plan` (a SpecError when its spec has none): the family
+    `family(plan)` picks."""
     from ..render import c_float, mask_doc, render
     from .emit import _TYPES
     refuse(plan)
-    c = backward_config(plan)
     width = max(len(f"{t} {n};") for t, n, _ in ARG_FIELDS)
     fields = [(f"{t} {n};".ljust(width) + (f"  // {d}" if d else "")).rstrip() for t, n, d in ARG_FIELDS]
-    return render(
-        "cuda/backward.cu.j2",
-        header=_header(plan, c),
-        types_template=_TYPES[plan.dtype][0],
-        prescale_q=False, clean_v=False,
-        dtype=plan.dtype,
-        threads=c.threads, tile=c.tile, smem_bytes=c.smem_bytes,
-        d_qk=plan.d_qk, d_v=plan.d_v,
-        scale=c_float(plan.scale),
-        scale_doc="1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec",
+    types_template, mma_type = _TYPES[plan.dtype]
+    common = dict(
+        types_template=types_template, prescale_q=False, dtype=plan.dtype, d_qk=plan.d_qk, d_v=plan.d_v,
+        scale=c_float(plan.scale), scale_doc="1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec",
         softcap=c_float(plan.softcap) if plan.softcap is not None else None,
-        custom=plan.spec.mask.is_custom,
-        fwd_tile_q=plan.tile_q, fwd_tile_kv=plan.tile_kv,
-        fields=fields,
-        mask=plan.mask, mask_doc=mask_doc(plan), f={"row_bits": False},
-        entry=plan.entry,
-    )
+        custom=plan.spec.mask.is_custom, fwd_tile_q=plan.tile_q, fwd_tile_kv=plan.tile_kv,
+        fields=fields, mask=plan.mask, mask_doc=mask_doc(plan), f={"row_bits": False}, entry=plan.entry)
+    if family(plan) == "wgmma":
+        log2e = 1.4426950408889634
+        extra = ({"scale_over_cap": c_float(plan.scale / plan.softcap), "softcap_log2": c_float(plan.softcap * log2e)}
+                 if plan.softcap is not None else {"scale_log2": c_float(plan.scale * log2e)})
+        return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
+                      smem_bytes=wgmma_smem_bytes(plan.d_qk, plan.d_v), **extra, **common)
+    c = backward_config(plan)
+    return render("cuda/backward.cu.j2", header=_header(plan), clean_v=False, threads=c.threads, tile=c.tile,
+                  smem_bytes=c.smem_bytes, **common)
 
 
 def describe_backward(plan: KernelPlan) -> list[str]:
-    """Lines for `attngen check`: the backward's entry points, grids, tiles, shared memory and
-    workspace (or why the spec has none)."""
+    """Lines for `attngen check`: the backward's family, entry points, grids, tiles, shared memory
+    and workspace (or why the spec has none)."""
     found = backward_problems(plan)
     if found:
         return ["backward: none (" + "; ".join(p.message for p in found) + ")"]
-    c = backward_config(plan)
-    pre, dkdv, dq = entry_names(plan)
-    ws = neutral.workspace_bytes(1, 1, 1)
+    first, *steps = _steps(plan)
     how = ("q tiles scanned, each list binary-searched for the key tile" if plan.spec.mask.is_custom
            else "loop bounds from the mask" if masks.hides_loaded_keys(plan.mask) else "every tile")
-    return [
-        f"backward: 3 entry points, deterministic (no atomics), f32 on CUDA cores, tiles {c.tile} x {c.tile}",
-        f"backward {pre}: grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {c.threads} threads, no shared memory",
-        f"backward {dkdv}: grid (ceil(Lk / {c.tile}), Hkv, B) x {c.threads} threads, {c.smem_bytes} bytes of shared "
-        f"memory, {c.acc_per_thread} accumulators per thread; query tiles: {how}",
-        f"backward {dq}: grid (ceil(Lq / {c.tile}), Hq, B) x {c.threads} threads, {c.smem_bytes} bytes of shared memory",
-        f"backward workspace: D, {ws} * B * Hq * Lq bytes (f32)",
-    ]
+    return ([f"backward: 3 entry points, {first}"] + [f"backward {line}" for line in steps]
+            + [f"backward query tiles per key tile: {how}", f"backward workspace: {_workspace(plan)}"])
 
 
 # ---- the launches ---------------------------------------------------------------------------------
@@ -234,14 +293,16 @@ def _functions(kernel, device: int) -> dict:
         from .devices import cupy_module
         cupy = cupy_module()
         cubin = _cubin(kernel.plan)
-        smem = backward_config(kernel.plan).smem_bytes
+        fast = family(kernel.plan) == "wgmma"
+        smem = (wgmma_smem_bytes(kernel.plan.d_qk, kernel.plan.d_v) if fast
+                else backward_config(kernel.plan).smem_bytes)
         with cupy.cuda.Device(device):
             module = cupy.cuda.function.Module()
             module.load(cubin)
             fns = {}
             for step, name in zip(("preprocess", "dkdv", "dq"), entry_names(kernel.plan)):
                 fn = module.get_function(name)
-                if step != "preprocess":
+                if step == "dkdv" or (step == "dq" and not fast):
                     cupy.cuda.driver.funcSetAttribute(
                         fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
                 fns[step] = fn
@@ -301,19 +362,22 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         bm = mask if isinstance(mask, BlockMask) else cuda_args.build_block_mask(mask, plan.tile_q, plan.tile_kv, dev)
         check_against(bm, launch.batch, launch.heads_q, launch.len_q, launch.mask_lk, plan.tile_q, plan.tile_kv,
                       "cuda")
-    cfg = backward_config(plan)
+    fast = family(plan) == "wgmma"
+    threads = THREADS
     tq, kind = named["q"], named["q"].kind
     alloc = {name: _allocator(kind, dev, named[src].shape, plan.dtype, tq.dtype)
              for name, src in (("dq", "q"), ("dk", "k"), ("dv", "v"))}
     grads = {name: f(q) for name, f in alloc.items()}
     delta = _allocator(kind, dev, lse_shape, "f32", tq.dtype)(q)
-    keep = [named, grads, delta, bm]
+    dq_accum = _allocator(kind, dev, named["q"].shape, "f32", tq.dtype)(q) if fast else None
+    keep = [named, grads, delta, dq_accum, bm]
     a = _Args()
     for name in ("q", "k", "v", "out", "dout", "lse"):
         setattr(a, name, named[name].ptr)
     for name, g in grads.items():
         setattr(a, name, _as_tensor(name, g).ptr)
     a.delta = _as_tensor("delta", delta).ptr
+    a.dq_accum = _as_tensor("dq_accum", dq_accum).ptr if fast else 0
     for prefix, name in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "out"), ("do", "dout")):
         for axis, st in zip("blh", _strides3(named[name], packed)):
             setattr(a, f"{prefix}_s{axis}", st)
@@ -349,17 +413,23 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         fns = _functions(kernel, dev)
         stream = _stream_getter(kind, dev)()
         nb = 1 if packed else launch.batch
-        grids = (
-            ("preprocess", (math.ceil(a.rows_q / PRE_ROWS), launch.heads_q, nb), 0),
-            ("dkdv", (math.ceil((launch.len_k if packed else a.rows_k) / cfg.tile), launch.heads_kv, launch.batch),
-             cfg.smem_bytes),
-            ("dq", (math.ceil(launch.len_q / cfg.tile), launch.heads_q, launch.batch), cfg.smem_bytes),
-        )
+        rows_grid = (math.ceil(a.rows_q / PRE_ROWS), launch.heads_q, nb)
+        key_rows = launch.len_k if packed else a.rows_k
+        if fast:
+            grids = (("preprocess", rows_grid, 0),
+                     ("dkdv", (math.ceil(key_rows / WGMMA_KEYS), launch.heads_kv, launch.batch),
+                      wgmma_smem_bytes(plan.d_qk, plan.d_v)),
+                     ("dq", rows_grid, 0))
+        else:
+            cfg = backward_config(plan)
+            grids = (("preprocess", rows_grid, 0),
+                     ("dkdv", (math.ceil(key_rows / cfg.tile), launch.heads_kv, launch.batch), cfg.smem_bytes),
+                     ("dq", (math.ceil(launch.len_q / cfg.tile), launch.heads_q, launch.batch), cfg.smem_bytes))
         params = (ctypes.c_void_p * 1)(ctypes.addressof(a))
         for step, grid, smem in grids:
             if min(grid) <= 0:
                 continue
-            cupy.cuda.driver.launchKernel(fns[step].ptr, *grid, cfg.threads, 1, 1, smem, stream,
+            cupy.cuda.driver.launchKernel(fns[step].ptr, *grid, threads, 1, 1, smem, stream,
                                           ctypes.addressof(params), 0)
     del keep  # (the launches are queued; torch's and CuPy's allocators order later reuse on the stream)
     return grads["dq"], grads["dk"], grads["dv"]

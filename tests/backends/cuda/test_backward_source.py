@@ -70,10 +70,34 @@ def test_head_dims_too_large_are_refused_clearly():
 def test_describe_backward():
     lines = get("cuda").describe_backward(_plan("head_dim 128\n heads q=32 kv=8\n dtype bf16\n mask causal"))
     text = "\n".join(lines)
-    assert "attngen_b_bwd_dkdv: grid (ceil(Lk / 32), Hkv, B) x 256 threads" in text
-    assert "attngen_b_bwd_dq: grid (ceil(Lq / 32), Hq, B)" in text
+    assert "attngen_b_bwd_dkdv: dK_j, dV_j; grid (ceil(Lk / 32), Hkv, B) x 256 threads" in text
+    assert "attngen_b_bwd_dq: dQ_i; grid (ceil(Lq / 32), Hq, B)" in text
     assert "workspace: D, 4 * B * Hq * Lq bytes" in text
-    assert "no atomics" in text
+    assert "deterministic (no atomics" in text
+
+
+def test_the_fast_family_on_hopper():
+    """cuda-sm90, f16/bf16, head dims 64/128: the wgmma family (atomic dQ) unless the spec asks for
+    backward=deterministic; backward=fast where it cannot run is refused, naming the reason."""
+    body = "head_dim 128\n heads q=32 kv=8\n dtype bf16\n mask causal"
+    plan = _plan(body, "cuda-sm90")
+    assert backward.family(plan) == "wgmma"
+    text = "\n".join(get("cuda").describe_backward(plan))
+    assert "fast: Hopper tensor cores" in text and "grid (ceil(Lk / 128), Hkv, B)" in text
+    assert "dQ's accumulator, 4 * B * Lq * Hq * 128 bytes" in text
+    source = backward.render_backward(plan)
+    assert "wgmma.mma_async" in source and "red.global.add.v2.f32" in source
+    assert "f32 on CUDA cores" in source.split("*/")[0] or "Hopper tensor cores" in source.split("*/")[0]
+    slow = _plan(body + "\n target cuda { backward=deterministic }", "cuda-sm90")
+    assert backward.family(slow) == "fma" and "wgmma.mma_async" not in backward.render_backward(slow)
+    for refused, why in (("head_dim 256\n dtype f16", "head dims 64 or 128"), ("head_dim 64\n dtype f32", "f16 or bf16")):
+        p = _plan(refused + "\n target cuda { backward=fast }", "cuda-sm90")
+        assert backward.family(p) == "fma"
+        assert any(why in x.message for x in backward.backward_problems(p))
+        with pytest.raises(SpecError, match="target cuda, backward: backward=fast"):
+            backward.render_backward(p)
+    p = _plan("head_dim 64\n dtype f16\n target cuda { backward=fast }")  # cuda-sm80
+    assert any("sm_90a" in x.message for x in backward.backward_problems(p))
 
 
 def test_custom_mask_tiles_divide_the_block_masks():
@@ -91,6 +115,7 @@ COMPILED = [
     ("bf16 d128 causal bottom-right scale", "head_dim 128\n dtype bf16\n mask causal(bottom_right)\n scale 0.3"),
     ("f16 d64 causal", "head_dim 64\n dtype f16\n mask causal"),
     ("f16 d64 custom", "head_dim 64\n dtype f16\n mask custom"),
+    ("bf16 qk128 v64 window softcap", "head_dim qk=128 v=64\n dtype bf16\n mask window(left=9)\n softcap 20"),
 ]
 
 
