@@ -24,7 +24,10 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attngen
-from variants import bench_ms, rel_err
+from attngen.backends.cuda.backward import family as backward_family
+from variants import bench_ms, mask_cases, rel_err
+
+SLOW_FLOPS = 2e11  # the deterministic family (a few TFLOP/s) is timed only below this count
 
 BACKENDS = [("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
             ("SDPA mem-eff", SDPBackend.EFFICIENT_ATTENTION)]
@@ -33,7 +36,7 @@ PEERS = {"SDPA flash": "sdpa_flash", "SDPA cuDNN": "sdpa_cudnn", "SDPA mem-eff":
 TORCH_DTYPE = {"f16": torch.float16, "bf16": torch.bfloat16}
 CASES = [(f"{dt} d{d} L{L} {'causal' if m == 'causal' else 'full'}", dt, d, L, m)
          for dt in ("f16", "bf16") for d in (64, 128, 256) for L in (1024, 4096, 16384) for m in ("none", "causal")]
-QUICK = {"f16 d128 L4096 full", "f16 d128 L4096 causal", "bf16 d64 L1024 causal"}
+QUICK = {"f16 d128 L4096 full", "f16 d128 L4096 causal", "bf16 d64 L1024 causal", "f16 d64 L4096 full"}
 
 
 def _flex():
@@ -59,14 +62,19 @@ def backward_section(rows, quick: bool = False):
         q, k, v, dout = (torch.randn(shape, device="cuda", dtype=TORCH_DTYPE[dtype], generator=g) for _ in range(4))
         causal = mask == "causal"
         flops = 2.5 * 4.0 * batch * heads * seqlen * seqlen * d * (0.5 if causal else 1.0)
-        row = {"suite": "backward", "case": label, "target": "cuda", "plan": kernel.plan.summary()}
-        try:
-            out, lse = kernel(q, k, v, return_lse=True)
-            grads = kernel.backward(q, k, v, out, lse, dout)
-            row["attngen_ms"] = bench_ms(lambda: kernel.backward(q, k, v, out, lse, dout))
-        except Exception as e:
-            row["attngen_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
-            grads = None
+        row = {"suite": "backward", "case": label, "target": "cuda", "plan": kernel.plan.summary(),
+               "family": backward_family(kernel.plan)}
+        grads = None
+        if row["family"] != "wgmma" and flops > SLOW_FLOPS:
+            row["attngen_error"] = ("the deterministic CUDA-core family (the fast one takes head dims 64 and 128): "
+                                    "not timed at this size")
+        else:
+            try:
+                out, lse = kernel(q, k, v, return_lse=True)
+                grads = kernel.backward(q, k, v, out, lse, dout)
+                row["attngen_ms"] = bench_ms(lambda: kernel.backward(q, k, v, out, lse, dout))
+            except Exception as e:
+                row["attngen_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
         dt = dout.transpose(1, 2)
         for name, backend in BACKENDS:
@@ -94,12 +102,60 @@ def backward_section(rows, quick: bool = False):
         print(f"backward {label:22s} attngen {r['attngen'].get('tflops') or 0:6.1f}  {peers}  err "
               f"{'n/a' if err is None else format(err, '.1e')}" + (f"  ({row['attngen_error']})" if
                                                                   "attngen_error" in row else ""), flush=True)
+    backward_masks_section(rows)
+
+
+def backward_masks_section(rows):
+    """The masks rows: L 16384, 16 heads, d128, f16, B 1; window 1024 (attngen's `mask window`, and the
+    same window as a `mask custom` BlockMask) and document-causal (mask custom), against
+    FlexAttention's backward with the same block mask. TFLOP/s over the live scores only."""
+    L, H, D = 16384, 16, 128
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v, dout = (torch.randn((1, L, H, D), device="cuda", dtype=torch.float16, generator=g) for _ in range(4))
+    qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+    dt = dout.transpose(1, 2)
+    masks, mask_mods = mask_cases(L)
+    flex, create_block_mask = _flex()
+    custom = attngen.compile(attngen.parse(f"attention bwd_custom {{\n head_dim {D}\n dtype f16\n mask custom\n}}\n")[0],
+                             target="cuda")
+    window = attngen.compile(attngen.parse(f"attention bwd_window {{\n head_dim {D}\n dtype f16\n"
+                                           f" mask window(left=1023)\n}}\n")[0], target="cuda")
+    cases = [("window 1024 (mask window)", window, "window 1024", None),
+             ("window 1024 (mask custom)", custom, "window 1024", "custom"),
+             ("document-causal (mask custom)", custom, "document-causal", "custom")]
+    for label, kernel, name, kind in cases:
+        dense = masks[name]
+        live = float(dense.float().mean())
+        flops = 2.5 * 4.0 * H * L * L * D * live
+        call = {"mask": attngen.block_mask(dense, kernel)} if kind else {}
+        row = {"suite": "backward", "case": f"masks: {label} L{L} d{D}", "target": "cuda",
+               "plan": kernel.plan.summary(), "family": backward_family(kernel.plan), "live_fraction": live}
+        out, lse = kernel(q, k, v, return_lse=True, **call)
+        grads = kernel.backward(q, k, v, out, lse, dout, **call)
+        row["attngen_ms"] = bench_ms(lambda: kernel.backward(q, k, v, out, lse, dout, **call))
+        if flex is not None:
+            try:
+                fbm = create_block_mask(mask_mods[name], None, None, L, L, device="cuda")
+                o = flex(qt, kt, vt, block_mask=fbm)
+                ref = torch.autograd.grad(o, (qt, kt, vt), dt, retain_graph=True)
+                row["rel_err_vs_flash"] = max(rel_err(a, b.transpose(1, 2)) for a, b in zip(grads, ref))
+                row["flex_ms"] = bench_ms(lambda: torch.autograd.grad(o, (qt, kt, vt), dt, retain_graph=True))
+            except Exception as e:
+                print(f"flex {name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}", flush=True)
+        r = _finish(row, flops)
+        r["family"], r["live_fraction"], r["rel_err_against"] = row["family"], live, "flex"
+        rows.append(r)
+        flex_t = r["peers"].get("flex", {}).get("tflops")
+        print(f"backward {r['case']:44s} attngen {r['attngen'].get('tflops') or 0:6.1f}  flex "
+              f"{flex_t or float('nan'):6.1f}  (live {live:.3f}; err vs flex {r['rel_err'] or float('nan'):.1e})",
+              flush=True)
 
 
 def _finish(row, flops):
     def entry(ms):
         return {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
     out = {"suite": row["suite"], "case": row["case"], "target": row["target"], "plan": row["plan"],
+           "family": row.get("family"),
            "rel_err": row.get("rel_err_vs_flash"),
            "attngen": entry(row["attngen_ms"]) if "attngen_ms" in row else {"error": row.get("attngen_error")},
            "peers": {PEERS[n]: entry(row[f"{n}_ms"]) for n in PEERS if row.get(f"{n}_ms")}}
@@ -155,8 +211,8 @@ def markdown(rows) -> str:
     out = []
     if bw:
         out += ["", "## backward (suite backward)", "",
-                "TFLOP/s = 2.5 x 4 B H L^2 D (halved for causal); each backward timed alone; rel. err: the worst of "
-                "dq, dk, dv against SDPA flash's.", "",
+                "TFLOP/s = 2.5 x 4 B H L^2 D (halved for causal; masks rows: times the live fraction); each backward "
+                "timed alone; rel. err: the worst of dq, dk, dv against SDPA flash's (masks rows: FlexAttention's).", "",
                 "| case | attngen | SDPA flash | SDPA cuDNN | SDPA mem-eff | flex | attngen / flash | attngen / flex | "
                 "rel. err |", "|---|---|---|---|---|---|---|---|---|"]
         for r in bw:
