@@ -14,7 +14,7 @@
 //       tile       q=auto kv=auto d=auto
 //       schedule   fused
 //       kv_cache   contiguous
-//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto persistent=auto tma=auto }
+//       target     cuda { warps=auto stages=auto key_warps=auto producer=auto persistent=auto tma=auto backward=auto }
 //       target     wgsl { workgroup=auto subgroups=auto f16=auto prefetch=auto }
 //   }
 //

@@ -398,7 +398,7 @@ def test_format_spec_text_of_the_design_example():
         "    tile       q=128 kv=64 d=auto\n"
         "    schedule   fused\n"
         "    kv_cache   contiguous\n"
-        "    target     cuda { warps=4 stages=2 key_warps=auto producer=auto persistent=auto tma=auto }\n"
+        "    target     cuda { warps=4 stages=2 key_warps=auto producer=auto persistent=auto tma=auto backward=auto }\n"
         "    target     wgsl { workgroup=128 subgroups=auto f16=auto prefetch=auto }\n"
         "}\n"
     )
