@@ -47,6 +47,9 @@ class BlockMask:
     offsets: dict = field(default_factory=dict)  # its word offsets of counts, tiles, data
     live_tiles: int = 0  # sum of counts
     partial_tiles: int = 0
+    # what a backend derives from the mask once and keeps with it (the CUDA backward's key-block
+    # lists), keyed by the backend's own name
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def n_qtiles(self) -> int:

@@ -140,11 +140,15 @@ def test_kv_lens_and_hidden_keys_holding_inf_and_nan(mask):
 def test_packed_sequences(mask):
     require("cuda")
     spec = spec_of(f"head_dim 64\n dtype f16\n mask {mask}")
-    rng = np.random.default_rng(5)
-    lq, lk = [1, 7, 113, 0, 30], [1, 20, 113, 3, 0]
+    check_packed(spec, [1, 7, 113, 0, 30], [1, 20, 113, 3, 0], np.random.default_rng(5))
+
+
+def check_packed(spec, lq, lk, rng, hq=6, hkv=2):
+    """check_backward on packed sequences of these lengths (cu_seqlens_q and _k)."""
     cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
     cuk = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
-    q, k, v = _rand(rng, cuq[-1], 6, 64), _rand(rng, cuk[-1], 2, 64), _rand(rng, cuk[-1], 2, 64)
+    q, k, v = _rand(rng, cuq[-1], hq, spec.head_dim_qk), _rand(rng, cuk[-1], hkv, spec.head_dim_qk), \
+        _rand(rng, cuk[-1], hkv, spec.head_dim_v)
     check_backward(spec, q, k, v, call={"cu_seqlens_q": _ints(cuq), "cu_seqlens_k": _ints(cuk)},
                    ref_kw={"cu_seqlens_q": cuq, "cu_seqlens_k": cuk})
 

@@ -17,7 +17,7 @@ from attngen.backends.cuda import backward as cuda_backward
 from attngen.reference import relative_error, tolerance
 
 from conftest import kernel_for, require, spec_of
-from test_backward_cuda import _documents, _ints, _mask, _rand, check_backward
+from test_backward_cuda import _documents, _ints, _mask, _rand, check_backward, check_packed
 
 
 def _hopper(spec):
@@ -95,13 +95,7 @@ def test_masked_keys_holding_nan_reach_no_row_that_does_not_see_them():
 def test_packed_sequences(mask):
     spec = spec_of(f"head_dim 128\n dtype bf16\n mask {mask}")
     _hopper(spec)
-    rng = np.random.default_rng(5)
-    lq, lk = [1, 70, 300, 0, 130], [1, 200, 300, 3, 0]
-    cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
-    cuk = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
-    q, k, v = _rand(rng, cuq[-1], 6, 128), _rand(rng, cuk[-1], 2, 128), _rand(rng, cuk[-1], 2, 128)
-    check_backward(spec, q, k, v, call={"cu_seqlens_q": _ints(cuq), "cu_seqlens_k": _ints(cuk)},
-                   ref_kw={"cu_seqlens_q": cuq, "cu_seqlens_k": cuk})
+    check_packed(spec, [1, 70, 300, 0, 130], [1, 200, 300, 3, 0], np.random.default_rng(5))
 
 
 @pytest.mark.parametrize("kind", ["boolean per head", "additive"])

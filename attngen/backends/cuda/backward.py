@@ -59,6 +59,8 @@ ARG_FIELDS = (
     ("const float*", "mask_add", "mask custom, additive, or null"),
     ("const int*", "mask_counts", "the BlockMask's live kv tiles per q tile"),
     ("const int*", "mask_tiles", "the BlockMask's lists"),
+    ("const int*", "block_counts", "fast family, mask custom: live query steps per key block (Bm, Hm, nkb)"),
+    ("const int*", "block_lists", "their lists (Bm, Hm, nkb, n_steps): step * 2 + partial, ascending"),
 ) + tuple(("long long", f"{t}_s{a}", f"{t}'s {w} stride (elements)")
           for t in ("q", "k", "v", "o", "do", "dq", "dk", "dv") for a, w in (("b", "batch"), ("l", "row"),
                                                                               ("h", "head"))) + (
@@ -72,6 +74,9 @@ ARG_FIELDS = (
     ("long long", "mask_sl", ""),
     ("long long", "list_sb", "the lists' strides (in q tiles)"),
     ("long long", "list_sh", ""),
+    ("long long", "blist_sb", "block_counts' strides (in key blocks; 0 where broadcast)"),
+    ("long long", "blist_sh", ""),
+    ("long long", "n_steps", "fast family, mask custom: block_lists' row length"),
     ("int", "len_q", "padded: Lq"),
     ("int", "len_k", "padded: Lk (keys before kv_lens)"),
     ("int", "rows_q", "preprocess: rows per batch entry (packed: T)"),
@@ -125,10 +130,11 @@ WGMMA_KEYS, WGMMA_ROWS, WGMMA_HEAD_DIMS = 128, 64, (64, 128)
 
 
 def wgmma_smem_bytes(d_qk: int, d_v: int) -> int:
-    """K_j, V_j; Q_i, dO_i and dS in two stages; lse and D per stage; a flag per key; 1024 bytes of
-    alignment (the template's kSmemBytes)."""
+    """K_j, V_j; Q_i, dO_i, dS, lse, D and a custom mask's bits in two stages; a flag per key; 1024
+    bytes of alignment (the template's kSmemBytes)."""
     k, m = WGMMA_KEYS, WGMMA_ROWS
-    return 2 * k * (d_qk + d_v) + 2 * 2 * m * (d_qk + d_v) + 2 * 2 * m * k + 2 * 2 * m * 4 + k + 1024
+    return (2 * k * (d_qk + d_v) + 2 * 2 * m * (d_qk + d_v) + 2 * 2 * m * k + 2 * 2 * m * 4 + 2 * m * (k // 32) * 4
+            + k + 1024)
 
 
 def _wgmma_refusal(plan: KernelPlan) -> str | None:
@@ -141,8 +147,6 @@ def _wgmma_refusal(plan: KernelPlan) -> str | None:
         return f"it runs on Hopper's wgmma (profile cuda-sm90, arch sm_90a), and this plan is for {plan.details.arch}"
     if plan.config.math != "wgmma":
         return f"it runs beside the forward's Hopper wgmma family, and this plan's forward is {plan.config.math}"
-    if plan.spec.mask.is_custom and plan.tile_q % WGMMA_ROWS:
-        return f"mask custom: its steps of {WGMMA_ROWS} rows must lie in the BlockMask's q tiles ({plan.tile_q})"
     return None
 
 
@@ -310,6 +314,26 @@ def _functions(kernel, device: int) -> dict:
     return cache[device][1]
 
 
+def _key_block_lists(bm, cupy):
+    """The fast family's view of a BlockMask: per (mask batch, mask head, key block of WGMMA_KEYS
+    keys), the steps of WGMMA_ROWS query rows that see any of its keys, ascending, as step * 2 +
+    partial (the step tests the mask per element), and their counts: the BlockMask's own
+    construction (build_arrays) on the transposed mask, with the key blocks as its rows. (The
+    BlockMask's tiles are the forward's, which need not divide the key blocks.) Returns (counts,
+    lists, batch stride, head stride, list row length), strides in key blocks."""
+    from ...runtime.blockmask import build_arrays
+    nb, nh, _, lk = bm.shape
+    if bm.kind == "bool":  # 32 keys per word, key j at bit j % 32 of word j // 32 (little-endian bytes)
+        octets = bm.data.view(cupy.uint8)
+        bits = (octets[..., None] >> cupy.arange(8, dtype=cupy.uint8)) & 1
+        mask = bits.reshape(*octets.shape[:-1], -1)[..., :lk].astype(bool)
+    else:
+        mask = bm.data
+    _, _, counts, lists, _, _ = build_arrays(cupy, mask.transpose(0, 1, 3, 2), WGMMA_KEYS, WGMMA_ROWS)
+    nkb, steps = lists.shape[2], lists.shape[3]
+    return counts, lists, (nh * nkb if nb > 1 else 0), (nkb if nh > 1 else 0), steps
+
+
 def _strides3(t, packed: bool) -> tuple:
     return (0, t.strides[0], t.strides[1]) if packed else tuple(t.strides[:3])
 
@@ -410,6 +434,12 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                 setattr(a, name, 0 if values[name] is None else values[name].data.ptr)
             for name in ("mask_sb", "mask_sh", "mask_sl", "list_sb", "list_sh", "n_kvtiles"):
                 setattr(a, name, int(values[name]))
+            if fast:
+                if "cuda_backward_blocks" not in bm.derived:  # built once per BlockMask
+                    bm.derived["cuda_backward_blocks"] = _key_block_lists(bm, cupy)
+                block_counts, lists, a.blist_sb, a.blist_sh, a.n_steps = bm.derived["cuda_backward_blocks"]
+                keep += [block_counts, lists]
+                a.block_counts, a.block_lists = block_counts.data.ptr, lists.data.ptr
         fns = _functions(kernel, dev)
         stream = _stream_getter(kind, dev)()
         nb = 1 if packed else launch.batch
