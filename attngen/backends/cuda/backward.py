@@ -130,11 +130,12 @@ WGMMA_KEYS, WGMMA_ROWS, WGMMA_HEAD_DIMS = 128, 64, (64, 128)
 
 
 def wgmma_smem_bytes(d_qk: int, d_v: int) -> int:
-    """K_j, V_j; Q_i, dO_i, dS, lse, D and a custom mask's bits in two stages; a flag per key; 1024
-    bytes of alignment (the template's kSmemBytes)."""
+    """K_j, V_j; Q_i, dO_i, dS, lse, D and a custom mask's bits in two stages; each warpgroup's dQ
+    staging (64 x 64 floats); a flag per key; 1024 bytes of alignment (the template's
+    kSmemBytes)."""
     k, m = WGMMA_KEYS, WGMMA_ROWS
     return (2 * k * (d_qk + d_v) + 2 * 2 * m * (d_qk + d_v) + 2 * 2 * m * k + 2 * 2 * m * 4 + 2 * m * (k // 32) * 4
-            + k + 1024)
+            + 2 * m * 64 * 4 + k + 1024)
 
 
 def _wgmma_refusal(plan: KernelPlan) -> str | None:
@@ -348,6 +349,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
     from .devices import cupy_module
     from .kernel import _allocator, _as_tensor, _contiguous, _launch_stream, _row_major, _stream_getter
     from .launch import pending, raise_pending
+    from .tensor_maps import TensorMapEncoder
     plan = kernel.plan
     found = backward_problems(plan)
     if found:
@@ -456,11 +458,18 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                      ("dkdv", (math.ceil(key_rows / cfg.tile), launch.heads_kv, launch.batch), cfg.smem_bytes),
                      ("dq", (math.ceil(launch.len_q / cfg.tile), launch.heads_q, launch.batch), cfg.smem_bytes))
         params = (ctypes.c_void_p * 1)(ctypes.addressof(a))
+        params_dkdv = params
+        if fast:  # dkdv adds dQ into its accumulator through a tensor map (tensor_maps.py)
+            dq_map = TensorMapEncoder("dq_accum", (1, *named["q"].shape) if packed else tuple(named["q"].shape),
+                                      (0, *_row_major(named["q"].shape)) if packed else _row_major(named["q"].shape),
+                                      "f32", WGMMA_ROWS, box_cols=32)
+            keep.append(dq_map)
+            params_dkdv = (ctypes.c_void_p * 2)(ctypes.addressof(a), dq_map.encode(a.dq_accum))
         for step, grid, smem in grids:
             if min(grid) <= 0:
                 continue
             cupy.cuda.driver.launchKernel(fns[step].ptr, *grid, threads, 1, 1, smem, stream,
-                                          ctypes.addressof(params), 0)
+                                          ctypes.addressof(params_dkdv if step == "dkdv" else params), 0)
     del keep  # (the launches are queued; torch's and CuPy's allocators order later reuse on the stream)
     return grads["dq"], grads["dk"], grads["dv"]
 

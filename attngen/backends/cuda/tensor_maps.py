@@ -5,8 +5,9 @@ A producer kernel with `CudaConfig.tma` takes K and V (and Q, `CudaConfig.tma_q`
 tensor: a 4-d view (head-dim columns, heads, keys or rows, batch) with boxes of 64 columns x 1
 head x tile kv keys (Q: tile q rows) x 1 sequence, the 128-byte swizzle the wgmma descriptors
 read, and zeros for keys or rows past the length and columns past the head dim
-(templates/cuda/copy.j2, `tma_tile`). The maps are built here with the
-driver's `cuTensorMapEncodeTiled`, called through ctypes on libcuda (no new dependency: the
+(templates/cuda/copy.j2, `tma_tile`); and the fast backward's f32 dQ accumulator, which the engine
+adds boxes of 64 rows x 32 floats into (templates/cuda/backward_wgmma_base.j2, `tma_reduce_add`). The
+maps are built here with the driver's `cuTensorMapEncodeTiled`, called through ctypes on libcuda (no new dependency: the
 driver is what runs the kernels anyway). The shape, strides and box of a map are fixed per call
 signature (launch.py's Recipe); only the address changes from call to call, so each
 `TensorMapEncoder` keeps its last address and re-encodes only when a call brings another one
@@ -20,11 +21,11 @@ import ctypes
 from ...errors import LaunchError
 
 # CUtensorMap enums (cuda.h)
-_DTYPES = {"f16": 6, "bf16": 9}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16
-_ELEM_BYTES = {"f16": 2, "bf16": 2}
+_DTYPES = {"f16": 6, "bf16": 9, "f32": 7}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16, _FLOAT32
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 _NO_INTERLEAVE, _SWIZZLE_NONE, _SWIZZLE_128B, _L2_128B, _OOB_ZERO = 0, 0, 3, 2, 0
 MAP_BYTES, MAP_ALIGN = 128, 64
-BOX_COLS = 64  # one 128-byte swizzle block of 2-byte elements
+BOX_COLS = 64  # one 128-byte swizzle block of 2-byte elements (of f32: 32, box_cols)
 _MAX_STRIDE = 2**40
 
 _LIB: list = []
@@ -64,7 +65,8 @@ class TensorMapEncoder:
     """The tensor map of one (B, L, H, D) tensor of one call signature; `encode(ptr)` writes the
     128 bytes for the tensor at `ptr` (kept while the address stays the same)."""
 
-    def __init__(self, source: str, shape: tuple, strides: tuple, dtype: str, box_rows: int, swizzle: bool = True):
+    def __init__(self, source: str, shape: tuple, strides: tuple, dtype: str, box_rows: int, swizzle: bool = True,
+                 box_cols: int = BOX_COLS):
         b, length, h, d = shape
         e = _ELEM_BYTES[dtype]
         self.source = source  # the call's tensor whose address the map holds ("q", "k", "v" or "out")
@@ -78,7 +80,7 @@ class TensorMapEncoder:
             out.append(s * e if n > 1 else prev[0] * prev[1])
             prev = (out[-1], n)
         self.strides = (ctypes.c_uint64 * 3)(*out)
-        self.box = (ctypes.c_uint32 * 4)(BOX_COLS, 1, box_rows, 1)
+        self.box = (ctypes.c_uint32 * 4)(box_cols, 1, box_rows, 1)
         self.elem = (ctypes.c_uint32 * 4)(1, 1, 1, 1)
         self._raw = ctypes.create_string_buffer(MAP_BYTES + MAP_ALIGN)
         base = ctypes.addressof(self._raw)
