@@ -86,8 +86,8 @@ def test_the_fast_family_on_hopper():
     assert "fast: Hopper tensor cores" in text and "grid (ceil(Lk / 128), Hkv, B)" in text
     assert "dQ's accumulator, 4 * B * Lq * Hq * 128 bytes" in text
     source = backward.render_backward(plan)
-    assert "wgmma.mma_async" in source and "red.global.add.v2.f32" in source
-    assert "f32 on CUDA cores" in source.split("*/")[0] or "Hopper tensor cores" in source.split("*/")[0]
+    assert "wgmma.mma_async" in source and "cp.reduce.async.bulk.tensor" in source
+    assert "Hopper tensor cores" in source.split("extern \"C\"")[0]
     slow = _plan(body + "\n target cuda { backward=deterministic }", "cuda-sm90")
     assert backward.family(slow) == "fma" and "wgmma.mma_async" not in backward.render_backward(slow)
     for refused, why in (("head_dim 256\n dtype f16", "head dims 64 or 128"), ("head_dim 64\n dtype f32", "f16 or bf16")):
