@@ -1,13 +1,19 @@
-"""The CUDA backward pass (issue 41; attngen/plan/backward.py, docs/backward.md): its tiles, its
-source (templates/cuda/backward.cu.j2, a helper source of the forward plan: `attngen build SPEC
---target cuda --emit backward`), what `attngen check` says of it, and its launches.
+"""The CUDA backward pass (issue 41; attngen/plan/backward.py, docs/backward.md): its two families,
+their sources (a helper source of the forward plan: `attngen build SPEC --target cuda --emit
+backward`), what `attngen check` says of them, and their launches. `family(plan)` picks one
+(target option backward=auto|fast|deterministic).
 
-Three entry points run in order on the caller's stream, with no atomics (the same inputs give the
-same bits): attngen_<name>_bwd_preprocess (D_i = rowsum(dO_i * O_i) into an f32 workspace),
-_bwd_dkdv (one block per key tile, KV head and batch entry: dK_j and dV_j, summed over the query
-tiles that see the tile and the GQA group's heads) and _bwd_dq (one block per query tile, query
-head and batch entry: dQ_i). This first version computes on CUDA cores in f32 (every tile staged
-in shared memory as floats): correct for every dtype and head dim that fits, not fast.
+Both run three entry points in order on the caller's stream: attngen_<name>_bwd_preprocess (D_i =
+rowsum(dO_i * O_i) into an f32 workspace), _bwd_dkdv (one block per key tile, KV head and batch
+entry: dK_j and dV_j, summed over the query tiles that see the tile and the GQA group's heads) and
+_bwd_dq.
+- "wgmma" (fast; templates/cuda/backward_wgmma.cu.j2): Hopper tensor cores, cuda-sm90, f16/bf16,
+  head dims 64 and 128. The dK/dV step also computes every dQ_i contribution of its keys and adds
+  it into an f32 accumulator through the tensor copy engine (reductions, in no fixed order); _bwd_dq
+  converts the accumulator.
+- "fma" (deterministic; templates/cuda/backward.cu.j2): f32 on CUDA cores (every tile staged in
+  shared memory as floats), every dtype and head dim that fits; no atomics, the same inputs give the
+  same bits; _bwd_dq is one block per query tile computing dQ_i. Correct, not fast.
 
 The runtime reads integer inputs (kv_lens, cu_seqlens) on the host and checks them with the
 forward's rules (runtime.launch.resolve): a device integer array costs a copy to the host and a
@@ -274,8 +280,11 @@ def describe_backward(plan: KernelPlan) -> list[str]:
     if found:
         return ["backward: none (" + "; ".join(p.message for p in found) + ")"]
     first, *steps = _steps(plan)
-    how = ("q tiles scanned, each list binary-searched for the key tile" if plan.spec.mask.is_custom
-           else "loop bounds from the mask" if masks.hides_loaded_keys(plan.mask) else "every tile")
+    if plan.spec.mask.is_custom:
+        how = (f"per key block, the steps of {WGMMA_ROWS} rows that see it (derived from the mask once per "
+               "BlockMask)" if family(plan) == "wgmma" else "q tiles scanned, each list binary-searched for the key tile")
+    else:
+        how = "loop bounds from the mask" if masks.hides_loaded_keys(plan.mask) else "every tile"
     return ([f"backward: 3 entry points, {first}"] + [f"backward {line}" for line in steps]
             + [f"backward query tiles per key tile: {how}", f"backward workspace: {_workspace(plan)}"])
 
@@ -389,7 +398,6 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         check_against(bm, launch.batch, launch.heads_q, launch.len_q, launch.mask_lk, plan.tile_q, plan.tile_kv,
                       "cuda")
     fast = family(plan) == "wgmma"
-    threads = THREADS
     tq, kind = named["q"], named["q"].kind
     alloc = {name: _allocator(kind, dev, named[src].shape, plan.dtype, tq.dtype)
              for name, src in (("dq", "q"), ("dk", "k"), ("dv", "v"))}
@@ -468,7 +476,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         for step, grid, smem in grids:
             if min(grid) <= 0:
                 continue
-            cupy.cuda.driver.launchKernel(fns[step].ptr, *grid, threads, 1, 1, smem, stream,
+            cupy.cuda.driver.launchKernel(fns[step].ptr, *grid, THREADS, 1, 1, smem, stream,
                                           ctypes.addressof(params_dkdv if step == "dkdv" else params), 0)
     del keep  # (the launches are queued; torch's and CuPy's allocators order later reuse on the stream)
     return grads["dq"], grads["dk"], grads["dv"]

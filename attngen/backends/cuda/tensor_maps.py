@@ -6,9 +6,9 @@ tensor: a 4-d view (head-dim columns, heads, keys or rows, batch) with boxes of 
 head x tile kv keys (Q: tile q rows) x 1 sequence, the 128-byte swizzle the wgmma descriptors
 read, and zeros for keys or rows past the length and columns past the head dim
 (templates/cuda/copy.j2, `tma_tile`); and the fast backward's f32 dQ accumulator, which the engine
-adds boxes of 64 rows x 32 floats into (templates/cuda/backward_wgmma_base.j2, `tma_reduce_add`). The
-maps are built here with the driver's `cuTensorMapEncodeTiled`, called through ctypes on libcuda (no new dependency: the
-driver is what runs the kernels anyway). The shape, strides and box of a map are fixed per call
+adds boxes of 64 rows x 32 floats into (templates/cuda/backward_wgmma_base.j2, `tma_reduce_add`).
+The maps are built here with the driver's `cuTensorMapEncodeTiled`, called through ctypes on
+libcuda (no new dependency: the driver is what runs the kernels anyway). The shape, strides and box of a map are fixed per call
 signature (launch.py's Recipe); only the address changes from call to call, so each
 `TensorMapEncoder` keeps its last address and re-encodes only when a call brings another one
 (a host function of the driver, about a microsecond).
