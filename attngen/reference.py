@@ -223,8 +223,9 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
         if cu_seqlens_q is not None or block_table is not None:
             raise LaunchError("attngen.reference: score and mask expressions take a padded batch (B, L, H, D), "
                               "not packed sequences or a paged cache (not yet)")
-        named = check_inputs(spec, inputs, {"b": q.shape[0], "h": q.shape[2], "hkv": k.shape[2],
-                                            "q": q.shape[1], "k": k.shape[1]})
+        named = check_inputs(spec, {n: None if x is None else to_numpy(x) for n, x in inputs.items()},
+                             {"b": q.shape[0], "h": q.shape[2], "hkv": k.shape[2], "q": q.shape[1],
+                              "k": k.shape[1]}, round_to_dtype)
     packed = cu_seqlens_q is not None
     if packed:
         cq = to_numpy(cu_seqlens_q).astype(np.int64)

@@ -21,19 +21,20 @@ import numpy as np
 
 from .errors import LaunchError
 from .lang.expr import BOOL, INT, Binary, Const, Fn, Load, Unary, Var, format_expr
+from .limits import INT32_MAX
 
-_INT_RANGE = {"i32": (-(2**31), 2**31 - 1), "u8": (0, 255), "bool": (0, 1)}
+_INT_RANGE = {"i32": (-INT32_MAX - 1, INT32_MAX), "u8": (0, 255), "bool": (0, 1)}
 
 
 def has_expressions(spec) -> bool:
     return bool(spec.inputs) or spec.score is not None or spec.mask.kind == "expr"
 
 
-def check_inputs(spec, given: dict, extents: dict) -> dict:
+def check_inputs(spec, given: dict, extents: dict, round_to_dtype) -> dict:
     """{name: float64 / int64 / bool array} of the spec's inputs from `given` (the keywords of
-    the call), each checked against its declaration; `extents` maps b, h, hkv, q, k to the
-    call's batch, query heads, KV heads, query rows and keys."""
-    from .reference import round_to_dtype, to_numpy
+    the call, as numpy arrays), each checked against its declaration; `extents` maps b, h, hkv,
+    q, k to the call's batch, query heads, KV heads, query rows and keys; real inputs are
+    rounded by `round_to_dtype(array, dtype)` (attngen.reference's)."""
     declared = {i.name: i for i in spec.inputs}
     unknown = sorted(set(given) - set(declared))
     if unknown:
@@ -44,7 +45,7 @@ def check_inputs(spec, given: dict, extents: dict) -> dict:
         if given.get(name) is None:
             raise LaunchError(f"attngen.reference: spec {spec.name} reads input '{name}' "
                               f"({inp.dtype}, axes [{', '.join(map(str, inp.axes))}]): pass {name}=...")
-        a = to_numpy(given[name])
+        a = np.asarray(given[name])
         shape = tuple(extents[x] if isinstance(x, str) else x for x in inp.axes)
         if a.shape != shape:
             axes = ", ".join(f"{x}={n}" if isinstance(x, str) else str(x) for x, n in zip(inp.axes, shape))

@@ -21,10 +21,11 @@ class Checker:
     """Types the syntax tree of one `score` or `mask` expression into IR.
 
     `error(message, span, hint)` receives every problem (the reader's); `inputs` maps the
-    block's input names to their Input. `check` returns the IR, or None after an error."""
+    block's input names to their Input; reads of the `bad` ones (declared with an error, already
+    reported) are not reported again. `check` returns the IR, or None after an error."""
 
-    def __init__(self, error, inputs: dict, where: str):
-        self.error, self.inputs, self.where = error, inputs, where
+    def __init__(self, error, inputs: dict, where: str, bad=frozenset()):
+        self.error, self.inputs, self.where, self.bad = error, inputs, where, bad
 
     def check(self, node):
         e = self.expr(node)
@@ -188,6 +189,8 @@ class Checker:
     def index(self, node: SynIndex):
         indices = [self.expr(i) for i in node.indices]
         inp = self.inputs.get(node.name)
+        if inp is None and node.name in self.bad:
+            return None
         if inp is None:
             if node.name in VARS or node.name in FUNCTIONS:
                 self.error(f"'{node.name}' is not an input: only inputs are indexed", node.name_span,

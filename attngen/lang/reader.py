@@ -81,6 +81,7 @@ class _Reader:
         self.spans: dict = {"name": block.name_span}
         self.USAGE = dict(USAGE, target=target_usage())
         self.inputs: dict = {}  # name -> Input, in the order declared
+        self.bad_inputs: set = set()  # inputs declared with an error (reported once, not again where read)
         self.exprs: dict = {}  # "mask" / "score" -> the syntax tree of its expression
 
     # -- reporting ---------------------------------------------------------------------
@@ -357,6 +358,8 @@ class _Reader:
             self.usage("input", decl, f"expected NAME[AXES], not '{_shown(decl)}'")
             return
         ok = self.input_name(decl)
+        if not ok:  # a reserved or repeated name: reads of it are not reported again
+            self.bad_inputs.add(decl.name)
         axes = []
         for a in decl.indices:
             if isinstance(a, Word) and a.text in INDEX_NAMES:
@@ -396,6 +399,8 @@ class _Reader:
         if ok and dtype:
             self.inputs[decl.name] = Input(decl.name, tuple(axes), dtype, grad)
             self.spans[f"input.{decl.name}"] = s.span
+        elif decl.name not in self.inputs:
+            self.bad_inputs.add(decl.name)
 
     def input_name(self, decl) -> bool:
         """Whether an input may take the name `decl.name` (reported where not)."""
@@ -422,7 +427,7 @@ class _Reader:
             if node is None:
                 continue
             self.spans[f"{key}.expr"] = node.span
-            e = Checker(self.error, self.inputs, key).check(node)
+            e = Checker(self.error, self.inputs, key, self.bad_inputs).check(node)
             if e is None:
                 continue
             if key == "mask":
