@@ -83,7 +83,7 @@ class Env:
             return None
         names = self._rows(r0, r1)
         shape = (self.shape[0], r1 - r0, self.shape[2])
-        return np.broadcast_to(_eval(self.spec.mask.expr, names, self.inputs, np.ones(shape, bool), "mask"), shape)
+        return np.broadcast_to(evaluate(self.spec.mask.expr, names, self.inputs, np.ones(shape, bool), "mask"), shape)
 
     def score(self, s: np.ndarray, ok: np.ndarray, r0: int, r1: int) -> np.ndarray:
         """The score expression of the scaled scores s (used where ok: the visible pairs)."""
@@ -91,16 +91,18 @@ class Env:
             return s
         names = dict(self._rows(r0, r1), s=s)
         with np.errstate(all="ignore"):
-            return np.broadcast_to(_eval(self.spec.score, names, self.inputs, ok, "score"), s.shape).astype(np.float64)
+            return np.broadcast_to(evaluate(self.spec.score, names, self.inputs, ok, "score"), s.shape).astype(np.float64)
 
 
 def _fail(where: str, e, message: str):
     raise LaunchError(f"attngen.reference: the {where} expression: {message} in {format_expr(e)}")
 
 
-def _eval(e, names: dict, inputs: dict, live, where: str):
-    """e's values (broadcastable to live's shape); `live`: where the result is used."""
-    ev = lambda x, lv=live: _eval(x, names, inputs, lv, where)  # noqa: E731
+def evaluate(e, names: dict, inputs: dict | None = None, live=True, where: str = "mask"):
+    """e's values over `names` (numpy arrays that broadcast: s, b, h, hkv, q, k, Lq, Lk) and
+    `inputs` (checked arrays by name); `live`: where the result is used (the rest reads nothing
+    out of bounds and raises nothing); `where` names the expression in errors."""
+    ev = lambda x, lv=live: evaluate(x, names, inputs, lv, where)  # noqa: E731
     if isinstance(e, Const):
         return np.int64(e.value) if e.type == INT else np.float64(e.value)
     if isinstance(e, Var):

@@ -91,3 +91,55 @@ def test_masks_reading_inputs_are_partial_unless_the_indices_decide():
     assert not index_only(e)
     assert classify(e, (32, 63), (0, 31), 64, 64) == FULL  # k <= q decides
     assert classify(e, (0, 31), (32, 63), 64, 64) == PARTIAL
+
+
+# ---- random well-typed index expressions (hypothesis) ------------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from attngen.lang.expr import Binary, Const, Fn, Unary, Var, format_expr  # noqa: E402
+from attngen.reference_expr import evaluate  # noqa: E402
+
+def negate(x):
+    """-x as the reader reads it: a negated literal is a literal (`-3` is Const(-3))."""
+    if isinstance(x, Const) and x.value >= 0:
+        return Const(-x.value, "int")
+    return Unary("-", x, "int")
+
+
+INTS = st.recursive(
+    st.one_of(st.sampled_from([Var("q", "int"), Var("k", "int"), Var("Lq", "int"), Var("Lk", "int")]),
+              st.integers(-20, 20).map(lambda v: Const(v, "int"))),
+    lambda inner: st.one_of(
+        st.tuples(st.sampled_from(["+", "-", "*"]), inner, inner).map(lambda t: Binary(t[0], t[1], t[2], "int")),
+        st.tuples(st.sampled_from(["//", "%"]), inner, st.sampled_from([-7, -2, 3, 4, 9])).map(
+            lambda t: Binary(t[0], t[1], Const(t[2], "int"), "int")),
+        inner.map(negate),
+        inner.map(lambda x: Fn("abs", (x,), "int")),
+        st.tuples(st.sampled_from(["min", "max"]), inner, inner).map(lambda t: Fn(t[0], t[1:], "int")),
+        st.tuples(inner, inner, inner).map(lambda t: Fn("clamp", t, "int"))),
+    max_leaves=6)
+BOOLS = st.recursive(
+    st.tuples(st.sampled_from(["==", "!=", "<", "<=", ">", ">="]), INTS, INTS).map(
+        lambda t: Binary(t[0], t[1], t[2], "bool")),
+    lambda inner: st.one_of(
+        st.tuples(st.sampled_from(["&&", "||"]), inner, inner).map(lambda t: Binary(t[0], t[1], t[2], "bool")),
+        inner.map(lambda x: Unary("!", x, "bool")),
+        st.tuples(inner, INTS, INTS).map(lambda t: Binary("<", Fn("where", t, "int"), Const(5, "int"), "bool"))),
+    max_leaves=4)
+
+
+@settings(max_examples=150, deadline=None)
+@given(e=BOOLS, lq=st.integers(1, 40), lk=st.integers(1, 40), data=st.data())
+def test_random_masks_print_back_and_classify_soundly(e, lq, lk, data):
+    assert mask_expr(format_expr(e)) == e
+    q0 = data.draw(st.integers(0, lq - 1))
+    q1 = data.draw(st.integers(q0, lq - 1))
+    k0 = data.draw(st.integers(0, lk - 1))
+    k1 = data.draw(st.integers(k0, lk - 1))
+    got = classify(e, (q0, q1), (k0, k1), lq, lk)
+    names = {"q": np.arange(q0, q1 + 1)[:, None], "k": np.arange(k0, k1 + 1)[None, :],
+             "Lq": np.int64(lq), "Lk": np.int64(lk)}
+    truth = np.broadcast_to(evaluate(e, names), (q1 - q0 + 1, k1 - k0 + 1))
+    assert got != SKIP or not truth.any()
+    assert got != FULL or truth.all()
