@@ -128,10 +128,6 @@ def inputs_read(e) -> set:
     return set() if e is None else {n.input for n in walk(e) if isinstance(n, Load)}
 
 
-def vars_read(e) -> set:
-    return set() if e is None else {n.name for n in walk(e) if isinstance(n, Var)}
-
-
 def fold_int(e) -> int | None:
     """The value of an integer expression of constants only (None when it reads a name or an
     input, is not integer, or divides by zero)."""
@@ -174,6 +170,7 @@ def _prec(e) -> int:
 
 
 def format_number(x) -> str:
+    """Shortest text that reads back to the same value (ints stay ints)."""
     return str(x) if isinstance(x, int) else repr(float(x))
 
 

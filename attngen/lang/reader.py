@@ -1,7 +1,9 @@
 """Syntax tree -> AttentionSpec: the vocabulary of the language, checked with positions.
 
 Every key has one reader below. Readers report into a shared list of diagnostics instead of
-raising, so a file with many mistakes gets all of them at once. Checks that need a target
+raising, so a file with many mistakes gets all of them at once. `input` lines declare tensors;
+the `mask` and `score` expressions are typed once the block's inputs are known
+(attngen.lang.expr_check), reporting into the same list. Checks that need a target
 (tile sizes, dtypes a target lacks, memory) live in attngen.plan.check, not here. The
 options of `target NAME { ... }` blocks come from the registered targets
 (attngen.lang.options), not from this module.

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 import math
 
-from .expr import (expr_from_data, expr_to_data, format_expr, format_input, input_from_data,
+from .expr import (expr_from_data, expr_to_data, format_expr, format_input, format_number, input_from_data,
                    input_to_data)
 from .options import target_schemas
 
@@ -150,13 +150,6 @@ def typed_key(value):
     if type(value) is tuple:
         return (tuple, tuple(typed_key(x) for x in value))
     return (type(value), value)
-
-
-def format_number(x) -> str:
-    """Shortest text that reads back to the same value (ints stay ints)."""
-    if isinstance(x, int):
-        return str(x)
-    return repr(float(x))
 
 
 def _auto(x) -> str:

@@ -19,7 +19,6 @@ from ..lang.expr import BOOL, INT, Binary, Const, Fn, Load, Unary, Var, walk
 from ..limits import INT32_MAX, MAX_HEADS
 
 SKIP, PARTIAL, FULL = 0, 1, 2
-NAMES = {SKIP: "skip", PARTIAL: "partial", FULL: "full"}
 _EITHER = (0, 1)
 
 
