@@ -210,6 +210,7 @@ _TOKEN_NAMES = {
 }
 # The operators between two operands: an error after an operand names them once, as "an operator".
 _OPERATORS = {"OROR", "ANDAND", "CMP", "ADDOP", "MULOP"}
+_EXPRESSION_KEYS = ("mask", "score", "input")
 # Tokens of expressions only: where no expression is parsed they are characters the file may not hold.
 _EXPRESSION_TOKENS = _OPERATORS | {"NEG", "BANG", "LSQB", "RSQB"}
 
@@ -269,6 +270,11 @@ def _syntax_error(source: Source, err: lark.exceptions.UnexpectedInput) -> Diagn
         # may not hold there, reported as before expressions existed
         msg, hint = _bad_character(source, err.token.start_pos)
         end_col = col + 1
+        key = source.line(line).split("#", 1)[0].split()[:1]
+        if hint is None and key and err.token.type not in ("ADDOP", "NEG"):  # `maks k <= q`
+            close = did_you_mean(key[0], _EXPRESSION_KEYS)
+            if close:
+                hint = f"{close} (expressions follow {', '.join(_EXPRESSION_KEYS)} only)"
     elif isinstance(err, lark.exceptions.UnexpectedEOF):
         msg = f"unexpected end of file; expected {_describe(err.expected)}"
         line, col = _end_of_text(source)

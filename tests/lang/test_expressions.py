@@ -220,3 +220,9 @@ def test_targets_refuse_expressions_at_the_expression(target):
     got = {(d.span.line, d.span.column): d.message for d in e.value.diagnostics}
     assert got.keys() == {(5, 10), (6, 11)}
     assert all(f"not compiled by target {target} yet (issue 42)" in m for m in got.values())
+
+
+def test_an_expression_after_a_misspelt_key_gets_a_hint():
+    (d,) = errors("    maks k <= q")
+    assert d.message == "unexpected character '<'" and (d.span.line, d.span.column) == (4, 12)
+    assert d.hint.startswith("did you mean 'mask'?")
