@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .errors import LaunchError
 from .lang.spec import AttentionSpec
 from .plan import masks
+from .reference_expr import Env, check_inputs, has_expressions
 
 _ROW_CHUNK = 512  # query rows per step, to keep the float64 score block small
 
@@ -66,9 +68,11 @@ def structured_mask(spec: AttentionSpec, len_q: int, len_k: int) -> np.ndarray |
     return masks.visible(spec.mask, len_q, len_k)
 
 
-def _weights(spec, q, k, visible, bias, r0, r1):
+def _weights(spec, q, k, visible, bias, r0, r1, env=None):
     """Query rows r0:r1 of one head group: (ok, t, m, l, w). ok: which (head, row, key) entries
-    are seen; t: tanh(s / softcap) of the scaled scores s (None without a softcap); m, l: each
+    are seen (the mask expression too, with `env`: attngen.reference_expr.Env); t: tanh(s /
+    softcap) of the scaled scores s (None without a softcap; the score expression, with `env`,
+    replaces s where ok); m, l: each
     row's maximum and sum (m NaN where a seen score is NaN); w: the softmax weights, exactly 0
     where not seen and in rows that see no key."""
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -79,6 +83,11 @@ def _weights(spec, q, k, visible, bias, r0, r1):
         ok = np.ones(s.shape, bool) if bias is None else (bias[:, r0:r1] > -np.inf)
         if visible is not None:
             ok &= visible[:, r0:r1]
+        if env is not None:
+            seen = env.visible(r0, r1)
+            if seen is not None:
+                ok &= seen
+            s = env.score(s, ok, r0, r1)
         s = np.where(ok, s if bias is None else s + np.where(ok, bias[:, r0:r1], 0.0), -np.inf)
         m = s.max(axis=-1, keepdims=True)
         p = np.where(ok, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
@@ -87,7 +96,7 @@ def _weights(spec, q, k, visible, bias, r0, r1):
     return ok, t, m, l, w
 
 
-def _attend(spec, q, k, v, visible, bias):
+def _attend(spec, q, k, v, visible, bias, env=None):
     """One sequence, one KV head group. q (Lq, G, D), k (Lk, D), v (Lk, Dv) -> out, lse.
 
     A key a row does not see contributes nothing to it, whatever its values: scores and P V
@@ -103,7 +112,7 @@ def _attend(spec, q, k, v, visible, bias):
     poisoned = np.nonzero(~finite_v.all(axis=1))[0]  # keys with a non-finite value
     for r0 in range(0, len_q, _ROW_CHUNK):
         r1 = min(r0 + _ROW_CHUNK, len_q)
-        _, _, m, l, w = _weights(spec, q, k, visible, bias, r0, r1)
+        _, _, m, l, w = _weights(spec, q, k, visible, bias, r0, r1, env)
         with np.errstate(invalid="ignore"):
             o = np.einsum("gij,jd->igd", w, v_clean)
             for j in poisoned:  # only the rows that see key j take its non-finite values
@@ -158,7 +167,6 @@ def _check_inputs(spec: AttentionSpec, q, k, v, mask, kv_lens, cu_seqlens_q, cu_
     heads and head dims against the spec, kv_lens / block_table / cu_seqlens contents, the
     mask's shape. Dtypes are free: the oracle rounds every input to the spec's dtype."""
     from dataclasses import replace
-    from .errors import LaunchError
     from .lang.spec import KVCache, Mask
     from .runtime.blockmask import check_mask_shape, mask_keys, mask_shape4
     from .runtime.launch import resolve
@@ -191,8 +199,12 @@ def _check_inputs(spec: AttentionSpec, q, k, v, mask, kv_lens, cu_seqlens_q, cu_
 
 
 def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None,
-              cu_seqlens_k=None, block_table=None, return_lse: bool = False):
+              cu_seqlens_k=None, block_table=None, return_lse: bool = False, **inputs):
     """float64 attention as the spec defines it (see the module docstring for the inputs).
+
+    The spec's `input` tensors are passed by keyword (`slopes=...`), for its score and mask
+    expressions (attngen.reference_expr); those take padded batches (no cu_seqlens, no paged
+    cache), with or without kv_lens.
 
     Shapes: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv); packed varlen:
     q (total_q, Hq, Dqk), k/v (total_k, Hkv, D) with cu_seqlens_* (B + 1,); paged: k/v
@@ -206,6 +218,14 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
     mask_np = None if mask is None else to_numpy(mask)
     ints = [None if x is None else to_numpy(x) for x in (kv_lens, cu_seqlens_q, cu_seqlens_k, block_table)]
     _check_inputs(spec, q, k, v, mask_np, *ints)
+    named = None  # the checked inputs of the expressions
+    if has_expressions(spec) or inputs:
+        if cu_seqlens_q is not None or block_table is not None:
+            raise LaunchError("attngen.reference: score and mask expressions take a padded batch (B, L, H, D), "
+                              "not packed sequences or a paged cache (not yet)")
+        named = check_inputs(spec, {n: None if x is None else to_numpy(x) for n, x in inputs.items()},
+                             {"b": q.shape[0], "h": q.shape[2], "hkv": k.shape[2], "q": q.shape[1],
+                              "k": k.shape[1]}, round_to_dtype)
     packed = cu_seqlens_q is not None
     if packed:
         cq = to_numpy(cu_seqlens_q).astype(np.int64)
@@ -239,7 +259,8 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
         for h in range(heads_kv):
             sl = slice(h * groups, (h + 1) * groups)
             vis, bias = _group_mask(mask_np, visible, b, h * groups, groups, len_q, len_k)
-            o, l = _attend(spec, qb[:, sl], kb[:, h], vb[:, h], vis, bias)
+            env = None if named is None else Env(spec, named, b, h * groups, groups, h, len_q, len_k)
+            o, l = _attend(spec, qb[:, sl], kb[:, h], vb[:, h], vis, bias, env)
             ob[:, sl] = o
             lb[sl] = l
         outs.append(ob)
@@ -303,8 +324,11 @@ def reference_backward(spec: AttentionSpec, q, k, v, dout, *, mask=None, kv_lens
     caches: a cache is not trained). dq has q's shape, dk and dv k's and v's: with GQA, a KV
     head's gradient sums its group's query heads; keys past a sequence's kv_lens get 0.
 
-    dout is rounded to the spec's dtype, as q, k and v are (what a backward kernel reads)."""
-    from .errors import LaunchError
+    dout is rounded to the spec's dtype, as q, k and v are (what a backward kernel reads).
+    Score and mask expressions have no backward yet (issue 42): a LaunchError."""
+    if has_expressions(spec):
+        raise LaunchError(f"attngen.reference_backward: spec {spec.name} has score or mask expressions, whose "
+                          "gradients are not derived yet (issue 42)")
     q = round_to_dtype(q, spec.dtype)
     k = round_to_dtype(k, spec.dtype)
     v = round_to_dtype(v, spec.dtype)

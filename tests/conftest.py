@@ -78,7 +78,8 @@ QUICK = [
     "tests/lang/*", "tests/plan/*", "tests/golden/*", "tests/runtime/*", "tests/cli/*",
     "tests/backends/cuda/*", "tests/backends/wgsl/*", "tests/docs/*", "tests/hf/test_from_hf.py::*",
     # equivalence: the float64 reference itself, and the key-warp plans (GPU runs skip here)
-    "tests/equivalence/test_reference.py::*", "tests/equivalence/test_key_warps.py::*",
+    "tests/equivalence/test_reference.py::*", "tests/equivalence/test_reference_expr.py::*",
+    "tests/equivalence/test_key_warps.py::*",
     # the pure functions of the distributed module (no ranks started)
     "tests/distributed/test_ring.py::test_packed_pieces", "tests/distributed/test_ring.py::test_zigzag_shards",
     "tests/distributed/test_ring.py::test_window_blocks_cover_exactly_the_window*",

@@ -1,7 +1,9 @@
 """Syntax tree -> AttentionSpec: the vocabulary of the language, checked with positions.
 
 Every key has one reader below. Readers report into a shared list of diagnostics instead of
-raising, so a file with many mistakes gets all of them at once. Checks that need a target
+raising, so a file with many mistakes gets all of them at once. `input` lines declare tensors;
+the `mask` and `score` expressions are typed once the block's inputs are known
+(attngen.lang.expr_check), reporting into the same list. Checks that need a target
 (tile sizes, dtypes a target lacks, memory) live in attngen.plan.check, not here. The
 options of `target NAME { ... }` blocks come from the registered targets
 (attngen.lang.options), not from this module.
@@ -16,8 +18,11 @@ from ..errors import NUMBER_QUOTED, Diagnostic, Source, Span, SpecError, clip, c
 from ..limits import INT32_MAX, MAX_HEADS
 from .options import target_schema, target_schemas
 from .source import decode_source
+from .expr import (CALL_KEYWORDS, EXPR_TYPES, FUNCTIONS, INDEX_NAMES, INPUT_DTYPE_ALIASES, INPUT_DTYPES, VARS,
+                   Input, inputs_read)
+from .expr_check import Checker
 from .spec import AttentionSpec, KVCache, Mask, Schedule, Tile, ACC_DTYPES, DTYPES, format_spec, typed_key
-from .syntax import MAX_NAME_LENGTH, Block, Call, Number, Pair, Setting, Word, parse_blocks
+from .syntax import MAX_NAME_LENGTH, Binary, Block, Call, Index, Number, Pair, Setting, Unary, Word, parse_blocks
 
 MAX_INT = INT32_MAX  # (attngen.limits: the reasons of every limit)
 MAX_HEAD_DIM = 1024
@@ -31,7 +36,11 @@ USAGE = {
     "heads": "heads q=N kv=M  (or heads q=N, heads N, heads any)",
     "dtype": "dtype f16 | bf16 | f32",
     "accumulate": "accumulate qk=f32|f16 pv=f32|f16  (or accumulate f32)",
-    "mask": "mask none | causal | causal(bottom_right) | window(left=N) | window(left=N, right=M) | custom",
+    "mask": "mask none | causal | causal(bottom_right) | window(left=N) | window(left=N, right=M) | custom"
+            "  or  mask EXPR  (a boolean, e.g. k <= q || k < prefix[b])",
+    "score": "score EXPR  (a real expression of s, the scaled score, e.g. s - slopes[h] * abs(q - k))",
+    "input": "input NAME[AXES] DTYPE [grad]  (axes: b, h, hkv, q, k or sizes; DTYPE f32 | f16 | bf16 | i32 "
+             "| u8 | bool)",
     "softcap": "softcap C  (a positive number) or softcap none",
     "scale": "scale auto  or  scale X  (a positive number)",
     "tile": "tile q=N kv=M [d=K]  (each a number or auto)",
@@ -73,6 +82,9 @@ class _Reader:
         self.targets: dict = {}
         self.spans: dict = {"name": block.name_span}
         self.USAGE = dict(USAGE, target=target_usage())
+        self.inputs: dict = {}  # name -> Input, in the order declared
+        self.bad_inputs: set = set()  # inputs declared with an error (reported once, not again where read)
+        self.exprs: dict = {}  # "mask" / "score" -> the syntax tree of its expression
 
     # -- reporting ---------------------------------------------------------------------
     def error(self, message, span, hint=None):
@@ -183,12 +195,13 @@ class _Reader:
                 self.error(f"unknown key '{clip(key)}'", s.key_span, hint)
                 typos.add(close)
                 continue
-            if key in seen:
+            if key in seen and key != "input":  # a block declares any number of inputs
                 self.error(f"duplicate key '{key}' (first set on line {seen[key].line})",
                            s.key_span, "remove one of them")
                 continue
-            seen[key] = s.key_span
-            self.spans[key] = s.span
+            seen.setdefault(key, s.key_span)
+            if key != "input":
+                self.spans[key] = s.span
             stray = next((v for v in s.values if isinstance(v, Word) and v.text in self.USAGE), None)
             if stray is not None:
                 self.error(f"'{stray.text}' starts another setting on the line of '{key}'", stray.span,
@@ -203,10 +216,11 @@ class _Reader:
             if key not in seen and key not in typos:
                 self.error(f"attention '{clip(self.block.name)}' has no '{key}' (it is required)",
                            self.block.name_span, f"add a line: {self.USAGE[key]}")
+        self.check_expressions()
         self.cross_checks()
         if len(self.diags) > n_before:
             return None
-        return dict(self.fields, targets=self.targets, spans=self.spans)
+        return dict(self.fields, targets=self.targets, inputs=tuple(self.inputs.values()), spans=self.spans)
 
     def key_head_dim(self, s):
         vals = s.values
@@ -282,6 +296,9 @@ class _Reader:
         node = self.single(s)
         if node is None:
             return
+        if isinstance(node, (Unary, Binary, Index)) or (isinstance(node, Call) and node.name in FUNCTIONS):
+            self.exprs["mask"] = node  # checked once the inputs are known (check_expressions)
+            return
         kinds = ("none", "causal", "causal(bottom_right)", "window", "custom")
         if isinstance(node, Word):
             if node.text in ("none", "causal", "custom"):
@@ -318,6 +335,124 @@ class _Reader:
             return
         hint = did_you_mean(node.name, ["causal", "window"]) or f"write: {self.USAGE['mask']}"
         self.error(f"unknown mask '{clip(node.name)}(...)'", node.span, hint)
+
+    def key_score(self, s):
+        node = self.single(s)
+        if node is None:
+            return
+        if isinstance(node, Pair):
+            self.usage("score", node, f"unexpected '{_shown(node)}'")
+            return
+        self.exprs["score"] = node
+
+    def key_input(self, s):
+        """`input NAME[AXES] DTYPE [grad]`: one Input, reported with every problem it has."""
+        vals = s.values
+        if not vals:
+            self.usage("input", _At(s.key_span), "missing value")
+            return
+        decl = vals[0]
+        if isinstance(decl, Word):
+            self.error(f"input '{clip(decl.text)}' needs its axes", decl.span,
+                       f"write e.g.: input {clip(decl.text)}[b, h] f32")
+            return
+        if not isinstance(decl, Index):
+            self.usage("input", decl, f"expected NAME[AXES], not '{_shown(decl)}'")
+            return
+        ok = self.input_name(decl)
+        if not ok:  # a reserved or repeated name: reads of it are not reported again
+            self.bad_inputs.add(decl.name)
+        axes = []
+        for a in decl.indices:
+            if isinstance(a, Word) and a.text in INDEX_NAMES:
+                axes.append(a.text)
+            elif isinstance(a, Number) and isinstance(a.value, int):
+                n = self.integer("input axis", a, 1)
+                ok &= n is not False
+                axes.append(n)
+            else:
+                word = a.text if isinstance(a, Word) else ""
+                hint = did_you_mean(word, INDEX_NAMES) if word else None
+                if word in VARS:
+                    hint = f"{word} is not an axis: axes are {', '.join(INDEX_NAMES)} or sizes"
+                self.error(f"an input's axis is an index name ({', '.join(INDEX_NAMES)}) or a positive integer, "
+                           f"not '{_shown(a)}'", a.span, hint)
+                ok = False
+        if len(vals) < 2:
+            self.error(f"input '{decl.name}' needs its dtype", decl.span,
+                       f"write e.g.: input {decl.show()} f32  (dtypes: {', '.join(INPUT_DTYPES)})")
+            return
+        dtype = self.choice("input", vals[1], INPUT_DTYPES, INPUT_DTYPE_ALIASES, what="input dtype")
+        grad = False
+        for extra in vals[2:3]:
+            if isinstance(extra, Word) and extra.text == "grad":
+                grad = dtype in ("f32", "f16", "bf16")
+                if dtype and not grad:  # reported; the input is still declared (no follow-on errors)
+                    self.error(f"input '{decl.name}' is {dtype}: only a real input (f32, f16, bf16) has a gradient",
+                               extra.span, "remove grad, or make the input real")
+            else:
+                hint = did_you_mean(extra.text, ["grad"]) if isinstance(extra, Word) else None
+                self.error(f"unexpected '{_shown(extra)}' after the input's dtype (only grad may follow)",
+                           extra.span, hint)
+                ok = False
+        if len(vals) > 3:
+            self.usage("input", vals[3], "too many values")
+            ok = False
+        if ok and dtype:
+            self.inputs[decl.name] = Input(decl.name, tuple(axes), dtype, grad)
+            self.spans[f"input.{decl.name}"] = s.span
+        elif decl.name not in self.inputs:
+            self.bad_inputs.add(decl.name)
+
+    def input_name(self, decl) -> bool:
+        """Whether an input may take the name `decl.name` (reported where not)."""
+        name = decl.name
+        why = ("it names an index or length in expressions" if name in VARS else
+               "it names a function" if name in FUNCTIONS else
+               "it is a keyword of the kernel call" if name in CALL_KEYWORDS else
+               f"names are at most {MAX_NAME_LENGTH} characters" if len(name) > MAX_NAME_LENGTH else
+               "names starting with '__' are reserved" if name.startswith("__") else None)
+        if why:
+            self.error(f"an input may not be named '{clip(name)}': {why}", decl.name_span, "choose another name")
+            return False
+        if name in self.inputs:
+            first = self.spans[f"input.{name}"].line
+            self.error(f"duplicate input '{name}' (first on line {first})", decl.name_span, "remove one of them")
+            return False
+        return True
+
+    def check_expressions(self):
+        """Type the mask and score expressions (the inputs are all read by now), and check the
+        inputs against them: each is read by one, and a `grad` input by the score."""
+        for key in ("mask", "score"):
+            node = self.exprs.get(key)
+            if node is None:
+                continue
+            self.spans[f"{key}.expr"] = node.span
+            e = Checker(self.error, self.inputs, key, self.bad_inputs).check(node)
+            if e is None:
+                continue
+            if key == "mask":
+                self.fields["mask"] = Mask("expr", expr=e)
+            else:
+                self.fields["score"] = e
+        if "score" in self.exprs and "softcap" in self.fields:
+            self.error("a score expression and a softcap together: which one applies first is not said",
+                       self.exprs["score"].span, "write the soft-cap in the score: score C * tanh(s / C)")
+        read = {key: inputs_read(self.fields.get(key) if key == "score" else self.fields["mask"].expr)
+                for key in ("mask", "score") if key in self.fields and (key == "score" or
+                                                                         self.fields["mask"].kind == "expr")}
+        failed = {key for key in self.exprs if key not in read}  # an expression with errors: no more
+        for inp in self.inputs.values():
+            span = self.spans[f"input.{inp.name}"]
+            if failed:
+                break
+            if inp.grad and inp.name not in read.get("score", ()):
+                self.error(f"input '{inp.name}' has grad, but the score does not read it", span,
+                           f"read it in the score (e.g. score s + {inp.name}[...]), or remove grad")
+            elif not any(inp.name in r for r in read.values()):
+                self.error(f"input '{inp.name}' is read by no expression", span,
+                           "read it in `score` or `mask`, or remove the line")
 
     def key_softcap(self, s):
         node = self.single(s)
@@ -540,7 +675,7 @@ _FIELD_TYPES = {
     "name": (str,), "head_dim_qk": (int,), "head_dim_v": (int,), "dtype": (str,), "heads_q": (int, _NONE),
     "heads_kv": (int, _NONE), "acc_qk": (str,), "acc_pv": (str,), "mask": (Mask,), "softcap": (int, float, _NONE),
     "scale": (int, float, _NONE), "tile": (Tile,), "schedule": (Schedule,), "kv_cache": (KVCache,),
-    "targets": (tuple,),
+    "targets": (tuple,), "inputs": (tuple,), "score": EXPR_TYPES + (_NONE,),
 }
 _REALS = ("softcap", "scale")
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 import math
 
+from .expr import (expr_from_data, expr_to_data, format_expr, format_input, format_number, input_from_data,
+                   input_to_data)
 from .options import target_schemas
 
 DTYPES = ("f16", "bf16", "f32")
@@ -30,13 +32,15 @@ class Mask:
     kind "causal": query i sees key j iff j <= i (top-left aligned, torch's is_causal), or
     iff j <= i + (Lk - Lq) when bottom_right. kind "window": bottom-right aligned sliding
     window, i + (Lk - Lq) - left <= j <= i + (Lk - Lq) + right. kind "custom": a mask
-    tensor given at run time.
+    tensor given at run time. kind "expr": the boolean expression `expr` (attngen.lang.expr IR)
+    says which keys a query sees.
     """
 
     kind: str = "none"
     bottom_right: bool = False
     left: int | None = None
     right: int | None = None
+    expr: object = None  # kind "expr" only
 
     @property
     def is_custom(self) -> bool:
@@ -109,6 +113,8 @@ class AttentionSpec:
     schedule: Schedule = Schedule()
     kv_cache: KVCache = KVCache()
     targets: tuple = ()  # target options given (not auto): see normalise_targets
+    inputs: tuple = ()  # attngen.lang.expr.Input, in the order declared
+    score: object = None  # the score expression (attngen.lang.expr IR), or None: the scaled score s
     spans: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -146,13 +152,6 @@ def typed_key(value):
     return (type(value), value)
 
 
-def format_number(x) -> str:
-    """Shortest text that reads back to the same value (ints stay ints)."""
-    if isinstance(x, int):
-        return str(x)
-    return repr(float(x))
-
-
 def _auto(x) -> str:
     if x is None:
         return "auto"
@@ -172,6 +171,8 @@ def format_spec(spec: AttentionSpec) -> str:
         mask = "causal(bottom_right)" if m.bottom_right else "causal"
     elif m.kind == "window":
         mask = f"window(left={m.left}, right={m.right})"
+    elif m.kind == "expr":
+        mask = format_expr(m.expr)
     else:
         mask = m.kind
     if s.schedule.kind == "split_kv":
@@ -184,7 +185,9 @@ def format_spec(spec: AttentionSpec) -> str:
         ("heads", heads),
         ("dtype", s.dtype),
         ("accumulate", f"qk={s.acc_qk} pv={s.acc_pv}"),
+        *(("input", format_input(i)) for i in s.inputs),
         ("mask", mask),
+        *((("score", format_expr(s.score)),) if s.score is not None else ()),
         ("softcap", "none" if s.softcap is None else format_number(s.softcap)),
         ("scale", _auto(s.scale)),
         ("tile", f"q={_auto(s.tile.q)} kv={_auto(s.tile.kv)} d={_auto(s.tile.d)}"),
@@ -207,7 +210,8 @@ def format_spec(spec: AttentionSpec) -> str:
 # of parsed text keeps data, never code (a pickle would run whatever its writer put in it).
 _NUM = (int, float)
 _FIELDS = {
-    Mask: {"kind": str, "bottom_right": bool, "left": (int, type(None)), "right": (int, type(None))},
+    Mask: {"kind": str, "bottom_right": bool, "left": (int, type(None)), "right": (int, type(None)),
+           "expr": (list, type(None))},
     Schedule: {"kind": str, "splits": (int, type(None))},
     KVCache: {"kind": str, "page": (int, type(None))},
     Tile: {"q": (int, type(None)), "kv": (int, type(None)), "d": (int, type(None))},
@@ -226,6 +230,10 @@ def specs_to_data(specs, source) -> list | None:
     for s in specs:
         d = {k: getattr(s, k) for k in _SPEC_FIELDS}
         d.update({k: {f: getattr(getattr(s, k), f) for f in _FIELDS[cls]} for k, cls in _PARTS.items()})
+        if s.mask.expr is not None:
+            d["mask"]["expr"] = expr_to_data(s.mask.expr)
+        d["inputs"] = [input_to_data(i) for i in s.inputs]
+        d["score"] = None if s.score is None else expr_to_data(s.score)
         d["targets"] = [[name, [list(kv) for kv in options]] for name, options in s.targets]
         spans = {}
         for key, span in s.spans.items():
@@ -255,9 +263,13 @@ def specs_from_data(data, source) -> list:
     specs = []
     for d in data:
         _typed(d, {**{k: object for k in _SPEC_FIELDS}, **{k: object for k in _PARTS}, "targets": list,
-                   "spans": dict}, "spec")
+                   "inputs": list, "score": (list, type(None)), "spans": dict}, "spec")
         _typed({k: d[k] for k in _SPEC_FIELDS}, _SPEC_FIELDS, "spec")
         parts = {k: cls(**_typed(d[k], _FIELDS[cls], k)) for k, cls in _PARTS.items()}
+        if parts["mask"].expr is not None:
+            parts["mask"] = Mask(**{**d["mask"], "expr": expr_from_data(d["mask"]["expr"])})
+        inputs = tuple(input_from_data(i) for i in d["inputs"])
+        score = None if d["score"] is None else expr_from_data(d["score"])
         targets = []
         for item in d["targets"]:
             name, options = item
@@ -270,5 +282,6 @@ def specs_from_data(data, source) -> list:
             if not (isinstance(pos, list) and len(pos) == 4 and all(type(x) is int for x in pos)):
                 raise ValueError(f"stored span {key}: {pos!r}")
             spans[key] = Span(source, *pos)
-        specs.append(AttentionSpec(**{k: d[k] for k in _SPEC_FIELDS}, **parts, targets=tuple(targets), spans=spans))
+        specs.append(AttentionSpec(**{k: d[k] for k in _SPEC_FIELDS}, **parts, targets=tuple(targets), inputs=inputs,
+                                   score=score, spans=spans))
     return specs

@@ -1,7 +1,7 @@
 """Text -> syntax tree: one cached LALR parser, positions kept, lark errors made ours.
 
-The tree is small frozen dataclasses (Block, Setting, Word, Number, Pair, Call), each with
-a Span. Nothing here knows which keys exist; that is attngen.lang.reader's job.
+The tree is small frozen dataclasses (Block, Setting, Word, Number, Pair, Call, and in the
+expressions of `mask`, `score` and `input` also Unary, Binary, Index), each with a Span. Nothing here knows which keys exist; that is attngen.lang.reader's job.
 """
 
 from __future__ import annotations
@@ -58,6 +58,44 @@ class Call:
 
     def show(self) -> str:
         return f"{self.name}({', '.join(a.show() for a in self.args)})"
+
+
+@dataclass(frozen=True)
+class Unary:
+    """`-x` or `!x` in an expression (a negated number literal is read as a Number)."""
+
+    op: str
+    operand: object
+    span: Span = field(compare=False)
+
+    def show(self) -> str:
+        return f"{self.op}{self.operand.show()}"
+
+
+@dataclass(frozen=True)
+class Binary:
+    """`left OP right` in an expression: || && == != < <= > >= + - * / // %."""
+
+    op: str
+    left: object
+    right: object
+    span: Span = field(compare=False)
+
+    def show(self) -> str:
+        return f"{self.left.show()} {self.op} {self.right.show()}"
+
+
+@dataclass(frozen=True)
+class Index:
+    """`name[i, j, ...]`: an element of an input tensor."""
+
+    name: str
+    name_span: Span = field(compare=False)
+    indices: tuple
+    span: Span = field(compare=False)
+
+    def show(self) -> str:
+        return f"{self.name}[{', '.join(i.show() for i in self.indices)}]"
 
 
 @dataclass(frozen=True)
@@ -125,6 +163,25 @@ class _ToAst(Transformer):
         name, *args = items
         return Call(str(name), tuple(a for a in args if a is not None), self._s(meta))
 
+    @v_args(meta=True)
+    def binary(self, meta, items):
+        left, op, right = items
+        return Binary(str(op), left, right, self._s(meta))
+
+    @v_args(meta=True)
+    def unary(self, meta, items):
+        op, operand = items
+        if str(op) == "-" and isinstance(operand, Number) and not operand.text.startswith("-"):
+            # `-1`: the literal -1 (as the signed numbers of other settings read), so that
+            # `window(left=-1)` is the number it always was
+            return Number(-operand.value, "-" + operand.text, self._s(meta))
+        return Unary(str(op), operand, self._s(meta))
+
+    @v_args(meta=True)
+    def index(self, meta, items):
+        name, *indices = items
+        return Index(str(name), self._s(name), tuple(indices), self._s(meta))
+
     def word(self, items):
         (tok,) = items
         return Word(str(tok), self._s(tok))
@@ -147,13 +204,23 @@ class _ToAst(Transformer):
 _TOKEN_NAMES = {
     "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('", "RPAR": "')'", "EQUAL": "'='",
     "COMMA": "','", "_NL": "a new line", "NAME": "a name", "NUMBER": "a number",
-    "ATTENTION": "'attention'", "$END": "the end of the file",
+    "ATTENTION": "'attention'", "$END": "the end of the file", "UNUMBER": "a number",
+    "LSQB": "'['", "RSQB": "']'", "NEG": "'-'", "BANG": "'!'",
+    "MASK": "a name", "SCORE": "a name", "INPUT": "a name",  # keywords only where a setting starts
 }
+# The operators between two operands: an error after an operand names them once, as "an operator".
+_OPERATORS = {"OROR", "ANDAND", "CMP", "ADDOP", "MULOP"}
+_EXPRESSION_KEYS = ("mask", "score", "input")
+# Tokens of expressions only: where no expression is parsed they are characters the file may not hold.
+_EXPRESSION_TOKENS = _OPERATORS | {"NEG", "BANG", "LSQB", "RSQB"}
 
 
 def _describe(expected) -> str:
-    names = sorted({_TOKEN_NAMES.get(e, e) for e in expected})
-    return ", ".join(names[:-1]) + (" or " if len(names) > 1 else "") + names[-1] if names else "nothing"
+    names = sorted({_TOKEN_NAMES.get(e, e) for e in expected if e not in _OPERATORS})
+    if not names:
+        return "an operator" if _OPERATORS & set(expected) else "nothing"
+    listed = ", ".join(names[:-1]) + (" or " if len(names) > 1 else "") + names[-1]
+    return listed + (" (or an operator)" if _OPERATORS & set(expected) else "")
 
 
 def _end_of_text(source: Source) -> tuple[int, int]:
@@ -177,20 +244,37 @@ def _unclosed_block(source: Source, upto_line: int) -> int | None:
     return None
 
 
+def _bad_character(source: Source, pos: int) -> tuple[str, str | None]:
+    """The message and hint for a character the grammar does not take at offset `pos`."""
+    ch = source.text[pos] if pos < len(source.text) else ""
+    shown = repr(ch) if ch.isprintable() else f"U+{ord(ch):04X}" if ch else "end of file"
+    before = source.text[pos - 1] if pos > 0 else ""
+    in_name = before.isascii() and (before.isalnum() or before == "_")
+    hint = None
+    if ch and ((ch in "-." and in_name) or (ch.isalpha() and not ch.isascii())):
+        hint = "names are ASCII letters, digits and '_', starting with a letter or '_'"
+    elif ch and ch.isdigit() and not ch.isascii():
+        hint = "numbers are written with the ASCII digits 0-9"
+    return f"unexpected character {shown}", hint
+
+
 def _syntax_error(source: Source, err: lark.exceptions.UnexpectedInput) -> Diagnostic:
     line, col = max(err.line, 1), max(err.column, 1)
     hint = None
     if isinstance(err, lark.exceptions.UnexpectedCharacters):
-        ch = source.text[err.pos_in_stream] if err.pos_in_stream < len(source.text) else ""
-        shown = repr(ch) if ch.isprintable() else f"U+{ord(ch):04X}" if ch else "end of file"
-        msg = f"unexpected character {shown}"
-        before = source.text[err.pos_in_stream - 1] if err.pos_in_stream > 0 else ""
-        in_name = before.isascii() and (before.isalnum() or before == "_")
-        if ch and ((ch in "-." and in_name) or (ch.isalpha() and not ch.isascii())):
-            hint = "names are ASCII letters, digits and '_', starting with a letter or '_'"
-        elif ch and ch.isdigit() and not ch.isascii():
-            hint = "numbers are written with the ASCII digits 0-9"
+        msg, hint = _bad_character(source, err.pos_in_stream)
         end_col = col + 1
+    elif (isinstance(err, lark.exceptions.UnexpectedToken) and err.token.type in _EXPRESSION_TOKENS
+          and not _EXPRESSION_TOKENS & set(err.expected)):
+        # an operator outside an expression (`scale -inf`, `attention x*/`): a character the file
+        # may not hold there, reported as before expressions existed
+        msg, hint = _bad_character(source, err.token.start_pos)
+        end_col = col + 1
+        key = source.line(line).split("#", 1)[0].split()[:1]
+        if hint is None and key and err.token.type not in ("ADDOP", "NEG"):  # `maks k <= q`
+            close = did_you_mean(key[0], _EXPRESSION_KEYS)
+            if close:
+                hint = f"{close} (expressions follow {', '.join(_EXPRESSION_KEYS)} only)"
     elif isinstance(err, lark.exceptions.UnexpectedEOF):
         msg = f"unexpected end of file; expected {_describe(err.expected)}"
         line, col = _end_of_text(source)
@@ -216,7 +300,7 @@ def _syntax_error(source: Source, err: lark.exceptions.UnexpectedInput) -> Diagn
                 hint = did_you_mean(str(tok), ["attention"]) or "a file holds `attention NAME { ... }` blocks"
             elif tok.type == "RBRACE" and "ATTENTION" in err.expected:
                 hint = "this '}' closes no block: is there one '}' too many?"
-            elif tok.type == "NUMBER" and set(err.expected) == {"NAME"}:
+            elif tok.type in ("NUMBER", "UNUMBER") and set(err.expected) == {"NAME"}:
                 hint = "names are ASCII letters, digits and '_', starting with a letter or '_'"
             elif tok.type == "COMMA" and "RBRACE" in err.expected:
                 hint = "separate a target's options with spaces, not commas"

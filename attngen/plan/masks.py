@@ -109,8 +109,9 @@ def window_block(left: int, right: int, q_off: int, k_off: int, n: int):
 
 
 def visible(mask: Mask, len_q: int, len_k: int) -> np.ndarray | None:
-    """(Lq, Lk) boolean visibility of a structured mask (None: every key is visible)."""
-    if mask.kind in ("none", "custom"):
+    """(Lq, Lk) boolean visibility of a structured mask (None: every key is visible, or the
+    mask is given at run time: custom, or an expression, which attngen.reference evaluates)."""
+    if mask.kind in ("none", "custom", "expr"):
         return None
     lo, hi = key_interval(mask, np.arange(len_q), len_q, len_k)
     j = np.arange(len_k)[None, :]
@@ -119,8 +120,9 @@ def visible(mask: Mask, len_q: int, len_k: int) -> np.ndarray | None:
 
 def visible_pairs(mask: Mask, len_q: int, len_k: int) -> int:
     """How many (query, key) pairs the mask lets through (the work that counts as FLOPs; custom
-    counts every pair). Each row sees one interval of keys: a sum over rows, in chunks."""
-    if mask.kind in ("none", "custom"):
+    counts every pair, as does an expression). Each row sees one interval of keys: a sum over
+    rows, in chunks."""
+    if mask.kind in ("none", "custom", "expr"):
         return len_q * len_k
     total = 0
     for r0 in range(0, len_q, 1 << 20):

@@ -65,9 +65,13 @@ WORDS = ["attention", "head_dim", "heads", "dtype", "accumulate", "mask", "softc
          "schedule", "kv_cache", "target", "cuda", "wgsl", "f16", "bf16", "f32", "none", "causal",
          "bottom_right", "top_left", "window", "left", "right", "custom", "auto", "fused", "split_kv",
          "two_pass", "contiguous", "paged", "page", "q", "kv", "qk", "v", "pv", "d", "warps", "stages",
-         "workgroup", "subgroups", "on", "off", "any", "x", "_", "__x", "nan", "inf", "caual", "fp16"]
+         "workgroup", "subgroups", "on", "off", "any", "x", "_", "__x", "nan", "inf", "caual", "fp16",
+         # score and mask expressions, inputs
+         "score", "input", "s", "b", "h", "hkv", "Lq", "Lk", "w", "where", "abs", "clamp", "floor", "grad",
+         "i32", "bool"]
 PUNCT = ["{", "}", "(", ")", "=", ",", "\n", "\r\n", " ", "\t", "# comment\n", "#", "-", "+", ".", "e",
-         "\x00", "\ufeff", "\u2028", "\f", "\r", "é", "*/", "\\", '"']
+         "\x00", "\ufeff", "\u2028", "\f", "\r", "é", "*/", "\\", '"',
+         "[", "]", "<=", "==", "!=", "<", "||", "&&", "!", "//", "%", "*", "/"]
 NUMBERS = st.one_of(
     st.integers(-10, 2000).map(str),
     st.integers(-(10**50), 10**50).map(str),

@@ -33,7 +33,7 @@ LAYERS = [
     # The oracle checks its inputs by the kernels' own rules (runtime.launch.resolve,
     # runtime.blockmask), so it sits above the runtime; what compares kernels with it
     # (harness/: attngen run, attngen tune) sits above both.
-    ("attngen.reference", 5),
+    ("attngen.reference", 5), ("attngen.reference_expr", 5),
     ("attngen.backends", 6),
     ("attngen.harness", 7),
     ("attngen.api", 8), ("attngen.cli", 8), ("attngen.__main__", 8), ("attngen", 8),

@@ -54,14 +54,15 @@ class WgslBackend(Backend):
     source_suffix = "wgsl"
 
     def check(self, spec, profile):
-        problems = []
+        problems = self.expression_problems(spec)
         if spec.dtype not in profile.storage_dtypes:
             if spec.dtype == "bf16":
                 problems.append(Problem("dtype bf16 is not available: WGSL has no bf16 type", key="dtype",
                                         hint="use dtype f16 (packed in u32 words where shader-f16 is missing) or f32 for WGSL; "
                                              "bf16 runs on cuda"))
             else:
-                problems += super().check(spec, profile)
+                problems.append(Problem(f"dtype {spec.dtype} is not available (has: "
+                                        f"{', '.join(profile.storage_dtypes)})", key="dtype"))
         from .config import f16_storage
         storage = f16_storage(spec, profile)
         f16_math = "f16" in (spec.acc_qk, spec.acc_pv)
