@@ -1,7 +1,8 @@
 """Text -> syntax tree: one cached LALR parser, positions kept, lark errors made ours.
 
 The tree is small frozen dataclasses (Block, Setting, Word, Number, Pair, Call, and in the
-expressions of `mask`, `score` and `input` also Unary, Binary, Index), each with a Span. Nothing here knows which keys exist; that is attngen.lang.reader's job.
+expressions of `mask`, `score` and `input` also Unary, Binary, Index), each with a Span.
+Nothing here knows which keys exist; that is attngen.lang.reader's job.
 """
 
 from __future__ import annotations
