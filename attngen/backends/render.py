@@ -12,6 +12,7 @@ import math
 
 import jinja2
 
+from ..lang.expr import format_expr
 from ..plan import masks
 from ..plan.kernel_plan import F16_SCORE_BOUND, LN2, LOG2E, KernelPlan
 from ..resources import generator_version, resource_dir
@@ -93,6 +94,8 @@ def mask_doc(plan: KernelPlan) -> str:
 
 def transform_doc(plan: KernelPlan) -> str:
     s = "s" if plan.prescale_q else "scale * s"
+    if plan.spec.score is not None:
+        return f"score_expr({s}, the indices), the spec's score {format_expr(plan.spec.score)}"
     if plan.softcap is not None:
         return f"softcap * tanh({s} / softcap)"
     return s

@@ -35,6 +35,13 @@ def problems(spec: AttentionSpec) -> list[Problem]:
     if spec.kv_cache.kind == "paged":
         out.append(Problem("a paged KV cache is an inference cache: its kernels have no backward", key="kv_cache",
                            hint="train with kv_cache contiguous (the default); serve with paged"))
+    if spec.score is not None or spec.mask.kind == "expr":
+        which = " and ".join(w for w, there in (("score", spec.score is not None), ("mask", spec.mask.kind == "expr"))
+                             if there)
+        out.append(Problem(f"the {which} expression{'s have' if ' and ' in which else ' has'} no backward yet: "
+                           "their gradients are not derived (issue 42)",
+                           key="score.expr" if spec.score is not None else "mask.expr",
+                           hint="attngen.reference_backward refuses them too; the forward compiles where the target takes them"))
     return out
 
 

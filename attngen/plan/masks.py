@@ -20,6 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..lang.expr import format_expr
 from ..lang.spec import Mask
 from ..limits import MAX_SEQ_LEN
 
@@ -48,6 +49,9 @@ def describe(mask: Mask) -> str:
     m = mask
     if m.kind == "none":
         return "mask none: every query row sees every key j < Lk."
+    if m.kind == "expr":
+        return (f"mask {format_expr(m.expr)}: query i sees key j iff j < Lk and the expression holds (positions "
+                "0-based, top-left, within the sequence); every element is tested.")
     if m.kind == "custom":
         return ("mask custom: a boolean or additive mask given at run time, applied per tile from a "
                 "BlockMask's lists (empty tiles skipped, full tiles unmasked); keys j < Lk.")

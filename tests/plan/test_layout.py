@@ -205,7 +205,8 @@ TARGET_ONLY = {
              "choices",  # which kernel family and which of its parts serve a spec (config asks)
              "family",  # what each family's template renders (KernelShape; emit asks)
              "backward"},  # the backward pass (issue 41): tiles, source, description, launches
-    "wgsl": {"blockmask", "manifest", "unroll"},
+    "wgsl": {"blockmask", "manifest", "unroll",
+             "expr"},  # score and mask expressions as WGSL functions (issue 42)
 }
 
 

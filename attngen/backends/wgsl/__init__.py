@@ -53,6 +53,23 @@ class WgslBackend(Backend):
     device_name = "wgpu adapter"
     source_suffix = "wgsl"
 
+    def expression_problems(self, spec):
+        """Index-only score and mask expressions compile for the forward (attngen/backends/wgsl/
+        expr.py); expressions that read inputs are refused (inputs are not passed yet). The
+        backward refuses every expression (attngen.plan.backward.problems)."""
+        from ...lang.expr import inputs_read
+        hint = "attngen.reference evaluates it; target wgsl compiles expressions of indices and s only"
+        problems = []
+        if spec.mask.kind == "expr" and inputs_read(spec.mask.expr):
+            problems.append(Problem("the mask expression reads inputs "
+                                    f"({', '.join(sorted(inputs_read(spec.mask.expr)))}): inputs are not passed "
+                                    "to target wgsl yet (issue 42)", key="mask.expr", hint=hint))
+        if spec.score is not None and inputs_read(spec.score):
+            problems.append(Problem("the score expression reads inputs "
+                                    f"({', '.join(sorted(inputs_read(spec.score)))}): inputs are not passed "
+                                    "to target wgsl yet (issue 42)", key="score.expr", hint=hint))
+        return problems
+
     def check(self, spec, profile):
         problems = self.expression_problems(spec)
         if spec.dtype not in profile.storage_dtypes:

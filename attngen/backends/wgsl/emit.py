@@ -241,6 +241,7 @@ def render_source(plan: KernelPlan) -> str:
         unwritten_bits=f"0x{WORKSPACE_FILL:08x}",
         mask_doc=mask_doc(plan),
         transform_doc=transform_doc(plan),
+        **expression_sources(plan),
         **constants(plan),
     )
     # the loops over each invocation's rows, keys and column groups, unrolled where the profile's
@@ -249,6 +250,29 @@ def render_source(plan: KernelPlan) -> str:
     if plan.details.unroll_sub_block:
         source = unroll_loops(source)
     return source
+
+
+def expression_sources(plan: KernelPlan) -> dict:
+    """The template values of the spec's score and mask expressions (issue 42; expr.py): the
+    mask section's mask_expr, the score section's score_expr with its constants, and before the
+    first of them the helpers they use ("" where the spec has none)."""
+    from . import expr as wgsl_expr
+    spec = plan.spec
+    mask = spec.mask.expr if spec.mask.kind == "expr" else None
+    helpers = wgsl_expr.helpers_of(mask, spec.score)
+    helpers = "".join(h + "\n" for h in helpers)
+    out = {"mask_expr_source": "", "score_expr_source": ""}
+    if mask is not None:
+        out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask")
+    if spec.score is not None:
+        out["score_expr_source"] = (
+            "// score expression (issue 42): the score the softmax sees, score_expr(s, b, h, hkv, q, k, Lq, Lk),\n"
+            "// of the scaled score s = SCORE_SCALE * (raw dot product) and the pair's indices (q and k 0-based,\n"
+            "// top-left, within the sequence); the kernel takes it to the log2 domain (times SCORE_LOG2E).\n"
+            f"const SCORE_SCALE: f32 = {c_float(1.0 if plan.prescale_q else plan.scale)};\n"
+            f"const SCORE_LOG2E: f32 = {c_float(LOG2E)};\n"
+            + ("" if mask is not None else helpers) + wgsl_expr.function("score_expr", spec.score, "score") + "\n")
+    return out
 
 
 def render_manifest(plan: KernelPlan) -> dict:
