@@ -38,8 +38,9 @@ def problems(spec: AttentionSpec) -> list[Problem]:
     if spec.score is not None or spec.mask.kind == "expr":
         which = " and ".join(w for w, there in (("score", spec.score is not None), ("mask", spec.mask.kind == "expr"))
                              if there)
-        out.append(Problem(f"the {which} expression{'s have' if ' and ' in which else ' has'} no backward yet: "
-                           "their gradients are not derived (issue 42)",
+        both = " and " in which
+        out.append(Problem(f"the {which} expression{'s have' if both else ' has'} no backward yet: "
+                           f"{'their gradients are' if both else 'its gradient is'} not derived (issue 42)",
                            key="score.expr" if spec.score is not None else "mask.expr",
                            hint="attngen.reference_backward refuses them too; the forward compiles where the target takes them"))
     return out

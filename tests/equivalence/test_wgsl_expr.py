@@ -184,3 +184,17 @@ def test_inputs_backward_and_cuda_are_refused():
     out, lse = kernel(q, k, v, return_lse=True)
     with pytest.raises(LaunchError, match="no backward"):
         kernel.backward(q, k, v, out, lse, np.ones_like(out))
+
+
+def test_lk_is_the_sequence_length_with_kv_lens():
+    """Lk (and k's range) are each sequence's own with kv_lens, as in the reference."""
+    require("wgsl")
+    spec = _spec("f32", mask="k <= q + Lk - Lq && k >= Lk - 9", score="s - 0.1 * (Lk - k)")
+    q, k, v = random_qkv(spec, 3, 5, 40, seed=3)
+    kv_lens = np.array([40, 17, 6], np.int32)
+    ref, ref_lse = reference(spec, q, k, v, kv_lens=kv_lens, return_lse=True)
+    out, lse = kernel_for(spec, "wgsl")(q, k, v, kv_lens=kv_lens, return_lse=True)
+    np.testing.assert_allclose(np.asarray(out, np.float64), ref, rtol=1e-4, atol=1e-5)
+    same = np.isneginf(ref_lse)
+    assert np.array_equal(np.isneginf(np.asarray(lse)), same)
+    np.testing.assert_allclose(np.asarray(lse, np.float64)[~same], ref_lse[~same], rtol=1e-5, atol=1e-5)
