@@ -198,3 +198,13 @@ def test_lk_is_the_sequence_length_with_kv_lens():
     same = np.isneginf(ref_lse)
     assert np.array_equal(np.isneginf(np.asarray(lse)), same)
     np.testing.assert_allclose(np.asarray(lse, np.float64)[~same], ref_lse[~same], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("extra", ["accumulate qk=f16 pv=f32", "target wgsl { f16=native }", "target wgsl { f16=packed }"])
+def test_f16_storage_and_accumulators(extra):
+    """With accumulate qk=f16, Q is scaled as it is staged: the raw dot product is s already."""
+    require("wgsl")
+    spec = _spec("f16", mask="abs(q // 4 - k // 4) <= 1", score="s - 0.125 * abs(q - k)", extra=extra)
+    for b, lq, lk in [(2, 7, 7), (1, 113, 37)]:
+        q, k, v = random_qkv(spec, b, lq, lk, seed=lq)
+        check_against_reference(spec, "wgsl", q, k, v)
