@@ -44,8 +44,10 @@ def wgmma_refusal(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> str | 
         return None
     if dmax > 256:
         opts = spec.options("cuda")
-        why = ("a window or custom mask" if spec.mask.kind not in ("none", "causal") else
+        why = ("a mask expression" if spec.mask.kind == "expr" else
+               "a window or custom mask" if spec.mask.kind not in ("none", "causal") else
                "softcap" if spec.softcap is not None else
+               "a score expression" if spec.score is not None else
                "producer=off" if opts.get("producer") == "off" else
                "tma=off" if opts.get("tma") == "off" else
                f"tile q={spec.tile.q}" if spec.tile.q not in (None, 2 * WARPGROUP_ROWS) else
@@ -75,6 +77,8 @@ def stored_p_refusal(spec: AttentionSpec) -> str | None:
         return f"mask {spec.mask.kind}"
     if spec.softcap is not None:
         return "softcap"
+    if spec.score is not None:
+        return "a score expression"
     if given:
         return ", ".join(given)
     return None
@@ -98,7 +102,8 @@ def producer_registers(t: CudaTiles, tma: bool, mask_kind: str, consumer_warps: 
     def consumer(p):
         return min((per_thread * threads - p * PRODUCER_THREADS) // (consumer_warps * 32) // 8 * 8, 255)
 
-    producer = (t.tma_producer_regs if tma_q else t.tma_kv_only_producer_regs)[mask_kind] if tma else t.producer_regs
+    kind = "custom" if mask_kind == "expr" else mask_kind  # (a mask expression: as many, its tile scan measured by none)
+    producer = (t.tma_producer_regs if tma_q else t.tma_kv_only_producer_regs)[kind] if tma else t.producer_regs
     if tma and persistent and t.clean_values:
         producer = max(producer, t.cleaning_producer_regs)
     producer = given or producer
@@ -143,11 +148,12 @@ def takes_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int, 
     # causal blocks take the producer up to their own auto tile kv (CudaTiles.causal_tiles)
     causal_kv = next((tile[1] for d, tile in t.causal_tiles if dmax <= d), None)
     masked_kv = causal_kv if spec.mask.kind == "causal" and causal_kv is not None else t.producer_masked_max_kv
-    masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window", "custom")
+    masked_ok = spec.mask.kind == "none" or (spec.mask.kind in ("causal", "window", "custom", "expr")
                                              and tile_kv <= masked_kv)
     # three consumer warpgroups: auto only unmasked (causal q192 no longer spills, but was not faster)
     if tile_q == 3 * WARPGROUP_ROWS:
-        return given == "on" or (spec.mask.kind == "none" and spec.softcap is None and dmax <= 128)
+        return given == "on" or (spec.mask.kind == "none" and spec.softcap is None and spec.score is None
+                                 and dmax <= 128)
     if dmax > 256:  # output column blocks exist only in the producer kernel (wgmma_refusal checked the rest)
         return True
     if dmax > 128:  # CudaTiles.wide_d_tiles: with the tensor copy engine, no mask but causal, its tile kv at most
@@ -157,7 +163,7 @@ def takes_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int, 
         return given == "on" or (tile_q == 2 * WARPGROUP_ROWS and wide_kv is not None and tile_kv <= wide_kv)
     # (softcap too: CudaTiles.producer_softcap)
     return given == "on" or (tile_q == 2 * WARPGROUP_ROWS and masked_ok
-                             and (spec.softcap is None or t.producer_softcap))
+                             and ((spec.softcap is None and spec.score is None) or t.producer_softcap))
 
 
 def wide_masked(spec: AttentionSpec, t: CudaTiles) -> bool:
@@ -166,7 +172,7 @@ def wide_masked(spec: AttentionSpec, t: CudaTiles) -> bool:
     (CudaTiles.wide_masked_tiles), where CudaTiles.wide_d_tiles has none."""
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
     return (128 < dmax <= 256 and wide_d_kv(spec, t) is None and spec.options("cuda").get("tma") != "off"
-            and (spec.mask.kind in ("window", "custom") or spec.softcap is not None))
+            and (spec.mask.kind in ("window", "custom", "expr") or spec.softcap is not None or spec.score is not None))
 
 
 def takes_split_qk(spec: AttentionSpec, t: CudaTiles) -> bool:
@@ -182,7 +188,7 @@ def wide_d_kv(spec: AttentionSpec, t: CudaTiles) -> int | None:
     """The auto tile kv of a producer kernel for head dims above 128 (CudaTiles.wide_d_tiles), or
     None where such head dims keep the plain loop (window, custom, softcap, tma=off, above 256)."""
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
-    if (spec.mask.kind not in ("none", "causal") or spec.softcap is not None
+    if (spec.mask.kind not in ("none", "causal") or spec.softcap is not None or spec.score is not None
             or spec.options("cuda").get("tma") == "off"):
         return None
     return next((max(kv for kv, _ in opts) for d, opts in t.wide_d_tiles if dmax <= d), None)

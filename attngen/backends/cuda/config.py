@@ -430,7 +430,9 @@ def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> Cuda
         opts = spec.options("cuda")
         row = profile.default_row(dmax, math)
         if spec.tile.kv is None:  # masks with more per-element state take a narrower tile kv
-            cap = t.wgmma_max_kv_by_mask.get("softcap" if spec.softcap is not None else spec.mask.kind)
+            # (a score expression as softcap, a mask expression as custom: per-element state)
+            cap = t.wgmma_max_kv_by_mask.get("softcap" if spec.softcap is not None or spec.score is not None else
+                                             "custom" if spec.mask.kind == "expr" else spec.mask.kind)
             if (spec.mask.kind == "window" and spec.softcap is None and dmax <= 128 and spec.tile.q is None
                     and row["tile_q"] == 2 * WARPGROUP_ROWS and opts.get("producer") != "off"):
                 cap = t.producer_masked_max_kv  # the widest tile kv with which auto adds the producer
@@ -447,7 +449,8 @@ def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> Cuda
             tkv, stages = _producer_wide_d_tile(spec, profile, t, masked=masked_wide)
             rows, kv = (2 * WARPGROUP_ROWS, 2 * WARPGROUP_ROWS // ROWS_PER_WARP), (tkv, opts.get("stages") or stages)
         wide_d, (wide_q, wide_kv) = t.three_group_tiles
-        if (spec.mask.kind == "none" and spec.softcap is None and dmax <= wide_d and spec.tile.q is None
+        if (spec.mask.kind == "none" and spec.softcap is None and spec.score is None and dmax <= wide_d
+                and spec.tile.q is None
                 and spec.tile.kv is None and opts.get("warps") is None and opts.get("producer") != "off"
                 and opts.get("tma") != "off"):
             rows, kv = (wide_q, wide_q // ROWS_PER_WARP), (wide_kv, opts.get("stages"))

@@ -86,7 +86,27 @@ def _variant_context(plan: KernelPlan) -> dict:
         order_bytes=plan.config.causal_order_bytes,
         keys_a=plan.config.stored_p_keys_a,  # P through memory: keys per tile of phase A
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",
+        **expression_sources(plan),
     )
+
+
+def expression_sources(plan: KernelPlan) -> dict:
+    """The template values of the spec's score and mask expressions (issue 42; expr.py): the
+    mask section's mask_expr and mask_expr_tile, the score section's score_expr, and before the
+    first of them the helpers they use ("" where the spec has none); expr_scale, the factor
+    between a raw dot product and the score expression's s."""
+    from . import expr as cuda_expr
+    spec = plan.spec
+    mask = spec.mask.expr if spec.mask.kind == "expr" else None
+    helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score))
+    out = {"mask_expr_source": "", "score_expr_source": "", "expr_scale": c_float(1.0 if plan.prescale_q else plan.scale)}
+    if mask is not None:
+        out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask") + "\n"
+                                   + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
+    if spec.score is not None:
+        out["score_expr_source"] = ("" if mask is not None else helpers) + cuda_expr.function("score_expr", spec.score,
+                                                                                             "score")
+    return out
 
 
 _PAD_DOC = {

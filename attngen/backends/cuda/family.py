@@ -177,7 +177,7 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
         out_col="col0 + wg * kHeadDimVPad + " if c.split_qk else ("col0 + " if col_blocks else ""),
         optimistic=clean_v and c.overlap and not c.producer,
         bit_mask=bit_mask,
-        fold_scale=wgmma and not softcap and not two_pass and (bit_mask or mask.kind == "none"),
+        fold_scale=wgmma and not softcap and spec.score is None and not two_pass and (bit_mask or mask.kind == "none"),
         row_bits=bit_mask and not custom,
         exp2="exp2_approx" if wgmma else "exp2f",
         mask_words=custom and c.producer,

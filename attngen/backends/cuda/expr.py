@@ -1,0 +1,344 @@
+"""Score and mask expressions (issue 42) as CUDA C++: one inline function per expression, and
+the block classification of a mask expression as a device function.
+
+    bool  mask_expr(int b, int h, int hkv, int q, int k, int Lq, int Lk)
+    float score_expr(float s, int b, int h, int hkv, int q, int k, int Lq, int Lk)
+    int   mask_expr_tile(int b, int h0, int h1, int hkv, int q0, int q1, int k0, int k1, int Lq, int Lk)
+
+The IR of attngen.lang.expr, typed: integers are int (32-bit), reals float, booleans bool; an
+integer operand of a real operation is converted with (float). `//` and `%` floor, as in the
+language (C++'s / and % truncate toward zero; expr_floor_div / expr_floor_mod correct them for
+operands of opposite signs, and give WGSL's values where C++ has none: a // 0 = a, a % 0 = 0,
+INT_MIN // -1 = INT_MIN); `where` is the conditional operator (index-only expressions read
+nothing, so either branch may be evaluated); sigmoid is 1 / (1 + expf(-x)); tanh is tanhf, the
+softcap's (CUDA's is accurate for small arguments and saturates for large ones). Every binary
+operand that is itself an operation is parenthesised.
+
+mask_expr_tile is attngen.plan.expr_blocks.classify in C++, rule for rule, for the rows q0..q1,
+keys k0..k1 and query heads h0..h1 (inclusive; b, hkv, Lq and Lk exact): 0 SKIP (no element
+visible), 1 PARTIAL, 2 FULL (every element visible). Its intervals are 64-bit (ExprIv); where
+Python's unbounded integers would leave 64 bits (a product of endpoints above 2^31, a sum above
+2^62) the interval is dropped ("not followed", as for reals), which only ever turns SKIP or FULL
+into PARTIAL. The kernels evaluate mask_expr per element in 32-bit int, which the planner's
+length bound (2^30) keeps from wrapping for the usual expressions of positions.
+
+Functions are `__host__ __device__`, so that a host program can check them against the Python
+rules (tests/backends/cuda/test_expr_source.py). Only expressions over indices and `s` are
+rendered here; the backend refuses specs whose expressions read inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from ...lang.expr import BOOL, INT, REAL, Binary, Const, Fn, Load, Unary, Var, format_expr, walk
+
+INDEX_PARAMS = ("b", "h", "hkv", "q", "k", "Lq", "Lk")  # every expression function's int parameters
+_FN = "__host__ __device__ __forceinline__"
+
+_HELPERS = {
+    "floor_div": f"""\
+// Integer division rounded toward -inf, as the language's `//` (and Python's): C++'s / truncates.
+// A divisor of 0 gives a (and INT_MIN // -1 gives INT_MIN), WGSL's values, where C++ has none.
+{_FN} int expr_floor_div(int a, int b) {{
+    if (b == 0) return a;
+    if (b == -1) return (int)(0u - (unsigned)a);
+    const int t = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? t - 1 : t;
+}}
+""",
+    "floor_mod": f"""\
+// The remainder of expr_floor_div, with the sign of the divisor, as the language's `%` (and
+// Python's); a % 0 = 0.
+{_FN} int expr_floor_mod(int a, int b) {{
+    if (b == 0 || b == -1) return 0;
+    const int r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}}
+""",
+    "sigmoid": f"""\
+{_FN} float expr_sigmoid(float x) {{
+    return 1.0f / (1.0f + expf(-x));
+}}
+""",
+}
+
+
+class ExprError(ValueError):
+    """An expression the CUDA emitter does not render (one that reads an input)."""
+
+
+def _int_literal(v: int) -> str:
+    if v == -2**31:
+        return "(-2147483647 - 1)"
+    return f"{v}" if v >= 0 else f"(-{-v})"
+
+
+def _real_literal(v: float) -> str:
+    """v rounded to f32, as the shortest decimal text that reads back to that f32, with suffix f."""
+    f = struct.unpack("f", struct.pack("f", float(v)))[0]
+    if not math.isfinite(f):
+        raise ExprError(f"the constant {v!r} is not finite in f32")
+    for digits in range(1, 18):
+        text = f"{f:.{digits}g}"
+        if struct.unpack("f", struct.pack("f", float(text)))[0] == f:
+            break
+    text = repr(float(text))  # '30.0', '0.125', '1e-07': Python's shortest form of that value
+    return f"{text}f" if not text.startswith("-") else f"({text}f)"
+
+
+def helpers_of(*exprs) -> list[str]:
+    """The helper functions the expressions use (in a fixed order)."""
+    used = set()
+    for e in exprs:
+        if e is None:
+            continue
+        for n in walk(e):
+            if isinstance(n, Binary) and n.op == "//":
+                used.add("floor_div")
+            elif isinstance(n, Binary) and n.op == "%":
+                used.add("floor_mod")
+            elif isinstance(n, Fn) and n.name == "sigmoid":
+                used.add("sigmoid")
+    return [_HELPERS[k] for k in _HELPERS if k in used]
+
+
+def _as(e, t: str) -> str:
+    """e rendered as type t (REAL: an integer is converted; else as it is)."""
+    if t == REAL and e.type == INT:
+        if isinstance(e, Const):
+            return _real_literal(e.value)
+        return f"(float)({render(e)})"
+    return render(e)
+
+
+def _infix(e) -> bool:
+    """Whether e renders as an operator expression (not a call, a name or a literal)."""
+    return isinstance(e, Unary) or (isinstance(e, Binary) and e.op not in ("//", "%"))
+
+
+def _operand(e, t: str) -> str:
+    """e as an operand of a binary operator: parenthesised when it is an operation itself."""
+    text = _as(e, t)
+    return f"({text})" if _infix(e) and not (t == REAL and e.type == INT) else text
+
+
+_REAL_FN = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "abs": "fabsf", "min": "fminf",
+            "max": "fmaxf"}
+
+
+def render(e) -> str:
+    """The C++ text of IR expression `e` (its type: e.type)."""
+    if isinstance(e, Const):
+        if e.type == BOOL:
+            return "true" if e.value else "false"
+        return _int_literal(int(e.value)) if e.type == INT else _real_literal(e.value)
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Load):
+        raise ExprError(f"input '{e.input}' is read: inputs are not passed to target cuda yet")
+    if isinstance(e, Unary):
+        return f"{e.op}{_operand(e.x, e.x.type)}"
+    if isinstance(e, Binary):
+        if e.op in ("&&", "||"):
+            return f"{_operand(e.a, BOOL)} {e.op} {_operand(e.b, BOOL)}"
+        if e.op in ("//", "%"):
+            fn = "expr_floor_div" if e.op == "//" else "expr_floor_mod"
+            return f"{fn}({render(e.a)}, {render(e.b)})"
+        if e.type == BOOL:  # a comparison: of reals if either side is real
+            t = REAL if REAL in (e.a.type, e.b.type) else e.a.type
+        else:
+            t = e.type  # + - * / : the result's type (`/` is always real)
+        return f"{_operand(e.a, t)} {e.op} {_operand(e.b, t)}"
+    # Fn
+    a = e.args
+    if e.name == "where":
+        return f"({render(a[0])} ? {_as(a[1], e.type)} : {_as(a[2], e.type)})"
+    if e.name == "floor":
+        return render(a[0]) if a[0].type == INT else f"(int)floorf({render(a[0])})"
+    if e.name == "clamp":
+        if e.type == INT:
+            return f"min(max({_as(a[0], INT)}, {_as(a[1], INT)}), {_as(a[2], INT)})"
+        return f"fminf(fmaxf({_as(a[0], REAL)}, {_as(a[1], REAL)}), {_as(a[2], REAL)})"
+    if e.name in ("abs", "min", "max"):
+        name = e.name if e.type == INT else _REAL_FN[e.name]
+        return f"{name}({', '.join(_as(x, e.type) for x in a)})"
+    if e.name == "sigmoid":
+        return f"expr_sigmoid({_as(a[0], REAL)})"
+    return f"{_REAL_FN[e.name]}({_as(a[0], REAL)})"  # exp, log, sqrt, tanh
+
+
+_C_TYPE = {INT: "int", REAL: "float", BOOL: "bool"}
+
+
+def function(name: str, e, what: str) -> str:
+    """`name(...)` returning `e`, under a comment quoting the spec's expression (`what`: "mask"
+    or "score"); a score function takes s (the scaled score) first."""
+    params = ([] if what == "mask" else ["float s"]) + [f"int {p}" for p in INDEX_PARAMS]
+    return (f"// {what} {format_expr(e)}\n"
+            f"{_FN} {_C_TYPE[e.type]} {name}({', '.join(params)}) {{\n"
+            f"    return {render(e)};\n"
+            "}\n")
+
+
+# ---- the block classification (attngen.plan.expr_blocks, in C++) ------------------------------
+
+INTERVAL_HELPERS = f"""\
+// Interval analysis of a mask expression over a tile (attngen/plan/expr_blocks.py, rule for rule):
+// an integer node's [lo, hi], a boolean node's (may be false, may be true) as [lo, hi] within
+// [0, 1]; ok = false: not followed (a real, a divisor that may be 0, or beyond 64 bits), which the
+// rules read as "either" where a boolean is needed.
+struct ExprIv {{
+    long long lo, hi;
+    bool ok;
+}};
+{_FN} ExprIv iv_of(long long lo, long long hi) {{ return ExprIv{{lo, hi, true}}; }}
+{_FN} ExprIv iv_none() {{ return ExprIv{{0, 0, false}}; }}
+{_FN} ExprIv iv_either(ExprIv a) {{ return a.ok ? a : iv_of(0, 1); }}
+// endpoints small enough that a sum (2^62) or a product (2^31) stays inside 64 bits
+{_FN} bool iv_sums(ExprIv a) {{ return a.ok && a.lo >= -(1LL << 62) && a.hi <= (1LL << 62); }}
+{_FN} bool iv_products(ExprIv a) {{ return a.ok && a.lo >= -(1LL << 31) && a.hi <= (1LL << 31); }}
+{_FN} long long iv_floor_div(long long a, long long b) {{
+    const long long t = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? t - 1 : t;
+}}
+{_FN} long long iv_floor_mod(long long a, long long b) {{ return a - iv_floor_div(a, b) * b; }}
+{_FN} ExprIv iv_not(ExprIv x) {{
+    x = iv_either(x);
+    return iv_of(1 - x.hi, 1 - x.lo);
+}}
+{_FN} ExprIv iv_neg(ExprIv x) {{ return iv_sums(x) ? iv_of(-x.hi, -x.lo) : iv_none(); }}
+{_FN} ExprIv iv_and(ExprIv a, ExprIv b) {{
+    a = iv_either(a);
+    b = iv_either(b);
+    return a.hi == 0 ? a : iv_of(a.lo & b.lo, a.hi & b.hi);  // (decided by the left operand: never)
+}}
+{_FN} ExprIv iv_or(ExprIv a, ExprIv b) {{
+    a = iv_either(a);
+    b = iv_either(b);
+    return a.lo == 1 ? a : iv_of(a.lo | b.lo, a.hi | b.hi);  // (decided by the left operand: always)
+}}
+{_FN} ExprIv iv_add(ExprIv a, ExprIv b) {{
+    return iv_sums(a) && iv_sums(b) ? iv_of(a.lo + b.lo, a.hi + b.hi) : iv_none();
+}}
+{_FN} ExprIv iv_sub(ExprIv a, ExprIv b) {{
+    return iv_sums(a) && iv_sums(b) ? iv_of(a.lo - b.hi, a.hi - b.lo) : iv_none();
+}}
+{_FN} ExprIv iv_mul(ExprIv a, ExprIv b) {{
+    if (!iv_products(a) || !iv_products(b)) return iv_none();
+    const long long c0 = a.lo * b.lo, c1 = a.lo * b.hi, c2 = a.hi * b.lo, c3 = a.hi * b.hi;
+    return iv_of(min(min(c0, c1), min(c2, c3)), max(max(c0, c1), max(c2, c3)));
+}}
+// floor division is monotone in each operand on either side of 0; a divisor that may be 0: none
+{_FN} ExprIv iv_div(ExprIv a, ExprIv b) {{
+    if (!iv_sums(a) || !iv_sums(b) || (b.lo <= 0 && 0 <= b.hi)) return iv_none();
+    const long long c0 = iv_floor_div(a.lo, b.lo), c1 = iv_floor_div(a.lo, b.hi);
+    const long long c2 = iv_floor_div(a.hi, b.lo), c3 = iv_floor_div(a.hi, b.hi);
+    return iv_of(min(min(c0, c1), min(c2, c3)), max(max(c0, c1), max(c2, c3)));
+}}
+// %: the sign of the divisor; one constant divisor over one quotient keeps the order
+{_FN} ExprIv iv_mod(ExprIv a, ExprIv b) {{
+    if (!iv_sums(a) || !iv_sums(b) || (b.lo <= 0 && 0 <= b.hi)) return iv_none();
+    if (b.lo == b.hi && iv_floor_div(a.lo, b.lo) == iv_floor_div(a.hi, b.lo)) {{
+        return iv_of(iv_floor_mod(a.lo, b.lo), iv_floor_mod(a.hi, b.lo));
+    }}
+    return b.lo > 0 ? iv_of(0, b.hi - 1) : iv_of(b.lo + 1, 0);
+}}
+{_FN} ExprIv iv_lt(ExprIv a, ExprIv b) {{
+    if (!a.ok || !b.ok) return iv_of(0, 1);
+    return a.hi < b.lo ? iv_of(1, 1) : a.lo >= b.hi ? iv_of(0, 0) : iv_of(0, 1);
+}}
+{_FN} ExprIv iv_le(ExprIv a, ExprIv b) {{
+    if (!a.ok || !b.ok) return iv_of(0, 1);
+    return a.hi <= b.lo ? iv_of(1, 1) : a.lo > b.hi ? iv_of(0, 0) : iv_of(0, 1);
+}}
+{_FN} ExprIv iv_eq(ExprIv a, ExprIv b) {{
+    if (!a.ok || !b.ok) return iv_of(0, 1);
+    if (a.lo == a.hi && b.lo == b.hi && a.lo == b.lo) return iv_of(1, 1);
+    return a.hi < b.lo || b.hi < a.lo ? iv_of(0, 0) : iv_of(0, 1);
+}}
+{_FN} ExprIv iv_ne(ExprIv a, ExprIv b) {{ return iv_not(iv_eq(a, b)); }}
+// where(c, x, y): the branch c decides, else both (is_bool: either when a branch is not followed)
+{_FN} ExprIv iv_where(ExprIv c, ExprIv x, ExprIv y, bool is_bool) {{
+    c = iv_either(c);
+    if (c.lo == 1) return x;
+    if (c.hi == 0) return y;
+    if (!x.ok || !y.ok) return is_bool ? iv_of(0, 1) : iv_none();
+    return iv_of(min(x.lo, y.lo), max(x.hi, y.hi));
+}}
+{_FN} ExprIv iv_abs(ExprIv a) {{
+    if (!iv_sums(a)) return iv_none();
+    return a.lo >= 0 ? a : a.hi <= 0 ? iv_of(-a.hi, -a.lo) : iv_of(0, max(-a.lo, a.hi));
+}}
+{_FN} ExprIv iv_min(ExprIv a, ExprIv b) {{
+    return a.ok && b.ok ? iv_of(min(a.lo, b.lo), min(a.hi, b.hi)) : iv_none();
+}}
+{_FN} ExprIv iv_max(ExprIv a, ExprIv b) {{
+    return a.ok && b.ok ? iv_of(max(a.lo, b.lo), max(a.hi, b.hi)) : iv_none();
+}}
+{_FN} ExprIv iv_clamp(ExprIv x, ExprIv l, ExprIv h) {{
+    return x.ok && l.ok && h.ok ? iv_of(min(max(x.lo, l.lo), h.lo), min(max(x.hi, l.hi), h.hi)) : iv_none();
+}}
+"""
+
+_CMP = {"<": ("iv_lt", False), "<=": ("iv_le", False), ">": ("iv_lt", True), ">=": ("iv_le", True),
+        "==": ("iv_eq", False), "!=": ("iv_ne", False)}
+_ARITH = {"+": "iv_add", "-": "iv_sub", "*": "iv_mul", "//": "iv_div", "%": "iv_mod", "&&": "iv_and",
+          "||": "iv_or"}
+
+
+class _Lines:
+    """The statements of mask_expr_tile: one `const ExprIv vN = ...;` per node, children first."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def add(self, text: str) -> str:
+        name = f"v{len(self.lines)}"
+        self.lines.append(f"    const ExprIv {name} = {text};")
+        return name
+
+    def node(self, e) -> str:
+        """The variable holding node e's interval (expr_blocks.interval)."""
+        if isinstance(e, Const):
+            return self.add(f"iv_of({int(e.value)}LL, {int(e.value)}LL)" if e.type == INT else "iv_none()")
+        if isinstance(e, Var):
+            known = {"b": "b, b", "h": "h0, h1", "hkv": "hkv, hkv", "q": "q0, q1", "k": "k0, k1",
+                     "Lq": "Lq, Lq", "Lk": "Lk, Lk"}
+            return self.add(f"iv_of({known[e.name]})" if e.name in known else "iv_none()")
+        if isinstance(e, Load):
+            raise ExprError(f"input '{e.input}' is read: inputs are not passed to target cuda yet")
+        if e.type not in (INT, BOOL):
+            return self.add("iv_none()")  # a real: not followed
+        if isinstance(e, Unary):
+            x = self.node(e.x)
+            return self.add(f"iv_not({x})" if e.op == "!" else f"iv_neg({x})")
+        if isinstance(e, Binary):
+            a, b = self.node(e.a), self.node(e.b)
+            if e.type == BOOL and e.op in _CMP:
+                fn, swap = _CMP[e.op]
+                return self.add(f"{fn}({b}, {a})" if swap else f"{fn}({a}, {b})")
+            return self.add(f"{_ARITH[e.op]}({a}, {b})")
+        args = [self.node(x) for x in e.args]
+        if e.name == "where":
+            return self.add(f"iv_where({', '.join(args)}, {'true' if e.type == BOOL else 'false'})")
+        if e.name == "floor":
+            return args[0]  # of an integer (a real's is not followed: e.type is INT, its argument's none)
+        return self.add(f"iv_{e.name}({', '.join(args)})")  # abs, min, max, clamp
+
+
+def tile_function(e) -> str:
+    """`int mask_expr_tile(b, h0, h1, hkv, q0, q1, k0, k1, Lq, Lk)`: SKIP (0), PARTIAL (1) or FULL
+    (2) for rows q0..q1, keys k0..k1 and query heads h0..h1 of mask expression e (inclusive)."""
+    lines = _Lines()
+    top = lines.node(e)
+    return (f"// mask {format_expr(e)}: which elements of rows q0..q1 x keys k0..k1 (inclusive) of query\n"
+            "// heads h0..h1 are visible: 0 none (the tile is skipped), 2 all (no per-element test), 1 some\n"
+            f"{_FN} int mask_expr_tile(int b, int h0, int h1, int hkv, int q0, int q1, int k0, int k1, int Lq,\n"
+            "                                                       int Lk) {\n"
+            + "\n".join(lines.lines) + "\n"
+            f"    if (!{top}.ok) return 1;\n"
+            f"    return {top}.hi == 0 ? 0 : {top}.lo == 1 ? 2 : 1;\n"
+            "}\n")
+
