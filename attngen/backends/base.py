@@ -100,8 +100,9 @@ class Backend:
         return problems
 
     def expression_problems(self, spec: AttentionSpec) -> list[Problem]:
-        """The spec's score and mask expressions (issue 42), each refused at its expression: no
-        target compiles them yet (the float64 reference evaluates them: attngen.reference)."""
+        """The spec's score and mask expressions (issue 42), each refused at its expression: the
+        default of a target that compiles none (cuda and wgsl override it: they compile those of
+        indices and s; the float64 reference evaluates every one: attngen.reference)."""
         why = f"not compiled by target {self.name} yet (issue 42)"
         hint = "attngen.reference evaluates it; for a kernel today, use a named mask or mask custom"
         problems = []
