@@ -199,14 +199,14 @@ SHARED_JOBS = {
     "kernel": "the compiled Kernel subclass and its compile",
     "launch": "a call's launches: what runs on the device, in order",
     "args": "a call's parameters packed for the device",
+    "expr": "score and mask expressions as the target's functions (issue 42)",
 }
 TARGET_ONLY = {
     "cuda": {"nvrtc", "tensor_maps", "torch_op",
              "choices",  # which kernel family and which of its parts serve a spec (config asks)
              "family",  # what each family's template renders (KernelShape; emit asks)
              "backward"},  # the backward pass (issue 41): tiles, source, description, launches
-    "wgsl": {"blockmask", "manifest", "unroll",
-             "expr"},  # score and mask expressions as WGSL functions (issue 42)
+    "wgsl": {"blockmask", "manifest", "unroll"},
 }
 
 
