@@ -129,6 +129,22 @@ def test_every_family(family):
         _check(spec, q, k, v, profile)
 
 
+@pytest.mark.parametrize("extra", ["tile q=16 kv=16", "tile q=16 kv=16\nschedule split_kv(3)",
+                                   "tile q=16 kv=16\nschedule two_pass", "tile q=64 kv=16\ntarget cuda { warps=4 }",
+                                   "schedule split_kv(2)\ntarget cuda { key_warps=2 }",
+                                   "kv_cache paged(page=16)\ntile q=16 kv=16"])
+def test_holes_of_the_key_range_are_skipped(extra):
+    """Small tiles in a wide neighbourhood: between the visible tiles of a block lie tiles no row
+    of it sees (rows 0..15 and keys 32..47 of `abs(q % 64 - k % 64) <= 1`), which the plain loop
+    neither copies nor computes (tests/backends/cuda/test_expr_source.py: which families)."""
+    require("cuda")
+    spec = _spec("f16", mask="abs(q // 64 - k // 64) <= 1 && abs(q % 64 - k % 64) <= 1",
+                 score="s - 0.125 * abs(q - k)", extra=extra)
+    for b, lq, lk in [(1, 113, 113), (2, 200, 300), (1, 300, 37)]:
+        q, k, v = random_qkv(spec, b, lq, lk, seed=lq + 3 * lk)
+        _check(spec, q, k, v, "cuda-sm80")
+
+
 @pytest.mark.parametrize("profile", ["cuda-sm80", None])
 @pytest.mark.parametrize("extra", ["", "schedule split_kv(2)"])
 def test_kv_lens(extra, profile):

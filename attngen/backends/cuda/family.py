@@ -124,6 +124,10 @@ class KernelShape:
     table_prefetch: bool
     # the tensor copy engine's producer cleans V: bar_land
     tma_cleans: bool
+    # a mask expression in the plain loop over whole head dims: the K/V tiles of the key range that
+    # the expression hides from every row of the block (Mask::tile_is_empty) are neither copied
+    # nor computed (the holes of a 2D neighbourhood); the other loops visit them, masked
+    skip_holes: bool = False
 
 
 def shape_fields(shape: KernelShape) -> str:
@@ -192,4 +196,5 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
         clean_key_warps=clean_v and kw,
         table_prefetch=paged and spec.schedule.is_split,
         tma_cleans=c.tma and clean_v,
+        skip_holes=mask.kind == "expr" and name == "plain" and not c.chunked,
     )

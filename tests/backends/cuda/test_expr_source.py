@@ -134,6 +134,22 @@ def test_f32_source_compiles():
     _nvcc(["-cubin", "--std=c++17", "-gencode=arch=compute_80,code=sm_80"], emit_plan(plan).source)
 
 
+def test_the_plain_loop_over_whole_head_dims_skips_holes():
+    """Mask::tile_is_empty and the loop's `hole` in the plain loop over whole head dims only (the
+    families docs/language.md names)."""
+    mask = "abs(q // 8 - k // 8) <= 1 && abs(q % 8 - k % 8) <= 1"
+    for profile, extra, skips in (("cuda-sm80", "", True), ("cuda-sm80", "schedule split_kv(3)", True),
+                                  ("cuda-sm80", "tile d=32", False), ("cuda-sm90", "", False),
+                                  ("cuda-sm90", "target cuda { producer=off stages=2 }", True),
+                                  ("cuda-sm90", "target cuda { producer=off stages=3 }", False)):
+        plan = attngen.lower(_spec(mask, extra=extra), "cuda", profile)
+        source = emit_plan(plan).source
+        assert ("if (hole(it)) continue;" in source) == skips, (profile, extra)
+        assert ("tile_is_empty" in source) == skips
+    assert "tile_is_empty" not in emit_plan(attngen.lower(_spec(None, "30 * tanh(s / 30)"), "cuda",
+                                                          "cuda-sm80")).source
+
+
 def test_the_source_is_deterministic_and_existing_specs_have_no_expression_code():
     spec = _spec("k <= q && q - k < 64", "30 * tanh(s / 30)")
     assert attngen.emit(spec, target="cuda").source == attngen.emit(spec, target="cuda").source
