@@ -485,7 +485,7 @@ def main():
                     help="the WGSL section at small shapes (a software adapter such as lavapipe)")
     ap.add_argument("--only", default="",
                     help="comma-separated: dense,models,wgsl,masks,decode,head_dims,host,decode_grid,varlen,hf,"
-                         "backward,training")
+                         "backward,training,wgsl_backward")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -514,7 +514,8 @@ def main():
                           ("varlen", lambda o: varlen.section(o), varlen_rows),
                           ("hf", lambda o: hf.section(o), hf_rows),
                           ("backward", lambda o: backward.backward_section(o, quick=args.quick), bw_rows),
-                          ("training", lambda o: backward.training_section(o), bw_rows)):
+                          ("training", lambda o: backward.training_section(o), bw_rows),
+                          ("wgsl_backward", lambda o: backward.wgsl_backward_section(o, quick=args.quick), bw_rows)):
         if not only or name in only:
             try:
                 fn(out)
