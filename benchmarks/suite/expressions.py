@@ -154,7 +154,7 @@ def compile_or_refusal(spec, target: str = "cuda"):
 
 def _message(e) -> str:
     """The first line of an error (a checker's: file:line:col: error: ...)."""
-    return f"{str(e).splitlines()[0][:300]}"
+    return (str(e).splitlines() or [type(e).__name__])[0][:300]
 
 
 def dense_visible(mask_mod, batch: int, seqlen: int, device) -> torch.Tensor | None:
@@ -257,15 +257,19 @@ def section(rows, quick: bool = False):
             else:
                 print(f"expressions {label}: SDPA attn_mask: {need / 2**30:.1f} GiB of mask does not fit", flush=True)
         # attngen without the expression: the named equivalent, and the plain kernel
-        named = attngen.compile(spec_of(case, seqlen, case.named), target="cuda")
-        call = {"mask": attngen.block_mask(visible[:, None], named)} if case.custom else {}
-        no, nl = named(q, k, v, return_lse=True, **call)
-        res["forward"]["peers"]["attngen_named"] = bench_ms(lambda: named(q, k, v, **call))
-        res["backward"]["peers"]["attngen_named"] = bench_ms(lambda: named.backward(q, k, v, no, nl, dout, **call))
-        if seqlen not in plain:
-            pk = attngen.compile(spec_of(case, seqlen, "mask none"), target="cuda")
-            po, pl = pk(q, k, v, return_lse=True)
-            plain[seqlen] = (bench_ms(lambda: pk(q, k, v)), bench_ms(lambda: pk.backward(q, k, v, po, pl, dout)))
+        try:
+            named = attngen.compile(spec_of(case, seqlen, case.named), target="cuda")
+            call = {"mask": attngen.block_mask(visible[:, None], named)} if case.custom else {}
+            no, nl = named(q, k, v, return_lse=True, **call)
+            for p, fn in (("forward", lambda: named(q, k, v, **call)),
+                          ("backward", lambda: named.backward(q, k, v, no, nl, dout, **call))):
+                res[p]["peers"]["attngen_named"] = {"ms": bench_ms(fn), "spec": case.named.replace("\n ", " | ")}
+            if seqlen not in plain:
+                pk = attngen.compile(spec_of(case, seqlen, "mask none"), target="cuda")
+                po, pl = pk(q, k, v, return_lse=True)
+                plain[seqlen] = (bench_ms(lambda: pk(q, k, v)), bench_ms(lambda: pk.backward(q, k, v, po, pl, dout)))
+        except Exception as e:  # report; the row keeps what ran
+            print(f"expressions {label}: attngen named / plain: {type(e).__name__}: {_message(e)}", flush=True)
         dense = 4.0 * batch * HEADS * seqlen * seqlen * HEAD_DIM
         for i, p in enumerate(("forward", "backward")):
             scale = 1.0 if p == "forward" else 2.5
@@ -276,9 +280,9 @@ def section(rows, quick: bool = False):
                    "rel_err": r["rel_err"], "rel_err_against": "flex",
                    "attngen": _entry(r["attngen"], fwd_flops * scale),
                    "peers": {n: _entry(ms, fwd_flops * scale) for n, ms in r["peers"].items()}}
-            row["peers"]["attngen_named"]["spec"] = case.named.replace("\n ", " | ")
-            row["peers"]["attngen_plain"] = dict(_entry(plain[seqlen][i], dense * scale), spec="mask none",
-                                                 flops="dense")
+            if seqlen in plain:
+                row["peers"]["attngen_plain"] = dict(_entry(plain[seqlen][i], dense * scale), spec="mask none",
+                                                     flops="dense")
             rows.append(row)
             _print(row)
 
@@ -306,8 +310,8 @@ def _attngen(kernel, tensors, inp, res, bench_ms):
 
 
 def _entry(ms, flops) -> dict:
-    """{ms, tflops} of a time, or {ms: ..., tflops, table_grad} of flex's backward; a refusal or
-    failure ({error: ...}) as it is."""
+    """{ms, tflops} of a time, or of {ms, ...} (flex's backward with table_grad, attngen_named with
+    its spec) with tflops added; a refusal or failure ({error: ...}) as it is."""
     if isinstance(ms, dict):
         return ms if "ms" not in ms else {**ms, "tflops": flops / (ms["ms"] * 1e-3) / 1e12}
     return {"ms": ms, "tflops": flops / (ms * 1e-3) / 1e12}
