@@ -255,15 +255,18 @@ def render_source(plan: KernelPlan) -> str:
 def expression_sources(plan: KernelPlan) -> dict:
     """The template values of the spec's score and mask expressions (issue 42; expr.py): the
     mask section's mask_expr, the score section's score_expr with its constants, and before the
-    first of them the helpers they use ("" where the spec has none)."""
+    first of them the helpers and input loaders they use ("" where the spec has none);
+    reads_inputs: whether the kernel binds `inputs` (then it evaluates the expressions only
+    where the reference uses them)."""
     from . import expr as wgsl_expr
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
-    helpers = wgsl_expr.helpers_of(mask, spec.score)
+    helpers = wgsl_expr.helpers_of(mask, spec.score) + [wgsl_expr.loader(i) for i in spec.inputs]
     helpers = "".join(h + "\n" for h in helpers)
-    out = {"mask_expr_source": "", "score_expr_source": ""}
+    site_of = {id(n): at + 1 for at, (_, n) in enumerate(wgsl_expr.sites(spec))}
+    out = {"mask_expr_source": "", "score_expr_source": "", "reads_inputs": bool(spec.inputs)}
     if mask is not None:
-        out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask")
+        out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask", site_of)
     if spec.score is not None:
         out["score_expr_source"] = (
             "// score expression (issue 42): the score the softmax sees, score_expr(s, b, h, hkv, q, k, Lq, Lk),\n"
@@ -271,7 +274,8 @@ def expression_sources(plan: KernelPlan) -> dict:
             "// top-left, within the sequence); the kernel takes it to the log2 domain (times SCORE_LOG2E).\n"
             f"const SCORE_SCALE: f32 = {c_float(1.0 if plan.prescale_q else plan.scale)};\n"
             f"const SCORE_LOG2E: f32 = {c_float(LOG2E)};\n"
-            + ("" if mask is not None else helpers) + wgsl_expr.function("score_expr", spec.score, "score") + "\n")
+            + ("" if mask is not None else helpers) + wgsl_expr.function("score_expr", spec.score, "score", site_of)
+            + "\n")
     return out
 
 
