@@ -117,9 +117,11 @@ VALUES = {"batch": "B", "len_q": "Lq", "len_k": "Lk", "heads_q": "Hq", "heads_kv
 
 
 def _values(plan: KernelPlan) -> dict:
-    """VALUES plus the custom-mask fields, over the mask symbols (Bm, Hm, Lqm, Lkm, mask_additive)."""
+    """VALUES plus the inputs' offsets and the custom-mask fields, over the mask symbols (Bm, Hm, Lqm,
+    Lkm, mask_additive)."""
     nq, nk = f"ceil(Lqm / {plan.tile_q})", f"ceil(Lkm / {plan.tile_kv})"
-    return {**VALUES, "mask_additive": "mask_additive", "mask_batch": "Bm", "mask_heads": "Hm",
+    return {**VALUES, **wgsl_layout.input_offsets(plan.spec), "mask_additive": "mask_additive", "mask_batch": "Bm",
+            "mask_heads": "Hm",
             "mask_len_q": "Lqm", "mask_len_k": "Lkm", "mask_qtiles": nq, "mask_kvtiles": nk,
             "mask_counts": "0", "mask_tiles": f"Bm * Hm * {nq}", "mask_data": f"Bm * Hm * {nq} + Bm * Hm * {nq} * {nk}"}
 
@@ -307,6 +309,7 @@ def render_manifest(plan: KernelPlan) -> dict:
                            "up); nothing else (attngen/plan/formulas.py)",
         "launch_symbols": LAUNCH_SYMBOLS,
         **({"block_mask": block_mask_manifest(plan)} if plan.spec.mask.is_custom else {}),
+        **({"inputs": wgsl_layout.inputs_manifest(plan)} if plan.spec.inputs else {}),
         "backward": backward_manifest(plan),
         "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
                   "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides. Packed "
