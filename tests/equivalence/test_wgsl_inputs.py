@@ -185,3 +185,16 @@ def test_bf16_inputs_and_too_many_storage_buffers_are_refused():
     with pytest.raises(attngen.SpecError, match="needs 9 storage buffers; profile webgpu-core allows 8"):
         attngen.emit(_spec("f32", "input slopes[h] f32\nscore s - slopes[h] * abs(q - k)\nmask custom"),
                      target="wgsl", profile="webgpu-core")
+
+
+def test_attngen_run_makes_up_inputs_of_the_declared_shapes_and_dtypes():
+    from attngen.harness.runner import made_up, runtime_inputs
+    spec = _spec("f16", "input allow[h, k] bool\ninput shift[b] u8\ninput doc[b, q] i32\ninput table[h, 169] f16\n"
+                        "mask allow[h, k] || k + shift[b] <= q && doc[b, q] >= 0\nscore s + table[h, k % 169]")
+    q, k, v = random_qkv(spec, 2, 7, 20)
+    _, _, opts = runtime_inputs(spec, q, k, v, np.random.default_rng(0))
+    assert {n: (a.shape, a.dtype.name) for n, a in opts.items()} == {
+        "allow": ((6, 20), "bool"), "shift": ((2,), "uint8"), "doc": ((2, 7), "int32"), "table": ((6, 169), "float16")}
+    assert opts["doc"].max() <= 20
+    lines = made_up(spec, {"B": 2, "Lq": 7, "Lk": 20}, 0)
+    assert "input doc[b, q] i32: random integers 0 .. max(Lq, Lk)" in lines

@@ -78,7 +78,8 @@ fn expr_tanh(x: f32) -> f32 {
 
 
 class ExprError(ValueError):
-    """An expression the WGSL emitter does not render (a real constant not finite in f32)."""
+    """An expression the WGSL emitter does not render: a real constant not finite in f32, or an
+    input read outside function()."""
 
 
 def sites(spec) -> list:
@@ -166,6 +167,8 @@ def render(e, ctx: _Context | None = None) -> str:
     if isinstance(e, Var):
         return e.name
     if isinstance(e, Load):
+        if ctx is None:
+            raise ExprError(f"input '{e.input}' is read: render it within function() (its site numbers)")
         return f"in_{e.input}({ctx.site_of[id(e)]}u, {', '.join(render(i, ctx) for i in e.indices)})"
     if isinstance(e, Unary):
         return f"{e.op}{_operand(e.x, e.x.type, ctx)}"
