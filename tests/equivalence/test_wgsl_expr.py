@@ -1,7 +1,7 @@
 """Score and mask expressions over indices only (issue 42, the first emitter slice) on target
 wgsl, against the float64 reference: masks and scores, f32 and f16, odd lengths, Lq != Lk, GQA
 with groups of 3, rows that see no key; the emitter's floor division and modulo against Python's;
-the refusals (inputs, the backward, cuda)."""
+the refusals (the backward, cuda)."""
 
 from __future__ import annotations
 
@@ -159,15 +159,12 @@ def test_emitter_types_and_literals():
 
 # ---- what stays refused -------------------------------------------------------------------------
 
-def test_inputs_backward_and_cuda_are_refused():
+def test_the_backward_and_cuda_are_refused():
     reads = spec_of("head_dim 16\ndtype f32\ninput prefix[b] i32\nmask k <= q || k < prefix[b]")
-    msgs = [p.message for p in get_backend("wgsl").expression_problems(reads)]
-    assert msgs and "inputs are not passed to target wgsl yet" in msgs[0]
+    assert get_backend("wgsl").expression_problems(reads) == []  # inputs: tests/equivalence/test_wgsl_inputs.py
     index_only = _spec("f32", mask="k <= q", score="s - 0.5 * abs(q - k)")
     assert get_backend("wgsl").expression_problems(index_only) == []
     assert len(get_backend("cuda").expression_problems(index_only)) == 2
-    with pytest.raises(attngen.SpecError):
-        attngen.emit(reads, target="wgsl")
     with pytest.raises(attngen.SpecError):
         attngen.emit(index_only, target="cuda")
     from attngen.backends.wgsl.emit import backward_plan
