@@ -186,6 +186,16 @@ def score_ds(score):
     return None if score is None else derivative(score, Var("s", REAL))
 
 
+def as_real(e):
+    """`e`, typed real: an integer result (`abs(q - k)`) becomes 1.0 * it (the IR has no
+    conversion node; a renderer converts the integer operand of a real product)."""
+    if e.type == REAL:
+        return e
+    if isinstance(e, Const):
+        return Const(float(e.value), REAL)
+    return Binary("*", ONE, e, REAL)
+
+
 def loads_of(e, name: str) -> list:
     """The distinct reads of input `name` in `e`, in order of first appearance."""
     from ..lang.expr import walk

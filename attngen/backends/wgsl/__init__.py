@@ -52,11 +52,12 @@ class WgslBackend(Backend):
             return self.wall_timing
     device_name = "wgpu adapter"
     source_suffix = "wgsl"
+    backward_expressions = True  # index-only expressions, as the forward (templates/wgsl/backward.wgsl.j2)
 
     def expression_problems(self, spec):
         """Index-only score and mask expressions compile for the forward (attngen/backends/wgsl/
-        expr.py); expressions that read inputs are refused (inputs are not passed yet). The
-        backward refuses every expression (attngen.plan.backward.problems)."""
+        expr.py), and for the backward (the mask per element, d score / d s as score_expr_ds);
+        expressions that read inputs are refused (inputs are not passed yet)."""
         from ...lang.expr import inputs_read
         hint = "attngen.reference evaluates it; target wgsl compiles expressions of indices and s only"
         problems = []
@@ -145,7 +146,7 @@ class WgslBackend(Backend):
         from .emit import backward_plan
         made = backward_plan(plan)
         if made is None:
-            why = "; ".join(p.message for p in problems(plan.spec)) or (
+            why = "; ".join(p.message for p in problems(plan.spec, self.backward_expressions)) or (
                 f"head dims qk={plan.d_qk} v={plan.d_v} do not fit its blocks in 16384 bytes of workgroup memory")
             return [f"backward: none ({why})"]
         cfg, entries = made
