@@ -22,7 +22,7 @@ NP = {"f16": np.float16, "f32": np.float32}
 CASES = [
     # (id, spec body, dtype, B, Lq, Lk, Hq, Hkv)
     ("alibi-causal-7x113-g3", "score s - 0.25 * abs(q - k)\n mask k <= q + Lk - Lq", "f32", 2, 7, 113, 6, 2),
-    ("tanh-cap-113", "score 5 * tanh(s / 5)\n scale 1.5", "f32", 1, 113, 37, 3, 1),
+    ("tanh-cap-113", "score 5 * tanh(s / 4.5)\n scale 1.5", "f32", 1, 113, 37, 3, 1),
     ("band-Lq>Lk-f16", "mask k <= q && q - k < 64", "f16", 2, 113, 20, 3, 1),
     ("2d-neighbourhood", "mask abs(q // 8 - k // 8) <= 1 && abs(q % 8 - k % 8) <= 1", "f32", 1, 64, 64, 3, 3),
     ("gated-f16", "score s * sigmoid(s) + 0.5 * h - 0.0625 * abs(q - k)\n mask k < q", "f16", 2, 9, 7, 3, 1),
