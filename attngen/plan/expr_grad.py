@@ -28,7 +28,7 @@ stays 0). Booleans (comparisons, `&&`, `||`, `!`) have no derivative: they only 
 
 from __future__ import annotations
 
-from ..lang.expr import BOOL, INT, REAL, Binary, Const, Fn, Load, Unary, Var
+from ..lang.expr import BOOL, INT, REAL, Binary, Const, Fn, Load, Unary, Var, walk
 
 ZERO, ONE = Const(0.0, REAL), Const(1.0, REAL)
 
@@ -42,8 +42,9 @@ def _const(value, t: str) -> Const:
 
 
 def _factors(e) -> list:
-    """The factors of a product tree (through `*` only)."""
-    if isinstance(e, Binary) and e.op == "*":
+    """The factors of a real product tree (through real `*` only: an integer product keeps its
+    form, as it may wrap in 32 bits on a target)."""
+    if isinstance(e, Binary) and e.op == "*" and e.type == REAL:
         return _factors(e.a) + _factors(e.b)
     return [e]
 
@@ -198,7 +199,6 @@ def as_real(e):
 
 def loads_of(e, name: str) -> list:
     """The distinct reads of input `name` in `e`, in order of first appearance."""
-    from ..lang.expr import walk
     out = []
     for n in walk(e):
         if isinstance(n, Load) and n.input == name and n not in out:

@@ -26,6 +26,7 @@ CASES = [
     ("band-Lq>Lk-f16", "mask k <= q && q - k < 64", "f16", 2, 113, 20, 3, 1),
     ("2d-neighbourhood", "mask abs(q // 8 - k // 8) <= 1 && abs(q % 8 - k % 8) <= 1", "f32", 1, 64, 64, 3, 3),
     ("gated-f16", "score s * sigmoid(s) + 0.5 * h - 0.0625 * abs(q - k)\n mask k < q", "f16", 2, 9, 7, 3, 1),
+    ("integer-slope", "score s * (1 + abs(q - k) % 3)\n mask k <= q", "f32", 1, 7, 20, 3, 1),  # d/ds an integer
     ("alibi-cap-f16", "score 5 * tanh(s / 5) - 0.125 * abs(q - k)\n mask k <= q", "f16", 1, 7, 7, 6, 2),
 ]
 
