@@ -84,6 +84,21 @@ class Env:
             return np.broadcast_to(evaluate(self.spec.score, names, self.inputs, ok, "score"), s.shape).astype(np.float64)
 
 
+    def real(self, e, s: np.ndarray, ok: np.ndarray, r0: int, r1: int) -> np.ndarray:
+        """A real expression of the score's names (a derivative of the score: attngen.plan.
+        expr_grad) at the scaled scores s, used where ok, as float64 of s's shape."""
+        names = dict(self._rows(r0, r1), s=s)
+        with np.errstate(all="ignore"):
+            return np.broadcast_to(evaluate(e, names, self.inputs, ok, "score"), s.shape).astype(np.float64)
+
+    def scatter(self, grad: np.ndarray, load, values: np.ndarray, s: np.ndarray, ok: np.ndarray, r0: int, r1: int):
+        """grad[load's indices] += values at each visible pair (ok), on rows r0..r1 (np.add.at:
+        an entry read by several pairs sums them)."""
+        names = dict(self._rows(r0, r1), s=s)
+        idx = [np.broadcast_to(evaluate(i, names, self.inputs, ok, "score"), s.shape)[ok] for i in load.indices]
+        np.add.at(grad, tuple(idx), values[ok])
+
+
 def _fail(where: str, e, message: str):
     raise LaunchError(f"attngen.reference: the {where} expression: {message} in {format_expr(e)}")
 

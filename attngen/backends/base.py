@@ -52,6 +52,9 @@ class Backend:
     # The PyTorch device types (torch.device.type) whose tensors this target's kernels take, as
     # they are or as host arrays (attngen.transformers picks a target by its tensors' device).
     torch_devices: tuple = ()
+    # Whether this target's backward kernels compile score and mask expressions of indices and
+    # s (issue 42; attngen.plan.backward.problems refuses the rest).
+    backward_expressions: bool = False
 
     def torch_tags(self, torch, reads_host: bool) -> tuple:
         """torch.Tag values a PyTorch operator that calls this target's kernels must carry;

@@ -52,11 +52,13 @@ class WgslBackend(Backend):
             return self.wall_timing
     device_name = "wgpu adapter"
     source_suffix = "wgsl"
+    backward_expressions = True  # index-only expressions, as the forward (templates/wgsl/backward.wgsl.j2)
 
     def expression_problems(self, spec):
         """Score and mask expressions compile for the forward (attngen/backends/wgsl/expr.py), their
         inputs passed by keyword in one storage binding (docs/language.md); a bf16 input is refused
-        (WGSL has no bf16). The backward refuses every expression (attngen.plan.backward.problems)."""
+        (WGSL has no bf16). The backward takes index-only expressions (the mask per element, d score / d s as
+        score_expr_ds); one whose expressions read inputs is refused (attngen.plan.backward.problems)."""
         return [Problem(f"input '{i.name}' is bf16: WGSL has no bf16 type", key=f"input.{i.name}",
                         hint="declare it f32 or f16 for target wgsl; bf16 inputs are for cuda")
                 for i in spec.inputs if i.dtype == "bf16"]
@@ -144,7 +146,7 @@ class WgslBackend(Backend):
         from .emit import backward_plan
         made = backward_plan(plan)
         if made is None:
-            why = "; ".join(p.message for p in problems(plan.spec)) or (
+            why = "; ".join(p.message for p in problems(plan.spec, self.backward_expressions)) or (
                 f"head dims qk={plan.d_qk} v={plan.d_v} do not fit its blocks in 16384 bytes of workgroup memory")
             return [f"backward: none ({why})"]
         cfg, entries = made

@@ -341,7 +341,7 @@ def backward_plan(plan: KernelPlan):
     from ...plan.backward import problems
     from .config import backward_config
     from .lower import backward_entries
-    if problems(plan.spec):
+    if problems(plan.spec, expressions=True):  # (WgslBackend.backward_expressions)
         return None
     cfg = backward_config(plan)
     if cfg is None:
@@ -423,12 +423,37 @@ def backward_source(plan: KernelPlan) -> str:
         bindings=_backward_bindings(plan, entries),
         mask=plan.mask,
         mask_doc=mask_doc(plan),
+        **backward_expression_sources(plan),
         scale=scale,
         scale_doc="1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec",
         softcap=c["softcap"],
         log2e=c["log2e"],
         **extra,
     )
+
+
+def backward_expression_sources(plan: KernelPlan) -> dict:
+    """The backward template's expressions (issue 42): the mask section's mask_expr (as the
+    forward's), and score_expr with score_expr_ds, d score / d s (attngen.plan.expr_grad), for
+    the recompute section, after the helpers they use ("" where the spec has none)."""
+    from ...plan.expr_grad import as_real, score_ds
+    from . import expr as wgsl_expr
+    spec = plan.spec
+    mask = spec.mask.expr if spec.mask.kind == "expr" else None
+    ds = as_real(score_ds(spec.score)) if spec.score is not None else None
+    helpers = "".join(h + "\n" for h in wgsl_expr.helpers_of(mask, spec.score, ds))
+    out = {"mask_expr_source": "", "score_expr_source": ""}
+    if mask is not None:
+        out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask")
+    if spec.score is not None:
+        out["score_expr_source"] = (
+            "// score expression (issue 42): the score the softmax saw, score_expr(s, b, h, hkv, q, k, Lq, Lk), of\n"
+            "// the scaled score s = SCALE * Q_i . K_j and the pair's indices (q and k 0-based, top-left, within the\n"
+            "// sequence), and its derivative d score / d s (attngen.plan.expr_grad: simplified, with PyTorch's\n"
+            "// subgradients where it is not differentiable), which multiplies dS_ij.\n"
+            + ("" if mask is not None else helpers) + wgsl_expr.function("score_expr", spec.score, "score") + "\n"
+            + wgsl_expr.function("score_expr_ds", ds, "d score / d s =") + "\n")
+    return out
 
 
 _BACKWARD_TYPES_DOC = {
@@ -445,7 +470,7 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
     made = backward_plan(plan)
     if made is None:
         from ...plan.backward import problems
-        why = [p.message for p in problems(plan.spec)] or [
+        why = [p.message for p in problems(plan.spec, expressions=True)] or [
             "head dims too large for the backward's blocks (one row and one key of Q, dO, K and V in 16384 "
             "bytes of workgroup memory)"]
         return {"available": False, "why": "; ".join(why)}

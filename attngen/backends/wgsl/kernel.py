@@ -237,7 +237,7 @@ class WgslKernel(Kernel):
         from ...plan.backward import problems
         from .emit import backward_plan, backward_source
         plan = self.plan
-        found = problems(plan.spec)
+        found = problems(plan.spec, expressions=True)  # (WgslBackend.backward_expressions)
         if found:
             raise LaunchError(f"kernel '{plan.spec.name}' has no backward: " + "; ".join(p.message for p in found))
         made = backward_plan(plan)
