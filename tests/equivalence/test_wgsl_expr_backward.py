@@ -80,3 +80,21 @@ def test_refusals_stay_clear():
     assert backward_plan(attngen.lower(index_only, target="wgsl")) is not None
     with pytest.raises(LaunchError, match="reads input 't'"):
         reference_backward(reads, *(np.ones((1, 3, 1, 16)),) * 4)
+
+
+def test_backward_keywords_beyond_the_options_are_refused():
+    """kernel.backward takes no expression inputs yet: a declared one is refused with the reason, an
+    unknown keyword as unknown (LaunchError, never a TypeError)."""
+    require("wgsl")
+    plain = spec_of("head_dim 16\n dtype f32\n score s - 0.5 * abs(q - k)")
+    q = np.ones((1, 3, 1, 16), np.float32)
+    kernel = kernel_for(plain, "wgsl")
+    out, lse = kernel(q, q, q, return_lse=True)
+    with pytest.raises(LaunchError, match="unknown keyword slopes"):
+        kernel.backward(q, q, q, out, lse, out, slopes=np.ones(1, np.float32))
+    reads = spec_of("head_dim 16\n dtype f32\n input t[h] f32\n score s + t[h]")
+    kernel = kernel_for(reads, "wgsl")
+    t = np.ones(1, np.float32)
+    out, lse = kernel(q, q, q, return_lse=True, t=t)
+    with pytest.raises(LaunchError, match="do not take expression inputs yet"):
+        kernel.backward(q, q, q, out, lse, out, t=t)

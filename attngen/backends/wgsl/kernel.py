@@ -224,10 +224,13 @@ class WgslKernel(Kernel):
                     inputs=inputs)
 
     def backward(self, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                 max_seqlen_q=None, max_seqlen_k=None):
+                 max_seqlen_q=None, max_seqlen_k=None, **inputs):
         """(dq, dk, dv) in q's, k's and v's shapes and dtype (docs/backward.md): q, k, v and the options
         as the forward call took them, that call's out and lse (return_lse=True), and dout (out's
-        shape). numpy arrays, or WgslTensor when q, k and v are all WgslTensor."""
+        shape). numpy arrays, or WgslTensor when q, k and v are all WgslTensor. Expression inputs are
+        not taken yet (a LaunchError: runtime/inputs.py)."""
+        from ...runtime.inputs import refuse_backward_inputs
+        refuse_backward_inputs(self.plan.spec, inputs, f"kernel '{self.plan.spec.name}' (wgsl) backward")
         return backward_call(self, q, k, v, out, lse, dout, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
                              cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
 
