@@ -191,7 +191,7 @@ def _render(spec, args, profile) -> str:
         if args.emit not in helpers:
             if args.emit == "backward":
                 from .plan import backward
-                why = backward.problems(spec)
+                why = backward.problems(p.spec, backends.get(p.target).backward_expressions)
                 raise UsageError(f"kernel '{spec.name}' has no backward: {why[0].message}" if why else
                                  f"target {p.target} builds no backward yet (docs/backward.md)")
             raise UsageError(f"target {p.target} emits no {args.emit} for kernel '{spec.name}' (only mask custom "
@@ -323,7 +323,7 @@ def _check_one(args, text, name, targets, diags, report) -> bool:
 def _backward_lines(p) -> list[str]:
     """The backward's plan (docs/backward.md): its entries, grids and memory, or why there is none."""
     from .plan import backward
-    why = backward.problems(p.spec)
+    why = backward.problems(p.spec, backends.get(p.target).backward_expressions)
     if why:
         return [f"backward: none ({why[0].message})"]
     lines = backends.get(p.target).describe_backward(p)  # its first line starts "backward: "

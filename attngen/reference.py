@@ -277,17 +277,22 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
     return (out, lse) if return_lse else out
 
 
-def _attend_grad(spec, q, k, v, do, o, visible, bias):
+def _attend_grad(spec, q, k, v, do, o, visible, bias, env=None, grads=None):
     """One sequence, one KV head group: the gradients of _attend's out. q (Lq, G, D), k (Lk, D),
     v (Lk, Dv), do and o (Lq, G, Dv) -> dq (Lq, G, D), dk (Lk, D), dv (Lk, Dv).
 
     With P the softmax weights and s the soft-capped scores (t = tanh(scale q.k / c)):
     dv = P^T dO; dP = dO v^T; dS = P (dP - D), D = rowsum(dO * O); through the soft-cap
-    dS *= 1 - t^2; dq = scale dS k; dk = scale dS^T q. An entry a row does not see is 0 in P
-    and dS, and contributes nothing, whatever the key's values (matmuls take non-finite values
-    as 0 where the weight is 0); a non-finite value a row does see makes its gradients
+    dS *= 1 - t^2, through a score expression (`env`) dS *= d score / d s (attngen.plan.
+    expr_grad), whose dS also flows to the `grad` inputs: `grads` maps each such input's name
+    to (its gradient array, [(Load, d score / d Load)]), and each read entry adds dS times the
+    read's derivative. dq = scale dS k; dk = scale dS^T q. An entry a row does not see is 0 in
+    P and dS, and contributes nothing, whatever the key's values (matmuls take non-finite
+    values as 0 where the weight is 0); a non-finite value a row does see makes its gradients
     non-finite. A row that sees no key has P = 0: no gradient flows through it."""
+    from .plan.expr_grad import score_ds
     scale, cap = spec.resolved_scale, spec.softcap
+    ds_expr = score_ds(spec.score) if env is not None else None
     len_q, groups = q.shape[0], q.shape[1]
     dq = np.zeros(q.shape)
     dk = np.zeros(k.shape)
@@ -301,16 +306,22 @@ def _attend_grad(spec, q, k, v, do, o, visible, bias):
     bad_do = ~np.isfinite(do).all(axis=-1)  # (Lq, G)
     for r0 in range(0, len_q, _ROW_CHUNK):
         r1 = min(r0 + _ROW_CHUNK, len_q)
-        ok, t, _, _, w = _weights(spec, q, k, visible, bias, r0, r1)
+        ok, t, _, _, w = _weights(spec, q, k, visible, bias, r0, r1, env)
         with np.errstate(invalid="ignore", over="ignore"):
             dv += np.einsum("gij,igd->jd", w, doc[r0:r1])
             seen_by_bad = ((w != 0) & bad_do[r0:r1].T[..., None]).any(axis=(0, 1))
             dv[seen_by_bad] = np.nan  # a non-finite dout row reaches the keys it sees
             d_p = np.where(ok, np.einsum("igd,jd->gij", do[r0:r1], v), 0.0)
             d_row = np.einsum("igd,igd->gi", do[r0:r1], o[r0:r1])[..., None]
-            ds = np.where(ok, w * (d_p - d_row), 0.0)
+            ds = np.where(ok, w * (d_p - d_row), 0.0)  # d loss / d (the score the softmax sees)
             if cap is not None:
                 ds = np.where(ok, ds * (1.0 - t * t), 0.0)
+            if ds_expr is not None:
+                s = np.einsum("igd,jd->gij", q[r0:r1], k) * scale
+                for grad, derivs in (grads or {}).values():
+                    for load, d_load in derivs:
+                        env.scatter(grad, load, ds * env.real(d_load, s, ok, r0, r1), s, ok, r0, r1)
+                ds = np.where(ok, ds * env.real(ds_expr, s, ok, r0, r1), 0.0)
             ds *= scale
             dq[r0:r1] = np.einsum("gij,jd->igd", ds, kc)
             dk += np.einsum("gij,igd->jd", ds, qc[r0:r1])
@@ -318,25 +329,33 @@ def _attend_grad(spec, q, k, v, do, o, visible, bias):
 
 
 def reference_backward(spec: AttentionSpec, q, k, v, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None,
-                       cu_seqlens_k=None):
+                       cu_seqlens_k=None, **inputs):
     """float64 gradients (dq, dk, dv) of the loss whose gradient with respect to the output is
     `dout`, for the attention the spec defines (the same inputs as `reference`, without paged
     caches: a cache is not trained). dq has q's shape, dk and dv k's and v's: with GQA, a KV
     head's gradient sums its group's query heads; keys past a sequence's kv_lens get 0.
 
     dout is rounded to the spec's dtype, as q, k and v are (what a backward kernel reads).
-    Score and mask expressions have no backward yet (issue 42): a LaunchError."""
-    if has_expressions(spec):
-        raise LaunchError(f"attngen.reference_backward: spec {spec.name} has score or mask expressions, whose "
-                          "gradients are not derived yet (issue 42)")
+    Score and mask expressions (issue 42) take their inputs by keyword, as `reference`; where the
+    spec declares `grad` inputs the result is (dq, dk, dv, {name: gradient}), each gradient
+    float64 of its input's shape (an entry sums d loss / d score times d score / d entry over
+    every visible pair that reads it; docs/backward.md)."""
+    from .plan.expr_grad import input_derivatives
     q = round_to_dtype(q, spec.dtype)
     k = round_to_dtype(k, spec.dtype)
     v = round_to_dtype(v, spec.dtype)
     do = round_to_dtype(dout, spec.dtype)
     out = reference(spec, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
-                    cu_seqlens_k=cu_seqlens_k)  # checks the inputs as the kernels do
+                    cu_seqlens_k=cu_seqlens_k, **inputs)  # checks the inputs as the kernels do
     if do.shape != out.shape:
         raise LaunchError(f"attngen.reference_backward: dout has shape {do.shape}; the output's is {out.shape}")
+    named = None
+    if has_expressions(spec):
+        named = check_inputs(spec, {n: None if x is None else to_numpy(x) for n, x in inputs.items()},
+                             {"b": q.shape[0], "h": q.shape[2], "hkv": k.shape[2], "q": q.shape[1],
+                              "k": k.shape[1]}, round_to_dtype)
+    grads = {i.name: (np.zeros(named[i.name].shape), input_derivatives(spec.score, i.name))
+             for i in spec.inputs if i.grad}
     mask_np = None if mask is None else to_numpy(mask)
     dq, dk, dv = np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
     if cu_seqlens_q is not None:
@@ -354,10 +373,14 @@ def reference_backward(spec: AttentionSpec, q, k, v, dout, *, mask=None, kv_lens
         for h in range(heads_kv):
             sl = slice(h * groups, (h + 1) * groups)
             vis, bias = _group_mask(mask_np, visible, b, h * groups, groups, len_q, len_k)
-            gq, gk, gv = _attend_grad(spec, qb[:, sl], kb[:, h], vb[:, h], dob[:, sl], ob[:, sl], vis, bias)
+            env = None if named is None else Env(spec, named, b, h * groups, groups, h, len_q, len_k)
+            gq, gk, gv = _attend_grad(spec, qb[:, sl], kb[:, h], vb[:, h], dob[:, sl], ob[:, sl], vis, bias,
+                                      env, grads)
             dq[iq][:, sl] = gq  # (views of dq: basic indexing)
             dk[ik][:, h] = gk
             dv[ik][:, h] = gv
+    if grads:
+        return dq, dk, dv, {name: g for name, (g, _) in grads.items()}
     return dq, dk, dv
 
 

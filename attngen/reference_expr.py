@@ -22,6 +22,7 @@ import numpy as np
 from .errors import LaunchError
 from .lang.expr import BOOL, INT, Binary, Const, Fn, Load, Unary, Var, format_expr
 from .limits import INT32_MAX
+from .runtime.inputs import check_declared
 
 _INT_RANGE = {"i32": (-INT32_MAX - 1, INT32_MAX), "u8": (0, 255), "bool": (0, 1)}
 
@@ -32,25 +33,14 @@ def has_expressions(spec) -> bool:
 
 def check_inputs(spec, given: dict, extents: dict, round_to_dtype) -> dict:
     """{name: float64 / int64 / bool array} of the spec's inputs from `given` (the keywords of
-    the call, as numpy arrays), each checked against its declaration; `extents` maps b, h, hkv,
-    q, k to the call's batch, query heads, KV heads, query rows and keys; real inputs are
-    rounded by `round_to_dtype(array, dtype)` (attngen.reference's)."""
-    declared = {i.name: i for i in spec.inputs}
-    unknown = sorted(set(given) - set(declared))
-    if unknown:
-        raise LaunchError(f"attngen.reference: unknown input{'s' if len(unknown) > 1 else ''} "
-                          f"{', '.join(unknown)} (spec {spec.name} declares: {', '.join(declared) or 'none'})")
+    the call, as numpy arrays), each checked against its declaration (unknown, missing and
+    shapes by attngen.runtime.inputs.check_declared, as the kernels check them); `extents`
+    maps b, h, hkv, q, k to the call's batch, query heads, KV heads, query rows and keys; real
+    inputs are rounded by `round_to_dtype(array, dtype)` (attngen.reference's)."""
+    arrays = check_declared(spec, given, extents, "attngen.reference")  # unknown, missing, shapes
     out = {}
-    for name, inp in declared.items():
-        if given.get(name) is None:
-            raise LaunchError(f"attngen.reference: spec {spec.name} reads input '{name}' "
-                              f"({inp.dtype}, axes [{', '.join(map(str, inp.axes))}]): pass {name}=...")
-        a = np.asarray(given[name])
-        shape = tuple(extents[x] if isinstance(x, str) else x for x in inp.axes)
-        if a.shape != shape:
-            axes = ", ".join(f"{x}={n}" if isinstance(x, str) else str(x) for x, n in zip(inp.axes, shape))
-            raise LaunchError(f"attngen.reference: input '{name}' has shape {a.shape}; its axes [{axes}] "
-                              f"need {shape}")
+    for name, inp in ((i.name, i) for i in spec.inputs):
+        a = arrays[name]
         if inp.dtype in ("f32", "f16", "bf16"):
             out[name] = round_to_dtype(a, inp.dtype)
             continue
@@ -92,6 +82,21 @@ class Env:
         names = dict(self._rows(r0, r1), s=s)
         with np.errstate(all="ignore"):
             return np.broadcast_to(evaluate(self.spec.score, names, self.inputs, ok, "score"), s.shape).astype(np.float64)
+
+
+    def real(self, e, s: np.ndarray, ok: np.ndarray, r0: int, r1: int) -> np.ndarray:
+        """A real expression of the score's names (a derivative of the score: attngen.plan.
+        expr_grad) at the scaled scores s, used where ok, as float64 of s's shape."""
+        names = dict(self._rows(r0, r1), s=s)
+        with np.errstate(all="ignore"):
+            return np.broadcast_to(evaluate(e, names, self.inputs, ok, "score"), s.shape).astype(np.float64)
+
+    def scatter(self, grad: np.ndarray, load, values: np.ndarray, s: np.ndarray, ok: np.ndarray, r0: int, r1: int):
+        """grad[load's indices] += values at each visible pair (ok), on rows r0..r1 (np.add.at:
+        an entry read by several pairs sums them)."""
+        names = dict(self._rows(r0, r1), s=s)
+        idx = [np.broadcast_to(evaluate(i, names, self.inputs, ok, "score"), s.shape)[ok] for i in load.indices]
+        np.add.at(grad, tuple(idx), values[ok])
 
 
 def _fail(where: str, e, message: str):

@@ -52,6 +52,9 @@ class Backend:
     # The PyTorch device types (torch.device.type) whose tensors this target's kernels take, as
     # they are or as host arrays (attngen.transformers picks a target by its tensors' device).
     torch_devices: tuple = ()
+    # Whether this target's backward kernels compile score and mask expressions of indices and
+    # s (issue 42; attngen.plan.backward.problems refuses the rest).
+    backward_expressions: bool = False
 
     def torch_tags(self, torch, reads_host: bool) -> tuple:
         """torch.Tag values a PyTorch operator that calls this target's kernels must carry;
@@ -101,8 +104,8 @@ class Backend:
 
     def expression_problems(self, spec: AttentionSpec) -> list[Problem]:
         """The spec's score and mask expressions (issue 42), each refused at its expression: the
-        default of a target that compiles none (cuda and wgsl override it: they compile those of
-        indices and s; the float64 reference evaluates every one: attngen.reference)."""
+        default of a target that compiles none (cuda and wgsl override it with what they compile;
+        the float64 reference evaluates every one: attngen.reference)."""
         why = f"not compiled by target {self.name} yet (issue 42)"
         hint = "attngen.reference evaluates it; for a kernel today, use a named mask or mask custom"
         problems = []

@@ -100,13 +100,17 @@ MASK_DOCUMENTS, MASK_KEEP = 3, 0.9
 
 def runtime_inputs(spec, q, k, v, rng):
     """(k, v, options) for specs that need run-time inputs, on the host: a custom mask (three
-    documents with random holes, so tiles are empty, full and partial) or a paged cache (the
-    contiguous k, v scattered over shuffled pages, with block_table and kv_lens). The same
+    documents with random holes, so tiles are empty, full and partial), a paged cache (the
+    contiguous k, v scattered over shuffled pages, with block_table and kv_lens) or expression
+    inputs (_random_input). The same
     options serve the kernel and attngen.reference; other specs get k, v and no options.
     made_up says the same in words."""
     opts = {}
     b, lq = q.shape[:2]
     lk = k.shape[1]
+    extents = {"b": b, "h": q.shape[2], "hkv": k.shape[2], "q": lq, "k": lk}
+    for inp in spec.inputs:  # expression inputs (issue 42): random values of their dtype and shape
+        opts[inp.name] = _random_input(inp, extents, rng)
     if spec.mask.is_custom:
         docs = MASK_DOCUMENTS
         same = (np.arange(lq)[:, None] * docs // lq) == (np.arange(lk)[None, :] * docs // lk)
@@ -126,10 +130,24 @@ def runtime_inputs(spec, q, k, v, rng):
     return k, v, opts
 
 
+def _random_input(inp, extents: dict, rng):
+    """An expression input of its declared shape and dtype (attngen.runtime.inputs.NUMPY_DTYPES;
+    bf16 as float32): reals standard normal / 2, integers uniform in 0 .. max(Lq, Lk), booleans
+    true with probability 1/2."""
+    from ..runtime.inputs import NUMPY_DTYPES, input_shape
+    shape = input_shape(inp, extents)
+    if inp.dtype in ("f32", "f16", "bf16"):
+        return (rng.standard_normal(shape) / 2).astype(NUMPY_DTYPES.get(inp.dtype, np.float32))
+    if inp.dtype == "bool":
+        return rng.random(shape) < 0.5
+    top = min(max(extents["q"], extents["k"]), 255 if inp.dtype == "u8" else 2**31 - 2)
+    return rng.integers(0, top + 1, size=shape).astype(NUMPY_DTYPES[inp.dtype])
+
+
 def made_up(spec, shape, seed: int) -> list[str]:
     """What draw_inputs makes up for one shape, a line per input, in words (attngen run prints
-    them): q, k, v, and where the spec needs them the custom mask and the paged cache's block
-    table and kv_lens."""
+    them): q, k, v, and where the spec needs them the custom mask, the paged cache's block
+    table and kv_lens, and the expression inputs."""
     b, lq, lk = shape["B"], shape["Lq"], shape["Lk"]
     entries = f"{b} batch entr{'y' if b == 1 else 'ies'}"
     lines = [f"q, k, v: standard normal (seed {seed}), stored as {spec.dtype}; {entries}, each one sequence of {lq} "
@@ -147,6 +165,10 @@ def made_up(spec, shape, seed: int) -> list[str]:
         lines.append(f"block_table: {per} page(s) of {page} keys per sequence, drawn at random without repeats "
                      f"from a cache of {b * per + 1} pages (one unused, random values), so pages are shuffled; "
                      f"kv_lens = {lk} for every sequence")
+    for inp in spec.inputs:
+        what = {"bool": "random booleans", "i32": "random integers 0 .. max(Lq, Lk)",
+                "u8": "random integers 0 .. min(max(Lq, Lk), 255)"}.get(inp.dtype, "standard normal / 2")
+        lines.append(f"input {inp.name}[{', '.join(map(str, inp.axes))}] {inp.dtype}: {what}")
     return lines
 
 

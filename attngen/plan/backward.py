@@ -15,6 +15,12 @@ steps, with no atomics, so the same inputs give the same bits on every run (dete
     3. dQ          per query tile i (of a batch entry and query head), over the key tiles it sees:
                    the same P_ij and dS_ij, dQ_i += dS_ij K_j
 
+Score and mask expressions (issue 42): a mask expression only chooses the visible pairs; a score
+expression multiplies dS_ij by d score / d s at the pair (attngen.plan.expr_grad), and its `grad`
+inputs take dS_ij (before that factor) times d score / d entry, summed over the pairs that read
+each entry. attngen.reference_backward computes every such gradient; a target's backward kernels
+compile the expressions its backend says (Backend.backward_expressions: those of indices and s).
+
 P is recomputed from lse in steps 2 and 3 (nothing L x L is stored: the workspace is D, B x Hq x Lq
 floats). A row that saw no key (lse = -inf) has P = 0: no gradient flows through it; a key a row
 does not see contributes nothing, whatever its values.
@@ -29,20 +35,29 @@ from .kernel_plan import Problem
 SECTIONS = ("inputs", "preprocess", "recompute P", "dK and dV", "dQ", "store")
 
 
-def problems(spec: AttentionSpec) -> list[Problem]:
-    """Why `spec` has no backward (empty: it has one)."""
+def problems(spec: AttentionSpec, expressions: bool = False) -> list[Problem]:
+    """Why `spec` has no backward (empty: it has one) on a target whose backward kernels compile
+    score and mask expressions of indices and s (`expressions`: Backend.backward_expressions) or
+    none (False). Expressions that read inputs are refused by every target's kernels yet."""
+    from ..lang.expr import inputs_read
     out = []
     if spec.kv_cache.kind == "paged":
         out.append(Problem("a paged KV cache is an inference cache: its kernels have no backward", key="kv_cache",
                            hint="train with kv_cache contiguous (the default); serve with paged"))
-    if spec.score is not None or spec.mask.kind == "expr":
-        which = " and ".join(w for w, there in (("score", spec.score is not None), ("mask", spec.mask.kind == "expr"))
-                             if there)
-        both = " and " in which
-        out.append(Problem(f"the {which} expression{'s have' if both else ' has'} no backward yet: "
-                           f"{'their gradients are' if both else 'its gradient is'} not derived (issue 42)",
-                           key="score.expr" if spec.score is not None else "mask.expr",
-                           hint="attngen.reference_backward refuses them too; the forward compiles where the target takes them"))
+    exprs = [(w, e) for w, e in (("score", spec.score), ("mask", spec.mask.expr if spec.mask.kind == "expr" else None))
+             if e is not None]
+    if exprs and not expressions:
+        which = " and ".join(w for w, _ in exprs)
+        both = len(exprs) > 1
+        out.append(Problem(f"the {which} expression{'s are' if both else ' is'} not compiled by this target's "
+                           "backward kernels yet (issue 42)", key=f"{exprs[0][0]}.expr",
+                           hint="attngen.reference_backward computes the gradients; see docs/backward.md for the "
+                                "targets whose backward compiles expressions"))
+    for what, e in exprs if expressions else ():
+        if inputs_read(e):
+            out.append(Problem(f"the {what} expression reads inputs ({', '.join(sorted(inputs_read(e)))}): the "
+                               "backward kernels do not take inputs yet (issue 42)", key=f"{what}.expr",
+                               hint="attngen.reference_backward computes the gradients, of `grad` inputs too"))
     return out
 
 

@@ -8,6 +8,12 @@ forward's out and lse), medians of CUDA events (do_bench). TFLOP/s = 2.5 x the f
 (4 B H L^2 D, halved for causal), as FlashAttention reports the backward. attngen's gradients are
 checked against SDPA flash's (relative L2 of each of dq, dk, dv; the worst is reported).
 
+wgsl_backward: attngen's WGSL backward (kernel.backward on resident WgslTensors) on the machine's
+Vulkan adapter, f16 and f32, d64 / d128, L 1k / 4k, full / causal, B L = 16384, H D = 2048 (as
+the dense grid; issue 41's goal is 5 TFLOP/s): wall time of each call to completion (the backward
+submits its three passes at once; a 4-byte read-back of dq waits for them), medians; the
+gradients checked against SDPA flash's on the GPU (f16) or its math kernel (f32).
+
 training: step time (forward + backward + AdamW) of the tiny-but-not-toy models of
 tests/hf/test_training.py's copy task at GPU widths, attn_implementation attngen vs sdpa vs
 flex_attention, and the loss curves of a few hundred steps of attngen and SDPA from one seed
@@ -149,6 +155,66 @@ def backward_masks_section(rows):
         print(f"backward {r['case']:44s} attngen {r['attngen'].get('tflops') or 0:6.1f}  flex "
               f"{flex_t or float('nan'):6.1f}  (live {live:.3f}; err vs flex {r['rel_err'] or float('nan'):.1e})",
               flush=True)
+
+
+WGSL_CASES = [(dt, d, L, m) for dt in ("f16", "f32") for d in (64, 128) for L in (1024, 4096)
+              for m in ("none", "causal")]
+WGSL_QUICK = {("f16", 128, 1024, "causal"), ("f32", 64, 1024, "none")}
+
+
+def wgsl_backward_section(rows, quick: bool = False, runs: int = 3):
+    import statistics
+    import time
+
+    import numpy as np
+
+    from attngen.backends import wgsl
+    for dtype, d, seqlen, mask in WGSL_CASES:
+        if quick and (dtype, d, seqlen, mask) not in WGSL_QUICK:
+            continue
+        batch, heads = 16384 // seqlen, 2048 // d
+        label = f"wgsl {dtype} d{d} L{seqlen} {'causal' if mask == 'causal' else 'full'}"
+        spec = attngen.parse(f"attention wbwd_d{d}_{mask}_{dtype} {{\n head_dim {d}\n dtype {dtype}\n"
+                             f" mask {mask}\n}}\n")[0]
+        row = {"suite": "backward", "case": label, "target": "wgsl", "plan": None}
+        causal = mask == "causal"
+        flops = 2.5 * 4.0 * batch * heads * seqlen * seqlen * d * (0.5 if causal else 1.0)
+        try:
+            kernel = attngen.compile(spec, target="wgsl")
+            row["plan"] = kernel.plan.summary()
+            tdt = torch.float16 if dtype == "f16" else torch.float32
+            g = torch.Generator(device="cuda").manual_seed(0)
+            shape = (batch, seqlen, heads, d)
+            q, k, v, dout = (torch.randn(shape, device="cuda", dtype=tdt, generator=g) for _ in range(4))
+            host = [x.cpu().numpy() for x in (q, k, v, dout)]
+            dev = [wgsl.WgslTensor.from_numpy(x) for x in host]
+            out, lse = kernel(*dev[:3], return_lse=True)
+
+            def call():
+                grads = kernel.backward(*dev[:3], out, lse, dev[3])
+                wgsl.device().queue.read_buffer(grads[0].buffer, 0, 4)  # waits for the passes
+                return grads
+            grads = call()
+            times = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                call()
+                times.append((time.perf_counter() - t0) * 1e3)
+            row["attngen_ms"] = statistics.median(times)
+            qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION if dtype == "f16" else SDPBackend.MATH]):
+                o = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                ref = torch.autograd.grad(o, (qt, kt, vt), dout.transpose(1, 2))
+            row["rel_err_vs_flash"] = max(
+                rel_err(torch.from_numpy(np.asarray(a.numpy(), np.float32)).cuda(), b.transpose(1, 2).float())
+                for a, b in zip(grads, ref))
+        except Exception as e:
+            row["attngen_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        r = _finish(row, flops)
+        rows.append(r)
+        print(f"backward {label:26s} attngen {r['attngen'].get('tflops') or 0:6.2f} TFLOP/s  err "
+              f"{'n/a' if r['rel_err'] is None else format(r['rel_err'], '.1e')}"
+              + (f"  ({row['attngen_error']})" if "attngen_error" in row else ""), flush=True)
 
 
 def _finish(row, flops):

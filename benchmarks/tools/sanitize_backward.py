@@ -16,6 +16,7 @@ import sys
 import numpy as np
 
 import attngen
+from attngen.backends.cuda.backward import family as backward_family
 from attngen.reference import relative_error, tolerance
 
 CASES = [
@@ -26,6 +27,14 @@ CASES = [
     ("kv_lens", "head_dim 64\n heads q=4 kv=2\n dtype f16\n mask causal(bottom_right)", {"kv_lens": [37, 70]}),
     ("packed", "head_dim 64\n heads q=4 kv=2\n dtype f16\n mask causal", {"cu": [0, 29, 29, 70]}),
     ("custom", "head_dim 64\n heads q=4 kv=2\n dtype f16\n mask custom", {"mask": True}),
+    # several key blocks and query steps of the fast family (wgmma: 128 keys, 64-row steps)
+    ("d128 causal 300x400", "head_dim 128\n heads q=3 kv=1\n dtype f16\n mask causal(bottom_right)",
+     {"shape": (300, 400)}),
+    ("d64 bf16 257x513", "head_dim 64\n heads q=2 kv=2\n dtype bf16\n mask none", {"shape": (257, 513)}),
+    ("d128 custom 200x300", "head_dim 128\n heads q=2 kv=1\n dtype f16\n mask custom",
+     {"mask": True, "shape": (200, 300)}),
+    ("deterministic", "head_dim 64\n heads q=4 kv=2\n dtype f16\n mask causal\n target cuda { backward=deterministic }",
+     {"shape": (150, 260)}),
 ]
 
 
@@ -42,7 +51,8 @@ def main() -> int:
             n = opt["cu"][-1]
             shapes = ((n, hq, spec.head_dim_qk), (n, hkv, spec.head_dim_qk), (n, hkv, spec.head_dim_v))
         else:
-            shapes = ((2, 53, hq, spec.head_dim_qk), (2, 70, hkv, spec.head_dim_qk), (2, 70, hkv, spec.head_dim_v))
+            lq, lk = opt.get("shape", (53, 70))
+            shapes = ((2, lq, hq, spec.head_dim_qk), (2, lk, hkv, spec.head_dim_qk), (2, lk, hkv, spec.head_dim_v))
         q, k, v = (rng.standard_normal(s).astype(np.float32) for s in shapes)
         kw = {}
         if "kv_lens" in opt:
@@ -52,7 +62,7 @@ def main() -> int:
         if "cu" in opt:
             kw["cu_seqlens_q"] = np.array(opt["cu"], np.int32)
         if opt.get("mask"):
-            kw["mask"] = torch.from_numpy(rng.random((2, 1, 53, 70)) < 0.5).cuda()
+            kw["mask"] = torch.from_numpy(rng.random((2, 1) + shapes[0][1:2] + shapes[1][1:2]) < 0.5).cuda()
         tq, tk, tv = (torch.from_numpy(x).cuda().to(dt) for x in (q, k, v))
         out, lse = kernel(tq, tk, tv, return_lse=True, **kw)
         dout = torch.randn_like(out)
@@ -65,7 +75,8 @@ def main() -> int:
         errs = [relative_error(g.float().cpu().numpy(), w) for g, w in zip(grads, want)]
         good = all(e <= 2 * tolerance(spec) for e in errs)
         ok &= good
-        print(f"{name:22s} dq {errs[0]:.1e} dk {errs[1]:.1e} dv {errs[2]:.1e} {'ok' if good else 'FAIL'}", flush=True)
+        family = backward_family(kernel.plan)
+        print(f"{name:22s} {family:5s} dq {errs[0]:.1e} dk {errs[1]:.1e} dv {errs[2]:.1e} {'ok' if good else 'FAIL'}", flush=True)
     return 0 if ok else 1
 
 

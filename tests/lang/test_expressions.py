@@ -223,15 +223,15 @@ def test_cuda_refuses_expressions_that_read_inputs_at_the_expression():
     assert "inputs are not passed to target cuda yet (issue 42)" in got[(5, 10)]
 
 
-def test_wgsl_refuses_expressions_that_read_inputs_at_the_expression():
-    """Target wgsl compiles index-only expressions (tests/equivalence/test_wgsl_expr.py); one that
-    reads an input is refused, at it."""
-    (s,) = attngen.parse(body("    input p[b] i32\n    mask k <= q || k < p[b]\n    score s * 0.5"), "x.attn")
+def test_wgsl_refuses_a_bf16_input_at_its_declaration():
+    """Target wgsl compiles expressions and their inputs (tests/equivalence/test_wgsl_expr.py,
+    test_wgsl_inputs.py); a bf16 input is refused (WGSL has no bf16), at its declaration."""
+    (s,) = attngen.parse(body("    input p[b] bf16\n    score s - p[b]"), "x.attn")
     with pytest.raises(attngen.SpecError) as e:
         attngen.emit(s, target="wgsl")
     got = {(d.span.line, d.span.column): d.message for d in e.value.diagnostics}
-    assert got.keys() == {(5, 10)}
-    assert "inputs are not passed to target wgsl yet (issue 42)" in got[(5, 10)]
+    assert got.keys() == {(4, 5)}
+    assert "input 'p' is bf16: WGSL has no bf16 type" in got[(4, 5)]
 
 
 def test_an_expression_after_a_misspelt_key_gets_a_hint():

@@ -282,7 +282,12 @@ class CudaKernel(Kernel):
 
     def backward(self, q, k, v, out, lse, dout, **options):
         """(dq, dk, dv) of this kernel's attention (docs/backward.md): three launches on the caller's
-        stream, outputs of q's kind (backends/cuda/backward.py, through the backend)."""
+        stream, outputs of q's kind (backends/cuda/backward.py, through the backend). Expression
+        inputs are not taken yet (a LaunchError: runtime/inputs.py)."""
+        from ...runtime.inputs import refuse_backward_inputs
+        known = ("mask", "kv_lens", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
+        refuse_backward_inputs(self.plan.spec, {n: x for n, x in options.items() if n not in known},
+                               f"kernel '{self.plan.spec.name}' (cuda) backward")
         return self.backend.run_backward(self, q, k, v, out, lse, dout, **options)
 
     def __call__(self, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,

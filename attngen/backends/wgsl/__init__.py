@@ -52,23 +52,16 @@ class WgslBackend(Backend):
             return self.wall_timing
     device_name = "wgpu adapter"
     source_suffix = "wgsl"
+    backward_expressions = True  # index-only expressions, as the forward (templates/wgsl/backward.wgsl.j2)
 
     def expression_problems(self, spec):
-        """Index-only score and mask expressions compile for the forward (attngen/backends/wgsl/
-        expr.py); expressions that read inputs are refused (inputs are not passed yet). The
-        backward refuses every expression (attngen.plan.backward.problems)."""
-        from ...lang.expr import inputs_read
-        hint = "attngen.reference evaluates it; target wgsl compiles expressions of indices and s only"
-        problems = []
-        if spec.mask.kind == "expr" and inputs_read(spec.mask.expr):
-            problems.append(Problem("the mask expression reads inputs "
-                                    f"({', '.join(sorted(inputs_read(spec.mask.expr)))}): inputs are not passed "
-                                    "to target wgsl yet (issue 42)", key="mask.expr", hint=hint))
-        if spec.score is not None and inputs_read(spec.score):
-            problems.append(Problem("the score expression reads inputs "
-                                    f"({', '.join(sorted(inputs_read(spec.score)))}): inputs are not passed "
-                                    "to target wgsl yet (issue 42)", key="score.expr", hint=hint))
-        return problems
+        """Score and mask expressions compile for the forward (attngen/backends/wgsl/expr.py), their
+        inputs passed by keyword in one storage binding (docs/language.md); a bf16 input is refused
+        (WGSL has no bf16). The backward takes index-only expressions (the mask per element, d score / d s as
+        score_expr_ds); one whose expressions read inputs is refused (attngen.plan.backward.problems)."""
+        return [Problem(f"input '{i.name}' is bf16: WGSL has no bf16 type", key=f"input.{i.name}",
+                        hint="declare it f32 or f16 for target wgsl; bf16 inputs are for cuda")
+                for i in spec.inputs if i.dtype == "bf16"]
 
     def check(self, spec, profile):
         problems = self.expression_problems(spec)
@@ -93,6 +86,14 @@ class WgslBackend(Backend):
         elif f16_math and storage == "packed":
             problems.append(Problem("accumulate f16 with f16=packed: packed storage computes in f32",
                                     key="accumulate", hint="use accumulate qk=f32 pv=f32, or f16=native"))
+        if spec.inputs:  # the inputs binding is one storage buffer more in the attention entry point
+            from .lower import main_params
+            used, most = sum(p.kind == "tensor" for p in main_params(spec)), profile.limit("storage_buffers_per_stage")
+            if used > most:
+                problems.append(Problem(f"the attention entry point with the inputs binding needs {used} storage "
+                                        f"buffers; profile {profile.name} allows {most}", key=f"input.{spec.inputs[0].name}",
+                                        hint="a custom mask and inputs do not fit together: write the mask as "
+                                             "an expression"))
         if spec.options(self.name).get("subgroups") == "on" and not profile.may_use_feature("subgroups"):
             problems.append(Problem("subgroups=on, but this profile has no subgroups feature", key="target.wgsl",
                                     hint="use subgroups=auto or off"))
@@ -145,7 +146,7 @@ class WgslBackend(Backend):
         from .emit import backward_plan
         made = backward_plan(plan)
         if made is None:
-            why = "; ".join(p.message for p in problems(plan.spec)) or (
+            why = "; ".join(p.message for p in problems(plan.spec, self.backward_expressions)) or (
                 f"head dims qk={plan.d_qk} v={plan.d_v} do not fit its blocks in 16384 bytes of workgroup memory")
             return [f"backward: none ({why})"]
         cfg, entries = made

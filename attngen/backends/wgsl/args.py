@@ -3,7 +3,8 @@
 `params_words()` fills struct Params (lower.py lists its fields) from a checked
 Launch (attngen/runtime/launch.py), and `meta_words()` packs the integer inputs into the u32 words of
 the seq_meta binding at the offsets it also records in Params: cu_seqlens_q, cu_seqlens_k,
-kv_lens, block_table, each right after the previous one (the manifest's "seq_meta" layout).
+kv_lens, block_table, each right after the previous one (the manifest's "seq_meta" layout);
+`input_words()` packs the expression inputs (issue 42) into the words of the `inputs` binding.
 Pure numpy: no wgpu here.
 """
 
@@ -37,6 +38,27 @@ def meta_words(launch: Launch) -> tuple[np.ndarray, dict]:
     if len(words) == 0:
         words = np.zeros(1, np.uint32)
     return words.astype(np.uint32), offsets
+
+
+def input_words(spec, arrays: dict) -> tuple[np.ndarray, dict]:
+    """(u32 words, {Params field input_NAME: word offset}) of the `inputs` binding: word 0 is the
+    out-of-bounds flag (0), then each input (checked: attngen.runtime.inputs.check_call_inputs) in
+    declaration order, row-major, stored as attngen/backends/wgsl/expr.py reads it (STORAGE): f32
+    and i32 as their bits, f16 widened to f32 (exact), u8 and bool as bytes, 4 per word,
+    little-endian (the last word of an input padded with zeros)."""
+    parts, offsets, at = [np.zeros(1, np.uint32)], {}, 1
+    for inp in spec.inputs:
+        a = np.ascontiguousarray(arrays[inp.name]).reshape(-1)
+        if inp.dtype in ("f32", "f16", "i32"):
+            raw = a.astype("<i4" if inp.dtype == "i32" else "<f4").tobytes()
+        else:  # u8, bool: one byte per element
+            raw = a.astype(np.uint8).tobytes()
+            raw += b"\0" * (-len(raw) % 4)
+        words = np.frombuffer(raw, dtype="<u4").astype(np.uint32)
+        offsets[f"input_{inp.name}"] = at
+        parts.append(words)
+        at += len(words)
+    return np.concatenate(parts), offsets
 
 
 def params_words(plan: KernelPlan, launch: Launch, *, write_lse: bool, offsets: dict,

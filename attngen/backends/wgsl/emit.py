@@ -117,9 +117,11 @@ VALUES = {"batch": "B", "len_q": "Lq", "len_k": "Lk", "heads_q": "Hq", "heads_kv
 
 
 def _values(plan: KernelPlan) -> dict:
-    """VALUES plus the custom-mask fields, over the mask symbols (Bm, Hm, Lqm, Lkm, mask_additive)."""
+    """VALUES plus the inputs' offsets and the custom-mask fields, over the mask symbols (Bm, Hm, Lqm,
+    Lkm, mask_additive)."""
     nq, nk = f"ceil(Lqm / {plan.tile_q})", f"ceil(Lkm / {plan.tile_kv})"
-    return {**VALUES, "mask_additive": "mask_additive", "mask_batch": "Bm", "mask_heads": "Hm",
+    return {**VALUES, **wgsl_layout.input_offsets(plan.spec), "mask_additive": "mask_additive", "mask_batch": "Bm",
+            "mask_heads": "Hm",
             "mask_len_q": "Lqm", "mask_len_k": "Lkm", "mask_qtiles": nq, "mask_kvtiles": nk,
             "mask_counts": "0", "mask_tiles": f"Bm * Hm * {nq}", "mask_data": f"Bm * Hm * {nq} + Bm * Hm * {nq} * {nk}"}
 
@@ -255,15 +257,18 @@ def render_source(plan: KernelPlan) -> str:
 def expression_sources(plan: KernelPlan) -> dict:
     """The template values of the spec's score and mask expressions (issue 42; expr.py): the
     mask section's mask_expr, the score section's score_expr with its constants, and before the
-    first of them the helpers they use ("" where the spec has none)."""
+    first of them the helpers and input loaders they use ("" where the spec has none);
+    reads_inputs: whether the kernel binds `inputs` (then it evaluates the expressions only
+    where the reference uses them)."""
     from . import expr as wgsl_expr
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
-    helpers = wgsl_expr.helpers_of(mask, spec.score)
+    helpers = wgsl_expr.helpers_of(mask, spec.score) + [wgsl_expr.loader(i) for i in spec.inputs]
     helpers = "".join(h + "\n" for h in helpers)
-    out = {"mask_expr_source": "", "score_expr_source": ""}
+    site_of = {id(n): at + 1 for at, (_, n) in enumerate(wgsl_expr.sites(spec))}
+    out = {"mask_expr_source": "", "score_expr_source": "", "reads_inputs": bool(spec.inputs)}
     if mask is not None:
-        out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask")
+        out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask", site_of)
     if spec.score is not None:
         out["score_expr_source"] = (
             "// score expression (issue 42): the score the softmax sees, score_expr(s, b, h, hkv, q, k, Lq, Lk),\n"
@@ -271,7 +276,8 @@ def expression_sources(plan: KernelPlan) -> dict:
             "// top-left, within the sequence); the kernel takes it to the log2 domain (times SCORE_LOG2E).\n"
             f"const SCORE_SCALE: f32 = {c_float(1.0 if plan.prescale_q else plan.scale)};\n"
             f"const SCORE_LOG2E: f32 = {c_float(LOG2E)};\n"
-            + ("" if mask is not None else helpers) + wgsl_expr.function("score_expr", spec.score, "score") + "\n")
+            + ("" if mask is not None else helpers) + wgsl_expr.function("score_expr", spec.score, "score", site_of)
+            + "\n")
     return out
 
 
@@ -303,6 +309,7 @@ def render_manifest(plan: KernelPlan) -> dict:
                            "up); nothing else (attngen/plan/formulas.py)",
         "launch_symbols": LAUNCH_SYMBOLS,
         **({"block_mask": block_mask_manifest(plan)} if plan.spec.mask.is_custom else {}),
+        **({"inputs": wgsl_layout.inputs_manifest(plan)} if plan.spec.inputs else {}),
         "backward": backward_manifest(plan),
         "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
                   "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides. Packed "
@@ -334,7 +341,7 @@ def backward_plan(plan: KernelPlan):
     from ...plan.backward import problems
     from .config import backward_config
     from .lower import backward_entries
-    if problems(plan.spec):
+    if problems(plan.spec, expressions=True):  # (WgslBackend.backward_expressions)
         return None
     cfg = backward_config(plan)
     if cfg is None:
@@ -416,12 +423,37 @@ def backward_source(plan: KernelPlan) -> str:
         bindings=_backward_bindings(plan, entries),
         mask=plan.mask,
         mask_doc=mask_doc(plan),
+        **backward_expression_sources(plan),
         scale=scale,
         scale_doc="1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec",
         softcap=c["softcap"],
         log2e=c["log2e"],
         **extra,
     )
+
+
+def backward_expression_sources(plan: KernelPlan) -> dict:
+    """The backward template's expressions (issue 42): the mask section's mask_expr (as the
+    forward's), and score_expr with score_expr_ds, d score / d s (attngen.plan.expr_grad), for
+    the recompute section, after the helpers they use ("" where the spec has none)."""
+    from ...plan.expr_grad import as_real, score_ds
+    from . import expr as wgsl_expr
+    spec = plan.spec
+    mask = spec.mask.expr if spec.mask.kind == "expr" else None
+    ds = as_real(score_ds(spec.score)) if spec.score is not None else None
+    helpers = "".join(h + "\n" for h in wgsl_expr.helpers_of(mask, spec.score, ds))
+    out = {"mask_expr_source": "", "score_expr_source": ""}
+    if mask is not None:
+        out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask")
+    if spec.score is not None:
+        out["score_expr_source"] = (
+            "// score expression (issue 42): the score the softmax saw, score_expr(s, b, h, hkv, q, k, Lq, Lk), of\n"
+            "// the scaled score s = SCALE * Q_i . K_j and the pair's indices (q and k 0-based, top-left, within the\n"
+            "// sequence), and its derivative d score / d s (attngen.plan.expr_grad: simplified, with PyTorch's\n"
+            "// subgradients where it is not differentiable), which multiplies dS_ij.\n"
+            + ("" if mask is not None else helpers) + wgsl_expr.function("score_expr", spec.score, "score") + "\n"
+            + wgsl_expr.function("score_expr_ds", ds, "d score / d s =") + "\n")
+    return out
 
 
 _BACKWARD_TYPES_DOC = {
@@ -438,7 +470,7 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
     made = backward_plan(plan)
     if made is None:
         from ...plan.backward import problems
-        why = [p.message for p in problems(plan.spec)] or [
+        why = [p.message for p in problems(plan.spec, expressions=True)] or [
             "head dims too large for the backward's blocks (one row and one key of Q, dO, K and V in 16384 "
             "bytes of workgroup memory)"]
         return {"available": False, "why": "; ".join(why)}

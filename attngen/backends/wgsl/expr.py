@@ -6,8 +6,10 @@
 The IR of attngen.lang.expr, typed: integers are i32, reals f32, booleans bool; an integer
 operand of a real operation is converted with f32(). `//` and `%` floor, as in the language
 (WGSL's / and % truncate toward zero; expr_floor_div / expr_floor_mod correct them for operands
-of opposite signs); `where` is select (both branches are evaluated: index-only expressions read
-no input, so nothing is read out of bounds); `&&` and `||` are WGSL's (short-circuit);
+of opposite signs); `where` is select where neither branch reads an input (both are evaluated),
+else a function of its own that evaluates only the branch that is the result (`if (c) { return
+a; } return b;`); `&&` and `||` are WGSL's, which evaluate their right side only where it
+decides the result, so no input is read on a side that does not (as in the language);
 sigmoid is 1 / (1 + exp(-x)); tanh is computed accurately for small arguments and clamped for
 large ones (exp overflow in some implementations' tanh), as the softcap's. Every binary operand
 that is itself an operation is parenthesised, so WGSL's precedence rules (which refuse mixing
@@ -17,8 +19,16 @@ Differences from the float64 reference (attngen.reference_expr): integers are 32
 on overflow (the reference's are 64-bit), reals are f32, and an integer division by zero gives
 a value (WGSL: a / 0 = a, a % 0 = 0) where the reference raises.
 
-Only expressions over indices and `s` are rendered here; inputs are not passed to the WGSL
-target yet (the backend refuses specs whose expressions read them).
+Inputs (`input NAME[AXES] DTYPE`) live in one storage binding of u32 words, `inputs` (lower.py):
+each from the word offset in Params' input_NAME, row-major over its axes; f32 as its bits, f16
+widened to f32 bits on upload (exact), i32 as its bits, u8 and bool as bytes, 4 per word,
+little-endian (WGSL has no 8-bit type). A read `NAME[i, j]` is a call of the input's loader,
+`in_NAME(site, i, j)`, which tests every index against its axis' extent (b: params.batch, h:
+params.heads_q, hkv: params.heads_kv, q: params.len_q, k: params.cap, or the literal); a read
+out of bounds returns 0 and writes its site (the read's number, 1.. in the order of `sites`)
+into word 0 of inputs, which the launcher reads and raises on (attngen/backends/wgsl/launch.py).
+The kernel evaluates the expressions only where the reference uses them (mask: rows and keys of
+the sequence; score: visible pairs), so a flag means the reference raises too.
 """
 
 from __future__ import annotations
@@ -26,7 +36,7 @@ from __future__ import annotations
 import math
 import struct
 
-from ...lang.expr import BOOL, INT, REAL, Binary, Const, Fn, Load, Unary, Var, format_expr, walk
+from ...lang.expr import BOOL, INT, REAL, Binary, Const, Fn, Load, Unary, Var, format_expr, inputs_read, walk
 
 INDEX_PARAMS = ("b", "h", "hkv", "q", "k", "Lq", "Lk")  # every expression function's i32 parameters
 
@@ -68,7 +78,29 @@ fn expr_tanh(x: f32) -> f32 {
 
 
 class ExprError(ValueError):
-    """An expression the WGSL emitter does not render (one that reads an input)."""
+    """An expression the WGSL emitter does not render: a real constant not finite in f32, or an
+    input read outside function()."""
+
+
+def sites(spec) -> list:
+    """(expression, Load) of every input read of the spec, mask expression first then score, each
+    in walk order: site n (from 1) is the n-th, the number an out-of-bounds read writes."""
+    out = []
+    for what, e in (("mask", spec.mask.expr if spec.mask.kind == "expr" else None), ("score", spec.score)):
+        if e is not None:
+            out += [(what, n) for n in walk(e) if isinstance(n, Load)]
+    return out
+
+
+class _Context:
+    """What rendering one expression function with input reads needs: each Load's site number,
+    the function's name and parameters (a `where` that reads an input becomes a function of the
+    same parameters), and those functions (each before the functions its branches add: WGSL allows calls before a
+    declaration)."""
+
+    def __init__(self, name: str, params: list, site_of: dict):
+        self.name, self.params, self.site_of = name, params, site_of
+        self.functions = []
 
 
 def _int_literal(v: int) -> str:
@@ -106,13 +138,13 @@ def helpers_of(*exprs) -> list[str]:
     return [_HELPERS[k] for k in _HELPERS if k in used]
 
 
-def _as(e, t: str) -> str:
+def _as(e, t: str, ctx=None) -> str:
     """e rendered as type t (REAL: an integer is converted; else as it is)."""
     if t == REAL and e.type == INT:
         if isinstance(e, Const):
             return _real_literal(e.value)
-        return f"f32({render(e)})"
-    return render(e)
+        return f"f32({render(e, ctx)})"
+    return render(e, ctx)
 
 
 def _infix(e) -> bool:
@@ -120,14 +152,14 @@ def _infix(e) -> bool:
     return isinstance(e, Unary) or (isinstance(e, Binary) and e.op not in ("//", "%"))
 
 
-def _operand(e, t: str) -> str:
+def _operand(e, t: str, ctx=None) -> str:
     """e as an operand of a binary operator: parenthesised when it is an operation itself."""
-    text = _as(e, t)
+    text = _as(e, t, ctx)
     return f"({text})" if _infix(e) and not (t == REAL and e.type == INT) else text
 
 
-def render(e) -> str:
-    """The WGSL text of IR expression `e` (its type: e.type)."""
+def render(e, ctx: _Context | None = None) -> str:
+    """The WGSL text of IR expression `e` (its type: e.type); `ctx`: where it reads inputs."""
     if isinstance(e, Const):
         if e.type == BOOL:
             return "true" if e.value else "false"
@@ -135,41 +167,107 @@ def render(e) -> str:
     if isinstance(e, Var):
         return e.name
     if isinstance(e, Load):
-        raise ExprError(f"input '{e.input}' is read: inputs are not passed to target wgsl yet")
+        if ctx is None:
+            raise ExprError(f"input '{e.input}' is read: render it within function() (its site numbers)")
+        return f"in_{e.input}({ctx.site_of[id(e)]}u, {', '.join(render(i, ctx) for i in e.indices)})"
     if isinstance(e, Unary):
-        return f"{e.op}{_operand(e.x, e.x.type)}"
+        return f"{e.op}{_operand(e.x, e.x.type, ctx)}"
     if isinstance(e, Binary):
         if e.op in ("&&", "||"):
-            return f"{_operand(e.a, BOOL)} {e.op} {_operand(e.b, BOOL)}"
+            return f"{_operand(e.a, BOOL, ctx)} {e.op} {_operand(e.b, BOOL, ctx)}"
         if e.op in ("//", "%"):
             fn = "expr_floor_div" if e.op == "//" else "expr_floor_mod"
-            return f"{fn}({render(e.a)}, {render(e.b)})"
+            return f"{fn}({render(e.a, ctx)}, {render(e.b, ctx)})"
         if e.type == BOOL:  # a comparison: of reals if either side is real
             t = REAL if REAL in (e.a.type, e.b.type) else e.a.type
         else:
             t = e.type  # + - * / : the result's type (`/` is always real)
-        return f"{_operand(e.a, t)} {e.op} {_operand(e.b, t)}"
+        return f"{_operand(e.a, t, ctx)} {e.op} {_operand(e.b, t, ctx)}"
     # Fn
     a = e.args
+    if e.name == "where" and (inputs_read(a[1]) or inputs_read(a[2])):
+        return _where_function(e, ctx)
     if e.name == "where":
-        return f"select({_as(a[2], e.type)}, {_as(a[1], e.type)}, {render(a[0])})"
+        return f"select({_as(a[2], e.type, ctx)}, {_as(a[1], e.type, ctx)}, {render(a[0], ctx)})"
     if e.name == "floor":
-        return render(a[0]) if a[0].type == INT else f"i32(floor({render(a[0])}))"
+        return render(a[0], ctx) if a[0].type == INT else f"i32(floor({render(a[0], ctx)}))"
     if e.name in ("abs", "min", "max", "clamp"):
-        return f"{e.name}({', '.join(_as(x, e.type) for x in a)})"
+        return f"{e.name}({', '.join(_as(x, e.type, ctx) for x in a)})"
     if e.name in ("sigmoid", "tanh"):
-        return f"expr_{e.name}({_as(a[0], REAL)})"
-    return f"{e.name}({_as(a[0], REAL)})"  # exp, log, sqrt
+        return f"expr_{e.name}({_as(a[0], REAL, ctx)})"
+    return f"{e.name}({_as(a[0], REAL, ctx)})"  # exp, log, sqrt
+
+
+def _where_function(e, ctx: _Context) -> str:
+    """A call of a new function of ctx's parameters that evaluates only the branch of `where`
+    that is its result (a branch reads an input: select would read both)."""
+    at = len(ctx.functions)
+    name = f"{ctx.name}_where{at + 1}"
+    ctx.functions.append(None)  # its place, before the functions its branches add
+    c, a, b = (render(e.args[0], ctx), _as(e.args[1], e.type, ctx), _as(e.args[2], e.type, ctx))
+    ctx.functions[at] = (f"// {format_expr(e)}: only the branch that is the result is evaluated (one reads an input)\n"
+                         f"fn {name}({', '.join(ctx.params)}) -> {_WGSL_TYPE[e.type]} {{\n"
+                         f"    if ({c}) {{\n        return {a};\n    }}\n    return {b};\n}}\n")
+    return f"{name}({', '.join(p.split(':')[0] for p in ctx.params)})"
 
 
 _WGSL_TYPE = {INT: "i32", REAL: "f32", BOOL: "bool"}
 
 
-def function(name: str, e, what: str) -> str:
+def function(name: str, e, what: str, site_of: dict | None = None) -> str:
     """`fn name(...)` returning `e`, under a comment quoting the spec's expression (`what`:
-    "mask" or "score"); a score function takes s (the scaled score) first."""
+    "mask" or "score"); a score function takes s (the scaled score) first. `site_of`: the site
+    number of each Load by id (from `sites`), where e reads inputs; a `where` whose branch reads
+    one becomes a function of its own, before this one."""
     params = ([] if what == "mask" else ["s: f32"]) + [f"{p}: i32" for p in INDEX_PARAMS]
-    return (f"// {what} {format_expr(e)}\n"
+    ctx = _Context(name, params, site_of or {})
+    body = render(e, ctx)
+    return ("".join(f + "\n" for f in ctx.functions)
+            + f"// {what} {format_expr(e)}\n"
             f"fn {name}({', '.join(params)}) -> {_WGSL_TYPE[e.type]} {{\n"
-            f"    return {render(e)};\n"
+            f"    return {body};\n"
+            "}\n")
+
+
+# How each input dtype is stored in the inputs words, and read back from word index `w` / element `e`.
+STORAGE = {"f32": "f32 bits, one per word", "f16": "widened to f32 bits on upload (exact), one per word",
+           "i32": "its bits, one per word", "u8": "bytes, 4 per word, little-endian",
+           "bool": "bytes (0 or 1), 4 per word, little-endian"}
+_ZERO = {REAL: "0.0f", INT: "0i", BOOL: "false"}
+_EXTENT = {"b": "params.batch", "h": "params.heads_q", "hkv": "params.heads_kv", "q": "params.len_q",
+           "k": "params.cap"}
+
+
+def _read(inp, e: str) -> str:
+    word = f"inputs[params.input_{inp.name} + {e}]"
+    if inp.dtype in ("f32", "f16"):
+        return f"bitcast<f32>({word})"
+    if inp.dtype == "i32":
+        return f"bitcast<i32>({word})"
+    byte = f"extractBits(inputs[params.input_{inp.name} + {e} / 4u], 8u * ({e} % 4u), 8u)"
+    return f"{byte} != 0u" if inp.dtype == "bool" else f"i32({byte})"
+
+
+def loader(inp) -> str:
+    """`fn in_NAME(site, i0, ...)`: one element of input `inp` (attngen.lang.expr.Input), row-major
+    over its axes; an index out of its axis returns 0 (false) and writes `site` into the flag."""
+    n = len(inp.axes)
+    ext = [_EXTENT[a] if isinstance(a, str) else f"{a}u" for a in inp.axes]
+    bounds = " || ".join(f"i{d} < 0i || i{d} >= i32({x})" if isinstance(a, str) else f"i{d} < 0i || i{d} >= {a}i"
+                         for d, (a, x) in enumerate(zip(inp.axes, ext)))
+    flat = "u32(i0)"
+    for d in range(1, n):
+        flat = f"({flat}) * {ext[d]} + u32(i{d})" if d > 1 else f"{flat} * {ext[d]} + u32(i{d})"
+    params = ", ".join(["site: u32"] + [f"i{d}: i32" for d in range(n)])
+    t = _WGSL_TYPE[inp.type]
+    return (f"// input {inp.name}[{', '.join(map(str, inp.axes))}] {inp.dtype}: {STORAGE[inp.dtype]}, from word "
+            f"params.input_{inp.name},\n// row-major; an index out of its axis reads 0 and flags the launch "
+            "(word 0 of inputs: the read's site)\n"
+            f"fn in_{inp.name}({params}) -> {t} {{\n"
+            f"    if ({bounds}) {{\n"
+            f"        inputs[0] = site;\n"
+            f"        return {_ZERO[inp.type]};\n"
+            "    }\n"
+            f"    let e = {flat};\n"
+            f"    return {_read(inp, 'e')};\n"
             "}\n")

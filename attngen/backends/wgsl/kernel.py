@@ -206,11 +206,13 @@ class WgslKernel(Kernel):
     # -- the call ---------------------------------------------------------------------------------
     def __call__(self, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  block_table=None, k_new=None, v_new=None, return_lse: bool = False, out=None, max_seqlen_q=None,
-                 max_seqlen_k=None, check=False):
+                 max_seqlen_k=None, check=False, **inputs):
         """out in the spec's dtype, and lse f32 with return_lse; layouts and options as in
         docs/variants.md (launch.py does the work). Integer inputs are read on the host and
         checked before the launch (`check` is accepted for the CUDA target's signature: there
-        is nothing left for the GPU to report).
+        is nothing left for the GPU to report). `**inputs`: the spec's expression inputs by name,
+        numpy arrays of their declared dtype and shape (attngen.runtime.inputs; docs/language.md);
+        a keyword that is not one is a LaunchError.
 
         Results are numpy arrays, or WgslTensor when q, k and v are all WgslTensor (nothing is
         read back then); `out=` (numpy array or WgslTensor of the right shape and dtype) is
@@ -218,13 +220,17 @@ class WgslKernel(Kernel):
         """
         return call(self, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
                     cu_seqlens_k=cu_seqlens_k, block_table=block_table, k_new=k_new, v_new=v_new,
-                    return_lse=return_lse, out=out, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+                    return_lse=return_lse, out=out, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                    inputs=inputs)
 
     def backward(self, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                 max_seqlen_q=None, max_seqlen_k=None):
+                 max_seqlen_q=None, max_seqlen_k=None, **inputs):
         """(dq, dk, dv) in q's, k's and v's shapes and dtype (docs/backward.md): q, k, v and the options
         as the forward call took them, that call's out and lse (return_lse=True), and dout (out's
-        shape). numpy arrays, or WgslTensor when q, k and v are all WgslTensor."""
+        shape). numpy arrays, or WgslTensor when q, k and v are all WgslTensor. Expression inputs are
+        not taken yet (a LaunchError: runtime/inputs.py)."""
+        from ...runtime.inputs import refuse_backward_inputs
+        refuse_backward_inputs(self.plan.spec, inputs, f"kernel '{self.plan.spec.name}' (wgsl) backward")
         return backward_call(self, q, k, v, out, lse, dout, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
                              cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
 
@@ -234,7 +240,7 @@ class WgslKernel(Kernel):
         from ...plan.backward import problems
         from .emit import backward_plan, backward_source
         plan = self.plan
-        found = problems(plan.spec)
+        found = problems(plan.spec, expressions=True)  # (WgslBackend.backward_expressions)
         if found:
             raise LaunchError(f"kernel '{plan.spec.name}' has no backward: " + "; ".join(p.message for p in found))
         made = backward_plan(plan)

@@ -26,7 +26,8 @@ from ...plan.formulas import evaluate_all
 from ...plan.schedule import max_splits
 from ...runtime.blockmask import BlockMask, check_against, mask_keys, mask_kind, mask_shape4
 from ...runtime.launch import resolve
-from .args import meta_words, params_words, workspace_bytes
+from ...runtime.inputs import check_call_inputs
+from .args import input_words, meta_words, params_words, workspace_bytes
 from .blockmask import check_size
 from .devices import (
     DTYPE_BYTES, LSE_SENTINEL, NP_DTYPES, RECHECK_SENTINEL, WgslTensor, as_input, dtype_name, padded, sentinel_bytes,
@@ -101,9 +102,26 @@ def _checked_block_mask(kernel, mask, L, dev) -> BlockMask:
     return mask
 
 
+def _input_flag(kernel, buf) -> None:
+    """Raise where the kernel flagged a read out of an input's bounds (word 0 of `inputs`: the
+    read's site, attngen/backends/wgsl/expr.py)."""
+    from .expr import sites
+    site = int(np.frombuffer(kernel.state.device.queue.read_buffer(buf, size=4), dtype=np.uint32)[0])
+    if site:
+        found = sites(kernel.plan.spec)
+        what, load = found[site - 1] if site <= len(found) else ("", None)
+        from ...lang.expr import format_expr
+        raise LaunchError(f"kernel '{kernel.plan.spec.name}' (wgsl): the {what} expression read input "
+                          f"'{load.input}' out of its bounds in {format_expr(load)} (at a pair where its result is "
+                          "used; the kernel read 0 there and its output is not to be used: attngen.reference "
+                          "names the index)")
+
+
 def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None, block_table=None,
-         k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None, max_seqlen_k=None):
+         k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None, max_seqlen_k=None, inputs=None):
+    """One call (kernel.py's __call__); `inputs`: the expression inputs passed by keyword."""
     plan = kernel.plan
+    given = inputs or {}
     st = kernel.state
     dev = st.device
     inputs = {"q": as_input("q", q), "k": as_input("k", k), "v": as_input("v", v)}
@@ -118,6 +136,9 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
                 max_seqlen_k=max_seqlen_k, cores=kernel.compute_units(),
                 mask_keys=None if mask is None else mask_keys(mask))
     bm = None if mask is None else _checked_block_mask(kernel, mask, L, dev)
+    named = None
+    if plan.spec.inputs or given:
+        named = check_call_inputs(plan.spec, given, L, f"kernel '{plan.spec.name}' (wgsl)")
 
     out_shape, lse_shape = L.out_shape_for(plan.d_v), L.lse_shape
     np_dtype = NP_DTYPES[plan.dtype]
@@ -182,6 +203,13 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
     bufs["seq_meta"] = _upload(dev, words, 0)
     if bm is not None:
         bufs["mask"] = bm.buffer
+    if plan.spec.inputs:
+        words, in_offsets = input_words(plan.spec, named)
+        if words.nbytes > limit:
+            raise LaunchError(f"the expression inputs are {words.nbytes} bytes, above the {limit}-byte storage "
+                              "binding limit of this device/profile")
+        bufs["inputs"] = _upload(dev, words, wgpu.BufferUsage.COPY_SRC)
+        offsets = {**offsets, **in_offsets}
 
     out_bytes, lse_bytes, work = _check_outputs(kernel, L, limit)
     fills = {w.name: w.fill for w in plan.workspaces}
@@ -213,6 +241,8 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
         data = dev.queue.read_buffer(bufs["out"], size=padded(out_bytes))
     if guard:
         _check_written(kernel, bufs, sizes, data, count, lse_bytes // 4, L.len_k)
+    if plan.spec.inputs:
+        _input_flag(kernel, bufs["inputs"])
     if appending:  # numpy caches: the appended rows, read back into the caller's arrays
         for name, x in (("k", k), ("v", v)):
             if not isinstance(x, WgslTensor):

@@ -19,10 +19,15 @@ bindings it uses, so that none needs more than webgpu-core's 8 storage buffers:
     10       lse_part  split schedules              (S, B, Hq, Lq) f32 partial lse
     11       s_scratch two_pass                     (B, Hq, Lq, Lk) f32 transformed, masked S
     12       stats     two_pass                     (S, B, Hq, Lq, 2) f32 per-split row max, sum
+    13       inputs    attention (specs with inputs)  u32 words: a flag, then each expression input
 
 k and v are read_write storage in every kernel: a call may append k_new / v_new to the cache
 (docs/variants.md), which the attention entry point writes in place. Optional bindings (lse,
-kv_new, seq_meta) take any buffer of at least 4 bytes when unused.
+kv_new, seq_meta) take any buffer of at least 4 bytes when unused. `inputs` (issue 42) holds every
+input of the spec's expressions in one binding, so that any number of them costs one storage
+buffer: word 0 is the out-of-bounds flag (read_write: the kernel writes it), then each input
+from the word offset in its Params field input_NAME (attngen/backends/wgsl/expr.py says how
+each dtype is stored).
 """
 
 from __future__ import annotations
@@ -100,6 +105,10 @@ _BINDINGS = {
                "two_pass scratch: transformed, masked scores in the log2 domain (MASKED where masked)"),
     "stats": (12, "f32", ("S", "B", "Hq", "Lq", "2"), "write", False,
               "two_pass scratch: each split's row max (log2 domain) and sum of exp2(t - max)"),
+    "inputs": (13, "u32", ("input_words",), "readwrite", False,
+               "the expression inputs as u32 words: word 0 is 0 before the launch and the kernel writes "
+               "the number of a read out of an input's bounds there; each input from word params.input_NAME "
+               "(f32 and f16 as f32 bits, i32 as its bits, u8 and bool as bytes, 4 per word, little-endian)"),
 }
 
 
@@ -154,6 +163,7 @@ def uniform_fields(spec: AttentionSpec) -> tuple:
             ("mask_tiles", "u32", "word offset of tiles in mask"),
             ("mask_data", "u32", "word offset of data in mask"),
         ]
+    f += [(f"input_{i.name}", "u32", f"word offset of input {i.name} in inputs") for i in spec.inputs]
     while len(f) % 4:
         f.append((f"_pad{len(f)}", "u32", "keeps the struct a multiple of 16 bytes"))
     return tuple(f)
@@ -172,6 +182,8 @@ def attention_bindings(spec: AttentionSpec) -> tuple:
         names += ["o_part", "lse_part"]
     elif kind == "two_pass":
         names += ["s_scratch", "stats"]
+    if spec.inputs:  # the expressions are evaluated by the attention entry point only
+        names.append("inputs")
     return tuple(names)
 
 

@@ -41,6 +41,7 @@ BUFFER_LAYOUTS = {
         "note": "n_qtiles = ceil(Lq_m / tile q) = mask_qtiles, n_kvtiles = ceil(Lk_m / tile kv) = mask_kvtiles; "
                 "the entry point block_mask of the block-mask module fills counts and tiles from data",
     },
+    "inputs": {"element": "u32", "sections": "the manifest's inputs: word 0 the flag, then each input at its offset"},
     "kv_new": {"element": "storage dtype", "k_new": "elements [0, new_v): (B, Lnew, Hkv, Dqk)",
                "v_new": "elements [new_v, new_v + B * Lnew * Hkv * Dv): (B, Lnew, Hkv, Dv)"},
 }
@@ -119,3 +120,47 @@ def schedule_manifest(plan: KernelPlan) -> dict:
                                         "of its q tile's list, P = ceil(count / S); a split with no entry writes "
                                         "lse_part MASKED (weight 0)")
     return out
+
+
+# ---- expression inputs (issue 42): the `inputs` binding ----------------------------------------
+_AXIS_SYMBOL = {"b": "B", "h": "Hq", "hkv": "Hkv", "q": "Lq", "k": "cap"}
+
+
+def _input_words(inp) -> str:
+    """Words of one input in the inputs binding, as a formula (args.input_words packs it so)."""
+    elems = " * ".join(_AXIS_SYMBOL[a] if isinstance(a, str) else str(a) for a in inp.axes)
+    return f"ceil({elems} / 4)" if inp.dtype in ("u8", "bool") else elems
+
+
+def input_offsets(spec) -> dict:
+    """{Params field input_NAME: its word offset as a formula}: from word 1 (word 0 is the flag),
+    each input right after the one before it, in declaration order."""
+    out, at = {}, ["1"]
+    for inp in spec.inputs:
+        out[f"input_{inp.name}"] = " + ".join(at)
+        at.append(_input_words(inp))
+    return out
+
+
+def inputs_manifest(plan: KernelPlan) -> dict:
+    """How a runtime passes the spec's expression inputs: one storage binding of u32 words, each
+    input at the offset its Params field holds, and the flag word it reads back."""
+    from ...lang.expr import format_expr
+    from .expr import STORAGE, sites
+    offsets = input_offsets(plan.spec)
+    return {
+        "binding": "inputs",
+        "flag_word": 0,
+        "flag_note": "word 0 holds 0 before the launch; after it, nonzero means a read out of an input's "
+                     "bounds where the result is used (the value is the read's site, 1-based, in `sites`): the "
+                     "kernel read 0 there and its output is not to be used (attngen raises)",
+        "inputs": [{"name": i.name, "axes": [str(a) for a in i.axes], "dtype": i.dtype,
+                    "shape": [_AXIS_SYMBOL[a] if isinstance(a, str) else str(a) for a in i.axes],
+                    "offset_field": f"input_{i.name}", "offset": offsets[f"input_{i.name}"],
+                    "words": _input_words(i), "storage": STORAGE[i.dtype]} for i in plan.spec.inputs],
+        "sites": [{"site": n + 1, "expression": what, "read": format_expr(load)}
+                  for n, (what, load) in enumerate(sites(plan.spec))],
+        "note": "row-major over the declared axes (cap: k's second dimension, the padded layout's keys); "
+                "packed sequences and paged caches are refused with inputs; any offsets work, these are "
+                "attngen's",
+    }

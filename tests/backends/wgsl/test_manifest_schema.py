@@ -71,3 +71,27 @@ def test_what_a_runtime_could_not_follow_is_refused():
     x = copy.deepcopy(m); x["manifest_version"] = 2; bad.append(x)
     for b in bad:
         assert not VALIDATOR.is_valid(b)
+
+
+INPUT_SPECS = [
+    "head_dim 64\n dtype f16\n input slopes[h] f32\n score s - slopes[h] * abs(q - k)\n mask causal",
+    "head_dim 32\n dtype f32\n input doc[b, q] i32\n input allow[h, k] bool\n mask k <= q && doc[b, q] == doc[b, k] || allow[h, k]",
+    "head_dim 32\n dtype f32\n input table[h, 169] f16\n score s + table[h, (q // 7 - k // 7 + 6) * 13 + (q % 7 - k % 7 + 6)]\n"
+    " schedule two_pass",
+]
+
+
+@pytest.mark.parametrize("body", INPUT_SPECS)
+def test_manifests_with_inputs_validate_and_describe_the_binding(body):
+    spec = attngen.parse("attention t {\n " + body + "\n}\n")[0]
+    m = json.loads(json.dumps(attngen.emit(spec, target="wgsl", profile="webgpu-core").manifest))
+    assert VALIDATOR.is_valid(m), [e.message for e in VALIDATOR.iter_errors(m)][:3]
+    (binding,) = [b for b in m["bindings"] if b["name"] == "inputs"]
+    assert binding["type"] == "storage" and binding["dtype"] == "u32"
+    assert [i["name"] for i in m["inputs"]["inputs"]] == [i.name for i in spec.inputs]
+    assert m["inputs"]["inputs"][0]["offset"] == "1"
+    fields = {f["name"]: f["value"] for f in m["bindings"][0]["fields"]}
+    assert all(fields[i["offset_field"]] == i["offset"] for i in m["inputs"]["inputs"])
+    bad = copy.deepcopy(m)
+    del bad["inputs"]["inputs"][0]["offset"]
+    assert not VALIDATOR.is_valid(bad)

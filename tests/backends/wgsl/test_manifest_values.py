@@ -54,3 +54,27 @@ def test_manifest_values_equal_the_runtimes(name, write_lse):
     symbols = _launch_symbols(plan, L, offsets, write_lse)
     got = [evaluate(f["value"], symbols) for f in fields]
     assert got == [int(w) for w in want], {f["name"]: (g, int(w)) for f, g, w in zip(fields, got, want) if g != w}
+
+
+def test_the_inputs_offsets_are_the_runtimes():
+    """The manifest's input_NAME values (word offsets in the inputs binding) are what
+    args.input_words packs: i32, u8 (4 per word, rounded up) and f16 (widened) inputs."""
+    from attngen.backends.wgsl.args import input_words
+    spec = spec_of("head_dim 32\n dtype f32\n input shift[b] u8\n input doc[b, q] i32\n input bias[h, k] f16\n"
+                   " mask k <= q + shift[b] && doc[b, q] == doc[b, k]\n score s + bias[h, k]")
+    plan = attngen.lower(spec, "wgsl", "webgpu-core")
+    shapes = dict(q=(3, 5, 4, 32), k=(3, 7, 2, 32), v=(3, 7, 2, 32))
+    L = resolve(plan, shapes, dict.fromkeys(shapes, plan.dtype), cores=8)
+    rng = np.random.default_rng(0)
+    arrays = {"shift": rng.integers(0, 9, 3).astype(np.uint8), "doc": rng.integers(0, 3, (3, 5)).astype(I32),
+              "bias": rng.standard_normal((4, 7)).astype(np.float16)}
+    words, in_offsets = input_words(spec, arrays)
+    assert in_offsets == {"input_shift": 1, "input_doc": 2, "input_bias": 17} and len(words) == 17 + 28
+    assert words[0] == 0 and words[1] == int.from_bytes(arrays["shift"].tobytes() + b"\0", "little")
+    assert np.array_equal(words[2:17].view(np.int32), arrays["doc"].reshape(-1))
+    assert np.array_equal(words[17:].view(np.float32), arrays["bias"].astype(np.float32).reshape(-1))
+    _, offsets = meta_words(L)
+    want = params_words(plan, L, write_lse=False, offsets={**offsets, **in_offsets}, bm=None)
+    fields = emit_plan(plan).manifest["bindings"][0]["fields"]
+    symbols = _launch_symbols(plan, L, offsets, False)
+    assert [evaluate(f["value"], symbols) for f in fields] == [int(w) for w in want]

@@ -1,0 +1,33 @@
+"""`score C * tanh(s / C)` is planned as `softcap C` (attngen.plan.check.normalised; issue 42):
+the same plan and the same kernels, forward and backward, on both targets."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import attngen
+from attngen.backends import get as get_backend
+from attngen.plan.check import normalised
+
+from conftest import spec_of
+
+
+@pytest.mark.parametrize("target", ["wgsl", "cuda"])
+@pytest.mark.parametrize("written", ["30 * tanh(s / 30)", "tanh(s / 30.0) * 30.0"])
+def test_a_softcap_expression_gets_softcaps_plan_and_kernels(written, target):
+    body = "head_dim 64\ndtype f16\nmask causal\n"
+    a, b = spec_of(body + f"score {written}"), spec_of(body + "softcap 30")
+    pa, pb = attngen.lower(a, target=target), attngen.lower(b, target=target)
+    assert pa == pb and pa.spec.score is None and pa.softcap == 30.0
+    assert attngen.emit(a, target=target).source == attngen.emit(b, target=target).source
+    backend = get_backend(target)
+    assert backend.helper_sources(pa)["backward"] == backend.helper_sources(pb)["backward"]
+
+
+@pytest.mark.parametrize("score", ["30 * tanh(s / 29)", "30 * tanh(s / 30) + 1", "-30 * tanh(s / -30)",
+                                   "30 * tanh(2 * s / 30)", "1e13 * tanh(s / 1e13)"])
+def test_other_scores_stay_expressions(score):
+    spec = spec_of(f"head_dim 64\ndtype f32\nscore {score}")
+    assert normalised(spec) is spec
