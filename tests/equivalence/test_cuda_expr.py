@@ -210,3 +210,19 @@ def test_an_expression_equal_to_a_named_mask_gives_the_named_kernels_output(pair
         assert np.array_equal(np.isneginf(lse_a), np.isneginf(lse_b))
         ok = ~np.isneginf(lse_a)
         np.testing.assert_allclose(lse_a[ok], lse_b[ok], rtol=0, atol=1e-2 if dtype == "f16" else 1e-4)
+
+
+@pytest.mark.parametrize("profile", ["cuda-sm80", None])
+@pytest.mark.parametrize("name", ["neighbourhood_2d_w64_r7", "gemma2_9b_global_tanh_expr"])
+def test_the_index_only_examples(name, profile):
+    """examples/expressions' kernels that read no input (the others: refused on cuda)."""
+    require("cuda")
+    import glob
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    specs = {s.name: s for path in glob.glob(os.path.join(root, "examples", "expressions", "*.attn"))
+             for s in attngen.parse(open(path, encoding="utf-8").read(), path)}
+    spec = specs[name]
+    for b, lq, lk in [(1, 576, 576), (1, 461, 461), (1, 113, 200)]:
+        q, k, v = random_qkv(spec, b, lq, lk, seed=lq)
+        _check(spec, q, k, v, profile)
