@@ -1,10 +1,11 @@
 """Score and mask expressions over indices (issue 42) on target cuda, against the float64
 reference (GPU machine): masks (a causal band, a 2D neighbourhood, block-diagonal) and scores (a
-distance bias, a tanh cap) in f16, bf16 and f32, odd lengths (1, 7, 113, 1023), Lq != Lk, GQA
-groups of 3, on each kernel family (cuda-sm80's mma.sync, split_kv, two_pass, head dims in chunks,
-a paged cache; cuda-sm90's producer, plain and overlapped wgmma loops), kv_lens, packed sequences,
-rows that see no key, and expressions equal to a named mask against the named mask's kernel.
-Without a GPU every test skips (tests/backends/cuda/test_expr_source.py compiles the same
+distance bias; a tanh cap, planned as softcap 30; a score of functions and heads) in f16, bf16 and
+f32, odd lengths (1, 7, 113, 1023), Lq != Lk, GQA groups of 3, on each kernel family (cuda-sm80's
+mma.sync, split_kv, two_pass, head dims in chunks, a paged cache; cuda-sm90's producer, plain and
+overlapped wgmma loops), the holes of the key range, kv_lens, packed sequences, rows that see no
+key, expressions equal to a named mask against the named mask's kernel, and the index-only
+examples. Without a GPU every test skips (tests/backends/cuda/test_expr_source.py compiles the same
 families' source and checks the rendered functions on the host)."""
 
 from __future__ import annotations
@@ -103,6 +104,18 @@ def test_score_expressions(name, mask, dtype):
     for b, lq, lk in SHAPES:
         q, k, v = random_qkv(spec, b, lq, lk, seed=lq * 7 + lk, scale=2.0)
         _check(spec, q, k, v)
+
+
+@pytest.mark.parametrize("profile", ["cuda-sm80", None])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_a_score_of_functions_and_heads(dtype, profile):
+    """tanh (not of the softcap's form, which is planned as `softcap C`), sigmoid, where, h."""
+    require("cuda")
+    spec = _spec(dtype, mask="k <= q + Lk - Lq", score="where(k % 2 == 0, s, 0.5 * s) + 3 * tanh(s / 7) - "
+                                                      "0.1 * h + sigmoid(s)")
+    for b, lq, lk in SHAPES:
+        q, k, v = random_qkv(spec, b, lq, lk, seed=lq + 5 * lk, scale=2.0)
+        _check(spec, q, k, v, profile)
 
 
 # (profile, spec lines): each kernel family the chooser picks for expressions

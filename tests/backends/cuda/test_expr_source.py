@@ -93,7 +93,7 @@ BOTH = ("abs(q // 8 - k // 8) <= 1 && abs(q % 8 - k % 8) <= 1", "s - 0.125 * abs
 # the default families, each alone and a named mask with a score expression (the bit masks' path)
 CASES = [(*case, BOTH) for case in FAMILY_CASES] + [
     ("cuda-sm80", "", "plain", ("k <= q && q - k < 64", None)),
-    ("cuda-sm90", "", "producer", (None, "30 * tanh(s / 30)")),
+    ("cuda-sm90", "", "producer", (None, "30 * tanh(s / 30) - 0.01 * h")),  # (not C * tanh(s / C): softcap)
     ("cuda-sm90", "", "producer", ("causal", "s - 0.125 * abs(q - k)")),
 ]
 
@@ -119,7 +119,7 @@ def test_expression_kernels_compile_for_every_family(case):
 def test_f32_and_wide_head_dims_take_families_that_compile_expressions():
     """f32 runs on CUDA cores; head dims above 256 never take P through memory with an expression."""
     for spec, profile, family in ((_spec("k <= q", dtype="f32"), "cuda-sm80", "plain"),
-                                  (_spec(None, "30 * tanh(s / 30)", head_dim=512), "cuda-sm90", "plain"),
+                                  (_spec(None, "sigmoid(s) * 4", head_dim=512), "cuda-sm90", "plain"),
                                   (_spec("q // 64 == k // 64", head_dim=512), "cuda-sm90", "plain"),
                                   (_spec("k <= q", head_dim=256), "cuda-sm90", "producer")):
         plan = attngen.lower(spec, "cuda", profile)
