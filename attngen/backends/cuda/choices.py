@@ -102,7 +102,7 @@ def producer_registers(t: CudaTiles, tma: bool, mask_kind: str, consumer_warps: 
     def consumer(p):
         return min((per_thread * threads - p * PRODUCER_THREADS) // (consumer_warps * 32) // 8 * 8, 255)
 
-    kind = "custom" if mask_kind == "expr" else mask_kind  # (a mask expression: as many, its tile scan measured by none)
+    kind = "custom" if mask_kind == "expr" else mask_kind  # (a mask expression: custom's, not measured on its own)
     producer = (t.tma_producer_regs if tma_q else t.tma_kv_only_producer_regs)[kind] if tma else t.producer_regs
     if tma and persistent and t.clean_values:
         producer = max(producer, t.cleaning_producer_regs)

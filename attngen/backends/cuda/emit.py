@@ -99,7 +99,8 @@ def expression_sources(plan: KernelPlan) -> dict:
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score))
-    out = {"mask_expr_source": "", "score_expr_source": "", "expr_scale": c_float(1.0 if plan.prescale_q else plan.scale)}
+    out = {"mask_expr_source": "", "score_expr_source": "",
+           "expr_scale": c_float(1.0 if plan.prescale_q else plan.scale)}
     if mask is not None:
         out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask") + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
