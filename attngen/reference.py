@@ -203,8 +203,8 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
     """float64 attention as the spec defines it (see the module docstring for the inputs).
 
     The spec's `input` tensors are passed by keyword (`slopes=...`), for its score and mask
-    expressions (attngen.reference_expr); those take padded batches (no cu_seqlens, no paged
-    cache), with or without kv_lens.
+    expressions (attngen.reference_expr); inputs take padded batches (no cu_seqlens, no paged
+    cache), with or without kv_lens; index-only expressions take every layout.
 
     Shapes: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), v (B, Lk, Hkv, Dv); packed varlen:
     q (total_q, Hq, Dqk), k/v (total_k, Hkv, D) with cu_seqlens_* (B + 1,); paged: k/v
@@ -221,11 +221,14 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
     named = None  # the checked inputs of the expressions
     if has_expressions(spec) or inputs:
         if cu_seqlens_q is not None or block_table is not None:
-            raise LaunchError("attngen.reference: score and mask expressions take a padded batch (B, L, H, D), "
-                              "not packed sequences or a paged cache (not yet)")
-        named = check_inputs(spec, {n: None if x is None else to_numpy(x) for n, x in inputs.items()},
-                             {"b": q.shape[0], "h": q.shape[2], "hkv": k.shape[2], "q": q.shape[1],
-                              "k": k.shape[1]}, round_to_dtype)
+            if spec.inputs or inputs:  # index-only expressions need no extents: each sequence's own
+                raise LaunchError("attngen.reference: expression inputs take a padded batch (B, L, H, D), not "
+                                  "packed sequences or a paged cache (not yet)")
+            named = {}
+        else:
+            named = check_inputs(spec, {n: None if x is None else to_numpy(x) for n, x in inputs.items()},
+                                 {"b": q.shape[0], "h": q.shape[2], "hkv": k.shape[2], "q": q.shape[1],
+                                  "k": k.shape[1]}, round_to_dtype)
     packed = cu_seqlens_q is not None
     if packed:
         cq = to_numpy(cu_seqlens_q).astype(np.int64)
@@ -350,7 +353,9 @@ def reference_backward(spec: AttentionSpec, q, k, v, dout, *, mask=None, kv_lens
     if do.shape != out.shape:
         raise LaunchError(f"attngen.reference_backward: dout has shape {do.shape}; the output's is {out.shape}")
     named = None
-    if has_expressions(spec):
+    if has_expressions(spec) and cu_seqlens_q is not None:
+        named = {}  # index-only (reference() above refused inputs with packed sequences)
+    elif has_expressions(spec):
         named = check_inputs(spec, {n: None if x is None else to_numpy(x) for n, x in inputs.items()},
                              {"b": q.shape[0], "h": q.shape[2], "hkv": k.shape[2], "q": q.shape[1],
                               "k": k.shape[1]}, round_to_dtype)

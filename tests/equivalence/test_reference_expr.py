@@ -142,13 +142,22 @@ def test_inputs_are_checked_against_their_declarations():
     assert np.isfinite(reference(guarded, q, k, v, t=t, p=np.array([3, 1], np.uint8))).all()
 
 
-def test_expressions_take_padded_batches():
-    spec = spec_of("head_dim 16\ndtype f32\nmask k <= q")
-    q, k, v = random_qkv(spec, 1, 6, 6, heads_q=1, heads_kv=1)
+def test_inputs_take_padded_batches_index_only_expressions_every_layout():
+    spec = spec_of("head_dim 16\ndtype f32\nmask k <= q && q - k < 3\nscore s - 0.5 * abs(q - k)")
+    q, k, v = random_qkv(spec, 2, 6, 6, heads_q=1, heads_kv=1)
+    cu = np.array([0, 6, 12], np.int32)
+    packed = reference(spec, q.reshape(12, 1, 16), k.reshape(12, 1, 16), v.reshape(12, 1, 16), cu_seqlens_q=cu)
+    np.testing.assert_allclose(packed.reshape(q.shape), reference(spec, q, k, v), rtol=1e-12)
+    dout = np.ones((12, 1, 16))
+    got = reference_backward(spec, q.reshape(12, 1, 16), k.reshape(12, 1, 16), v.reshape(12, 1, 16), dout,
+                             cu_seqlens_q=cu)
+    want = reference_backward(spec, q, k, v, dout.reshape(q.shape))
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.reshape(w.shape), w, rtol=1e-10, atol=1e-12)
+    reads = spec_of("head_dim 16\ndtype f32\ninput p[b] i32\nmask k < p[b]")
     with pytest.raises(LaunchError, match="not packed sequences or a paged cache"):
-        reference(spec, q[0], k[0], v[0], cu_seqlens_q=np.array([0, 6], np.int32))
-    with pytest.raises(LaunchError, match="not packed sequences or a paged cache"):
-        reference_backward(spec, q[0], k[0], v[0], np.ones_like(q[0]), cu_seqlens_q=np.array([0, 6], np.int32))
+        reference(reads, q.reshape(12, 1, 16), k.reshape(12, 1, 16), v.reshape(12, 1, 16), cu_seqlens_q=cu,
+                  p=np.array([1, 2], np.int32))
     with pytest.raises(LaunchError, match="unknown input x"):
         reference(spec_of("head_dim 16\ndtype f32"), q, k, v, x=np.ones(3))
     assert attngen.reference is reference
