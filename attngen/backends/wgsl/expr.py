@@ -9,7 +9,8 @@ operand of a real operation is converted with f32(). `//` and `%` floor, as in t
 of opposite signs); `where` is select (both branches are evaluated: index-only expressions read
 no input, so nothing is read out of bounds); `&&` and `||` are WGSL's (short-circuit);
 sigmoid is 1 / (1 + exp(-x)); tanh is computed accurately for small arguments and clamped for
-large ones (exp overflow in some implementations' tanh), as the softcap's. Every binary operand
+large ones (exp overflow in some implementations' tanh), as the softcap's; clamp(x, lo, hi) is
+min(max(x, lo), hi) (WGSL's clamp differs where lo > hi). Every binary operand
 that is itself an operation is parenthesised, so WGSL's precedence rules (which refuse mixing
 && and || without parentheses) never matter.
 
@@ -155,7 +156,13 @@ def render(e) -> str:
         return f"select({_as(a[2], e.type)}, {_as(a[1], e.type)}, {render(a[0])})"
     if e.name == "floor":
         return render(a[0]) if a[0].type == INT else f"i32(floor({render(a[0])}))"
-    if e.name in ("abs", "min", "max", "clamp"):
+    if e.name == "clamp":
+        # the language's clamp is min(max(x, lo), hi), also where lo > hi (as the reference's);
+        # WGSL's clamp is not: its float clamp may take the median, and constant operands with
+        # lo > hi are a shader-creation error
+        x, lo, hi = (_as(v, e.type) for v in a)
+        return f"min(max({x}, {lo}), {hi})"
+    if e.name in ("abs", "min", "max"):
         return f"{e.name}({', '.join(_as(x, e.type) for x in a)})"
     if e.name in ("sigmoid", "tanh"):
         return f"expr_{e.name}({_as(a[0], REAL)})"
