@@ -92,6 +92,7 @@ def test_named_masks_stay_named_and_expressions_need_operators():
     "where(q < k, q, k) > clamp(k, 0, Lq - 1) || min(q, k) == max(q, Lk - Lq)",
     "floor(log(1.0 + abs(q - k)) * 2.5) < 4",
     "q * 1.5e-3 > 2.0",
+    "b == (-(-0)) || k == -(-3) || q * 0.5 > -(-0.0)",  # a negated zero literal is the literal (fuzzer)
 ])
 def test_expressions_print_back_to_the_same_ir(text):
     s = spec_of(f"head_dim 64\ndtype f16\nmask {text}")
