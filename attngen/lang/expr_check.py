@@ -11,10 +11,29 @@ from __future__ import annotations
 from ..errors import clip, did_you_mean
 from ..limits import INT32_MAX
 from .expr import (BOOL, FUNCTIONS, INT, NAMED_MASKS, REAL, REAL_FUNCTIONS, VARS, Binary, Const, Fn, Load,
-                   Unary, Var, fold_int)
+                   Unary, Var, fold_int, format_expr, walk)
 from .syntax import Binary as SynBinary, Call as SynCall, Index as SynIndex, Number, Pair, Unary as SynUnary, Word
 
 _TYPE_WORDS = {INT: "an integer", REAL: "a real", BOOL: "a boolean"}
+F32_MAX = 3.4028234663852886e38
+
+
+def _is_constant(e) -> bool:
+    """Whether e reads no index, s nor input."""
+    return not any(isinstance(n, (Var, Load)) for n in walk(e))
+
+
+def _constant_value(e) -> float | None:
+    """The float64 value of a constant real expression (None where the reference refuses it:
+    an integer division by zero, reported where it is used)."""
+    import numpy as np
+    from ..errors import LaunchError
+    from ..reference_expr import evaluate
+    try:
+        with np.errstate(all="ignore"):
+            return float(evaluate(e, {}))
+    except LaunchError:
+        return None
 
 
 class Checker:
@@ -50,7 +69,15 @@ class Checker:
                        "names are given no values here: write a comparison with =="
                        if isinstance(node, Pair) else None)
             return None
-        return method(node)
+        e = method(node)
+        if e is not None and e.type == REAL and not isinstance(e, Const) and _is_constant(e):
+            v = _constant_value(e)
+            if v is not None and not abs(v) <= F32_MAX:  # NaN too
+                self.error(f"the constant {clip(format_expr(e), 40)} is {'undefined' if v != v else 'not finite'} "
+                           "(reals are f32 in kernels)", node.span,
+                           "constants must be finite; use e.g. -1e30, or a mask")
+                return None
+        return e
 
     def word(self, node: Word):
         name = node.text
