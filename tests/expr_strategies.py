@@ -43,11 +43,10 @@ DYADIC = (-4.0, -1.5, -0.5, -0.125, 0.25, 0.5, 0.75, 1.0, 2.0, 3.5)
 
 @dataclass(frozen=True)
 class Term:
-    """Spec text of one sub-expression; `bound`: |value| <= bound; `exact`: its value is the same
-    in f32 as in float64 (reals only)."""
+    """Spec text of one sub-expression; `bound`: |value| <= bound (booleans: 1). Which reals are
+    exact in f32 is by construction: those EXACT_REALS draws."""
     text: str
     bound: float
-    exact: bool = True
 
 
 def _lit(v) -> str:
@@ -61,7 +60,7 @@ def _int_clamped(t: Term, limit: int = INT_BOUND) -> Term:
 def _real_clamped(t: Term) -> Term:
     if t.bound <= REAL_BOUND:
         return t
-    return Term(f"clamp({t.text}, {-REAL_BOUND:g}, {REAL_BOUND:g})", REAL_BOUND, t.exact)
+    return Term(f"clamp({t.text}, {-REAL_BOUND:g}, {REAL_BOUND:g})", REAL_BOUND)
 
 
 # ---- integers -----------------------------------------------------------------------------------
@@ -159,47 +158,47 @@ MASKS = st.recursive(
 def _real_binary(t) -> Term:
     op, a, b = t
     if op == "*" and a.bound * b.bound <= REAL_BOUND:
-        return Term(f"({a.text} * {b.text})", a.bound * b.bound, False)
+        return Term(f"({a.text} * {b.text})", a.bound * b.bound)
     op = "-" if op == "-" else "+"
-    return _real_clamped(Term(f"({a.text} {op} {b.text})", a.bound + b.bound, False))
+    return _real_clamped(Term(f"({a.text} {op} {b.text})", a.bound + b.bound))
 
 
 def _real_divide(t) -> Term:
     a, d = t
-    return _real_clamped(Term(f"({a.text} / {_lit(d)})", a.bound / abs(d), False))
+    return _real_clamped(Term(f"({a.text} / {_lit(d)})", a.bound / abs(d)))
 
 
 def _exp(x: Term) -> Term:
     if x.bound > 4:
         x = Term(f"clamp({x.text}, -4, 4)", 4)
-    return Term(f"exp({x.text})", math.exp(x.bound), False)
+    return Term(f"exp({x.text})", math.exp(x.bound))
 
 
 _REAL_LEAVES = st.one_of(
-    st.just(Term("s", S_BOUND, False)),
-    st.sampled_from([0.5, -0.125, 1.5, 2.0, -3.0, 0.3, 1e-3]).map(lambda v: Term(_lit(v), abs(v), False)),
+    st.just(Term("s", S_BOUND)),
+    st.sampled_from([0.5, -0.125, 1.5, 2.0, -3.0, 0.3, 1e-3]).map(lambda v: Term(_lit(v), abs(v))),
     # an exact real or an integer made real (a score's leaves are all real)
-    EXACT_REALS.map(lambda x: Term(f"({x.text} * 0.5)", x.bound / 2, False)),
-    INTS.map(_as_exact_real).map(lambda x: Term(f"({x.text} / 4)", x.bound / 4, False)))
+    EXACT_REALS.map(lambda x: Term(f"({x.text} * 0.5)", x.bound / 2)),
+    INTS.map(_as_exact_real).map(lambda x: Term(f"({x.text} / 4)", x.bound / 4)))
 
 SCORES = st.recursive(
     _REAL_LEAVES,
     lambda inner: st.one_of(
         st.tuples(st.sampled_from(["+", "-", "*"]), inner, inner).map(_real_binary),
         st.tuples(inner, st.sampled_from(REAL_DIVISORS)).map(_real_divide),
-        st.tuples(inner, inner).map(lambda t: Term(f"({t[0].text} / (1 + abs({t[1].text})))", t[0].bound, False)),
-        inner.map(lambda x: Term(f"(-{x.text})", x.bound, False)),
+        st.tuples(inner, inner).map(lambda t: Term(f"({t[0].text} / (1 + abs({t[1].text})))", t[0].bound)),
+        inner.map(lambda x: Term(f"(-{x.text})", x.bound)),
         inner.map(_exp),
-        inner.map(lambda x: Term(f"tanh({x.text})", 1, False)),
-        inner.map(lambda x: Term(f"sigmoid({x.text})", 1, False)),
-        inner.map(lambda x: Term(f"sqrt(abs({x.text}))", math.sqrt(x.bound), False)),
-        inner.map(lambda x: Term(f"log(1 + abs({x.text}))", math.log1p(x.bound), False)),
+        inner.map(lambda x: Term(f"tanh({x.text})", 1)),
+        inner.map(lambda x: Term(f"sigmoid({x.text})", 1)),
+        inner.map(lambda x: Term(f"sqrt(abs({x.text}))", math.sqrt(x.bound))),
+        inner.map(lambda x: Term(f"log(1 + abs({x.text}))", math.log1p(x.bound))),
         st.tuples(st.sampled_from(["min", "max"]), inner, inner).map(
-            lambda t: Term(f"{t[0]}({t[1].text}, {t[2].text})", max(t[1].bound, t[2].bound), False)),
+            lambda t: Term(f"{t[0]}({t[1].text}, {t[2].text})", max(t[1].bound, t[2].bound))),
         st.tuples(inner, inner, inner).map(
-            lambda t: Term(f"clamp({t[0].text}, {t[1].text}, {t[2].text})", max(x.bound for x in t), False)),
+            lambda t: Term(f"clamp({t[0].text}, {t[1].text}, {t[2].text})", max(x.bound for x in t))),
         st.tuples(MASKS, inner, inner).map(
-            lambda t: Term(f"where({t[0].text}, {t[1].text}, {t[2].text})", max(t[1].bound, t[2].bound), False))),
+            lambda t: Term(f"where({t[0].text}, {t[1].text}, {t[2].text})", max(t[1].bound, t[2].bound)))),
     max_leaves=5)
 
 
@@ -211,4 +210,4 @@ def masks():
 def scores():
     """Real score expressions (Terms) of s and the indices; most of them read s."""
     return st.one_of(SCORES, st.tuples(SCORES, st.sampled_from(["+", "-"])).map(
-        lambda t: Term(f"s {t[1]} {t[0].text}", t[0].bound + S_BOUND, False)))
+        lambda t: Term(f"s {t[1]} {t[0].text}", t[0].bound + S_BOUND)))
