@@ -167,6 +167,12 @@ def test_emitter_types_and_literals():
     assert "f32(q) / 3.0f" in text and "exp(f32(-k))" in text and "f32(i32(floor(s)))" in text
     assert "0.001f" in text and "min(max(q, 0i), 5i)" in text
     assert r(Const(-2**31, INT)) == "(-2147483647i - 1i)"
+    # floor of an integer operation stays one operand (found by the fuzzer: `--i32(...)`)
+    neg = _spec("f32", score="-floor(-floor(-4.0)) * 0.5 + -floor(q - k) * 0.25")
+    assert r(neg.score) == "(f32(-(-i32(floor((-4.0f))))) * 0.5f) + (f32(-(q - k)) * 0.25f)"
+    require("wgsl")
+    q, k, v = random_qkv(neg, 1, 7, 9)
+    check_against_reference(neg, "wgsl", q, k, v)
 
 
 # ---- what stays refused -------------------------------------------------------------------------

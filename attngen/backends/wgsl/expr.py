@@ -155,7 +155,9 @@ def render(e) -> str:
     if e.name == "where":
         return f"select({_as(a[2], e.type)}, {_as(a[1], e.type)}, {render(a[0])})"
     if e.name == "floor":
-        return render(a[0]) if a[0].type == INT else f"i32(floor({render(a[0])}))"
+        # floor of an integer is the integer, parenthesised where it is an operation (-floor(-q)
+        # must not render as --q)
+        return _operand(a[0], INT) if a[0].type == INT else f"i32(floor({render(a[0])}))"
     if e.name == "clamp":
         # the language's clamp is min(max(x, lo), hi), also where lo > hi (as the reference's);
         # WGSL's clamp is not: its float clamp may take the median, and constant operands with
