@@ -8,13 +8,56 @@ the block's `input` lines are read.
 
 from __future__ import annotations
 
+import operator
+
+import numpy as np
+
 from ..errors import clip, did_you_mean
 from ..limits import INT32_MAX
 from .expr import (BOOL, FUNCTIONS, INT, NAMED_MASKS, REAL, REAL_FUNCTIONS, VARS, Binary, Const, Fn, Load,
-                   Unary, Var, fold_int)
+                   Unary, Var, children, fold_int, format_expr, walk)
 from .syntax import Binary as SynBinary, Call as SynCall, Index as SynIndex, Number, Pair, Unary as SynUnary, Word
 
 _TYPE_WORDS = {INT: "an integer", REAL: "a real", BOOL: "a boolean"}
+F32_MAX = 3.4028234663852886e38
+
+
+def _is_constant(e) -> bool:
+    """Whether e reads no index, s nor input."""
+    return not any(isinstance(n, (Var, Load)) for n in walk(e))
+
+
+def _constant_value(e):
+    """The float64 value of a constant expression (None where it divides an integer by zero or
+    takes floor of a non-finite value: the reference refuses those where they are used)."""
+    with np.errstate(all="ignore"):
+        return _fold(e)
+
+
+_BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": operator.floordiv, "%": operator.mod,
+           "/": lambda a, b: np.float64(a) / np.float64(b), "&&": lambda a, b: a and b,
+           "||": lambda a, b: a or b, "==": operator.eq, "!=": operator.ne, "<": operator.lt,
+           "<=": operator.le, ">": operator.gt, ">=": operator.ge}
+_FUNCTIONS = {"abs": abs, "min": min, "max": max, "clamp": lambda x, lo, hi: min(max(x, lo), hi),
+              "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh,
+              "sigmoid": lambda x: 1 / (1 + np.exp(-np.float64(x))), "where": lambda c, a, b: a if c else b}
+
+
+def _fold(e):
+    if isinstance(e, Const):
+        return np.float64(e.value) if e.type == REAL else e.value
+    vals = [_fold(c) for c in children(e)]
+    if any(v is None for v in vals):
+        return None
+    if isinstance(e, Unary):
+        return (not vals[0]) if e.op == "!" else -vals[0]
+    if isinstance(e, Binary):
+        if e.op in ("//", "%") and vals[1] == 0:
+            return None
+        return _BINARY[e.op](*vals)
+    if e.name == "floor":
+        return int(np.floor(vals[0])) if np.isfinite(vals[0]) else None
+    return _FUNCTIONS[e.name](*(np.float64(v) if e.name in REAL_FUNCTIONS else v for v in vals))
 
 
 class Checker:
@@ -50,7 +93,15 @@ class Checker:
                        "names are given no values here: write a comparison with =="
                        if isinstance(node, Pair) else None)
             return None
-        return method(node)
+        e = method(node)
+        if e is not None and e.type == REAL and not isinstance(e, Const) and _is_constant(e):
+            v = _constant_value(e)
+            if v is not None and not abs(v) <= F32_MAX:  # NaN too
+                self.error(f"the constant {clip(format_expr(e), 40)} is {'undefined' if v != v else 'not finite'} "
+                           "(reals are f32 in kernels)", node.span,
+                           "constants must be finite; use e.g. -1e30, or a mask")
+                return None
+        return e
 
     def word(self, node: Word):
         name = node.text

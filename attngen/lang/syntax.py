@@ -172,9 +172,10 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def unary(self, meta, items):
         op, operand = items
-        if str(op) == "-" and isinstance(operand, Number) and not operand.text.startswith("-"):
+        if str(op) == "-" and isinstance(operand, Number) and (not operand.text.startswith("-") or operand.value == 0):
             # `-1`: the literal -1 (as the signed numbers of other settings read), so that
-            # `window(left=-1)` is the number it always was
+            # `window(left=-1)` is the number it always was; `-(-0)` is the literal 0 too, as
+            # format_expr prints it (the IR has no other text for it)
             return Number(-operand.value, "-" + operand.text, self._s(meta))
         return Unary(str(op), operand, self._s(meta))
 

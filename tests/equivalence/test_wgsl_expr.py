@@ -103,6 +103,18 @@ def test_the_source_quotes_the_expressions_and_is_deterministic():
     assert "fn expr_floor_div" not in a  # helpers only where used
 
 
+def test_clamp_with_lo_above_hi_is_min_of_max():
+    """clamp(x, lo, hi) is min(max(x, lo), hi) where lo > hi too, as the reference's: WGSL's clamp
+    of constants with lo > hi is a shader-creation error, its float clamp may take the median
+    (found by tests/equivalence/test_expr_fuzz.py)."""
+    require("wgsl")
+    spec = _spec("f32", mask="k <= clamp(q, 5, 2) || k == clamp(0, 0, -1) + 3",
+                 score="s + clamp(s, 1.5, 0.5) + clamp(0.25 * k, 0.125 * q, -1)", heads="q=3 kv=1")
+    for b, lq, lk in [(1, 7, 7), (2, 13, 20)]:
+        q, k, v = random_qkv(spec, b, lq, lk, seed=lq)
+        check_against_reference(spec, "wgsl", q, k, v)
+
+
 # ---- the emitter --------------------------------------------------------------------------------
 
 def _floor_ops_shader(pairs):
@@ -153,8 +165,14 @@ def test_emitter_types_and_literals():
     spec = _spec("f32", score="s * 2 + q / 3 - exp(-k) + floor(s) + clamp(q, 0, 5) * 1e-3")
     text = r(spec.score)
     assert "f32(q) / 3.0f" in text and "exp(f32(-k))" in text and "f32(i32(floor(s)))" in text
-    assert "0.001f" in text and "clamp(q, 0i, 5i)" in text
+    assert "0.001f" in text and "min(max(q, 0i), 5i)" in text
     assert r(Const(-2**31, INT)) == "(-2147483647i - 1i)"
+    # floor of an integer operation stays one operand (found by the fuzzer: `--i32(...)`)
+    neg = _spec("f32", score="-floor(-floor(-4.0)) * 0.5 + -floor(q - k) * 0.25")
+    assert r(neg.score) == "(f32(-(-i32(floor((-4.0f))))) * 0.5f) + (f32(-(q - k)) * 0.25f)"
+    require("wgsl")
+    q, k, v = random_qkv(neg, 1, 7, 9)
+    check_against_reference(neg, "wgsl", q, k, v)
 
 
 # ---- what stays refused -------------------------------------------------------------------------

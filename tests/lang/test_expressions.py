@@ -92,6 +92,7 @@ def test_named_masks_stay_named_and_expressions_need_operators():
     "where(q < k, q, k) > clamp(k, 0, Lq - 1) || min(q, k) == max(q, Lk - Lq)",
     "floor(log(1.0 + abs(q - k)) * 2.5) < 4",
     "q * 1.5e-3 > 2.0",
+    "b == (-(-0)) || k == -(-3) || q * 0.5 > -(-0.0)",  # a negated zero literal is the literal (fuzzer)
 ])
 def test_expressions_print_back_to_the_same_ir(text):
     s = spec_of(f"head_dim 64\ndtype f16\nmask {text}")
@@ -177,6 +178,11 @@ def test_every_error_of_a_file_at_once_with_carets_and_hints():
     ("score s + w[h]\ninput w[h, 4] f32", "input 'w' has 2 axes (h, 4), indexed with 1", "write: w[h, 4]"),
     ("score s * 1e999", "constant 1e999 is not finite (it overflows)", None),
     ("score s * inf", "'inf' is not a constant of the language", None),
+    # constant sub-expressions out of f32 (WGSL evaluates them as it compiles, and refused the kernel)
+    ("score s + exp(100)", "the constant exp(100) is not finite (reals are f32 in kernels)", "constants must be finite"),
+    ("score s + log(0) * 0", "the constant log(0) is not finite", None),
+    ("score s + sqrt(1 - 2) * q", "the constant sqrt(1 - 2) is undefined", None),
+    ("score s * (1e30 * 1e30)", "the constant 1e+30 * 1e+30 is not finite", None),
     ("mask q < 99999999999", "integer constant 99999999999 is out of range", None),
     ("mask q // 0 == 1", "'//' by zero", None),
     ("mask k <= q && w > 0\ninput w[b] i32", "input 'w' is a tensor: index it", "write: w[b]"),

@@ -143,3 +143,30 @@ def test_random_masks_print_back_and_classify_soundly(e, lq, lk, data):
     truth = np.broadcast_to(evaluate(e, names), (q1 - q0 + 1, k1 - k0 + 1))
     assert got != SKIP or not truth.any()
     assert got != FULL or truth.all()
+
+
+# ---- random masks as spec text (tests/expr_strategies.py): parsed, checked, then classified -----
+
+from expr_strategies import masks  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(mask=masks(), lq=st.integers(1, 40), lk=st.integers(1, 40), data=st.data())
+def test_random_mask_text_classifies_soundly_over_every_index(mask, lq, lk, data):
+    """The generator of the WGSL expression fuzzer (b, h, hkv, floor, guarded divisors, where of
+    booleans, comparisons of exact reals): never SKIP or FULL where brute force disagrees."""
+    e = mask_expr(mask.text)
+    assert mask_expr(format_expr(e)) == e
+    ranges = {}
+    for name, extent in (("q", lq), ("k", lk), ("b", 2), ("h", 6), ("hkv", 2)):
+        lo = data.draw(st.integers(0, extent - 1))
+        ranges[name] = (lo, data.draw(st.integers(lo, extent - 1)))
+    got = classify(e, ranges["q"], ranges["k"], lq, lk, b=ranges["b"], h=ranges["h"], hkv=ranges["hkv"])
+    axes = ("b", "h", "hkv", "q", "k")
+    names = {n: np.arange(ranges[n][0], ranges[n][1] + 1).reshape([-1 if a == n else 1 for a in axes])
+             for n in axes}
+    names.update(Lq=np.int64(lq), Lk=np.int64(lk))
+    shape = tuple(ranges[n][1] - ranges[n][0] + 1 for n in axes)
+    truth = np.broadcast_to(evaluate(e, names), shape)
+    assert got != SKIP or not truth.any(), (mask.text, ranges)
+    assert got != FULL or truth.all(), (mask.text, ranges)

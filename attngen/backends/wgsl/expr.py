@@ -11,7 +11,8 @@ else a function of its own that evaluates only the branch that is the result (`i
 a; } return b;`); `&&` and `||` are WGSL's, which evaluate their right side only where it
 decides the result, so no input is read on a side that does not (as in the language);
 sigmoid is 1 / (1 + exp(-x)); tanh is computed accurately for small arguments and clamped for
-large ones (exp overflow in some implementations' tanh), as the softcap's. Every binary operand
+large ones (exp overflow in some implementations' tanh), as the softcap's; clamp(x, lo, hi) is
+min(max(x, lo), hi) (WGSL's clamp differs where lo > hi). Every binary operand
 that is itself an operation is parenthesised, so WGSL's precedence rules (which refuse mixing
 && and || without parentheses) never matter.
 
@@ -190,8 +191,16 @@ def render(e, ctx: _Context | None = None) -> str:
     if e.name == "where":
         return f"select({_as(a[2], e.type, ctx)}, {_as(a[1], e.type, ctx)}, {render(a[0], ctx)})"
     if e.name == "floor":
-        return render(a[0], ctx) if a[0].type == INT else f"i32(floor({render(a[0], ctx)}))"
-    if e.name in ("abs", "min", "max", "clamp"):
+        # floor of an integer is the integer, parenthesised where it is an operation (-floor(-q)
+        # must not render as --q)
+        return _operand(a[0], INT, ctx) if a[0].type == INT else f"i32(floor({render(a[0], ctx)}))"
+    if e.name == "clamp":
+        # the language's clamp is min(max(x, lo), hi), also where lo > hi (as the reference's);
+        # WGSL's clamp is not: its float clamp may take the median, and constant operands with
+        # lo > hi are a shader-creation error
+        x, lo, hi = (_as(v, e.type, ctx) for v in a)
+        return f"min(max({x}, {lo}), {hi})"
+    if e.name in ("abs", "min", "max"):
         return f"{e.name}({', '.join(_as(x, e.type, ctx) for x in a)})"
     if e.name in ("sigmoid", "tanh"):
         return f"expr_{e.name}({_as(a[0], REAL, ctx)})"
