@@ -156,7 +156,9 @@ def render(e) -> str:
     if e.name == "where":
         return f"({render(a[0])} ? {_as(a[1], e.type)} : {_as(a[2], e.type)})"
     if e.name == "floor":
-        return render(a[0]) if a[0].type == INT else f"(int)floorf({render(a[0])})"
+        # floor of an integer is the integer, parenthesised where it is an operation (-floor(-q)
+        # must not render as --q, a decrement)
+        return _operand(a[0], INT) if a[0].type == INT else f"(int)floorf({render(a[0])})"
     if e.name == "clamp":
         if e.type == INT:
             return f"min(max({_as(a[0], INT)}, {_as(a[1], INT)}), {_as(a[2], INT)})"

@@ -13,6 +13,7 @@ import tempfile
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import attngen
 from attngen.api import emit_plan
@@ -20,11 +21,12 @@ from attngen.backends import get as get_backend
 from attngen.backends.cuda import expr as cuda_expr
 from attngen.backends.cuda.family import family_name
 from attngen.errors import LaunchError
-from attngen.lang.expr import INT, Binary, Const, Var
+from attngen.lang.expr import INT, Binary, Const, Var, format_expr
 from attngen.plan import expr_blocks
 from attngen.reference_expr import evaluate
 
 from conftest import spec_of
+from expr_strategies import masks, scores
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="no nvcc on PATH")
@@ -41,6 +43,7 @@ MASKS = [
     "floor(q / 2) < k",
     "!(q < 3) && k <= q",
     "-q + k >= -3 || k % -4 == -1 || where(k < 5, q, k * 3) > 40",
+    "-floor(-q) <= k + 1 && clamp(k, 9, 2) == 2",  # not --q (a decrement); clamp with lo > hi: min of max
 ]
 SCORES = [
     "s - 0.125 * abs(q - k)",
@@ -316,3 +319,60 @@ def test_inputs_and_the_backward_stay_refused():
     assert cuda.expression_problems(_spec("k <= q", "30 * tanh(s / 30)")) == []
     from attngen.plan.backward import problems as backward_problems
     assert backward_problems(_spec("k <= q"))
+
+
+# ---- random expressions (tests/expr_strategies.py, as the wgsl fuzzer's) in the host program -------
+
+@needs_nvcc
+@settings(max_examples=1, derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(ms=st.lists(masks(), min_size=24, max_size=24), ss=st.lists(scores(), min_size=24, max_size=24))
+def test_random_expressions_render_as_the_reference_evaluates(ms, ss):
+    """24 random masks and 24 random scores (one derandomized draw: the same every run) rendered
+    into one host program: mask_expr and score_expr against the float64 evaluator, mask_expr_tile
+    against classify. The strategies keep integers far from 32 bits, divisors nonzero and every
+    discontinuity on values exact in f32 (their docstring)."""
+    masks_ir = [_expr(m.text) for m in ms]
+    scores_ir = [_expr(s.text, "score") for s in ss]
+    exe, tmp = _nvcc(["-x", "cu", "--std=c++17"], _host_program(masks_ir, scores_ir))
+    try:
+        rng = np.random.default_rng(11)
+        lines, cases = [], []
+        for n, m in enumerate(masks_ir):
+            for _ in range(40):
+                b, h, hkv, lq, lk = _indices(rng)
+                q, k = int(rng.integers(0, lq)), int(rng.integers(0, lk))
+                lines.append(f"E {n} {b} {h} {hkv} {q} {k} {lq} {lk}")
+                cases.append(("E", m, (b, h, hkv, q, k, lq, lk), 0.0))
+            for _ in range(40):
+                tile = _random_tile(rng, big=False)
+                lines.append(f"T {n} " + " ".join(map(str, tile)))
+                cases.append(("T", m, tile, 0.0))
+        for n, e in enumerate(scores_ir):
+            for _ in range(40):
+                b, h, hkv, lq, lk = _indices(rng)
+                q, k = int(rng.integers(0, lq)), int(rng.integers(0, lk))
+                s = float(np.float32(rng.normal() * 4))
+                lines.append(f"S {n} {s!r} {b} {h} {hkv} {q} {k} {lq} {lk}")
+                cases.append(("S", e, (b, h, hkv, q, k, lq, lk), s))
+        got = subprocess.run([exe], input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120,
+                             check=True).stdout.split()
+        assert len(got) == len(lines)
+        for text, line, (mode, e, idx, s) in zip(got, lines, cases):
+            if mode == "T":
+                b, h0, h1, hkv, q0, q1, k0, k1, lq, lk = idx
+                want = expr_blocks.classify(e, (q0, q1), (k0, k1), lq, lk, b=(b, b), h=(h0, h1), hkv=(hkv, hkv))
+                assert int(text) == want, (line, format_expr(e))
+                continue
+            names = dict(zip(("b", "h", "hkv", "q", "k", "Lq", "Lk"), (np.int64(x) for x in idx)), s=np.float64(s))
+            want = evaluate(e, names, where="mask" if mode == "E" else "score")
+            if mode == "E":
+                assert int(text) == int(bool(want)), (line, format_expr(e))
+            else:
+                assert float(text) == pytest.approx(float(want), rel=1e-4, abs=1e-4), (line, format_expr(e))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_negated_floor_of_a_negation_is_no_decrement():
+    """-floor(-q) renders as -(-q): `--q` would compile, as a decrement of the parameter q."""
+    assert cuda_expr.render(_expr("-floor(-q) <= k")) == "(-(-q)) <= k"
