@@ -101,6 +101,12 @@ class Checker:
                            "(reals are f32 in kernels)", node.span,
                            "constants must be finite; use e.g. -1e30, or a mask")
                 return None
+        if e is not None and e.type == INT and not isinstance(e, Const) and _is_constant(e):
+            v = _constant_value(e)
+            if v is not None and not -INT32_MAX - 1 <= v <= INT32_MAX:  # kernels' i32 would wrap it
+                self.error(f"the constant {clip(format_expr(e), 40)} = {v} is out of range (|n| <= {INT32_MAX}: "
+                           "index arithmetic is 32-bit)", node.span, "integers in kernels are 32-bit and wrap")
+                return None
         return e
 
     def word(self, node: Word):

@@ -184,6 +184,7 @@ def test_every_error_of_a_file_at_once_with_carets_and_hints():
     ("score s + sqrt(1 - 2) * q", "the constant sqrt(1 - 2) is undefined", None),
     ("score s * (1e30 * 1e30)", "the constant 1e+30 * 1e+30 is not finite", None),
     ("mask q < 99999999999", "integer constant 99999999999 is out of range", None),
+    ("mask q < 65536 * 65536", "the constant 65536 * 65536 = 4294967296 is out of range", "32-bit and wrap"),
     ("mask q // 0 == 1", "'//' by zero", None),
     ("mask k <= q && w > 0\ninput w[b] i32", "input 'w' is a tensor: index it", "write: w[b]"),
     ("score s + w[h]\ninput w[h] i32 grad", "input 'w' is i32: only a real input (f32, f16, bf16) has a gradient", None),
