@@ -175,7 +175,8 @@ def _check_output(args) -> None:
 
 
 def _plan_lines(p) -> list[str]:
-    return backends.get(p.target).describe(p)
+    from .plan import expr_blocks
+    return backends.get(p.target).describe(p) + expr_blocks.describe(p)
 
 
 def _render(spec, args, profile) -> str:
