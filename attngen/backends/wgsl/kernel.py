@@ -24,10 +24,12 @@ from ...errors import CompileError, LaunchError
 from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Emitted
 from ...plan.lower import lower
+from ...plan.mask_inputs import reads_inputs
 from ...plan.profiles import Profile
 from ...resources import generator_version
 from ...runtime.cache import cache_key, cached
 from ...runtime.kernel import Kernel
+from . import expr_blockmask
 from .blockmask import build_block_mask
 from .devices import (
     NP_DTYPES, RECHECK_SENTINEL, SENTINEL, WGPU_FEATURE, WgslTensor, _DeviceState, adapter_profile, create_module,
@@ -218,10 +220,11 @@ class WgslKernel(Kernel):
         read back then); `out=` (numpy array or WgslTensor of the right shape and dtype) is
         written into and returned. k_new / v_new are appended to k and v in place.
         """
-        return call(self, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
-                    cu_seqlens_k=cu_seqlens_k, block_table=block_table, k_new=k_new, v_new=v_new,
-                    return_lse=return_lse, out=out, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                    inputs=inputs)
+        run = expr_blockmask.call if reads_inputs(self.spec) else call
+        return run(self, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
+                   cu_seqlens_k=cu_seqlens_k, block_table=block_table, k_new=k_new, v_new=v_new,
+                   return_lse=return_lse, out=out, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                   inputs=inputs)
 
     def backward(self, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  max_seqlen_q=None, max_seqlen_k=None, **inputs):
@@ -271,9 +274,14 @@ class WgslKernel(Kernel):
             _PIPELINES[key] = pipes
         return pipes
 
-    def block_mask(self, mask):
-        """A BlockMask of `mask` (numpy bool or additive float) for this kernel, built on the GPU."""
-        return build_block_mask(self, mask)
+    def block_mask(self, *args, **kwargs):
+        """A BlockMask for this kernel, built on the GPU: `block_mask(mask)` of a mask tensor (numpy bool
+        or additive float) for a `mask custom` kernel; `block_mask(q, k, kv_lens=None, **inputs)` of
+        a mask expression over inputs, for a call with these shapes and inputs (expr_blockmask.py:
+        the kernel's own cache, or pass it as mask= to calls with the same signature)."""
+        if reads_inputs(self.spec):
+            return expr_blockmask.block_mask(self, *args, **kwargs)
+        return build_block_mask(self, *args, **kwargs)
 
     def sentinel(self, recheck: bool = False):
         """(bits dtype, bits) of the NaN that marks unwritten output on loop-budget adapters
