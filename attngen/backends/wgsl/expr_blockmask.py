@@ -19,7 +19,7 @@ import threading
 
 import numpy as np
 
-from ...errors import LaunchError
+from ...errors import LaunchError, SpecError
 from ...lang.expr import format_expr
 from ...plan import mask_inputs
 from ...runtime.blockmask import BlockMask
@@ -48,13 +48,20 @@ def builder_source(spec, tile_q: int, tile_kv: int) -> str:
 
 
 def companion(kernel):
-    """The attention kernel of `kernel`'s spec with `mask custom` (compiled once per kernel)."""
+    """The attention kernel of `kernel`'s spec with `mask custom` (compiled once per kernel), or
+    None where the profile refuses it: a custom mask and the score's inputs binding take one
+    storage buffer more than `kernel` (9 where most profiles allow 8); `kernel` then tests the
+    expression per element itself (launch.call)."""
     made = getattr(kernel, "_companion", None)
     if made is None:
         from . import BACKEND
         from .kernel import compile_kernel
-        made = kernel._companion = compile_kernel(BACKEND, mask_inputs.custom_spec(kernel.spec), kernel.profile)
-    return made
+        try:
+            made = compile_kernel(BACKEND, mask_inputs.custom_spec(kernel.spec), kernel.profile)
+        except SpecError:
+            made = False
+        kernel._companion = made
+    return made or None
 
 
 def _pipelines(kernel, tile_q: int, tile_kv: int):
@@ -76,10 +83,10 @@ def _pipelines(kernel, tile_q: int, tile_kv: int):
     return made
 
 
-def _launch(kernel, q, k, kv_lens, named_inputs: dict, **layout):
+def _launch(kernel, q, k, v_shape: tuple, kv_lens, named_inputs: dict, **layout):
     """(checked Launch, {name: numpy array}) of a call's shapes, kv_lens, layout options (packed
     sequences and paged caches are refused with inputs: check_call_inputs) and inputs."""
-    shapes = {"q": tuple(q.shape), "k": tuple(k.shape), "v": tuple(k.shape[:3]) + (kernel.plan.d_v,)}
+    shapes = {"q": tuple(q.shape), "k": tuple(k.shape), "v": v_shape}
     for name in ("k_new", "v_new"):
         if layout.get(name) is not None:
             shapes[name] = tuple(layout[name].shape)
@@ -181,7 +188,7 @@ def _flag(kernel, buf) -> None:
 def block_mask(kernel, q, k, kv_lens=None, **inputs) -> BlockMask:
     """The BlockMask of the mask expression for a call with q's and k's shapes, kv_lens and the
     inputs (built, or the kernel's last one where the signature is the same)."""
-    L, arrays = _launch(kernel, q, k, kv_lens, inputs)
+    L, arrays = _launch(kernel, q, k, tuple(k.shape[:-1]) + (kernel.plan.d_v,), kv_lens, inputs)
     return cached(kernel, L, arrays)
 
 
@@ -200,7 +207,7 @@ def cached(kernel, L, arrays: dict) -> BlockMask:
 def call(kernel, q, k, v, *, mask=None, kv_lens=None, inputs=None, **options):
     """A call of a mask-over-inputs kernel: the BlockMask (mask=, or built / reused), then the
     companion attention kernel with it and the inputs the score reads."""
-    L, arrays = _launch(kernel, q, k, kv_lens, inputs or {}, **options)
+    L, arrays = _launch(kernel, q, k, tuple(v.shape), kv_lens, inputs or {}, **options)
     if mask is None:
         bm = cached(kernel, L, arrays)
     elif isinstance(mask, BlockMask):

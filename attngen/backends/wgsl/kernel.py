@@ -220,7 +220,8 @@ class WgslKernel(Kernel):
         read back then); `out=` (numpy array or WgslTensor of the right shape and dtype) is
         written into and returned. k_new / v_new are appended to k and v in place.
         """
-        run = expr_blockmask.call if reads_inputs(self.spec) else call
+        by_builder = reads_inputs(self.spec) and expr_blockmask.companion(self) is not None
+        run = expr_blockmask.call if by_builder else call
         return run(self, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
                    cu_seqlens_k=cu_seqlens_k, block_table=block_table, k_new=k_new, v_new=v_new,
                    return_lse=return_lse, out=out, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
@@ -280,6 +281,10 @@ class WgslKernel(Kernel):
         a mask expression over inputs, for a call with these shapes and inputs (expr_blockmask.py:
         the kernel's own cache, or pass it as mask= to calls with the same signature)."""
         if reads_inputs(self.spec):
+            if expr_blockmask.companion(self) is None:
+                raise LaunchError(f"kernel '{self.spec.name}': its mask is tested per element (the kernel with "
+                                  "mask custom and the score's inputs does not fit this profile's storage buffers): "
+                                  "it takes no BlockMask")
             return expr_blockmask.block_mask(self, *args, **kwargs)
         return build_block_mask(self, *args, **kwargs)
 
