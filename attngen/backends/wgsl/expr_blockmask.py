@@ -27,24 +27,10 @@ from ...runtime.inputs import check_call_inputs
 from ...runtime.launch import resolve
 from .blockmask import UNSET, check_size
 from .devices import dtype_name, wgpu
-from .emit import BLOCK_MASK_WORKGROUP
+from .emit import BLOCK_MASK_WORKGROUP, expr_block_mask_source
 
-_FIXED_FIELDS = 10  # Params' fields before the inputs' offsets (the template)
 _PIPELINES: dict = {}
 _LOCK = threading.Lock()
-
-
-def builder_source(spec, tile_q: int, tile_kv: int) -> str:
-    """The builder module of `spec` (a mask expression over inputs) for tiles tile_q x tile_kv."""
-    from ..render import render
-    from .expr import function, helpers_of, loader, sites
-    site_of = {id(load): n for n, (what, load) in enumerate(sites(spec), 1) if what == "mask"}
-    read = mask_inputs.mask_inputs(spec)
-    e = spec.mask.expr
-    return render("wgsl/expr_block_mask.wgsl.j2", kernel=spec.name, expr_text=format_expr(e), tile_q=tile_q,
-                  tile_kv=tile_kv, workgroup=BLOCK_MASK_WORKGROUP, input_fields=[i.name for i in read],
-                  pad=-(_FIXED_FIELDS + len(read)) % 4, helpers=helpers_of(e), loaders=[loader(i) for i in read],
-                  mask_fn=function("mask_expr", e, "mask", site_of))
 
 
 def companion(kernel):
@@ -71,7 +57,7 @@ def _pipelines(kernel, tile_q: int, tile_kv: int):
     if hit is not None:
         return hit
     dev = kernel.state.device
-    module = dev.create_shader_module(label="attngen_expr_block_mask", code=builder_source(kernel.spec, tile_q, tile_kv))
+    module = dev.create_shader_module(label="attngen_expr_block_mask", code=expr_block_mask_source(kernel.spec, tile_q, tile_kv))
     kinds = (wgpu.BufferBindingType.uniform, wgpu.BufferBindingType.storage) * 2
     layout = dev.create_bind_group_layout(entries=[
         {"binding": n, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}} for n, t in enumerate(kinds)])
