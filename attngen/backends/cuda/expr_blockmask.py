@@ -24,6 +24,7 @@ import numpy as np
 
 from ...errors import LaunchError
 from ...lang.expr import Load, Var, format_expr, walk
+from ...limits import MAX_GRID_X
 from ...plan import mask_inputs
 from ...runtime.blockmask import BlockMask
 from ...runtime.kernel import Kernel
@@ -234,7 +235,7 @@ class MaskInputsKernel(Kernel):
             lens = cupy.asarray(np.asarray(launch.seq_lens_k(), np.int64).astype(np.int32))
             dev_inputs = [cupy.asarray(arrays[i.name].view(np.uint8) if i.dtype == "bool" else arrays[i.name])
                           for i in mask_inputs.mask_inputs(self.spec)]
-            blocks = max(1, min(-(-elements // THREADS), 65535))
+            blocks = max(1, min(-(-elements // THREADS), MAX_GRID_X))  # a grid-stride loop does the rest
             self._function(device)((blocks,), (THREADS,), (
                 mask, np.int64(elements), np.int32(bm_h), lens, flag, np.int32(launch.batch),
                 np.int32(launch.heads_q), np.int32(launch.heads_kv), np.int32(launch.len_q), np.int32(launch.len_k),

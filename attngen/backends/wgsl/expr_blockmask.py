@@ -40,10 +40,8 @@ def companion(kernel):
     expression per element itself (launch.call)."""
     made = getattr(kernel, "_companion", None)
     if made is None:
-        from . import BACKEND
-        from .kernel import compile_kernel
         try:
-            made = compile_kernel(BACKEND, mask_inputs.custom_spec(kernel.spec), kernel.profile)
+            made = kernel.backend.compile(mask_inputs.custom_spec(kernel.spec), kernel.profile)
         except SpecError:
             made = False
         kernel._companion = made

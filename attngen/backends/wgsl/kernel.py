@@ -110,7 +110,7 @@ def compile_kernel(backend, spec: AttentionSpec, profile: Profile | str | None =
     with _PIPELINES_LOCK:
         hit = _PIPELINES.get(key)
     if hit is not None:
-        return WgslKernel(*hit, st)
+        return WgslKernel(*hit, st, backend)
 
     # The source is always emitted afresh (it is cheap, and a disk copy could go stale behind
     # the template digest); the disk cache keeps a record of it and its manifest once it compiles.
@@ -139,7 +139,7 @@ def compile_kernel(backend, spec: AttentionSpec, profile: Profile | str | None =
     cached(disk_key, ".json", lambda: json.dumps(em.manifest, indent=2, sort_keys=True).encode())
     with _PIPELINES_LOCK:
         _PIPELINES[key] = (em, pipeline, layout, prof)
-    return WgslKernel(em, pipeline, layout, prof, st)
+    return WgslKernel(em, pipeline, layout, prof, st, backend)
 
 
 class WgslKernel(Kernel):
@@ -147,8 +147,9 @@ class WgslKernel(Kernel):
 
     target = "wgsl"
 
-    def __init__(self, emitted: Emitted, pipeline, layout, profile: Profile, state: _DeviceState):
+    def __init__(self, emitted: Emitted, pipeline, layout, profile: Profile, state: _DeviceState, backend=None):
         super().__init__(emitted)
+        self.backend = backend  # the WGSL backend (a mask over inputs compiles its `mask custom` kernel with it)
         self.profile = profile  # what the kernel was planned for
         # (role, pipeline, bind group layout, params, grid) of each entry point, in dispatch order
         self.pipelines = pipeline
