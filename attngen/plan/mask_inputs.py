@@ -55,8 +55,8 @@ def slices(spec: AttentionSpec, batch: int, heads_q: int, per_sequence_lk: bool)
 
 def signature(launch, arrays: dict, spec: AttentionSpec) -> tuple:
     """What a built BlockMask depends on, for a cache: the call's extents (b, h, hkv, q, k), the
-    keys of each sequence (kv_lens, with the rows appended) and the contents of each input the mask reads (a digest of their bytes with their
-    dtype and shape). Equal signatures give equal masks."""
+    keys of each sequence (kv_lens, with the rows appended) and, for each input the mask reads,
+    its dtype, shape and a digest of its bytes. Equal signatures give equal masks."""
     def digest(a) -> tuple:
         a = np.ascontiguousarray(a)
         return (str(a.dtype), a.shape, hashlib.blake2b(a.tobytes(), digest_size=16).hexdigest())

@@ -88,6 +88,7 @@ def builder_source(spec) -> str:
     fields = "".join(f"    const {_C_INPUT[i.dtype]}* {i.name};  // input {i.name} ({i.dtype})\n" for i in read)
     params = "".join(f", const {_C_INPUT[i.dtype]}* {i.name}" for i in read)
     names = "".join(f", {i.name}" for i in read)
+    helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(e)) + "".join(_loader(i) + "\n" for i in read)
     return f"""\
 // =================================================================================================
 // attngen: the mask of kernel '{spec.name}', built on the GPU from its inputs (issue 42).
@@ -104,7 +105,7 @@ struct MaskInputs {{
     int* flag;  // a read out of an input's bounds writes its site here (0: none)
 {fields}}};
 
-{"".join(h + chr(10) for h in cuda_expr.helpers_of(e))}{"".join(_loader(i) + chr(10) for i in read)}// mask {format_expr(e)}
+{helpers}// mask {format_expr(e)}
 {_FN} bool mask_expr(const MaskInputs& in, int b, int h, int hkv, int q, int k, int Lq, int Lk) {{
     return {cuda_expr.render(_with_calls(e, site_of))};
 }}

@@ -55,7 +55,8 @@ def _pipelines(kernel, tile_q: int, tile_kv: int):
     if hit is not None:
         return hit
     dev = kernel.state.device
-    module = dev.create_shader_module(label="attngen_expr_block_mask", code=expr_block_mask_source(kernel.spec, tile_q, tile_kv))
+    source = expr_block_mask_source(kernel.spec, tile_q, tile_kv)
+    module = dev.create_shader_module(label="attngen_expr_block_mask", code=source)
     kinds = (wgpu.BufferBindingType.uniform, wgpu.BufferBindingType.storage) * 2
     layout = dev.create_bind_group_layout(entries=[
         {"binding": n, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}} for n, t in enumerate(kinds)])
@@ -84,11 +85,10 @@ def _launch(kernel, q, k, v_shape: tuple, kv_lens, named_inputs: dict, **layout)
 
 def _words(arrays: dict, read: list, lens) -> tuple[np.ndarray, dict]:
     """The inputs binding: the flag, each input the mask reads (expr.py's storage), kv_lens."""
-    from .args import input_words
+    from types import SimpleNamespace
 
-    class _Only:  # input_words packs a spec's inputs: the mask's only
-        inputs = read
-    words, offsets = input_words(_Only, arrays)
+    from .args import input_words
+    words, offsets = input_words(SimpleNamespace(inputs=read), arrays)  # (it packs the `inputs` it is given)
     offsets["kv_lens"] = len(words)
     if lens is not None:
         words = np.concatenate([words, np.asarray(lens, np.int64).astype(np.uint32)])
@@ -148,8 +148,9 @@ def build(kernel, L, arrays: dict) -> BlockMask:
     raw = np.frombuffer(dev.queue.read_buffer(buf), dtype=np.uint32)
     counts_u = raw[:n_counts]
     if (counts_u == UNSET).any():
-        raise LaunchError(f"mask: the block-mask shader was cut short on {kernel.state.info.get('device') or 'this adapter'}"
-                          " (a software adapter's loop budget); use smaller masks on this adapter")
+        where = kernel.state.info.get("device") or "this adapter"
+        raise LaunchError(f"mask: the block-mask shader was cut short on {where} (a software adapter's loop "
+                          "budget); use smaller masks on this adapter")
     counts = counts_u.astype(np.int32).reshape(bm_b, bm_h, nq)
     tiles = raw[n_counts:n_counts + n_tiles].view(np.int32).reshape(bm_b, bm_h, nq, nk).copy()
     data = raw[offsets["data"]:].view(np.uint8)[:elements].reshape(shape).copy()
