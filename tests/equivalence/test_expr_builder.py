@@ -152,3 +152,19 @@ def test_reads_out_of_bounds_are_flagged():
         reference(spec, q, k, v, doc=doc)
     with pytest.raises(LaunchError, match=r"the mask expression read input 'doc' out of its bounds in doc\[b, k\]"):
         kernel_for(spec, "wgsl")(q, k, v, doc=doc)
+
+
+def test_a_profile_without_room_for_the_custom_kernel_tests_per_element():
+    """A score and a mask that both read inputs: the `mask custom` kernel would bind 9 storage
+    buffers where wgpu-software allows 8, so the kernel tests the expression per element itself."""
+    require("wgsl")
+    import attngen
+    spec = _spec("input slopes[h] f32\n" + PREFIX + "\nscore s - slopes[h] * abs(q - k)")
+    kernel = attngen.compile(spec, target="wgsl", profile="wgpu-software")
+    q, k, v = random_qkv(spec, 2, 7, 9, seed=9)
+    inputs = {"prefix": np.array([0, 8], np.int32), "slopes": np.linspace(0.1, 1, 6).astype(np.float32)}
+    out = kernel(q, k, v, **inputs)
+    assert relative_error(np.asarray(out, np.float64), reference(spec, q, k, v, **inputs)) <= tolerance(spec)
+    assert kernel.mask_builds == 0
+    with pytest.raises(LaunchError, match="tested per element"):
+        kernel.block_mask(q, k, **inputs)

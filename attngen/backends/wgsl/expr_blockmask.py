@@ -38,7 +38,7 @@ def companion(kernel):
     None where the profile refuses it: a custom mask and the score's inputs binding take one
     storage buffer more than `kernel` (9 where most profiles allow 8); `kernel` then tests the
     expression per element itself (launch.call)."""
-    made = getattr(kernel, "_companion", None)
+    made = kernel._companion
     if made is None:
         try:
             made = kernel.backend.compile(mask_inputs.custom_spec(kernel.spec), kernel.profile)
@@ -180,12 +180,12 @@ def block_mask(kernel, q, k, kv_lens=None, **inputs) -> BlockMask:
 def cached(kernel, L, arrays: dict) -> BlockMask:
     """The kernel's last BlockMask if its signature is this call's, else a new one (kept)."""
     sig = mask_inputs.signature(L, arrays, kernel.spec)
-    last = getattr(kernel, "_last_mask", None)
+    last = kernel._last_mask
     if last is not None and last[0] == sig:
         return last[1]
     bm = build(kernel, L, arrays)
     kernel._last_mask = (sig, bm)
-    kernel.mask_builds = getattr(kernel, "mask_builds", 0) + 1
+    kernel.mask_builds += 1
     return bm
 
 

@@ -150,6 +150,11 @@ class WgslKernel(Kernel):
     def __init__(self, emitted: Emitted, pipeline, layout, profile: Profile, state: _DeviceState, backend=None):
         super().__init__(emitted)
         self.backend = backend  # the WGSL backend (a mask over inputs compiles its `mask custom` kernel with it)
+        # a mask over inputs (expr_blockmask.py): its `mask custom` kernel (False: refused by the
+        # profile), the (signature, BlockMask) of the last build, and how many builds ran
+        self._companion = None
+        self._last_mask = None
+        self.mask_builds = 0
         self.profile = profile  # what the kernel was planned for
         # (role, pipeline, bind group layout, params, grid) of each entry point, in dispatch order
         self.pipelines = pipeline
