@@ -200,6 +200,7 @@ SHARED_JOBS = {
     "launch": "a call's launches: what runs on the device, in order",
     "args": "a call's parameters packed for the device",
     "expr": "score and mask expressions as the target's functions (issue 42)",
+    "expr_blockmask": "the block-mask builder of a mask expression over inputs, and its cache (issue 42)",
 }
 TARGET_ONLY = {
     "cuda": {"nvrtc", "tensor_maps", "torch_op",

@@ -135,7 +135,14 @@ class CudaBackend(Backend):
     _identities: dict = {}
 
     def compile(self, spec, profile=None):
+        """A CudaKernel; for a mask expression over inputs with a score that reads none, the
+        block-mask builder with the `mask custom` kernel (expr_blockmask.MaskInputsKernel)."""
+        from ...lang.expr import inputs_read
+        from ...plan.mask_inputs import custom_spec, reads_inputs
         from .kernel import compile_kernel
+        if reads_inputs(spec) and not inputs_read(spec.score):
+            from .expr_blockmask import MaskInputsKernel
+            return MaskInputsKernel(spec, compile_kernel(self, custom_spec(spec), profile))
         return compile_kernel(self, spec, profile)
 
     device_kinds = "CUDA architectures: sm_80, sm_86, sm_89, sm_90, ... (compute capability 8.0 or newer)"

@@ -333,6 +333,21 @@ def block_mask_source(plan: KernelPlan) -> str:
                   workgroup=BLOCK_MASK_WORKGROUP)
 
 
+def expr_block_mask_source(spec, tile_q: int, tile_kv: int) -> str:
+    """The builder of a mask expression over inputs (templates/wgsl/expr_block_mask.wgsl.j2) for
+    tiles tile_q x tile_kv: the mask's bytes, then block_mask_source's tile lists."""
+    from ...lang.expr import format_expr
+    from ...plan.mask_inputs import mask_inputs
+    from .expr import function, helpers_of, loader, sites
+    site_of = {id(load): n for n, (what, load) in enumerate(sites(spec), 1) if what == "mask"}
+    read, e = mask_inputs(spec), spec.mask.expr
+    fixed = 10  # the template's Params fields before the inputs' offsets (a multiple of 4 words in all)
+    return render("wgsl/expr_block_mask.wgsl.j2", kernel=spec.name, expr_text=format_expr(e), tile_q=tile_q,
+                  tile_kv=tile_kv, workgroup=BLOCK_MASK_WORKGROUP, input_fields=[i.name for i in read],
+                  pad=-(fixed + len(read)) % 4, helpers=helpers_of(e), loaders=[loader(i) for i in read],
+                  mask_fn=function("mask_expr", e, "mask", site_of))
+
+
 # ---- the backward (issue 41): templates/wgsl/backward.wgsl.j2, a module of its own -------------
 
 def backward_plan(plan: KernelPlan):

@@ -24,10 +24,12 @@ from ...errors import CompileError, LaunchError
 from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Emitted
 from ...plan.lower import lower
+from ...plan.mask_inputs import reads_inputs
 from ...plan.profiles import Profile
 from ...resources import generator_version
 from ...runtime.cache import cache_key, cached
 from ...runtime.kernel import Kernel
+from . import expr_blockmask
 from .blockmask import build_block_mask
 from .devices import (
     NP_DTYPES, RECHECK_SENTINEL, SENTINEL, WGPU_FEATURE, WgslTensor, _DeviceState, adapter_profile, create_module,
@@ -108,7 +110,7 @@ def compile_kernel(backend, spec: AttentionSpec, profile: Profile | str | None =
     with _PIPELINES_LOCK:
         hit = _PIPELINES.get(key)
     if hit is not None:
-        return WgslKernel(*hit, st)
+        return WgslKernel(*hit, st, backend)
 
     # The source is always emitted afresh (it is cheap, and a disk copy could go stale behind
     # the template digest); the disk cache keeps a record of it and its manifest once it compiles.
@@ -137,7 +139,7 @@ def compile_kernel(backend, spec: AttentionSpec, profile: Profile | str | None =
     cached(disk_key, ".json", lambda: json.dumps(em.manifest, indent=2, sort_keys=True).encode())
     with _PIPELINES_LOCK:
         _PIPELINES[key] = (em, pipeline, layout, prof)
-    return WgslKernel(em, pipeline, layout, prof, st)
+    return WgslKernel(em, pipeline, layout, prof, st, backend)
 
 
 class WgslKernel(Kernel):
@@ -145,8 +147,14 @@ class WgslKernel(Kernel):
 
     target = "wgsl"
 
-    def __init__(self, emitted: Emitted, pipeline, layout, profile: Profile, state: _DeviceState):
+    def __init__(self, emitted: Emitted, pipeline, layout, profile: Profile, state: _DeviceState, backend=None):
         super().__init__(emitted)
+        self.backend = backend  # the WGSL backend (a mask over inputs compiles its `mask custom` kernel with it)
+        # a mask over inputs (expr_blockmask.py): its `mask custom` kernel (False: refused by the
+        # profile), the (signature, BlockMask) of the last build, and how many builds ran
+        self._companion = None
+        self._last_mask = None
+        self.mask_builds = 0
         self.profile = profile  # what the kernel was planned for
         # (role, pipeline, bind group layout, params, grid) of each entry point, in dispatch order
         self.pipelines = pipeline
@@ -218,10 +226,12 @@ class WgslKernel(Kernel):
         read back then); `out=` (numpy array or WgslTensor of the right shape and dtype) is
         written into and returned. k_new / v_new are appended to k and v in place.
         """
-        return call(self, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
-                    cu_seqlens_k=cu_seqlens_k, block_table=block_table, k_new=k_new, v_new=v_new,
-                    return_lse=return_lse, out=out, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
-                    inputs=inputs)
+        by_builder = reads_inputs(self.spec) and expr_blockmask.companion(self) is not None
+        run = expr_blockmask.call if by_builder else call
+        return run(self, q, k, v, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
+                   cu_seqlens_k=cu_seqlens_k, block_table=block_table, k_new=k_new, v_new=v_new,
+                   return_lse=return_lse, out=out, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                   inputs=inputs)
 
     def backward(self, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  max_seqlen_q=None, max_seqlen_k=None, **inputs):
@@ -271,9 +281,18 @@ class WgslKernel(Kernel):
             _PIPELINES[key] = pipes
         return pipes
 
-    def block_mask(self, mask):
-        """A BlockMask of `mask` (numpy bool or additive float) for this kernel, built on the GPU."""
-        return build_block_mask(self, mask)
+    def block_mask(self, *args, **kwargs):
+        """A BlockMask for this kernel, built on the GPU: `block_mask(mask)` of a mask tensor (numpy bool
+        or additive float) for a `mask custom` kernel; `block_mask(q, k, kv_lens=None, **inputs)` of
+        a mask expression over inputs, for a call with these shapes and inputs (expr_blockmask.py:
+        the kernel's own cache, or pass it as mask= to calls with the same signature)."""
+        if reads_inputs(self.spec):
+            if expr_blockmask.companion(self) is None:
+                raise LaunchError(f"kernel '{self.spec.name}': its mask is tested per element (the kernel with "
+                                  "mask custom and the score's inputs does not fit this profile's storage buffers): "
+                                  "it takes no BlockMask")
+            return expr_blockmask.block_mask(self, *args, **kwargs)
+        return build_block_mask(self, *args, **kwargs)
 
     def sentinel(self, recheck: bool = False):
         """(bits dtype, bits) of the NaN that marks unwritten output on loop-budget adapters

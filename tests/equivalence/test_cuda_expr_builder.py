@@ -1,0 +1,130 @@
+"""Masks over inputs (issue 42) on target cuda (GPU machine): the generated block-mask builder
+(attngen/backends/cuda/expr_blockmask.py) and the `mask custom` kernel it feeds, against the
+float64 reference: document ids and prefix-LM in f16, bf16 and f32, odd lengths (1, 7, 113, 1023),
+Lq != Lk, GQA groups of 3, kv_lens, a row that sees no key, on cuda-sm80 and this GPU's profile;
+the BlockMask against the numpy oracle; the cache (rebuilt only when the signature changes); a
+read out of bounds. Without a GPU every test skips (tests/backends/cuda/test_expr_builder_source.py
+compiles the builder and runs its mask_element on the host)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import attngen
+from attngen.errors import LaunchError
+from attngen.reference import reference, relative_error, tolerance
+from attngen.runtime.blockmask import reference_block_mask
+
+from conftest import random_qkv, require, spec_of, to_device
+from test_variants import _np
+
+DOCS = "input doc[b, q] i32\nmask k <= q && doc[b, q] == doc[b, k]"
+PREFIX = "input prefix[b] i32\nmask k <= q || k < prefix[b]"
+SHAPES = [(1, 1, 1), (2, 7, 7), (1, 113, 113), (2, 7, 20), (1, 20, 7), (1, 1023, 1023)]
+
+_KERNELS: dict = {}
+
+
+def _spec(body, dtype="f16", head_dim=64):
+    return spec_of(f"head_dim {head_dim}\nheads q=6 kv=2\ndtype {dtype}\n{body}")
+
+
+def _kernel(spec, profile=None):
+    key = (spec, profile)
+    if key not in _KERNELS:
+        _KERNELS[key] = attngen.compile(spec, target="cuda", profile=profile)
+    return _KERNELS[key]
+
+
+def _inputs(body, rng, b, lq, lk):
+    if body == DOCS:
+        return {"doc": np.sort(rng.integers(0, 8, size=(b, lq)), axis=1).astype(np.int32)}
+    return {"prefix": rng.integers(0, lk + 2, size=b).astype(np.int32)}
+
+
+def _check(spec, qkv, inputs, profile=None, **options):
+    kernel = _kernel(spec, profile)
+    out, lse = kernel(*to_device("cuda", spec.dtype, *qkv), return_lse=True, **options, **inputs)
+    out, lse = _np(out), _np(lse)
+    ref, ref_lse = reference(spec, *qkv, return_lse=True, **options, **inputs)
+    assert not np.isnan(out).any() and not np.isnan(lse).any(), "NaN"
+    assert relative_error(out, ref) <= tolerance(spec)
+    empty = np.isneginf(ref_lse)
+    assert np.array_equal(np.isneginf(lse), empty)
+    assert np.all(out[np.transpose(empty, (0, 2, 1))] == 0)
+    if (~empty).any():
+        assert np.abs(lse[~empty] - ref_lse[~empty]).max() <= 1e-2 * max(1.0, np.abs(ref_lse[~empty]).max())
+    return empty
+
+
+@pytest.mark.parametrize("profile", ["cuda-sm80", None])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "f32"])
+@pytest.mark.parametrize("body", [DOCS, PREFIX], ids=["documents", "prefix_lm"])
+def test_against_the_reference(body, dtype, profile):
+    require("cuda")
+    spec = _spec(body, dtype)
+    for n, (b, lq, lk) in enumerate(SHAPES):
+        _check(spec, random_qkv(spec, b, lq, lk, seed=n), _inputs(body, np.random.default_rng(n), b, lq, lk),
+               profile)
+
+
+def test_kv_lens_and_a_row_that_sees_no_key():
+    require("cuda")
+    spec = _spec("input doc[b, q] i32\nmask k < q && doc[b, q] == doc[b, k]")
+    doc = np.array([[0] * 9, [0, 0, 0, 1, 1, 1, 1, 2, 2]], np.int32)
+    empty = _check(spec, random_qkv(spec, 2, 9, 9, seed=1), {"doc": doc}, kv_lens=np.array([9, 4], np.int32))
+    assert empty[:, :, 0].all() and empty[1, :, 3].all()
+
+
+def test_the_block_mask_equals_the_oracle():
+    require("cuda")
+    spec = _spec(DOCS)
+    kernel = _kernel(spec)
+    q, k, _ = random_qkv(spec, 2, 1023, 1023, seed=3)
+    doc = _inputs(DOCS, np.random.default_rng(3), 2, 1023, 1023)["doc"]
+    dq, dk = to_device("cuda", spec.dtype, q, k)
+    bm = kernel.block_mask(dq, dk, doc=doc)
+    i = np.arange(1023)
+    dense = ((i[None, :] <= i[:, None])[None] & (doc[:, :, None] == doc[:, None, :]))[:, None]
+    want = reference_block_mask(dense, bm.tile_q, bm.tile_kv)
+    assert bm.shape == (2, 1, 1023, 1023)
+    assert np.array_equal(_np(bm.counts), want.counts) and np.array_equal(_np(bm.tiles), want.tiles)
+    assert bm.live_tiles < want.n_qtiles * want.n_kvtiles  # 8 documents: most causal tiles are skipped
+
+
+def test_the_cache_rebuilds_only_when_the_signature_changes():
+    require("cuda")
+    spec = _spec(DOCS)
+    kernel = _kernel(spec)
+    q, k, v = to_device("cuda", spec.dtype, *random_qkv(spec, 2, 113, 113, seed=5))
+    doc = _inputs(DOCS, np.random.default_rng(5), 2, 113, 113)["doc"]
+    kernel(q, k, v, doc=doc)
+    built = kernel.mask_builds
+    bm = kernel.block_mask(q, k, doc=doc)
+    kernel(q, k, v, doc=doc.copy())
+    assert kernel.mask_builds == built and kernel.block_mask(q, k, doc=doc) is bm
+    doc[1, 50:] += 1
+    kernel(q, k, v, doc=doc)
+    kernel(q, k, v, doc=doc, kv_lens=np.array([113, 60], np.int32))
+    assert kernel.mask_builds == built + 2
+    kernel(q, k, v, doc=doc, mask=bm)
+    assert kernel.mask_builds == built + 2
+
+
+def test_refusals():
+    require("cuda")
+    spec = _spec(DOCS)
+    kernel = _kernel(spec)
+    q, k, v = to_device("cuda", spec.dtype, *random_qkv(spec, 2, 7, 7, seed=7))
+    doc = np.zeros((2, 7), np.int32)
+    with pytest.raises(LaunchError, match="mask= takes only the BlockMask"):
+        kernel(q, k, v, doc=doc, mask=np.ones((7, 7), bool))
+    with pytest.raises(LaunchError, match=r"reads input 'doc'"):
+        kernel(q, k, v)
+    with pytest.raises(LaunchError, match="no backward on target cuda"):
+        kernel.backward(q, k, v, q, None, q, doc=doc)
+    oob = _spec("input doc[b, q] i32\nmask doc[b, q] == doc[b, k]")
+    q, k, v = to_device("cuda", oob.dtype, *random_qkv(oob, 1, 7, 9, seed=8))
+    with pytest.raises(LaunchError, match=r"the mask expression read input 'doc' out of its bounds in doc\[b, k\]"):
+        _kernel(oob)(q, k, v, doc=np.zeros((1, 7), np.int32))
