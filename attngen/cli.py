@@ -176,7 +176,8 @@ def _check_output(args) -> None:
 
 def _plan_lines(p) -> list[str]:
     from .plan import expr_blocks
-    return backends.get(p.target).describe(p) + expr_blocks.describe(p)
+    backend = backends.get(p.target)
+    return backend.describe(p) + expr_blocks.describe(p, backend.expression_tiles(p.spec))
 
 
 def _render(spec, args, profile) -> str:

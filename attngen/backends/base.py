@@ -102,6 +102,11 @@ class Backend:
                                     key="dtype"))
         return problems
 
+    def expression_tiles(self, spec: AttentionSpec) -> str:
+        """What this target's kernels do with a mask expression's tile classification (`attngen
+        check`'s line, attngen.plan.expr_blocks.describe)."""
+        return "the kernel skips wholly hidden tiles and tests mixed ones per element"
+
     def expression_problems(self, spec: AttentionSpec) -> list[Problem]:
         """The spec's score and mask expressions (issue 42), each refused at its expression: the
         default of a target that compiles none (cuda and wgsl override it with what they compile;

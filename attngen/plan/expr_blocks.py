@@ -153,9 +153,10 @@ def _fn(e, env):
     return None
 
 
-def describe(plan, length: int = 4096) -> list[str]:
+def describe(plan, does: str, length: int = 4096) -> list[str]:
     """`attngen check`'s line for a mask expression: how the plan's tiles of a Lq = Lk = `length`
-    sequence classify, and what the target's kernels do with that; [] for other masks."""
+    sequence classify, then `does` (the target's words for what its kernels do with that); [] for
+    other masks."""
     if plan.spec.mask.kind != "expr":
         return []
     while length > 256 and -(-length // plan.tile_q) * -(-length // plan.tile_kv) > 16384:
@@ -165,8 +166,6 @@ def describe(plan, length: int = 4096) -> list[str]:
     share = {name: 100.0 * int((m == v).sum()) / n for name, v in (("hidden", SKIP), ("visible", FULL),
                                                                     ("mixed", PARTIAL))}
     reads = "" if index_only(plan.spec.mask.expr) else " (the inputs' values are unknown here: mixed)"
-    does = ("target wgsl tests every tile per element (it skips none yet)" if plan.target == "wgsl" else
-            "the kernel skips hidden tiles and tests mixed ones per element")
     return [f"mask expression: by interval analysis, of the {n} tiles ({plan.tile_q} x {plan.tile_kv}) of Lq = Lk = "
             f"{length}: {share['hidden']:.1f}% wholly hidden, {share['visible']:.1f}% wholly visible, "
             f"{share['mixed']:.1f}% mixed{reads}; {does}"]

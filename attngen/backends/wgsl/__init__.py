@@ -54,6 +54,13 @@ class WgslBackend(Backend):
     source_suffix = "wgsl"
     backward_expressions = True  # index-only expressions, as the forward (templates/wgsl/backward.wgsl.j2)
 
+    def expression_tiles(self, spec):
+        from ...lang.expr import inputs_read
+        if inputs_read(spec.mask.expr):
+            return ("a generated builder evaluates the mask over inputs into a BlockMask, and the kernel runs mask "
+                    "custom's lists (docs/variants.md)")
+        return "target wgsl tests every tile per element (it skips none yet)"
+
     def expression_problems(self, spec):
         """Score and mask expressions compile for the forward (attngen/backends/wgsl/expr.py), their
         inputs passed by keyword in one storage binding (docs/language.md); a bf16 input is refused
