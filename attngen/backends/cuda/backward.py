@@ -270,7 +270,8 @@ def render_backward(plan: KernelPlan) -> str:
     if fast:
         log2e = 1.4426950408889634
         extra = ({"scale_over_cap": c_float(plan.scale / plan.softcap), "softcap_log2": c_float(plan.softcap * log2e)}
-                 if plan.softcap is not None else {"scale_log2": c_float(plan.scale * log2e)})
+                 if plan.softcap is not None else {} if plan.spec.score is not None
+                 else {"scale_log2": c_float(plan.scale * log2e)})
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
                       smem_bytes=wgmma_smem_bytes(plan.d_qk, plan.d_v), **extra, **common)
     c = backward_config(plan)
