@@ -15,6 +15,10 @@ _bwd_dq.
   shared memory as floats), every dtype and head dim that fits; no atomics, the same inputs give the
   same bits; _bwd_dq is one block per query tile computing dQ_i. Correct, not fast.
 
+Score and mask expressions of indices and s (issue 42) compile in both (`expression_sources`:
+score_expr, its derivative score_expr_ds, mask_expr per element and mask_expr_tile's tile and step
+skipping; docs/backward.md); expressions that read inputs are refused (plan.backward.problems).
+
 The runtime reads integer inputs (kv_lens, cu_seqlens) on the host and checks them with the
 forward's rules (runtime.launch.resolve): a device integer array costs a copy to the host and a
 synchronisation here, unlike the forward.
@@ -248,6 +252,20 @@ def _header(plan: KernelPlan) -> str:
     return comment_block(lines)
 
 
+def _wgmma_recompute(plan: KernelPlan) -> dict:
+    """How the fast family recomputes P: recompute_both, P^T and dS^T in one pass once dP^T is done
+    (a softcap or a score expression: dS needs the derivative at s), else P^T while dP^T runs; and
+    the extra parameters (and arguments) of its recompute functions: the custom mask's, the query
+    head of a mask expression, the indices a score expression reads."""
+    custom, score = plan.spec.mask.is_custom, plan.spec.score is not None
+    head = custom or score or plan.mask.kind == "expr"
+    extra = [(custom, "const Args&", "a"), (custom or score, "int", "b"), (head, "int", "h"),
+             (custom, "const unsigned*", "sbits"), (score, "int", "hk")]
+    return {"recompute_both": plan.softcap is not None or score,
+            "recompute_params": "".join(f", {t} {n}" for used, t, n in extra if used),
+            "recompute_args": "".join(f", {n}" for used, _, n in extra if used)}
+
+
 def render_backward(plan: KernelPlan) -> str:
     """The backward's CUDA source for `plan` (a SpecError when its spec has none): the family
     `family(plan)` picks."""
@@ -262,7 +280,8 @@ def render_backward(plan: KernelPlan) -> str:
         scale=c_float(plan.scale), scale_doc="1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec",
         softcap=c_float(plan.softcap) if plan.softcap is not None else None,
         custom=plan.spec.mask.is_custom, fwd_tile_q=plan.tile_q, fwd_tile_kv=plan.tile_kv,
-        fields=fields, mask=plan.mask, mask_doc=mask_doc(plan), entry=plan.entry, **expression_sources(plan))
+        fields=fields, mask=plan.mask, mask_doc=mask_doc(plan), entry=plan.entry, **expression_sources(plan),
+        expressions=plan.mask.kind == "expr" or plan.spec.score is not None)  # (recompute takes b, h, hk)
     fast = family(plan) == "wgmma"
     # mask.j2's tile_is_empty: the deterministic family's loops skip the tiles an expression hides
     # (the fast family classifies its steps with mask_expr_tile itself)
@@ -273,7 +292,7 @@ def render_backward(plan: KernelPlan) -> str:
                  if plan.softcap is not None else {} if plan.spec.score is not None
                  else {"scale_log2": c_float(plan.scale * log2e)})
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
-                      smem_bytes=wgmma_smem_bytes(plan.d_qk, plan.d_v), **extra, **common)
+                      smem_bytes=wgmma_smem_bytes(plan.d_qk, plan.d_v), **extra, **_wgmma_recompute(plan), **common)
     c = backward_config(plan)
     return render("cuda/backward.cu.j2", header=_header(plan), clean_v=False, threads=c.threads, tile=c.tile,
                   smem_bytes=c.smem_bytes, **common)
