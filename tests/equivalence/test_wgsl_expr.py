@@ -187,7 +187,8 @@ def test_cuda_refuses_inputs():
         attngen.emit(reads, target="cuda")
     from attngen.backends.wgsl.emit import backward_plan
     from attngen.plan.backward import problems
-    # the backward: wgsl's compiles index-only expressions (test_wgsl_expr_backward.py), cuda's not
+    # the backward: wgsl's compiles index-only expressions (test_wgsl_expr_backward.py); problems() without
+    # expressions=True is a target whose backward compiles none
     assert "not compiled by this target's backward kernels yet" in problems(index_only)[0].message
     plan = attngen.lower(index_only, target="wgsl")
     assert backward_plan(plan) is not None and "backward" in get_backend("wgsl").helper_sources(plan)

@@ -43,11 +43,14 @@ class CudaBackend(Backend):
     device_name = "CUDA GPU (with CuPy)"
     source_suffix = "cu"
 
+    backward_expressions = True  # index-only expressions, as the forward (templates/cuda/backward*.j2)
+
     def expression_problems(self, spec):
         """Index-only score and mask expressions compile for the forward, on every kernel family
         the chooser picks for them (expr.py; P through memory is not picked for them: choices.
         stored_p_refusal); expressions that read inputs are refused (inputs are not passed yet).
-        The backward refuses every expression (attngen.plan.backward.problems)."""
+        The backward compiles the same index-only expressions, in both families (backward.py); one
+        whose expressions read inputs is refused (attngen.plan.backward.problems)."""
         from ...lang.expr import inputs_read
         from ...plan.kernel_plan import Problem
         hint = "attngen.reference evaluates it; target cuda compiles expressions of indices and s only"

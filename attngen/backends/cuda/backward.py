@@ -15,6 +15,10 @@ _bwd_dq.
   shared memory as floats), every dtype and head dim that fits; no atomics, the same inputs give the
   same bits; _bwd_dq is one block per query tile computing dQ_i. Correct, not fast.
 
+Score and mask expressions of indices and s (issue 42) compile in both (`expression_sources`:
+score_expr, its derivative score_expr_ds, mask_expr per element and mask_expr_tile's tile and step
+skipping; docs/backward.md); expressions that read inputs are refused (plan.backward.problems).
+
 The runtime reads integer inputs (kv_lens, cu_seqlens) on the host and checks them with the
 forward's rules (runtime.launch.resolve): a device integer array costs a copy to the host and a
 synchronisation here, unlike the forward.
@@ -169,7 +173,7 @@ def family(plan: KernelPlan) -> str:
 
 def backward_problems(plan: KernelPlan) -> list[Problem]:
     """Why `plan`'s spec has no CUDA backward (empty: it has one)."""
-    out = neutral.problems(plan.spec)
+    out = neutral.problems(plan.spec, expressions=True)  # (CudaBackend.backward_expressions)
     if not out and plan.spec.options("cuda").get("backward") == "fast":
         why = _wgmma_refusal(plan)
         if why is not None:
@@ -227,6 +231,7 @@ def _workspace(plan: KernelPlan) -> str:
 
 
 def _header(plan: KernelPlan) -> str:
+    from ...lang.expr import format_expr
     from ..render import comment_block, mask_doc
     first, *steps = _steps(plan)
     lines = [
@@ -238,13 +243,27 @@ def _header(plan: KernelPlan) -> str:
         *("  " + ln for ln in plan.spec_text.rstrip("\n").splitlines()),
         "",
         f"Scale {plan.scale!r}" + (f", softcap {plan.softcap!r}" if plan.softcap is not None else "")
-        + f"; {mask_doc(plan)}",
+        + (f", score {format_expr(plan.spec.score)}" if plan.spec.score is not None else "") + f"; {mask_doc(plan)}",
         "Inputs: q, k, v, out and dout (the spec's dtype), lse (f32, natural log) of the forward call;",
         "outputs dq, dk, dv in q's, k's and v's shapes. Three steps in order on one stream; " + first + ":",
         *(f"  {i}. {line}" for i, line in enumerate(steps, 1)),
         f"Workspace: {_workspace(plan)}.",
     ]
     return comment_block(lines)
+
+
+def _wgmma_recompute(plan: KernelPlan) -> dict:
+    """How the fast family recomputes P: recompute_both, P^T and dS^T in one pass once dP^T is done
+    (a softcap or a score expression: dS needs the derivative at s), else P^T while dP^T runs; and
+    the extra parameters (and arguments) of its recompute functions: the custom mask's, the query
+    head of a mask expression, the indices a score expression reads."""
+    custom, score = plan.spec.mask.is_custom, plan.spec.score is not None
+    head = custom or score or plan.mask.kind == "expr"
+    extra = [(custom, "const Args&", "a"), (custom or score, "int", "b"), (head, "int", "h"),
+             (custom, "const unsigned*", "sbits"), (score, "int", "hk")]
+    return {"recompute_both": plan.softcap is not None or score,
+            "recompute_params": "".join(f", {t} {n}" for used, t, n in extra if used),
+            "recompute_args": "".join(f", {n}" for used, _, n in extra if used)}
 
 
 def render_backward(plan: KernelPlan) -> str:
@@ -261,17 +280,48 @@ def render_backward(plan: KernelPlan) -> str:
         scale=c_float(plan.scale), scale_doc="1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec",
         softcap=c_float(plan.softcap) if plan.softcap is not None else None,
         custom=plan.spec.mask.is_custom, fwd_tile_q=plan.tile_q, fwd_tile_kv=plan.tile_kv,
-        fields=fields, mask=plan.mask, mask_doc=mask_doc(plan), f={"row_bits": False, "skip_holes": False}, entry=plan.entry,
-        mask_expr_source="", score_expr_source="")  # (expressions have no backward: refuse)
-    if family(plan) == "wgmma":
+        fields=fields, mask=plan.mask, mask_doc=mask_doc(plan), entry=plan.entry, **expression_sources(plan),
+        expressions=plan.mask.kind == "expr" or plan.spec.score is not None)  # (recompute takes b, h, hk)
+    fast = family(plan) == "wgmma"
+    # mask.j2's tile_is_empty: the deterministic family's loops skip the tiles an expression hides
+    # (the fast family classifies its steps with mask_expr_tile itself)
+    common["f"] = {"row_bits": False, "skip_holes": plan.mask.kind == "expr" and not fast}
+    if fast:
         log2e = 1.4426950408889634
         extra = ({"scale_over_cap": c_float(plan.scale / plan.softcap), "softcap_log2": c_float(plan.softcap * log2e)}
-                 if plan.softcap is not None else {"scale_log2": c_float(plan.scale * log2e)})
+                 if plan.softcap is not None else {} if plan.spec.score is not None
+                 else {"scale_log2": c_float(plan.scale * log2e)})
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
-                      smem_bytes=wgmma_smem_bytes(plan.d_qk, plan.d_v), **extra, **common)
+                      smem_bytes=wgmma_smem_bytes(plan.d_qk, plan.d_v), **extra, **_wgmma_recompute(plan), **common)
     c = backward_config(plan)
     return render("cuda/backward.cu.j2", header=_header(plan), clean_v=False, threads=c.threads, tile=c.tile,
                   smem_bytes=c.smem_bytes, **common)
+
+
+def expression_sources(plan: KernelPlan) -> dict:
+    """The backward templates' score and mask expressions (issue 42; expr.py), index-only: the
+    mask section's mask_expr and mask_expr_tile (as the forward's), and score_expr with its
+    derivative score_expr_ds, d score / d s (attngen.plan.expr_grad), for the recompute section;
+    the helpers they use before the first of them ("" where the spec has none)."""
+    from ...plan.expr_grad import as_real, score_ds
+    from . import expr as cuda_expr
+    spec = plan.spec
+    mask = spec.mask.expr if spec.mask.kind == "expr" else None
+    ds = as_real(score_ds(spec.score)) if spec.score is not None else None
+    helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score, ds))
+    out = {"mask_expr_source": "", "score_expr_source": ""}
+    if mask is not None:
+        out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask") + "\n"
+                                   + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
+    if spec.score is not None:
+        out["score_expr_source"] = (
+            "// score expression (issue 42): the score the softmax saw, score_expr(s, b, h, hkv, q, k, Lq, Lk), of\n"
+            "// the scaled score s = scale * q_i . k_j and the pair's indices (q and k 0-based, top-left, within the\n"
+            "// sequence), and its derivative d score / d s (attngen.plan.expr_grad: simplified, with PyTorch's\n"
+            "// subgradients where it is not differentiable), which multiplies dS_ij.\n"
+            + ("" if mask is not None else helpers) + cuda_expr.function("score_expr", spec.score, "score") + "\n"
+            + cuda_expr.function("score_expr_ds", ds, "d score / d s =") + "\n")
+    return out
 
 
 def describe_backward(plan: KernelPlan) -> list[str]:
@@ -284,6 +334,10 @@ def describe_backward(plan: KernelPlan) -> list[str]:
     if plan.spec.mask.is_custom:
         how = (f"per key block, the steps of {WGMMA_ROWS} rows that see it (derived from the mask once per "
                "BlockMask)" if family(plan) == "wgmma" else "q tiles scanned, each list binary-searched for the key tile")
+    elif plan.mask.kind == "expr":
+        rows = WGMMA_ROWS if family(plan) == "wgmma" else backward_config(plan).tile
+        how = (f"the {rows}-row tiles from the first to the last the mask expression may show (mask_expr_tile), "
+               "those it hides skipped")
     else:
         how = "loop bounds from the mask" if masks.hides_loaded_keys(plan.mask) else "every tile"
     return ([f"backward: 3 entry points, {first}"] + [f"backward {line}" for line in steps]

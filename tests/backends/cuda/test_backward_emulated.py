@@ -1,8 +1,8 @@
 """The CUDA backward's dK/dV and dQ steps run on the CPU against attngen.reference_backward (no
 GPU needed): the generated f32 source (templates/cuda/backward.cu.j2) is compiled as C++ with g++
 behind a small shim (one std::thread per CUDA thread, a std::barrier for __syncthreads), so the
-index arithmetic, the masks' loop bounds, GQA, kv_lens, packed sequences and the custom masks'
-lists are checked wherever the suite runs. D_i (the preprocess step, a warp reduction) is computed
+index arithmetic, the masks' loop bounds, GQA, kv_lens, packed sequences, the custom masks'
+lists and score and mask expressions (issue 42: their tile skipping and d score / d s) are checked wherever the suite runs. D_i (the preprocess step, a warp reduction) is computed
 here in numpy; tests/equivalence/test_backward_cuda.py runs all three steps on a GPU."""
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ using std::min; using std::max;
 struct dim3_ { unsigned x, y, z; };
 thread_local dim3_ threadIdx, blockIdx;
 static std::barrier<>* g_bar;
+#define __host__
 #define __device__
 #define __forceinline__ inline
 #define __global__
@@ -187,3 +188,35 @@ def test_custom_masks(tmp_path):
     cu = np.concatenate([[0], np.cumsum([5, 0, 40, 17])]).astype(np.int32)
     _check("head_dim 16\n dtype f32\n mask custom", [(62, 4, 16), (62, 2, 16), (62, 2, 16)], tmp_path, cu=cu,
            mask=rng.random((4, 1, 40, 40)) < 0.5)
+
+
+# Score and mask expressions (issue 42): (mask, score), each with GQA 3, odd lengths and Lq != Lk.
+EXPRESSIONS = [
+    ("k <= q", "s - 0.25 * abs(q - k)"),                                   # ALiBi with a constant slope
+    (None, "5 * tanh(s / 4.5)"),
+    ("abs(q // 8 - k // 8) <= 1 && abs(q % 8 - k % 8) <= 1", "where(k % 2 == 0, s, sigmoid(s) * 3 + 0.1 * h)"),
+    ("k < q && q - k < 20", None),                                         # row 0 sees no key
+]
+
+
+@pytest.mark.parametrize("mask,score", EXPRESSIONS)
+def test_score_and_mask_expressions(mask, score, tmp_path):
+    body = "head_dim 16\n dtype f32\n" + (f" mask {mask}\n" if mask else "") + (f" score {score}\n" if score else "")
+    dq, _, _ = _check(body, [(2, 37, 6, 16), (2, 50, 2, 16), (2, 50, 2, 16)], tmp_path)
+    if mask == "k < q && q - k < 20":
+        assert not dq[:, 0].any()  # a row that sees no key
+    # kv_lens with inf / NaN past them (and a sequence of no key), and packed sequences
+    lens = [0, 23]
+    _, dk, dv = _check(body, [(2, 7, 3, 16), (2, 40, 1, 16), (2, 40, 1, 16)], tmp_path, kv_lens=lens, poison=True)
+    for bi, n in enumerate(lens):
+        assert not dk[bi, n:].any() and not dv[bi, n:].any()
+    cuq = np.concatenate([[0], np.cumsum([1, 0, 30])]).astype(np.int32)
+    cuk = np.concatenate([[0], np.cumsum([3, 2, 41])]).astype(np.int32)
+    _check(body, [(cuq[-1], 6, 16), (cuk[-1], 2, 16), (cuk[-1], 2, 16)], tmp_path, cu=cuq, cuk=cuk)
+
+
+def test_expression_tiles_skipped(tmp_path):
+    """Tiles of 64 (head dim 16): the band's query and key ranges, and a hole inside them."""
+    for mask in ("k <= q && q - k < 20", "abs(q // 64 - k // 64) != 1"):
+        _check(f"head_dim 16\n dtype f32\n mask {mask}\n", [(1, 200, 2, 16), (1, 230, 1, 16), (1, 230, 1, 16)],
+               tmp_path)

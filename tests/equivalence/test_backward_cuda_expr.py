@@ -1,0 +1,118 @@
+"""The CUDA backward of score and mask expressions over indices (issue 42; docs/backward.md) against
+attngen.reference_backward, in both families: the fast one (Hopper's wgmma, taken by default on
+cuda-sm90 for f16/bf16 and head dims 64 / 128) and the deterministic one (`target cuda {
+backward=deterministic }`, CUDA cores). ALiBi with a constant slope under `mask k <= q`, a tanh cap
+that is not a softcap, a gated score with sigmoid, a 2D neighbourhood, a causal band, a mask with
+holes (query steps and key tiles it hides between visible ones); f16 and bf16, lengths 1, 7, 257,
+300 with Lq != Lk, GQA groups of 3, kv_lens with inf / NaN past them, packed sequences, rows that
+see no key, a hidden key holding NaN. Needs a GPU (the fast family a Hopper one: those cases skip
+elsewhere); tests/backends/cuda/test_backward_expr_source.py compiles the sources anywhere and
+tests/backends/cuda/test_backward_emulated.py runs the deterministic one on the CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import attngen
+from attngen.backends.cuda import backward as cuda_backward
+from attngen.reference import relative_error, tolerance
+
+from conftest import kernel_for, require, spec_of
+from test_backward_cuda import _ints, _rand, check_backward, check_packed
+
+ALIBI = ("k <= q", "s - 0.25 * abs(q - k)")
+EXPRESSIONS = {
+    "alibi": ALIBI,
+    "tanh": (None, "5 * tanh(s / 4.5)"),
+    "gated": (None, "where(k % 2 == 0, s, sigmoid(s) * 3 + 0.1 * h)"),
+    "2d neighbourhood": ("abs(q // 8 - k // 8) <= 1 && abs(q % 8 - k % 8) <= 1", None),
+    "band": ("k <= q && q - k < 64", None),
+    "holes": ("abs(q // 128 - k // 128) != 1", None),  # key blocks of 128 see rows 0-127 and 256-
+}
+FAMILIES = ("fast", "deterministic")
+
+
+def _spec(name, family, dtype="f16", head_dim=128):
+    mask, score = EXPRESSIONS[name]
+    body = (f"head_dim {head_dim}\ndtype {dtype}\n" + (f"mask {mask}\n" if mask else "")
+            + (f"score {score}\n" if score else ""))
+    return spec_of(body + ("target cuda { backward=deterministic }\n" if family == "deterministic" else ""))
+
+
+def _kernel(spec, family):
+    require("cuda")
+    kernel = kernel_for(spec, "cuda")
+    want = "wgmma" if family == "fast" else "fma"
+    if cuda_backward.family(kernel.plan) != want:
+        pytest.skip(f"the fast backward runs on sm_90 (this GPU's plan is {kernel.plan.details.arch})")
+    return kernel
+
+
+def _qkv(spec, rng, b, lq, lk, hq=6, hkv=2):
+    return (_rand(rng, b, lq, hq, spec.head_dim_qk), _rand(rng, b, lk, hkv, spec.head_dim_qk),
+            _rand(rng, b, lk, hkv, spec.head_dim_v))
+
+
+# (name, family, dtype): the fast family for every expression, the deterministic one for three
+CASES = [(name, "fast", "f16" if i % 2 == 0 else "bf16") for i, name in enumerate(EXPRESSIONS)] + [
+    ("alibi", "deterministic", "bf16"), ("gated", "deterministic", "f16"), ("2d neighbourhood", "deterministic", "bf16")]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[1]}-{c[2]}")
+def test_matches_reference(case):
+    name, family, dtype = case
+    spec = _spec(name, family, dtype)
+    _kernel(spec, family)
+    rng = np.random.default_rng(len(name))
+    for b, lq, lk in ((1, 257, 300), (2, 300, 257), (2, 7, 7), (1, 1, 300)):
+        check_backward(spec, *_qkv(spec, rng, b, lq, lk))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", ["alibi", "tanh"])
+def test_kv_lens_with_inf_and_nan_past_them(name, family):
+    spec = _spec(name, family, head_dim=64)
+    _kernel(spec, family)
+    lens = np.array([0, 137, 300, 1], np.int32)
+    q, k, v = _qkv(spec, np.random.default_rng(6), 4, 70, 300)
+    for bi, n in enumerate(lens):
+        k[bi, n:] = np.inf
+        v[bi, n:] = np.nan
+    (dq, dk, dv), _ = check_backward(spec, q, k, v, call={"kv_lens": _ints(lens)}, ref_kw={"kv_lens": lens})
+    for bi, n in enumerate(lens):
+        assert not dk[bi, n:].any() and not dv[bi, n:].any()
+    assert not dq[0].any()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", ["alibi", "2d neighbourhood"])
+def test_packed_sequences(name, family):
+    spec = _spec(name, family, "bf16", head_dim=64)
+    _kernel(spec, family)
+    check_packed(spec, [1, 70, 300, 0, 130], [1, 200, 300, 3, 0], np.random.default_rng(5))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_rows_that_see_no_key_and_a_hidden_key_holding_nan(family):
+    """`k < q && q - k < 64`: row 0 sees no key (zero gradient). Key 200 holds NaN in k: the rows
+    that do not see it (before 201, and from 264) get the reference's dq; the others NaN."""
+    mask = "k < q && q - k < 64"
+    spec = spec_of(f"head_dim 64\ndtype f16\nmask {mask}\n"
+                   + ("target cuda { backward=deterministic }\n" if family == "deterministic" else ""))
+    kernel = _kernel(spec, family)
+    rng = np.random.default_rng(9)
+    q, k, v = _qkv(spec, rng, 1, 300, 300)
+    (dq, _, _), _ = check_backward(spec, q, k, v)
+    assert not dq[:, 0].any()
+    import cupy
+    k[0, 200] = np.nan
+    qd, kd, vd = (cupy.asarray(x).astype(cupy.float16) for x in (q, k, v))
+    out, lse = kernel(qd, kd, vd, return_lse=True)
+    dout = _rand(rng, *out.shape)
+    dq = cupy.asnumpy(kernel.backward(qd, kd, vd, out, lse, cupy.asarray(dout).astype(cupy.float16))[0])
+    want = attngen.reference_backward(spec, q, k, v, dout)[0]
+    hidden = np.r_[0:201, 264:300]
+    assert np.isfinite(dq[0, hidden]).all()
+    assert relative_error(dq[0, hidden].astype(np.float64), want[0, hidden]) <= 2 * tolerance(spec)
+    assert np.isnan(dq[0, 201:264]).any()
