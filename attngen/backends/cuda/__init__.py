@@ -44,20 +44,11 @@ class CudaBackend(Backend):
     source_suffix = "cu"
 
     def expression_problems(self, spec):
-        """Index-only score and mask expressions compile for the forward, on every kernel family
-        the chooser picks for them (expr.py; P through memory is not picked for them: choices.
-        stored_p_refusal); expressions that read inputs are refused (inputs are not passed yet).
-        The backward refuses every expression (attngen.plan.backward.problems)."""
-        from ...lang.expr import inputs_read
-        from ...plan.kernel_plan import Problem
-        hint = "attngen.reference evaluates it; target cuda compiles expressions of indices and s only"
-        problems = []
-        for what, e, key in (("mask", spec.mask.expr if spec.mask.kind == "expr" else None, "mask.expr"),
-                             ("score", spec.score, "score.expr")):
-            if e is not None and inputs_read(e):
-                problems.append(Problem(f"the {what} expression reads inputs ({', '.join(sorted(inputs_read(e)))}): "
-                                        "inputs are not passed to target cuda yet (issue 42)", key=key, hint=hint))
-        return problems
+        """Score and mask expressions compile for the forward, with or without inputs, on every
+        kernel family the chooser picks for them (expr.py; P through memory is not picked for
+        them: choices.stored_p_refusal), so nothing is refused here. The backward refuses every
+        expression (attngen.plan.backward.problems)."""
+        return []
 
     def torch_tags(self, torch, reads_host: bool) -> tuple:
         """cudagraph_unsafe where the call reads the host: torch.compile's CUDA graphs
