@@ -162,6 +162,12 @@ class CudaBackend(Backend):
         cupy = cupy_module()
         if "mask" in options:
             options = {**options, "mask": cupy.asarray(options["mask"])}
+        for inp in spec.inputs:  # expression inputs: their dtype kept (bf16, drawn as float32: made with PyTorch)
+            if inp.dtype == "bf16":
+                import torch
+                options = {**options, inp.name: torch.from_numpy(options[inp.name]).cuda().to(torch.bfloat16)}
+            else:
+                options = {**options, inp.name: cupy.asarray(options[inp.name])}
         if spec.dtype == "bf16":
             try:
                 import torch
