@@ -164,7 +164,11 @@ class CudaBackend(Backend):
             options = {**options, "mask": cupy.asarray(options["mask"])}
         for inp in spec.inputs:  # expression inputs: their dtype kept (bf16, drawn as float32: made with PyTorch)
             if inp.dtype == "bf16":
-                import torch
+                try:
+                    import torch
+                except ImportError:
+                    raise LaunchError(f"input '{inp.name}' is bf16, which the cuda target takes as a PyTorch "
+                                      "tensor; PyTorch is not installed") from None
                 options = {**options, inp.name: torch.from_numpy(options[inp.name]).cuda().to(torch.bfloat16)}
             else:
                 options = {**options, inp.name: cupy.asarray(options[inp.name])}

@@ -296,6 +296,18 @@ def render_manifest(plan: KernelPlan) -> dict:
         extra["persistent"] = ("one block per multiprocessor (grid symbol SM; min(a, b) is the smaller of a and b) "
                                "takes work items (row tile, head, batch) in turn; pass batch_size = B and a work_counter that is zero before the "
                                "launch (the launch's last fetch wraps it back to zero)")
+    if plan.spec.inputs:
+        from ...lang.expr import format_expr
+        from .expr import ERROR_WORD, sites
+        extra["expression_inputs"] = {
+            "parameters": "input_NAME per `input` line: a pointer to its elements, row-major over its axes "
+                          "(f16 / bf16: their bits; u8 / bool: one byte each); ext_b, ext_h, ext_hkv, ext_q, ext_k: "
+                          "the extents of the axes b, h, hkv, q, k (batch, query heads, KV heads, query rows, the "
+                          "k tensor's rows); padded batches only",
+            "bounds": f"a read out of its input's bounds reads 0 and writes expr_site0 + its site into word "
+                      f"{ERROR_WORD} of errors (null errors: not reported)",
+            "sites": [{"site": n + 1, "expression": what, "read": format_expr(load)}
+                      for n, (what, load) in enumerate(sites(plan.spec))]}
     if c.chunked:
         # tile d and the split of the output columns over blocks (already in the grid formula).
         extra["tile"] = {"q": c.tile_q, "kv": c.tile_kv, "d": c.chunk}

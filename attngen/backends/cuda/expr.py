@@ -378,9 +378,12 @@ _ZERO = {REAL: "0.0f", INT: "0", BOOL: "false"}
 
 def sites(spec) -> list:
     """(expression, Load) of every input read of the spec, mask expression first then score, each
-    in walk order: site n (from 1) is the n-th (the WGSL target's numbering: wgsl/expr.py)."""
-    from ..wgsl.expr import sites as numbered
-    return numbered(spec)
+    in walk order: site n (from 1) is the n-th (the numbering of the wgsl target's flag too)."""
+    out = []
+    for what, e in (("mask", spec.mask.expr if spec.mask.kind == "expr" else None), ("score", spec.score)):
+        if e is not None:
+            out += [(what, n) for n in walk(e) if isinstance(n, Load)]
+    return out
 
 
 def site_numbers(spec) -> dict:

@@ -192,7 +192,7 @@ def _inputs(spec: AttentionSpec) -> list:
     """The expression inputs (issue 42; backends/cuda/expr.py): one pointer per `input` line, the
     extents of the index axes, and the number added to a read's site where one out of bounds is
     reported in `errors`."""
-    ps = [_p(f"input_{i.name}", "tensor", i.dtype, tuple(_AXIS_SYMBOLS.get(a, a) for a in i.axes),
+    ps = [_p(f"input_{i.name}", "tensor", i.dtype, tuple(_AXIS_SYMBOLS.get(a, str(a)) for a in i.axes),
              doc=f"expression input {i.name}[{', '.join(map(str, i.axes))}] {i.dtype}, row-major, contiguous"
                  + (" (bits of each element; bool: one byte, 0 or 1)" if i.dtype in ("bf16", "f16", "bool") else ""))
           for i in spec.inputs]
