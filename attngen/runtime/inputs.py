@@ -48,7 +48,7 @@ def check_declared(spec, given: dict, extents: dict, who: str) -> dict:
         shape = input_shape(inp, extents)
         if tuple(a.shape) != shape:
             axes = ", ".join(f"{x}={n}" if isinstance(x, str) else str(x) for x, n in zip(inp.axes, shape))
-            raise LaunchError(f"{who}: input '{name}' has shape {a.shape}; its axes [{axes}] need {shape}")
+            raise LaunchError(f"{who}: input '{name}' has shape {tuple(a.shape)}; its axes [{axes}] need {shape}")
         out[name] = a
     return out
 
