@@ -257,3 +257,30 @@ def test_expressions_read_only_where_the_language_does(host_program):
         else:
             assert value == pytest.approx(float(ref), rel=1e-5, abs=1e-5)
     assert flagged > 0  # a[b, h, q - k] with q - k >= 3 is read, and out of bounds, where k <= q
+
+
+def test_the_calls_checks_name_the_input():
+    """attngen/backends/cuda/args.py's device_inputs, without a GPU: what it refuses before it
+    reads a device array (the GPU's checks: tests/equivalence/test_cuda_inputs.py)."""
+    import re
+    from types import SimpleNamespace
+
+    from attngen.backends.cuda.args import device_inputs
+    spec = _spec(EXAMPLES["documents"])
+    launch = SimpleNamespace(layout="padded", batch=2, heads_q=6, heads_kv=2, len_q=7, capacity=9)
+    doc = np.zeros((2, 7), np.int32)
+    who = "kernel 'docs' (cuda)"
+    for given, message in [
+            ({}, "kernel 'docs' (cuda): spec t reads input 'doc' (i32, axes [b, q]): pass doc=..."),
+            ({"doc": doc, "x": doc}, "unknown input x (spec t declares: doc)"),
+            ({"doc": doc[:, :3]}, "input 'doc' has shape (2, 3); its axes [b=2, q=7] need (2, 7)"),
+            ({"doc": doc}, "input 'doc' is a numpy array in host memory; the cuda target reads inputs on the GPU"),
+            ({"doc": memoryview(doc)}, "input 'doc' is a memoryview; the cuda target takes CuPy arrays")]:
+        with pytest.raises(LaunchError, match=re.escape(message)):
+            device_inputs(spec, given, launch, 0, who)
+    with pytest.raises(LaunchError, match="which take a padded batch"):
+        device_inputs(spec, {"doc": doc}, SimpleNamespace(**{**vars(launch), "layout": "packed"}), 0, who)
+    torch = pytest.importorskip("torch")
+    with pytest.raises(LaunchError, match=re.escape("input 'doc' is a PyTorch tensor on cpu; the cuda target needs "
+                                                    "CUDA tensors")):
+        device_inputs(spec, {"doc": torch.zeros((2, 7), dtype=torch.int32)}, launch, 0, who)
