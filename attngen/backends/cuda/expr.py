@@ -44,6 +44,7 @@ import math
 import struct
 
 from ...lang.expr import BOOL, INT, REAL, Binary, Const, Fn, Load, Unary, Var, format_expr, inputs_read, walk
+from .lower import EXTENTS  # the index axes an input may have: ExprInputs' ext_b .. ext_k
 
 INDEX_PARAMS = ("b", "h", "hkv", "q", "k", "Lq", "Lk")  # every expression function's int parameters
 _FN = "__host__ __device__ __forceinline__"
@@ -363,10 +364,8 @@ def tile_function(e) -> str:
             "}\n")
 
 
-
 # ---- inputs: the kernel's pointers, their loaders and the bounds report ----------------------------
 
-EXTENTS = ("b", "h", "hkv", "q", "k")  # the index axes an input may have: ExprInputs' ext_b .. ext_k
 ERROR_WORD = 4  # the word of the kernels' `errors` a read out of bounds writes (backends/cuda/launch.py)
 # The element type of each input dtype's pointer (f16 / bf16: their bits, widened by expr_f16 / expr_bf16).
 C_TYPES = {"f32": "float", "f16": "unsigned short", "bf16": "unsigned short", "i32": "int", "u8": "unsigned char",
@@ -433,7 +432,7 @@ def inputs_source(spec) -> str:
 // input's bounds is reported: word kErrExprRead of errors gets site0 + the read's site number.
 struct ExprInputs {{
 {fields}
-    int ext_b, ext_h, ext_hkv, ext_q, ext_k;
+    int {", ".join("ext_" + a for a in EXTENTS)};
     int* errors;  // null: not reported
     int site0;
 }};
@@ -475,5 +474,5 @@ def loader(inp) -> str:
 def inputs_init(spec) -> str:
     """The statement that builds the kernel's ExprInputs from its parameters (lower.py)."""
     names = ", ".join(f"input_{i.name}" for i in spec.inputs)
-    return (f"const ExprInputs expr_in{{{names}, ext_b, ext_h, ext_hkv, ext_q, ext_k, errors, expr_site0}};"
+    return (f"const ExprInputs expr_in{{{names}, {', '.join('ext_' + a for a in EXTENTS)}, errors, expr_site0}};"
             "  // expression inputs")

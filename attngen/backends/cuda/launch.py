@@ -23,6 +23,7 @@ import threading
 import numpy as np
 
 from ...errors import LaunchError
+from .expr import ERROR_WORD as EXPR_WORD  # the word of expressions' reads out of an input's bounds
 from .tensor_maps import MAP_ALIGN, MAP_BYTES
 
 ERROR_WORDS = 8  # the kernels' `errors` parameter (lower.py): one int32 word per kind of input (4: expressions)
@@ -37,7 +38,6 @@ _ERROR_KINDS = (
     ("block_table", "block_table row {b} names a page outside k and v, or (with k_new / v_new) a page that the "
                     "append writes and the row also reads elsewhere"),
 )
-EXPR_WORD = 4  # expressions' reads out of an input's bounds (backends/cuda/expr.py: ERROR_WORD)
 _FLAGS: dict = {}  # device -> ErrorFlags
 _FLAGS_LOCK = threading.Lock()
 # What a value of word EXPR_WORD means: kernels of this process pass expr_site0 (register_sites), so

@@ -183,6 +183,7 @@ def _bounds() -> list:
     ]
 
 
+EXTENTS = ("b", "h", "hkv", "q", "k")  # the index axes an input may have (ext_b .. ext_k; backends/cuda/expr.py)
 _AXIS_SYMBOLS = {"b": "B", "h": "Hq", "hkv": "Hkv", "q": "Lq", "k": "Lk"}
 _EXTENT_DOCS = {"b": "the batch (B)", "h": "query heads (Hq)", "hkv": "KV heads (Hkv)",
                 "q": "query rows of the padded q tensor (Lq)", "k": "keys of the k / v tensors (k.shape[1])"}
@@ -197,7 +198,7 @@ def _inputs(spec: AttentionSpec) -> list:
                  + (" (bits of each element; bool: one byte, 0 or 1)" if i.dtype in ("bf16", "f16", "bool") else ""))
           for i in spec.inputs]
     ps += [_p(f"ext_{a}", "scalar", _I32, doc=f"extent of the inputs' axis {a}: {_EXTENT_DOCS[a]}")
-           for a in ("b", "h", "hkv", "q", "k")]
+           for a in EXTENTS]
     ps.append(_p("expr_site0", "scalar", _I32,
                  doc="added to a read's site number (1.. in the manifest's expression sites) where a read out of "
                      "an input's bounds is reported in errors word 4 (0: the site itself)"))
