@@ -6,10 +6,12 @@ the array passed by keyword, the same for every target.
 `check_declared` (also attngen.reference's) refuses unknown keywords, missing inputs and wrong
 shapes: each axis is an index name whose extent comes from the call (b: batch, h: query heads,
 hkv: KV heads, q: query rows, k: keys, i.e. q.shape[0], q.shape[2], k.shape[2], q.shape[1],
-k.shape[1] of padded (B, L, H, D) tensors) or a literal integer. `check_call_inputs` is a
-kernel's: numpy arrays only, each of exactly its declared dtype (NUMPY_DTYPES; no conversion is
-made, so nothing is rounded or wrapped behind the caller's back), over a padded batch (packed
-sequences and paged caches are refused: the extent of b, q and k is not defined there yet).
+k.shape[1] of padded (B, L, H, D) tensors) or a literal integer. `declared_for_call` is every
+kernel's (any target): those checks over a padded batch (packed sequences and paged caches are
+refused: the extent of b, q and k is not defined there yet). `check_call_inputs` adds the wgsl
+target's: numpy arrays only, each of exactly its declared dtype (NUMPY_DTYPES; no conversion is
+made, so nothing is rounded or wrapped behind the caller's back); the cuda target adds its own
+for device arrays (backends/cuda/args.py: device_inputs).
 """
 
 from __future__ import annotations
@@ -42,11 +44,11 @@ def check_declared(spec, given: dict, extents: dict, who: str) -> dict:
         if given.get(name) is None:
             raise LaunchError(f"{who}: spec {spec.name} reads input '{name}' "
                               f"({inp.dtype}, axes [{', '.join(map(str, inp.axes))}]): pass {name}=...")
-        a = given[name] if isinstance(given[name], np.ndarray) else np.asarray(given[name])
+        a = given[name] if hasattr(given[name], "shape") else np.asarray(given[name])  # (device arrays: as they are)
         shape = input_shape(inp, extents)
-        if a.shape != shape:
+        if tuple(a.shape) != shape:
             axes = ", ".join(f"{x}={n}" if isinstance(x, str) else str(x) for x, n in zip(inp.axes, shape))
-            raise LaunchError(f"{who}: input '{name}' has shape {a.shape}; its axes [{axes}] need {shape}")
+            raise LaunchError(f"{who}: input '{name}' has shape {tuple(a.shape)}; its axes [{axes}] need {shape}")
         out[name] = a
     return out
 
@@ -57,19 +59,25 @@ def call_extents(launch) -> dict:
             "k": launch.capacity}
 
 
-def check_call_inputs(spec, given: dict, launch, who: str) -> dict:
-    """{name: contiguous numpy array} of a kernel call's inputs, each checked against its
-    declaration: numpy arrays of exactly NUMPY_DTYPES[dtype] and the declared shape, over a padded
-    batch. Every problem is a LaunchError naming the input and what was expected."""
+def declared_for_call(spec, given: dict, launch, who: str) -> dict:
+    """{name: the array given} of a kernel call's inputs after check_declared's checks with the
+    call's extents, over a padded batch (a LaunchError for packed sequences and paged caches)."""
     if spec.inputs and launch.layout != "padded":
         what = "packed sequences (cu_seqlens)" if launch.layout == "packed" else "a paged cache (block_table)"
         raise LaunchError(f"{who}: spec {spec.name} reads inputs ({', '.join(i.name for i in spec.inputs)}), "
                           f"which take a padded batch (B, L, H, D), not {what}: the extents of their axes b, q "
                           "and k are not defined there yet (issue 42)")
+    return check_declared(spec, given, call_extents(launch), who)
+
+
+def check_call_inputs(spec, given: dict, launch, who: str) -> dict:
+    """{name: contiguous numpy array} of a kernel call's inputs, each checked against its
+    declaration: numpy arrays of exactly NUMPY_DTYPES[dtype] and the declared shape, over a padded
+    batch. Every problem is a LaunchError naming the input and what was expected."""
     for name, x in given.items():
         if x is not None and not isinstance(x, np.ndarray):
             raise LaunchError(f"{who}: input '{name}' is a {type(x).__name__}; inputs are numpy arrays")
-    arrays = check_declared(spec, given, call_extents(launch), who)
+    arrays = declared_for_call(spec, given, launch, who)
     out = {}
     for inp in spec.inputs:
         a = arrays[inp.name]

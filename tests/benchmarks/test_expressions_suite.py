@@ -43,7 +43,7 @@ def test_specs_plan_or_are_refused_with_the_checkers_message(label, case, seqlen
     # the suite's compile_or_refusal with the GPU's planner (CuPy is not here)
     monkeypatch.setattr(attngen, "compile", lambda s, target: attngen.lower(s, target, "cuda-sm90"))
     planned, refused = expressions.compile_or_refusal(spec)
-    if refused is not None:  # the CUDA target compiles no expression that reads an input yet
+    if refused is not None:  # (a refusal, where the CUDA target does not compile an expression yet)
         assert planned is None
         assert "error: target cuda (profile cuda-sm90): " in refused and refused.endswith("(issue 42)"), refused
         assert "\n" not in refused

@@ -83,8 +83,8 @@ def test_examples_round_trip(path):
 @pytest.mark.parametrize("target", ["cuda", "wgsl"])
 @pytest.mark.parametrize("path", FILES, ids=os.path.basename)
 def test_check_plans_or_refuses_clearly(path, target, capsys):
-    """Each kernel is planned (`ok`) or refused with the target's message under its expression:
-    today cuda compiles none that reads an input (issue 42)."""
+    """Each kernel is planned (`ok`) or refused with the target's message under its expression
+    (issue 42: a target that does not compile an expression yet)."""
     code = main(["check", path, "--target", target])
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err

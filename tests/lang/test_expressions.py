@@ -219,15 +219,13 @@ def test_syntax_errors_in_expressions():
     assert ds[0].message.startswith("unexpected end of line; expected")
 
 
-def test_cuda_refuses_expressions_that_read_inputs_at_the_expression():
-    """Target cuda compiles index-only expressions (tests/backends/cuda/test_expr_source.py); one
-    that reads an input is refused, at it."""
+def test_cuda_compiles_expressions_that_read_inputs():
+    """Target cuda compiles expressions and their inputs (tests/backends/cuda/test_expr_source.py,
+    test_expr_inputs_source.py): each input a loader, each read a call of it."""
     (s,) = attngen.parse(body("    input p[b] i32\n    mask k <= q || k < p[b]\n    score s * 0.5"), "x.attn")
-    with pytest.raises(attngen.SpecError) as e:
-        attngen.emit(s, target="cuda")
-    got = {(d.span.line, d.span.column): d.message for d in e.value.diagnostics}
-    assert got.keys() == {(5, 10)}
-    assert "inputs are not passed to target cuda yet (issue 42)" in got[(5, 10)]
+    source = attngen.emit(s, target="cuda").source
+    assert "int in_p(const ExprInputs& in, int site, int i0)" in source
+    assert "return (k <= q) || (k < in_p(in, 1, b));" in source
 
 
 def test_wgsl_refuses_a_bf16_input_at_its_declaration():

@@ -46,21 +46,12 @@ class CudaBackend(Backend):
     backward_expressions = True  # index-only expressions, as the forward (templates/cuda/backward*.j2)
 
     def expression_problems(self, spec):
-        """Index-only score and mask expressions compile for the forward, on every kernel family
-        the chooser picks for them (expr.py; P through memory is not picked for them: choices.
-        stored_p_refusal); expressions that read inputs are refused (inputs are not passed yet).
-        The backward compiles the same index-only expressions, in both families (backward.py); one
-        whose expressions read inputs is refused (attngen.plan.backward.problems)."""
-        from ...lang.expr import inputs_read
-        from ...plan.kernel_plan import Problem
-        hint = "attngen.reference evaluates it; target cuda compiles expressions of indices and s only"
-        problems = []
-        for what, e, key in (("mask", spec.mask.expr if spec.mask.kind == "expr" else None, "mask.expr"),
-                             ("score", spec.score, "score.expr")):
-            if e is not None and inputs_read(e):
-                problems.append(Problem(f"the {what} expression reads inputs ({', '.join(sorted(inputs_read(e)))}): "
-                                        "inputs are not passed to target cuda yet (issue 42)", key=key, hint=hint))
-        return problems
+        """Score and mask expressions compile for the forward, with or without inputs, on every
+        kernel family the chooser picks for them (expr.py; P through memory is not picked for
+        them: choices.stored_p_refusal), so nothing is refused here. The backward compiles
+        index-only expressions, in both families (backward.py); one whose expressions read inputs
+        is refused (attngen.plan.backward.problems)."""
+        return []
 
     def torch_tags(self, torch, reads_host: bool) -> tuple:
         """cudagraph_unsafe where the call reads the host: torch.compile's CUDA graphs
@@ -181,6 +172,16 @@ class CudaBackend(Backend):
         cupy = cupy_module()
         if "mask" in options:
             options = {**options, "mask": cupy.asarray(options["mask"])}
+        for inp in spec.inputs:  # expression inputs: their dtype kept (bf16, drawn as float32: made with PyTorch)
+            if inp.dtype == "bf16":
+                try:
+                    import torch
+                except ImportError:
+                    raise LaunchError(f"input '{inp.name}' is bf16, which the cuda target takes as a PyTorch "
+                                      "tensor; PyTorch is not installed") from None
+                options = {**options, inp.name: torch.from_numpy(options[inp.name]).cuda().to(torch.bfloat16)}
+            else:
+                options = {**options, inp.name: cupy.asarray(options[inp.name])}
         if spec.dtype == "bf16":
             try:
                 import torch

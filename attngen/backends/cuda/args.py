@@ -22,6 +22,58 @@ def _cupy():
     return cupy
 
 
+# The array dtype (torch's and CuPy's names) of each input dtype: exactly it, no conversion.
+_INPUT_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "i32": "int32", "u8": "uint8", "bool": "bool"}
+
+
+def device_inputs(spec, given: dict, launch: Launch, device: int, who: str) -> tuple[dict, list, bool]:
+    """({input_NAME: address}, copies to keep until the launch, whether the call's recipe may be
+    kept) of a call's expression inputs (issue 42): CuPy arrays or PyTorch CUDA tensors on q's
+    GPU, of exactly the declared dtype and shape (attngen.runtime.inputs.declared_for_call);
+    a layout other than row-major contiguous is copied. Every problem a LaunchError naming the input."""
+    from ...runtime.inputs import declared_for_call
+    arrays = declared_for_call(spec, given, launch, who)
+    ptrs, keep, cacheable = {}, [], True
+    for inp in spec.inputs:
+        name, x, want = inp.name, arrays[inp.name], _INPUT_DTYPES[inp.dtype]
+        mod = type(x).__module__.split(".")[0]
+        if mod == "torch":
+            if not x.is_cuda:
+                raise LaunchError(f"{who}: input '{name}' is a PyTorch tensor on {x.device}; the cuda target needs "
+                                  "CUDA tensors (move it with .cuda())")
+            dtype, where = str(x.dtype).replace("torch.", ""), x.device.index
+        elif mod == "cupy" and hasattr(x, "device"):
+            dtype, where = x.dtype.name, x.device.id
+        elif isinstance(x, np.ndarray):
+            raise LaunchError(f"{who}: input '{name}' is a numpy array in host memory; the cuda target reads inputs "
+                              f"on the GPU: pass cupy.asarray({name}) or torch.as_tensor({name}, device='cuda')")
+        else:
+            raise LaunchError(f"{who}: input '{name}' is a {type(x).__name__}; the cuda target takes CuPy arrays "
+                              "or PyTorch CUDA tensors")
+        if dtype != want:
+            raise LaunchError(f"{who}: input '{name}' is {dtype}; it is declared {inp.dtype}: pass an array of dtype "
+                              f"{want} (no conversion is made), e.g. {name}.to(torch.{want}) or "
+                              f"{name}.astype(cupy.{want})" if want != "bfloat16" else
+                              f"{who}: input '{name}' is {dtype}; it is declared bf16: pass a torch.bfloat16 tensor "
+                              f"(no conversion is made), e.g. {name}.to(torch.bfloat16)")
+        if where != device:
+            raise LaunchError(f"{who}: input '{name}' is on GPU {where}, but q is on GPU {device}")
+        if not (x.is_contiguous() if mod == "torch" else x.flags.c_contiguous):
+            x = x.contiguous() if mod == "torch" else _cupy().ascontiguousarray(x)
+            keep.append(x)
+            cacheable = False
+        ptrs[f"input_{name}"] = x.data_ptr() if mod == "torch" else x.data.ptr
+    return ptrs, keep, cacheable
+
+
+def input_values(spec, launch: Launch, site0: int) -> dict:
+    """The kernel's scalars of expression inputs (lower.py: _inputs): the axes' extents, expr_site0."""
+    if not spec.inputs:
+        return {}
+    return {"ext_b": launch.batch, "ext_h": launch.heads_q, "ext_hkv": launch.heads_kv, "ext_q": launch.len_q,
+            "ext_k": launch.capacity, "expr_site0": site0}
+
+
 def strides3(t, packed: bool) -> tuple:
     """(batch, sequence, head) strides in elements; packed (T, H, D) tensors have batch stride 0."""
     if packed:

@@ -20,7 +20,8 @@ _TYPES = {
 
 # Tensors stored in the spec's dtype (elem_t in the source); other tensors by their dtype.
 _STORAGE = ("q", "k", "v", "out", "k_new", "v_new")
-_C_TYPES = {"f32": "float", "i32": "int", "u32": "unsigned", "u8": "unsigned char", "i64": "long long"}
+_C_TYPES = {"f32": "float", "i32": "int", "u32": "unsigned", "u8": "unsigned char", "i64": "long long",
+            "f16": "unsigned short", "bf16": "unsigned short", "bool": "unsigned char"}  # (f16 / bf16 / bool: inputs)
 
 
 _WS_NOTE = {
@@ -93,20 +94,28 @@ def _variant_context(plan: KernelPlan) -> dict:
 def expression_sources(plan: KernelPlan) -> dict:
     """The template values of the spec's score and mask expressions (issue 42; expr.py): the
     mask section's mask_expr and mask_expr_tile, the score section's score_expr, and before the
-    first of them the helpers they use ("" where the spec has none); expr_scale, the factor
-    between a raw dot product and the score expression's s."""
+    first of them the helpers they use and the inputs' ExprInputs and loaders ("" where the spec
+    has none); expr_scale, the factor between a raw dot product and the score expression's s;
+    expr_inputs_init, the statement that builds the ExprInputs from the kernel's parameters, and
+    whether each expression reads inputs (then it is evaluated only where its result is used)."""
+    from ...lang.expr import inputs_read
     from . import expr as cuda_expr
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score))
+    helpers += cuda_expr.inputs_source(spec) + ("\n" if spec.inputs else "")
+    site_of = cuda_expr.site_numbers(spec)
     out = {"mask_expr_source": "", "score_expr_source": "",
-           "expr_scale": c_float(1.0 if plan.prescale_q else plan.scale)}
+           "expr_scale": c_float(1.0 if plan.prescale_q else plan.scale),
+           "expr_inputs_init": cuda_expr.inputs_init(spec) if spec.inputs else "",
+           "mask_reads_inputs": mask is not None and bool(inputs_read(mask)),
+           "score_reads_inputs": spec.score is not None and bool(inputs_read(spec.score))}
     if mask is not None:
-        out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask") + "\n"
+        out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask", site_of) + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
     if spec.score is not None:
-        out["score_expr_source"] = ("" if mask is not None else helpers) + cuda_expr.function("score_expr", spec.score,
-                                                                                             "score")
+        out["score_expr_source"] = ("" if mask is not None else helpers) + cuda_expr.function(
+            "score_expr", spec.score, "score", site_of)
     return out
 
 
@@ -287,6 +296,18 @@ def render_manifest(plan: KernelPlan) -> dict:
         extra["persistent"] = ("one block per multiprocessor (grid symbol SM; min(a, b) is the smaller of a and b) "
                                "takes work items (row tile, head, batch) in turn; pass batch_size = B and a work_counter that is zero before the "
                                "launch (the launch's last fetch wraps it back to zero)")
+    if plan.spec.inputs:
+        from ...lang.expr import format_expr
+        from .expr import ERROR_WORD, sites
+        extra["expression_inputs"] = {
+            "parameters": "input_NAME per `input` line: a pointer to its elements, row-major over its axes "
+                          "(f16 / bf16: their bits; u8 / bool: one byte each); ext_b, ext_h, ext_hkv, ext_q, ext_k: "
+                          "the extents of the axes b, h, hkv, q, k (batch, query heads, KV heads, query rows, the "
+                          "k tensor's rows); padded batches only",
+            "bounds": f"a read out of its input's bounds reads 0 and writes expr_site0 + its site into word "
+                      f"{ERROR_WORD} of errors (null errors: not reported)",
+            "sites": [{"site": n + 1, "expression": what, "read": format_expr(load)}
+                      for n, (what, load) in enumerate(sites(plan.spec))]}
     if c.chunked:
         # tile d and the split of the output columns over blocks (already in the grid formula).
         extra["tile"] = {"q": c.tile_q, "kv": c.tile_kv, "d": c.chunk}

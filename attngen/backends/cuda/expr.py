@@ -9,8 +9,8 @@ The IR of attngen.lang.expr, typed: integers are int (32-bit), reals float, bool
 integer operand of a real operation is converted with (float). `//` and `%` floor, as in the
 language (C++'s / and % truncate toward zero; expr_floor_div / expr_floor_mod correct them for
 operands of opposite signs, and give WGSL's values where C++ has none: a // 0 = a, a % 0 = 0,
-INT_MIN // -1 = INT_MIN); `where` is the conditional operator (index-only expressions read
-nothing, so either branch may be evaluated); sigmoid is 1 / (1 + expf(-x)); tanh is tanhf, the
+INT_MIN // -1 = INT_MIN); `where` is the conditional operator (only the branch that is the
+result is evaluated); sigmoid is 1 / (1 + expf(-x)); tanh is tanhf, the
 softcap's (CUDA's is accurate for small arguments and saturates for large ones). Every binary
 operand that is itself an operation is parenthesised.
 
@@ -23,8 +23,19 @@ into PARTIAL. The kernels evaluate mask_expr per element in 32-bit int, which th
 length bound (2^30) keeps from wrapping for the usual expressions of positions.
 
 Functions are `__host__ __device__`, so that a host program can check them against the Python
-rules (tests/backends/cuda/test_expr_source.py). Only expressions over indices and `s` are
-rendered here; the backend refuses specs whose expressions read inputs.
+rules (tests/backends/cuda/test_expr_source.py, test_expr_inputs_source.py).
+
+Inputs (`input NAME[AXES] DTYPE`): each is a pointer parameter of the kernel, `input_NAME`, to
+its elements row-major over its axes; the kernel gathers them with the extents of the axes b, h,
+hkv, q, k (the call's: ext_b .. ext_k) and where reads out of bounds are reported in one
+`ExprInputs`, passed by reference as the first argument of every expression function that reads
+an input. A read `NAME[i, j]` is a call of the input's loader, `in_NAME(in, site, i, j)`, which
+tests every index against its axis (64-bit element offsets): out of bounds it returns 0 (false)
+and writes in.site0 + site (the read's number, 1.. in the order of `sites`) into word
+kErrExprRead of `errors`, page-locked host memory the runtime reads (backends/cuda/launch.py).
+f16 and bf16 inputs are read as their bits and widened to float exactly. `&&`, `||` and `?:`
+evaluate the side that decides only, so a read the language does not make is not made;
+mask_expr_tile takes a read as unknown (PARTIAL where it decides), never reading an input.
 """
 
 from __future__ import annotations
@@ -32,7 +43,8 @@ from __future__ import annotations
 import math
 import struct
 
-from ...lang.expr import BOOL, INT, REAL, Binary, Const, Fn, Load, Unary, Var, format_expr, walk
+from ...lang.expr import BOOL, INT, REAL, Binary, Const, Fn, Load, Unary, Var, format_expr, inputs_read, walk
+from .lower import EXTENTS  # the index axes an input may have: ExprInputs' ext_b .. ext_k
 
 INDEX_PARAMS = ("b", "h", "hkv", "q", "k", "Lq", "Lk")  # every expression function's int parameters
 _FN = "__host__ __device__ __forceinline__"
@@ -66,7 +78,8 @@ _HELPERS = {
 
 
 class ExprError(ValueError):
-    """An expression the CUDA emitter does not render (one that reads an input)."""
+    """An expression the CUDA emitter does not render: a real constant not finite in f32, or an
+    input read outside function() (its site numbers)."""
 
 
 def _int_literal(v: int) -> str:
@@ -104,13 +117,13 @@ def helpers_of(*exprs) -> list[str]:
     return [_HELPERS[k] for k in _HELPERS if k in used]
 
 
-def _as(e, t: str) -> str:
+def _as(e, t: str, site_of=None) -> str:
     """e rendered as type t (REAL: an integer is converted; else as it is)."""
     if t == REAL and e.type == INT:
         if isinstance(e, Const):
             return _real_literal(e.value)
-        return f"(float)({render(e)})"
-    return render(e)
+        return f"(float)({render(e, site_of)})"
+    return render(e, site_of)
 
 
 def _infix(e) -> bool:
@@ -118,9 +131,9 @@ def _infix(e) -> bool:
     return isinstance(e, Unary) or (isinstance(e, Binary) and e.op not in ("//", "%"))
 
 
-def _operand(e, t: str) -> str:
+def _operand(e, t: str, site_of=None) -> str:
     """e as an operand of a binary operator: parenthesised when it is an operation itself."""
-    text = _as(e, t)
+    text = _as(e, t, site_of)
     return f"({text})" if _infix(e) and not (t == REAL and e.type == INT) else text
 
 
@@ -128,8 +141,10 @@ _REAL_FN = {"exp": "expf", "log": "logf", "sqrt": "sqrtf", "tanh": "tanhf", "abs
             "max": "fmaxf"}
 
 
-def render(e) -> str:
-    """The C++ text of IR expression `e` (its type: e.type)."""
+def render(e, site_of: dict | None = None) -> str:
+    """The C++ text of IR expression `e` (its type: e.type); `site_of`: the site number of each
+    input read by id (`sites`), where e reads inputs."""
+    r = lambda x: render(x, site_of)  # noqa: E731
     if isinstance(e, Const):
         if e.type == BOOL:
             return "true" if e.value else "false"
@@ -137,50 +152,55 @@ def render(e) -> str:
     if isinstance(e, Var):
         return e.name
     if isinstance(e, Load):
-        raise ExprError(f"input '{e.input}' is read: inputs are not passed to target cuda yet")
+        if site_of is None or id(e) not in site_of:
+            raise ExprError(f"input '{e.input}' is read: render it within function() (its site numbers)")
+        return f"in_{e.input}(in, {site_of[id(e)]}, {', '.join(r(i) for i in e.indices)})"
     if isinstance(e, Unary):
-        return f"{e.op}{_operand(e.x, e.x.type)}"
+        return f"{e.op}{_operand(e.x, e.x.type, site_of)}"
     if isinstance(e, Binary):
         if e.op in ("&&", "||"):
-            return f"{_operand(e.a, BOOL)} {e.op} {_operand(e.b, BOOL)}"
+            return f"{_operand(e.a, BOOL, site_of)} {e.op} {_operand(e.b, BOOL, site_of)}"
         if e.op in ("//", "%"):
             fn = "expr_floor_div" if e.op == "//" else "expr_floor_mod"
-            return f"{fn}({render(e.a)}, {render(e.b)})"
+            return f"{fn}({r(e.a)}, {r(e.b)})"
         if e.type == BOOL:  # a comparison: of reals if either side is real
             t = REAL if REAL in (e.a.type, e.b.type) else e.a.type
         else:
             t = e.type  # + - * / : the result's type (`/` is always real)
-        return f"{_operand(e.a, t)} {e.op} {_operand(e.b, t)}"
+        return f"{_operand(e.a, t, site_of)} {e.op} {_operand(e.b, t, site_of)}"
     # Fn
     a = e.args
     if e.name == "where":
-        return f"({render(a[0])} ? {_as(a[1], e.type)} : {_as(a[2], e.type)})"
+        return f"({r(a[0])} ? {_as(a[1], e.type, site_of)} : {_as(a[2], e.type, site_of)})"
     if e.name == "floor":
         # floor of an integer is the integer, parenthesised where it is an operation (-floor(-q)
         # must not render as --q, a decrement)
-        return _operand(a[0], INT) if a[0].type == INT else f"(int)floorf({render(a[0])})"
+        return _operand(a[0], INT, site_of) if a[0].type == INT else f"(int)floorf({r(a[0])})"
     if e.name == "clamp":
         if e.type == INT:
-            return f"min(max({_as(a[0], INT)}, {_as(a[1], INT)}), {_as(a[2], INT)})"
-        return f"fminf(fmaxf({_as(a[0], REAL)}, {_as(a[1], REAL)}), {_as(a[2], REAL)})"
+            return f"min(max({_as(a[0], INT, site_of)}, {_as(a[1], INT, site_of)}), {_as(a[2], INT, site_of)})"
+        return f"fminf(fmaxf({_as(a[0], REAL, site_of)}, {_as(a[1], REAL, site_of)}), {_as(a[2], REAL, site_of)})"
     if e.name in ("abs", "min", "max"):
         name = e.name if e.type == INT else _REAL_FN[e.name]
-        return f"{name}({', '.join(_as(x, e.type) for x in a)})"
+        return f"{name}({', '.join(_as(x, e.type, site_of) for x in a)})"
     if e.name == "sigmoid":
-        return f"expr_sigmoid({_as(a[0], REAL)})"
-    return f"{_REAL_FN[e.name]}({_as(a[0], REAL)})"  # exp, log, sqrt, tanh
+        return f"expr_sigmoid({_as(a[0], REAL, site_of)})"
+    return f"{_REAL_FN[e.name]}({_as(a[0], REAL, site_of)})"  # exp, log, sqrt, tanh
 
 
 _C_TYPE = {INT: "int", REAL: "float", BOOL: "bool"}
 
 
-def function(name: str, e, what: str) -> str:
+def function(name: str, e, what: str, site_of: dict | None = None) -> str:
     """`name(...)` returning `e`, under a comment quoting the spec's expression (`what`: "mask"
-    or "score"); a score function takes s (the scaled score) first."""
+    or "score"); a score function takes s (the scaled score) first, and a function that reads
+    inputs takes `const ExprInputs& in` before everything (`site_of`: from `sites`)."""
     params = ([] if what == "mask" else ["float s"]) + [f"int {p}" for p in INDEX_PARAMS]
+    if inputs_read(e):
+        params.insert(0, "const ExprInputs& in")
     return (f"// {what} {format_expr(e)}\n"
             f"{_FN} {_C_TYPE[e.type]} {name}({', '.join(params)}) {{\n"
-            f"    return {render(e)};\n"
+            f"    return {render(e, site_of)};\n"
             "}\n")
 
 
@@ -310,7 +330,8 @@ class _Lines:
                      "Lq": "Lq, Lq", "Lk": "Lk, Lk"}
             return self.add(f"iv_of({known[e.name]})" if e.name in known else "iv_none()")
         if isinstance(e, Load):
-            raise ExprError(f"input '{e.input}' is read: inputs are not passed to target cuda yet")
+            # an input's value: not followed (no input is read here); a boolean one may be either
+            return self.add("iv_of(0, 1)" if e.type == BOOL else "iv_none()")
         if e.type not in (INT, BOOL):
             return self.add("iv_none()")  # a real: not followed
         if isinstance(e, Unary):
@@ -344,3 +365,116 @@ def tile_function(e) -> str:
             f"    return {top}.hi == 0 ? 0 : {top}.lo == 1 ? 2 : 1;\n"
             "}\n")
 
+
+# ---- inputs: the kernel's pointers, their loaders and the bounds report ----------------------------
+
+ERROR_WORD = 4  # the word of the kernels' `errors` a read out of bounds writes (backends/cuda/launch.py)
+# The element type of each input dtype's pointer (f16 / bf16: their bits, widened by expr_f16 / expr_bf16).
+C_TYPES = {"f32": "float", "f16": "unsigned short", "bf16": "unsigned short", "i32": "int", "u8": "unsigned char",
+           "bool": "unsigned char"}
+_VALUE = {"f32": "{p}[e]", "f16": "expr_f16({p}[e])", "bf16": "expr_bf16({p}[e])", "i32": "{p}[e]",
+          "u8": "(int){p}[e]", "bool": "{p}[e] != 0"}
+_ZERO = {REAL: "0.0f", INT: "0", BOOL: "false"}
+
+
+def sites(spec) -> list:
+    """(expression, Load) of every input read of the spec, mask expression first then score, each
+    in walk order: site n (from 1) is the n-th (the numbering of the wgsl target's flag too)."""
+    out = []
+    for what, e in (("mask", spec.mask.expr if spec.mask.kind == "expr" else None), ("score", spec.score)):
+        if e is not None:
+            out += [(what, n) for n in walk(e) if isinstance(n, Load)]
+    return out
+
+
+def site_numbers(spec) -> dict:
+    """{id(Load): its site number} of the spec's input reads (render's `site_of`)."""
+    return {id(n): at + 1 for at, (_, n) in enumerate(sites(spec))}
+
+
+def inputs_source(spec) -> str:
+    """The ExprInputs struct of the spec's inputs, the reporting and widening helpers and one
+    loader per input ("" where the spec declares none)."""
+    if not spec.inputs:
+        return ""
+    fields = "\n".join(f"    const {C_TYPES[i.dtype]}* __restrict__ {i.name};  // input {i.name}"
+                       f"[{', '.join(map(str, i.axes))}] {i.dtype}, row-major" for i in spec.inputs)
+    widen = ""
+    if any(i.dtype == "f16" for i in spec.inputs):
+        widen += f"""\
+// An f16's bits as float (exact): cvt on the GPU, by its fields on the host.
+{_FN} float expr_f16(unsigned short x) {{
+#ifdef __CUDA_ARCH__
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+    return f;
+#else
+    const unsigned sign = (x & 0x8000u) << 16, exp = (x >> 10) & 0x1fu, man = x & 0x3ffu;
+    if (exp == 0) return (sign ? -1.0f : 1.0f) * (float)man * 5.9604644775390625e-8f;  // subnormal: man * 2^-24
+    union {{ unsigned u; float f; }} v{{sign | (exp == 31 ? 0x7f800000u : (exp + 112u) << 23) | (man << 13)}};
+    return v.f;
+#endif
+}}
+"""
+    if any(i.dtype == "bf16" for i in spec.inputs):
+        widen += f"""\
+// A bf16's bits as float (exact: the upper half of its f32).
+{_FN} float expr_bf16(unsigned short x) {{
+#ifdef __CUDA_ARCH__
+    return __uint_as_float((unsigned)x << 16);
+#else
+    union {{ unsigned u; float f; }} v{{(unsigned)x << 16}};
+    return v.f;
+#endif
+}}
+"""
+    return (f"""\
+// The expression inputs (kernel parameters input_NAME), the extents of the index axes they may have
+// (the call's batch, query heads, KV heads, query rows and cache keys), and where a read out of an
+// input's bounds is reported: word kErrExprRead of errors gets site0 + the read's site number.
+struct ExprInputs {{
+{fields}
+    int {", ".join("ext_" + a for a in EXTENTS)};
+    int* errors;  // null: not reported
+    int site0;
+}};
+constexpr int kErrExprRead = {ERROR_WORD};
+
+// A read out of bounds: its site into the flag word (one lane of the warp's lanes that read it
+// writes; a plain store: any of the sites found is a correct report).
+{_FN} void expr_report(const ExprInputs& in, int site) {{
+    if (in.errors == nullptr) return;
+#ifdef __CUDA_ARCH__
+    if ((int)(threadIdx.x % 32) != __ffs(__activemask()) - 1) return;
+#endif
+    *reinterpret_cast<volatile int*>(in.errors + kErrExprRead) = in.site0 + site;
+}}
+{widen}
+""" + "\n".join(loader(i) for i in spec.inputs))
+
+
+def loader(inp) -> str:
+    """`in_NAME(in, site, i0, ...)`: one element of input `inp` (attngen.lang.expr.Input), row-major
+    over its axes with a 64-bit offset; an index out of its axis reads 0 (false) and reports `site`."""
+    ext = [f"in.ext_{a}" if isinstance(a, str) else str(a) for a in inp.axes]
+    bounds = " || ".join(f"i{d} < 0 || i{d} >= {x}" for d, x in enumerate(ext))
+    flat = "(long long)i0"
+    for d in range(1, len(ext)):
+        flat = f"({flat}) * {ext[d]} + i{d}" if d > 1 else f"{flat} * {ext[d]} + i{d}"
+    params = ", ".join(["const ExprInputs& in", "int site"] + [f"int i{d}" for d in range(len(ext))])
+    return (f"// input {inp.name}[{', '.join(map(str, inp.axes))}] {inp.dtype}\n"
+            f"{_FN} {_C_TYPE[inp.type]} in_{inp.name}({params}) {{\n"
+            f"    if ({bounds}) {{\n"
+            "        expr_report(in, site);\n"
+            f"        return {_ZERO[inp.type]};\n"
+            "    }\n"
+            f"    const long long e = {flat};\n"
+            f"    return {_VALUE[inp.dtype].format(p='in.' + inp.name)};\n"
+            "}\n")
+
+
+def inputs_init(spec) -> str:
+    """The statement that builds the kernel's ExprInputs from its parameters (lower.py)."""
+    names = ", ".join(f"input_{i.name}" for i in spec.inputs)
+    return (f"const ExprInputs expr_in{{{names}, {', '.join('ext_' + a for a in EXTENTS)}, errors, expr_site0}};"
+            "  // expression inputs")

@@ -30,7 +30,7 @@ from . import args as cuda_args
 from . import nvrtc
 from .devices import cupy_module, device_profile, gpu_count, one_gpu, profile_for
 from .launch import (KEPT_FOR_GRAPHS, ZEROED, Packed, Recipe, capturing, error_flags, pending, raise_pending,
-                       workspace_layout)
+                       register_sites, workspace_layout)
 from .tensor_maps import TensorMapEncoder, tma_layout_problem
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
@@ -232,6 +232,9 @@ class CudaKernel(Kernel):
         self._home_device = device_id
         self._sm_count: dict = {}
         self._recipes: dict = {}  # call signature -> Recipe (launch.py)
+        # expression inputs (issue 42): their names, and where this kernel's reads out of bounds are reported
+        self._inputs = tuple(i.name for i in emitted.plan.spec.inputs)
+        self._site0 = register_sites(_site_messages(emitted.plan.spec)) if self._inputs else 0
 
     def _function(self, device_id: int, entry: str | None = None):
         """The loaded entry point (the main one by default) on a device."""
@@ -292,11 +295,17 @@ class CudaKernel(Kernel):
 
     def __call__(self, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  block_table=None, k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None,
-                 max_seqlen_k=None, check=False):
+                 max_seqlen_k=None, check=False, **inputs):
         """See docs/variants.md for the options; every input is checked before the launch, once
         per signature (docs/cuda-calls.md). Integer inputs on the GPU are checked by the kernels:
         what they find is raised by the next attngen call, or by this one with check=True (which
-        synchronises)."""
+        synchronises). `**inputs`: the spec's expression inputs by name (docs/language.md), CuPy
+        arrays or PyTorch CUDA tensors of their declared dtype and shape; a read out of an input's
+        bounds is reported like a bad integer input."""
+        if inputs:
+            return self._call(q, k, v, mask, out, return_lse, max_seqlen_q, max_seqlen_k, check,
+                              {"kv_lens": kv_lens, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+                               "block_table": block_table}, k_new, v_new, inputs)[0]
         if (mask is None and out is None and kv_lens is None and block_table is None and cu_seqlens_q is None
                 and cu_seqlens_k is None and k_new is None and v_new is None and not return_lse and not check
                 and max_seqlen_q is None and max_seqlen_k is None):
@@ -316,16 +325,20 @@ class CudaKernel(Kernel):
                           {"kv_lens": kv_lens, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
                            "block_table": block_table}, k_new, v_new)[0]
 
-    def _call(self, q, k, v, mask, out, return_lse, max_seqlen_q, max_seqlen_k, check, ints, k_new, v_new):
-        """(result, recipe, addresses, workspace) of a call."""
+    def _call(self, q, k, v, mask, out, return_lse, max_seqlen_q, max_seqlen_k, check, ints, k_new, v_new,
+              inputs=None):
+        """(result, recipe, addresses, workspace) of a call; `inputs`: the expression inputs given."""
         if pending():
             raise_pending()
+        inputs = inputs or {}
         arrays = (q, k, v, k_new, v_new, ints["kv_lens"], ints["cu_seqlens_q"], ints["cu_seqlens_k"],
-                  ints["block_table"])
+                  ints["block_table"], *(inputs.get(n) for n in self._inputs))
         key, addrs = _signature(arrays, mask, out, (bool(return_lse), max_seqlen_q, max_seqlen_k))
+        if set(inputs) - set(self._inputs):  # an unknown keyword: the checks name it
+            key = None
         recipe = self._recipes.get(key) if key is not None else None
         if recipe is not None:
-            ptrs = dict(zip(_ARRAYS, addrs))
+            ptrs = dict(zip(_ARRAYS + tuple("input_" + n for n in self._inputs), addrs))
             if mask is not None:
                 ptrs.update(_mask_ptrs(mask))
             if out is not None:
@@ -339,7 +352,7 @@ class CudaKernel(Kernel):
             if v_new is not None:
                 tensors["v_new"] = v_new
             recipe, ptrs, keep = self._checked(tensors, ints, mask, out, bool(return_lse), max_seqlen_q,
-                                               max_seqlen_k)
+                                               max_seqlen_k, inputs)
             if key is not None and recipe.cacheable:
                 self._keep_recipe(key, recipe)
         result, ws = self._run(recipe, ptrs, out, return_lse, q, keep)
@@ -353,7 +366,8 @@ class CudaKernel(Kernel):
             self._recipes.clear()
         self._recipes[key] = recipe
 
-    def _checked(self, tensors: dict, ints: dict, mask, out, return_lse: bool, max_seqlen_q, max_seqlen_k):
+    def _checked(self, tensors: dict, ints: dict, mask, out, return_lse: bool, max_seqlen_q, max_seqlen_k,
+                 inputs: dict):
         """Every check of a call (docs/variants.md); returns its Recipe, the addresses of its
         inputs and the copies that must live until the launch."""
         named = {name: _as_tensor(name, x) for name, x in tensors.items()}
@@ -382,6 +396,10 @@ class CudaKernel(Kernel):
         # is queued like every copy of the call (and for good when the call is captured); freed
         # here, its memory could become this call's out or workspace while the kernels read it
         keep.extend(g[1] for n, g in given.items() if g[1] is not None and g[1] is not ints[n])
+        expr_ptrs, copies, plain = ({}, [], True) if not (self._inputs or inputs) else cuda_args.device_inputs(
+            self.plan.spec, inputs, launch, dev, f"kernel '{self.plan.spec.name}' (cuda)")
+        keep.extend(copies)
+        cacheable = cacheable and plain
         q_layout = (named["q"].shape, named["q"].strides)  # the caller's q (named["q"] may be a copy below)
         for name in list(named):
             t = named[name]
@@ -436,6 +454,7 @@ class CudaKernel(Kernel):
                 keep.append(bm)
                 cacheable = False
         ptrs = {name: t.ptr for name, t in named.items()}
+        ptrs.update(expr_ptrs)
         if out is not None:
             ptrs["out"] = to.ptr
         cupy = _cupy()
@@ -474,7 +493,7 @@ class CudaKernel(Kernel):
                       lse_sh=launch.total_q if packed else launch.len_q,
                       rows_q=launch.total_q if packed else 0,
                       rows_k=launch.capacity if packed else (named["k"].shape[0] if launch.layout == "paged" else 0),
-                      errors=error_flags(_cupy(), dev).ptr)
+                      errors=error_flags(_cupy(), dev).ptr, **cuda_args.input_values(self.plan.spec, launch, self._site0))
         if launch.block_table is not None:
             values["bt_stride"] = given["block_table"][2] or launch.block_table.shape[1]
         if bm is not None:
@@ -486,6 +505,7 @@ class CudaKernel(Kernel):
             values["s_stride"] = max(launch.len_k, 1)
         # the addresses a call of this signature passes (the rest of the pointer parameters stay null)
         slots = frozenset(list(named) + list(given) + ["out"] + (["lse"] if return_lse else [])
+                          + ["input_" + n for n in self._inputs]
                           + (["mask_bits", "mask_add", "mask_counts", "mask_tiles"] if bm is not None else [])
                           + list(ws_sizes) + list(persistent))
         # the tensor copy engine's maps of K and V, and Q (CudaConfig.tma, tma_q): the main entry
@@ -572,11 +592,12 @@ class CudaKernel(Kernel):
         opt = {n: options.pop(n, d) for n, d in (("mask", None), ("out", None), ("return_lse", False),
                                                  ("max_seqlen_q", None), ("max_seqlen_k", None), ("check", False),
                                                  ("k_new", None), ("v_new", None))}
+        inputs = {n: options.pop(n) for n in self._inputs if n in options}  # expression inputs
         if options:
             raise TypeError(f"prepared() got unexpected options: {', '.join(options)}")
         result, recipe, ptrs, held = self._call(q, k, v, opt["mask"], opt["out"], opt["return_lse"],
                                                 opt["max_seqlen_q"], opt["max_seqlen_k"], opt["check"], ints,
-                                                opt["k_new"], opt["v_new"])
+                                                opt["k_new"], opt["v_new"], inputs)
         cupy = _cupy()
         driver = cupy.cuda.driver
         device = contextlib.nullcontext() if one_gpu(cupy) else cupy.cuda.Device(recipe.device)
@@ -586,9 +607,18 @@ class CudaKernel(Kernel):
                 stream = recipe.stream()
                 for p in recipe.launches:
                     p.launch(driver, ptrs, stream)
-            _keep = (q, k, v, held, ints, opt)  # noqa: F841 - the buffers the launches use
+            _keep = (q, k, v, held, ints, opt, inputs)  # noqa: F841 - the buffers the launches use
             return result
         return launch
+
+
+def _site_messages(spec) -> list:
+    """What a read out of bounds at each input read (site 1, 2, ...) of the spec's expressions means."""
+    from ...lang.expr import format_expr
+    from .expr import sites
+    return [f"kernel '{spec.name}' (cuda): the {what} expression read input '{load.input}' out of its bounds in "
+            f"{format_expr(load)} (at a pair where its result is used; the kernel read 0 there and that call's output "
+            "is not to be used: attngen.reference names the index)" for what, load in sites(spec)]
 
 
 def _is_torch(x) -> bool:

@@ -10,7 +10,8 @@ workspace buffer), writes the slots and launches through the driver (cuLaunchKer
 Integer inputs on the device are never read here (no device-to-host copy, no synchronisation):
 the kernels check them and write what they find into `ErrorFlags`, page-locked host memory
 the GPU writes directly; every attngen call reads it first and raises what an earlier launch
-found as a LaunchError, and `check=True` synchronises and raises at once.
+found as a LaunchError, and `check=True` synchronises and raises at once. Expression inputs'
+reads out of bounds (issue 42) are reported the same way, in word EXPR_WORD.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import threading
 import numpy as np
 
 from ...errors import LaunchError
+from .expr import ERROR_WORD as EXPR_WORD  # the word of expressions' reads out of an input's bounds
 from .tensor_maps import MAP_ALIGN, MAP_BYTES
 
-ERROR_WORDS = 8  # the kernels' `errors` parameter (lower.py): one int32 word per kind of input
+ERROR_WORDS = 8  # the kernels' `errors` parameter (lower.py): one int32 word per kind of input (4: expressions)
 _ERROR_KINDS = (
     ("cu_seqlens_q", "cu_seqlens_q[{b}] .. [{b1}] is not a sequence inside q (entries must start at 0 or more, "
                      "not decrease, end within q's rows and, with cu_seqlens_k absent, within k's), or it is "
@@ -38,6 +40,17 @@ _ERROR_KINDS = (
 )
 _FLAGS: dict = {}  # device -> ErrorFlags
 _FLAGS_LOCK = threading.Lock()
+# What a value of word EXPR_WORD means: kernels of this process pass expr_site0 (register_sites), so
+# that whichever call reads the flag names the kernel and the read.
+_EXPR_SITES: list = [""]
+
+
+def register_sites(messages: list) -> int:
+    """The expr_site0 of a kernel whose expressions' input reads (site 1, 2, ...) report `messages`."""
+    with _FLAGS_LOCK:
+        base = len(_EXPR_SITES) - 1
+        _EXPR_SITES.extend(messages)
+    return base
 
 
 class ErrorFlags:
@@ -61,7 +74,14 @@ class ErrorFlags:
         if not self.found():
             return
         found = [text.format(b=int(w) - 1, b1=int(w)) for (_, text), w in zip(_ERROR_KINDS, self.words) if w > 0]
+        site = int(self.words[EXPR_WORD])
         self.words[:] = 0
+        if site > 0:
+            read = _EXPR_SITES[site] if site < len(_EXPR_SITES) else f"an expression read an input out of its bounds " \
+                                                                       f"(site {site})"
+            if not found:
+                raise LaunchError(f"GPU {self.device}: {when} found that {read}")
+            found.append(read)
         raise LaunchError(f"GPU {self.device}: {when} found bad integer inputs (checked on the device): "
                           + "; ".join(found))
 

@@ -127,6 +127,8 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
             _p("list_sh", "scalar", _I32, doc="stride of mask_counts along the heads (Nq; 0 when Hm = 1)"),
             _p("n_kvtiles", "scalar", _I32, doc="Nk, the row length of mask_tiles"),
         ]
+    if spec.inputs:
+        ps += _inputs(spec)
     if spec.schedule.is_split:
         ps += _workspaces(spec)
     if counters:
@@ -179,6 +181,28 @@ def _bounds() -> list:
            doc="error flags: word 0 cu_seqlens_q, 1 cu_seqlens_k, 2 kv_lens, 3 block_table; a kernel that "
                "finds a bad entry writes its sequence's index + 1 there (null: not reported)"),
     ]
+
+
+EXTENTS = ("b", "h", "hkv", "q", "k")  # the index axes an input may have (ext_b .. ext_k; backends/cuda/expr.py)
+_AXIS_SYMBOLS = {"b": "B", "h": "Hq", "hkv": "Hkv", "q": "Lq", "k": "Lk"}
+_EXTENT_DOCS = {"b": "the batch (B)", "h": "query heads (Hq)", "hkv": "KV heads (Hkv)",
+                "q": "query rows of the padded q tensor (Lq)", "k": "keys of the k / v tensors (k.shape[1])"}
+
+
+def _inputs(spec: AttentionSpec) -> list:
+    """The expression inputs (issue 42; backends/cuda/expr.py): one pointer per `input` line, the
+    extents of the index axes, and the number added to a read's site where one out of bounds is
+    reported in `errors`."""
+    ps = [_p(f"input_{i.name}", "tensor", i.dtype, tuple(_AXIS_SYMBOLS.get(a, str(a)) for a in i.axes),
+             doc=f"expression input {i.name}[{', '.join(map(str, i.axes))}] {i.dtype}, row-major, contiguous"
+                 + (" (bits of each element; bool: one byte, 0 or 1)" if i.dtype in ("bf16", "f16", "bool") else ""))
+          for i in spec.inputs]
+    ps += [_p(f"ext_{a}", "scalar", _I32, doc=f"extent of the inputs' axis {a}: {_EXTENT_DOCS[a]}")
+           for a in EXTENTS]
+    ps.append(_p("expr_site0", "scalar", _I32,
+                 doc="added to a read's site number (1.. in the manifest's expression sites) where a read out of "
+                     "an input's bounds is reported in errors word 4 (0: the site itself)"))
+    return ps
 
 
 def _ws_param(w: Workspace, doc: str = "", access: str = "readwrite") -> Param:

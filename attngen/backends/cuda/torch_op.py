@@ -48,6 +48,10 @@ class TorchOperator:
         if kernel.spec.mask.is_custom:
             raise LaunchError(f"attngen.torch: kernel '{kernel.spec.name}' has `mask custom`, whose BlockMask is "
                               "not a tensor an operator can take; call the kernel itself (docs/torch.md)")
+        if kernel.spec.inputs:
+            raise LaunchError(f"attngen.torch: kernel '{kernel.spec.name}' reads expression inputs "
+                              f"({', '.join(i.name for i in kernel.spec.inputs)}), which the operator does not take "
+                              "yet (issue 42); call the kernel itself: kernel(q, k, v, name=tensor, ...)")
         torch = _torch()
         self.op = _register(torch, kernel, name, append=False)
         self._append_op = None

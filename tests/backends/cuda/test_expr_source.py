@@ -2,7 +2,7 @@
 expression specs compiles (nvcc -cubin) for every kernel family the chooser picks for them, on
 cuda-sm80 and cuda-sm90; the rendered functions, built by nvcc as a host program, agree with the
 Python rules: mask_expr_tile with attngen.plan.expr_blocks.classify over random tiles, mask_expr
-and score_expr with the float64 reference's evaluation; the refusal of inputs."""
+and score_expr with the float64 reference's evaluation; what the checker takes."""
 
 from __future__ import annotations
 
@@ -310,12 +310,10 @@ def test_floor_division_and_modulo_render_as_helpers():
 
 # ---- what stays refused ----------------------------------------------------------------------------
 
-def test_inputs_stay_refused():
+def test_the_checker_takes_expressions_with_inputs_and_the_backward_index_only_ones():
     cuda = get_backend("cuda")
     spec = spec_of("head_dim 16\nheads q=2 kv=2\ndtype f16\ninput doc[b, q] i32\nmask k <= q && doc[b, q] > 0\n")
-    problems = cuda.expression_problems(spec)
-    assert len(problems) == 1 and "the mask expression reads inputs (doc): inputs are not passed to target cuda " \
-                                  "yet (issue 42)" in problems[0].message
+    assert cuda.expression_problems(spec) == []  # inputs: test_expr_inputs_source.py
     assert cuda.expression_problems(_spec("k <= q", "30 * tanh(s / 30)")) == []
     assert cuda.backward_expressions  # index-only: tests/backends/cuda/test_backward_expr_source.py
 
