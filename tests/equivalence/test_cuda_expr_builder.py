@@ -128,3 +128,26 @@ def test_refusals():
     q, k, v = to_device("cuda", oob.dtype, *random_qkv(oob, 1, 7, 9, seed=8))
     with pytest.raises(LaunchError, match=r"the mask expression read input 'doc' out of its bounds in doc\[b, k\]"):
         _kernel(oob)(q, k, v, doc=np.zeros((1, 7), np.int32))
+
+
+def test_device_inputs_as_the_forward_takes_them():
+    """The inputs as CuPy arrays and CUDA PyTorch tensors (what the CUDA forward's other inputs
+    are): copied to the host for the checks and the cache's digest; the same BlockMask."""
+    require("cuda")
+    import cupy
+    spec = _spec(DOCS)
+    rng = np.random.default_rng(5)
+    doc = _inputs(DOCS, rng, 2, 57, 57)["doc"]
+    qkv = random_qkv(spec, 2, 57, 57, seed=5)
+    _check(spec, qkv, {"doc": cupy.asarray(doc)})
+    kernel = _kernel(spec)
+    builds = kernel.mask_builds
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        _check(spec, qkv, {"doc": torch.from_numpy(doc).cuda()})
+        assert kernel.mask_builds == builds  # the same values: the cached BlockMask
+    with pytest.raises(LaunchError, match="doc"):
+        kernel(*to_device("cuda", spec.dtype, *qkv), doc=cupy.asarray(doc.astype(np.int64)))

@@ -77,9 +77,26 @@ class CudaBackend(Backend):
 
     def helper_sources(self, plan):
         """The backward pass's source (`attngen build --emit backward`; backward.py), for specs that
-        have one on this target."""
+        have one on this target; the block-mask builder of a mask over inputs (`--emit block-mask`;
+        expr_blockmask.py) where compile() runs one."""
+        from ...lang.expr import inputs_read
+        from ...plan.mask_inputs import reads_inputs
         from .backward import backward_problems, render_backward
-        return {} if backward_problems(plan) else {"backward": render_backward(plan)}
+        out = {} if backward_problems(plan) else {"backward": render_backward(plan)}
+        if reads_inputs(plan.spec) and not inputs_read(plan.spec.score):  # compile()'s two-part kernel
+            from .expr_blockmask import builder_source
+            out["block-mask"] = builder_source(plan.spec)
+        return out
+
+    def expression_tiles(self, spec):
+        from ...lang.expr import inputs_read
+        from ...plan.mask_inputs import reads_inputs
+        if reads_inputs(spec) and not inputs_read(spec.score):
+            return ("attngen.compile runs a generated builder (attngen build --emit block-mask) that evaluates the "
+                    "mask over its inputs into a BlockMask, then the spec with mask custom on its lists "
+                    "(docs/variants.md); this plan, which tests the mixed tiles per element, is used where the "
+                    "score reads inputs too")
+        return "the kernel skips wholly hidden tiles and tests mixed ones per element"
 
     def describe_backward(self, plan) -> list[str]:
         """Lines for `attngen check`: the backward's entry points, grids, tiles, shared memory and

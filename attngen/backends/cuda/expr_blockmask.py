@@ -143,7 +143,9 @@ class MaskInputsKernel(Kernel):
     """A spec whose mask reads inputs, compiled for CUDA: the builder, then `attention` (the
     spec with `mask custom`, a CudaKernel) on the BlockMask, which is kept for the next call
     while the signature is the same (`mask_builds` counts the builds). Expression inputs are
-    numpy arrays of their declared dtype (attngen.runtime.inputs); kv_lens a host array."""
+    numpy arrays of their declared dtype (attngen.runtime.inputs), or CuPy arrays / CUDA PyTorch
+    tensors, copied to the host for the checks and the cache's digest (a synchronisation per
+    call: pass mask=kernel.block_mask(...) to skip both); kv_lens a host array."""
 
     target = "cuda"
 
@@ -193,7 +195,8 @@ class MaskInputsKernel(Kernel):
             raise LaunchError(f"kernel '{self.spec.name}' (cuda): kv_lens is on the GPU, but the mask over inputs "
                               "is built from each sequence's keys on the host (its cache): pass kv_lens as a numpy "
                               "array")
-        arrays = check_call_inputs(self.spec, inputs, launch, f"kernel '{self.spec.name}' (cuda)")
+        arrays = check_call_inputs(self.spec, {n: _on_host(x) for n, x in inputs.items()}, launch,
+                                   f"kernel '{self.spec.name}' (cuda)")
         return launch, arrays
 
     def _cached(self, launch, arrays: dict, q) -> BlockMask:
@@ -248,6 +251,18 @@ class MaskInputsKernel(Kernel):
                                   f"out of its bounds in {format_expr(load)} (at a row and key of the sequence; "
                                   "attngen.reference names the index)")
             return build_block_mask(mask.view(cupy.bool_), self.plan.tile_q, self.plan.tile_kv, device)
+
+
+def _on_host(x):
+    """A mask input as a numpy array: CuPy arrays and CUDA PyTorch tensors are copied to the host
+    (a synchronisation), for the checks and the cache's digest of their values; anything else as
+    given (check_call_inputs names what it is not)."""
+    mod = type(x).__module__.split(".")[0]
+    if mod == "cupy":
+        return x.get()
+    if mod == "torch" and getattr(x, "is_cuda", False):
+        return x.detach().cpu().numpy()
+    return x
 
 
 def _device_of(q) -> int:
