@@ -309,7 +309,10 @@ def expression_sources(plan: KernelPlan) -> dict:
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     ds = as_real(score_ds(spec.score)) if spec.score is not None else None
     helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score, ds))
-    out = {"mask_expr_source": "", "score_expr_source": ""}
+    # the backward refuses expressions that read inputs (plan.backward.problems): the mask
+    # section's input parameters stay off
+    out = {"mask_expr_source": "", "score_expr_source": "", "mask_reads_inputs": False,
+           "score_reads_inputs": False, "expr_inputs_init": ""}
     if mask is not None:
         out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask") + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
