@@ -18,6 +18,7 @@ from ...plan.profiles import Profile
 from ...plan.schedule import pack_gqa
 from .choices import (cuda_math, persistent_refusal, producer_registers, stored_p_refusal, swizzles_kv, takes_producer,
                       takes_split_qk, wgmma_refusal, wide_d_kv, wide_masked)
+from .family import TILE_LIST_ENTRIES, TILE_LIST_HEAD, lists_tiles
 from .tiles import (COLUMN_STEP, DEFAULT, PRODUCER_THREADS, ROWS_PER_WARP, WARPGROUP_ROWS, WGMMA_ALIGN, WGMMA_COLUMNS,
                     CudaTiles, padded_head_dim, tiles_for)
 
@@ -263,6 +264,9 @@ def _cuda_layout(t, spec, math, tile_q, tile_kv, stages, chunk, producer=False, 
         if producer and spec.mask.is_custom:  # a boolean mask's words of each stage's partial tile
             entries.append(("sMask", "u32", stages, tile_q, t.mask_stage_words,
                             "a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded)"))
+        if producer and lists_tiles(spec, tile_q, tile_kv):  # a work item's live K/V tiles (family.tile_list)
+            entries.append(("sTiles", "u32", 1, 1, TILE_LIST_HEAD + TILE_LIST_ENTRIES,
+                            "a work item's live K/V tiles of a mask expression with holes (their count first)"))
         if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits;
             # persistent blocks: one more mbarrier (Q free), four item slots of 4 words, four redo
             # flags and two more mbarriers (the items' checks)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan import masks
+from ...plan import expr_blocks, masks
 
 # name -> (main-loop template, what `attngen check` says of it)
 FAMILIES = {
@@ -128,6 +128,24 @@ class KernelShape:
     # the expression hides from every row of the block (Mask::tile_is_empty) are neither copied
     # nor computed (the holes of a 2D neighbourhood); the other loops visit them, masked
     skip_holes: bool = False
+    # a mask expression with holes (expr_blocks.has_holes) in the producer family: the producer
+    # lists each work item's live K/V tiles in shared memory (sTiles), and the producer and the
+    # consumers iterate that list, as the custom mask's (holes neither copied nor computed)
+    tile_list: bool = False
+
+
+# Entries of a work item's list of live K/V tiles (tile_list): beyond them (a row tile seeing
+# more than this many tiles of keys) the item takes the first..last key range instead.
+TILE_LIST_ENTRIES = 1024
+TILE_LIST_HEAD = 8  # words before the entries: the count, then the producer warps' counts
+
+
+def lists_tiles(spec, tile_q: int, tile_kv: int) -> bool:
+    """Whether a producer kernel of `spec` with these tiles lists each item's live K/V tiles: a
+    mask expression of indices only whose key ranges have holes at tile_q x tile_kv
+    (expr_blocks.has_holes, a plan-time sample); without holes the contiguous range costs less."""
+    e = spec.mask.expr if spec.mask.kind == "expr" else None
+    return e is not None and expr_blocks.index_only(e) and expr_blocks.has_holes(e, tile_q, tile_kv)
 
 
 def shape_fields(shape: KernelShape) -> str:
@@ -197,4 +215,5 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
         table_prefetch=paged and spec.schedule.is_split,
         tma_cleans=c.tma and clean_v,
         skip_holes=mask.kind == "expr" and name == "plain" and not c.chunked,
+        tile_list=name == "producer" and lists_tiles(spec, c.tile_q, c.tile_kv),
     )
