@@ -16,9 +16,11 @@ default kernel family, the producer kernels on the H100):
   list of live tiles skips (family.tile_list).
 
 Each line: the two kernels' medians (triton do_bench, ms), TFLOP/s on the live pairs (4 H L^2 D
-times the visible fraction), the expression's time over the named mask's, and the relative
-error of each against SDPA's memory-efficient kernel with the dense mask, and whether the
-expression's kernel lists its tiles.
+times the visible fraction), the expression's time over the named mask's, the relative error of
+each against SDPA's memory-efficient kernel with the dense mask, and whether the expression's
+kernel lists its tiles; then `other`: the expression's kernel on the other path, the list where
+the default keeps the contiguous key range and the range where it lists (the tile table's
+expr_tile_list, "always" or "never", by common.with_tiles), to choose that default.
 """
 
 from __future__ import annotations
@@ -32,8 +34,7 @@ from torch.nn.attention import SDPBackend
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import attngen  # noqa: E402
-from attngen.backends.cuda.family import lists_tiles  # noqa: E402
-from common import median_ms, randn, rel_err, sdpa  # noqa: E402
+from common import median_ms, randn, rel_err, sdpa, with_tiles  # noqa: E402
 
 H, D, RADIUS, WINDOW, SINKS = 16, 128, 7, 1024, 64
 
@@ -55,9 +56,13 @@ def _pairs(L: int) -> dict:
     }
 
 
-def _compile(name: str, body: str):
+def _compile(name: str, body: str, profile=None):
     text = f"attention {name} {{\n head_dim {D}\n heads q={H} kv={H}\n dtype f16\n {body}\n}}"
-    return attngen.compile(attngen.parse(text)[0], target="cuda")
+    return attngen.compile(attngen.parse(text)[0], target="cuda", profile=profile)
+
+
+def _listed(kern) -> bool:
+    return kern.plan.config.tile_list
 
 
 def main() -> None:
@@ -81,11 +86,18 @@ def main() -> None:
             ms_n = median_ms(lambda: named(q, k, v, **call), 10, 50)
             live = 4.0 * H * D * float(dense.sum())
             c = expr.plan.config
-            listed = c.producer and lists_tiles(expr.spec, c.tile_q, c.tile_kv)
-            print(f"L{L} {name:14s} expr {ms_e:.3f} ms {live / ms_e / 1e9:6.1f} TFLOP/s ({err_e:.1e})  "
-                  f"{named_body.split(chr(10))[0]:34s} {ms_n:.3f} ms {live / ms_n / 1e9:6.1f} TFLOP/s ({err_n:.1e})  "
-                  f"expr/named {ms_e / ms_n:.3f}  tile q{c.tile_q} kv{c.tile_kv} producer={c.producer} "
-                  f"tile list={listed}", flush=True)
+            line = (f"L{L} {name:14s} expr {ms_e:.3f} ms {live / ms_e / 1e9:6.1f} TFLOP/s ({err_e:.1e})  "
+                    f"{named_body:34s} {ms_n:.3f} ms {live / ms_n / 1e9:6.1f} TFLOP/s ({err_n:.1e})  "
+                    f"expr/named {ms_e / ms_n:.3f}  tile q{c.tile_q} kv{c.tile_kv} producer={c.producer} "
+                    f"list={_listed(expr)}")
+            if c.producer:
+                way = "never" if _listed(expr) else "always"
+                other = _compile(f"probe_expr_{name}_{L}_{way}", expr_body, with_tiles(None, expr_tile_list=way))
+                err_o = rel_err(other(q, k, v), ref)
+                ms_o = median_ms(lambda: other(q, k, v), 10, 50)
+                line += (f"  other (list={_listed(other)}) {ms_o:.3f} ms {live / ms_o / 1e9:6.1f} TFLOP/s "
+                         f"({err_o:.1e}) other/named {ms_o / ms_n:.3f}")
+            print(line, flush=True)
             del ref, call
 
 

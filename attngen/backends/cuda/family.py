@@ -140,12 +140,15 @@ TILE_LIST_ENTRIES = 1024
 TILE_LIST_HEAD = 8  # words before the entries: the count, then the producer warps' counts
 
 
-def lists_tiles(spec, tile_q: int, tile_kv: int) -> bool:
-    """Whether a producer kernel of `spec` with these tiles lists each item's live K/V tiles: a
-    mask expression of indices only whose key ranges have holes at tile_q x tile_kv
-    (expr_blocks.has_holes, a plan-time sample); without holes the contiguous range costs less."""
+def lists_tiles(spec, t, tile_q: int, tile_kv: int) -> bool:
+    """Whether a producer kernel of `spec` with these tiles lists each item's live K/V tiles
+    (KernelShape.tile_list), by the table `t`'s expr_tile_list: a mask expression of indices
+    only whose key ranges have holes at tile_q x tile_kv (expr_blocks.has_holes, a plan-time
+    sample: "holes"), every such expression ("always"), or none ("never")."""
     e = spec.mask.expr if spec.mask.kind == "expr" else None
-    return e is not None and expr_blocks.index_only(e) and expr_blocks.has_holes(e, tile_q, tile_kv)
+    if e is None or not expr_blocks.index_only(e) or t.expr_tile_list == "never":
+        return False
+    return t.expr_tile_list == "always" or expr_blocks.has_holes(e, tile_q, tile_kv)
 
 
 def shape_fields(shape: KernelShape) -> str:
@@ -215,5 +218,5 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
         table_prefetch=paged and spec.schedule.is_split,
         tma_cleans=c.tma and clean_v,
         skip_holes=mask.kind == "expr" and name == "plain" and not c.chunked,
-        tile_list=name == "producer" and lists_tiles(spec, c.tile_q, c.tile_kv),
+        tile_list=name == "producer" and c.tile_list,
     )

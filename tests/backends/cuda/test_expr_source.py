@@ -183,6 +183,25 @@ def test_the_producer_family_lists_live_tiles_only_where_the_expression_has_hole
         assert "sTiles" not in plan.config.smem_summary
 
 
+def test_the_tile_tables_expr_tile_list_chooses_the_list_or_the_key_range():
+    """CudaTiles.expr_tile_list (a profile override, for an A / B: benchmarks/probes/probe_expr_masks.py):
+    "always" lists the tiles of every index-only mask expression, "never" of none; named masks
+    never. A value outside the three is a ProfileError naming them."""
+    from attngen.backends.cuda.tiles import CudaTiles
+    from attngen.plan.profiles import ProfileError
+    base = get_backend("cuda").profile("cuda-sm90")
+    hole = HOLES["sink and window"]
+    for way, listed in (("always", {"k <= q": True, hole: True}), ("never", {"k <= q": False, hole: False}),
+                        ("holes", {"k <= q": False, hole: True})):
+        profile = base.with_overrides(expr_tile_list=way)
+        for mask, want in listed.items():
+            plan = attngen.lower(_spec(mask), "cuda", profile)
+            assert plan.config.tile_list == want and ("tile_list" in emit_plan(plan).source) == want, (way, mask)
+        assert not attngen.lower(_spec("causal"), "cuda", profile).config.tile_list
+    with pytest.raises(ProfileError, match="'holes', 'always', 'never'"):
+        CudaTiles(expr_tile_list="sometimes")
+
+
 def test_the_source_is_deterministic_and_existing_specs_have_no_expression_code():
     spec = _spec("k <= q && q - k < 64", "30 * tanh(s / 30)")
     assert attngen.emit(spec, target="cuda").source == attngen.emit(spec, target="cuda").source
