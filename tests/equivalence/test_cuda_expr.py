@@ -183,6 +183,18 @@ def test_the_producer_family_skips_the_holes_of_its_lists(name):
             _check(spec, q, k, v)
 
 
+@pytest.mark.parametrize("name", ["dilated", "2d neighbourhood w300"])
+def test_the_overlapped_loop_skips_the_holes_of_its_list(name):
+    """cuda-sm90's overlapped loop without a producer (three stages): the block's first warp lists
+    its live tiles before the main loop."""
+    require("cuda")
+    spec = _spec("f16", mask=HOLES[name], score="s - 0.125 * abs(q - k)",
+                 extra="target cuda { producer=off stages=3 }")
+    for b, lq, lk in [(2, 1023, 1501), (1, 1501, 700), (1, 7, 1100)]:
+        q, k, v = random_qkv(spec, b, lq, lk, seed=lq * 5 + lk)
+        _check(spec, q, k, v)
+
+
 @pytest.mark.parametrize("name", ["sink and window", "2d neighbourhood w300"])
 def test_holes_with_kv_lens_and_packed_sequences(name):
     """The lists of the _varlen entry point: each sequence's own Lk (kv_lens) and packed sequences."""

@@ -101,8 +101,9 @@ class CudaConfig:
     persistent_blocks: str = DEFAULT.persistent_blocks  # blocks of a persistent grid (a grid symbol)
     rescale_slack: float = 0.0  # kRescaleSlack: 0 rescales at every new max (rescale_slack_for)
     setmaxnreg: tuple = (255, 255)  # (producer, consumer) registers after setmaxnreg (family.producer_registers)
-    # Producer kernels of a mask expression: each work item's live K/V tiles listed in shared memory
-    # (sTiles; family.lists_tiles, CudaTiles.expr_tile_list)
+    # The overlapped loops (producer kernels, wgmma with three stages or more) of a mask expression:
+    # each work item's live K/V tiles listed in shared memory (sTiles; family.lists_tiles,
+    # CudaTiles.expr_tile_list)
     tile_list: bool = False
 
     def __post_init__(self):
@@ -267,7 +268,7 @@ def _cuda_layout(t, spec, math, tile_q, tile_kv, stages, chunk, producer=False, 
         if producer and spec.mask.is_custom:  # a boolean mask's words of each stage's partial tile
             entries.append(("sMask", "u32", stages, tile_q, t.mask_stage_words,
                             "a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded)"))
-        if producer and lists_tiles(spec, t, tile_q, tile_kv):  # a work item's live K/V tiles (family.tile_list)
+        if (producer or stages >= 3) and lists_tiles(spec, t, tile_q, tile_kv):  # (the overlapped loops: family.tile_list)
             entries.append(("sTiles", "u32", 1, 1, TILE_LIST_HEAD + TILE_LIST_ENTRIES,
                             "a work item's live K/V tiles of a mask expression with holes (their count first)"))
         if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits;
@@ -711,7 +712,7 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                       d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
                       producer=ws, persistent=persist, item_per_block=item_per_block, tma=tma,
                       tma_q=tma_q, split_qk=split_qk, swizzle_kv=swizzles_kv(spec, math, chunk, t),
-                      tile_list=bool(ws) and lists_tiles(spec, t, tile_q, tile_kv))
+                      tile_list=math == "wgmma" and (bool(ws) or stages >= 3) and lists_tiles(spec, t, tile_q, tile_kv))
 
 
 def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None, t: CudaTiles) -> int:

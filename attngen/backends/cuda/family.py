@@ -128,9 +128,10 @@ class KernelShape:
     # the expression hides from every row of the block (Mask::tile_is_empty) are neither copied
     # nor computed (the holes of a 2D neighbourhood); the other loops visit them, masked
     skip_holes: bool = False
-    # a mask expression with holes (expr_blocks.has_holes) in the producer family: the producer
-    # lists each work item's live K/V tiles in shared memory (sTiles), and the producer and the
-    # consumers iterate that list, as the custom mask's (holes neither copied nor computed)
+    # a mask expression with holes (expr_blocks.has_holes) in the producer family and the
+    # overlapped loop: each work item's live K/V tiles listed in shared memory (sTiles), by the
+    # producer warpgroup or the block's first warp, and iterated as the custom mask's list (holes
+    # neither copied nor computed)
     tile_list: bool = False
 
 
@@ -141,8 +142,8 @@ TILE_LIST_HEAD = 8  # words before the entries: the count, then the producer war
 
 
 def lists_tiles(spec, t, tile_q: int, tile_kv: int) -> bool:
-    """Whether a producer kernel of `spec` with these tiles lists each item's live K/V tiles
-    (KernelShape.tile_list), by the table `t`'s expr_tile_list: a mask expression of indices
+    """Whether an overlapped-loop kernel of `spec` (the producer family, or wgmma with three
+    stages or more) with these tiles lists each item's live K/V tiles (KernelShape.tile_list), by the table `t`'s expr_tile_list: a mask expression of indices
     only whose key ranges have holes at tile_q x tile_kv (expr_blocks.has_holes, a plan-time
     sample: "holes"), every such expression ("always"), or none ("never")."""
     e = spec.mask.expr if spec.mask.kind == "expr" else None
@@ -218,5 +219,5 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
         table_prefetch=paged and spec.schedule.is_split,
         tma_cleans=c.tma and clean_v,
         skip_holes=mask.kind == "expr" and name == "plain" and not c.chunked,
-        tile_list=name == "producer" and c.tile_list,
+        tile_list=name in ("producer", "overlap") and c.tile_list,
     )

@@ -103,9 +103,10 @@ CASES = [(*case, BOTH) for case in FAMILY_CASES] + [
     ("cuda-sm90", "", "producer", (None, "30 * tanh(s / 30) - 0.01 * h")),  # (not C * tanh(s / C): softcap)
     ("cuda-sm90", "", "producer", ("causal", "s - 0.125 * abs(q - k)")),
     # holes of the key range on the producer family: each item's list of live tiles (sTiles), with
-    # the tensor copy engine and without it
+    # the tensor copy engine and without it; the overlapped loop's list
     ("cuda-sm90", "", "producer", (HOLES["sink and window"], "s - 0.125 * abs(q - k)")),
     ("cuda-sm90", "target cuda { tma=off }", "producer", (HOLES["2d neighbourhood w300"], None)),
+    ("cuda-sm90", "target cuda { producer=off stages=3 }", "overlap", (HOLES["dilated"], None)),
 ]
 
 
@@ -162,9 +163,9 @@ def test_the_plain_loop_over_whole_head_dims_skips_holes():
 
 
 def test_the_producer_family_lists_live_tiles_only_where_the_expression_has_holes():
-    """The producer family's list of live K/V tiles (sTiles, tile_list; both entry points) for masks
-    with holes; expressions without holes at its tiles (`k <= q`, a 2D neighbourhood of 64 x 64
-    whose 80-key tiles are all live) keep the contiguous key range, as do the other families."""
+    """The producer family's and the overlapped loop's list of live K/V tiles (sTiles, tile_list;
+    both entry points) for masks with holes; expressions without holes at its tiles (`k <= q`, a
+    2D neighbourhood of 64 x 64 whose 80-key tiles are all live) keep the contiguous key range."""
     for name, mask in HOLES.items():
         plan = attngen.lower(_spec(mask), "cuda", "cuda-sm90")
         assert family_name(plan.config) == "producer"
@@ -172,9 +173,12 @@ def test_the_producer_family_lists_live_tiles_only_where_the_expression_has_hole
         assert source.count("int* tile_list = reinterpret_cast<int*>(smem + kOffsetTiles);") == 2, name
         assert source.count("if (ptid == 0) tile_list[0] = n_live;") == 2, name
         assert "sTiles 1x1032 u32" in plan.config.smem_summary
-        other = emit_plan(attngen.lower(_spec(mask, extra="target cuda { producer=off stages=3 }"), "cuda",
-                                         "cuda-sm90")).source
-        assert "tile_list" not in other
+        overlap = emit_plan(attngen.lower(_spec(mask, extra="target cuda { producer=off stages=3 }"), "cuda",
+                                           "cuda-sm90")).source  # (the block's first warp lists them)
+        assert overlap.count("__syncthreads();  // every entry written") == 2, name
+        plain = emit_plan(attngen.lower(_spec(mask, extra="target cuda { producer=off stages=2 }"), "cuda",
+                                         "cuda-sm90")).source  # (Mask::tile_is_empty instead)
+        assert "tile_list" not in plain and "if (hole(it)) continue;" in plain
     for mask in ("k <= q", "abs(q // 64 - k // 64) <= 7 && abs(q % 64 - k % 64) <= 7", "q // 64 == k // 64"):
         plan = attngen.lower(_spec(mask), "cuda", "cuda-sm90")
         assert family_name(plan.config) == "producer"
