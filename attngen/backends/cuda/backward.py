@@ -261,7 +261,8 @@ def render_backward(plan: KernelPlan) -> str:
         scale=c_float(plan.scale), scale_doc="1 / sqrt(head_dim qk)" if plan.spec.scale is None else "from the spec",
         softcap=c_float(plan.softcap) if plan.softcap is not None else None,
         custom=plan.spec.mask.is_custom, fwd_tile_q=plan.tile_q, fwd_tile_kv=plan.tile_kv,
-        fields=fields, mask=plan.mask, mask_doc=mask_doc(plan), f={"row_bits": False, "skip_holes": False}, entry=plan.entry,
+        fields=fields, mask=plan.mask, mask_doc=mask_doc(plan),
+        f={"row_bits": False, "skip_holes": False, "tile_list": False}, entry=plan.entry,
         mask_expr_source="", score_expr_source="")  # (expressions have no backward: refuse)
     if family(plan) == "wgmma":
         log2e = 1.4426950408889634

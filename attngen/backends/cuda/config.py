@@ -268,7 +268,7 @@ def _cuda_layout(t, spec, math, tile_q, tile_kv, stages, chunk, producer=False, 
         if producer and spec.mask.is_custom:  # a boolean mask's words of each stage's partial tile
             entries.append(("sMask", "u32", stages, tile_q, t.mask_stage_words,
                             "a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded)"))
-        if (producer or stages >= 3) and lists_tiles(spec, t, tile_q, tile_kv):  # (the overlapped loops: family.tile_list)
+        if (producer or stages >= 3) and lists_tiles(spec, t, tile_q, tile_kv):  # the overlapped loops' list
             entries.append(("sTiles", "u32", 1, 1, TILE_LIST_HEAD + TILE_LIST_ENTRIES,
                             "a work item's live K/V tiles of a mask expression with holes (their count first)"))
         if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits;

@@ -138,14 +138,15 @@ class KernelShape:
 # Entries of a work item's list of live K/V tiles (tile_list): beyond them (a row tile seeing
 # more than this many tiles of keys) the item takes the first..last key range instead.
 TILE_LIST_ENTRIES = 1024
-TILE_LIST_HEAD = 8  # words before the entries: the count, then the producer warps' counts
+TILE_LIST_HEAD = 1  # words before the entries: their count
 
 
 def lists_tiles(spec, t, tile_q: int, tile_kv: int) -> bool:
     """Whether an overlapped-loop kernel of `spec` (the producer family, or wgmma with three
-    stages or more) with these tiles lists each item's live K/V tiles (KernelShape.tile_list), by the table `t`'s expr_tile_list: a mask expression of indices
-    only whose key ranges have holes at tile_q x tile_kv (expr_blocks.has_holes, a plan-time
-    sample: "holes"), every such expression ("always"), or none ("never")."""
+    stages or more) with these tiles lists each item's live K/V tiles (KernelShape.tile_list),
+    by the table `t`'s expr_tile_list: a mask expression of indices only whose key ranges have
+    holes at tile_q x tile_kv (expr_blocks.has_holes, a plan-time sample: "holes"), every such
+    expression ("always"), or none ("never")."""
     e = spec.mask.expr if spec.mask.kind == "expr" else None
     if e is None or not expr_blocks.index_only(e) or t.expr_tile_list == "never":
         return False

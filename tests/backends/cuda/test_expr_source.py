@@ -172,7 +172,7 @@ def test_the_producer_family_lists_live_tiles_only_where_the_expression_has_hole
         source = emit_plan(plan).source
         assert source.count("int* tile_list = reinterpret_cast<int*>(smem + kOffsetTiles);") == 2, name
         assert source.count("if (ptid == 0) tile_list[0] = n_live;") == 2, name
-        assert "sTiles 1x1032 u32" in plan.config.smem_summary
+        assert "sTiles 1x1025 u32" in plan.config.smem_summary
         overlap = emit_plan(attngen.lower(_spec(mask, extra="target cuda { producer=off stages=3 }"), "cuda",
                                            "cuda-sm90")).source  # (the block's first warp lists them)
         assert overlap.count("__syncthreads();  // every entry written") == 2, name
