@@ -13,6 +13,8 @@ Python integers: no overflow.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..lang.expr import BOOL, INT, Binary, Const, Fn, Load, Unary, Var, walk
@@ -151,6 +153,26 @@ def _fn(e, env):
     if e.name == "floor":
         return args[0]
     return None
+
+
+# The lengths at which has_holes looks for holes: square, and Lq != Lk either way, odd included.
+HOLE_PROBES = ((1024, 1024), (4096, 4096), (1000, 3001), (3001, 1000))
+
+
+@functools.lru_cache(maxsize=64)
+def has_holes(expr, tile_q: int, tile_k: int) -> bool:
+    """Whether some row of query tiles of mask expression `expr` has a SKIP key tile between two
+    that are not (a hole of its key range: a 2D neighbourhood, a dilated window), at the
+    lengths of HOLE_PROBES with b, h and hkv 0: a plan-time test, so that kernels keep the
+    contiguous key range where the expression has none there. It is a sample, not a proof:
+    holes that only appear at other lengths are then visited and masked, never wrong."""
+    for len_q, len_k in HOLE_PROBES:
+        live = block_map(expr, len_q, len_k, tile_q, tile_k, b=(0, 0), h=(0, 0), hkv=(0, 0)) != SKIP
+        for row in live:
+            at = np.flatnonzero(row)
+            if len(at) and at[-1] - at[0] + 1 > len(at):
+                return True
+    return False
 
 
 def describe(plan, does: str, length: int = 4096) -> list[str]:

@@ -3,7 +3,8 @@ reference (GPU machine): masks (a causal band, a 2D neighbourhood, block-diagona
 distance bias; a tanh cap, planned as softcap 30; a score of functions and heads) in f16, bf16 and
 f32, odd lengths (1, 7, 113, 1023), Lq != Lk, GQA groups of 3, on each kernel family (cuda-sm80's
 mma.sync, split_kv, two_pass, head dims in chunks, a paged cache; cuda-sm90's producer, plain and
-overlapped wgmma loops), the holes of the key range, kv_lens, packed sequences, rows that see no
+overlapped wgmma loops), the holes of the key range (the plain loop's and the producer family's
+lists of live tiles, and their fallback to the key range), kv_lens, packed sequences, rows that see no
 key, expressions equal to a named mask against the named mask's kernel, and the index-only
 examples. Without a GPU every test skips (tests/backends/cuda/test_expr_source.py compiles the same
 families' source and checks the rendered functions on the host)."""
@@ -156,6 +157,84 @@ def test_holes_of_the_key_range_are_skipped(extra):
     for b, lq, lk in [(1, 113, 113), (2, 200, 300), (1, 300, 37)]:
         q, k, v = random_qkv(spec, b, lq, lk, seed=lq + 3 * lk)
         _check(spec, q, k, v, "cuda-sm80")
+
+
+# masks whose key ranges have holes at the producer family's tiles (q=128 kv=80 on the H100): each
+# work item's list of live K/V tiles (family.tile_list; tests/backends/cuda/test_expr_source.py)
+HOLES = {
+    "sink and window": "k < 16 || k <= q && q - k < 200",
+    "dilated": "(q - k) % 512 < 40 && k <= q",
+    "2d neighbourhood w300": "abs(q // 300 - k // 300) <= 2 && abs(q % 300 - k % 300) <= 2",
+    "strided blocks": "(q // 100) % 3 == (k // 100) % 3 && k <= q + 50",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOLES))
+def test_the_producer_family_skips_the_holes_of_its_lists(name):
+    """The GPU's default family (the producer kernels on the H100) with masks whose key ranges have
+    holes: the producer lists each item's live tiles, holes are neither copied nor computed; odd
+    lengths, Lq != Lk, GQA groups of 3, a score expression, f16 and bf16."""
+    require("cuda")
+    for dtype, shapes in (("f16", [(2, 1023, 1501), (1, 1501, 700), (1, 7, 1100), (1, 113, 113)]),
+                          ("bf16", [(1, 1000, 1000)])):
+        spec = _spec(dtype, mask=HOLES[name], score="s - 0.125 * abs(q - k)" if dtype == "f16" else None)
+        for b, lq, lk in shapes:
+            q, k, v = random_qkv(spec, b, lq, lk, seed=lq * 5 + lk)
+            _check(spec, q, k, v)
+
+
+@pytest.mark.parametrize("name", ["dilated", "2d neighbourhood w300"])
+def test_the_overlapped_loop_skips_the_holes_of_its_list(name):
+    """cuda-sm90's overlapped loop without a producer (three stages): the block's first warp lists
+    its live tiles before the main loop."""
+    require("cuda")
+    spec = _spec("f16", mask=HOLES[name], score="s - 0.125 * abs(q - k)",
+                 extra="target cuda { producer=off stages=3 }")
+    for b, lq, lk in [(2, 1023, 1501), (1, 1501, 700), (1, 7, 1100)]:
+        q, k, v = random_qkv(spec, b, lq, lk, seed=lq * 5 + lk)
+        _check(spec, q, k, v)
+
+
+@pytest.mark.parametrize("name", ["sink and window", "2d neighbourhood w300"])
+def test_holes_with_kv_lens_and_packed_sequences(name):
+    """The lists of the _varlen entry point: each sequence's own Lk (kv_lens) and packed sequences."""
+    require("cuda")
+    spec = _spec("f16", mask=HOLES[name])
+    rng = np.random.default_rng(9)
+    lens = np.array([0, 700, 1337, 1], np.int32)
+    q, k, v = _rand(rng, 4, 701, 6, 64), _rand(rng, 4, 1337, 2, 64), _rand(rng, 4, 1337, 2, 64)
+    _check(spec, q, k, v, kv_lens=lens)
+    lq, lk = [1, 700, 113, 0, 1001], [1, 900, 113, 3, 1201]
+    cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cuk = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    q, k, v = _rand(rng, cuq[-1], 6, 64), _rand(rng, cuk[-1], 2, 64), _rand(rng, cuk[-1], 2, 64)
+    _check(spec, q, k, v, cu_seqlens_q=cuq, cu_seqlens_k=cuk)
+
+
+def test_the_list_of_an_expression_without_holes():
+    """CudaTiles.expr_tile_list = "always" (the probe's A / B): a band and `k <= q` through the list
+    on the producer family, where the default takes the contiguous key range."""
+    require("cuda")
+    from attngen.backends import get
+    from attngen.backends.cuda.devices import device_profile
+    profile = device_profile(get("cuda")).with_overrides(expr_tile_list="always")
+    for mask in ("k <= q", "k <= q + Lk - Lq && q - k < 300"):
+        spec = _spec("f16", mask=mask)
+        for b, lq, lk in [(1, 1000, 1000), (2, 113, 700), (1, 701, 37)]:
+            q, k, v = random_qkv(spec, b, lq, lk, seed=lq + lk)
+            _check(spec, q, k, v, profile)
+
+
+def test_an_item_with_more_live_tiles_than_its_list_holds_takes_the_key_range():
+    """Above kTileListEntries (1024) live tiles an item takes the first..last key range instead:
+    a mask with holes at short lengths (so the kernel lists tiles) that is bottom-right causal
+    beyond 50000 keys, at 86000 keys (about 1075 live tiles of 80 keys per row tile: the range)
+    and at 60000 (about 750: the list)."""
+    require("cuda")
+    spec = _spec("f16", mask="where(Lk > 50000, k <= q + Lk - Lq, (q - k) % 512 < 40 && k <= q)", heads="q=2 kv=1")
+    for lk in (86000, 60000):
+        q, k, v = random_qkv(spec, 1, 130, lk, seed=lk)
+        _check(spec, q, k, v)
 
 
 @pytest.mark.parametrize("profile", ["cuda-sm80", None])

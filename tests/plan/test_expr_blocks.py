@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attngen.plan.expr_blocks import FULL, PARTIAL, SKIP, block_map, classify, describe, index_only
+from attngen.plan.expr_blocks import FULL, PARTIAL, SKIP, block_map, classify, describe, has_holes, index_only
 
 from conftest import spec_of
 
@@ -83,6 +83,20 @@ def test_the_2d_neighbourhood_skips_tiles_in_both_dimensions():
     got = block_map(e, 32 * 32, 32 * 32, 32, 32)
     live = np.abs(np.arange(32)[:, None] - np.arange(32)[None, :]) <= 1
     assert (got[~live] == SKIP).all() and (got[live] == PARTIAL).all()
+
+
+def test_has_holes_finds_skipped_tiles_between_live_ones():
+    """A hole: a SKIP key tile between two live ones in a row of query tiles (at the sample lengths
+    of HOLE_PROBES, Lq != Lk included); bands, windows and blocks along the diagonal have none."""
+    for text in ("k < 16 || k <= q && q - k < 200", "(q - k) % 512 < 40 && k <= q",
+                 "abs(q // 300 - k // 300) <= 2 && abs(q % 300 - k % 300) <= 2",
+                 "(q // 100) % 3 == (k // 100) % 3 && k <= q + 50"):
+        assert has_holes(mask_expr(text), 128, 80), text
+    for text in ("k <= q", "k <= q + Lk - Lq && q - k < 1024", "q // 64 == k // 64", "abs(q - k) <= 3",
+                 "abs(q // 64 - k // 64) <= 7 && abs(q % 64 - k % 64) <= 7", "k <= q || k < 7"):
+        assert not has_holes(mask_expr(text), 128, 80), text
+    # at tiles of 16 keys the 64-wide neighbourhood has holes (columns outside the radius)
+    assert has_holes(mask_expr("abs(q // 64 - k // 64) <= 1 && abs(q % 64 - k % 64) <= 1"), 16, 16)
 
 
 def test_masks_reading_inputs_are_partial_unless_the_indices_decide():

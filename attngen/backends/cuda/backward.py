@@ -285,7 +285,7 @@ def render_backward(plan: KernelPlan) -> str:
     fast = family(plan) == "wgmma"
     # mask.j2's tile_is_empty: the deterministic family's loops skip the tiles an expression hides
     # (the fast family classifies its steps with mask_expr_tile itself)
-    common["f"] = {"row_bits": False, "skip_holes": plan.mask.kind == "expr" and not fast}
+    common["f"] = {"row_bits": False, "skip_holes": plan.mask.kind == "expr" and not fast, "tile_list": False}
     if fast:
         log2e = 1.4426950408889634
         extra = ({"scale_over_cap": c_float(plan.scale / plan.softcap), "softcap_log2": c_float(plan.softcap * log2e)}

@@ -18,6 +18,7 @@ from ...plan.profiles import Profile
 from ...plan.schedule import pack_gqa
 from .choices import (cuda_math, persistent_refusal, producer_registers, stored_p_refusal, swizzles_kv, takes_producer,
                       takes_split_qk, wgmma_refusal, wide_d_kv, wide_masked)
+from .family import TILE_LIST_ENTRIES, TILE_LIST_HEAD, lists_tiles
 from .tiles import (COLUMN_STEP, DEFAULT, PRODUCER_THREADS, ROWS_PER_WARP, WARPGROUP_ROWS, WGMMA_ALIGN, WGMMA_COLUMNS,
                     CudaTiles, padded_head_dim, tiles_for)
 
@@ -100,6 +101,10 @@ class CudaConfig:
     persistent_blocks: str = DEFAULT.persistent_blocks  # blocks of a persistent grid (a grid symbol)
     rescale_slack: float = 0.0  # kRescaleSlack: 0 rescales at every new max (rescale_slack_for)
     setmaxnreg: tuple = (255, 255)  # (producer, consumer) registers after setmaxnreg (family.producer_registers)
+    # The overlapped loops (producer kernels, wgmma with three stages or more) of a mask expression:
+    # each work item's live K/V tiles listed in shared memory (sTiles; family.lists_tiles,
+    # CudaTiles.expr_tile_list)
+    tile_list: bool = False
 
     def __post_init__(self):
         # Every producer kernel runs the work-item code (templates/cuda/family_producer.j2 has no other producer
@@ -263,6 +268,9 @@ def _cuda_layout(t, spec, math, tile_q, tile_kv, stages, chunk, producer=False, 
         if producer and spec.mask.is_custom:  # a boolean mask's words of each stage's partial tile
             entries.append(("sMask", "u32", stages, tile_q, t.mask_stage_words,
                             "a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded)"))
+        if (producer or stages >= 3) and lists_tiles(spec, t, tile_q, tile_kv):  # the overlapped loops' list
+            entries.append(("sTiles", "u32", 1, 1, TILE_LIST_HEAD + TILE_LIST_ENTRIES,
+                            "a work item's live K/V tiles of a mask expression with holes (their count first)"))
         if producer:  # mbarriers (8 bytes: Q, then full and empty per stage) and each stage's bad-key bits;
             # persistent blocks: one more mbarrier (Q free), four item slots of 4 words, four redo
             # flags and two more mbarriers (the items' checks)
@@ -703,7 +711,8 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                       chunk=chunk, chunk_given=spec.tile.d is not None, v_blocks=v_blocks,
                       d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
                       producer=ws, persistent=persist, item_per_block=item_per_block, tma=tma,
-                      tma_q=tma_q, split_qk=split_qk, swizzle_kv=swizzles_kv(spec, math, chunk, t))
+                      tma_q=tma_q, split_qk=split_qk, swizzle_kv=swizzles_kv(spec, math, chunk, t),
+                      tile_list=math == "wgmma" and (bool(ws) or stages >= 3) and lists_tiles(spec, t, tile_q, tile_kv))
 
 
 def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None, t: CudaTiles) -> int:

@@ -7,7 +7,7 @@ from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
 from ..render import (c_float, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render,
                       transform_doc)
-from .family import family_name, kernel_shape
+from .family import TILE_LIST_ENTRIES, TILE_LIST_HEAD, family_name, kernel_shape
 from .lower import COMBINE_WARPS, fused_combine
 
 # Per storage dtype: the types template and the PTX type name of the tensor-core inputs.
@@ -84,6 +84,8 @@ def _variant_context(plan: KernelPlan) -> dict:
         general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=COMBINE_WARPS,
         mask_stage_words=plan.config.mask_stage_words,
+        tile_list_head=TILE_LIST_HEAD,  # a mask expression's list of live tiles (family.tile_list)
+        tile_list_entries=TILE_LIST_ENTRIES,
         order_bytes=plan.config.causal_order_bytes,
         keys_a=plan.config.stored_p_keys_a,  # P through memory: keys per tile of phase A
         combine_decl=param_list(combine[0].params, len(plan.entry) + len("_combine(")) if combine else "",

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...plan import masks
+from ...plan import expr_blocks, masks
 
 # name -> (main-loop template, what `attngen check` says of it)
 FAMILIES = {
@@ -128,6 +128,29 @@ class KernelShape:
     # the expression hides from every row of the block (Mask::tile_is_empty) are neither copied
     # nor computed (the holes of a 2D neighbourhood); the other loops visit them, masked
     skip_holes: bool = False
+    # a mask expression with holes (expr_blocks.has_holes) in the producer family and the
+    # overlapped loop: each work item's live K/V tiles listed in shared memory (sTiles), by the
+    # producer warpgroup or the block's first warp, and iterated as the custom mask's list (holes
+    # neither copied nor computed)
+    tile_list: bool = False
+
+
+# Entries of a work item's list of live K/V tiles (tile_list): beyond them (a row tile seeing
+# more than this many tiles of keys) the item takes the first..last key range instead.
+TILE_LIST_ENTRIES = 1024
+TILE_LIST_HEAD = 1  # words before the entries: their count
+
+
+def lists_tiles(spec, t, tile_q: int, tile_kv: int) -> bool:
+    """Whether an overlapped-loop kernel of `spec` (the producer family, or wgmma with three
+    stages or more) with these tiles lists each item's live K/V tiles (KernelShape.tile_list),
+    by the table `t`'s expr_tile_list: a mask expression of indices only whose key ranges have
+    holes at tile_q x tile_kv (expr_blocks.has_holes, a plan-time sample: "holes"), every such
+    expression ("always"), or none ("never")."""
+    e = spec.mask.expr if spec.mask.kind == "expr" else None
+    if e is None or not expr_blocks.index_only(e) or t.expr_tile_list == "never":
+        return False
+    return t.expr_tile_list == "always" or expr_blocks.has_holes(e, tile_q, tile_kv)
 
 
 def shape_fields(shape: KernelShape) -> str:
@@ -197,4 +220,5 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
         table_prefetch=paged and spec.schedule.is_split,
         tma_cleans=c.tma and clean_v,
         skip_holes=mask.kind == "expr" and name == "plain" and not c.chunked,
+        tile_list=name in ("producer", "overlap") and c.tile_list,
     )

@@ -92,6 +92,10 @@ class CudaTiles:
     cleaning_producer_regs: int = 32  # persistent blocks' producer at least: its redo of an item spilled at 24
     max_consumer_groups: int = 3  # consumer warpgroups a producer serves at most (q192: 160 registers each)
     mask_stage_words: int = 12  # a custom mask's words per row staged with K and V: 16-byte copies, no bank conflicts
+    # which index-only mask expressions the overlapped loops (the producer family, wgmma with three
+    # stages) list each work item's live K/V tiles for (family.lists_tiles): "holes" where
+    # expr_blocks.has_holes finds some, "always", "never"
+    expr_tile_list: str = "holes"
     tma_store: bool = True  # the output through shared memory with a tensor store, where sO fits beside the ring
     tma_store_above_d_v: int = 64  # ... above this head dim v (d64's short items were slower with it)
     persistent_blocks: str = "SM"  # blocks of a persistent grid: one per multiprocessor (grid symbol)
@@ -108,6 +112,9 @@ class CudaTiles:
         if PRODUCER_THREADS * self.producer_regs + 256 * self.consumer_regs > 384 * (65536 // 384 // 8 * 8):
             raise ProfileError(f"CudaTiles: producer_regs={self.producer_regs} and consumer_regs="
                                f"{self.consumer_regs} exceed the registers of 384 threads")
+        if self.expr_tile_list not in ("holes", "always", "never"):
+            raise ProfileError(f"CudaTiles: expr_tile_list={self.expr_tile_list!r} is not one of 'holes', 'always', "
+                               "'never'")
 
 
 DEFAULT = CudaTiles()

@@ -91,6 +91,13 @@ FAMILY_CASES = [
     ("cuda-sm90", "target cuda { producer=off stages=3 }", "overlap"),
     ("cuda-sm90", "kv_cache paged(page=16)", "plain"),             # paged: mma.sync
 ]
+# masks whose key ranges have holes at the producer family's tiles (expr_blocks.has_holes)
+HOLES = {
+    "sink and window": "k < 16 || k <= q && q - k < 200",
+    "dilated": "(q - k) % 512 < 40 && k <= q",
+    "2d neighbourhood w300": "abs(q // 300 - k // 300) <= 2 && abs(q % 300 - k % 300) <= 2",
+    "strided blocks": "(q // 100) % 3 == (k // 100) % 3 && k <= q + 50",
+}
 BOTH = ("abs(q // 8 - k // 8) <= 1 && abs(q % 8 - k % 8) <= 1", "s - 0.125 * abs(q - k)")
 # (profile, extra, family, (mask, score)): each family with a mask and a score expression; and on
 # the default families, each alone and a named mask with a score expression (the bit masks' path)
@@ -98,6 +105,11 @@ CASES = [(*case, BOTH) for case in FAMILY_CASES] + [
     ("cuda-sm80", "", "plain", ("k <= q && q - k < 64", None)),
     ("cuda-sm90", "", "producer", (None, "30 * tanh(s / 30) - 0.01 * h")),  # (not C * tanh(s / C): softcap)
     ("cuda-sm90", "", "producer", ("causal", "s - 0.125 * abs(q - k)")),
+    # holes of the key range on the producer family: each item's list of live tiles (sTiles), with
+    # the tensor copy engine and without it; the overlapped loop's list
+    ("cuda-sm90", "", "producer", (HOLES["sink and window"], "s - 0.125 * abs(q - k)")),
+    ("cuda-sm90", "target cuda { tma=off }", "producer", (HOLES["2d neighbourhood w300"], None)),
+    ("cuda-sm90", "target cuda { producer=off stages=3 }", "overlap", (HOLES["dilated"], None)),
 ]
 
 
@@ -151,6 +163,50 @@ def test_the_plain_loop_over_whole_head_dims_skips_holes():
         assert ("tile_is_empty" in source) == skips
     assert "tile_is_empty" not in emit_plan(attngen.lower(_spec(None, "30 * tanh(s / 30)"), "cuda",
                                                           "cuda-sm80")).source
+
+
+def test_the_producer_family_lists_live_tiles_only_where_the_expression_has_holes():
+    """The producer family's and the overlapped loop's list of live K/V tiles (sTiles, tile_list;
+    both entry points) for masks with holes; expressions without holes at its tiles (`k <= q`, a
+    2D neighbourhood of 64 x 64 whose 80-key tiles are all live) keep the contiguous key range."""
+    for name, mask in HOLES.items():
+        plan = attngen.lower(_spec(mask), "cuda", "cuda-sm90")
+        assert family_name(plan.config) == "producer"
+        source = emit_plan(plan).source
+        assert source.count("int* tile_list = reinterpret_cast<int*>(smem + kOffsetTiles);") == 2, name
+        assert source.count("if (ptid == 0) tile_list[0] = n_live;") == 2, name
+        assert "sTiles 1x1025 u32" in plan.config.smem_summary
+        overlap = emit_plan(attngen.lower(_spec(mask, extra="target cuda { producer=off stages=3 }"), "cuda",
+                                           "cuda-sm90")).source  # (the block's first warp lists them)
+        assert overlap.count("__syncthreads();  // every entry written") == 2, name
+        plain = emit_plan(attngen.lower(_spec(mask, extra="target cuda { producer=off stages=2 }"), "cuda",
+                                         "cuda-sm90")).source  # (Mask::tile_is_empty instead)
+        assert "tile_list" not in plain and "if (hole(it)) continue;" in plain
+    for mask in ("k <= q", "abs(q // 64 - k // 64) <= 7 && abs(q % 64 - k % 64) <= 7", "q // 64 == k // 64"):
+        plan = attngen.lower(_spec(mask), "cuda", "cuda-sm90")
+        assert family_name(plan.config) == "producer"
+        source = emit_plan(plan).source
+        assert "tile_list" not in source and "kOffsetTiles" not in source, mask
+        assert "sTiles" not in plan.config.smem_summary
+
+
+def test_the_tile_tables_expr_tile_list_chooses_the_list_or_the_key_range():
+    """CudaTiles.expr_tile_list (a profile override, for an A / B: benchmarks/probes/probe_expr_masks.py):
+    "always" lists the tiles of every index-only mask expression, "never" of none; named masks
+    never. A value outside the three is a ProfileError naming them."""
+    from attngen.backends.cuda.tiles import CudaTiles
+    from attngen.plan.profiles import ProfileError
+    base = get_backend("cuda").profile("cuda-sm90")
+    hole = HOLES["sink and window"]
+    for way, listed in (("always", {"k <= q": True, hole: True}), ("never", {"k <= q": False, hole: False}),
+                        ("holes", {"k <= q": False, hole: True})):
+        profile = base.with_overrides(expr_tile_list=way)
+        for mask, want in listed.items():
+            plan = attngen.lower(_spec(mask), "cuda", profile)
+            assert plan.config.tile_list == want and ("tile_list" in emit_plan(plan).source) == want, (way, mask)
+        assert not attngen.lower(_spec("causal"), "cuda", profile).config.tile_list
+    with pytest.raises(ProfileError, match="'holes', 'always', 'never'"):
+        CudaTiles(expr_tile_list="sometimes")
 
 
 def test_the_source_is_deterministic_and_existing_specs_have_no_expression_code():
