@@ -62,8 +62,9 @@ def check_backward(spec, q, k, v, *, call=None, ref_kw=None, seed=1, inputs=None
         assert tuple(got.shape) == tuple(like.shape) and got.dtype == like.dtype, name
         g = _np(got)
         assert np.isfinite(g).all(), f"{name}: inf or NaN"
-        if not np.any(w):
-            assert not np.any(g), f"{name}: the reference's gradient is 0, the kernel's is not"
+        if not np.any(w):  # every row sees no key, or each sees one key (dS = P (dP - D) cancels to 0
+            # in float64; the kernel's P and D round): zeros up to the bound, in dout's units
+            assert np.abs(g).max() <= bound, f"{name}: the reference's gradient is 0, the kernel's is not"
         else:
             err = relative_error(g, w)
             assert err <= bound, f"{spec.name} {name}: relative L2 error {err:.3g} > {bound:g}"
