@@ -69,6 +69,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default="4096,16384")
     ap.add_argument("--pairs", default="causal,window,neighbourhood,sink")
+    ap.add_argument("--extra", default="", help="lines added to the expression's spec (e.g. its tiles), \\n-separated")
     args = ap.parse_args()
     for L in (int(x) for x in args.lengths.split(",")):
         g = torch.Generator(device="cuda").manual_seed(0)
@@ -77,6 +78,7 @@ def main() -> None:
         pairs = _pairs(L)
         for name in args.pairs.split(","):
             expr_body, named_body, custom, dense = pairs[name]
+            expr_body += "\n " + args.extra.replace("\\n", "\n ") if args.extra else ""
             expr = _compile(f"probe_expr_{name}_{L}", expr_body)
             named = _compile(f"probe_named_{name}_{L}", named_body)
             call = {"mask": attngen.block_mask(dense, named)} if custom else {}
