@@ -160,6 +160,17 @@ HOLE_PROBES = ((1024, 1024), (4096, 4096), (1000, 3001), (3001, 1000))
 
 
 @functools.lru_cache(maxsize=64)
+def later_rows_see_more(expr, tile_q: int, tile_k: int, length: int = 4096) -> bool:
+    """Whether the query tiles of mask expression `expr` see more key tiles the later they come
+    (non-SKIP tiles per row of query tiles non-decreasing, the last row seeing more than the
+    first) at Lq = Lk = `length` with b, h and hkv 0, as causal's do: a plan-time test by which
+    persistent kernels take such rows longest first (the order is a balance heuristic; any
+    answer is correct)."""
+    live = (block_map(expr, length, length, tile_q, tile_k, b=(0, 0), h=(0, 0), hkv=(0, 0)) != SKIP).sum(axis=1)
+    return bool(len(live) > 1 and (np.diff(live) >= 0).all() and live[-1] > live[0])
+
+
+@functools.lru_cache(maxsize=64)
 def has_holes(expr, tile_q: int, tile_k: int) -> bool:
     """Whether some row of query tiles of mask expression `expr` has a SKIP key tile between two
     that are not (a hole of its key range: a 2D neighbourhood, a dilated window), at the

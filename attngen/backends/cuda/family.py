@@ -204,13 +204,15 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
         out_col="col0 + wg * kHeadDimVPad + " if c.split_qk else ("col0 + " if col_blocks else ""),
         optimistic=clean_v and c.overlap and not c.producer,
         bit_mask=bit_mask,
-        fold_scale=wgmma and not softcap and spec.score is None and not two_pass and (bit_mask or mask.kind == "none"),
+        fold_scale=wgmma and not softcap and spec.score is None and not two_pass
+        and (bit_mask or mask.kind in ("none", "expr")),
         row_bits=bit_mask and not custom,
         exp2="exp2_approx" if wgmma else "exp2f",
         mask_words=custom and c.producer,
         clean_before_scores=clean_v and not c.chunked and not kw and not clean_all,
         reverse_tiles=wgmma and mask.kind == "causal",
-        longest_first=mask.kind == "causal" and not pack_gqa,
+        longest_first=not pack_gqa and (mask.kind == "causal" or (
+            mask.kind == "expr" and expr_blocks.later_rows_see_more(mask.expr, c.tile_q, c.tile_kv))),
         late_bits=clean_v and not hidden_keys,
         early_bits=clean_v and hidden_keys,
         broadcast_bits=c.warps <= 8,
