@@ -94,8 +94,11 @@ class CudaTiles:
     mask_stage_words: int = 12  # a custom mask's words per row staged with K and V: 16-byte copies, no bank conflicts
     # which index-only mask expressions the overlapped loops (the producer family, wgmma with three
     # stages) list each work item's live K/V tiles for (family.lists_tiles): "holes" where
-    # expr_blocks.has_holes finds some, "always", "never"
-    expr_tile_list: str = "holes"
+    # expr_blocks.has_holes finds some, "always", "never". Always: the list (one warp, a ballot per
+    # 32 tiles) costs less than the consumers' serial scan of every tile for the key range (H100,
+    # d128 f16, expression / named mask, key range vs list: causal L4k 1.17 vs 1.08, L16k 1.18 vs
+    # 0.98; window 1024 L4k 1.37 vs 1.12, L16k 2.28 vs 1.12: benchmarks/NOTES.md, 2026-11-28)
+    expr_tile_list: str = "always"
     tma_store: bool = True  # the output through shared memory with a tensor store, where sO fits beside the ring
     tma_store_above_d_v: int = 64  # ... above this head dim v (d64's short items were slower with it)
     persistent_blocks: str = "SM"  # blocks of a persistent grid: one per multiprocessor (grid symbol)

@@ -167,8 +167,9 @@ def test_the_plain_loop_over_whole_head_dims_skips_holes():
 
 def test_the_producer_family_lists_live_tiles_only_where_the_expression_has_holes():
     """The producer family's and the overlapped loop's list of live K/V tiles (sTiles, tile_list;
-    both entry points) for masks with holes; expressions without holes at its tiles (`k <= q`, a
-    2D neighbourhood of 64 x 64 whose 80-key tiles are all live) keep the contiguous key range."""
+    both entry points) for masks with holes; with expr_tile_list="holes" (the default is "always"),
+    expressions without holes at its tiles (`k <= q`, a 2D neighbourhood of 64 x 64 whose 80-key
+    tiles are all live) keep the contiguous key range."""
     for name, mask in HOLES.items():
         plan = attngen.lower(_spec(mask), "cuda", "cuda-sm90")
         assert family_name(plan.config) == "producer"
@@ -182,8 +183,9 @@ def test_the_producer_family_lists_live_tiles_only_where_the_expression_has_hole
         plain = emit_plan(attngen.lower(_spec(mask, extra="target cuda { producer=off stages=2 }"), "cuda",
                                          "cuda-sm90")).source  # (Mask::tile_is_empty instead)
         assert "tile_list" not in plain and "if (hole(it)) continue;" in plain
+    never = get_backend("cuda").profile("cuda-sm90").with_overrides(expr_tile_list="holes")
     for mask in ("k <= q", "abs(q // 64 - k // 64) <= 7 && abs(q % 64 - k % 64) <= 7", "q // 64 == k // 64"):
-        plan = attngen.lower(_spec(mask), "cuda", "cuda-sm90")
+        plan = attngen.lower(_spec(mask), "cuda", never)
         assert family_name(plan.config) == "producer"
         source = emit_plan(plan).source
         assert "tile_list" not in source and "kOffsetTiles" not in source, mask
