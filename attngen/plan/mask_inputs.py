@@ -53,14 +53,15 @@ def slices(spec: AttentionSpec, batch: int, heads_q: int, per_sequence_lk: bool)
     return (batch if by_batch else 1), (heads_q if names & {"h", "hkv"} else 1)
 
 
-def signature(launch, arrays: dict, spec: AttentionSpec) -> tuple:
+def signature(launch, arrays: dict, spec: AttentionSpec, identity=None) -> tuple:
     """What a built BlockMask depends on, for a cache: the call's extents (b, h, hkv, q, k), the
     keys of each sequence (kv_lens, with the rows appended) and, for each input the mask reads,
-    its dtype, shape and a digest of its bytes. Equal signatures give equal masks."""
+    its dtype, shape and a digest of its bytes, or what `identity` says of it (a target's arrays on
+    a device: their address and version). Equal signatures give equal masks."""
     def digest(a) -> tuple:
         a = np.ascontiguousarray(a)
         return (str(a.dtype), a.shape, hashlib.blake2b(a.tobytes(), digest_size=16).hexdigest())
 
     lens = None if launch.kv_lens is None else digest(np.asarray(launch.seq_lens_k(), np.int64))
     return ((launch.batch, launch.heads_q, launch.heads_kv, launch.len_q, launch.len_k), lens,
-            tuple((i.name, digest(arrays[i.name])) for i in mask_inputs(spec)))
+            tuple((i.name, (identity or digest)(arrays[i.name])) for i in mask_inputs(spec)))

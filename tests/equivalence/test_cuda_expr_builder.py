@@ -132,7 +132,7 @@ def test_refusals():
 
 def test_device_inputs_as_the_forward_takes_them():
     """The inputs as CuPy arrays and CUDA PyTorch tensors (what the CUDA forward's other inputs
-    are): copied to the host for the checks and the cache's digest; the same BlockMask."""
+    are): checked as the forward's, cached by identity (test below)."""
     require("cuda")
     import cupy
     spec = _spec(DOCS)
@@ -141,13 +141,37 @@ def test_device_inputs_as_the_forward_takes_them():
     qkv = random_qkv(spec, 2, 57, 57, seed=5)
     _check(spec, qkv, {"doc": cupy.asarray(doc)})
     kernel = _kernel(spec)
-    builds = kernel.mask_builds
     try:
         import torch
     except ImportError:
         torch = None
     if torch is not None:
         _check(spec, qkv, {"doc": torch.from_numpy(doc).cuda()})
-        assert kernel.mask_builds == builds  # the same values: the cached BlockMask
     with pytest.raises(LaunchError, match="doc"):
         kernel(*to_device("cuda", spec.dtype, *qkv), doc=cupy.asarray(doc.astype(np.int64)))
+
+
+def test_device_inputs_are_cached_by_identity_and_version():
+    """torch inputs: the same tensor reuses the BlockMask (no copy), an in-place change rebuilds it
+    (its version counter), a new tensor with other values rebuilds it."""
+    require("cuda")
+    torch = pytest.importorskip("torch")
+    spec = _spec(DOCS, head_dim=128)
+    kernel = attngen.compile(spec, target="cuda")
+    rng = np.random.default_rng(9)
+    doc = _inputs(DOCS, rng, 2, 300, 300)["doc"]
+    qkv = random_qkv(spec, 2, 300, 300, seed=9)
+    t = torch.from_numpy(doc).cuda()
+    dq = to_device("cuda", spec.dtype, *qkv)
+    kernel(*dq, doc=t)
+    kernel(*dq, doc=t)
+    assert kernel.mask_builds == 1
+    t[:, 150:] += 1  # in place: a new version
+    out = _np(kernel(*dq, doc=t))
+    assert kernel.mask_builds == 2
+    doc2 = t.cpu().numpy()
+    assert relative_error(out, reference(spec, *qkv, doc=doc2)) <= tolerance(spec)
+    other = torch.from_numpy(np.zeros_like(doc)).cuda()
+    out = _np(kernel(*dq, doc=other))
+    assert kernel.mask_builds == 3
+    assert relative_error(out, reference(spec, *qkv, doc=np.zeros_like(doc))) <= tolerance(spec)

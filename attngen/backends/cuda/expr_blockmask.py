@@ -143,9 +143,10 @@ class MaskInputsKernel(Kernel):
     """A spec whose mask reads inputs, compiled for CUDA: the builder, then `attention` (the
     spec with `mask custom`, a CudaKernel) on the BlockMask, which is kept for the next call
     while the signature is the same (`mask_builds` counts the builds). Expression inputs are
-    numpy arrays of their declared dtype (attngen.runtime.inputs), or CuPy arrays / CUDA PyTorch
-    tensors, copied to the host for the checks and the cache's digest (a synchronisation per
-    call: pass mask=kernel.block_mask(...) to skip both); kv_lens a host array."""
+    numpy arrays of their declared dtype (attngen.runtime.inputs; the cache digests their bytes),
+    or all CuPy arrays / CUDA PyTorch tensors (checked as the forward's device inputs; the cache
+    keys them by address, shape, dtype and PyTorch's version counter: nothing is copied); kv_lens
+    a host array."""
 
     target = "cuda"
 
@@ -195,16 +196,24 @@ class MaskInputsKernel(Kernel):
             raise LaunchError(f"kernel '{self.spec.name}' (cuda): kv_lens is on the GPU, but the mask over inputs "
                               "is built from each sequence's keys on the host (its cache): pass kv_lens as a numpy "
                               "array")
-        arrays = check_call_inputs(self.spec, {n: _on_host(x) for n, x in inputs.items()}, launch,
-                                   f"kernel '{self.spec.name}' (cuda)")
+        who = f"kernel '{self.spec.name}' (cuda)"
+        if inputs and all(_on_gpu(x) for x in inputs.values()):  # no copy: cached by address and version
+            from .args import device_inputs
+            from ...runtime.inputs import declared_for_call
+            ptrs, keep, _ = device_inputs(self.spec, inputs, launch, _device_of(q), who)
+            given = declared_for_call(self.spec, inputs, launch, who)
+            return launch, {n: _DeviceInput(given[n], ptrs[f"input_{n}"], keep) for n in given}
+        arrays = check_call_inputs(self.spec, {n: _on_host(x) for n, x in inputs.items()}, launch, who)
         return launch, arrays
 
     def _cached(self, launch, arrays: dict, q) -> BlockMask:
-        sig = mask_inputs.signature(launch, arrays, self.spec)
+        sig = mask_inputs.signature(launch, arrays, self.spec,
+                                    identity=(lambda a: a.identity()) if any(
+                                        isinstance(a, _DeviceInput) for a in arrays.values()) else None)
         if self._last is not None and self._last[0] == sig:
             return self._last[1]
         bm = self._build(launch, arrays, _device_of(q))
-        self._last = (sig, bm)
+        self._last = (sig, bm, arrays)  # (the arrays: a device input's memory stays its own while cached)
         self.mask_builds += 1
         return bm
 
@@ -237,7 +246,8 @@ class MaskInputsKernel(Kernel):
             mask = cupy.empty(shape, cupy.uint8)
             flag = cupy.zeros(1, cupy.int32)
             lens = cupy.asarray(np.asarray(launch.seq_lens_k(), np.int64).astype(np.int32))
-            dev_inputs = [cupy.asarray(arrays[i.name].view(np.uint8) if i.dtype == "bool" else arrays[i.name])
+            dev_inputs = [np.uint64(arrays[i.name].ptr) if isinstance(arrays[i.name], _DeviceInput) else
+                          cupy.asarray(arrays[i.name].view(np.uint8) if i.dtype == "bool" else arrays[i.name])
                           for i in mask_inputs.mask_inputs(self.spec)]
             blocks = max(1, min(-(-elements // THREADS), MAX_GRID_X))  # a grid-stride loop does the rest
             self._function(device)((blocks,), (THREADS,), (
@@ -251,6 +261,27 @@ class MaskInputsKernel(Kernel):
                                   f"out of its bounds in {format_expr(load)} (at a row and key of the sequence; "
                                   "attngen.reference names the index)")
             return build_block_mask(mask.view(cupy.bool_), self.plan.tile_q, self.plan.tile_kv, device)
+
+
+class _DeviceInput:
+    """A mask input given on the GPU (a CuPy array or a CUDA PyTorch tensor): its contiguous
+    address (device_inputs' checks passed) and what identifies its values for the cache: the
+    object, its address, shape, dtype and, for PyTorch, the tensor's version counter (bumped by
+    every in-place change). The cache holds the object, so its memory is not reused by another
+    array while its BlockMask is kept. CuPy arrays have no version: one changed in place keeps its
+    BlockMask (docs/variants.md)."""
+
+    def __init__(self, array, ptr: int, keep: list):
+        self.array, self.ptr, self.keep = array, ptr, keep
+
+    def identity(self) -> tuple:
+        a = self.array
+        return (id(a), self.ptr, tuple(a.shape), str(a.dtype), getattr(a, "_version", None))
+
+
+def _on_gpu(x) -> bool:
+    mod = type(x).__module__.split(".")[0]
+    return mod == "cupy" or (mod == "torch" and getattr(x, "is_cuda", False))
 
 
 def _on_host(x):
