@@ -10,8 +10,9 @@ files compares equal. attngen.lang.expr_check types the syntax tree into it (wit
 at its position); this module needs no parser (specs print and load without lark).
 `format_expr` prints the IR back with the fewest parentheses that read back to the same tree.
 The float64 oracle evaluates the IR with numpy (attngen.reference_expr); attngen.plan.expr_blocks
-classifies tiles by interval analysis. No target compiles expressions yet: the backends refuse
-such specs (Backend.check).
+classifies tiles by interval analysis; attngen.plan.expr_grad derives d score / d s; each target
+renders the IR in its own emitter (attngen/backends/cuda/expr.py, attngen/backends/wgsl/expr.py)
+and refuses, through Backend.check, what it does not compile.
 """
 
 from __future__ import annotations
