@@ -17,6 +17,8 @@ and refuses, through Backend.check, what it does not compile.
 
 from __future__ import annotations
 
+import math
+import struct
 from dataclasses import dataclass
 
 from ..errors import clip
@@ -128,6 +130,33 @@ def walk(e):
 def inputs_read(e) -> set:
     """The names of the inputs `e` reads (an empty set for None)."""
     return set() if e is None else {n.input for n in walk(e) if isinstance(n, Load)}
+
+
+def helpers_used(exprs, functions: tuple = ()) -> set:
+    """Which helpers a target's rendering of `exprs` (None entries skipped) needs: "floor_div" and
+    "floor_mod" for `//` and `%` (the language floors, targets truncate), and each of `functions`
+    (the target's own, e.g. sigmoid) that is called."""
+    used = set()
+    for e in exprs:
+        for n in walk(e) if e is not None else ():
+            if isinstance(n, Binary) and n.op in ("//", "%"):
+                used.add("floor_div" if n.op == "//" else "floor_mod")
+            elif isinstance(n, Fn) and n.name in functions:
+                used.add(n.name)
+    return used
+
+
+def f32_text(v: float) -> str:
+    """v rounded to f32, as the shortest decimal text that reads back to that f32, in Python's
+    shortest form ('30.0', '0.125', '1e-07'); a ValueError where it is not finite in f32."""
+    f = struct.unpack("f", struct.pack("f", float(v)))[0]
+    if not math.isfinite(f):
+        raise ValueError(f"the constant {v!r} is not finite in f32")
+    for digits in range(1, 18):
+        text = f"{f:.{digits}g}"
+        if struct.unpack("f", struct.pack("f", float(text)))[0] == f:
+            break
+    return repr(float(text))
 
 
 def fold_int(e) -> int | None:

@@ -34,10 +34,8 @@ the sequence; score: visible pairs), so a flag means the reference raises too.
 
 from __future__ import annotations
 
-import math
-import struct
-
-from ...lang.expr import BOOL, INT, REAL, Binary, Const, Fn, Load, Unary, Var, format_expr, inputs_read, walk
+from ...lang.expr import (BOOL, INT, REAL, Binary, Const, Fn, Load, Unary, Var,
+                         f32_text, format_expr, helpers_used, inputs_read, walk)
 
 INDEX_PARAMS = ("b", "h", "hkv", "q", "k", "Lq", "Lk")  # every expression function's i32 parameters
 
@@ -111,31 +109,17 @@ def _int_literal(v: int) -> str:
 
 
 def _real_literal(v: float) -> str:
-    """v rounded to f32, as the shortest decimal text that reads back to that f32."""
-    f = struct.unpack("f", struct.pack("f", float(v)))[0]
-    if not math.isfinite(f):
-        raise ExprError(f"the constant {v!r} is not finite in f32")
-    for digits in range(1, 18):
-        text = f"{f:.{digits}g}"
-        if struct.unpack("f", struct.pack("f", float(text)))[0] == f:
-            break
-    text = repr(float(text))  # '30.0', '0.125', '1e-07': Python's shortest form of that value
+    """v rounded to f32, as the shortest decimal text that reads back to that f32, with suffix f."""
+    try:
+        text = f32_text(v)
+    except ValueError as err:
+        raise ExprError(str(err)) from None
     return f"{text}f" if not text.startswith("-") else f"({text}f)"
 
 
 def helpers_of(*exprs) -> list[str]:
     """The helper functions the expressions use (in a fixed order)."""
-    used = set()
-    for e in exprs:
-        if e is None:
-            continue
-        for n in walk(e):
-            if isinstance(n, Binary) and n.op == "//":
-                used.add("floor_div")
-            elif isinstance(n, Binary) and n.op == "%":
-                used.add("floor_mod")
-            elif isinstance(n, Fn) and n.name in ("sigmoid", "tanh"):
-                used.add(n.name)
+    used = helpers_used(exprs, ("sigmoid", "tanh"))
     return [_HELPERS[k] for k in _HELPERS if k in used]
 
 
