@@ -199,10 +199,8 @@ class MaskInputsKernel(Kernel):
         who = f"kernel '{self.spec.name}' (cuda)"
         if inputs and all(_on_gpu(x) for x in inputs.values()):  # no copy: cached by address and version
             from .args import device_inputs
-            from ...runtime.inputs import declared_for_call
-            ptrs, keep, _ = device_inputs(self.spec, inputs, launch, _device_of(q), who)
-            given = declared_for_call(self.spec, inputs, launch, who)
-            return launch, {n: _DeviceInput(given[n], ptrs[f"input_{n}"], keep) for n in given}
+            ptrs, keep, _ = device_inputs(self.spec, inputs, launch, _device_of(q), who)  # (checks every input)
+            return launch, {n: _DeviceInput(x, ptrs[f"input_{n}"], keep) for n, x in inputs.items()}
         arrays = check_call_inputs(self.spec, {n: _on_host(x) for n, x in inputs.items()}, launch, who)
         return launch, arrays
 
