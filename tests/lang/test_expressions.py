@@ -222,10 +222,14 @@ def test_syntax_errors_in_expressions():
 def test_cuda_compiles_expressions_that_read_inputs():
     """Target cuda compiles expressions and their inputs (tests/backends/cuda/test_expr_source.py,
     test_expr_inputs_source.py): each input a loader, each read a call of it."""
-    (s,) = attngen.parse(body("    input p[b] i32\n    mask k <= q || k < p[b]\n    score s * 0.5"), "x.attn")
+    (s,) = attngen.parse(body("    input p[b] i32\n    input t[4] f32\n    mask k <= q || k < p[b]\n"
+                              "    score s * t[k % 8] + t[clamp(q, 0, 3)]"), "x.attn")
     source = attngen.emit(s, target="cuda").source
     assert "int in_p(const ExprInputs& in, int site, int i0)" in source
-    assert "return (k <= q) || (k < in_p(in, 1, b));" in source
+    # p[b] and t[clamp(q, 0, 3)] are in bounds in every call (plan.expr_reads.in_bounds): site 0,
+    # untested; t[k % 8] may leave the axis: site 2, reported
+    assert "return (k <= q) || (k < in_p(in, 0, b));" in source
+    assert "return (s * in_t(in, 2, expr_floor_mod(k, 8))) + in_t(in, 0, min(max(q, 0), 3));" in source
 
 
 def test_wgsl_refuses_a_bf16_input_at_its_declaration():

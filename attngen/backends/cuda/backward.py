@@ -312,7 +312,7 @@ def expression_sources(plan: KernelPlan) -> dict:
     # the backward refuses expressions that read inputs (plan.backward.problems): the mask
     # section's input parameters stay off
     out = {"mask_expr_source": "", "score_expr_source": "", "mask_reads_inputs": False,
-           "score_reads_inputs": False, "expr_inputs_init": ""}
+           "score_reads_inputs": False, "score_takes_inputs": False, "expr_inputs_init": ""}
     if mask is not None:
         out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask") + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")

@@ -100,24 +100,33 @@ def expression_sources(plan: KernelPlan) -> dict:
     has none); expr_scale, the factor between a raw dot product and the score expression's s;
     expr_inputs_init, the statement that builds the ExprInputs from the kernel's parameters, and
     whether each expression reads inputs (then it is evaluated only where its result is used)."""
-    from ...lang.expr import inputs_read
+    from ...lang.expr import format_expr, inputs_read, walk
+    from ...plan.expr_reads import hoist_item_reads
     from . import expr as cuda_expr
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score))
     helpers += cuda_expr.inputs_source(spec) + ("\n" if spec.inputs else "")
     site_of = cuda_expr.site_numbers(spec)
+    # the score's reads that depend on the row's head only (ALiBi's slopes[h]) are evaluated once
+    # per row and tile (functions score_itemN), not at every pair
+    score, items = hoist_item_reads(spec.score, spec.inputs) if spec.score is not None else (None, ())
     out = {"mask_expr_source": "", "score_expr_source": "",
            "expr_scale": c_float(1.0 if plan.prescale_q else plan.scale),
            "expr_inputs_init": cuda_expr.inputs_init(spec) if spec.inputs else "",
            "mask_reads_inputs": mask is not None and bool(inputs_read(mask)),
-           "score_reads_inputs": spec.score is not None and bool(inputs_read(spec.score))}
+           # the score reads inputs (takes expr_in) / may read out of bounds (evaluated only where
+           # its value is used: the visible pairs of the sequence)
+           "score_takes_inputs": score is not None and bool(inputs_read(score)),
+           "score_reads_inputs": score is not None and any(site_of.get(id(n)) for n in walk(score)),
+           "score_items": [(cuda_expr.C_TYPE[x.type], f"item{i}", format_expr(x)) for i, x in enumerate(items)]}
     if mask is not None:
         out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask", site_of) + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
     if spec.score is not None:
-        out["score_expr_source"] = ("" if mask is not None else helpers) + cuda_expr.function(
-            "score_expr", spec.score, "score", site_of)
+        out["score_expr_source"] = ("" if mask is not None else helpers) + "".join(
+            cuda_expr.function(f"score_item{i}", x, "item", site_of) + "\n" for i, x in enumerate(items)
+        ) + cuda_expr.function("score_expr", score, "score", site_of, items)
     return out
 
 

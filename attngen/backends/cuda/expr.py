@@ -174,18 +174,21 @@ def render(e, site_of: dict | None = None) -> str:
     return f"{_REAL_FN[e.name]}({_as(a[0], REAL, site_of)})"  # exp, log, sqrt, tanh
 
 
-_C_TYPE = {INT: "int", REAL: "float", BOOL: "bool"}
+C_TYPE = {INT: "int", REAL: "float", BOOL: "bool"}
 
 
-def function(name: str, e, what: str, site_of: dict | None = None) -> str:
-    """`name(...)` returning `e`, under a comment quoting the spec's expression (`what`: "mask"
-    or "score"); a score function takes s (the scaled score) first, and a function that reads
-    inputs takes `const ExprInputs& in` before everything (`site_of`: from `sites`)."""
-    params = ([] if what == "mask" else ["float s"]) + [f"int {p}" for p in INDEX_PARAMS]
+def function(name: str, e, what: str, site_of: dict | None = None, items: tuple = ()) -> str:
+    """`name(...)` returning `e`, under a comment quoting the spec's expression (`what`: "mask",
+    "score", or "item": a subexpression of the score evaluated once per row, lang.expr.
+    hoist_item_reads); a score function takes s (the scaled score) first and after the indices the
+    values of `items` (the hoisted subexpressions: parameters item0, item1, ...), and a function
+    that reads inputs takes `const ExprInputs& in` before everything (`site_of`: from `sites`)."""
+    params = ([] if what in ("mask", "item") else ["float s"]) + [f"int {p}" for p in INDEX_PARAMS]
+    params += [f"{C_TYPE[x.type]} item{i}" for i, x in enumerate(items)]
     if inputs_read(e):
         params.insert(0, "const ExprInputs& in")
     return (f"// {what} {format_expr(e)}\n"
-            f"{_FN} {_C_TYPE[e.type]} {name}({', '.join(params)}) {{\n"
+            f"{_FN} {C_TYPE[e.type]} {name}({', '.join(params)}) {{\n"
             f"    return {render(e, site_of)};\n"
             "}\n")
 
@@ -374,8 +377,10 @@ def sites(spec) -> list:
 
 
 def site_numbers(spec) -> dict:
-    """{id(Load): its site number} of the spec's input reads (render's `site_of`)."""
-    return {id(n): at + 1 for at, (_, n) in enumerate(sites(spec))}
+    """{id(Load): its site number} of the spec's input reads (render's `site_of`); 0 for a read
+    the planner proved in bounds (attngen.plan.expr_reads.in_bounds: its loader tests nothing)."""
+    from ...plan.expr_reads import in_bounds
+    return {id(n): 0 if in_bounds(n, spec.inputs) else at + 1 for at, (_, n) in enumerate(sites(spec))}
 
 
 def inputs_source(spec) -> str:
@@ -441,7 +446,8 @@ constexpr int kErrExprRead = {ERROR_WORD};
 
 def loader(inp) -> str:
     """`in_NAME(in, site, i0, ...)`: one element of input `inp` (attngen.lang.expr.Input), row-major
-    over its axes with a 64-bit offset; an index out of its axis reads 0 (false) and reports `site`."""
+    over its axes with a 64-bit offset; an index out of its axis reads 0 (false) and reports `site`.
+    Site 0: a read the planner proved in bounds (attngen.plan.expr_reads.in_bounds), untested."""
     ext = [f"in.ext_{a}" if isinstance(a, str) else str(a) for a in inp.axes]
     bounds = " || ".join(f"i{d} < 0 || i{d} >= {x}" for d, x in enumerate(ext))
     flat = "(long long)i0"
@@ -449,8 +455,8 @@ def loader(inp) -> str:
         flat = f"({flat}) * {ext[d]} + i{d}" if d > 1 else f"{flat} * {ext[d]} + i{d}"
     params = ", ".join(["const ExprInputs& in", "int site"] + [f"int i{d}" for d in range(len(ext))])
     return (f"// input {inp.name}[{', '.join(map(str, inp.axes))}] {inp.dtype}\n"
-            f"{_FN} {_C_TYPE[inp.type]} in_{inp.name}({params}) {{\n"
-            f"    if ({bounds}) {{\n"
+            f"{_FN} {C_TYPE[inp.type]} in_{inp.name}({params}) {{\n"
+            f"    if (site != 0 && ({bounds})) {{\n"
             "        expr_report(in, site);\n"
             f"        return {_ZERO[inp.type]};\n"
             "    }\n"
