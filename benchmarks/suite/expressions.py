@@ -27,6 +27,7 @@ run. Where attngen runs, its output (or its gradients) is checked against FlexAt
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Callable
 
@@ -127,13 +128,15 @@ CASES = [
 
 
 def case_rows(quick: bool = False) -> list:
-    """[(label, case, L)] in the suite's order (the 2D neighbourhood's label names its image)."""
+    """[(label, case, L)] in the suite's order (the 2D neighbourhood's label names its image);
+    ATTNGEN_EXPR_ROWS (labels, comma-separated) picks rows instead of `quick`'s."""
+    picked = {x.strip() for x in os.environ.get("ATTNGEN_EXPR_ROWS", "").split(",") if x.strip()}
     out = []
     for seqlen in L_VALUES:
         for case in CASES:
             w = IMAGE_WIDTH[seqlen]
             label = f"{case.name} {w}x{w} L{seqlen}" if case.name == "2d neighbourhood" else f"{case.name} L{seqlen}"
-            if not quick or label in QUICK:
+            if (label in picked) if picked else (not quick or label in QUICK):
                 out.append((label, case, seqlen))
     return out
 
