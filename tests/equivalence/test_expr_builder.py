@@ -81,11 +81,12 @@ def test_the_block_mask_equals_the_oracle(body):
     require("wgsl")
     spec = _spec(body)
     kernel = kernel_for(spec, "wgsl")
-    q, k, _ = random_qkv(spec, 2, 113, 113, seed=3)
-    inputs = _inputs(body, np.random.default_rng(3), 2, 113, 113)
+    # 301 rows: several query tiles on every adapter's profile (128-row tiles on NVIDIA's Vulkan)
+    q, k, _ = random_qkv(spec, 2, 301, 301, seed=3)
+    inputs = _inputs(body, np.random.default_rng(3), 2, 301, 301)
     bm = kernel.block_mask(q, k, **inputs)
-    want = reference_block_mask(_dense(body, inputs, 2, 113, 113), bm.tile_q, bm.tile_kv)
-    assert bm.shape == (2, 1, 113, 113)  # b only: the expression names b, not h
+    want = reference_block_mask(_dense(body, inputs, 2, 301, 301), bm.tile_q, bm.tile_kv)
+    assert bm.shape == (2, 1, 301, 301)  # b only: the expression names b, not h
     assert np.array_equal(bm.data, want.data)
     assert np.array_equal(bm.counts, want.counts) and np.array_equal(bm.tiles, want.tiles)
     assert bm.live_tiles < 2 * bm.n_qtiles * bm.n_kvtiles  # tiles are skipped

@@ -42,15 +42,16 @@ INDEX_PARAMS = ("b", "h", "hkv", "q", "k", "Lq", "Lk")  # every expression funct
 _HELPERS = {
     "floor_div": """\
 // Integer division rounded toward -inf, as the language's `//` (and Python's): WGSL's / truncates.
+// (No WGSL % here or below: NVIDIA's Vulkan driver gives a % b = a for a divisor b < 0.)
 fn expr_floor_div(a: i32, b: i32) -> i32 {
     let t = a / b;
-    return select(t, t - 1i, (a % b != 0i) && ((a < 0i) != (b < 0i)));
+    return select(t, t - 1i, (b != 0i) && (t * b != a) && ((a < 0i) != (b < 0i)));
 }
 """,
     "floor_mod": """\
 // The remainder of expr_floor_div, with the sign of the divisor, as the language's `%` (and Python's).
 fn expr_floor_mod(a: i32, b: i32) -> i32 {
-    let r = a % b;
+    let r = select(a - (a / b) * b, 0i, b == 0i);  // truncated, as WGSL's % (a % 0 = 0), wrapping
     return select(r, r + b, (r != 0i) && ((r < 0i) != (b < 0i)));
 }
 """,
