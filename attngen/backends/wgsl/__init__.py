@@ -59,13 +59,14 @@ class WgslBackend(Backend):
         if inputs_read(spec.mask.expr):
             return ("a generated builder evaluates the mask over inputs into a BlockMask, and the kernel runs mask "
                     "custom's lists (docs/variants.md)")
-        return "target wgsl tests every tile per element (it skips none yet)"
+        return ("the kernels (forward and backward) skip wholly hidden tiles, take wholly visible ones without a "
+                "per-element test and test mixed ones per element (mask_expr_tile, i32 intervals)")
 
     def expression_problems(self, spec):
         """Score and mask expressions compile for the forward (attngen/backends/wgsl/expr.py), their
         inputs passed by keyword in one storage binding (docs/language.md); a bf16 input is refused
-        (WGSL has no bf16). The backward takes index-only expressions (the mask per element, d score / d s as
-        score_expr_ds); one whose expressions read inputs is refused (attngen.plan.backward.problems)."""
+        (WGSL has no bf16). The backward takes index-only expressions (its blocks classified by
+        mask_expr_tile as the forward's tiles, d score / d s as score_expr_ds); one whose expressions read inputs is refused (attngen.plan.backward.problems)."""
         return [Problem(f"input '{i.name}' is bf16: WGSL has no bf16 type", key=f"input.{i.name}",
                         hint="declare it f32 or f16 for target wgsl; bf16 inputs are for cuda")
                 for i in spec.inputs if i.dtype == "bf16"]
