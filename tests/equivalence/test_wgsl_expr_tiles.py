@@ -1,5 +1,5 @@
 """Tile skipping from index-only mask expressions on target wgsl (issue 42): mask_expr_tile
-(attngen/backends/wgsl/expr_tile.py, i32 intervals) run on the adapter against the Python rules
+(attngen/backends/wgsl/expr.py, i32 intervals) run on the adapter against the Python rules
 (attngen.plan.expr_blocks.classify: the same answer, or PARTIAL where the i32 bound drops an
 interval, never SKIP or FULL wrongly); the forward and backward kernels that skip SKIP tiles and
 take FULL ones without a per-element test against the float64 reference (odd lengths, Lq != Lk,
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import attngen
-from attngen.backends.wgsl.expr_tile import tile_function
+from attngen.backends.wgsl.expr import tile_function
 from attngen.plan.expr_blocks import FULL, PARTIAL, SKIP, classify
 from attngen.reference import reference
 

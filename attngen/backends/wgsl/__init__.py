@@ -141,13 +141,17 @@ class WgslBackend(Backend):
     def helper_sources(self, plan):
         """The block-mask builder of a custom-mask kernel (manifest: block_mask) or of a mask expression
         over inputs (for the same spec with `mask custom`, whose tiles are these: WGSL's tiles do not
-        depend on the mask), and the backward module of every spec that has one (manifest:
+        depend on the mask) with that `mask custom` kernel's source (manifest: mask_inputs), and the backward module of every spec that has one (manifest:
         backward; docs/backward.md)."""
         from ...plan.mask_inputs import reads_inputs
         from .emit import backward_plan, backward_source, block_mask_source, expr_block_mask_source
+        from .manifest import companion_plan
         out = {"block-mask": block_mask_source(plan)} if plan.spec.mask.is_custom else {}
         if reads_inputs(plan.spec):
             out["block-mask"] = expr_block_mask_source(plan.spec, plan.tile_q, plan.tile_kv)
+            att = companion_plan(plan)
+            if att is not None:  # the attention kernel of the two-part call (manifest: mask_inputs)
+                out["mask-custom"] = self.render(att)
         if backward_plan(plan) is not None:
             out["backward"] = backward_source(plan)
         return out

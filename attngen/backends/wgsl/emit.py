@@ -283,12 +283,23 @@ def expression_sources(plan: KernelPlan) -> dict:
     return out
 
 
+def _mask_inputs_section(plan: KernelPlan) -> dict:
+    """{"mask_inputs": the two-part call (manifest.mask_inputs_manifest)} of a spec whose mask reads
+    inputs and whose `mask custom` kernel fits the profile; {} otherwise."""
+    from ...plan.mask_inputs import reads_inputs
+    att = wgsl_layout.companion_plan(plan) if reads_inputs(plan.spec) else None
+    if att is None:
+        return {}
+    return {"mask_inputs": wgsl_layout.mask_inputs_manifest(plan, att, render_manifest(att), block_mask_manifest(att),
+                                                            BLOCK_MASK_WORKGROUP)}
+
+
 def mask_tile_sources(plan: KernelPlan) -> dict:
     """expr_tiles: whether the kernels classify their tiles by the mask expression (an index-only
-    one: attngen/backends/wgsl/expr_tile.py), skipping SKIP tiles and testing FULL ones without
+    one: attngen/backends/wgsl/expr.py), skipping SKIP tiles and testing FULL ones without
     mask_expr; mask_expr_tile_source: its mask_expr_tile ("" where not)."""
     from ...plan.expr_blocks import index_only
-    from .expr_tile import tile_function
+    from .expr import tile_function
     spec = plan.spec
     if spec.mask.kind != "expr" or not index_only(spec.mask.expr):
         return {"expr_tiles": False, "mask_expr_tile_source": ""}
@@ -324,6 +335,7 @@ def render_manifest(plan: KernelPlan) -> dict:
         "launch_symbols": LAUNCH_SYMBOLS,
         **({"block_mask": block_mask_manifest(plan)} if plan.spec.mask.is_custom else {}),
         **({"inputs": wgsl_layout.inputs_manifest(plan)} if plan.spec.inputs else {}),
+        **_mask_inputs_section(plan),
         "backward": backward_manifest(plan),
         "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
                   "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides. Packed "
