@@ -3,7 +3,8 @@
 (attngen.plan.expr_blocks.classify: the same answer, or PARTIAL where the i32 bound drops an
 interval, never SKIP or FULL wrongly); the forward and backward kernels that skip SKIP tiles and
 take FULL ones without a per-element test against the float64 reference (odd lengths, Lq != Lk,
-GQA groups of 3, rows that see no key, kv_lens, packed sequences, split_kv, two_pass, prefetch),
+GQA groups of 3, rows that see no key, kv_lens, packed sequences, split_kv, two_pass, prefetch, head
+dims in chunks),
 and the evidence that they skip: the source's calls and a count of the tiles the kernel would
 visit (timing-free)."""
 
@@ -112,6 +113,18 @@ def test_forward_with_skipped_and_full_tiles_matches_the_reference(name, extra):
     spec = _spec(MASKS[name], score="s - 0.125 * abs(q - k)" if name == "band" else None, extra=extra)
     for b, lq, lk in SHAPES:
         q, k, v = random_qkv(spec, b, lq, lk, seed=lq * 17 + lk)
+        check_against_reference(spec, "wgsl", q, k, v)
+
+
+def test_head_dims_in_chunks_with_prefetch():
+    """Chunked head dims prefetch the next tile in the last chunk: a skipped tile's successor is
+    fetched at the skip instead."""
+    require("wgsl")
+    for extra in ("target wgsl { prefetch=on }", "target wgsl { prefetch=on }\nschedule two_pass"):
+        spec = spec_of("head_dim 512\nheads q=3 kv=1\ndtype f32\nmask k <= q && q - k < 40\ntile q=16 kv=16\n" + extra)
+        plan = attngen.lower(spec, target="wgsl")
+        assert plan.config.chunked and plan.config.prefetch
+        q, k, v = random_qkv(spec, 1, 113, 113, seed=2)
         check_against_reference(spec, "wgsl", q, k, v)
 
 
