@@ -3,10 +3,10 @@
 (attngen.plan.expr_blocks.classify: the same answer, or PARTIAL where the i32 bound drops an
 interval, never SKIP or FULL wrongly); the forward and backward kernels that skip SKIP tiles and
 take FULL ones without a per-element test against the float64 reference (odd lengths, Lq != Lk,
-GQA groups of 3, rows that see no key, kv_lens, packed sequences, split_kv, two_pass, prefetch, head
-dims in chunks),
-and the evidence that they skip: the source's calls and a count of the tiles the kernel would
-visit (timing-free)."""
+GQA groups of 3, rows that see no key, kv_lens, packed sequences, split_kv, two_pass, prefetch,
+head dims in chunks), and the evidence that they skip, timing-free: the source's calls, the count
+of skipped and full tiles at the test's lengths, and kernels whose class is forced (all skipped:
+every row sees nothing; all full: mask none's result)."""
 
 from __future__ import annotations
 
