@@ -196,8 +196,8 @@ def _render(spec, args, profile) -> str:
                 why = backward.problems(p.spec, backends.get(p.target).backward_expressions)
                 raise UsageError(f"kernel '{spec.name}' has no backward: {why[0].message}" if why else
                                  f"target {p.target} builds no backward yet (docs/backward.md)")
-            raise UsageError(f"target {p.target} emits no {args.emit} for kernel '{spec.name}' (only mask custom "
-                             "kernels of targets whose runtime is foreign have one; the manifest says)")
+            raise UsageError(f"target {p.target} emits no {args.emit} for kernel '{spec.name}' (block-mask: mask custom "
+                             "or a mask over inputs, on a foreign runtime's target; mask-custom: a mask over inputs)")
         return helpers[args.emit]
     out = api.emit_plan(p)
     if args.emit == "manifest":

@@ -78,9 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--kernel", metavar="NAME", help="which kernel, when the file defines several")
     defaults = " / ".join(backends.get(t).default_profile for t in targets)
     b.add_argument("--profile", metavar="P", help=f"target profile (default {defaults})")
-    b.add_argument("--emit", choices=("source", "ir", "manifest", "block-mask", "backward"), default="source",
+    b.add_argument("--emit", choices=("source", "ir", "manifest", "block-mask", "mask-custom", "backward"),
+                   default="source",
                    help="block-mask: the block-mask builder a foreign runtime runs before a mask custom kernel; "
-                        "backward: the backward pass's source (docs/backward.md)")
+                        "mask-custom: the attention kernel of a mask over inputs, run on the builder's BlockMask "
+                        "(the manifest's mask_inputs); backward: the backward pass's source (docs/backward.md)")
     b.add_argument("-o", "--output", metavar="PATH",
                    help="write here instead of standard output ('-': standard output; a directory "
                         "when SPEC is one; FIFOs are refused)")

@@ -59,13 +59,14 @@ class WgslBackend(Backend):
         if inputs_read(spec.mask.expr):
             return ("a generated builder evaluates the mask over inputs into a BlockMask, and the kernel runs mask "
                     "custom's lists (docs/variants.md)")
-        return "target wgsl tests every tile per element (it skips none yet)"
+        return ("the kernels (forward and backward) skip wholly hidden tiles, take wholly visible ones without a "
+                "per-element test and test mixed ones per element (mask_expr_tile, i32 intervals)")
 
     def expression_problems(self, spec):
         """Score and mask expressions compile for the forward (attngen/backends/wgsl/expr.py), their
         inputs passed by keyword in one storage binding (docs/language.md); a bf16 input is refused
-        (WGSL has no bf16). The backward takes index-only expressions (the mask per element, d score / d s as
-        score_expr_ds); one whose expressions read inputs is refused (attngen.plan.backward.problems)."""
+        (WGSL has no bf16). The backward takes index-only expressions (its blocks classified by
+        mask_expr_tile as the forward's tiles, d score / d s as score_expr_ds); one whose expressions read inputs is refused (attngen.plan.backward.problems)."""
         return [Problem(f"input '{i.name}' is bf16: WGSL has no bf16 type", key=f"input.{i.name}",
                         hint="declare it f32 or f16 for target wgsl; bf16 inputs are for cuda")
                 for i in spec.inputs if i.dtype == "bf16"]
@@ -140,13 +141,17 @@ class WgslBackend(Backend):
     def helper_sources(self, plan):
         """The block-mask builder of a custom-mask kernel (manifest: block_mask) or of a mask expression
         over inputs (for the same spec with `mask custom`, whose tiles are these: WGSL's tiles do not
-        depend on the mask), and the backward module of every spec that has one (manifest:
+        depend on the mask) with that `mask custom` kernel's source (manifest: mask_inputs), and the backward module of every spec that has one (manifest:
         backward; docs/backward.md)."""
         from ...plan.mask_inputs import reads_inputs
         from .emit import backward_plan, backward_source, block_mask_source, expr_block_mask_source
+        from .manifest import companion_plan
         out = {"block-mask": block_mask_source(plan)} if plan.spec.mask.is_custom else {}
         if reads_inputs(plan.spec):
             out["block-mask"] = expr_block_mask_source(plan.spec, plan.tile_q, plan.tile_kv)
+            att = companion_plan(plan)
+            if att is not None:  # the attention kernel of the two-part call (manifest: mask_inputs)
+                out["mask-custom"] = self.render(att)
         if backward_plan(plan) is not None:
             out["backward"] = backward_source(plan)
         return out

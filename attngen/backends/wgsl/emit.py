@@ -259,14 +259,16 @@ def expression_sources(plan: KernelPlan) -> dict:
     mask section's mask_expr, the score section's score_expr with its constants, and before the
     first of them the helpers and input loaders they use ("" where the spec has none);
     reads_inputs: whether the kernel binds `inputs` (then it evaluates the expressions only
-    where the reference uses them)."""
+    where the reference uses them); expr_tiles and mask_expr_tile_source: the tile
+    classification of an index-only mask expression (mask_tile_sources)."""
     from . import expr as wgsl_expr
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     helpers = wgsl_expr.helpers_of(mask, spec.score) + [wgsl_expr.loader(i) for i in spec.inputs]
     helpers = "".join(h + "\n" for h in helpers)
     site_of = {id(n): at + 1 for at, (_, n) in enumerate(wgsl_expr.sites(spec))}
-    out = {"mask_expr_source": "", "score_expr_source": "", "reads_inputs": bool(spec.inputs)}
+    out = {"mask_expr_source": "", "score_expr_source": "", "reads_inputs": bool(spec.inputs),
+           **mask_tile_sources(plan)}
     if mask is not None:
         out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask", site_of)
     if spec.score is not None:
@@ -279,6 +281,29 @@ def expression_sources(plan: KernelPlan) -> dict:
             + ("" if mask is not None else helpers) + wgsl_expr.function("score_expr", spec.score, "score", site_of)
             + "\n")
     return out
+
+
+def _mask_inputs_section(plan: KernelPlan) -> dict:
+    """{"mask_inputs": the two-part call (manifest.mask_inputs_manifest)} of a spec whose mask reads
+    inputs and whose `mask custom` kernel fits the profile; {} otherwise."""
+    from ...plan.mask_inputs import reads_inputs
+    att = wgsl_layout.companion_plan(plan) if reads_inputs(plan.spec) else None
+    if att is None:
+        return {}
+    return {"mask_inputs": wgsl_layout.mask_inputs_manifest(plan, att, render_manifest(att), block_mask_manifest(att),
+                                                            BLOCK_MASK_WORKGROUP)}
+
+
+def mask_tile_sources(plan: KernelPlan) -> dict:
+    """expr_tiles: whether the kernels classify their tiles by the mask expression (an index-only
+    one: attngen/backends/wgsl/expr.py), skipping SKIP tiles and testing FULL ones without
+    mask_expr; mask_expr_tile_source: its mask_expr_tile ("" where not)."""
+    from ...plan.expr_blocks import index_only
+    from .expr import tile_function
+    spec = plan.spec
+    if spec.mask.kind != "expr" or not index_only(spec.mask.expr):
+        return {"expr_tiles": False, "mask_expr_tile_source": ""}
+    return {"expr_tiles": True, "mask_expr_tile_source": tile_function(spec.mask.expr)}
 
 
 def render_manifest(plan: KernelPlan) -> dict:
@@ -310,6 +335,7 @@ def render_manifest(plan: KernelPlan) -> dict:
         "launch_symbols": LAUNCH_SYMBOLS,
         **({"block_mask": block_mask_manifest(plan)} if plan.spec.mask.is_custom else {}),
         **({"inputs": wgsl_layout.inputs_manifest(plan)} if plan.spec.inputs else {}),
+        **_mask_inputs_section(plan),
         "backward": backward_manifest(plan),
         "layout": "contiguous row-major buffers: q (B, Lq, Hq, Dqk), k (B, Lk, Hkv, Dqk), "
                   "v (B, Lk, Hkv, Dv), out (B, Lq, Hq, Dv), lse (B, Hq, Lq); no strides. Packed "
@@ -450,14 +476,15 @@ def backward_source(plan: KernelPlan) -> str:
 def backward_expression_sources(plan: KernelPlan) -> dict:
     """The backward template's expressions (issue 42): the mask section's mask_expr (as the
     forward's), and score_expr with score_expr_ds, d score / d s (attngen.plan.expr_grad), for
-    the recompute section, after the helpers they use ("" where the spec has none)."""
+    the recompute section, after the helpers they use ("" where the spec has none), and the
+    forward's tile classification (mask_tile_sources) for the backward's blocks."""
     from ...plan.expr_grad import as_real, score_ds
     from . import expr as wgsl_expr
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     ds = as_real(score_ds(spec.score)) if spec.score is not None else None
     helpers = "".join(h + "\n" for h in wgsl_expr.helpers_of(mask, spec.score, ds))
-    out = {"mask_expr_source": "", "score_expr_source": ""}
+    out = {"mask_expr_source": "", "score_expr_source": "", **mask_tile_sources(plan)}
     if mask is not None:
         out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask")
     if spec.score is not None:

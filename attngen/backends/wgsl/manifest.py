@@ -164,3 +164,100 @@ def inputs_manifest(plan: KernelPlan) -> dict:
                 "packed sequences and paged caches are refused with inputs; any offsets work, these are "
                 "attngen's",
     }
+
+
+# ---- masks over inputs (issue 42): the two-part call -------------------------------------------
+
+def companion_plan(plan: KernelPlan):
+    """The plan of the `mask custom` attention kernel that runs a mask over inputs on the block-mask
+    builder's BlockMask (attngen/plan/mask_inputs.py), for `plan`'s profile; None where that kernel
+    does not fit the profile (a custom mask and the score's inputs: one storage buffer too many;
+    the spec's own kernel then tests the mask per element)."""
+    from ...errors import SpecError
+    from ...plan.lower import lower
+    from ...plan.mask_inputs import custom_spec
+    from .. import get
+    backend = get("wgsl")
+    if "@" in plan.profile:  # the live adapter's profile (devices.adapter_profile), not a file's
+        from .devices import adapter_profile
+        profile = adapter_profile(backend)
+    else:
+        profile = backend.profile(plan.profile)
+    try:
+        return lower(custom_spec(plan.spec), backend, profile)
+    except SpecError:
+        return None
+
+
+def mask_inputs_manifest(plan: KernelPlan, att, att_manifest: dict, bm: dict, workgroup: int) -> dict:
+    """The two-part call of a spec whose mask reads inputs, for a host that runs it from the
+    manifest alone: the builder module (three entry points on one bind group), then the attention
+    kernel `att` (the spec with `mask custom`; its manifest `att_manifest`) with the builder's
+    mask buffer bound as its `mask`. `bm`: the block_mask section of att's manifest (the tile
+    lists' entry points and their Params, over Lqm / Lkm, here the call's Lq / Lk)."""
+    from types import SimpleNamespace
+
+    from ...lang.expr import Var, walk
+    from ...plan.mask_inputs import custom_spec, mask_inputs
+    from ...lang.spec import format_spec
+    from .expr import STORAGE
+    spec = plan.spec
+    read = mask_inputs(spec)
+    names = {n.name for n in walk(spec.mask.expr) if isinstance(n, Var)}
+    offsets = input_offsets(SimpleNamespace(inputs=read))
+    kv_lens_at = " + ".join(["1"] + [_input_words(i) for i in read])
+    fields = ([("batch", "B"), ("heads_q", "Hq"), ("heads_kv", "Hkv"), ("len_q", "Lq"), ("cap", "Lk"),
+               ("mask_batch", "Bm"), ("mask_heads", "Hm"), ("elements", "Bm * Hm * Lq * Lk"),
+               ("has_kv_lens", "has_kv_lens"), ("kv_lens", kv_lens_at)]
+              + [(f"input_{i.name}", offsets[f"input_{i.name}"]) for i in read])
+    fields += [(f"_pad{n}", "0") for n in range(-len(fields) % 4)]
+    mask_binding = next(b["binding"] for b in att_manifest["bindings"] if b["name"] == "mask")
+    data_words = "ceil(Bm * Hm * Lq * Lk / 4)"
+    return {
+        "doc": "this spec's mask reads inputs, so its tiles are known only from the inputs' values: attngen runs "
+               "it in two parts, (1) the builder module evaluates the mask on every (row, key) of each (Bm, Hm) "
+               "slice into a BlockMask buffer, (2) the attention kernel of the same spec with `mask custom` "
+               "(`attention`) runs with that buffer as its `mask` binding. The top-level entry points of this "
+               "manifest are the spec's own kernel, which tests the mask per element (no tile skipped): either "
+               "way gives the same output",
+        "order": [{"module": "builder", "entry_point": e} for e in
+                  ["block_mask_fill"] + [e["entry_point"] for e in bm["entry_points"]]]
+                 + [{"module": "attention", "entry_point": e["entry_point"]} for e in att_manifest["entry_points"]],
+        "symbols": {"Bm": "B" if "b" in names else "1", "Bm_with_kv_lens": "B",
+                    "Hm": "Hq" if names & {"h", "hkv"} else "1", "Lqm": "Lq", "Lkm": "Lk", "mask_additive": "0",
+                    "note": "Bm: the mask's batch slices (Bm_with_kv_lens where has_kv_lens = 1: Lk is each "
+                            "sequence's), Hm its head slices; both modules' formulas use these values"},
+        "builder": {
+            "source": "a separate module: attngen build SPEC --target wgsl --emit block-mask",
+            "workgroup_size": [workgroup, 1, 1],
+            "bindings": [
+                bm["bindings"][0],
+                {"binding": 1, "type": "storage", "name": "mask",
+                 "words": f"{bm['bindings'][1]['words'].replace(' + data words', '')} + {data_words}",
+                 "fill_word": bm["fill_word"],
+                 "fill_note": "words before data (counts and tiles) hold fill_word, data words 0, before the "
+                              "builder runs; data starts at word BmParams.data"},
+                {"binding": 2, "type": "uniform", "struct": "Params", "size_bytes": 4 * len(fields),
+                 "fields": [{"name": n, "type": "u32", "offset": 4 * i, "value": v} for i, (n, v) in enumerate(fields)]},
+                {"binding": 3, "type": "storage", "name": "inputs", "words": f"{kv_lens_at} + B * has_kv_lens",
+                 "layout": "word 0 the flag (0 before the launch; nonzero after it: a read out of an input's "
+                           "bounds, its site in the top-level inputs.sites: the result is not to be used), then "
+                           "each input the mask reads at its offset, then kv_lens (B words) where has_kv_lens = 1",
+                 "inputs": [{"name": i.name, "dtype": i.dtype,
+                             "shape": [_AXIS_SYMBOL[a] if isinstance(a, str) else str(a) for a in i.axes],
+                             "offset": offsets[f"input_{i.name}"], "words": _input_words(i),
+                             "storage": STORAGE[i.dtype]} for i in read],
+                 "kv_lens": kv_lens_at}],
+            "entry_points": [{"entry_point": "block_mask_fill", "dispatch": [f"ceil({data_words} / {workgroup})", "1", "1"],
+                              "dispatch_note": "x at most maxComputeWorkgroupsPerDimension: beyond, x = that and "
+                                               "y = ceil(groups / x) (the entry point reads num_workgroups)"}]
+                            + bm["entry_points"],
+        },
+        "attention": {"spec": format_spec(custom_spec(spec)),
+                      "source": "attngen build SPEC --target wgsl --emit mask-custom (the spec above's source)",
+                      "manifest": att_manifest},
+        "feeds": {"from": "builder binding 1 (mask)", "to": f"attention binding {mask_binding} (mask)",
+                  "note": "the same buffer, after the builder's dispatches (one command encoder: builder first); the "
+                          "attention's Params mask fields take their manifest values with the symbols above; its "
+                          "score's inputs, if any, as its manifest's inputs section says"},
+    }
