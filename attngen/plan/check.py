@@ -9,16 +9,23 @@ nothing is silently changed. The configuration found is the one the plan is buil
 
 A score expression that is exactly a soft-cap, `score C * tanh(s / C)` (or `tanh(s / C) * C`),
 is planned as `softcap C` (`normalised`): the language defines the two as the same function, so
-they get the same plan and the same kernels, forward and backward, on every target.
+they get the same plan and the same kernels, forward and backward, on every target. So is a mask
+expression that is exactly a named mask as a function of the positions (`k <= q`: `mask causal`;
+`k <= q + Lk - Lq`: causal(bottom_right); `q + Lk - Lq - N <= k && k <= q + Lk - Lq + M`:
+window(left=N, right=M)), whatever the arrangement of its linear inequalities (`q >= k`,
+`k - q < 1`, ...): the named masks' kernels test each row's key range once, not the expression
+per element.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 from ..errors import Diagnostic
 from ..lang import validate
-from ..lang.expr import REAL, Binary, Const, Fn, Var
+from ..lang.expr import INT, REAL, Binary, Const, Fn, Unary, Var
+from ..limits import INT32_MAX
 from ..lang.spec import AttentionSpec, typed_key
 from .kernel_plan import Problem
 from .profiles import Profile
@@ -62,12 +69,88 @@ def _softcap_of(e) -> float | None:
     return None
 
 
+_POSITIONS = ("q", "k", "Lq", "Lk")
+
+
+def _linear(e) -> tuple | None:
+    """(c_q, c_k, c_Lq, c_Lk, c_0) where integer expression `e` is c_q q + c_k k + c_Lq Lq + c_Lk Lk
+    + c_0 (sums, differences, negations and products by constants of positions and constants);
+    None for anything else."""
+    if isinstance(e, Const) and e.type == INT:
+        return (0, 0, 0, 0, int(e.value))
+    if isinstance(e, Var) and e.name in _POSITIONS:
+        return tuple(int(e.name == n) for n in _POSITIONS) + (0,)
+    if isinstance(e, Unary) and e.op == "-":
+        x = _linear(e.x)
+        return None if x is None else tuple(-c for c in x)
+    if isinstance(e, Binary) and e.op in ("+", "-", "*"):
+        a, b = _linear(e.a), _linear(e.b)
+        if a is None or b is None:
+            return None
+        if e.op == "*":
+            if any(a[:4]) and any(b[:4]):
+                return None  # a product of positions
+            (k, x) = (a[4], b) if not any(a[:4]) else (b[4], a)
+            return tuple(k * c for c in x)
+        sign = 1 if e.op == "+" else -1
+        return tuple(x + sign * y for x, y in zip(a, b))
+    return None
+
+
+def _constraints(e) -> set | None:
+    """The set of `c . (q, k, Lq, Lk) + c_0 <= 0` (tuples, the position coefficients divided by
+    their gcd, the constant rounded as integers allow) whose conjunction is boolean expression `e`:
+    comparisons <, <=, >, >= of linear integer expressions joined by &&; None for anything else."""
+    if isinstance(e, Binary) and e.op == "&&":
+        a, b = _constraints(e.a), _constraints(e.b)
+        return None if a is None or b is None else a | b
+    if not (isinstance(e, Binary) and e.op in ("<", "<=", ">", ">=")):
+        return None
+    a, b = _linear(e.a), _linear(e.b)
+    if a is None or b is None:
+        return None
+    lhs, rhs = (a, b) if e.op in ("<", "<=") else (b, a)
+    c = [x - y for x, y in zip(lhs, rhs)]
+    if e.op in ("<", ">"):
+        c[4] += 1  # integers: x < 0 is x + 1 <= 0
+    g = math.gcd(*c[:4])
+    if g == 0:
+        return None
+    return {tuple(x // g for x in c[:4]) + (-((-c[4]) // g),)}  # c.x <= -c0  ->  (c/g).x <= floor(-c0/g)
+
+
+def _named_mask_of(e):
+    """The named mask (Mask) that is exactly mask expression `e` as a function of q, k, Lq and Lk:
+    causal (`k <= q`), causal(bottom_right) (`k <= q + Lk - Lq`) or window(left=N, right=M)
+    (`q + Lk - Lq - N <= k && k <= q + Lk - Lq + M`), in any arrangement of the same linear
+    inequalities; None for any other expression."""
+    from ..lang.spec import Mask
+    cs = _constraints(e)
+    if cs is None:
+        return None
+    if cs == {(-1, 1, 0, 0, 0)}:
+        return Mask("causal")
+    if cs == {(-1, 1, 1, -1, 0)}:
+        return Mask("causal", bottom_right=True)
+    upper = [c for c in cs if c[:4] == (-1, 1, 1, -1)]   # k - q - off <= M
+    lower = [c for c in cs if c[:4] == (1, -1, -1, 1)]   # q + off - k <= N
+    if len(cs) == 2 and len(upper) == 1 and len(lower) == 1:
+        right, left = -upper[0][4], -lower[0][4]
+        if 0 <= left <= INT32_MAX and 0 <= right <= INT32_MAX:
+            return Mask("window", left=left, right=right)
+    return None
+
+
 def normalised(spec: AttentionSpec) -> AttentionSpec:
-    """`spec` as planned: a score expression that is a soft-cap becomes `softcap C` (module
-    docstring); any other spec is returned as it is."""
+    """`spec` as planned: a score expression that is a soft-cap becomes `softcap C`, and a mask
+    expression that is a named mask (_named_mask_of) that mask (module docstring); any other spec
+    is returned as it is."""
     from dataclasses import replace
     cap = _softcap_of(spec.score) if spec.score is not None else None
-    return spec if cap is None else replace(spec, score=None, softcap=cap)
+    if cap is not None:
+        spec = replace(spec, score=None, softcap=cap)
+    named = _named_mask_of(spec.mask.expr) if spec.mask.kind == "expr" else None
+    return spec if named is None else replace(spec, mask=named)
 
 
 def _validated(spec) -> list[Diagnostic]:
