@@ -206,6 +206,9 @@ class CudaBackend(Backend):
             raise LaunchError("precompiling for the cuda target needs NVRTC: pip install 'attngen[gpu]' "
                               "(cuda-bindings and nvidia-cuda-nvrtc; no GPU needed)")
         hit, _ = precompile(self, spec, int(m.group(1)))
+        if _bits_path(spec):  # the bits path's `mask custom` kernel too (expr_bits.py)
+            from ...plan.mask_inputs import custom_spec
+            hit = precompile(self, custom_spec(spec), int(m.group(1)))[0] and hit
         return hit
 
     def device_inputs(self, spec, host, options):
