@@ -177,8 +177,8 @@ class CudaBackend(Backend):
             return MaskInputsKernel(spec, compile_kernel(self, custom_spec(spec), profile))
         kernel = compile_kernel(self, spec, profile)
         if _bits_path(spec):
-            from .expr_bits import MaskBitsKernel
-            return MaskBitsKernel(kernel, lambda: compile_kernel(self, custom_spec(spec), profile, kernel._home_device))
+            from .expr_bits import MaskBitsKernel, bits_spec
+            return MaskBitsKernel(kernel, lambda: compile_kernel(self, bits_spec(spec), profile, kernel._home_device))
         return kernel
 
     device_kinds = "CUDA architectures: sm_80, sm_86, sm_89, sm_90, ... (compute capability 8.0 or newer)"
@@ -207,8 +207,8 @@ class CudaBackend(Backend):
                               "(cuda-bindings and nvidia-cuda-nvrtc; no GPU needed)")
         hit, _ = precompile(self, spec, int(m.group(1)))
         if _bits_path(spec):  # the bits path's `mask custom` kernel too (expr_bits.py)
-            from ...plan.mask_inputs import custom_spec
-            hit = precompile(self, custom_spec(spec), int(m.group(1)))[0] and hit
+            from .expr_bits import bits_spec
+            hit = precompile(self, bits_spec(spec), int(m.group(1)))[0] and hit
         return hit
 
     def device_inputs(self, spec, host, options):

@@ -23,11 +23,21 @@ forward took (on bits: the custom-mask backward with the same, cached, BlockMask
 
 from __future__ import annotations
 
+import dataclasses
+
 from ...plan import expr_bits, mask_inputs
 from ...runtime.kernel import Kernel
 
 # options with which the bits path cannot serve a call (the inline kernel takes them)
 _INLINE_ONLY = ("cu_seqlens_q", "cu_seqlens_k", "block_table", "k_new", "v_new", "mask")
+
+
+def bits_spec(spec):
+    """The bits path's attention kernel: the spec with `mask custom` and the score's inputs
+    (mask_inputs.custom_spec), without cuda's mask_expr, which applies to expressions only."""
+    custom = mask_inputs.custom_spec(spec)
+    targets = {name: {k: v for k, v in opts if (name, k) != ("cuda", "mask_expr")} for name, opts in custom.targets}
+    return dataclasses.replace(custom, targets=targets)
 
 
 class MaskBitsKernel(Kernel):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from attngen.backends.cuda import BACKEND
-from attngen.backends.cuda.expr_bits import MaskBitsKernel
+from attngen.backends.cuda.expr_bits import MaskBitsKernel, bits_spec
 from attngen.backends.cuda.expr_blockmask import builder_source
 from attngen.plan import expr_bits
 from attngen.plan.lower import lower
@@ -87,3 +87,14 @@ def test_build_emits_the_builder_where_a_call_may_take_bits():
     for body in (f"mask {HOOD}\ntarget cuda {{ mask_expr=inline }}", "mask causal",
                  f"mask {HOOD}\nkv_cache paged(page=16)"):
         assert "block-mask" not in BACKEND.helper_sources(_Inline(_spec(body)).emitted.plan), body
+
+
+def test_the_bits_kernel_is_the_spec_with_mask_custom():
+    """bits_spec: `mask custom`, the score's inputs, the other cuda options kept, mask_expr left out
+    (the checker refuses it on a custom mask); it lowers, and precompiles with the spec (nvrtc)."""
+    spec = spec_of(f"head_dim 64\nheads q=6 kv=2\ndtype f16\ninput slopes[h] f32\nscore s - slopes[h] * abs(q - k)\n"
+                   f"mask {HOOD}\ntarget cuda {{ mask_expr=bits warps=4 }}")
+    custom = bits_spec(spec)
+    assert custom.mask.kind == "custom" and [i.name for i in custom.inputs] == ["slopes"]
+    assert custom.options("cuda") == {"warps": 4} and custom.score == spec.score
+    assert lower(custom, BACKEND, BACKEND.profile("cuda-sm90")).spec.mask.is_custom
