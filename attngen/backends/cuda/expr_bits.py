@@ -13,7 +13,8 @@ its partial tiles testing staged bits. Which path a call takes (`path`):
 
 - inline where the bits path cannot serve the call: packed sequences (cu_seqlens), k_new /
   v_new, kv_lens on the GPU (the builder reads each sequence's keys on the host), a mask of more
-  than attngen.plan.expr_bits.MAX_ELEMENTS elements; paged caches never get this kernel;
+  than attngen.plan.expr_bits.MAX_ELEMENTS elements, a call captured into a CUDA graph before
+  its signature's mask is built (a build reads the host); paged caches never get this kernel;
 - else `mask_expr=bits`: bits; `auto`: attngen.plan.expr_bits.prefers_bits at the call's
   lengths and the inline kernel's tiles (most live tiles partial, at least MIN_PAIRS pairs).
 
@@ -144,6 +145,22 @@ class MaskBitsKernel(Kernel):
         return "bits", f"mask_expr={self.mode}", launch
 
     def _bits_mask(self, q, k, v_shape, kv_lens, options: dict):
-        """The call's BlockMask on the bits path (built or reused), or None on the inline path."""
+        """The call's BlockMask on the bits path (built or reused), or None on the inline path; a
+        call captured into a CUDA graph whose mask is not built yet runs inline (a build reads
+        the host: the next call outside the capture builds it)."""
         self.last_path, self.last_reason, launch = self._choose(q, k, tuple(v_shape), kv_lens, options)
-        return None if launch is None else self.builder._cached(launch, {}, q)
+        if launch is None:
+            return None
+        last = self._builder._last if self._builder is not None else None
+        if (last is None or last[0] != mask_inputs.signature(launch, {}, self.spec)) and _captured(q):
+            self.last_path, self.last_reason = "inline", "a CUDA graph capture, and the mask is not built yet"
+            return None
+        return self.builder._cached(launch, {}, q)
+
+
+def _captured(q) -> bool:
+    """Whether q's framework's current stream on q's GPU is being captured into a CUDA graph."""
+    from .expr_blockmask import _device_of
+    from .kernel import _as_tensor, _stream_getter
+    from .launch import capturing
+    return capturing(_stream_getter(_as_tensor("q", q).kind, _device_of(q))())
