@@ -132,3 +132,27 @@ def test_inline_is_the_expression_kernel():
     kernel = attngen.compile(_spec(MASKS["neighbourhood"], option="target cuda { mask_expr=inline }"),
                              target="cuda")
     assert type(kernel).__name__ == "CudaKernel"
+
+
+def test_a_capture_before_the_build_runs_inline():
+    """A call captured into a CUDA graph (torch) before its mask is built runs inline; after a call
+    outside the capture has built it, a capture takes bits; both graphs replay the reference."""
+    require("cuda")
+    torch = pytest.importorskip("torch")
+    spec = _spec(MASKS["neighbourhood"])
+    kernel = attngen.compile(spec, target="cuda")
+    qkv = random_qkv(spec, 2, 113, 37, seed=11)
+    q, k, v = (torch.from_numpy(x).cuda().half() for x in qkv)
+    want = reference(spec, *qkv)
+    kernel.inline(q, k, v)  # the inline kernel's module loaded outside the capture
+    for path in ("inline", "bits"):
+        graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+            out = kernel(q, k, v)
+        assert kernel.last_path == path, kernel.last_reason
+        graph.replay()
+        torch.cuda.synchronize()
+        assert relative_error(_np(out), want) <= tolerance(spec)
+        kernel(q, k, v)  # outside a capture: builds the mask
+        assert kernel.last_path == "bits" and kernel.mask_builds == 1
