@@ -146,9 +146,9 @@ def test_a_capture_before_the_build_runs_inline():
     want = reference(spec, *qkv)
     kernel.inline(q, k, v)  # the inline kernel's module loaded outside the capture
     for path in ("inline", "bits"):
-        graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        graph = torch.cuda.CUDAGraph()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
             out = kernel(q, k, v)
         assert kernel.last_path == path, kernel.last_reason
         graph.replay()
