@@ -103,6 +103,13 @@ class MaskBitsKernel(Kernel):
             return self.inline.prepared(q, k, v, kv_lens=kv_lens, **options)
         return self.bits.prepared(q, k, v, mask=bm, kv_lens=kv_lens, **options)
 
+    def compute_units(self) -> int:
+        return self.inline.compute_units()
+
+    def block_mask(self, mask):
+        """As the inline CudaKernel's (attngen.block_mask)."""
+        return self.inline.block_mask(mask)
+
     def torch_operator(self, name: str | None = None):
         """This kernel, both paths, as a PyTorch operator (attngen.torch.operator; docs/torch.md)."""
         from .kernel import kernel_key
