@@ -18,8 +18,10 @@ its partial tiles testing staged bits. Which path a call takes (`path`):
 - else `mask_expr=bits`: bits; `auto`: attngen.plan.expr_bits.prefers_bits at the call's
   lengths and the inline kernel's tiles (most live tiles partial, at least MIN_PAIRS pairs).
 
-The decision depends on the call's shapes and options only, so a backward takes the path its
-forward took (on bits: the custom-mask backward with the same, cached, BlockMask).
+The decision depends on the call's shapes and options only (and on a capture, before the first
+build), so a backward takes the path its forward took (on bits: the custom-mask backward with the
+same BlockMask, the last one built, which is kept). Both paths compute the same function: a
+forward captured inline and a backward on bits agree too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from ...runtime.kernel import Kernel
 
 # options with which the bits path cannot serve a call (the inline kernel takes them)
 _INLINE_ONLY = ("cu_seqlens_q", "cu_seqlens_k", "block_table", "k_new", "v_new", "mask")
+# decisions kept for padded calls (by shapes and dtype); more distinct shapes start the table again
+_PADDED_KEPT = 256
 
 
 def bits_spec(spec):
@@ -132,6 +136,8 @@ class MaskBitsKernel(Kernel):
             return self._decide(shapes, tq.dtype, kv_lens)
         key = (shapes["q"], shapes["k"], v_shape, tq.dtype)
         if key not in self._padded:
+            if len(self._padded) >= _PADDED_KEPT:
+                self._padded.clear()
             self._padded[key] = self._decide(shapes, tq.dtype, None)
         return self._padded[key]
 
