@@ -14,6 +14,8 @@ its sequence (kv_lens) and the expression holds. The mask reads only integer and
 (i32 as int, u8 and bool as bytes). The attention kernel is the spec with `mask custom`
 (attngen/plan/mask_inputs.py); `MaskInputsKernel` puts the two together, with the cache of the
 last BlockMask (mask_inputs.signature: the inputs' bytes are read on the host for the digest).
+The bits path of index-only mask expressions (expr_bits.py) runs the same builder and cache on
+an expression that reads no input.
 """
 
 from __future__ import annotations
