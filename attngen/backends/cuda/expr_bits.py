@@ -144,10 +144,12 @@ class MaskBitsKernel(Kernel):
     def _decide(self, shapes: dict, dtype: str, kv_lens):
         """_choose's answer for a call of these shapes, q's dtype and kv_lens (None, a host array or
         a device one), without the options that make it inline; resolve's errors are the call's."""
-        from ...runtime.launch import OnDevice, resolve
-        launch = resolve(self.plan, shapes, {n: dtype for n in shapes}, kv_lens=kv_lens, cores=None)
-        if isinstance(launch.kv_lens, OnDevice):
+        from ...runtime.launch import resolve
+        if kv_lens is not None and _on_gpu(kv_lens):
             return "inline", "kv_lens on the GPU: the builder reads each sequence's keys on the host", None
+        launch = resolve(self.plan, shapes, {n: dtype for n in shapes}, kv_lens=kv_lens, cores=None)
+        if launch.empty or launch.len_k == 0:
+            return "inline", "no rows or no keys: nothing to build", None
         slices = mask_inputs.slices(self.spec, launch.batch, launch.heads_q, launch.kv_lens is not None)
         if not expr_bits.fits(slices, launch.len_q, launch.len_k):
             return "inline", (f"the mask would have {expr_bits.elements(slices, launch.len_q, launch.len_k)} "
@@ -169,6 +171,13 @@ class MaskBitsKernel(Kernel):
             self.last_path, self.last_reason = "inline", "a CUDA graph capture, and the mask is not built yet"
             return None
         return self.builder._cached(launch, {}, q)
+
+
+def _on_gpu(x) -> bool:
+    """Whether an integer input is a device array (which the kernels read where it is)."""
+    mod = type(x).__module__.split(".")[0]
+    return mod == "cupy" or (mod == "torch" and getattr(x, "is_cuda", False)) or (
+        mod != "torch" and hasattr(x, "__cuda_array_interface__"))
 
 
 def _captured(q) -> bool:

@@ -18,7 +18,6 @@ from attngen.backends.cuda.expr_blockmask import builder_source
 from attngen.plan import expr_bits
 from attngen.plan.lower import lower
 from attngen.runtime.kernel import Rendered
-from attngen.runtime.launch import OnDevice
 
 from conftest import spec_of
 from test_expr_builder_source import _host_program, _want
@@ -70,9 +69,17 @@ def test_the_decision_of_a_call():
     assert _decide("k <= q", 1, 113, 7, "target cuda { mask_expr=bits }") == ("bits", "mask_expr=bits")
     # kv_lens on the host: one slice per sequence (its own Lk), within the bound; on the GPU: inline
     assert _decide(big, 2, 4096, 4096, kv_lens=np.array([4096, 100], np.int32))[0] == "bits"
-    device = OnDevice((2,))
-    path, why = _decide(big, 2, 4096, 4096, kv_lens=device)
+    path, why = _decide(big, 2, 4096, 4096, kv_lens=_DeviceArray())
     assert path == "inline" and "kv_lens on the GPU" in why
+    assert _decide(big, 0, 4096, 4096, "target cuda { mask_expr=bits }")[0] == "inline"  # an empty batch
+    assert _decide(big, 1, 7, 0, "target cuda { mask_expr=bits }") == ("inline", "no rows or no keys: nothing to build")
+
+
+class _DeviceArray:
+    """What a device array looks like to the bits path's test (__cuda_array_interface__)."""
+
+    shape = (2,)
+    __cuda_array_interface__: dict = {}
 
 
 def test_the_memory_bound_falls_back_inline():
