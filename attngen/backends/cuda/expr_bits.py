@@ -85,26 +85,26 @@ class MaskBitsKernel(Kernel):
         """The spec with `mask custom` (a CudaKernel)."""
         return self.builder.attention
 
-    def __call__(self, q, k, v, *, kv_lens=None, **options):
-        """out (and lse) as CudaKernel's call (docs/variants.md), on the call's path."""
-        bm = self._bits_mask(q, k, v.shape, kv_lens, options)
+    def __call__(self, q, k, v, *, mask=None, kv_lens=None, **options):
+        """out (and lse) as CudaKernel's call (docs/variants.md), on the call's path (`mask`: the
+        inline kernel's, which refuses it: the mask is the expression)."""
+        bm = self._bits_mask(q, k, v.shape, mask, kv_lens, options)
         if bm is None:
-            return self.inline(q, k, v, kv_lens=kv_lens, **options)
+            return self.inline(q, k, v, mask=mask, kv_lens=kv_lens, **options)
         return self.bits(q, k, v, mask=bm, kv_lens=kv_lens, **options)
 
-    def backward(self, q, k, v, out, lse, dout, *, kv_lens=None, **options):
+    def backward(self, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, **options):
         """(dq, dk, dv) on the path the forward of the same call took (docs/backward.md)."""
-        bm = self._bits_mask(q, k, v.shape, kv_lens, options)
+        bm = self._bits_mask(q, k, v.shape, mask, kv_lens, options)
         if bm is None:
-            return self.inline.backward(q, k, v, out, lse, dout, kv_lens=kv_lens, **options)
+            return self.inline.backward(q, k, v, out, lse, dout, mask=mask, kv_lens=kv_lens, **options)
         return self.bits.backward(q, k, v, out, lse, dout, mask=bm, kv_lens=kv_lens, **options)
 
-    def prepared(self, q, k, v, **options):
+    def prepared(self, q, k, v, *, mask=None, kv_lens=None, **options):
         """CudaKernel.prepared on the call's path (the BlockMask built first where it is bits)."""
-        kv_lens = options.pop("kv_lens", None)
-        bm = self._bits_mask(q, k, v.shape, kv_lens, options)
+        bm = self._bits_mask(q, k, v.shape, mask, kv_lens, options)
         if bm is None:
-            return self.inline.prepared(q, k, v, kv_lens=kv_lens, **options)
+            return self.inline.prepared(q, k, v, mask=mask, kv_lens=kv_lens, **options)
         return self.bits.prepared(q, k, v, mask=bm, kv_lens=kv_lens, **options)
 
     def compute_units(self) -> int:
@@ -120,13 +120,13 @@ class MaskBitsKernel(Kernel):
         from .torch_op import TorchOperator, operator_name
         return TorchOperator(self, name or operator_name(self, kernel_key(self.plan)))
 
-    def path(self, q, k, v, kv_lens=None, **options) -> str:
+    def path(self, q, k, v, *, mask=None, kv_lens=None, **options) -> str:
         """"inline" or "bits": the path a call with these arguments takes (no mask is built)."""
-        return self._choose(q, k, tuple(v.shape), kv_lens, options)[0]
+        return self._choose(q, k, tuple(v.shape), mask, kv_lens, options)[0]
 
-    def _choose(self, q, k, v_shape: tuple, kv_lens, options: dict):
+    def _choose(self, q, k, v_shape: tuple, mask, kv_lens, options: dict):
         """(path, why, launch): the call's path, in words, and its resolved launch (None: not needed)."""
-        given = [n for n in _INLINE_ONLY if options.get(n) is not None]
+        given = [n for n in _INLINE_ONLY if (mask if n == "mask" else options.get(n)) is not None]
         if given:
             return "inline", f"{given[0]}= given: the bits path takes padded batches without it", None
         from .kernel import _as_tensor
@@ -159,11 +159,11 @@ class MaskBitsKernel(Kernel):
             return "inline", "mask_expr=auto: fewer partial than full live tiles, or a short call", None
         return "bits", f"mask_expr={self.mode}", launch
 
-    def _bits_mask(self, q, k, v_shape, kv_lens, options: dict):
+    def _bits_mask(self, q, k, v_shape, mask, kv_lens, options: dict):
         """The call's BlockMask on the bits path (built or reused), or None on the inline path; a
         call captured into a CUDA graph whose mask is not built yet runs inline (a build reads
         the host: the next call outside the capture builds it)."""
-        self.last_path, self.last_reason, launch = self._choose(q, k, tuple(v_shape), kv_lens, options)
+        self.last_path, self.last_reason, launch = self._choose(q, k, tuple(v_shape), mask, kv_lens, options)
         if launch is None:
             return None
         last = self._builder._last if self._builder is not None else None
