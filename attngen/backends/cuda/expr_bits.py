@@ -108,6 +108,7 @@ class MaskBitsKernel(Kernel):
         return self.bits.prepared(q, k, v, mask=bm, kv_lens=kv_lens, **options)
 
     def compute_units(self) -> int:
+        """The current GPU's multiprocessors, as the inline kernel's."""
         return self.inline.compute_units()
 
     def block_mask(self, mask):
