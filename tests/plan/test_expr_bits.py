@@ -107,3 +107,13 @@ def test_check_says_which_path(mask, option, words):
     paged = spec_of(f"head_dim 128\ndtype f16\nmask {mask}\nkv_cache paged(page=16)")
     assert "mask expression path: inline (a paged cache" in "\n".join(
         attngen.backends.get("cuda").describe(attngen.lower(paged, "cuda", "cuda-sm90")))
+
+
+def test_check_says_inline_where_the_custom_kernel_does_not_plan():
+    """producer=on with tile kv 176: the expression's kernel plans, the spec with mask custom does
+    not (the producer stages 128-key chunks of mask words), so every call runs inline."""
+    spec = spec_of(f"head_dim 128\ndtype f16\nmask {HOOD}\ntile q=128 kv=176\ntarget cuda {{ producer=on }}")
+    lines = attngen.backends.get("cuda").describe(attngen.lower(spec, "cuda", "cuda-sm90"))
+    line = next(x for x in lines if x.startswith("mask expression path: "))
+    assert line.startswith("mask expression path: inline (the spec with mask custom does not plan with these "
+                           "options (target cuda (profile cuda-sm90): producer=on with mask custom and tile kv=176")

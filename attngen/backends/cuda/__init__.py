@@ -117,6 +117,17 @@ class CudaBackend(Backend):
         if plan.spec.kv_cache.is_paged:
             return ["mask expression path: inline (a paged cache: the bits path takes contiguous caches)"]
         mode = plan.spec.options("cuda").get("mask_expr") or "auto"
+        if mode != "inline":
+            from ...errors import SpecError
+            from ...plan.lower import lower
+            from ...plan.profiles import ProfileError
+            from .expr_bits import bits_spec, unplanned_reason
+            try:
+                lower(bits_spec(plan.spec), self, self.profile(plan.profile))
+            except SpecError as e:
+                return [f"mask expression path: inline ({unplanned_reason(e)})"]
+            except ProfileError:  # a profile made for one call (a device's, overrides): the kernel decides
+                pass
         return [f"mask expression path: {expr_bits.describe(plan.spec, plan.tile_q, plan.tile_kv, mode)}"]
 
     def describe_backward(self, plan) -> list[str]:

@@ -11,7 +11,9 @@ expression once per call signature (the extents and kv_lens: nothing else change
 into a BlockMask, and the spec with `mask custom` (compiled at the first such call) runs on it,
 its partial tiles testing staged bits. Which path a call takes (`path`):
 
-- inline where the bits path cannot serve the call: packed sequences (cu_seqlens), k_new /
+- inline where the bits path cannot serve the call: the spec with `mask custom` does not plan
+  with the spec's options (producer=on with tile kv above 128: `unplanned_reason`), packed
+  sequences (cu_seqlens), k_new /
   v_new, kv_lens on the GPU (the builder reads each sequence's keys on the host), a mask of more
   than attngen.plan.expr_bits.MAX_ELEMENTS elements, a call captured into a CUDA graph before
   its signature's mask is built (a build reads the host); paged caches never get this kernel;
@@ -61,6 +63,7 @@ class MaskBitsKernel(Kernel):
         self._builder = None  # expr_blockmask.MaskInputsKernel on it: the builder and its BlockMask cache
         self._padded: dict = {}  # (q, k, v shapes, dtype) -> _choose's answer, for calls without kv_lens
         self.last_path, self.last_reason = None, ""
+        self._unplanned = ""  # why the `mask custom` kernel does not plan with the spec's options ("": it does)
 
     def __getattr__(self, name):
         if name == "inline":  # not yet set (in __init__): no recursion
@@ -76,9 +79,12 @@ class MaskBitsKernel(Kernel):
         """The builder with the spec's `mask custom` CudaKernel (`.attention`) and the cache of the
         last BlockMask (expr_blockmask.MaskInputsKernel), compiled when first asked for."""
         if self._builder is None:
-            from .expr_blockmask import MaskInputsKernel
-            self._builder = MaskInputsKernel(self.spec, self._compile_bits())
+            self._builder = self._new_builder()
         return self._builder
+
+    def _new_builder(self):
+        from .expr_blockmask import MaskInputsKernel
+        return MaskInputsKernel(self.spec, self._compile_bits())
 
     @property
     def bits(self):
@@ -167,11 +173,27 @@ class MaskBitsKernel(Kernel):
         self.last_path, self.last_reason, launch = self._choose(q, k, tuple(v_shape), mask, kv_lens, options)
         if launch is None:
             return None
+        if self._builder is None and not self._unplanned:
+            from ...errors import SpecError
+            try:  # compiled here, where a spec error is a reason to stay inline
+                self._builder = self._new_builder()
+            except SpecError as e:
+                self._unplanned = unplanned_reason(e)
+        if self._unplanned:
+            self.last_path, self.last_reason = "inline", self._unplanned
+            return None
         last = self._builder._last if self._builder is not None else None
         if (last is None or last[0] != mask_inputs.signature(launch, {}, self.spec)) and _captured(q):
             self.last_path, self.last_reason = "inline", "a CUDA graph capture, and the mask is not built yet"
             return None
         return self.builder._cached(launch, {}, q)
+
+
+def unplanned_reason(error) -> str:
+    """Why the bits path is not taken where the spec with `mask custom` does not plan with the
+    spec's options (e.g. producer=on with tile kv above 128): the SpecError's first message."""
+    first = str(error).splitlines()[0]
+    return f"the spec with mask custom does not plan with these options ({first.split(': error: ', 1)[-1]})"
 
 
 def _on_gpu(x) -> bool:

@@ -105,3 +105,21 @@ def test_the_bits_kernel_is_the_spec_with_mask_custom():
     assert custom.mask.kind == "custom" and [i.name for i in custom.inputs] == ["slopes"]
     assert custom.options("cuda") == {"warps": 4} and custom.score == spec.score
     assert lower(custom, BACKEND, BACKEND.profile("cuda-sm90")).spec.mask.is_custom
+
+
+def test_a_custom_kernel_that_does_not_plan_keeps_every_call_inline():
+    spec = spec_of(f"head_dim 128\ndtype f16\nmask {HOOD}\ntile q=128 kv=176\ntarget cuda {{ producer=on mask_expr=bits }}")
+    tries = []
+
+    def compile_bits():
+        tries.append(1)
+        return lower(bits_spec(spec), BACKEND, BACKEND.profile("cuda-sm90"))  # raises the SpecError
+
+    kernel = MaskBitsKernel(_Inline(spec), compile_bits)
+    kernel._choose = lambda *args: ("bits", "mask_expr=bits", object())  # a call the path would serve
+    for _ in range(2):
+        assert kernel._bits_mask(None, None, (), None, None, {}) is None
+        assert kernel.last_path == "inline" and kernel.last_reason.startswith(
+            "the spec with mask custom does not plan with these options (target cuda (profile cuda-sm90): "
+            "producer=on with mask custom and tile kv=176")
+    assert len(tries) == 1  # tried once
