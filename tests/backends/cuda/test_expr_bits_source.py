@@ -108,7 +108,8 @@ def test_the_bits_kernel_is_the_spec_with_mask_custom():
 
 
 def test_a_custom_kernel_that_does_not_plan_keeps_every_call_inline():
-    spec = spec_of(f"head_dim 128\ndtype f16\nmask {HOOD}\ntile q=128 kv=176\ntarget cuda {{ producer=on mask_expr=bits }}")
+    spec = spec_of(f"head_dim 128\ndtype f16\nmask {HOOD}\ntile q=128 kv=176\n"
+                   "target cuda { producer=on mask_expr=bits }")
     tries = []
 
     def compile_bits():
