@@ -23,12 +23,13 @@ the default keeps the contiguous key range and the range where it lists (the til
 expr_tile_list, "always" or "never", by common.with_tiles), to choose that default.
 
 The expression runs as `attngen.compile` gives it (`target cuda { mask_expr=auto }`: the path the
-call took is printed, `auto=bits` or `auto=inline`), and then on both paths of the option
-(attngen/backends/cuda/expr_bits.py): `inline` (partial tiles evaluate the expression per
-element) and `bits` (the builder evaluates it once into a BlockMask, built before the timing, and
-the spec with `mask custom` runs on it), each with its time, TFLOP/s, error and time over the
-named mask's, then inline/bits, by which attngen.plan.expr_bits.prefers_bits is judged. `other`
-is measured on the inline path. `--extra` must not hold a `target cuda` block (the probe adds one).
+call took is printed, `auto=bits` or `auto=inline`), and then on both paths of that kernel
+(attngen/backends/cuda/expr_bits.py): `inline` (kernel.inline: partial tiles evaluate the
+expression per element) and `bits` (kernel.bits on kernel.bits_mask: the builder evaluates it
+once into a BlockMask, built before the timing, and the spec with `mask custom` runs on it), each
+with its time, TFLOP/s, error and time over the named mask's, then inline/bits, by which
+attngen.plan.expr_bits.prefers_bits is judged. `other` is measured on the inline path (`--extra`
+must not hold a `target cuda` block: the probe adds one there).
 """
 
 from __future__ import annotations
@@ -104,10 +105,10 @@ def main() -> None:
                     f"expr/named {ms_e / ms_n:.3f}  tile q{c.tile_q} kv{c.tile_kv} producer={c.producer} "
                     f"list={_listed(expr)}")
             ms_p = {}
-            for path in ("inline", "bits"):
-                kern = _compile(f"probe_expr_{name}_{L}_{path}", expr_body, path=path)
-                err_p = rel_err(kern(q, k, v), ref)  # (bits: the BlockMask built here, reused by the timing)
-                ms_p[path] = median_ms(lambda: kern(q, k, v), 10, 50)
+            bm = expr.bits_mask(q, k, v)  # (built here, or the auto call's: not timed)
+            for path, run in (("inline", lambda: expr.inline(q, k, v)), ("bits", lambda: expr.bits(q, k, v, mask=bm))):
+                err_p = rel_err(run(), ref)
+                ms_p[path] = median_ms(run, 10, 50)
                 line += (f"  {path} {ms_p[path]:.3f} ms {live / ms_p[path] / 1e9:6.1f} TFLOP/s ({err_p:.1e}) "
                          f"{path}/named {ms_p[path] / ms_n:.3f}")
             line += f"  inline/bits {ms_p['inline'] / ms_p['bits']:.3f}"

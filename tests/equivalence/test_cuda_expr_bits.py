@@ -108,6 +108,10 @@ def test_auto_at_2048(mask, path):
     assert relative_error(_np(out), reference(spec, *qkv)) <= tolerance(spec)
     kernel(*dev, mask=None)  # (as a harness may pass it)
     assert kernel.mask_builds == (1 if path == "bits" else 0) and kernel.path(*dev) == path
+    # both paths by hand (what benchmarks/probes/probe_expr_masks.py times)
+    for out in (kernel.inline(*dev), kernel.bits(*dev, mask=kernel.bits_mask(*dev))):
+        assert relative_error(_np(out), reference(spec, *qkv)) <= tolerance(spec)
+    assert kernel.mask_builds == 1
 
 
 @pytest.mark.parametrize("family", ["fast", "deterministic"])

@@ -113,6 +113,18 @@ class MaskBitsKernel(Kernel):
             return self.inline.prepared(q, k, v, mask=mask, kv_lens=kv_lens, **options)
         return self.bits.prepared(q, k, v, mask=bm, kv_lens=kv_lens, **options)
 
+    def bits_mask(self, q, k, v, *, kv_lens=None):
+        """The BlockMask of a padded call with these arguments (built, or the last one reused),
+        whatever mask_expr and the rule choose for it: `kernel.bits(q, k, v, mask=kernel.bits_mask(q,
+        k, v))` runs the bits path, to time or test it beside `kernel.inline`'s (kv_lens: a host
+        array)."""
+        from ...runtime.launch import resolve
+        from .kernel import _as_tensor
+        shapes = {"q": tuple(q.shape), "k": tuple(k.shape), "v": tuple(v.shape)}
+        dtype = _as_tensor("q", q).dtype
+        launch = resolve(self.plan, shapes, {n: dtype for n in shapes}, kv_lens=kv_lens, cores=None)
+        return self.builder._cached(launch, {}, q)
+
     def compute_units(self) -> int:
         """The current GPU's multiprocessors, as the inline kernel's."""
         return self.inline.compute_units()
