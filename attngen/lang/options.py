@@ -28,6 +28,10 @@ class Option:
     # the sweep sets, as cuda's warps fix tile q): a spec that sets it is not tuned; the other
     # options are kept through a tuned choice
     tiling: bool = False
+    # whether a spec's canonical text (spec.format_spec) shows the option at auto: False for options
+    # added after specs were stored (cuda's mask_expr), so that the text of specs that leave them
+    # at auto, and so every golden file and cache key of theirs, stays what it was
+    printed_at_auto: bool = True
 
     def __post_init__(self):
         if self.kind not in ("int", "choice"):

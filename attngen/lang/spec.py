@@ -194,11 +194,13 @@ def format_spec(spec: AttentionSpec) -> str:
         ("schedule", schedule),
         ("kv_cache", kv_cache),
     ]
-    # Every registered target's options, auto where the spec leaves them, in the schema's order.
+    # Every registered target's options, auto where the spec leaves them (those not printed at auto
+    # left out: Option.printed_at_auto), in the schema's order.
     for schema in target_schemas():
         given = s.options(schema.name)
         if schema.options:
-            opts = " ".join(f"{o.name}={_auto(given.get(o.name))}" for o in schema.options)
+            opts = " ".join(f"{o.name}={_auto(given.get(o.name))}" for o in schema.options
+                            if o.printed_at_auto or given.get(o.name) is not None)
             rows.append(("target", f"{schema.name} {{ {opts} }}"))
     body = "\n".join(f"    {k:<10} {v}".rstrip() for k, v in rows)
     return f"attention {s.name} {{\n{body}\n}}\n"

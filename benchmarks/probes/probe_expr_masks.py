@@ -21,6 +21,15 @@ each against SDPA's memory-efficient kernel with the dense mask, and whether the
 kernel lists its tiles; then `other`: the expression's kernel on the other path, the list where
 the default keeps the contiguous key range and the range where it lists (the tile table's
 expr_tile_list, "always" or "never", by common.with_tiles), to choose that default.
+
+The expression runs as `attngen.compile` gives it (`target cuda { mask_expr=auto }`: the path the
+call took is printed, `auto=bits` or `auto=inline`), and then on both paths of that kernel
+(attngen/backends/cuda/expr_bits.py): `inline` (kernel.inline: partial tiles evaluate the
+expression per element) and `bits` (kernel.bits on kernel.bits_mask: the builder evaluates it
+once into a BlockMask, built before the timing, and the spec with `mask custom` runs on it), each
+with its time, TFLOP/s, error and time over the named mask's, then inline/bits, by which
+attngen.plan.expr_bits.prefers_bits is judged. `other` is measured on the inline path (`--extra`
+must not hold a `target cuda` block: the probe adds one there).
 """
 
 from __future__ import annotations
@@ -56,8 +65,10 @@ def _pairs(L: int) -> dict:
     }
 
 
-def _compile(name: str, body: str, profile=None):
-    text = f"attention {name} {{\n head_dim {D}\n heads q={H} kv={H}\n dtype f16\n {body}\n}}"
+def _compile(name: str, body: str, profile=None, path: str | None = None):
+    """The kernel of `body`; `path`: the expression's mask_expr (inline or bits), None: auto."""
+    option = f"\n target cuda {{ mask_expr={path} }}" if path else ""
+    text = f"attention {name} {{\n head_dim {D}\n heads q={H} kv={H}\n dtype f16\n {body}{option}\n}}"
     return attngen.compile(attngen.parse(text)[0], target="cuda", profile=profile)
 
 
@@ -88,13 +99,23 @@ def main() -> None:
             ms_n = median_ms(lambda: named(q, k, v, **call), 10, 50)
             live = 4.0 * H * D * float(dense.sum())
             c = expr.plan.config
-            line = (f"L{L} {name:14s} expr {ms_e:.3f} ms {live / ms_e / 1e9:6.1f} TFLOP/s ({err_e:.1e})  "
+            line = (f"L{L} {name:14s} expr (auto={expr.last_path}) {ms_e:.3f} ms "
+                    f"{live / ms_e / 1e9:6.1f} TFLOP/s ({err_e:.1e})  "
                     f"{named_body:34s} {ms_n:.3f} ms {live / ms_n / 1e9:6.1f} TFLOP/s ({err_n:.1e})  "
                     f"expr/named {ms_e / ms_n:.3f}  tile q{c.tile_q} kv{c.tile_kv} producer={c.producer} "
                     f"list={_listed(expr)}")
+            ms_p = {}
+            bm = expr.bits_mask(q, k, v)  # (built here, or the auto call's: not timed)
+            for path, run in (("inline", lambda: expr.inline(q, k, v)), ("bits", lambda: expr.bits(q, k, v, mask=bm))):
+                err_p = rel_err(run(), ref)
+                ms_p[path] = median_ms(run, 10, 50)
+                line += (f"  {path} {ms_p[path]:.3f} ms {live / ms_p[path] / 1e9:6.1f} TFLOP/s ({err_p:.1e}) "
+                         f"{path}/named {ms_p[path] / ms_n:.3f}")
+            line += f"  inline/bits {ms_p['inline'] / ms_p['bits']:.3f}"
             if c.producer:
                 way = "never" if _listed(expr) else "always"
-                other = _compile(f"probe_expr_{name}_{L}_{way}", expr_body, with_tiles(None, expr_tile_list=way))
+                other = _compile(f"probe_expr_{name}_{L}_{way}", expr_body, with_tiles(None, expr_tile_list=way),
+                                 path="inline")
                 err_o = rel_err(other(q, k, v), ref)
                 ms_o = median_ms(lambda: other(q, k, v), 10, 50)
                 line += (f"  other (list={_listed(other)}) {ms_o:.3f} ms {live / ms_o / 1e9:6.1f} TFLOP/s "

@@ -33,6 +33,8 @@ class CudaBackend(Backend):
         Option("tma", "choice", choices=("auto", "on", "off"), what="tensor copy engine", usage="auto|on|off"),
         Option("backward", "choice", choices=("auto", "fast", "deterministic"), what="backward family",
                usage="auto|fast|deterministic"),
+        Option("mask_expr", "choice", choices=("auto", "inline", "bits"), what="mask expression path",
+               usage="auto|inline|bits", printed_at_auto=False),
     ), language="C++")
     default_profile = "cuda-sm80"
     torch_devices = ("cuda",)  # CUDA tensors, read in place
@@ -50,8 +52,16 @@ class CudaBackend(Backend):
         kernel family the chooser picks for them (expr.py; P through memory is not picked for
         them: choices.stored_p_refusal), so nothing is refused here. The backward compiles
         index-only expressions, in both families (backward.py); one whose expressions read inputs
-        is refused (attngen.plan.backward.problems)."""
-        return []
+        is refused (attngen.plan.backward.problems). The one refusal: `mask_expr` given for a
+        mask that is not an index-only expression (attngen/plan/expr_bits.py), where it means nothing."""
+        from ...plan import expr_bits
+        from ...plan.kernel_plan import Problem
+        given = spec.options("cuda").get("mask_expr")
+        if given is None or expr_bits.applies(spec):
+            return []
+        what = "an expression that reads inputs (the builder's path)" if spec.mask.kind == "expr" else spec.mask.kind
+        return [Problem(f"mask_expr={given} chooses how an index-only mask expression runs; this spec's mask is "
+                        f"{what}", key="target.cuda", hint="leave mask_expr out (auto)")]
 
     def torch_tags(self, torch, reads_host: bool) -> tuple:
         """cudagraph_unsafe where the call reads the host: torch.compile's CUDA graphs
@@ -73,7 +83,7 @@ class CudaBackend(Backend):
             else f"arch: {plan.details.arch} or newer",
         ] + ([c.varlen_summary] if c.varlen is not None else []) + _family_lines(c) + (
             [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else []) + (
-            [_combine_line(plan)] if plan.spec.schedule.is_split else [])
+            [_combine_line(plan)] if plan.spec.schedule.is_split else []) + self.expression_path(plan)
 
     def helper_sources(self, plan):
         """The backward pass's source (`attngen build --emit backward`; backward.py), for specs that
@@ -83,8 +93,8 @@ class CudaBackend(Backend):
         from ...plan.mask_inputs import reads_inputs
         from .backward import backward_problems, render_backward
         out = {} if backward_problems(plan) else {"backward": render_backward(plan)}
-        if reads_inputs(plan.spec) and not inputs_read(plan.spec.score):  # compile()'s two-part kernel
-            from .expr_blockmask import builder_source
+        if (reads_inputs(plan.spec) and not inputs_read(plan.spec.score)) or _bits_path(plan.spec):
+            from .expr_blockmask import builder_source  # compile()'s two-part kernel (or one of its paths)
             out["block-mask"] = builder_source(plan.spec)
         return out
 
@@ -97,6 +107,28 @@ class CudaBackend(Backend):
                     "(docs/variants.md); this plan, which tests the mixed tiles per element, is used where the "
                     "score reads inputs too")
         return "the kernel skips wholly hidden tiles and tests mixed ones per element"
+
+    def expression_path(self, plan) -> list[str]:
+        """`attngen check`'s line on an index-only mask expression's path, inline or bits
+        (attngen/plan/expr_bits.py; expr_bits.MaskBitsKernel runs it); [] for other masks."""
+        from ...plan import expr_bits
+        if not expr_bits.applies(plan.spec):
+            return []
+        if plan.spec.kv_cache.is_paged:
+            return ["mask expression path: inline (a paged cache: the bits path takes contiguous caches)"]
+        mode = plan.spec.options("cuda").get("mask_expr") or "auto"
+        if mode != "inline":
+            from ...errors import SpecError
+            from ...plan.lower import lower
+            from ...plan.profiles import ProfileError
+            from .expr_bits import bits_spec, unplanned_reason
+            try:
+                lower(bits_spec(plan.spec), self, self.profile(plan.profile))
+            except SpecError as e:
+                return [f"mask expression path: inline ({unplanned_reason(e)})"]
+            except ProfileError:  # a profile made for one call (a device's, overrides): the kernel decides
+                pass
+        return [f"mask expression path: {expr_bits.describe(plan.spec, plan.tile_q, plan.tile_kv, mode)}"]
 
     def describe_backward(self, plan) -> list[str]:
         """Lines for `attngen check`: the backward's entry points, grids, tiles, shared memory and
@@ -154,7 +186,11 @@ class CudaBackend(Backend):
         if reads_inputs(spec) and not inputs_read(spec.score):
             from .expr_blockmask import MaskInputsKernel
             return MaskInputsKernel(spec, compile_kernel(self, custom_spec(spec), profile))
-        return compile_kernel(self, spec, profile)
+        kernel = compile_kernel(self, spec, profile)
+        if _bits_path(spec):
+            from .expr_bits import MaskBitsKernel, bits_spec
+            return MaskBitsKernel(kernel, lambda: compile_kernel(self, bits_spec(spec), profile, kernel._home_device))
+        return kernel
 
     device_kinds = "CUDA architectures: sm_80, sm_86, sm_89, sm_90, ... (compute capability 8.0 or newer)"
 
@@ -181,6 +217,9 @@ class CudaBackend(Backend):
             raise LaunchError("precompiling for the cuda target needs NVRTC: pip install 'attngen[gpu]' "
                               "(cuda-bindings and nvidia-cuda-nvrtc; no GPU needed)")
         hit, _ = precompile(self, spec, int(m.group(1)))
+        if _bits_path(spec):  # the bits path's `mask custom` kernel too (expr_bits.py)
+            from .expr_bits import bits_spec
+            hit = precompile(self, bits_spec(spec), int(m.group(1)))[0] and hit
         return hit
 
     def device_inputs(self, spec, host, options):
@@ -232,6 +271,14 @@ class CudaBackend(Backend):
 
 
 BACKEND = CudaBackend()
+
+
+def _bits_path(spec) -> bool:
+    """Whether compile() may run `spec` on the bits path: an index-only mask expression whose
+    mask_expr is not inline, with a contiguous cache (attngen/plan/expr_bits.py)."""
+    from ...plan import expr_bits
+    return (expr_bits.applies(spec) and spec.options("cuda").get("mask_expr") != "inline"
+            and not spec.kv_cache.is_paged)
 
 
 def _family_lines(c) -> list[str]:

@@ -14,6 +14,8 @@ its sequence (kv_lens) and the expression holds. The mask reads only integer and
 (i32 as int, u8 and bool as bytes). The attention kernel is the spec with `mask custom`
 (attngen/plan/mask_inputs.py); `MaskInputsKernel` puts the two together, with the cache of the
 last BlockMask (mask_inputs.signature: the inputs' bytes are read on the host for the digest).
+The bits path of index-only mask expressions (expr_bits.py) runs the same builder and cache on
+an expression that reads no input.
 """
 
 from __future__ import annotations
@@ -89,11 +91,15 @@ def builder_source(spec) -> str:
     params = "".join(f", const {_C_INPUT[i.dtype]}* {i.name}" for i in read)
     names = "".join(f", {i.name}" for i in read)
     helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(e)) + "".join(_loader(i) + "\n" for i in read)
+    why = ("built on the GPU from its inputs (issue 42).", "The expression reads inputs, so its tiles cannot be "
+           "classified before the call: this kernel") if read else (
+        "evaluated once per call signature (issue 42).", "It reads indices only. On the bits path (mask_expr=bits, "
+        "or auto where most of its live\n// tiles are partial: attngen/plan/expr_bits.py) this kernel")
     return f"""\
 // =================================================================================================
-// attngen: the mask of kernel '{spec.name}', built on the GPU from its inputs (issue 42).
+// attngen: the mask of kernel '{spec.name}', {why[0]}
 //     mask {format_expr(e)}
-// The expression reads inputs, so its tiles cannot be classified before the call: this kernel
+// {why[1]}
 // evaluates it on every (row, key) of each (mask batch, mask head) slice into a byte mask
 // (Bm, Hm, Lq, Lk), from which the runtime makes the BlockMask (tile lists and bit words) that
 // the attention kernel (the same spec with `mask custom`) reads. One thread per element.
