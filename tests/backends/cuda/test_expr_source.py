@@ -133,10 +133,10 @@ def test_expression_kernels_compile_for_every_family(case):
 
 def test_f32_and_wide_head_dims_take_families_that_compile_expressions():
     """f32 runs on CUDA cores; head dims above 256 never take P through memory with an expression."""
-    for spec, profile, family in ((_spec("k <= q", dtype="f32"), "cuda-sm80", "plain"),
+    for spec, profile, family in ((_spec("!(k > q)", dtype="f32"), "cuda-sm80", "plain"),
                                   (_spec(None, "sigmoid(s) * 4", head_dim=512), "cuda-sm90", "plain"),
                                   (_spec("q // 64 == k // 64", head_dim=512), "cuda-sm90", "plain"),
-                                  (_spec("k <= q", head_dim=256), "cuda-sm90", "producer")):
+                                  (_spec("!(k > q)", head_dim=256), "cuda-sm90", "producer")):
         plan = attngen.lower(spec, "cuda", profile)
         assert family_name(plan.config) == family, (spec, family_name(plan.config))
         assert "mask_expr" in emit_plan(plan).source or spec.score is not None
@@ -184,7 +184,7 @@ def test_the_producer_family_lists_live_tiles_only_where_the_expression_has_hole
                                          "cuda-sm90")).source  # (Mask::tile_is_empty instead)
         assert "tile_list" not in plain and "if (hole(it)) continue;" in plain
     never = get_backend("cuda").profile("cuda-sm90").with_overrides(expr_tile_list="holes")
-    for mask in ("k <= q", "abs(q // 64 - k // 64) <= 7 && abs(q % 64 - k % 64) <= 7", "q // 64 == k // 64"):
+    for mask in ("!(k > q)", "abs(q // 64 - k // 64) <= 7 && abs(q % 64 - k % 64) <= 7", "q // 64 == k // 64"):
         plan = attngen.lower(_spec(mask), "cuda", never)
         assert family_name(plan.config) == "producer"
         source = emit_plan(plan).source
@@ -200,8 +200,8 @@ def test_the_tile_tables_expr_tile_list_chooses_the_list_or_the_key_range():
     from attngen.plan.profiles import ProfileError
     base = get_backend("cuda").profile("cuda-sm90")
     hole = HOLES["sink and window"]
-    for way, listed in (("always", {"k <= q": True, hole: True}), ("never", {"k <= q": False, hole: False}),
-                        ("holes", {"k <= q": False, hole: True})):
+    for way, listed in (("always", {"!(k > q)": True, hole: True}), ("never", {"!(k > q)": False, hole: False}),
+                        ("holes", {"!(k > q)": False, hole: True})):
         profile = base.with_overrides(expr_tile_list=way)
         for mask, want in listed.items():
             plan = attngen.lower(_spec(mask), "cuda", profile)
@@ -216,8 +216,10 @@ def test_the_source_is_deterministic_and_existing_specs_have_no_expression_code(
     assert attngen.emit(spec, target="cuda").source == attngen.emit(spec, target="cuda").source
     plain = attngen.emit(_spec("causal"), target="cuda").source
     assert "mask_expr" not in plain and "ExprIv" not in plain and "score_expr" not in plain
-    text = attngen.emit(_spec("k <= q"), target="cuda").source
-    assert "expr_floor_div" not in text  # helpers only where used
+    text = attngen.emit(_spec("!(k > q)"), target="cuda").source
+    assert "mask_expr" in text and "expr_floor_div" not in text  # helpers only where used
+    # (`k <= q` itself is planned as `mask causal`: plan.check.normalised)
+    assert attngen.emit(_spec("k <= q"), target="cuda").source.count("mask_expr") == 0
 
 
 # ---- the rendered functions against the Python rules (a host program) ------------------------------
