@@ -43,7 +43,8 @@ class CudaBackend(Backend):
     device_name = "CUDA GPU (with CuPy)"
     source_suffix = "cu"
 
-    backward_expressions = True  # index-only expressions, as the forward (templates/cuda/backward*.j2)
+    # index-only expressions, as the forward (templates/cuda/backward*.j2); masks over inputs by the builder
+    backward_expressions = "indices"
 
     def expression_problems(self, spec):
         """Score and mask expressions compile for the forward, with or without inputs, on every

@@ -173,7 +173,7 @@ def family(plan: KernelPlan) -> str:
 
 def backward_problems(plan: KernelPlan) -> list[Problem]:
     """Why `plan`'s spec has no CUDA backward (empty: it has one)."""
-    out = neutral.problems(plan.spec, expressions=True)  # (CudaBackend.backward_expressions)
+    out = neutral.problems(plan.spec, expressions="indices")  # (CudaBackend.backward_expressions)
     if not out and plan.spec.options("cuda").get("backward") == "fast":
         why = _wgmma_refusal(plan)
         if why is not None:
