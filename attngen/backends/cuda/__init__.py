@@ -43,8 +43,9 @@ class CudaBackend(Backend):
     device_name = "CUDA GPU (with CuPy)"
     source_suffix = "cu"
 
-    # index-only expressions, as the forward (templates/cuda/backward*.j2); masks over inputs by the builder
-    backward_expressions = "indices"
+    # expressions, scores that read inputs too, as the forward (templates/cuda/backward*.j2); masks over
+    # inputs by the builder's BlockMask
+    backward_expressions = "inputs"
 
     def expression_problems(self, spec):
         """Score and mask expressions compile for the forward, with or without inputs, on every

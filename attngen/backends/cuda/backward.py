@@ -15,9 +15,13 @@ _bwd_dq.
   shared memory as floats), every dtype and head dim that fits; no atomics, the same inputs give the
   same bits; _bwd_dq is one block per query tile computing dQ_i. Correct, not fast.
 
-Score and mask expressions of indices and s (issue 42) compile in both (`expression_sources`:
-score_expr, its derivative score_expr_ds, mask_expr per element and mask_expr_tile's tile and step
-skipping; docs/backward.md); expressions that read inputs are refused (plan.backward.problems).
+Score and mask expressions (issue 42) compile in both (`expression_sources`: score_expr, its
+derivative score_expr_ds, mask_expr per element and mask_expr_tile's tile and step skipping;
+docs/backward.md). A score that reads inputs takes them as the forward does (ExprInputs, the
+loaders, reads out of bounds reported in word kErrExprRead of the errors); a mask that reads
+inputs is the forward's BlockMask (expr_blockmask.MaskInputsKernel runs the `mask custom`
+backward); where both read inputs (the forward tests the mask per element) the backward is
+refused (backward_problems), as are `grad` inputs (plan.backward.problems).
 
 The runtime reads integer inputs (kv_lens, cu_seqlens) on the host and checks them with the
 forward's rules (runtime.launch.resolve): a device integer array costs a copy to the host and a
@@ -173,7 +177,15 @@ def family(plan: KernelPlan) -> str:
 
 def backward_problems(plan: KernelPlan) -> list[Problem]:
     """Why `plan`'s spec has no CUDA backward (empty: it has one)."""
-    out = neutral.problems(plan.spec, expressions="indices")  # (CudaBackend.backward_expressions)
+    from ...lang.expr import inputs_read
+    from ...plan.mask_inputs import reads_inputs
+    spec = plan.spec
+    out = neutral.problems(spec, expressions="inputs")  # (CudaBackend.backward_expressions)
+    if not out and reads_inputs(spec) and spec.score is not None and inputs_read(spec.score):
+        out.append(Problem("the mask expression and the score both read inputs: the cuda forward tests such a mask "
+                           "per element (no block-mask builder), which its backward kernels do not yet (issue 42)",
+                           key="mask.expr", hint="attngen.reference_backward computes the gradients; on wgsl the "
+                                                 "backward computes them"))
     if not out and plan.spec.options("cuda").get("backward") == "fast":
         why = _wgmma_refusal(plan)
         if why is not None:
@@ -256,11 +268,12 @@ def _wgmma_recompute(plan: KernelPlan) -> dict:
     """How the fast family recomputes P: recompute_both, P^T and dS^T in one pass once dP^T is done
     (a softcap or a score expression: dS needs the derivative at s), else P^T while dP^T runs; and
     the extra parameters (and arguments) of its recompute functions: the custom mask's, the query
-    head of a mask expression, the indices a score expression reads."""
+    head of a mask expression, the indices and inputs a score expression reads."""
     custom, score = plan.spec.mask.is_custom, plan.spec.score is not None
     head = custom or score or plan.mask.kind == "expr"
+    reads = bool(plan.spec.inputs)  # (only a score reads them here: backward_problems)
     extra = [(custom, "const Args&", "a"), (custom or score, "int", "b"), (head, "int", "h"),
-             (custom, "const unsigned*", "sbits"), (score, "int", "hk")]
+             (custom, "const unsigned*", "sbits"), (score, "int", "hk"), (reads, "const ExprInputs&", "in")]
     return {"recompute_both": plan.softcap is not None or score,
             "recompute_params": "".join(f", {t} {n}" for used, t, n in extra if used),
             "recompute_args": "".join(f", {n}" for used, _, n in extra if used)}
@@ -299,20 +312,35 @@ def render_backward(plan: KernelPlan) -> str:
 
 
 def expression_sources(plan: KernelPlan) -> dict:
-    """The backward templates' score and mask expressions (issue 42; expr.py), index-only: the
-    mask section's mask_expr and mask_expr_tile (as the forward's), and score_expr with its
-    derivative score_expr_ds, d score / d s (attngen.plan.expr_grad), for the recompute section;
-    the helpers they use before the first of them ("" where the spec has none)."""
+    """The backward templates' score and mask expressions (issue 42; expr.py): the mask section's
+    mask_expr and mask_expr_tile (as the forward's; index-only: backward_problems), and score_expr
+    with its derivative score_expr_ds, d score / d s (attngen.plan.expr_grad), for the recompute
+    section; the helpers they use, and the inputs' ExprInputs and loaders, before the first of them
+    ("" where the spec has none). A score that reads inputs takes them as the kernels' last
+    parameter, `const __grid_constant__ ExprInputs in` (dK/dV and dQ steps), passed down by
+    reference (in_param / in_arg; score_in and ds_in: the first argument of score_expr and
+    score_expr_ds where they read inputs); a read in score_expr_ds reports the site of the same read
+    in the score (expr.sites)."""
+    from ...lang.expr import Load, inputs_read, walk
     from ...plan.expr_grad import as_real, score_ds
     from . import expr as cuda_expr
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     ds = as_real(score_ds(spec.score)) if spec.score is not None else None
     helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score, ds))
-    # the backward refuses expressions that read inputs (plan.backward.problems): the mask
-    # section's input parameters stay off
+    helpers += cuda_expr.inputs_source(spec) + ("\n" if spec.inputs else "")
+    site_of = cuda_expr.site_numbers(spec)
+    found = cuda_expr.sites(spec)
+    for n in walk(ds) if ds is not None else ():
+        if isinstance(n, Load) and id(n) not in site_of:
+            site_of[id(n)] = next(at + 1 for at, (what, m) in enumerate(found) if what == "score" and m == n)
+    reads = bool(spec.inputs)
+    # the mask section's input parameters stay off: a mask over inputs runs as its BlockMask
     out = {"mask_expr_source": "", "score_expr_source": "", "mask_reads_inputs": False,
-           "score_reads_inputs": False, "expr_inputs_init": ""}
+           "score_reads_inputs": False, "expr_inputs_init": "",
+           "in_param": ", const ExprInputs& in" if reads else "", "in_arg": ", in" if reads else "",
+           "in_kernel_param": ", const __grid_constant__ ExprInputs in" if reads else "",
+           "score_in": "in, " if reads else "", "ds_in": "in, " if ds is not None and inputs_read(ds) else ""}
     if mask is not None:
         out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask") + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
@@ -322,8 +350,8 @@ def expression_sources(plan: KernelPlan) -> dict:
             "// the scaled score s = scale * q_i . k_j and the pair's indices (q and k 0-based, top-left, within the\n"
             "// sequence), and its derivative d score / d s (attngen.plan.expr_grad: simplified, with PyTorch's\n"
             "// subgradients where it is not differentiable), which multiplies dS_ij.\n"
-            + ("" if mask is not None else helpers) + cuda_expr.function("score_expr", spec.score, "score") + "\n"
-            + cuda_expr.function("score_expr_ds", ds, "d score / d s =") + "\n")
+            + ("" if mask is not None else helpers) + cuda_expr.function("score_expr", spec.score, "score", site_of)
+            + "\n" + cuda_expr.function("score_expr_ds", ds, "d score / d s =", site_of) + "\n")
     return out
 
 
@@ -406,16 +434,34 @@ def _strides3(t, packed: bool) -> tuple:
     return (0, t.strides[0], t.strides[1]) if packed else tuple(t.strides[:3])
 
 
+def _expr_inputs(spec, ptrs: dict, launch, errors: int, site0: int):
+    """The kernels' ExprInputs (expr.inputs_source: each input's address, the extents of the index
+    axes, the errors word and site0) as a ctypes struct, laid out as C lays out the struct."""
+    from .args import input_values
+    from .lower import EXTENTS
+    fields = [(i.name, ctypes.c_uint64) for i in spec.inputs] + [(f"ext_{x}", ctypes.c_int32) for x in EXTENTS]
+    struct = type("ExprInputs", (ctypes.Structure,), {"_fields_": fields + [("errors", ctypes.c_uint64),
+                                                                            ("site0", ctypes.c_int32)]})()
+    values = input_values(spec, launch, site0)
+    for i in spec.inputs:
+        setattr(struct, i.name, ptrs[f"input_{i.name}"])
+    for x in EXTENTS:
+        setattr(struct, f"ext_{x}", values[f"ext_{x}"])
+    struct.errors, struct.site0 = errors, values["expr_site0"]
+    return struct
+
+
 def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                 max_seqlen_q=None, max_seqlen_k=None):
+                 max_seqlen_q=None, max_seqlen_k=None, inputs=None):
     """(dq, dk, dv) of `kernel`'s attention (Kernel.backward's contract), in q's framework, on
-    the caller's current stream."""
+    the caller's current stream. `inputs`: the expression inputs by name, checked as the forward's
+    (args.device_inputs); a read out of an input's bounds is reported as the forward's."""
     from ...runtime.blockmask import BlockMask, check_against, mask_keys
     from ...runtime.launch import resolve
     from . import args as cuda_args
     from .devices import cupy_module
     from .kernel import _allocator, _as_tensor, _contiguous, _launch_stream, _row_major, _stream_getter
-    from .launch import pending, raise_pending
+    from .launch import error_flags, pending, raise_pending
     from .tensor_maps import TensorMapEncoder
     plan = kernel.plan
     found = backward_problems(plan)
@@ -455,6 +501,10 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         bm = mask if isinstance(mask, BlockMask) else cuda_args.build_block_mask(mask, plan.tile_q, plan.tile_kv, dev)
         check_against(bm, launch.batch, launch.heads_q, launch.len_q, launch.mask_lk, plan.tile_q, plan.tile_kv,
                       "cuda")
+    expr_keep = []
+    if plan.spec.inputs or inputs:
+        ptrs, expr_keep, _ = cuda_args.device_inputs(plan.spec, inputs or {}, launch, dev,
+                                                     f"kernel '{plan.spec.name}' (cuda) backward")
     fast = family(plan) == "wgmma"
     tq, kind = named["q"], named["q"].kind
     alloc = {name: _allocator(kind, dev, named[src].shape, plan.dtype, tq.dtype)
@@ -462,7 +512,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
     grads = {name: f(q) for name, f in alloc.items()}
     delta = _allocator(kind, dev, lse_shape, "f32", tq.dtype)(q)
     dq_accum = _allocator(kind, dev, named["q"].shape, "f32", tq.dtype)(q) if fast else None
-    keep = [named, grads, delta, dq_accum, bm]
+    keep = [named, grads, delta, dq_accum, bm, expr_keep]
     a = _Args()
     for name in ("q", "k", "v", "out", "dout", "lse"):
         setattr(a, name, named[name].ptr)
@@ -524,18 +574,26 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                      ("dkdv", (math.ceil(key_rows / cfg.tile), launch.heads_kv, launch.batch), cfg.smem_bytes),
                      ("dq", (math.ceil(launch.len_q / cfg.tile), launch.heads_q, launch.batch), cfg.smem_bytes))
         params = (ctypes.c_void_p * 1)(ctypes.addressof(a))
-        params_dkdv = params
+        # the score's inputs: the last parameter of the dK/dV and dQ steps (the fast family's dQ step
+        # only converts)
+        expr_in = _expr_inputs(plan.spec, ptrs, launch, error_flags(cupy, dev).ptr,
+                               getattr(kernel, "_site0", 0)) if plan.spec.inputs else None
+        keep.append(expr_in)  # (its memory is the launches' parameter until they are queued)
+        ein = () if expr_in is None else (ctypes.addressof(expr_in),)
+        params_dq = params if fast else (ctypes.c_void_p * (1 + len(ein)))(ctypes.addressof(a), *ein)
+        params_dkdv = params_dq
         if fast:  # dkdv adds dQ into its accumulator through a tensor map (tensor_maps.py)
             dq_map = TensorMapEncoder("dq_accum", (1, *named["q"].shape) if packed else tuple(named["q"].shape),
                                       (0, *_row_major(named["q"].shape)) if packed else _row_major(named["q"].shape),
                                       "f32", WGMMA_ROWS, box_cols=32)
             keep.append(dq_map)
-            params_dkdv = (ctypes.c_void_p * 2)(ctypes.addressof(a), dq_map.encode(a.dq_accum))
+            params_dkdv = (ctypes.c_void_p * (2 + len(ein)))(ctypes.addressof(a), dq_map.encode(a.dq_accum), *ein)
         for step, grid, smem in grids:
             if min(grid) <= 0:
                 continue
+            chosen = {"dkdv": params_dkdv, "dq": params_dq}.get(step, params)
             cupy.cuda.driver.launchKernel(fns[step].ptr, *grid, THREADS, 1, 1, smem, stream,
-                                          ctypes.addressof(params_dkdv if step == "dkdv" else params), 0)
+                                          ctypes.addressof(chosen), 0)
     del keep  # (the launches are queued; torch's and CuPy's allocators order later reuse on the stream)
     return grads["dq"], grads["dk"], grads["dv"]
 
