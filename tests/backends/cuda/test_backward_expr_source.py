@@ -1,8 +1,8 @@
 """The CUDA backward of score and mask expressions over indices (issue 42; docs/backward.md), without
 a GPU: both families' sources for expression specs compile (nvcc -cubin, sm_90a, and sm_80 for the
 deterministic family) without a warning and hold the expression functions (mask_expr,
-mask_expr_tile, score_expr, score_expr_ds); `attngen check`'s lines; expressions that read inputs
-stay refused. The deterministic family's results are checked on the CPU by
+mask_expr_tile, score_expr, score_expr_ds), scores that read inputs too; `attngen check`'s lines;
+what stays refused (`grad` inputs; a mask and a score that both read inputs). The deterministic family's results are checked on the CPU by
 tests/backends/cuda/test_backward_emulated.py; both families on a GPU by
 tests/equivalence/test_backward_cuda_expr.py."""
 
@@ -39,6 +39,11 @@ CASES = [
     ("cuda-sm90", "fma", "64", "bf16", "custom", GATED, "target cuda { backward=deterministic }"),
     ("cuda-sm80", "fma", "64", "f32", GRID, ALIBI, ""),
     ("cuda-sm80", "fma", "qk=48 v=32", "f16", "k <= q && q - k < 64", "5 * tanh(s / 4.5)", ""),
+    # scores that read inputs (ExprInputs, the kernels' last parameter): ALiBi, and a derivative that reads them
+    ("cuda-sm90", "wgmma", "64", "bf16", "k <= q", "s * slopes[h] + bias[b, h, q, k]",
+     "input slopes[h] bf16\ninput bias[b, h, q, k] f16"),
+    ("cuda-sm90", "fma", "64", "f16", "causal", "s - slopes[h] * abs(q - k)",
+     "input slopes[h] f32\ntarget cuda { backward=deterministic }"),
 ]
 
 
@@ -60,7 +65,11 @@ def test_expression_backward_compiles(case):
         assert "int mask_expr_tile(" in source
     if score is not None:
         assert f"// score {score}\n" in source and "// d score / d s = " in source
-        assert "float score_expr_ds(float s, int b, int h, int hkv, int q, int k, int Lq, int Lk)" in source
+        reads = "s * slopes[h]" in score  # (then score_expr_ds reads them too: d/ds = slopes[h])
+        assert ("float score_expr_ds(" + ("const ExprInputs& in, " if reads else "")
+                + "float s, int b, int h, int hkv, int q, int k, int Lq, int Lk)") in source
+        if "input" in extra:  # the dK/dV and dQ steps take the inputs as their last parameter
+            assert source.count(", const __grid_constant__ ExprInputs in) {") == (1 if family == "wgmma" else 2)
         assert f"score {score}; " in source.split("\n*/")[0].replace("\n", " ").replace("//", "")  # the header
     arch = plan.details.arch
     tmp = tempfile.mkdtemp()
@@ -92,10 +101,22 @@ def test_check_describes_the_expression_backward():
         assert "backward: none" not in text
 
 
-def test_expressions_that_read_inputs_stay_refused_in_the_backward():
-    spec = spec_of("head_dim 64\ndtype f16\ninput slopes[h] f32\nscore s - slopes[h] * abs(q - k)", name="e")
-    assert get("cuda").expression_problems(spec) == []  # the forward compiles it (tests/equivalence/test_cuda_inputs.py)
+def test_the_backward_of_inputs_and_what_stays_refused():
+    """A score that reads inputs has a cuda backward (both families), a mask over inputs the `mask
+    custom` one (the builder's BlockMask); `grad` inputs, and a mask and a score that both read
+    inputs (the forward tests such a mask per element), are refused with the reason."""
     from attngen.plan.backward import problems
-    msgs = [p.message for p in problems(spec, expressions=get("cuda").backward_expressions)]
-    assert msgs == ["the score expression reads inputs (slopes): the backward kernels do not take inputs yet "
-                    "(issue 42)"]
+    cuda = get("cuda")
+    alibi = spec_of("head_dim 64\ndtype f16\ninput slopes[h] f32\nscore s - slopes[h] * abs(q - k)", name="e")
+    assert problems(alibi, expressions=cuda.backward_expressions) == []
+    assert backward.backward_problems(attngen.lower(alibi, "cuda", "cuda-sm90")) == []
+    docs = spec_of("head_dim 64\ndtype f16\ninput doc[b, q] i32\nmask k <= q && doc[b, q] == doc[b, k]", name="e")
+    assert problems(docs, expressions=cuda.backward_expressions) == []
+    grad = spec_of("head_dim 64\ndtype f16\ninput t[h] f32 grad\nscore s + t[h]", name="e")
+    assert [p.message for p in problems(grad, expressions=cuda.backward_expressions)] == [
+        "the gradient of `grad` input t is not computed by the backward kernels yet (issue 42)"]
+    both = spec_of("head_dim 64\ndtype f16\ninput doc[b, q] i32\ninput slopes[h] f32\n"
+                   "score s - slopes[h] * abs(q - k)\nmask k <= q && doc[b, q] == doc[b, k]", name="e")
+    msgs = [p.message for p in backward.backward_problems(attngen.lower(both, "cuda", "cuda-sm90"))]
+    assert msgs == ["the mask expression and the score both read inputs: the cuda forward tests such a mask per "
+                    "element (no block-mask builder), which its backward kernels do not yet (issue 42)"]
