@@ -7,7 +7,7 @@ holes (query steps and key tiles it hides between visible ones); f16 and bf16, l
 300 with Lq != Lk, GQA groups of 3, kv_lens with inf / NaN past them, packed sequences, rows that
 see no key, a hidden key holding NaN; expressions that read inputs (ALiBi's slopes[h], a relative
 table, a derivative that reads inputs, masks over inputs by the builder: document ids, prefix-LM
-with kv_lens) and a read out of bounds. Needs a GPU (the fast family a Hopper one: those cases skip
+with kv_lens; a mask and a score that both read inputs, per element) and a read out of bounds. Needs a GPU (the fast family a Hopper one: those cases skip
 elsewhere); tests/backends/cuda/test_backward_expr_source.py compiles the sources anywhere and
 tests/backends/cuda/test_backward_emulated.py runs the deterministic one on the CPU."""
 
@@ -136,6 +136,12 @@ INPUT_SPECS = {
                   lambda rng, b, lq, lk, hq: {"doc": np.sort(rng.integers(0, 4, (b, lq)), axis=1).astype(np.int32)}),
     "prefix-lm": ("input prefix[b] i32\nmask k <= q || k < prefix[b]",
                   lambda rng, b, lq, lk, hq: {"prefix": rng.integers(0, lk, b).astype(np.int32)}),
+    # both read inputs: the kernel tests the mask per element (no builder), as its forward does
+    "documents and alibi": ("input doc[b, q] i32\ninput slopes[h] f32\nscore s - slopes[h] * abs(q - k)\n"
+                            "mask k <= q && doc[b, q] == doc[b, k]",
+                            lambda rng, b, lq, lk, hq: {
+                                "doc": np.sort(rng.integers(0, 4, (b, lq)), axis=1).astype(np.int32),
+                                "slopes": rng.random(hq).astype(np.float32)}),
 }
 
 
@@ -145,11 +151,13 @@ def _input_spec(name, family, dtype="f16", head_dim=64):
 
 
 def _device_inputs(spec, arrays: dict) -> dict:
-    """A score's inputs on the GPU (the CudaKernel reads them there); a mask's as numpy arrays (the
-    builder's cache digests them)."""
+    """A score's inputs on the GPU (the CudaKernel reads them there); a mask's alone as numpy arrays
+    (the builder's cache digests them)."""
     import cupy
+    from attngen.lang.expr import inputs_read
     from attngen.plan.mask_inputs import reads_inputs
-    return arrays if reads_inputs(spec) else {n: cupy.asarray(a) for n, a in arrays.items()}
+    by_builder = reads_inputs(spec) and not (spec.score is not None and inputs_read(spec.score))
+    return arrays if by_builder else {n: cupy.asarray(a) for n, a in arrays.items()}
 
 
 INPUT_CASES = [(name, family) for name in INPUT_SPECS for family in FAMILIES]
@@ -159,7 +167,10 @@ INPUT_CASES = [(name, family) for name in INPUT_SPECS for family in FAMILIES]
 def test_inputs_match_reference(case):
     """Odd lengths, Lq != Lk, GQA groups of 3 (6 query heads, 2 KV heads), f16 and bf16."""
     name, family = case
-    for i, (b, lq, lk) in enumerate(((1, 257, 300), (2, 7, 113), (2, 113, 7))):
+    shapes = ((1, 257, 300), (2, 7, 113), (2, 113, 7))
+    if "doc" in INPUT_SPECS[name][0]:  # doc[b, q] is read at k too: Lq = Lk
+        shapes = ((1, 257, 257), (2, 7, 7), (2, 113, 113))
+    for i, (b, lq, lk) in enumerate(shapes):
         spec = _input_spec(name, family, "f16" if i % 2 == 0 else "bf16")
         _kernel(spec, family)
         rng = np.random.default_rng(lq + lk)

@@ -17,11 +17,11 @@ _bwd_dq.
 
 Score and mask expressions (issue 42) compile in both (`expression_sources`: score_expr, its
 derivative score_expr_ds, mask_expr per element and mask_expr_tile's tile and step skipping;
-docs/backward.md). A score that reads inputs takes them as the forward does (ExprInputs, the
+docs/backward.md). Expressions that read inputs take them as the forward does (ExprInputs, the
 loaders, reads out of bounds reported in word kErrExprRead of the errors); a mask that reads
-inputs is the forward's BlockMask (expr_blockmask.MaskInputsKernel runs the `mask custom`
-backward); where both read inputs (the forward tests the mask per element) the backward is
-refused (backward_problems), as are `grad` inputs (plan.backward.problems).
+inputs, where the score reads none, is the forward's BlockMask (expr_blockmask.MaskInputsKernel
+runs the `mask custom` backward), else tested per element as the forward does. `grad` inputs are
+refused (plan.backward.problems).
 
 The runtime reads integer inputs (kv_lens, cu_seqlens) on the host and checks them with the
 forward's rules (runtime.launch.resolve): a device integer array costs a copy to the host and a
@@ -177,15 +177,7 @@ def family(plan: KernelPlan) -> str:
 
 def backward_problems(plan: KernelPlan) -> list[Problem]:
     """Why `plan`'s spec has no CUDA backward (empty: it has one)."""
-    from ...lang.expr import inputs_read
-    from ...plan.mask_inputs import reads_inputs
-    spec = plan.spec
-    out = neutral.problems(spec, expressions="inputs")  # (CudaBackend.backward_expressions)
-    if not out and reads_inputs(spec) and spec.score is not None and inputs_read(spec.score):
-        out.append(Problem("the mask expression and the score both read inputs: the cuda forward tests such a mask "
-                           "per element (no block-mask builder), which its backward kernels do not yet (issue 42)",
-                           key="mask.expr", hint="attngen.reference_backward computes the gradients; on wgsl the "
-                                                 "backward computes them"))
+    out = neutral.problems(plan.spec, expressions="inputs")  # (CudaBackend.backward_expressions)
     if not out and plan.spec.options("cuda").get("backward") == "fast":
         why = _wgmma_refusal(plan)
         if why is not None:
@@ -271,7 +263,8 @@ def _wgmma_recompute(plan: KernelPlan) -> dict:
     head of a mask expression, the indices and inputs a score expression reads."""
     custom, score = plan.spec.mask.is_custom, plan.spec.score is not None
     head = custom or score or plan.mask.kind == "expr"
-    reads = bool(plan.spec.inputs)  # (only a score reads them here: backward_problems)
+    from ...lang.expr import inputs_read
+    reads = score and bool(inputs_read(plan.spec.score))  # (a mask's inputs: the Mask's copy)
     extra = [(custom, "const Args&", "a"), (custom or score, "int", "b"), (head, "int", "h"),
              (custom, "const unsigned*", "sbits"), (score, "int", "hk"), (reads, "const ExprInputs&", "in")]
     return {"recompute_both": plan.softcap is not None or score,
@@ -313,14 +306,14 @@ def render_backward(plan: KernelPlan) -> str:
 
 def expression_sources(plan: KernelPlan) -> dict:
     """The backward templates' score and mask expressions (issue 42; expr.py): the mask section's
-    mask_expr and mask_expr_tile (as the forward's; index-only: backward_problems), and score_expr
-    with its derivative score_expr_ds, d score / d s (attngen.plan.expr_grad), for the recompute
-    section; the helpers they use, and the inputs' ExprInputs and loaders, before the first of them
-    ("" where the spec has none). A score that reads inputs takes them as the kernels' last
-    parameter, `const __grid_constant__ ExprInputs in` (dK/dV and dQ steps), passed down by
-    reference (in_param / in_arg; score_in and ds_in: the first argument of score_expr and
-    score_expr_ds where they read inputs); a read in score_expr_ds reports the site of the same read
-    in the score (expr.sites)."""
+    mask_expr and mask_expr_tile (as the forward's), and score_expr with its derivative
+    score_expr_ds, d score / d s (attngen.plan.expr_grad), for the recompute section; the helpers
+    they use, and the inputs' ExprInputs and loaders, before the first of them ("" where the spec
+    has none). Expressions that read inputs take them as the kernels' last parameter, `const
+    __grid_constant__ ExprInputs in` (dK/dV and dQ steps), passed down by reference (in_param /
+    in_arg; the Mask holds a copy where the mask reads them, as the forward's; score_in and ds_in:
+    the first argument of score_expr and score_expr_ds where they read inputs); a read in
+    score_expr_ds reports the site of the same read in the score (expr.sites)."""
     from ...lang.expr import Load, inputs_read, walk
     from ...plan.expr_grad import as_real, score_ds
     from . import expr as cuda_expr
@@ -335,14 +328,15 @@ def expression_sources(plan: KernelPlan) -> dict:
         if isinstance(n, Load) and id(n) not in site_of:
             site_of[id(n)] = next(at + 1 for at, (what, m) in enumerate(found) if what == "score" and m == n)
     reads = bool(spec.inputs)
-    # the mask section's input parameters stay off: a mask over inputs runs as its BlockMask
-    out = {"mask_expr_source": "", "score_expr_source": "", "mask_reads_inputs": False,
+    out = {"mask_expr_source": "", "score_expr_source": "", "mask_reads_inputs": mask is not None and bool(
+               inputs_read(mask)),
            "score_reads_inputs": False, "expr_inputs_init": "",
            "in_param": ", const ExprInputs& in" if reads else "", "in_arg": ", in" if reads else "",
            "in_kernel_param": ", const __grid_constant__ ExprInputs in" if reads else "",
-           "score_in": "in, " if reads else "", "ds_in": "in, " if ds is not None and inputs_read(ds) else ""}
+           "score_in": "in, " if spec.score is not None and inputs_read(spec.score) else "",
+           "ds_in": "in, " if ds is not None and inputs_read(ds) else ""}
     if mask is not None:
-        out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask") + "\n"
+        out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask", site_of) + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
     if spec.score is not None:
         out["score_expr_source"] = (

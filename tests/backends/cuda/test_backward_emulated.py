@@ -69,7 +69,7 @@ extern "C" void run_step(int step, const Args* a, int gx, int gy, int gz, int sm
 def _library(plan, tmp_dir):
     source = bw.render_backward(plan)
     run = RUN
-    if plan.spec.inputs:  # the score's inputs: the steps' last parameter (an ExprInputs)
+    if plan.spec.inputs:  # the expressions' inputs: the steps' last parameter (an ExprInputs)
         run = (RUN.replace("const Args* a,", "const Args* a, const ExprInputs* in,")
                .replace("smem.data());", "smem.data(), *in);"))
     source = SHIM + source[: source.index("// The entry points")] + run
@@ -234,7 +234,7 @@ def test_expression_tiles_skipped(tmp_path):
                tmp_path)
 
 
-# Scores that read inputs (issue 42): ExprInputs as the steps' last parameter, the loaders on the host.
+# Expressions that read inputs (issue 42): ExprInputs as the steps' last parameter, the loaders on the host.
 INPUTS = [
     ("input slopes[h] f32\n score s - slopes[h] * abs(q - k)\n mask causal",
      lambda rng, b, lq, lk, hq: {"slopes": rng.random(hq).astype(np.float32)}),
@@ -243,16 +243,27 @@ INPUTS = [
     ("input slopes[h] f32\n input bias[b, h, q, k] f16\n score s * slopes[h] + bias[b, h, q, k]\n mask k < q",
      lambda rng, b, lq, lk, hq: {"slopes": (rng.random(hq) + 0.5).astype(np.float32),
                                  "bias": rng.standard_normal((b, hq, lq, lk)).astype(np.float16)}),
+    # masks over inputs tested per element (the kernel of the spec itself; compile() runs the builder
+    # + mask custom where the score reads none)
+    ("input prefix[b] i32\n input slopes[h] f32\n score s - slopes[h] * abs(q - k)\n mask k <= q || k < prefix[b]",
+     lambda rng, b, lq, lk, hq: {"prefix": rng.integers(0, lk, b).astype(np.int32),
+                                 "slopes": rng.random(hq).astype(np.float32)}),
+    ("input doc[b, q] i32\n mask k <= q && doc[b, q] == doc[b, k]",
+     lambda rng, b, lq, lk, hq: {"doc": np.sort(rng.integers(0, 4, (b, lq)), axis=1).astype(np.int32)}),
 ]
 
 
 @pytest.mark.parametrize("case", range(len(INPUTS)))
-def test_scores_that_read_inputs(case, tmp_path):
-    """GQA 3, Lq != Lk both ways, kv_lens with inf / NaN past them; no read out of bounds reported."""
+def test_expressions_that_read_inputs(case, tmp_path):
+    """GQA 3, Lq != Lk both ways (Lq = Lk for document ids), kv_lens with inf / NaN past them; no
+    read out of bounds reported."""
     lines, make = INPUTS[case]
     body = f"head_dim 16\n dtype f32\n {lines}\n"
     rng = np.random.default_rng(case)
-    for b, lq, lk, lens in ((2, 37, 50, None), (2, 50, 7, None), (2, 7, 40, [0, 23])):
+    shapes = ((2, 37, 50, None), (2, 50, 7, None), (2, 7, 40, [0, 23]))
+    if "doc" in lines:  # doc[b, q] is read at k too: Lq = Lk
+        shapes = ((2, 37, 37, None), (2, 40, 40, [0, 23]))
+    for b, lq, lk, lens in shapes:
         errors = np.zeros(8, np.int32)
         got = _check(body, [(b, lq, 6, 16), (b, lk, 2, 16), (b, lk, 2, 16)], tmp_path, seed=lq,
                      inputs=make(rng, b, lq, lk, 6), errors=errors, poison=lens is not None,

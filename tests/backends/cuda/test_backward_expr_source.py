@@ -2,7 +2,7 @@
 a GPU: both families' sources for expression specs compile (nvcc -cubin, sm_90a, and sm_80 for the
 deterministic family) without a warning and hold the expression functions (mask_expr,
 mask_expr_tile, score_expr, score_expr_ds), scores that read inputs too; `attngen check`'s lines;
-what stays refused (`grad` inputs; a mask and a score that both read inputs). The deterministic family's results are checked on the CPU by
+what stays refused (`grad` inputs). The deterministic family's results are checked on the CPU by
 tests/backends/cuda/test_backward_emulated.py; both families on a GPU by
 tests/equivalence/test_backward_cuda_expr.py."""
 
@@ -44,6 +44,9 @@ CASES = [
      "input slopes[h] bf16\ninput bias[b, h, q, k] f16"),
     ("cuda-sm90", "fma", "64", "f16", "causal", "s - slopes[h] * abs(q - k)",
      "input slopes[h] f32\ntarget cuda { backward=deterministic }"),
+    # a mask and a score that both read inputs: the mask tested per element, as the forward does
+    ("cuda-sm90", "wgmma", "64", "f16", "k <= q && doc[b, q] == doc[b, k]", "s - slopes[h] * abs(q - k)",
+     "input doc[b, q] i32\ninput slopes[h] f32"),
 ]
 
 
@@ -61,7 +64,8 @@ def test_expression_backward_compiles(case):
     assert backward.family(plan) == family
     source = get("cuda").helper_sources(plan)["backward"]
     if mask not in (None, "causal", "custom"):
-        assert "bool mask_expr(int b, int h, int hkv, int q, int k, int Lq, int Lk)" in source
+        assert ("bool mask_expr(" + ("const ExprInputs& in, " if "doc" in mask else "")
+                + "int b, int h, int hkv, int q, int k, int Lq, int Lk)") in source
         assert "int mask_expr_tile(" in source
     if score is not None:
         assert f"// score {score}\n" in source and "// d score / d s = " in source
@@ -103,8 +107,8 @@ def test_check_describes_the_expression_backward():
 
 def test_the_backward_of_inputs_and_what_stays_refused():
     """A score that reads inputs has a cuda backward (both families), a mask over inputs the `mask
-    custom` one (the builder's BlockMask); `grad` inputs, and a mask and a score that both read
-    inputs (the forward tests such a mask per element), are refused with the reason."""
+    custom` one (the builder's BlockMask), a mask and a score that both read inputs the per-element
+    one (as the forward); `grad` inputs are refused with the reason."""
     from attngen.plan.backward import problems
     cuda = get("cuda")
     alibi = spec_of("head_dim 64\ndtype f16\ninput slopes[h] f32\nscore s - slopes[h] * abs(q - k)", name="e")
@@ -117,6 +121,4 @@ def test_the_backward_of_inputs_and_what_stays_refused():
         "the gradient of `grad` input t is not computed by the backward kernels yet (issue 42)"]
     both = spec_of("head_dim 64\ndtype f16\ninput doc[b, q] i32\ninput slopes[h] f32\n"
                    "score s - slopes[h] * abs(q - k)\nmask k <= q && doc[b, q] == doc[b, k]", name="e")
-    msgs = [p.message for p in backward.backward_problems(attngen.lower(both, "cuda", "cuda-sm90"))]
-    assert msgs == ["the mask expression and the score both read inputs: the cuda forward tests such a mask per "
-                    "element (no block-mask builder), which its backward kernels do not yet (issue 42)"]
+    assert backward.backward_problems(attngen.lower(both, "cuda", "cuda-sm90")) == []
