@@ -22,8 +22,8 @@ each entry. attngen.reference_backward computes every such gradient. What a targ
 kernels compile, its backend says (Backend.backward_expressions, `problems`' `expressions`):
 "indices" (expressions of indices and s; a mask that reads inputs runs as the forward's
 block-mask builder, then the backward of the `mask custom` kernel with that BlockMask,
-attngen/plan/mask_inputs.py), or "inputs" (also a score expression that reads inputs, taken as
-the forward takes them). No target computes the gradients of `grad` inputs yet.
+attngen/plan/mask_inputs.py), "inputs" (also a score expression that reads inputs, taken as the
+forward takes them) or "grads" (also the gradients of `grad` inputs: a fourth value).
 
 P is recomputed from lse in steps 2 and 3 (nothing L x L is stored: the workspace is D, B x Hq x Lq
 floats). A row that saw no key (lse = -inf) has P = 0: no gradient flows through it; a key a row
@@ -43,7 +43,7 @@ def problems(spec: AttentionSpec, expressions: bool | str = False) -> list[Probl
     """Why `spec` has no backward (empty: it has one) on a target whose backward kernels compile
     `expressions` (Backend.backward_expressions): False, none; "indices" (or True), expressions of
     indices and s, and masks that read inputs (the builder's BlockMask + `mask custom`);
-    "inputs", also score expressions that read inputs. `grad` inputs are refused everywhere."""
+    "inputs", also score expressions that read inputs; "grads", also `grad` inputs."""
     from ..lang.expr import inputs_read
     out = []
     if spec.kv_cache.kind == "paged":
@@ -60,14 +60,14 @@ def problems(spec: AttentionSpec, expressions: bool | str = False) -> list[Probl
                                 "targets whose backward compiles expressions"))
         return out
     read = inputs_read(spec.score) if spec.score is not None else set()
-    if read and expressions != "inputs":
+    if read and expressions not in ("inputs", "grads"):
         out.append(Problem(f"the score expression reads inputs ({', '.join(sorted(read))}): this target's backward "
                            "kernels do not take inputs yet (issue 42)", key="score.expr",
                            hint="attngen.reference_backward computes the gradients, of `grad` inputs too"))
     grads = [i.name for i in spec.inputs if i.grad]
-    if grads and not out:
+    if grads and not out and expressions != "grads":
         out.append(Problem(f"the gradient of `grad` input{'s' if len(grads) > 1 else ''} {', '.join(grads)} is not "
-                           "computed by the backward kernels yet (issue 42)", key="input",
+                           "computed by this target's backward kernels yet (issue 42)", key="input",
                            hint="attngen.reference_backward returns it (a fourth value); drop `grad` to train the "
                                 "rest with this target"))
     return out

@@ -21,7 +21,7 @@ from attngen.backends.cuda import backward as cuda_backward
 from attngen.reference import relative_error, tolerance
 
 from conftest import kernel_for, require, spec_of
-from test_backward_cuda import _ints, _rand, check_backward, check_packed
+from test_backward_cuda import _ints, _np, _rand, check_backward, check_packed
 
 ALIBI = ("k <= q", "s - 0.25 * abs(q - k)")
 EXPRESSIONS = {
@@ -215,3 +215,50 @@ def test_a_read_out_of_bounds_in_the_backward_is_raised():
     assert pending()
     with pytest.raises(LaunchError, match=r"the score expression read input 't' out of its bounds in t\[q - k\]"):
         kernel.backward(q, q, q, out, lse, out, t=t)
+
+
+# ---- `grad` inputs (the fast family): the fourth value, against reference_backward's -------------------
+
+GRAD_CASES = [
+    # (id, spec lines, inputs (rng, b, lq, lk, hq))
+    ("relative table", "input table[h, 41] f32 grad\nscore s + table[h, clamp(k - q, -20, 20) + 20]\nmask causal",
+     lambda rng, b, lq, lk, hq: {"table": rng.standard_normal((hq, 41)).astype(np.float32)}),
+    ("slopes and a full bias", "input slopes[h] f32 grad\ninput bias[b, h, q, k] f16 grad\n"
+     "score s * slopes[h] + bias[b, h, q, k]\nmask k < q",  # row 0 sees no key: its bias gets 0
+     lambda rng, b, lq, lk, hq: {"slopes": (rng.random(hq) + 0.5).astype(np.float32),
+                                 "bias": rng.standard_normal((b, hq, lq, lk)).astype(np.float16)}),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c[0])
+def test_grad_inputs(case):
+    """Odd lengths, Lq != Lk, GQA 3, kv_lens (keys past them read no entry): dq, dk, dv as the
+    reference's, and each grad input's f32 gradient (atomicAdd: in no fixed order) within twice the
+    forward's tolerance of the reference's."""
+    from conftest import to_device
+    name, lines, make = case
+    for i, (b, lq, lk, lens) in enumerate(((1, 257, 300, None), (2, 113, 7, None), (3, 70, 130, [130, 1, 77]))):
+        spec = spec_of(f"head_dim 64\ndtype {'f16' if i % 2 == 0 else 'bf16'}\n{lines}\n")
+        kernel = _kernel(spec, "fast")
+        import cupy
+        rng = np.random.default_rng(lq + lk)
+        arrays = make(rng, b, lq, lk, 6)
+        q, k, v = _qkv(spec, rng, b, lq, lk)
+        dout = _rand(rng, b, lq, 6, 64)
+        extra = {} if lens is None else {"kv_lens": np.asarray(lens, np.int32)}
+        call = {**{n: cupy.asarray(a) for n, a in arrays.items()}, **({"kv_lens": _ints(lens)} if lens else {})}
+        qd, kd, vd, dout_d = to_device("cuda", spec.dtype, q, k, v, dout)
+        out, lse = kernel(qd, kd, vd, return_lse=True, **call)
+        got = kernel.backward(qd, kd, vd, out, lse, dout_d, **call)
+        ref = attngen.reference_backward(spec, q, k, v, dout, **arrays, **extra)
+        assert len(got) == 4 and set(got[3]) == set(ref[3])
+        bound = 2 * tolerance(spec)
+        for what, g, r in zip(("dq", "dk", "dv"), got[:3], ref[:3]):
+            err = relative_error(_np(g), r)
+            assert err <= bound, f"{what}: {err:.3g}"
+        for n, g in got[3].items():  # (q's framework: torch for bf16)
+            assert str(g.dtype).endswith("float32") and tuple(g.shape) == arrays[n].shape
+            err = relative_error(_np(g), ref[3][n])
+            assert err <= bound, f"{n}: {err:.3g}"
+        if "k < q" in lines:
+            assert not _np(got[0])[:, 0].any() and not _np(got[3]["bias"])[:, :, 0].any()

@@ -73,7 +73,7 @@ def test_kv_lens_and_a_row_that_sees_nothing():
 def test_refusals_stay_clear():
     grads = spec_of("head_dim 16\n dtype f32\n input t[h] f32 grad\n score s + t[h]")
     msgs = [p.message for p in problems(grads, expressions="inputs")]
-    assert msgs == ["the gradient of `grad` input t is not computed by the backward kernels yet (issue 42)"]
+    assert msgs == ["the gradient of `grad` input t is not computed by this target's backward kernels yet (issue 42)"]
     reads = spec_of("head_dim 16\n dtype f32\n input t[h] f32\n score s + t[h]")
     assert problems(reads, expressions="inputs") == []
     assert [p.message for p in problems(reads, expressions="indices")] == [

@@ -43,9 +43,9 @@ class CudaBackend(Backend):
     device_name = "CUDA GPU (with CuPy)"
     source_suffix = "cu"
 
-    # expressions, scores that read inputs too, as the forward (templates/cuda/backward*.j2); masks over
-    # inputs by the builder's BlockMask
-    backward_expressions = "inputs"
+    # expressions, those that read inputs too, as the forward (templates/cuda/backward*.j2; masks over
+    # inputs by the builder's BlockMask), and `grad` inputs (the fast family: backward.backward_problems)
+    backward_expressions = "grads"
 
     def expression_problems(self, spec):
         """Score and mask expressions compile for the forward, with or without inputs, on every

@@ -177,12 +177,20 @@ def family(plan: KernelPlan) -> str:
 
 def backward_problems(plan: KernelPlan) -> list[Problem]:
     """Why `plan`'s spec has no CUDA backward (empty: it has one)."""
-    out = neutral.problems(plan.spec, expressions="inputs")  # (CudaBackend.backward_expressions)
+    out = neutral.problems(plan.spec, expressions="grads")  # (CudaBackend.backward_expressions)
     if not out and plan.spec.options("cuda").get("backward") == "fast":
         why = _wgmma_refusal(plan)
         if why is not None:
             out.append(Problem(f"backward=fast (the wgmma family, atomic dQ): {why}", key="target.cuda",
                                hint="leave backward=auto: the deterministic family computes every spec"))
+    grads = [i.name for i in plan.spec.inputs if i.grad]
+    if not out and grads and family(plan) == "fma":
+        why = _wgmma_refusal(plan) or "the spec asks for backward=deterministic"
+        out.append(Problem(f"the gradient of `grad` input{'s' if len(grads) > 1 else ''} {', '.join(grads)} is summed "
+                           "with atomics, in no fixed order, which the deterministic family does not do; the fast "
+                           f"family computes it, but not this spec ({why})", key="input",
+                           hint="on cuda-sm90 with f16 / bf16 and head dim 64 or 128, leave backward=auto; "
+                                "attngen.reference_backward computes it everywhere"))
     if not out and family(plan) == "fma":
         try:
             backward_config(plan)
@@ -260,13 +268,16 @@ def _wgmma_recompute(plan: KernelPlan) -> dict:
     """How the fast family recomputes P: recompute_both, P^T and dS^T in one pass once dP^T is done
     (a softcap or a score expression: dS needs the derivative at s), else P^T while dP^T runs; and
     the extra parameters (and arguments) of its recompute functions: the custom mask's, the query
-    head of a mask expression, the indices and inputs a score expression reads."""
+    head of a mask expression, the indices and inputs a score expression reads, the `grad` inputs'
+    gradients."""
     custom, score = plan.spec.mask.is_custom, plan.spec.score is not None
     head = custom or score or plan.mask.kind == "expr"
     from ...lang.expr import inputs_read
     reads = score and bool(inputs_read(plan.spec.score))  # (a mask's inputs: the Mask's copy)
+    grads = any(i.grad for i in plan.spec.inputs)
     extra = [(custom, "const Args&", "a"), (custom or score, "int", "b"), (head, "int", "h"),
-             (custom, "const unsigned*", "sbits"), (score, "int", "hk"), (reads, "const ExprInputs&", "in")]
+             (custom, "const unsigned*", "sbits"), (score, "int", "hk"), (reads, "const ExprInputs&", "in"),
+             (grads, "const ExprGrads&", "grads")]
     return {"recompute_both": plan.softcap is not None or score,
             "recompute_params": "".join(f", {t} {n}" for used, t, n in extra if used),
             "recompute_args": "".join(f", {n}" for used, _, n in extra if used)}
@@ -317,10 +328,11 @@ def expression_sources(plan: KernelPlan) -> dict:
     from ...lang.expr import Load, inputs_read, walk
     from ...plan.expr_grad import as_real, score_ds
     from . import expr as cuda_expr
+    from . import expr_grads
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     ds = as_real(score_ds(spec.score)) if spec.score is not None else None
-    helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score, ds))
+    helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score, ds, *expr_grads.derivatives(spec)))
     helpers += cuda_expr.inputs_source(spec) + ("\n" if spec.inputs else "")
     site_of = cuda_expr.site_numbers(spec)
     found = cuda_expr.sites(spec)
@@ -335,6 +347,9 @@ def expression_sources(plan: KernelPlan) -> dict:
            "in_kernel_param": ", const __grid_constant__ ExprInputs in" if reads else "",
            "score_in": "in, " if spec.score is not None and inputs_read(spec.score) else "",
            "ds_in": "in, " if ds is not None and inputs_read(ds) else ""}
+    grads = any(i.grad for i in spec.inputs)  # (the fast family: expr_grads.py; the fma one refuses them)
+    out.update(grads_param=", const ExprGrads& grads" if grads else "", grads_arg=", grads" if grads else "",
+               grads_kernel_param=", const __grid_constant__ ExprGrads grads" if grads else "")
     if mask is not None:
         out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask", site_of) + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
@@ -345,7 +360,8 @@ def expression_sources(plan: KernelPlan) -> dict:
             "// sequence), and its derivative d score / d s (attngen.plan.expr_grad: simplified, with PyTorch's\n"
             "// subgradients where it is not differentiable), which multiplies dS_ij.\n"
             + ("" if mask is not None else helpers) + cuda_expr.function("score_expr", spec.score, "score", site_of)
-            + "\n" + cuda_expr.function("score_expr_ds", ds, "d score / d s =", site_of) + "\n")
+            + "\n" + cuda_expr.function("score_expr_ds", ds, "d score / d s =", site_of) + "\n"
+            + (expr_grads.source(spec) + "\n" if grads else ""))
     return out
 
 
@@ -445,12 +461,26 @@ def _expr_inputs(spec, ptrs: dict, launch, errors: int, site0: int):
     return struct
 
 
+def _zeroed_f32(kind: str, device: int, shape: tuple):
+    """A zeroed f32 array of `shape` on `device` in the caller's framework, on its current stream
+    (the kernels' stream): a `grad` input's gradient, added into by the dK/dV step."""
+    if kind == "torch":
+        import torch
+        return torch.zeros(shape, dtype=torch.float32, device=torch.device("cuda", device))
+    from .devices import cupy_module
+    cupy = cupy_module()
+    with cupy.cuda.Device(device):
+        return cupy.zeros(shape, dtype=cupy.float32)
+
+
 def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  max_seqlen_q=None, max_seqlen_k=None, inputs=None):
     """(dq, dk, dv) of `kernel`'s attention (Kernel.backward's contract), in q's framework, on
     the caller's current stream. `inputs`: the expression inputs by name, checked as the forward's
-    (args.device_inputs); a read out of an input's bounds is reported as the forward's."""
+    (args.device_inputs); a read out of an input's bounds is reported as the forward's. With `grad`
+    inputs (the fast family) a fourth value, {name: f32 gradient of the input's shape}."""
     from ...runtime.blockmask import BlockMask, check_against, mask_keys
+    from ...runtime.inputs import call_extents, input_shape
     from ...runtime.launch import resolve
     from . import args as cuda_args
     from .devices import cupy_module
@@ -504,9 +534,11 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
     alloc = {name: _allocator(kind, dev, named[src].shape, plan.dtype, tq.dtype)
              for name, src in (("dq", "q"), ("dk", "k"), ("dv", "v"))}
     grads = {name: f(q) for name, f in alloc.items()}
+    input_grads = {i.name: _zeroed_f32(kind, dev, input_shape(i, call_extents(launch)))
+                   for i in plan.spec.inputs if i.grad}
     delta = _allocator(kind, dev, lse_shape, "f32", tq.dtype)(q)
     dq_accum = _allocator(kind, dev, named["q"].shape, "f32", tq.dtype)(q) if fast else None
-    keep = [named, grads, delta, dq_accum, bm, expr_keep]
+    keep = [named, grads, delta, dq_accum, bm, expr_keep, input_grads]
     a = _Args()
     for name in ("q", "k", "v", "out", "dout", "lse"):
         setattr(a, name, named[name].ptr)
@@ -574,6 +606,11 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                                getattr(kernel, "_site0", 0)) if plan.spec.inputs else None
         keep.append(expr_in)  # (its memory is the launches' parameter until they are queued)
         ein = () if expr_in is None else (ctypes.addressof(expr_in),)
+        if input_grads:  # (the fast family's dK/dV step alone adds into them)
+            g = type("ExprGrads", (ctypes.Structure,), {"_fields_": [(n, ctypes.c_uint64) for n in input_grads]})()
+            for n, t in input_grads.items():
+                setattr(g, n, _as_tensor(n, t).ptr)
+            keep.append(g)
         params_dq = params if fast else (ctypes.c_void_p * (1 + len(ein)))(ctypes.addressof(a), *ein)
         params_dkdv = params_dq
         if fast:  # dkdv adds dQ into its accumulator through a tensor map (tensor_maps.py)
@@ -581,7 +618,8 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                                       (0, *_row_major(named["q"].shape)) if packed else _row_major(named["q"].shape),
                                       "f32", WGMMA_ROWS, box_cols=32)
             keep.append(dq_map)
-            params_dkdv = (ctypes.c_void_p * (2 + len(ein)))(ctypes.addressof(a), dq_map.encode(a.dq_accum), *ein)
+            extra = ein + ((ctypes.addressof(g),) if input_grads else ())
+            params_dkdv = (ctypes.c_void_p * (2 + len(extra)))(ctypes.addressof(a), dq_map.encode(a.dq_accum), *extra)
         for step, grid, smem in grids:
             if min(grid) <= 0:
                 continue
@@ -589,6 +627,8 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
             cupy.cuda.driver.launchKernel(fns[step].ptr, *grid, THREADS, 1, 1, smem, stream,
                                           ctypes.addressof(chosen), 0)
     del keep  # (the launches are queued; torch's and CuPy's allocators order later reuse on the stream)
+    if input_grads:
+        return grads["dq"], grads["dk"], grads["dv"], input_grads
     return grads["dq"], grads["dk"], grads["dv"]
 
 
