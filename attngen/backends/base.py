@@ -195,6 +195,12 @@ class Backend:
         workspace); empty: this target builds no backward (yet)."""
         return []
 
+    def backward_problems(self, plan: KernelPlan) -> list:
+        """Why `plan` has no backward on this target (empty: it has one): the neutral rules
+        (attngen.plan.backward.problems with backward_expressions) by default."""
+        from ..plan.backward import problems
+        return problems(plan.spec, self.backward_expressions)
+
     def helper_sources(self, plan: KernelPlan) -> dict:
         """{name: source} of the helper modules a foreign runtime runs beside the kernel
         (`attngen build --emit NAME`); none by default."""

@@ -381,8 +381,11 @@ def describe_backward(plan: KernelPlan) -> list[str]:
                "those it hides skipped")
     else:
         how = "loop bounds from the mask" if masks.hides_loaded_keys(plan.mask) else "every tile"
+    grads = [f"{i.name} ({', '.join(map(str, i.axes))})" for i in plan.spec.inputs if i.grad]
+    extra = [f"backward grad inputs: {', '.join(grads)}, f32, added into by the dK/dV step with atomicAdd at each "
+             "visible pair (in no fixed order: the last bits may differ between runs)"] if grads else []
     return ([f"backward: 3 entry points, {first}"] + [f"backward {line}" for line in steps]
-            + [f"backward query tiles per key tile: {how}", f"backward workspace: {_workspace(plan)}"])
+            + [f"backward query tiles per key tile: {how}", f"backward workspace: {_workspace(plan)}"] + extra)
 
 
 # ---- the launches ---------------------------------------------------------------------------------

@@ -139,6 +139,8 @@ def test_grad_inputs_compile_in_the_fast_family_and_the_deterministic_one_refuse
     source = get("cuda").helper_sources(plan)["backward"]
     assert "struct ExprGrads {" in source and ", const __grid_constant__ ExprGrads grads) {" in source
     assert "// d score / d slopes[h] = s\n" in source
+    assert any(ln.startswith("backward grad inputs: slopes (h), table (h, 9), f32, added into by the dK/dV step "
+                             "with atomicAdd") for ln in get("cuda").describe_backward(plan))
     det = _plan("64", "f16", None, "s + t[h]", "input t[h] f32 grad\ntarget cuda { backward=deterministic }")
     assert [p.message for p in backward.backward_problems(det)] == [
         "the gradient of `grad` input t is summed with atomics, in no fixed order, which the deterministic family "
