@@ -20,8 +20,9 @@ derivative score_expr_ds, mask_expr per element and mask_expr_tile's tile and st
 docs/backward.md). Expressions that read inputs take them as the forward does (ExprInputs, the
 loaders, reads out of bounds reported in word kErrExprRead of the errors); a mask that reads
 inputs, where the score reads none, is the forward's BlockMask (expr_blockmask.MaskInputsKernel
-runs the `mask custom` backward), else tested per element as the forward does. `grad` inputs are
-refused (plan.backward.problems).
+runs the `mask custom` backward), else tested per element as the forward does. The gradients of
+`grad` inputs: the fast family adds them with atomics (expr_grads.py), the deterministic one
+refuses them (backward_problems).
 
 The runtime reads integer inputs (kv_lens, cu_seqlens) on the host and checks them with the
 forward's rules (runtime.launch.resolve): a device integer array costs a copy to the host and a
@@ -270,9 +271,9 @@ def _wgmma_recompute(plan: KernelPlan) -> dict:
     the extra parameters (and arguments) of its recompute functions: the custom mask's, the query
     head of a mask expression, the indices and inputs a score expression reads, the `grad` inputs'
     gradients."""
+    from ...lang.expr import inputs_read
     custom, score = plan.spec.mask.is_custom, plan.spec.score is not None
     head = custom or score or plan.mask.kind == "expr"
-    from ...lang.expr import inputs_read
     reads = score and bool(inputs_read(plan.spec.score))  # (a mask's inputs: the Mask's copy)
     grads = any(i.grad for i in plan.spec.inputs)
     extra = [(custom, "const Args&", "a"), (custom or score, "int", "b"), (head, "int", "h"),
@@ -325,7 +326,7 @@ def expression_sources(plan: KernelPlan) -> dict:
     in_arg; the Mask holds a copy where the mask reads them, as the forward's; score_in and ds_in:
     the first argument of score_expr and score_expr_ds where they read inputs); a read in
     score_expr_ds reports the site of the same read in the score (expr.sites)."""
-    from ...lang.expr import Load, inputs_read, walk
+    from ...lang.expr import inputs_read
     from ...plan.expr_grad import as_real, score_ds
     from . import expr as cuda_expr
     from . import expr_grads
@@ -334,15 +335,10 @@ def expression_sources(plan: KernelPlan) -> dict:
     ds = as_real(score_ds(spec.score)) if spec.score is not None else None
     helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score, ds, *expr_grads.derivatives(spec)))
     helpers += cuda_expr.inputs_source(spec) + ("\n" if spec.inputs else "")
-    site_of = cuda_expr.site_numbers(spec)
-    found = cuda_expr.sites(spec)
-    for n in walk(ds) if ds is not None else ():
-        if isinstance(n, Load) and id(n) not in site_of:
-            site_of[id(n)] = next(at + 1 for at, (what, m) in enumerate(found) if what == "score" and m == n)
+    site_of = expr_grads.site_of(spec, [ds] if ds is not None else [])
     reads = bool(spec.inputs)
-    out = {"mask_expr_source": "", "score_expr_source": "", "mask_reads_inputs": mask is not None and bool(
-               inputs_read(mask)),
-           "score_reads_inputs": False, "expr_inputs_init": "",
+    out = {"mask_expr_source": "", "score_expr_source": "",
+           "mask_reads_inputs": mask is not None and bool(inputs_read(mask)),
            "in_param": ", const ExprInputs& in" if reads else "", "in_arg": ", in" if reads else "",
            "in_kernel_param": ", const __grid_constant__ ExprInputs in" if reads else "",
            "score_in": "in, " if spec.score is not None and inputs_read(spec.score) else "",

@@ -18,8 +18,6 @@ from __future__ import annotations
 from ...lang.expr import Load, format_expr, inputs_read, walk
 from . import expr as cuda_expr
 
-_FN = "__host__ __device__ __forceinline__"
-
 
 def grad_inputs(spec) -> list:
     """The spec's `grad` inputs (attngen.lang.expr.Input), in declaration order."""
@@ -35,7 +33,7 @@ def derivatives(spec) -> list:
 
 def site_of(spec, exprs) -> dict:
     """cuda_expr.site_numbers(spec), with each read of `exprs` (derived expressions: their reads
-    are new objects) given the site of the same read in the score."""
+    may be new objects) given the site of the same read in the score."""
     found = cuda_expr.sites(spec)
     out = cuda_expr.site_numbers(spec)
     for e in exprs:
