@@ -196,3 +196,17 @@ def test_a_read_out_of_bounds_in_the_backward_is_raised():
     out, lse = np.zeros((1, 3, 1, 16), np.float32), np.zeros((1, 1, 3), np.float32)
     with pytest.raises(LaunchError, match=r"the score expression read input 't' out of its bounds in t\[q - k\]"):
         kernel.backward(q, q, q, out, lse, out, t=np.ones(3, np.float32))
+
+
+def test_the_backward_module_binds_the_inputs_in_steps_2_and_3():
+    """The manifest's backward lists the `inputs` binding (13, read_write: the flag) for the dK/dV and
+    dQ entry points, not the preprocess; the source declares it and the loaders."""
+    import attngen
+    from attngen.backends.wgsl.emit import backward_manifest, backward_source
+    plan = attngen.lower(spec_of("head_dim 16\n dtype f32\n input slopes[h] f32\n score s - slopes[h] * abs(q - k)\n"
+                                 " mask causal"), target="wgsl")
+    entries = {e["role"]: e["bindings"] for e in backward_manifest(plan)["entry_points"]}
+    assert 13 not in entries["preprocess"] and 13 in entries["dkdv"] and 13 in entries["dq"]
+    source = backward_source(plan)
+    assert "@group(0) @binding(13) var<storage, read_write> inputs: array<u32>;" in source
+    assert "fn in_slopes(site: u32, i0: i32) -> f32 {" in source

@@ -465,7 +465,7 @@ def backward_expression_sources(plan: KernelPlan) -> dict:
     for n in walk(ds) if ds is not None else ():
         if isinstance(n, Load) and id(n) not in site_of:
             site_of[id(n)] = next(at + 1 for at, (what, m) in enumerate(found) if what == "score" and m == n)
-    out = {"mask_expr_source": "", "score_expr_source": "", "reads_inputs": bool(spec.inputs)}
+    out = {"mask_expr_source": "", "score_expr_source": ""}
     if mask is not None:
         out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask", site_of)
     if spec.score is not None:
@@ -533,5 +533,6 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
         "dkv": {"dk": "elements [0, rows(k) * Hkv * Dqk): rows(k) = B * cap (padded) or total_k (packed)",
                 "dv": "the next rows(k) * Hkv * Dv elements"},
         "inputs": "q, k, v as the forward's call; out and lse the forward's (lse natural log, written with "
-                  "write_lse = 1); dout shaped as out; mask custom: the forward's BlockMask buffer",
+                  "write_lse = 1); dout shaped as out; mask custom: the forward's BlockMask buffer; expression "
+                  "inputs: the forward's `inputs` words (its flag word zeroed: the backward sets it as the forward)",
     }
