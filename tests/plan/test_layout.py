@@ -206,7 +206,8 @@ TARGET_ONLY = {
     "cuda": {"nvrtc", "tensor_maps", "torch_op",
              "choices",  # which kernel family and which of its parts serve a spec (config asks)
              "family",  # what each family's template renders (KernelShape; emit asks)
-             "backward"},  # the backward pass (issue 41): tiles, source, description, launches
+             "backward",  # the backward pass (issue 41): tiles, source, description, launches
+             "expr_grads"},  # the backward's gradients of `grad` inputs (issue 42; atomics, the fast family)
     "wgsl": {"blockmask", "manifest", "unroll"},
 }
 

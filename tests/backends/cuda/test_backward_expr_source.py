@@ -75,7 +75,7 @@ def test_expression_backward_compiles(case):
         assert ("float score_expr_ds(" + ("const ExprInputs& in, " if reads else "")
                 + "float s, int b, int h, int hkv, int q, int k, int Lq, int Lk)") in source
         if "input" in extra:  # the dK/dV and dQ steps take the inputs as their last parameter
-            assert source.count(", const __grid_constant__ ExprInputs in) {") == (1 if family == "wgmma" else 2)
+            assert source.count(", const __grid_constant__ ExprInputs in") == (1 if family == "wgmma" else 2)
         assert f"score {score}; " in source.split("\n*/")[0].replace("\n", " ").replace("//", "")  # the header
     arch = plan.details.arch
     tmp = tempfile.mkdtemp()
