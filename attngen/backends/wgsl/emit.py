@@ -533,6 +533,7 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
         "dkv": {"dk": "elements [0, rows(k) * Hkv * Dqk): rows(k) = B * cap (padded) or total_k (packed)",
                 "dv": "the next rows(k) * Hkv * Dv elements"},
         "inputs": "q, k, v as the forward's call; out and lse the forward's (lse natural log, written with "
-                  "write_lse = 1); dout shaped as out; mask custom: the forward's BlockMask buffer; expression "
-                  "inputs: the forward's `inputs` words (its flag word zeroed: the backward sets it as the forward)",
+                  "write_lse = 1); dout shaped as out; mask custom: the forward's BlockMask buffer"
+                  + ("; expression inputs: the forward's `inputs` words (its flag word zeroed: the backward sets "
+                     "it as the forward)" if plan.spec.inputs else ""),
     }
