@@ -192,8 +192,7 @@ def _render(spec, args, profile) -> str:
         helpers = backends.get(p.target).helper_sources(p)
         if args.emit not in helpers:
             if args.emit == "backward":
-                from .plan import backward
-                why = backward.problems(p.spec, backends.get(p.target).backward_expressions)
+                why = backends.get(p.target).backward_problems(p)  # (the target's own reasons too)
                 raise UsageError(f"kernel '{spec.name}' has no backward: {why[0].message}" if why else
                                  f"target {p.target} builds no backward yet (docs/backward.md)")
             raise UsageError(f"target {p.target} emits no {args.emit} for kernel '{spec.name}' (block-mask: mask custom "

@@ -52,9 +52,11 @@ class Backend:
     # The PyTorch device types (torch.device.type) whose tensors this target's kernels take, as
     # they are or as host arrays (attngen.transformers picks a target by its tensors' device).
     torch_devices: tuple = ()
-    # Whether this target's backward kernels compile score and mask expressions of indices and
-    # s (issue 42; attngen.plan.backward.problems refuses the rest).
-    backward_expressions: bool = False
+    # Which score and mask expressions this target's backward kernels compile (issue 42;
+    # attngen.plan.backward.problems refuses the rest): False, none; "indices", those of indices
+    # and s (and masks over inputs, by the forward's block-mask builder); "inputs", also scores
+    # that read inputs; "grads", also the gradients of `grad` inputs.
+    backward_expressions: bool | str = False
 
     def torch_tags(self, torch, reads_host: bool) -> tuple:
         """torch.Tag values a PyTorch operator that calls this target's kernels must carry;
@@ -192,6 +194,12 @@ class Backend:
         """Lines for `attngen check` on the backward of `plan` (entry points, grids, memory, its
         workspace); empty: this target builds no backward (yet)."""
         return []
+
+    def backward_problems(self, plan: KernelPlan) -> list:
+        """Why `plan` has no backward on this target (empty: it has one): the neutral rules
+        (attngen.plan.backward.problems with backward_expressions) by default."""
+        from ..plan.backward import problems
+        return problems(plan.spec, self.backward_expressions)
 
     def helper_sources(self, plan: KernelPlan) -> dict:
         """{name: source} of the helper modules a foreign runtime runs beside the kernel

@@ -18,8 +18,12 @@ steps, with no atomics, so the same inputs give the same bits on every run (dete
 Score and mask expressions (issue 42): a mask expression only chooses the visible pairs; a score
 expression multiplies dS_ij by d score / d s at the pair (attngen.plan.expr_grad), and its `grad`
 inputs take dS_ij (before that factor) times d score / d entry, summed over the pairs that read
-each entry. attngen.reference_backward computes every such gradient; a target's backward kernels
-compile the expressions its backend says (Backend.backward_expressions: those of indices and s).
+each entry. attngen.reference_backward computes every such gradient. What a target's backward
+kernels compile, its backend says (Backend.backward_expressions, `problems`' `expressions`):
+"indices" (expressions of indices and s; a mask that reads inputs runs as the forward's
+block-mask builder, then the backward of the `mask custom` kernel with that BlockMask,
+attngen/plan/mask_inputs.py), "inputs" (also a score expression that reads inputs, taken as the
+forward takes them) or "grads" (also the gradients of `grad` inputs: a fourth value).
 
 P is recomputed from lse in steps 2 and 3 (nothing L x L is stored: the workspace is D, B x Hq x Lq
 floats). A row that saw no key (lse = -inf) has P = 0: no gradient flows through it; a key a row
@@ -35,10 +39,11 @@ from .kernel_plan import Problem
 SECTIONS = ("inputs", "preprocess", "recompute P", "dK and dV", "dQ", "store")
 
 
-def problems(spec: AttentionSpec, expressions: bool = False) -> list[Problem]:
+def problems(spec: AttentionSpec, expressions: bool | str = False) -> list[Problem]:
     """Why `spec` has no backward (empty: it has one) on a target whose backward kernels compile
-    score and mask expressions of indices and s (`expressions`: Backend.backward_expressions) or
-    none (False). Expressions that read inputs are refused by every target's kernels yet."""
+    `expressions` (Backend.backward_expressions): False, none; "indices" (or True), expressions of
+    indices and s, and masks that read inputs (the builder's BlockMask + `mask custom`);
+    "inputs", also score expressions that read inputs; "grads", also `grad` inputs."""
     from ..lang.expr import inputs_read
     out = []
     if spec.kv_cache.kind == "paged":
@@ -53,11 +58,18 @@ def problems(spec: AttentionSpec, expressions: bool = False) -> list[Problem]:
                            "backward kernels yet (issue 42)", key=f"{exprs[0][0]}.expr",
                            hint="attngen.reference_backward computes the gradients; see docs/backward.md for the "
                                 "targets whose backward compiles expressions"))
-    for what, e in exprs if expressions else ():
-        if inputs_read(e):
-            out.append(Problem(f"the {what} expression reads inputs ({', '.join(sorted(inputs_read(e)))}): the "
-                               "backward kernels do not take inputs yet (issue 42)", key=f"{what}.expr",
-                               hint="attngen.reference_backward computes the gradients, of `grad` inputs too"))
+        return out
+    read = inputs_read(spec.score) if spec.score is not None else set()
+    if read and expressions not in ("inputs", "grads"):
+        out.append(Problem(f"the score expression reads inputs ({', '.join(sorted(read))}): this target's backward "
+                           "kernels do not take inputs yet (issue 42)", key="score.expr",
+                           hint="attngen.reference_backward computes the gradients, of `grad` inputs too"))
+    grads = [i.name for i in spec.inputs if i.grad]
+    if grads and not out and expressions != "grads":
+        out.append(Problem(f"the gradient of `grad` input{'s' if len(grads) > 1 else ''} {', '.join(grads)} is not "
+                           "computed by this target's backward kernels yet (issue 42)", key="input",
+                           hint="attngen.reference_backward returns it (a fourth value); drop `grad` to train the "
+                                "rest with this target"))
     return out
 
 

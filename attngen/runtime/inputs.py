@@ -90,19 +90,3 @@ def check_call_inputs(spec, given: dict, launch, who: str) -> dict:
                               f"np.asarray({inp.name}, np.{want.name})")
         out[inp.name] = np.ascontiguousarray(a)
     return out
-
-
-def refuse_backward_inputs(spec, given: dict, who: str) -> None:
-    """kernel.backward's keywords beyond the call's options: no backward kernel takes expression
-    inputs yet (issue 42; attngen.reference_backward does), so a declared input is refused with
-    that reason and any other keyword as unknown; nothing given passes."""
-    if not given:
-        return
-    declared = {i.name for i in spec.inputs}
-    unknown = sorted(set(given) - declared)
-    if unknown:
-        raise LaunchError(f"{who}: unknown keyword{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} (the "
-                          "backward takes the forward call's options: mask, kv_lens, cu_seqlens_q, cu_seqlens_k, "
-                          "max_seqlen_q, max_seqlen_k)")
-    raise LaunchError(f"{who}: the backward kernels do not take expression inputs yet "
-                      f"({', '.join(sorted(given))}; issue 42): attngen.reference_backward computes this gradient")

@@ -5,7 +5,9 @@ backward=deterministic }`, CUDA cores). ALiBi with a constant slope under `mask 
 that is not a softcap, a gated score with sigmoid, a 2D neighbourhood, a causal band, a mask with
 holes (query steps and key tiles it hides between visible ones); f16 and bf16, lengths 1, 7, 257,
 300 with Lq != Lk, GQA groups of 3, kv_lens with inf / NaN past them, packed sequences, rows that
-see no key, a hidden key holding NaN. Needs a GPU (the fast family a Hopper one: those cases skip
+see no key, a hidden key holding NaN; expressions that read inputs (ALiBi's slopes[h], a relative
+table, a derivative that reads inputs, masks over inputs by the builder: document ids, prefix-LM
+with kv_lens; a mask and a score that both read inputs, per element) and a read out of bounds. Needs a GPU (the fast family a Hopper one: those cases skip
 elsewhere); tests/backends/cuda/test_backward_expr_source.py compiles the sources anywhere and
 tests/backends/cuda/test_backward_emulated.py runs the deterministic one on the CPU."""
 
@@ -19,7 +21,7 @@ from attngen.backends.cuda import backward as cuda_backward
 from attngen.reference import relative_error, tolerance
 
 from conftest import kernel_for, require, spec_of
-from test_backward_cuda import _ints, _rand, check_backward, check_packed
+from test_backward_cuda import _ints, _np, _rand, check_backward, check_packed
 
 ALIBI = ("k <= q", "s - 0.25 * abs(q - k)")
 EXPRESSIONS = {
@@ -116,3 +118,147 @@ def test_rows_that_see_no_key_and_a_hidden_key_holding_nan(family):
     assert np.isfinite(dq[0, hidden]).all()
     assert relative_error(dq[0, hidden].astype(np.float64), want[0, hidden]) <= 2 * tolerance(spec)
     assert np.isnan(dq[0, 201:264]).any()
+
+
+# ---- expressions that read inputs: the score's as the forward takes them, the mask's by the builder ------
+
+INPUT_SPECS = {
+    # name: (spec lines, inputs (rng, b, lq, lk, hq) -> {name: numpy array})
+    "alibi slopes": ("input slopes[h] f32\nscore s - slopes[h] * abs(q - k)\nmask causal",
+                     lambda rng, b, lq, lk, hq: {"slopes": rng.random(hq).astype(np.float32)}),
+    "relative table": ("input table[h, 41] f16\nscore s + table[h, clamp(k - q, -20, 20) + 20]",
+                       lambda rng, b, lq, lk, hq: {"table": rng.standard_normal((hq, 41)).astype(np.float16)}),
+    "derivative reads": ("input slopes[h] f32\ninput bias[b, h, q, k] f16\nscore s * slopes[h] + bias[b, h, q, k]\n"
+                         "mask k < q",  # row 0 sees no key
+                         lambda rng, b, lq, lk, hq: {"slopes": (rng.random(hq) + 0.5).astype(np.float32),
+                                                     "bias": rng.standard_normal((b, hq, lq, lk)).astype(np.float16)}),
+    "documents": ("input doc[b, q] i32\nmask k <= q && doc[b, q] == doc[b, k]",
+                  lambda rng, b, lq, lk, hq: {"doc": np.sort(rng.integers(0, 4, (b, lq)), axis=1).astype(np.int32)}),
+    "prefix-lm": ("input prefix[b] i32\nmask k <= q || k < prefix[b]",
+                  lambda rng, b, lq, lk, hq: {"prefix": rng.integers(0, lk, b).astype(np.int32)}),
+    # both read inputs: the kernel tests the mask per element (no builder), as its forward does
+    "documents and alibi": ("input doc[b, q] i32\ninput slopes[h] f32\nscore s - slopes[h] * abs(q - k)\n"
+                            "mask k <= q && doc[b, q] == doc[b, k]",
+                            lambda rng, b, lq, lk, hq: {
+                                "doc": np.sort(rng.integers(0, 4, (b, lq)), axis=1).astype(np.int32),
+                                "slopes": rng.random(hq).astype(np.float32)}),
+}
+
+
+def _input_spec(name, family, dtype="f16", head_dim=64):
+    extra = "target cuda { backward=deterministic }\n" if family == "deterministic" else ""
+    return spec_of(f"head_dim {head_dim}\ndtype {dtype}\n{INPUT_SPECS[name][0]}\n{extra}")
+
+
+def _device_inputs(spec, arrays: dict) -> dict:
+    """A score's inputs on the GPU (the CudaKernel reads them there); a mask's alone as numpy arrays
+    (the builder's cache digests them)."""
+    import cupy
+    from attngen.lang.expr import inputs_read
+    from attngen.plan.mask_inputs import reads_inputs
+    by_builder = reads_inputs(spec) and not (spec.score is not None and inputs_read(spec.score))
+    return arrays if by_builder else {n: cupy.asarray(a) for n, a in arrays.items()}
+
+
+INPUT_CASES = [(name, family) for name in INPUT_SPECS for family in FAMILIES]
+
+
+@pytest.mark.parametrize("case", INPUT_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_inputs_match_reference(case):
+    """Odd lengths, Lq != Lk, GQA groups of 3 (6 query heads, 2 KV heads), f16 and bf16."""
+    name, family = case
+    shapes = ((1, 257, 300), (2, 7, 113), (2, 113, 7))
+    if "doc" in INPUT_SPECS[name][0]:  # doc[b, q] is read at k too: Lq = Lk
+        shapes = ((1, 257, 257), (2, 7, 7), (2, 113, 113))
+    for i, (b, lq, lk) in enumerate(shapes):
+        spec = _input_spec(name, family, "f16" if i % 2 == 0 else "bf16")
+        _kernel(spec, family)
+        rng = np.random.default_rng(lq + lk)
+        arrays = INPUT_SPECS[name][1](rng, b, lq, lk, 6)
+        (dq, _, _), _ = check_backward(spec, *_qkv(spec, rng, b, lq, lk), call=_device_inputs(spec, arrays),
+                                       ref_kw=arrays)
+        if "k < q" in INPUT_SPECS[name][0]:
+            assert not dq[:, 0].any()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_mask_over_inputs_with_kv_lens_reuses_the_forwards_block_mask(family):
+    spec = _input_spec("prefix-lm", family)
+    kernel = _kernel(spec, family)
+    lens = np.array([300, 1, 137], np.int32)
+    prefix = {"prefix": np.array([3, 0, 200], np.int32)}
+    q, k, v = _qkv(spec, np.random.default_rng(11), 3, 70, 300)
+    for bi, n in enumerate(lens):
+        k[bi, n:], v[bi, n:] = np.inf, np.nan
+    built = kernel.mask_builds
+    (_, dk, dv), _ = check_backward(spec, q, k, v, call={"kv_lens": lens, **prefix},
+                                    ref_kw={"kv_lens": lens, **prefix})
+    assert kernel.mask_builds == built + 1  # the forward's build; the backward reuses its BlockMask
+    for bi, n in enumerate(lens):
+        assert not dk[bi, n:].any() and not dv[bi, n:].any()
+
+
+def test_a_read_out_of_bounds_in_the_backward_is_raised():
+    """The backward evaluates the score at the visible pairs, as the forward: a read out of an
+    input's bounds there is reported in the errors word, and raised by the next attngen call."""
+    from attngen.backends.cuda.launch import pending
+    from attngen.errors import LaunchError
+    spec = spec_of("head_dim 64\ndtype f16\ninput t[q] f32\nscore s + t[q - k]\n"
+                   "target cuda { backward=deterministic }")
+    kernel = _kernel(spec, "deterministic")
+    import cupy
+    q = cupy.ones((1, 3, 1, 64), cupy.float16)
+    out, lse = cupy.zeros((1, 3, 1, 64), cupy.float16), cupy.zeros((1, 1, 3), cupy.float32)
+    t = cupy.ones(3, cupy.float32)
+    kernel.backward(q, q, q, out, lse, out, t=t)  # (no forward ran: the backward's reads alone)
+    cupy.cuda.runtime.deviceSynchronize()
+    assert pending()
+    with pytest.raises(LaunchError, match=r"the score expression read input 't' out of its bounds in t\[q - k\]"):
+        kernel.backward(q, q, q, out, lse, out, t=t)
+
+
+# ---- `grad` inputs (the fast family): the fourth value, against reference_backward's -------------------
+
+GRAD_CASES = [
+    # (id, spec lines, inputs (rng, b, lq, lk, hq))
+    ("relative table", "input table[h, 41] f32 grad\nscore s + table[h, clamp(k - q, -20, 20) + 20]\nmask causal",
+     lambda rng, b, lq, lk, hq: {"table": rng.standard_normal((hq, 41)).astype(np.float32)}),
+    ("slopes and a full bias", "input slopes[h] f32 grad\ninput bias[b, h, q, k] f16 grad\n"
+     "score s * slopes[h] + bias[b, h, q, k]\nmask k < q",  # row 0 sees no key: its bias gets 0
+     lambda rng, b, lq, lk, hq: {"slopes": (rng.random(hq) + 0.5).astype(np.float32),
+                                 "bias": rng.standard_normal((b, hq, lq, lk)).astype(np.float16)}),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c[0])
+def test_grad_inputs(case):
+    """Odd lengths, Lq != Lk, GQA 3, kv_lens (keys past them read no entry): dq, dk, dv as the
+    reference's, and each grad input's f32 gradient (atomicAdd: in no fixed order) within twice the
+    forward's tolerance of the reference's."""
+    from conftest import to_device
+    name, lines, make = case
+    for i, (b, lq, lk, lens) in enumerate(((1, 257, 300, None), (2, 113, 7, None), (3, 70, 130, [130, 1, 77]))):
+        spec = spec_of(f"head_dim 64\ndtype {'f16' if i % 2 == 0 else 'bf16'}\n{lines}\n")
+        kernel = _kernel(spec, "fast")
+        import cupy
+        rng = np.random.default_rng(lq + lk)
+        arrays = make(rng, b, lq, lk, 6)
+        q, k, v = _qkv(spec, rng, b, lq, lk)
+        dout = _rand(rng, b, lq, 6, 64)
+        extra = {} if lens is None else {"kv_lens": np.asarray(lens, np.int32)}
+        call = {**{n: cupy.asarray(a) for n, a in arrays.items()}, **({"kv_lens": _ints(lens)} if lens else {})}
+        qd, kd, vd, dout_d = to_device("cuda", spec.dtype, q, k, v, dout)
+        out, lse = kernel(qd, kd, vd, return_lse=True, **call)
+        got = kernel.backward(qd, kd, vd, out, lse, dout_d, **call)
+        ref = attngen.reference_backward(spec, q, k, v, dout, **arrays, **extra)
+        assert len(got) == 4 and set(got[3]) == set(ref[3])
+        bound = 2 * tolerance(spec)
+        for what, g, r in zip(("dq", "dk", "dv"), got[:3], ref[:3]):
+            err = relative_error(_np(g), r)
+            assert err <= bound, f"{what}: {err:.3g}"
+        for n, g in got[3].items():  # (q's framework: torch for bf16)
+            assert str(g.dtype).endswith("float32") and tuple(g.shape) == arrays[n].shape
+            err = relative_error(_np(g), ref[3][n])
+            assert err <= bound, f"{n}: {err:.3g}"
+        if "k < q" in lines:
+            assert not _np(got[0])[:, 0].any() and not _np(got[3]["bias"])[:, :, 0].any()

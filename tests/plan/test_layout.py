@@ -207,7 +207,8 @@ TARGET_ONLY = {
              "choices",  # which kernel family and which of its parts serve a spec (config asks)
              "family",  # what each family's template renders (KernelShape; emit asks)
              "backward",  # the backward pass (issue 41): tiles, source, description, launches
-             "expr_bits"},  # index-only mask expressions run on bits: the builder + mask custom (issue 42)
+             "expr_bits",  # index-only mask expressions run on bits: the builder + mask custom (issue 42)
+             "expr_grads"},  # the backward's gradients of `grad` inputs (issue 42; atomics, the fast family)
     "wgsl": {"blockmask", "manifest", "unroll"},
 }
 

@@ -45,7 +45,9 @@ class CudaBackend(Backend):
     device_name = "CUDA GPU (with CuPy)"
     source_suffix = "cu"
 
-    backward_expressions = True  # index-only expressions, as the forward (templates/cuda/backward*.j2)
+    # expressions, those that read inputs too, as the forward (templates/cuda/backward*.j2; masks over
+    # inputs by the builder's BlockMask), and `grad` inputs (the fast family: backward.backward_problems)
+    backward_expressions = "grads"
 
     def expression_problems(self, spec):
         """Score and mask expressions compile for the forward, with or without inputs, on every
@@ -136,8 +138,15 @@ class CudaBackend(Backend):
         from .backward import describe_backward
         return describe_backward(plan)
 
+    def backward_problems(self, plan) -> list:
+        """The neutral rules and the families' own (backward.py: a family that cannot compute the
+        spec, `grad` inputs in the deterministic one)."""
+        from .backward import backward_problems
+        return backward_problems(plan)
+
     def run_backward(self, kernel, q, k, v, out, lse, dout, **options):
-        """(dq, dk, dv) of a compiled kernel (CudaKernel.backward; backward.py)."""
+        """(dq, dk, dv) of a compiled kernel (CudaKernel.backward; backward.py), and with `grad`
+        inputs their gradients, a dict."""
         from .backward import run_backward
         return run_backward(kernel, q, k, v, out, lse, dout, **options)
 

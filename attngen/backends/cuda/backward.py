@@ -15,9 +15,14 @@ _bwd_dq.
   shared memory as floats), every dtype and head dim that fits; no atomics, the same inputs give the
   same bits; _bwd_dq is one block per query tile computing dQ_i. Correct, not fast.
 
-Score and mask expressions of indices and s (issue 42) compile in both (`expression_sources`:
-score_expr, its derivative score_expr_ds, mask_expr per element and mask_expr_tile's tile and step
-skipping; docs/backward.md); expressions that read inputs are refused (plan.backward.problems).
+Score and mask expressions (issue 42) compile in both (`expression_sources`: score_expr, its
+derivative score_expr_ds, mask_expr per element and mask_expr_tile's tile and step skipping;
+docs/backward.md). Expressions that read inputs take them as the forward does (ExprInputs, the
+loaders, reads out of bounds reported in word kErrExprRead of the errors); a mask that reads
+inputs, where the score reads none, is the forward's BlockMask (expr_blockmask.MaskInputsKernel
+runs the `mask custom` backward), else tested per element as the forward does. The gradients of
+`grad` inputs: the fast family adds them with atomics (expr_grads.py), the deterministic one
+refuses them (backward_problems).
 
 The runtime reads integer inputs (kv_lens, cu_seqlens) on the host and checks them with the
 forward's rules (runtime.launch.resolve): a device integer array costs a copy to the host and a
@@ -173,12 +178,20 @@ def family(plan: KernelPlan) -> str:
 
 def backward_problems(plan: KernelPlan) -> list[Problem]:
     """Why `plan`'s spec has no CUDA backward (empty: it has one)."""
-    out = neutral.problems(plan.spec, expressions=True)  # (CudaBackend.backward_expressions)
+    out = neutral.problems(plan.spec, expressions="grads")  # (CudaBackend.backward_expressions)
     if not out and plan.spec.options("cuda").get("backward") == "fast":
         why = _wgmma_refusal(plan)
         if why is not None:
             out.append(Problem(f"backward=fast (the wgmma family, atomic dQ): {why}", key="target.cuda",
                                hint="leave backward=auto: the deterministic family computes every spec"))
+    grads = [i.name for i in plan.spec.inputs if i.grad]
+    if not out and grads and family(plan) == "fma":
+        why = _wgmma_refusal(plan) or "the spec asks for backward=deterministic"
+        out.append(Problem(f"the gradient of `grad` input{'s' if len(grads) > 1 else ''} {', '.join(grads)} is summed "
+                           "with atomics, in no fixed order, which the deterministic family does not do; the fast "
+                           f"family computes it, but not this spec ({why})", key="input",
+                           hint="on cuda-sm90 with f16 / bf16 and head dim 64 or 128, leave backward=auto; "
+                                "attngen.reference_backward computes it everywhere"))
     if not out and family(plan) == "fma":
         try:
             backward_config(plan)
@@ -256,11 +269,16 @@ def _wgmma_recompute(plan: KernelPlan) -> dict:
     """How the fast family recomputes P: recompute_both, P^T and dS^T in one pass once dP^T is done
     (a softcap or a score expression: dS needs the derivative at s), else P^T while dP^T runs; and
     the extra parameters (and arguments) of its recompute functions: the custom mask's, the query
-    head of a mask expression, the indices a score expression reads."""
+    head of a mask expression, the indices and inputs a score expression reads, the `grad` inputs'
+    gradients."""
+    from ...lang.expr import inputs_read
     custom, score = plan.spec.mask.is_custom, plan.spec.score is not None
     head = custom or score or plan.mask.kind == "expr"
+    reads = score and bool(inputs_read(plan.spec.score))  # (a mask's inputs: the Mask's copy)
+    grads = any(i.grad for i in plan.spec.inputs)
     extra = [(custom, "const Args&", "a"), (custom or score, "int", "b"), (head, "int", "h"),
-             (custom, "const unsigned*", "sbits"), (score, "int", "hk")]
+             (custom, "const unsigned*", "sbits"), (score, "int", "hk"), (reads, "const ExprInputs&", "in"),
+             (grads, "const ExprGrads&", "grads")]
     return {"recompute_both": plan.softcap is not None or score,
             "recompute_params": "".join(f", {t} {n}" for used, t, n in extra if used),
             "recompute_args": "".join(f", {n}" for used, _, n in extra if used)}
@@ -299,22 +317,37 @@ def render_backward(plan: KernelPlan) -> str:
 
 
 def expression_sources(plan: KernelPlan) -> dict:
-    """The backward templates' score and mask expressions (issue 42; expr.py), index-only: the
-    mask section's mask_expr and mask_expr_tile (as the forward's), and score_expr with its
-    derivative score_expr_ds, d score / d s (attngen.plan.expr_grad), for the recompute section;
-    the helpers they use before the first of them ("" where the spec has none)."""
+    """The backward templates' score and mask expressions (issue 42; expr.py): the mask section's
+    mask_expr and mask_expr_tile (as the forward's), and score_expr with its derivative
+    score_expr_ds, d score / d s (attngen.plan.expr_grad), for the recompute section; the helpers
+    they use, and the inputs' ExprInputs and loaders, before the first of them ("" where the spec
+    has none). Expressions that read inputs take them as the kernels' last parameter, `const
+    __grid_constant__ ExprInputs in` (dK/dV and dQ steps), passed down by reference (in_param /
+    in_arg; the Mask holds a copy where the mask reads them, as the forward's; score_in and ds_in:
+    the first argument of score_expr and score_expr_ds where they read inputs); a read in
+    score_expr_ds reports the site of the same read in the score (expr.sites)."""
+    from ...lang.expr import inputs_read
     from ...plan.expr_grad import as_real, score_ds
     from . import expr as cuda_expr
+    from . import expr_grads
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     ds = as_real(score_ds(spec.score)) if spec.score is not None else None
-    helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score, ds))
-    # the backward refuses expressions that read inputs (plan.backward.problems): the mask
-    # section's input parameters stay off
-    out = {"mask_expr_source": "", "score_expr_source": "", "mask_reads_inputs": False,
-           "score_reads_inputs": False, "score_takes_inputs": False, "expr_inputs_init": ""}
+    helpers = "".join(h + "\n" for h in cuda_expr.helpers_of(mask, spec.score, ds, *expr_grads.derivatives(spec)))
+    helpers += cuda_expr.inputs_source(spec) + ("\n" if spec.inputs else "")
+    site_of = expr_grads.site_of(spec, [ds] if ds is not None else [])
+    reads = bool(spec.inputs)
+    out = {"mask_expr_source": "", "score_expr_source": "",
+           "mask_reads_inputs": mask is not None and bool(inputs_read(mask)),
+           "in_param": ", const ExprInputs& in" if reads else "", "in_arg": ", in" if reads else "",
+           "in_kernel_param": ", const __grid_constant__ ExprInputs in" if reads else "",
+           "score_in": "in, " if spec.score is not None and inputs_read(spec.score) else "",
+           "ds_in": "in, " if ds is not None and inputs_read(ds) else ""}
+    grads = any(i.grad for i in spec.inputs)  # (the fast family: expr_grads.py; the fma one refuses them)
+    out.update(grads_param=", const ExprGrads& grads" if grads else "", grads_arg=", grads" if grads else "",
+               grads_kernel_param=", const __grid_constant__ ExprGrads grads" if grads else "")
     if mask is not None:
-        out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask") + "\n"
+        out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask", site_of) + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
     if spec.score is not None:
         out["score_expr_source"] = (
@@ -322,8 +355,9 @@ def expression_sources(plan: KernelPlan) -> dict:
             "// the scaled score s = scale * q_i . k_j and the pair's indices (q and k 0-based, top-left, within the\n"
             "// sequence), and its derivative d score / d s (attngen.plan.expr_grad: simplified, with PyTorch's\n"
             "// subgradients where it is not differentiable), which multiplies dS_ij.\n"
-            + ("" if mask is not None else helpers) + cuda_expr.function("score_expr", spec.score, "score") + "\n"
-            + cuda_expr.function("score_expr_ds", ds, "d score / d s =") + "\n")
+            + ("" if mask is not None else helpers) + cuda_expr.function("score_expr", spec.score, "score", site_of)
+            + "\n" + cuda_expr.function("score_expr_ds", ds, "d score / d s =", site_of) + "\n"
+            + (expr_grads.source(spec) + "\n" if grads else ""))
     return out
 
 
@@ -343,8 +377,11 @@ def describe_backward(plan: KernelPlan) -> list[str]:
                "those it hides skipped")
     else:
         how = "loop bounds from the mask" if masks.hides_loaded_keys(plan.mask) else "every tile"
+    grads = [f"{i.name} ({', '.join(map(str, i.axes))})" for i in plan.spec.inputs if i.grad]
+    extra = [f"backward grad inputs: {', '.join(grads)}, f32, added into by the dK/dV step with atomicAdd at each "
+             "visible pair (in no fixed order: the last bits may differ between runs)"] if grads else []
     return ([f"backward: 3 entry points, {first}"] + [f"backward {line}" for line in steps]
-            + [f"backward query tiles per key tile: {how}", f"backward workspace: {_workspace(plan)}"])
+            + [f"backward query tiles per key tile: {how}", f"backward workspace: {_workspace(plan)}"] + extra)
 
 
 # ---- the launches ---------------------------------------------------------------------------------
@@ -406,16 +443,48 @@ def _strides3(t, packed: bool) -> tuple:
     return (0, t.strides[0], t.strides[1]) if packed else tuple(t.strides[:3])
 
 
+def _expr_inputs(spec, ptrs: dict, launch, errors: int, site0: int):
+    """The kernels' ExprInputs (expr.inputs_source: each input's address, the extents of the index
+    axes, the errors word and site0) as a ctypes struct, laid out as C lays out the struct."""
+    from .args import input_values
+    from .lower import EXTENTS
+    fields = [(i.name, ctypes.c_uint64) for i in spec.inputs] + [(f"ext_{x}", ctypes.c_int32) for x in EXTENTS]
+    struct = type("ExprInputs", (ctypes.Structure,), {"_fields_": fields + [("errors", ctypes.c_uint64),
+                                                                            ("site0", ctypes.c_int32)]})()
+    values = input_values(spec, launch, site0)
+    for i in spec.inputs:
+        setattr(struct, i.name, ptrs[f"input_{i.name}"])
+    for x in EXTENTS:
+        setattr(struct, f"ext_{x}", values[f"ext_{x}"])
+    struct.errors, struct.site0 = errors, values["expr_site0"]
+    return struct
+
+
+def _zeroed_f32(kind: str, device: int, shape: tuple):
+    """A zeroed f32 array of `shape` on `device` in the caller's framework, on its current stream
+    (the kernels' stream): a `grad` input's gradient, added into by the dK/dV step."""
+    if kind == "torch":
+        import torch
+        return torch.zeros(shape, dtype=torch.float32, device=torch.device("cuda", device))
+    from .devices import cupy_module
+    cupy = cupy_module()
+    with cupy.cuda.Device(device):
+        return cupy.zeros(shape, dtype=cupy.float32)
+
+
 def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                 max_seqlen_q=None, max_seqlen_k=None):
+                 max_seqlen_q=None, max_seqlen_k=None, inputs=None):
     """(dq, dk, dv) of `kernel`'s attention (Kernel.backward's contract), in q's framework, on
-    the caller's current stream."""
+    the caller's current stream. `inputs`: the expression inputs by name, checked as the forward's
+    (args.device_inputs); a read out of an input's bounds is reported as the forward's. With `grad`
+    inputs (the fast family) a fourth value, {name: f32 gradient of the input's shape}."""
     from ...runtime.blockmask import BlockMask, check_against, mask_keys
+    from ...runtime.inputs import call_extents, input_shape
     from ...runtime.launch import resolve
     from . import args as cuda_args
     from .devices import cupy_module
     from .kernel import _allocator, _as_tensor, _contiguous, _launch_stream, _row_major, _stream_getter
-    from .launch import pending, raise_pending
+    from .launch import error_flags, pending, raise_pending
     from .tensor_maps import TensorMapEncoder
     plan = kernel.plan
     found = backward_problems(plan)
@@ -455,14 +524,20 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         bm = mask if isinstance(mask, BlockMask) else cuda_args.build_block_mask(mask, plan.tile_q, plan.tile_kv, dev)
         check_against(bm, launch.batch, launch.heads_q, launch.len_q, launch.mask_lk, plan.tile_q, plan.tile_kv,
                       "cuda")
+    expr_keep = []
+    if plan.spec.inputs or inputs:
+        ptrs, expr_keep, _ = cuda_args.device_inputs(plan.spec, inputs or {}, launch, dev,
+                                                     f"kernel '{plan.spec.name}' (cuda) backward")
     fast = family(plan) == "wgmma"
     tq, kind = named["q"], named["q"].kind
     alloc = {name: _allocator(kind, dev, named[src].shape, plan.dtype, tq.dtype)
              for name, src in (("dq", "q"), ("dk", "k"), ("dv", "v"))}
     grads = {name: f(q) for name, f in alloc.items()}
+    input_grads = {i.name: _zeroed_f32(kind, dev, input_shape(i, call_extents(launch)))
+                   for i in plan.spec.inputs if i.grad}
     delta = _allocator(kind, dev, lse_shape, "f32", tq.dtype)(q)
     dq_accum = _allocator(kind, dev, named["q"].shape, "f32", tq.dtype)(q) if fast else None
-    keep = [named, grads, delta, dq_accum, bm]
+    keep = [named, grads, delta, dq_accum, bm, expr_keep, input_grads]
     a = _Args()
     for name in ("q", "k", "v", "out", "dout", "lse"):
         setattr(a, name, named[name].ptr)
@@ -524,19 +599,35 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                      ("dkdv", (math.ceil(key_rows / cfg.tile), launch.heads_kv, launch.batch), cfg.smem_bytes),
                      ("dq", (math.ceil(launch.len_q / cfg.tile), launch.heads_q, launch.batch), cfg.smem_bytes))
         params = (ctypes.c_void_p * 1)(ctypes.addressof(a))
-        params_dkdv = params
+        # the score's inputs: the last parameter of the dK/dV and dQ steps (the fast family's dQ step
+        # only converts)
+        expr_in = _expr_inputs(plan.spec, ptrs, launch, error_flags(cupy, dev).ptr,
+                               getattr(kernel, "_site0", 0)) if plan.spec.inputs else None
+        keep.append(expr_in)  # (its memory is the launches' parameter until they are queued)
+        ein = () if expr_in is None else (ctypes.addressof(expr_in),)
+        if input_grads:  # (the fast family's dK/dV step alone adds into them)
+            g = type("ExprGrads", (ctypes.Structure,), {"_fields_": [(n, ctypes.c_uint64) for n in input_grads]})()
+            for n, t in input_grads.items():
+                setattr(g, n, _as_tensor(n, t).ptr)
+            keep.append(g)
+        params_dq = params if fast else (ctypes.c_void_p * (1 + len(ein)))(ctypes.addressof(a), *ein)
+        params_dkdv = params_dq
         if fast:  # dkdv adds dQ into its accumulator through a tensor map (tensor_maps.py)
             dq_map = TensorMapEncoder("dq_accum", (1, *named["q"].shape) if packed else tuple(named["q"].shape),
                                       (0, *_row_major(named["q"].shape)) if packed else _row_major(named["q"].shape),
                                       "f32", WGMMA_ROWS, box_cols=32)
             keep.append(dq_map)
-            params_dkdv = (ctypes.c_void_p * 2)(ctypes.addressof(a), dq_map.encode(a.dq_accum))
+            extra = ein + ((ctypes.addressof(g),) if input_grads else ())
+            params_dkdv = (ctypes.c_void_p * (2 + len(extra)))(ctypes.addressof(a), dq_map.encode(a.dq_accum), *extra)
         for step, grid, smem in grids:
             if min(grid) <= 0:
                 continue
+            chosen = {"dkdv": params_dkdv, "dq": params_dq}.get(step, params)
             cupy.cuda.driver.launchKernel(fns[step].ptr, *grid, THREADS, 1, 1, smem, stream,
-                                          ctypes.addressof(params_dkdv if step == "dkdv" else params), 0)
+                                          ctypes.addressof(chosen), 0)
     del keep  # (the launches are queued; torch's and CuPy's allocators order later reuse on the stream)
+    if input_grads:
+        return grads["dq"], grads["dk"], grads["dv"], input_grads
     return grads["dq"], grads["dk"], grads["dv"]
 
 

@@ -4,6 +4,7 @@ BlockMask is made from it as from a mask tensor (args.build_block_mask).
     kernel = attngen.compile(spec, target="cuda")   # spec: `mask k <= q && doc[b, q] == doc[b, k]`
     out = kernel(q, k, v, doc=doc)                  # the BlockMask built (or reused), then the kernel
     bm = kernel.block_mask(q, k, doc=doc)           # the same BlockMask, to pass as mask= later
+    dq, dk, dv = kernel.backward(q, k, v, out, lse, dout, doc=doc)  # the same BlockMask, reused
 
 The builder (`builder_source`, one source per spec: it does not depend on the tiles) holds the
 mask expression as `mask_expr(in, b, h, hkv, q, k, Lq, Lk)`, rendered by expr.py with each
@@ -171,12 +172,16 @@ class MaskInputsKernel(Kernel):
         options = {n: x for n, x in options.items() if n in _OPTIONS}
         v_shape = tuple(v.shape)
         launch, arrays = self._launch(q, k, v_shape, kv_lens, inputs, options)
+        return self.attention(q, k, v, mask=self._mask(launch, arrays, q, mask), kv_lens=kv_lens, **options)
+
+    def _mask(self, launch, arrays: dict, q, mask) -> BlockMask:
+        """mask= (a BlockMask of block_mask()), or the call's BlockMask, built or reused."""
         if mask is None:
-            mask = self._cached(launch, arrays, q)
-        elif not isinstance(mask, BlockMask):
+            return self._cached(launch, arrays, q)
+        if not isinstance(mask, BlockMask):
             raise LaunchError(f"kernel '{self.spec.name}' has a mask expression: mask= takes only the BlockMask "
                               "of kernel.block_mask(q, k, **inputs), not a mask tensor")
-        return self.attention(q, k, v, mask=mask, kv_lens=kv_lens, **options)
+        return mask
 
     def block_mask(self, q, k, kv_lens=None, **inputs) -> BlockMask:
         """The BlockMask of the mask expression for a call with q's and k's shapes, kv_lens and
@@ -184,9 +189,15 @@ class MaskInputsKernel(Kernel):
         launch, arrays = self._launch(q, k, tuple(k.shape[:-1]) + (self.plan.d_v,), kv_lens, inputs, {})
         return self._cached(launch, arrays, q)
 
-    def backward(self, q, k, v, out, lse, dout, **options):
-        raise LaunchError(f"kernel '{self.spec.name}' has no backward on target cuda: its mask expression reads "
-                          "inputs (issue 42); attngen.reference_backward computes the gradients")
+    def backward(self, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, **options):
+        """(dq, dk, dv) as the attention kernel's backward (docs/backward.md), on the call's BlockMask:
+        mask=, or the one of the inputs (the forward's, reused while the signature is the same; the
+        builder runs again where it changed). The expression inputs by name, as the call took them."""
+        inputs = {n: x for n, x in options.items() if n not in _OPTIONS}
+        options = {n: x for n, x in options.items() if n in _OPTIONS}
+        launch, arrays = self._launch(q, k, tuple(v.shape), kv_lens, inputs, options)
+        return self.attention.backward(q, k, v, out, lse, dout, mask=self._mask(launch, arrays, q, mask),
+                                       kv_lens=kv_lens, **options)
 
     def _launch(self, q, k, v_shape, kv_lens, inputs: dict, options: dict):
         from ...runtime.inputs import check_call_inputs

@@ -285,13 +285,13 @@ class CudaKernel(Kernel):
 
     def backward(self, q, k, v, out, lse, dout, **options):
         """(dq, dk, dv) of this kernel's attention (docs/backward.md): three launches on the caller's
-        stream, outputs of q's kind (backends/cuda/backward.py, through the backend). Expression
-        inputs are not taken yet (a LaunchError: runtime/inputs.py)."""
-        from ...runtime.inputs import refuse_backward_inputs
+        stream, outputs of q's kind (backends/cuda/backward.py, through the backend). The call's
+        options, and its expression inputs by name (checked as the call's; any other keyword is a
+        LaunchError naming it)."""
         known = ("mask", "kv_lens", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
-        refuse_backward_inputs(self.plan.spec, {n: x for n, x in options.items() if n not in known},
-                               f"kernel '{self.plan.spec.name}' (cuda) backward")
-        return self.backend.run_backward(self, q, k, v, out, lse, dout, **options)
+        inputs = {n: x for n, x in options.items() if n not in known}
+        return self.backend.run_backward(self, q, k, v, out, lse, dout, inputs=inputs,
+                                         **{n: x for n, x in options.items() if n in known})
 
     def __call__(self, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  block_table=None, k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None,

@@ -52,7 +52,8 @@ class WgslBackend(Backend):
             return self.wall_timing
     device_name = "wgpu adapter"
     source_suffix = "wgsl"
-    backward_expressions = True  # index-only expressions, as the forward (templates/wgsl/backward.wgsl.j2)
+    # expressions, those that read inputs too, as the forward (templates/wgsl/backward.wgsl.j2)
+    backward_expressions = "inputs"
 
     def expression_tiles(self, spec):
         from ...lang.expr import inputs_read

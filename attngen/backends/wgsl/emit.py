@@ -382,7 +382,7 @@ def backward_plan(plan: KernelPlan):
     from ...plan.backward import problems
     from .config import backward_config
     from .lower import backward_entries
-    if problems(plan.spec, expressions=True):  # (WgslBackend.backward_expressions)
+    if problems(plan.spec, expressions="inputs"):  # (WgslBackend.backward_expressions)
         return None
     cfg = backward_config(plan)
     if cfg is None:
@@ -476,25 +476,33 @@ def backward_source(plan: KernelPlan) -> str:
 def backward_expression_sources(plan: KernelPlan) -> dict:
     """The backward template's expressions (issue 42): the mask section's mask_expr (as the
     forward's), and score_expr with score_expr_ds, d score / d s (attngen.plan.expr_grad), for
-    the recompute section, after the helpers they use ("" where the spec has none), and the
-    forward's tile classification (mask_tile_sources) for the backward's blocks."""
+    the recompute section, after the helpers and input loaders they use ("" where the spec has
+    none), and the forward's tile classification (mask_tile_sources) for the backward's blocks. A
+    read in score_expr_ds flags the site of the same read in the score (`sites`)."""
+    from ...lang.expr import Load, walk
     from ...plan.expr_grad import as_real, score_ds
     from . import expr as wgsl_expr
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     ds = as_real(score_ds(spec.score)) if spec.score is not None else None
-    helpers = "".join(h + "\n" for h in wgsl_expr.helpers_of(mask, spec.score, ds))
+    helpers = wgsl_expr.helpers_of(mask, spec.score, ds) + [wgsl_expr.loader(i) for i in spec.inputs]
+    helpers = "".join(h + "\n" for h in helpers)
+    found = wgsl_expr.sites(spec)
+    site_of = {id(n): at + 1 for at, (_, n) in enumerate(found)}
+    for n in walk(ds) if ds is not None else ():
+        if isinstance(n, Load) and id(n) not in site_of:
+            site_of[id(n)] = next(at + 1 for at, (what, m) in enumerate(found) if what == "score" and m == n)
     out = {"mask_expr_source": "", "score_expr_source": "", **mask_tile_sources(plan)}
     if mask is not None:
-        out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask")
+        out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask", site_of)
     if spec.score is not None:
         out["score_expr_source"] = (
             "// score expression (issue 42): the score the softmax saw, score_expr(s, b, h, hkv, q, k, Lq, Lk), of\n"
             "// the scaled score s = SCALE * Q_i . K_j and the pair's indices (q and k 0-based, top-left, within the\n"
             "// sequence), and its derivative d score / d s (attngen.plan.expr_grad: simplified, with PyTorch's\n"
             "// subgradients where it is not differentiable), which multiplies dS_ij.\n"
-            + ("" if mask is not None else helpers) + wgsl_expr.function("score_expr", spec.score, "score") + "\n"
-            + wgsl_expr.function("score_expr_ds", ds, "d score / d s =") + "\n")
+            + ("" if mask is not None else helpers) + wgsl_expr.function("score_expr", spec.score, "score", site_of)
+            + "\n" + wgsl_expr.function("score_expr_ds", ds, "d score / d s =", site_of) + "\n")
     return out
 
 
@@ -512,7 +520,7 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
     made = backward_plan(plan)
     if made is None:
         from ...plan.backward import problems
-        why = [p.message for p in problems(plan.spec, expressions=True)] or [
+        why = [p.message for p in problems(plan.spec, expressions="inputs")] or [
             "head dims too large for the backward's blocks (one row and one key of Q, dO, K and V in 16384 "
             "bytes of workgroup memory)"]
         return {"available": False, "why": "; ".join(why)}
@@ -552,5 +560,7 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
         "dkv": {"dk": "elements [0, rows(k) * Hkv * Dqk): rows(k) = B * cap (padded) or total_k (packed)",
                 "dv": "the next rows(k) * Hkv * Dv elements"},
         "inputs": "q, k, v as the forward's call; out and lse the forward's (lse natural log, written with "
-                  "write_lse = 1); dout shaped as out; mask custom: the forward's BlockMask buffer",
+                  "write_lse = 1); dout shaped as out; mask custom: the forward's BlockMask buffer"
+                  + ("; expression inputs: the forward's `inputs` words (its flag word zeroed: the backward sets "
+                     "it as the forward)" if plan.spec.inputs else ""),
     }

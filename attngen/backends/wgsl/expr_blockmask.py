@@ -2,6 +2,7 @@
 
     out = kernel(q, k, v, doc=doc)              # builds the BlockMask, or reuses the last one
     bm = kernel.block_mask(q, k, doc=doc)       # the same BlockMask, to pass as mask= later
+    dq, dk, dv = kernel.backward(q, k, v, out, lse, dout, doc=doc)  # the same BlockMask, reused
 
 A spec whose mask expression reads an input (attngen/plan/mask_inputs.py) runs in two parts:
 the builder (templates/wgsl/expr_block_mask.wgsl.j2: the expression on every (row, key) of each
@@ -189,17 +190,32 @@ def cached(kernel, L, arrays: dict) -> BlockMask:
     return bm
 
 
+def _mask(kernel, L, arrays: dict, mask) -> BlockMask:
+    """The BlockMask of a call: mask= (a BlockMask of block_mask()), or built / reused."""
+    if mask is None:
+        return cached(kernel, L, arrays)
+    if isinstance(mask, BlockMask):
+        return mask
+    raise LaunchError(f"kernel '{kernel.spec.name}' has a mask expression: mask= takes only the BlockMask of "
+                      "kernel.block_mask(q, k, **inputs), not a mask tensor")
+
+
 def call(kernel, q, k, v, *, mask=None, kv_lens=None, inputs=None, **options):
     """A call of a mask-over-inputs kernel: the BlockMask (mask=, or built / reused), then the
     companion attention kernel with it and the inputs the score reads."""
     L, arrays = _launch(kernel, q, k, tuple(v.shape), kv_lens, inputs or {}, **options)
-    if mask is None:
-        bm = cached(kernel, L, arrays)
-    elif isinstance(mask, BlockMask):
-        bm = mask
-    else:
-        raise LaunchError(f"kernel '{kernel.spec.name}' has a mask expression: mask= takes only the BlockMask of "
-                          "kernel.block_mask(q, k, **inputs), not a mask tensor")
+    bm = _mask(kernel, L, arrays, mask)
     att = companion(kernel)
     keep = {i.name: arrays[i.name] for i in att.spec.inputs}
     return att(q, k, v, mask=bm, kv_lens=kv_lens, **options, **keep)
+
+
+def backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, inputs=None, **options):
+    """The backward of a mask-over-inputs kernel (docs/backward.md): the call's BlockMask (mask=,
+    or the forward's, reused while the signature is the same), then the backward of the companion
+    `mask custom` kernel with it and the inputs the score reads."""
+    L, arrays = _launch(kernel, q, k, tuple(v.shape), kv_lens, inputs or {}, **options)
+    bm = _mask(kernel, L, arrays, mask)
+    att = companion(kernel)
+    keep = {i.name: arrays[i.name] for i in att.spec.inputs}
+    return att.backward(q, k, v, out, lse, dout, mask=bm, kv_lens=kv_lens, **options, **keep)

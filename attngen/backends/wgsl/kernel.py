@@ -237,12 +237,13 @@ class WgslKernel(Kernel):
                  max_seqlen_q=None, max_seqlen_k=None, **inputs):
         """(dq, dk, dv) in q's, k's and v's shapes and dtype (docs/backward.md): q, k, v and the options
         as the forward call took them, that call's out and lse (return_lse=True), and dout (out's
-        shape). numpy arrays, or WgslTensor when q, k and v are all WgslTensor. Expression inputs are
-        not taken yet (a LaunchError: runtime/inputs.py)."""
-        from ...runtime.inputs import refuse_backward_inputs
-        refuse_backward_inputs(self.plan.spec, inputs, f"kernel '{self.plan.spec.name}' (wgsl) backward")
-        return backward_call(self, q, k, v, out, lse, dout, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
-                             cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+        shape). numpy arrays, or WgslTensor when q, k and v are all WgslTensor. `**inputs`: the
+        expression inputs, as the call took them; a mask over inputs reuses the call's BlockMask
+        (the builder runs again only where the signature changed; expr_blockmask.backward)."""
+        by_builder = reads_inputs(self.spec) and expr_blockmask.companion(self) is not None
+        run = expr_blockmask.backward if by_builder else backward_call
+        return run(self, q, k, v, out, lse, dout, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
+                   cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, inputs=inputs)
 
     def backward_pipelines(self):
         """(role, pipeline, bind group layout, params, grid) of the backward's three entry points,
@@ -250,7 +251,7 @@ class WgslKernel(Kernel):
         from ...plan.backward import problems
         from .emit import backward_plan, backward_source
         plan = self.plan
-        found = problems(plan.spec, expressions=True)  # (WgslBackend.backward_expressions)
+        found = problems(plan.spec, expressions="inputs")  # (WgslBackend.backward_expressions)
         if found:
             raise LaunchError(f"kernel '{plan.spec.name}' has no backward: " + "; ".join(p.message for p in found))
         made = backward_plan(plan)

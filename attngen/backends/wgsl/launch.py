@@ -396,10 +396,12 @@ def _check_like(name: str, x, shape: tuple, dtype: str, why: str) -> None:
 
 
 def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
-                  max_seqlen_q=None, max_seqlen_k=None):
+                  max_seqlen_q=None, max_seqlen_k=None, inputs=None):
     """(dq, dk, dv) of the kernel's attention: the three entry points of its backward module
     (kernel.backward_pipelines) in one submission. Inputs are checked as the forward's call checks
-    them, and out, lse, dout against the shapes that call gives."""
+    them (the expression inputs, `inputs`, too), and out, lse, dout against the shapes that call
+    gives; a read out of an input's bounds is raised as the forward's (_input_flag)."""
+    given = inputs or {}
     plan = kernel.plan
     passes = kernel.backward_pipelines()  # refuses specs without a backward
     st = kernel.state
@@ -414,6 +416,8 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
     _check_like("out", inputs["out"], out_shape, plan.dtype, "the forward's output")
     _check_like("dout", inputs["dout"], out_shape, plan.dtype, "the gradient of out: out's shape and dtype")
     _check_like("lse", inputs["lse"], L.lse_shape, "f32", "the forward's lse, from return_lse=True")
+    named = check_call_inputs(plan.spec, given, L, f"kernel '{plan.spec.name}' (wgsl) backward") if (
+        plan.spec.inputs or given) else {}
     bm = None if mask is None else _checked_block_mask(kernel, mask, L, dev)
 
     np_dtype = NP_DTYPES[plan.dtype]
@@ -443,6 +447,13 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
     bufs["seq_meta"] = _upload(dev, words, 0)
     if bm is not None:
         bufs["mask"] = bm.buffer
+    if plan.spec.inputs:
+        words, in_offsets = input_words(plan.spec, named)
+        if words.nbytes > limit:
+            raise LaunchError(f"the expression inputs are {words.nbytes} bytes, above the {limit}-byte storage "
+                              "binding limit of this device/profile")
+        bufs["inputs"] = _upload(dev, words, wgpu.BufferUsage.COPY_SRC)
+        offsets = {**offsets, **in_offsets}
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
     bufs["rows"] = dev.create_buffer(size=padded(4 * rows_words), usage=usage)  # zeroed, as WebGPU buffers are
     bufs["dq"] = dev.create_buffer(size=max(16, padded(n_q * elem)), usage=usage)
@@ -466,6 +477,8 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
                              dtype=np.float32)
         if flag[0] != 0:
             raise kernel.budget_error(L.len_k, "a backward step's loops were cut short")
+    if plan.spec.inputs:
+        _input_flag(kernel, bufs["inputs"])
     if on_gpu:
         dk_buf = dev.create_buffer(size=max(16, padded(n_k * elem)), usage=usage | wgpu.BufferUsage.COPY_DST)
         dv_buf = dev.create_buffer(size=max(16, padded(n_v * elem)), usage=usage | wgpu.BufferUsage.COPY_DST)

@@ -288,8 +288,8 @@ BACKWARD_ROLES = ("preprocess", "dkdv", "dq")
 
 
 def backward_param(name: str, dtype: str) -> Param:
-    if name not in _BACKWARD_BINDINGS:
-        return wgsl_param(name, dtype, "read") if name != "params" else wgsl_param(name, dtype)
+    if name not in _BACKWARD_BINDINGS:  # params and inputs (its flag is written) as declared, the rest read
+        return wgsl_param(name, dtype, "read") if name not in ("params", "inputs") else wgsl_param(name, dtype)
     binding, kind_dtype, shape, acc, optional, doc = _BACKWARD_BINDINGS[name]
     return Param(name, "tensor", dtype if kind_dtype == "elem" else kind_dtype, shape, acc,
                  optional=optional, binding=binding, doc=doc)
@@ -298,10 +298,11 @@ def backward_param(name: str, dtype: str) -> Param:
 def backward_entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
     """The backward's three entry points, in dispatch order (`cfg`: config.WgslBackward)."""
     mask = ("mask",) if spec.mask.is_custom else ()
+    inputs = ("inputs",) if spec.inputs else ()  # the expressions' (issue 42), read by steps 2 and 3
     names = {
         "preprocess": ("params", "out", "lse", "dout", "rows"),
-        "dkdv": ("params", "q", "k", "v", "seq_meta", "dout", *mask, "rows", "dkv"),
-        "dq": ("params", "q", "k", "v", "seq_meta", "dout", *mask, "rows", "dq"),
+        "dkdv": ("params", "q", "k", "v", "seq_meta", "dout", *mask, "rows", "dkv", *inputs),
+        "dq": ("params", "q", "k", "v", "seq_meta", "dout", *mask, "rows", "dq", *inputs),
     }
     grids = {
         "preprocess": (f"ceil(Tq / {cfg.workgroup})", "Hq", "1"),

@@ -1,8 +1,9 @@
 """The CUDA backward of score and mask expressions over indices (issue 42; docs/backward.md), without
 a GPU: both families' sources for expression specs compile (nvcc -cubin, sm_90a, and sm_80 for the
 deterministic family) without a warning and hold the expression functions (mask_expr,
-mask_expr_tile, score_expr, score_expr_ds); `attngen check`'s lines; expressions that read inputs
-stay refused. The deterministic family's results are checked on the CPU by
+mask_expr_tile, score_expr, score_expr_ds), scores that read inputs too; `attngen check`'s lines;
+`grad` inputs (the fast family; grad_inputs_add run on the host against the reference), and what
+stays refused. The deterministic family's results are checked on the CPU by
 tests/backends/cuda/test_backward_emulated.py; both families on a GPU by
 tests/equivalence/test_backward_cuda_expr.py."""
 
@@ -39,6 +40,15 @@ CASES = [
     ("cuda-sm90", "fma", "64", "bf16", "custom", GATED, "target cuda { backward=deterministic }"),
     ("cuda-sm80", "fma", "64", "f32", GRID, ALIBI, ""),
     ("cuda-sm80", "fma", "qk=48 v=32", "f16", "k <= q && q - k < 64", "5 * tanh(s / 4.5)", ""),
+    # scores that read inputs (ExprInputs, the kernels' last parameter): a derivative that reads them and
+    # `grad` inputs (ExprGrads, the fast family's dK/dV step), ALiBi
+    ("cuda-sm90", "wgmma", "64", "bf16", "k <= q", "s * slopes[h] + bias[b, h, q, k]",
+     "input slopes[h] bf16 grad\ninput bias[b, h, q, k] f16 grad"),
+    ("cuda-sm90", "fma", "64", "f16", "causal", "s - slopes[h] * abs(q - k)",
+     "input slopes[h] f32\ntarget cuda { backward=deterministic }"),
+    # a mask and a score that both read inputs: the mask tested per element, as the forward does
+    ("cuda-sm90", "wgmma", "64", "f16", "k <= q && doc[b, q] == doc[b, k]", "s - slopes[h] * abs(q - k)",
+     "input doc[b, q] i32\ninput slopes[h] f32"),
 ]
 
 
@@ -56,11 +66,16 @@ def test_expression_backward_compiles(case):
     assert backward.family(plan) == family
     source = get("cuda").helper_sources(plan)["backward"]
     if mask not in (None, "causal", "custom"):
-        assert "bool mask_expr(int b, int h, int hkv, int q, int k, int Lq, int Lk)" in source
+        assert ("bool mask_expr(" + ("const ExprInputs& in, " if "doc" in mask else "")
+                + "int b, int h, int hkv, int q, int k, int Lq, int Lk)") in source
         assert "int mask_expr_tile(" in source
     if score is not None:
         assert f"// score {score}\n" in source and "// d score / d s = " in source
-        assert "float score_expr_ds(float s, int b, int h, int hkv, int q, int k, int Lq, int Lk)" in source
+        reads = "s * slopes[h]" in score  # (then score_expr_ds reads them too: d/ds = slopes[h])
+        assert ("float score_expr_ds(" + ("const ExprInputs& in, " if reads else "")
+                + "float s, int b, int h, int hkv, int q, int k, int Lq, int Lk)") in source
+        if "input" in extra:  # the dK/dV and dQ steps take the inputs as their last parameter
+            assert source.count(", const __grid_constant__ ExprInputs in") == (1 if family == "wgmma" else 2)
         assert f"score {score}; " in source.split("\n*/")[0].replace("\n", " ").replace("//", "")  # the header
     arch = plan.details.arch
     tmp = tempfile.mkdtemp()
@@ -92,10 +107,97 @@ def test_check_describes_the_expression_backward():
         assert "backward: none" not in text
 
 
-def test_expressions_that_read_inputs_stay_refused_in_the_backward():
-    spec = spec_of("head_dim 64\ndtype f16\ninput slopes[h] f32\nscore s - slopes[h] * abs(q - k)", name="e")
-    assert get("cuda").expression_problems(spec) == []  # the forward compiles it (tests/equivalence/test_cuda_inputs.py)
+def test_the_backward_of_inputs_and_what_stays_refused():
+    """A score that reads inputs has a cuda backward (both families), a mask over inputs the `mask
+    custom` one (the builder's BlockMask), a mask and a score that both read inputs the per-element
+    one (as the forward); `grad` inputs the fast family's (the deterministic one refuses them)."""
     from attngen.plan.backward import problems
-    msgs = [p.message for p in problems(spec, expressions=get("cuda").backward_expressions)]
-    assert msgs == ["the score expression reads inputs (slopes): the backward kernels do not take inputs yet "
-                    "(issue 42)"]
+    cuda = get("cuda")
+    alibi = spec_of("head_dim 64\ndtype f16\ninput slopes[h] f32\nscore s - slopes[h] * abs(q - k)", name="e")
+    assert problems(alibi, expressions=cuda.backward_expressions) == []
+    assert backward.backward_problems(attngen.lower(alibi, "cuda", "cuda-sm90")) == []
+    docs = spec_of("head_dim 64\ndtype f16\ninput doc[b, q] i32\nmask k <= q && doc[b, q] == doc[b, k]", name="e")
+    assert problems(docs, expressions=cuda.backward_expressions) == []
+    grad = spec_of("head_dim 64\ndtype f16\ninput t[h] f32 grad\nscore s + t[h]", name="e")
+    assert problems(grad, expressions=cuda.backward_expressions) == []  # (the fast family: below)
+    assert [p.message for p in problems(grad, expressions="inputs")] == [
+        "the gradient of `grad` input t is not computed by this target's backward kernels yet (issue 42)"]
+    both = spec_of("head_dim 64\ndtype f16\ninput doc[b, q] i32\ninput slopes[h] f32\n"
+                   "score s - slopes[h] * abs(q - k)\nmask k <= q && doc[b, q] == doc[b, k]", name="e")
+    assert backward.backward_problems(attngen.lower(both, "cuda", "cuda-sm90")) == []
+
+# ---- `grad` inputs (the fast family): grad_inputs_add on the host against the reference --------------
+
+GRADS = ("head_dim 16\ndtype f32\nheads q=3 kv=1\ninput slopes[h] f32 grad\ninput table[h, 9] f32 grad\n"
+         "score s * slopes[h] + table[h, clamp(k - q, -4, 4) + 4]\nmask k <= q\n")
+
+
+def test_grad_inputs_compile_in_the_fast_family_and_the_deterministic_one_refuses_them():
+    plan = _plan("64", "f16", "k <= q", "s * slopes[h] + table[h, clamp(k - q, -4, 4) + 4]",
+                 "input slopes[h] f32 grad\ninput table[h, 9] f32 grad")
+    assert backward.family(plan) == "wgmma" and backward.backward_problems(plan) == []
+    source = get("cuda").helper_sources(plan)["backward"]
+    assert "struct ExprGrads {" in source and ", const __grid_constant__ ExprGrads grads) {" in source
+    assert "// d score / d slopes[h] = s\n" in source
+    assert any(ln.startswith("backward grad inputs: slopes (h), table (h, 9), f32, added into by the dK/dV step "
+                             "with atomicAdd") for ln in get("cuda").describe_backward(plan))
+    det = _plan("64", "f16", None, "s + t[h]", "input t[h] f32 grad\ntarget cuda { backward=deterministic }")
+    assert [p.message for p in backward.backward_problems(det)] == [
+        "the gradient of `grad` input t is summed with atomics, in no fixed order, which the deterministic family "
+        "does not do; the fast family computes it, but not this spec (the spec asks for backward=deterministic)"]
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
+def test_grad_inputs_add_sums_what_the_reference_does(tmp_path):
+    """The rendered grad_inputs_add (expr_grads.py), called on the host for every visible pair with
+    the float64 dS and s of numpy, sums the `grad` inputs' gradients of attngen.reference_backward."""
+    import ctypes
+
+    import numpy as np
+
+    from attngen.backends.cuda import expr as cuda_expr
+    from attngen.backends.cuda import expr_grads
+    from attngen.reference import reference, reference_backward
+    spec = spec_of(GRADS, name="e")
+    rng = np.random.default_rng(3)
+    b, lq, lk, hq, d = 2, 7, 9, 3, 16
+    q, k, v = rng.standard_normal((b, lq, hq, d)), rng.standard_normal((b, lk, 1, d)), rng.standard_normal((b, lk, 1, d))
+    dout = rng.standard_normal((b, lq, hq, d))
+    inputs = {"slopes": rng.random(hq).astype(np.float32), "table": rng.standard_normal((hq, 9)).astype(np.float32)}
+    want = reference_backward(spec, q, k, v, dout, **inputs)[3]
+    out = reference(spec, q, k, v, **inputs)
+    s = np.einsum("bihd,bjd->bhij", q, k[:, :, 0]) / np.sqrt(d)
+    i, j = np.arange(lq)[:, None], np.arange(lk)[None, :]
+    table = inputs["table"][np.arange(hq)[:, None, None], (np.clip(j - i, -4, 4) + 4)[None]]  # (hq, lq, lk)
+    score = s * inputs["slopes"][None, :, None, None] + table[None]
+    score = np.where(j <= i, score, -np.inf)
+    p = np.exp(score - score.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dp = np.einsum("bihd,bjd->bhij", dout, v[:, :, 0])
+    dd = np.einsum("bihd,bihd->bhi", dout, out)[..., None]
+    ds = np.ascontiguousarray(p * (dp - dd), np.float32)
+    names = [x.name for x in spec.inputs]
+    prog = ("#include <cmath>\n#include <cstdlib>\nusing std::abs; using std::min; using std::max;\n"
+            "#define __host__\n#define __device__\n#define __forceinline__ inline\n"
+            "inline float atomicAdd(float* p, float x) { const float old = *p; *p += x; return old; }\n"
+            + "".join(h + "\n" for h in cuda_expr.helpers_of(spec.score, *expr_grads.derivatives(spec)))
+            + cuda_expr.inputs_source(spec) + expr_grads.source(spec)
+            + 'extern "C" void run(const float* ds, const float* s, int B, int H, int Lq, int Lk, '
+            + ", ".join(f"const float* {n}, float* grad_{n}" for n in names) + ") {\n"
+            + f"    const ExprInputs in{{{', '.join(names)}, B, H, 1, Lq, Lk, nullptr, 0}};\n"
+            + f"    const ExprGrads g{{{', '.join('grad_' + n for n in names)}}};\n"
+            + "    for (int b = 0; b < B; ++b) for (int h = 0; h < H; ++h) for (int q = 0; q < Lq; ++q)\n"
+            + "        for (int k = 0; k <= q && k < Lk; ++k) {\n"
+            + "            const long long e = ((long long)(b * H + h) * Lq + q) * Lk + k;\n"
+            + "            grad_inputs_add(in, g, ds[e], s[e], b, h, 0, q, k, Lq, Lk);\n"
+            + "        }\n}\n")
+    (tmp_path / "g.cpp").write_text(prog)
+    subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "g.so"),
+                    str(tmp_path / "g.cpp")], check=True, capture_output=True)
+    lib = ctypes.CDLL(str(tmp_path / "g.so"))
+    got = {n: np.zeros(inputs[n].shape, np.float32) for n in names}
+    ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731 (contiguous float32 arrays, kept alive)
+    s32 = np.ascontiguousarray(s, np.float32)
+    lib.run(ptr(ds), ptr(s32), b, hq, lq, lk, *[x for n in names for x in (ptr(inputs[n]), ptr(got[n]))])
+    for n in names:
+        assert np.allclose(got[n], want[n], rtol=1e-4, atol=1e-5), n
