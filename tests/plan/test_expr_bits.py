@@ -90,8 +90,8 @@ def test_a_bad_choice_is_a_clear_error():
 @pytest.mark.parametrize("mask, option, words", [
     (HOOD, "", "mask_expr=auto: bits where a call has at least 4194304 pairs and more partial than full live tiles; "
                "at Lq = Lk = 4096, 410 partial and 0 full live tiles: bits"),
-    ("k <= q", "", "mask_expr=auto: bits where"),
-    ("k <= q", "target cuda { mask_expr=bits }", "mask_expr=bits; at Lq = Lk = 4096"),
+    ("!(k > q)", "", "mask_expr=auto: bits where"),
+    ("!(k > q)", "target cuda { mask_expr=bits }", "mask_expr=bits; at Lq = Lk = 4096"),
 ])
 def test_check_says_which_path(mask, option, words):
     spec = spec_of(f"head_dim 128\ndtype f16\nmask {mask}\n{option}")

@@ -61,7 +61,8 @@ class CudaBackend(Backend):
         given = spec.options("cuda").get("mask_expr")
         if given is None or expr_bits.applies(spec):
             return []
-        what = "an expression that reads inputs (the builder's path)" if spec.mask.kind == "expr" else spec.mask.kind
+        what = ("an expression that reads inputs (the builder's path)" if spec.mask.kind == "expr"
+                else f"{spec.mask.kind} (a named mask, or an expression planned as one: attngen check says which)")
         return [Problem(f"mask_expr={given} chooses how an index-only mask expression runs; this spec's mask is "
                         f"{what}", key="target.cuda", hint="leave mask_expr out (auto)")]
 
@@ -284,9 +285,11 @@ BACKEND = CudaBackend()
 
 def _bits_path(spec) -> bool:
     """Whether compile() may run `spec` on the bits path: an index-only mask expression whose
-    mask_expr is not inline, with a contiguous cache (attngen/plan/expr_bits.py)."""
+    mask_expr is not inline, with a contiguous cache (attngen/plan/expr_bits.py), as planned (an
+    expression that is a named mask is planned as that mask: plan.check.normalised)."""
     from ...plan import expr_bits
-    return (expr_bits.applies(spec) and spec.options("cuda").get("mask_expr") != "inline"
+    from ...plan.check import normalised
+    return (expr_bits.applies(normalised(spec)) and spec.options("cuda").get("mask_expr") != "inline"
             and not spec.kv_cache.is_paged)
 
 

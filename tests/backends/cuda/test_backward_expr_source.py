@@ -42,7 +42,7 @@ CASES = [
     ("cuda-sm80", "fma", "qk=48 v=32", "f16", "k <= q && q - k < 64", "5 * tanh(s / 4.5)", ""),
     # scores that read inputs (ExprInputs, the kernels' last parameter): a derivative that reads them and
     # `grad` inputs (ExprGrads, the fast family's dK/dV step), ALiBi
-    ("cuda-sm90", "wgmma", "64", "bf16", "k <= q", "s * slopes[h] + bias[b, h, q, k]",
+    ("cuda-sm90", "wgmma", "64", "bf16", "!(k > q)", "s * slopes[h] + bias[b, h, q, k]",
      "input slopes[h] bf16 grad\ninput bias[b, h, q, k] f16 grad"),
     ("cuda-sm90", "fma", "64", "f16", "causal", "s - slopes[h] * abs(q - k)",
      "input slopes[h] f32\ntarget cuda { backward=deterministic }"),

@@ -63,10 +63,10 @@ def test_the_decision_of_a_call():
     big = "abs(q // 64 - k // 64) <= 7 && abs(q % 64 - k % 64) <= 7"
     assert _decide(big, 1, 4096, 4096)[0] == "bits"
     assert _decide(big, 2, 4096, 3001)[0] == "bits"
-    assert _decide("k <= q", 1, 4096, 4096) == ("inline", "mask_expr=auto: fewer partial than full live tiles, "
+    assert _decide("!(k > q)", 1, 4096, 4096) == ("inline", "mask_expr=auto: fewer partial than full live tiles, "
                                                            "or a short call")
     assert _decide(big, 1, 113, 7)[0] == "inline"  # short
-    assert _decide("k <= q", 1, 113, 7, "target cuda { mask_expr=bits }") == ("bits", "mask_expr=bits")
+    assert _decide("!(k > q)", 1, 113, 7, "target cuda { mask_expr=bits }") == ("bits", "mask_expr=bits")
     # kv_lens on the host: one slice per sequence (its own Lk), within the bound; on the GPU: inline
     assert _decide(big, 2, 4096, 4096, kv_lens=np.array([4096, 100], np.int32))[0] == "bits"
     path, why = _decide(big, 2, 4096, 4096, kv_lens=_DeviceArray())
