@@ -323,8 +323,8 @@ fn iv_bool(always: bool, never: bool) -> ExprIv {{
     return ExprIv(0i, 1i, true);
 }}
 fn iv_floor_div(a: i32, b: i32) -> i32 {{
-    let t = a / b;
-    return select(t, t - 1i, (a % b != 0i) && ((a < 0i) != (b < 0i)));
+    let t = a / b;  // (b != 0 here; t * b, not WGSL's %: see expr_floor_div)
+    return select(t, t - 1i, (t * b != a) && ((a < 0i) != (b < 0i)));
 }}
 fn iv_floor_mod(a: i32, b: i32) -> i32 {{
     return a - iv_floor_div(a, b) * b;
