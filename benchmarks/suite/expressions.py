@@ -32,8 +32,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch._functorch.config
 
 import attngen
+
+# FlexAttention's backward is timed by calling backward(retain_graph=True) again and again, which
+# a compiled graph's donated buffers refuse ("requires create_graph=False and retain_graph=False")
+torch._functorch.config.donated_buffer = False
 
 L_VALUES = (4096, 16384)
 HEADS, HEAD_DIM, TOKENS = 16, 128, 16384
