@@ -326,8 +326,9 @@ def expression_sources(plan: KernelPlan) -> dict:
     in_arg; the Mask holds a copy where the mask reads them, as the forward's; score_in and ds_in:
     the first argument of score_expr and score_expr_ds where they read inputs); a read in
     score_expr_ds reports the site of the same read in the score (expr.sites)."""
-    from ...lang.expr import inputs_read
+    from ...lang.expr import inputs_read, walk
     from ...plan.expr_grad import as_real, score_ds
+    from ...plan.expr_reads import hoist_item_reads
     from . import expr as cuda_expr
     from . import expr_grads
     spec = plan.spec
@@ -337,12 +338,24 @@ def expression_sources(plan: KernelPlan) -> dict:
     helpers += cuda_expr.inputs_source(spec) + ("\n" if spec.inputs else "")
     site_of = expr_grads.site_of(spec, [ds] if ds is not None else [])
     reads = bool(spec.inputs)
+    # the score's reads of the head's inputs (ALiBi's slopes[h]; plan.expr_reads): the fast family
+    # evaluates them once per step (items_init), the deterministic one at each pair (items_inline)
+    score, items = hoist_item_reads(spec.score, spec.inputs) if spec.score is not None else (None, ())
     out = {"mask_expr_source": "", "score_expr_source": "",
            "mask_reads_inputs": mask is not None and bool(inputs_read(mask)),
            "in_param": ", const ExprInputs& in" if reads else "", "in_arg": ", in" if reads else "",
            "in_kernel_param": ", const __grid_constant__ ExprInputs in" if reads else "",
-           "score_in": "in, " if spec.score is not None and inputs_read(spec.score) else "",
+           "score_in": "in, " if score is not None and inputs_read(score) else "",
+           # a read that may leave its input's bounds: the score is evaluated at visible pairs only
+           # (reads proven in bounds, plan.expr_reads, are site 0: evaluated anywhere, hoisted by nvcc)
+           "score_guard": score is not None and any(site_of.get(id(n)) for n in walk(score)),
            "ds_in": "in, " if ds is not None and inputs_read(ds) else ""}
+    out.update(
+        items_init="".join(f"    const {cuda_expr.C_TYPE[x.type]} item{i} = score_item{i}(in, b, h, hk, 0, 0, "
+                           "mask.len_q, mask.len_k);  // the score's reads of the head's inputs, once\n"
+                           for i, x in enumerate(items)),
+        items_args="".join(f", item{i}" for i in range(len(items))),
+        items_inline="".join(f", score_item{i}(in, b, h, hk, 0, 0, n_rows, n_keys)" for i in range(len(items))))
     grads = any(i.grad for i in spec.inputs)  # (the fast family: expr_grads.py; the fma one refuses them)
     out.update(grads_param=", const ExprGrads& grads" if grads else "", grads_arg=", grads" if grads else "",
                grads_kernel_param=", const __grid_constant__ ExprGrads grads" if grads else "")
@@ -355,7 +368,9 @@ def expression_sources(plan: KernelPlan) -> dict:
             "// the scaled score s = scale * q_i . k_j and the pair's indices (q and k 0-based, top-left, within the\n"
             "// sequence), and its derivative d score / d s (attngen.plan.expr_grad: simplified, with PyTorch's\n"
             "// subgradients where it is not differentiable), which multiplies dS_ij.\n"
-            + ("" if mask is not None else helpers) + cuda_expr.function("score_expr", spec.score, "score", site_of)
+            + ("" if mask is not None else helpers)
+            + "".join(cuda_expr.function(f"score_item{i}", x, "item", site_of) + "\n" for i, x in enumerate(items))
+            + cuda_expr.function("score_expr", score, "score", site_of, items, spec.score)
             + "\n" + cuda_expr.function("score_expr_ds", ds, "d score / d s =", site_of) + "\n"
             + (expr_grads.source(spec) + "\n" if grads else ""))
     return out

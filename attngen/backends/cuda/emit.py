@@ -126,7 +126,7 @@ def expression_sources(plan: KernelPlan) -> dict:
     if spec.score is not None:
         out["score_expr_source"] = ("" if mask is not None else helpers) + "".join(
             cuda_expr.function(f"score_item{i}", x, "item", site_of) + "\n" for i, x in enumerate(items)
-        ) + cuda_expr.function("score_expr", score, "score", site_of, items)
+        ) + cuda_expr.function("score_expr", score, "score", site_of, items, spec.score)
     return out
 
 

@@ -177,17 +177,23 @@ def render(e, site_of: dict | None = None) -> str:
 C_TYPE = {INT: "int", REAL: "float", BOOL: "bool"}
 
 
-def function(name: str, e, what: str, site_of: dict | None = None, items: tuple = ()) -> str:
+def function(name: str, e, what: str, site_of: dict | None = None, items: tuple = (), original=None) -> str:
     """`name(...)` returning `e`, under a comment quoting the spec's expression (`what`: "mask",
     "score", or "item": a subexpression of the score evaluated once per row, lang.expr.
     hoist_item_reads); a score function takes s (the scaled score) first and after the indices the
-    values of `items` (the hoisted subexpressions: parameters item0, item1, ...), and a function
-    that reads inputs takes `const ExprInputs& in` before everything (`site_of`: from `sites`)."""
+    values of `items` (the hoisted subexpressions: parameters item0, item1, ...; `original`: the
+    spec's expression they were hoisted from, quoted), and a function that reads inputs takes
+    `const ExprInputs& in` before everything (`site_of`: from `sites`)."""
     params = ([] if what in ("mask", "item") else ["float s"]) + [f"int {p}" for p in INDEX_PARAMS]
     params += [f"{C_TYPE[x.type]} item{i}" for i, x in enumerate(items)]
     if inputs_read(e):
         params.insert(0, "const ExprInputs& in")
-    return (f"// {what} {format_expr(e)}\n"
+    head = f"// {what} {format_expr(e)}\n"
+    if items:
+        head = (f"// {what} {format_expr(original)}\n// as {format_expr(e)}, with "
+                + ", ".join(f"item{i} = {format_expr(x)}" for i, x in enumerate(items))
+                + " (evaluated once per row: plan.expr_reads)\n")
+    return (head +
             f"{_FN} {C_TYPE[e.type]} {name}({', '.join(params)}) {{\n"
             f"    return {render(e, site_of)};\n"
             "}\n")

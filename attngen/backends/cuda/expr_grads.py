@@ -33,13 +33,15 @@ def derivatives(spec) -> list:
 
 def site_of(spec, exprs) -> dict:
     """cuda_expr.site_numbers(spec), with each read of `exprs` (derived expressions: their reads
-    may be new objects) given the site of the same read in the score."""
+    may be new objects) given the site of the same read in the score (0 where it is in bounds)."""
+    from ...plan.expr_reads import in_bounds
     found = cuda_expr.sites(spec)
     out = cuda_expr.site_numbers(spec)
     for e in exprs:
         for n in walk(e):
             if isinstance(n, Load) and id(n) not in out:
-                out[id(n)] = next(at + 1 for at, (what, m) in enumerate(found) if what == "score" and m == n)
+                out[id(n)] = 0 if in_bounds(n, spec.inputs) else next(
+                    at + 1 for at, (what, m) in enumerate(found) if what == "score" and m == n)
     return out
 
 
