@@ -125,6 +125,22 @@ def test_custom_mask(kind):
     assert not dk[:, keys].any() and not dv[:, keys].any()
 
 
+@pytest.mark.parametrize("b, lq, lk", [(1, 65, 7), (2, 113, 7), (1, 300, 200)])
+def test_custom_mask_steps_full_in_the_list_past_the_keys(b, lq, lk):
+    """A step the key-block list calls full (every row of it sees every key: rows past a prefix)
+    still tests the mask per element where the block reaches past Lk: its bits must be loaded
+    (they were only for partial steps, and such steps read stale words: found by the prefix-LM
+    expression's backward, Lq > Lk)."""
+    spec = spec_of("head_dim 64\n dtype f16\n mask custom")
+    kernel = _hopper(spec)
+    rng = np.random.default_rng(lq + lk)
+    q, k, v = _qkv(spec, rng, b, lq, lk, 6, 2)
+    prefix = rng.integers(0, lk, b)
+    m = (np.arange(lk)[None, None] <= np.arange(lq)[None, :, None]) | (np.arange(lk)[None, None] < prefix[:, None, None])
+    m = m[:, None]
+    check_backward(spec, q, k, v, call={"mask": attngen.block_mask(_mask(m), kernel)}, ref_kw={"mask": m})
+
+
 def test_agrees_with_the_deterministic_family():
     """The same spec with backward=deterministic (CUDA cores, no atomics): equal bits on every
     run there, and the fast family within the dtype's tolerance of it."""
