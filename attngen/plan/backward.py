@@ -23,7 +23,9 @@ kernels compile, its backend says (Backend.backward_expressions, `problems`' `ex
 "indices" (expressions of indices and s; a mask that reads inputs runs as the forward's
 block-mask builder, then the backward of the `mask custom` kernel with that BlockMask,
 attngen/plan/mask_inputs.py), "inputs" (also a score expression that reads inputs, taken as the
-forward takes them) or "grads" (also the gradients of `grad` inputs: a fourth value).
+forward takes them), "injective" (also the gradients of `grad` inputs whose reads name one entry
+per pair, `injective`: written without atomics) or "grads" (also the gradients of every `grad`
+input: a fourth value).
 
 P is recomputed from lse in steps 2 and 3 (nothing L x L is stored: the workspace is D, B x Hq x Lq
 floats). A row that saw no key (lse = -inf) has P = 0: no gradient flows through it; a key a row
