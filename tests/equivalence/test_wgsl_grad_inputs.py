@@ -105,3 +105,20 @@ def test_manifest_describes_the_gradients_in_rows():
     m = backward_manifest(attngen.lower(spec, target="wgsl"))
     assert m["available"] and m["rows"]["bytes"] == "4 * (2 * Hq * Tq + 1 + B * Hkv * Lq * Lk)"
     assert m["grads"][0]["at_word"] == "2 * Hq * Tq + 1" and m["grads"][0]["shape"] == ["B", "Hkv", "Lq", "Lk"]
+
+
+def test_with_a_mask_over_inputs():
+    """A mask that reads inputs runs as the builder's BlockMask + the `mask custom` kernel: that
+    kernel's backward returns the bias's gradient too."""
+    require("wgsl")
+    spec = spec_of("head_dim 16\n dtype f32\n input p[b] i32\n input bias[b, h, q, k] f32 grad\n"
+                   " score s + bias[b, h, q, k]\n mask k <= q || k < p[b]")
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 9, 3, 16), (2, 11, 1, 16), (2, 11, 1, 16)))
+    named = {"p": np.array([3, 0], np.int32), "bias": rng.standard_normal((2, 3, 9, 11)).astype(np.float32)}
+    kernel = kernel_for(spec, "wgsl")
+    out, lse = kernel(q, k, v, return_lse=True, **named)
+    dout = rng.standard_normal(out.shape).astype(np.float32)
+    got = kernel.backward(q, k, v, out, lse, dout, **named)
+    ref = reference_backward(spec, *(x.astype(np.float64) for x in (q, k, v, dout)), **named)
+    assert relative_error(got[3]["bias"], ref[3]["bias"]) <= 2 * tolerance(spec)
