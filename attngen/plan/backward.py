@@ -23,7 +23,9 @@ kernels compile, its backend says (Backend.backward_expressions, `problems`' `ex
 "indices" (expressions of indices and s; a mask that reads inputs runs as the forward's
 block-mask builder, then the backward of the `mask custom` kernel with that BlockMask,
 attngen/plan/mask_inputs.py), "inputs" (also a score expression that reads inputs, taken as the
-forward takes them) or "grads" (also the gradients of `grad` inputs: a fourth value).
+forward takes them), "injective" (also the gradients of `grad` inputs whose reads name one entry
+per pair, `injective`: written without atomics) or "grads" (also the gradients of every `grad`
+input: a fourth value).
 
 P is recomputed from lse in steps 2 and 3 (nothing L x L is stored: the workspace is D, B x Hq x Lq
 floats). A row that saw no key (lse = -inf) has P = 0: no gradient flows through it; a key a row
@@ -39,12 +41,15 @@ from .kernel_plan import Problem
 SECTIONS = ("inputs", "preprocess", "recompute P", "dK and dV", "dQ", "store")
 
 
-def problems(spec: AttentionSpec, expressions: bool | str = False) -> list[Problem]:
+def problems(spec: AttentionSpec, expressions: bool | str = False, target: str = "this target") -> list[Problem]:
     """Why `spec` has no backward (empty: it has one) on a target whose backward kernels compile
     `expressions` (Backend.backward_expressions): False, none; "indices" (or True), expressions of
     indices and s, and masks that read inputs (the builder's BlockMask + `mask custom`);
-    "inputs", also score expressions that read inputs; "grads", also `grad` inputs."""
-    from ..lang.expr import inputs_read
+    "inputs", also score expressions that read inputs; "injective", also `grad` inputs whose
+    every read is `injective` (each entry written from one pair, or one GQA group's heads);
+    "grads", also every other `grad` input. `target` names the target in the messages."""
+    from ..lang.expr import format_expr, inputs_read
+    from .expr_grad import loads_of
     out = []
     if spec.kv_cache.kind == "paged":
         out.append(Problem("a paged KV cache is an inference cache: its kernels have no backward", key="kv_cache",
@@ -60,17 +65,52 @@ def problems(spec: AttentionSpec, expressions: bool | str = False) -> list[Probl
                                 "targets whose backward compiles expressions"))
         return out
     read = inputs_read(spec.score) if spec.score is not None else set()
-    if read and expressions not in ("inputs", "grads"):
+    if read and expressions not in ("inputs", "injective", "grads"):
         out.append(Problem(f"the score expression reads inputs ({', '.join(sorted(read))}): this target's backward "
                            "kernels do not take inputs yet (issue 42)", key="score.expr",
                            hint="attngen.reference_backward computes the gradients, of `grad` inputs too"))
     grads = [i.name for i in spec.inputs if i.grad]
+    if grads and not out and expressions == "injective":
+        for inp in (i for i in spec.inputs if i.grad):
+            bad = [ld for ld in loads_of(spec.score, inp.name) if not injective(ld, inp)]
+            if bad:
+                out.append(Problem(
+                    f"the gradient of `grad` input {inp.name} is not computed by {target}'s backward kernels: its "
+                    f"read {format_expr(bad[0])} is not indexed by the pair's own names, so an entry may sum many "
+                    "pairs, which needs atomics or a reduction (no float atomics, and the backward is "
+                    "deterministic; issue 42)", key="input",
+                    hint=f"only reads like {inp.name}[b, h, q, k] (each axis indexed by its own name, hkv for h, a "
+                         "constant for a fixed axis) are computed here; attngen.reference_backward (and targets "
+                         "whose level is \"grads\") compute the rest; drop `grad` to train the rest here"))
+        return out
     if grads and not out and expressions != "grads":
         out.append(Problem(f"the gradient of `grad` input{'s' if len(grads) > 1 else ''} {', '.join(grads)} is not "
-                           "computed by this target's backward kernels yet (issue 42)", key="input",
+                           f"computed by {target}'s backward kernels yet (issue 42)", key="input",
                            hint="attngen.reference_backward returns it (a fourth value); drop `grad` to train the "
                                 "rest with this target"))
     return out
+
+
+GRAD_AXES = ("b", "h", "hkv", "q", "k")
+
+
+def injective(load, inp) -> bool:
+    """Whether read `load` of input `inp` names a distinct entry for each (batch, query head, row,
+    key) pair: every axis named b, h, hkv, q or k is indexed by that bare name, every fixed axis by
+    a constant in it, and the axes hold b, q, k and h or hkv (hkv: the query heads of one GQA group
+    share the entry, which one workgroup visits in turn). Then a deterministic backward writes each
+    entry from one place, with no atomics."""
+    from ..lang.expr import Const, Var
+    axes = inp.axes
+    if not {"b", "q", "k"} <= set(axes) or not ({"h", "hkv"} & set(axes)):
+        return False
+    for axis, index in zip(axes, load.indices):
+        if isinstance(axis, str):
+            if axis not in GRAD_AXES or not (isinstance(index, Var) and index.name == axis):
+                return False
+        elif not (isinstance(index, Const) and 0 <= index.value < axis):
+            return False
+    return True
 
 
 def workspace_bytes(batch: int, heads_q: int, len_q: int) -> int:

@@ -185,13 +185,14 @@ def backward_problems(plan: KernelPlan) -> list[Problem]:
             out.append(Problem(f"backward=fast (the wgmma family, atomic dQ): {why}", key="target.cuda",
                                hint="leave backward=auto: the deterministic family computes every spec"))
     grads = [i.name for i in plan.spec.inputs if i.grad]
-    if not out and grads and family(plan) == "fma":
+    if not out and grads and family(plan) == "fma" and neutral.problems(plan.spec, expressions="injective"):
         why = _wgmma_refusal(plan) or "the spec asks for backward=deterministic"
         out.append(Problem(f"the gradient of `grad` input{'s' if len(grads) > 1 else ''} {', '.join(grads)} is summed "
                            "with atomics, in no fixed order, which the deterministic family does not do; the fast "
                            f"family computes it, but not this spec ({why})", key="input",
                            hint="on cuda-sm90 with f16 / bf16 and head dim 64 or 128, leave backward=auto; "
-                                "attngen.reference_backward computes it everywhere"))
+                                "attngen.reference_backward computes it everywhere; the deterministic family "
+                                "computes reads once per pair (bias[b, h, q, k])"))
     if not out and family(plan) == "fma":
         try:
             backward_config(plan)
@@ -356,7 +357,8 @@ def expression_sources(plan: KernelPlan) -> dict:
                            for i, x in enumerate(items)),
         items_args="".join(f", item{i}" for i in range(len(items))),
         items_inline="".join(f", score_item{i}(in, b, h, hk, 0, 0, n_rows, n_keys)" for i in range(len(items))))
-    grads = any(i.grad for i in spec.inputs)  # (the fast family: expr_grads.py; the fma one refuses them)
+    # (the fast family: expr_grads.py with atomics; the fma one reads once per pair, without)
+    grads = any(i.grad for i in spec.inputs)
     out.update(grads_param=", const ExprGrads& grads" if grads else "", grads_arg=", grads" if grads else "",
                grads_kernel_param=", const __grid_constant__ ExprGrads grads" if grads else "")
     if mask is not None:
@@ -372,7 +374,7 @@ def expression_sources(plan: KernelPlan) -> dict:
             + "".join(cuda_expr.function(f"score_item{i}", x, "item", site_of) + "\n" for i, x in enumerate(items))
             + cuda_expr.function("score_expr", score, "score", site_of, items, spec.score)
             + "\n" + cuda_expr.function("score_expr_ds", ds, "d score / d s =", site_of) + "\n"
-            + (expr_grads.source(spec) + "\n" if grads else ""))
+            + (expr_grads.source(spec, atomic=family(plan) == "wgmma") + "\n" if grads else ""))
     return out
 
 
@@ -395,6 +397,9 @@ def describe_backward(plan: KernelPlan) -> list[str]:
     grads = [f"{i.name} ({', '.join(map(str, i.axes))})" for i in plan.spec.inputs if i.grad]
     extra = [f"backward grad inputs: {', '.join(grads)}, f32, added into by the dK/dV step with atomicAdd at each "
              "visible pair (in no fixed order: the last bits may differ between runs)"] if grads else []
+    if grads and family(plan) == "fma":
+        extra = [f"backward grad inputs: {', '.join(grads)}, f32, added into by the dK/dV step at each visible pair, "
+                 "each entry by one thread (read once per pair; no atomics: the same bits on every run)"]
     return ([f"backward: 3 entry points, {first}"] + [f"backward {line}" for line in steps]
             + [f"backward query tiles per key tile: {how}", f"backward workspace: {_workspace(plan)}"] + extra)
 
@@ -620,13 +625,15 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                                getattr(kernel, "_site0", 0)) if plan.spec.inputs else None
         keep.append(expr_in)  # (its memory is the launches' parameter until they are queued)
         ein = () if expr_in is None else (ctypes.addressof(expr_in),)
-        if input_grads:  # (the fast family's dK/dV step alone adds into them)
+        if input_grads:  # (the dK/dV step alone adds into them, in both families)
             g = type("ExprGrads", (ctypes.Structure,), {"_fields_": [(n, ctypes.c_uint64) for n in input_grads]})()
             for n, t in input_grads.items():
                 setattr(g, n, _as_tensor(n, t).ptr)
             keep.append(g)
         params_dq = params if fast else (ctypes.c_void_p * (1 + len(ein)))(ctypes.addressof(a), *ein)
         params_dkdv = params_dq
+        if input_grads and not fast:  # the deterministic family: ExprGrads after the inputs, dK/dV only
+            params_dkdv = (ctypes.c_void_p * (2 + len(ein)))(ctypes.addressof(a), *ein, ctypes.addressof(g))
         if fast:  # dkdv adds dQ into its accumulator through a tensor map (tensor_maps.py)
             dq_map = TensorMapEncoder("dq_accum", (1, *named["q"].shape) if packed else tuple(named["q"].shape),
                                       (0, *_row_major(named["q"].shape)) if packed else _row_major(named["q"].shape),

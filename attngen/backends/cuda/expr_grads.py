@@ -1,5 +1,7 @@
 """The gradients of `grad` inputs in the CUDA backward (issue 42; docs/backward.md): what the fast
-(wgmma) family adds to its recompute step for a score that reads a `grad` input.
+(wgmma) family adds to its recompute step for a score that reads a `grad` input (and the
+deterministic (fma) family's dK/dV step, for reads once per pair, without atomics: `source`'s
+`atomic`).
 
     struct ExprGrads { float* bias; ... };        // one f32 buffer per grad input, its shape, zeroed
     void grad_inputs_add(in, g, ds, s, b, h, hkv, q, k, Lq, Lk)
@@ -45,8 +47,11 @@ def site_of(spec, exprs) -> dict:
     return out
 
 
-def source(spec) -> str:
-    """ExprGrads, the derivative functions and grad_inputs_add ("" without grad inputs)."""
+def source(spec, atomic: bool = True) -> str:
+    """ExprGrads, the derivative functions and grad_inputs_add ("" without grad inputs). `atomic`:
+    atomicAdd (the fast family); False: a plain `+=` (the deterministic family, for reads that
+    name one entry per pair, attngen.plan.backward.injective: one thread adds into each entry, a
+    GQA group's heads in the loop's order)."""
     from ...plan.expr_grad import as_real, input_derivatives
     grads = grad_inputs(spec)
     if not grads:
@@ -56,7 +61,8 @@ def source(spec) -> str:
     sites = site_of(spec, [d for *_, d in reads])
     fields = "\n".join(f"    float* {i.name};  // d loss / d {i.name}: f32, {i.name}'s shape, zeroed before the launch"
                        for i in grads)
-    out = [f"// The gradients of the `grad` inputs (issue 42): one f32 buffer each, added into with atomicAdd.\n"
+    how = "added into with atomicAdd" if atomic else "each entry added into by one thread (no atomics)"
+    out = [f"// The gradients of the `grad` inputs (issue 42): one f32 buffer each, {how}.\n"
            f"struct ExprGrads {{\n{fields}\n}};\n"]
     body = []
     args = "s, b, h, hkv, q, k, Lq, Lk"
@@ -68,7 +74,8 @@ def source(spec) -> str:
         body.append(f"    {{  // {format_expr(ld)}\n"
                     + "".join(f"        const int i{n} = {x};\n" for n, x in enumerate(idx))
                     + f"        if ({' && '.join(f'i{n} >= 0 && i{n} < {x}' for n, x in enumerate(ext))}) {{\n"
-                    + f"            atomicAdd(g.{inp.name} + {_flat(ext)}, "
+                    + (f"            atomicAdd(g.{inp.name} + {_flat(ext)}, " if atomic
+                       else f"            g.{inp.name}[{_flat(ext)}] += (")
                     + f"ds * {name}({'in, ' if inputs_read(d) else ''}{args}));\n"
                     + "        }\n    }\n")
     out.append("// ds = d loss / d score at a visible pair (q, k), s its scaled score: each grad input's entry that\n"

@@ -52,8 +52,14 @@ class WgslBackend(Backend):
             return self.wall_timing
     device_name = "wgpu adapter"
     source_suffix = "wgsl"
-    # expressions, those that read inputs too, as the forward (templates/wgsl/backward.wgsl.j2)
-    backward_expressions = "inputs"
+    # expressions, those that read inputs too, as the forward (templates/wgsl/backward.wgsl.j2), and
+    # `grad` inputs read once per pair (plan.backward.injective; attngen/backends/wgsl/expr_grads.py)
+    backward_expressions = "injective"
+
+    def backward_problems(self, plan) -> list:
+        """attngen.plan.backward.problems at this target's level, the messages naming wgsl."""
+        from ...plan.backward import problems
+        return problems(plan.spec, self.backward_expressions, target="wgsl")
 
     def expression_tiles(self, spec):
         from ...lang.expr import inputs_read
@@ -67,7 +73,9 @@ class WgslBackend(Backend):
         """Score and mask expressions compile for the forward (attngen/backends/wgsl/expr.py), their
         inputs passed by keyword in one storage binding (docs/language.md); a bf16 input is refused
         (WGSL has no bf16). The backward takes index-only expressions (its blocks classified by
-        mask_expr_tile as the forward's tiles, d score / d s as score_expr_ds); one whose expressions read inputs is refused (attngen.plan.backward.problems)."""
+        mask_expr_tile as the forward's tiles, d score / d s as score_expr_ds), score expressions
+        that read inputs, and `grad` inputs read once per pair (expr_grads.py); other `grad` reads
+        are refused (attngen.plan.backward.problems, level "injective")."""
         return [Problem(f"input '{i.name}' is bf16: WGSL has no bf16 type", key=f"input.{i.name}",
                         hint="declare it f32 or f16 for target wgsl; bf16 inputs are for cuda")
                 for i in spec.inputs if i.dtype == "bf16"]
@@ -164,7 +172,7 @@ class WgslBackend(Backend):
         from .emit import backward_plan
         made = backward_plan(plan)
         if made is None:
-            why = "; ".join(p.message for p in problems(plan.spec, self.backward_expressions)) or (
+            why = "; ".join(p.message for p in problems(plan.spec, self.backward_expressions, target="wgsl")) or (
                 f"head dims qk={plan.d_qk} v={plan.d_v} do not fit its blocks in 16384 bytes of workgroup memory")
             return [f"backward: none ({why})"]
         cfg, entries = made
@@ -176,6 +184,10 @@ class WgslBackend(Backend):
         lines.append(f"  workspace rows: D per query row and head ({workspace_bytes(1, 1, 1)} bytes each: "
                      "plan.backward.workspace_bytes(B, Hq, Lq)), with lse * log2(e) beside it (as much again) "
                      "and one word for the loop-budget check; dk and dv share one binding (dkv)")
+        grads = [i.name for i in plan.spec.inputs if i.grad]
+        if grads:
+            lines.append(f"  gradients of the `grad` inputs {', '.join(grads)}: f32 in rows after its flag word, "
+                         "written by the dkdv step (one invocation per entry: no atomics)")
         return lines
 
     def demo_files(self, spec, profile):

@@ -382,7 +382,7 @@ def backward_plan(plan: KernelPlan):
     from ...plan.backward import problems
     from .config import backward_config
     from .lower import backward_entries
-    if problems(plan.spec, expressions="inputs"):  # (WgslBackend.backward_expressions)
+    if problems(plan.spec, expressions="injective", target="wgsl"):  # (WgslBackend.backward_expressions)
         return None
     cfg = backward_config(plan)
     if cfg is None:
@@ -482,17 +482,20 @@ def backward_expression_sources(plan: KernelPlan) -> dict:
     from ...lang.expr import Load, walk
     from ...plan.expr_grad import as_real, score_ds
     from . import expr as wgsl_expr
+    from . import expr_grads
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     ds = as_real(score_ds(spec.score)) if spec.score is not None else None
-    helpers = wgsl_expr.helpers_of(mask, spec.score, ds) + [wgsl_expr.loader(i) for i in spec.inputs]
+    derived = [d for *_, d in expr_grads.reads(spec)]  # d score / d each read of a grad input
+    helpers = wgsl_expr.helpers_of(mask, spec.score, ds, *derived) + [wgsl_expr.loader(i) for i in spec.inputs]
     helpers = "".join(h + "\n" for h in helpers)
     found = wgsl_expr.sites(spec)
     site_of = {id(n): at + 1 for at, (_, n) in enumerate(found)}
-    for n in walk(ds) if ds is not None else ():
+    for n in (n for e in [ds, *derived] if e is not None for n in walk(e)):
         if isinstance(n, Load) and id(n) not in site_of:
             site_of[id(n)] = next(at + 1 for at, (what, m) in enumerate(found) if what == "score" and m == n)
-    out = {"mask_expr_source": "", "score_expr_source": "", **mask_tile_sources(plan)}
+    out = {"mask_expr_source": "", "score_expr_source": "", **mask_tile_sources(plan),
+           "grad_inputs_source": expr_grads.source(spec, site_of)}
     if mask is not None:
         out["mask_expr_source"] = helpers + wgsl_expr.function("mask_expr", mask, "mask", site_of)
     if spec.score is not None:
@@ -520,7 +523,7 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
     made = backward_plan(plan)
     if made is None:
         from ...plan.backward import problems
-        why = [p.message for p in problems(plan.spec, expressions="inputs")] or [
+        why = [p.message for p in problems(plan.spec, expressions="injective", target="wgsl")] or [
             "head dims too large for the backward's blocks (one row and one key of Q, dO, K and V in 16384 "
             "bytes of workgroup memory)"]
         return {"available": False, "why": "; ".join(why)}
@@ -542,7 +545,8 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
                 entry["packing"] = ("two f16 per u32 word, element 2w in the low 16 bits (the bytes of a "
                                     "little-endian f16 array)")
         bindings.append(entry)
-    return {
+    grads = [i for i in plan.spec.inputs if i.grad]
+    out = {
         "available": True,
         "source": "a separate module: attngen build SPEC --target wgsl --emit backward",
         "workgroup_storage_bytes": cfg.smem_bytes,
@@ -564,3 +568,13 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
                   + ("; expression inputs: the forward's `inputs` words (its flag word zeroed: the backward sets "
                      "it as the forward)" if plan.spec.inputs else ""),
     }
+    if grads:  # issue 42: the `grad` inputs' gradients follow rows' flag word (expr_grads.py)
+        sym = {"b": "B", "h": "Hq", "hkv": "Hkv", "q": "Lq", "k": "Lk"}  # (a padded batch: Lk = k.shape[1])
+        size = {i.name: " * ".join(sym[a] if isinstance(a, str) else str(a) for a in i.axes) for i in grads}
+        out["rows"]["bytes"] = "4 * (2 * Hq * Tq + 1 + " + " + ".join(size[i.name] for i in grads) + ")"
+        out["grads"] = [{"name": i.name, "dtype": "f32", "shape": [sym[a] if isinstance(a, str) else a for a in i.axes],
+                         "at_word": "2 * Hq * Tq + 1" + "".join(f" + {size[j.name]}" for j in grads[:n]),
+                         "doc": "d loss / d the input, in rows from word at_word, row-major in its declared shape; "
+                                "written by the dkdv step, 0 where no visible pair reads an entry"}
+                        for n, i in enumerate(grads)]
+    return out

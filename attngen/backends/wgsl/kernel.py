@@ -239,7 +239,9 @@ class WgslKernel(Kernel):
         as the forward call took them, that call's out and lse (return_lse=True), and dout (out's
         shape). numpy arrays, or WgslTensor when q, k and v are all WgslTensor. `**inputs`: the
         expression inputs, as the call took them; a mask over inputs reuses the call's BlockMask
-        (the builder runs again only where the signature changed; expr_blockmask.backward)."""
+        (the builder runs again only where the signature changed; expr_blockmask.backward). A spec
+        with `grad` inputs read once per pair (plan.backward.injective) returns a fourth value,
+        {name: f32 gradient of the input's shape} (issue 42; expr_grads.py)."""
         by_builder = reads_inputs(self.spec) and expr_blockmask.companion(self) is not None
         run = expr_blockmask.backward if by_builder else backward_call
         return run(self, q, k, v, out, lse, dout, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,
@@ -251,7 +253,7 @@ class WgslKernel(Kernel):
         from ...plan.backward import problems
         from .emit import backward_plan, backward_source
         plan = self.plan
-        found = problems(plan.spec, expressions="inputs")  # (WgslBackend.backward_expressions)
+        found = problems(plan.spec, expressions="injective", target="wgsl")  # (WgslBackend.backward_expressions)
         if found:
             raise LaunchError(f"kernel '{plan.spec.name}' has no backward: " + "; ".join(p.message for p in found))
         made = backward_plan(plan)

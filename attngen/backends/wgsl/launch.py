@@ -27,6 +27,7 @@ from ...plan.schedule import max_splits
 from ...runtime.blockmask import BlockMask, check_against, mask_keys, mask_kind, mask_shape4
 from ...runtime.launch import resolve
 from ...runtime.inputs import check_call_inputs
+from . import expr_grads
 from .args import input_words, meta_words, params_words, workspace_bytes
 from .blockmask import check_size
 from .devices import (
@@ -398,9 +399,11 @@ def _check_like(name: str, x, shape: tuple, dtype: str, why: str) -> None:
 def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
                   max_seqlen_q=None, max_seqlen_k=None, inputs=None):
     """(dq, dk, dv) of the kernel's attention: the three entry points of its backward module
-    (kernel.backward_pipelines) in one submission. Inputs are checked as the forward's call checks
-    them (the expression inputs, `inputs`, too), and out, lse, dout against the shapes that call
-    gives; a read out of an input's bounds is raised as the forward's (_input_flag)."""
+    (kernel.backward_pipelines) in one submission; a spec with `grad` inputs adds a fourth value,
+    {name: f32 gradient of the input's shape} (issue 42: step 2 writes them into rows; WgslTensor
+    where q, k, v are). Inputs are checked as the forward's call checks them (the expression
+    inputs, `inputs`, too), and out, lse, dout against the shapes that call gives; a read out of an
+    input's bounds is raised as the forward's (_input_flag)."""
     given = inputs or {}
     plan = kernel.plan
     passes = kernel.backward_pipelines()  # refuses specs without a backward
@@ -423,9 +426,14 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
     np_dtype = NP_DTYPES[plan.dtype]
     on_gpu = all(isinstance(inputs[n], WgslTensor) for n in "qkv")
     shapes = {n: tuple(inputs[n].shape) for n in "qkv"}
+    grad_at = expr_grads.layout(plan.spec, named, 2 * L.heads_q * L.total_q + 1)  # {name: (word, shape)}
     if L.empty:
         zeros = [np.zeros(shapes[n], np_dtype) for n in "qkv"]
-        return tuple(WgslTensor.from_numpy(z) for z in zeros) if on_gpu else tuple(zeros)
+        done = tuple(WgslTensor.from_numpy(z) for z in zeros) if on_gpu else tuple(zeros)
+        if grad_at:
+            grads = {n: np.zeros(shape, np.float32) for n, (_, shape) in grad_at.items()}
+            return (*done, {n: WgslTensor.from_numpy(g) for n, g in grads.items()} if on_gpu else grads)
+        return done
 
     limit = kernel.binding_limit()
     sizes = {**L.sizes(plan), "Tq": L.total_q}
@@ -437,7 +445,8 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
                                   "workgroups per dimension this device allows")
     elem = DTYPE_BYTES[plan.dtype]
     n_q, n_k, n_v = (int(np.prod(shapes[n])) for n in "qkv")
-    rows_words = 2 * L.heads_q * L.total_q + 1
+    flag_word = 2 * L.heads_q * L.total_q  # then the `grad` inputs' gradients (expr_grads.layout)
+    rows_words = flag_word + 1 + sum(int(np.prod(shape)) for _, shape in grad_at.values())
     for name, n in (("dq", n_q * elem), ("dk and dv", (n_k + n_v) * elem), ("the rows workspace", 4 * rows_words)):
         if n > limit:
             raise LaunchError(f"{name} would be {n} bytes, above the {limit}-byte storage binding limit of this "
@@ -473,12 +482,13 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
         cp.end()
     dev.queue.submit([enc.finish()])
     if st.loop_budget is not None:  # a step whose loops the driver cut short set the last word of rows
-        flag = np.frombuffer(dev.queue.read_buffer(bufs["rows"], buffer_offset=4 * (rows_words - 1), size=4),
+        flag = np.frombuffer(dev.queue.read_buffer(bufs["rows"], buffer_offset=4 * flag_word, size=4),
                              dtype=np.float32)
         if flag[0] != 0:
             raise kernel.budget_error(L.len_k, "a backward step's loops were cut short")
     if plan.spec.inputs:
         _input_flag(kernel, bufs["inputs"])
+    grads = _grads_of(dev, bufs["rows"], grad_at, on_gpu)
     if on_gpu:
         dk_buf = dev.create_buffer(size=max(16, padded(n_k * elem)), usage=usage | wgpu.BufferUsage.COPY_DST)
         dv_buf = dev.create_buffer(size=max(16, padded(n_v * elem)), usage=usage | wgpu.BufferUsage.COPY_DST)
@@ -488,9 +498,31 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
         enc.copy_buffer_to_buffer(bufs["dkv"], n_k * elem, dv_buf, 0, n_v * elem)
         dev.queue.submit([enc.finish()])
         return (WgslTensor(bufs["dq"], shapes["q"], plan.dtype), WgslTensor(dk_buf, shapes["k"], plan.dtype),
-                WgslTensor(dv_buf, shapes["v"], plan.dtype))
+                WgslTensor(dv_buf, shapes["v"], plan.dtype), *grads)
     raw_q = dev.queue.read_buffer(bufs["dq"], size=padded(n_q * elem))
     raw_kv = dev.queue.read_buffer(bufs["dkv"], size=padded((n_k + n_v) * elem))
     dq = np.frombuffer(raw_q, dtype=np_dtype, count=n_q).reshape(shapes["q"]).copy()
     both = np.frombuffer(raw_kv, dtype=np_dtype, count=n_k + n_v)
-    return dq, both[:n_k].reshape(shapes["k"]).copy(), both[n_k:].reshape(shapes["v"]).copy()
+    return (dq, both[:n_k].reshape(shapes["k"]).copy(), both[n_k:].reshape(shapes["v"]).copy(), *grads)
+
+
+def _grads_of(dev, rows, grad_at: dict, on_gpu: bool) -> tuple:
+    """((the `grad` inputs' gradients {name: f32 array of its shape},) from the workspace rows, or
+    () for a spec without: numpy arrays, or WgslTensor copies (on_gpu: nothing read back)."""
+    if not grad_at:
+        return ()
+    out = {}
+    for name, (word, shape) in grad_at.items():
+        n = int(np.prod(shape))
+        if on_gpu:
+            buf = dev.create_buffer(size=max(16, padded(4 * n)), usage=wgpu.BufferUsage.STORAGE
+                                    | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST)
+            if n:
+                enc = dev.create_command_encoder()
+                enc.copy_buffer_to_buffer(rows, 4 * word, buf, 0, 4 * n)
+                dev.queue.submit([enc.finish()])
+            out[name] = WgslTensor(buf, shape, "f32")
+        else:
+            raw = dev.queue.read_buffer(rows, buffer_offset=4 * word, size=4 * n) if n else b""
+            out[name] = np.frombuffer(raw, dtype=np.float32, count=n).reshape(shape).copy()
+    return (out,)

@@ -287,10 +287,16 @@ _BACKWARD_BINDINGS = {
 BACKWARD_ROLES = ("preprocess", "dkdv", "dq")
 
 
-def backward_param(name: str, dtype: str) -> Param:
+def backward_param(name: str, dtype: str, grads: tuple = ()) -> Param:
+    """A binding of the backward; `grads`: the names of the spec's `grad` inputs (their gradients
+    follow rows' flag word: attngen/backends/wgsl/expr_grads.py)."""
     if name not in _BACKWARD_BINDINGS:  # params and inputs (its flag is written) as declared, the rest read
         return wgsl_param(name, dtype, "read") if name not in ("params", "inputs") else wgsl_param(name, dtype)
     binding, kind_dtype, shape, acc, optional, doc = _BACKWARD_BINDINGS[name]
+    if name == "rows" and grads:
+        shape = ("Hq * Tq * 2 + 1 + " + " + ".join(f"size({g})" for g in grads),)
+        doc += (f"; then the gradients of the `grad` inputs {', '.join(grads)} (issue 42), f32, one area per input "
+                "in declaration order, row-major in its shape, written by step 2 (fill: 0)")
     return Param(name, "tensor", dtype if kind_dtype == "elem" else kind_dtype, shape, acc,
                  optional=optional, binding=binding, doc=doc)
 
@@ -299,6 +305,7 @@ def backward_entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
     """The backward's three entry points, in dispatch order (`cfg`: config.WgslBackward)."""
     mask = ("mask",) if spec.mask.is_custom else ()
     inputs = ("inputs",) if spec.inputs else ()  # the expressions' (issue 42), read by steps 2 and 3
+    grads = tuple(i.name for i in spec.inputs if i.grad)  # their gradients: in rows, by step 2
     names = {
         "preprocess": ("params", "out", "lse", "dout", "rows"),
         "dkdv": ("params", "q", "k", "v", "seq_meta", "dout", *mask, "rows", "dkv", *inputs),
@@ -320,5 +327,5 @@ def backward_entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
     }
     smem = {"preprocess": 0, "dkdv": cfg.smem_bytes, "dq": cfg.smem_bytes}
     return tuple(Entry(name=role, entry=f"{entry}_bw_{role}", doc=docs[role],
-                       params=tuple(backward_param(n, spec.dtype) for n in names[role]), grid=grids[role],
+                       params=tuple(backward_param(n, spec.dtype, grads) for n in names[role]), grid=grids[role],
                        threads=cfg.workgroup, smem_bytes=smem[role]) for role in BACKWARD_ROLES)

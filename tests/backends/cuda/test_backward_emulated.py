@@ -72,6 +72,9 @@ def _library(plan, tmp_dir):
     if plan.spec.inputs:  # the expressions' inputs: the steps' last parameter (an ExprInputs)
         run = (RUN.replace("const Args* a,", "const Args* a, const ExprInputs* in,")
                .replace("smem.data());", "smem.data(), *in);"))
+    if any(i.grad for i in plan.spec.inputs):  # `grad` inputs: the dK/dV step's ExprGrads after them
+        run = (run.replace("const ExprInputs* in,", "const ExprInputs* in, const ExprGrads* g,")
+               .replace("dkdv(*a, smem.data(), *in);", "dkdv(*a, smem.data(), *in, *g);"))
     source = SHIM + source[: source.index("// The entry points")] + run
     name = hashlib.sha256(source.encode()).hexdigest()[:16]
     path = os.path.join(tmp_dir, name + ".so")
@@ -84,7 +87,7 @@ def _library(plan, tmp_dir):
 
 
 def _emulate(spec, q, k, v, dout, out, lse, *, kv_lens=None, cu=None, cuk=None, mask=None, inputs=None,
-             errors=None, tmp_dir):
+             errors=None, input_grads=None, tmp_dir):
     plan = lower(spec, "cuda", "cuda-sm80")
     cfg = bw.backward_config(plan)
     lib = _library(plan, tmp_dir)
@@ -134,6 +137,12 @@ def _emulate(spec, q, k, v, dout, out, lse, *, kv_lens=None, cu=None, cuk=None, 
         ptrs = {f"input_{i.name}": ptr(np.ascontiguousarray(inputs[i.name])) for i in spec.inputs}
         launch = SimpleNamespace(batch=b, heads_q=hq, heads_kv=hkv, len_q=lq, capacity=k.shape[1])
         extra = (ctypes.byref(bw._expr_inputs(spec, ptrs, launch, ptr(errors), 0)),)
+    if input_grads is not None:  # {name: zeroed f32 array of the input's shape}, filled by the dK/dV step
+        g = type("ExprGrads", (ctypes.Structure,), {"_fields_": [(n, ctypes.c_void_p) for n in input_grads]})()
+        for n, x in input_grads.items():
+            setattr(g, n, ptr(x))
+        keep.append(g)
+        extra += (ctypes.byref(g),)
     lib.run_step(1, ctypes.byref(a), *extra, -(-(lk if packed else k.shape[1]) // t), hkv, b, cfg.smem_bytes)
     lib.run_step(2, ctypes.byref(a), *extra, -(-lq // t), hq, b, cfg.smem_bytes)
     return grads
@@ -159,6 +168,8 @@ def _check(body, shapes, tmp_path, seed=0, poison=False, **kw):
     for g, w, name in zip(got, want, ("dq", "dk", "dv")):
         assert np.isfinite(g).all(), f"{name}: not finite (or not written)"
         assert relative_error(g, w) <= 2e-5, f"{name}: {relative_error(g, w):.3g}"
+    for name, g in (kw.get("input_grads") or {}).items():  # `grad` inputs: the fourth value
+        assert relative_error(g, want[3][name]) <= 2e-5, f"{name}: {relative_error(g, want[3][name]):.3g}"
     return got
 
 
@@ -281,3 +292,23 @@ def test_a_read_out_of_bounds_is_reported(tmp_path):
     _emulate(spec, q, q, q, q, q, np.zeros((1, 1, 3), np.float32), inputs={"t": np.ones(3, np.float32)},
              errors=errors, tmp_dir=str(tmp_path))
     assert errors.tolist() == [0, 0, 0, 0, 1, 0, 0, 0]
+
+
+def test_grad_inputs_read_once_per_pair(tmp_path):
+    """`grad` inputs in the deterministic family (issue 42): a full bias read once per pair,
+    bias[b, h, q, k] and bias[b, hkv, q, k] (the GQA group's heads added by one thread in turn),
+    added into by the dK/dV step without atomics; GQA 3, Lq != Lk both ways, a row that sees no key
+    and kv_lens with inf / NaN past them (their entries stay 0)."""
+    for heads, hb in (("h", 6), ("hkv", 2)):
+        body = (f"head_dim 16\n dtype f32\n input bias[b, {heads}, q, k] f32 grad\n"
+                f" score s + bias[b, {heads}, q, k]\n mask k < q + Lk - Lq\n")
+        for b, lq, lk, lens in ((2, 37, 50, None), (2, 50, 7, [7, 3])):
+            rng = np.random.default_rng(lq)
+            bias = rng.standard_normal((b, hb, lq, lk)).astype(np.float32)
+            grads = {"bias": np.zeros(bias.shape, np.float32)}
+            _check(body, [(b, lq, 6, 16), (b, lk, 2, 16), (b, lk, 2, 16)], tmp_path, seed=lq,
+                   inputs={"bias": bias}, errors=np.zeros(8, np.int32), input_grads=grads,
+                   poison=lens is not None, **({"kv_lens": lens} if lens else {}))
+            assert grads["bias"].any()
+            if lens:
+                assert not grads["bias"][1, :, :, 3:].any()

@@ -46,6 +46,8 @@ CASES = [
      "input slopes[h] bf16 grad\ninput bias[b, h, q, k] f16 grad"),
     ("cuda-sm90", "fma", "64", "f16", "causal", "s - slopes[h] * abs(q - k)",
      "input slopes[h] f32\ntarget cuda { backward=deterministic }"),
+    # `grad` inputs read once per pair in the deterministic family (ExprGrads, its dK/dV step, no atomics)
+    ("cuda-sm80", "fma", "64", "f16", "causal", "s + bias[b, hkv, q, k]", "input bias[b, hkv, q, k] f16 grad"),
     # a mask and a score that both read inputs: the mask tested per element, as the forward does
     ("cuda-sm90", "wgmma", "64", "f16", "k <= q && doc[b, q] == doc[b, k]", "s - slopes[h] * abs(q - k)",
      "input doc[b, q] i32\ninput slopes[h] f32"),

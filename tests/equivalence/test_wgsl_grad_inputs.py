@@ -1,0 +1,124 @@
+"""`grad` inputs on the WGSL backward (issue 42; docs/backward.md): a learnable full bias read once
+per pair (bias[b, h, q, k], or bias[b, hkv, q, k] summed over a GQA group's heads in a fixed
+order) against the float64 reference_backward on the live adapter (lavapipe in CI): f32 and f16,
+odd lengths, Lq != Lk, GQA groups of 3, a causal mask with a row that sees no key (its entries
+0); the same bits on a second run; and the refusal of reads that sum many pairs (a k - q table)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import attngen
+from attngen.backends.wgsl.emit import backward_manifest, backward_plan
+from attngen.errors import LaunchError
+from attngen.plan.backward import problems
+from attngen.reference import reference_backward, relative_error, tolerance
+
+from conftest import kernel_for, require, spec_of
+
+NP = {"f16": np.float16, "f32": np.float32}
+
+CASES = [
+    # (id, axis of heads, bias dtype, spec dtype, mask, B, Lq, Lk, Hq, Hkv)
+    ("f32-113x7-g3", "h", "f32", "f32", "", 2, 113, 7, 6, 2),
+    ("f16-7x113-causal", "h", "f16", "f16", "\n mask k < q + Lk - Lq", 1, 7, 113, 3, 1),
+    ("f32-1x1", "h", "f32", "f32", "", 1, 1, 1, 3, 3),
+    ("hkv-f32-causal-g3", "hkv", "f32", "f32", "\n mask k < q", 2, 13, 7, 6, 2),
+]
+
+
+def _run(case, seed=0, twice=False):
+    _, heads, bdt, dtype, mask, b, lq, lk, hq, hkv = case
+    spec = spec_of(f"head_dim 16\n dtype {dtype}\n input bias[b, {heads}, q, k] {bdt} grad\n"
+                   f" score s + bias[b, {heads}, q, k]{mask}")
+    rng = np.random.default_rng(seed)
+    draw = lambda *shape: rng.standard_normal(shape).astype(NP[dtype])  # noqa: E731
+    q, k, v = draw(b, lq, hq, 16), draw(b, lk, hkv, 16), draw(b, lk, hkv, 16)
+    bias = rng.standard_normal((b, hq if heads == "h" else hkv, lq, lk)).astype(NP[bdt])
+    kernel = kernel_for(spec, "wgsl")
+    out, lse = kernel(q, k, v, return_lse=True, bias=bias)
+    dout = draw(*out.shape)
+    got = kernel.backward(q, k, v, out, lse, dout, bias=bias)
+    assert len(got) == 4 and set(got[3]) == {"bias"}
+    ref = reference_backward(spec, *(x.astype(np.float64) for x in (q, k, v, dout)), bias=bias)
+    tol = 2 * tolerance(spec)
+    g = got[3]["bias"]
+    assert g.shape == bias.shape and g.dtype == np.float32
+    errors = {n: relative_error(x, r) for n, x, r in zip(("dq", "dk", "dv", "bias"), (*got[:3], g),
+                                                          (*ref[:3], ref[3]["bias"]))}
+    assert all(e <= tol for e in errors.values()), f"{errors} above {tol}"
+    if twice:  # deterministic: no atomics, every sum in a fixed order
+        again = kernel.backward(q, k, v, out, lse, dout, bias=bias)
+        assert np.array_equal(again[3]["bias"], g)
+    return g, ref[3]["bias"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_full_bias_gradient_matches_reference(case):
+    require("wgsl")
+    g, r = _run(case, seed=case[6] * 3 + case[7], twice=case[1] == "hkv")
+    if "k < q" in case[4]:  # hidden pairs and a row that sees no key: exactly 0
+        hidden = r == 0
+        assert hidden.any() and not g[hidden].any()
+    if case[4] == "\n mask k < q":
+        assert not g[:, :, 0].any()  # row 0 sees no key
+
+
+def test_two_reads_of_a_fixed_axis_through_a_sigmoid():
+    """Two reads of one input, told apart by a constant index, one under a derivative that reads it
+    (sigmoid), over hkv with a group of 3 and keys past kv_lens (their entries 0)."""
+    require("wgsl")
+    spec = spec_of("head_dim 16\n dtype f32\n input w[b, hkv, q, k, 2] f32 grad\n"
+                   " score s + 0.5 * w[b, hkv, q, k, 1] + sigmoid(w[b, hkv, q, k, 0])")
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 5, 3, 16), (2, 9, 1, 16), (2, 9, 1, 16)))
+    w = rng.standard_normal((2, 1, 5, 9, 2)).astype(np.float32)
+    lens = np.array([9, 4], np.int32)
+    kernel = kernel_for(spec, "wgsl")
+    out, lse = kernel(q, k, v, return_lse=True, kv_lens=lens, w=w)
+    dout = rng.standard_normal(out.shape).astype(np.float32)
+    got = kernel.backward(q, k, v, out, lse, dout, kv_lens=lens, w=w)[3]["w"]
+    ref = reference_backward(spec, *(x.astype(np.float64) for x in (q, k, v, dout)), kv_lens=lens, w=w)[3]["w"]
+    assert relative_error(got, ref) <= 2 * tolerance(spec) and not got[1, :, :, 4:].any()
+
+
+def test_a_table_read_by_many_pairs_is_refused():
+    table = spec_of("head_dim 16\n dtype f32\n input t[h, 64] f32 grad\n score s + t[h, clamp(k - q, -31, 31) + 32]")
+    msgs = [p.message for p in problems(table, expressions="injective", target="wgsl")]
+    assert len(msgs) == 1 and "wgsl's backward kernels" in msgs[0] and "t[h, clamp(k - q, -31, 31) + 32]" in msgs[0]
+    assert "atomics" in msgs[0]
+    for body in ("input bias[h, q, k] f32 grad\n score s + bias[h, q, k]",  # shared by the batch
+                 "input bias[b, h, q, k] f32 grad\n score s + bias[b, h, k, q]"):  # not its own names
+        assert problems(spec_of(f"head_dim 16\n dtype f32\n {body}"), expressions="injective", target="wgsl")
+    plan = attngen.lower(table, target="wgsl")
+    assert backward_plan(plan) is None and "wgsl's backward" in backward_manifest(plan)["why"]
+    require("wgsl")
+    kernel = kernel_for(table, "wgsl")
+    x = np.ones((1, 3, 1, 16), np.float32)
+    with pytest.raises(LaunchError, match="wgsl's backward kernels"):
+        kernel.backward(x, x, x, x, np.zeros((1, 1, 3), np.float32), x, t=np.zeros((1, 64), np.float32))
+
+
+def test_manifest_describes_the_gradients_in_rows():
+    spec = spec_of("head_dim 16\n dtype f32\n input bias[b, hkv, q, k] f32 grad\n score s + bias[b, hkv, q, k]")
+    m = backward_manifest(attngen.lower(spec, target="wgsl"))
+    assert m["available"] and m["rows"]["bytes"] == "4 * (2 * Hq * Tq + 1 + B * Hkv * Lq * Lk)"
+    assert m["grads"][0]["at_word"] == "2 * Hq * Tq + 1" and m["grads"][0]["shape"] == ["B", "Hkv", "Lq", "Lk"]
+
+
+def test_with_a_mask_over_inputs():
+    """A mask that reads inputs runs as the builder's BlockMask + the `mask custom` kernel: that
+    kernel's backward returns the bias's gradient too."""
+    require("wgsl")
+    spec = spec_of("head_dim 16\n dtype f32\n input p[b] i32\n input bias[b, h, q, k] f32 grad\n"
+                   " score s + bias[b, h, q, k]\n mask k <= q || k < p[b]")
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 9, 3, 16), (2, 11, 1, 16), (2, 11, 1, 16)))
+    named = {"p": np.array([3, 0], np.int32), "bias": rng.standard_normal((2, 3, 9, 11)).astype(np.float32)}
+    kernel = kernel_for(spec, "wgsl")
+    out, lse = kernel(q, k, v, return_lse=True, **named)
+    dout = rng.standard_normal(out.shape).astype(np.float32)
+    got = kernel.backward(q, k, v, out, lse, dout, **named)
+    ref = reference_backward(spec, *(x.astype(np.float64) for x in (q, k, v, dout)), **named)
+    assert relative_error(got[3]["bias"], ref[3]["bias"]) <= 2 * tolerance(spec)
