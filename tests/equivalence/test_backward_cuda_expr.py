@@ -230,16 +230,25 @@ GRAD_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", GRAD_CASES, ids=lambda c: c[0])
+# the deterministic family: reads once per pair only (plan.backward.injective), no atomics
+GRAD_CASES_DETERMINISTIC = [
+    ("full bias, deterministic", "input bias[b, hkv, q, k] f16 grad\nscore s + bias[b, hkv, q, k]\nmask k < q\n"
+     "target cuda { backward=deterministic }",
+     lambda rng, b, lq, lk, hq: {"bias": rng.standard_normal((b, 2, lq, lk)).astype(np.float16)}),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES + GRAD_CASES_DETERMINISTIC, ids=lambda c: c[0])
 def test_grad_inputs(case):
     """Odd lengths, Lq != Lk, GQA 3, kv_lens (keys past them read no entry): dq, dk, dv as the
-    reference's, and each grad input's f32 gradient (atomicAdd: in no fixed order) within twice the
-    forward's tolerance of the reference's."""
+    reference's, and each grad input's f32 gradient (the fast family's atomicAdd: in no fixed
+    order; the deterministic family's once-per-pair reads: the group's heads in a fixed order)
+    within twice the forward's tolerance of the reference's."""
     from conftest import to_device
     name, lines, make = case
     for i, (b, lq, lk, lens) in enumerate(((1, 257, 300, None), (2, 113, 7, None), (3, 70, 130, [130, 1, 77]))):
         spec = spec_of(f"head_dim 64\ndtype {'f16' if i % 2 == 0 else 'bf16'}\n{lines}\n")
-        kernel = _kernel(spec, "fast")
+        kernel = _kernel(spec, "deterministic" if "deterministic" in lines else "fast")
         import cupy
         rng = np.random.default_rng(lq + lk)
         arrays = make(rng, b, lq, lk, 6)
