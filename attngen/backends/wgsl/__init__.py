@@ -57,9 +57,9 @@ class WgslBackend(Backend):
     backward_expressions = "injective"
 
     def backward_problems(self, plan) -> list:
-        """attngen.plan.backward.problems at this target's level, the messages naming wgsl."""
-        from ...plan.backward import problems
-        return problems(plan.spec, self.backward_expressions, target="wgsl")
+        """Why `plan` has no backward on this target (expr_grads.backward_problems)."""
+        from .expr_grads import backward_problems
+        return backward_problems(plan.spec)
 
     def expression_tiles(self, spec):
         from ...lang.expr import inputs_read
@@ -172,7 +172,7 @@ class WgslBackend(Backend):
         from .emit import backward_plan
         made = backward_plan(plan)
         if made is None:
-            why = "; ".join(p.message for p in problems(plan.spec, self.backward_expressions, target="wgsl")) or (
+            why = "; ".join(p.message for p in self.backward_problems(plan)) or (
                 f"head dims qk={plan.d_qk} v={plan.d_v} do not fit its blocks in 16384 bytes of workgroup memory")
             return [f"backward: none ({why})"]
         cfg, entries = made

@@ -379,10 +379,10 @@ def expr_block_mask_source(spec, tile_q: int, tile_kv: int) -> str:
 def backward_plan(plan: KernelPlan):
     """(config.WgslBackward, its entry points) of `plan`'s backward, or None where it has none
     (plan.backward.problems, or head dims too large for the backward's blocks)."""
-    from ...plan.backward import problems
+    from .expr_grads import backward_problems
     from .config import backward_config
     from .lower import backward_entries
-    if problems(plan.spec, expressions="injective", target="wgsl"):  # (WgslBackend.backward_expressions)
+    if backward_problems(plan.spec):
         return None
     cfg = backward_config(plan)
     if cfg is None:
@@ -522,8 +522,8 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
     """The manifest's "backward": how a runtime without Python runs the backward module."""
     made = backward_plan(plan)
     if made is None:
-        from ...plan.backward import problems
-        why = [p.message for p in problems(plan.spec, expressions="injective", target="wgsl")] or [
+        from .expr_grads import backward_problems
+        why = [p.message for p in backward_problems(plan.spec)] or [
             "head dims too large for the backward's blocks (one row and one key of Q, dO, K and V in 16384 "
             "bytes of workgroup memory)"]
         return {"available": False, "why": "; ".join(why)}

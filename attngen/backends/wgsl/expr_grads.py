@@ -89,3 +89,23 @@ def layout(spec, arrays: dict, rows_words: int) -> dict:
             n *= int(x)
         at += n
     return out
+
+
+def backward_problems(spec) -> list:
+    """Why `spec` has no backward on target wgsl: attngen.plan.backward.problems at level
+    "injective" (WgslBackend.backward_expressions), the messages naming wgsl; and a `grad` input read
+    at `hkv` (one entry summed over the GQA group's query heads): the dK/dV step's rows may pack
+    several heads of the group, whose pairs run in parallel and would add into the same entry (wrong
+    sums on NVIDIA's Vulkan in testing), so it is refused."""
+    from ...lang.expr import Load, walk
+    from ...plan.backward import problems
+    from ...plan.kernel_plan import Problem
+    out = problems(spec, expressions="injective", target="wgsl")
+    read = {n.input for n in walk(spec.score) if isinstance(n, Load)} if spec.score is not None else set()
+    for i in spec.inputs:
+        if i.grad and "hkv" in i.axes and i.name in read:
+            out.append(Problem(f"the gradient of `grad` input '{i.name}' read at hkv sums the GQA group's query "
+                               "heads, which wgsl's backward kernels may run in parallel into one entry: not "
+                               "computed by this target (issue 42)", key=f"input.{i.name}",
+                               hint="declare it per query head (axis h), or use target cuda"))
+    return out

@@ -250,10 +250,10 @@ class WgslKernel(Kernel):
     def backward_pipelines(self):
         """(role, pipeline, bind group layout, params, grid) of the backward's three entry points,
         compiled once per process (a LaunchError for a spec without a backward)."""
-        from ...plan.backward import problems
+        from .expr_grads import backward_problems
         from .emit import backward_plan, backward_source
         plan = self.plan
-        found = problems(plan.spec, expressions="injective", target="wgsl")  # (WgslBackend.backward_expressions)
+        found = backward_problems(plan.spec)
         if found:
             raise LaunchError(f"kernel '{plan.spec.name}' has no backward: " + "; ".join(p.message for p in found))
         made = backward_plan(plan)
