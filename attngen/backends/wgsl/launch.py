@@ -42,6 +42,26 @@ def _upload(dev, data: np.ndarray | bytes, usage):
     return dev.create_buffer_with_data(data=raw, usage=usage | wgpu.BufferUsage.STORAGE)
 
 
+def _upload_shared(dev, bufs: dict, plan, L, bm, named: dict, limit: int) -> dict:
+    """The buffers the forward and the backward both bind: the sequences' integer words
+    (seq_meta), the BlockMask's words (mask) and the expression inputs' words (inputs), into
+    `bufs`; returns the words' offsets (params_words reads them)."""
+    words, offsets = meta_words(L)
+    if words.nbytes > limit:
+        raise LaunchError(f"the integer inputs are {words.nbytes} bytes, above the {limit}-byte limit")
+    bufs["seq_meta"] = _upload(dev, words, 0)
+    if bm is not None:
+        bufs["mask"] = bm.buffer
+    if plan.spec.inputs:
+        words, in_offsets = input_words(plan.spec, named)
+        if words.nbytes > limit:
+            raise LaunchError(f"the expression inputs are {words.nbytes} bytes, above the {limit}-byte storage "
+                              "binding limit of this device/profile")
+        bufs["inputs"] = _upload(dev, words, wgpu.BufferUsage.COPY_SRC)
+        offsets = {**offsets, **in_offsets}
+    return offsets
+
+
 def _check_dispatch(kernel, L) -> None:
     """Every entry point's dispatch within the device's workgroups per dimension, and the splits
     within the kernel's bound."""
@@ -198,19 +218,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
         bufs["kv_new"] = _upload(dev, both, 0)
     else:
         bufs["kv_new"] = _upload(dev, np.zeros(1, np.uint32), 0)
-    words, offsets = meta_words(L)
-    if words.nbytes > limit:
-        raise LaunchError(f"the integer inputs are {words.nbytes} bytes, above the {limit}-byte limit")
-    bufs["seq_meta"] = _upload(dev, words, 0)
-    if bm is not None:
-        bufs["mask"] = bm.buffer
-    if plan.spec.inputs:
-        words, in_offsets = input_words(plan.spec, named)
-        if words.nbytes > limit:
-            raise LaunchError(f"the expression inputs are {words.nbytes} bytes, above the {limit}-byte storage "
-                              "binding limit of this device/profile")
-        bufs["inputs"] = _upload(dev, words, wgpu.BufferUsage.COPY_SRC)
-        offsets = {**offsets, **in_offsets}
+    offsets = _upload_shared(dev, bufs, plan, L, bm, named, limit)
 
     out_bytes, lse_bytes, work = _check_outputs(kernel, L, limit)
     fills = {w.name: w.fill for w in plan.workspaces}
@@ -452,17 +460,7 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
             raise LaunchError(f"{name} would be {n} bytes, above the {limit}-byte storage binding limit of this "
                               "device/profile")
     bufs = {n: kernel.buffer(n, inputs[n], limit) for n in ("q", "k", "v", "out", "lse", "dout")}
-    words, offsets = meta_words(L)
-    bufs["seq_meta"] = _upload(dev, words, 0)
-    if bm is not None:
-        bufs["mask"] = bm.buffer
-    if plan.spec.inputs:
-        words, in_offsets = input_words(plan.spec, named)
-        if words.nbytes > limit:
-            raise LaunchError(f"the expression inputs are {words.nbytes} bytes, above the {limit}-byte storage "
-                              "binding limit of this device/profile")
-        bufs["inputs"] = _upload(dev, words, wgpu.BufferUsage.COPY_SRC)
-        offsets = {**offsets, **in_offsets}
+    offsets = _upload_shared(dev, bufs, plan, L, bm, named, limit)
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
     bufs["rows"] = dev.create_buffer(size=padded(4 * rows_words), usage=usage)  # zeroed, as WebGPU buffers are
     bufs["dq"] = dev.create_buffer(size=max(16, padded(n_q * elem)), usage=usage)
