@@ -177,7 +177,7 @@ def _check_output(args) -> None:
 def _plan_lines(p) -> list[str]:
     from .plan import expr_blocks
     backend = backends.get(p.target)
-    return backend.describe(p) + expr_blocks.describe(p, backend.expression_tiles(p.spec))
+    return list(p.notes) + backend.describe(p) + expr_blocks.describe(p, backend.expression_tiles(p.spec))
 
 
 def _render(spec, args, profile) -> str:

@@ -158,6 +158,17 @@ def _auto(x) -> str:
     return x if isinstance(x, str) else format_number(x)
 
 
+def format_mask(m: Mask) -> str:
+    """A mask as the language writes it after `mask` (causal(bottom_right), window(left=N, right=M), ...)."""
+    if m.kind == "causal":
+        return "causal(bottom_right)" if m.bottom_right else "causal"
+    if m.kind == "window":
+        return f"window(left={m.left}, right={m.right})"
+    if m.kind == "expr":
+        return format_expr(m.expr)
+    return m.kind
+
+
 def format_spec(spec: AttentionSpec) -> str:
     """Print a spec in the language, every default filled in; parse(format_spec(s)) == [s]."""
     s = spec
@@ -166,15 +177,7 @@ def format_spec(spec: AttentionSpec) -> str:
     else:
         head_dim = f"qk={s.head_dim_qk} v={s.head_dim_v}"
     heads = "any" if s.heads_q is None else f"q={s.heads_q} kv={s.heads_kv}"
-    m = s.mask
-    if m.kind == "causal":
-        mask = "causal(bottom_right)" if m.bottom_right else "causal"
-    elif m.kind == "window":
-        mask = f"window(left={m.left}, right={m.right})"
-    elif m.kind == "expr":
-        mask = format_expr(m.expr)
-    else:
-        mask = m.kind
+    mask = format_mask(s.mask)
     if s.schedule.kind == "split_kv":
         schedule = f"split_kv({_auto(s.schedule.splits)})"
     else:

@@ -153,6 +153,23 @@ def normalised(spec: AttentionSpec) -> AttentionSpec:
     return spec if named is None else replace(spec, mask=named)
 
 
+def planned_as(spec: AttentionSpec) -> tuple[str, ...]:
+    """`attngen check`'s lines for what normalised() changed in `spec` (KernelPlan.notes): a score
+    expression planned as `softcap C`, a mask expression planned as the named mask it is; () when
+    the spec is planned as written."""
+    from ..lang.expr import format_expr
+    from ..lang.spec import format_mask
+    planned = normalised(spec)
+    notes = []
+    if spec.score is not None and planned.score is None:
+        notes.append(f"score {format_expr(spec.score)} is planned as softcap {planned.softcap:g} (the same function: "
+                     "the kernels and their sources are softcap's)")
+    if spec.mask.kind == "expr" and planned.mask.kind != "expr":
+        notes.append(f"mask {format_expr(spec.mask.expr)} is planned as mask {format_mask(planned.mask)} (the same "
+                     "pairs for every Lq and Lk: the named mask's kernels)")
+    return tuple(notes)
+
+
 def _validated(spec) -> list[Diagnostic]:
     """attngen.lang.validate, remembered per spec (a spec is checked once however often it is
     planned); an unhashable spec is invalid anyway and is checked every time."""

@@ -9,7 +9,7 @@ decisions of their own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..lang.spec import DTYPE_BYTES, AttentionSpec, Mask
 from .formulas import evaluate_all
@@ -177,6 +177,10 @@ class KernelPlan:
     # split_kv(auto) / two_pass: blocks (workgroups) of the main kernel one core runs at once, by
     # the backend's reckoning (shared memory); 0: the schedule's default (attngen.plan.schedule).
     resident_blocks: int = 0
+    # What the planner read differently from the spec's text (attngen.plan.check.planned_as: a
+    # score expression that is a soft-cap, a mask expression that is a named mask), for `attngen check`;
+    # not compared: plans that differ only there are the same kernels.
+    notes: tuple = field(default=(), compare=False)
 
     @property
     def tile_q(self) -> int:

@@ -13,7 +13,7 @@ from dataclasses import fields
 from ..errors import SpecError
 from ..lang.spec import AttentionSpec, format_spec
 from . import masks
-from .check import check, normalised
+from .check import check, normalised, planned_as
 from .kernel_plan import KernelPlan
 from .profiles import Profile
 
@@ -25,6 +25,7 @@ def lower(spec: AttentionSpec, backend, profile: Profile) -> KernelPlan:
     config, diags = check(spec, backend, profile)
     if diags:
         raise SpecError(diags)
+    notes = planned_as(spec)
     spec = normalised(spec)  # (a soft-cap written as a score expression: plan.check)
     entry = ENTRY_PREFIX + spec.name
     low = backend.lower(spec, profile, config, entry)
@@ -44,5 +45,6 @@ def lower(spec: AttentionSpec, backend, profile: Profile) -> KernelPlan:
         softcap=spec.softcap,
         mask=masks.clamp(spec.mask),
         prescale_q=spec.acc_qk == "f16",
+        notes=notes,
         **{f.name: getattr(low, f.name) for f in fields(low)},  # the backend's part
     )

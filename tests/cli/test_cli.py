@@ -74,6 +74,19 @@ def test_check_prints_the_plan(capsys):
     assert code == 0 and "wgpu-software" in out and "wgpu-vulkan-nvidia" in out
 
 
+def test_check_says_what_an_expression_is_planned_as(capsys, tmp_path):
+    """A mask expression that is a named mask, and a score that is a soft-cap, plan as those
+    (attngen.plan.check.normalised): check says so, for both targets; an expression that is not
+    gets no such line."""
+    path = spec_file(tmp_path, "attention a {\n head_dim 64\n dtype f16\n mask k <= q + Lk - Lq\n"
+                               " score 30 * tanh(s / 30)\n}\nattention b {\n head_dim 64\n dtype f16\n mask k < q\n}\n")
+    code, out, _ = run(capsys, "check", path, "--kernel", "a")
+    assert code == 0 and out.count("mask k <= q + Lk - Lq is planned as mask causal(bottom_right)") == 2
+    assert out.count("score 30 * tanh(s / 30) is planned as softcap 30") == 2
+    code, out, _ = run(capsys, "check", path, "--kernel", "b")
+    assert code == 0 and "planned as" not in out
+
+
 def test_check_reports_target_errors(capsys):
     code, out, err = run(capsys, "check", GEMMA, "--target", "wgsl")
     assert code == 1 and "WGSL has no bf16" in err and err.count("error:") == 2

@@ -22,6 +22,7 @@ def test_a_softcap_expression_gets_softcaps_plan_and_kernels(written, target):
     a, b = spec_of(body + f"score {written}"), spec_of(body + "softcap 30")
     pa, pb = attngen.lower(a, target=target), attngen.lower(b, target=target)
     assert pa == pb and pa.spec.score is None and pa.softcap == 30.0
+    assert len(pa.notes) == 1 and pa.notes[0].startswith(f"score {written} is planned as softcap 30 ") and not pb.notes
     assert attngen.emit(a, target=target).source == attngen.emit(b, target=target).source
     backend = get_backend(target)
     assert backend.helper_sources(pa)["backward"] == backend.helper_sources(pb)["backward"]
@@ -48,6 +49,8 @@ def test_a_mask_expression_that_is_a_named_mask_gets_its_plan_and_kernels(writte
     pa, pb = attngen.lower(a, target=target), attngen.lower(b, target=target)
     assert pa == pb and pa.spec.mask.kind != "expr"
     assert attngen.emit(a, target=target).source == attngen.emit(b, target=target).source
+    assert pa.notes == (f"mask {written} is planned as mask {named} (the same pairs for every Lq and Lk: the named "
+                        "mask's kernels)",) and pb.notes == ()
 
 
 @pytest.mark.parametrize("mask", ["k < q", "k <= q + 1", "k <= q && q - k <= 1024",  # (top-left: no named window)
@@ -55,4 +58,4 @@ def test_a_mask_expression_that_is_a_named_mask_gets_its_plan_and_kernels(writte
                                   "q + Lk - Lq + 5 <= k && k <= q + Lk - Lq", "k <= q && h <= 3", "k * k <= q"])
 def test_other_masks_stay_expressions(mask):
     spec = spec_of(f"head_dim 64\ndtype f32\nmask {mask}")
-    assert normalised(spec) is spec
+    assert normalised(spec) is spec and attngen.lower(spec, target="wgsl").notes == ()
