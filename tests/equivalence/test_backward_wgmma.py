@@ -95,7 +95,8 @@ def test_head_dim_64_steps_of_128_rows_kv_lens_and_packed():
     (dq, dk, dv), _ = check_backward(spec, q, k, v, call={"kv_lens": _ints(lens)}, ref_kw={"kv_lens": lens})
     for bi, n in enumerate(lens):
         assert not dk[bi, n:].any() and not dv[bi, n:].any()
-    check_packed(spec_of("head_dim 64\n dtype bf16\n mask causal"), [1, 70, 300, 0, 130], [1, 200, 300, 3, 0], rng)
+    packed = spec_of("head_dim 64\n dtype bf16\n mask causal")
+    check_packed(packed, [1, 70, 300, 0, 130], [1, 200, 300, 3, 0], rng)
 
 
 @pytest.mark.parametrize("mask", ["causal(bottom_right)", "window(left=60)"])

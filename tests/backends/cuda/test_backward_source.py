@@ -106,7 +106,8 @@ def test_head_dim_64_steps_of_128_rows():
     """The fast family at head dim 64 walks steps of 128 query rows with the named masks (no
     softcap, no score expression); 64 elsewhere (head dim 128, mask custom's per-64-row lists,
     softcap, mask and score expressions). The source and `attngen check` say which."""
-    for body, rows in (("head_dim 64\n dtype f16", 128), ("head_dim 64\n dtype bf16\n mask causal(bottom_right)", 128),
+    for body, rows in (("head_dim 64\n dtype f16", 128),
+                       ("head_dim 64\n dtype bf16\n mask causal(bottom_right)", 128),
                        ("head_dim 64\n dtype f16\n mask window(left=9, right=2)", 128),
                        ("head_dim 128\n dtype f16\n mask causal", 64), ("head_dim qk=64 v=128\n dtype f16", 64),
                        ("head_dim 64\n dtype f16\n mask custom", 64), ("head_dim 64\n dtype f16\n softcap 30", 64),
