@@ -1,8 +1,8 @@
 """The fast CUDA backward (issue 41; Hopper's wgmma family, dQ by atomic f32 reductions) against
 attngen.reference_backward, at shapes that cross its tiles: several key blocks of 128 and query
-steps of 64, odd lengths, Lq != Lk, GQA groups of 3, every mask kind, softcap, packed sequences,
-kv_lens with hidden keys holding inf / NaN, custom masks whose BlockMask tiles (80 keys) straddle
-its key blocks. Its results agree with the deterministic family's (`target cuda {
+steps of 64 (128 at head dim 64 with a named mask), odd lengths, Lq != Lk, GQA groups of 3, every
+mask kind, softcap, packed sequences, kv_lens with hidden keys holding inf / NaN, custom masks
+whose BlockMask tiles (80 keys) straddle its key blocks. Its results agree with the deterministic family's (`target cuda {
 backward=deterministic }`) within the dtype's tolerance. Needs a Hopper GPU (sm_90); the sources
 compile anywhere (tests/backends/cuda/test_backward_source.py).
 """
