@@ -14,14 +14,21 @@ from attngen.backends.cuda import nvrtc
 sys.path.insert(0, "benchmarks/suite")
 from variants import bench_ms  # noqa: E402
 
+# Each edit: (old, new) pairs for the 64-row steps and head dim 64's 128-row steps, each applied where
+# the source holds its old text (at least one per edit).
 VARIANTS = {
     "as generated": [],
-    "no dQ reductions": [("                add_dq(dq_map, seq, map_batch, prev_h, prev_i0, dq, stage, w, wi, lane);\n", "")],
-    "no dQ": [("if (prev_h >= 0 && (kDqSplitCols", "if (false && (kDqSplitCols"),
-              ("        if (kDqSplitCols || w == (n_steps & 1)) {", "        if (false) {")],
-    "no softmax math": [("            if (elem) probabilities<true>", "            if (false) probabilities<true>"),
-                        ("            else probabilities<false>(s", "            else if (false) probabilities<false>(s"),
-                        ("            score_grads(s, dp, lse2 + kBlockM, lane);\n", "")],
+    "no dQ reductions": [[("                add_dq(dq_map, seq, map_batch, prev_h, prev_i0, dq, stage, w, wi, lane);\n", ""),
+                          ("                add_dq(dq_map, seq, map_batch, prev_h, prev_i0 + 64 * w, dq, stage, w, wi, lane);\n",
+                           "")]],
+    "no dQ": [[("if (prev_h >= 0 && (kDqSplitCols", "if (false && (kDqSplitCols"), ("if (prev_h >= 0) {", "if (false) {")],
+              [("        if (kDqSplitCols || w == (n_steps & 1)) {", "        if (false) {"),
+               ("        if (kDqSplitRows || kDqSplitCols || w == (n_steps & 1)) {", "        if (false) {")]],
+    "no softmax math": [[("            if (elem) probabilities<true>", "            if (false) probabilities<true>")],
+                        [("            else probabilities<false>(s", "            else if (false) probabilities<false>(s")],
+                        [("            score_grads(s, dp, lse2 + kBlockM, lane);\n", ""),
+                         ("            score_grads(s, dp, lse2 + kBlockM, lane, 0);\n", ""),
+                         ("            score_grads(s, dp, lse2 + kBlockM, lane, 1);\n", "")]],
 }
 
 for d in (128, 64):
@@ -34,9 +41,10 @@ for d in (128, 64):
     source = bw.render_backward(kernel.plan)
     for name, edits in VARIANTS.items():
         text = source
-        for old, new in edits:
-            assert old in text, (name, old)
-            text = text.replace(old, new)
+        for choices in edits:
+            assert any(old in text for old, _ in choices), (name, choices)
+            for old, new in choices:
+                text = text.replace(old, new)
         cubin = nvrtc.compile_cubin(text, kernel.plan.details.arch)[0]
         bw._cubin = lambda plan, c=cubin: c
         kernel.__dict__.pop("_backward_functions", None)

@@ -1,8 +1,8 @@
 """The fast CUDA backward (issue 41; Hopper's wgmma family, dQ by atomic f32 reductions) against
 attngen.reference_backward, at shapes that cross its tiles: several key blocks of 128 and query
-steps of 64, odd lengths, Lq != Lk, GQA groups of 3, every mask kind, softcap, packed sequences,
-kv_lens with hidden keys holding inf / NaN, custom masks whose BlockMask tiles (80 keys) straddle
-its key blocks. Its results agree with the deterministic family's (`target cuda {
+steps of 64 (128 at head dim 64 with a named mask), odd lengths, Lq != Lk, GQA groups of 3, every
+mask kind, softcap, packed sequences, kv_lens with hidden keys holding inf / NaN, custom masks
+whose BlockMask tiles (80 keys) straddle its key blocks. Its results agree with the deterministic family's (`target cuda {
 backward=deterministic }`) within the dtype's tolerance. Needs a Hopper GPU (sm_90); the sources
 compile anywhere (tests/backends/cuda/test_backward_source.py).
 """
@@ -53,6 +53,50 @@ def test_matches_reference(case):
     _hopper(spec)
     q, k, v = _qkv(spec, np.random.default_rng(len(name)), b, lq, lk, hq, hkv)
     check_backward(spec, q, k, v)
+
+
+# Head dim 64 with a named mask walks steps of 128 query rows (wgmma_rows): lengths at and around
+# the step's edges (1, 7, 113, 127, 129, 257), Lq != Lk both ways, GQA 3.
+# (label, mask, Hq, Hkv, Lq, Lk, B)
+STEPS_128 = [
+    ("f16 none one row", "none", 2, 2, 1, 300, 1),
+    ("bf16 causal 127 GQA 3", "causal", 3, 1, 127, 127, 1),
+    ("f16 causal 129", "causal", 2, 2, 129, 129, 2),
+    ("f16 none 257 GQA 3", "none", 3, 1, 257, 257, 1),
+    ("bf16 window 300x400", "window(left=100, right=7)", 2, 2, 300, 400, 1),
+    ("f16 bottom-right 113 < 300 GQA 3", "causal(bottom_right)", 3, 1, 113, 300, 1),
+    ("bf16 bottom-right 300 > 129", "causal(bottom_right)", 2, 2, 300, 129, 1),
+    ("f16 causal 7", "causal", 2, 2, 7, 7, 1),
+]
+
+
+@pytest.mark.parametrize("case", STEPS_128, ids=lambda c: c[0])
+def test_head_dim_64_steps_of_128_rows(case):
+    name, mask, hq, hkv, lq, lk, b = case
+    spec = spec_of(f"head_dim 64\n dtype {name.split()[0]}\n mask {mask}")
+    kernel = _hopper(spec)
+    assert cuda_backward.wgmma_rows(kernel.plan) == 128
+    q, k, v = _qkv(spec, np.random.default_rng(lq + lk), b, lq, lk, hq, hkv)
+    check_backward(spec, q, k, v)
+
+
+def test_head_dim_64_steps_of_128_rows_kv_lens_and_packed():
+    """kv_lens with hidden keys holding inf / NaN, and packed sequences (a row step straddles two
+    sequences' rows: the second sequence's rows get the first's zeros), at 128-row steps."""
+    spec = spec_of("head_dim 64\n dtype f16\n mask causal(bottom_right)")
+    kernel = _hopper(spec)
+    assert cuda_backward.wgmma_rows(kernel.plan) == 128
+    rng = np.random.default_rng(12)
+    lens = np.array([0, 137, 300, 1], np.int32)
+    q, k, v = _qkv(spec, rng, 4, 200, 300, 6, 2)
+    for bi, n in enumerate(lens):
+        k[bi, n:] = np.inf
+        v[bi, n:] = np.nan
+    (dq, dk, dv), _ = check_backward(spec, q, k, v, call={"kv_lens": _ints(lens)}, ref_kw={"kv_lens": lens})
+    for bi, n in enumerate(lens):
+        assert not dk[bi, n:].any() and not dv[bi, n:].any()
+    packed = spec_of("head_dim 64\n dtype bf16\n mask causal")
+    check_packed(packed, [1, 70, 300, 0, 130], [1, 200, 300, 3, 0], rng)
 
 
 @pytest.mark.parametrize("mask", ["causal(bottom_right)", "window(left=60)"])

@@ -140,17 +140,32 @@ def backward_config(plan: KernelPlan) -> BackwardConfig:
                   "about 700)", key="head_dim")
 
 
-# The Hopper family (backward_wgmma.cu.j2): keys per block, query rows per step, head dims.
+# The Hopper family (backward_wgmma.cu.j2): keys per block, query rows per step (WGMMA_ROWS; 128 at
+# head dim 64, wgmma_rows), head dims.
 WGMMA_KEYS, WGMMA_ROWS, WGMMA_HEAD_DIMS = 128, 64, (64, 128)
 
 
-def wgmma_smem_bytes(d_qk: int, d_v: int) -> int:
-    """K_j, V_j; Q_i, dO_i, dS, lse, D and a custom mask's bits in two stages; each warpgroup's dQ
-    staging (64 x 64 floats); a flag per key; 1024 bytes of alignment (the template's
-    kSmemBytes)."""
-    k, m = WGMMA_KEYS, WGMMA_ROWS
+def wgmma_rows(plan: KernelPlan) -> int:
+    """Query rows per step of the fast family's dK/dV loop: 128 where qk = v = 64 (each step's
+    fixed costs, the waits, the barrier, the staging, spread over twice the rows: S^T is m64n128
+    per warpgroup, dP^T two m64n64 halves, and each warpgroup computes dQ for half the rows), else
+    64 (head dim 128 has no registers for 128 rows). So only with the named masks (none, causal,
+    window) and no softcap or score expression: where P^T and dS^T are computed together (softcap,
+    score expressions) S^T and dP^T are live whole (192 accumulators) and ptxas spills, as it does
+    for a mask expression (its per-step classification's state: 44-64 bytes); mask custom's
+    key-block lists are per 64-row step (BlockMask.derived)."""
+    together = _wgmma_recompute(plan)["recompute_both"]
+    named = plan.mask.kind in ("none", "causal", "window")
+    return 128 if plan.d_qk == plan.d_v == 64 and named and not together else WGMMA_ROWS
+
+
+def wgmma_smem_bytes(d_qk: int, d_v: int, m: int = WGMMA_ROWS) -> int:
+    """K_j, V_j; Q_i, dO_i, dS, lse, D and a custom mask's bits in two stages of m rows; each
+    warpgroup's dQ staging (64 x 64 floats); a flag per key; 1024 bytes of alignment (the
+    template's kSmemBytes)."""
+    k = WGMMA_KEYS
     return (2 * k * (d_qk + d_v) + 2 * 2 * m * (d_qk + d_v) + 2 * 2 * m * k + 2 * 2 * m * 4 + 2 * m * (k // 32) * 4
-            + 2 * m * 64 * 4 + k + 1024)
+            + 2 * 64 * 64 * 4 + k + 1024)
 
 
 def _wgmma_refusal(plan: KernelPlan) -> str | None:
@@ -224,8 +239,8 @@ def _steps(plan: KernelPlan) -> list[str]:
             f"{pre}: D_i = rowsum(dO_i * O_i), dQ's f32 accumulator zeroed; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x "
             f"{THREADS} threads",
             f"{dkdv}: dK_j, dV_j and the dQ_i contributions; grid (ceil(Lk / {WGMMA_KEYS}), Hkv, B) x {THREADS} "
-            f"threads (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {WGMMA_ROWS} query rows, "
-            f"{wgmma_smem_bytes(plan.d_qk, plan.d_v)} bytes of shared memory",
+            f"threads (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {wgmma_rows(plan)} query rows, "
+            f"{wgmma_smem_bytes(plan.d_qk, plan.d_v, wgmma_rows(plan))} bytes of shared memory",
             f"{dq}: dQ's accumulator to {plan.dtype}; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {THREADS} threads",
         ]
     c = backward_config(plan)
@@ -311,7 +326,8 @@ def render_backward(plan: KernelPlan) -> str:
                  if plan.softcap is not None else {} if plan.spec.score is not None
                  else {"scale_log2": c_float(plan.scale * log2e)})
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
-                      smem_bytes=wgmma_smem_bytes(plan.d_qk, plan.d_v), **extra, **_wgmma_recompute(plan), **common)
+                      block_m=wgmma_rows(plan), smem_bytes=wgmma_smem_bytes(plan.d_qk, plan.d_v, wgmma_rows(plan)),
+                      **extra, **_wgmma_recompute(plan), **common)
     c = backward_config(plan)
     return render("cuda/backward.cu.j2", header=_header(plan), clean_v=False, threads=c.threads, tile=c.tile,
                   smem_bytes=c.smem_bytes, **common)
@@ -389,7 +405,7 @@ def describe_backward(plan: KernelPlan) -> list[str]:
         how = (f"per key block, the steps of {WGMMA_ROWS} rows that see it (derived from the mask once per "
                "BlockMask)" if family(plan) == "wgmma" else "q tiles scanned, each list binary-searched for the key tile")
     elif plan.mask.kind == "expr":
-        rows = WGMMA_ROWS if family(plan) == "wgmma" else backward_config(plan).tile
+        rows = wgmma_rows(plan) if family(plan) == "wgmma" else backward_config(plan).tile
         how = (f"the {rows}-row tiles from the first to the last the mask expression may show (mask_expr_tile), "
                "those it hides skipped")
     else:
@@ -423,7 +439,7 @@ def _functions(kernel, device: int) -> dict:
         cupy = cupy_module()
         cubin = _cubin(kernel.plan)
         fast = family(kernel.plan) == "wgmma"
-        smem = (wgmma_smem_bytes(kernel.plan.d_qk, kernel.plan.d_v) if fast
+        smem = (wgmma_smem_bytes(kernel.plan.d_qk, kernel.plan.d_v, wgmma_rows(kernel.plan)) if fast
                 else backward_config(kernel.plan).smem_bytes)
         with cupy.cuda.Device(device):
             module = cupy.cuda.function.Module()
@@ -611,7 +627,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         if fast:
             grids = (("preprocess", rows_grid, 0),
                      ("dkdv", (math.ceil(key_rows / WGMMA_KEYS), launch.heads_kv, launch.batch),
-                      wgmma_smem_bytes(plan.d_qk, plan.d_v)),
+                      wgmma_smem_bytes(plan.d_qk, plan.d_v, wgmma_rows(plan))),
                      ("dq", rows_grid, 0))
         else:
             cfg = backward_config(plan)

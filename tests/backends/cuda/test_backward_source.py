@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ctypes
 import re
+import shutil
+import subprocess
 
 import pytest
 
@@ -98,6 +100,42 @@ def test_the_fast_family_on_hopper():
             backward.render_backward(p)
     p = _plan("head_dim 64\n dtype f16\n target cuda { backward=fast }")  # cuda-sm80
     assert any("sm_90a" in x.message for x in backward.backward_problems(p))
+
+
+def test_head_dim_64_steps_of_128_rows():
+    """The fast family at head dim 64 walks steps of 128 query rows with the named masks (no
+    softcap, no score expression); 64 elsewhere (head dim 128, mask custom's per-64-row lists,
+    softcap, mask and score expressions). The source and `attngen check` say which."""
+    for body, rows in (("head_dim 64\n dtype f16", 128),
+                       ("head_dim 64\n dtype bf16\n mask causal(bottom_right)", 128),
+                       ("head_dim 64\n dtype f16\n mask window(left=9, right=2)", 128),
+                       ("head_dim 128\n dtype f16\n mask causal", 64), ("head_dim qk=64 v=128\n dtype f16", 64),
+                       ("head_dim 64\n dtype f16\n mask custom", 64), ("head_dim 64\n dtype f16\n softcap 30", 64),
+                       ("head_dim 64\n dtype f16\n mask k <= q && q - k < 64", 64),
+                       ("head_dim 64\n dtype f16\n score s - 0.25 * abs(q - k)", 64)):
+        plan = _plan(body, "cuda-sm90")
+        assert backward.family(plan) == "wgmma" and backward.wgmma_rows(plan) == rows, body
+        source = backward.render_backward(plan)
+        assert f"constexpr int kBlockM = {rows};" in source
+        smem = backward.wgmma_smem_bytes(plan.d_qk, plan.d_v, rows)
+        assert f"steps of {rows} query rows, {smem} bytes" in "\n".join(get("cuda").describe_backward(plan))
+        assert ("kDqSplitRows" in source) == (rows == 128)
+    assert backward.wgmma_smem_bytes(64, 64, 128) <= 227 * 1024  # (sm_90's largest dynamic shared memory)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc on PATH")
+@pytest.mark.parametrize("body", ["head_dim 64\n dtype f16", "head_dim 64\n dtype bf16\n mask causal(bottom_right)",
+                                  "head_dim 64\n dtype f16\n mask window(left=100)"])
+def test_head_dim_64_steps_of_128_rows_do_not_spill(body, tmp_path):
+    """ptxas (sm_90a) keeps the 128-row dK/dV kernel in registers: dP^T is computed by halves of the
+    rows, so that at most 160 of its accumulators are live (S^T and dP^T whole, 192, spilled)."""
+    source = backward.render_backward(_plan(body, "cuda-sm90"))
+    (tmp_path / "b.cu").write_text(source)
+    log = subprocess.run(["nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-cubin", "-Xptxas", "-v",
+                          str(tmp_path / "b.cu"), "-o", str(tmp_path / "b.cubin")], capture_output=True, text=True)
+    assert log.returncode == 0, log.stderr
+    dkdv = log.stderr[log.stderr.index("attngen_b_bwd_dkdv' for"):]
+    assert re.search(r"\b0 bytes spill stores, 0 bytes spill loads", dkdv.split("Compiling")[0]), dkdv[:400]
 
 
 def test_custom_mask_tiles_divide_the_block_masks():
