@@ -55,9 +55,12 @@ def _flex():
 
 
 def backward_section(rows, quick: bool = False):
+    """The dense grid (QUICK's rows with `quick`; ATTNGEN_BACKWARD_ROWS, labels comma-separated,
+    picks rows instead, "none" for only the masks rows), then the masks rows."""
     flex, create_block_mask = _flex()
+    picked = {x.strip() for x in os.environ.get("ATTNGEN_BACKWARD_ROWS", "").split(",") if x.strip()}
     for label, dtype, d, seqlen, mask in CASES:
-        if quick and label not in QUICK:
+        if (label not in picked) if picked else (quick and label not in QUICK):
             continue
         batch, heads = 16384 // seqlen, 2048 // d
         spec = attngen.parse(f"attention bwd_d{d}_{mask}_{dtype} {{\n head_dim {d}\n dtype {dtype}\n"
