@@ -432,8 +432,9 @@ def describe_backward(plan: KernelPlan) -> list[str]:
         return ["backward: none (" + "; ".join(p.message for p in found) + ")"]
     first, *steps = _steps(plan)
     if plan.spec.mask.is_custom:
-        how = (f"per key block of {block_keys(plan)}, the steps of {WGMMA_ROWS} rows that see it (derived from the mask once per "
-               "BlockMask)" if family(plan) == "wgmma" else "q tiles scanned, each list binary-searched for the key tile")
+        how = (f"per key block of {block_keys(plan)}, the steps of {WGMMA_ROWS} rows that see it (derived from the "
+               "mask once per BlockMask)" if family(plan) == "wgmma"
+               else "q tiles scanned, each list binary-searched for the key tile")
     elif plan.mask.kind == "expr":
         rows = WGMMA_ROWS if family(plan) == "wgmma" else backward_config(plan).tile
         how = (f"the {rows}-row tiles from the first to the last the mask expression may show (mask_expr_tile), "

@@ -70,7 +70,8 @@ COMPILED = [
     ("f16 causal", "head_dim 256\n dtype f16\n mask causal", 0),
     ("bf16 causal bottom-right GQA 3", "head_dim 256\n heads q=6 kv=2\n dtype bf16\n mask causal(bottom_right)", 0),
     ("f16 custom", "head_dim 256\n dtype f16\n mask custom", 32),
-    ("bf16 window softcap scale", "head_dim 256\n dtype bf16\n mask window(left=100, right=7)\n softcap 30\n scale 0.3", 0),
+    ("bf16 window softcap scale",
+     "head_dim 256\n dtype bf16\n mask window(left=100, right=7)\n softcap 30\n scale 0.3", 0),
 ]
 
 
