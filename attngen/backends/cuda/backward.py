@@ -8,7 +8,8 @@ rowsum(dO_i * O_i) into an f32 workspace), _bwd_dkdv (one block per key tile, KV
 entry: dK_j and dV_j, summed over the query tiles that see the tile and the GQA group's heads) and
 _bwd_dq.
 - "wgmma" (fast; templates/cuda/backward_wgmma.cu.j2): Hopper tensor cores, cuda-sm90, f16/bf16,
-  head dims 64 and 128. The dK/dV step also computes every dQ_i contribution of its keys and adds
+  head dims 64 and 128; qk = v = 256 in blocks of 64 keys (backward_wgmma_wide.cu.j2, `wide`; no
+  score or mask expressions). The dK/dV step also computes every dQ_i contribution of its keys and adds
   it into an f32 accumulator through the tensor copy engine (reductions, in no fixed order); _bwd_dq
   converts the accumulator.
 - "fma" (deterministic; templates/cuda/backward.cu.j2): f32 on CUDA cores (every tile staged in
