@@ -256,9 +256,9 @@ def _steps(plan: KernelPlan) -> list[str]:
             f"{pre}: D_i = rowsum(dO_i * O_i), dQ's f32 accumulator zeroed; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x "
             f"{THREADS} threads",
             f"{dkdv}: dK_j, dV_j and the dQ_i contributions; grid (ceil(Lk / {WIDE_KEYS}), Hkv, B) x {THREADS} "
-            f"threads (2 warpgroups, each S^T and dP^T of all {WIDE_KEYS} keys and half of the head-dim columns of "
-            f"dK, dV and dQ), steps of {WGMMA_ROWS} query rows, {fast_smem_bytes(plan)} bytes of shared memory "
-            "(backward_wgmma_wide.cu.j2)",
+            f"threads (2 warpgroups, each S^T and dP^T of half of a step's rows, P^T and dS^T through shared memory, "
+            f"and half of the head-dim columns of dK, dV and dQ), steps of {WGMMA_ROWS} query rows, "
+            f"{fast_smem_bytes(plan)} bytes of shared memory (backward_wgmma_wide.cu.j2)",
             f"{dq}: dQ's accumulator to {plan.dtype}; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {THREADS} threads",
         ]
     if family(plan) == "wgmma":
