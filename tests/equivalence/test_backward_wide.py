@@ -4,7 +4,8 @@ against attngen.reference_backward, at shapes that cross its blocks and steps: l
 257, Lq != Lk both ways, GQA groups of 3, every mask kind, softcap and scale, packed sequences,
 kv_lens with hidden keys holding inf / NaN, custom masks whose BlockMask tiles straddle the key
 blocks, rows that see no key; f16 and bf16. Its results agree with the deterministic family's.
-Needs a Hopper GPU (sm_90); the sources compile anywhere (tests/backends/cuda/test_backward_wide.py).
+Needs a Hopper GPU (sm_90); the sources compile anywhere
+(tests/backends/cuda/test_backward_wide_source.py).
 """
 
 from __future__ import annotations
