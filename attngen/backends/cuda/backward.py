@@ -8,7 +8,8 @@ rowsum(dO_i * O_i) into an f32 workspace), _bwd_dkdv (one block per key tile, KV
 entry: dK_j and dV_j, summed over the query tiles that see the tile and the GQA group's heads) and
 _bwd_dq.
 - "wgmma" (fast; templates/cuda/backward_wgmma.cu.j2): Hopper tensor cores, cuda-sm90, f16/bf16,
-  head dims 64 and 128. The dK/dV step also computes every dQ_i contribution of its keys and adds
+  head dims 64 and 128; qk = v = 256 in blocks of 64 keys (backward_wgmma_wide.cu.j2, `wide`; no
+  score or mask expressions). The dK/dV step also computes every dQ_i contribution of its keys and adds
   it into an f32 accumulator through the tensor copy engine (reductions, in no fixed order); _bwd_dq
   converts the accumulator.
 - "fma" (deterministic; templates/cuda/backward.cu.j2): f32 on CUDA cores (every tile staged in
@@ -143,6 +144,18 @@ def backward_config(plan: KernelPlan) -> BackwardConfig:
 # The Hopper family (backward_wgmma.cu.j2): keys per block, query rows per step (WGMMA_ROWS; 128 at
 # head dim 64, wgmma_rows), head dims.
 WGMMA_KEYS, WGMMA_ROWS, WGMMA_HEAD_DIMS = 128, 64, (64, 128)
+# ... and its kernel for wide head dims (backward_wgmma_wide.cu.j2): keys per block, (qk, v).
+WIDE_KEYS, WIDE_HEAD_DIMS = 64, ((256, 256),)
+
+
+def wide(plan: KernelPlan) -> bool:
+    """Whether the fast family computes `plan` with its wide-head-dim kernel (blocks of 64 keys)."""
+    return (plan.d_qk, plan.d_v) in WIDE_HEAD_DIMS
+
+
+def block_keys(plan: KernelPlan) -> int:
+    """Keys per block of the fast family's dK/dV step."""
+    return WIDE_KEYS if wide(plan) else WGMMA_KEYS
 
 
 def wgmma_rows(plan: KernelPlan) -> int:
@@ -168,12 +181,32 @@ def wgmma_smem_bytes(d_qk: int, d_v: int, m: int = WGMMA_ROWS) -> int:
             + 2 * 64 * 64 * 4 + k + 1024)
 
 
+def wide_smem_bytes(d_qk: int, d_v: int) -> int:
+    """The wide kernel's: K_j, V_j; Q_i, dO_i (then dQ's staging), lse, D and a custom mask's bits in
+    two stages; dS, P^T and dS^T; a flag per key; 1024 bytes of alignment (the template's
+    kSmemBytes)."""
+    k, m = WIDE_KEYS, WGMMA_ROWS
+    return (2 * k * (d_qk + d_v) + 2 * 2 * m * (d_qk + d_v) + 3 * 2 * m * k + 2 * 2 * m * 4 + 2 * m * (k // 32) * 4 + k
+            + 1024)
+
+
+def fast_smem_bytes(plan: KernelPlan) -> int:
+    """The fast family's dK/dV step's shared memory for `plan`."""
+    return (wide_smem_bytes(plan.d_qk, plan.d_v) if wide(plan)
+            else wgmma_smem_bytes(plan.d_qk, plan.d_v, wgmma_rows(plan)))
+
+
 def _wgmma_refusal(plan: KernelPlan) -> str | None:
     """Why the Hopper family cannot compute `plan`'s backward (None: it can)."""
     if plan.dtype not in ("f16", "bf16"):
         return f"its products take f16 or bf16, not {plan.dtype}"
-    if plan.d_qk not in WGMMA_HEAD_DIMS or plan.d_v not in WGMMA_HEAD_DIMS:
-        return f"it takes head dims 64 or 128, not qk={plan.d_qk} v={plan.d_v}"
+    if wide(plan):
+        spec = plan.spec
+        if spec.score is not None or plan.mask.kind == "expr" or spec.inputs:
+            return ("its kernel for head dim 256 takes no score or mask expression nor inputs yet (the deterministic "
+                    "family computes them)")
+    elif plan.d_qk not in WGMMA_HEAD_DIMS or plan.d_v not in WGMMA_HEAD_DIMS:
+        return f"it takes head dims 64 or 128 (qk and v each) or qk=v=256, not qk={plan.d_qk} v={plan.d_v}"
     if plan.details.arch != "sm_90a":
         return f"it runs on Hopper's wgmma (profile cuda-sm90, arch sm_90a), and this plan is for {plan.details.arch}"
     if plan.config.math != "wgmma":
@@ -232,6 +265,18 @@ def _steps(plan: KernelPlan) -> list[str]:
     """The backward's family and entry points, grids and shared memory, one line each (the
     source's header and `attngen check` print them)."""
     pre, dkdv, dq = entry_names(plan)
+    if family(plan) == "wgmma" and wide(plan):
+        return [
+            "fast: Hopper tensor cores (wgmma m64nNk16, sm_90a), dQ accumulated by atomic f32 reductions (the bits "
+            "of dq may differ between runs; target cuda { backward=deterministic } for the deterministic family)",
+            f"{pre}: D_i = rowsum(dO_i * O_i), dQ's f32 accumulator zeroed; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x "
+            f"{THREADS} threads",
+            f"{dkdv}: dK_j, dV_j and the dQ_i contributions; grid (ceil(Lk / {WIDE_KEYS}), Hkv, B) x {THREADS} "
+            f"threads (2 warpgroups, each S^T and dP^T of half of a step's rows, P^T and dS^T through shared memory, "
+            f"and half of the head-dim columns of dK, dV and dQ), steps of {WGMMA_ROWS} query rows, "
+            f"{fast_smem_bytes(plan)} bytes of shared memory (backward_wgmma_wide.cu.j2)",
+            f"{dq}: dQ's accumulator to {plan.dtype}; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {THREADS} threads",
+        ]
     if family(plan) == "wgmma":
         return [
             "fast: Hopper tensor cores (wgmma m64nNk16, sm_90a), dQ accumulated by atomic f32 reductions (the bits "
@@ -325,8 +370,11 @@ def render_backward(plan: KernelPlan) -> str:
         extra = ({"scale_over_cap": c_float(plan.scale / plan.softcap), "softcap_log2": c_float(plan.softcap * log2e)}
                  if plan.softcap is not None else {} if plan.spec.score is not None
                  else {"scale_log2": c_float(plan.scale * log2e)})
+        if wide(plan):
+            return render("cuda/backward_wgmma_wide.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
+                          smem_bytes=fast_smem_bytes(plan), **extra, **common)
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
-                      block_m=wgmma_rows(plan), smem_bytes=wgmma_smem_bytes(plan.d_qk, plan.d_v, wgmma_rows(plan)),
+                      block_m=wgmma_rows(plan), smem_bytes=fast_smem_bytes(plan),
                       **extra, **_wgmma_recompute(plan), **common)
     c = backward_config(plan)
     return render("cuda/backward.cu.j2", header=_header(plan), clean_v=False, threads=c.threads, tile=c.tile,
@@ -402,8 +450,9 @@ def describe_backward(plan: KernelPlan) -> list[str]:
         return ["backward: none (" + "; ".join(p.message for p in found) + ")"]
     first, *steps = _steps(plan)
     if plan.spec.mask.is_custom:
-        how = (f"per key block, the steps of {WGMMA_ROWS} rows that see it (derived from the mask once per "
-               "BlockMask)" if family(plan) == "wgmma" else "q tiles scanned, each list binary-searched for the key tile")
+        how = (f"per key block of {block_keys(plan)}, the steps of {WGMMA_ROWS} rows that see it (derived from the "
+               "mask once per BlockMask)" if family(plan) == "wgmma"
+               else "q tiles scanned, each list binary-searched for the key tile")
     elif plan.mask.kind == "expr":
         rows = wgmma_rows(plan) if family(plan) == "wgmma" else backward_config(plan).tile
         how = (f"the {rows}-row tiles from the first to the last the mask expression may show (mask_expr_tile), "
@@ -439,8 +488,7 @@ def _functions(kernel, device: int) -> dict:
         cupy = cupy_module()
         cubin = _cubin(kernel.plan)
         fast = family(kernel.plan) == "wgmma"
-        smem = (wgmma_smem_bytes(kernel.plan.d_qk, kernel.plan.d_v, wgmma_rows(kernel.plan)) if fast
-                else backward_config(kernel.plan).smem_bytes)
+        smem = fast_smem_bytes(kernel.plan) if fast else backward_config(kernel.plan).smem_bytes
         with cupy.cuda.Device(device):
             module = cupy.cuda.function.Module()
             module.load(cubin)
@@ -455,8 +503,8 @@ def _functions(kernel, device: int) -> dict:
     return cache[device][1]
 
 
-def _key_block_lists(bm, cupy):
-    """The fast family's view of a BlockMask: per (mask batch, mask head, key block of WGMMA_KEYS
+def _key_block_lists(bm, cupy, keys: int):
+    """The fast family's view of a BlockMask: per (mask batch, mask head, key block of `keys`
     keys), the steps of WGMMA_ROWS query rows that see any of its keys, ascending, as step * 2 +
     partial (the step tests the mask per element), and their counts: the BlockMask's own
     construction (build_arrays) on the transposed mask, with the key blocks as its rows. (The
@@ -470,7 +518,7 @@ def _key_block_lists(bm, cupy):
         mask = bits.reshape(*octets.shape[:-1], -1)[..., :lk].astype(bool)
     else:
         mask = bm.data
-    _, _, counts, lists, _, _ = build_arrays(cupy, mask.transpose(0, 1, 3, 2), WGMMA_KEYS, WGMMA_ROWS)
+    _, _, counts, lists, _, _ = build_arrays(cupy, mask.transpose(0, 1, 3, 2), keys, WGMMA_ROWS)
     nkb, steps = lists.shape[2], lists.shape[3]
     return counts, lists, (nh * nkb if nb > 1 else 0), (nkb if nh > 1 else 0), steps
 
@@ -614,9 +662,10 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
             for name in ("mask_sb", "mask_sh", "mask_sl", "list_sb", "list_sh", "n_kvtiles"):
                 setattr(a, name, int(values[name]))
             if fast:
-                if "cuda_backward_blocks" not in bm.derived:  # built once per BlockMask
-                    bm.derived["cuda_backward_blocks"] = _key_block_lists(bm, cupy)
-                block_counts, lists, a.blist_sb, a.blist_sh, a.n_steps = bm.derived["cuda_backward_blocks"]
+                derived = f"cuda_backward_blocks_{block_keys(plan)}"  # built once per BlockMask and block size
+                if derived not in bm.derived:
+                    bm.derived[derived] = _key_block_lists(bm, cupy, block_keys(plan))
+                block_counts, lists, a.blist_sb, a.blist_sh, a.n_steps = bm.derived[derived]
                 keep += [block_counts, lists]
                 a.block_counts, a.block_lists = block_counts.data.ptr, lists.data.ptr
         fns = _functions(kernel, dev)
@@ -626,8 +675,8 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         key_rows = launch.len_k if packed else a.rows_k
         if fast:
             grids = (("preprocess", rows_grid, 0),
-                     ("dkdv", (math.ceil(key_rows / WGMMA_KEYS), launch.heads_kv, launch.batch),
-                      wgmma_smem_bytes(plan.d_qk, plan.d_v, wgmma_rows(plan))),
+                     ("dkdv", (math.ceil(key_rows / block_keys(plan)), launch.heads_kv, launch.batch),
+                      fast_smem_bytes(plan)),
                      ("dq", rows_grid, 0))
         else:
             cfg = backward_config(plan)

@@ -92,7 +92,7 @@ def test_the_fast_family_on_hopper():
     assert "Hopper tensor cores" in source.split("extern \"C\"")[0]
     slow = _plan(body + "\n target cuda { backward=deterministic }", "cuda-sm90")
     assert backward.family(slow) == "fma" and "wgmma.mma_async" not in backward.render_backward(slow)
-    for refused, why in (("head_dim 256\n dtype f16", "head dims 64 or 128"), ("head_dim 64\n dtype f32", "f16 or bf16")):
+    for refused, why in (("head_dim 192\n dtype f16", "head dims 64 or 128"), ("head_dim 64\n dtype f32", "f16 or bf16")):
         p = _plan(refused + "\n target cuda { backward=fast }", "cuda-sm90")
         assert backward.family(p) == "fma"
         assert any(why in x.message for x in backward.backward_problems(p))
