@@ -6,7 +6,7 @@ arch): odd lengths crossing its key blocks of 64 and steps of 64 rows, Lq != Lk 
 groups of 3, causal (both alignments), window, softcap, scale, kv_lens with hidden keys holding
 inf / NaN, packed sequences, rows that see no key, f16 and bf16, head dims 64 and 128 (and qk=128
 v=64). Its results agree with the deterministic family's within the dtype's tolerance. The sources
-compile anywhere (tests/backends/cuda/test_backward_mma.py)."""
+compile anywhere (tests/backends/cuda/test_backward_mma_source.py)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ def _plan(body: str, profile: str = "cuda-sm80"):
 
 
 def test_sections_in_order_and_the_spec_in_the_header():
-    # (the deterministic family: cuda-sm80 takes the mma one by default, tests/backends/cuda/test_backward_mma.py)
+    # (the deterministic family: cuda-sm80 takes the mma one by default, tests/backends/cuda/test_backward_mma_source.py)
     plan = _plan("head_dim 64\n heads q=6 kv=2\n dtype f16\n mask causal\n softcap 30\n"
                  " target cuda { backward=deterministic }")
     source = get("cuda").helper_sources(plan)["backward"]
