@@ -4,8 +4,8 @@ profile cuda-sm80, so that they run on any GPU of compute capability 8.0 or newe
 included (the family is chosen by the profile's forward math, mma, and compiled for the device's
 arch): odd lengths crossing its key blocks of 64 and steps of 64 rows, Lq != Lk both ways, GQA
 groups of 3, causal (both alignments), window, softcap, scale, kv_lens with hidden keys holding
-inf / NaN, packed sequences, rows that see no key, f16 and bf16, head dims 64 and 128 (and qk=128
-v=64). Its results agree with the deterministic family's within the dtype's tolerance. The sources
+inf / NaN, packed sequences, rows that see no key, f16 and bf16, head dims 32, 64, 96 and 128 (and
+qk=128 v=64, qk=96 v=128). Its results agree with the deterministic family's within the dtype's tolerance. The sources
 compile anywhere (tests/backends/cuda/test_backward_mma_source.py)."""
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ CASES = [
      " scale 0.3", 2, 2, 300, 400, 1),
     ("bf16 d64 window left", "head_dim 64\n dtype bf16\n mask window(left=60)", 3, 3, 257, 257, 1),
     ("bf16 qk128 v64 causal GQA 3", "head_dim qk=128 v=64\n dtype bf16\n mask causal", 3, 1, 200, 200, 1),
+    ("f16 d96 causal GQA 3", "head_dim 96\n dtype f16\n mask causal", 6, 2, 257, 300, 1),
+    ("bf16 qk96 v128 softcap", "head_dim qk=96 v=128\n dtype bf16\n softcap 20", 2, 2, 113, 257, 1),
+    ("f16 d32 window", "head_dim 32\n dtype f16\n mask window(left=30, right=5)", 3, 3, 300, 200, 2),
 ]
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ...plan.kernel_plan import KernelPlan
 
 KEYS, ROWS = 64, 64          # keys per block, query rows per step
-HEAD_DIMS = (64, 128)
+HEAD_DIMS = (32, 64, 96, 128)  # multiples of 32 (dQ: two warps of kHeadDimQK / 2 columns); d128 takes 252 registers
 # Q_i, dO_i, lse_i and D_i take two stages (the next step's copies overlap this one's math) where
 # the block's shared memory stays within 96 KiB, which every sm_80+ GPU gives a block (sm_86 and
 # sm_89: 99 KiB); otherwise one.
@@ -39,7 +39,7 @@ def refusal(plan: KernelPlan) -> str | None:
     if plan.dtype not in ("f16", "bf16"):
         return f"its products take f16 or bf16, not {plan.dtype}"
     if plan.d_qk not in HEAD_DIMS or plan.d_v not in HEAD_DIMS:
-        return f"it takes head dims 64 or 128, not qk={plan.d_qk} v={plan.d_v}"
+        return f"it takes head dims 32, 64, 96 or 128, not qk={plan.d_qk} v={plan.d_v}"
     if spec.mask.is_custom or plan.mask.kind == "expr":
         return "it takes the masks none, causal and window (a custom mask or a mask expression runs on the " \
                "deterministic family)"

@@ -23,17 +23,19 @@ def _plan(body: str, profile: str = "cuda-sm80"):
     return lower(spec_of(body, name="b"), "cuda", profile)
 
 
-def test_cuda_sm80_takes_it_for_f16_bf16_head_dims_64_and_128():
+def test_cuda_sm80_takes_it_for_f16_bf16_head_dims_32_to_128():
     for body in ("head_dim 64\n dtype f16", "head_dim 128\n dtype bf16\n mask causal(bottom_right)",
                  "head_dim qk=128 v=64\n dtype f16\n mask window(left=9)\n softcap 20",
-                 "head_dim 64\n dtype f16\n target cuda { backward=fast }"):
+                 "head_dim 64\n dtype f16\n target cuda { backward=fast }", "head_dim 96\n dtype f16",
+                 "head_dim qk=32 v=96\n dtype bf16\n mask causal"):
         assert backward.family(_plan(body)) == "mma", body
     assert backward.family(_plan("head_dim 128\n dtype f16", "cuda-sm90")) == "wgmma"
 
 
 @pytest.mark.parametrize("body, why", [
     ("head_dim 64\n dtype f32", "f16 or bf16"),
-    ("head_dim 96\n dtype f16", "head dims 64 or 128"),
+    ("head_dim 256\n dtype f16", "head dims 32, 64, 96 or 128"),
+    ("head_dim 48\n dtype f16", "head dims 32, 64, 96 or 128"),
     ("head_dim 64\n dtype f16\n mask custom", "custom mask"),
     ("head_dim 64\n dtype f16\n mask k % 3 != 1", "mask expression"),
     ("head_dim 64\n dtype f16\n score s * 0.5", "score expression"),
@@ -74,19 +76,24 @@ def test_describe_and_header():
 def test_shared_memory_fits_every_sm80_gpu():
     """Two stages where they fit 96 KiB (sm_86 / sm_89 give a block 99 KiB), else one."""
     assert backward_mma.stages(64, 64) == 2 and backward_mma.stages(128, 64) == 2
-    assert backward_mma.stages(128, 128) == 1
-    for d_qk, d_v in ((64, 64), (128, 64), (64, 128), (128, 128)):
-        assert backward_mma.smem_bytes(d_qk, d_v, backward_mma.stages(d_qk, d_v)) <= backward_mma.SMEM_BUDGET
+    assert backward_mma.stages(128, 128) == 1 and backward_mma.stages(96, 128) == 1
+    assert backward_mma.stages(96, 96) == 2
+    for d_qk in backward_mma.HEAD_DIMS:
+        for d_v in backward_mma.HEAD_DIMS:
+            assert backward_mma.smem_bytes(d_qk, d_v, backward_mma.stages(d_qk, d_v)) <= backward_mma.SMEM_BUDGET
 
 
 # Every kind of variant the template renders differently. ptxas (sm_80, nvcc 13) registers of the
-# dK/dV step: d64 ~200, d128 ~252, no spills (docs/backward.md).
+# dK/dV step: d32 148, d64 200, d96 236, d128 252, qk=96 v=128 243, no spills (docs/backward.md).
 COMPILED = [
     ("f16 d64 causal", "head_dim 64\n heads q=6 kv=2\n dtype f16\n mask causal"),
     ("bf16 d128 none", "head_dim 128\n dtype bf16"),
     ("f16 d128 window softcap scale", "head_dim 128\n dtype f16\n mask window(left=100, right=7)\n softcap 30\n"
      " scale 0.3"),
     ("bf16 qk128 v64 bottom-right", "head_dim qk=128 v=64\n dtype bf16\n mask causal(bottom_right)"),
+    ("f16 d96 causal", "head_dim 96\n dtype f16\n mask causal"),
+    ("f16 qk96 v128 softcap", "head_dim qk=96 v=128\n dtype f16\n softcap 20"),
+    ("bf16 d32 window", "head_dim 32\n dtype bf16\n mask window(left=10)"),
 ]
 
 
