@@ -12,7 +12,7 @@ _bwd_dq.
   it into an f32 accumulator through the tensor copy engine (reductions, in no fixed order); _bwd_dq
   converts the accumulator.
 - "mma" (fast; templates/cuda/backward_mma.cu.j2, backward_mma.py): mma.sync tensor cores (sm_80+),
-  f16/bf16, head dims 64 and 128, masks none / causal / window, where the wgmma family does not run
+  f16/bf16, head dims 32 to 128, masks none / causal / window, where the wgmma family does not run
   (profile cuda-sm80); dQ by f32 atomics into an accumulator that _bwd_dq converts, as "wgmma".
 - "fma" (deterministic; templates/cuda/backward.cu.j2): f32 on CUDA cores (every tile staged in
   shared memory as floats), every dtype and head dim that fits; no atomics, the same inputs give the
@@ -640,7 +640,8 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                      ("dq", rows_grid, 0))
         elif fam == "mma":
             grids = (("preprocess", rows_grid, 0),
-                     ("dkdv", (math.ceil(key_rows / backward_mma.KEYS), launch.heads_kv, launch.batch), _dkdv_smem(plan)),
+                     ("dkdv", (math.ceil(key_rows / backward_mma.KEYS), launch.heads_kv, launch.batch),
+                      _dkdv_smem(plan)),
                      ("dq", rows_grid, 0))
         else:
             cfg = backward_config(plan)

@@ -136,7 +136,8 @@ inline unsigned pack2(float lo, float hi) { return bits16(lo) | ((unsigned)bits1
 RUN = r'''
 extern "C" void run_dkdv(const Args* a, int gx, int gy, int gz) {
     for (int bz = 0; bz < gz; ++bz) for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {
-        std::vector<unsigned char> smem(kSmemBytes, 0xff);  // all ones: NaN in f16 / bf16 / f32, a read before a write shows
+        // all ones: NaN in f16, bf16 and f32, so that a read before a write shows
+        std::vector<unsigned char> smem(kSmemBytes, 0xff);
         g_smem = smem.data();
         std::barrier<> bar(kThreads);
         g_bar = &bar;
