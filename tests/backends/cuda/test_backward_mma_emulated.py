@@ -194,7 +194,10 @@ def _round(x, dtype):
     return bits, (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def _check(body, shapes, tmp_path, seed=0, kv_lens=None, cu=None, cuk=None, poison=False):
+def _check(body, shapes, tmp_path, seed=0, kv_lens=None, cu=None, cuk=None, poison=False, plant=None):
+    """The emulated gradients against the reference's (relative L2 within twice the forward's
+    tolerance, each finite); `plant` = j: key j of batch entry 0 holds NaN in k and key j + 1 inf in
+    v, and (got, want) are returned unchecked."""
     spec = spec_of(body)
     plan = lower(spec, "cuda", "cuda-sm80")
     assert bw.family(plan) == "mma"
@@ -204,6 +207,9 @@ def _check(body, shapes, tmp_path, seed=0, kv_lens=None, cu=None, cuk=None, pois
         for bi, n in enumerate(kv_lens):
             k16[bi, n:], v16[bi, n:] = _round(np.float32(np.inf), plan.dtype)[0], _round(np.float32(np.nan),
                                                                                             plan.dtype)[0]
+    if plant is not None:
+        k16[0, plant], k[0, plant] = _round(np.float32(np.nan), plan.dtype)[0], np.nan
+        v16[0, plant + 1], v[0, plant + 1] = _round(np.float32(np.inf), plan.dtype)[0], np.inf
     ref_kw = {n: x for n, x in (("kv_lens", kv_lens), ("cu_seqlens_q", cu), ("cu_seqlens_k", cuk)) if x is not None}
     out, lse = reference(spec, q, k, v, return_lse=True, **ref_kw)
     out16, out = _round(out.astype(np.float32), plan.dtype)
@@ -244,6 +250,8 @@ def _check(body, shapes, tmp_path, seed=0, kv_lens=None, cu=None, cuk=None, pois
     want = reference_backward(spec, q, k, v, dout, **ref_kw)
     got = [dq] + [(x.view(np.float16).astype(np.float32) if plan.dtype == "f16"
                    else (x.astype(np.uint32) << 16).view(np.float32)) for x in (dk16, dv16)]
+    if plant is not None:
+        return got, want
     bound = 2 * tolerance(spec)
     for g, w, name in zip(got, want, ("dq", "dk", "dv")):
         assert np.isfinite(g).all(), f"{name}: not finite (or not written)"
@@ -268,3 +276,14 @@ def test_kv_lens_packed_and_rows_that_see_no_key(tmp_path):
     cuk = np.concatenate([[0], np.cumsum([3, 2, 65])]).astype(np.int32)
     _check("head_dim 64\n dtype bf16\n mask causal", [(cuq[-1], 2, 64), (cuk[-1], 2, 64), (cuk[-1], 2, 64)],
            tmp_path, cu=cuq, cuk=cuk)
+
+
+def test_visible_keys_holding_nan_reach_only_the_rows_that_see_them(tmp_path):
+    """Causal: key 70 holds NaN in k, key 71 inf in v (zeroed in shared memory and flagged). Rows
+    before 70 do not see them: their dq is the reference's; the rows that do see them get NaN."""
+    spec = spec_of("head_dim 64\n dtype f16\n mask causal")
+    (dq, _, _), (want, _, _) = _check("head_dim 64\n dtype f16\n mask causal", [(1, 100, 2, 64), (1, 100, 2, 64),
+                                                                               (1, 100, 2, 64)], tmp_path, plant=70)
+    assert np.isfinite(dq[0, :70]).all()
+    assert relative_error(dq[0, :70].astype(np.float64), want[0, :70]) <= 2 * tolerance(spec)
+    assert np.isnan(dq[0, 70:]).all(axis=-1).all()
