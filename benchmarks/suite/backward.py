@@ -6,7 +6,9 @@ cuDNN and memory-efficient kernels and FlexAttention's (torch.compile), each tim
 peers: `out.backward(dout, retain_graph=True)` on a kept graph; attngen: kernel.backward on the
 forward's out and lse), medians of CUDA events (do_bench). TFLOP/s = 2.5 x the forward's count
 (4 B H L^2 D, halved for causal), as FlashAttention reports the backward. attngen's gradients are
-checked against SDPA flash's (relative L2 of each of dq, dk, dv; the worst is reported).
+checked against SDPA flash's (relative L2 of each of dq, dk, dv; the worst is reported). Head dims 64 and
+128 also time the same spec built with profile cuda-sm80 (column "attngen sm80": the mma.sync
+family an A100 runs, here on this GPU), its error against SDPA flash's as sm80_rel_err.
 
 wgsl_backward: attngen's WGSL backward (kernel.backward on resident WgslTensors) on the machine's
 Vulkan adapter, f16 and f32, d64 / d128, L 1k / 4k, full / causal, B L = 16384, H D = 2048 (as
@@ -38,7 +40,7 @@ SLOW_FLOPS = 2e11  # the deterministic family (a few TFLOP/s) is timed only belo
 BACKENDS = [("SDPA flash", SDPBackend.FLASH_ATTENTION), ("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION),
             ("SDPA mem-eff", SDPBackend.EFFICIENT_ATTENTION)]
 PEERS = {"SDPA flash": "sdpa_flash", "SDPA cuDNN": "sdpa_cudnn", "SDPA mem-eff": "sdpa_mem_efficient",
-         "flex": "flex"}
+         "flex": "flex", "attngen sm80": "attngen_sm80"}  # (attngen sm80: the mma.sync family, profile cuda-sm80)
 TORCH_DTYPE = {"f16": torch.float16, "bf16": torch.bfloat16}
 CASES = [(f"{dt} d{d} L{L} {'causal' if m == 'causal' else 'full'}", dt, d, L, m)
          for dt in ("f16", "bf16") for d in (64, 128, 256) for L in (1024, 4096, 16384) for m in ("none", "causal")]
@@ -75,9 +77,9 @@ def backward_section(rows, quick: bool = False):
         row = {"suite": "backward", "case": label, "target": "cuda", "plan": kernel.plan.summary(),
                "family": backward_family(kernel.plan)}
         grads = None
-        if row["family"] != "wgmma" and flops > SLOW_FLOPS:
-            row["attngen_error"] = ("the deterministic CUDA-core family (the fast one takes head dims 64, 128 and "
-                                    "256): not timed at this size")
+        if row["family"] == "fma" and flops > SLOW_FLOPS:
+            row["attngen_error"] = ("the deterministic CUDA-core family (the fast ones take head dims 64, 128 and 256 "
+                                    "on sm_90a, 32 to 128 on mma.sync): not timed at this size")
         else:
             try:
                 out, lse = kernel(q, k, v, return_lse=True)
@@ -85,6 +87,16 @@ def backward_section(rows, quick: bool = False):
                 row["attngen_ms"] = bench_ms(lambda: kernel.backward(q, k, v, out, lse, dout))
             except Exception as e:
                 row["attngen_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+        sm80_grads = None
+        if d in (64, 128):  # the sm_80 tensor-core family (mma.sync), as an A100 runs it, on this GPU
+            try:
+                sm80 = attngen.compile(spec, target="cuda", profile="cuda-sm80")
+                out8, lse8 = sm80(q, k, v, return_lse=True)
+                sm80_grads = sm80.backward(q, k, v, out8, lse8, dout)
+                row["attngen sm80_ms"] = bench_ms(lambda: sm80.backward(q, k, v, out8, lse8, dout))
+                row["sm80_family"] = backward_family(sm80.plan)
+            except Exception as e:
+                row["sm80_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
         qt, kt, vt = (x.detach().transpose(1, 2).requires_grad_() for x in (q, k, v))
         dt = dout.transpose(1, 2)
         for name, backend in BACKENDS:
@@ -94,6 +106,9 @@ def backward_section(rows, quick: bool = False):
                     if name == "SDPA flash" and grads is not None:
                         ref = torch.autograd.grad(o, (qt, kt, vt), dt, retain_graph=True)
                         row["rel_err_vs_flash"] = max(rel_err(a, b.transpose(1, 2)) for a, b in zip(grads, ref))
+                    if name == "SDPA flash" and sm80_grads is not None:
+                        ref = torch.autograd.grad(o, (qt, kt, vt), dt, retain_graph=True)
+                        row["sm80_rel_err"] = max(rel_err(a, b.transpose(1, 2)) for a, b in zip(sm80_grads, ref))
                     row[f"{name}_ms"] = bench_ms(lambda: torch.autograd.grad(o, (qt, kt, vt), dt, retain_graph=True))
             except RuntimeError:
                 pass  # a peer that cannot run the case is absent
@@ -111,7 +126,9 @@ def backward_section(rows, quick: bool = False):
         err = r["rel_err"]
         print(f"backward {label:22s} attngen {r['attngen'].get('tflops') or 0:6.1f}  {peers}  err "
               f"{'n/a' if err is None else format(err, '.1e')}" + (f"  ({row['attngen_error']})" if
-                                                                  "attngen_error" in row else ""), flush=True)
+                                                                  "attngen_error" in row else "")
+              + (f"  (sm80 {r.get('sm80_family')} err {r['sm80_rel_err']:.1e})" if "sm80_rel_err" in r else "")
+              + (f"  (sm80: {r['sm80_error']})" if "sm80_error" in r else ""), flush=True)
     backward_masks_section(rows)
 
 
@@ -229,6 +246,7 @@ def _finish(row, flops):
            "rel_err": row.get("rel_err_vs_flash"),
            "attngen": entry(row["attngen_ms"]) if "attngen_ms" in row else {"error": row.get("attngen_error")},
            "peers": {PEERS[n]: entry(row[f"{n}_ms"]) for n in PEERS if row.get(f"{n}_ms")}}
+    out.update({key: row[key] for key in ("sm80_family", "sm80_rel_err", "sm80_error") if key in row})
     return out
 
 
@@ -283,8 +301,10 @@ def markdown(rows) -> str:
         out += ["", "## backward (suite backward)", "",
                 "TFLOP/s = 2.5 x 4 B H L^2 D (halved for causal; masks rows: times the live fraction); each backward "
                 "timed alone; rel. err: the worst of dq, dk, dv against SDPA flash's (masks rows: FlexAttention's).", "",
-                "| case | attngen | SDPA flash | SDPA cuDNN | SDPA mem-eff | flex | attngen / flash | attngen / flex | "
-                "rel. err |", "|---|---|---|---|---|---|---|---|---|"]
+                "attngen sm80: the same spec built with profile cuda-sm80 (its mma.sync backward family), on this GPU.",
+                "",
+                "| case | attngen | attngen sm80 | SDPA flash | SDPA cuDNN | SDPA mem-eff | flex | attngen / flash | "
+                "attngen / flex | rel. err |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in bw:
             a = r["attngen"].get("tflops")
 
@@ -292,7 +312,8 @@ def markdown(rows) -> str:
                 return r["peers"].get(key, {}).get("tflops")
             f = (lambda x: f"{x:.1f}" if x else "n/a")
             ratio = (lambda p: f"{a / t(p):.2f}x" if a and t(p) else "-")
-            out.append(f"| {r['case']} | {f(a) if a else r['attngen'].get('error', 'n/a')} | {f(t('sdpa_flash'))} | "
+            out.append(f"| {r['case']} | {f(a) if a else r['attngen'].get('error', 'n/a')} | {f(t('attngen_sm80'))} | "
+                       f"{f(t('sdpa_flash'))} | "
                        f"{f(t('sdpa_cudnn'))} | {f(t('sdpa_mem_efficient'))} | {f(t('flex'))} | {ratio('sdpa_flash')} "
                        f"| {ratio('flex')} | {r['rel_err'] if r['rel_err'] is None else format(r['rel_err'], '.1e')} |")
     if tr:

@@ -39,13 +39,14 @@ def _mask(m):
     return cupy.asarray(m)
 
 
-def check_backward(spec, q, k, v, *, call=None, ref_kw=None, seed=1, inputs=None):
+def check_backward(spec, q, k, v, *, call=None, ref_kw=None, seed=1, inputs=None, kernel=None):
     """Forward (out, lse), then kernel.backward with a random dout; every gradient against the
     reference: shape, dtype, kind of array, finite, relative L2 <= 2 x the forward's tolerance.
-    `inputs`: the device q, k, v to pass (default: q, k, v in the spec's dtype). Returns the
-    kernel's gradients (numpy) and the reference's."""
+    `inputs`: the device q, k, v to pass (default: q, k, v in the spec's dtype); `kernel`: the
+    compiled kernel (default: the spec's, for this GPU). Returns the kernel's gradients (numpy) and
+    the reference's."""
     call, ref_kw = call or {}, ref_kw or {}
-    kernel = kernel_for(spec, "cuda")
+    kernel = kernel or kernel_for(spec, "cuda")
     dq_in, dk_in, dv_in = inputs if inputs is not None else to_device("cuda", spec.dtype, q, k, v)
     out, lse = kernel(dq_in, dk_in, dv_in, return_lse=True, **call)
     dout = _rand(np.random.default_rng(seed), *out.shape)

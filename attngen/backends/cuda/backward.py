@@ -12,6 +12,9 @@ _bwd_dq.
   score or mask expressions). The dK/dV step also computes every dQ_i contribution of its keys and adds
   it into an f32 accumulator through the tensor copy engine (reductions, in no fixed order); _bwd_dq
   converts the accumulator.
+- "mma" (fast; templates/cuda/backward_mma.cu.j2, backward_mma.py): mma.sync tensor cores (sm_80+),
+  f16/bf16, head dims 32 to 128, masks none / causal / window, where the wgmma family does not run
+  (profile cuda-sm80); dQ by f32 atomics into an accumulator that _bwd_dq converts, as "wgmma".
 - "fma" (deterministic; templates/cuda/backward.cu.j2): f32 on CUDA cores (every tile staged in
   shared memory as floats), every dtype and head dim that fits; no atomics, the same inputs give the
   same bits; _bwd_dq is one block per query tile computing dQ_i. Correct, not fast.
@@ -44,6 +47,7 @@ from ...plan import backward as neutral
 from ...plan import masks
 from ...plan.kernel_plan import KernelPlan, Problem
 from ...version import __version__
+from . import backward_mma
 
 THREADS = 256  # per block, every entry point: 8 warps
 # Shared memory a block may take (dK/dV and dQ steps): 96 KiB runs on every sm_80+ GPU (sm_86 and
@@ -214,23 +218,31 @@ def _wgmma_refusal(plan: KernelPlan) -> str | None:
     return None
 
 
+def _fast_refusal(plan: KernelPlan) -> str | None:
+    """Why neither fast family can compute `plan`'s backward (None: one can)."""
+    hopper, sm80 = _wgmma_refusal(plan), backward_mma.refusal(plan)
+    return None if hopper is None or sm80 is None else f"the wgmma family: {hopper}; the mma family: {sm80}"
+
+
 def family(plan: KernelPlan) -> str:
-    """The backward family of `plan`: "wgmma" (fast: Hopper tensor cores, dQ by atomic f32
-    reductions, so the bits of dq may vary between runs) or "fma" (deterministic: CUDA cores, no
-    atomics). Option backward=auto takes the fast one where it can compute the spec."""
-    choice = plan.spec.options("cuda").get("backward")
-    if choice == "deterministic" or _wgmma_refusal(plan) is not None:
+    """The backward family of `plan`: "wgmma" (fast: Hopper tensor cores) or "mma" (fast: mma.sync
+    tensor cores, sm_80+), both with dQ by atomic f32 additions, so the bits of dq may vary between
+    runs; or "fma" (deterministic: CUDA cores, no atomics). Option backward=auto takes a fast one
+    where it can compute the spec, wgmma first."""
+    if plan.spec.options("cuda").get("backward") == "deterministic":
         return "fma"
-    return "wgmma"
+    if _wgmma_refusal(plan) is None:
+        return "wgmma"
+    return "mma" if backward_mma.refusal(plan) is None else "fma"
 
 
 def backward_problems(plan: KernelPlan) -> list[Problem]:
     """Why `plan`'s spec has no CUDA backward (empty: it has one)."""
     out = neutral.problems(plan.spec, expressions="grads")  # (CudaBackend.backward_expressions)
     if not out and plan.spec.options("cuda").get("backward") == "fast":
-        why = _wgmma_refusal(plan)
+        why = _fast_refusal(plan)
         if why is not None:
-            out.append(Problem(f"backward=fast (the wgmma family, atomic dQ): {why}", key="target.cuda",
+            out.append(Problem(f"backward=fast (the tensor-core families, atomic dQ): {why}", key="target.cuda",
                                hint="leave backward=auto: the deterministic family computes every spec"))
     grads = [i.name for i in plan.spec.inputs if i.grad]
     if not out and grads and family(plan) == "fma" and neutral.problems(plan.spec, expressions="injective"):
@@ -288,10 +300,12 @@ def _steps(plan: KernelPlan) -> list[str]:
             f"{wgmma_smem_bytes(plan.d_qk, plan.d_v, wgmma_rows(plan))} bytes of shared memory",
             f"{dq}: dQ's accumulator to {plan.dtype}; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {THREADS} threads",
         ]
+    if family(plan) == "mma":
+        return backward_mma.steps(plan, (pre, dkdv, dq), PRE_ROWS, THREADS)
     c = backward_config(plan)
     return [
         "deterministic (no atomics: the same inputs give the same bits), f32 on CUDA cores"
-        + (f" (not the fast family: {_wgmma_refusal(plan)})" if _wgmma_refusal(plan) else ""),
+        + (f" (not a fast family: {_fast_refusal(plan)})" if _fast_refusal(plan) else ""),
         f"{pre}: D_i = rowsum(dO_i * O_i); grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {c.threads} threads",
         f"{dkdv}: dK_j, dV_j; grid (ceil(Lk / {c.tile}), Hkv, B) x {c.threads} threads, tiles {c.tile} x {c.tile}, "
         f"{c.smem_bytes} bytes of shared memory, {c.acc_per_thread} accumulators per thread",
@@ -301,7 +315,7 @@ def _steps(plan: KernelPlan) -> list[str]:
 
 def _workspace(plan: KernelPlan) -> str:
     return ("D, 4 * B * Hq * Lq bytes (f32)" + (f", and dQ's accumulator, 4 * B * Lq * Hq * {plan.d_qk} bytes"
-                                                if family(plan) == "wgmma" else "") + " (packed: B = 1, Lq = T)")
+                                                if family(plan) != "fma" else "") + " (packed: B = 1, Lq = T)")
 
 
 def _header(plan: KernelPlan) -> str:
@@ -376,6 +390,9 @@ def render_backward(plan: KernelPlan) -> str:
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
                       block_m=wgmma_rows(plan), smem_bytes=fast_smem_bytes(plan),
                       **extra, **_wgmma_recompute(plan), **common)
+    if family(plan) == "mma":
+        return render("cuda/backward_mma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
+                      **backward_mma.template_args(plan), **common)
     c = backward_config(plan)
     return render("cuda/backward.cu.j2", header=_header(plan), clean_v=False, threads=c.threads, tile=c.tile,
                   smem_bytes=c.smem_bytes, **common)
@@ -479,6 +496,14 @@ def _cubin(plan: KernelPlan) -> bytes:
     return cached(key, ".cubin", lambda: nvrtc.compile_cubin(render_backward(plan), plan.details.arch)[0])[0]
 
 
+def _dkdv_smem(plan: KernelPlan) -> int:
+    """The dK/dV step's dynamic shared memory (the fma family's dQ step takes as much)."""
+    fam = family(plan)
+    if fam == "mma":
+        return backward_mma.template_args(plan)["smem_bytes"]
+    return fast_smem_bytes(plan) if fam == "wgmma" else backward_config(plan).smem_bytes
+
+
 def _functions(kernel, device: int) -> dict:
     """{step: loaded function} of `kernel`'s backward on `device`, compiled (or found in the disk
     cache) on first use."""
@@ -487,15 +512,15 @@ def _functions(kernel, device: int) -> dict:
         from .devices import cupy_module
         cupy = cupy_module()
         cubin = _cubin(kernel.plan)
-        fast = family(kernel.plan) == "wgmma"
-        smem = fast_smem_bytes(kernel.plan) if fast else backward_config(kernel.plan).smem_bytes
+        smem = _dkdv_smem(kernel.plan)
+        fma = family(kernel.plan) == "fma"
         with cupy.cuda.Device(device):
             module = cupy.cuda.function.Module()
             module.load(cubin)
             fns = {}
             for step, name in zip(("preprocess", "dkdv", "dq"), entry_names(kernel.plan)):
                 fn = module.get_function(name)
-                if step == "dkdv" or (step == "dq" and not fast):
+                if step == "dkdv" or (step == "dq" and fma):
                     cupy.cuda.driver.funcSetAttribute(
                         fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
                 fns[step] = fn
@@ -612,7 +637,8 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
     if plan.spec.inputs or inputs:
         ptrs, expr_keep, _ = cuda_args.device_inputs(plan.spec, inputs or {}, launch, dev,
                                                      f"kernel '{plan.spec.name}' (cuda) backward")
-    fast = family(plan) == "wgmma"
+    fam = family(plan)
+    fast, accum = fam == "wgmma", fam != "fma"  # (accum: dQ's f32 accumulator, added into by atomics)
     tq, kind = named["q"], named["q"].kind
     alloc = {name: _allocator(kind, dev, named[src].shape, plan.dtype, tq.dtype)
              for name, src in (("dq", "q"), ("dk", "k"), ("dv", "v"))}
@@ -620,7 +646,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
     input_grads = {i.name: _zeroed_f32(kind, dev, input_shape(i, call_extents(launch)))
                    for i in plan.spec.inputs if i.grad}
     delta = _allocator(kind, dev, lse_shape, "f32", tq.dtype)(q)
-    dq_accum = _allocator(kind, dev, named["q"].shape, "f32", tq.dtype)(q) if fast else None
+    dq_accum = _allocator(kind, dev, named["q"].shape, "f32", tq.dtype)(q) if accum else None
     keep = [named, grads, delta, dq_accum, bm, expr_keep, input_grads]
     a = _Args()
     for name in ("q", "k", "v", "out", "dout", "lse"):
@@ -628,7 +654,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
     for name, g in grads.items():
         setattr(a, name, _as_tensor(name, g).ptr)
     a.delta = _as_tensor("delta", delta).ptr
-    a.dq_accum = _as_tensor("dq_accum", dq_accum).ptr if fast else 0
+    a.dq_accum = _as_tensor("dq_accum", dq_accum).ptr if accum else 0
     for prefix, name in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "out"), ("do", "dout")):
         for axis, st in zip("blh", _strides3(named[name], packed)):
             setattr(a, f"{prefix}_s{axis}", st)
@@ -678,6 +704,11 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                      ("dkdv", (math.ceil(key_rows / block_keys(plan)), launch.heads_kv, launch.batch),
                       fast_smem_bytes(plan)),
                      ("dq", rows_grid, 0))
+        elif fam == "mma":
+            grids = (("preprocess", rows_grid, 0),
+                     ("dkdv", (math.ceil(key_rows / backward_mma.KEYS), launch.heads_kv, launch.batch),
+                      _dkdv_smem(plan)),
+                     ("dq", rows_grid, 0))
         else:
             cfg = backward_config(plan)
             grids = (("preprocess", rows_grid, 0),
@@ -695,7 +726,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
             for n, t in input_grads.items():
                 setattr(g, n, _as_tensor(n, t).ptr)
             keep.append(g)
-        params_dq = params if fast else (ctypes.c_void_p * (1 + len(ein)))(ctypes.addressof(a), *ein)
+        params_dq = params if accum else (ctypes.c_void_p * (1 + len(ein)))(ctypes.addressof(a), *ein)
         params_dkdv = params_dq
         if input_grads and not fast:  # the deterministic family: ExprGrads after the inputs, dK/dV only
             params_dkdv = (ctypes.c_void_p * (2 + len(ein)))(ctypes.addressof(a), *ein, ctypes.addressof(g))

@@ -25,7 +25,9 @@ def _plan(body: str, profile: str = "cuda-sm80"):
 
 
 def test_sections_in_order_and_the_spec_in_the_header():
-    plan = _plan("head_dim 64\n heads q=6 kv=2\n dtype f16\n mask causal\n softcap 30")
+    # (the deterministic family: cuda-sm80 takes the mma one by default, tests/backends/cuda/test_backward_mma_source.py)
+    plan = _plan("head_dim 64\n heads q=6 kv=2\n dtype f16\n mask causal\n softcap 30\n"
+                 " target cuda { backward=deterministic }")
     source = get("cuda").helper_sources(plan)["backward"]
     at = [source.index(f"// ---- {name} ----\n") for name in SECTIONS]
     assert at == sorted(at), "the sections of plan.backward.SECTIONS, in that order"
@@ -70,7 +72,8 @@ def test_head_dims_too_large_are_refused_clearly():
 
 
 def test_describe_backward():
-    lines = get("cuda").describe_backward(_plan("head_dim 128\n heads q=32 kv=8\n dtype bf16\n mask causal"))
+    lines = get("cuda").describe_backward(_plan("head_dim 128\n heads q=32 kv=8\n dtype bf16\n mask causal\n"
+                                                " target cuda { backward=deterministic }"))
     text = "\n".join(lines)
     assert "attngen_b_bwd_dkdv: dK_j, dV_j; grid (ceil(Lk / 32), Hkv, B) x 256 threads" in text
     assert "attngen_b_bwd_dq: dQ_i; grid (ceil(Lq / 32), Hq, B)" in text
@@ -98,8 +101,8 @@ def test_the_fast_family_on_hopper():
         assert any(why in x.message for x in backward.backward_problems(p))
         with pytest.raises(SpecError, match="target cuda, backward: backward=fast"):
             backward.render_backward(p)
-    p = _plan("head_dim 64\n dtype f16\n target cuda { backward=fast }")  # cuda-sm80
-    assert any("sm_90a" in x.message for x in backward.backward_problems(p))
+    p = _plan("head_dim 64\n dtype f16\n mask custom\n target cuda { backward=fast }")  # cuda-sm80: neither
+    assert any("sm_90a" in x.message and "the mma family" in x.message for x in backward.backward_problems(p))
 
 
 def test_head_dim_64_steps_of_128_rows():

@@ -42,7 +42,7 @@ def test_others_stay_on_the_deterministic_family():
     expr = _plan("head_dim 256\n dtype f16\n mask k <= q\n score s - 0.5 * abs(q - k)")
     assert backward.family(expr) == "fma"
     text = "\n".join(get("cuda").describe_backward(expr))
-    assert "not the fast family: its kernel for head dim 256 takes no score or mask expression" in text
+    assert "not a fast family: the wgmma family: its kernel for head dim 256 takes no score or mask expression" in text
     refused = _plan("head_dim 256\n dtype f16\n score s * 0.5\n target cuda { backward=fast }")
     assert any("head dim 256 takes no score or mask expression" in p.message
                for p in backward.backward_problems(refused))
