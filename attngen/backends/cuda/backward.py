@@ -144,13 +144,13 @@ def backward_config(plan: KernelPlan) -> BackwardConfig:
 WGMMA_KEYS, WGMMA_ROWS, WGMMA_HEAD_DIMS = 128, 64, (64, 128)
 
 
-def wgmma_smem_bytes(d_qk: int, d_v: int) -> int:
+def wgmma_smem_bytes(d_qk: int, d_v: int, custom: bool = False) -> int:
     """K_j, V_j; Q_i, dO_i, dS, lse, D and a custom mask's bits in two stages; each warpgroup's dQ
-    staging (64 x 64 floats); a flag per key; 1024 bytes of alignment (the template's
-    kSmemBytes)."""
+    staging (64 x 64 floats); a flag per key; with a custom mask two words per thread (lane_words);
+    1024 bytes of alignment (the template's kSmemBytes)."""
     k, m = WGMMA_KEYS, WGMMA_ROWS
     return (2 * k * (d_qk + d_v) + 2 * 2 * m * (d_qk + d_v) + 2 * 2 * m * k + 2 * 2 * m * 4 + 2 * m * (k // 32) * 4
-            + 2 * m * 64 * 4 + k + 1024)
+            + 2 * m * 64 * 4 + k + (2 * THREADS * 4 if custom else 0) + 1024)
 
 
 def _wgmma_refusal(plan: KernelPlan) -> str | None:
@@ -225,7 +225,8 @@ def _steps(plan: KernelPlan) -> list[str]:
             f"{THREADS} threads",
             f"{dkdv}: dK_j, dV_j and the dQ_i contributions; grid (ceil(Lk / {WGMMA_KEYS}), Hkv, B) x {THREADS} "
             f"threads (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {WGMMA_ROWS} query rows, "
-            f"{wgmma_smem_bytes(plan.d_qk, plan.d_v)} bytes of shared memory",
+            f"{wgmma_smem_bytes(plan.d_qk, plan.d_v, plan.spec.mask.is_custom)} bytes of shared memory"
+            + (f" ({dkdv}_add in its place for an additive mask)" if plan.spec.mask.is_custom else ""),
             f"{dq}: dQ's accumulator to {plan.dtype}; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {THREADS} threads",
         ]
     c = backward_config(plan)
@@ -278,7 +279,7 @@ def _wgmma_recompute(plan: KernelPlan) -> dict:
     reads = score and bool(inputs_read(plan.spec.score))  # (a mask's inputs: the Mask's copy)
     grads = any(i.grad for i in plan.spec.inputs)
     extra = [(custom, "const Args&", "a"), (custom or score, "int", "b"), (head, "int", "h"),
-             (custom, "const unsigned*", "sbits"), (score, "int", "hk"), (reads, "const ExprInputs&", "in"),
+             (custom, "const unsigned*", "words"), (score, "int", "hk"), (reads, "const ExprInputs&", "in"),
              (grads, "const ExprGrads&", "grads")]
     return {"recompute_both": plan.softcap is not None or score,
             "recompute_params": "".join(f", {t} {n}" for used, t, n in extra if used),
@@ -311,7 +312,7 @@ def render_backward(plan: KernelPlan) -> str:
                  if plan.softcap is not None else {} if plan.spec.score is not None
                  else {"scale_log2": c_float(plan.scale * log2e)})
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
-                      smem_bytes=wgmma_smem_bytes(plan.d_qk, plan.d_v), **extra, **_wgmma_recompute(plan), **common)
+                      smem_bytes=wgmma_smem_bytes(plan.d_qk, plan.d_v, plan.spec.mask.is_custom), **extra, **_wgmma_recompute(plan), **common)
     c = backward_config(plan)
     return render("cuda/backward.cu.j2", header=_header(plan), clean_v=False, threads=c.threads, tile=c.tile,
                   smem_bytes=c.smem_bytes, **common)
@@ -423,15 +424,18 @@ def _functions(kernel, device: int) -> dict:
         cupy = cupy_module()
         cubin = _cubin(kernel.plan)
         fast = family(kernel.plan) == "wgmma"
-        smem = (wgmma_smem_bytes(kernel.plan.d_qk, kernel.plan.d_v) if fast
+        smem = (wgmma_smem_bytes(kernel.plan.d_qk, kernel.plan.d_v, kernel.plan.spec.mask.is_custom) if fast
                 else backward_config(kernel.plan).smem_bytes)
         with cupy.cuda.Device(device):
             module = cupy.cuda.function.Module()
             module.load(cubin)
             fns = {}
-            for step, name in zip(("preprocess", "dkdv", "dq"), entry_names(kernel.plan)):
+            steps = dict(zip(("preprocess", "dkdv", "dq"), entry_names(kernel.plan)))
+            if fast and kernel.plan.spec.mask.is_custom:  # (an additive mask's dK/dV step: an entry of its own)
+                steps["dkdv_add"] = steps["dkdv"] + "_add"
+            for step, name in steps.items():
                 fn = module.get_function(name)
-                if step == "dkdv" or (step == "dq" and not fast):
+                if step.startswith("dkdv") or (step == "dq" and not fast):
                     cupy.cuda.driver.funcSetAttribute(
                         fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
                 fns[step] = fn
@@ -611,7 +615,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         if fast:
             grids = (("preprocess", rows_grid, 0),
                      ("dkdv", (math.ceil(key_rows / WGMMA_KEYS), launch.heads_kv, launch.batch),
-                      wgmma_smem_bytes(plan.d_qk, plan.d_v)),
+                      wgmma_smem_bytes(plan.d_qk, plan.d_v, plan.spec.mask.is_custom)),
                      ("dq", rows_grid, 0))
         else:
             cfg = backward_config(plan)
@@ -641,11 +645,13 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
             keep.append(dq_map)
             extra = ein + ((ctypes.addressof(g),) if input_grads else ())
             params_dkdv = (ctypes.c_void_p * (2 + len(extra)))(ctypes.addressof(a), dq_map.encode(a.dq_accum), *extra)
+        additive = fast and bm is not None and bm.kind == "additive"
         for step, grid, smem in grids:
             if min(grid) <= 0:
                 continue
             chosen = {"dkdv": params_dkdv, "dq": params_dq}.get(step, params)
-            cupy.cuda.driver.launchKernel(fns[step].ptr, *grid, THREADS, 1, 1, smem, stream,
+            fn = fns["dkdv_add" if step == "dkdv" and additive else step]
+            cupy.cuda.driver.launchKernel(fn.ptr, *grid, THREADS, 1, 1, smem, stream,
                                           ctypes.addressof(chosen), 0)
     del keep  # (the launches are queued; torch's and CuPy's allocators order later reuse on the stream)
     if input_grads:
