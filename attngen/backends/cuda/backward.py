@@ -274,13 +274,15 @@ def _wgmma_recompute(plan: KernelPlan) -> dict:
     head of a mask expression, the indices and inputs a score expression reads, the `grad` inputs'
     gradients."""
     from ...lang.expr import inputs_read
+    from . import expr_grads
     custom, score = plan.spec.mask.is_custom, plan.spec.score is not None
     head = custom or score or plan.mask.kind == "expr"
     reads = score and bool(inputs_read(plan.spec.score))  # (a mask's inputs: the Mask's copy)
     grads = any(i.grad for i in plan.spec.inputs)
+    staged = bool(expr_grads.staged_reads(plan.spec))
     extra = [(custom, "const Args&", "a"), (custom or score, "int", "b"), (head, "int", "h"),
              (custom, "const unsigned*", "words"), (score, "int", "hk"), (reads, "const ExprInputs&", "in"),
-             (grads, "const ExprGrads&", "grads")]
+             (grads, "const ExprGrads&", "grads"), (staged, "float*", "gsum")]
     return {"recompute_both": plan.softcap is not None or score,
             "recompute_params": "".join(f", {t} {n}" for used, t, n in extra if used),
             "recompute_args": "".join(f", {n}" for used, _, n in extra if used)}
@@ -360,8 +362,10 @@ def expression_sources(plan: KernelPlan) -> dict:
         items_inline="".join(f", score_item{i}(in, b, h, hk, 0, 0, n_rows, n_keys)" for i in range(len(items))))
     # (the fast family: expr_grads.py with atomics; the fma one reads once per pair, without)
     grads = any(i.grad for i in spec.inputs)
+    staged = grads and family(plan) == "wgmma" and bool(expr_grads.staged_reads(spec))  # (summed per step)
     out.update(grads_param=", const ExprGrads& grads" if grads else "", grads_arg=", grads" if grads else "",
-               grads_kernel_param=", const __grid_constant__ ExprGrads grads" if grads else "")
+               grads_kernel_param=", const __grid_constant__ ExprGrads grads" if grads else "",
+               grads_staged=staged, grads_step_args=", i0, kj0, gsum" if staged else "")
     if mask is not None:
         out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask", site_of) + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
