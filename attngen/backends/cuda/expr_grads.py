@@ -149,7 +149,8 @@ def source(spec, atomic: bool = True) -> str:
                    f"            const long long at = {_flat(ext)}, slot = at - {name}_at(in, b, h, hkv, {corner}, Lq, Lk);\n"
                    f"            if (slot >= 0 && slot < {span}) red_shared_add(gsum + {off}slot, v);  // (the step's run)\n"
                    f"            else atomicAdd(g.{inp.name} + at, v);\n")
-            flush.append(f"    if (x < {span}) {{  // {format_expr(ld)}: the run from the entry at ({corner})\n"
+            flush.append(f"    for (int x = threadIdx.x % 128; x < {span}; x += 128) {{  // {format_expr(ld)}: the run "
+                         f"from the entry at ({corner})\n"
                          f"        const float v = sums[{off}x];\n"
                          f"        if (v != 0.0f) atomicAdd(g.{inp.name} + {name}_at(in, b, h, hkv, {corner}, Lq, Lk) + x, v);\n"
                          f"        sums[{off}x] = 0.0f;\n    }}\n")
@@ -191,7 +192,7 @@ def _stage_tail(flush: str) -> str:
             "// (after the step's last barrier).\n"
             "__device__ __forceinline__ void grad_stage_flush(const ExprInputs& in, const ExprGrads& g, float* sums, int b, "
             "int h, int hkv, int q0, int k0, int Lq, int Lk) {\n"
-            f"    const int x = threadIdx.x % 128;\n{flush}}}\n")
+            f"{flush}}}\n")
 
 
 def _flat(ext: list) -> str:
