@@ -400,8 +400,13 @@ def describe_backward(plan: KernelPlan) -> list[str]:
     else:
         how = "loop bounds from the mask" if masks.hides_loaded_keys(plan.mask) else "every tile"
     grads = [f"{i.name} ({', '.join(map(str, i.axes))})" for i in plan.spec.inputs if i.grad]
+    from ...lang.expr import format_expr
+    from . import expr_grads
+    staged = [format_expr(ld) for _, _, ld, _ in expr_grads.staged_reads(plan.spec)]
     extra = [f"backward grad inputs: {', '.join(grads)}, f32, added into by the dK/dV step with atomicAdd at each "
-             "visible pair (in no fixed order: the last bits may differ between runs)"] if grads else []
+             "visible pair (in no fixed order: the last bits may differ between runs)"
+             + (f"; {', '.join(staged)} summed per step in shared memory first, one atomicAdd per entry"
+                if staged else "")] if grads else []
     if grads and family(plan) == "fma":
         extra = [f"backward grad inputs: {', '.join(grads)}, f32, added into by the dK/dV step at each visible pair, "
                  "each entry by one thread (read once per pair; no atomics: the same bits on every run)"]
