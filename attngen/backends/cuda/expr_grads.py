@@ -174,11 +174,11 @@ def source(spec, atomic: bool = True) -> str:
 
 
 def _stage_head(staged: dict) -> str:
+    run = "constexpr int kGradRun = kBlockM + 63;\n" if any(staged.values()) else ""
     return ("// The reads summed per step (expr_grads.staged_reads): a warpgroup's step (kBlockM rows, 64 keys)\n"
-            "// adds into a run of kGradRun entries of a read that moves with k - q (1 of one that does not), in\n"
-            "// shared memory: grad_sums[stage][warpgroup], zeroed before the loop and by each flush.\n"
-            "constexpr int kGradRun = kBlockM + 63;\n"
-            f"constexpr int kGradSums = {' + '.join('1' if d == 0 else 'kGradRun' for d in staged.values())};\n"
+            "// adds into a run of kBlockM + 63 entries of a read that moves with k - q (1 of one that does not),\n"
+            "// in shared memory: grad_sums[stage][warpgroup], zeroed before the loop and by each flush.\n"
+            + run + f"constexpr int kGradSums = {' + '.join('1' if d == 0 else 'kGradRun' for d in staged.values())};\n"
             "__shared__ float grad_sums[2][2][kGradSums];  // (added into by red_shared_add)\n")
 
 
