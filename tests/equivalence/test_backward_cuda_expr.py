@@ -271,3 +271,37 @@ def test_grad_inputs(case):
             assert err <= bound, f"{n}: {err:.3g}"
         if "k < q" in lines:
             assert not _np(got[0])[:, 0].any() and not _np(got[3]["bias"])[:, :, 0].any()
+
+
+@pytest.mark.parametrize("head_dim, lines", [
+    (128, "input table[h, 2047] f32 grad\nscore s + table[h, clamp(k - q, -1023, 1023) + 1023]\nmask causal"),
+    (64, "input slopes[h] f32 grad\ninput t[h, 33] f32 grad\nscore s * slopes[h] + t[h, clamp(16 - (k - q), 0, 32)]"),
+], ids=("relative table d128", "slopes and a decreasing table d64"))
+def test_grad_reads_summed_per_step(head_dim, lines):
+    """Reads that a step's pairs share (expr_grads.staged_reads: a table at a function of k - q,
+    either direction, a per-head slope) are summed per warpgroup step in shared memory and flushed
+    once per entry: both lengths odd (Lq < Lk and Lq > Lk), GQA 3, kv_lens; each gradient within
+    twice the forward's tolerance of the reference's."""
+    from attngen.backends.cuda import expr_grads
+    from conftest import to_device
+    spec = spec_of(f"head_dim {head_dim}\ndtype f16\n{lines}\n")
+    kernel = _kernel(spec, "fast")  # (skips without a GPU)
+    import cupy
+    assert [d for *_, d in expr_grads.staged_reads(spec)] == ([1] if head_dim == 128 else [0, -1])
+    for b, lq, lk, lens in ((1, 257, 301, None), (2, 301, 113, [113, 5])):
+        rng = np.random.default_rng(lq * lk)
+        # slopes near 1, table entries of about 0.5 (h: the 6 query heads)
+        arrays = {i.name: (rng.standard_normal((6, *i.axes[1:])) * 0.5 + (len(i.axes) == 1)).astype(np.float32)
+                  for i in spec.inputs}
+        q, k, v = _qkv(spec, rng, b, lq, lk)
+        dout = _rand(rng, b, lq, 6, head_dim)
+        extra = {} if lens is None else {"kv_lens": np.asarray(lens, np.int32)}
+        call = {**{n: cupy.asarray(a) for n, a in arrays.items()}, **({"kv_lens": _ints(lens)} if lens else {})}
+        qd, kd, vd, dout_d = to_device("cuda", spec.dtype, q, k, v, dout)
+        out, lse = kernel(qd, kd, vd, return_lse=True, **call)
+        got = kernel.backward(qd, kd, vd, out, lse, dout_d, **call)
+        ref = attngen.reference_backward(spec, q, k, v, dout, **arrays, **extra)
+        bound = 2 * tolerance(spec)
+        for what, g, r in [*zip(("dq", "dk", "dv"), got[:3], ref[:3]), *((n, got[3][n], ref[3][n]) for n in ref[3])]:
+            err = relative_error(_np(g), r)
+            assert err <= bound, f"{what} (b {b}, {lq} x {lk}): {err:.3g}"

@@ -176,13 +176,13 @@ def wgmma_rows(plan: KernelPlan) -> int:
     return 128 if plan.d_qk == plan.d_v == 64 and named and not together else WGMMA_ROWS
 
 
-def wgmma_smem_bytes(d_qk: int, d_v: int, m: int = WGMMA_ROWS) -> int:
+def wgmma_smem_bytes(d_qk: int, d_v: int, m: int = WGMMA_ROWS, custom: bool = False) -> int:
     """K_j, V_j; Q_i, dO_i, dS, lse, D and a custom mask's bits in two stages of m rows; each
-    warpgroup's dQ staging (64 x 64 floats); a flag per key; 1024 bytes of alignment (the
-    template's kSmemBytes)."""
+    warpgroup's dQ staging (64 x 64 floats); a flag per key; with a custom mask two words per
+    thread (lane_words); 1024 bytes of alignment (the template's kSmemBytes)."""
     k = WGMMA_KEYS
     return (2 * k * (d_qk + d_v) + 2 * 2 * m * (d_qk + d_v) + 2 * 2 * m * k + 2 * 2 * m * 4 + 2 * m * (k // 32) * 4
-            + 2 * 64 * 64 * 4 + k + 1024)
+            + 2 * 64 * 64 * 4 + k + (2 * THREADS * 4 if custom else 0) + 1024)
 
 
 def wide_smem_bytes(d_qk: int, d_v: int) -> int:
@@ -197,7 +197,7 @@ def wide_smem_bytes(d_qk: int, d_v: int) -> int:
 def fast_smem_bytes(plan: KernelPlan) -> int:
     """The fast family's dK/dV step's shared memory for `plan`."""
     return (wide_smem_bytes(plan.d_qk, plan.d_v) if wide(plan)
-            else wgmma_smem_bytes(plan.d_qk, plan.d_v, wgmma_rows(plan)))
+            else wgmma_smem_bytes(plan.d_qk, plan.d_v, wgmma_rows(plan), plan.spec.mask.is_custom))
 
 
 def _wgmma_refusal(plan: KernelPlan) -> str | None:
@@ -297,7 +297,9 @@ def _steps(plan: KernelPlan) -> list[str]:
             f"{THREADS} threads",
             f"{dkdv}: dK_j, dV_j and the dQ_i contributions; grid (ceil(Lk / {WGMMA_KEYS}), Hkv, B) x {THREADS} "
             f"threads (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {wgmma_rows(plan)} query rows, "
-            f"{wgmma_smem_bytes(plan.d_qk, plan.d_v, wgmma_rows(plan))} bytes of shared memory",
+            f"{fast_smem_bytes(plan)} bytes of shared memory"
+            + (f" ({dkdv}_add in its place for an additive mask)" if plan.spec.mask.is_custom and _split_additive(plan)
+               else ""),
             f"{dq}: dQ's accumulator to {plan.dtype}; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {THREADS} threads",
         ]
     if family(plan) == "mma":
@@ -347,13 +349,15 @@ def _wgmma_recompute(plan: KernelPlan) -> dict:
     head of a mask expression, the indices and inputs a score expression reads, the `grad` inputs'
     gradients."""
     from ...lang.expr import inputs_read
+    from . import expr_grads
     custom, score = plan.spec.mask.is_custom, plan.spec.score is not None
     head = custom or score or plan.mask.kind == "expr"
     reads = score and bool(inputs_read(plan.spec.score))  # (a mask's inputs: the Mask's copy)
     grads = any(i.grad for i in plan.spec.inputs)
+    staged = bool(expr_grads.staged_reads(plan.spec))
     extra = [(custom, "const Args&", "a"), (custom or score, "int", "b"), (head, "int", "h"),
-             (custom, "const unsigned*", "sbits"), (score, "int", "hk"), (reads, "const ExprInputs&", "in"),
-             (grads, "const ExprGrads&", "grads")]
+             (custom, "const unsigned*", "words"), (score, "int", "hk"), (reads, "const ExprInputs&", "in"),
+             (grads, "const ExprGrads&", "grads"), (staged, "float*", "gsum")]
     return {"recompute_both": plan.softcap is not None or score,
             "recompute_params": "".join(f", {t} {n}" for used, t, n in extra if used),
             "recompute_args": "".join(f", {n}" for used, _, n in extra if used)}
@@ -386,9 +390,9 @@ def render_backward(plan: KernelPlan) -> str:
                  else {"scale_log2": c_float(plan.scale * log2e)})
         if wide(plan):
             return render("cuda/backward_wgmma_wide.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
-                          smem_bytes=fast_smem_bytes(plan), **extra, **common)
+                          smem_bytes=fast_smem_bytes(plan), lane_words=False, **extra, **common)
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
-                      block_m=wgmma_rows(plan), smem_bytes=fast_smem_bytes(plan),
+                      block_m=wgmma_rows(plan), smem_bytes=fast_smem_bytes(plan), lane_words=True,
                       **extra, **_wgmma_recompute(plan), **common)
     if family(plan) == "mma":
         return render("cuda/backward_mma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
@@ -440,8 +444,10 @@ def expression_sources(plan: KernelPlan) -> dict:
         items_inline="".join(f", score_item{i}(in, b, h, hk, 0, 0, n_rows, n_keys)" for i in range(len(items))))
     # (the fast family: expr_grads.py with atomics; the fma one reads once per pair, without)
     grads = any(i.grad for i in spec.inputs)
+    staged = grads and family(plan) == "wgmma" and bool(expr_grads.staged_reads(spec))  # (summed per step)
     out.update(grads_param=", const ExprGrads& grads" if grads else "", grads_arg=", grads" if grads else "",
-               grads_kernel_param=", const __grid_constant__ ExprGrads grads" if grads else "")
+               grads_kernel_param=", const __grid_constant__ ExprGrads grads" if grads else "",
+               grads_staged=staged, grads_step_args=", i0, kj0, gsum" if staged else "")
     if mask is not None:
         out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask", site_of) + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
@@ -477,8 +483,13 @@ def describe_backward(plan: KernelPlan) -> list[str]:
     else:
         how = "loop bounds from the mask" if masks.hides_loaded_keys(plan.mask) else "every tile"
     grads = [f"{i.name} ({', '.join(map(str, i.axes))})" for i in plan.spec.inputs if i.grad]
+    from ...lang.expr import format_expr
+    from . import expr_grads
+    staged = [format_expr(ld) for _, _, ld, _ in expr_grads.staged_reads(plan.spec)]
     extra = [f"backward grad inputs: {', '.join(grads)}, f32, added into by the dK/dV step with atomicAdd at each "
-             "visible pair (in no fixed order: the last bits may differ between runs)"] if grads else []
+             "visible pair (in no fixed order: the last bits may differ between runs)"
+             + (f"; {', '.join(staged)} summed per step in shared memory first, one atomicAdd per entry"
+                if staged else "")] if grads else []
     if grads and family(plan) == "fma":
         extra = [f"backward grad inputs: {', '.join(grads)}, f32, added into by the dK/dV step at each visible pair, "
                  "each entry by one thread (read once per pair; no atomics: the same bits on every run)"]
@@ -518,14 +529,24 @@ def _functions(kernel, device: int) -> dict:
             module = cupy.cuda.function.Module()
             module.load(cubin)
             fns = {}
-            for step, name in zip(("preprocess", "dkdv", "dq"), entry_names(kernel.plan)):
+            steps = dict(zip(("preprocess", "dkdv", "dq"), entry_names(kernel.plan)))
+            if not fma and kernel.plan.spec.mask.is_custom and _split_additive(kernel.plan):
+                # (an additive mask's dK/dV step: an entry of its own)
+                steps["dkdv_add"] = steps["dkdv"] + "_add"
+            for step, name in steps.items():
                 fn = module.get_function(name)
-                if step == "dkdv" or (step == "dq" and fma):
+                if step.startswith("dkdv") or (step == "dq" and fma):
                     cupy.cuda.driver.funcSetAttribute(
                         fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
                 fns[step] = fn
         cache[device] = (module, fns)
     return cache[device][1]
+
+
+def _split_additive(plan: KernelPlan) -> bool:
+    """Whether `plan`'s backward has a dK/dV entry of its own for an additive custom mask (the
+    128-key wgmma kernel: `<entry>_bwd_dkdv_add`)."""
+    return family(plan) == "wgmma" and not wide(plan)
 
 
 def _key_block_lists(bm, cupy, keys: int):
@@ -737,11 +758,13 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
             keep.append(dq_map)
             extra = ein + ((ctypes.addressof(g),) if input_grads else ())
             params_dkdv = (ctypes.c_void_p * (2 + len(extra)))(ctypes.addressof(a), dq_map.encode(a.dq_accum), *extra)
+        additive = _split_additive(plan) and bm is not None and bm.kind == "additive"
         for step, grid, smem in grids:
             if min(grid) <= 0:
                 continue
             chosen = {"dkdv": params_dkdv, "dq": params_dq}.get(step, params)
-            cupy.cuda.driver.launchKernel(fns[step].ptr, *grid, THREADS, 1, 1, smem, stream,
+            fn = fns["dkdv_add" if step == "dkdv" and additive else step]
+            cupy.cuda.driver.launchKernel(fn.ptr, *grid, THREADS, 1, 1, smem, stream,
                                           ctypes.addressof(chosen), 0)
     del keep  # (the launches are queued; torch's and CuPy's allocators order later reuse on the stream)
     if input_grads:

@@ -13,12 +13,25 @@ read's entry, with atomicAdd (f32, in no fixed order: the entries' last bits may
 runs). The read's indices are the score's (a read out of its bounds adds nothing: the score's
 loader has reported it). Each derivative is a function of its own, `grad_NAME_M` (read M of
 input NAME, from 1), under a comment quoting it.
+
+Reads that many pairs of a step add into (`staged_reads`: a relative-bias table at a function of
+k - q, a per-head slope) are summed per step first, in the fast family: a warpgroup's step (kBlockM
+rows x 64 keys) adds into a run of at most kBlockM + 63 entries of such a read (one entry where the
+read names neither q nor k), so its pairs add into a shared-memory copy of that run
+(`red_shared_add`, grad_sums[stage][warpgroup]) and `grad_stage_flush`, called in the next step
+(or after the loop) once the warpgroup's adds are done, adds each entry of the run with one
+atomicAdd and zeroes the copy. A pair whose entry is outside the run (never, by the analysis)
+adds with atomicAdd directly.
 """
 
 from __future__ import annotations
 
-from ...lang.expr import Load, format_expr, inputs_read, walk
+from ...lang.expr import INT, Binary, Fn, Load, Unary, Var, format_expr, inputs_read, walk
 from . import expr as cuda_expr
+
+# Reads summed per step in shared memory at most (2 stages x 2 warpgroups x kBlockM + 63 floats each:
+# 2 KB a read, static shared memory beside the kernel's dynamic ~200 KB).
+MAX_STAGED = 4
 
 
 def grad_inputs(spec) -> list:
@@ -31,6 +44,55 @@ def derivatives(spec) -> list:
     with the score's)."""
     from ...plan.expr_grad import as_real, input_derivatives
     return [as_real(d) for i in grad_inputs(spec) for _, d in input_derivatives(spec.score, i.name)]
+
+
+def _free(e) -> bool:
+    """Whether integer expression `e` names neither q nor k and reads no input (the same value at
+    every pair of a step: b, h, hkv, Lq, Lk, constants)."""
+    return e.type == INT and not any(isinstance(n, Load) or (isinstance(n, Var) and n.name in ("q", "k"))
+                                     for n in walk(e))
+
+
+def _relative(e) -> int:
+    """+1 (-1) where integer expression `e` is a nondecreasing (nonincreasing) function of k - q
+    that moves by at most 1 per unit of k - q, with q and k nowhere else: `k - q` or `q - k`, plus
+    or minus terms free of them (_free), negated, clamp / min / max against bounds free of them;
+    0 otherwise."""
+    q, k = Var("q", INT), Var("k", INT)
+    if isinstance(e, Binary) and e.op == "-" and (e.a, e.b) in ((k, q), (q, k)):
+        return 1 if e.a == k else -1
+    if isinstance(e, Binary) and e.op in ("+", "-"):
+        if _free(e.b):
+            return _relative(e.a)
+        if _free(e.a):
+            return _relative(e.b) * (1 if e.op == "+" else -1)
+    if isinstance(e, Unary) and e.op == "-":
+        return -_relative(e.x)
+    if isinstance(e, Fn) and e.name == "clamp" and all(_free(a) for a in e.args[1:]):
+        return _relative(e.args[0])
+    if isinstance(e, Fn) and e.name in ("min", "max") and len(e.args) == 2:
+        if _free(e.args[1]):
+            return _relative(e.args[0])
+        if _free(e.args[0]):
+            return _relative(e.args[1])
+    return 0
+
+
+def staged_reads(spec) -> list:
+    """[(input, M, read, direction)] of the `grad` reads the fast family sums per step in shared
+    memory (module docstring), at most MAX_STAGED: every index free of q and k (direction 0: one
+    entry per step), or one a _relative function of k - q and the others free (+1 / -1: the run's
+    first entry is at the step's smallest / largest k - q). The other reads add with atomicAdd at
+    each pair."""
+    from ...plan.expr_grad import input_derivatives
+    out = []
+    for inp in grad_inputs(spec) if spec.score is not None else ():
+        for m, (ld, _) in enumerate(input_derivatives(spec.score, inp.name), 1):
+            free = [_free(i) for i in ld.indices]
+            moving = [_relative(i) for i, f in zip(ld.indices, free) if not f]
+            if len(out) < MAX_STAGED and (not moving or (len(moving) == 1 and moving[0] != 0)):
+                out.append((inp, m, ld, moving[0] if moving else 0))
+    return out
 
 
 def site_of(spec, exprs) -> dict:
@@ -64,25 +126,73 @@ def source(spec, atomic: bool = True) -> str:
     how = "added into with atomicAdd" if atomic else "each entry added into by one thread (no atomics)"
     out = [f"// The gradients of the `grad` inputs (issue 42): one f32 buffer each, {how}.\n"
            f"struct ExprGrads {{\n{fields}\n}};\n"]
-    body = []
+    staged = {(inp.name, m): direction for inp, m, _, direction in staged_reads(spec)} if atomic else {}
+    if staged:
+        out.append(_stage_head(staged))
+    body, flush, at = [], [], ""
     args = "s, b, h, hkv, q, k, Lq, Lk"
     for inp, m, ld, d in reads:
         name = f"grad_{inp.name}_{m}"
         out.append(cuda_expr.function(name, d, f"d score / d {format_expr(ld)} =", sites))
         ext = [f"in.ext_{a}" if isinstance(a, str) else str(a) for a in inp.axes]
-        idx = [cuda_expr.render(i, sites) for i in ld.indices]
-        body.append(f"    {{  // {format_expr(ld)}\n"
-                    + "".join(f"        const int i{n} = {x};\n" for n, x in enumerate(idx))
+        idx = "".join(f"        const int i{n} = {cuda_expr.render(i, sites)};\n" for n, i in enumerate(ld.indices))
+        value = f"ds * {name}({'in, ' if inputs_read(d) else ''}{args})"
+        if (inp.name, m) in staged:
+            span = "1" if staged[(inp.name, m)] == 0 else "kGradRun"
+            corner = {1: "q0 + kBlockM - 1, k0", -1: "q0, k0 + 63", 0: "q0, k0"}[staged[(inp.name, m)]]
+            off = f"{at} + " if at else ""
+            out.append(f"// the entry of {format_expr(ld)} at (q, k), row-major in {inp.name}'s shape\n"
+                       f"__device__ __forceinline__ long long {name}_at(const ExprInputs& in, int b, int h, int hkv, "
+                       f"int q, int k, int Lq, int Lk) {{\n{idx.replace('        ', '    ')}"
+                       f"    return {_flat(ext)};\n}}\n")
+            add = (f"            const float v = {value};\n"
+                   f"            const long long at = {_flat(ext)}, slot = at - {name}_at(in, b, h, hkv, {corner}, Lq, Lk);\n"
+                   f"            if (slot >= 0 && slot < {span}) red_shared_add(gsum + {off}slot, v);  // (the step's run)\n"
+                   f"            else atomicAdd(g.{inp.name} + at, v);\n")
+            flush.append(f"    for (int x = threadIdx.x % 128; x < {span}; x += 128) {{  // {format_expr(ld)}: the run "
+                         f"from the entry at ({corner})\n"
+                         f"        const float v = sums[{off}x];\n"
+                         f"        if (v != 0.0f) atomicAdd(g.{inp.name} + {name}_at(in, b, h, hkv, {corner}, Lq, Lk) + x, v);\n"
+                         f"        sums[{off}x] = 0.0f;\n    }}\n")
+            at = f"{at} + {span}" if at else span
+        else:
+            add = ((f"            atomicAdd(g.{inp.name} + {_flat(ext)}, " if atomic
+                    else f"            g.{inp.name}[{_flat(ext)}] += (") + f"{value});\n")
+        body.append(f"    {{  // {format_expr(ld)}\n{idx}"
                     + f"        if ({' && '.join(f'i{n} >= 0 && i{n} < {x}' for n, x in enumerate(ext))}) {{\n"
-                    + (f"            atomicAdd(g.{inp.name} + {_flat(ext)}, " if atomic
-                       else f"            g.{inp.name}[{_flat(ext)}] += (")
-                    + f"ds * {name}({'in, ' if inputs_read(d) else ''}{args}));\n"
-                    + "        }\n    }\n")
+                    + add + "        }\n    }\n")
+    step = ", int q0, int k0, float* gsum" if staged else ""
     out.append("// ds = d loss / d score at a visible pair (q, k), s its scaled score: each grad input's entry that\n"
-               "// the pair reads gets ds times the score's derivative with respect to that read.\n"
+               "// the pair reads gets ds times the score's derivative with respect to that read"
+               + (" (reads summed per\n// step: into gsum, the step's sums of the warpgroup whose rows start at q0, keys at k0)"
+                  if staged else "") + ".\n"
                f"__device__ __forceinline__ void grad_inputs_add(const ExprInputs& in, const ExprGrads& g, float ds, "
-               f"float s, int b, int h, int hkv, int q, int k, int Lq, int Lk) {{\n" + "".join(body) + "}\n")
+               f"float s, int b, int h, int hkv, int q, int k, int Lq, int Lk{step}) {{\n" + "".join(body) + "}\n")
+    if staged:
+        out.append(_stage_tail("".join(flush)))
     return "\n".join(out)
+
+
+def _stage_head(staged: dict) -> str:
+    run = "constexpr int kGradRun = kBlockM + 63;\n" if any(staged.values()) else ""
+    return ("// The reads summed per step (expr_grads.staged_reads): a warpgroup's step (kBlockM rows, 64 keys)\n"
+            "// adds into a run of kBlockM + 63 entries of a read that moves with k - q (1 of one that does not),\n"
+            "// in shared memory: grad_sums[stage][warpgroup], zeroed before the loop and by each flush.\n"
+            + run + f"constexpr int kGradSums = {' + '.join('1' if d == 0 else 'kGradRun' for d in staged.values())};\n"
+            "__shared__ float grad_sums[2][2][kGradSums];  // (added into by red_shared_add)\n")
+
+
+def _stage_tail(flush: str) -> str:
+    return ("// Before the loop (a barrier follows): every stage's sums zeroed.\n"
+            "__device__ __forceinline__ void grad_stage_zero() {\n"
+            "    for (int x = threadIdx.x; x < 2 * 2 * kGradSums; x += 2 * 128) (&grad_sums[0][0][0])[x] = 0.0f;\n}\n\n"
+            "// A warpgroup's sums of one step (rows q0.., keys k0..) into the gradients, one atomicAdd per entry\n"
+            "// of each run (entries no pair added into hold 0 and are skipped; NaN is added), and zeroed for the\n"
+            "// step after next. Called by the warpgroup's threads once all of them have made the step's adds\n"
+            "// (after the step's last barrier).\n"
+            "__device__ __forceinline__ void grad_stage_flush(const ExprInputs& in, const ExprGrads& g, float* sums, int b, "
+            "int h, int hkv, int q0, int k0, int Lq, int Lk) {\n"
+            f"{flush}}}\n")
 
 
 def _flat(ext: list) -> str:

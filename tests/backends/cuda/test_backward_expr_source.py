@@ -152,7 +152,9 @@ def test_grad_inputs_compile_in_the_fast_family_and_the_deterministic_one_refuse
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
 def test_grad_inputs_add_sums_what_the_reference_does(tmp_path):
     """The rendered grad_inputs_add (expr_grads.py), called on the host for every visible pair with
-    the float64 dS and s of numpy, sums the `grad` inputs' gradients of attngen.reference_backward."""
+    the float64 dS and s of numpy, step by step as the fast family's warpgroups walk them (64 rows x
+    64 keys; grad_stage_flush after each: slopes[h] and the table are summed per step), sums the
+    `grad` inputs' gradients of attngen.reference_backward."""
     import ctypes
 
     import numpy as np
@@ -162,7 +164,7 @@ def test_grad_inputs_add_sums_what_the_reference_does(tmp_path):
     from attngen.reference import reference, reference_backward
     spec = spec_of(GRADS, name="e")
     rng = np.random.default_rng(3)
-    b, lq, lk, hq, d = 2, 7, 9, 3, 16
+    b, lq, lk, hq, d = 2, 70, 131, 3, 16
     q, k, v = rng.standard_normal((b, lq, hq, d)), rng.standard_normal((b, lk, 1, d)), rng.standard_normal((b, lk, 1, d))
     dout = rng.standard_normal((b, lq, hq, d))
     inputs = {"slopes": rng.random(hq).astype(np.float32), "table": rng.standard_normal((hq, 9)).astype(np.float32)}
@@ -179,20 +181,29 @@ def test_grad_inputs_add_sums_what_the_reference_does(tmp_path):
     dd = np.einsum("bihd,bihd->bhi", dout, out)[..., None]
     ds = np.ascontiguousarray(p * (dp - dd), np.float32)
     names = [x.name for x in spec.inputs]
+    assert [(i.name, m, s) for i, m, _, s in expr_grads.staged_reads(spec)] == [("slopes", 1, 0), ("table", 1, 1)]
     prog = ("#include <cmath>\n#include <cstdlib>\nusing std::abs; using std::min; using std::max;\n"
-            "#define __host__\n#define __device__\n#define __forceinline__ inline\n"
-            "inline float atomicAdd(float* p, float x) { const float old = *p; *p += x; return old; }\n"
+            "#define __host__\n#define __device__\n#define __forceinline__ inline\n#define __shared__\n"
+            "struct Dim { unsigned x; };\nstatic Dim threadIdx;\nconstexpr int kBlockM = 64;\n"
+            "static long long n_atomic = 0;  // (every atomicAdd: here, only the flushes')\n"
+            "inline float atomicAdd(float* p, float x) { ++n_atomic; const float old = *p; *p += x; return old; }\n"
+            'extern "C" long long atomics() { return n_atomic; }\n'
+            "inline void red_shared_add(float* p, float v) { *p += v; }\n"
             + "".join(h + "\n" for h in cuda_expr.helpers_of(spec.score, *expr_grads.derivatives(spec)))
             + cuda_expr.inputs_source(spec) + expr_grads.source(spec)
             + 'extern "C" void run(const float* ds, const float* s, int B, int H, int Lq, int Lk, '
             + ", ".join(f"const float* {n}, float* grad_{n}" for n in names) + ") {\n"
             + f"    const ExprInputs in{{{', '.join(names)}, B, H, 1, Lq, Lk, nullptr, 0}};\n"
             + f"    const ExprGrads g{{{', '.join('grad_' + n for n in names)}}};\n"
-            + "    for (int b = 0; b < B; ++b) for (int h = 0; h < H; ++h) for (int q = 0; q < Lq; ++q)\n"
-            + "        for (int k = 0; k <= q && k < Lk; ++k) {\n"
+            + "    float* sums = &grad_sums[0][0][0];\n    grad_stage_zero();\n"
+            + "    for (int b = 0; b < B; ++b) for (int h = 0; h < H; ++h)\n"
+            + "    for (int q0 = 0; q0 < Lq; q0 += kBlockM) for (int k0 = 0; k0 < Lk; k0 += 64) {\n"
+            + "        for (int q = q0; q < q0 + kBlockM && q < Lq; ++q) for (int k = k0; k < k0 + 64 && k <= q && k < Lk; ++k) {\n"
             + "            const long long e = ((long long)(b * H + h) * Lq + q) * Lk + k;\n"
-            + "            grad_inputs_add(in, g, ds[e], s[e], b, h, 0, q, k, Lq, Lk);\n"
-            + "        }\n}\n")
+            + "            grad_inputs_add(in, g, ds[e], s[e], b, h, 0, q, k, Lq, Lk, q0, k0, sums);\n"
+            + "        }\n"
+            + "        for (threadIdx.x = 0; threadIdx.x < 128; ++threadIdx.x) grad_stage_flush(in, g, sums, b, h, 0, q0, k0, Lq, Lk);\n"
+            + "    }\n}\n")
     (tmp_path / "g.cpp").write_text(prog)
     subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "g.so"),
                     str(tmp_path / "g.cpp")], check=True, capture_output=True)
@@ -203,3 +214,6 @@ def test_grad_inputs_add_sums_what_the_reference_does(tmp_path):
     lib.run(ptr(ds), ptr(s32), b, hq, lq, lk, *[x for n in names for x in (ptr(inputs[n]), ptr(got[n]))])
     for n in names:
         assert np.allclose(got[n], want[n], rtol=1e-4, atol=1e-5), n
+    lib.atomics.restype = ctypes.c_longlong
+    steps = b * hq * -(-lq // 64) * -(-lk // 64)
+    assert 0 < lib.atomics() <= steps * (1 + 9)  # (one per entry of each step's runs: no pair's own)
