@@ -5,7 +5,8 @@ attngen.reference_backward: the program to run under compute-sanitizer.
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 benchmarks/tools/sanitize_backward.py
 
 Variants: causal GQA 3, window + softcap + scale, unequal head dims 192/128 (bf16), kv_lens with
-inf / NaN past them, packed sequences, a custom mask. Prints a line per case; exits 1 if a
+inf / NaN past them, packed sequences, custom masks (boolean and additive), the fast families'
+kernels (128-key blocks with 64- and 128-row steps, head dim 256, mma.sync on cuda-sm80). Prints a line per case; exits 1 if a
 gradient differs from the reference beyond twice the forward's tolerance.
 """
 
@@ -35,6 +36,18 @@ CASES = [
      {"mask": True, "shape": (200, 300)}),
     ("deterministic", "head_dim 64\n heads q=4 kv=2\n dtype f16\n mask causal\n target cuda { backward=deterministic }",
      {"shape": (150, 260)}),
+    # d64's 128-row steps, the additive custom mask's entry (dkdv_add), the head-dim-256 kernel
+    # (64-key blocks), and the mma.sync family (profile cuda-sm80, as an A100 runs it)
+    ("d64 causal 300x260", "head_dim 64\n heads q=3 kv=1\n dtype f16\n mask causal", {"shape": (300, 260)}),
+    ("d128 additive 200x300", "head_dim 128\n heads q=2 kv=1\n dtype f16\n mask custom",
+     {"mask": "additive", "shape": (200, 300)}),
+    ("d256 causal 130x200", "head_dim 256\n heads q=3 kv=1\n dtype bf16\n mask causal(bottom_right)",
+     {"shape": (130, 200)}),
+    ("d256 custom 100x150", "head_dim 256\n heads q=2 kv=2\n dtype f16\n mask custom", {"mask": True, "shape": (100, 150)}),
+    ("mma d128 causal gqa3", "head_dim 128\n heads q=3 kv=1\n dtype f16\n mask causal",
+     {"profile": "cuda-sm80", "shape": (150, 200)}),
+    ("mma d64 window softcap", "head_dim 64\n heads q=2 kv=2\n dtype bf16\n mask window(left=20, right=3)\n softcap 10.0",
+     {"profile": "cuda-sm80", "kv_lens": [37, 70]}),
 ]
 
 
@@ -43,7 +56,7 @@ def main() -> int:
     ok = True
     for name, body, opt in CASES:
         spec = attngen.parse(f"attention s {{\n {body}\n}}\n")[0]
-        kernel = attngen.compile(spec, target="cuda")
+        kernel = attngen.compile(spec, target="cuda", profile=opt.get("profile"))
         rng = np.random.default_rng(0)
         hq, hkv = spec.heads_q, spec.heads_kv
         dt = {"f16": torch.float16, "bf16": torch.bfloat16}[spec.dtype]
@@ -61,7 +74,11 @@ def main() -> int:
                 k[b, n:], v[b, n:] = np.inf, np.nan
         if "cu" in opt:
             kw["cu_seqlens_q"] = np.array(opt["cu"], np.int32)
-        if opt.get("mask"):
+        if opt.get("mask") == "additive":  # a float mask: added to the scores, -inf hides
+            shape = (2, 1) + shapes[0][1:2] + shapes[1][1:2]
+            bias = np.where(rng.random(shape) < 0.5, -np.inf, rng.standard_normal(shape))
+            kw["mask"] = torch.from_numpy(bias).to(torch.float32).cuda()
+        elif opt.get("mask"):
             kw["mask"] = torch.from_numpy(rng.random((2, 1) + shapes[0][1:2] + shapes[1][1:2]) < 0.5).cuda()
         tq, tk, tv = (torch.from_numpy(x).cuda().to(dt) for x in (q, k, v))
         out, lse = kernel(tq, tk, tv, return_lse=True, **kw)
