@@ -250,7 +250,7 @@ def backward_problems(plan: KernelPlan) -> list[Problem]:
         out.append(Problem(f"the gradient of `grad` input{'s' if len(grads) > 1 else ''} {', '.join(grads)} is summed "
                            "with atomics, in no fixed order, which the deterministic family does not do; the fast "
                            f"family computes it, but not this spec ({why})", key="input",
-                           hint="on cuda-sm90 with f16 / bf16 and head dim 64 or 128, leave backward=auto; "
+                           hint="on cuda-sm90 with f16 / bf16 and head dim 64, 128 or 256, leave backward=auto; "
                                 "attngen.reference_backward computes it everywhere; the deterministic family "
                                 "computes reads once per pair (bias[b, h, q, k])"))
     if not out and family(plan) == "fma":
