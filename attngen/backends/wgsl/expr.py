@@ -250,8 +250,12 @@ def loader(inp) -> str:
     over its axes; an index out of its axis returns 0 (false) and writes `site` into the flag."""
     n = len(inp.axes)
     ext = [_EXTENT[a] if isinstance(a, str) else f"{a}u" for a in inp.axes]
-    bounds = " || ".join(f"i{d} < 0i || i{d} >= i32({x})" if isinstance(a, str) else f"i{d} < 0i || i{d} >= {a}i"
-                         for d, (a, x) in enumerate(zip(inp.axes, ext)))
+    # `|`, not `||`: every comparison is evaluated, without a branch each. Dawn over SwiftShader
+    # compiles a kernel in time and memory that grow exponentially with the short-circuit branches
+    # of the per-pair code (past 8 GB at ~30: a few reads of a 5-axis input; benchmarks/NOTES.md,
+    # eleventh session); the comparisons have no side effects, so the two are the same test.
+    bounds = " | ".join(f"(i{d} < 0i) | (i{d} >= i32({x}))" if isinstance(a, str) else f"(i{d} < 0i) | (i{d} >= {a}i)"
+                        for d, (a, x) in enumerate(zip(inp.axes, ext)))
     flat = "u32(i0)"
     for d in range(1, n):
         flat = f"({flat}) * {ext[d]} + u32(i{d})" if d > 1 else f"{flat} * {ext[d]} + u32(i{d})"

@@ -61,7 +61,8 @@ def source(spec, site_of: dict) -> str:
             out.append(wgsl_expr.function(name, d, f"d score / d {format_expr(ld)} =", site_of))
             idx = [wgsl_expr.render(i) for i in ld.indices]
             ext = [_EXTENT[a] if isinstance(a, str) else f"{a}u" for a in inp.axes]
-            bounds = " && ".join(f"{x} >= 0i && u32({x}) < {e}" for x, e in zip(idx, ext))
+            # `&`, not `&&`: no branch per comparison (the loaders' `|`, wgsl/expr.py, says why)
+            bounds = " & ".join(f"({x} >= 0i) & (u32({x}) < {e})" for x, e in zip(idx, ext))
             flat = f"u32({idx[0]})"
             for x, e in zip(idx[1:], ext[1:]):
                 flat = f"({flat}) * {e} + u32({x})"
