@@ -82,3 +82,18 @@ def test_manifest_and_check_describe_the_partials():
     assert m["available"] and [e["role"] for e in m["entry_points"]] == ["preprocess", "dkdv", "dq", "grads"]
     assert "ceil(Lk / " in m["rows"]["bytes"] and "G * 63" in m["rows"]["bytes"]
     assert m["partials"][0]["name"] == "t" and m["partials"][0]["slice"] == ["G", "63"]
+
+
+def test_partial_sums_past_the_binding_limit_are_refused():
+    """A table of 2047 entries per head at 20000 keys: ceil(20000 / 16) * 16 slices of 2047 words, past
+    lavapipe's 128 MiB storage binding: a LaunchError naming the partial sums, before any dispatch."""
+    require("wgsl")
+    from attngen.errors import LaunchError
+    spec = spec_of("head_dim 16\n heads q=16 kv=16\n dtype f32\n input t[h, 2047] f32 grad\n"
+                   " score s + t[h, clamp(k - q, -1023, 1023) + 1023]")
+    kernel = kernel_for(spec, "wgsl")
+    if kernel.binding_limit() > 1 << 27:
+        pytest.skip("this adapter binds more than 128 MiB")
+    q, kv = np.zeros((1, 1, 16, 16), np.float32), np.zeros((1, 20000, 16, 16), np.float32)
+    with pytest.raises(LaunchError, match=r"partial sums of the `grad` inputs \(one slice per dK/dV workgroup"):
+        kernel.backward(q, kv, kv, q, np.zeros((1, 16, 1), np.float32), q, t=np.zeros((16, 2047), np.float32))

@@ -209,3 +209,23 @@ def test_grad_inputs_add_sums_what_the_reference_does(tmp_path):
     lib.run(ptr(ds), ptr(s32), b, hq, lq, lk, *[x for n in names for x in (ptr(inputs[n]), ptr(got[n]))])
     for n in names:
         assert np.allclose(got[n], want[n], rtol=1e-4, atol=1e-5), n
+
+
+def test_the_deterministic_partial_sums_are_sized_and_bounded():
+    """The deterministic family's partial sums (expr_grads.py): a block's slice spans only what the
+    block can name (k: its tile of keys, b and hkv: one, h: the group's heads), and a call whose
+    partial sums pass 4 GiB is refused with a LaunchError naming them."""
+    from attngen.backends.cuda import expr_grads
+    from attngen.errors import LaunchError
+    spec = spec_of("head_dim 64\nheads q=6 kv=2\ndtype f16\ninput t[h, 63] f32 grad\ninput bias[h, q, k] f32 grad\n"
+                   "input c[b, hkv, q, k] f32 grad\n"
+                   "score s + t[h, clamp(k - q, -31, 31) + 31] + bias[h, q, k] + c[b, hkv, q, k] * c[b, hkv, k, q]",
+                   name="e")
+    assert [i.name for i in expr_grads.partial_inputs(spec)] == ["t", "bias", "c"]
+    shapes = {"t": (6, 63), "bias": (6, 9, 11), "c": (2, 2, 9, 11)}
+    assert expr_grads.owned(spec, spec.inputs[2]) == ["b", "hkv", None, None]  # (c[.., k, q]: q and k not its own)
+    words = expr_grads.partial_words(spec, shapes, 10, 32, 3)
+    assert words == {"t_partials": 10 * 3 * 63, "bias_partials": 10 * 3 * 9 * 32, "c_partials": 10 * 9 * 11}
+    expr_grads.check_partials("e", words)
+    with pytest.raises(LaunchError, match=r"partial sums of the `grad` inputs \(t\) would take 4294967300 bytes"):
+        expr_grads.check_partials("e", {"t_partials": (1 << 30) + 1})
