@@ -55,8 +55,7 @@ class Backend:
     # Which score and mask expressions this target's backward kernels compile (issue 42;
     # attngen.plan.backward.problems refuses the rest): False, none; "indices", those of indices
     # and s (and masks over inputs, by the forward's block-mask builder); "inputs", also scores
-    # that read inputs; "injective", also the gradients of `grad` inputs read once per pair
-    # (attngen.plan.backward.injective); "grads", also the gradients of every `grad` input.
+    # that read inputs; "grads", also the gradients of every `grad` input.
     backward_expressions: bool | str = False
 
     def torch_tags(self, torch, reads_host: bool) -> tuple:

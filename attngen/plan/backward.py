@@ -23,9 +23,9 @@ kernels compile, its backend says (Backend.backward_expressions, `problems`' `ex
 "indices" (expressions of indices and s; a mask that reads inputs runs as the forward's
 block-mask builder, then the backward of the `mask custom` kernel with that BlockMask,
 attngen/plan/mask_inputs.py), "inputs" (also a score expression that reads inputs, taken as the
-forward takes them), "injective" (also the gradients of `grad` inputs whose reads name one entry
-per pair, `injective`: written without atomics) or "grads" (also the gradients of every `grad`
-input: a fourth value).
+forward takes them) or "grads" (also the gradients of every `grad` input: a fourth value; both
+targets' deterministic kernels add a read that names one entry per pair, `injective`, directly,
+and the others through partial sums per dK/dV block, added up in a fixed order).
 
 P is recomputed from lse in steps 2 and 3 (nothing L x L is stored: the workspace is D, B x Hq x Lq
 floats). A row that saw no key (lse = -inf) has P = 0: no gradient flows through it; a key a row
@@ -45,11 +45,9 @@ def problems(spec: AttentionSpec, expressions: bool | str = False, target: str =
     """Why `spec` has no backward (empty: it has one) on a target whose backward kernels compile
     `expressions` (Backend.backward_expressions): False, none; "indices" (or True), expressions of
     indices and s, and masks that read inputs (the builder's BlockMask + `mask custom`);
-    "inputs", also score expressions that read inputs; "injective", also `grad` inputs whose
-    every read is `injective` (each entry written from one pair, or one GQA group's heads);
-    "grads", also every other `grad` input. `target` names the target in the messages."""
-    from ..lang.expr import format_expr, inputs_read
-    from .expr_grad import loads_of
+    "inputs", also score expressions that read inputs; "grads", also `grad` inputs. `target`
+    names the target in the messages."""
+    from ..lang.expr import inputs_read
     out = []
     if spec.kv_cache.kind == "paged":
         out.append(Problem("a paged KV cache is an inference cache: its kernels have no backward", key="kv_cache",
@@ -65,24 +63,11 @@ def problems(spec: AttentionSpec, expressions: bool | str = False, target: str =
                                 "targets whose backward compiles expressions"))
         return out
     read = inputs_read(spec.score) if spec.score is not None else set()
-    if read and expressions not in ("inputs", "injective", "grads"):
+    if read and expressions not in ("inputs", "grads"):
         out.append(Problem(f"the score expression reads inputs ({', '.join(sorted(read))}): this target's backward "
                            "kernels do not take inputs yet (issue 42)", key="score.expr",
                            hint="attngen.reference_backward computes the gradients, of `grad` inputs too"))
     grads = [i.name for i in spec.inputs if i.grad]
-    if grads and not out and expressions == "injective":
-        for inp in (i for i in spec.inputs if i.grad):
-            bad = [ld for ld in loads_of(spec.score, inp.name) if not injective(ld, inp)]
-            if bad:
-                out.append(Problem(
-                    f"the gradient of `grad` input {inp.name} is not computed by {target}'s backward kernels: its "
-                    f"read {format_expr(bad[0])} is not indexed by the pair's own names, so an entry may sum many "
-                    "pairs, which needs atomics or a reduction (no float atomics, and the backward is "
-                    "deterministic; issue 42)", key="input",
-                    hint=f"only reads like {inp.name}[b, h, q, k] (each axis indexed by its own name, hkv for h, a "
-                         "constant for a fixed axis) are computed here; attngen.reference_backward (and targets "
-                         "whose level is \"grads\") compute the rest; drop `grad` to train the rest here"))
-        return out
     if grads and not out and expressions != "grads":
         out.append(Problem(f"the gradient of `grad` input{'s' if len(grads) > 1 else ''} {', '.join(grads)} is not "
                            f"computed by {target}'s backward kernels yet (issue 42)", key="input",

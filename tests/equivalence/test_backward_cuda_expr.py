@@ -230,11 +230,19 @@ GRAD_CASES = [
 ]
 
 
-# the deterministic family: reads once per pair only (plan.backward.injective), no atomics
+# the deterministic family, no atomics: reads once per pair added directly (plan.backward.injective),
+# the others through partial sums per dK/dV block (expr_grads.py)
 GRAD_CASES_DETERMINISTIC = [
     ("full bias, deterministic", "input bias[b, hkv, q, k] f16 grad\nscore s + bias[b, hkv, q, k]\nmask k < q\n"
      "target cuda { backward=deterministic }",
      lambda rng, b, lq, lk, hq: {"bias": rng.standard_normal((b, 2, lq, lk)).astype(np.float16)}),
+    ("table and slopes, deterministic", "input table[h, 41] f32 grad\ninput slopes[h] f32 grad\n"
+     "score s * slopes[h] + table[h, clamp(k - q, -20, 20) + 20]\nmask causal\ntarget cuda { backward=deterministic }",
+     lambda rng, b, lq, lk, hq: {"table": rng.standard_normal((hq, 41)).astype(np.float32),
+                                 "slopes": (rng.random(hq) + 0.5).astype(np.float32)}),
+    ("bias without b, deterministic", "input bias[h, q, k] f32 grad\nscore s + bias[h, q, k]\n"
+     "target cuda { backward=deterministic }",
+     lambda rng, b, lq, lk, hq: {"bias": rng.standard_normal((hq, lq, lk)).astype(np.float32)}),
 ]
 
 
@@ -271,6 +279,9 @@ def test_grad_inputs(case):
             assert err <= bound, f"{n}: {err:.3g}"
         if "k < q" in lines:
             assert not _np(got[0])[:, 0].any() and not _np(got[3]["bias"])[:, :, 0].any()
+        if "deterministic" in lines:  # the same bits on a second run
+            again = kernel.backward(qd, kd, vd, out, lse, dout_d, **call)
+            assert all(np.array_equal(_np(again[3][n]), _np(g)) for n, g in got[3].items())
 
 
 @pytest.mark.parametrize("head_dim, lines", [

@@ -86,7 +86,7 @@ def test_refusals_stay_clear():
         "the score and mask expressions are not compiled by this target's backward kernels yet (issue 42)"]
     import attngen
     assert backward_plan(attngen.lower(index_only, target="wgsl")) is not None
-    assert backward_plan(attngen.lower(grads, target="wgsl")) is None
+    assert backward_plan(attngen.lower(grads, target="wgsl")) is not None  # partial sums: test_wgsl_grad_tables.py
     with pytest.raises(LaunchError, match="reads input 't'"):
         reference_backward(reads, *(np.ones((1, 3, 1, 16)),) * 4)
 

@@ -201,14 +201,15 @@ SHARED_JOBS = {
     "args": "a call's parameters packed for the device",
     "expr": "score and mask expressions as the target's functions (issue 42)",
     "expr_blockmask": "the block-mask builder of a mask expression over inputs, and its cache (issue 42)",
-    "expr_grads": "the backward's gradients of `grad` inputs (issue 42; cuda's fast family with atomics, wgsl's "
-                  "reads once per pair without)",
+    "expr_grads": "the backward's gradients of `grad` inputs (issue 42; cuda's fast family with atomics, wgsl and "
+                  "cuda's deterministic family without: once per pair, or through partial sums)",
 }
 TARGET_ONLY = {
     "cuda": {"nvrtc", "tensor_maps", "torch_op",
              "choices",  # which kernel family and which of its parts serve a spec (config asks)
              "family",  # what each family's template renders (KernelShape; emit asks)
              "backward",  # the backward pass (issue 41): tiles, source, description, launches
+             "backward_mma",  # the backward's mma.sync family (sm_80+): its rules, shared memory, check lines
              "expr_bits"},  # index-only mask expressions run on bits: the builder + mask custom (issue 42)
     "wgsl": {"blockmask", "manifest", "unroll"},
 }

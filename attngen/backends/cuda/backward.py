@@ -47,7 +47,7 @@ from ...plan import backward as neutral
 from ...plan import masks
 from ...plan.kernel_plan import KernelPlan, Problem
 from ...version import __version__
-from . import backward_mma
+from . import backward_mma, expr_grads
 
 THREADS = 256  # per block, every entry point: 8 warps
 # Shared memory a block may take (dK/dV and dQ steps): 96 KiB runs on every sm_80+ GPU (sm_86 and
@@ -122,9 +122,15 @@ class BackwardConfig:
     acc_per_thread: int  # f32 accumulators of the dK/dV step per thread
 
 
-def smem_bytes(tile: int, d_qk: int, d_v: int) -> int:
-    """Q_i, dO_i, K_j, V_j (rows padded by a float), P_ij, dS_ij, lse_i and D_i, as f32."""
-    return 4 * (2 * tile * (d_qk + 1) + 2 * tile * (d_v + 1) + 2 * tile * (tile + 1) + 2 * tile)
+def smem_bytes(tile: int, d_qk: int, d_v: int, partials: bool = False) -> int:
+    """Q_i, dO_i, K_j, V_j (rows padded by a float), P_ij, dS_ij, lse_i and D_i, as f32; with
+    `partials` each pair's ds and s too (expr_grads.py)."""
+    return 4 * (2 * tile * (d_qk + 1) + 2 * tile * (d_v + 1) + (4 if partials else 2) * tile * (tile + 1) + 2 * tile)
+
+
+def partials(plan: KernelPlan) -> bool:
+    """Whether the deterministic family sums `grad` inputs through partials (expr_grads.py)."""
+    return family(plan) == "fma" and bool(expr_grads.partial_inputs(plan.spec))
 
 
 def _acc(tile: int, d_qk: int, d_v: int) -> int:
@@ -134,12 +140,12 @@ def _acc(tile: int, d_qk: int, d_v: int) -> int:
 def backward_config(plan: KernelPlan) -> BackwardConfig:
     """The largest square tile that fits the shared-memory budget and the accumulators; with
     `mask custom`, one that divides the forward's tiles (the BlockMask's)."""
-    d_qk, d_v = plan.d_qk, plan.d_v
+    d_qk, d_v, part = plan.d_qk, plan.d_v, partials(plan)
     for tile in TILES:
         if plan.spec.mask.is_custom and (plan.tile_q % tile or plan.tile_kv % tile):
             continue
-        if smem_bytes(tile, d_qk, d_v) <= SMEM_BUDGET and _acc(tile, d_qk, d_v) <= MAX_ACC:
-            return BackwardConfig(tile, THREADS, smem_bytes(tile, d_qk, d_v), _acc(tile, d_qk, d_v))
+        if smem_bytes(tile, d_qk, d_v, part) <= SMEM_BUDGET and _acc(tile, d_qk, d_v) <= MAX_ACC:
+            return BackwardConfig(tile, THREADS, smem_bytes(tile, d_qk, d_v, part), _acc(tile, d_qk, d_v))
     raise Problem(f"the cuda backward stages tiles of at least {TILES[-1]} rows in {SMEM_BUDGET // 1024} KiB of "
                   f"shared memory: head dims qk={d_qk} v={d_v} do not fit (the backward takes head dims up to "
                   "about 700)", key="head_dim")
@@ -244,15 +250,6 @@ def backward_problems(plan: KernelPlan) -> list[Problem]:
         if why is not None:
             out.append(Problem(f"backward=fast (the tensor-core families, atomic dQ): {why}", key="target.cuda",
                                hint="leave backward=auto: the deterministic family computes every spec"))
-    grads = [i.name for i in plan.spec.inputs if i.grad]
-    if not out and grads and family(plan) == "fma" and neutral.problems(plan.spec, expressions="injective"):
-        why = _wgmma_refusal(plan) or "the spec asks for backward=deterministic"
-        out.append(Problem(f"the gradient of `grad` input{'s' if len(grads) > 1 else ''} {', '.join(grads)} is summed "
-                           "with atomics, in no fixed order, which the deterministic family does not do; the fast "
-                           f"family computes it, but not this spec ({why})", key="input",
-                           hint="on cuda-sm90 with f16 / bf16 and head dim 64, 128 or 256, leave backward=auto; "
-                                "attngen.reference_backward computes it everywhere; the deterministic family "
-                                "computes reads once per pair (bias[b, h, q, k])"))
     if not out and family(plan) == "fma":
         try:
             backward_config(plan)
@@ -312,12 +309,14 @@ def _steps(plan: KernelPlan) -> list[str]:
         f"{dkdv}: dK_j, dV_j; grid (ceil(Lk / {c.tile}), Hkv, B) x {c.threads} threads, tiles {c.tile} x {c.tile}, "
         f"{c.smem_bytes} bytes of shared memory, {c.acc_per_thread} accumulators per thread",
         f"{dq}: dQ_i; grid (ceil(Lq / {c.tile}), Hq, B) x {c.threads} threads, {c.smem_bytes} bytes of shared memory",
-    ]
+    ] + ([f"{plan.entry}_bwd_grads: the `grad` inputs' partial sums added up, each entry once, in a fixed order; grid "
+          f"({expr_grads.SUM_BLOCKS}, 1, 1) x {c.threads} threads"] if partials(plan) else [])
 
 
 def _workspace(plan: KernelPlan) -> str:
     return ("D, 4 * B * Hq * Lq bytes (f32)" + (f", and dQ's accumulator, 4 * B * Lq * Hq * {plan.d_qk} bytes"
-                                                if family(plan) != "fma" else "") + " (packed: B = 1, Lq = T)")
+                                                if family(plan) != "fma" else "") + " (packed: B = 1, Lq = T)"
+            + (", and the `grad` inputs' partial sums (4 bytes a word, at most 4 GiB)" if partials(plan) else ""))
 
 
 def _header(plan: KernelPlan) -> str:
@@ -335,7 +334,8 @@ def _header(plan: KernelPlan) -> str:
         f"Scale {plan.scale!r}" + (f", softcap {plan.softcap!r}" if plan.softcap is not None else "")
         + (f", score {format_expr(plan.spec.score)}" if plan.spec.score is not None else "") + f"; {mask_doc(plan)}",
         "Inputs: q, k, v, out and dout (the spec's dtype), lse (f32, natural log) of the forward call;",
-        "outputs dq, dk, dv in q's, k's and v's shapes. Three steps in order on one stream; " + first + ":",
+        f"outputs dq, dk, dv in q's, k's and v's shapes. {'Four' if partials(plan) else 'Three'} steps in order on one "
+        "stream; " + first + ":",
         *(f"  {i}. {line}" for i, line in enumerate(steps, 1)),
         f"Workspace: {_workspace(plan)}.",
     ]
@@ -416,7 +416,6 @@ def expression_sources(plan: KernelPlan) -> dict:
     from ...plan.expr_grad import as_real, score_ds
     from ...plan.expr_reads import hoist_item_reads
     from . import expr as cuda_expr
-    from . import expr_grads
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     ds = as_real(score_ds(spec.score)) if spec.score is not None else None
@@ -447,7 +446,8 @@ def expression_sources(plan: KernelPlan) -> dict:
     staged = grads and family(plan) == "wgmma" and bool(expr_grads.staged_reads(spec))  # (summed per step)
     out.update(grads_param=", const ExprGrads& grads" if grads else "", grads_arg=", grads" if grads else "",
                grads_kernel_param=", const __grid_constant__ ExprGrads grads" if grads else "",
-               grads_staged=staged, grads_step_args=", i0, kj0, gsum" if staged else "")
+               grads_staged=staged, grads_step_args=", i0, kj0, gsum" if staged else "",
+               grad_partials=partials(plan))
     if mask is not None:
         out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask", site_of) + "\n"
                                    + cuda_expr.INTERVAL_HELPERS + "\n" + cuda_expr.tile_function(mask) + "\n")
@@ -491,9 +491,14 @@ def describe_backward(plan: KernelPlan) -> list[str]:
              + (f"; {', '.join(staged)} summed per step in shared memory first, one atomicAdd per entry"
                 if staged else "")] if grads else []
     if grads and family(plan) == "fma":
-        extra = [f"backward grad inputs: {', '.join(grads)}, f32, added into by the dK/dV step at each visible pair, "
-                 "each entry by one thread (read once per pair; no atomics: the same bits on every run)"]
-    return ([f"backward: 3 entry points, {first}"] + [f"backward {line}" for line in steps]
+        part = expr_grads.partial_inputs(plan.spec)
+        direct = [f"{i.name} ({', '.join(map(str, i.axes))})" for i in plan.spec.inputs if i.grad and i not in part]
+        extra = [f"backward grad inputs: {', '.join(direct)}, f32, added into by the dK/dV step at each visible pair, "
+                 "each entry by one thread (read once per pair; no atomics: the same bits on every run)"] if direct else []
+        extra += [f"backward grad input {i.name}: f32 partial sums, a slice of {' * '.join(expr_grads.slice_extents(plan.spec, i, backward_config(plan).tile))} "
+                  f"words per dK/dV block (ceil(Lk / {backward_config(plan).tile}) * Hkv * B of them), added up in a "
+                  f"fixed order by {plan.entry}_bwd_grads (no atomics: the same bits on every run)" for i in part]
+    return ([f"backward: {4 if partials(plan) else 3} entry points, {first}"] + [f"backward {line}" for line in steps]
             + [f"backward query tiles per key tile: {how}", f"backward workspace: {_workspace(plan)}"] + extra)
 
 
@@ -539,6 +544,8 @@ def _functions(kernel, device: int) -> dict:
                     cupy.cuda.driver.funcSetAttribute(
                         fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
                 fns[step] = fn
+            if partials(kernel.plan):  # the 4th entry: the `grad` inputs' partial sums added up
+                fns["grads"] = module.get_function(f"{kernel.plan.entry}_bwd_grads")
         cache[device] = (module, fns)
     return cache[device][1]
 
@@ -666,9 +673,15 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
     grads = {name: f(q) for name, f in alloc.items()}
     input_grads = {i.name: _zeroed_f32(kind, dev, input_shape(i, call_extents(launch)))
                    for i in plan.spec.inputs if i.grad}
+    part_words = {} if not partials(plan) else expr_grads.partial_words(
+        plan.spec, {n: tuple(t.shape) for n, t in input_grads.items()},
+        math.ceil(named["k"].shape[1] / backward_config(plan).tile) * launch.heads_kv * launch.batch,
+        backward_config(plan).tile, launch.group)  # (inputs: padded batches only)
+    expr_grads.check_partials(plan.spec.name, part_words)
+    part_bufs = {n: _zeroed_f32(kind, dev, (w,)) for n, w in part_words.items()}
     delta = _allocator(kind, dev, lse_shape, "f32", tq.dtype)(q)
     dq_accum = _allocator(kind, dev, named["q"].shape, "f32", tq.dtype)(q) if accum else None
-    keep = [named, grads, delta, dq_accum, bm, expr_keep, input_grads]
+    keep = [named, grads, delta, dq_accum, bm, expr_keep, input_grads, part_bufs]
     a = _Args()
     for name in ("q", "k", "v", "out", "dout", "lse"):
         setattr(a, name, named[name].ptr)
@@ -735,6 +748,8 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
             grids = (("preprocess", rows_grid, 0),
                      ("dkdv", (math.ceil(key_rows / cfg.tile), launch.heads_kv, launch.batch), cfg.smem_bytes),
                      ("dq", (math.ceil(launch.len_q / cfg.tile), launch.heads_q, launch.batch), cfg.smem_bytes))
+            if part_bufs:  # then the partial sums added up, threads striding over the gradients' entries
+                grids += (("grads", (expr_grads.SUM_BLOCKS, 1, 1), 0),)
         params = (ctypes.c_void_p * 1)(ctypes.addressof(a))
         # the score's inputs: the last parameter of the dK/dV and dQ steps (the fast family's dQ step
         # only converts)
@@ -743,8 +758,9 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         keep.append(expr_in)  # (its memory is the launches' parameter until they are queued)
         ein = () if expr_in is None else (ctypes.addressof(expr_in),)
         if input_grads:  # (the dK/dV step alone adds into them, in both families)
-            g = type("ExprGrads", (ctypes.Structure,), {"_fields_": [(n, ctypes.c_uint64) for n in input_grads]})()
-            for n, t in input_grads.items():
+            g = type("ExprGrads", (ctypes.Structure,), {"_fields_": [
+                (n, ctypes.c_uint64) for n in expr_grads.fields(plan.spec, atomic=fast)]})()
+            for n, t in {**input_grads, **part_bufs}.items():
                 setattr(g, n, _as_tensor(n, t).ptr)
             keep.append(g)
         params_dq = params if accum else (ctypes.c_void_p * (1 + len(ein)))(ctypes.addressof(a), *ein)
@@ -762,7 +778,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         for step, grid, smem in grids:
             if min(grid) <= 0:
                 continue
-            chosen = {"dkdv": params_dkdv, "dq": params_dq}.get(step, params)
+            chosen = {"dkdv": params_dkdv, "grads": params_dkdv, "dq": params_dq}.get(step, params)
             fn = fns["dkdv_add" if step == "dkdv" and additive else step]
             cupy.cuda.driver.launchKernel(fn.ptr, *grid, THREADS, 1, 1, smem, stream,
                                           ctypes.addressof(chosen), 0)

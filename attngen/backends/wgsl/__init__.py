@@ -53,8 +53,8 @@ class WgslBackend(Backend):
     device_name = "wgpu adapter"
     source_suffix = "wgsl"
     # expressions, those that read inputs too, as the forward (templates/wgsl/backward.wgsl.j2), and
-    # `grad` inputs read once per pair (plan.backward.injective; attngen/backends/wgsl/expr_grads.py)
-    backward_expressions = "injective"
+    # every `grad` input, without atomics (attngen/backends/wgsl/expr_grads.py)
+    backward_expressions = "grads"
 
     def backward_problems(self, plan) -> list:
         """Why `plan` has no backward on this target (expr_grads.backward_problems)."""
@@ -74,8 +74,8 @@ class WgslBackend(Backend):
         inputs passed by keyword in one storage binding (docs/language.md); a bf16 input is refused
         (WGSL has no bf16). The backward takes index-only expressions (its blocks classified by
         mask_expr_tile as the forward's tiles, d score / d s as score_expr_ds), score expressions
-        that read inputs, and `grad` inputs read once per pair (expr_grads.py); other `grad` reads
-        are refused (attngen.plan.backward.problems, level "injective")."""
+        that read inputs, and the gradients of `grad` inputs (expr_grads.py: read once per pair
+        directly, the others through per-workgroup partial sums)."""
         return [Problem(f"input '{i.name}' is bf16: WGSL has no bf16 type", key=f"input.{i.name}",
                         hint="declare it f32 or f16 for target wgsl; bf16 inputs are for cuda")
                 for i in spec.inputs if i.dtype == "bf16"]
@@ -176,7 +176,7 @@ class WgslBackend(Backend):
                 f"head dims qk={plan.d_qk} v={plan.d_v} do not fit its blocks in 16384 bytes of workgroup memory")
             return [f"backward: none ({why})"]
         cfg, entries = made
-        lines = [f"backward: 3 entry points, deterministic (no atomics), f32 accumulation; {cfg.summary}"]
+        lines = [f"backward: {len(entries)} entry points, deterministic (no atomics), f32 accumulation; {cfg.summary}"]
         for e in entries:
             lines.append(f"  {e.entry}: grid ({', '.join(e.grid)}) x {e.threads} invocations, "
                          f"{e.smem_bytes} bytes of workgroup memory, {sum(p.kind == 'tensor' for p in e.params)} "
@@ -184,10 +184,19 @@ class WgslBackend(Backend):
         lines.append(f"  workspace rows: D per query row and head ({workspace_bytes(1, 1, 1)} bytes each: "
                      "plan.backward.workspace_bytes(B, Hq, Lq)), with lse * log2(e) beside it (as much again) "
                      "and one word for the loop-budget check; dk and dv share one binding (dkv)")
+        from .expr_grads import partial_inputs, slice_extents
         grads = [i.name for i in plan.spec.inputs if i.grad]
+        part = partial_inputs(plan.spec)
         if grads:
+            direct = [i.name for i in plan.spec.inputs if i.grad and i not in part]
             lines.append(f"  gradients of the `grad` inputs {', '.join(grads)}: f32 in rows after its flag word, "
-                         "written by the dkdv step (one invocation per entry: no atomics)")
+                         + (f"{', '.join(direct)} written by the dkdv step (one invocation per entry: no atomics)"
+                            if direct else "written by the grads step"))
+        for i in part:
+            lines.append(f"  {i.name}'s gradient sums many pairs: partial sums in rows, one slice of "
+                         f"{' * '.join(slice_extents(plan.spec, i, manifest=True))} words per dkdv workgroup "
+                         f"(ceil(Lk / {cfg.block_kv}) * Hkv * B of them), summed in a fixed order by the grads "
+                         "step (the rows binding must hold them: a larger call is refused)")
         return lines
 
     def demo_files(self, spec, profile):

@@ -458,10 +458,11 @@ class WgslBackward:
     d_qk: int
     d_v: int
     workgroup: int = BACKWARD_WORKGROUP
+    partials: bool = False  # `grad` inputs summed through partials: sG, sS per pair (expr_grads.py)
 
     @property
     def smem_bytes(self) -> int:
-        return backward_smem(self.block_q, self.block_kv, self.d_qk, self.d_v)
+        return backward_smem(self.block_q, self.block_kv, self.d_qk, self.d_v, self.partials)
 
     def items(self, rows: int, cols: int) -> int:
         """vec4 items of a rows x cols block each invocation owns."""
@@ -472,20 +473,23 @@ class WgslBackward:
         return (f"blocks of {self.block_q} query rows x {self.block_kv} keys, {self.workgroup} invocations, "
                 f"{self.smem_bytes} bytes of workgroup memory (sQ, sdO {self.block_q} x {self.d_qk} / "
                 f"{self.d_v}, sK, sV {self.block_kv} x {self.d_qk} / {self.d_v}, sP, sdS {self.block_q} x "
-                f"{self.block_kv}, lse and D {self.block_q}, all f32)")
+                f"{self.block_kv}{', sG, sS' if self.partials else ''}, lse and D {self.block_q}, all f32)")
 
 
-def backward_smem(bq: int, bkv: int, d_qk: int, d_v: int) -> int:
-    """Bytes of the backward's workgroup memory (f32): sQ, sdO, sK, sV, sP, sdS, sLse, sD."""
-    return 4 * ((bq + bkv) * (d_qk + d_v) + 2 * bq * bkv + 2 * bq)
+def backward_smem(bq: int, bkv: int, d_qk: int, d_v: int, partials: bool = False) -> int:
+    """Bytes of the backward's workgroup memory (f32): sQ, sdO, sK, sV, sP, sdS, sLse, sD; with
+    `partials` sG and sS too (a pair's ds and s for the `grad` inputs' partial sums)."""
+    return 4 * ((bq + bkv) * (d_qk + d_v) + (4 if partials else 2) * bq * bkv + 2 * bq)
 
 
 def backward_config(plan) -> WgslBackward | None:
     """The backward's blocks for the forward plan `plan` (None: even one row and one key do not
     fit BACKWARD_SMEM_BYTES: head dims too large for this backward)."""
+    from .expr_grads import partial_inputs
+    partials = bool(partial_inputs(plan.spec))
     for bq, bkv in _BACKWARD_BLOCKS:
         if plan.tile_q % bq or plan.tile_kv % bkv:
             continue
-        if backward_smem(bq, bkv, plan.d_qk, plan.d_v) <= BACKWARD_SMEM_BYTES:
-            return WgslBackward(bq, bkv, plan.d_qk, plan.d_v)
+        if backward_smem(bq, bkv, plan.d_qk, plan.d_v, partials) <= BACKWARD_SMEM_BYTES:
+            return WgslBackward(bq, bkv, plan.d_qk, plan.d_v, partials=partials)
     return None

@@ -545,6 +545,7 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
                 entry["packing"] = ("two f16 per u32 word, element 2w in the low 16 bits (the bytes of a "
                                     "little-endian f16 array)")
         bindings.append(entry)
+    from . import expr_grads
     grads = [i for i in plan.spec.inputs if i.grad]
     out = {
         "available": True,
@@ -556,7 +557,7 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
                           "dispatch": list(e.grid), "workgroup_storage_bytes": e.smem_bytes,
                           "bindings": [p.binding for p in e.params],
                           "storage_buffers": sum(1 for p in e.params if p.kind == "tensor")} for e in entries],
-        "entry_points_note": "dispatch the three in this order, each with a bind group of exactly its bindings; "
+        "entry_points_note": f"dispatch the {'three' if len(entries) == 3 else 'four'} in this order, each with a bind group of exactly its bindings; "
                              "rows and dkv / dq zero-filled before the first (fresh WebGPU buffers are)",
         "rows": {"bytes": "4 * (2 * Hq * Tq + 1)",
                  "index": "2 * r: lse_i * log2(e), 2 * r + 1: D_i, r = lse's index of the row; word "
@@ -575,6 +576,22 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
         out["grads"] = [{"name": i.name, "dtype": "f32", "shape": [sym[a] if isinstance(a, str) else a for a in i.axes],
                          "at_word": "2 * Hq * Tq + 1" + "".join(f" + {size[j.name]}" for j in grads[:n]),
                          "doc": "d loss / d the input, in rows from word at_word, row-major in its declared shape; "
-                                "written by the dkdv step, 0 where no visible pair reads an entry"}
+                                "written by the dkdv step (the grads step for those in \"partials\"), 0 where no "
+                                "visible pair reads an entry"}
                         for n, i in enumerate(grads)]
+        part = expr_grads.partial_inputs(plan.spec)
+        if part:  # then the partial sums of the inputs many pairs read, one slice per dkdv workgroup
+            at = "2 * Hq * Tq + 1 + " + " + ".join(size[i.name] for i in grads)
+            slices = f"ceil(Lk / {cfg.block_kv}) * Hkv * B"
+            out["partials"] = []
+            for i in part:
+                ext = expr_grads.slice_extents(plan.spec, i, manifest=True)
+                words = f"{slices} * " + " * ".join(ext)
+                out["partials"].append({
+                    "name": i.name, "slice": ext, "at_word": at, "words": words,
+                    "doc": "f32 partial sums of d loss / d the input: one slice per dkdv workgroup (x, y, z), the "
+                           "(z * Hkv + y) * ceil(Lk / BKV) + x-th, row-major in `slice` (an axis named k spans the "
+                           "workgroup's BKV keys, b and hkv one, h the group's G heads); the grads step sums them"})
+                at += f" + {words}"
+            out["rows"]["bytes"] = f"4 * ({at})"
     return out

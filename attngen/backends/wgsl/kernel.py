@@ -240,8 +240,8 @@ class WgslKernel(Kernel):
         shape). numpy arrays, or WgslTensor when q, k and v are all WgslTensor. `**inputs`: the
         expression inputs, as the call took them; a mask over inputs reuses the call's BlockMask
         (the builder runs again only where the signature changed; expr_blockmask.backward). A spec
-        with `grad` inputs read once per pair (plan.backward.injective) returns a fourth value,
-        {name: f32 gradient of the input's shape} (issue 42; expr_grads.py)."""
+        with `grad` inputs returns a fourth value, {name: f32 gradient of the input's shape}
+        (issue 42; expr_grads.py: read once per pair directly, the others through partial sums)."""
         by_builder = reads_inputs(self.spec) and expr_blockmask.companion(self) is not None
         run = expr_blockmask.backward if by_builder else backward_call
         return run(self, q, k, v, out, lse, dout, mask=mask, kv_lens=kv_lens, cu_seqlens_q=cu_seqlens_q,

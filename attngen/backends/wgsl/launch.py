@@ -28,6 +28,7 @@ from ...runtime.blockmask import BlockMask, check_against, mask_keys, mask_kind,
 from ...runtime.launch import resolve
 from ...runtime.inputs import check_call_inputs
 from . import expr_grads
+from .config import backward_config
 from .args import input_words, meta_words, params_words, workspace_bytes
 from .blockmask import check_size
 from .devices import (
@@ -455,7 +456,16 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
     n_q, n_k, n_v = (int(np.prod(shapes[n])) for n in "qkv")
     flag_word = 2 * L.heads_q * L.total_q  # then the `grad` inputs' gradients (expr_grads.layout)
     rows_words = flag_word + 1 + sum(int(np.prod(shape)) for _, shape in grad_at.values())
-    for name, n in (("dq", n_q * elem), ("dk and dv", (n_k + n_v) * elem), ("the rows workspace", 4 * rows_words)):
+    rows_name = "the rows workspace"
+    if grad_at:  # then step 2's partial sums of the `grad` inputs many pairs read (expr_grads.py)
+        cfg = backward_config(plan)
+        slices = -(-L.len_k // cfg.block_kv) * L.heads_kv * L.batch  # the dkdv grid's workgroups
+        part = expr_grads.partial_words(plan.spec, named, slices, cfg.block_kv, L.group)
+        rows_words += part
+        if part:
+            rows_name = (f"the wgsl backward's rows workspace, with {4 * part} bytes of partial sums of the `grad` "
+                         f"inputs (one slice per dK/dV workgroup, {slices} of them),")
+    for name, n in (("dq", n_q * elem), ("dk and dv", (n_k + n_v) * elem), (rows_name, 4 * rows_words)):
         if n > limit:
             raise LaunchError(f"{name} would be {n} bytes, above the {limit}-byte storage binding limit of this "
                               "device/profile")

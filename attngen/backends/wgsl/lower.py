@@ -284,7 +284,8 @@ _BACKWARD_BINDINGS = {
             "the gradients of k then v: dk (B, Lk, Hkv, Dqk) at element 0 (packed: (total_k, Hkv, Dqk)), dv "
             "(B, Lk, Hkv, Dv) right after it, at element rows(k) * Hkv * Dqk"),
 }
-BACKWARD_ROLES = ("preprocess", "dkdv", "dq")
+BACKWARD_ROLES = ("preprocess", "dkdv", "dq", "grads")  # "grads": only with partials (expr_grads.py)
+GRADS_WORKGROUPS = 64  # the grads entry's grid (x): its invocations stride over the gradients' entries
 
 
 def backward_param(name: str, dtype: str, grads: tuple = ()) -> Param:
@@ -296,13 +297,15 @@ def backward_param(name: str, dtype: str, grads: tuple = ()) -> Param:
     if name == "rows" and grads:
         shape = ("Hq * Tq * 2 + 1 + " + " + ".join(f"size({g})" for g in grads),)
         doc += (f"; then the gradients of the `grad` inputs {', '.join(grads)} (issue 42), f32, one area per input "
-                "in declaration order, row-major in its shape, written by step 2 (fill: 0)")
+                "in declaration order, row-major in its shape, written by step 2 (fill: 0); then the partial "
+                "sums of those many pairs read (the manifest's \"partials\"), summed by the grads step")
     return Param(name, "tensor", dtype if kind_dtype == "elem" else kind_dtype, shape, acc,
                  optional=optional, binding=binding, doc=doc)
 
 
 def backward_entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
-    """The backward's three entry points, in dispatch order (`cfg`: config.WgslBackward)."""
+    """The backward's entry points, in dispatch order (`cfg`: config.WgslBackward): three, and
+    a fourth, grads, where `grad` inputs are summed through partials (cfg.partials)."""
     mask = ("mask",) if spec.mask.is_custom else ()
     inputs = ("inputs",) if spec.inputs else ()  # the expressions' (issue 42), read by steps 2 and 3
     grads = tuple(i.name for i in spec.inputs if i.grad)  # their gradients: in rows, by step 2
@@ -311,7 +314,10 @@ def backward_entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
         "dkdv": ("params", "q", "k", "v", "seq_meta", "dout", *mask, "rows", "dkv", *inputs),
         "dq": ("params", "q", "k", "v", "seq_meta", "dout", *mask, "rows", "dq", *inputs),
     }
+    if cfg.partials:  # issue 42: a 4th entry sums step 2's partials of `grad` inputs (expr_grads.py)
+        names["grads"] = ("params", "rows")
     grids = {
+        "grads": (str(GRADS_WORKGROUPS), "1", "1"),
         "preprocess": (f"ceil(Tq / {cfg.workgroup})", "Hq", "1"),
         "dkdv": (f"ceil(Lk / {cfg.block_kv})", "Hkv", "B"),
         "dq": (f"ceil(Lq / {cfg.block_q})", "Hq", "B"),
@@ -324,8 +330,10 @@ def backward_entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
                 "writes its rows of dk and dv once",
         "dq": "step 3, one workgroup per (query block, query head, batch): over the key blocks it sees, "
               "dQ_i += dS_ij K_j; writes its rows of dq once",
+        "grads": "the gradients of `grad` inputs that many pairs read: each entry the sum, in grid order, of the "
+                 "partial sums in rows of the dkdv workgroups that can name it (grid-stride over the entries)",
     }
-    smem = {"preprocess": 0, "dkdv": cfg.smem_bytes, "dq": cfg.smem_bytes}
+    smem = {"preprocess": 0, "dkdv": cfg.smem_bytes, "dq": cfg.smem_bytes, "grads": 0}
     return tuple(Entry(name=role, entry=f"{entry}_bw_{role}", doc=docs[role],
                        params=tuple(backward_param(n, spec.dtype, grads) for n in names[role]), grid=grids[role],
-                       threads=cfg.workgroup, smem_bytes=smem[role]) for role in BACKWARD_ROLES)
+                       threads=cfg.workgroup, smem_bytes=smem[role]) for role in BACKWARD_ROLES if role in names)

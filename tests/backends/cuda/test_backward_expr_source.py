@@ -48,6 +48,9 @@ CASES = [
      "input slopes[h] f32\ntarget cuda { backward=deterministic }"),
     # `grad` inputs read once per pair in the deterministic family (ExprGrads, its dK/dV step, no atomics)
     ("cuda-sm80", "fma", "64", "f16", "causal", "s + bias[b, hkv, q, k]", "input bias[b, hkv, q, k] f16 grad"),
+    # ... and those many pairs read: partial sums per dK/dV block and the grads entry point
+    ("cuda-sm80", "fma", "64", "f16", "causal", "s + t[h, clamp(k - q, -31, 31) + 31] - slopes[h] * abs(q - k)",
+     "input t[h, 63] f32 grad\ninput slopes[h] f32 grad"),
     # a mask and a score that both read inputs: the mask tested per element, as the forward does
     ("cuda-sm90", "wgmma", "64", "f16", "k <= q && doc[b, q] == doc[b, k]", "s - slopes[h] * abs(q - k)",
      "input doc[b, q] i32\ninput slopes[h] f32"),
@@ -77,7 +80,8 @@ def test_expression_backward_compiles(case):
         assert ("float score_expr_ds(" + ("const ExprInputs& in, " if reads else "")
                 + "float s, int b, int h, int hkv, int q, int k, int Lq, int Lk)") in source
         if "input" in extra:  # the dK/dV and dQ steps take the inputs as their last parameter
-            assert source.count(", const __grid_constant__ ExprInputs in") == (1 if family == "wgmma" else 2)
+            assert source.count(", const __grid_constant__ ExprInputs in") == (
+                1 if family == "wgmma" else 2 + ("_bwd_grads(" in source))  # (the partial sums' entry)
         assert f"score {score}; " in source.split("\n*/")[0].replace("\n", " ").replace("//", "")  # the header
     arch = plan.details.arch
     tmp = tempfile.mkdtemp()
@@ -134,7 +138,7 @@ GRADS = ("head_dim 16\ndtype f32\nheads q=3 kv=1\ninput slopes[h] f32 grad\ninpu
          "score s * slopes[h] + table[h, clamp(k - q, -4, 4) + 4]\nmask k <= q\n")
 
 
-def test_grad_inputs_compile_in_the_fast_family_and_the_deterministic_one_refuses_them():
+def test_grad_inputs_compile_in_the_fast_family_and_the_deterministic_one_sums_partials():
     plan = _plan("64", "f16", "k <= q", "s * slopes[h] + table[h, clamp(k - q, -4, 4) + 4]",
                  "input slopes[h] f32 grad\ninput table[h, 9] f32 grad")
     assert backward.family(plan) == "wgmma" and backward.backward_problems(plan) == []
@@ -144,9 +148,11 @@ def test_grad_inputs_compile_in_the_fast_family_and_the_deterministic_one_refuse
     assert any(ln.startswith("backward grad inputs: slopes (h), table (h, 9), f32, added into by the dK/dV step "
                              "with atomicAdd") for ln in get("cuda").describe_backward(plan))
     det = _plan("64", "f16", None, "s + t[h]", "input t[h] f32 grad\ntarget cuda { backward=deterministic }")
-    assert [p.message for p in backward.backward_problems(det)] == [
-        "the gradient of `grad` input t is summed with atomics, in no fixed order, which the deterministic family "
-        "does not do; the fast family computes it, but not this spec (the spec asks for backward=deterministic)"]
+    assert backward.backward_problems(det) == [] and backward.partials(det)  # partial sums, no atomics
+    source = get("cuda").helper_sources(det)["backward"]
+    assert "atomicAdd" not in source and "_bwd_grads(const Args a" in source and "float* t_partials;" in source
+    assert any(ln.startswith("backward grad input t: f32 partial sums, a slice of G words per dK/dV block")
+               for ln in get("cuda").describe_backward(det))
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
@@ -217,3 +223,23 @@ def test_grad_inputs_add_sums_what_the_reference_does(tmp_path):
     lib.atomics.restype = ctypes.c_longlong
     steps = b * hq * -(-lq // 64) * -(-lk // 64)
     assert 0 < lib.atomics() <= steps * (1 + 9)  # (one per entry of each step's runs: no pair's own)
+
+
+def test_the_deterministic_partial_sums_are_sized_and_bounded():
+    """The deterministic family's partial sums (expr_grads.py): a block's slice spans only what the
+    block can name (k: its tile of keys, b and hkv: one, h: the group's heads), and a call whose
+    partial sums pass 4 GiB is refused with a LaunchError naming them."""
+    from attngen.backends.cuda import expr_grads
+    from attngen.errors import LaunchError
+    spec = spec_of("head_dim 64\nheads q=6 kv=2\ndtype f16\ninput t[h, 63] f32 grad\ninput bias[h, q, k] f32 grad\n"
+                   "input c[b, hkv, q, k] f32 grad\n"
+                   "score s + t[h, clamp(k - q, -31, 31) + 31] + bias[h, q, k] + c[b, hkv, q, k] * c[b, hkv, k, q]",
+                   name="e")
+    assert [i.name for i in expr_grads.partial_inputs(spec)] == ["t", "bias", "c"]
+    shapes = {"t": (6, 63), "bias": (6, 9, 11), "c": (2, 2, 9, 11)}
+    assert expr_grads.owned(spec, spec.inputs[2]) == ["b", "hkv", None, None]  # (c[.., k, q]: q and k not its own)
+    words = expr_grads.partial_words(spec, shapes, 10, 32, 3)
+    assert words == {"t_partials": 10 * 3 * 63, "bias_partials": 10 * 3 * 9 * 32, "c_partials": 10 * 9 * 11}
+    expr_grads.check_partials("e", words)
+    with pytest.raises(LaunchError, match=r"partial sums of the `grad` inputs \(t\) would take 4294967300 bytes"):
+        expr_grads.check_partials("e", {"t_partials": (1 << 30) + 1})
