@@ -44,6 +44,9 @@ CASES = [
      2, 2, 300, 257, 1),
     ("bf16 none one row", "head_dim 256\n dtype bf16", 3, 1, 1, 113, 1),
     ("f16 causal seven", "head_dim 256\n dtype f16\n mask causal", 3, 1, 7, 7, 2),
+    # softcap's one-pass recompute over a long walk: 9 steps per head, the heads of a group of 4
+    # in turn (each step's last dQ box is added at the next step's top, at its own head and rows)
+    ("bf16 none softcap GQA 4 520 x 130", "head_dim 256\n dtype bf16\n softcap 20", 4, 1, 520, 130, 1),
 ]
 
 
