@@ -295,8 +295,10 @@ def _steps(plan: KernelPlan) -> list[str]:
             "of dq may differ between runs; target cuda { backward=deterministic } for the deterministic family)",
             f"{pre}: D_i = rowsum(dO_i * O_i), dQ's f32 accumulator zeroed; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x "
             f"{THREADS} threads",
-            f"{dkdv}: dK_j, dV_j and the dQ_i contributions; grid (ceil(Lk / {WGMMA_KEYS}), Hkv, B) x {THREADS} "
-            f"threads (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {wgmma_rows(plan)} query rows, "
+            f"{dkdv}: dK_j, dV_j and the dQ_i contributions; persistent: min(SMs, items) blocks x {THREADS} threads "
+            f"taking the items (ceil(Lk / {WGMMA_KEYS}), Hkv, B)"
+            + (" longest first" if backward_items.longest_first(plan) else "")
+            + f" (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {wgmma_rows(plan)} query rows, "
             f"{fast_smem_bytes(plan)} bytes of shared memory"
             + (f" ({dkdv}_add in its place for an additive mask)" if plan.spec.mask.is_custom and _split_additive(plan)
                else ""),
