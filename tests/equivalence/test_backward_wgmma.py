@@ -249,7 +249,7 @@ def test_persistent_items_kv_lens_and_packed():
 @pytest.mark.parametrize("d", [64, 128])
 def test_persistent_items_custom_mask(d):
     """mask custom with several items per block: at head dim 64 the next item's loads are copied
-    during the tail, at 128 they are not (backward_wgmma_dkdv.j2's stage_next); GQA 3."""
+    during the tail, at 128 they are not (backward_items.stage_next); GQA 3."""
     spec = spec_of(f"head_dim {d}\n dtype f16\n mask custom")
     kernel = _hopper(spec)
     rng = np.random.default_rng(d)

@@ -395,6 +395,7 @@ def render_backward(plan: KernelPlan) -> str:
                           smem_bytes=fast_smem_bytes(plan), lane_words=False, **extra, **common)
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
                       block_m=wgmma_rows(plan), smem_bytes=fast_smem_bytes(plan), lane_words=True,
+                      stage_next=backward_items.stage_next(plan),
                       **extra, **_wgmma_recompute(plan), **common)
     if family(plan) == "mma":
         return render("cuda/backward_mma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,

@@ -31,6 +31,13 @@ def longest_first(plan: KernelPlan) -> bool:
     return plan.spec.mask.kind == "causal"
 
 
+def stage_next(plan: KernelPlan) -> bool:
+    """Whether a block copies its next item's V_j, first step and K_j during an item's tail: not
+    with a custom mask at head dim 128, where ptxas (NVRTC 13) then spills 224 bytes of stores in
+    the dK/dV entry, 36 without."""
+    return not (plan.spec.mask.is_custom and plan.d_qk > 64)
+
+
 def chunk_pairs(plan: KernelPlan, len_q: int, group: int) -> int:
     """The (batch entry, KV head) pairs per chunk: 1, or for a causal mask as many as keep their
     query rows' Q, dO (f16 / bf16, the family's dtypes) and dQ accumulator (f32) within ORDER_BYTES."""
@@ -50,4 +57,4 @@ def work(plan: KernelPlan, n_kb: int, heads_kv: int, batch: int, len_q: int, gro
     return w, (min(items, sms), 1, 1)
 
 
-__all__ = ["ORDER_BYTES", "Work", "chunk_pairs", "longest_first", "work"]
+__all__ = ["ORDER_BYTES", "Work", "chunk_pairs", "longest_first", "stage_next", "work"]

@@ -85,3 +85,10 @@ def test_check_names_the_persistent_grid():
     text = "\n".join(backward.describe_backward(_plan("causal")))
     assert "persistent: min(SMs, items) blocks x 256 threads taking the items (ceil(Lk / 128), Hkv, B) longest first" in text
     assert "longest first" not in "\n".join(backward.describe_backward(_plan("none")))
+
+
+def test_the_tail_copies_the_next_item_except_custom_at_head_dim_128():
+    for mask, d, staged in (("causal", 128, True), ("none", 64, True), ("custom", 64, True), ("custom", 128, False)):
+        plan = _plan(mask, d)
+        assert backward_items.stage_next(plan) == staged
+        assert ("bool staged = false;" in backward.render_backward(plan)) == staged
