@@ -198,3 +198,65 @@ def test_agrees_with_the_deterministic_family():
     again, _ = check_backward(slow, q, k, v)
     for a, b_ in zip(got, again):
         assert np.linalg.norm(a - b_) <= 2e-3 * np.linalg.norm(b_)
+
+
+# The persistent dK/dV grid (backends/cuda/backward_items.py): more work items (key block, KV head,
+# batch entry) than an H100 / H200 has SMs (132), so that blocks take several items in turn, the
+# next item's loads copied during the last one's tail (docs/backward.md). (label, spec body, Hq,
+# Hkv, Lq, Lk, B; items = ceil(Lk / 128) Hkv B)
+PERSISTENT = [
+    ("f16 d64 causal 960 items", "head_dim 64\n dtype f16\n mask causal", 40, 40, 1023, 1023, 3),
+    ("bf16 d64 bottom-right Lq > Lk GQA 3 rows that see no key", "head_dim 64\n dtype bf16\n"
+     " mask causal(bottom_right)", 24, 8, 1023, 700, 3),
+    ("f16 d64 bottom-right Lq < Lk", "head_dim 64\n dtype f16\n mask causal(bottom_right)", 20, 20, 257, 1023, 2),
+    ("bf16 d128 causal GQA 3", "head_dim 128\n dtype bf16\n mask causal", 30, 10, 777, 777, 3),
+    ("f16 d128 none", "head_dim 128\n dtype f16", 48, 48, 300, 301, 3),
+    ("f16 d128 window", "head_dim 128\n dtype f16\n mask window(left=100, right=7)", 24, 24, 513, 700, 2),
+    ("f16 d128 causal ALiBi expression", "head_dim 128\n dtype f16\n mask causal\n score s - 0.05 * (q - k)",
+     36, 36, 500, 500, 2),
+]
+
+
+@pytest.mark.parametrize("case", PERSISTENT, ids=lambda c: c[0])
+def test_persistent_items(case):
+    name, body, hq, hkv, lq, lk, b = case
+    spec = spec_of(body)
+    _hopper(spec)
+    assert -(-lk // 128) * hkv * b > 132
+    q, k, v = _qkv(spec, np.random.default_rng(lq * 7 + lk), b, lq, lk, hq, hkv)
+    check_backward(spec, q, k, v)
+
+
+def test_persistent_items_kv_lens_and_packed():
+    """Several items per block with kv_lens (hidden keys holding inf / NaN, a sequence of no key)
+    and with packed sequences (key blocks past a sequence's keys are items too, skipped)."""
+    spec = spec_of("head_dim 64\n dtype f16\n mask causal(bottom_right)")
+    _hopper(spec)
+    rng = np.random.default_rng(13)
+    lens = np.array([0, 637, 1000, 1], np.int32)
+    q, k, v = _qkv(spec, rng, 4, 500, 1000, 15, 5)  # 8 x 5 x 4 = 160 items
+    for bi, n in enumerate(lens):
+        k[bi, n:] = np.inf
+        v[bi, n:] = np.nan
+    (dq, dk, dv), _ = check_backward(spec, q, k, v, call={"kv_lens": _ints(lens)}, ref_kw={"kv_lens": lens})
+    for bi, n in enumerate(lens):
+        assert not dk[bi, n:].any() and not dv[bi, n:].any()
+    packed = spec_of("head_dim 64\n dtype bf16\n mask causal")
+    # 8 key blocks x 3 KV heads x 8 sequences = 192 items
+    check_packed(packed, [700, 1, 300, 0, 513, 129, 1023, 64], [700, 1, 300, 3, 513, 129, 1023, 64], rng, hq=9, hkv=3)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_persistent_items_custom_mask(d):
+    """mask custom with several items per block: at head dim 64 the next item's loads are copied
+    during the tail, at 128 they are not (backward_items.stage_next); GQA 3."""
+    spec = spec_of(f"head_dim {d}\n dtype f16\n mask custom")
+    kernel = _hopper(spec)
+    rng = np.random.default_rng(d)
+    b, lq, lk, hq, hkv = 3, 600, 1000, 18, 6  # 8 x 6 x 3 = 144 items
+    q, k, v = _qkv(spec, rng, b, lq, lk, hq, hkv)
+    m = np.stack([_documents(lq, lk, rng) for _ in range(b)])[:, None]
+    m[:, :, 100:110] = False  # rows that see no key
+    bm = attngen.block_mask(_mask(m), kernel)
+    (dq, dk, dv), _ = check_backward(spec, q, k, v, call={"mask": bm}, ref_kw={"mask": m})
+    assert not dq[:, 100:110].any()

@@ -47,7 +47,7 @@ from ...plan import backward as neutral
 from ...plan import masks
 from ...plan.kernel_plan import KernelPlan, Problem
 from ...version import __version__
-from . import backward_mma, expr_grads
+from . import backward_items, backward_mma, expr_grads
 
 THREADS = 256  # per block, every entry point: 8 warps
 # Shared memory a block may take (dK/dV and dQ steps): 96 KiB runs on every sm_80+ GPU (sm_86 and
@@ -292,8 +292,10 @@ def _steps(plan: KernelPlan) -> list[str]:
             "of dq may differ between runs; target cuda { backward=deterministic } for the deterministic family)",
             f"{pre}: D_i = rowsum(dO_i * O_i), dQ's f32 accumulator zeroed; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x "
             f"{THREADS} threads",
-            f"{dkdv}: dK_j, dV_j and the dQ_i contributions; grid (ceil(Lk / {WGMMA_KEYS}), Hkv, B) x {THREADS} "
-            f"threads (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {wgmma_rows(plan)} query rows, "
+            f"{dkdv}: dK_j, dV_j and the dQ_i contributions; persistent: min(SMs, items) blocks x {THREADS} threads "
+            f"taking the items (ceil(Lk / {WGMMA_KEYS}), Hkv, B)"
+            + (" longest first" if backward_items.longest_first(plan) else "")
+            + f" (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {wgmma_rows(plan)} query rows, "
             f"{fast_smem_bytes(plan)} bytes of shared memory"
             + (f" ({dkdv}_add in its place for an additive mask)" if plan.spec.mask.is_custom and _split_additive(plan)
                else ""),
@@ -393,6 +395,7 @@ def render_backward(plan: KernelPlan) -> str:
                           smem_bytes=fast_smem_bytes(plan), lane_words=False, **extra, **common)
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
                       block_m=wgmma_rows(plan), smem_bytes=fast_smem_bytes(plan), lane_words=True,
+                      stage_next=backward_items.stage_next(plan),
                       **extra, **_wgmma_recompute(plan), **common)
     if family(plan) == "mma":
         return render("cuda/backward_mma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
@@ -733,11 +736,13 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         nb = 1 if packed else launch.batch
         rows_grid = (math.ceil(a.rows_q / PRE_ROWS), launch.heads_q, nb)
         key_rows = launch.len_k if packed else a.rows_k
+        persistent = fast and not wide(plan)  # (the 128-key kernel: work items, backward_items.py)
         if fast:
-            grids = (("preprocess", rows_grid, 0),
-                     ("dkdv", (math.ceil(key_rows / block_keys(plan)), launch.heads_kv, launch.batch),
-                      fast_smem_bytes(plan)),
-                     ("dq", rows_grid, 0))
+            dkdv_grid = (math.ceil(key_rows / block_keys(plan)), launch.heads_kv, launch.batch)
+            if persistent:
+                work, dkdv_grid = backward_items.work(plan, dkdv_grid[0], launch.heads_kv, launch.batch,
+                                                      launch.len_q, launch.group, kernel._cores(dev))
+            grids = (("preprocess", rows_grid, 0), ("dkdv", dkdv_grid, fast_smem_bytes(plan)), ("dq", rows_grid, 0))
         elif fam == "mma":
             grids = (("preprocess", rows_grid, 0),
                      ("dkdv", (math.ceil(key_rows / backward_mma.KEYS), launch.heads_kv, launch.batch),
@@ -772,7 +777,8 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                                       (0, *_row_major(named["q"].shape)) if packed else _row_major(named["q"].shape),
                                       "f32", WGMMA_ROWS, box_cols=32)
             keep.append(dq_map)
-            extra = ein + ((ctypes.addressof(g),) if input_grads else ())
+            extra = (((ctypes.addressof(work),) if persistent else ()) + ein
+                     + ((ctypes.addressof(g),) if input_grads else ()))
             params_dkdv = (ctypes.c_void_p * (2 + len(extra)))(ctypes.addressof(a), dq_map.encode(a.dq_accum), *extra)
         additive = _split_additive(plan) and bm is not None and bm.kind == "additive"
         for step, grid, smem in grids:
