@@ -8,7 +8,7 @@ import sys
 import torch
 
 import attngen
-from attngen.backends.cuda.backward import _key_block_lists
+from attngen.backends.cuda.backward_launch import _key_block_lists
 
 sys.path.insert(0, "benchmarks/suite")
 from variants import bench_ms, mask_cases  # noqa: E402

@@ -17,6 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attngen
 from attngen.backends.cuda import backward as bw
+from attngen.backends.cuda import backward_launch as bl
 from attngen.backends.cuda import nvrtc
 from common import median_ms as bench_ms
 
@@ -61,10 +62,10 @@ def main():
                             assert old in text, (name, old)
                             text = text.replace(old, new)
                         cubin = nvrtc.compile_cubin(text, kernel.plan.details.arch)[0]
-                        saved, bw._cubin = bw._cubin, (lambda plan, c=cubin: c)
+                        saved, bl._cubin = bl._cubin, (lambda plan, c=cubin: c)
                         kernel.__dict__.pop("_backward_functions", None)
                         line += f"  {name} {tf(bench_ms(lambda: kernel.backward(q, k, v, out, lse, dout))):6.1f}"
-                        bw._cubin = saved
+                        bl._cubin = saved
                         kernel.__dict__.pop("_backward_functions", None)
                 print(line, flush=True)
 

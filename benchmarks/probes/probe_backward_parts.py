@@ -9,6 +9,7 @@ import torch
 
 import attngen
 from attngen.backends.cuda import backward as bw
+from attngen.backends.cuda import backward_launch as bl
 from attngen.backends.cuda import nvrtc
 
 sys.path.insert(0, "benchmarks/suite")
@@ -51,7 +52,7 @@ for d in (128, 64):
             for old, new in choices:
                 text = text.replace(old, new)
         cubin = nvrtc.compile_cubin(text, kernel.plan.details.arch)[0]
-        bw._cubin = lambda plan, c=cubin: c
+        bl._cubin = lambda plan, c=cubin: c
         kernel.__dict__.pop("_backward_functions", None)
         ms = bench_ms(lambda: kernel.backward(q, k, v, out, lse, dout))
         print(f"d{d} {name:18s} {ms:7.3f} ms  {flops / ms / 1e9:6.1f} TFLOP/s", flush=True)

@@ -14,6 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attngen
 from attngen.backends.cuda import backward as bw
+from attngen.backends.cuda import backward_launch as bl
 from attngen.backends.cuda import nvrtc
 
 sys.path.insert(0, "benchmarks/suite")
@@ -67,7 +68,7 @@ for dtype in ("f16", "bf16"):
             if "--parts" not in sys.argv or L != 16384:
                 continue
             source = bw.render_backward(kernel.plan)
-            cubin_of = bw._cubin
+            cubin_of = bl._cubin
             for name, edits in VARIANTS.items():
                 text = source
                 for old, new in edits:
@@ -76,9 +77,9 @@ for dtype in ("f16", "bf16"):
                     print(f"  {label} {name:18s} (not in this source)", flush=True)
                     continue
                 cubin = nvrtc.compile_cubin(text, kernel.plan.details.arch)[0]
-                bw._cubin = lambda plan, c=cubin: c
+                bl._cubin = lambda plan, c=cubin: c
                 kernel.__dict__.pop("_backward_functions", None)
                 ms = bench_ms(lambda: kernel.backward(q, k, v, out, lse, dout))
                 print(f"  {label} {name:18s} {ms:7.3f} ms  {flops / ms / 1e9:6.1f} TFLOP/s", flush=True)
-            bw._cubin = cubin_of
+            bl._cubin = cubin_of
             kernel.__dict__.pop("_backward_functions", None)

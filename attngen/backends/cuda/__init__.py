@@ -148,7 +148,7 @@ class CudaBackend(Backend):
     def run_backward(self, kernel, q, k, v, out, lse, dout, **options):
         """(dq, dk, dv) of a compiled kernel (CudaKernel.backward; backward.py), and with `grad`
         inputs their gradients, a dict."""
-        from .backward import run_backward
+        from .backward_launch import run_backward
         return run_backward(kernel, q, k, v, out, lse, dout, **options)
 
     def describe_ir(self, plan):

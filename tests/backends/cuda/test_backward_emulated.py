@@ -18,6 +18,7 @@ import pytest
 
 from attngen.api import lower
 from attngen.backends.cuda import backward as bw
+from attngen.backends.cuda import backward_launch
 from attngen.backends.cuda.args import mask_words
 from attngen.reference import reference, reference_backward, relative_error
 from attngen.runtime.blockmask import build_arrays
@@ -98,7 +99,7 @@ def _emulate(spec, q, k, v, dout, out, lse, *, kv_lens=None, cu=None, cuk=None, 
     delta = np.einsum("...hd,...hd->...h", dout.astype(np.float64), out.astype(np.float64)).astype(np.float32)
     delta = np.ascontiguousarray(np.moveaxis(delta, -1, 0 if packed else 1))
     grads = [np.full(x.shape, np.nan, np.float32) for x in (q, k, v)]
-    a, keep = bw._Args(), []
+    a, keep = backward_launch._Args(), []
 
     def ptr(x):
         keep.append(x)
@@ -135,11 +136,11 @@ def _emulate(spec, q, k, v, dout, out, lse, *, kv_lens=None, cu=None, cuk=None, 
         a.list_sb, a.list_sh, a.n_kvtiles = bm_h * nq if bm_b > 1 else 0, nq if bm_h > 1 else 0, nk
     t = cfg.tile
     extra = ()
-    if spec.inputs:  # backward._expr_inputs, with host addresses (`errors`: 8 int32 words, the report)
+    if spec.inputs:  # backward_launch._expr_inputs, with host addresses (`errors`: 8 int32 words, the report)
         from types import SimpleNamespace
         ptrs = {f"input_{i.name}": ptr(np.ascontiguousarray(inputs[i.name])) for i in spec.inputs}
         launch = SimpleNamespace(batch=b, heads_q=hq, heads_kv=hkv, len_q=lq, capacity=k.shape[1])
-        extra = (ctypes.byref(bw._expr_inputs(spec, ptrs, launch, ptr(errors), 0)),)
+        extra = (ctypes.byref(backward_launch._expr_inputs(spec, ptrs, launch, ptr(errors), 0)),)
     n_x = -(-(lk if packed else k.shape[1]) // t)
     if input_grads is not None:  # {name: zeroed f32 array of the input's shape}, filled by the dK/dV step
         from attngen.backends.cuda import expr_grads

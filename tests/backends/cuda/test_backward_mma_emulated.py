@@ -23,6 +23,7 @@ import pytest
 
 from attngen.api import lower
 from attngen.backends.cuda import backward as bw
+from attngen.backends.cuda import backward_launch
 from attngen.backends.cuda import backward_mma
 from attngen.reference import reference, reference_backward, relative_error, tolerance
 
@@ -220,7 +221,7 @@ def _check(body, shapes, tmp_path, seed=0, kv_lens=None, cu=None, cuk=None, pois
     delta = np.ascontiguousarray(np.moveaxis(delta, -1, 0 if packed else 1))
     dq = np.zeros(q.shape, np.float32)
     dk16, dv16 = (np.full(x.shape, 0xFFFF, np.uint16) for x in (k, v))  # NaN: a key not written shows
-    a, keep = bw._Args(), []
+    a, keep = backward_launch._Args(), []
 
     def ptr(x):
         keep.append(x)

@@ -13,7 +13,7 @@ import pytest
 
 from attngen.api import lower
 from attngen.backends import get
-from attngen.backends.cuda import backward, nvrtc
+from attngen.backends.cuda import backward, backward_launch, nvrtc
 from attngen.errors import SpecError
 from attngen.plan.backward import SECTIONS
 
@@ -49,11 +49,12 @@ def test_the_argument_struct_has_no_padding():
     """The launcher's ctypes struct and the C struct lay out the same fields the same way: 8-byte
     fields first, then the ints, so neither pads between fields."""
     offset = 0
-    for (ctype, name, _), (fname, ftype) in zip(backward.ARG_FIELDS, backward._Args._fields_):
+    args = backward_launch._Args
+    for (ctype, name, _), (fname, ftype) in zip(backward.ARG_FIELDS, args._fields_):
         assert name == fname
-        assert getattr(backward._Args, name).offset == offset, name
+        assert getattr(args, name).offset == offset, name
         offset += ctypes.sizeof(ftype)
-    assert ctypes.sizeof(backward._Args) == offset and offset % 8 == 0
+    assert ctypes.sizeof(args) == offset and offset % 8 == 0
 
 
 def test_paged_specs_have_no_backward():
