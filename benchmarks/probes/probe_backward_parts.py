@@ -24,10 +24,7 @@ VARIANTS = {
                            "")]],
     "no dQ": [[("if (prev_h >= 0 && (kDqSplitCols", "if (false && (kDqSplitCols"), ("if (prev_h >= 0) {", "if (false) {")],
               [("        if (kDqSplitCols || w == (n_steps & 1)) {", "        if (false) {"),
-               ("        if (kDqSplitRows || kDqSplitCols || w == (n_steps & 1)) {", "        if (false) {"),
-               # (the persistent grid's tail: backward_wgmma_dkdv.j2)
-               ("const bool last_dq = kDqSplitCols || w == (n_steps & 1);", "const bool last_dq = false;"),
-               ("const bool last_dq = kDqSplitRows || kDqSplitCols || w == (n_steps & 1);", "const bool last_dq = false;")]],
+               ("        if (kDqSplitRows || kDqSplitCols || w == (n_steps & 1)) {", "        if (false) {")]],
     "no softmax math": [[("            if (elem) probabilities<true>", "            if (false) probabilities<true>")],
                         [("            else probabilities<false>(s", "            else if (false) probabilities<false>(s")],
                         [("            score_grads(s, dp, lse2 + kBlockM, lane);\n", ""),
@@ -46,8 +43,6 @@ for d in (128, 64):
     for name, edits in VARIANTS.items():
         text = source
         for choices in edits:
-            # (the persistent grid's loop over work items indents the dK/dV step 4 more spaces)
-            choices = choices + [("    " + old, "    " + new) for old, new in choices if old.startswith(" ")]
             assert any(old in text for old, _ in choices), (name, choices)
             for old, new in choices:
                 text = text.replace(old, new)

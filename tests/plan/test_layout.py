@@ -210,7 +210,6 @@ TARGET_ONLY = {
              "family",  # what each family's template renders (KernelShape; emit asks)
              "backward",  # the backward pass (issue 41): tiles, source, description, launches
              "backward_mma",  # the backward's mma.sync family (sm_80+): its rules, shared memory, check lines
-             "backward_items",  # the fast backward's persistent work items: their order, the tail's copies
              "backward_launch",  # the backward's launches: cubin, functions, arguments, run_backward
              "expr_bits"},  # index-only mask expressions run on bits: the builder + mask custom (issue 42)
     "wgsl": {"blockmask", "manifest", "unroll"},

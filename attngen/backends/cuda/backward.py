@@ -8,8 +8,7 @@ through partial sums): attngen_<name>_bwd_preprocess (D_i = rowsum(dO_i * O_i) i
 workspace), _bwd_dkdv (per key block, KV head and batch entry: dK_j and dV_j, summed over the query
 tiles that see the block and the GQA group's heads) and _bwd_dq.
 - "wgmma" (fast; templates/cuda/backward_wgmma.cu.j2): Hopper tensor cores, cuda-sm90, f16/bf16,
-  head dims 64 and 128 (a persistent grid of work items: backward_items.py); qk = v = 256 in blocks
-  of 64 keys (backward_wgmma_wide.cu.j2, `wide`; no score or mask expressions). The dK/dV step also
+  head dims 64 and 128; qk = v = 256 in blocks of 64 keys (backward_wgmma_wide.cu.j2, `wide`; no score or mask expressions). The dK/dV step also
   computes every dQ_i contribution of its keys and adds it into an f32 accumulator through the
   tensor copy engine (reductions, in no fixed order); _bwd_dq converts the accumulator.
 - "mma" (fast; templates/cuda/backward_mma.cu.j2, backward_mma.py): mma.sync tensor cores (sm_80+),
@@ -42,7 +41,7 @@ from ...plan import backward as neutral
 from ...plan import masks
 from ...plan.kernel_plan import KernelPlan, Problem
 from ...version import __version__
-from . import backward_items, backward_mma, expr_grads
+from . import backward_mma, expr_grads
 
 THREADS = 256  # per block, every entry point: 8 warps
 # Shared memory a block may take (dK/dV and dQ steps): 96 KiB runs on every sm_80+ GPU (sm_86 and
@@ -279,10 +278,8 @@ def _steps(plan: KernelPlan) -> list[str]:
             "of dq may differ between runs; target cuda { backward=deterministic } for the deterministic family)",
             f"{pre}: D_i = rowsum(dO_i * O_i), dQ's f32 accumulator zeroed; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x "
             f"{THREADS} threads",
-            f"{dkdv}: dK_j, dV_j and the dQ_i contributions; persistent: min(SMs, items) blocks x {THREADS} threads "
-            f"taking the items (ceil(Lk / {WGMMA_KEYS}), Hkv, B)"
-            + (" longest first" if backward_items.longest_first(plan) else "")
-            + f" (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {wgmma_rows(plan)} query rows, "
+            f"{dkdv}: dK_j, dV_j and the dQ_i contributions; grid (ceil(Lk / {WGMMA_KEYS}), Hkv, B) x {THREADS} "
+            f"threads (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {wgmma_rows(plan)} query rows, "
             f"{fast_smem_bytes(plan)} bytes of shared memory"
             + (f" ({dkdv}_add in its place for an additive mask)" if plan.spec.mask.is_custom and split_additive(plan)
                else ""),
@@ -382,7 +379,6 @@ def render_backward(plan: KernelPlan) -> str:
                           smem_bytes=fast_smem_bytes(plan), lane_words=False, **extra, **common)
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
                       block_m=wgmma_rows(plan), smem_bytes=fast_smem_bytes(plan), lane_words=True,
-                      stage_next=backward_items.stage_next(plan),
                       **extra, **_wgmma_recompute(plan), **common)
     if family(plan) == "mma":
         return render("cuda/backward_mma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,

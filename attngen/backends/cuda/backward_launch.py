@@ -15,9 +15,9 @@ import numpy as np
 
 from ...errors import LaunchError
 from ...plan.kernel_plan import KernelPlan
-from . import backward_items, backward_mma, expr_grads
+from . import backward_mma, expr_grads
 from .backward import (ARG_FIELDS, PRE_ROWS, THREADS, WGMMA_ROWS, backward_config, backward_problems, block_keys,
-                       entry_names, family, fast_smem_bytes, partials, render_backward, split_additive, wide)
+                       entry_names, family, fast_smem_bytes, partials, render_backward, split_additive)
 
 
 def _ctype(c: str):
@@ -253,13 +253,11 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         nb = 1 if packed else launch.batch
         rows_grid = (math.ceil(a.rows_q / PRE_ROWS), launch.heads_q, nb)
         key_rows = launch.len_k if packed else a.rows_k
-        persistent = fast and not wide(plan)  # (the 128-key kernel: work items, backward_items.py)
         if fast:
-            dkdv_grid = (math.ceil(key_rows / block_keys(plan)), launch.heads_kv, launch.batch)
-            if persistent:
-                work, dkdv_grid = backward_items.work(plan, dkdv_grid[0], launch.heads_kv, launch.batch,
-                                                      launch.len_q, launch.group, kernel._cores(dev))
-            grids = (("preprocess", rows_grid, 0), ("dkdv", dkdv_grid, fast_smem_bytes(plan)), ("dq", rows_grid, 0))
+            grids = (("preprocess", rows_grid, 0),
+                     ("dkdv", (math.ceil(key_rows / block_keys(plan)), launch.heads_kv, launch.batch),
+                      fast_smem_bytes(plan)),
+                     ("dq", rows_grid, 0))
         elif fam == "mma":
             grids = (("preprocess", rows_grid, 0),
                      ("dkdv", (math.ceil(key_rows / backward_mma.KEYS), launch.heads_kv, launch.batch),
@@ -294,8 +292,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                                       (0, *_row_major(named["q"].shape)) if packed else _row_major(named["q"].shape),
                                       "f32", WGMMA_ROWS, box_cols=32)
             keep.append(dq_map)
-            extra = (((ctypes.addressof(work),) if persistent else ()) + ein
-                     + ((ctypes.addressof(g),) if input_grads else ()))
+            extra = ein + ((ctypes.addressof(g),) if input_grads else ())
             params_dkdv = (ctypes.c_void_p * (2 + len(extra)))(ctypes.addressof(a), dq_map.encode(a.dq_accum), *extra)
         additive = split_additive(plan) and bm is not None and bm.kind == "additive"
         for step, grid, smem in grids:

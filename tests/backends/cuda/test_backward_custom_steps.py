@@ -135,14 +135,12 @@ def _spills(source: str) -> dict:
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
 def test_custom_entries_spill_no_more_than_mask_none():
     """ptxas (NVRTC, sm_90a) at head dim 128: the boolean custom mask's dK/dV entry and the additive
-    one's (`_bwd_dkdv_add`) spill little more than mask none's: 36 and 28 bytes of stores with NVRTC
-    13 where mask none spills none (since lse_i / D_i are copied with cp.async; before, 70 and 82
-    beside mask none's 72, and both custom entries together 134 before lane_words). A margin of 48
-    bytes for other ptxas versions."""
+    one's (`_bwd_dkdv_add`) spill about as much as mask none's (72 bytes here; both custom entries
+    together spilled 134 before lane_words). A margin of 24 bytes for other ptxas versions."""
     none = _spills(_source("head_dim 128\ndtype f16"))["attngen_e_bwd_dkdv"]
     custom = _spills(_source("head_dim 128\ndtype f16\nmask custom"))
     assert set(custom) >= {"attngen_e_bwd_dkdv", "attngen_e_bwd_dkdv_add"}
-    assert custom["attngen_e_bwd_dkdv"] <= none + 48 and custom["attngen_e_bwd_dkdv_add"] <= none + 48, (none, custom)
+    assert custom["attngen_e_bwd_dkdv"] <= none + 24 and custom["attngen_e_bwd_dkdv_add"] <= none + 24, (none, custom)
     text = "\n".join(backward.describe_backward(attngen.lower(spec_of("head_dim 64\ndtype f16\nmask custom", name="e"),
                                                              "cuda", "cuda-sm90")))
     assert "attngen_e_bwd_dkdv_add in its place for an additive mask" in text

@@ -89,7 +89,7 @@ def test_the_fast_family_on_hopper():
     plan = _plan(body, "cuda-sm90")
     assert backward.family(plan) == "wgmma"
     text = "\n".join(get("cuda").describe_backward(plan))
-    assert "fast: Hopper tensor cores" in text and "blocks x 256 threads taking the items (ceil(Lk / 128), Hkv, B)" in text
+    assert "fast: Hopper tensor cores" in text and "grid (ceil(Lk / 128), Hkv, B)" in text
     assert "dQ's accumulator, 4 * B * Lq * Hq * 128 bytes" in text
     source = backward.render_backward(plan)
     assert "wgmma.mma_async" in source and "cp.reduce.async.bulk.tensor" in source

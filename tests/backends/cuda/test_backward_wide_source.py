@@ -68,7 +68,6 @@ def _dkdv_report(log: str) -> tuple[int, int]:
 # (label, spec body, spill store bytes of dkdv at most: ptxas 13.5 through NVRTC)
 COMPILED = [
     ("f16 causal", "head_dim 256\n dtype f16\n mask causal", 0),
-    ("f16 none GQA 8", "head_dim 256\n heads q=8 kv=1\n dtype f16", 0),
     ("bf16 causal bottom-right GQA 3", "head_dim 256\n heads q=6 kv=2\n dtype bf16\n mask causal(bottom_right)", 0),
     ("f16 custom", "head_dim 256\n dtype f16\n mask custom", 32),
     ("bf16 window softcap scale",
