@@ -273,7 +273,7 @@ def test_head_dims_masks_gqa_and_lengths(tmp_path):
 
 def test_kv_lens_packed_and_rows_that_see_no_key(tmp_path):
     dq, dk, dv = _check("head_dim 128\n dtype f16\n mask causal(bottom_right)",
-                        [(2, 70, 2, 128), (2, 80, 1, 128), (2, 80, 1, 128)], tmp_path, kv_lens=[0, 37], poison=True)
+                        [(2, 37, 2, 128), (2, 66, 1, 128), (2, 66, 1, 128)], tmp_path, kv_lens=[0, 37], poison=True)
     assert not dq[0].any() and not dk[0].any() and not dk[1, 37:].any() and not dv[1, 37:].any()
     cuq = np.concatenate([[0], np.cumsum([1, 0, 66])]).astype(np.int32)
     cuk = np.concatenate([[0], np.cumsum([3, 2, 65])]).astype(np.int32)
