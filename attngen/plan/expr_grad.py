@@ -3,6 +3,7 @@
     score_ds(spec.score)              d score / d s             s - slopes[h] * abs(q - k)  ->  1
                                                                 30 * tanh(s / 30)  ->  1 - tanh(s / 30) * tanh(s / 30)
     input_derivatives(score, "bias")  [(Load, d score / d Load), ...], one per distinct read of `bias`
+    grad_reads(spec)                  [(input, M, Load, d score / d Load), ...] of every `grad` input
 
 The results are attngen.lang.expr IR, simplified as they are built (`add`, `sub`, `mul`, `div`,
 `neg`, `where`: constants folded, x * 1, x + 0, x - 0, x / 1, 0 * x, --x removed, the constant
@@ -211,3 +212,15 @@ def input_derivatives(score, name: str) -> list:
     entry's gradient sums, over every visible pair and every read that names it, dS (d loss /
     d score) times that read's derivative."""
     return [(ld, derivative(score, ld)) for ld in loads_of(score, name)]
+
+
+def grad_inputs(spec) -> list:
+    """The spec's `grad` inputs (attngen.lang.expr.Input), in declaration order."""
+    return [i for i in spec.inputs if i.grad]
+
+
+def grad_reads(spec) -> list:
+    """(input, M, Load, d score / d Load as a real) of every distinct read of every `grad` input,
+    M counting an input's reads from 1 (the order of input_derivatives)."""
+    return [(inp, m, ld, as_real(d)) for inp in grad_inputs(spec)
+            for m, (ld, d) in enumerate(input_derivatives(spec.score, inp.name), 1)]

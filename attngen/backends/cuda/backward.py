@@ -116,7 +116,7 @@ def smem_bytes(tile: int, d_qk: int, d_v: int, partials: bool = False) -> int:
 
 def partials(plan: KernelPlan) -> bool:
     """Whether the deterministic family sums `grad` inputs through partials (expr_grads.py)."""
-    return family(plan) == "fma" and bool(expr_grads.partial_inputs(plan.spec))
+    return family(plan) == "fma" and bool(expr_grads.partials(plan.spec))
 
 
 def _acc(tile: int, d_qk: int, d_v: int) -> int:
@@ -477,13 +477,14 @@ def describe_backward(plan: KernelPlan) -> list[str]:
              + (f"; {', '.join(staged)} summed per step in shared memory first, one atomicAdd per entry"
                 if staged else "")] if grads else []
     if grads and family(plan) == "fma":
-        part = expr_grads.partial_inputs(plan.spec)
-        direct = [f"{i.name} ({', '.join(map(str, i.axes))})" for i in plan.spec.inputs if i.grad and i not in part]
+        part, tile = expr_grads.partials(plan.spec), backward_config(plan).tile
+        direct = [f"{i.name} ({', '.join(map(str, i.axes))})" for i in plan.spec.inputs
+                  if i.grad and all(p.input is not i for p in part)]
         extra = [f"backward grad inputs: {', '.join(direct)}, f32, added into by the dK/dV step at each visible pair, "
                  "each entry by one thread (read once per pair; no atomics: the same bits on every run)"] if direct else []
-        extra += [f"backward grad input {i.name}: f32 partial sums, a slice of {' * '.join(expr_grads.slice_extents(plan.spec, i, backward_config(plan).tile))} "
-                  f"words per dK/dV block (ceil(Lk / {backward_config(plan).tile}) * Hkv * B of them), added up in a "
-                  f"fixed order by {plan.entry}_bwd_grads (no atomics: the same bits on every run)" for i in part]
+        extra += [f"backward grad input {p.input.name}: f32 partial sums, a slice of {' * '.join(p.formula(str(tile)))} "
+                  f"words per dK/dV block (ceil(Lk / {tile}) * Hkv * B of them), added up in a "
+                  f"fixed order by {plan.entry}_bwd_grads (no atomics: the same bits on every run)" for p in part]
     return ([f"backward: {4 if partials(plan) else 3} entry points, {first}"] + [f"backward {line}" for line in steps]
             + [f"backward query tiles per key tile: {how}", f"backward workspace: {_workspace(plan)}"] + extra)
 

@@ -31,13 +31,16 @@ gs); after the tile pair, grad_partials_add walks the tile's pairs in order and 
 slice word by the thread whose index is its offset modulo kThreads; the entry point
 <entry>_bwd_grads (grad_partials_sum) then sums, per entry, the slices of the blocks that can
 name it in grid order. A slice spans the input's axes, except an axis indexed by its own name in
-every read, k (the block's kTile keys), b, hkv (one) or h (without hkv: the group's heads). No
+every read, k (the block's kTile keys), b, hkv (one) or h (without hkv: the group's heads):
+attngen.plan.grad_partials decides which inputs and axes, and this module renders them. No
 atomics: the same bits on every run. A pair whose ds is exactly 0 adds nothing.
 """
 
 from __future__ import annotations
 
 from ...lang.expr import INT, Binary, Fn, Load, Unary, Var, format_expr, inputs_read, walk
+from ...plan import grad_partials
+from ...plan.expr_grad import as_real, grad_inputs, grad_reads, input_derivatives
 from . import expr as cuda_expr
 
 # Reads summed per step in shared memory at most (2 stages x 2 warpgroups x kBlockM + 63 floats each:
@@ -45,15 +48,9 @@ from . import expr as cuda_expr
 MAX_STAGED = 4
 
 
-def grad_inputs(spec) -> list:
-    """The spec's `grad` inputs (attngen.lang.expr.Input), in declaration order."""
-    return [i for i in spec.inputs if i.grad]
-
-
 def derivatives(spec) -> list:
     """d score / d read of every distinct read of every grad input (their helpers are rendered
     with the score's)."""
-    from ...plan.expr_grad import as_real, input_derivatives
     return [as_real(d) for i in grad_inputs(spec) for _, d in input_derivatives(spec.score, i.name)]
 
 
@@ -95,7 +92,6 @@ def staged_reads(spec) -> list:
     entry per step), or one a _relative function of k - q and the others free (+1 / -1: the run's
     first entry is at the step's smallest / largest k - q). The other reads add with atomicAdd at
     each pair."""
-    from ...plan.expr_grad import input_derivatives
     out = []
     for inp in grad_inputs(spec) if spec.score is not None else ():
         for m, (ld, _) in enumerate(input_derivatives(spec.score, inp.name), 1):
@@ -120,69 +116,42 @@ def site_of(spec, exprs) -> dict:
     return out
 
 
-def _reads(spec) -> list:
-    """(input, M, Load, d score / d Load as a real) of every distinct read of every grad input."""
-    from ...plan.expr_grad import as_real, input_derivatives
-    return [(inp, m, ld, as_real(d)) for inp in grad_inputs(spec)
-            for m, (ld, d) in enumerate(input_derivatives(spec.score, inp.name), 1)]
-
-
-def partial_inputs(spec) -> list:
-    """The grad inputs the deterministic family sums through partials: those with a read that is
-    not once per pair (attngen.plan.backward.injective)."""
-    from ...plan.backward import injective
-    found = _reads(spec)
-    return [i for i in grad_inputs(spec) if not all(injective(ld, i) for inp, _, ld, _ in found if inp is i)]
+def partials(spec) -> list:
+    """attngen.plan.grad_partials.partials of the deterministic family: a read at hkv that is once
+    per pair is added directly (a block's one thread adds the GQA group's heads in turn), so only
+    the inputs with a read that is not once per pair go through partial sums."""
+    return grad_partials.partials(spec, direct_at_hkv=True)
 
 
 def fields(spec, atomic: bool) -> list:
     """ExprGrads' pointers, in order: each grad input's gradient, then (deterministic family) each
     partials input's partial sums (NAME_partials)."""
-    return [i.name for i in grad_inputs(spec)] + ([] if atomic else [f"{i.name}_partials" for i in partial_inputs(spec)])
+    return [i.name for i in grad_inputs(spec)] + ([] if atomic else [f"{p.input.name}_partials" for p in partials(spec)])
 
 
 SUM_BLOCKS = 256  # blocks of <entry>_bwd_grads: their threads stride over the gradients' entries
 PARTIALS_LIMIT_BYTES = 1 << 32  # the partial sums a call may allocate (4 GiB)
 
-# An owned axis's extent in a block's slice (C++)
-_SLICE = {"k": "kTile", "b": "1", "hkv": "1", "h": "a.group"}
+def _full(axis) -> str:
+    """The C++ extent of an input's axis (ExprInputs' ext_NAME, or its fixed size)."""
+    return f"in.ext_{axis}" if isinstance(axis, str) else str(axis)
 
 
-def owned(spec, inp) -> list:
-    """Per axis of `inp`: the name a block's slice owns ("k", "b", "hkv", "h") or None (the slice
-    spans the axis)."""
-    loads = [ld for i, _, ld, _ in _reads(spec) if i is inp]
-    out = []
-    for n, axis in enumerate(inp.axes):
-        own = axis in _SLICE and all(ld.indices[n] == Var(axis, ld.indices[n].type) for ld in loads)
-        out.append(axis if own and not (axis == "h" and "hkv" in inp.axes) else None)
-    return out
-
-
-def slice_extents(spec, inp, tile: int | None = None) -> list:
-    """The C++ extents of one block's slice of `inp`'s partial sums; with `tile` (the family's)
-    the formulas `attngen check` prints (G: the GQA group; B, Hq, Hkv, Lq, Lk: the call's)."""
-    if tile is not None:
-        names = {"k": str(tile), "b": "1", "hkv": "1", "h": "G"}
-        full = {"b": "B", "h": "Hq", "hkv": "Hkv", "q": "Lq", "k": "Lk"}
-        return [names[o] if o else full.get(a, str(a)) for a, o in zip(inp.axes, owned(spec, inp))]
-    return [_SLICE[o] if o else (f"in.ext_{a}" if isinstance(a, str) else str(a)) for a, o in zip(inp.axes, owned(spec, inp))]
+def _slice_extents(p) -> list:
+    """The C++ extents of one block's slice of a partials input (`p`, grad_partials.Partials)."""
+    return p.extents("kTile", "a.group", "1", _full)
 
 
 def partial_words(spec, shapes: dict, n_slices: int, tile: int, group: int) -> dict:
     """{NAME_partials: words} of a call: `n_slices` dK/dV blocks (its grid), each with a slice of
     every partials input (`shapes`: the inputs' shapes in the call)."""
-    out = {}
-    for inp in partial_inputs(spec):
-        n = 1
-        for extent, own in zip(shapes[inp.name], owned(spec, inp)):
-            n *= {"k": tile, "b": 1, "hkv": 1, "h": group}.get(own, int(extent))
-        out[f"{inp.name}_partials"] = n_slices * n
-    return out
+    return {f"{p.input.name}_partials": n_slices * p.words(shapes[p.input.name], tile, group) for p in partials(spec)}
 
 
 def check_partials(kernel: str, words: dict) -> None:
-    """A LaunchError where a call's partial sums (partial_words) exceed PARTIALS_LIMIT_BYTES."""
+    """A LaunchError where a call's partial sums (partial_words) exceed PARTIALS_LIMIT_BYTES (this
+    target's own bound: the launcher allocates them in device memory beside the call's tensors;
+    the WGSL workspace is bounded by the device's storage-binding limit instead)."""
     from ...errors import LaunchError
     total = 4 * sum(words.values())
     if total > PARTIALS_LIMIT_BYTES:
@@ -202,12 +171,13 @@ def source(spec, atomic: bool = True) -> str:
     grads = grad_inputs(spec)
     if not grads:
         return ""
-    reads = _reads(spec)
-    part = [] if atomic else partial_inputs(spec)
+    reads = grad_reads(spec)
+    part = [] if atomic else partials(spec)
     sites = site_of(spec, [d for *_, d in reads])
     fields = "\n".join(f"    float* {i.name};  // d loss / d {i.name}: f32, {i.name}'s shape, zeroed before the launch"
                         for i in grads) + "".join(
-        f"\n    float* {i.name}_partials;  // {i.name}'s partial sums: one slice per dK/dV block, zeroed" for i in part)
+        f"\n    float* {p.input.name}_partials;  // {p.input.name}'s partial sums: one slice per dK/dV block, zeroed"
+        for p in part)
     how = "added into with atomicAdd" if atomic else "each entry added into by one thread (no atomics)"
     out = [f"// The gradients of the `grad` inputs (issue 42): one f32 buffer each, {how}.\n"
            f"struct ExprGrads {{\n{fields}\n}};\n"]
@@ -219,7 +189,7 @@ def source(spec, atomic: bool = True) -> str:
     for inp, m, ld, d in reads:
         name = f"grad_{inp.name}_{m}"
         out.append(cuda_expr.function(name, d, f"d score / d {format_expr(ld)} =", sites))
-        if inp in part:
+        if any(p.input is inp for p in part):
             continue
         ext = [f"in.ext_{a}" if isinstance(a, str) else str(a) for a in inp.axes]
         idx = "".join(f"        const int i{n} = {cuda_expr.render(i, sites)};\n" for n, i in enumerate(ld.indices))
@@ -293,9 +263,9 @@ def _index_flat(parts: list, ext: list) -> str:
 
 def _partials_source(spec, part, reads, sites) -> str:
     adds, sums = [], []
-    for inp in part:
-        ext, own = slice_extents(spec, inp), owned(spec, inp)
-        full = [f"in.ext_{a}" if isinstance(a, str) else str(a) for a in inp.axes]
+    for p in part:
+        inp, own, ext = p.input, p.owned, _slice_extents(p)
+        full = [_full(a) for a in inp.axes]
         size = " * ".join(f"(long long){e}" if n == 0 else e for n, e in enumerate(ext))
         for _, m, ld, d in (r for r in reads if r[0] is inp):
             idx = [cuda_expr.render(i, sites) for i in ld.indices]
@@ -313,14 +283,9 @@ def _partials_source(spec, part, reads, sites) -> str:
         rng = {"z": ("0", "in.ext_b"), "y": ("0", "in.ext_hkv"), "x": ("0", "n_x")}
         slot = []
         for n, o in enumerate(own):
-            if o == "b":
-                rng["z"] = (f"ax{n}", f"ax{n} + 1")
-            elif o == "hkv":
-                rng["y"] = (f"ax{n}", f"ax{n} + 1")
-            elif o == "h":
-                rng["y"] = (f"ax{n} / a.group", f"ax{n} / a.group + 1")
-            elif o == "k":
-                rng["x"] = (f"ax{n} / kTile", f"min(ax{n} / kTile + 1, n_x)")  # keys past the grid: none
+            if o:  # the one block of the grid's dimension that names the entry (keys past the grid: none)
+                at = {"k": f"ax{n} / kTile", "h": f"ax{n} / a.group"}.get(o, f"ax{n}")
+                rng[grad_partials.GRID[o]] = (at, f"min({at} + 1, n_x)" if o == "k" else f"{at} + 1")
             slot.append({"k": f"ax{n} % kTile", "b": "0", "hkv": "0", "h": f"ax{n} % a.group"}.get(o, f"ax{n}"))
         decomp = "".join(f"            const int ax{n} = (int)(rest % {full[n]});\n            rest /= {full[n]};\n"
                          for n in reversed(range(1, len(full)))) + "            const int ax0 = (int)rest;\n"

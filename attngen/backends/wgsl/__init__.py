@@ -184,17 +184,17 @@ class WgslBackend(Backend):
         lines.append(f"  workspace rows: D per query row and head ({workspace_bytes(1, 1, 1)} bytes each: "
                      "plan.backward.workspace_bytes(B, Hq, Lq)), with lse * log2(e) beside it (as much again) "
                      "and one word for the loop-budget check; dk and dv share one binding (dkv)")
-        from .expr_grads import partial_inputs, slice_extents
+        from .expr_grads import partials
         grads = [i.name for i in plan.spec.inputs if i.grad]
-        part = partial_inputs(plan.spec)
+        part = partials(plan.spec)
         if grads:
-            direct = [i.name for i in plan.spec.inputs if i.grad and i not in part]
+            direct = [i.name for i in plan.spec.inputs if i.grad and all(p.input is not i for p in part)]
             lines.append(f"  gradients of the `grad` inputs {', '.join(grads)}: f32 in rows after its flag word, "
                          + (f"{', '.join(direct)} written by the dkdv step (one invocation per entry: no atomics)"
                             if direct else "written by the grads step"))
-        for i in part:
-            lines.append(f"  {i.name}'s gradient sums many pairs: partial sums in rows, one slice of "
-                         f"{' * '.join(slice_extents(plan.spec, i, manifest=True))} words per dkdv workgroup "
+        for p in part:
+            lines.append(f"  {p.input.name}'s gradient sums many pairs: partial sums in rows, one slice of "
+                         f"{' * '.join(p.formula('BKV'))} words per dkdv workgroup "
                          f"(ceil(Lk / {cfg.block_kv}) * Hkv * B of them), summed in a fixed order by the grads "
                          "step (the rows binding must hold them: a larger call is refused)")
         return lines

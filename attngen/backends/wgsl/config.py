@@ -485,8 +485,8 @@ def backward_smem(bq: int, bkv: int, d_qk: int, d_v: int, partials: bool = False
 def backward_config(plan) -> WgslBackward | None:
     """The backward's blocks for the forward plan `plan` (None: even one row and one key do not
     fit BACKWARD_SMEM_BYTES: head dims too large for this backward)."""
-    from .expr_grads import partial_inputs
-    partials = bool(partial_inputs(plan.spec))
+    from . import expr_grads
+    partials = bool(expr_grads.partials(plan.spec))
     for bq, bkv in _BACKWARD_BLOCKS:
         if plan.tile_q % bq or plan.tile_kv % bkv:
             continue

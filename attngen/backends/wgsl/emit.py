@@ -480,13 +480,13 @@ def backward_expression_sources(plan: KernelPlan) -> dict:
     none), and the forward's tile classification (mask_tile_sources) for the backward's blocks. A
     read in score_expr_ds flags the site of the same read in the score (`sites`)."""
     from ...lang.expr import Load, walk
-    from ...plan.expr_grad import as_real, score_ds
+    from ...plan.expr_grad import as_real, grad_reads, score_ds
     from . import expr as wgsl_expr
     from . import expr_grads
     spec = plan.spec
     mask = spec.mask.expr if spec.mask.kind == "expr" else None
     ds = as_real(score_ds(spec.score)) if spec.score is not None else None
-    derived = [d for *_, d in expr_grads.reads(spec)]  # d score / d each read of a grad input
+    derived = [d for *_, d in grad_reads(spec)]  # d score / d each read of a grad input
     helpers = wgsl_expr.helpers_of(mask, spec.score, ds, *derived) + [wgsl_expr.loader(i) for i in spec.inputs]
     helpers = "".join(h + "\n" for h in helpers)
     found = wgsl_expr.sites(spec)
@@ -579,16 +579,16 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
                                 "written by the dkdv step (the grads step for those in \"partials\"), 0 where no "
                                 "visible pair reads an entry"}
                         for n, i in enumerate(grads)]
-        part = expr_grads.partial_inputs(plan.spec)
+        part = expr_grads.partials(plan.spec)
         if part:  # then the partial sums of the inputs many pairs read, one slice per dkdv workgroup
             at = "2 * Hq * Tq + 1 + " + " + ".join(size[i.name] for i in grads)
             slices = f"ceil(Lk / {cfg.block_kv}) * Hkv * B"
             out["partials"] = []
-            for i in part:
-                ext = expr_grads.slice_extents(plan.spec, i, manifest=True)
+            for p in part:
+                ext = p.formula("BKV")
                 words = f"{slices} * " + " * ".join(ext)
                 out["partials"].append({
-                    "name": i.name, "slice": ext, "at_word": at, "words": words,
+                    "name": p.input.name, "slice": ext, "at_word": at, "words": words,
                     "doc": "f32 partial sums of d loss / d the input: one slice per dkdv workgroup (x, y, z), the "
                            "(z * Hkv + y) * ceil(Lk / BKV) + x-th, row-major in `slice` (an axis named k spans the "
                            "workgroup's BKV keys, b and hkv one, h the group's G heads); the grads step sums them"})

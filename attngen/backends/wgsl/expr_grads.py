@@ -23,8 +23,9 @@ zeroed, so entries of hidden pairs, rows that see no key and keys past kv_lens s
   offset modulo the workgroup size): no two invocations add into one word. A slice spans the
   input's axes, except that an axis indexed by its own name in every read, k, b, hkv or h
   (without hkv), spans only what the workgroup can name there: BKV keys, one batch, one KV head,
-  the group's query heads. Then the entry point <entry>_bw_grads sums, for each entry, the slices
-  of the workgroups that can name it, in grid order, into the gradient. A pair whose ds is
+  the group's query heads (attngen.plan.grad_partials decides which inputs and axes; this module
+  renders them). Then the entry point <entry>_bw_grads sums, for each entry, the slices of the
+  workgroups that can name it, in grid order, into the gradient. A pair whose ds is
   exactly 0 adds nothing (not 0 times its derivative).
 
 A read out of its bounds adds nothing (the score's loader has flagged the launch).
@@ -32,69 +33,38 @@ A read out of its bounds adds nothing (the score's loader has flagged the launch
 
 from __future__ import annotations
 
-from ...lang.expr import Var, format_expr
+from ...lang.expr import format_expr
+from ...plan import grad_partials
+from ...plan.expr_grad import grad_inputs, grad_reads
 from . import expr as wgsl_expr
 
 _EXTENT = {"b": "params.batch", "h": "params.heads_q", "hkv": "params.heads_kv", "q": "params.len_q",
            "k": "params.cap"}  # (expr._EXTENT: the loaders' extents)
-_SYMBOL = {"b": "B", "h": "Hq", "hkv": "Hkv", "q": "Lq", "k": "Lk"}  # the manifest's names of the extents
-# An owned axis's extent in one workgroup's slice: WGSL, and the manifest's formula
-_SLICE = {"k": ("BKV", "BKV"), "b": ("1u", "1"), "hkv": ("1u", "1"), "h": ("params.group", "G")}
 ARGS = "s, b, h, hkv, q, k, Lq, Lk"
 
 
-def grad_inputs(spec) -> list:
-    """The spec's `grad` inputs (attngen.lang.expr.Input), in declaration order."""
-    return [i for i in spec.inputs if i.grad]
+def partials(spec) -> list:
+    """attngen.plan.grad_partials.partials of this target: an input with an axis hkv goes through
+    partial sums even where every read is once per pair, as step 2 may run several query heads of
+    the GQA group in parallel (its rows pack them), whose pairs would add into one entry (wrong
+    sums on NVIDIA's Vulkan in testing, before partials)."""
+    return grad_partials.partials(spec, direct_at_hkv=False)
 
 
-def reads(spec) -> list:
-    """(input, M, Load, d score / d Load as a real) of every distinct read of every grad input."""
-    from ...plan.expr_grad import as_real, input_derivatives
-    return [(inp, m, ld, as_real(d)) for inp in grad_inputs(spec)
-            for m, (ld, d) in enumerate(input_derivatives(spec.score, inp.name), 1)]
+def _full(axis) -> str:
+    """The WGSL u32 extent of an input's axis (the loaders' params, or its fixed size)."""
+    return _EXTENT[axis] if isinstance(axis, str) else f"{axis}u"
 
 
-def partial_inputs(spec) -> list:
-    """The grad inputs summed through per-workgroup partials (module docstring): all but those
-    whose every read is injective with an axis h."""
-    from ...plan.backward import injective
-    found = reads(spec)
-    return [i for i in grad_inputs(spec)
-            if "hkv" in i.axes or not all(injective(ld, i) for inp, _, ld, _ in found if inp is i)]
-
-
-def owned(spec, inp) -> list:
-    """Per axis of `inp`: the name that a workgroup's slice owns ("k", "b", "hkv", "h") or None
-    (the slice spans the axis)."""
-    loads = [ld for i, _, ld, _ in reads(spec) if i is inp]
-    out = []
-    for n, axis in enumerate(inp.axes):
-        own = axis in _SLICE and all(ld.indices[n] == Var(axis, ld.indices[n].type) for ld in loads)
-        if axis == "h" and "hkv" in inp.axes:
-            own = False  # the workgroup is named by hkv then; h spans its axis
-        out.append(axis if own else None)
-    return out
-
-
-def slice_extents(spec, inp, manifest: bool = False) -> list:
-    """The extents of one workgroup's slice of `inp`'s partial sums (WGSL u32 expressions, or the
-    manifest's formulas)."""
-    pick = 1 if manifest else 0
-    out = []
-    for axis, own in zip(inp.axes, owned(spec, inp)):
-        if own is not None:
-            out.append(_SLICE[own][pick])
-        elif isinstance(axis, int):
-            out.append(str(axis) if manifest else f"{axis}u")
-        else:
-            out.append(_SYMBOL[axis] if manifest else _EXTENT[axis])
-    return out
+def slice_extents(p) -> list:
+    """The WGSL u32 extents of one workgroup's slice of a partials input (`p`,
+    grad_partials.Partials; the manifest prints p.formula("BKV"))."""
+    return p.extents("BKV", "params.group", "1u", _full)
 
 
 def numel(inp) -> str:
     """The WGSL u32 expression of input `inp`'s element count."""
-    return " * ".join(_EXTENT[a] if isinstance(a, str) else f"{a}u" for a in inp.axes)
+    return " * ".join(_full(a) for a in inp.axes)
 
 
 def _bounds(idx: list, ext: list) -> str:
@@ -115,10 +85,10 @@ def source(spec, site_of: dict) -> str:
     """The derivative functions, grad_inputs_add, and with partials grad_partials_add and the
     sum's helper ("" without grad inputs). `site_of`: the site number of each Load by id, the
     derivatives' reads included (emit.backward_expression_sources)."""
-    found = reads(spec)
+    found = grad_reads(spec)
     if not found:
         return ""
-    part = partial_inputs(spec)
+    part = partials(spec)
     out = ["// The gradients of the `grad` inputs (issue 42): d loss / d entry, f32, in the workspace rows after\n"
            "// its flag word, one area per input in declaration order, row-major in the input's shape. No atomics:\n"
            "// an input read once per pair is added into by one invocation of step 2 per entry; the others\n"
@@ -130,14 +100,14 @@ def source(spec, site_of: dict) -> str:
                    "var<workgroup> sS: array<f32, BQ * BKV>;\n")
     body = []
     for inp in grad_inputs(spec):
-        if inp in part:
+        if any(p.input is inp for p in part):
             body.append(f"    at += {numel(inp)};  // {inp.name}'s elements (partials: grad_partials_add)\n")
             continue
         for _, m, ld, d in (r for r in found if r[0] is inp):
             name = f"grad_{inp.name}_{m}"
             out.append(wgsl_expr.function(name, d, f"d score / d {format_expr(ld)} =", site_of))
             idx = [wgsl_expr.render(i) for i in ld.indices]
-            ext = [_EXTENT[a] if isinstance(a, str) else f"{a}u" for a in inp.axes]
+            ext = [_full(a) for a in inp.axes]
             bounds = _bounds(idx, ext)
             body.append(f"    if ({bounds}) {{  // {format_expr(ld)}\n"
                         f"        rows[at + {_flat([f'u32({x})' for x in idx], ext)}] += ds * {name}({ARGS});\n"
@@ -166,9 +136,8 @@ def _first_partial(spec) -> str:
 
 def _partials_source(spec, part, found, site_of) -> str:
     fns, blocks = [], []
-    for inp in part:
-        ext = slice_extents(spec, inp)
-        own = owned(spec, inp)
+    for p in part:
+        inp, own, ext = p.input, p.owned, slice_extents(p)
         size = " * ".join(ext)
         for _, m, ld, d in (r for r in found if r[0] is inp):
             name = f"grad_{inp.name}_{m}"
@@ -176,7 +145,7 @@ def _partials_source(spec, part, found, site_of) -> str:
         lines = [f"            {{  // {inp.name}: slices of {size} words\n"]
         for _, m, ld, d in (r for r in found if r[0] is inp):
             idx = [wgsl_expr.render(i) for i in ld.indices]
-            full = [_EXTENT[a] if isinstance(a, str) else f"{a}u" for a in inp.axes]
+            full = [_full(a) for a in inp.axes]
             bounds = _bounds(idx, full)
             slot = {"k": "u32(k) - j0", "b": "0u", "hkv": "0u", "h": "u32(h) - u32(hkv) * params.group"}
             parts = [slot[o] if o is not None else f"u32({x})" for x, o in zip(idx, own)]
@@ -212,23 +181,17 @@ def _sum_source(spec, part) -> str:
     """The body of <entry>_bw_grads: each gradient entry of a partials input is the sum, in grid
     order, of the slices of the dkdv workgroups that can name it."""
     out = []
-    for inp in part:
-        ext = slice_extents(spec, inp)
-        own = owned(spec, inp)
-        full = [_EXTENT[a] if isinstance(a, str) else f"{a}u" for a in inp.axes]
+    for p in part:
+        inp, own, ext = p.input, p.owned, slice_extents(p)
+        full = [_full(a) for a in inp.axes]
         decomp = "".join(f"        let a{n} = rest % {full[n]};\n        rest = rest / {full[n]};\n"
                          for n in reversed(range(1, len(full)))) + "        let a0 = rest;\n"
         rng = {"z": ("0u", "params.batch"), "y": ("0u", "params.heads_kv"), "x": ("0u", "n_x")}
         slot = []
         for n, o in enumerate(own):
-            if o == "b":
-                rng["z"] = (f"a{n}", f"a{n} + 1u")
-            elif o == "hkv":
-                rng["y"] = (f"a{n}", f"a{n} + 1u")
-            elif o == "h":
-                rng["y"] = (f"a{n} / params.group", f"a{n} / params.group + 1u")
-            elif o == "k":
-                rng["x"] = (f"a{n} / BKV", f"min(a{n} / BKV + 1u, n_x)")  # keys past Lk: none
+            if o:  # the one workgroup of the grid's dimension that names the entry (keys past Lk: none)
+                at = {"k": f"a{n} / BKV", "h": f"a{n} / params.group"}.get(o, f"a{n}")
+                rng[grad_partials.GRID[o]] = (at, f"min({at} + 1u, n_x)" if o == "k" else f"{at} + 1u")
             slot.append({"k": f"a{n} % BKV", "b": "0u", "hkv": "0u", "h": f"a{n} % params.group"}.get(o, f"a{n}"))
         size = " * ".join(ext)
         out.append(
@@ -243,10 +206,11 @@ def _sum_source(spec, part) -> str:
             "                }\n            }\n        }\n"
             "        rows[grad + n] = sum;\n    }\n")
     body, at = [], "2u * params.heads_q * params.total_q + 1u"
+    inputs = [p.input for p in part]
     for inp in grad_inputs(spec):
-        if inp in part:
-            n = part.index(inp)
-            step = (f"    part += n_x * params.heads_kv * params.batch * ({' * '.join(slice_extents(spec, inp))});\n"
+        if inp in inputs:
+            n = inputs.index(inp)
+            step = (f"    part += n_x * params.heads_kv * params.batch * ({' * '.join(slice_extents(part[n]))});\n"
                     if n + 1 < len(part) else "")
             body.append(f"    {{  // {inp.name}\n        let grad = {at};  // its gradient's first word\n"
                         + "".join("    " + ln + "\n" for ln in out[n].splitlines()) + "    }\n" + step)
@@ -262,13 +226,7 @@ def _sum_source(spec, part) -> str:
 def partial_words(spec, arrays: dict, n_slices: int, block_kv: int, group: int) -> int:
     """Words of rows' partial sums for a call: `n_slices` dkdv workgroups (its grid), each with a
     slice of every partials input (`arrays`: the call's inputs, checked as declared)."""
-    words = 0
-    for inp in partial_inputs(spec):
-        n = 1
-        for extent, own in zip(arrays[inp.name].shape, owned(spec, inp)):
-            n *= {"k": block_kv, "b": 1, "hkv": 1, "h": group}.get(own, int(extent))
-        words += n_slices * n
-    return words
+    return sum(n_slices * p.words(arrays[p.input.name].shape, block_kv, group) for p in partials(spec))
 
 
 def layout(spec, arrays: dict, rows_words: int) -> dict:

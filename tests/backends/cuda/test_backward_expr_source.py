@@ -235,9 +235,10 @@ def test_the_deterministic_partial_sums_are_sized_and_bounded():
                    "input c[b, hkv, q, k] f32 grad\n"
                    "score s + t[h, clamp(k - q, -31, 31) + 31] + bias[h, q, k] + c[b, hkv, q, k] * c[b, hkv, k, q]",
                    name="e")
-    assert [i.name for i in expr_grads.partial_inputs(spec)] == ["t", "bias", "c"]
+    part = expr_grads.partials(spec)
+    assert [p.input.name for p in part] == ["t", "bias", "c"]
     shapes = {"t": (6, 63), "bias": (6, 9, 11), "c": (2, 2, 9, 11)}
-    assert expr_grads.owned(spec, spec.inputs[2]) == ["b", "hkv", None, None]  # (c[.., k, q]: q and k not its own)
+    assert part[2].owned == ("b", "hkv", None, None)  # (c[.., k, q]: q and k not its own)
     words = expr_grads.partial_words(spec, shapes, 10, 32, 3)
     assert words == {"t_partials": 10 * 3 * 63, "bias_partials": 10 * 3 * 9 * 32, "c_partials": 10 * 9 * 11}
     expr_grads.check_partials("e", words)
