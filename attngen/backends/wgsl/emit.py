@@ -585,7 +585,7 @@ def backward_manifest(plan: KernelPlan) -> dict | None:
             slices = f"ceil(Lk / {cfg.block_kv}) * Hkv * B"
             out["partials"] = []
             for p in part:
-                ext = p.formula("BKV")
+                ext = p.formula("BKV")  # (by the source's name: "block" gives its value; cuda's check prints a number)
                 words = f"{slices} * " + " * ".join(ext)
                 out["partials"].append({
                     "name": p.input.name, "slice": ext, "at_word": at, "words": words,
