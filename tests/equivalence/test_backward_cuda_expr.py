@@ -287,11 +287,13 @@ def test_grad_inputs(case):
 @pytest.mark.parametrize("head_dim, lines", [
     (128, "input table[h, 2047] f32 grad\nscore s + table[h, clamp(k - q, -1023, 1023) + 1023]\nmask causal"),
     (64, "input slopes[h] f32 grad\ninput t[h, 33] f32 grad\nscore s * slopes[h] + t[h, clamp(16 - (k - q), 0, 32)]"),
-], ids=("relative table d128", "slopes and a decreasing table d64"))
+    (128, "input table[h, 201] f32 grad\nscore s + table[h, clamp(k - q, -100, 100) + 100]"),
+], ids=("relative table d128", "slopes and a decreasing table d64", "a table clamped on both sides d128"))
 def test_grad_reads_summed_per_step(head_dim, lines):
     """Reads that a step's pairs share (expr_grads.staged_reads: a table at a function of k - q,
     either direction, a per-head slope) are summed per warpgroup step in shared memory and flushed
-    once per entry: both lengths odd (Lq < Lk and Lq > Lk), GQA 3, kv_lens; each gradient within
+    once per entry; steps whose pairs all read one entry (a slope; a distance clamped past its
+    bound: the last two cases) sum in registers and add once per warp: both lengths odd (Lq < Lk and Lq > Lk), GQA 3, kv_lens; each gradient within
     twice the forward's tolerance of the reference's."""
     from attngen.backends.cuda import expr_grads
     from conftest import to_device

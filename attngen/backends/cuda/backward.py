@@ -376,9 +376,11 @@ def render_backward(plan: KernelPlan) -> str:
                  else {"scale_log2": c_float(plan.scale * log2e)})
         if wide(plan):
             return render("cuda/backward_wgmma_wide.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
-                          smem_bytes=fast_smem_bytes(plan), lane_words=False, **extra, **common)
+                          smem_bytes=fast_smem_bytes(plan), lane_words=False, tid_per_call=False, **extra, **common)
+        # (load_tile's offsets computed at each call where the kernel otherwise spills them: backward_wgmma_base.j2)
         return render("cuda/backward_wgmma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
                       block_m=wgmma_rows(plan), smem_bytes=fast_smem_bytes(plan), lane_words=True,
+                      tid_per_call=plan.spec.mask.is_custom or plan.mask.kind == "expr" or plan.spec.score is not None,
                       **extra, **_wgmma_recompute(plan), **common)
     if family(plan) == "mma":
         return render("cuda/backward_mma.cu.j2", header=_header(plan), clean_v=True, mma_type=mma_type,
@@ -432,7 +434,8 @@ def expression_sources(plan: KernelPlan) -> dict:
     staged = grads and family(plan) == "wgmma" and bool(expr_grads.staged_reads(spec))  # (summed per step)
     out.update(grads_param=", const ExprGrads& grads" if grads else "", grads_arg=", grads" if grads else "",
                grads_kernel_param=", const __grid_constant__ ExprGrads grads" if grads else "",
-               grads_staged=staged, grads_step_args=", i0, kj0, gsum" if staged else "",
+               grads_staged=staged, grads_step_args=", i0, kj0, gsum, guni, gacc" if staged else "",
+               grads_band=staged and any(d != 0 for *_, d in expr_grads.staged_reads(spec)),
                grad_partials=partials(plan))
     if mask is not None:
         out["mask_expr_source"] = (helpers + cuda_expr.function("mask_expr", mask, "mask", site_of) + "\n"

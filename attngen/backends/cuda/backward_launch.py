@@ -33,7 +33,7 @@ def _cubin(plan: KernelPlan) -> bytes:
     from ...runtime.cache import cache_key, cached
     from . import nvrtc
     key = cache_key(generator=generator_version(), target="cuda", kind="backward", arch=plan.details.arch,
-                    plan=hashlib.sha256(repr(plan).encode()).hexdigest())
+                    plan=hashlib.sha256(repr(plan).encode()).hexdigest(), **nvrtc.key_extra())
     return cached(key, ".cubin", lambda: nvrtc.compile_cubin(render_backward(plan), plan.details.arch)[0])[0]
 
 

@@ -184,7 +184,8 @@ def source(spec, atomic: bool = True) -> str:
     staged = {(inp.name, m): direction for inp, m, _, direction in staged_reads(spec)} if atomic else {}
     if staged:
         out.append(_stage_head(staged))
-    body, flush, at = [], [], ""
+    body, flush, uniform, warp_add, at = [], [], [], [], ""
+    band, band_pair, band_end = [], [], []  # (the staged reads at a function of k - q: _band_source)
     args = "s, b, h, hkv, q, k, Lq, Lk"
     for inp, m, ld, d in reads:
         name = f"grad_{inp.name}_{m}"
@@ -193,15 +194,56 @@ def source(spec, atomic: bool = True) -> str:
             continue
         ext = [f"in.ext_{a}" if isinstance(a, str) else str(a) for a in inp.axes]
         idx = "".join(f"        const int i{n} = {cuda_expr.render(i, sites)};\n" for n, i in enumerate(ld.indices))
+        bounds = " && ".join(f"i{n} >= 0 && i{n} < {x}" for n, x in enumerate(ext))
         value = f"ds * {name}({'in, ' if inputs_read(d) else ''}{args})"
+        first = ""
         if (inp.name, m) in staged:
+            j = len(uniform)  # its bit in grad_stage_uniform's word, its accumulator in gacc
             span = "1" if staged[(inp.name, m)] == 0 else "kGradRun"
             corner = {1: "q0 + kBlockM - 1, k0", -1: "q0, k0 + 63", 0: "q0, k0"}[staged[(inp.name, m)]]
+            other = {1: "q0, k0 + 63", -1: "q0 + kBlockM - 1, k0", 0: None}[staged[(inp.name, m)]]
             off = f"{at} + " if at else ""
-            out.append(f"// the entry of {format_expr(ld)} at (q, k), row-major in {inp.name}'s shape\n"
+            out.append(f"// the entry of {format_expr(ld)} at (q, k), row-major in {inp.name}'s shape, and whether its\n"
+                       f"// indices there are in {inp.name}'s bounds\n"
                        f"__device__ __forceinline__ long long {name}_at(const ExprInputs& in, int b, int h, int hkv, "
                        f"int q, int k, int Lq, int Lk) {{\n{idx.replace('        ', '    ')}"
-                       f"    return {_flat(ext)};\n}}\n")
+                       f"    return {_flat(ext)};\n}}\n"
+                       f"__device__ __forceinline__ bool {name}_in(const ExprInputs& in, int b, int h, int hkv, "
+                       f"int q, int k, int Lq, int Lk) {{\n{idx.replace('        ', '    ')}"
+                       f"    return {bounds};\n}}\n")
+            same = (f" && {name}_at(in, b, h, hkv, {corner}, Lq, Lk) == {name}_at(in, b, h, hkv, {other}, Lq, Lk)"
+                    if other else "")
+            uniform.append(f"    if ({name}_in(in, b, h, hkv, {corner}, Lq, Lk){same}) u |= {1 << j}u;"
+                           f"  // {format_expr(ld)}\n")
+            warp_add.append(f"    if (uni & {1 << j}u) {{  // {format_expr(ld)}: the run's first entry\n"
+                            f"        const float v = warp_sum(gacc[{j}]);\n"
+                            f"        if (lane == 0 && v != 0.0f) red_shared_add(gsum + {off}0, v);\n    }}\n")
+            first = (f"        if (uni & {1 << j}u) {{  // every pair of the step reads one entry, in bounds\n"
+                     f"            gacc[{j}] += {value};\n        }} else {{\n")
+            if staged[(inp.name, m)] != 0:  # (summed by _band_source's functions, not grad_inputs_add)
+                jb = len(band)
+                band.append(f"// {format_expr(ld)} in a band step: v, the sum of a lane's pairs at the k - q of (q, k), summed\n"
+                            "// with the warp's other lanes at that k - q, added by the first of them into the step's run\n"
+                            f"__device__ __forceinline__ void {name}_band(const ExprInputs& in, const ExprGrads& g, float v, "
+                            "int b, int h, int hkv, int q, int k, int Lq, int Lk, int q0, int k0, float* gsum, int lane) {\n"
+                            "    v = band_sum(v, lane);\n"
+                            "    if (!band_first(lane) || v == 0.0f) return;\n"
+                            + idx.replace("        ", "    ") + f"    if ({bounds}) {{\n"
+                            f"        const long long at = {_flat(ext)}, slot = at - {name}_at(in, b, h, hkv, {corner}, Lq, Lk);\n"
+                            f"        if (slot >= 0 && slot < {span}) red_shared_add(gsum + {off}slot, v);  // (the step's run)\n"
+                            f"        else atomicAdd(g.{inp.name} + at, v);\n    }}\n}}\n")
+                band_pair.append(f"    {{  // {format_expr(ld)}\n"
+                                 f"        const float term = live ? {value} : 0.0f;\n"
+                                 f"        if (uni & {1 << j}u) {{\n            gacc[{j}] += term;\n"
+                                 f"        }} else if (e < 2) {{\n            gb.next[{jb}][e] = term;\n"
+                                 "        } else {\n"
+                                 f"            {name}_band(in, g, gb.pend[{jb}][e - 2] + term, b, h, hkv, q, k, Lq, Lk, q0, k0, gsum, lane);\n"
+                                 f"            if (e == 3) {{\n                gb.pend[{jb}][0] = gb.next[{jb}][0];\n"
+                                 f"                gb.pend[{jb}][1] = gb.next[{jb}][1];\n            }}\n        }}\n    }}\n")
+                band_end.append(f"    if (!(uni & {1 << j}u)) {{  // {format_expr(ld)}\n"
+                                f"        {name}_band(in, g, gb.pend[{jb}][0], b, h, hkv, q, k, Lq, Lk, q0, k0, gsum, lane);\n"
+                                f"        {name}_band(in, g, gb.pend[{jb}][1], b, h, hkv, q + 1, k, Lq, Lk, q0, k0, gsum, lane);\n"
+                                "    }\n")
             add = (f"            const float v = {value};\n"
                    f"            const long long at = {_flat(ext)}, slot = at - {name}_at(in, b, h, hkv, {corner}, Lq, Lk);\n"
                    f"            if (slot >= 0 && slot < {span}) red_shared_add(gsum + {off}slot, v);  // (the step's run)\n"
@@ -212,13 +254,17 @@ def source(spec, atomic: bool = True) -> str:
                          f"        if (v != 0.0f) atomicAdd(g.{inp.name} + {name}_at(in, b, h, hkv, {corner}, Lq, Lk) + x, v);\n"
                          f"        sums[{off}x] = 0.0f;\n    }}\n")
             at = f"{at} + {span}" if at else span
+            if staged[(inp.name, m)] != 0:
+                continue
         else:
             add = ((f"            atomicAdd(g.{inp.name} + {_flat(ext)}, " if atomic
                     else f"            g.{inp.name}[{_flat(ext)}] += (") + f"{value});\n")
-        body.append(f"    {{  // {format_expr(ld)}\n{idx}"
-                    + f"        if ({' && '.join(f'i{n} >= 0 && i{n} < {x}' for n, x in enumerate(ext))}) {{\n"
-                    + add + "        }\n    }\n")
-    step = ", int q0, int k0, float* gsum" if staged else ""
+        body.append(f"    {{  // {format_expr(ld)}\n{first}"
+                    + idx.replace("        ", "    " * (3 if first else 2))
+                    + ("    " if first else "") + f"        if ({bounds}) {{\n"
+                    + (add.replace("            ", "                ") if first else add)
+                    + ("            }\n        }\n" if first else "        }\n") + "    }\n")
+    step = ", int q0, int k0, float* gsum, unsigned uni, float (&gacc)[kGradStaged]" if staged else ""
     out.append("// ds = d loss / d score at a visible pair (q, k), s its scaled score: each grad input's entry that\n"
                "// the pair reads gets ds times the score's derivative with respect to that read"
                + (" (reads summed per\n// step: into gsum, the step's sums of the warpgroup whose rows start at q0, keys at k0)"
@@ -226,7 +272,9 @@ def source(spec, atomic: bool = True) -> str:
                f"__device__ __forceinline__ void grad_inputs_add(const ExprInputs& in, const ExprGrads& g, float ds, "
                f"float s, int b, int h, int hkv, int q, int k, int Lq, int Lk{step}) {{\n" + "".join(body) + "}\n")
     if staged:
-        out.append(_stage_tail("".join(flush)))
+        out.append(_stage_tail("".join(flush), "".join(uniform), "".join(warp_add)))
+    if band:
+        out.append(_band_source(band, band_pair, band_end))
     if part:
         out.append(_partials_source(spec, part, reads, sites))
     return "\n".join(out)
@@ -236,13 +284,30 @@ def _stage_head(staged: dict) -> str:
     run = "constexpr int kGradRun = kBlockM + 63;\n" if any(staged.values()) else ""
     return ("// The reads summed per step (expr_grads.staged_reads): a warpgroup's step (kBlockM rows, 64 keys)\n"
             "// adds into a run of kBlockM + 63 entries of a read that moves with k - q (1 of one that does not),\n"
-            "// in shared memory: grad_sums[stage][warpgroup], zeroed before the loop and by each flush.\n"
+            "// in shared memory: grad_sums[stage][warpgroup], zeroed before the loop and by each flush. A step\n"
+            "// whose pairs all read one entry of a read (grad_stage_uniform: a clamped distance past its bound,\n"
+            "// a read free of q and k) sums it in a register of each thread (gacc) instead, added once per warp\n"
+            "// (grad_stage_uniform_add): so many adds into one word would serialise.\n"
             + run + f"constexpr int kGradSums = {' + '.join('1' if d == 0 else 'kGradRun' for d in staged.values())};\n"
+            f"constexpr int kGradStaged = {len(staged)};  // the staged reads (gacc's registers)\n"
             "__shared__ float grad_sums[2][2][kGradSums];  // (added into by red_shared_add)\n")
 
 
-def _stage_tail(flush: str) -> str:
-    return ("// Before the loop (a barrier follows): every stage's sums zeroed.\n"
+def _stage_tail(flush: str, uniform: str, warp_add: str) -> str:
+    return ("// Bit j: every pair of a warpgroup's step (rows q0 .. q0 + kBlockM - 1, keys k0 .. k0 + 63) reads the\n"
+            "// same entry of staged read j, in bounds (the read is a monotone function of k - q: its entries at\n"
+            "// the step's smallest and largest k - q are equal).\n"
+            "__device__ __forceinline__ unsigned grad_stage_uniform(const ExprInputs& in, int b, int h, int hkv, int q0, "
+            "int k0, int Lq, int Lk) {\n    unsigned u = 0;\n" + uniform + "    return u;\n}\n\n"
+            "__device__ __forceinline__ float warp_sum(float v) {\n"
+            "    #pragma unroll\n"
+            "    for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);\n"
+            "    return v;\n}\n\n"
+            "// After a step's pairs (every lane of the warp): the register sums of its uniform reads, summed over\n"
+            "// the warp, into the first entry of their runs (one add per warp; NaN is added, 0 skipped).\n"
+            "__device__ __forceinline__ void grad_stage_uniform_add(float* gsum, unsigned uni, const float (&gacc)"
+            "[kGradStaged], int lane) {\n" + warp_add + "}\n\n"
+            "// Before the loop (a barrier follows): every stage's sums zeroed.\n"
             "__device__ __forceinline__ void grad_stage_zero() {\n"
             "    for (int x = threadIdx.x; x < 2 * 2 * kGradSums; x += 2 * 128) (&grad_sums[0][0][0])[x] = 0.0f;\n}\n\n"
             "// A warpgroup's sums of one step (rows q0.., keys k0..) into the gradients, one atomicAdd per entry\n"
@@ -252,6 +317,43 @@ def _stage_tail(flush: str) -> str:
             "__device__ __forceinline__ void grad_stage_flush(const ExprInputs& in, const ExprGrads& g, float* sums, int b, "
             "int h, int hkv, int q0, int k0, int Lq, int Lk) {\n"
             f"{flush}}}\n")
+
+
+def _band_source(band: list, pair: list, end: list) -> str:
+    """The staged reads at a function of k - q in steps whose pairs read several entries (the band
+    of a relative table): summed by diagonals. A lane holds P^T at keys g (+ 8) and rows 8 n + 2 t (+ 1)
+    (the accumulator layout; g = lane / 4, t = lane % 4), so its pair (n, e) and its pair (n + 1, e + 2)
+    share a k - q, as do lanes (g, t), (g + 2, t + 1), ... (lanes L, L + 9, L + 18, L + 27): a
+    lane's two pairs are summed in registers (GradBand: e = 0, 1 of step n wait for e = 2, 3 of step
+    n + 1), then the lanes of one k - q by two shuffles, and the first of them adds the sum into the
+    step's run: 18 adds a thread and step instead of 32, no two of a warp into one word."""
+    return ("// The staged reads at a function of k - q in a band step (expr_grads._band_source): a lane's pairs\n"
+            "// (n, e) and (n + 1, e + 2) share a k - q, as do lanes (g, t), (g + 2, t + 1), ... of the warp: summed\n"
+            "// in registers, then over those lanes, and added once per k - q by the first lane of each chain.\n"
+            f"constexpr int kGradBand = {len(band)};\n"
+            "struct GradBand {\n"
+            "    float pend[kGradBand][2];  // pairs (n, 0) and (n, 1) of the last step n, waiting for (n + 1, 2), (n + 1, 3)\n"
+            "    float next[kGradBand][2];  // this step n's (n, 0) and (n, 1)\n};\n\n"
+            "// v summed over the lanes at v's k - q: lane (g, t) adds (g + 2, t + 1) and then (g + 4, t + 2)'s sums\n"
+            "__device__ __forceinline__ float band_sum(float v, int lane) {\n"
+            "    const int g = lane / 4, t = lane % 4;\n"
+            "    const float v9 = __shfl_down_sync(0xffffffffu, v, 9);\n"
+            "    v += t < 3 && g < 6 ? v9 : 0.0f;\n"
+            "    const float v18 = __shfl_down_sync(0xffffffffu, v, 18);\n"
+            "    return v + (t < 2 && g < 4 ? v18 : 0.0f);\n}\n\n"
+            "// the first lane of its k - q's chain (no lane (g - 2, t - 1))\n"
+            "__device__ __forceinline__ bool band_first(int lane) { return lane % 4 == 0 || lane / 4 < 2; }\n\n"
+            + "\n".join(band) + "\n"
+            "// One pair (q, k) = (n, e) of the lane, in the order n, then e (every lane of the warp: shuffles): its\n"
+            "// term ds * d score / d read (0 where the pair is hidden: `live`) into gacc (a uniform step), kept\n"
+            "// (e < 2), or summed with the kept pair at its k - q and added (e >= 2).\n"
+            "__device__ __forceinline__ void grad_band_pair(const ExprInputs& in, const ExprGrads& g, GradBand& gb, unsigned uni, "
+            "float (&gacc)[kGradStaged], bool live, float ds, float s, int b, int h, int hkv, int q, int k, int Lq, int Lk, "
+            "int q0, int k0, float* gsum, int e, int lane) {\n" + "".join(pair) + "}\n\n"
+            "// After the lane's last pairs: the kept (n, 0) and (n, 1) of its last step n, at (q, k) and (q + 1, k).\n"
+            "__device__ __forceinline__ void grad_band_end(const ExprInputs& in, const ExprGrads& g, const GradBand& gb, "
+            "unsigned uni, int b, int h, int hkv, int q, int k, int Lq, int Lk, int q0, int k0, float* gsum, int lane) {\n"
+            + "".join(end) + "}\n")
 
 
 def _index_flat(parts: list, ext: list) -> str:

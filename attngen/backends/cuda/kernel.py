@@ -700,8 +700,9 @@ def kernel_key(plan) -> str:
     part of the key: a cubin is machine code for its arch and stays valid; `attngen cache clear`
     rebuilds everything with a newer compiler (docs/architecture.md, "The generator version and the
     cache")."""
+    from . import nvrtc
     return cache_key(generator=generator_version(), target="cuda", arch=plan.details.arch,
-                     plan=hashlib.sha256(repr(plan).encode()).hexdigest())
+                     plan=hashlib.sha256(repr(plan).encode()).hexdigest(), **nvrtc.key_extra())
 
 
 def build_cubin(plan, render) -> tuple[bytes, bool]:

@@ -14,6 +14,15 @@ import time
 from ...errors import CompileError
 
 OPTIONS = ("--std=c++17",)
+# ATTNGEN_NVRTC_LINEINFO=1 adds -lineinfo (Nsight Compute's source view ties each instruction to a
+# line of the generated source; benchmarks/probes/ncu_backward.py): the cache keys name it (key_extra).
+LINEINFO = "ATTNGEN_NVRTC_LINEINFO"
+
+
+def key_extra() -> dict:
+    """What the compile options add to a cubin's cache key: {} by default (the keys of every cubin
+    built without the profiling option stay as they were)."""
+    return {"nvrtc": "-lineinfo"} if os.environ.get(LINEINFO) else {}
 _REPORTS = itertools.count()  # (compile_cubin: an entry point of its own per reported compile)
 
 
@@ -51,7 +60,7 @@ def compile_cubin(source: str, arch: str, name: str = "attngen.cu", report: bool
     machine's NVRTC (13.0) serves a program it has compiled before, in any process, from a cache:
     in a tenth of the time and with an empty log, a comment of its own notwithstanding
     (benchmarks/NOTES.md, 2026-11-27)."""
-    options = [*OPTIONS, f"--gpu-architecture={arch}"] + (["--ptxas-options=-v"] if report else [])
+    options = [*OPTIONS, *key_extra().values(), f"--gpu-architecture={arch}"] + (["--ptxas-options=-v"] if report else [])
     if report:
         source += (f'\nextern "C" __global__ void attngen_report_{os.getpid()}_{time.monotonic_ns()}_'
                    f'{next(_REPORTS)}() {{}}  // (a program of its own: ptxas runs and reports)\n')

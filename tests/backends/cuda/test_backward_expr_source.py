@@ -159,8 +159,11 @@ def test_grad_inputs_compile_in_the_fast_family_and_the_deterministic_one_sums_p
 def test_grad_inputs_add_sums_what_the_reference_does(tmp_path):
     """The rendered grad_inputs_add (expr_grads.py), called on the host for every visible pair with
     the float64 dS and s of numpy, step by step as the fast family's warpgroups walk them (64 rows x
-    64 keys; grad_stage_flush after each: slopes[h] and the table are summed per step), sums the
-    `grad` inputs' gradients of attngen.reference_backward."""
+    64 keys; grad_stage_flush after each: slopes[h] and the table are summed per step, in registers
+    where the step's pairs all read one entry: the slope, the table past its clamp; the table's band
+    through grad_band_pair, each pair as the second of its diagonal with nothing kept, one lane: the
+    GPU tests check the sums over pairs and lanes), sums the `grad` inputs' gradients of
+    attngen.reference_backward."""
     import ctypes
 
     import numpy as np
@@ -195,6 +198,8 @@ def test_grad_inputs_add_sums_what_the_reference_does(tmp_path):
             "inline float atomicAdd(float* p, float x) { ++n_atomic; const float old = *p; *p += x; return old; }\n"
             'extern "C" long long atomics() { return n_atomic; }\n'
             "inline void red_shared_add(float* p, float v) { *p += v; }\n"
+            "inline float __shfl_xor_sync(unsigned, float, int) { return 0.0f; }  // (one thread holds the warp's sum)\n"
+            "inline float __shfl_down_sync(unsigned, float, int) { return 0.0f; }\n"
             + "".join(h + "\n" for h in cuda_expr.helpers_of(spec.score, *expr_grads.derivatives(spec)))
             + cuda_expr.inputs_source(spec) + expr_grads.source(spec)
             + 'extern "C" void run(const float* ds, const float* s, int B, int H, int Lq, int Lk, '
@@ -204,10 +209,15 @@ def test_grad_inputs_add_sums_what_the_reference_does(tmp_path):
             + "    float* sums = &grad_sums[0][0][0];\n    grad_stage_zero();\n"
             + "    for (int b = 0; b < B; ++b) for (int h = 0; h < H; ++h)\n"
             + "    for (int q0 = 0; q0 < Lq; q0 += kBlockM) for (int k0 = 0; k0 < Lk; k0 += 64) {\n"
+            + "        const unsigned uni = grad_stage_uniform(in, b, h, 0, q0, k0, Lq, Lk);\n"
+            + "        float gacc[kGradStaged] = {};\n"
+            + "        GradBand gb = {};\n"
             + "        for (int q = q0; q < q0 + kBlockM && q < Lq; ++q) for (int k = k0; k < k0 + 64 && k <= q && k < Lk; ++k) {\n"
             + "            const long long e = ((long long)(b * H + h) * Lq + q) * Lk + k;\n"
-            + "            grad_inputs_add(in, g, ds[e], s[e], b, h, 0, q, k, Lq, Lk, q0, k0, sums);\n"
+            + "            grad_inputs_add(in, g, ds[e], s[e], b, h, 0, q, k, Lq, Lk, q0, k0, sums, uni, gacc);\n"
+            + "            grad_band_pair(in, g, gb, uni, gacc, true, ds[e], s[e], b, h, 0, q, k, Lq, Lk, q0, k0, sums, 2, 0);\n"
             + "        }\n"
+            + "        grad_stage_uniform_add(sums, uni, gacc, 0);\n"
             + "        for (threadIdx.x = 0; threadIdx.x < 128; ++threadIdx.x) grad_stage_flush(in, g, sums, b, h, 0, q0, k0, Lq, Lk);\n"
             + "    }\n}\n")
     (tmp_path / "g.cpp").write_text(prog)
