@@ -3,11 +3,13 @@ attngen.reference_backward: the program to run under compute-sanitizer.
 
     compute-sanitizer --tool memcheck --error-exitcode 1 python3 benchmarks/tools/sanitize_backward.py
     compute-sanitizer --tool racecheck --error-exitcode 1 python3 benchmarks/tools/sanitize_backward.py
+    (case names as arguments run only those: `... sanitize_backward.py "d128 grad table 200x300"`)
 
 Variants: causal GQA 3, window + softcap + scale, unequal head dims 192/128 (bf16), kv_lens with
 inf / NaN past them, packed sequences, custom masks (boolean and additive), the fast families'
-kernels (128-key blocks with 64- and 128-row steps, head dim 256, mma.sync on cuda-sm80). Prints a line per case; exits 1 if a
-gradient differs from the reference beyond twice the forward's tolerance.
+kernels (128-key blocks with 64- and 128-row steps, head dim 256, mma.sync on cuda-sm80), a `grad`
+table at a clamped k - q. Prints a line per case; exits 1 if a gradient differs from the reference
+beyond twice the forward's tolerance.
 """
 
 from __future__ import annotations
@@ -50,13 +52,20 @@ CASES = [
      {"profile": "cuda-sm80", "shape": (150, 200)}),
     ("mma d64 window softcap", "head_dim 64\n heads q=2 kv=2\n dtype bf16\n mask window(left=20, right=3)\n softcap 10.0",
      {"profile": "cuda-sm80", "kv_lens": [37, 70]}),
+    # a `grad` table read at a clamped k - q (the fast family's register sums of uniform steps,
+    # the band's shuffles and red.shared adds into the step's run, the flushes' atomics)
+    ("d128 grad table 200x300", "head_dim 128\n heads q=3 kv=1\n dtype f16\n input table[h, 201] f32 grad\n"
+                                " score s + table[h, clamp(k - q, -100, 100) + 100]", {"table": 201, "shape": (200, 300)}),
 ]
 
 
 def main() -> int:
     import torch
     ok = True
+    picked = set(sys.argv[1:])  # case names (all without)
     for name, body, opt in CASES:
+        if picked and name not in picked:
+            continue
         spec = attngen.parse(f"attention s {{\n {body}\n}}\n")[0]
         kernel = attngen.compile(spec, target="cuda", profile=opt.get("profile"))
         rng = np.random.default_rng(0)
@@ -82,16 +91,21 @@ def main() -> int:
             kw["mask"] = torch.from_numpy(bias).to(torch.float32).cuda()
         elif opt.get("mask"):
             kw["mask"] = torch.from_numpy(rng.random((2, 1) + shapes[0][1:2] + shapes[1][1:2]) < 0.5).cuda()
+        if "table" in opt:  # a `grad` input: (query heads, entries)
+            kw["table"] = (rng.standard_normal((hq, opt["table"])) * 0.5).astype(np.float32)
         tq, tk, tv = (torch.from_numpy(x).cuda().to(dt) for x in (q, k, v))
-        out, lse = kernel(tq, tk, tv, return_lse=True, **kw)
-        dout = torch.randn_like(out)
-        grads = kernel.backward(tq, tk, tv, out, lse, dout, **kw)
+        dout = torch.randn((*shapes[0][:-1], spec.head_dim_v), device="cuda", dtype=dt)
+        call = {n: (torch.from_numpy(x).cuda() if n == "table" else x) for n, x in kw.items()}
+        out, lse = kernel(tq, tk, tv, return_lse=True, **call)
+        grads = kernel.backward(tq, tk, tv, out, lse, dout, **call)
         torch.cuda.synchronize()
         ref_kw = {n: (x.cpu().numpy() if hasattr(x, "cpu") else x) for n, x in kw.items()}
         if "cu_seqlens_q" in ref_kw:
             ref_kw["cu_seqlens_q"] = ref_kw["cu_seqlens_q"]
         want = attngen.reference_backward(spec, tq, tk, tv, dout, **ref_kw)
-        errs = [relative_error(g.float().cpu().numpy(), w) for g, w in zip(grads, want)]
+        errs = [relative_error(g.float().cpu().numpy(), w) for g, w in zip(grads[:3], want[:3])]
+        if len(want) > 3:  # the `grad` inputs' gradients
+            errs += [relative_error(grads[3][n].float().cpu().numpy(), w) for n, w in want[3].items()]
         good = all(e <= 2 * tolerance(spec) for e in errs)
         ok &= good
         family = backward_family(kernel.plan)

@@ -20,7 +20,10 @@ read names neither q nor k), so its pairs add into a shared-memory copy of that 
 (`red_shared_add`, grad_sums[stage][warpgroup]) and `grad_stage_flush`, called in the next step
 (or after the loop) once the warpgroup's adds are done, adds each entry of the run with one
 atomicAdd and zeroes the copy. A pair whose entry is outside the run (never, by the analysis)
-adds with atomicAdd directly.
+adds with atomicAdd directly. Two refinements keep many pairs off one word: a step whose pairs
+all read one entry of a read (grad_stage_uniform) sums it in registers and adds once per warp
+(grad_stage_uniform_add), and a read at a function of k - q in the other steps is summed by
+diagonals, over a lane's two pairs and a chain of lanes, before its adds (_band_source).
 
 The deterministic family (atomic=False) adds a read that names one entry per pair
 (attngen.plan.backward.injective) with a plain `+=`: one thread per entry. Every other input
