@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -36,6 +37,41 @@ def _run(tmp_path, world, case, timeout=300, codes=None):
         logs.append(out)
         assert p.returncode == (codes or {}).get(r, 0), "\n".join(logs)
     return logs
+
+
+def _case_json(case):
+    """The worker's case of a CASES / PACKED / NCCL entry."""
+    name, world, body, *rest = case
+    spec = attngen.parse("attention ring {\n" + body + "\n}")[0]
+    c = {"spec": "attention ring {\n" + body + "\n}", "Hq": spec.heads_q, "Hkv": spec.heads_kv,
+         "target": "cuda" if name.startswith("nccl") else "wgsl"}
+    if len(rest) == 2:  # packed: total tokens, cu_seqlens
+        return {**c, "seed": 5, "B": 1, "L": rest[0], "cu_seqlens": rest[1]}
+    return {**c, "seed": 7, "B": rest[0], "L": rest[1], "layout": rest[2]}
+
+
+def _outputs(tmp_path, case):
+    """The folder holding the ranks' out_R.npy / lse_R.npy of `case`. The WGSL cases of one world
+    size run together, in one group of worker processes (their start, PyTorch's import and gloo's
+    rendezvous dominate a case's time), once for the session: the first test of that size runs
+    them all into the suite's cache directory, which the pytest-xdist workers share, under a lock
+    (as conftest.nvrtc_compile); the NCCL cases run each in its own group, into tmp_path."""
+    import fcntl
+    name, world = case[:2]
+    if name.startswith("nccl"):
+        _run(tmp_path, world, _case_json(case))
+        return tmp_path
+    folder = os.path.join(os.environ["ATTNGEN_CACHE_DIR"], f"tests-ring-{world}")
+    os.makedirs(folder, exist_ok=True)
+    with open(folder + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(os.path.join(folder, "done")):
+            batch = [{**_case_json(c), "out": str(i)} for i, c in enumerate(CASES + PACKED) if c[1] == world]
+            _run(tmp_path, world, batch, timeout=600)
+            for c in batch:
+                shutil.move(tmp_path / c["out"], os.path.join(folder, c["out"]))
+            open(os.path.join(folder, "done"), "w").close()
+    return os.path.join(folder, str((CASES + PACKED).index(case)))
 
 
 CASES = [
@@ -81,9 +117,7 @@ def test_packed_sequences_across_ranks(case, tmp_path):
         pytest.skip("NCCL cases need two CUDA GPUs with CuPy")
     require("cuda" if cuda else "wgsl")
     spec = attngen.parse("attention ring {\n" + body + "\n}")[0]
-    c = {"spec": "attention ring {\n" + body + "\n}", "seed": 5, "B": 1, "L": total, "Hq": spec.heads_q,
-         "Hkv": spec.heads_kv, "cu_seqlens": cu, "target": "cuda" if cuda else "wgsl"}
-    _run(tmp_path, world, c)
+    folder = _outputs(tmp_path, case)
     rng = np.random.default_rng(5)
     q, k, v = (rng.standard_normal((total, h, spec.head_dim_qk)).astype(np.float32)
                for h in (spec.heads_q, spec.heads_kv, spec.heads_kv))
@@ -91,8 +125,8 @@ def test_packed_sequences_across_ranks(case, tmp_path):
         q, k, v = (x.astype(np.float16).astype(np.float32) for x in (q, k, v))
     cu = np.asarray(cu, np.int32)
     ref, ref_lse = reference(spec, q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, return_lse=True)
-    out = np.concatenate([np.load(tmp_path / f"out_{r}.npy") for r in range(world)], axis=0)
-    lse = np.concatenate([np.load(tmp_path / f"lse_{r}.npy") for r in range(world)], axis=1)
+    out = np.concatenate([np.load(os.path.join(folder, f"out_{r}.npy")) for r in range(world)], axis=0)
+    lse = np.concatenate([np.load(os.path.join(folder, f"lse_{r}.npy")) for r in range(world)], axis=1)
     assert relative_error(out, ref) <= tolerance(spec)
     assert np.abs(lse - ref_lse).max() <= 1e-2 * max(1.0, np.abs(ref_lse).max())
 
@@ -167,17 +201,15 @@ def test_ring_attention_equals_one_process(case, tmp_path):
         pytest.skip("NCCL cases need two CUDA GPUs with CuPy")
     require("cuda" if cuda else "wgsl")
     spec = attngen.parse("attention ring {\n" + body + "\n}")[0]
-    c = {"spec": "attention ring {\n" + body + "\n}", "seed": 7, "B": batch, "L": length,
-         "Hq": spec.heads_q, "Hkv": spec.heads_kv, "layout": layout, "target": "cuda" if cuda else "wgsl"}
-    _run(tmp_path, world, c)
+    folder = _outputs(tmp_path, case)
     rng = np.random.default_rng(7)
     q, k, v = (rng.standard_normal((batch, length, h, spec.head_dim_qk)).astype(np.float32)
                for h in (spec.heads_q, spec.heads_kv, spec.heads_kv))
     if spec.dtype == "f16":
         q, k, v = (x.astype(np.float16).astype(np.float32) for x in (q, k, v))
     ref, ref_lse = reference(spec, q, k, v, return_lse=True)
-    out = _unshard([np.load(tmp_path / f"out_{r}.npy") for r in range(world)], world, layout, 1)
-    lse = _unshard([np.load(tmp_path / f"lse_{r}.npy") for r in range(world)], world, layout, 2)
+    out = _unshard([np.load(os.path.join(folder, f"out_{r}.npy")) for r in range(world)], world, layout, 1)
+    lse = _unshard([np.load(os.path.join(folder, f"lse_{r}.npy")) for r in range(world)], world, layout, 2)
     assert relative_error(out, ref) <= tolerance(spec)
     assert np.abs(lse - ref_lse).max() <= 1e-2 * max(1.0, np.abs(ref_lse).max())
 

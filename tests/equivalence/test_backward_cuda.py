@@ -16,61 +16,10 @@ import pytest
 
 import attngen
 from attngen.errors import LaunchError
-from attngen.reference import reference_backward, relative_error, to_numpy, tolerance
 
 from conftest import kernel_for, require, spec_of, to_device
-
-
-def _np(x):
-    return np.asarray(to_numpy(x), dtype=np.float64)
-
-
-def _rand(rng, *shape):
-    return rng.standard_normal(shape).astype(np.float32)
-
-
-def _ints(a):
-    import cupy
-    return cupy.asarray(np.asarray(a, dtype=np.int32))
-
-
-def _mask(m):
-    import cupy
-    return cupy.asarray(m)
-
-
-def check_backward(spec, q, k, v, *, call=None, ref_kw=None, seed=1, inputs=None, kernel=None):
-    """Forward (out, lse), then kernel.backward with a random dout; every gradient against the
-    reference: shape, dtype, kind of array, finite, relative L2 <= 2 x the forward's tolerance.
-    `inputs`: the device q, k, v to pass (default: q, k, v in the spec's dtype); `kernel`: the
-    compiled kernel (default: the spec's, for this GPU). Returns the kernel's gradients (numpy) and
-    the reference's."""
-    call, ref_kw = call or {}, ref_kw or {}
-    kernel = kernel or kernel_for(spec, "cuda")
-    dq_in, dk_in, dv_in = inputs if inputs is not None else to_device("cuda", spec.dtype, q, k, v)
-    out, lse = kernel(dq_in, dk_in, dv_in, return_lse=True, **call)
-    dout = _rand(np.random.default_rng(seed), *out.shape)
-    (dout_in,) = to_device("cuda", spec.dtype, dout)
-    if type(out).__module__.startswith("torch") and not type(dout_in).__module__.startswith("torch"):
-        import torch
-        dout_in = torch.as_tensor(dout, device=out.device).to(out.dtype)
-    grads = kernel.backward(dq_in, dk_in, dv_in, out, lse, dout_in, **call)
-    want = reference_backward(spec, q, k, v, dout, **ref_kw)
-    bound = 2 * tolerance(spec)
-    got_np = []
-    for got, w, name, like in zip(grads, want, ("dq", "dk", "dv"), (dq_in, dk_in, dv_in)):
-        assert type(got) is type(like), f"{name} is of the inputs' kind"
-        assert tuple(got.shape) == tuple(like.shape) and got.dtype == like.dtype, name
-        g = _np(got)
-        assert np.isfinite(g).all(), f"{name}: inf or NaN"
-        if not np.any(w):  # every row sees no key, or each sees one key (dS = P (dP - D) cancels to 0
-            # in float64; the kernel's P and D round): zeros up to the bound, in dout's units
-            assert np.abs(g).max() <= bound, f"{name}: the reference's gradient is 0, the kernel's is not"
-        else:
-            err = relative_error(g, w)
-            assert err <= bound, f"{spec.name} {name}: relative L2 error {err:.3g} > {bound:g}"
-        got_np.append(g)
-    return got_np, want
+from backward_helpers import check_backward, check_case, check_kv_lens_hidden_keys, check_packed, device_mask, \
+    documents, qkv, rand
 
 
 # (label, spec body, Hq, Hkv, Lq, Lk, B)
@@ -92,12 +41,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
 def test_matches_reference(case):
     require("cuda")
-    name, body, hq, hkv, lq, lk, b = case
-    spec = spec_of(body)
-    rng = np.random.default_rng(len(name))
-    q, k, v = _rand(rng, b, lq, hq, spec.head_dim_qk), _rand(rng, b, lk, hkv, spec.head_dim_qk), \
-        _rand(rng, b, lk, hkv, spec.head_dim_v)
-    check_backward(spec, q, k, v)
+    check_case(case)
 
 
 def test_deterministic_and_torch_tensors_in_and_out():
@@ -107,7 +51,7 @@ def test_deterministic_and_torch_tensors_in_and_out():
     torch = pytest.importorskip("torch")
     spec = spec_of("head_dim 64\n dtype f16\n mask causal\n target cuda { backward=deterministic }")
     rng = np.random.default_rng(4)
-    q, k, v = _rand(rng, 2, 37, 6, 64), _rand(rng, 2, 37, 2, 64), _rand(rng, 2, 37, 2, 64)
+    q, k, v = rand(rng, 2, 37, 6, 64), rand(rng, 2, 37, 2, 64), rand(rng, 2, 37, 2, 64)
     qt = torch.from_numpy(np.ascontiguousarray(q.transpose(0, 2, 1, 3))).cuda().half().transpose(1, 2)
     kt, vt = (torch.from_numpy(x).cuda().half() for x in (k, v))
     assert not qt.is_contiguous()
@@ -127,15 +71,8 @@ def test_kv_lens_and_hidden_keys_holding_inf_and_nan(mask):
     require("cuda")
     spec = spec_of(f"head_dim 64\n dtype f16\n mask {mask}")
     rng = np.random.default_rng(6)
-    lens = np.array([0, 37, 100, 1], np.int32)
-    q, k, v = _rand(rng, 4, 7, 6, 64), _rand(rng, 4, 100, 2, 64), _rand(rng, 4, 100, 2, 64)
-    for bi, n in enumerate(lens):
-        k[bi, n:] = np.inf
-        v[bi, n:] = np.nan
-    (dq, dk, dv), _ = check_backward(spec, q, k, v, call={"kv_lens": _ints(lens)}, ref_kw={"kv_lens": lens})
-    for bi, n in enumerate(lens):
-        assert not dk[bi, n:].any() and not dv[bi, n:].any()
-    assert not dq[0].any()  # no keys: no gradient
+    lens = [0, 37, 100, 1]
+    check_kv_lens_hidden_keys(spec, *qkv(spec, rng, 4, 7, 100), lens)
 
 
 @pytest.mark.parametrize("mask", ["causal", "window(left=9, right=3)", "causal(bottom_right)"])
@@ -143,22 +80,6 @@ def test_packed_sequences(mask):
     require("cuda")
     spec = spec_of(f"head_dim 64\n dtype f16\n mask {mask}")
     check_packed(spec, [1, 7, 113, 0, 30], [1, 20, 113, 3, 0], np.random.default_rng(5))
-
-
-def check_packed(spec, lq, lk, rng, hq=6, hkv=2):
-    """check_backward on packed sequences of these lengths (cu_seqlens_q and _k)."""
-    cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
-    cuk = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
-    q, k, v = _rand(rng, cuq[-1], hq, spec.head_dim_qk), _rand(rng, cuk[-1], hkv, spec.head_dim_qk), \
-        _rand(rng, cuk[-1], hkv, spec.head_dim_v)
-    check_backward(spec, q, k, v, call={"cu_seqlens_q": _ints(cuq), "cu_seqlens_k": _ints(cuk)},
-                   ref_kw={"cu_seqlens_q": cuq, "cu_seqlens_k": cuk})
-
-
-def _documents(lq, lk, rng):
-    docs = 3
-    same = (np.arange(lq)[:, None] * docs // lq) == (np.arange(lk)[None, :] * docs // lk)
-    return same & (rng.random((lq, lk)) < 0.7)
 
 
 @pytest.mark.parametrize("kind", ["boolean per head", "additive"])
@@ -169,25 +90,25 @@ def test_custom_mask(kind):
     spec = spec_of("head_dim 32\n dtype f16\n mask custom")
     rng = np.random.default_rng(7)
     b, lq, lk, hq, hkv = 2, 113, 150, 6, 2
-    q, k, v = _rand(rng, b, lq, hq, 32), _rand(rng, b, lk, hkv, 32), _rand(rng, b, lk, hkv, 32)
+    q, k, v = qkv(spec, rng, b, lq, lk, hq, hkv)
     if kind == "additive":
-        m = np.where(_documents(lq, lk, rng)[None, None], rng.standard_normal((b, 1, lq, lk)), -np.inf)
+        m = np.where(documents(lq, lk, rng)[None, None], rng.standard_normal((b, 1, lq, lk)), -np.inf)
         m = m.astype(np.float32)
         m[:, :, 3] = -np.inf  # a row that sees nothing
         m[:, :, :, 120:] = -np.inf  # keys nobody sees
     else:
-        m = np.stack([_documents(lq, lk, rng) for _ in range(hq)])[None]  # (1, Hq, Lq, Lk)
+        m = np.stack([documents(lq, lk, rng) for _ in range(hq)])[None]  # (1, Hq, Lq, Lk)
         m[..., 50:60, :] = False
         m[..., 140:] = False
     kernel = kernel_for(spec, "cuda")
-    bm = attngen.block_mask(_mask(m), kernel)
+    bm = attngen.block_mask(device_mask(m), kernel)
     (dq, dk, dv), _ = check_backward(spec, q, k, v, call={"mask": bm}, ref_kw={"mask": m})
     rows = slice(3, 4) if kind == "additive" else slice(50, 60)
     assert not dq[:, rows].any()
     keys = slice(120, None) if kind == "additive" else slice(140, None)
     assert not dk[:, keys].any() and not dv[:, keys].any()
     # a raw mask tensor works too (the BlockMask is built for the call)
-    check_backward(spec, q, k, v, call={"mask": _mask(m)}, ref_kw={"mask": m})
+    check_backward(spec, q, k, v, call={"mask": device_mask(m)}, ref_kw={"mask": m})
 
 
 def test_custom_mask_with_packed_sequences():
@@ -197,9 +118,9 @@ def test_custom_mask_with_packed_sequences():
     lens = [5, 0, 40, 17]
     cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
     total = int(cu[-1])
-    q, k, v = _rand(rng, total, 4, 32), _rand(rng, total, 2, 32), _rand(rng, total, 2, 32)
+    q, k, v = rand(rng, total, 4, 32), rand(rng, total, 2, 32), rand(rng, total, 2, 32)
     mask = rng.random((len(lens), 1, max(lens), max(lens))) < 0.5
-    bm = attngen.block_mask(_mask(mask), kernel_for(spec, "cuda"))
+    bm = attngen.block_mask(device_mask(mask), kernel_for(spec, "cuda"))
     check_backward(spec, q, k, v, call={"mask": bm, "cu_seqlens_q": cu}, ref_kw={"mask": mask, "cu_seqlens_q": cu})
 
 
@@ -207,8 +128,7 @@ def test_custom_mask_with_packed_sequences():
 
 def _forward(spec, b=1, lq=9, lk=11, hq=4, hkv=2):
     rng = np.random.default_rng(0)
-    q, k, v = _rand(rng, b, lq, hq, spec.head_dim_qk), _rand(rng, b, lk, hkv, spec.head_dim_qk), \
-        _rand(rng, b, lk, hkv, spec.head_dim_v)
+    q, k, v = qkv(spec, rng, b, lq, lk, hq, hkv)
     kernel = kernel_for(spec, "cuda")
     dq, dk, dv = to_device("cuda", spec.dtype, q, k, v)
     out, lse = kernel(dq, dk, dv, return_lse=True)

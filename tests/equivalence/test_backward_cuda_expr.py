@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import attngen
-from attngen.backends.cuda import backward as cuda_backward
 from attngen.reference import relative_error, tolerance
 
-from conftest import kernel_for, require, spec_of
-from test_backward_cuda import _ints, _np, _rand, check_backward, check_packed
+from conftest import spec_of, to_device
+from backward_helpers import check_backward, check_kv_lens_hidden_keys, check_nan_keys, check_packed, \
+    family_kernel, ints, qkv, rand, to_np
 
 ALIBI = ("k <= q", "s - 0.25 * abs(q - k)")
 EXPRESSIONS = {
@@ -43,17 +43,7 @@ def _spec(name, family, dtype="f16", head_dim=128):
 
 
 def _kernel(spec, family):
-    require("cuda")
-    kernel = kernel_for(spec, "cuda")
-    want = "wgmma" if family == "fast" else "fma"
-    if cuda_backward.family(kernel.plan) != want:
-        pytest.skip(f"the fast backward runs on sm_90 (this GPU's plan is {kernel.plan.details.arch})")
-    return kernel
-
-
-def _qkv(spec, rng, b, lq, lk, hq=6, hkv=2):
-    return (_rand(rng, b, lq, hq, spec.head_dim_qk), _rand(rng, b, lk, hkv, spec.head_dim_qk),
-            _rand(rng, b, lk, hkv, spec.head_dim_v))
+    return family_kernel(spec, "wgmma" if family == "fast" else "fma")
 
 
 # (name, family, dtype): the fast family for every expression, the deterministic one for three
@@ -68,7 +58,7 @@ def test_matches_reference(case):
     _kernel(spec, family)
     rng = np.random.default_rng(len(name))
     for b, lq, lk in ((1, 257, 300), (2, 300, 257), (2, 7, 7), (1, 1, 300)):
-        check_backward(spec, *_qkv(spec, rng, b, lq, lk))
+        check_backward(spec, *qkv(spec, rng, b, lq, lk))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -76,15 +66,7 @@ def test_matches_reference(case):
 def test_kv_lens_with_inf_and_nan_past_them(name, family):
     spec = _spec(name, family, head_dim=64)
     _kernel(spec, family)
-    lens = np.array([0, 137, 300, 1], np.int32)
-    q, k, v = _qkv(spec, np.random.default_rng(6), 4, 70, 300)
-    for bi, n in enumerate(lens):
-        k[bi, n:] = np.inf
-        v[bi, n:] = np.nan
-    (dq, dk, dv), _ = check_backward(spec, q, k, v, call={"kv_lens": _ints(lens)}, ref_kw={"kv_lens": lens})
-    for bi, n in enumerate(lens):
-        assert not dk[bi, n:].any() and not dv[bi, n:].any()
-    assert not dq[0].any()
+    check_kv_lens_hidden_keys(spec, *qkv(spec, np.random.default_rng(6), 4, 70, 300), [0, 137, 300, 1])
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -104,20 +86,11 @@ def test_rows_that_see_no_key_and_a_hidden_key_holding_nan(family):
                    + ("target cuda { backward=deterministic }\n" if family == "deterministic" else ""))
     kernel = _kernel(spec, family)
     rng = np.random.default_rng(9)
-    q, k, v = _qkv(spec, rng, 1, 300, 300)
+    q, k, v = qkv(spec, rng, 1, 300, 300)
     (dq, _, _), _ = check_backward(spec, q, k, v)
     assert not dq[:, 0].any()
-    import cupy
     k[0, 200] = np.nan
-    qd, kd, vd = (cupy.asarray(x).astype(cupy.float16) for x in (q, k, v))
-    out, lse = kernel(qd, kd, vd, return_lse=True)
-    dout = _rand(rng, *out.shape)
-    dq = cupy.asnumpy(kernel.backward(qd, kd, vd, out, lse, cupy.asarray(dout).astype(cupy.float16))[0])
-    want = attngen.reference_backward(spec, q, k, v, dout)[0]
-    hidden = np.r_[0:201, 264:300]
-    assert np.isfinite(dq[0, hidden]).all()
-    assert relative_error(dq[0, hidden].astype(np.float64), want[0, hidden]) <= 2 * tolerance(spec)
-    assert np.isnan(dq[0, 201:264]).any()
+    check_nan_keys(spec, kernel, q, k, v, rng, seen=slice(201, 264), unseen=np.r_[0:201, 264:300])
 
 
 # ---- expressions that read inputs: the score's as the forward takes them, the mask's by the builder ------
@@ -175,7 +148,7 @@ def test_inputs_match_reference(case):
         _kernel(spec, family)
         rng = np.random.default_rng(lq + lk)
         arrays = INPUT_SPECS[name][1](rng, b, lq, lk, 6)
-        (dq, _, _), _ = check_backward(spec, *_qkv(spec, rng, b, lq, lk), call=_device_inputs(spec, arrays),
+        (dq, _, _), _ = check_backward(spec, *qkv(spec, rng, b, lq, lk), call=_device_inputs(spec, arrays),
                                        ref_kw=arrays)
         if "k < q" in INPUT_SPECS[name][0]:
             assert not dq[:, 0].any()
@@ -187,7 +160,7 @@ def test_a_mask_over_inputs_with_kv_lens_reuses_the_forwards_block_mask(family):
     kernel = _kernel(spec, family)
     lens = np.array([300, 1, 137], np.int32)
     prefix = {"prefix": np.array([3, 0, 200], np.int32)}
-    q, k, v = _qkv(spec, np.random.default_rng(11), 3, 70, 300)
+    q, k, v = qkv(spec, np.random.default_rng(11), 3, 70, 300)
     for bi, n in enumerate(lens):
         k[bi, n:], v[bi, n:] = np.inf, np.nan
     built = kernel.mask_builds
@@ -246,42 +219,50 @@ GRAD_CASES_DETERMINISTIC = [
 ]
 
 
+def _with_grad_inputs(spec, kernel, rng, arrays, b, lq, lk, lens):
+    """Random q, k, v, dout (6 query heads, 2 KV heads) drawn from `rng`, the forward and
+    kernel.backward with the inputs `arrays` (on the GPU) and kv_lens `lens` (None: none), and
+    reference_backward's: (the kernel's 4 values, the reference's, a function that runs the
+    backward again on the same arguments)."""
+    import cupy
+    q, k, v = qkv(spec, rng, b, lq, lk)
+    dout = rand(rng, b, lq, 6, spec.head_dim_v)
+    extra = {} if lens is None else {"kv_lens": np.asarray(lens, np.int32)}
+    call = {**{n: cupy.asarray(a) for n, a in arrays.items()}, **({"kv_lens": ints(lens)} if lens else {})}
+    qd, kd, vd, dout_d = to_device("cuda", spec.dtype, q, k, v, dout)
+    out, lse = kernel(qd, kd, vd, return_lse=True, **call)
+    got = kernel.backward(qd, kd, vd, out, lse, dout_d, **call)
+    ref = attngen.reference_backward(spec, q, k, v, dout, **arrays, **extra)
+    return got, ref, lambda: kernel.backward(qd, kd, vd, out, lse, dout_d, **call)
+
+
 @pytest.mark.parametrize("case", GRAD_CASES + GRAD_CASES_DETERMINISTIC, ids=lambda c: c[0])
 def test_grad_inputs(case):
     """Odd lengths, Lq != Lk, GQA 3, kv_lens (keys past them read no entry): dq, dk, dv as the
     reference's, and each grad input's f32 gradient (the fast family's atomicAdd: in no fixed
     order; the deterministic family's once-per-pair reads: the group's heads in a fixed order)
     within twice the forward's tolerance of the reference's."""
-    from conftest import to_device
     name, lines, make = case
     for i, (b, lq, lk, lens) in enumerate(((1, 257, 300, None), (2, 113, 7, None), (3, 70, 130, [130, 1, 77]))):
         spec = spec_of(f"head_dim 64\ndtype {'f16' if i % 2 == 0 else 'bf16'}\n{lines}\n")
         kernel = _kernel(spec, "deterministic" if "deterministic" in lines else "fast")
-        import cupy
         rng = np.random.default_rng(lq + lk)
         arrays = make(rng, b, lq, lk, 6)
-        q, k, v = _qkv(spec, rng, b, lq, lk)
-        dout = _rand(rng, b, lq, 6, 64)
-        extra = {} if lens is None else {"kv_lens": np.asarray(lens, np.int32)}
-        call = {**{n: cupy.asarray(a) for n, a in arrays.items()}, **({"kv_lens": _ints(lens)} if lens else {})}
-        qd, kd, vd, dout_d = to_device("cuda", spec.dtype, q, k, v, dout)
-        out, lse = kernel(qd, kd, vd, return_lse=True, **call)
-        got = kernel.backward(qd, kd, vd, out, lse, dout_d, **call)
-        ref = attngen.reference_backward(spec, q, k, v, dout, **arrays, **extra)
+        got, ref, again = _with_grad_inputs(spec, kernel, rng, arrays, b, lq, lk, lens)
         assert len(got) == 4 and set(got[3]) == set(ref[3])
         bound = 2 * tolerance(spec)
         for what, g, r in zip(("dq", "dk", "dv"), got[:3], ref[:3]):
-            err = relative_error(_np(g), r)
+            err = relative_error(to_np(g), r)
             assert err <= bound, f"{what}: {err:.3g}"
         for n, g in got[3].items():  # (q's framework: torch for bf16)
             assert str(g.dtype).endswith("float32") and tuple(g.shape) == arrays[n].shape
-            err = relative_error(_np(g), ref[3][n])
+            err = relative_error(to_np(g), ref[3][n])
             assert err <= bound, f"{n}: {err:.3g}"
         if "k < q" in lines:
-            assert not _np(got[0])[:, 0].any() and not _np(got[3]["bias"])[:, :, 0].any()
+            assert not to_np(got[0])[:, 0].any() and not to_np(got[3]["bias"])[:, :, 0].any()
         if "deterministic" in lines:  # the same bits on a second run
-            again = kernel.backward(qd, kd, vd, out, lse, dout_d, **call)
-            assert all(np.array_equal(_np(again[3][n]), _np(g)) for n, g in got[3].items())
+            second = again()
+            assert all(np.array_equal(toto_np(second[3][n]), toto_np(g)) for n, g in got[3].items())
 
 
 @pytest.mark.parametrize("head_dim, lines", [
@@ -296,25 +277,16 @@ def test_grad_reads_summed_per_step(head_dim, lines):
     bound: the last two cases) sum in registers and add once per warp: both lengths odd (Lq < Lk and Lq > Lk), GQA 3, kv_lens; each gradient within
     twice the forward's tolerance of the reference's."""
     from attngen.backends.cuda import expr_grads
-    from conftest import to_device
     spec = spec_of(f"head_dim {head_dim}\ndtype f16\n{lines}\n")
     kernel = _kernel(spec, "fast")  # (skips without a GPU)
-    import cupy
     assert [d for *_, d in expr_grads.staged_reads(spec)] == ([1] if head_dim == 128 else [0, -1])
     for b, lq, lk, lens in ((1, 257, 301, None), (2, 301, 113, [113, 5])):
         rng = np.random.default_rng(lq * lk)
         # slopes near 1, table entries of about 0.5 (h: the 6 query heads)
         arrays = {i.name: (rng.standard_normal((6, *i.axes[1:])) * 0.5 + (len(i.axes) == 1)).astype(np.float32)
                   for i in spec.inputs}
-        q, k, v = _qkv(spec, rng, b, lq, lk)
-        dout = _rand(rng, b, lq, 6, head_dim)
-        extra = {} if lens is None else {"kv_lens": np.asarray(lens, np.int32)}
-        call = {**{n: cupy.asarray(a) for n, a in arrays.items()}, **({"kv_lens": _ints(lens)} if lens else {})}
-        qd, kd, vd, dout_d = to_device("cuda", spec.dtype, q, k, v, dout)
-        out, lse = kernel(qd, kd, vd, return_lse=True, **call)
-        got = kernel.backward(qd, kd, vd, out, lse, dout_d, **call)
-        ref = attngen.reference_backward(spec, q, k, v, dout, **arrays, **extra)
+        got, ref, _ = _with_grad_inputs(spec, kernel, rng, arrays, b, lq, lk, lens)
         bound = 2 * tolerance(spec)
         for what, g, r in [*zip(("dq", "dk", "dv"), got[:3], ref[:3]), *((n, got[3][n], ref[3][n]) for n in ref[3])]:
-            err = relative_error(_np(g), r)
+            err = relative_error(to_np(g), r)
             assert err <= bound, f"{what} (b {b}, {lq} x {lk}): {err:.3g}"

@@ -13,33 +13,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import attngen
-from attngen.backends.cuda import backward as cuda_backward
-from attngen.reference import relative_error, tolerance
-
-from conftest import require, spec_of
-from test_backward_cuda import _ints, _rand, check_backward
-
-_KERNELS = {}
+from conftest import spec_of
+from backward_helpers import check_case, check_families_agree, check_kv_lens_hidden_keys, check_nan_keys, \
+    check_packed, family_kernel, qkv
 
 
 def _sm80(spec):
     """`spec`'s kernel built with profile cuda-sm80 (on this GPU's arch), its backward the mma family."""
-    require("cuda")
-    if spec not in _KERNELS:
-        _KERNELS[spec] = attngen.compile(spec, target="cuda", profile="cuda-sm80")
-    kernel = _KERNELS[spec]
-    assert cuda_backward.family(kernel.plan) == "mma", kernel.plan.details
-    return kernel
-
-
-def _qkv(spec, rng, b, lq, lk, hq, hkv):
-    return (_rand(rng, b, lq, hq, spec.head_dim_qk), _rand(rng, b, lk, hkv, spec.head_dim_qk),
-            _rand(rng, b, lk, hkv, spec.head_dim_v))
-
-
-def _check(spec, q, k, v, **kw):
-    return check_backward(spec, q, k, v, kernel=_sm80(spec), **kw)
+    return family_kernel(spec, "mma", profile="cuda-sm80")
 
 
 # (label, spec body, Hq, Hkv, Lq, Lk, B)
@@ -65,28 +46,16 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
 def test_matches_reference(case):
-    name, body, hq, hkv, lq, lk, b = case
-    spec = spec_of(body)
-    _sm80(spec)
-    q, k, v = _qkv(spec, np.random.default_rng(len(name)), b, lq, lk, hq, hkv)
-    _check(spec, q, k, v)
+    check_case(case, _sm80)
 
 
 @pytest.mark.parametrize("body", ["head_dim 128\n dtype f16\n mask causal(bottom_right)",
                                   "head_dim 64\n dtype bf16\n mask window(left=60)"])
 def test_kv_lens_and_hidden_keys_holding_inf_and_nan(body):
     spec = spec_of(body)
-    _sm80(spec)
-    rng = np.random.default_rng(6)
-    lens = np.array([0, 137, 300, 1], np.int32)
-    q, k, v = _qkv(spec, rng, 4, 70, 300, 6, 2)
-    for bi, n in enumerate(lens):
-        k[bi, n:] = np.inf
-        v[bi, n:] = np.nan
-    (dq, dk, dv), _ = _check(spec, q, k, v, call={"kv_lens": _ints(lens)}, ref_kw={"kv_lens": lens})
-    for bi, n in enumerate(lens):
-        assert not dk[bi, n:].any() and not dv[bi, n:].any()
-    assert not dq[0].any()
+    kernel = _sm80(spec)
+    check_kv_lens_hidden_keys(spec, *qkv(spec, np.random.default_rng(6), 4, 70, 300, 6, 2), [0, 137, 300, 1],
+                              kernel=kernel)
 
 
 def test_masked_keys_holding_nan_reach_no_row_that_does_not_see_them():
@@ -94,34 +63,18 @@ def test_masked_keys_holding_nan_reach_no_row_that_does_not_see_them():
     is the reference's; the rows that do see them get NaN (NaN in, NaN out)."""
     spec = spec_of("head_dim 64\n dtype f16\n mask causal")
     kernel = _sm80(spec)
-    import cupy
     rng = np.random.default_rng(9)
-    q, k, v = _qkv(spec, rng, 1, 260, 260, 2, 2)
+    q, k, v = qkv(spec, rng, 1, 260, 260, 2, 2)
     k[0, 200] = np.nan
     v[0, 201] = np.inf
-    qd, kd, vd = (cupy.asarray(x).astype(cupy.float16) for x in (q, k, v))
-    out, lse = kernel(qd, kd, vd, return_lse=True)
-    dout = _rand(rng, *out.shape)
-    dq = cupy.asnumpy(kernel.backward(qd, kd, vd, out, lse, cupy.asarray(dout).astype(cupy.float16))[0])
-    want = attngen.reference_backward(spec, q, k, v, dout)[0]
-    assert np.isfinite(dq[0, :200]).all()
-    assert relative_error(dq[0, :200].astype(np.float64), want[0, :200]) <= 2 * tolerance(spec)
-    assert np.isnan(dq[0, 200:]).any()
+    check_nan_keys(spec, kernel, q, k, v, rng, seen=slice(200, None), unseen=slice(None, 200))
 
 
 @pytest.mark.parametrize("body", ["head_dim 128\n dtype bf16\n mask causal", "head_dim 64\n dtype f16\n"
                                                                               " mask window(left=90, right=3)"])
 def test_packed_sequences(body):
     spec = spec_of(body)
-    _sm80(spec)
-    rng = np.random.default_rng(5)
-    lq, lk = [1, 70, 300, 0, 130], [1, 200, 300, 3, 0]
-    cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
-    cuk = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
-    q, k, v = (_rand(rng, cuq[-1], 6, spec.head_dim_qk), _rand(rng, cuk[-1], 2, spec.head_dim_qk),
-               _rand(rng, cuk[-1], 2, spec.head_dim_v))
-    _check(spec, q, k, v, call={"cu_seqlens_q": _ints(cuq), "cu_seqlens_k": _ints(cuk)},
-           ref_kw={"cu_seqlens_q": cuq, "cu_seqlens_k": cuk})
+    check_packed(spec, [1, 70, 300, 0, 130], [1, 200, 300, 3, 0], np.random.default_rng(5), kernel=_sm80(spec))
 
 
 def test_agrees_with_the_deterministic_family():
@@ -129,11 +82,6 @@ def test_agrees_with_the_deterministic_family():
     tolerance of each other."""
     body = "head_dim 64\n heads q=6 kv=2\n dtype f16\n mask causal"
     fast, slow = spec_of(body), spec_of(body + "\n target cuda { backward=deterministic }")
-    _sm80(fast)
-    _KERNELS[slow] = attngen.compile(slow, target="cuda", profile="cuda-sm80")
-    assert cuda_backward.family(_KERNELS[slow].plan) == "fma"
-    q, k, v = _qkv(fast, np.random.default_rng(11), 1, 300, 300, 6, 2)
-    got, _ = _check(fast, q, k, v)
-    again, _ = check_backward(slow, q, k, v, kernel=_KERNELS[slow])
-    for a, b_ in zip(got, again):
-        assert np.linalg.norm(a - b_) <= 2e-3 * np.linalg.norm(b_)
+    fast_kernel = _sm80(fast)
+    q, k, v = qkv(fast, np.random.default_rng(11), 1, 300, 300, 6, 2)
+    check_families_agree(fast, slow, q, k, v, fast_kernel, family_kernel(slow, "fma", profile="cuda-sm80"))

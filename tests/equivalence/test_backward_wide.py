@@ -13,24 +13,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import attngen
-from attngen.backends.cuda import backward as cuda_backward
-from attngen.reference import relative_error, tolerance
-
-from conftest import kernel_for, require, spec_of
-from test_backward_cuda import _documents, _ints, _mask, _rand, check_backward, check_packed
+from conftest import spec_of
+from backward_helpers import check_case, check_custom_mask_across_key_blocks, check_families_agree, \
+    check_kv_lens_hidden_keys, check_nan_keys, check_packed, family_kernel, qkv
 
 
 def _wide(spec):
-    require("cuda")
-    kernel = kernel_for(spec, "cuda")
-    if cuda_backward.family(kernel.plan) != "wgmma" or not cuda_backward.wide(kernel.plan):
-        pytest.skip(f"the head-dim-256 wgmma backward runs on sm_90 (this GPU's plan is {kernel.plan.details.arch})")
-    return kernel
-
-
-def _qkv(rng, b, lq, lk, hq, hkv, d=256):
-    return _rand(rng, b, lq, hq, d), _rand(rng, b, lk, hkv, d), _rand(rng, b, lk, hkv, d)
+    return family_kernel(spec, "wgmma", wide=True)
 
 
 # (label, spec body, Hq, Hkv, Lq, Lk, B)
@@ -52,27 +41,14 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
 def test_matches_reference(case):
-    name, body, hq, hkv, lq, lk, b = case
-    spec = spec_of(body)
-    _wide(spec)
-    q, k, v = _qkv(np.random.default_rng(len(name)), b, lq, lk, hq, hkv)
-    check_backward(spec, q, k, v)
+    check_case(case, _wide)
 
 
 @pytest.mark.parametrize("mask", ["causal(bottom_right)", "window(left=60)"])
 def test_kv_lens_and_hidden_keys_holding_inf_and_nan(mask):
     spec = spec_of(f"head_dim 256\n dtype f16\n mask {mask}")
     _wide(spec)
-    rng = np.random.default_rng(6)
-    lens = np.array([0, 137, 300, 1], np.int32)
-    q, k, v = _qkv(rng, 4, 70, 300, 3, 1)
-    for bi, n in enumerate(lens):
-        k[bi, n:] = np.inf
-        v[bi, n:] = np.nan
-    (dq, dk, dv), _ = check_backward(spec, q, k, v, call={"kv_lens": _ints(lens)}, ref_kw={"kv_lens": lens})
-    for bi, n in enumerate(lens):
-        assert not dk[bi, n:].any() and not dv[bi, n:].any()
-    assert not dq[0].any()
+    check_kv_lens_hidden_keys(spec, *qkv(spec, np.random.default_rng(6), 4, 70, 300, 3, 1), [0, 137, 300, 1])
 
 
 def test_masked_keys_holding_nan_reach_no_row_that_does_not_see_them():
@@ -80,19 +56,11 @@ def test_masked_keys_holding_nan_reach_no_row_that_does_not_see_them():
     is the reference's; the rows that do see them get NaN (NaN in, NaN out)."""
     spec = spec_of("head_dim 256\n dtype f16\n mask causal")
     kernel = _wide(spec)
-    import cupy
     rng = np.random.default_rng(9)
-    q, k, v = _qkv(rng, 1, 130, 130, 2, 2)
+    q, k, v = qkv(spec, rng, 1, 130, 130, 2, 2)
     k[0, 100] = np.nan
     v[0, 101] = np.inf
-    qd, kd, vd = (cupy.asarray(x).astype(cupy.float16) for x in (q, k, v))
-    out, lse = kernel(qd, kd, vd, return_lse=True)
-    dout = _rand(rng, *out.shape)
-    dq = cupy.asnumpy(kernel.backward(qd, kd, vd, out, lse, cupy.asarray(dout).astype(cupy.float16))[0])
-    want = attngen.reference_backward(spec, q, k, v, dout)[0]
-    assert np.isfinite(dq[0, :100]).all()
-    assert relative_error(dq[0, :100].astype(np.float64), want[0, :100]) <= 2 * tolerance(spec)
-    assert np.isnan(dq[0, 100:]).any()
+    check_nan_keys(spec, kernel, q, k, v, rng, seen=slice(100, None), unseen=slice(None, 100))
 
 
 @pytest.mark.parametrize("mask", ["causal", "window(left=90, right=3)"])
@@ -107,36 +75,11 @@ def test_custom_mask(kind):
     """The BlockMask's kv tiles (the forward's) straddle the key blocks of 64: each step tests the
     mask per element where any overlapped tile is partial or absent."""
     spec = spec_of("head_dim 256\n dtype f16\n mask custom")
-    kernel = _wide(spec)
-    rng = np.random.default_rng(7)
-    b, lq, lk, hq, hkv = 2, 300, 350, 3, 1
-    q, k, v = _qkv(rng, b, lq, lk, hq, hkv)
-    if kind == "additive":
-        m = np.where(_documents(lq, lk, rng)[None, None], rng.standard_normal((b, 1, lq, lk)), -np.inf)
-        m = m.astype(np.float32)
-        m[:, :, 3] = -np.inf
-        m[:, :, :, 320:] = -np.inf
-    else:
-        m = np.stack([_documents(lq, lk, rng) for _ in range(hq)])[None]
-        m[..., :128, :160] = True  # whole BlockMask tiles, full
-        m[..., 150:160, :] = False
-        m[..., 340:] = False
-    bm = attngen.block_mask(_mask(m), kernel)
-    (dq, dk, dv), _ = check_backward(spec, q, k, v, call={"mask": bm}, ref_kw={"mask": m})
-    rows = slice(3, 4) if kind == "additive" else slice(150, 160)
-    assert not dq[:, rows].any()
-    keys = slice(320, None) if kind == "additive" else slice(340, None)
-    assert not dk[:, keys].any() and not dv[:, keys].any()
+    check_custom_mask_across_key_blocks(spec, _wide(spec), kind)
 
 
 def test_agrees_with_the_deterministic_family():
     body = "head_dim 256\n heads q=3 kv=1\n dtype f16\n mask causal"
     fast, slow = spec_of(body), spec_of(body + "\n target cuda { backward=deterministic }")
     _wide(fast)
-    assert cuda_backward.family(kernel_for(slow, "cuda").plan) == "fma"
-    rng = np.random.default_rng(11)
-    q, k, v = _qkv(rng, 1, 200, 200, 3, 1)
-    got, _ = check_backward(fast, q, k, v)
-    again, _ = check_backward(slow, q, k, v)
-    for a, b_ in zip(got, again):
-        assert np.linalg.norm(a - b_) <= 2e-3 * np.linalg.norm(b_)
+    check_families_agree(fast, slow, *qkv(fast, np.random.default_rng(11), 1, 200, 200, 3, 1))

@@ -18,7 +18,7 @@ from attngen.backends.cuda import backward as cuda_backward
 from attngen.reference import reference, relative_error, tolerance
 
 from conftest import kernel_for, random_qkv, require, spec_of, to_device
-from test_backward_cuda import _ints, _rand, check_backward
+from backward_helpers import check_backward, ints, rand
 from test_cuda_expr_builder import check_output
 from test_variants import _np
 
@@ -78,8 +78,8 @@ def test_kv_lens_on_the_host_take_bits_on_the_gpu_and_packed_inline():
     assert relative_error(_np(out), reference(spec, *qkv, kv_lens=lens)) <= tolerance(spec)
     cuq, cuk = np.array([0, 7, 120], np.int32), np.array([0, 20, 57], np.int32)
     rng = np.random.default_rng(5)
-    q, k, v = _rand(rng, 120, 6, 64), _rand(rng, 57, 2, 64), _rand(rng, 57, 2, 64)
-    out = kernel(*to_device("cuda", spec.dtype, q, k, v), cu_seqlens_q=_ints(cuq), cu_seqlens_k=_ints(cuk))
+    q, k, v = rand(rng, 120, 6, 64), rand(rng, 57, 2, 64), rand(rng, 57, 2, 64)
+    out = kernel(*to_device("cuda", spec.dtype, q, k, v), cu_seqlens_q=ints(cuq), cu_seqlens_k=ints(cuk))
     assert kernel.last_path == "inline" and kernel.last_reason.startswith("cu_seqlens_q=")
     want = reference(spec, q, k, v, cu_seqlens_q=cuq, cu_seqlens_k=cuk)
     assert relative_error(_np(out), want) <= tolerance(spec)
@@ -117,7 +117,7 @@ def test_the_backward_takes_the_bits_of_its_forward(name, family):
     rng = np.random.default_rng(len(name))
     for b, lq, lk in ((1, 113, 300), (2, 300, 113), (2, 7, 7), (1, 1, 300)):
         builds = kernel.mask_builds
-        check_backward(spec, _rand(rng, b, lq, 6, 128), _rand(rng, b, lk, 2, 128), _rand(rng, b, lk, 2, 128))
+        check_backward(spec, rand(rng, b, lq, 6, 128), rand(rng, b, lk, 2, 128), rand(rng, b, lk, 2, 128))
         assert kernel.last_path == "bits" and kernel.mask_builds == builds + 1  # the forward's, reused
 
 

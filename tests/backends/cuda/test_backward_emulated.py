@@ -8,10 +8,7 @@ here in numpy; tests/equivalence/test_backward_cuda.py runs all three steps on a
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -24,6 +21,7 @@ from attngen.reference import reference, reference_backward, relative_error
 from attngen.runtime.blockmask import build_arrays
 
 from conftest import spec_of
+from backward_helpers import delta_rows, emulated_args, gxx_library
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to compile the emulation")
 
@@ -79,15 +77,7 @@ def _library(plan, tmp_dir):
                .replace("dkdv(*a, smem.data(), *in);", "dkdv(*a, smem.data(), *in, *g);"))
     if bw.partials(plan):  # step 3: <entry>_bwd_grads, the partial sums added up
         run = run.replace("else dq(", "else if (step == 3) grad_partials_sum(*a, *in, *g); else dq(")
-    source = SHIM + source[: source.index("// The entry points")] + run
-    name = hashlib.sha256(source.encode()).hexdigest()[:16]
-    path = os.path.join(tmp_dir, name + ".so")
-    if not os.path.exists(path):
-        with open(path[:-3] + ".cpp", "w") as f:
-            f.write(source)
-        subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-shared", "-fPIC", "-o", path, path[:-3] + ".cpp",
-                        "-lpthread"], check=True)
-    return ctypes.CDLL(path)
+    return gxx_library(SHIM + source[: source.index("// The entry points")] + run, tmp_dir)
 
 
 def _emulate(spec, q, k, v, dout, out, lse, *, kv_lens=None, cu=None, cuk=None, mask=None, inputs=None,
@@ -96,34 +86,9 @@ def _emulate(spec, q, k, v, dout, out, lse, *, kv_lens=None, cu=None, cuk=None, 
     cfg = bw.backward_config(plan)
     lib = _library(plan, tmp_dir)
     packed = cu is not None
-    delta = np.einsum("...hd,...hd->...h", dout.astype(np.float64), out.astype(np.float64)).astype(np.float32)
-    delta = np.ascontiguousarray(np.moveaxis(delta, -1, 0 if packed else 1))
     grads = [np.full(x.shape, np.nan, np.float32) for x in (q, k, v)]
-    a, keep = backward_launch._Args(), []
-
-    def ptr(x):
-        keep.append(x)
-        return x.ctypes.data
-    for name, x in zip(("q", "k", "v", "out", "dout", "lse", "delta", "dq", "dk", "dv"),
-                       (q, k, v, out, dout, lse, delta, *grads)):
-        setattr(a, name, ptr(x))
-    for prefix, x in zip(("q", "k", "v", "o", "do", "dq", "dk", "dv"), (q, k, v, out, dout, *grads)):
-        s = tuple(st // 4 for st in x.strides)
-        for axis, st in zip("blh", (0, s[0], s[1]) if packed else s[:3]):
-            setattr(a, f"{prefix}_s{axis}", st)
-    s = tuple(st // 4 for st in lse.strides)
-    a.lse_sb, a.lse_sh, a.lse_sl = (0, *s) if packed else s
-    s = tuple(st // 4 for st in delta.strides)
-    a.delta_sb, a.delta_sh = (0, s[0]) if packed else s[:2]
-    hq, hkv = q.shape[-2], k.shape[-2]
-    if packed:
-        a.cu_seqlens_q, a.cu_seqlens_k = ptr(np.asarray(cu, np.int32)), ptr(np.asarray(cuk, np.int32))
-        b, lq, lk = len(cu) - 1, int(np.diff(cu).max()), int(np.diff(cuk).max())
-    else:
-        b, lq, lk = q.shape[0], q.shape[1], k.shape[1]
-    if kv_lens is not None:
-        a.kv_lens = ptr(np.asarray(kv_lens, np.int32))
-    a.len_q, a.len_k, a.group, a.rows_k = lq, lk, hq // hkv, 0 if packed else k.shape[1]
+    a, ptr, (b, lq, lk, hq, hkv) = emulated_args((q, k, v, out, dout, *grads), lse, delta_rows(dout, out, packed),
+                                                 packed=packed, kv_lens=kv_lens, cu=cu, cuk=cuk)
     if mask is not None:
         kind, data, counts, tiles, _, _ = build_arrays(np, mask, plan.tile_q, plan.tile_kv)
         data = mask_words(np, data) if kind == "bool" else data.astype(np.float32)
@@ -150,7 +115,7 @@ def _emulate(spec, q, k, v, dout, out, lse, *, kv_lens=None, cu=None, cuk=None, 
                                                                   for n in expr_grads.fields(spec, atomic=False)]})()
         for n, x in {**input_grads, **parts}.items():
             setattr(g, n, ptr(x))
-        keep.append(g)
+        a._keep.append(g)
         extra += (ctypes.byref(g),)
     lib.run_step(1, ctypes.byref(a), *extra, n_x, hkv, b, cfg.smem_bytes)
     lib.run_step(2, ctypes.byref(a), *extra, -(-lq // t), hq, b, cfg.smem_bytes)

@@ -12,22 +12,19 @@ are small."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
 import re
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 from attngen.api import lower
 from attngen.backends.cuda import backward as bw
-from attngen.backends.cuda import backward_launch
 from attngen.backends.cuda import backward_mma
 from attngen.reference import reference, reference_backward, relative_error, tolerance
 
 from conftest import spec_of
+from backward_helpers import delta_rows, emulated_args, gxx_library
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to compile the emulation")
 
@@ -174,15 +171,7 @@ def _library(plan, tmp_dir):
         source = _without(source, name)
     source = source.replace("typedef unsigned short elem_t;", "typedef unsigned short elem_t;  // (emulated)")
     shim = SHIM.replace("FLOAT_CONVERSIONS", F16 if plan.dtype == "f16" else BF16)
-    source = shim + source[: source.index("// The entry points")] + RUN
-    name = hashlib.sha256(source.encode()).hexdigest()[:16]
-    path = os.path.join(tmp_dir, name + ".so")
-    if not os.path.exists(path):
-        with open(path[:-3] + ".cpp", "w") as f:
-            f.write(source)
-        subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-shared", "-fPIC", "-o", path, path[:-3] + ".cpp",
-                        "-lpthread"], check=True)
-    return ctypes.CDLL(path)
+    return gxx_library(shim + source[: source.index("// The entry points")] + RUN, tmp_dir)
 
 
 def _round(x, dtype):
@@ -217,35 +206,11 @@ def _check(body, shapes, tmp_path, seed=0, kv_lens=None, cu=None, cuk=None, pois
     lse = np.ascontiguousarray(lse, np.float32)
     dout16, dout = _round(rng.standard_normal(out.shape).astype(np.float32), plan.dtype)
     packed = cu is not None
-    delta = np.einsum("...hd,...hd->...h", dout.astype(np.float64), out.astype(np.float64)).astype(np.float32)
-    delta = np.ascontiguousarray(np.moveaxis(delta, -1, 0 if packed else 1))
     dq = np.zeros(q.shape, np.float32)
     dk16, dv16 = (np.full(x.shape, 0xFFFF, np.uint16) for x in (k, v))  # NaN: a key not written shows
-    a, keep = backward_launch._Args(), []
-
-    def ptr(x):
-        keep.append(x)
-        return x.ctypes.data
-    for name, x in zip(("q", "k", "v", "out", "dout", "lse", "delta", "dq_accum", "dk", "dv"),
-                       (q16, k16, v16, out16, dout16, lse, delta, dq, dk16, dv16)):
-        setattr(a, name, ptr(x))
-    for prefix, x in zip(("q", "k", "v", "o", "do", "dq", "dk", "dv"), (q16, k16, v16, out16, dout16, dq, dk16, dv16)):
-        s = tuple(st // x.itemsize for st in x.strides)
-        for axis, st in zip("blh", (0, s[0], s[1]) if packed else s[:3]):
-            setattr(a, f"{prefix}_s{axis}", st)
-    s = tuple(st // 4 for st in lse.strides)
-    a.lse_sb, a.lse_sh, a.lse_sl = (0, *s) if packed else s
-    s = tuple(st // 4 for st in delta.strides)
-    a.delta_sb, a.delta_sh = (0, s[0]) if packed else s[:2]
-    hq, hkv = q.shape[-2], k.shape[-2]
-    if packed:
-        a.cu_seqlens_q, a.cu_seqlens_k = ptr(np.asarray(cu, np.int32)), ptr(np.asarray(cuk, np.int32))
-        b, lq, lk = len(cu) - 1, int(np.diff(cu).max()), int(np.diff(cuk).max())
-    else:
-        b, lq, lk = q.shape[0], q.shape[1], k.shape[1]
-    if kv_lens is not None:
-        a.kv_lens = ptr(np.asarray(kv_lens, np.int32))
-    a.len_q, a.len_k, a.group, a.rows_k = lq, lk, hq // hkv, 0 if packed else k.shape[1]
+    a, _, (b, _, lk, _, hkv) = emulated_args((q16, k16, v16, out16, dout16, dq, dk16, dv16), lse,
+                                             delta_rows(dout, out, packed), packed=packed, kv_lens=kv_lens,
+                                             cu=cu, cuk=cuk, dq_name="dq_accum")
     lib = _library(plan, str(tmp_path))
     lib.run_dkdv(ctypes.byref(a), -(-(lk if packed else k.shape[1]) // backward_mma.KEYS), hkv, b)
     want = reference_backward(spec, q, k, v, dout, **ref_kw)
