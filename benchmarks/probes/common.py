@@ -110,6 +110,20 @@ def sdpa(q, k, v, backend, **kwargs):
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
+def profiled_once(runs) -> None:
+    """Each (name, fn) of `runs` once inside Nsight Compute's profiled range
+    (torch.cuda.profiler.start / stop; ncu --profile-from-start off), its name printed before it:
+    the ncu probes' last step (ncu_prefill.py, ncu_backward.py), after their warm-up."""
+    import torch
+    torch.cuda.synchronize()
+    for name, fn in runs:
+        print(f"-- {name}", flush=True)
+        torch.cuda.profiler.start()
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+
+
 def decode_spec(layout: str, extra: str = "", schedule: str = "split_kv(auto)", name: str | None = None):
     """The decode case of benchmarks/suite/decode_grid.py (32 query heads over 8 KV heads, d128,
     f16) on `layout` ("contiguous" or "paged<page>", as decode_grid.LAYOUTS), with the spec line

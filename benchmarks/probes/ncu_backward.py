@@ -22,7 +22,7 @@ import torch
 from torch.nn.attention import SDPBackend
 
 import attngen
-from common import median_ms, randn
+from common import median_ms, profiled_once, randn
 
 
 def main():
@@ -61,13 +61,7 @@ def main():
                      lambda: torch.autograd.grad(o, (qt, kt, vt), g, retain_graph=True)))
     for name, fn in runs:
         print(f"{name}: {median_ms(fn):.3f} ms", flush=True)
-    torch.cuda.synchronize()
-    for name, fn in runs:
-        print(f"-- {name}", flush=True)
-        torch.cuda.profiler.start()
-        fn()
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+    profiled_once(runs)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import torch
 from torch.nn.attention import SDPBackend
 
 import attngen
-from common import randn, sdpa
+from common import profiled_once, randn, sdpa
 
 
 def main():
@@ -50,13 +50,7 @@ def main():
     for _, fn in runs:
         for _ in range(5):
             fn()
-    torch.cuda.synchronize()
-    for name, fn in runs:
-        print(f"-- {name}", flush=True)
-        torch.cuda.profiler.start()
-        fn()
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+    profiled_once(runs)
 
 
 if __name__ == "__main__":
