@@ -335,9 +335,9 @@ def device():
     return device_state().device
 
 
-def _matches(profile: Profile, info: dict) -> bool:
+def _matches(profile: Profile, info: dict, runtime: str = RUNTIME) -> bool:
     """Whether the adapter (its info, and `runtime`: the runtime's name) has every [match] value."""
-    info = {**info, "runtime": RUNTIME}
+    info = {**info, "runtime": runtime}
     match = profile.section("match")
     if not match:
         return False
