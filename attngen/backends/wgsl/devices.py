@@ -84,7 +84,8 @@ NP_DTYPES = {"f16": np.float16, "f32": np.float32}
 DTYPE_BYTES = {"f16": 2, "f32": 4}
 # WebGPU feature names in plans and manifests -> the runtime's names for them (wgpu-py 0.32 says
 # "subgroup", Dawn "subgroups").
-WGPU_FEATURE = {"shader-f16": "shader-f16", "subgroups": "subgroups" if DAWN else "subgroup"}
+WGPU_FEATURE = {"shader-f16": "shader-f16", "subgroups": "subgroups" if DAWN else "subgroup",
+                MATRIX_FEATURE: MATRIX_FEATURE}
 _SUBGROUP = WGPU_FEATURE["subgroups"]
 # Profile limits <- the device limits they are read from (several: the smallest).
 _LIMITS = {
