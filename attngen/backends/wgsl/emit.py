@@ -206,7 +206,8 @@ def render_source(plan: KernelPlan) -> str:
     sizes = {b.name: b.rows * b.cols for b in c.buffers}
     layout = layout_lines(plan, "Workgroup memory")
     if c.matrix is not None:
-        layout.append(f"Subgroup matrices: {c.summary()}.")
+        layout.append(f"Subgroup matrices: {c.matrix.summary} (of the profile's configs); acc in registers as "
+                      "result matrices, rescaled lazily (section config).")
     else:
         layout.append(f"Register tiling: {c.sub_block}" + ("; its loops unrolled (the profile's dialect)."
                                                            if plan.details.unroll_sub_block else "."))
