@@ -262,7 +262,7 @@ def test_grad_inputs(case):
             assert not to_np(got[0])[:, 0].any() and not to_np(got[3]["bias"])[:, :, 0].any()
         if "deterministic" in lines:  # the same bits on a second run
             second = again()
-            assert all(np.array_equal(toto_np(second[3][n]), toto_np(g)) for n, g in got[3].items())
+            assert all(np.array_equal(to_np(second[3][n]), to_np(g)) for n, g in got[3].items())
 
 
 @pytest.mark.parametrize("head_dim, lines", [
@@ -274,8 +274,9 @@ def test_grad_reads_summed_per_step(head_dim, lines):
     """Reads that a step's pairs share (expr_grads.staged_reads: a table at a function of k - q,
     either direction, a per-head slope) are summed per warpgroup step in shared memory and flushed
     once per entry; steps whose pairs all read one entry (a slope; a distance clamped past its
-    bound: the last two cases) sum in registers and add once per warp: both lengths odd (Lq < Lk and Lq > Lk), GQA 3, kv_lens; each gradient within
-    twice the forward's tolerance of the reference's."""
+    bound: the last two cases) sum in registers and add once per warp: both lengths odd (Lq < Lk
+    and Lq > Lk), GQA 3, kv_lens; each gradient within twice the forward's tolerance of the
+    reference's."""
     from attngen.backends.cuda import expr_grads
     spec = spec_of(f"head_dim {head_dim}\ndtype f16\n{lines}\n")
     kernel = _kernel(spec, "fast")  # (skips without a GPU)
