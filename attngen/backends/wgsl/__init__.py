@@ -80,8 +80,10 @@ class WgslBackend(Backend):
                         hint="declare it f32 or f16 for target wgsl; bf16 inputs are for cuda")
                 for i in spec.inputs if i.dtype == "bf16"]
 
+    kv_dtypes = ("e4m3", "e5m2", "i8")  # decoded by hand from u32 words (templates/wgsl/quant.j2)
+
     def check(self, spec, profile):
-        problems = self.expression_problems(spec)
+        problems = self.expression_problems(spec) + self.kv_dtype_problems(spec)
         if spec.dtype not in profile.storage_dtypes:
             if spec.dtype == "bf16":
                 problems.append(Problem("dtype bf16 is not available: WGSL has no bf16 type", key="dtype",
@@ -103,9 +105,14 @@ class WgslBackend(Backend):
         elif f16_math and storage == "packed":
             problems.append(Problem("accumulate f16 with f16=packed: packed storage computes in f32",
                                     key="accumulate", hint="use accumulate qk=f32 pv=f32, or f16=native"))
-        if spec.inputs:  # the inputs binding is one storage buffer more in the attention entry point
-            from .lower import main_params
-            used, most = sum(p.kind == "tensor" for p in main_params(spec)), profile.limit("storage_buffers_per_stage")
+        from .lower import main_params
+        used, most = sum(p.kind == "tensor" for p in main_params(spec)), profile.limit("storage_buffers_per_stage")
+        if spec.kv_dtype is not None and used > most:  # kv_scale is one storage buffer more
+            problems.append(Problem(f"kv_dtype {spec.kv_dtype}: the attention entry point with the kv_scale binding "
+                                    f"needs {used} storage buffers; profile {profile.name} allows {most}",
+                                    key="kv_dtype", hint="a quantized cache does not fit with mask custom or "
+                                                         "expression inputs on this profile"))
+        elif spec.inputs:  # the inputs binding is one storage buffer more in the attention entry point
             if used > most:
                 problems.append(Problem(f"the attention entry point with the inputs binding needs {used} storage "
                                         f"buffers; profile {profile.name} allows {most}", key=f"input.{spec.inputs[0].name}",
