@@ -222,3 +222,15 @@ def test_the_manifest_describes_the_packed_cache_and_its_scales(kv_dtype):
         schema = json.load(f)
     errors = list(jsonschema.Draft202012Validator(schema).iter_errors(json.loads(json.dumps(m))))
     assert not errors, errors[:3]
+
+
+@pytest.mark.parametrize("cache", ["contiguous", "paged(page=16)"])
+def test_attngen_run_quantizes_the_cache_it_makes_up(tmp_path, capsys, cache):
+    require("wgsl")
+    from attngen.cli import main
+    path = tmp_path / "kvq.attn"
+    path.write_text(f"attention r {{\n head_dim {D}\n heads q=4 kv=2\n dtype f16\n schedule two_pass\n"
+                    f" kv_cache {cache}\n kv_dtype i8\n}}\n")
+    assert main(["run", str(path), "--target", "wgsl", "--shape", "B=2,Lq=1,Lk=40", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "quantized to kv_dtype i8" in out and " ok" in out

@@ -224,8 +224,10 @@ class WgslBackend(Backend):
     def device_inputs(self, spec, host, options):
         import numpy as np
         from .devices import WgslTensor
-        # resident on the device: a timed call uploads nothing but its uniforms
-        return tuple(WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype]))) for a in host), options
+        # resident on the device: a timed call uploads nothing but its uniforms (a quantized cache's
+        # bytes stay numpy arrays, uploaded by each call: a WgslTensor holds f16 or f32)
+        return tuple(a if a.dtype in (np.uint8, np.int8) else WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype])))
+                     for a in host), options
 
     def check_sizes(self, kernel, launch, inputs, mask=None):
         from .launch import check_sizes
