@@ -78,7 +78,8 @@ def check_shape(kernel, backend, shape) -> None:
         dtypes.update(k=KV_STORED[spec.kv_dtype], v=KV_STORED[spec.kv_dtype])
     launch = resolve(kernel.plan, tensors, dtypes, has_mask=spec.mask.is_custom,
                      cores=units if units is not None else 1, **ints)
-    nbytes = {n: int(np.prod(dims, dtype=object)) * DTYPE_BYTES[kernel.plan.dtype] for n, dims in tensors.items()}
+    size = {n: 1 if n in ("k", "v") and spec.kv_dtype is not None else DTYPE_BYTES[kernel.plan.dtype] for n in tensors}
+    nbytes = {n: int(np.prod(dims, dtype=object)) * size[n] for n, dims in tensors.items()}
     mask = ((shape["B"], 1, shape["Lq"], shape["Lk"]), "bool") if spec.mask.is_custom else None  # runtime_inputs'
     backend.check_sizes(kernel, launch, nbytes, mask=mask)
 

@@ -135,7 +135,8 @@ class WgslBackend(Backend):
             f"features: {', '.join(plan.features) or 'none'}",
             f"wgpu runtime checks: {plan.details.runtime_checks} ({RUNTIME_CHECKS[plan.details.runtime_checks]}; "
             "the profile's dialect, wgpu-native only)",
-        ]
+        ] + ([f"kv_dtype {plan.spec.kv_dtype}: K and V one byte per value in u32 words, decoded in the shader and "
+              "multiplied by their f32 scales (binding kv_scale: k_scale, then v_scale)"] if plan.spec.kv_dtype else [])
 
     def tune_space(self, spec):
         """Rows per workgroup x keys per tile x invocations per row (workgroup = rows x that)."""
