@@ -30,6 +30,8 @@ _LAZY = {
     "targets": ("api", "targets"),
     "BlockMask": ("runtime.blockmask", "BlockMask"),
     "block_mask": ("runtime.blockmask", "block_mask"),
+    "quantize_kv": ("runtime.kvquant", "quantize_kv"),
+    "dequantize_kv": ("runtime.kvquant", "dequantize_kv"),
 }
 
 
@@ -49,6 +51,6 @@ def __dir__():
 
 __all__ = [
     "AttentionSpec", "BlockMask", "CompileError", "LaunchError", "SpecError", "block_mask", "check", "compile",
-    "emit", "format_spec", "load", "lower", "merge", "parse", "reference", "reference_backward", "targets",
+    "dequantize_kv", "emit", "format_spec", "load", "lower", "merge", "parse", "quantize_kv", "reference", "reference_backward", "targets",
     "__version__",
 ]

@@ -176,7 +176,7 @@ def _check_inputs(spec: AttentionSpec, q, k, v, mask, kv_lens, cu_seqlens_q, cu_
     # checked are the inputs' own.
     paged = KVCache("paged", int(shapes["k"][1])) if block_table is not None and len(shapes["k"]) == 4 else KVCache()
     mask_mode = Mask("custom") if mask is not None else (Mask() if spec.mask.is_custom else spec.mask)
-    spec = replace(spec, kv_cache=paged, mask=mask_mode)
+    spec = replace(spec, kv_cache=paged, mask=mask_mode, kv_dtype=None)  # a quantized cache: checked as values
     # packed sequences with a mask: its rows and keys bound the longest sequence, as the kernels'
     # max_seqlen_q / max_seqlen_k do (each sequence reads the top-left corner)
     bound = (int(np.shape(mask)[-2]), int(np.shape(mask)[-1])) if (
@@ -198,8 +198,43 @@ def _check_inputs(spec: AttentionSpec, q, k, v, mask, kv_lens, cu_seqlens_q, cu_
         raise LaunchError(f"attngen.reference: {e}") from None
 
 
+def _stored_kv(spec, q, k, v, k_scale, v_scale, ints):
+    """A quantized cache's values (float64) and, for a paged FP8 cache, the per-sequence scales
+    still to apply ((k_scale, v_scale) as float64, else None), after the kernels' checks of the
+    stored bytes (dtype, shape) and scales (runtime/kvquant.py)."""
+    from .runtime import kvquant
+    from .runtime.launch import KV_STORED
+    kv_dtype = spec.kv_dtype
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype.name != KV_STORED[kv_dtype]:
+            raise LaunchError(f"attngen.reference: {name} has dtype {x.dtype}, but spec '{spec.name}' stores K and V "
+                              f"as kv_dtype {kv_dtype}: numpy {KV_STORED[kv_dtype]} (attngen.quantize_kv makes them)")
+    if ints[1] is not None:
+        raise LaunchError(f"attngen.reference: packed sequences (cu_seqlens_q=) with a quantized cache are not built "
+                          f"yet (issue 44), as on the kernels")
+    if k.ndim != 4 or v.ndim != 4:
+        raise LaunchError(f"attngen.reference: a quantized cache is (B, Lk, Hkv, D) or paged (pages, page, Hkv, D), "
+                          f"not k {k.shape}, v {v.shape}")
+    _check_inputs(spec, q, k, v, None, *ints)  # shapes first: the scales' follow them
+    table = ints[3]
+    batch = table.shape[0] if table is not None else k.shape[0]
+    scales = []
+    for name, x, sc in (("k_scale", k, k_scale), ("v_scale", v, v_scale)):
+        try:
+            scales.append(kvquant.check_scales(name, spec.name, kv_dtype, x, None if sc is None else to_numpy(sc),
+                                               batch, table, ints[0]).astype(np.float64))
+        except LaunchError as e:
+            raise LaunchError(f"attngen.reference: {e}") from None
+    k, v = kvquant.unscaled(k, kv_dtype), kvquant.unscaled(v, kv_dtype)
+    if kv_dtype in kvquant.FP8 and table is not None:
+        return k, v, scales
+    return (k * kvquant.expand_scale(scales[0], kv_dtype, k.shape),
+            v * kvquant.expand_scale(scales[1], kv_dtype, v.shape), None)
+
+
 def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None,
-              cu_seqlens_k=None, block_table=None, return_lse: bool = False, **inputs):
+              cu_seqlens_k=None, block_table=None, return_lse: bool = False, k_scale=None, v_scale=None,
+              **inputs):
     """float64 attention as the spec defines it (see the module docstring for the inputs).
 
     The spec's `input` tensors are passed by keyword (`slopes=...`), for its score and mask
@@ -211,12 +246,22 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
     (pages, page_size, Hkv, D) with block_table (B, max_pages) and kv_lens (B,).
     Returns out (B, Lq, Hq, Dv) (packed: (total_q, Hq, Dv)) and, with return_lse, lse
     (B, Hq, Lq) (packed: (Hq, total_q)).
+
+    With `kv_dtype` (docs/language.md, "Quantized KV caches"), k and v are the stored bytes
+    (uint8 FP8 patterns or int8) and k_scale / v_scale their float32 scales: each value is the
+    float64 of its decoded byte times the float64 of its scale, exactly.
     """
     q = round_to_dtype(q, spec.dtype)
-    k = round_to_dtype(k, spec.dtype)
-    v = round_to_dtype(v, spec.dtype)
     mask_np = None if mask is None else to_numpy(mask)
     ints = [None if x is None else to_numpy(x) for x in (kv_lens, cu_seqlens_q, cu_seqlens_k, block_table)]
+    if spec.kv_dtype is not None:
+        k, v, kv_scales = _stored_kv(spec, q, to_numpy(k), to_numpy(v), k_scale, v_scale, ints)
+    else:
+        for name, x in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if x is not None:
+                raise LaunchError(f"attngen.reference: {name}= needs a spec with kv_dtype; '{spec.name}' keeps K "
+                                  "and V in its dtype")
+        k, v, kv_scales = round_to_dtype(k, spec.dtype), round_to_dtype(v, spec.dtype), None
     _check_inputs(spec, q, k, v, mask_np, *ints)
     named = None  # the checked inputs of the expressions
     if has_expressions(spec) or inputs:
@@ -244,6 +289,8 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
             pages = table[b, :n_pages]
             kb = k[pages].reshape(-1, *k.shape[2:])[: lens[b]]
             vb = v[pages].reshape(-1, *v.shape[2:])[: lens[b]]
+            if kv_scales is not None:  # FP8: each sequence's per-head scales (i8's travel with the rows)
+                kb, vb = kb * kv_scales[0][b][None, :, None], vb * kv_scales[1][b][None, :, None]
             seqs.append((q[b], kb, vb))
     else:
         lens = None if kv_lens is None else to_numpy(kv_lens).astype(np.int64)

@@ -98,11 +98,20 @@ class Backend:
     # -- the pipeline -----------------------------------------------------------------------------
     def check(self, spec: AttentionSpec, profile: Profile) -> list[Problem]:
         """Problems of `spec` on this target that do not depend on tiles (dtypes, features)."""
-        problems = self.expression_problems(spec)
+        problems = self.expression_problems(spec) + self.kv_dtype_problems(spec)
         if spec.dtype not in profile.storage_dtypes:
             problems.append(Problem(f"dtype {spec.dtype} is not available (has: {', '.join(profile.storage_dtypes)})",
                                     key="dtype"))
         return problems
+
+    kv_dtypes: tuple = ()  # the `kv_dtype`s (quantized K/V caches, issue 44) this target's kernels read
+
+    def kv_dtype_problems(self, spec: AttentionSpec) -> list[Problem]:
+        """`kv_dtype` where this target has no kernels for it (issue 44): refused, never ignored."""
+        if spec.kv_dtype is None or spec.kv_dtype in self.kv_dtypes:
+            return []
+        return [Problem(f"kv_dtype {spec.kv_dtype}: not built on target {self.name} yet (issue 44)", key="kv_dtype",
+                        hint="leave kv_dtype out (K and V in the spec's dtype); target wgsl builds it")]
 
     def expression_tiles(self, spec: AttentionSpec) -> str:
         """What this target's kernels do with a mask expression's tile classification (`attngen

@@ -72,9 +72,14 @@ def check_shape(kernel, backend, shape) -> None:
                     block_table=on_device("block_table", (b, _pages(spec, shape["Lk"])), "int32", 2))
     tensors = call_shapes(spec, shape)
     units = getattr(kernel, "compute_units", lambda: None)()  # a plan without a device (tests): 1
-    launch = resolve(kernel.plan, tensors, dict.fromkeys(tensors, kernel.plan.dtype), has_mask=spec.mask.is_custom,
+    dtypes = dict.fromkeys(tensors, kernel.plan.dtype)
+    if spec.kv_dtype is not None:  # a quantized cache's bytes (issue 44): counted as they are, one each
+        from ..runtime.launch import KV_STORED
+        dtypes.update(k=KV_STORED[spec.kv_dtype], v=KV_STORED[spec.kv_dtype])
+    launch = resolve(kernel.plan, tensors, dtypes, has_mask=spec.mask.is_custom,
                      cores=units if units is not None else 1, **ints)
-    nbytes = {n: int(np.prod(dims, dtype=object)) * DTYPE_BYTES[kernel.plan.dtype] for n, dims in tensors.items()}
+    size = {n: 1 if n in ("k", "v") and spec.kv_dtype is not None else DTYPE_BYTES[kernel.plan.dtype] for n in tensors}
+    nbytes = {n: int(np.prod(dims, dtype=object)) * size[n] for n, dims in tensors.items()}
     mask = ((shape["B"], 1, shape["Lq"], shape["Lk"]), "bool") if spec.mask.is_custom else None  # runtime_inputs'
     backend.check_sizes(kernel, launch, nbytes, mask=mask)
 
@@ -111,6 +116,10 @@ def runtime_inputs(spec, q, k, v, rng):
     extents = {"b": b, "h": q.shape[2], "hkv": k.shape[2], "q": lq, "k": lk}
     for inp in spec.inputs:  # expression inputs (issue 42): random values of their dtype and shape
         opts[inp.name] = _random_input(inp, extents, rng)
+    if spec.kv_dtype is not None:  # issue 44: the stored bytes and their scales (attngen.quantize_kv)
+        from ..runtime.kvquant import quantize_kv
+        (k, k_scale), (v, v_scale) = quantize_kv(k, spec.kv_dtype), quantize_kv(v, spec.kv_dtype)
+        opts.update(k_scale=k_scale, v_scale=v_scale)
     if spec.mask.is_custom:
         docs = MASK_DOCUMENTS
         same = (np.arange(lq)[:, None] * docs // lq) == (np.arange(lk)[None, :] * docs // lk)
@@ -119,13 +128,19 @@ def runtime_inputs(spec, q, k, v, rng):
         page = spec.kv_cache.page
         per = -(-lk // page)
         table = rng.permutation(b * per + 1)[: b * per].reshape(b, per).astype(np.int32)
-        kc = rng.standard_normal((b * per + 1, page) + k.shape[2:]).astype(np.float32)
-        vc = rng.standard_normal((b * per + 1, page) + v.shape[2:]).astype(np.float32)
+        kc = rng.standard_normal((b * per + 1, page) + k.shape[2:]).astype(k.dtype)
+        vc = rng.standard_normal((b * per + 1, page) + v.shape[2:]).astype(v.dtype)
         pos = np.arange(lk)
         for bi in range(b):
             kc[table[bi, pos // page], pos % page] = k[bi]
             vc[table[bi, pos // page], pos % page] = v[bi]
         k, v = kc, vc
+        if spec.kv_dtype == "i8":  # its scales travel with their rows (the spare page's: 1)
+            for name in ("k_scale", "v_scale"):
+                paged = np.ones((b * per + 1, page) + opts[name].shape[2:], np.float32)
+                for bi in range(b):
+                    paged[table[bi, pos // page], pos % page] = opts[name][bi]
+                opts[name] = paged
         opts.update(kv_lens=np.full(b, lk, np.int32), block_table=table)
     return k, v, opts
 
@@ -152,6 +167,9 @@ def made_up(spec, shape, seed: int) -> list[str]:
     entries = f"{b} batch entr{'y' if b == 1 else 'ies'}"
     lines = [f"q, k, v: standard normal (seed {seed}), stored as {spec.dtype}; {entries}, each one sequence of {lq} "
              f"queries and {lk} keys (no cu_seqlens" + ("" if spec.kv_cache.is_paged else ", no kv_lens") + ")"]
+    if spec.kv_dtype is not None:
+        lines.append(f"k, v: then quantized to kv_dtype {spec.kv_dtype} by attngen.quantize_kv, with k_scale and "
+                     "v_scale (docs/language.md, \"Quantized KV caches\")")
     if spec.mask.is_custom:
         docs = MASK_DOCUMENTS
         same = sum(len(range(-(-d * lq // docs), -(-(d + 1) * lq // docs)))

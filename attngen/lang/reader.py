@@ -21,7 +21,7 @@ from .source import decode_source
 from .expr import (CALL_KEYWORDS, EXPR_TYPES, FUNCTIONS, INDEX_NAMES, INPUT_DTYPE_ALIASES, INPUT_DTYPES, VARS,
                    Input, inputs_read)
 from .expr_check import Checker
-from .spec import AttentionSpec, KVCache, Mask, Schedule, Tile, ACC_DTYPES, DTYPES, format_spec, typed_key
+from .spec import AttentionSpec, KVCache, Mask, Schedule, Tile, ACC_DTYPES, DTYPES, KV_DTYPES, format_spec, typed_key
 from .syntax import MAX_NAME_LENGTH, Binary, Block, Call, Index, Number, Pair, Setting, Unary, Word, parse_blocks
 
 MAX_INT = INT32_MAX  # (attngen.limits: the reasons of every limit)
@@ -46,6 +46,7 @@ USAGE = {
     "tile": "tile q=N kv=M [d=K]  (each a number or auto)",
     "schedule": "schedule fused | split_kv(N) | split_kv(auto) | two_pass",
     "kv_cache": "kv_cache contiguous | paged(page=N)",
+    "kv_dtype": "kv_dtype e4m3 | e5m2 | i8  (K and V stored quantized, with scales: docs/language.md)",
     "target": "target NAME { OPTION=VALUE ... }",  # the registered targets' own forms: target_usage()
 }
 REQUIRED = ("head_dim", "dtype")
@@ -53,6 +54,9 @@ DTYPE_ALIASES = {
     "fp16": "f16", "float16": "f16", "half": "f16", "bfloat16": "bf16", "fp32": "f32",
     "float32": "f32", "float": "f32", "single": "f32",
 }
+
+KV_DTYPE_ALIASES = {"fp8": "e4m3", "fp8_e4m3": "e4m3", "float8_e4m3fn": "e4m3", "fp8_e5m2": "e5m2",
+                    "float8_e5m2": "e5m2", "int8": "i8", "q8_0": "i8"}
 
 
 def target_usage() -> str:
@@ -529,6 +533,13 @@ class _Reader:
             hint = did_you_mean(name, ["contiguous", "paged"]) or f"write: {self.USAGE['kv_cache']}"
             self.error(f"unknown kv_cache '{_shown(node)}'", node.span, hint)
 
+    def key_kv_dtype(self, s):
+        node = self.single(s)
+        if node is not None:
+            d = self.choice("kv_dtype", node, KV_DTYPES, KV_DTYPE_ALIASES)
+            if d:
+                self.fields["kv_dtype"] = d
+
     def read_target(self, s: Setting, seen: dict):
         schemas = target_schemas()
         if s.values and isinstance(s.values[0], Word) and target_schema(s.values[0].text) is None:
@@ -576,6 +587,10 @@ class _Reader:
 
     def cross_checks(self):
         f = self.fields
+        if f.get("kv_dtype") == "i8" and "head_dim_qk" in f and (f["head_dim_qk"] % 32 or f["head_dim_v"] % 32):
+            self.error(f"kv_dtype i8 needs head dims that are multiples of 32 (one scale per block of 32 values "
+                       f"along the head dim), not {f['head_dim_qk']}/{f['head_dim_v']}", self.spans["kv_dtype"],
+                       "use kv_dtype e4m3 (one scale per head), or a head dim that is a multiple of 32")
         tile = f.get("tile")
         if tile and tile.d is not None and "head_dim_qk" in f:
             big = max(f["head_dim_qk"], f["head_dim_v"])
@@ -675,7 +690,7 @@ _FIELD_TYPES = {
     "name": (str,), "head_dim_qk": (int,), "head_dim_v": (int,), "dtype": (str,), "heads_q": (int, _NONE),
     "heads_kv": (int, _NONE), "acc_qk": (str,), "acc_pv": (str,), "mask": (Mask,), "softcap": (int, float, _NONE),
     "scale": (int, float, _NONE), "tile": (Tile,), "schedule": (Schedule,), "kv_cache": (KVCache,),
-    "targets": (tuple,), "inputs": (tuple,), "score": EXPR_TYPES + (_NONE,),
+    "kv_dtype": (str, _NONE), "targets": (tuple,), "inputs": (tuple,), "score": EXPR_TYPES + (_NONE,),
 }
 _REALS = ("softcap", "scale")
 

@@ -23,6 +23,8 @@ DTYPES = ("f16", "bf16", "f32")
 ACC_DTYPES = ("f32", "f16")
 
 DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+# `kv_dtype`: K and V stored quantized, one byte per value (docs/language.md, "Quantized KV caches")
+KV_DTYPES = ("e4m3", "e5m2", "i8")
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,7 @@ class AttentionSpec:
     targets: tuple = ()  # target options given (not auto): see normalise_targets
     inputs: tuple = ()  # attngen.lang.expr.Input, in the order declared
     score: object = None  # the score expression (attngen.lang.expr IR), or None: the scaled score s
+    kv_dtype: str | None = None  # K and V stored quantized (KV_DTYPES), or None: in `dtype`
     spans: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
@@ -196,6 +199,7 @@ def format_spec(spec: AttentionSpec) -> str:
         ("tile", f"q={_auto(s.tile.q)} kv={_auto(s.tile.kv)} d={_auto(s.tile.d)}"),
         ("schedule", schedule),
         ("kv_cache", kv_cache),
+        *((("kv_dtype", s.kv_dtype),) if s.kv_dtype is not None else ()),
     ]
     # Every registered target's options, auto where the spec leaves them (those not printed at auto
     # left out: Option.printed_at_auto), in the schema's order.
@@ -223,7 +227,7 @@ _FIELDS = {
 }
 _SPEC_FIELDS = {"name": str, "head_dim_qk": int, "head_dim_v": int, "dtype": str, "heads_q": (int, type(None)),
                 "heads_kv": (int, type(None)), "acc_qk": str, "acc_pv": str, "softcap": _NUM + (type(None),),
-                "scale": _NUM + (type(None),)}
+                "scale": _NUM + (type(None),), "kv_dtype": (str, type(None))}
 _PARTS = {"mask": Mask, "tile": Tile, "schedule": Schedule, "kv_cache": KVCache}
 
 

@@ -52,6 +52,9 @@ def problems(spec: AttentionSpec, expressions: bool | str = False, target: str =
     if spec.kv_cache.kind == "paged":
         out.append(Problem("a paged KV cache is an inference cache: its kernels have no backward", key="kv_cache",
                            hint="train with kv_cache contiguous (the default); serve with paged"))
+    if spec.kv_dtype is not None:
+        out.append(Problem(f"kv_dtype {spec.kv_dtype}: a quantized KV cache is an inference cache: its kernels have "
+                           "no backward", key="kv_dtype", hint="train with K and V in the spec's dtype (no kv_dtype)"))
     exprs = [(w, e) for w, e in (("score", spec.score), ("mask", spec.mask.expr if spec.mask.kind == "expr" else None))
              if e is not None]
     if exprs and not expressions:

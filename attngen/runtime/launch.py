@@ -22,6 +22,7 @@ from ..errors import LaunchError
 from ..limits import INT32_MAX, MAX_GRID_YZ, MAX_SEQ_LEN
 from ..plan.kernel_plan import KernelPlan
 from ..plan.schedule import choose_splits
+from .kvquant import STORED
 
 
 def _module(x) -> str:
@@ -166,6 +167,9 @@ class Launch:
         return self.batch == 0 or self.len_q == 0 or self.heads_q == 0
 
 
+KV_STORED = {name: np.dtype(t).name for name, t in STORED.items()}  # a quantized cache's bytes: uint8 / int8
+
+
 def _check_tensor(plan: KernelPlan, name: str, shape, dtype: str, ndim: int, d: int, what: str):
     if len(shape) != ndim:
         raise LaunchError(f"{name} must have {ndim} dimensions ({what}), got shape {tuple(shape)}")
@@ -173,7 +177,12 @@ def _check_tensor(plan: KernelPlan, name: str, shape, dtype: str, ndim: int, d: 
         which = "v" if name in ("v", "v_new") else "qk"
         raise LaunchError(f"{name} has head_dim {shape[-1]}, but kernel '{plan.spec.name}' was built "
                           f"for head_dim {which}={d} (shape {tuple(shape)})")
-    if dtype != plan.dtype:
+    kv_dtype = plan.spec.kv_dtype if name in ("k", "v") else None
+    if kv_dtype is not None:  # stored quantized (runtime/kvquant.py): uint8 FP8 bytes or int8
+        if dtype != KV_STORED[kv_dtype]:
+            raise LaunchError(f"{name} has dtype {dtype}, but kernel '{plan.spec.name}' stores K and V as "
+                              f"kv_dtype {kv_dtype}: numpy {KV_STORED[kv_dtype]} (attngen.quantize_kv makes them)")
+    elif dtype != plan.dtype:
         raise LaunchError(f"{name} has dtype {dtype}, but kernel '{plan.spec.name}' was built "
                           f"for dtype {plan.dtype}")
 
@@ -295,6 +304,11 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                           "sequence's keys through cu_seqlens_k instead")
     if ("k_new" in shapes) != ("v_new" in shapes):
         raise LaunchError("k_new and v_new go together: pass both or neither")
+    if spec.kv_dtype is not None and (append or packed):
+        raise LaunchError(f"kernel '{spec.name}' stores K and V as kv_dtype {spec.kv_dtype}: "
+                          f"{'k_new/v_new appends' if append else 'packed sequences (cu_seqlens_q=)'} are not built "
+                          "for a quantized cache yet (issue 44); quantize the rows with attngen.quantize_kv and "
+                          "write them into the cache")
     if append and kv_lens is None:
         raise LaunchError("k_new/v_new append to a cache: pass kv_lens= (keys already in each sequence's "
                           "cache, before the append)")

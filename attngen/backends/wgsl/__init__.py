@@ -80,8 +80,10 @@ class WgslBackend(Backend):
                         hint="declare it f32 or f16 for target wgsl; bf16 inputs are for cuda")
                 for i in spec.inputs if i.dtype == "bf16"]
 
+    kv_dtypes = ("e4m3", "e5m2", "i8")  # decoded by hand from u32 words (templates/wgsl/quant.j2)
+
     def check(self, spec, profile):
-        problems = self.expression_problems(spec)
+        problems = self.expression_problems(spec) + self.kv_dtype_problems(spec)
         if spec.dtype not in profile.storage_dtypes:
             if spec.dtype == "bf16":
                 problems.append(Problem("dtype bf16 is not available: WGSL has no bf16 type", key="dtype",
@@ -103,9 +105,14 @@ class WgslBackend(Backend):
         elif f16_math and storage == "packed":
             problems.append(Problem("accumulate f16 with f16=packed: packed storage computes in f32",
                                     key="accumulate", hint="use accumulate qk=f32 pv=f32, or f16=native"))
-        if spec.inputs:  # the inputs binding is one storage buffer more in the attention entry point
-            from .lower import main_params
-            used, most = sum(p.kind == "tensor" for p in main_params(spec)), profile.limit("storage_buffers_per_stage")
+        from .lower import main_params
+        used, most = sum(p.kind == "tensor" for p in main_params(spec)), profile.limit("storage_buffers_per_stage")
+        if spec.kv_dtype is not None and used > most:  # kv_scale is one storage buffer more
+            problems.append(Problem(f"kv_dtype {spec.kv_dtype}: the attention entry point with the kv_scale binding "
+                                    f"needs {used} storage buffers; profile {profile.name} allows {most}",
+                                    key="kv_dtype", hint="a quantized cache does not fit with mask custom or "
+                                                         "expression inputs on this profile"))
+        elif spec.inputs:  # the inputs binding is one storage buffer more in the attention entry point
             if used > most:
                 problems.append(Problem(f"the attention entry point with the inputs binding needs {used} storage "
                                         f"buffers; profile {profile.name} allows {most}", key=f"input.{spec.inputs[0].name}",
@@ -128,7 +135,8 @@ class WgslBackend(Backend):
             f"features: {', '.join(plan.features) or 'none'}",
             f"wgpu runtime checks: {plan.details.runtime_checks} ({RUNTIME_CHECKS[plan.details.runtime_checks]}; "
             "the profile's dialect, wgpu-native only)",
-        ]
+        ] + ([f"kv_dtype {plan.spec.kv_dtype}: K and V one byte per value in u32 words, decoded in the shader and "
+              "multiplied by their f32 scales (binding kv_scale: k_scale, then v_scale)"] if plan.spec.kv_dtype else [])
 
     def tune_space(self, spec):
         """Rows per workgroup x keys per tile x invocations per row (workgroup = rows x that)."""
@@ -217,8 +225,10 @@ class WgslBackend(Backend):
     def device_inputs(self, spec, host, options):
         import numpy as np
         from .devices import WgslTensor
-        # resident on the device: a timed call uploads nothing but its uniforms
-        return tuple(WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype]))) for a in host), options
+        # resident on the device: a timed call uploads nothing but its uniforms (a quantized cache's
+        # bytes stay numpy arrays, uploaded by each call: a WgslTensor holds f16 or f32)
+        return tuple(a if a.dtype in (np.uint8, np.int8) else WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype])))
+                     for a in host), options
 
     def check_sizes(self, kernel, launch, inputs, mask=None):
         from .launch import check_sizes

@@ -28,7 +28,7 @@ _COMMENT_WIDTH = 92  # text width of wrapped comments (96 columns with '// ')
 
 # WGSL scalar types of the attngen dtypes a WGSL kernel can hold (bf16 is rejected by the checker).
 _SCALAR = {"f16": "f16", "f32": "f32"}
-_WORD = {"f16": "f16", "f32": "f32", "u32": "u32"}
+_WORD = {"f16": "f16", "f32": "f32", "u32": "u32", "e4m3": "u32", "e5m2": "u32", "i8": "u32"}  # kv_dtype: 4 bytes a word
 _F32_ALWAYS = ("lse", "o_part", "lse_part", "s_scratch", "stats")  # f32 whatever the storage dtype
 
 _TYPES_DOC = {
@@ -72,7 +72,7 @@ def _bindings(plan: KernelPlan) -> list[dict]:
                 else f"array<{_WORD[p.dtype]}>"
             if plan.details.f16_packed and typ == "array<elem_t>":
                 typ = "array<atomic<u32>>" if p.name == "out" else "array<u32>"
-            if p.name in _VECTOR_READ and typ in ("array<elem_t>", "array<u32>"):
+            if p.name in _VECTOR_READ and typ in ("array<elem_t>", "array<u32>") and p.dtype in _SCALAR:
                 # Tile copies read 4 elements in one load (16 bytes of f32, 8 of f16); naga and
                 # the drivers do not merge 4 scalar loads (each has its own bounds check).
                 typ = "array<vec4<elem_t>>" if typ == "array<elem_t>" else "array<vec2<u32>>"
@@ -113,7 +113,7 @@ VALUES = {"batch": "B", "len_q": "Lq", "len_k": "Lk", "heads_q": "Hq", "heads_kv
           "write_lse": "write_lse", "splits": "S", "kv_layout": "layout", "has_kv_lens": "has_kv_lens", "cap": "cap",
           "total_q": "Tq", "len_new": "Lnew", "meta_cu_q": "meta_cu_q", "meta_cu_k": "meta_cu_k",
           "meta_kv_lens": "meta_kv_lens", "meta_table": "meta_table", "table_width": "Pmax",
-          "new_v": "B * Lnew * Hkv * Dqk"}
+          "new_v": "B * Lnew * Hkv * Dqk", "scale_v": "k_scale_words"}
 
 
 def _values(plan: KernelPlan) -> dict:
@@ -194,6 +194,8 @@ def _binding_manifest(plan: KernelPlan) -> list[dict]:
             if plan.details.f16_packed and (p.name in _PACKED or p.name == "out"):
                 entry["packing"] = ("two f16 per u32 word, element 2w in the low 16 bits (the bytes of a "
                                     "little-endian f16 array)")
+            if p.dtype in wgsl_layout.KV_PACKING:
+                entry["packing"] = wgsl_layout.KV_PACKING[p.dtype]
             if p.name in layouts:
                 entry["layout"] = layouts[p.name]
         out.append(entry)
@@ -224,7 +226,8 @@ def render_source(plan: KernelPlan) -> str:
         max_dims_v=c.table_accumulators,
         elem="f32" if plan.details.f16_packed else _SCALAR[plan.dtype],
         f16_packed=plan.details.f16_packed,
-        packed_inputs=[p.name for p in module_params(plan) if p.name in _PACKED],
+        packed_inputs=[p.name for p in module_params(plan) if p.name in _PACKED and p.dtype in _SCALAR],
+        kv_dtype=plan.spec.kv_dtype,
         vector_inputs=[p.name for p in module_params(plan) if p.name in _VECTOR_READ],
         acc_qk=_SCALAR[plan.acc_qk],
         acc_pv=_SCALAR[plan.acc_pv],
@@ -332,7 +335,7 @@ def render_manifest(plan: KernelPlan) -> dict:
         "grid_extra_symbols": {"G": "Hq / Hkv, query heads per KV head", "S": "KV splits of this launch"},
         "formula_grammar": "integers, symbol names, a + b, a * b and ceil(a / b) (integer division rounded "
                            "up); nothing else (attngen/plan/formulas.py)",
-        "launch_symbols": LAUNCH_SYMBOLS,
+        "launch_symbols": {**LAUNCH_SYMBOLS, **(wgsl_layout.KV_SYMBOLS if plan.spec.kv_dtype else {})},
         **({"block_mask": block_mask_manifest(plan)} if plan.spec.mask.is_custom else {}),
         **({"inputs": wgsl_layout.inputs_manifest(plan)} if plan.spec.inputs else {}),
         **_mask_inputs_section(plan),

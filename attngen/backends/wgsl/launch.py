@@ -27,6 +27,7 @@ from ...plan.schedule import max_splits
 from ...runtime.blockmask import BlockMask, check_against, mask_keys, mask_kind, mask_shape4
 from ...runtime.launch import resolve
 from ...runtime.inputs import check_call_inputs
+from ...runtime.kvquant import check_scales
 from . import expr_grads
 from .config import backward_config
 from .args import input_words, meta_words, params_words, workspace_bytes
@@ -143,7 +144,8 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
          k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None, max_seqlen_k=None, inputs=None):
     """One call (kernel.py's __call__); `inputs`: the expression inputs passed by keyword."""
     plan = kernel.plan
-    given = inputs or {}
+    given = dict(inputs or {})
+    scales = given.pop("k_scale", None), given.pop("v_scale", None)  # kv_dtype's (runtime/kvquant.py)
     st = kernel.state
     dev = st.device
     inputs = {"q": as_input("q", q), "k": as_input("k", k), "v": as_input("v", v)}
@@ -158,6 +160,9 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
                 max_seqlen_k=max_seqlen_k, cores=kernel.compute_units(),
                 mask_keys=None if mask is None else mask_keys(mask))
     bm = None if mask is None else _checked_block_mask(kernel, mask, L, dev)
+    table = L.block_table if isinstance(L.block_table, np.ndarray) else None
+    scales = [check_scales(name, plan.spec.name, plan.spec.kv_dtype, inputs[name[0]], x, L.batch, table, L.kv_lens)
+              for name, x in zip(("k_scale", "v_scale"), scales)]
     named = None
     if plan.spec.inputs or given:
         named = check_call_inputs(plan.spec, given, L, f"kernel '{plan.spec.name}' (wgsl)")
@@ -220,6 +225,12 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
     else:
         bufs["kv_new"] = _upload(dev, np.zeros(1, np.uint32), 0)
     offsets = _upload_shared(dev, bufs, plan, L, bm, named, limit)
+    if plan.spec.kv_dtype is not None:  # k_scale then v_scale, one binding (lower.py: kv_scale)
+        both = np.concatenate([x.reshape(-1) for x in scales])
+        if both.nbytes > limit:
+            raise LaunchError(f"k_scale and v_scale are {both.nbytes} bytes together, above the {limit}-byte limit")
+        bufs["kv_scale"] = _upload(dev, both, 0)
+        offsets = {**offsets, "scale_v": scales[0].size}
 
     out_bytes, lse_bytes, work = _check_outputs(kernel, L, limit)
     fills = {w.name: w.fill for w in plan.workspaces}
@@ -471,6 +482,12 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
                               "device/profile")
     bufs = {n: kernel.buffer(n, inputs[n], limit) for n in ("q", "k", "v", "out", "lse", "dout")}
     offsets = _upload_shared(dev, bufs, plan, L, bm, named, limit)
+    if plan.spec.kv_dtype is not None:  # k_scale then v_scale, one binding (lower.py: kv_scale)
+        both = np.concatenate([x.reshape(-1) for x in scales])
+        if both.nbytes > limit:
+            raise LaunchError(f"k_scale and v_scale are {both.nbytes} bytes together, above the {limit}-byte limit")
+        bufs["kv_scale"] = _upload(dev, both, 0)
+        offsets = {**offsets, "scale_v": scales[0].size}
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
     bufs["rows"] = dev.create_buffer(size=padded(4 * rows_words), usage=usage)  # zeroed, as WebGPU buffers are
     bufs["dq"] = dev.create_buffer(size=max(16, padded(n_q * elem)), usage=usage)

@@ -20,6 +20,7 @@ bindings it uses, so that none needs more than webgpu-core's 8 storage buffers:
     11       s_scratch two_pass                     (B, Hq, Lq, Lk) f32 transformed, masked S
     12       stats     two_pass                     (S, B, Hq, Lq, 2) f32 per-split row max, sum
     13       inputs    attention (specs with inputs)  u32 words: a flag, then each expression input
+    14       kv_scale  attention, pv (kv_dtype)     f32: k_scale, then v_scale from word scale_v
 
 k and v are read_write storage in every kernel: a call may append k_new / v_new to the cache
 (docs/variants.md), which the attention entry point writes in place. Optional bindings (lse,
@@ -109,6 +110,10 @@ _BINDINGS = {
                "the expression inputs as u32 words: word 0 is 0 before the launch and the kernel writes "
                "the number of a read out of an input's bounds there; each input from word params.input_NAME "
                "(f32 and f16 as f32 bits, i32 as its bits, u8 and bool as bytes, 4 per word, little-endian)"),
+    "kv_scale": (14, "f32", ("kv_scale_words",), "read", False,
+                 "kv_dtype: the scales of the quantized K and V, f32: k_scale at word 0, then v_scale at word "
+                 "params.scale_v; e4m3 / e5m2: (B, Hkv) each, one per sequence and KV head; i8: the cache's "
+                 "shape with the head dim replaced by D / 32, one per block of 32 values of a row"),
 }
 
 
@@ -123,7 +128,8 @@ def wgsl_param(name: str, dtype: str, access: str | None = None) -> Param:
 def _params(spec: AttentionSpec, names) -> tuple:
     # read_write buffers that an entry point only reads are still declared read_write in the
     # module (one declaration per binding), so every layout uses the declared access.
-    return tuple(wgsl_param(n, spec.dtype) for n in names)
+    # a quantized cache (kv_dtype) is k and v of that dtype: bytes in u32 words (templates/wgsl/quant.j2)
+    return tuple(wgsl_param(n, spec.kv_dtype if n in ("k", "v") and spec.kv_dtype else spec.dtype) for n in names)
 
 
 def uniform_fields(spec: AttentionSpec) -> tuple:
@@ -164,6 +170,8 @@ def uniform_fields(spec: AttentionSpec) -> tuple:
             ("mask_data", "u32", "word offset of data in mask"),
         ]
     f += [(f"input_{i.name}", "u32", f"word offset of input {i.name} in inputs") for i in spec.inputs]
+    if spec.kv_dtype is not None:
+        f.append(("scale_v", "u32", "word offset of v_scale in kv_scale (k_scale's size)"))
     while len(f) % 4:
         f.append((f"_pad{len(f)}", "u32", "keeps the struct a multiple of 16 bytes"))
     return tuple(f)
@@ -184,6 +192,8 @@ def attention_bindings(spec: AttentionSpec) -> tuple:
         names += ["s_scratch", "stats"]
     if spec.inputs:  # the expressions are evaluated by the attention entry point only
         names.append("inputs")
+    if spec.kv_dtype is not None:
+        names.append("kv_scale")
     return tuple(names)
 
 
@@ -223,12 +233,13 @@ def entries(spec: AttentionSpec, entry: str, tile_q: int, v_blocks: int, threads
     if kind == "two_pass":
         # mask custom: pass 2 walks the same BlockMask list entries as pass 1 (8 storage buffers)
         mask = ("mask",) if spec.mask.is_custom else ()
+        scales = ("kv_scale",) if spec.kv_dtype is not None else ()  # pass 2 reads V
         out.append(Entry(
             name="pv", entry=entry + "_pv",
             doc="two_pass, pass 2: per row, the splits' statistics merged into the row's max and sum; "
                 "P = exp2(S - m) / l from the scores scratch (no K read) times V, per split, into o_part",
             params=_params(spec, ("params", "v", "seq_meta", "kv_new", *mask, "o_part", "lse_part", "s_scratch",
-                                  "stats")),
+                                  "stats", *scales)),
             grid=g["pv"], threads=threads))
     how = ("sums the splits' outputs (already normalised by the row's sum)" if kind == "two_pass" else
            "merges the splits by their lse: lse = log(sum_s exp(lse_s)), out = sum_s exp(lse_s - lse) out_s")

@@ -42,9 +42,23 @@ BUFFER_LAYOUTS = {
                 "the entry point block_mask of the block-mask module fills counts and tiles from data",
     },
     "inputs": {"element": "u32", "sections": "the manifest's inputs: word 0 the flag, then each input at its offset"},
+    "kv_scale": {"element": "f32", "k_scale": "words [0, scale_v): (B, Hkv) for e4m3 / e5m2, k's shape with "
+                 "the head dim replaced by Dqk / 32 for i8", "v_scale": "words [scale_v, scale_v + its size): as "
+                 "k_scale, for v (Dv / 32 for i8)"},
     "kv_new": {"element": "storage dtype", "k_new": "elements [0, new_v): (B, Lnew, Hkv, Dqk)",
                "v_new": "elements [new_v, new_v + B * Lnew * Hkv * Dv): (B, Lnew, Hkv, Dv)"},
 }
+
+# kv_dtype (issue 44): k and v hold one byte per value, 4 per u32 word; the launch symbol of v_scale's offset
+KV_PACKING = {
+    "e4m3": "one byte per value, 4 per u32 word (byte 4w + i at bit 8i, little-endian): OCP e4m3 (fn) bits; "
+            "value = scale * e4m3(byte)",
+    "e5m2": "one byte per value, 4 per u32 word (byte 4w + i at bit 8i, little-endian): e5m2 bits; "
+            "value = scale * e5m2(byte)",
+    "i8": "one byte per value, 4 per u32 word (byte 4w + i at bit 8i, little-endian): int8; "
+          "value = scale of its block of 32 * int8(byte)",
+}
+KV_SYMBOLS = {"k_scale_words": "kv_dtype: f32 words of k_scale (B * Hkv for e4m3 / e5m2; k's elements / 32 for i8)"}
 
 
 # Where each workspace element is, and why a filled one is filled (the fill value: the plan's).

@@ -1,0 +1,176 @@
+"""Quantized KV caches (`kv_dtype e4m3 | e5m2 | i8`, issue 44): the stored formats, the quantizer
+and the checks of a call's scales, for every target and the float64 reference.
+
+    stored, scale = attngen.quantize_kv(k, "i8")           # numpy in, numpy out
+    k64 = attngen.dequantize_kv(stored, scale, "i8")       # the exact float64 values
+
+Stored bytes: FP8 bit patterns as uint8 (e4m3: OCP "fn", bias 7, no infinities, 0x7f / 0xff NaN,
+largest 448; e5m2: bias 15, 0x7c inf, largest 57344), i8 as int8. Scales are float32: FP8 one per
+(sequence, KV head), shape (B, Hkv); i8 one per block of 32 consecutive values of a row, shape
+(..., D / 32). Value = scale * decoded byte (docs/language.md, "Quantized KV caches").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import LaunchError
+
+I8_BLOCK = 32  # values per i8 scale (llama.cpp's q8_0 block)
+FP8 = {  # exponent bits, mantissa bits, bias, largest finite value
+    "e4m3": (4, 3, 7, 448.0),
+    "e5m2": (5, 2, 15, 57344.0),
+}
+STORED = {"e4m3": np.uint8, "e5m2": np.uint8, "i8": np.int8}  # the numpy dtype of k and v
+_NAN_CODE = 0x7F  # a quiet NaN in both FP8 formats (e4m3fn's only one; e5m2: 0x7d-0x7f are NaNs)
+
+
+def _decode_table(kv_dtype: str) -> np.ndarray:
+    """float64 value of each of the 256 FP8 bytes."""
+    e_bits, m_bits, bias, _ = FP8[kv_dtype]
+    codes = np.arange(256)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    e = (codes >> m_bits) & ((1 << e_bits) - 1)
+    m = codes & ((1 << m_bits) - 1)
+    frac = m / (1 << m_bits)
+    value = np.where(e == 0, frac * 2.0 ** (1 - bias), (1 + frac) * 2.0 ** (e - bias))
+    value = sign * value
+    top = (1 << e_bits) - 1
+    if kv_dtype == "e4m3":  # fn: only S.1111.111 is NaN; the rest of exponent 15 is finite
+        value = np.where((e == top) & (m == 7), np.nan, value)
+    else:  # IEEE-like: exponent 31 is inf (m = 0) or NaN
+        value = np.where(e == top, np.where(m == 0, sign * np.inf, np.nan), value)
+    return value
+
+
+def decode_fp8(codes, kv_dtype: str) -> np.ndarray:
+    """The exact float64 values of FP8 bytes (uint8)."""
+    return _decode_table(kv_dtype)[np.asarray(codes, dtype=np.uint8)]
+
+
+def encode_fp8(values, kv_dtype: str) -> np.ndarray:
+    """float values -> FP8 bytes (uint8): round to nearest, ties to the even code; finite values
+    beyond the largest saturate to +-largest (inf too); NaN stays NaN (0x7f, 0xff with its sign)."""
+    x = np.asarray(values, dtype=np.float64)
+    table = _decode_table(kv_dtype)
+    largest = FP8[kv_dtype][3]
+    finite_codes = np.array([c for c in range(0x80) if np.isfinite(table[c])])  # 0 .. largest, ascending
+    grid = table[finite_codes]
+    a = np.minimum(np.abs(np.nan_to_num(x, nan=0.0)), largest)
+    hi = np.clip(np.searchsorted(grid, a), 0, len(grid) - 1)
+    lo = np.clip(hi - 1, 0, len(grid) - 1)
+    d_lo, d_hi = a - grid[lo], grid[hi] - a
+    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (finite_codes[hi] % 2 == 0))
+    code = np.where(pick_hi, finite_codes[hi], finite_codes[lo])
+    code = code | np.where(np.signbit(x), 0x80, 0)
+    code = np.where(np.isnan(x), np.where(np.signbit(x), 0x80 | _NAN_CODE, _NAN_CODE), code)
+    return code.astype(np.uint8)
+
+
+def quantize_kv(x, kv_dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """A float cache (B, L, H, D) -> (stored bytes, float32 scales) for `kv_dtype`: FP8 scales
+    max|x| / largest per (b, h) over L and D, i8 scales max|x| / 127 per block of 32 values; a
+    slice or block of zeros gets scale 0 and bytes 0. See the module docstring."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 4:
+        raise ValueError(f"quantize_kv takes a cache of shape (B, L, H, D), not {x.shape}")
+    if np.isinf(x).any():
+        raise ValueError("quantize_kv: the cache holds inf, which no finite scale represents")
+    if kv_dtype in FP8:
+        amax = np.nanmax(np.abs(x), axis=(1, 3), initial=0.0)  # (B, H)
+        scale = (amax / FP8[kv_dtype][3]).astype(np.float32)
+        s = scale.astype(np.float64)[:, None, :, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            y = np.where(s > 0, x / np.where(s > 0, s, 1.0), np.where(np.isnan(x), x, 0.0))
+        return encode_fp8(y, kv_dtype), scale
+    if kv_dtype != "i8":
+        raise ValueError(f"unknown kv_dtype {kv_dtype!r} (expected e4m3, e5m2, i8)")
+    if x.shape[-1] % I8_BLOCK:
+        raise ValueError(f"kv_dtype i8 needs a head dim that is a multiple of {I8_BLOCK}, not {x.shape[-1]}")
+    if np.isnan(x).any():
+        raise ValueError("quantize_kv: kv_dtype i8 has no NaN")
+    blocks = x.reshape(*x.shape[:-1], -1, I8_BLOCK)
+    scale = np.abs(blocks).max(axis=-1).astype(np.float32) / np.float32(127)  # f32 division, as documented
+    s = scale.astype(np.float64)[..., None]
+    q = np.rint(np.where(s > 0, blocks / np.where(s > 0, s, 1.0), 0.0))
+    return np.clip(q, -127, 127).astype(np.int8).reshape(x.shape), scale
+
+
+def dequantize_kv(stored, scale, kv_dtype: str) -> np.ndarray:
+    """The float64 values of a contiguous quantized cache (B, L, H, D): exact (the decoded byte
+    times the float64 of its f32 scale)."""
+    stored, scale = np.asarray(stored), np.asarray(scale, dtype=np.float64)
+    return unscaled(stored, kv_dtype) * expand_scale(scale, kv_dtype, stored.shape)
+
+
+def unscaled(stored, kv_dtype: str) -> np.ndarray:
+    """The decoded bytes as float64, before the scale."""
+    return decode_fp8(stored, kv_dtype) if kv_dtype in FP8 else np.asarray(stored).astype(np.float64)
+
+
+def expand_scale(scale: np.ndarray, kv_dtype: str, shape: tuple) -> np.ndarray:
+    """A contiguous cache's scales broadcast to its shape (B, L, H, D)."""
+    if kv_dtype in FP8:
+        return scale[:, None, :, None]
+    return np.repeat(scale, I8_BLOCK, axis=-1).reshape(shape)
+
+
+def scale_shape(kv_dtype: str, stored_shape: tuple, batch: int) -> tuple:
+    """The shape a call's k_scale / v_scale must have for a cache of `stored_shape`."""
+    if kv_dtype in FP8:
+        return (batch, stored_shape[2])
+    return (*stored_shape[:-1], stored_shape[-1] // I8_BLOCK)
+
+
+def check_scales(name: str, kernel: str, kv_dtype: str | None, stored, scale, batch: int, block_table=None,
+                 kv_lens=None) -> np.ndarray | None:
+    """The checked float32 scales of `stored` (k or v, host or device), or a LaunchError naming
+    the argument (`name`: k_scale or v_scale): missing, of another dtype or shape, inf, NaN,
+    negative, or 0 over values that are not all 0 (checked where `stored` is a numpy array)."""
+    if kv_dtype is None:
+        if scale is not None:
+            raise LaunchError(f"{name}= needs a kernel built with `kv_dtype e4m3 | e5m2 | i8`; kernel '{kernel}' "
+                              "stores K and V in its dtype")
+        return None
+    if scale is None:
+        raise LaunchError(f"kernel '{kernel}' stores K and V as {kv_dtype}: pass k_scale= and v_scale= (float32, "
+                          f"{'(B, Hkv)' if kv_dtype in FP8 else '(..., head_dim / 32)'}; docs/language.md, "
+                          "\"Quantized KV caches\")")
+    if not isinstance(scale, np.ndarray):
+        raise LaunchError(f"{name} must be a numpy float32 array, not {type(scale).__name__}")
+    want = scale_shape(kv_dtype, tuple(np.shape(stored)), batch)
+    if scale.dtype != np.float32:
+        raise LaunchError(f"{name} has dtype {scale.dtype}, but scales are float32")
+    if tuple(scale.shape) != want:
+        what = "(B, Hkv): one per sequence and KV head" if kv_dtype in FP8 else \
+            f"the cache's shape with the head dim replaced by head_dim / {I8_BLOCK}: one per block of {I8_BLOCK}"
+        raise LaunchError(f"{name} has shape {tuple(scale.shape)}, but kv_dtype {kv_dtype} needs {want} ({what})")
+    for bad, why in ((np.isnan(scale), "NaN"), (np.isinf(scale), "inf"), (scale < 0, "a negative scale")):
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise LaunchError(f"{name}{list(at)} is {scale[at]}: {why} (scales are finite and >= 0)")
+    zero = scale == 0
+    if zero.any() and isinstance(stored, np.ndarray):
+        live = _nonzero_per_scale(stored, kv_dtype, batch, block_table, kv_lens)
+        wrong = zero & live
+        if wrong.any():
+            at = tuple(int(i) for i in np.argwhere(wrong)[0])
+            raise LaunchError(f"{name}{list(at)} is 0, but the values it scales are not all 0 (a scale of 0 is the "
+                              "quantizer's all-zero block; every other value would be lost)")
+    return np.ascontiguousarray(scale)
+
+
+def _nonzero_per_scale(stored: np.ndarray, kv_dtype: str, batch: int, block_table, kv_lens) -> np.ndarray:
+    """Whether any value a scale multiplies is non-zero, in the scales' shape."""
+    nz = (stored.view(np.uint8) & 0x7F) != 0 if kv_dtype in FP8 else stored != 0  # FP8: 0x80 is -0.0
+    if kv_dtype == "i8":
+        return nz.reshape(*nz.shape[:-1], -1, I8_BLOCK).any(axis=-1)
+    if block_table is None:
+        return nz.any(axis=(1, 3))
+    table, lens, page = np.asarray(block_table), np.asarray(kv_lens), stored.shape[1]
+    out = np.zeros((batch, stored.shape[2]), bool)
+    for b in range(batch):
+        pages = table[b, : -(-int(lens[b]) // page)]
+        rows = nz[pages].reshape(-1, *nz.shape[2:])[: int(lens[b])]
+        out[b] = rows.any(axis=(0, 2))
+    return out
