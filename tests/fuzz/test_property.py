@@ -68,7 +68,9 @@ WORDS = ["attention", "head_dim", "heads", "dtype", "accumulate", "mask", "softc
          "workgroup", "subgroups", "on", "off", "any", "x", "_", "__x", "nan", "inf", "caual", "fp16",
          # score and mask expressions, inputs
          "score", "input", "s", "b", "h", "hkv", "Lq", "Lk", "w", "where", "abs", "clamp", "floor", "grad",
-         "i32", "bool"]
+         "i32", "bool",
+         # quantized KV caches
+         "kv_dtype", "e4m3", "e5m2", "i8"]
 PUNCT = ["{", "}", "(", ")", "=", ",", "\n", "\r\n", " ", "\t", "# comment\n", "#", "-", "+", ".", "e",
          "\x00", "\ufeff", "\u2028", "\f", "\r", "é", "*/", "\\", '"',
          "[", "]", "<=", "==", "!=", "<", "||", "&&", "!", "//", "%", "*", "/"]
