@@ -234,3 +234,15 @@ def test_attngen_run_quantizes_the_cache_it_makes_up(tmp_path, capsys, cache):
     assert main(["run", str(path), "--target", "wgsl", "--shape", "B=2,Lq=1,Lk=40", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert "quantized to kv_dtype i8" in out and " ok" in out
+
+
+def test_a_quantized_cache_has_no_backward():
+    """kernel.backward of a kv_dtype kernel: the checker's refusal naming kv_dtype (a quantized cache
+    is an inference cache), before anything is launched."""
+    require("wgsl")
+    spec = spec_of(f"head_dim {D}\n dtype f16\n kv_dtype i8")
+    q, k, v, ks, vs = _call_args()
+    kernel = kernel_for(spec, "wgsl")
+    out, lse = kernel(q, k, v, k_scale=ks, v_scale=vs, return_lse=True)
+    with pytest.raises((attngen.LaunchError, attngen.SpecError), match="kv_dtype i8: a quantized KV cache is an inference cache"):
+        kernel.backward(q, k, v, out, lse, out, k_scale=ks, v_scale=vs)

@@ -482,12 +482,6 @@ def backward_call(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, c
                               "device/profile")
     bufs = {n: kernel.buffer(n, inputs[n], limit) for n in ("q", "k", "v", "out", "lse", "dout")}
     offsets = _upload_shared(dev, bufs, plan, L, bm, named, limit)
-    if plan.spec.kv_dtype is not None:  # k_scale then v_scale, one binding (lower.py: kv_scale)
-        both = np.concatenate([x.reshape(-1) for x in scales])
-        if both.nbytes > limit:
-            raise LaunchError(f"k_scale and v_scale are {both.nbytes} bytes together, above the {limit}-byte limit")
-        bufs["kv_scale"] = _upload(dev, both, 0)
-        offsets = {**offsets, "scale_v": scales[0].size}
     usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
     bufs["rows"] = dev.create_buffer(size=padded(4 * rows_words), usage=usage)  # zeroed, as WebGPU buffers are
     bufs["dq"] = dev.create_buffer(size=max(16, padded(n_q * elem)), usage=usage)
