@@ -242,7 +242,7 @@ class MaskInputsKernel(Kernel):
             cupy = _cupy()
             source = builder_source(self.spec)
             arch = self.plan.details.arch
-            key = cache_key(builder=source, arch=arch, generator=generator_version())
+            key = cache_key(builder=source, arch=arch, generator=generator_version(), **nvrtc.key_extra())
             cubin, _ = cached(key, ".cubin", lambda: nvrtc.compile_cubin(source, arch)[0])
             with cupy.cuda.Device(device):
                 module = cupy.cuda.function.Module()

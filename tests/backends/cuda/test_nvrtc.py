@@ -75,3 +75,22 @@ def test_compiling_leaves_python_objects_alone():
     passed to wgpu afterwards was cut short at the first space.)"""
     nvrtc.compile_cubin('extern "C" __global__ void f() {}', "sm_80")  # an empty log: size 1
     assert b" " == bytes([32]) and " ".encode() == b"\x20"
+
+
+def test_lineinfo_for_profiling_compiles_with_line_tables_under_keys_of_its_own(monkeypatch):
+    """ATTNGEN_NVRTC_LINEINFO=1 (docs/cli.md, for Nsight Compute's source page): -lineinfo in the
+    compile (the cubin carries line tables) and a cache key of its own; unset, the keys are as
+    they were."""
+    from attngen.backends.cuda.kernel import kernel_key
+    spec = spec_of("head_dim 64\n dtype f16")
+    p = plan(spec, "cuda", "cuda-sm90")
+    monkeypatch.delenv(nvrtc.LINEINFO, raising=False)
+    assert nvrtc.key_extra() == {}
+    plain_key = kernel_key(p)
+    source = 'extern "C" __global__ void f(int* x) { x[threadIdx.x] = 1; }'
+    plain, _ = nvrtc.compile_cubin(source, "sm_90a")
+    monkeypatch.setenv(nvrtc.LINEINFO, "1")
+    assert nvrtc.key_extra() == {"nvrtc": "-lineinfo"} and kernel_key(p) != plain_key
+    lined, _ = nvrtc.compile_cubin(source, "sm_90a")
+    assert b".nv_debug_line_sass" in lined or b".debug_line" in lined
+    assert b".debug_line" not in plain and b".nv_debug_line_sass" not in plain
