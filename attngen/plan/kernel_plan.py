@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..lang.spec import DTYPE_BYTES, AttentionSpec, Mask
+from ..lang.spec import DTYPE_BYTES, KV_DTYPES, AttentionSpec, Mask
 from .formulas import evaluate_all
 
 # The kernels keep scores in the log2 domain (exp2 does the softmax) and report lse in natural
@@ -25,9 +25,9 @@ F16_SCORE_BOUND = 16.0
 
 
 def element_bytes(dtype: str) -> int:
-    """Bytes of one element of a buffer or workspace: the dtype's (DTYPE_BYTES), 4 for the 32-bit
-    words (u32 flags and counters) it leaves out."""
-    return DTYPE_BYTES.get(dtype, 4)
+    """Bytes of one element of a buffer or workspace: the dtype's (DTYPE_BYTES), one for a quantized
+    cache's stored values (KV_DTYPES), 4 for the 32-bit words (u32 flags and counters) it leaves out."""
+    return 1 if dtype in KV_DTYPES else DTYPE_BYTES.get(dtype, 4)
 
 
 class Problem(Exception):

@@ -48,6 +48,26 @@ class CudaBackend(Backend):
     # expressions, those that read inputs too, as the forward (templates/cuda/backward*.j2; masks over
     # inputs by the builder's BlockMask), and `grad` inputs (the fast family: backward.backward_problems)
     backward_expressions = "grads"
+    # quantized K/V caches (issue 44): the bytes staged in shared memory and decoded in registers by
+    # the mma.sync family (templates/cuda/math_mma_kvq.j2) or on CUDA cores (f32 specs)
+    kv_dtypes = ("e4m3", "e5m2", "i8")
+
+    def kv_dtype_problems(self, spec):
+        """A quantized cache's products accumulate in f32 here: the stored values before their scale
+        (up to 448, 57344 or 127) would leave f16 accumulators' range where the scaled values do not."""
+        from ...plan.kernel_plan import Problem
+        problems = super().kv_dtype_problems(spec)
+        if spec.kv_dtype is not None and "f16" in (spec.acc_qk, spec.acc_pv):
+            problems.append(Problem(f"kv_dtype {spec.kv_dtype} with accumulate f16: target cuda accumulates a "
+                                    "quantized cache's products in f32 (its scales are applied to the f32 sums, and "
+                                    "the stored values before them reach 448, 57344 or 127)", key="accumulate",
+                                    hint="use accumulate qk=f32 pv=f32 (the default) with kv_dtype"))
+        if spec.kv_dtype is not None and (spec.head_dim_qk % 16 or spec.head_dim_v % 16):
+            problems.append(Problem(f"kv_dtype {spec.kv_dtype} with head_dim qk={spec.head_dim_qk} v={spec.head_dim_v}: "
+                                    "target cuda copies a quantized cache's rows 16 bytes (16 values) at a time, so "
+                                    "its head dims are multiples of 16", key="kv_dtype",
+                                    hint="use a head dim that is a multiple of 16, or keep K and V in the spec's dtype"))
+        return problems
 
     def expression_problems(self, spec):
         """Score and mask expressions compile for the forward, with or without inputs, on every
@@ -86,6 +106,7 @@ class CudaBackend(Backend):
             else f"arch: {plan.details.arch} or newer",
         ] + ([c.varlen_summary] if c.varlen is not None else []) + _family_lines(c) + (
             [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else []) + (
+            [_kv_line(plan)] if plan.spec.kv_dtype is not None else []) + (
             [_combine_line(plan)] if plan.spec.schedule.is_split else []) + self.expression_path(plan)
 
     def helper_sources(self, plan):
@@ -300,6 +321,12 @@ def _family_lines(c) -> list[str]:
         return [f"kernel family: {family_line(c)}"]
     return [f"kernel family (main entry, namespace padded): {family_line(c)}",
             f"kernel family (_varlen entry, namespace varlen): {family_line(c.varlen)}"]
+
+
+def _kv_line(plan) -> str:
+    """How the kernels read a quantized cache (attngen check, --emit ir; issue 44)."""
+    from .kvquant import describe
+    return describe(plan)
 
 
 def _combine_line(plan) -> str:

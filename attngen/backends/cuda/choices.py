@@ -32,6 +32,9 @@ def wgmma_refusal(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> str | 
         return f"schedule {spec.schedule.kind}: the split decode schedules stay on mma.sync"
     if spec.kv_cache.is_paged:
         return "a paged KV cache: gathered pages stay on mma.sync"
+    if spec.kv_dtype is not None:
+        return (f"kv_dtype {spec.kv_dtype}: a quantized cache's bytes are decoded in registers into mma.sync "
+                "fragments (backends/cuda/kvquant.py)")
     dmax = max(spec.head_dim_qk, spec.head_dim_v)
     if spec.tile.d is not None:
         return "tile d: head dims in chunks stream on mma.sync"
@@ -117,7 +120,7 @@ def swizzles_kv(spec: AttentionSpec, math: str, chunk: int | None, t: CudaTiles)
     # (a paged tile is copied page by page: pages of a multiple of 8 keys keep the pattern)
     # The split (decode) schedules, where it was measured, with head dims 64, 128 and 256 (ptxas:
     # benchmarks/NOTES.md, "config.py's measurements", swizzle_kv).
-    return (t.swizzle_kv and math == "mma" and chunk is None and spec.schedule.is_split
+    return (t.swizzle_kv and math == "mma" and chunk is None and spec.schedule.is_split and spec.kv_dtype is None
             and spec.head_dim_qk in (64, 128, 256) and spec.head_dim_v in (64, 128, 256)
             and (not spec.kv_cache.is_paged or spec.kv_cache.page % 8 == 0))
 

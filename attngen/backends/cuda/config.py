@@ -18,6 +18,7 @@ from ...plan.profiles import Profile
 from ...plan.schedule import pack_gqa
 from .choices import (cuda_math, persistent_refusal, producer_registers, stored_p_refusal, swizzles_kv, takes_producer,
                       takes_split_qk, wgmma_refusal, wide_d_kv, wide_masked)
+from . import kvquant
 from .family import TILE_LIST_ENTRIES, TILE_LIST_HEAD, lists_tiles
 from .tiles import (COLUMN_STEP, DEFAULT, PRODUCER_THREADS, ROWS_PER_WARP, WARPGROUP_ROWS, WGMMA_ALIGN, WGMMA_COLUMNS,
                     CudaTiles, padded_head_dim, tiles_for)
@@ -105,6 +106,8 @@ class CudaConfig:
     # each work item's live K/V tiles listed in shared memory (sTiles; family.lists_tiles,
     # CudaTiles.expr_tile_list)
     tile_list: bool = False
+    # A quantized cache (`kv_dtype`, issue 44): K and V staged as their stored bytes (kvquant.py).
+    kv_dtype: str | None = None
 
     def __post_init__(self):
         # Every producer kernel runs the work-item code (templates/cuda/family_producer.j2 has no other producer
@@ -293,6 +296,8 @@ def _cuda_layout(t, spec, math, tile_q, tile_kv, stages, chunk, producer=False, 
             ("sK", elem, stages, tile_kv, d_qk_pad + kv_skew, "K tiles, one per pipeline stage" + kv_note),
             ("sV", elem, stages, tile_kv, d_v_pad + kv_skew, "V tiles, one per pipeline stage" + kv_note),
         ]
+        if spec.kv_dtype is not None:  # a quantized cache: its bytes as stored (kvquant.py)
+            entries[1:] = kvquant.layout_entries(spec, math, stages, tile_kv, d_qk_pad, d_v_pad, t.row_skew_bytes)
     else:
         entries = [
             ("sQ", elem, stages, tile_q, chunk + skew, "a chunk of the block's rows of Q, one per stage"),
@@ -545,7 +550,15 @@ def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> Cuda
 
 
 def _cuda_config(spec: AttentionSpec, profile: Profile, math: str, t: CudaTiles) -> CudaConfig:
-    if spec.tile.d is not None:
+    if spec.kv_dtype is not None:  # whole head dims only: its tiles are decoded by row (kvquant.py)
+        if spec.tile.d is not None or max(spec.head_dim_qk, spec.head_dim_v) > t.max_block_columns:
+            why = (f"tile d={spec.tile.d}" if spec.tile.d is not None else
+                   f"head dims above {t.max_block_columns}, which stream through shared memory in chunks")
+            raise Problem(f"kv_dtype {spec.kv_dtype} with {why}: a quantized cache's tiles are read with the whole "
+                          "head dim in shared memory on target cuda", key="kv_dtype",
+                          hint="leave tile d out; head dims up to 256 with kv_dtype" if spec.tile.d is not None
+                          else f"keep K and V in the spec's dtype (no kv_dtype) for head dims above {t.max_block_columns}")
+    elif spec.tile.d is not None:
         _cuda_check_chunk(spec, math, spec.tile.d, t)
         return _cuda_fit(spec, profile, math, spec.tile.d, t)
     chunk = _cuda_default_chunk(spec, math, t)
@@ -554,6 +567,8 @@ def _cuda_config(spec: AttentionSpec, profile: Profile, math: str, t: CudaTiles)
     try:
         cfg = _cuda_fit(spec, profile, math, None, t)
     except Problem as whole:
+        if spec.kv_dtype is not None:
+            raise
         try:
             return _cuda_fit(spec, profile, math, chunk, t)
         except Problem:
@@ -712,7 +727,8 @@ def _cuda_fit(spec: AttentionSpec, profile: Profile, math: str, chunk: int | Non
                       d_v_block=d_v_block, key_warps=key_warps, resident_blocks=max(1, limit // smem),
                       producer=ws, persistent=persist, item_per_block=item_per_block, tma=tma,
                       tma_q=tma_q, split_qk=split_qk, swizzle_kv=swizzles_kv(spec, math, chunk, t),
-                      tile_list=math == "wgmma" and (bool(ws) or stages >= 3) and lists_tiles(spec, t, tile_q, tile_kv))
+                      tile_list=math == "wgmma" and (bool(ws) or stages >= 3) and lists_tiles(spec, t, tile_q, tile_kv),
+                      kv_dtype=spec.kv_dtype)
 
 
 def _cuda_key_warps(spec: AttentionSpec, math: str, chunk: int | None, given: int | None, t: CudaTiles) -> int:

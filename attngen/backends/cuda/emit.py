@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from ...lang.spec import KV_DTYPES
 from ...plan import masks
 from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
 from ..render import (c_float, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render,
                       transform_doc)
+from . import kvquant
 from .family import TILE_LIST_ENTRIES, TILE_LIST_HEAD, family_name, kernel_shape
 from .lower import COMBINE_WARPS, fused_combine
 
@@ -41,7 +43,7 @@ def _c_decl(p, entry: bool = True) -> str:
         return f"{_C_TYPES[p.dtype]} {p.name}"
     if p.kind == "tensor_map":
         return f"const __grid_constant__ TensorMap {p.name}" if entry else f"const TensorMap& {p.name}"
-    base = "elem_t" if p.name in _STORAGE else _C_TYPES[p.dtype]
+    base = ("kv_t" if p.dtype in KV_DTYPES else "elem_t") if p.name in _STORAGE else _C_TYPES[p.dtype]
     # k and v are written only by an append, at keys no block reads from the cache (docs/variants.md)
     const = "const " if p.access == "read" or p.name in ("k", "v") else ""
     return f"{const}{base}* __restrict__ {p.name}"
@@ -141,7 +143,7 @@ def cleans_every_tile(c) -> bool:
     """Whether the kernel of tile configuration `c` cleans V, in its one pass, in every tile where
     a weight is 0: the plain loop's family (family.py: mma.sync and CUDA cores, and wgmma without a
     producer or the overlapped loop), which has no second pass (CudaTiles.clean_every_tile)."""
-    return (c.clean_values and c.clean_every_tile and not c.stored_p
+    return (c.clean_values and c.clean_every_tile and not c.stored_p and c.kv_dtype != "i8"
             and family_name(c) == "plain")
 
 
@@ -153,7 +155,7 @@ def cleans_values(c, mask) -> bool:
     tile, cleans_every_tile). P through memory redoes a warp's P V on its own (templates/cuda/
     stored_p.j2); every producer kernel is persistent (docs/language.md, "A key of weight 0 adds
     nothing"). (CudaTiles.clean_values False: nowhere, a probe's switch.)"""
-    return (c.clean_values and not c.stored_p
+    return (c.clean_values and not c.stored_p and c.kv_dtype != "i8"  # (int8 has no inf or NaN)
             and (masks.hides_loaded_keys(mask) or family_name(c) in ("producer", "overlap")
                  or cleans_every_tile(c)))
 
@@ -178,7 +180,8 @@ def _namespace(name: str, c, doc: str, mask, spec, plan) -> dict:
             "producer_regs": regs[0], "consumer_regs": regs[1],
             "offsets": {b.name: b.offset for b in c.buffers},
             "strides": {b.name[1:].lower(): b.cols for b in c.buffers},
-            "math_template": f"cuda/math_{c.math}.j2", "pad": c.column_step,
+            "math_template": f"cuda/math_{c.math}{'_kvq' if c.kv_dtype and c.math == 'mma' else ''}.j2",
+            "pad": c.column_step,
             "pad_doc": _PAD_DOC[c.math]}
 
 
@@ -223,6 +226,10 @@ def render_source(plan: KernelPlan) -> str:
         c=c,
         entry=plan.entry,
         elem_bytes=4 if plan.dtype == "f32" else 2,
+        kv_bytes=1 if plan.spec.kv_dtype else (4 if plan.dtype == "f32" else 2),  # of the K and V tiles
+        dtype=plan.dtype,
+        kv_perm=bool(plan.spec.kv_dtype) and c.math == "mma",  # acc's columns in kvquant.py's order
+        **kvquant.template_context(plan, c),
         pad=main["pad"],
         pad_doc=main["pad_doc"],
         strides=strides,

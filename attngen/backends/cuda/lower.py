@@ -73,10 +73,14 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
     kv_shape = ("P", spec.kv_cache.page, "Hkv") if paged else ("B", "Lk", "Hkv")
     kv_doc = "; keys kv_lens[b] .. are written in place when k_new / v_new are given"
     where = f" in pages of {spec.kv_cache.page} keys" if paged else " (packed: (Tk, Hkv, D))"
+    kv = spec.kv_dtype or d
+    if spec.kv_dtype is not None:  # docs/language.md, "Quantized KV caches"
+        kv_doc = (f", stored as kv_dtype {spec.kv_dtype} (one byte per value, times its scale)"
+                  + kv_doc.replace("written", "quantized and written"))
     ps = [
         _p("q", "tensor", d, ("B", "Lq", "Hq", "Dqk"), doc="queries (packed: (Tq, Hq, Dqk))"),
-        _p("k", "tensor", d, kv_shape + ("Dqk",), "readwrite", doc="keys" + where + kv_doc),
-        _p("v", "tensor", d, kv_shape + ("Dv",), "readwrite", doc="values" + where + kv_doc),
+        _p("k", "tensor", kv, kv_shape + ("Dqk",), "readwrite", doc="keys" + where + kv_doc),
+        _p("v", "tensor", kv, kv_shape + ("Dv",), "readwrite", doc="values" + where + kv_doc),
         _p("out", "tensor", d, ("B", "Lq", "Hq", "Dv"), "write", doc="attention output (packed: (Tq, Hq, Dv))"),
         _p("lse", "tensor", "f32", ("B", "Hq", "Lq"), "write", True,
            doc="log-sum-exp of each row's scores (natural log; -inf where a row sees no key), packed: "
@@ -103,6 +107,8 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
     ]
     ps += _strides("kn", "k_new", _BLH) + _strides("vn", "v_new", _BLH)
     ps.append(_p("len_new", "scalar", _I32, doc="Lnew, rows appended per sequence (0: none)"))
+    if spec.kv_dtype is not None:
+        ps += kv_scale_params(spec)
     ps += _bounds()
     if paged:
         ps += [
@@ -169,6 +175,29 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
                              "swizzle, L2 promotion 128 bytes; stores past the bounds are dropped; the main entry point "
                              "only (the _varlen entry does not read it: pass any 128 bytes)"))
     return tuple(ps)
+
+
+def kv_scale_params(spec: AttentionSpec) -> list:
+    """A quantized cache's scales (docs/language.md, "Quantized KV caches"): f32, FP8 one per
+    (sequence, KV head), i8 one per 32 values of a row (written by an append at its rows)."""
+    paged = spec.kv_cache.is_paged
+    if spec.kv_dtype != "i8":
+        shape, access = ("B", "Hkv"), "read"
+        doc = "f32 scale of each (sequence, KV head) of {x}: a value is scale * the decoded byte"
+        axes = (("b", "batch"), ("l", "unused (0)"), ("h", "head"))
+    else:
+        rows = ("P", spec.kv_cache.page, "Hkv") if paged else ("B", "Lk", "Hkv")
+        access = "readwrite"
+        doc = ("f32 scale of each 32 values of a row of {x} (its shape with the head dim / 32): a value is "
+               "scale * the int8; written at the appended rows when k_new / v_new are given")
+        axes = (("b", "page" if paged else "batch"), ("l", "slot" if paged else "sequence"), ("h", "head"))
+    ps = []
+    for name, x, dim in (("k_scale", "k", "Dqk"), ("v_scale", "v", "Dv")):
+        sh = shape if spec.kv_dtype != "i8" else rows + (f"{dim} / 32",)
+        ps.append(_p(name, "tensor", "f32", sh, access, doc=doc.format(x=x)))
+    for prefix, full in (("ks", "k_scale"), ("vs", "v_scale")):
+        ps += _strides(prefix, full, axes)
+    return ps
 
 
 def _bounds() -> list:
