@@ -138,13 +138,7 @@ def check_scales(name: str, kernel: str, kv_dtype: str | None, stored, scale, ba
                           "\"Quantized KV caches\")")
     if not isinstance(scale, np.ndarray):
         raise LaunchError(f"{name} must be a numpy float32 array, not {type(scale).__name__}")
-    want = scale_shape(kv_dtype, tuple(np.shape(stored)), batch)
-    if scale.dtype != np.float32:
-        raise LaunchError(f"{name} has dtype {scale.dtype}, but scales are float32")
-    if tuple(scale.shape) != want:
-        what = "(B, Hkv): one per sequence and KV head" if kv_dtype in FP8 else \
-            f"the cache's shape with the head dim replaced by head_dim / {I8_BLOCK}: one per block of {I8_BLOCK}"
-        raise LaunchError(f"{name} has shape {tuple(scale.shape)}, but kv_dtype {kv_dtype} needs {want} ({what})")
+    check_scale_shape(name, kv_dtype, tuple(stored.shape), tuple(scale.shape), scale.dtype.name, batch)
     for bad, why in ((np.isnan(scale), "NaN"), (np.isinf(scale), "inf"), (scale < 0, "a negative scale")):
         if bad.any():
             at = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -158,6 +152,19 @@ def check_scales(name: str, kernel: str, kv_dtype: str | None, stored, scale, ba
             raise LaunchError(f"{name}{list(at)} is 0, but the values it scales are not all 0 (a scale of 0 is the "
                               "quantizer's all-zero block; every other value would be lost)")
     return np.ascontiguousarray(scale)
+
+
+def check_scale_shape(name: str, kv_dtype: str, stored_shape: tuple, shape: tuple, dtype: str, batch: int) -> None:
+    """A LaunchError naming `name` (k_scale or v_scale) when a scale array of `shape` and `dtype`
+    (numpy's name: float32, ...) cannot hold the scales of a cache of `stored_shape` (any target:
+    host or device arrays)."""
+    want = scale_shape(kv_dtype, stored_shape, batch)
+    if dtype != "float32":
+        raise LaunchError(f"{name} has dtype {dtype}, but scales are float32")
+    if tuple(shape) != want:
+        what = "(B, Hkv): one per sequence and KV head" if kv_dtype in FP8 else \
+            f"the cache's shape with the head dim replaced by head_dim / {I8_BLOCK}: one per block of {I8_BLOCK}"
+        raise LaunchError(f"{name} has shape {tuple(shape)}, but kv_dtype {kv_dtype} needs {want} ({what})")
 
 
 def _nonzero_per_scale(stored: np.ndarray, kv_dtype: str, batch: int, block_table, kv_lens) -> np.ndarray:
@@ -174,3 +181,67 @@ def _nonzero_per_scale(stored: np.ndarray, kv_dtype: str, batch: int, block_tabl
         rows = nz[pages].reshape(-1, *nz.shape[2:])[: int(lens[b])]
         out[b] = rows.any(axis=(0, 2))
     return out
+
+
+# ---- the append's quantizer: what the kernels write for k_new / v_new (CUDA and WGSL) ----------
+
+def quantize_rows(x, kv_dtype: str, scale=None):
+    """Rows of k_new / v_new (..., D) quantized exactly as the kernels' append writes them
+    (docs/language.md, "Quantized KV caches": the append), in f32 arithmetic:
+
+    - FP8 (`scale`: float32, broadcast to x.shape[:-1]: the (sequence, KV head)'s static scale):
+      y = f32(x) / scale (IEEE f32 division; scale 0: y = 0, NaN stays NaN), then the nearest FP8
+      byte (ties to even, finite values beyond the largest and infinities saturated, NaN with its
+      sign). Returns the uint8 bytes.
+    - i8: per block of 32 values, scale = max|x| / 127 (f32 division), byte = rint(x / scale) (f32
+      division, ties to even) in -127 .. 127; a block of zeros gets scale 0 and bytes 0. Returns
+      (int8 bytes, float32 scales (..., D / 32)); a block holding inf or NaN raises ValueError (the
+      kernels store it with scale NaN and report it).
+
+    attngen.quantize_kv divides in float64: for the same values and scales its bytes can differ by
+    one code where the f32 quotient rounds onto a tie that the exact one is not on."""
+    x = np.asarray(x, dtype=np.float32)
+    if kv_dtype in FP8:
+        s = np.broadcast_to(np.asarray(scale, dtype=np.float32), x.shape[:-1])[..., None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            y = np.where(s != 0, x / np.where(s != 0, s, np.float32(1)), np.where(np.isnan(x), x, np.float32(0)))
+        return encode_fp8(y.astype(np.float32).astype(np.float64), kv_dtype)
+    if kv_dtype != "i8":
+        raise ValueError(f"unknown kv_dtype {kv_dtype!r} (expected e4m3, e5m2, i8)")
+    if x.shape[-1] % I8_BLOCK:
+        raise ValueError(f"kv_dtype i8 needs a head dim that is a multiple of {I8_BLOCK}, not {x.shape[-1]}")
+    if not np.isfinite(x).all():
+        raise ValueError("kv_dtype i8 has no inf or NaN: a block of 32 holding one is stored with scale NaN "
+                         "(and the kernels report it)")
+    blocks = x.reshape(*x.shape[:-1], -1, I8_BLOCK)
+    scales = np.abs(blocks).max(axis=-1) / np.float32(127)  # f32 division
+    s = scales[..., None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.where(s > 0, np.rint(blocks / np.where(s > 0, s, np.float32(1))), np.float32(0))
+    return np.clip(q, -127, 127).astype(np.int8).reshape(x.shape), scales.astype(np.float32)
+
+
+def append_kv(kv_dtype: str, k, v, k_scale, v_scale, k_new, v_new, kv_lens, block_table=None):
+    """Copies of a quantized cache (k, v and their scales) with the rows of k_new / v_new (B, Lnew,
+    Hkv, D) quantized (quantize_rows) into keys kv_lens[b] .. of each sequence, as a call with an
+    append leaves the cache: contiguous (B, L, Hkv, D), or paged (pages, page, Hkv, D) with
+    block_table. FP8 scales stay as they are (the sequence's static scale); i8's are written at
+    the new rows."""
+    k, v = np.array(k), np.array(v)
+    ks, vs = np.array(k_scale, dtype=np.float32), np.array(v_scale, dtype=np.float32)
+    lens = np.asarray(kv_lens).astype(np.int64)
+    for cache, sc, new in ((k, ks, np.asarray(k_new)), (v, vs, np.asarray(v_new))):
+        for b in range(new.shape[0]):
+            rows = new[b]  # (Lnew, Hkv, D)
+            if kv_dtype in FP8:
+                stored, scales = quantize_rows(rows, kv_dtype, sc[b][None, :]), None
+            else:
+                stored, scales = quantize_rows(rows, kv_dtype)
+            for r in range(rows.shape[0]):
+                j = int(lens[b]) + r
+                at = (int(np.asarray(block_table)[b, j // cache.shape[1]]), j % cache.shape[1]) \
+                    if block_table is not None else (b, j)
+                cache[at] = stored[r]
+                if scales is not None:
+                    sc[at] = scales[r]
+    return k, v, ks, vs

@@ -304,11 +304,10 @@ def resolve(plan: KernelPlan, shapes: dict, dtypes: dict, *, kv_lens=None, cu_se
                           "sequence's keys through cu_seqlens_k instead")
     if ("k_new" in shapes) != ("v_new" in shapes):
         raise LaunchError("k_new and v_new go together: pass both or neither")
-    if spec.kv_dtype is not None and (append or packed):
-        raise LaunchError(f"kernel '{spec.name}' stores K and V as kv_dtype {spec.kv_dtype}: "
-                          f"{'k_new/v_new appends' if append else 'packed sequences (cu_seqlens_q=)'} are not built "
-                          "for a quantized cache yet (issue 44); quantize the rows with attngen.quantize_kv and "
-                          "write them into the cache")
+    if spec.kv_dtype is not None and packed:
+        raise LaunchError(f"kernel '{spec.name}' stores K and V as kv_dtype {spec.kv_dtype}: packed sequences "
+                          "(cu_seqlens_q=) are not built for a quantized cache yet (issue 44); pass a padded batch "
+                          "with kv_lens, or a paged cache")
     if append and kv_lens is None:
         raise LaunchError("k_new/v_new append to a cache: pass kv_lens= (keys already in each sequence's "
                           "cache, before the append)")

@@ -194,3 +194,70 @@ def launches(plan, launch: Launch, mask_kind: str | None = None) -> list:
             raise LaunchError(f"{name}'s grid {g} exceeds 2^31 - 1 blocks along x")
         out.append((name, params, g, threads, smem))
     return out
+
+
+_NUMPY_NAMES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}  # (_as_tensor's names, back to numpy's)
+
+
+def kv_scales(plan, named: dict, given: dict, launch: Launch, device: int, as_tensor, stream) -> tuple[dict, list, bool]:
+    """({k_scale, v_scale: the device arrays the kernels read}, copies to keep until the launch,
+    whether the call's recipe may be kept) of a quantized cache's scales (docs/language.md,
+    "Quantized KV caches"; runtime/kvquant.py). CUDA float32 arrays are read in place, their shape
+    and dtype checked here and their values by the kernels (a scale that is not finite and >= 0 is
+    reported like a bad integer input: docs/cuda-calls.md); numpy arrays are checked whole here and
+    uploaded on `stream` (a context: the launches' stream). i8 scales are copied by the kernels a
+    row at a time, so their rows must be aligned to it (else a contiguous copy is read; an append,
+    which writes them, refuses that). A scale given to a kernel without kv_dtype, or missing, is a
+    LaunchError naming it."""
+    from ...runtime.kvquant import check_scale_shape, check_scales
+    from .kvquant import scale_copy_bytes
+    spec, kv = plan.spec, plan.spec.kv_dtype
+    out, keep, cacheable = {}, [], True
+    if kv is None:
+        for name, x in given.items():
+            check_scales(name, spec.name, None, None, x, launch.batch)  # (refuses a scale that is given)
+        return out, keep, cacheable
+    writes = kv == "i8" and launch.len_new > 0  # the append writes the new rows' scales
+    for name, stored, dim in (("k_scale", "k", plan.d_qk), ("v_scale", "v", plan.d_v)):
+        x = given.get(name)
+        if x is None or isinstance(x, np.ndarray):
+            checked = check_scales(name, spec.name, kv, named[stored], x, launch.batch)  # (x None: refused)
+            if writes:
+                raise LaunchError(f"{name} is a numpy array, but this call appends to kernel '{spec.name}''s i8 cache, "
+                                  f"which writes {name} at the new rows: pass it as a CUDA array (CuPy or PyTorch)")
+            with _cupy().cuda.Device(device), stream:
+                x = _cupy().asarray(checked)
+            keep.append(x)
+            cacheable = False
+        t = as_tensor(name, x)
+        if t.device != device:
+            raise LaunchError(f"{name} is on GPU {t.device}, but q is on GPU {device}")
+        check_scale_shape(name, kv, tuple(named[stored].shape), tuple(t.shape), _NUMPY_NAMES.get(t.dtype, t.dtype),
+                          launch.batch)
+        if kv == "i8":
+            row = scale_copy_bytes(dim)  # bytes of one cp.async of a row's scales
+            if (t.ptr % 16 or (t.shape[-1] > 1 and t.strides[-1] != 1)
+                    or any(n > 1 and s * 4 % row for s, n in zip(t.strides[:3], t.shape[:3]))):
+                if writes:
+                    raise LaunchError(f"{name} is written by this call's append (i8), so the kernel takes it in place: "
+                                      f"it needs a 16-byte aligned pointer, a contiguous last axis and strides that are "
+                                      f"multiples of {row // 4} floats")
+                x = t.obj.contiguous() if t.kind == "torch" else _cupy().ascontiguousarray(t.obj)
+                keep.append(x)
+                cacheable = False
+                t = as_tensor(name, x)
+        out[name] = t
+    return out, keep, cacheable
+
+
+def scale_strides(kv_scales: dict) -> dict:
+    """The kernels' stride parameters of a quantized cache's scales (lower.py: kv_scale_params), in
+    floats: FP8's (B, Hkv) as (batch, 0, head), i8's by the cache's first three axes."""
+    out = {}
+    for name, prefix in (("k_scale", "ks"), ("v_scale", "vs")):
+        t = kv_scales.get(name)
+        if t is None:
+            continue
+        st = (t.strides[0], 0, t.strides[1]) if len(t.shape) == 2 else t.strides[:3]
+        out.update({f"{prefix}_s{axis}": s for axis, s in zip("blh", st)})
+    return out

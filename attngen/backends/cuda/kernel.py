@@ -35,7 +35,10 @@ from .tensor_maps import TensorMapEncoder, tma_layout_problem
 
 _TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
 _NP_DTYPES = {"float16": "f16", "float32": "f32", "bfloat16": "bf16"}
-_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+# (a quantized cache's stored bytes: uint8 / int8, and PyTorch's FP8 dtypes, docs/language.md)
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+# torch's FP8 dtypes taken as the bytes of the kv_dtype of the same format (the OCP formats: fn, e5m2)
+_TORCH_FP8 = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 _cupy = cupy_module
 
 
@@ -137,7 +140,8 @@ def _kind(x) -> str:
     return kind
 
 
-_ARRAYS = ("q", "k", "v", "k_new", "v_new", "kv_lens", "cu_seqlens_q", "cu_seqlens_k", "block_table")
+_ARRAYS = ("q", "k", "v", "k_new", "v_new", "kv_lens", "cu_seqlens_q", "cu_seqlens_k", "block_table", "k_scale",
+           "v_scale")
 
 
 def _signature(arrays: tuple, mask, out, options: tuple):
@@ -295,17 +299,20 @@ class CudaKernel(Kernel):
 
     def __call__(self, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seqlens_k=None,
                  block_table=None, k_new=None, v_new=None, return_lse=False, out=None, max_seqlen_q=None,
-                 max_seqlen_k=None, check=False, **inputs):
+                 max_seqlen_k=None, check=False, k_scale=None, v_scale=None, **inputs):
         """See docs/variants.md for the options; every input is checked before the launch, once
         per signature (docs/cuda-calls.md). Integer inputs on the GPU are checked by the kernels:
         what they find is raised by the next attngen call, or by this one with check=True (which
         synchronises). `**inputs`: the spec's expression inputs by name (docs/language.md), CuPy
         arrays or PyTorch CUDA tensors of their declared dtype and shape; a read out of an input's
-        bounds is reported like a bad integer input."""
-        if inputs:
+        bounds is reported like a bad integer input. k_scale / v_scale: a quantized cache's scales
+        (kv_dtype, docs/language.md "Quantized KV caches"), CUDA float32 arrays (or numpy, uploaded and
+        checked per call)."""
+        scales = {"k_scale": k_scale, "v_scale": v_scale}
+        if inputs or k_scale is not None or v_scale is not None:
             return self._call(q, k, v, mask, out, return_lse, max_seqlen_q, max_seqlen_k, check,
                               {"kv_lens": kv_lens, "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
-                               "block_table": block_table}, k_new, v_new, inputs)[0]
+                               "block_table": block_table}, k_new, v_new, inputs, scales)[0]
         if (mask is None and out is None and kv_lens is None and block_table is None and cu_seqlens_q is None
                 and cu_seqlens_k is None and k_new is None and v_new is None and not return_lse and not check
                 and max_seqlen_q is None and max_seqlen_k is None):
@@ -326,13 +333,16 @@ class CudaKernel(Kernel):
                            "block_table": block_table}, k_new, v_new)[0]
 
     def _call(self, q, k, v, mask, out, return_lse, max_seqlen_q, max_seqlen_k, check, ints, k_new, v_new,
-              inputs=None):
-        """(result, recipe, addresses, workspace) of a call; `inputs`: the expression inputs given."""
+              inputs=None, scales=None):
+        """(result, recipe, addresses, workspace) of a call; `inputs`: the expression inputs given;
+        `scales`: k_scale and v_scale (a quantized cache's)."""
         if pending():
             raise_pending()
         inputs = inputs or {}
+        scales = scales or {}
         arrays = (q, k, v, k_new, v_new, ints["kv_lens"], ints["cu_seqlens_q"], ints["cu_seqlens_k"],
-                  ints["block_table"], *(inputs.get(n) for n in self._inputs))
+                  ints["block_table"], scales.get("k_scale"), scales.get("v_scale"),
+                  *(inputs.get(n) for n in self._inputs))
         key, addrs = _signature(arrays, mask, out, (bool(return_lse), max_seqlen_q, max_seqlen_k))
         if set(inputs) - set(self._inputs):  # an unknown keyword: the checks name it
             key = None
@@ -352,7 +362,7 @@ class CudaKernel(Kernel):
             if v_new is not None:
                 tensors["v_new"] = v_new
             recipe, ptrs, keep = self._checked(tensors, ints, mask, out, bool(return_lse), max_seqlen_q,
-                                               max_seqlen_k, inputs)
+                                               max_seqlen_k, inputs, scales)
             if key is not None and recipe.cacheable:
                 self._keep_recipe(key, recipe)
         result, ws = self._run(recipe, ptrs, out, return_lse, q, keep)
@@ -367,10 +377,14 @@ class CudaKernel(Kernel):
         self._recipes[key] = recipe
 
     def _checked(self, tensors: dict, ints: dict, mask, out, return_lse: bool, max_seqlen_q, max_seqlen_k,
-                 inputs: dict):
+                 inputs: dict, scales: dict):
         """Every check of a call (docs/variants.md); returns its Recipe, the addresses of its
         inputs and the copies that must live until the launch."""
         named = {name: _as_tensor(name, x) for name, x in tensors.items()}
+        kv_dtype = self.plan.spec.kv_dtype
+        for name in ("k", "v"):  # torch's FP8 tensors are the bytes of the kv_dtype of their format
+            if kv_dtype is not None and _TORCH_FP8.get(named[name].dtype) == kv_dtype:
+                named[name].dtype = "uint8"
         devices = {t.device for t in named.values()}
         if len(devices) > 1:
             raise LaunchError("q, k, v (and k_new, v_new) are on different GPUs: "
@@ -419,6 +433,10 @@ class CudaKernel(Kernel):
                 named[name] = _contiguous(name, t)
                 keep.append(named[name].obj)
                 cacheable = False
+        kv_scales, scale_keep, plain_scales = cuda_args.kv_scales(self.plan, named, scales, launch, dev,
+                                                                  _as_tensor, _launch_stream(named["q"].kind, dev))
+        keep.extend(scale_keep)
+        cacheable = cacheable and plain_scales
         tq = named["q"]
         out_shape = launch.out_shape_for(self.plan.d_v)
         if out is not None:
@@ -455,6 +473,7 @@ class CudaKernel(Kernel):
                 cacheable = False
         ptrs = {name: t.ptr for name, t in named.items()}
         ptrs.update(expr_ptrs)
+        ptrs.update({name: t.ptr for name, t in kv_scales.items()})
         if out is not None:
             ptrs["out"] = to.ptr
         cupy = _cupy()
@@ -471,14 +490,14 @@ class CudaKernel(Kernel):
                 ptrs[name] = _ptr(arr)
             if bm is not None:
                 ptrs.update(_mask_ptrs(bm))
-            recipe = self._recipe(named, to, launch, bm, given, return_lse, dev, cacheable, q_layout)
+            recipe = self._recipe(named, to, launch, bm, given, return_lse, dev, cacheable, q_layout, kv_scales)
         return recipe, ptrs, keep
 
     def _recipe(self, named: dict, to: _Tensor, launch, bm, given: dict, return_lse: bool, dev: int,
-                cacheable: bool, q_layout: tuple) -> Recipe:
+                cacheable: bool, q_layout: tuple, kv_scales: dict) -> Recipe:
         """The launches of a checked call (cuda_args.launches), packed with the tensors as slots."""
         packed = launch.layout == "packed"
-        values = {}
+        values = cuda_args.scale_strides(kv_scales)
         for prefix, name in (("q", "q"), ("k", "k"), ("v", "v"), ("o", "out")):
             t = to if name == "out" else named[name]
             for axis, st in zip("blh", cuda_args.strides3(t, packed)):
@@ -504,7 +523,7 @@ class CudaKernel(Kernel):
         if "ws_s" in ws_sizes:
             values["s_stride"] = max(launch.len_k, 1)
         # the addresses a call of this signature passes (the rest of the pointer parameters stay null)
-        slots = frozenset(list(named) + list(given) + ["out"] + (["lse"] if return_lse else [])
+        slots = frozenset(list(named) + list(given) + list(kv_scales) + ["out"] + (["lse"] if return_lse else [])
                           + ["input_" + n for n in self._inputs]
                           + (["mask_bits", "mask_add", "mask_counts", "mask_tiles"] if bm is not None else [])
                           + list(ws_sizes) + list(persistent))
@@ -589,6 +608,7 @@ class CudaKernel(Kernel):
         the same arguments and buffers, without any Python-side work but the launches
         (benchmarks, replay). The inputs must stay alive and unchanged in shape while it is used."""
         ints = {n: options.pop(n, None) for n in ("kv_lens", "cu_seqlens_q", "cu_seqlens_k", "block_table")}
+        scales = {n: options.pop(n, None) for n in ("k_scale", "v_scale")}
         opt = {n: options.pop(n, d) for n, d in (("mask", None), ("out", None), ("return_lse", False),
                                                  ("max_seqlen_q", None), ("max_seqlen_k", None), ("check", False),
                                                  ("k_new", None), ("v_new", None))}
@@ -597,7 +617,7 @@ class CudaKernel(Kernel):
             raise TypeError(f"prepared() got unexpected options: {', '.join(options)}")
         result, recipe, ptrs, held = self._call(q, k, v, opt["mask"], opt["out"], opt["return_lse"],
                                                 opt["max_seqlen_q"], opt["max_seqlen_k"], opt["check"], ints,
-                                                opt["k_new"], opt["v_new"], inputs)
+                                                opt["k_new"], opt["v_new"], inputs, scales)
         cupy = _cupy()
         driver = cupy.cuda.driver
         device = contextlib.nullcontext() if one_gpu(cupy) else cupy.cuda.Device(recipe.device)
@@ -607,7 +627,7 @@ class CudaKernel(Kernel):
                 stream = recipe.stream()
                 for p in recipe.launches:
                     p.launch(driver, ptrs, stream)
-            _keep = (q, k, v, held, ints, opt, inputs)  # noqa: F841 - the buffers the launches use
+            _keep = (q, k, v, held, ints, opt, inputs, scales)  # noqa: F841 - the buffers the launches use
             return result
         return launch
 
