@@ -232,9 +232,50 @@ def _stored_kv(spec, q, k, v, k_scale, v_scale, ints):
             v * kvquant.expand_scale(scales[1], kv_dtype, v.shape), None)
 
 
+def _appended(spec: AttentionSpec, q, k, v, k_scale, v_scale, k_new, v_new, kv_lens, block_table, packed):
+    """(k, v, k_scale, v_scale, kv_lens) after a call's append of k_new / v_new at keys kv_lens[b] ..
+    (docs/variants.md), checked as the kernels check it: copies, the rows in the spec's dtype, or
+    for a quantized cache quantized as the kernels' append quantizes them (runtime/kvquant.py:
+    quantize_rows, append_kv)."""
+    from dataclasses import replace
+    from .lang.spec import KVCache, Mask
+    from .runtime import kvquant
+    from .runtime.launch import resolve
+    if k_new is None or v_new is None:
+        raise LaunchError("attngen.reference: k_new and v_new go together: pass both or neither")
+    if packed:
+        raise LaunchError("attngen.reference: packed sequences (cu_seqlens_q=) cannot be combined with k_new/v_new")
+    k_new, v_new = round_to_dtype(k_new, spec.dtype), round_to_dtype(v_new, spec.dtype)
+    shapes = {"q": np.shape(q), "k": np.shape(k), "v": np.shape(v), "k_new": k_new.shape, "v_new": v_new.shape}
+    paged = KVCache("paged", int(shapes["k"][1])) if block_table is not None and len(shapes["k"]) == 4 else KVCache()
+    checked = replace(spec, kv_cache=paged, kv_dtype=None, mask=Mask())  # (the shapes only: the call's own checks follow)
+    try:
+        resolve(_SpecOnly(checked), shapes, dict.fromkeys(shapes, spec.dtype), kv_lens=kv_lens, block_table=block_table,
+                cores=None)
+    except LaunchError as e:
+        raise LaunchError(f"attngen.reference: {e}") from None
+    lens = np.asarray(to_numpy(kv_lens)).astype(np.int64)
+    table = None if block_table is None else to_numpy(block_table)
+    if spec.kv_dtype is not None:
+        try:
+            k, v, k_scale, v_scale = kvquant.append_kv(spec.kv_dtype, k, v, to_numpy(k_scale), to_numpy(v_scale),
+                                                       k_new, v_new, lens, table)
+        except ValueError as e:
+            raise LaunchError(f"attngen.reference: k_new / v_new: {e}") from None
+    else:
+        k, v = np.array(k, dtype=np.float64), np.array(v, dtype=np.float64)
+        for cache, new in ((k, k_new), (v, v_new)):
+            for b in range(new.shape[0]):
+                for r in range(new.shape[1]):
+                    j = int(lens[b]) + r
+                    cache[(int(table[b, j // cache.shape[1]]), j % cache.shape[1]) if table is not None else (b, j)] = \
+                        new[b, r]
+    return k, v, k_scale, v_scale, lens + k_new.shape[1]
+
+
 def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None,
               cu_seqlens_k=None, block_table=None, return_lse: bool = False, k_scale=None, v_scale=None,
-              **inputs):
+              k_new=None, v_new=None, **inputs):
     """float64 attention as the spec defines it (see the module docstring for the inputs).
 
     The spec's `input` tensors are passed by keyword (`slopes=...`), for its score and mask
@@ -250,7 +291,17 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
     With `kv_dtype` (docs/language.md, "Quantized KV caches"), k and v are the stored bytes
     (uint8 FP8 patterns or int8) and k_scale / v_scale their float32 scales: each value is the
     float64 of its decoded byte times the float64 of its scale, exactly.
+
+    k_new / v_new (B, Lnew, Hkv, D), with kv_lens: the call appends them at keys kv_lens[b] .. (the
+    kernels' fused append) and attends to kv_lens[b] + Lnew keys; a quantized cache gets them as
+    the kernels quantize them (runtime/kvquant.py: quantize_rows). The arrays given are not changed.
     """
+    if k_new is not None or v_new is not None:
+        if kv_lens is None:
+            raise LaunchError("attngen.reference: k_new/v_new append to a cache: pass kv_lens= (keys already in each "
+                              "sequence's cache, before the append)")
+        k, v, k_scale, v_scale, kv_lens = _appended(spec, q, to_numpy(k), to_numpy(v), k_scale, v_scale, k_new,
+                                                    v_new, kv_lens, block_table, cu_seqlens_q is not None)
     q = round_to_dtype(q, spec.dtype)
     mask_np = None if mask is None else to_numpy(mask)
     ints = [None if x is None else to_numpy(x) for x in (kv_lens, cu_seqlens_q, cu_seqlens_k, block_table)]

@@ -161,6 +161,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
                 mask_keys=None if mask is None else mask_keys(mask))
     bm = None if mask is None else _checked_block_mask(kernel, mask, L, dev)
     table = L.block_table if isinstance(L.block_table, np.ndarray) else None
+    given_scales = scales  # (an i8 append writes the new rows' scales back into them)
     scales = [check_scales(name, plan.spec.name, plan.spec.kv_dtype, inputs[name[0]], x, L.batch, table, L.kv_lens)
               for name, x in zip(("k_scale", "v_scale"), scales)]
     named = None
@@ -195,6 +196,10 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
         for name, x in (("k", k), ("v", v)):
             if isinstance(x, np.ndarray) and not x.flags.writeable:
                 raise LaunchError(f"{name} is read-only, but k_new/v_new are appended to it in place")
+        if plan.spec.kv_dtype == "i8":
+            for name, x in zip(("k_scale", "v_scale"), given_scales):
+                if not x.flags.writeable:
+                    raise LaunchError(f"{name} is read-only, but an append to an i8 cache writes the new rows' scales")
     if st.loop_budget is not None and plan.spec.schedule.is_split:
         # the combine loops over the splits for each output column, three times besides, and
         # over the columns (a loop's own passes count against the budget too)
@@ -218,6 +223,11 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
     if appending:
         kn, vn = inputs["k_new"], inputs["v_new"]
         host = [x.numpy() if isinstance(x, WgslTensor) else np.ascontiguousarray(x) for x in (kn, vn)]
+        if plan.spec.kv_dtype == "i8":  # (runtime/kvquant.py: quantize_rows refuses them too)
+            for name, h in zip(("k_new", "v_new"), host):
+                if not np.isfinite(h.astype(np.float32)).all():
+                    raise LaunchError(f"{name} holds inf or NaN, which kernel '{plan.spec.name}''s kv_dtype i8 cache "
+                                      "cannot store (int8 values times a finite scale)")
         both = np.concatenate([h.reshape(-1) for h in host]).astype(np_dtype)
         if both.nbytes > limit:
             raise LaunchError(f"k_new and v_new are {both.nbytes} bytes together, above the {limit}-byte limit")
@@ -229,7 +239,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
         both = np.concatenate([x.reshape(-1) for x in scales])
         if both.nbytes > limit:
             raise LaunchError(f"k_scale and v_scale are {both.nbytes} bytes together, above the {limit}-byte limit")
-        bufs["kv_scale"] = _upload(dev, both, 0)
+        bufs["kv_scale"] = _upload(dev, both, usage_rw if appending and plan.spec.kv_dtype == "i8" else 0)
         offsets = {**offsets, "scale_v": scales[0].size}
 
     out_bytes, lse_bytes, work = _check_outputs(kernel, L, limit)
@@ -270,6 +280,11 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
                 raw = dev.queue.read_buffer(bufs[name], size=padded(x.nbytes))
                 new = np.frombuffer(raw, dtype=x.dtype, count=x.size).reshape(x.shape)
                 np.copyto(x, new)
+        if plan.spec.kv_dtype == "i8":  # the new rows' scales, into the caller's k_scale and v_scale
+            raw = np.frombuffer(dev.queue.read_buffer(bufs["kv_scale"], size=padded(4 * (scales[0].size + scales[1].size))),
+                                dtype=np.float32)
+            for given, checked, at in ((given_scales[0], scales[0], 0), (given_scales[1], scales[1], scales[0].size)):
+                np.copyto(given, raw[at:at + checked.size].reshape(checked.shape))
     if isinstance(out, WgslTensor):
         if guard:  # the checked result is in our buffer: move it into the caller's
             if out.buffer.usage & wgpu.BufferUsage.COPY_DST:

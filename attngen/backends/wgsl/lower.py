@@ -129,7 +129,9 @@ def _params(spec: AttentionSpec, names) -> tuple:
     # read_write buffers that an entry point only reads are still declared read_write in the
     # module (one declaration per binding), so every layout uses the declared access.
     # a quantized cache (kv_dtype) is k and v of that dtype: bytes in u32 words (templates/wgsl/quant.j2)
-    return tuple(wgsl_param(n, spec.kv_dtype if n in ("k", "v") and spec.kv_dtype else spec.dtype) for n in names)
+    # (i8: an append writes its new rows' scales, so kv_scale is read_write)
+    return tuple(wgsl_param(n, spec.kv_dtype if n in ("k", "v") and spec.kv_dtype else spec.dtype,
+                            "readwrite" if n == "kv_scale" and spec.kv_dtype == "i8" else None) for n in names)
 
 
 def uniform_fields(spec: AttentionSpec) -> tuple:
