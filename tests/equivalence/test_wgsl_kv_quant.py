@@ -73,12 +73,12 @@ def test_quantized_cache_matches_the_reference(kv_dtype, paged, schedule):
         assert np.abs(lse - ref_lse).max() <= 1e-3 * np.abs(ref_lse).max()
 
 
-def _same_pages(stored, scale, kv_dtype, table, n_pages):
+def _same_pages(stored, scale, kv_dtype, table, n_pages, lens=LENS):
     """v's quantized rows in the pages `table` gives k's (the pages no sequence uses: zeros)."""
     vp = np.zeros((n_pages, PAGE) + stored.shape[2:], stored.dtype)
     sp = np.zeros((n_pages, PAGE) + scale.shape[2:], np.float32) if kv_dtype == "i8" else scale
     for b in range(table.shape[0]):
-        for i in range(-(-int(LENS[b]) // PAGE)):
+        for i in range(-(-int(lens[b]) // PAGE)):
             rows = slice(i * PAGE, min((i + 1) * PAGE, stored.shape[1]))
             vp[table[b, i], : rows.stop - rows.start] = stored[b, rows]
             if kv_dtype == "i8":
@@ -117,11 +117,19 @@ def test_every_byte_decodes_as_the_reference_decodes_it(kv_dtype):
 
 # ---- refusals -------------------------------------------------------------------------------------
 
-def test_target_cuda_refuses_kv_dtype_naming_the_target_and_the_reason():
-    spec = _spec("i8", "split_kv(4)", False)
+@pytest.mark.parametrize("body, message", [
+    ("head_dim 64\n dtype f16\n accumulate qk=f16\n kv_dtype e4m3", "accumulates a quantized cache's products in f32"),
+    ("head_dim 40\n dtype f16\n kv_dtype e5m2", "so its head dims are multiples of 16"),
+    ("head_dim 64\n dtype f16\n tile d=32\n kv_dtype i8", "kv_dtype i8 with tile d=32"),
+    ("head_dim 512\n dtype bf16\n schedule split_kv(auto)\n kv_dtype e4m3", "head dims above 256"),
+])
+def test_target_cuda_refuses_what_it_does_not_build_naming_the_target_and_the_reason(body, message):
+    """Target cuda builds quantized caches (tests/equivalence/test_cuda_kv_quant.py); what it leaves
+    out is refused by the checker with the target and the reason."""
     with pytest.raises(attngen.SpecError) as e:
-        attngen.lower(spec, "cuda", "cuda-sm90")
-    assert "target cuda" in str(e.value) and "kv_dtype i8: not built on target cuda yet (issue 44)" in str(e.value)
+        attngen.lower(spec_of(body), "cuda", "cuda-sm90")
+    assert "target cuda (profile cuda-sm90)" in str(e.value) and message in str(e.value)
+    attngen.lower(_spec("i8", "split_kv(4)", True), "cuda", "cuda-sm90")  # (the rest is built)
 
 
 def test_the_checker_counts_the_scale_binding_against_the_profile():
@@ -160,7 +168,8 @@ def _call_args(kv_dtype="i8"):
     ("inf", "k_scale[0, 0, 0, 0] is inf: inf"),
     ("nan", "k_scale[0, 0, 0, 0] is nan: NaN"),
     ("k dtype", "stores K and V as kv_dtype i8: numpy int8"),
-    ("append", "k_new/v_new appends are not built for a quantized cache yet (issue 44)"),
+    ("packed", "packed sequences (cu_seqlens_q=) are not built for a quantized cache yet (issue 44)"),
+    ("append nan", "k_new holds inf or NaN, which kernel 't''s kv_dtype i8 cache cannot store"),
 ])
 def test_bad_calls_are_launch_errors_naming_the_argument(how, message):
     require("wgsl")
@@ -179,10 +188,15 @@ def test_bad_calls_are_launch_errors_naming_the_argument(how, message):
         kw["k_scale"][0, 0, 0, 0] = {"zero": 0.0, "inf": np.inf, "nan": np.nan}[how]
     elif how == "k dtype":
         k = k.astype(np.float16)
-    elif how == "append":
-        kw.update(k_new=k[:, :1].copy(), v_new=v[:, :1].copy(), kv_lens=np.array([3, 4], np.int32))
+    elif how == "packed":
+        q, k, v = q[0], k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:])
+        kw.update(cu_seqlens_q=np.array([0, 1], np.int32), cu_seqlens_k=np.array([0, 9], np.int32))
+    elif how == "append nan":
+        new = np.ones((2, 1, 2, D), np.float16)
+        new[1, 0, 1, 5] = np.nan
+        kw.update(k_new=new, v_new=np.ones_like(new), kv_lens=np.array([3, 4], np.int32))
     runs = [lambda: kernel(q, k, v, **kw)]
-    if how != "append":  # the reference takes no k_new / v_new: it computes from the cache given
+    if how not in ("packed", "append nan"):  # (the reference's own messages name them alike, prefixed)
         runs.append(lambda: reference(spec, q, k, v, **kw))
     for run in runs:
         with pytest.raises(attngen.LaunchError) as e:
@@ -246,3 +260,44 @@ def test_a_quantized_cache_has_no_backward():
     out, lse = kernel(q, k, v, k_scale=ks, v_scale=vs, return_lse=True)
     with pytest.raises((attngen.LaunchError, attngen.SpecError), match="kv_dtype i8: a quantized KV cache is an inference cache"):
         kernel.backward(q, k, v, out, lse, out, k_scale=ks, v_scale=vs)
+
+
+# ---- the fused append (k_new / v_new quantized into the cache) ------------------------------------
+
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("schedule", ["split_kv(4)", "two_pass", "fused"])
+def test_the_append_writes_the_bytes_quantize_rows_gives(kv_dtype, paged, schedule):
+    """k_new / v_new appended to a quantized cache: every byte (and i8 scale) the call writes equals
+    runtime/kvquant.py's append_kv (quantize_rows: the kernels' f32 arithmetic), the rows beside them
+    are untouched, and the output is the reference's over the appended cache (the appended keys are
+    read quantized alike in the same call). FP8 rows hold ties, saturation, infinities and NaN."""
+    require("wgsl")
+    from attngen.runtime.kvquant import append_kv
+    spec = _spec(kv_dtype, schedule, paged)
+    kernel = kernel_for(spec, "wgsl")
+    rng = np.random.default_rng(7)
+    lens = np.array([1, 7, 40], np.int32)
+    (k, ks), (v, vs) = [attngen.quantize_kv(rng.standard_normal((3, 48, 2, D)), kv_dtype) for _ in "kv"]
+    kw = {"kv_lens": lens}
+    if paged:
+        k, ks, table = _paged(k, ks, kv_dtype, lens + 3, rng)
+        v, vs = _same_pages(v, vs, kv_dtype, table, k.shape[0], lens + 3)
+        kw["block_table"] = table
+    q = rng.standard_normal((3, 2, 6, D)).astype(np.float16)
+    k_new = (rng.standard_normal((3, 3, 2, D)) * 4).astype(np.float16)
+    v_new = rng.standard_normal((3, 3, 2, D)).astype(np.float16)
+    if kv_dtype != "i8":  # past the largest value (saturated), infinities, NaN of both signs, -0
+        k_new[0, 0, 0, :6] = [6e4, -6e4, np.inf, -np.inf, np.nan, -0.0]
+        v_new[1, 2, 1, :2] = [np.nan, -np.nan]
+        v_new[1, 2, 1, 2:] = 0  # (that row's NaN: the rows that see key 9 output NaN)
+    before = [x.copy() for x in (k, v, ks, vs)]
+    want = append_kv(kv_dtype, *before, k_new, v_new, lens, kw.get("block_table"))
+    out = kernel(q, k, v, k_scale=ks, v_scale=vs, k_new=k_new, v_new=v_new, **kw)
+    for name, got, w in zip(("k", "v", "k_scale", "v_scale"), (k, v, ks, vs), want):
+        assert np.array_equal(got.view(np.uint8) if got.dtype != np.float32 else got, w.view(np.uint8)
+                              if w.dtype != np.float32 else w, equal_nan=w.dtype == np.float32), name
+    ref = reference(spec, q, *before[:2], k_scale=before[2], v_scale=before[3], k_new=k_new, v_new=v_new, **kw)
+    seen = np.isfinite(ref)
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
+    assert relative_error(np.where(seen, out, 0), np.where(seen, ref, 0)) <= tolerance(spec)
