@@ -103,6 +103,8 @@ QUICK_EXCEPT = [
     "tests/backends/cuda/test_backward_mma_emulated.py::test_kv_lens_packed_and_rows_that_see_no_key",
     "tests/backends/cuda/test_backward_expr_source.py::test_expression_backward_compiles[*",
     "tests/backends/cuda/test_backward_wide_source.py::test_it_compiles_for_sm_90a[*",
+    # quantized caches' kernels on the CPU emulation (QUICK_PICKS keeps two)
+    "tests/backends/cuda/test_kvquant_emulated.py::*",
     # lavapipe runs of large or many kernels
     "tests/backends/wgsl/test_wgsl_backend.py::test_prefetch_matches_the_plain_copies[*",
     "tests/backends/wgsl/test_wgsl_backend.py::test_runtime_checks_do_not_change_results[*",
@@ -125,6 +127,8 @@ QUICK_PICKS = [
     "tests/backends/cuda/test_spills.py::test_default_plan_does_not_spill[llama3_8b_prefill-cuda-sm90-nvrtc]",
     "tests/backends/cuda/test_sass.py::test_hgmma_in_the_hot_loop[llama3_8b_prefill]",
     "tests/backends/cuda/test_backward_source.py::test_backward_compiles[f16 d64 causal-cuda-sm80-sm_80]",
+    "tests/backends/cuda/test_kvquant_emulated.py::test_quantized_cache_matches_the_reference[split_kv(2)-paged-e4m3]",
+    "tests/backends/cuda/test_kvquant_emulated.py::test_the_fused_append_writes_the_bytes_quantize_rows_gives[split_kv(2)-contiguous-i8]",
     "tests/backends/wgsl/test_register_tiling.py::test_sub_block_matches_reference[4x4-subgroups]",
     "tests/backends/wgsl/test_head_dims_wgsl.py::test_matches_reference[d8-f32-tile-d8-causal]",
     "tests/backends/wgsl/test_wgsl_variants.py::test_split_schedules_over_packed_sequences[whole-split_kv(2)]",

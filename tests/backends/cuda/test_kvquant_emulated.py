@@ -1,0 +1,186 @@
+"""Quantized KV caches on target cuda (issue 44, `kv_dtype e4m3 | e5m2 | i8`) run on the CPU (no
+GPU): the generated sources of the mma.sync family (f16 / bf16) and of CUDA cores (f32) compiled
+with g++ behind tests/cuda_emulation.py's shim, against the float64 reference fed the same stored
+bytes and scales. So the fragment orders (kvquant.py's column groups, acc_col), the decoders
+(e4m3 by its sm_80 bit pattern path: g++ has no __CUDA_ARCH__), the scales, paged gathers, the
+split schedules' combines and the fused append's bytes are checked wherever the suite runs;
+tests/equivalence/test_cuda_kv_quant.py runs the same kernels on a GPU (and the sm_89+ e4m3
+conversions). Slow (an OS thread per CUDA thread): few small cases."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import attngen
+from attngen.api import lower
+from attngen.reference import reference, relative_error, tolerance
+from attngen.runtime.kvquant import I8_BLOCK, append_kv, decode_fp8
+
+from conftest import spec_of
+import cuda_emulation
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to compile the emulation")
+
+D = 64
+PAGE = 16
+
+
+def _spec(kv_dtype, schedule, paged, dtype="f16", d=D):
+    cache = f"\n kv_cache paged(page={PAGE})" if paged else ""
+    return spec_of(f"head_dim {d}\n dtype {dtype}\n schedule {schedule}{cache}\n kv_dtype {kv_dtype}")
+
+
+def _words(x, dtype):
+    """float32 -> (what the emulated kernel reads: f16 / bf16 words or f32, the values)."""
+    x = np.asarray(x, np.float32)
+    if dtype == "f16":
+        h = x.astype(np.float16)
+        return h.view(np.uint16), h.astype(np.float32)
+    if dtype == "bf16":
+        u = x.view(np.uint32)
+        bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        return bits, (bits.astype(np.uint32) << 16).view(np.float32)
+    return x, x
+
+
+def _values(words, dtype):
+    if dtype == "f16":
+        return words.view(np.float16).astype(np.float64)
+    if dtype == "bf16":
+        return (words.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return words.astype(np.float64)
+
+
+def _paged(caches, kv_dtype, lens, rng):
+    """Contiguous quantized caches [(stored, scale)] scattered into shuffled pages (one table for
+    all); i8 scales travel with their rows, FP8's stay (B, Hkv)."""
+    pages_per = [-(-int(n) // PAGE) for n in lens]
+    n_pages = sum(pages_per) + 2
+    order = rng.permutation(n_pages)
+    table = np.zeros((len(lens), max(pages_per)), np.int32)
+    at = 0
+    for b, n in enumerate(pages_per):
+        table[b, :n] = order[at:at + n]
+        at += n
+    out = []
+    for stored, scale in caches:
+        sp = rng.integers(0, 256, (n_pages, PAGE) + stored.shape[2:], dtype=np.uint8).view(stored.dtype)
+        ss = np.ones((n_pages, PAGE) + scale.shape[2:], np.float32) if kv_dtype == "i8" else scale
+        for b, n in enumerate(pages_per):
+            for i in range(n):
+                rows = slice(i * PAGE, min((i + 1) * PAGE, stored.shape[1]))
+                sp[table[b, i], : rows.stop - rows.start] = stored[b, rows]
+                if kv_dtype == "i8":
+                    ss[table[b, i], : rows.stop - rows.start] = scale[b, rows]
+        out.append((sp, ss))
+    return out, table
+
+
+def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0):
+    """The emulated kernel's out and lse against the reference; with `append` rows, the cache's bytes
+    against runtime/kvquant.py's append_kv."""
+    plan = lower(spec, "cuda", "cuda-sm80")
+    kv, dt, d, dv = spec.kv_dtype, spec.dtype, spec.head_dim_qk, spec.head_dim_v
+    rng = np.random.default_rng(seed)
+    lens = np.asarray(lens, np.int32)
+    room = int(lens.max()) + append
+    q_words, q = _words(rng.standard_normal((len(lens), lq, hq, d)), dt)
+    caches = [attngen.quantize_kv(rng.standard_normal((len(lens), room, hkv, dim)) * s, kv) for s, dim in ((2, d), (1, dv))]
+    kw = {"kv_lens": lens}
+    if spec.kv_cache.is_paged:
+        caches, kw["block_table"] = _paged(caches, kv, lens + append, rng)
+    (k, ks), (v, vs) = caches
+    new = {}
+    if append:
+        (kn_w, kn), (vn_w, vn) = (_words(rng.standard_normal((len(lens), append, hkv, dim)), dt) for dim in (d, dv))
+        new = {"k_new": kn_w, "v_new": vn_w}
+        before = [x.copy() for x in (k, v, ks, vs)]
+        want = append_kv(kv, *before, kn, vn, lens, kw.get("block_table"))
+    out, lse, errors = cuda_emulation.run(plan, str(tmp_path), q_words, k, v, k_scale=ks, v_scale=vs, **kw, **new)
+    assert not errors.any(), errors
+    if append:
+        for name, got, w in zip(("k", "v", "k_scale", "v_scale"), (k, v, ks, vs), want):
+            assert np.array_equal(got, w), f"{name}: the append's bytes differ from append_kv's"
+        ref, ref_lse = reference(spec, q, *before[:2], k_scale=before[2], v_scale=before[3], k_new=kn, v_new=vn,
+                                 return_lse=True, **kw)
+    else:
+        ref, ref_lse = reference(spec, q, k, v, k_scale=ks, v_scale=vs, return_lse=True, **kw)
+    got = _values(out, dt)
+    err = relative_error(got, ref)
+    assert err <= tolerance(spec), f"relative error {err:.3g}"
+    assert np.abs(lse - ref_lse).max() <= 1e-3 * max(1.0, np.abs(ref_lse).max())
+
+
+@pytest.mark.parametrize("kv_dtype", ["e4m3", "e5m2", "i8"])
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("schedule", ["split_kv(2)", "two_pass", "fused"])
+def test_quantized_cache_matches_the_reference(kv_dtype, paged, schedule, tmp_path):
+    """Every kv_dtype x layout x schedule, GQA groups 3 (1 query row, decode) and 1 (3 query rows),
+    sequences of 1, 7 and 113 keys."""
+    spec = _spec(kv_dtype, schedule, paged)
+    _check(spec, tmp_path, 6, 2, [1, 7, 113])
+    _check(spec, tmp_path, 2, 2, [7, 113], lq=3, seed=1)
+
+
+@pytest.mark.parametrize("body", [
+    "head_dim 128\n dtype f16\n schedule split_kv(2)\n kv_dtype e4m3",   # two 64-column groups, 16-tile V group
+    "head_dim 96\n dtype bf16\n schedule split_kv(2)\n kv_dtype i8",     # i8's 32-column groups; V 64 + 32
+    "head_dim qk=80 v=48\n dtype f16\n schedule two_pass\n kv_dtype e5m2",  # groups 64 + 16; V 32 + 16
+    "head_dim 64\n dtype f32\n schedule split_kv(2)\n kv_cache paged(page=16)\n kv_dtype e4m3",  # CUDA cores
+    "head_dim 64\n dtype f32\n schedule two_pass\n kv_dtype i8",
+    "head_dim 64\n dtype f16\n mask causal(bottom_right)\n softcap 20\n kv_dtype i8",
+])
+def test_head_dims_dtypes_and_masks(body, tmp_path):
+    _check(spec_of(body), tmp_path, 3, 1, [7, 70], lq=2)
+
+
+def test_a_long_sequence(tmp_path):
+    _check(_spec("e4m3", "split_kv(2)", True), tmp_path, 4, 1, [1023])
+
+
+@pytest.mark.parametrize("kv_dtype", ["e4m3", "e5m2", "i8"])
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+@pytest.mark.parametrize("schedule", ["split_kv(2)", "two_pass"])
+def test_the_fused_append_writes_the_bytes_quantize_rows_gives(kv_dtype, paged, schedule, tmp_path):
+    """k_new / v_new quantized into the cache by the blocks of the first row tile, byte for byte
+    runtime/kvquant.py's append_kv, and read quantized alike by every block in the same call."""
+    _check(_spec(kv_dtype, schedule, paged), tmp_path, 6, 2, [0, 5, 30], append=3)
+
+
+@pytest.mark.parametrize("kv_dtype", ["e4m3", "e5m2", "i8"])
+def test_every_byte_decodes_as_the_reference_decodes_it(kv_dtype, tmp_path):
+    """One key (weight 1): out is V's dequantized row, each finite byte once, in f32 (e4m3's 0x7e is
+    448, its subnormals 2^-9 m); then one NaN or inf byte makes the row NaN (a row that sees a value
+    of V that is not finite outputs NaN, on cuda as for f16 caches)."""
+    spec = spec_of(f"head_dim 256\n dtype f32\n kv_dtype {kv_dtype}")
+    plan = lower(spec, "cuda", "cuda-sm80")
+    codes = np.arange(256, dtype=np.uint8).view(np.int8 if kv_dtype == "i8" else np.uint8)
+    want = codes.astype(np.float64) if kv_dtype == "i8" else decode_fp8(codes, kv_dtype)
+    finite = np.isfinite(want)
+    v = np.where(finite, codes, 0).astype(codes.dtype).reshape(1, 1, 1, 256)
+    k = np.zeros_like(v)
+    scale = np.ones((1, 1, 1, 256 // I8_BLOCK) if kv_dtype == "i8" else (1, 1), np.float32)
+    q = np.ones((1, 1, 1, 256), np.float32)
+    out, _, errors = cuda_emulation.run(plan, str(tmp_path), q, k, v, k_scale=scale, v_scale=scale.copy())
+    assert np.array_equal(out.reshape(-1), np.where(finite, want, 0).astype(np.float32))
+    if kv_dtype != "i8":
+        v[..., 3] = np.flatnonzero(~finite)[0]
+        out, _, _ = cuda_emulation.run(plan, str(tmp_path), q, k, v, k_scale=scale, v_scale=scale.copy())
+        assert np.isnan(out).all()
+
+
+def test_bad_scales_on_the_device_are_reported(tmp_path):
+    """A scale that is not finite and >= 0 reaches the kernels only from the device (the runtime
+    checks host scales whole): they report it in error word 5 (the call's LaunchError names it)."""
+    for kv_dtype, bad in (("e4m3", np.nan), ("i8", -1.0)):
+        spec = _spec(kv_dtype, "split_kv(2)", False)
+        plan = lower(spec, "cuda", "cuda-sm80")
+        rng = np.random.default_rng(2)
+        q, _ = _words(rng.standard_normal((2, 1, 4, D)), "f16")
+        (k, ks), (v, vs) = [attngen.quantize_kv(rng.standard_normal((2, 9, 2, D)), kv_dtype) for _ in "kv"]
+        ks[(1,) * ks.ndim] = bad
+        _, _, errors = cuda_emulation.run(plan, str(tmp_path), q, k, v, k_scale=ks, v_scale=vs)
+        assert errors[5] == 2, errors  # sequence 1 (+ 1)
