@@ -37,6 +37,11 @@ _ERROR_KINDS = (
                 "(its rows: k.shape[1], or block_table columns x page)"),
     ("block_table", "block_table row {b} names a page outside k and v, or (with k_new / v_new) a page that the "
                     "append writes and the row also reads elsewhere"),
+    ("expressions", ""),  # (word 4, EXPR_WORD: its own messages, _EXPR_SITES)
+    ("kv_scale", "k_scale or v_scale holds a value that is not finite and >= 0 for sequence {b} (a quantized "
+                 "cache's scales on the GPU are checked by the kernels; that call's output is not to be used)"),
+    ("kv_new", "k_new / v_new of sequence {b} hold inf or NaN, which an i8 cache cannot store (their blocks of 32 "
+               "were stored with scale NaN)"),
 )
 _FLAGS: dict = {}  # device -> ErrorFlags
 _FLAGS_LOCK = threading.Lock()
@@ -73,8 +78,10 @@ class ErrorFlags:
         """Raise (and clear) what the kernels reported; nothing when the words are zero."""
         if not self.found():
             return
-        found = [text.format(b=int(w) - 1, b1=int(w)) for (_, text), w in zip(_ERROR_KINDS, self.words) if w > 0]
+        found = [text.format(b=int(w) - 1, b1=int(w)) for (_, text), w in zip(_ERROR_KINDS, self.words)
+                 if w > 0 and text]
         site = int(self.words[EXPR_WORD])
+        what = "bad integer inputs" if not (self.words[5] or self.words[6]) else "bad inputs"  # (5, 6: kv_dtype's)
         self.words[:] = 0
         if site > 0:
             read = _EXPR_SITES[site] if site < len(_EXPR_SITES) else f"an expression read an input out of its bounds " \
@@ -82,7 +89,7 @@ class ErrorFlags:
             if not found:
                 raise LaunchError(f"GPU {self.device}: {when} found that {read}")
             found.append(read)
-        raise LaunchError(f"GPU {self.device}: {when} found bad integer inputs (checked on the device): "
+        raise LaunchError(f"GPU {self.device}: {when} found {what} (checked on the device): "
                           + "; ".join(found))
 
 

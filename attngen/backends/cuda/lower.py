@@ -109,7 +109,7 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
     ps.append(_p("len_new", "scalar", _I32, doc="Lnew, rows appended per sequence (0: none)"))
     if spec.kv_dtype is not None:
         ps += kv_scale_params(spec)
-    ps += _bounds()
+    ps += _bounds(spec.kv_dtype)
     if paged:
         ps += [
             _p("block_table", "tensor", _I32, ("B", "Pmax"),
@@ -200,14 +200,16 @@ def kv_scale_params(spec: AttentionSpec) -> list:
     return ps
 
 
-def _bounds() -> list:
+def _bounds(kv_dtype: str | None = None) -> list:
     """What the kernels check integer inputs against (they may stay on the device: docs/variants.md,
     "Integer inputs on the device"), and where they report a bad one."""
+    kv = ("; a quantized cache's: 5 k_scale or v_scale not finite and >= 0, 6 an i8 append of inf or NaN"
+          if kv_dtype else "")
     return [
         _p("rows_q", "scalar", _I32, doc="packed: rows of q (Tq), which cu_seqlens_q must stay within; else 0"),
         _p("rows_k", "scalar", _I32, doc="packed: rows of k / v (Tk); paged: pages in k / v (P); else 0"),
         _p("errors", "tensor", _I32, ("8",), "write", True,
-           doc="error flags: word 0 cu_seqlens_q, 1 cu_seqlens_k, 2 kv_lens, 3 block_table; a kernel that "
+           doc=f"error flags: word 0 cu_seqlens_q, 1 cu_seqlens_k, 2 kv_lens, 3 block_table{kv}; a kernel that "
                "finds a bad entry writes its sequence's index + 1 there (null: not reported)"),
     ]
 

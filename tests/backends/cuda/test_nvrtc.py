@@ -94,3 +94,26 @@ def test_lineinfo_for_profiling_compiles_with_line_tables_under_keys_of_its_own(
     lined, _ = nvrtc.compile_cubin(source, "sm_90a")
     assert b".nv_debug_line_sass" in lined or b".debug_line" in lined
     assert b".debug_line" not in plain and b".nv_debug_line_sass" not in plain
+
+
+# Quantized KV caches (issue 44, kv_dtype): the mma.sync family's byte tiles (math_mma_kvq.j2) and CUDA
+# cores' for f32, each schedule and layout, the append's quantizers; sm_80 compiles e4m3's bit-pattern
+# decoder, sm_90 its cvt.rn.f16x2.e4m3x2. (The same kernels run on the CPU emulation:
+# tests/backends/cuda/test_kvquant_emulated.py.)
+KVQ_VARIANTS = [
+    ("e4m3 split_kv paged", "head_dim 128\n heads q=32 kv=8\n dtype f16\n schedule split_kv(auto)\n"
+                            " kv_cache paged(page=16)\n kv_dtype e4m3", PROFILES),
+    ("e5m2 two_pass", "head_dim 128\n dtype bf16\n schedule two_pass\n kv_dtype e5m2", PROFILES[1:]),
+    ("i8 split_kv", "head_dim 128\n heads q=32 kv=8\n dtype f16\n schedule split_kv(auto)\n kv_dtype i8", PROFILES),
+    ("i8 fused paged causal", "head_dim 64\n dtype bf16\n mask causal(bottom_right)\n kv_cache paged(page=16)\n"
+                              " kv_dtype i8", PROFILES[1:]),
+    ("e4m3 fused f32", "head_dim 96\n dtype f32\n kv_dtype e4m3", PROFILES[1:]),
+    ("e4m3 d256 split_kv custom", "head_dim 256\n dtype f16\n mask custom\n schedule split_kv(4)\n kv_dtype e4m3",
+     PROFILES[1:]),
+]
+
+
+@pytest.mark.parametrize("variant, profile, arch", [(v, p, a) for v in KVQ_VARIANTS for p, a in v[2]],
+                         ids=lambda x: x[0] if isinstance(x, tuple) else x)
+def test_kv_quant_variants_compile(variant, profile, arch):
+    _compile(spec_of(variant[1], name="kvq"), profile, arch)
