@@ -34,6 +34,9 @@ def to_numpy(x) -> np.ndarray:
         t = x.detach()
         if str(t.dtype) == "torch.bfloat16":
             t = t.float()
+        elif str(t.dtype).startswith("torch.float8"):  # a quantized cache's FP8 bytes, as uint8
+            import torch
+            t = t.view(torch.uint8)
         return t.cpu().numpy()
     if callable(getattr(x, "get", None)) and hasattr(x, "shape") and hasattr(x, "dtype"):
         return x.get()

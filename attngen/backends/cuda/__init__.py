@@ -269,14 +269,17 @@ class CudaBackend(Backend):
                 options = {**options, inp.name: torch.from_numpy(options[inp.name]).cuda().to(torch.bfloat16)}
             else:
                 options = {**options, inp.name: cupy.asarray(options[inp.name])}
+        stored = (1, 2) if spec.kv_dtype is not None else ()  # a quantized cache's k and v: its bytes as they are
+        options = {n: cupy.asarray(x) if n in ("k_scale", "v_scale") else x for n, x in options.items()}
         if spec.dtype == "bf16":
             try:
                 import torch
             except ImportError:
                 raise LaunchError("bf16 inputs on the cuda target are made with PyTorch, which is not "
                                   "installed") from None
-            return tuple(torch.from_numpy(a).cuda().to(torch.bfloat16) for a in host), options
-        return tuple(cupy.asarray(a.astype(_NP[spec.dtype])) for a in host), options
+            return tuple(torch.from_numpy(a).cuda() if i in stored else torch.from_numpy(a).cuda().to(torch.bfloat16)
+                         for i, a in enumerate(host)), options
+        return tuple(cupy.asarray(a if i in stored else a.astype(_NP[spec.dtype])) for i, a in enumerate(host)), options
 
     def check_sizes(self, kernel, launch, inputs, mask=None):
         from .args import launches  # the grids' limits; buffers (a mask's too) are bounded by the GPU's memory alone
