@@ -48,6 +48,10 @@ class TorchOperator:
         if kernel.spec.mask.is_custom:
             raise LaunchError(f"attngen.torch: kernel '{kernel.spec.name}' has `mask custom`, whose BlockMask is "
                               "not a tensor an operator can take; call the kernel itself (docs/torch.md)")
+        if kernel.spec.kv_dtype is not None:
+            raise LaunchError(f"attngen.torch: kernel '{kernel.spec.name}' reads a quantized cache (kv_dtype "
+                              f"{kernel.spec.kv_dtype}), whose k_scale / v_scale the operator does not take yet "
+                              "(issue 44); call the kernel itself: kernel(q, k, v, k_scale=..., v_scale=..., ...)")
         if kernel.spec.inputs:
             raise LaunchError(f"attngen.torch: kernel '{kernel.spec.name}' reads expression inputs "
                               f"({', '.join(i.name for i in kernel.spec.inputs)}), which the operator does not take "
