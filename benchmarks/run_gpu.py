@@ -2,7 +2,8 @@
 
     python3 benchmarks/run_gpu.py [--out DIR] [--quick] [--only SECTIONS] [--small]   (benchmarks/README.md)
 
-Sections: dense (the cases below), wgsl, models, host, decode_grid, varlen (packed prefill:
+Sections: dense (the cases below), wgsl, models, host, decode_grid, decode_quant (quantized KV caches:
+benchmarks/suite/decode_quant.py), varlen (packed prefill:
 benchmarks/suite/varlen.py), hf (transformers models: benchmarks/suite/hf.py), backward and training
 (benchmarks/suite/backward.py), expressions (score and mask expressions: benchmarks/suite/expressions.py),
 and issue 3's masks, decode and head_dims (benchmarks/suite/variants.py); --only takes a comma-separated
@@ -46,6 +47,7 @@ try:  # the CUDA sections' stack; without it only `--only wgsl` runs (a machine 
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import decode_grid  # noqa: E402  (benchmarks/suite/decode_grid.py)
+    import decode_quant  # noqa: E402  (benchmarks/suite/decode_quant.py: quantized KV caches, issue 44)
     import hf  # noqa: E402  (benchmarks/suite/hf.py: transformers models)
     import backward  # noqa: E402  (benchmarks/suite/backward.py: the backward pass, training)
     import expressions  # noqa: E402  (benchmarks/suite/expressions.py: score and mask expressions)
@@ -392,7 +394,7 @@ PEERS = {"SDPA flash": "sdpa_flash", "SDPA cuDNN": "sdpa_cudnn", "SDPA mem-eff":
 
 
 def latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows=(), grid_rows=(), varlen_rows=(),
-           hf_rows=(), bw_rows=(), expr_rows=()) -> dict:
+           hf_rows=(), bw_rows=(), expr_rows=(), quant_rows=()) -> dict:
     """benchmarks/results/latest.json: one row per case, attngen and the peers that ran it (issue
     11's form; a peer that cannot run a case is absent)."""
     out = []
@@ -424,6 +426,8 @@ def latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows=(), grid_rows=
     if host_rows:
         out += host.latest_rows(list(host_rows))
     out += [{k: v for k, v in r.items() if k not in ("batch", "len_k", "layout")} for r in grid_rows]
+    if quant_rows:
+        out += decode_quant.latest_rows(list(quant_rows))
     if varlen_rows:
         out += varlen.latest_rows(list(varlen_rows))
     if hf_rows:
@@ -487,8 +491,8 @@ def main():
     ap.add_argument("--small", action="store_true",
                     help="the WGSL section at small shapes (a software adapter such as lavapipe)")
     ap.add_argument("--only", default="",
-                    help="comma-separated: dense,models,wgsl,masks,decode,head_dims,host,decode_grid,varlen,hf,"
-                         "backward,training,wgsl_backward,expressions")
+                    help="comma-separated: dense,models,wgsl,masks,decode,head_dims,host,decode_grid,decode_quant,"
+                         "varlen,hf,backward,training,wgsl_backward,expressions")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -512,8 +516,10 @@ def main():
     if not only or "dense" in only:
         cuda_section(cases, rows)
     model_rows, host_rows, grid_rows, varlen_rows, hf_rows, bw_rows, expr_rows = [], [], [], [], [], [], []
+    quant_rows = []
     for name, fn, out in (("models", models_section, model_rows), ("host", lambda o: host.host_section(o), host_rows),
                           ("decode_grid", lambda o: decode_grid.run(o), grid_rows),
+                          ("decode_quant", lambda o: decode_quant.run(o), quant_rows),
                           ("varlen", lambda o: varlen.section(o), varlen_rows),
                           ("hf", lambda o: hf.section(o), hf_rows),
                           ("backward", lambda o: backward.backward_section(o, quick=args.quick), bw_rows),
@@ -548,12 +554,13 @@ def main():
                   indent=2)
     with open(os.path.join(args.out, "latest.json"), "w") as f:
         json.dump(latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows, grid_rows, varlen_rows, hf_rows,
-                         bw_rows, expr_rows), f, indent=1)
+                         bw_rows, expr_rows, quant_rows), f, indent=1)
     if rows and not plot(rows, os.path.join(args.out, "dense.png")):
         print("no matplotlib here: no plot")
     md = (markdown(meta, rows, wgsl_rows) + models_markdown(model_rows)
           + (host.markdown(host_rows, meta) if host_rows else "")
           + (decode_grid.markdown(grid_rows, meta) if grid_rows else "")
+          + (decode_quant.markdown(quant_rows, meta) if quant_rows else "")
           + (varlen.markdown(varlen_rows) if varlen_rows else "")
           + (hf.markdown(hf_rows) if hf_rows else "")
           + (backward.markdown(bw_rows) if bw_rows else "")
