@@ -7,10 +7,11 @@ ceiling: 2 / 1.125 = 1.78x, its scales are 4 bytes per 32 values).
 
     python3 benchmarks/probes/probe_cuda_kvq.py [--lengths 4096,32768] [--kv e4m3,e5m2,i8]
                                                 [--layouts contiguous,paged16] [--schedule 'split_kv(auto)']
-                                                [--plans]
+                                                [--plans] [--extra 'target cuda { stages=3 }']
 
 The cases, timer and checks are benchmarks/suite/decode_quant.py's (run_gpu.py's decode_quant
-suite); --plans prints each kernel's plan first. It changes nothing in attngen.
+suite); --plans prints each kernel's plan first; --extra adds a spec line to the quantized caches'
+kernels (an A / B of their tiles: stages, tile kv=..., key_warps=...). It changes nothing in attngen.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main():
     ap.add_argument("--layouts", default="contiguous,paged16")
     ap.add_argument("--schedule", default="split_kv(auto)")
     ap.add_argument("--plans", action="store_true", help="print each kernel's plan (attngen check's lines) first")
+    ap.add_argument("--extra", default="", help="a spec line for the quantized caches' kernels")
     args = ap.parse_args()
     import torch
     print(torch.cuda.get_device_name())
@@ -36,12 +38,13 @@ def main():
         from attngen import backends
         for layout in layouts:
             for kv in ["f16"] + kvs:
-                kern = decode_quant.kernel(kv, layout, args.schedule)
+                kern = decode_quant.kernel(kv, layout, args.schedule, args.extra)
                 print(f"-- {kv} {layout}")
                 for line in backends.get("cuda").describe(kern.plan):
                     print("   " + line)
     rows = []
-    decode_quant.run(rows, [int(x) for x in args.lengths.split(",")], kvs, layouts, args.schedule, verbose=False)
+    decode_quant.run(rows, [int(x) for x in args.lengths.split(",")], kvs, layouts, args.schedule, verbose=False,
+                     extra=args.extra)
     print(f"{'layout':<11} {'Lk':>6} {'kv':<5} {'ms':>8} {'tok/s':>10} {'f16 ms':>8} {'vs f16':>7} {'TB/s':>6} "
           f"{'rel err':>9}")
     for r in rows:

@@ -39,15 +39,19 @@ def _ms(fn) -> float:
     return do_bench(fn, warmup=10, rep=60, return_mode="median")
 
 
-def kernel(kv: str, layout: str, schedule: str = "split_kv(auto)"):
-    """The case's kernel (kv "f16": the cache in f16)."""
+def kernel(kv: str, layout: str, schedule: str = "split_kv(auto)", extra: str = ""):
+    """The case's kernel (kv "f16": the cache in f16); `extra`: spec lines for the quantized
+    caches' kernels only (an A / B of their tiles, e.g. "target cuda { stages=3 }")."""
     import attngen
     lines = [f"head_dim {D}", f"heads q={HQ} kv={HKV}", "dtype f16", f"schedule {schedule}"]
+    if extra and kv != "f16":
+        lines.append(extra)
     if layout != "contiguous":
         lines.append(f"kv_cache paged(page={layout[5:]})")
     if kv != "f16":
         lines.append(f"kv_dtype {kv}")
-    name = f"decode_quant_{kv}_{layout}_{schedule.replace('(', '_').replace(')', '')}"
+    tag = "" if not extra or kv == "f16" else "_x" + __import__("hashlib").sha1(extra.encode()).hexdigest()[:8]
+    name = f"decode_quant_{kv}_{layout}_{schedule.replace('(', '_').replace(')', '')}{tag}"
     return attngen.compile(attngen.parse(f"attention {name} {{\n " + "\n ".join(lines) + "\n}\n")[0], target="cuda")
 
 
@@ -118,10 +122,11 @@ def check(kern, q, k, v, opts) -> float:
     return relative_error(out, reference(kern.spec, q2, kk, vv, **host))
 
 
-def run(rows: list, lengths=LENGTHS, kvs=KV, layouts=LAYOUTS, schedule: str = "split_kv(auto)", verbose=True):
+def run(rows: list, lengths=LENGTHS, kvs=KV, layouts=LAYOUTS, schedule: str = "split_kv(auto)", verbose=True,
+        extra: str = ""):
     import torch
     for layout in layouts:
-        kernels = {kv: kernel(kv, layout, schedule) for kv in ("f16",) + tuple(kvs)}
+        kernels = {kv: kernel(kv, layout, schedule, extra) for kv in ("f16",) + tuple(kvs)}
         for lk in lengths:
             case = {kv: inputs(kv, layout, lk, seed=lk) for kv in kernels}
             launches = {kv: kernels[kv].prepared(*c[:3], **c[3]) for kv, c in case.items()}
