@@ -184,3 +184,24 @@ def test_bad_scales_on_the_device_are_reported(tmp_path):
         ks[(1,) * ks.ndim] = bad
         _, _, errors = cuda_emulation.run(plan, str(tmp_path), q, k, v, k_scale=ks, v_scale=vs)
         assert errors[5] == 2, errors  # sequence 1 (+ 1)
+
+
+def test_a_nan_byte_in_v_reaches_only_the_rows_that_see_it(tmp_path):
+    """e4m3 0x7f (NaN) in V at key L - 2 of sequence 0 (causal, bottom-right, 3 query rows: rows 1 and
+    2 see it, row 0 does not) and at a key past kv_lens: the split_kv kernel's key warps zero it in
+    shared memory and mark the rows that see it; they output NaN, the others the reference's."""
+    spec = spec_of("head_dim 64\n dtype f16\n mask causal(bottom_right)\n schedule split_kv(2)\n kv_dtype e4m3")
+    plan = lower(spec, "cuda", "cuda-sm80")
+    rng = np.random.default_rng(9)
+    lens = np.array([70, 40], np.int32)
+    q_words, q = _words(rng.standard_normal((2, 3, 2, D)), "f16")
+    (k, ks), (v, vs) = [attngen.quantize_kv(rng.standard_normal((2, 72, 2, D)), "e4m3") for _ in "kv"]
+    v[0, 68, 1, 5] = 0x7F
+    v[1, 50, 0, 0] = 0xFF  # past sequence 1's 40 keys
+    out, _, errors = cuda_emulation.run(plan, str(tmp_path), q_words, k, v, k_scale=ks, v_scale=vs, kv_lens=lens)
+    ref = reference(spec, q, k, v, k_scale=ks, v_scale=vs, kv_lens=lens)
+    got = _values(out, "f16")
+    assert np.array_equal(np.isnan(got).any(axis=-1), np.isnan(ref).any(axis=-1))
+    assert np.isnan(got[0, 1:, 1]).all() and np.isfinite(got[0, 0]).all() and np.isfinite(got[1]).all()
+    clean = ~np.isnan(ref).any(axis=-1, keepdims=True)  # (the reference's row: NaN only in the NaN's column)
+    assert relative_error(np.where(clean, got, 0), np.where(clean, ref, 0)) <= tolerance(spec)
