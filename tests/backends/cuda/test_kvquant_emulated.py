@@ -79,9 +79,10 @@ def _paged(caches, kv_dtype, lens, rng):
     return out, table
 
 
-def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0):
+def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0, kv_lens=True):
     """The emulated kernel's out and lse against the reference; with `append` rows, the cache's bytes
-    against runtime/kvquant.py's append_kv."""
+    against runtime/kvquant.py's append_kv; kv_lens False: a call without it (every key of the
+    cache: the fused schedule's main entry point)."""
     plan = lower(spec, "cuda", "cuda-sm80")
     kv, dt, d, dv = spec.kv_dtype, spec.dtype, spec.head_dim_qk, spec.head_dim_v
     rng = np.random.default_rng(seed)
@@ -89,7 +90,7 @@ def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0):
     room = int(lens.max()) + append
     q_words, q = _words(rng.standard_normal((len(lens), lq, hq, d)), dt)
     caches = [attngen.quantize_kv(rng.standard_normal((len(lens), room, hkv, dim)) * s, kv) for s, dim in ((2, d), (1, dv))]
-    kw = {"kv_lens": lens}
+    kw = {"kv_lens": lens} if kv_lens else {}
     if spec.kv_cache.is_paged:
         caches, kw["block_table"] = _paged(caches, kv, lens + append, rng)
     (k, ks), (v, vs) = caches
@@ -135,6 +136,13 @@ def test_quantized_cache_matches_the_reference(kv_dtype, paged, schedule, tmp_pa
 ])
 def test_head_dims_dtypes_and_masks(body, tmp_path):
     _check(spec_of(body), tmp_path, 3, 1, [7, 70], lq=2)
+
+
+@pytest.mark.parametrize("kv_dtype", ["e4m3", "i8"])
+def test_the_fused_main_entry_without_kv_lens(kv_dtype, tmp_path):
+    """Without kv_lens the fused schedule takes its main entry point (namespace padded: two 16-row
+    fragments per warp), the other instantiation of the same parts."""
+    _check(_spec(kv_dtype, "fused", False), tmp_path, 4, 2, [70, 70], lq=37, kv_lens=False)
 
 
 def test_a_long_sequence(tmp_path):
