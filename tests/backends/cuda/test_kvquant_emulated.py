@@ -145,6 +145,14 @@ def test_the_fused_main_entry_without_kv_lens(kv_dtype, tmp_path):
     _check(_spec(kv_dtype, "fused", False), tmp_path, 4, 2, [70, 70], lq=37, kv_lens=False)
 
 
+def test_q_read_from_shared_memory_per_tile(tmp_path):
+    """Two fragments of head dim 96 do not stay in registers (q_in_registers): the A fragments are
+    read from sQ per group of k16 steps, in the groups' column order."""
+    spec = _spec("e5m2", "fused", False, d=96)
+    assert not lower(spec, "cuda", "cuda-sm80").config.q_in_registers
+    _check(spec, tmp_path, 2, 1, [50], lq=40, kv_lens=False)
+
+
 def test_a_long_sequence(tmp_path):
     _check(_spec("e4m3", "split_kv(2)", True), tmp_path, 4, 1, [1023])
 
