@@ -196,9 +196,9 @@ def quantize_rows(x, kv_dtype: str, scale=None):
     The quotient is rounded twice, to f32 and then to the format: where the f32 quotient lands on a
     tie between two codes that the exact one is just off, the code is the even one, not the nearer
     (about 1 value in 5000 of standard normal data at e4m3; attngen.quantize_kv uses this function,
-    so the offline and the appended bytes agree). f32 division and nothing else: CUDA's __fdiv_rn,
-    WGSL's `/` and numpy's float32 give the same quotient where WGSL's division is correctly rounded
-    (lavapipe, and the GPUs' Vulkan drivers for divisions whose result is normal; WGSL allows 2.5 ulp)."""
+    so the offline and the appended bytes agree). IEEE f32 division and nothing else: CUDA's
+    __fdiv_rn, numpy's float32, and WGSL's div_rn (the adapter's `/`, which WGSL lets be 2.5 ulp
+    off, corrected to the nearest f32 by exact integer comparisons) give the same quotient."""
     x = np.asarray(x, dtype=np.float32)
     if kv_dtype in FP8:
         s = np.broadcast_to(np.asarray(scale, dtype=np.float32), x.shape[:-1])[..., None]

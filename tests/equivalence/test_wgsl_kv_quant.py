@@ -301,3 +301,24 @@ def test_the_append_writes_the_bytes_quantize_rows_gives(kv_dtype, paged, schedu
     seen = np.isfinite(ref)
     assert np.array_equal(np.isnan(out), np.isnan(ref))
     assert relative_error(np.where(seen, out, 0), np.where(seen, ref, 0)) <= tolerance(spec)
+
+
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+def test_many_appended_rows_are_byte_exact_on_any_adapter(kv_dtype):
+    """64 rows x 2 heads of k_new / v_new over a wide range of magnitudes: every quotient the append
+    takes is the IEEE one (quant.j2's div_rn corrects an adapter's division, which WGSL lets be
+    2.5 ulp off: SwiftShader's is), so every byte and i8 scale equals append_kv's."""
+    require("wgsl")
+    from attngen.runtime.kvquant import append_kv
+    spec = _spec(kv_dtype, "fused", False)
+    rng = np.random.default_rng(11)
+    (k, ks), (v, vs) = [attngen.quantize_kv(rng.standard_normal((2, 80, 2, D)), kv_dtype) for _ in "kv"]
+    lens = np.array([3, 16], np.int32)
+    grow = np.exp(rng.uniform(-6, 6, (2, 64, 2, D)))  # magnitudes e^-6 .. e^6
+    k_new = (rng.standard_normal((2, 64, 2, D)) * grow).astype(np.float16)
+    v_new = (rng.standard_normal((2, 64, 2, D)) * grow[:, ::-1]).astype(np.float16)
+    q = rng.standard_normal((2, 1, 4, D)).astype(np.float16)
+    want = append_kv(kv_dtype, k, v, ks, vs, k_new, v_new, lens)
+    kernel_for(spec, "wgsl")(q, k, v, k_scale=ks, v_scale=vs, k_new=k_new, v_new=v_new, kv_lens=lens)
+    for name, got, w in zip(("k", "v", "k_scale", "v_scale"), (k, v, ks, vs), want):
+        assert np.array_equal(got, w), f"{name}: {np.count_nonzero(got != w)} differ"
