@@ -228,6 +228,7 @@ def render_source(plan: KernelPlan) -> str:
         f16_packed=plan.details.f16_packed,
         packed_inputs=[p.name for p in module_params(plan) if p.name in _PACKED and p.dtype in _SCALAR],
         kv_dtype=plan.spec.kv_dtype,
+        decode=False,  # sequence.j2's cache reads and append: the register-tiled kernel's (decode.py has its own)
         vector_inputs=[p.name for p in module_params(plan) if p.name in _VECTOR_READ],
         acc_qk=_SCALAR[plan.acc_qk],
         acc_pv=_SCALAR[plan.acc_pv],
