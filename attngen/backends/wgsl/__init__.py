@@ -31,6 +31,10 @@ class WgslBackend(Backend):
         Option("subgroups", "choice", choices=("auto", "on", "off"), what="subgroups mode", usage="auto|on|off"),
         Option("f16", "choice", choices=("auto", "native", "packed"), what="f16 storage", usage="auto|native|packed"),
         Option("prefetch", "choice", choices=("auto", "on", "off"), what="tile prefetch", usage="auto|on|off"),
+        # the decode kernel for split_kv (decode.py); auto: the profile's [dialect] decode_kernel. Not printed at
+        # auto, so the text (golden files, cache keys) of specs stored before it stays the same
+        Option("decode", "choice", choices=("auto", "on", "off"), what="decode kernel", usage="auto|on|off",
+               printed_at_auto=False),
     ), language="WGSL")
     default_profile = "webgpu-core"
     torch_devices = ("cpu",)  # host tensors, through numpy arrays
@@ -225,10 +229,12 @@ class WgslBackend(Backend):
     def device_inputs(self, spec, host, options):
         import numpy as np
         from .devices import WgslTensor
-        # resident on the device: a timed call uploads nothing but its uniforms (a quantized cache's
-        # bytes stay numpy arrays, uploaded by each call: a WgslTensor holds f16 or f32)
-        return tuple(a if a.dtype in (np.uint8, np.int8) else WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype])))
-                     for a in host), options
+        # resident on the device: a timed call uploads nothing but its uniforms and integer inputs (a
+        # quantized cache's bytes and its f32 scales too: WgslTensor holds uint8 / int8)
+        args = tuple(WgslTensor.from_numpy(a if a.dtype in (np.uint8, np.int8) else a.astype(np.dtype(_NP[spec.dtype])))
+                     for a in host)
+        scales = {n: WgslTensor.from_numpy(options[n]) for n in ("k_scale", "v_scale") if options.get(n) is not None}
+        return args, {**options, **scales}
 
     def check_sizes(self, kernel, launch, inputs, mask=None):
         from .launch import check_sizes

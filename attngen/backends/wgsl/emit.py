@@ -203,8 +203,13 @@ def _binding_manifest(plan: KernelPlan) -> list[dict]:
 
 
 def render_source(plan: KernelPlan) -> str:
-    """The WGSL source of a plan (every entry point of its schedule in one module)."""
+    """The WGSL source of a plan (every entry point of its schedule in one module): the register-tiled
+    kernel, or the decode kernel where the plan chose it (decode.py)."""
     c = plan.config
+    if c.decode is not None:
+        from .decode import render_decode
+        source = render_decode(plan)
+        return unroll_loops(source) if plan.details.unroll_sub_block else source
     sizes = {b.name: b.rows * b.cols for b in c.buffers}
     layout = layout_lines(plan, "Workgroup memory")
     layout.append(f"Register tiling: {c.sub_block}" + ("; its loops unrolled (the profile's dialect)."
