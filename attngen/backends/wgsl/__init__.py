@@ -129,6 +129,8 @@ class WgslBackend(Backend):
 
     def describe(self, plan):
         c = plan.config
+        if c.decode is not None:
+            return self._describe_decode(plan)
         return [
             plan.summary(),
             f"register tiling: {c.sub_block} ({c.workgroup} invocations: {c.row_groups} row groups x "
@@ -142,6 +144,24 @@ class WgslBackend(Backend):
         ] + ([f"kv_dtype {plan.spec.kv_dtype}: K and V one byte per value in u32 words, decoded in the shader and "
               "multiplied by their f32 scales (binding kv_scale: k_scale, then v_scale)"] if plan.spec.kv_dtype else [])
 
+    def _describe_decode(self, plan):
+        """describe() of a plan with the decode kernel (decode.py)."""
+        c, d = plan.config, plan.config.decode
+        kv = plan.spec.kv_dtype
+        return [
+            plan.summary(),
+            f"decode kernel (target wgsl {{ decode={plan.spec.options(self.name).get('decode') or 'auto'} }}): per step "
+            f"each team of {d.team} loads {d.keys} key(s) x {d.chunks_k} + {d.chunks_v} 16-byte item(s) of K and V per "
+            f"invocation, no workgroup memory in the main loop; {d.registers} f32 of q and acc per invocation; the teams "
+            f"merged at the end (subgroups of {d.subgroup} relied on)",
+            f"workgroup memory: {plan.smem_bytes} bytes ({c.smem_summary}; the epilogue's)",
+            f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
+            f"features: {', '.join(plan.features) or 'none'}",
+            f"wgpu runtime checks: {plan.details.runtime_checks} ({RUNTIME_CHECKS[plan.details.runtime_checks]}; "
+            "the profile's dialect, wgpu-native only)",
+        ] + ([f"kv_dtype {kv}: K and V one byte per value, read 16 bytes at a time and decoded in the shader; their f32 "
+              "scales bound as they are (k_scale, v_scale)"] if kv else [])
+
     def tune_space(self, spec):
         """Rows per workgroup x keys per tile x invocations per row (workgroup = rows x that)."""
         return [{"tile_q": q, "tile_kv": kv, "options": {"workgroup": q * per_row}}
@@ -149,6 +169,10 @@ class WgslBackend(Backend):
 
     def plan_fields(self, plan):
         c = plan.config
+        if c.decode is not None:  # the decode kernel (decode.py): its rows, team, keys per step
+            d = c.decode
+            return {"kernel": "decode", "rows": d.rows, "workgroup": d.workgroup, "team": d.team, "keys": d.keys,
+                    "step": d.step, "f16": "packed" if c.f16_packed else "native"}
         return {"q": c.tile_q, "kv": c.tile_kv, "workgroup": c.workgroup, "per_row": c.threads_per_row,
                 "rows": c.rows, "reduce": c.reduction, "prefetch": "on" if c.prefetch else "off",
                 "f16": "packed" if c.f16_packed else "native", "d": c.tile_d or "whole", "v_blocks": c.v_blocks}

@@ -116,8 +116,8 @@ def decode_problems(spec: AttentionSpec, profile: Profile) -> list[str]:
         why.append("score expressions and inputs are the register-tiled kernel's")
     if "f16" in (spec.acc_qk, spec.acc_pv):
         why.append("f16 accumulators: the decode kernel accumulates in f32")
-    if opts.get("subgroups") == "off" or not profile.has_feature("subgroups"):
-        why.append(f"it sums a key's dot products over subgroup shuffles, and {'subgroups=off' if opts.get('subgroups') == 'off' else f'profile {profile.name} guarantees no subgroups'}")
+    if opts.get("subgroups") == "off" or not profile.may_use_feature("subgroups"):
+        why.append(f"it sums a key's dot products over subgroup shuffles, and {'subgroups=off' if opts.get('subgroups') == 'off' else f'profile {profile.name} has no subgroups'}")
     if any(x is not None for x in (spec.tile.q, spec.tile.kv, spec.tile.d)) or opts.get("prefetch") == "on":
         why.append("`tile` and prefetch=on shape the register-tiled kernel")
     for name, d in (("qk", spec.head_dim_qk), ("v", spec.head_dim_v)):
@@ -283,3 +283,19 @@ def render_decode(plan) -> str:
         unwritten_bits=f"0x{WORKSPACE_FILL:08x}",
         **constants(plan),
     )
+
+
+def decode_manifest(plan) -> dict:
+    """The manifest's "decode": what a launcher needs to know of the decode kernel (its grid, splits and
+    bindings are in the manifest's usual places)."""
+    d = plan.config.decode
+    return {
+        "kernel": "decode", "rows": d.rows, "workgroup": d.workgroup, "team": d.team, "keys": d.keys,
+        "step": d.step, "subgroup": d.subgroup,
+        "note": "the decode kernel (docs/wgsl-variants.md, \"The decode kernel\"): a workgroup takes `rows` (query row, "
+                "head in group) pairs of one KV head (the split schedules' grid with tile q = rows; the split rule's "
+                "tile_kv is `step`, the keys of one step), teams of `team` invocations take a key each; it needs "
+                "subgroups of at least `subgroup` invocations that are consecutive runs of local_invocation_index. q "
+                "is read as u32 words, k, v and kv_new as 16-byte items (vec4<u32>): the same bytes as the other "
+                "kernels', whose rows are whole items",
+    }

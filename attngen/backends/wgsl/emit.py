@@ -315,6 +315,11 @@ def mask_tile_sources(plan: KernelPlan) -> dict:
     return {"expr_tiles": True, "mask_expr_tile_source": tile_function(spec.mask.expr)}
 
 
+def _decode_manifest(plan: KernelPlan) -> dict:
+    from .decode import decode_manifest
+    return decode_manifest(plan)
+
+
 def render_manifest(plan: KernelPlan) -> dict:
     """What a launcher without Python (a browser) needs: the common part
     (attngen.backends.render.manifest) plus bindings, entry points and dispatches."""
@@ -343,6 +348,7 @@ def render_manifest(plan: KernelPlan) -> dict:
                            "up); nothing else (attngen/plan/formulas.py)",
         "launch_symbols": {**LAUNCH_SYMBOLS, **(wgsl_layout.KV_SYMBOLS if plan.spec.kv_dtype else {})},
         **({"block_mask": block_mask_manifest(plan)} if plan.spec.mask.is_custom else {}),
+        **({"decode": _decode_manifest(plan)} if c.decode is not None else {}),
         **({"inputs": wgsl_layout.inputs_manifest(plan)} if plan.spec.inputs else {}),
         **_mask_inputs_section(plan),
         "backward": backward_manifest(plan),
