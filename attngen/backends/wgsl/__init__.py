@@ -32,9 +32,10 @@ class WgslBackend(Backend):
         Option("f16", "choice", choices=("auto", "native", "packed"), what="f16 storage", usage="auto|native|packed"),
         Option("prefetch", "choice", choices=("auto", "on", "off"), what="tile prefetch", usage="auto|on|off"),
         # the decode kernel for split_kv (decode.py); auto: the profile's [dialect] decode_kernel. Not printed at
-        # auto, so the text (golden files, cache keys) of specs stored before it stays the same
+        # auto, so the text (golden files, cache keys) of specs stored before it stays the same. Tiling: it picks
+        # the kernel whose tiles the sweep would set (the decode kernel has none), so a spec that sets it is not tuned
         Option("decode", "choice", choices=("auto", "on", "off"), what="decode kernel", usage="auto|on|off",
-               printed_at_auto=False),
+               tiling=True, printed_at_auto=False),
     ), language="WGSL")
     default_profile = "webgpu-core"
     torch_devices = ("cpu",)  # host tensors, through numpy arrays

@@ -207,82 +207,25 @@ def plan_decode(spec: AttentionSpec, profile: Profile, t: WgslTiles) -> tuple[De
     return shape, buffers, smem
 
 
-# ---- the source (templates/wgsl/decode.wgsl.j2) ----------------------------------------------------
+# ---- what the source prints (emit.render_decode; templates/wgsl/decode.wgsl.j2) -------------------
 
 # An item holds inf or NaN where (word & field) + one carries into top (per 16-bit half, byte or word).
-_NONFINITE = {
+NONFINITE = {
     "f16": ("0x7c007c00u", "0x04000400u", "0x80008000u", "an f16 with exponent 31"),
     "f32": ("0x7f800000u", "0x00800000u", "0x80000000u", "an f32 with exponent 255"),
     "e4m3": ("0x7f7f7f7fu", "0x01010101u", "0x80808080u", "an e4m3 byte s 1111 111, its NaN"),
     "e5m2": ("0x7c7c7c7cu", "0x04040404u", "0x80808080u", "an e5m2 byte with exponent 31"),
 }
-_ITEM_DOC = {"f16": "8 f16", "f32": "4 f32", "i8": "16 int8", "e4m3": "16 e4m3 bytes", "e5m2": "16 e5m2 bytes"}
+ITEM_DOC = {"f16": "8 f16", "f32": "4 f32", "i8": "16 int8", "e4m3": "16 e4m3 bytes", "e5m2": "16 e5m2 bytes"}
 
 
-def _masks(lo: int, hi: int) -> list[int]:
+def shuffle_masks(lo: int, hi: int) -> list[int]:
     """Shuffle masks of a butterfly over lanes lo apart up to hi: hi / 2, ..., lo (none when hi <= lo)."""
     out, m = [], hi // 2
     while m >= lo:
         out.append(m)
         m //= 2
     return out
-
-
-def render_decode(plan) -> str:
-    """The decode kernel's source for `plan` (its config's decode shape)."""
-    from ..render import comment_block, constants, header_lines, layout_lines, mask_doc, render, transform_doc
-    from .emit import _TYPES_DOC, _bindings, _fields
-    from .lower import COMBINE_WORKGROUP
-    from ...plan.schedule import WORKSPACE_FILL, max_splits
-    c, spec = plan.config, plan.spec
-    d = c.decode
-    layout = layout_lines(plan, "Workgroup memory (the epilogue's)")
-    layout.append(f"Decode kernel: {d.summary()}.")
-    bindings = []
-    for b in _bindings(plan):  # q and the cache as u32 words: 16-byte items of k, v and kv_new
-        if b["name"] in ("k", "v", "kv_new"):
-            b = {**b, "type": "array<vec4<u32>>", "doc": b["doc"] + ["(read and written as 16-byte items, vec4<u32>)"]}
-        elif b["name"] == "q":
-            b = {**b, "type": "array<u32>", "doc": b["doc"] + ["(read as u32 words)"]}
-        bindings.append(b)
-    stored = spec.kv_dtype or plan.dtype
-    nonfinite = _NONFINITE.get(stored)
-    return render(
-        "wgsl/decode.wgsl.j2",
-        header=comment_block(header_lines(plan, layout)),
-        directives=list(plan.details.directives),
-        c=c,
-        d=d,
-        entry=plan.entry,
-        kv_dtype=spec.kv_dtype,
-        dtype=plan.dtype,
-        fp8=spec.kv_dtype in ("e4m3", "e5m2"),
-        append=spec.kv_dtype is None,
-        decode=True,  # sequence.j2: the layouts only, not the register-tiled kernel's cache reads
-        item_doc=_ITEM_DOC[stored],
-        nonfinite=None if nonfinite is None else dict(zip(("field", "one", "top", "doc"), nonfinite)),
-        team_masks=_masks(1, d.team),
-        block_masks=_masks(d.team, d.subgroup),
-        f16_packed=plan.details.f16_packed,
-        elem="f32" if plan.details.f16_packed else plan.dtype,
-        types_doc=_TYPES_DOC["f16 packed" if plan.details.f16_packed else plan.dtype],
-        acc_qk="f32",
-        acc_pv="f32",
-        fields=_fields(plan),
-        bindings=bindings,
-        mask=plan.mask,
-        mask_doc=mask_doc(plan),
-        transform_doc=transform_doc(plan),
-        score_expr_source="",
-        expr_tiles=False,
-        paged=spec.kv_cache.is_paged,
-        page=spec.kv_cache.page,
-        schedule="split_kv",
-        max_splits=max_splits(spec),
-        combine_workgroup=COMBINE_WORKGROUP,
-        unwritten_bits=f"0x{WORKSPACE_FILL:08x}",
-        **constants(plan),
-    )
 
 
 def decode_manifest(plan) -> dict:

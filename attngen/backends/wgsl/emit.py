@@ -207,7 +207,6 @@ def render_source(plan: KernelPlan) -> str:
     kernel, or the decode kernel where the plan chose it (decode.py)."""
     c = plan.config
     if c.decode is not None:
-        from .decode import render_decode
         source = render_decode(plan)
         return unroll_loops(source) if plan.details.unroll_sub_block else source
     sizes = {b.name: b.rows * b.cols for b in c.buffers}
@@ -261,6 +260,60 @@ def render_source(plan: KernelPlan) -> str:
     if plan.details.unroll_sub_block:
         source = unroll_loops(source)
     return source
+
+
+def render_decode(plan) -> str:
+    """The decode kernel's source for `plan` (its config's decode shape)."""
+    from .decode import ITEM_DOC, NONFINITE, shuffle_masks
+    c, spec = plan.config, plan.spec
+    d = c.decode
+    layout = layout_lines(plan, "Workgroup memory (the epilogue's)")
+    layout.append(f"Decode kernel: {d.summary()}.")
+    bindings = []
+    for b in _bindings(plan):  # q and the cache as u32 words: 16-byte items of k, v and kv_new
+        if b["name"] in ("k", "v", "kv_new"):
+            b = {**b, "type": "array<vec4<u32>>", "doc": b["doc"] + ["(read and written as 16-byte items, vec4<u32>)"]}
+        elif b["name"] == "q":
+            b = {**b, "type": "array<u32>", "doc": b["doc"] + ["(read as u32 words)"]}
+        bindings.append(b)
+    stored = spec.kv_dtype or plan.dtype
+    nonfinite = NONFINITE.get(stored)
+    return render(
+        "wgsl/decode.wgsl.j2",
+        header=comment_block(header_lines(plan, layout)),
+        directives=list(plan.details.directives),
+        c=c,
+        d=d,
+        entry=plan.entry,
+        kv_dtype=spec.kv_dtype,
+        dtype=plan.dtype,
+        fp8=spec.kv_dtype in ("e4m3", "e5m2"),
+        append=spec.kv_dtype is None,
+        decode=True,  # sequence.j2: the layouts only, not the register-tiled kernel's cache reads
+        item_doc=ITEM_DOC[stored],
+        nonfinite=None if nonfinite is None else dict(zip(("field", "one", "top", "doc"), nonfinite)),
+        team_masks=shuffle_masks(1, d.team),
+        block_masks=shuffle_masks(d.team, d.subgroup),
+        f16_packed=plan.details.f16_packed,
+        elem="f32" if plan.details.f16_packed else plan.dtype,
+        types_doc=_TYPES_DOC["f16 packed" if plan.details.f16_packed else plan.dtype],
+        acc_qk="f32",
+        acc_pv="f32",
+        fields=_fields(plan),
+        bindings=bindings,
+        mask=plan.mask,
+        mask_doc=mask_doc(plan),
+        transform_doc=transform_doc(plan),
+        score_expr_source="",
+        expr_tiles=False,
+        paged=spec.kv_cache.is_paged,
+        page=spec.kv_cache.page,
+        schedule="split_kv",
+        max_splits=max_splits(spec),
+        combine_workgroup=COMBINE_WORKGROUP,
+        unwritten_bits=f"0x{WORKSPACE_FILL:08x}",
+        **constants(plan),
+    )
 
 
 def expression_sources(plan: KernelPlan) -> dict:

@@ -61,7 +61,7 @@ def _check_device(plan, st: _DeviceState, adapter: Profile) -> None:
             raise LaunchError(f"kernel '{plan.spec.name}' uses subgroups, but on {who} {st.subgroup_problem}; "
                               "build it with target wgsl { subgroups=off } or for the adapter's profile")
         guaranteed = adapter.features.get("subgroup_min_size") or st.subgroup_min
-        decode = plan.config.decode
+        decode = getattr(plan.config, "decode", None)
         if decode is not None and guaranteed and decode.subgroup > guaranteed:
             raise LaunchError(f"kernel '{plan.spec.name}' (the decode kernel) sums over subgroups of {decode.subgroup} "
                               f"invocations, but {who} guarantees subgroups of only {guaranteed}")

@@ -13,7 +13,8 @@ a loop
 
 whose bound is one of the sub-block's constants (ROWS, KEYS, COL_GROUPS, ACC_GROUPS, the
 4 lanes of a vec4, the head-dim chunk counts D_TILES_QK / D_TILES_V when small, and the
-prefetched tiles' register counts Q_ITEMS / K_ITEMS / V_ITEMS) becomes
+prefetched tiles' register counts Q_ITEMS / K_ITEMS / V_ITEMS; the decode kernel's CHUNKS_K /
+CHUNKS_V / GROUPS / Q_GROUPS, with its ROWS, KEYS and ACC_GROUPS) becomes
 one block per value of the counter, each declaring the counter as a `const`, so that every
 index into those arrays is a constant expression:
 
