@@ -399,7 +399,9 @@ def render_manifest(plan: KernelPlan) -> dict:
         "grid_extra_symbols": {"G": "Hq / Hkv, query heads per KV head", "S": "KV splits of this launch"},
         "formula_grammar": "integers, symbol names, a + b, a * b and ceil(a / b) (integer division rounded "
                            "up); nothing else (attngen/plan/formulas.py)",
-        "launch_symbols": {**LAUNCH_SYMBOLS, **(wgsl_layout.KV_SYMBOLS if plan.spec.kv_dtype else {})},
+        "launch_symbols": {**LAUNCH_SYMBOLS, **({n: v for n, v in wgsl_layout.KV_SYMBOLS.items()  # v_scale: the decode kernel's
+                                                 if n != "v_scale_words" or c.decode is not None}
+                                                if plan.spec.kv_dtype else {})},
         **({"block_mask": block_mask_manifest(plan)} if plan.spec.mask.is_custom else {}),
         **({"decode": _decode_manifest(plan)} if c.decode is not None else {}),
         **({"inputs": wgsl_layout.inputs_manifest(plan)} if plan.spec.inputs else {}),
