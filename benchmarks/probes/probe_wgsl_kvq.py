@@ -21,7 +21,8 @@ Then (unless --no-host) the old kernel with host numpy caches, f16 and i8 contig
 resident time: whether the per-call upload of a host cache shows in the GPU time (it should not:
 the uploads are not in the timed passes). Then (unless --no-sweep, and only while the run is under
 60 s) the decode kernel's variants at the last length, contiguous f16 and i8: keys per team and step
-(tile table decode_keys), invocations per workgroup (decode_workgroup) and split_kv(16). Random
+(tile table decode_keys), invocations per workgroup (decode_workgroup), split_kv(16), and for i8
+unpack4xI8 instead of the integer decode (decode_i8_unpack). Random
 stored bytes stand in for real caches (f16 in +-[0.5, 2), i8 any byte, FP8 without NaN or inf codes):
 the cost of a kernel does not depend on the values. It changes nothing in attngen.
 """
@@ -194,7 +195,7 @@ def main():
         k, v = WgslTensor.from_numpy(k_host), WgslTensor.from_numpy(v_host)
         scales = {n: WgslTensor.from_numpy(x) for n, x in sc_host.items()}
         opts = {"kv_lens": np.full(B, lk, np.int32), **scales}
-        for overrides, schedule in variants:
+        for overrides, schedule in variants + ([({"decode_i8_unpack": True}, args.schedule)] if kv == "i8" else []):
             if time.perf_counter() - START > 60:
                 print("  (the rest left out: the run is past 60 s)")
                 return

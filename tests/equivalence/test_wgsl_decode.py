@@ -330,3 +330,17 @@ def test_the_main_loop_touches_no_workgroup_memory(kv_dtype, profile):
     assert m["decode"]["team"] == out.plan.config.decode.team
     names = {b["name"] for b in m["bindings"]}
     assert ({"k_scale", "v_scale"} <= names) == (kv_dtype is not None) and "kv_scale" not in names
+
+
+def test_i8_by_unpack4xi8_decodes_every_byte_too():
+    """The tile table's decode_i8_unpack (a variant the probe times): WGSL's unpack4xI8 instead of the
+    integer decode, the same values."""
+    require("wgsl")
+    from attngen.backends.wgsl import adapter_profile
+    spec = _spec("head_dim 256\n dtype f32\n schedule split_kv(2)\n kv_dtype i8")
+    kernel = attngen.compile(spec, target="wgsl", profile=adapter_profile().with_overrides(decode_i8_unpack=True))
+    assert "unpack4xI8(w)" in kernel.source
+    codes = np.arange(256, dtype=np.uint8).view(np.int8)
+    v, scale = codes.reshape(1, 1, 1, 256), np.ones((1, 1, 1, 256 // I8_BLOCK), np.float32)
+    out = kernel(np.ones((1, 1, 1, 256), np.float32), np.zeros_like(v), v, k_scale=scale, v_scale=scale)
+    assert np.array_equal(out.reshape(-1), codes.astype(np.float32))

@@ -58,6 +58,7 @@ class DecodeShape:
     values: int     # values of K or V per 16-byte item
     items_qk: int   # 16-byte items of a row of K
     items_v: int    # and of V
+    i8_unpack: bool = False  # kv_dtype i8 decoded by unpack4xI8 (the tile table's decode_i8_unpack)
 
     @property
     def teams(self) -> int:
@@ -178,7 +179,7 @@ def decode_shape(spec: AttentionSpec, profile: Profile, t: WgslTiles) -> DecodeS
             w //= 2
     limit = profile.limit("workgroup_storage_bytes")
     for w in sizes:
-        shape = DecodeShape(rows, w, team, t.decode_keys, sg, values, items_qk, items_v)
+        shape = DecodeShape(rows, w, team, t.decode_keys, sg, values, items_qk, items_v, t.decode_i8_unpack)
         if _layout(shape.teams, rows, shape.blocks, spec.head_dim_v)[1] <= limit:
             return shape
     raise Problem(f"decode kernel: its epilogue's workgroup memory ({_layout(unit // team, rows, 1, spec.head_dim_v)[1]}"

@@ -31,6 +31,7 @@ class WgslTiles:
     decode_keys: int = 4  # keys each team loads per step: their 16-byte loads are in flight together
     decode_rows: int = 8  # (query row, head in group) pairs per decode workgroup at most
     decode_registers: int = 128  # f32 values of q and acc per decode invocation at most (rows are cut to fit)
+    decode_i8_unpack: bool = False  # i8 bytes to f32 by WGSL's unpack4xI8 and a conversion, not integer operations
 
 
 DEFAULT = WgslTiles()
