@@ -344,3 +344,20 @@ def test_i8_by_unpack4xi8_decodes_every_byte_too():
     v, scale = codes.reshape(1, 1, 1, 256), np.ones((1, 1, 1, 256 // I8_BLOCK), np.float32)
     out = kernel(np.ones((1, 1, 1, 256), np.float32), np.zeros_like(v), v, k_scale=scale, v_scale=scale)
     assert np.array_equal(out.reshape(-1), codes.astype(np.float32))
+
+
+def test_byte_tensors_are_only_a_quantized_caches():
+    """A WgslTensor of uint8 / int8 is a quantized cache's bytes: as k of an f16 cache, or as q, it is
+    refused by the dtype checks every call makes."""
+    require("wgsl")
+    from attngen.backends.wgsl import WgslTensor
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((1, 1, 2, 64)).astype(np.float16)
+    k = rng.standard_normal((1, 5, 1, 64)).astype(np.float16)
+    byte_k = WgslTensor.from_numpy(np.zeros((1, 5, 1, 64), np.int8))
+    with pytest.raises(attngen.LaunchError, match="k has dtype int8, but kernel"):
+        kernel_for(_spec("head_dim 64\n dtype f16\n schedule split_kv(2)"), "wgsl")(q, byte_k, k)
+    spec = _spec("head_dim 64\n dtype f16\n schedule split_kv(2)\n kv_dtype i8")
+    _, _, opts = _cache(rng, "i8", "f16", (1, 5, 1, 64))
+    with pytest.raises(attngen.LaunchError, match="q has dtype int8"):
+        kernel_for(spec, "wgsl")(WgslTensor.from_numpy(np.zeros((1, 1, 2, 64), np.int8)), byte_k, byte_k, **opts)
