@@ -118,7 +118,8 @@ def decode_problems(spec: AttentionSpec, profile: Profile) -> list[str]:
     if "f16" in (spec.acc_qk, spec.acc_pv):
         why.append("f16 accumulators: the decode kernel accumulates in f32")
     if opts.get("subgroups") == "off" or not profile.may_use_feature("subgroups"):
-        why.append(f"it sums a key's dot products over subgroup shuffles, and {'subgroups=off' if opts.get('subgroups') == 'off' else f'profile {profile.name} has no subgroups'}")
+        without = "subgroups=off" if opts.get("subgroups") == "off" else f"profile {profile.name} has no subgroups"
+        why.append(f"it sums a key's dot products over subgroup shuffles, and {without}")
     if any(x is not None for x in (spec.tile.q, spec.tile.kv, spec.tile.d)) or opts.get("prefetch") == "on":
         why.append("`tile` and prefetch=on shape the register-tiled kernel")
     for name, d in (("qk", spec.head_dim_qk), ("v", spec.head_dim_v)):
@@ -194,7 +195,8 @@ def plan_decode(spec: AttentionSpec, profile: Profile, t: WgslTiles) -> tuple[De
     if mode == "off":
         return None
     why = decode_problems(spec, profile)
-    if mode == "auto" and (why or not profile.section("dialect").get("decode_kernel", False)):
+    if mode == "auto" and (why or not profile.section("dialect").get("decode_kernel", False)
+                           or spec.options("wgsl").get("workgroup") is not None):  # (a register-tiled choice)
         return None
     if why:
         raise Problem("decode=on: " + "; ".join(why), key="target.wgsl", hint="use decode=auto or off")
