@@ -6,6 +6,7 @@ its own f16 cache's tokens per second).
 
     python3 benchmarks/probes/probe_wgsl_kvq.py [--lengths 4096,32768] [--kv f16,i8,e4m3,e5m2]
         [--layouts contiguous,paged] [--kernels old,decode] [--schedule 'split_kv(auto)'] [--no-host] [--no-sweep]
+        [--budget 85]
 
 Kernels: `old` is the register-tiled split_kv kernel (target wgsl { decode=off }), `decode` the decode
 kernel (decode=on; docs/wgsl-variants.md "The decode kernel"). Every cache is resident (WgslTensor:
@@ -15,7 +16,8 @@ time from timestamp queries around the dispatches (gpu_timer, short calls repeat
 one submission; median of 5 after a warm-up); tokens per second = B / time; GB/s = the cache's bytes
 (K and V, and the i8 scales) / time; "vs f16" = tokens per second over the same kernel's f16 cache
 at the same layout and length. At the first length every output is checked against the float64
-reference fed the same stored values (relative error, "rel err").
+reference fed the same stored values (relative error, "rel err"). Kernels are compiled on first use
+(the row's note says how long it took); no row starts after --budget seconds (85).
 
 Then (unless --no-host) the old kernel with host numpy caches, f16 and i8 contiguous, beside its
 resident time: whether the per-call upload of a host cache shows in the GPU time (it should not:
@@ -132,18 +134,24 @@ def main():
     ap.add_argument("--schedule", default="split_kv(auto)")
     ap.add_argument("--no-host", action="store_true", help="leave out the old kernel with host caches")
     ap.add_argument("--no-sweep", action="store_true", help="leave out the decode kernel's variants")
+    ap.add_argument("--budget", type=float, default=85.0, help="seconds after which no further row starts")
     args = ap.parse_args()
     print(wgsl.devices.device_state().description())
     lengths = [int(x) for x in args.lengths.split(",")]
     kvs, layouts, kernels = args.kv.split(","), args.layouts.split(","), args.kernels.split(",")
     compiled = {}
-    for kv in kvs:  # every pipeline first: compile times apart from the timings
-        for layout in layouts:
-            for name in kernels:
-                compiled[kv, layout, name] = attngen.compile(spec_for(kv, layout, args.schedule, name), target="wgsl")
-    print(f"{len(compiled)} kernels compiled in {time.perf_counter() - START:.1f} s")
+
+    def kernel_of(kv, layout, name):
+        """The kernel, compiled on first use (its compile time in the row's note)."""
+        if (kv, layout, name) not in compiled:
+            t0 = time.perf_counter()
+            kernel = attngen.compile(spec_for(kv, layout, args.schedule, name), target="wgsl")
+            compiled[kv, layout, name] = kernel, f"compiled in {time.perf_counter() - t0:.1f} s"
+            return compiled[kv, layout, name]
+        return compiled[kv, layout, name][0], ""
+
     for name in kernels:
-        print(f"  {name}: {compiled[kvs[0], layouts[0], name].plan.summary()}")
+        print(f"  {name}: {kernel_of(kvs[0], layouts[0], name)[0].plan.summary()}")
     print(f"{'kernel':<7} {'layout':<11} {'Lk':>6} {'kv':<5} {'ms':>8} {'tok/s':>9} {'GB/s':>8} {'vs f16':>7} {'rel err':>9}")
     rng = np.random.default_rng(44)
     q_host = rng.standard_normal((B, 1, HQ, D)).astype(np.float16)
@@ -164,20 +172,23 @@ def main():
             for layout in layouts:
                 kk, vv, opts = layout_args(layout, lk, k, v, scales, kv)
                 for name in kernels:
-                    kernel = compiled[kv, layout, name]
+                    if time.perf_counter() - START > args.budget:
+                        print(f"(stopped at {args.budget:.0f} s: --budget)")
+                        return
+                    kernel, note = kernel_of(kv, layout, name)
                     try:
                         ms = gpu_ms(kernel, q, kk, vv, opts)
                     except attngen.LaunchError as e:
                         print(f"{name:<7} {layout:<11} {lk:>6} {kv:<5} {str(e).splitlines()[0][:100]}")
                         continue
                     err = "" if ref is None else f"{relative_error(kernel(q, kk, vv, **opts).numpy(), ref):.2e}"
-                    tps = row(name, layout, lk, kv, ms, base.get((layout, name)), err)
+                    tps = row(name, layout, lk, kv, ms, base.get((layout, name)), err, note)
                     if kv == "f16":
                         base[layout, name] = tps
                     if layout == "contiguous" and name == "old":
                         host_ms[kv, lk] = ms
             if not args.no_host and "old" in kernels and "contiguous" in layouts and kv in ("f16", "i8"):
-                kernel = compiled[kv, "contiguous", "old"]
+                kernel = kernel_of(kv, "contiguous", "old")[0]
                 opts = {"kv_lens": np.full(B, lk, np.int32), **sc_host}
                 ms = gpu_ms(kernel, q_host, k_host, v_host, opts)
                 row("old", "host", lk, kv, ms, None, note=f"host numpy caches, uploaded by each call "
