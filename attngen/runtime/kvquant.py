@@ -123,10 +123,16 @@ def scale_shape(kv_dtype: str, stored_shape: tuple, batch: int) -> tuple:
 
 
 def check_scales(name: str, kernel: str, kv_dtype: str | None, stored, scale, batch: int, block_table=None,
-                 kv_lens=None) -> np.ndarray | None:
+                 kv_lens=None):
     """The checked float32 scales of `stored` (k or v, host or device), or a LaunchError naming
     the argument (`name`: k_scale or v_scale): missing, of another dtype or shape, inf, NaN,
-    negative, or 0 over values that are not all 0 (checked where `stored` is a numpy array)."""
+    negative, or 0 over values that are not all 0 (checked where `stored` is a numpy array).
+
+    What is checked when: shape and dtype on every call; the values (finite, >= 0) on every call
+    where the scales are a numpy array (a scan of the scales: 1/32 of i8's values, two numbers per
+    sequence for FP8), and the 0-over-values check where the cache is a numpy array too (a scan of
+    the cache). Scales resident on the device (a target's tensor of dtype f32, e.g. WGSL's
+    WgslTensor) are the caller's: shape and dtype only, nothing is read back (returned as they are)."""
     if kv_dtype is None:
         if scale is not None:
             raise LaunchError(f"{name}= needs a kernel built with `kv_dtype e4m3 | e5m2 | i8`; kernel '{kernel}' "
@@ -136,15 +142,18 @@ def check_scales(name: str, kernel: str, kv_dtype: str | None, stored, scale, ba
         raise LaunchError(f"kernel '{kernel}' stores K and V as {kv_dtype}: pass k_scale= and v_scale= (float32, "
                           f"{'(B, Hkv)' if kv_dtype in FP8 else '(..., head_dim / 32)'}; docs/language.md, "
                           "\"Quantized KV caches\")")
-    if not isinstance(scale, np.ndarray):
-        raise LaunchError(f"{name} must be a numpy float32 array, not {type(scale).__name__}")
-    want = scale_shape(kv_dtype, tuple(np.shape(stored)), batch)
-    if scale.dtype != np.float32:
+    on_device = not isinstance(scale, np.ndarray) and hasattr(scale, "shape") and hasattr(scale, "dtype")
+    if not isinstance(scale, np.ndarray) and not on_device:
+        raise LaunchError(f"{name} must be a numpy float32 array (or one on the device), not {type(scale).__name__}")
+    want = scale_shape(kv_dtype, tuple(stored.shape), batch)
+    if str(scale.dtype) not in ("float32", "f32"):
         raise LaunchError(f"{name} has dtype {scale.dtype}, but scales are float32")
     if tuple(scale.shape) != want:
         what = "(B, Hkv): one per sequence and KV head" if kv_dtype in FP8 else \
             f"the cache's shape with the head dim replaced by head_dim / {I8_BLOCK}: one per block of {I8_BLOCK}"
         raise LaunchError(f"{name} has shape {tuple(scale.shape)}, but kv_dtype {kv_dtype} needs {want} ({what})")
+    if on_device:  # the values stay where they are: nothing is read back per call
+        return scale
     for bad, why in ((np.isnan(scale), "NaN"), (np.isinf(scale), "inf"), (scale < 0, "a negative scale")):
         if bad.any():
             at = tuple(int(i) for i in np.argwhere(bad)[0])

@@ -31,6 +31,11 @@ class WgslBackend(Backend):
         Option("subgroups", "choice", choices=("auto", "on", "off"), what="subgroups mode", usage="auto|on|off"),
         Option("f16", "choice", choices=("auto", "native", "packed"), what="f16 storage", usage="auto|native|packed"),
         Option("prefetch", "choice", choices=("auto", "on", "off"), what="tile prefetch", usage="auto|on|off"),
+        # the decode kernel for split_kv (decode.py); auto: the profile's [dialect] decode_kernel. Not printed at
+        # auto, so the text (golden files, cache keys) of specs stored before it stays the same. Tiling: it picks
+        # the kernel whose tiles the sweep would set (the decode kernel has none), so a spec that sets it is not tuned
+        Option("decode", "choice", choices=("auto", "on", "off"), what="decode kernel", usage="auto|on|off",
+               tiling=True, printed_at_auto=False),
     ), language="WGSL")
     default_profile = "webgpu-core"
     torch_devices = ("cpu",)  # host tensors, through numpy arrays
@@ -125,6 +130,8 @@ class WgslBackend(Backend):
 
     def describe(self, plan):
         c = plan.config
+        if c.decode is not None:
+            return self._describe_decode(plan)
         return [
             plan.summary(),
             f"register tiling: {c.sub_block} ({c.workgroup} invocations: {c.row_groups} row groups x "
@@ -138,6 +145,24 @@ class WgslBackend(Backend):
         ] + ([f"kv_dtype {plan.spec.kv_dtype}: K and V one byte per value in u32 words, decoded in the shader and "
               "multiplied by their f32 scales (binding kv_scale: k_scale, then v_scale)"] if plan.spec.kv_dtype else [])
 
+    def _describe_decode(self, plan):
+        """describe() of a plan with the decode kernel (decode.py)."""
+        c, d = plan.config, plan.config.decode
+        kv = plan.spec.kv_dtype
+        return [
+            plan.summary(),
+            f"decode kernel (target wgsl {{ decode={plan.spec.options(self.name).get('decode') or 'auto'} }}): per step "
+            f"each team of {d.team} loads {d.keys} key(s) x {d.chunks_k} + {d.chunks_v} 16-byte item(s) of K and V per "
+            f"invocation, no workgroup memory in the main loop; {d.registers} f32 of q and acc per invocation; the teams "
+            f"merged at the end (subgroups of {d.subgroup} relied on)",
+            f"workgroup memory: {plan.smem_bytes} bytes ({c.smem_summary}; the epilogue's)",
+            f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
+            f"features: {', '.join(plan.features) or 'none'}",
+            f"wgpu runtime checks: {plan.details.runtime_checks} ({RUNTIME_CHECKS[plan.details.runtime_checks]}; "
+            "the profile's dialect, wgpu-native only)",
+        ] + ([f"kv_dtype {kv}: K and V one byte per value, read 16 bytes at a time and decoded in the shader; their f32 "
+              "scales bound as they are (k_scale, v_scale)"] if kv else [])
+
     def tune_space(self, spec):
         """Rows per workgroup x keys per tile x invocations per row (workgroup = rows x that)."""
         return [{"tile_q": q, "tile_kv": kv, "options": {"workgroup": q * per_row}}
@@ -145,6 +170,10 @@ class WgslBackend(Backend):
 
     def plan_fields(self, plan):
         c = plan.config
+        if c.decode is not None:  # the decode kernel (decode.py): its rows, team, keys per step
+            d = c.decode
+            return {"kernel": "decode", "rows": d.rows, "workgroup": d.workgroup, "team": d.team, "keys": d.keys,
+                    "step": d.step, "f16": "packed" if c.f16_packed else "native"}
         return {"q": c.tile_q, "kv": c.tile_kv, "workgroup": c.workgroup, "per_row": c.threads_per_row,
                 "rows": c.rows, "reduce": c.reduction, "prefetch": "on" if c.prefetch else "off",
                 "f16": "packed" if c.f16_packed else "native", "d": c.tile_d or "whole", "v_blocks": c.v_blocks}
@@ -225,10 +254,12 @@ class WgslBackend(Backend):
     def device_inputs(self, spec, host, options):
         import numpy as np
         from .devices import WgslTensor
-        # resident on the device: a timed call uploads nothing but its uniforms (a quantized cache's
-        # bytes stay numpy arrays, uploaded by each call: a WgslTensor holds f16 or f32)
-        return tuple(a if a.dtype in (np.uint8, np.int8) else WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype])))
-                     for a in host), options
+        # resident on the device: a timed call uploads nothing but its uniforms and integer inputs (a
+        # quantized cache's bytes and its f32 scales too: WgslTensor holds uint8 / int8)
+        args = tuple(WgslTensor.from_numpy(a if a.dtype in (np.uint8, np.int8) else a.astype(np.dtype(_NP[spec.dtype])))
+                     for a in host)
+        scales = {n: WgslTensor.from_numpy(options[n]) for n in ("k_scale", "v_scale") if options.get(n) is not None}
+        return args, {**options, **scales}
 
     def check_sizes(self, kernel, launch, inputs, mask=None):
         from .launch import check_sizes

@@ -78,6 +78,9 @@ def _missing_runtime() -> str:
 # numpy dtype <-> attngen storage dtype
 NP_DTYPES = {"f16": np.float16, "f32": np.float32}
 DTYPE_BYTES = {"f16": 2, "f32": 4}
+# What a WgslTensor may hold: the storage dtypes, and a quantized cache's stored bytes (`kv_dtype`,
+# issue 44: uint8 FP8 patterns, int8), named as numpy names them (the names resolve() checks k and v by)
+TENSOR_DTYPES = {**NP_DTYPES, "uint8": np.uint8, "int8": np.int8}
 # WebGPU feature names in plans and manifests -> the runtime's names for them (wgpu-py 0.32 says
 # "subgroup", Dawn "subgroups").
 WGPU_FEATURE = {"shader-f16": "shader-f16", "subgroups": "subgroups" if DAWN else "subgroup"}
@@ -138,8 +141,10 @@ fn probe(@builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation
 class WgslTensor:
     """A tensor already in a wgpu buffer of this module's `device()`: contiguous, row-major.
 
-    dtype is "f16" or "f32"; the buffer needs STORAGE usage (and COPY_SRC to be read back
-    with `numpy()`), and at least prod(shape) elements (f16 buffers padded to 4 bytes).
+    dtype is "f16" or "f32", or "uint8" / "int8" for a quantized KV cache's stored bytes (`kv_dtype`:
+    the cache stays on the GPU across calls like an f16 one; its f32 scales are "f32" tensors); the
+    buffer needs STORAGE usage (and COPY_SRC to be read back with `numpy()`), and at least
+    prod(shape) elements (buffers padded to 4 bytes).
     """
 
     buffer: object  # wgpu.GPUBuffer
@@ -157,31 +162,32 @@ class WgslTensor:
             ok = False
         if not ok:
             raise LaunchError(f"WgslTensor's shape must be a tuple of non-negative integers, got {self.shape!r}")
-        if self.dtype not in NP_DTYPES:
-            raise LaunchError(f"WgslTensor's dtype must be one of {', '.join(NP_DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in TENSOR_DTYPES:
+            raise LaunchError(f"WgslTensor's dtype must be one of {', '.join(TENSOR_DTYPES)}, got {self.dtype!r}")
         object.__setattr__(self, "shape", shape)
 
     @classmethod
     def from_numpy(cls, array, usage=None) -> "WgslTensor":
-        """Upload a float16 / float32 numpy array (any strides) to a new buffer on `device()`."""
+        """Upload a float16 / float32 numpy array, or a quantized cache's uint8 / int8 bytes (any
+        strides), to a new buffer on `device()`."""
         a = np.ascontiguousarray(array)
         dtype = dtype_name(a)
-        if dtype not in NP_DTYPES:
-            raise LaunchError(f"WgslTensor holds f16 or f32, not {a.dtype}")
+        if dtype not in TENSOR_DTYPES:
+            raise LaunchError(f"WgslTensor holds f16 or f32 (or a quantized cache's uint8 / int8 bytes), not {a.dtype}")
         raw = a.tobytes()
-        raw += b"\0" * (padded(len(raw)) - len(raw))  # f16: padded to 4 bytes
+        raw += b"\0" * (padded(len(raw)) - len(raw))  # f16 and bytes: padded to 4 bytes
         if usage is None:
             usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         return cls(device().create_buffer_with_data(data=raw, usage=usage), tuple(a.shape), dtype)
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * DTYPE_BYTES[self.dtype]
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(TENSOR_DTYPES[self.dtype]).itemsize
 
     def numpy(self) -> np.ndarray:
         data = device().queue.read_buffer(self.buffer, size=padded(self.nbytes)) if self.nbytes else b""
-        return np.frombuffer(data, dtype=NP_DTYPES[self.dtype], count=self.nbytes // DTYPE_BYTES[self.dtype]
-                             ).reshape(self.shape).copy()
+        np_dtype = np.dtype(TENSOR_DTYPES[self.dtype])
+        return np.frombuffer(data, dtype=np_dtype, count=self.nbytes // np_dtype.itemsize).reshape(self.shape).copy()
 
 
 # ---- the device ---------------------------------------------------------------------------------
@@ -425,8 +431,9 @@ def sentinel_bytes(dtype: str, nbytes: int, table: dict = SENTINEL) -> bytes:
 def as_input(name: str, x):
     """A numpy array (contiguous) or a WgslTensor; anything else is a LaunchError."""
     if isinstance(x, WgslTensor):
-        if x.dtype not in NP_DTYPES:
-            raise LaunchError(f"{name} is a WgslTensor of dtype {x.dtype!r}; WGSL kernels take f16 or f32")
+        if x.dtype not in TENSOR_DTYPES:
+            raise LaunchError(f"{name} is a WgslTensor of dtype {x.dtype!r}; WGSL kernels take f16 or f32 (and a "
+                              "quantized cache's uint8 / int8 bytes)")
         shape = tuple(x.shape) if isinstance(x.shape, (tuple, list)) else None
         if shape is None or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
                                     for n in shape):

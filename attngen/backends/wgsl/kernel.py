@@ -61,7 +61,11 @@ def _check_device(plan, st: _DeviceState, adapter: Profile) -> None:
             raise LaunchError(f"kernel '{plan.spec.name}' uses subgroups, but on {who} {st.subgroup_problem}; "
                               "build it with target wgsl { subgroups=off } or for the adapter's profile")
         guaranteed = adapter.features.get("subgroup_min_size") or st.subgroup_min
-        if guaranteed and plan.config.threads_per_row > guaranteed:
+        decode = getattr(plan.config, "decode", None)
+        if decode is not None and guaranteed and decode.subgroup > guaranteed:
+            raise LaunchError(f"kernel '{plan.spec.name}' (the decode kernel) sums over subgroups of {decode.subgroup} "
+                              f"invocations, but {who} guarantees subgroups of only {guaranteed}")
+        if decode is None and guaranteed and plan.config.threads_per_row > guaranteed:
             raise LaunchError(f"kernel '{plan.spec.name}' reduces {plan.config.threads_per_row} invocations "
                               f"per row with subgroup shuffles, but {who} guarantees subgroups of only "
                               f"{guaranteed}")

@@ -225,12 +225,8 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
     else:
         bufs["kv_new"] = _upload(dev, np.zeros(1, np.uint32), 0)
     offsets = _upload_shared(dev, bufs, plan, L, bm, named, limit)
-    if plan.spec.kv_dtype is not None:  # k_scale then v_scale, one binding (lower.py: kv_scale)
-        both = np.concatenate([x.reshape(-1) for x in scales])
-        if both.nbytes > limit:
-            raise LaunchError(f"k_scale and v_scale are {both.nbytes} bytes together, above the {limit}-byte limit")
-        bufs["kv_scale"] = _upload(dev, both, 0)
-        offsets = {**offsets, "scale_v": scales[0].size}
+    if plan.spec.kv_dtype is not None:
+        offsets = {**offsets, **_scale_buffers(kernel, bufs, scales, limit)}
 
     out_bytes, lse_bytes, work = _check_outputs(kernel, L, limit)
     fills = {w.name: w.fill for w in plan.workspaces}
@@ -294,6 +290,43 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
         return result, WgslTensor(bufs["lse"], lse_shape, "f32")
     raw = dev.queue.read_buffer(bufs["lse"], size=padded(lse_bytes))
     return result, np.frombuffer(raw, dtype=np.float32, count=lse_bytes // 4).reshape(lse_shape).copy()
+
+
+def _scale_buffers(kernel, bufs: dict, scales: list, limit: int) -> dict:
+    """The buffers of a quantized cache's scales into `bufs` (each a numpy array or a resident f32
+    WgslTensor, checked: runtime/kvquant.check_scales); returns the Params offset they need. The
+    decode kernel binds k_scale and v_scale as they are (lower.py). The register-tiled kernels bind
+    one buffer, kv_scale: k_scale, then v_scale from word scale_v (webgpu-core's 8 storage buffers
+    leave no room for two); host scales are uploaded into it, resident ones copied on the GPU by
+    each call (a copy of the scales: FP8 two numbers per sequence and KV head, i8 1/8 of the cache's
+    bytes)."""
+    names = {p.name for p in kernel.plan.params}
+    sizes = [int(np.prod(x.shape)) for x in scales]
+    if "kv_scale" not in names:  # the decode kernel: one binding each, nothing copied (scale_v unread)
+        for name, x in zip(("k_scale", "v_scale"), scales):
+            bufs[name] = kernel.buffer(name, x, limit)
+        return {"scale_v": sizes[0]}
+    dev = kernel.state.device
+    nbytes = 4 * sum(sizes)
+    if nbytes > limit:
+        raise LaunchError(f"k_scale and v_scale are {nbytes} bytes together, above the {limit}-byte limit")
+    if not any(isinstance(x, WgslTensor) for x in scales):
+        bufs["kv_scale"] = _upload(dev, np.concatenate([x.reshape(-1) for x in scales]), 0)
+        return {"scale_v": sizes[0]}
+    buf = dev.create_buffer(size=padded(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST)
+    enc = dev.create_command_encoder()
+    for at, x, name in zip((0, 4 * sizes[0]), scales, ("k_scale", "v_scale")):
+        if not isinstance(x, WgslTensor):
+            dev.queue.write_buffer(buf, at, np.ascontiguousarray(x, np.float32).tobytes())
+        elif x.nbytes:
+            kernel.buffer(name, x, limit)  # (its size and usage checked)
+            if not x.buffer.usage & wgpu.BufferUsage.COPY_SRC:
+                raise LaunchError(f"{name}'s buffer was not created with COPY_SRC usage (this kernel copies the "
+                                  "scales into one binding; WgslTensor.from_numpy makes buffers that allow it)")
+            enc.copy_buffer_to_buffer(x.buffer, 0, buf, at, x.nbytes)
+    dev.queue.submit([enc.finish()])
+    bufs["kv_scale"] = buf
+    return {"scale_v": sizes[0]}
 
 
 def _check_written(kernel, bufs: dict, sizes: dict, data: bytes, count: int, rows: int, len_k: int) -> None:
