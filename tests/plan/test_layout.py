@@ -212,7 +212,8 @@ TARGET_ONLY = {
              "backward_mma",  # the backward's mma.sync family (sm_80+): its rules, shared memory, check lines
              "backward_launch",  # the backward's launches: cubin, functions, arguments, run_backward
              "expr_bits"},  # index-only mask expressions run on bits: the builder + mask custom (issue 42)
-    "wgsl": {"blockmask", "manifest", "unroll"},
+    "wgsl": {"blockmask", "manifest", "unroll",
+             "matrix"},  # the subgroup-matrix family (issue 43): configs from the profile, its rules and tiles
 }
 
 

@@ -1,0 +1,173 @@
+"""The WGSL kernel family on subgroup matrices (issue 43; templates/wgsl/kernel_sgmat.wgsl.j2):
+Q K^T and P V on the GPU's matrix units through WebGPU's subgroup matrices (Dawn's
+`chromium-experimental-subgroup-matrix`), the online softmax in scalar code over S in
+workgroup memory.
+
+A profile lists the shapes its adapter offers in `[features] subgroup_matrix_configs` (M, N, K,
+component and result types, subgroup sizes: Dawn's AdapterPropertiesSubgroupMatrixConfigs); the
+runtime's profile of a live Dawn adapter takes the adapter's own list (devices.adapter_profile).
+`target wgsl { matrix=auto|on|off }` asks for the family; `auto` is off until the family is
+measured on a GPU. The scalar family (kernel.wgsl.j2) stays the fallback for everything else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...lang.spec import AttentionSpec
+from ...plan.kernel_plan import Problem, place_buffers
+from ...plan.profiles import Profile, ProfileError
+
+# WebGPU's name of the feature and the WGSL extension it enables.
+FEATURE = "chromium-experimental-subgroup-matrix"
+DIRECTIVE = "chromium_experimental_subgroup_matrix"
+HEAD_DIMS = (64, 128)  # the head dims the family takes so far (d_qk = d_v)
+SUBGROUPS = 4          # subgroups per workgroup: each owns M rows of the Q tile
+TILE_KV = 32           # keys per K/V tile (a multiple of N and K of every f16 config seen)
+# Padding of the rows of S (f32) and P (f16) in workgroup memory, 16 bytes each: the softmax's
+# invocations each walk one row, and unpadded rows of 32 keys would put them all on one bank.
+S_PAD, P_PAD = 4, 8
+_CONFIG_KEYS = ("m", "n", "k", "component", "result")
+
+
+@dataclass(frozen=True)
+class MatrixConfig:
+    """One subgroup-matrix shape: left M x K times right K x N accumulated into an M x N result."""
+    m: int
+    n: int
+    k: int
+    component: str  # f16, f32, i8, u8, ...
+    result: str
+    min_subgroup_size: int = 0  # 0: not reported
+    max_subgroup_size: int = 0
+
+    @property
+    def summary(self) -> str:
+        return f"{self.m}x{self.n}x{self.k} {self.component} -> {self.result}"
+
+
+def matrix_configs(profile: Profile) -> tuple[MatrixConfig, ...]:
+    """The profile's subgroup-matrix configs ([features] subgroup_matrix_configs); () when the
+    profile has none or lacks the feature. A malformed entry is a ProfileError."""
+    if not profile.may_use_feature(FEATURE):
+        return ()
+    out = []
+    for row in profile.features.get("subgroup_matrix_configs", ()):
+        if not isinstance(row, dict) or any(key not in row for key in _CONFIG_KEYS):
+            raise ProfileError(f"profile {profile.name}: each [features] subgroup_matrix_configs entry needs "
+                               f"{', '.join(_CONFIG_KEYS)} (got {row!r})")
+        out.append(MatrixConfig(int(row["m"]), int(row["n"]), int(row["k"]), str(row["component"]),
+                                str(row["result"]), int(row.get("min_subgroup_size", 0)),
+                                int(row.get("max_subgroup_size", 0))))
+    return tuple(out)
+
+
+def from_adapter(configs) -> list[dict]:
+    """Dawn's list (wgpudawn extras.get_adapter_properties(adapter)["subgroup_matrix_configs"]) as
+    the profile's [features] subgroup_matrix_configs entries."""
+    return [{"m": int(c["m"]), "n": int(c["n"]), "k": int(c["k"]), "component": str(c["component_type"]),
+             "result": str(c["result_component_type"]), "min_subgroup_size": int(c.get("min_subgroup_size", 0)),
+             "max_subgroup_size": int(c.get("max_subgroup_size", 0))} for c in configs]
+
+
+def _usable(c: MatrixConfig) -> bool:
+    """f16 operands into f32 results, tiles that divide the kernel's (M rows per subgroup, TILE_KV
+    and the head dims divisible by N and K), one known subgroup size (the kernel counts subgroups
+    as WORKGROUP / size)."""
+    return (c.component == "f16" and c.result == "f32" and TILE_KV % c.n == 0 and TILE_KV % c.k == 0
+            and all(d % c.n == 0 and d % c.k == 0 for d in HEAD_DIMS)
+            and c.min_subgroup_size == c.max_subgroup_size > 0)
+
+
+def choose(profile: Profile) -> MatrixConfig | None:
+    """The config the family plans with: 16x16x16 f16 -> f32 where offered, else the usable one
+    with the largest M x N x K; None when none is usable."""
+    usable = [c for c in matrix_configs(profile) if _usable(c)]
+    if not usable:
+        return None
+    return max(usable, key=lambda c: ((c.m, c.n, c.k) == (16, 16, 16), c.m * c.n * c.k))
+
+
+def mode(spec: AttentionSpec) -> str:
+    """on or off: the spec's `target wgsl { matrix=... }`; auto is off until measured on a GPU."""
+    return "on" if spec.options("wgsl").get("matrix") == "on" else "off"
+
+
+def problems(spec: AttentionSpec, profile: Profile, storage: str | None) -> list[Problem]:
+    """Why `matrix=on` cannot plan `spec` on `profile` (storage: config.f16_storage's answer)."""
+    if mode(spec) != "on":
+        return []
+    key, hint = "target.wgsl", "use matrix=off (or auto): the scalar family runs it"
+    missing = [f for f in (FEATURE, "shader-f16", "subgroups") if not profile.may_use_feature(f)]
+    if missing:
+        return [Problem(f"matrix=on needs the {' and '.join(missing)} feature(s), which profile {profile.name} "
+                        "does not offer (target wgsl)", key=key,
+                        hint="plan for a profile with subgroup matrices (dawn-vulkan-nvidia) or use matrix=off")]
+    if choose(profile) is None:
+        have = ", ".join(c.summary for c in matrix_configs(profile)) or "none"
+        return [Problem(f"matrix=on: profile {profile.name} offers no f16 -> f32 subgroup-matrix config the "
+                        f"family takes (one subgroup size, N and K dividing {TILE_KV} and the head dims; "
+                        f"has: {have})", key=key, hint=hint)]
+    why = []
+    if spec.dtype != "f16":
+        why.append(f"storage {spec.dtype} (the family takes f16 storage)")
+    elif storage == "packed":
+        why.append("f16=packed (the matrices read native f16)")
+    if spec.head_dim_qk != spec.head_dim_v or spec.head_dim_qk not in HEAD_DIMS:
+        why.append(f"head_dim qk={spec.head_dim_qk} v={spec.head_dim_v} (the family takes "
+                   f"{' or '.join(map(str, HEAD_DIMS))}, equal)")
+    if spec.mask.kind not in ("none", "causal", "window"):
+        why.append(f"mask {spec.mask.kind} (the family takes none, causal and window)")
+    if spec.score is not None or spec.inputs:
+        why.append("score expressions and inputs")
+    if spec.schedule.kind != "fused":
+        why.append(f"schedule {spec.schedule.kind} (the family is the fused prefill schedule)")
+    if "f16" in (spec.acc_qk, spec.acc_pv):
+        why.append("accumulate f16 (the matrices accumulate in f32)")
+    if spec.options("wgsl").get("subgroups") == "off":
+        why.append("subgroups=off (the family places subgroups by @builtin(subgroup_id))")
+    if spec.tile.q is not None or spec.tile.kv is not None or spec.tile.d is not None:
+        why.append("tile sizes from the spec (the family's tiles follow the matrix config)")
+    if spec.options("wgsl").get("workgroup") is not None:
+        why.append("workgroup from the spec")
+    if why:
+        return [Problem("matrix=on: the subgroup-matrix family does not take " + "; ".join(why) + " yet",
+                        key=key, hint=hint)]
+    return []
+
+
+def layout(spec: AttentionSpec, mc: MatrixConfig):
+    """The family's workgroup buffers and their bytes (place_buffers)."""
+    tile_q, d = SUBGROUPS * mc.m, spec.head_dim_qk
+    return place_buffers([
+        ("sQ", "f16", 1, tile_q, d, "the Q tile, resident for the whole loop"),
+        ("sK", "f16", 1, TILE_KV, d, "the current K tile"),
+        ("sV", "f16", 1, TILE_KV, d, "the current V tile (inf and NaN replaced by 0)"),
+        ("sS", "f32", 1, tile_q, TILE_KV + S_PAD, "S of the tile; acc passes through it to be rescaled or stored"),
+        ("sP", "f16", 1, tile_q, TILE_KV + P_PAD, "P of the tile, the left operand of P V"),
+        ("sRow", "f32", 1, 2, tile_q, "per row: alpha of the tile, then 1 / l_i (NaN: the row's result is NaN)"),
+        ("sRescaleTile", "u32", 1, 1, 1, "the last tile (it + 1) in which a row's max grew past the threshold"),
+        ("sVBadTile", "u32", 1, 1, 1, "the last tile (it + 1) whose V holds inf or NaN"),
+    ])
+
+
+def matrix_config(spec: AttentionSpec, profile: Profile, config_type):
+    """The WgslConfig (config_type) of the family: TILE_Q = SUBGROUPS x M rows, TILE_KV keys, a
+    workgroup of SUBGROUPS subgroups. The scalar family's sub-block fields are set so that the
+    shared code (grid, workgroup size) reads them right: threads_per_row x rows = the workgroup's
+    invocations per row of the tile."""
+    mc = choose(profile)
+    if mc is None:
+        raise Problem(f"matrix=on: profile {profile.name} has no usable subgroup-matrix config", key="target.wgsl")
+    tile_q = SUBGROUPS * mc.m
+    workgroup = SUBGROUPS * mc.max_subgroup_size
+    buffers, smem = layout(spec, mc)
+    limit = profile.limit("workgroup_storage_bytes")
+    if smem > limit:
+        raise Problem(f"matrix=on: the subgroup-matrix kernel needs {smem} bytes of workgroup memory, "
+                      f"profile {profile.name} allows {limit}", key="target.wgsl")
+    if workgroup > profile.limit("invocations_per_workgroup"):
+        raise Problem(f"matrix=on: a workgroup of {workgroup} invocations exceeds profile {profile.name}'s "
+                      f"{profile.limit('invocations_per_workgroup')}", key="target.wgsl")
+    return config_type(tile_q, TILE_KV, workgroup // tile_q, 1, True, spec.head_dim_qk, spec.head_dim_v,
+                       buffers, smem, pad=0, matrix=mc)
