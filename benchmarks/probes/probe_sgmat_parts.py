@@ -12,8 +12,8 @@ The checks (letters as in the probe's brief, issue 43):
   b  a left matrix loaded row_major from storage / from a workgroup f16 array (copied from storage),
      times identity slices loaded from storage, stored to storage / to a workgroup f32 array copied
      out; then the same with a 4-byte workgroup atomic and a 3-element f16 array declared before
-     the tile (does the driver keep the tile's base 16-byte aligned?), and at an 8-byte offset
-     (below the 16 bytes Vulkan asks for: informative only)
+     the tile (does the driver keep the tile's base 16-byte aligned?), at an 8-byte offset (below
+     the 16 bytes Vulkan asks for: informative only), and with the atomic padded to 16 bytes
   c  a right matrix from memory, an identity-like left from storage: col_major (K^T of a [key][d]
      tile, as the kernel reads sK) from storage and from workgroup memory with strides 64 and
      2K + 8; row_major from workgroup memory (as the kernel reads sV)
@@ -22,7 +22,8 @@ The checks (letters as in the probe's brief, issue 43):
      scalar code, loaded back) with 4 subgroups
   e  one S = Q K^T tile and one acc += P V step exactly as the kernel computes them (4 subgroups,
      TILE_KV 32, head dim 64), P written either by all invocations or, as in the kernel, one
-     invocation per row inside `if (lid < TILE_Q)` followed by workgroupUniformLoad
+     invocation per row inside `if (lid < TILE_Q)` followed by workgroupUniformLoad; acc as the
+     kernel's array<result_t, D / N> or as named variables
   f  every check of b-e on every device variant (default; `stride`:
      vulkan_cooperative_matrix_stride_is_matrix_elements; `norobust`: disable_robustness;
      `reconverge`: use_spirv_reconvergence_mode) and with both call forms Tint accepts
@@ -30,7 +31,8 @@ The checks (letters as in the probe's brief, issue 43):
      subgroupMatrixLoad<T>(p, offset, false, stride)). The first variant and form print every line;
      the others print a summary and only the lines that differ from it.
   g  the attngen kernel itself (target wgsl { matrix=on }) at Lq = Lk = 1, 16, 64, head dims 64 and
-     128, on every device variant: max error against the float64 reference and a slice of both.
+     128, on every device variant, and on the first variant with the candidate fixes applied to its
+     source (--fixes; FIXES below): max error against the float64 reference and a slice of both.
 
 --null compiles every shader on Dawn's Null backend (no GPU: Tint parses, resolves and checks
 uniformity; pipelines that the Null adapter refuses for its 128-wide subgroups or its workgroup
@@ -58,6 +60,15 @@ VARIANTS = {  # device toggles of each variant (f)
     "stride": ["vulkan_cooperative_matrix_stride_is_matrix_elements"],
     "norobust": ["disable_robustness"],
     "reconverge": ["use_spirv_reconvergence_mode"],
+}
+# Candidate fixes of the kernel (issue 43's suspects), as rewrites of its generated source:
+FIXES = {
+    # the two 4-byte atomics padded to 16 bytes each: a driver that places 4-byte-aligned variables
+    # before the f16 tiles would otherwise leave them 8 bytes off the 16 that matrix loads need
+    "aligned": [(r"var<workgroup> (sRescaleTile|sVBadTile): atomic<u32>;", r"var<workgroup> \1: array<atomic<u32>, 4>;"),
+                (r"&(sRescaleTile|sVBadTile)\b", r"&\1[0]")],
+    # acc as named result matrices, not a function-scope array of them
+    "named": [(r"var acc: array<result_t, (\d+)>;", "ACC_DECL"), (r"acc\[(\d+)\]", r"acc_\1")],
 }
 CONFIGS = ["16x16x16", "16x8x16", "16x8x8"]  # M x N x K, f16 -> f32 (the H100's / H200's)
 SUBGROUP = 32      # the subgroup size the matrix shaders are written for (NVIDIA's)
@@ -312,6 +323,7 @@ def checks_b(cfg: Cfg, form: str, rng):
         ("b4", "workgroup", "storage", "atomic", 0),
         ("b5", "workgroup", "storage", "f16x3", 0),
         ("b6", "workgroup", "storage", "", 4),
+        ("b7", "workgroup", "storage", "atomic16", 0),
     ]:
         ks = 64 if a_from == "workgroup" else k  # the tile's row stride (the kernel's Q_STRIDE at d64)
         decl = ""
@@ -319,6 +331,9 @@ def checks_b(cfg: Cfg, form: str, rng):
         if pre == "atomic":
             decl += "var<workgroup> wFlag: atomic<u32>;\n"
             body += "    if (lid == 0u) { atomicStore(&wFlag, 1u); }\n"
+        if pre == "atomic16":
+            decl += "var<workgroup> wFlag: array<atomic<u32>, 4>;\n"
+            body += "    if (lid == 0u) { atomicStore(&wFlag[0], 1u); }\n"
         if pre == "f16x3":
             decl += "var<workgroup> wPad: array<f16, 3>;\n"
             body += "    if (lid < 3u) { wPad[lid] = f16(lid); }\n"
@@ -346,6 +361,8 @@ def checks_b(cfg: Cfg, form: str, rng):
                      f"        out[i] = wC[i];\n    }}\n")
         if pre == "atomic":
             body += "    if (lid == 0u) { out[0] += f32(atomicLoad(&wFlag)) * 0.0; }\n"
+        if pre == "atomic16":
+            body += "    if (lid == 0u) { out[0] += f32(atomicLoad(&wFlag[0])) * 0.0; }\n"
         if pre == "f16x3":
             body += "    if (lid == 0u) { out[0] += f32(wPad[2]) * 0.0; }\n"
         src = HEADER + cfg.aliases() + _bindings([a, eye]) + decl + _entry(SUBGROUP, body)
@@ -355,7 +372,8 @@ def checks_b(cfg: Cfg, form: str, rng):
                 "b3": "left<-workgroup f16 (stride 64), result->workgroup f32 -> copied out",
                 "b4": "as b1, a workgroup atomic<u32> declared before the tile",
                 "b5": "as b1, a workgroup array<f16, 3> declared before the tile",
-                "b6": "as b1, the tile at an 8-byte offset (Vulkan asks 16: informative)"}[key]
+                "b6": "as b1, the tile at an 8-byte offset (Vulkan asks 16: informative)",
+                "b7": "as b4 with the atomic padded to 16 bytes (array<atomic<u32>, 4>): fix `aligned`"}[key]
         hyp = {}
         if a_from == "workgroup":
             mem = np.zeros(a_off + m * ks)
@@ -363,6 +381,14 @@ def checks_b(cfg: Cfg, form: str, rng):
                 mem[a_off + i * ks:a_off + i * ks + k] = a[i]
             hyp = load_hypotheses(mem, a_off, ks, m, k, False, embed)
         res.append(Check(key, what, src, [a, eye.reshape(-1)], want, hypotheses=hyp))
+    # b8: no matrices at all: f16 storage -> workgroup f16 (stride 64) -> f32 out by scalar code
+    body = (f"    for (var i = lid; i < {m * k}u; i += {SUBGROUP}u) {{\n"
+            f"        wA[(i / {k}u) * 64u + i % {k}u] = in0[i];\n    }}\n    workgroupBarrier();\n"
+            f"    for (var i = lid; i < {m * k}u; i += {SUBGROUP}u) {{\n"
+            f"        out[i] = f32(wA[(i / {k}u) * 64u + i % {k}u]) + 0.0 * f32(in1[0]);\n    }}\n")
+    src = HEADER + cfg.aliases() + _bindings([a, eye]) + f"var<workgroup> wA: array<f16, {m * 64}>;\n" + _entry(SUBGROUP, body)
+    res.append(Check("b8", "no matrices: f16 storage -> workgroup f16 -> f32 by scalar code", src,
+                     [a, eye.reshape(-1)], a.astype(np.float32)))
     return res
 
 
@@ -501,7 +527,8 @@ def checks_e(cfg: Cfg, form: str, rng):
     p = rng.uniform(0, 1, (tq, TILE_KV)).astype(np.float16)
     v = (rng.standard_normal((TILE_KV, d)) * 0.5).astype(np.float16)
     want = p.astype(np.float64) @ v.astype(np.float64)
-    for key, divergent in (("e2", False), ("e3", True)):
+    for key, divergent, named in (("e2", False, False), ("e3", True, False), ("e4", False, True)):
+        acc = (lambda i: f"acc{i}") if named else (lambda i: f"acc[{i}]")
         if divergent:  # the kernel's softmax: one invocation per row, then workgroupUniformLoad
             fill = ("    if (lid < TILE_Q) {\n        for (var j = 0u; j < TILE_KV; j++) {\n"
                     "            sP[lid * P_STRIDE + j] = in0[lid * TILE_KV + j];\n        }\n"
@@ -512,23 +539,23 @@ def checks_e(cfg: Cfg, form: str, rng):
                     "        sP[(e / TILE_KV) * P_STRIDE + e % TILE_KV] = in0[e];\n    }\n"
                     "    workgroupBarrier();\n    let flag = 1u;\n")
         body = ("    for (var e = lid; e < TILE_KV * HEAD_DIM; e += WG) { sV[e] = in1[e]; }\n" + fill
-                + f"    var acc: array<result_t, {d // n}>;\n"
-                + "".join(f"    acc[{i}] = result_t(0.0);\n" for i in range(d // n))
+                + ("".join(f"    var acc{i} = result_t(0.0);\n" for i in range(d // n)) if named else
+                   f"    var acc: array<result_t, {d // n}>;\n" + "".join(f"    acc[{i}] = result_t(0.0);\n" for i in range(d // n)))
                 + "    for (var kk = 0u; kk < TILE_KV / MAT_K; kk++) {\n"
                 f"        let a = {ld(form, 'left_t', '&sP', 'sg * MAT_M * P_STRIDE + kk * MAT_K', 'P_STRIDE')};\n"
-                + "".join(f"        acc[{i}] = subgroupMatrixMultiplyAccumulate(a, "
-                          f"{ld(form, 'right_t', '&sV', f'kk * MAT_K * V_STRIDE + {i}u * MAT_N', 'V_STRIDE')}, acc[{i}]);\n"
+                + "".join(f"        {acc(i)} = subgroupMatrixMultiplyAccumulate(a, "
+                          f"{ld(form, 'right_t', '&sV', f'kk * MAT_K * V_STRIDE + {i}u * MAT_N', 'V_STRIDE')}, {acc(i)});\n"
                           for i in range(d // n))
                 + "    }\n")
         for i in range(d // n):  # the epilogue: one result matrix of every subgroup at a time through sS
             body += ("    workgroupBarrier();\n"
-                     "    " + st(form, "&sS", "sg * MAT_M * MAT_N", f"acc[{i}]", "MAT_N") + "\n"
+                     "    " + st(form, "&sS", "sg * MAT_M * MAT_N", acc(i), "MAT_N") + "\n"
                      "    workgroupBarrier();\n"
                      "    for (var e = lid; e < TILE_Q * MAT_N; e += WG) {\n"
                      f"        out[(e / MAT_N) * HEAD_DIM + {i}u * MAT_N + e % MAT_N] = sS[e] * f32(flag);\n    }}\n")
         body += "    if (lid == 0u) { out[0] += f32(sQ[0]) * 0.0 + f32(sK[0]) * 0.0; }\n"
         what = (f"acc += P V as the kernel, P {'by one invocation per row in if (lid < TILE_Q) + workgroupUniformLoad' if divergent else 'by all invocations + barrier'}"
-                f", out through sS (stride N)")
+                f", out through sS (stride N){'; acc as named variables, not an array' if named else ''}")
         res.append(Check(key, what, HEADER + cfg.aliases() + consts + _bindings([p, v]) + decl + _entry(wg, body),
                          [p.reshape(-1), v.reshape(-1)], want.astype(np.float32), tol=2e-3, workgroup=wg))
     return res
@@ -605,32 +632,54 @@ def status(runner, variant, check):
     return diagnose(got, check.want, check.tol, check.hypotheses)
 
 
+def apply_fixes(source: str, names) -> str:
+    """The kernel's source with the FIXES named applied (each must change it)."""
+    import re
+    for name in names:
+        for pat, rep in FIXES[name]:
+            if rep == "ACC_DECL":
+                rep = lambda m: " ".join(f"var acc_{i}: result_t;" for i in range(int(m.group(1))))
+            new, count = re.subn(pat, rep, source)
+            if not count:
+                raise SystemExit(f"fix {name}: nothing matches {pat!r} in the kernel's source")
+            source = new
+    return source
+
+
 def kernel_checks(args, runner):
-    """g: the attngen kernel itself at small sizes, on every device variant."""
+    """g: the attngen kernel itself at small sizes, on every device variant and with each fix."""
     import attngen
-    from attngen import api
+    from attngen import api, backends
     from attngen.reference import reference
     print("\n== g: the attngen kernel (target wgsl { matrix=on }), B 1, Hq 2, Hkv 1", flush=True)
+    runs = [(v, ()) for v in args.variants] + [(args.variants[0], tuple(f.split("+"))) for f in args.fixes]
+    backend = backends.get("wgsl")
+    render = backend.render
     for d in (64, 128):
         text = (f"attention probe_sgmat_d{d} {{\n head_dim {d}\n heads q=2 kv=1\n dtype f16\n mask none\n"
                 " target wgsl { matrix=on }\n}")
         (spec,) = api.parse(text)
         if runner.null:
             plan = api.lower(spec, "wgsl", "dawn-vulkan-nvidia")
-            src = api.emit_plan(plan).source
-            dev = runner.device("default")
-            try:
-                dev.create_shader_module(code=src)
-                print(f"g d{d}: the kernel's source compiled ({plan.config.matrix.summary})")
-            except Exception as e:
-                print(f"g d{d}: ERROR module: {str(e).strip()[:500]}")
+            for fixes in [()] + [tuple(f.split("+")) for f in args.fixes]:
+                src = apply_fixes(api.emit_plan(plan).source, fixes)
+                try:
+                    runner.device("default").create_shader_module(code=src)
+                    print(f"g d{d} fixes {'+'.join(fixes) or 'none'}: the kernel's source compiled ({plan.config.matrix.summary})")
+                except Exception as e:
+                    print(f"g d{d} fixes {'+'.join(fixes) or 'none'}: ERROR module: {str(e).strip()[:500]}")
             continue
         from attngen.backends.wgsl import devices, kernel as kmod
         st_ = devices.device_state()
-        for variant in args.variants:
+        for variant, fixes in runs:
             st_.device = runner.device(variant)  # the kernel runs on this variant's device
             kmod._PIPELINES.clear()
-            kern = attngen.compile(spec, target="wgsl")
+            backend.render = lambda plan, fixes=fixes: apply_fixes(render(plan), fixes)
+            try:
+                kern = attngen.compile(spec, target="wgsl")
+            finally:
+                backend.render = render
+            label = f"{variant}{'+' + '+'.join(fixes) if fixes else ''}"
             for L in (1, 16, 64):
                 rng = np.random.default_rng(L + d)
                 q = rng.standard_normal((1, L, 2, d)).astype(np.float16)
@@ -641,12 +690,11 @@ def kernel_checks(args, runner):
                 err = np.abs(out - ref).max()
                 rel = err / max(1e-30, np.abs(ref).max())
                 verdict = "OK" if rel < 2e-3 else "WRONG"
-                print(f"g {variant:10s} d{d} L{L:<3d} {verdict:5s} max|err| {err:.3g} (rel {rel:.3g}); "
-                      f"out[0,0,0,:6] {np.round(out[0, 0, 0, :6], 3).tolist()} ref {np.round(ref[0, 0, 0, :6], 3).tolist()}",
+                print(f"g {label:18s} d{d:<3d} L{L:<3d} {verdict:5s} max|err| {err:.3g} (rel {rel:.3g}); "
+                      f"out[0,0,0,:5] {np.round(out[0, 0, 0, :5], 3).tolist()} ref {np.round(ref[0, 0, 0, :5], 3).tolist()}",
                       flush=True)
                 if verdict == "WRONG" and L > 1:
-                    print("   rows (query 0..L-1 of head 0) vs ref: " + diagnose(out[0, :, 0, :], ref[0, :, 0, :], 2e-3),
-                          flush=True)
+                    print("   head 0, rows = queries: " + diagnose(out[0, :, 0, :], ref[0, :, 0, :], 2e-3), flush=True)
 
 
 def main():
@@ -657,8 +705,14 @@ def main():
     ap.add_argument("--variants", default=",".join(VARIANTS), help="device variants (f): " + ", ".join(VARIANTS))
     ap.add_argument("--forms", default="template,bool", help="subgroupMatrixLoad call forms (f): template, bool")
     ap.add_argument("--no-kernel", action="store_true", help="skip g (the attngen kernel)")
+    ap.add_argument("--fixes", default="aligned,named,aligned+named",
+                    help="g: candidate fixes (" + ", ".join(FIXES) + "; a+b for both) run on the first variant")
     args = ap.parse_args()
     args.variants = [v for v in args.variants.split(",") if v]
+    args.fixes = [f for f in args.fixes.split(",") if f]
+    for f in args.fixes:
+        if any(x not in FIXES for x in f.split("+")):
+            sys.exit(f"unknown fix {f!r}: {', '.join(FIXES)}")
     forms = [f for f in args.forms.split(",") if f]
     only = set(args.only.split(","))
     if args.no_kernel:
