@@ -577,11 +577,14 @@ class Runner:
             missing = [f for f in FEATURES if f not in adapter.features]
             if missing:
                 sys.exit(f"the adapter ({dict(adapter.info)}) lacks {missing}: run with the toggles on Dawn/Vulkan/NVIDIA")
+            # the limits and features attngen's own device asks for (devices.py), so that g's kernels run on it
             limits = {name: adapter.limits[name] for name in ("max-compute-workgroup-storage-size",
                       "max-compute-invocations-per-workgroup", "max-compute-workgroup-size-x",
-                      "max-storage-buffer-binding-size", "max-buffer-size") if name in adapter.limits}
+                      "max-storage-buffer-binding-size", "max-buffer-size", "max-storage-buffers-per-shader-stage")
+                      if name in adapter.limits}
+            features = FEATURES + [f for f in ("timestamp-query",) if f in adapter.features and not self.null]
             self.devices[variant] = self.extras.request_device_sync(
-                adapter, required_features=FEATURES, required_limits=limits, enable_toggles=VARIANTS[variant])
+                adapter, required_features=features, required_limits=limits, enable_toggles=VARIANTS[variant])
         return self.devices[variant]
 
     def run(self, variant, check: Check):
