@@ -133,6 +133,12 @@ def problems(spec: AttentionSpec, profile: Profile, storage: str | None) -> list
     if why:
         return [Problem("matrix=on: the subgroup-matrix family does not take " + "; ".join(why) + " yet",
                         key=key, hint=hint)]
+    mc = choose(profile)
+    misaligned = alignment_problems(layout(spec, mc)[0], matrix_offsets(spec, mc))
+    if misaligned:
+        return [Problem(f"matrix=on: with config {mc.summary} of profile {profile.name} the workgroup memory "
+                        f"cannot be laid out {ALIGN}-byte aligned for the subgroup-matrix built-ins "
+                        f"({'; '.join(misaligned)}; target wgsl)", key=key, hint=hint)]
     return []
 
 
@@ -146,9 +152,50 @@ def layout(spec: AttentionSpec, mc: MatrixConfig):
         ("sS", "f32", 1, tile_q, TILE_KV + S_PAD, "S of the tile; acc passes through it to be rescaled or stored"),
         ("sP", "f16", 1, tile_q, TILE_KV + P_PAD, "P of the tile, the left operand of P V"),
         ("sRow", "f32", 1, 2, tile_q, "per row: alpha of the tile, then 1 / l_i (NaN: the row's result is NaN)"),
-        ("sRescaleTile", "u32", 1, 1, 1, "the last tile (it + 1) in which a row's max grew past the threshold"),
-        ("sVBadTile", "u32", 1, 1, 1, "the last tile (it + 1) whose V holds inf or NaN"),
+        ("sRescaleTile", "u32", 1, 1, 4, "[0]: the last tile (it + 1) in which a row's max grew past the threshold"),
+        ("sVBadTile", "u32", 1, 1, 4, "[0]: the last tile (it + 1) whose V holds inf or NaN"),
     ])
+
+
+# Alignment on workgroup memory (measured on the H200, Dawn on NVIDIA's Vulkan driver:
+# benchmarks/probes/probe_sgmat_parts.py): a subgroup-matrix load or store whose base is not
+# 16-byte aligned reads and writes as if the misalignment were not there (an f16 tile at an
+# 8-byte offset was read from the offset's 16-byte boundary), and a 4-byte workgroup variable
+# beside the f16 tiles misplaced them. So every workgroup variable is a multiple of 16 bytes,
+# and every offset and row stride a subgroup-matrix built-in gets on workgroup memory is a
+# multiple of 16 bytes (8 f16, 4 f32 elements).
+ALIGN = 16
+_BYTES = {"f16": 2, "f32": 4, "u32": 4, "i32": 4}
+
+
+def alignment_problems(buffers, offsets) -> list[str]:
+    """What breaks the alignment rule above: buffers (place_buffers' Buffers: each a multiple of
+    ALIGN bytes), offsets ((buffer name, what, elements): each offset or stride term a
+    subgroup-matrix built-in adds on that buffer, as a multiple of ALIGN bytes)."""
+    out = []
+    kinds = {b.name: b.dtype for b in buffers}
+    for b in buffers:
+        if b.bytes % ALIGN:
+            out.append(f"workgroup variable {b.name} is {b.bytes} bytes, not a multiple of {ALIGN}")
+    for name, what, elements in offsets:
+        if elements * _BYTES[kinds[name]] % ALIGN:
+            out.append(f"{what} on {name} is {elements} {kinds[name]} elements, not a multiple of {ALIGN} bytes")
+    return out
+
+
+def matrix_offsets(spec: AttentionSpec, mc: MatrixConfig) -> list[tuple[str, str, int]]:
+    """The offset and stride terms (elements) the template's subgroup-matrix calls use on each
+    workgroup buffer (kernel_sgmat.wgsl.j2: loads of Q, K, V, S / acc, P; stores of S and acc)."""
+    d, s_stride, p_stride = spec.head_dim_qk, TILE_KV + S_PAD, TILE_KV + P_PAD
+    return [("sQ", "the row stride", d), ("sQ", "a subgroup's rows (MAT_M rows)", mc.m * d),
+            ("sQ", "a step of MAT_K columns", mc.k),
+            ("sK", "the row stride", d), ("sK", "MAT_N keys", mc.n * d), ("sK", "MAT_K columns", mc.k),
+            ("sV", "the row stride", d), ("sV", "MAT_K keys", mc.k * d), ("sV", "MAT_N columns", mc.n),
+            ("sS", "the row stride", s_stride), ("sS", "a subgroup's rows", mc.m * s_stride),
+            ("sS", "MAT_N columns", mc.n), ("sS", "acc's row stride (MAT_N)", mc.n),
+            ("sS", "a subgroup's acc block", mc.m * mc.n),
+            ("sP", "the row stride", p_stride), ("sP", "a subgroup's rows", mc.m * p_stride),
+            ("sP", "MAT_K columns", mc.k)]
 
 
 def matrix_config(spec: AttentionSpec, profile: Profile, config_type):
@@ -162,6 +209,11 @@ def matrix_config(spec: AttentionSpec, profile: Profile, config_type):
     tile_q = SUBGROUPS * mc.m
     workgroup = SUBGROUPS * mc.max_subgroup_size
     buffers, smem = layout(spec, mc)
+    misaligned = alignment_problems(buffers, matrix_offsets(spec, mc))
+    if misaligned:
+        raise Problem(f"matrix=on: with config {mc.summary} the kernel's workgroup memory cannot be laid out "
+                      f"16-byte aligned for the subgroup-matrix built-ins ({'; '.join(misaligned)})",
+                      key="target.wgsl")
     limit = profile.limit("workgroup_storage_bytes")
     if smem > limit:
         raise Problem(f"matrix=on: the subgroup-matrix kernel needs {smem} bytes of workgroup memory, "

@@ -6,6 +6,7 @@ Equivalence on a GPU: tests/equivalence/test_wgsl_sgmat.py."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -217,3 +218,88 @@ def test_the_manifest_lists_the_feature_and_the_config():
         "max_subgroup_size": 32}
     # the scalar family's manifest has no such key
     assert "subgroup_matrix" not in api.emit(spec_of(options="matrix=off"), "wgsl", "dawn-vulkan-nvidia").manifest
+
+
+# ---- alignment of workgroup memory (matrix.py's ALIGN rule) ---------------------------------------
+_DECL = re.compile(r"^var<workgroup> (\w+): array<(?:atomic<)?(\w+)>?, (\d+)>;", re.M)
+_CONST = re.compile(r"^const (\w+): u32 = ([\w\s+*()]+);", re.M)
+_LET = re.compile(r"\blet (\w+) = ([\w\s+*()]+);")
+_CALL = re.compile(r"subgroupMatrix(Load|Store)<[^>]*>\(&(\w+), ")
+_BYTES = {"f16": 2, "f32": 4, "u32": 4, "i32": 4}
+
+
+def _args(src, at):
+    """The comma-separated arguments of the call whose argument list continues at src[at:]."""
+    out, depth, start = [], 0, at
+    for i in range(at, len(src)):
+        ch = src[i]
+        if ch in "(<":
+            depth += 1
+        elif ch in ">" and depth:
+            depth -= 1
+        elif ch == ")":
+            if depth == 0:
+                out.append(src[start:i].strip())
+                return out
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(src[start:i].strip())
+            start = i + 1
+    raise AssertionError("unbalanced call")
+
+
+def _terms(expr, known):
+    """The constant term and the coefficient of each free variable of a linear u32 expression
+    (consts and lets substituted; every other name free)."""
+    for _ in range(8):  # lets of lets
+        expr = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: f"({known[m.group(0)]})" if m.group(0) in known else m.group(0),
+                      expr)
+    expr = re.sub(r"\b(\d+)u\b", r"\1", expr)
+    free = sorted(set(re.findall(r"\b[A-Za-z_]\w*\b", expr)))
+    at = lambda **v: eval(expr, {"__builtins__": {}}, {n: v.get(n, 0) for n in free})
+    base = at()
+    return [("constant", base)] + [(n, at(**{n: 1}) - base) for n in free]
+
+
+def misaligned(src):
+    """Every workgroup variable of `src` not a multiple of 16 bytes, and every offset or stride
+    term of a subgroup-matrix load or store on workgroup memory not a multiple of 16 bytes."""
+    decls = {name: (ty, int(n)) for name, ty, n in _DECL.findall(src)}
+    known = {n: v for n, v in _CONST.findall(src)}
+    known.update({n: e for n, e in _LET.findall(src) if n not in known})
+    bad = [f"{n}: {_BYTES[t] * k} bytes" for n, (t, k) in decls.items() if _BYTES[t] * k % 16]
+    calls = 0
+    for m in _CALL.finditer(src):
+        if m.group(2) not in decls:
+            continue  # storage memory
+        calls += 1
+        size = _BYTES[decls[m.group(2)][0]]
+        args = _args(src, m.end())
+        for what, expr in (("offset", args[0]), ("stride", args[-1])):
+            for var, coeff in _terms(expr, known):
+                if coeff * size % 16:
+                    bad.append(f"{m.group(1)} on {m.group(2)}: {what} {expr!r}, {var} term {coeff} elements")
+    assert calls, "no subgroup-matrix call on workgroup memory found"
+    return bad
+
+
+@pytest.mark.parametrize("kw", GRID, ids=lambda kw: "-".join(str(v) for v in kw.values()))
+def test_every_workgroup_variable_and_matrix_offset_is_16_byte_aligned(kw):
+    src = api.emit_plan(api.lower(spec_of(**kw), "wgsl", "dawn-vulkan-nvidia")).source
+    assert misaligned(src) == []
+    # the check sees a misaligned variable and a misaligned offset
+    assert misaligned(src.replace("array<atomic<u32>, 4>", "array<atomic<u32>, 1>", 1))
+    first = _CALL.search(src)
+    assert misaligned(src[:first.end()] + "4u + " + src[first.end():])
+
+
+def test_the_planner_refuses_a_config_that_cannot_be_aligned():
+    base = get_profile("dawn-vulkan-nvidia", "wgsl")
+    odd = base.narrowed(name="odd", features={"subgroup_matrix_configs": [
+        {"m": 4, "n": 4, "k": 4, "component": "f16", "result": "f32", "min_subgroup_size": 32,
+         "max_subgroup_size": 32}]})
+    (msg,) = [d.message for d in api.check(spec_of(), "wgsl", odd)]
+    assert "16-byte aligned" in msg and "MAT_K columns on sQ is 4 f16 elements" in msg, msg
+    from attngen.backends.wgsl.matrix import alignment_problems, matrix_offsets, layout
+    mc = choose(get_profile("dawn-vulkan-nvidia", "wgsl"))
+    assert alignment_problems(layout(spec_of(), mc)[0], matrix_offsets(spec_of(), mc)) == []
