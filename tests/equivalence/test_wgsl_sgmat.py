@@ -11,11 +11,13 @@ import pytest
 
 from attngen.reference import reference, relative_error, tolerance
 
+import attngen
 from conftest import check_against_reference, kernel_for, random_qkv, require, spec_of, to_device
 from test_hidden_keys import _compare, _np, _plant
+from test_variants import check
 
-MASKS = ["none", "causal", "causal(bottom_right)", "window(left=37, right=5)"]
-SHAPES = [(1, 1), (7, 7), (113, 113), (257, 300), (300, 257)]  # (Lq, Lk)
+MASKS = ["none", "causal", "causal(bottom_right)", "window(left=37, right=5)", "custom"]
+SHAPES = [(1, 1), (7, 7), (113, 113), (1023, 1023), (1, 113), (7, 1023), (257, 300), (1023, 113)]  # (Lq, Lk)
 
 
 def require_matrices():
@@ -34,9 +36,10 @@ def sgmat_spec(d, mask, extra=""):
     return spec_of(f"head_dim {d}\n dtype f16\n mask {mask}\n {extra}\n target wgsl {{ matrix=on }}")
 
 
-def test_the_kernel_is_the_subgroup_matrix_family():
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_kernel_is_the_subgroup_matrix_family(d):
     require_matrices()
-    kernel = kernel_for(sgmat_spec(64, "causal"), "wgsl")
+    kernel = kernel_for(sgmat_spec(d, "causal"), "wgsl")
     assert kernel.plan.config.matrix is not None
 
 
@@ -106,3 +109,44 @@ def test_kv_lens_and_rows_that_see_no_key():
     assert np.isfinite(out).all() and not np.isnan(lse).any()
     assert relative_error(out, ref) <= tolerance(spec)
     assert np.array_equal(np.isneginf(lse), np.isneginf(ref_lse))
+
+
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("mask", ["none", "causal", "window(left=9, right=3)"])
+def test_packed_sequences(mask, d):
+    """cu_seqlens: sequences of 1, 7, 113, 0 and 300 rows (Lq != Lk), GQA 3."""
+    require_matrices()
+    rng = np.random.default_rng(13)
+    spec = sgmat_spec(d, mask)
+    lq, lk = [1, 7, 113, 0, 300], [1, 20, 113, 3, 257]
+    cuq = np.concatenate([[0], np.cumsum(lq)]).astype(np.int32)
+    cuk = np.concatenate([[0], np.cumsum(lk)]).astype(np.int32)
+    q = rng.standard_normal((cuq[-1], 6, d)).astype(np.float32)
+    k, v = (rng.standard_normal((cuk[-1], 2, d)).astype(np.float32) for _ in range(2))
+    check(spec, "wgsl", q, k, v, cu_seqlens_q=cuq, cu_seqlens_k=cuk, ref_kw={"cu_seqlens_q": cuq, "cu_seqlens_k": cuk})
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_custom_mask_skips_dead_tiles(d):
+    """A block-diagonal mask (documents of 40 keys) with holes: most K/V tiles are dead (the
+    BlockMask's lists skip them), some partial; a row that sees nothing gives 0 and lse -inf."""
+    require_matrices()
+    rng = np.random.default_rng(14)
+    spec = sgmat_spec(d, "custom")
+    b, lq, lk = 2, 1023, 1023
+    doc_q, doc_k = np.arange(lq)[:, None] // 40, np.arange(lk)[None, :] // 40
+    mask = np.broadcast_to((doc_q == doc_k) & (rng.random((lq, lk)) > 0.1), (b, 1, lq, lk)).copy()
+    mask[1, 0, 5] = False  # a row that sees no key
+    q = rng.standard_normal((b, lq, 6, d)).astype(np.float32)
+    k, v = (rng.standard_normal((b, lk, 2, d)).astype(np.float32) for _ in range(2))
+    bm = attngen.block_mask(mask, kernel_for(spec, "wgsl"))
+    assert 0 < bm.density < 0.3 and bm.partial_tiles > 0  # most tile pairs skipped, some partial
+    check(spec, "wgsl", q, k, v, mask=bm, ref_kw={"mask": mask}, expect_empty_rows=True)
+
+
+@pytest.mark.parametrize("mask", ["causal", "custom"])
+def test_softcap_with_gqa_and_odd_lengths(mask):
+    require_matrices()
+    spec = sgmat_spec(64, mask, "softcap 20")
+    q, k, v = random_qkv(spec, 2, 113, 1023, heads_q=6, heads_kv=2, seed=15, scale=3.0)
+    check_against_reference(spec, "wgsl", q, k, v)

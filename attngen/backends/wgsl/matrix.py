@@ -22,11 +22,15 @@ from ...plan.profiles import Profile, ProfileError
 FEATURE = "chromium-experimental-subgroup-matrix"
 DIRECTIVE = "chromium_experimental_subgroup_matrix"
 HEAD_DIMS = (64, 128)  # the head dims the family takes so far (d_qk = d_v)
-SUBGROUPS = 4          # subgroups per workgroup: each owns M rows of the Q tile
-TILE_KV = 32           # keys per K/V tile (a multiple of N and K of every f16 config seen)
-# Padding of the rows of S (f32) and P (f16) in workgroup memory, 16 bytes each: the softmax's
-# invocations each walk one row, and unpadded rows of 32 keys would put them all on one bank.
-S_PAD, P_PAD = 4, 8
+# Subgroups per workgroup by head dim (each owns M rows of the Q tile), and keys per K/V tile:
+# the fastest of benchmarks/probes/probe_sgmat_staging.py's loop on the H200 (d64: 8 subgroups,
+# 32 keys; d128: 4 subgroups, 32 keys: 8 would pass 48 KiB).
+SUBGROUPS = {64: 8, 128: 4}
+TILE_KV = 32
+# Padding (elements, 16 bytes each) of the rows of K and V (f16) and of the columns of each
+# subgroup's S (f32) and P (f16) in workgroup memory: without it the matrix loads' rows and the
+# softmax's invocations fall on the same banks.
+KV_PAD, S_PAD, P_PAD = 8, 4, 8
 _CONFIG_KEYS = ("m", "n", "k", "component", "result")
 
 
@@ -71,12 +75,16 @@ def from_adapter(configs) -> list[dict]:
 
 
 def _usable(c: MatrixConfig) -> bool:
-    """f16 operands into f32 results, tiles that divide the kernel's (M rows per subgroup, TILE_KV
-    and the head dims divisible by N and K), one known subgroup size (the kernel counts subgroups
-    as WORKGROUP / size)."""
+    """f16 operands into f32 results, tiles that divide the kernel's (TILE_KV and the head dims
+    divisible by N and K, TILE_KV by M: the Q tile passes through sK TILE_KV rows at a time), one
+    known subgroup size (the kernel counts subgroups as WORKGROUP / size) that is a power-of-two
+    multiple of M (the softmax's invocations per row) dividing N and TILE_KV, and M x N."""
+    size = c.max_subgroup_size
+    lanes = size // c.m if c.m and size % c.m == 0 else 0
     return (c.component == "f16" and c.result == "f32" and TILE_KV % c.n == 0 and TILE_KV % c.k == 0
-            and all(d % c.n == 0 and d % c.k == 0 for d in HEAD_DIMS)
-            and c.min_subgroup_size == c.max_subgroup_size > 0)
+            and TILE_KV % c.m == 0 and all(d % c.n == 0 and d % c.k == 0 for d in HEAD_DIMS)
+            and c.min_subgroup_size == size > 0 and lanes > 0 and lanes & (lanes - 1) == 0
+            and c.n % lanes == 0 and TILE_KV % lanes == 0 and (c.m * c.n) % size == 0)
 
 
 def choose(profile: Profile) -> MatrixConfig | None:
@@ -106,7 +114,8 @@ def problems(spec: AttentionSpec, profile: Profile, storage: str | None) -> list
     if choose(profile) is None:
         have = ", ".join(c.summary for c in matrix_configs(profile)) or "none"
         return [Problem(f"matrix=on: profile {profile.name} offers no f16 -> f32 subgroup-matrix config the "
-                        f"family takes (one subgroup size, N and K dividing {TILE_KV} and the head dims; "
+                        f"family takes (one subgroup size, a power-of-two multiple of M dividing M x N; N, K and M "
+                        f"dividing {TILE_KV} and N and K the head dims; "
                         f"has: {have})", key=key, hint=hint)]
     why = []
     if spec.dtype != "f16":
@@ -116,8 +125,8 @@ def problems(spec: AttentionSpec, profile: Profile, storage: str | None) -> list
     if spec.head_dim_qk != spec.head_dim_v or spec.head_dim_qk not in HEAD_DIMS:
         why.append(f"head_dim qk={spec.head_dim_qk} v={spec.head_dim_v} (the family takes "
                    f"{' or '.join(map(str, HEAD_DIMS))}, equal)")
-    if spec.mask.kind not in ("none", "causal", "window"):
-        why.append(f"mask {spec.mask.kind} (the family takes none, causal and window)")
+    if spec.mask.kind not in ("none", "causal", "window", "custom"):
+        why.append(f"mask {spec.mask.kind} (the family takes none, causal, window and custom)")
     if spec.score is not None or spec.inputs:
         why.append("score expressions and inputs")
     if spec.schedule.kind != "fused":
@@ -144,16 +153,13 @@ def problems(spec: AttentionSpec, profile: Profile, storage: str | None) -> list
 
 def layout(spec: AttentionSpec, mc: MatrixConfig):
     """The family's workgroup buffers and their bytes (place_buffers)."""
-    tile_q, d = SUBGROUPS * mc.m, spec.head_dim_qk
+    subgroups, d = SUBGROUPS[spec.head_dim_qk], spec.head_dim_qk
     return place_buffers([
-        ("sQ", "f16", 1, tile_q, d, "the Q tile, resident for the whole loop"),
-        ("sK", "f16", 1, TILE_KV, d, "the current K tile"),
-        ("sV", "f16", 1, TILE_KV, d, "the current V tile (inf and NaN replaced by 0)"),
-        ("sS", "f32", 1, tile_q, TILE_KV + S_PAD, "S of the tile; acc passes through it to be rescaled or stored"),
-        ("sP", "f16", 1, tile_q, TILE_KV + P_PAD, "P of the tile, the left operand of P V"),
-        ("sRow", "f32", 1, 2, tile_q, "per row: alpha of the tile, then 1 / l_i (NaN: the row's result is NaN)"),
-        ("sRescaleTile", "u32", 1, 1, 4, "[0]: the last tile (it + 1) in which a row's max grew past the threshold"),
-        ("sVBadTile", "u32", 1, 1, 4, "[0]: the last tile (it + 1) whose V holds inf or NaN"),
+        ("sK", "f16", 1, TILE_KV, d + KV_PAD, "the K tile (first the Q tile, TILE_KV rows at a time)"),
+        ("sV", "f16", 1, TILE_KV, spec.head_dim_v + KV_PAD, "the V tile (inf and NaN replaced by 0)"),
+        ("sS", "f32", 1, subgroups * TILE_KV, mc.m + S_PAD, "each subgroup's S, column-major; acc on its way"),
+        ("sP", "f16", 1, subgroups * TILE_KV, mc.m + P_PAD, "each subgroup's P, column-major"),
+        ("sFlags", "u32", 1, 1, 4, "[0] the last tile that rescales acc, [1] the last whose V holds inf or NaN"),
     ])
 
 
@@ -185,29 +191,28 @@ def alignment_problems(buffers, offsets) -> list[str]:
 
 def matrix_offsets(spec: AttentionSpec, mc: MatrixConfig) -> list[tuple[str, str, int]]:
     """The offset and stride terms (elements) the template's subgroup-matrix calls use on each
-    workgroup buffer (kernel_sgmat.wgsl.j2: loads of Q, K, V, S / acc, P; stores of S and acc)."""
-    d, s_stride, p_stride = spec.head_dim_qk, TILE_KV + S_PAD, TILE_KV + P_PAD
-    return [("sQ", "the row stride", d), ("sQ", "a subgroup's rows (MAT_M rows)", mc.m * d),
-            ("sQ", "a step of MAT_K columns", mc.k),
-            ("sK", "the row stride", d), ("sK", "MAT_N keys", mc.n * d), ("sK", "MAT_K columns", mc.k),
-            ("sV", "the row stride", d), ("sV", "MAT_K keys", mc.k * d), ("sV", "MAT_N columns", mc.n),
-            ("sS", "the row stride", s_stride), ("sS", "a subgroup's rows", mc.m * s_stride),
-            ("sS", "MAT_N columns", mc.n), ("sS", "acc's row stride (MAT_N)", mc.n),
-            ("sS", "a subgroup's acc block", mc.m * mc.n),
-            ("sP", "the row stride", p_stride), ("sP", "a subgroup's rows", mc.m * p_stride),
-            ("sP", "MAT_K columns", mc.k)]
+    workgroup buffer (kernel_sgmat.wgsl.j2: Q and K from sK, V from sV, S and acc to and from sS,
+    P from sP)."""
+    ks, vs, sc, pc = spec.head_dim_qk + KV_PAD, spec.head_dim_v + KV_PAD, mc.m + S_PAD, mc.m + P_PAD
+    return [("sK", "the row stride", ks), ("sK", "a subgroup's Q rows (MAT_M rows)", mc.m * ks),
+            ("sK", "MAT_N keys", mc.n * ks), ("sK", "MAT_K columns", mc.k),
+            ("sV", "the row stride", vs), ("sV", "MAT_K keys", mc.k * vs), ("sV", "MAT_N columns", mc.n),
+            ("sS", "the column stride", sc), ("sS", "a subgroup's region", TILE_KV * sc),
+            ("sS", "MAT_N keys", mc.n * sc), ("sS", "the output's row stride (MAT_N + 4)", mc.n + 4),
+            ("sP", "the column stride", pc), ("sP", "a subgroup's region", TILE_KV * pc),
+            ("sP", "MAT_K keys", mc.k * pc)]
 
 
 def matrix_config(spec: AttentionSpec, profile: Profile, config_type):
     """The WgslConfig (config_type) of the family: TILE_Q = SUBGROUPS x M rows, TILE_KV keys, a
     workgroup of SUBGROUPS subgroups. The scalar family's sub-block fields are set so that the
-    shared code (grid, workgroup size) reads them right: threads_per_row x rows = the workgroup's
-    invocations per row of the tile."""
+    shared code (grid, workgroup size) reads them right: threads_per_row = the workgroup's
+    invocations per row of the tile (the softmax's LANES)."""
     mc = choose(profile)
     if mc is None:
         raise Problem(f"matrix=on: profile {profile.name} has no usable subgroup-matrix config", key="target.wgsl")
-    tile_q = SUBGROUPS * mc.m
-    workgroup = SUBGROUPS * mc.max_subgroup_size
+    tile_q = SUBGROUPS[spec.head_dim_qk] * mc.m
+    workgroup = SUBGROUPS[spec.head_dim_qk] * mc.max_subgroup_size
     buffers, smem = layout(spec, mc)
     misaligned = alignment_problems(buffers, matrix_offsets(spec, mc))
     if misaligned:

@@ -83,7 +83,10 @@ def test_matrix_on_plans_the_family_and_check_says_so():
     plan = api.lower(spec_of(), "wgsl", "dawn-vulkan-nvidia")
     c = plan.config
     assert c.matrix == MatrixConfig(16, 16, 16, "f16", "f32", 32, 32)
-    assert (c.tile_q, c.tile_kv, c.workgroup) == (64, 32, 128)
+    assert (c.tile_q, c.tile_kv, c.workgroup) == (64, 32, 128)  # d128: 4 subgroups
+    c64 = api.lower(spec_of(d=64), "wgsl", "dawn-vulkan-nvidia").config
+    assert (c64.tile_q, c64.tile_kv, c64.workgroup) == (128, 32, 256)  # d64: 8 subgroups
+    assert c64.smem_bytes <= 49152
     assert plan.features == ("shader-f16", "subgroups", FEATURE)
     assert plan.smem_bytes <= 49152
     from attngen import backends
@@ -120,7 +123,7 @@ def test_matrix_on_with_the_feature_but_no_usable_config_lists_what_the_profile_
     ({"dtype": "f32"}, "storage f32"),
     ({"d": 256}, "head_dim qk=256 v=256"),
     ({"d": 96}, "head_dim qk=96"),
-    ({"mask": "custom"}, "mask custom"),
+    ({"mask": "k % 3 != 1"}, "mask expr"),
     ({"extra": "schedule split_kv(4)"}, "schedule split_kv"),
     ({"extra": "schedule two_pass"}, "schedule two_pass"),
     ({"extra": "accumulate qk=f16 pv=f32"}, "accumulate f16"),
@@ -190,6 +193,8 @@ GRID = [dict(d=d, mask=mask) for d in (64, 128) for mask in ("none", "causal", "
     dict(d=64, hq=6, hkv=2, mask="none", extra="softcap 50"),  # GQA 3
     dict(d=128, hq=3, hkv=1, mask="causal(bottom_right)"),
     dict(d=64, mask="causal", extra="kv_cache paged(page=16)"),
+    dict(d=64, hq=6, hkv=2, mask="custom"),
+    dict(d=128, mask="custom", extra="softcap 20"),
 ]
 
 
@@ -198,7 +203,7 @@ def test_the_generated_sources_compile_under_tint_on_dawns_null_backend():
     sources = {name: (api.emit_plan(p).source, p.entry) for name, p in plans.items()}
     # the test means something: an offset from local_invocation_index is refused (uniformity)
     src, entry = sources["case1"]
-    bad = src.replace("&sQ, sg * MAT_M", "&sQ, (lid / 32u) * MAT_M", 1)
+    bad = src.replace("(&sS, sb + 0u", "(&sS, (lid / 32u) * TILE_KV * S_COL + 0u", 1)
     assert bad != src
     sources["uniformity"] = (bad, entry)
     result = tint_null(sources)
@@ -223,7 +228,7 @@ def test_the_manifest_lists_the_feature_and_the_config():
 # ---- alignment of workgroup memory (matrix.py's ALIGN rule) ---------------------------------------
 _DECL = re.compile(r"^var<workgroup> (\w+): array<(?:atomic<)?(\w+)>?, (\d+)>;", re.M)
 _CONST = re.compile(r"^const (\w+): u32 = ([\w\s+*()]+);", re.M)
-_LET = re.compile(r"\blet (\w+) = ([\w\s+*()]+);")
+_LET = re.compile(r"\blet (\w+) = ([\w\s+*/%()]+);")
 _CALL = re.compile(r"subgroupMatrix(Load|Store)<[^>]*>\(&(\w+), ")
 _BYTES = {"f16": 2, "f32": 4, "u32": 4, "i32": 4}
 
@@ -249,16 +254,18 @@ def _args(src, at):
 
 
 def _terms(expr, known):
-    """The constant term and the coefficient of each free variable of a linear u32 expression
-    (consts and lets substituted; every other name free)."""
+    """The values of a u32 expression (consts and lets substituted; every other name free) at 0
+    and with each free variable at 1 .. 8."""
     for _ in range(8):  # lets of lets
         expr = re.sub(r"\b[A-Za-z_]\w*\b", lambda m: f"({known[m.group(0)]})" if m.group(0) in known else m.group(0),
                       expr)
     expr = re.sub(r"\b(\d+)u\b", r"\1", expr)
+    expr = expr.replace("/", "//")
     free = sorted(set(re.findall(r"\b[A-Za-z_]\w*\b", expr)))
     at = lambda **v: eval(expr, {"__builtins__": {}}, {n: v.get(n, 0) for n in free})
-    base = at()
-    return [("constant", base)] + [(n, at(**{n: 1}) - base) for n in free]
+    # each free variable at 0 .. 8 with the others 0 (linear terms: its coefficient; also the
+    # values of the few non-linear ones, a subgroup's rows modulo a tile)
+    return [("constant", at())] + [(f"{n}={i}", at(**{n: i})) for n in free for i in range(1, 9)]
 
 
 def misaligned(src):
@@ -278,7 +285,7 @@ def misaligned(src):
         for what, expr in (("offset", args[0]), ("stride", args[-1])):
             for var, coeff in _terms(expr, known):
                 if coeff * size % 16:
-                    bad.append(f"{m.group(1)} on {m.group(2)}: {what} {expr!r}, {var} term {coeff} elements")
+                    bad.append(f"{m.group(1)} on {m.group(2)}: {what} {expr!r} at {var} is {coeff} elements")
     assert calls, "no subgroup-matrix call on workgroup memory found"
     return bad
 
@@ -296,10 +303,10 @@ def test_every_workgroup_variable_and_matrix_offset_is_16_byte_aligned(kw):
 def test_the_planner_refuses_a_config_that_cannot_be_aligned():
     base = get_profile("dawn-vulkan-nvidia", "wgsl")
     odd = base.narrowed(name="odd", features={"subgroup_matrix_configs": [
-        {"m": 4, "n": 4, "k": 4, "component": "f16", "result": "f32", "min_subgroup_size": 32,
+        {"m": 4, "n": 8, "k": 4, "component": "f16", "result": "f32", "min_subgroup_size": 32,
          "max_subgroup_size": 32}]})
     (msg,) = [d.message for d in api.check(spec_of(), "wgsl", odd)]
-    assert "16-byte aligned" in msg and "MAT_K columns on sQ is 4 f16 elements" in msg, msg
+    assert "16-byte aligned" in msg and "MAT_K columns on sK is 4 f16 elements" in msg, msg
     from attngen.backends.wgsl.matrix import alignment_problems, matrix_offsets, layout
     mc = choose(get_profile("dawn-vulkan-nvidia", "wgsl"))
     assert alignment_problems(layout(spec_of(), mc)[0], matrix_offsets(spec_of(), mc)) == []
