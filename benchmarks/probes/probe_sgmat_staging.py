@@ -44,7 +44,7 @@ P_STRIDE = 24    # f16 per column of a subgroup's P (16 rows + 8)
 RESCALE_THRESHOLD = 8.0
 
 
-def kernel_source(d, subgroups, tile, stage, sync, pad, L, H):
+def kernel_source(d, subgroups, tile, stage, sync, pad, L, H, len_mode="const", exp="f32"):
     """The probe's WGSL for head dim d, `subgroups` x 16 query rows, `tile` keys per K/V tile."""
     assert tile % TS == 0 and d % 16 == 0
     tq, wg, ks = subgroups * 16, subgroups * 32, d + pad
@@ -75,8 +75,15 @@ def kernel_source(d, subgroups, tile, stage, sync, pad, L, H):
     else:
         reads = "".join(f"            let x{j} = sS[sb + ({2 * j}u + hh) * S_STRIDE + r] * SCALE_LOG2;\n" for j in range(half))
         mx = "            var mx = x0;\n" + "".join(f"            mx = max(mx, x{j});\n" for j in range(1, half))
-        exps = "".join(f"            let p{j} = exp2(x{j} - m_i);\n            sP[pb + ({2 * j}u + hh) * P_STRIDE + r] = f16(p{j});\n"
-                       for j in range(half))
+        if exp == "f16":  # two exponentials per f16x2 instruction (x - m_i <= 8: no overflow in f16)
+            exps = "".join(f"            let e{j} = exp2(vec2<f16>(vec2<f32>(x{j}, x{j + 1}) - m_i));\n"
+                           f"            let p{j} = f32(e{j}.x);\n            let p{j + 1} = f32(e{j}.y);\n"
+                           f"            sP[pb + ({2 * j}u + hh) * P_STRIDE + r] = e{j}.x;\n"
+                           f"            sP[pb + ({2 * j + 2}u + hh) * P_STRIDE + r] = e{j}.y;\n"
+                           for j in range(0, half, 2))
+        else:
+            exps = "".join(f"            let p{j} = exp2(x{j} - m_i);\n            sP[pb + ({2 * j}u + hh) * P_STRIDE + r] = f16(p{j});\n"
+                           for j in range(half))
         sums = " + ".join(f"p{j}" for j in range(half))
         rescale_body = ""
         for i in range(nq):
@@ -117,7 +124,13 @@ def kernel_source(d, subgroups, tile, stage, sync, pad, L, H):
         # 16 bytes, not 4: every workgroup variable a multiple of 16 bytes, so that no placement by
         # the driver can leave the f16 tiles off the 16-byte alignment matrix loads need
         decls = "var<workgroup> sFlag: array<atomic<u32>, 4>;  // [0]: the last sub-tile in which a row needed acc rescaled\n"
-    return f"""// probe_sgmat_staging.py: d {d}, {subgroups} subgroups, key tile {tile}, stage {stage}, sync {sync}, pad {pad}
+    if len_mode == "uniform":  # the length a run-time value, as attngen's kernels have it
+        len_decl = "@group(0) @binding(4) var<uniform> lens: vec4<u32>;\n"
+        len_let = "    let LEN = lens.x;  // the sequence length, a run-time value\n"
+    else:
+        len_decl = f"const LEN: u32 = {L}u;  // the sequence length, a compile-time constant\n"
+        len_let = ""
+    return f"""// probe_sgmat_staging.py: d {d}, {subgroups} subgroups, key tile {tile}, stage {stage}, sync {sync}, pad {pad}, length {len_mode}, exp2 {exp}
 enable f16;
 enable subgroups;
 enable chromium_experimental_subgroup_matrix;
@@ -130,8 +143,7 @@ alias right_t = subgroup_matrix_right<f16, 16, 16>;
 alias result_t = subgroup_matrix_result<f32, 16, 16>;
 const HEAD_DIM: u32 = {d}u;
 const HEADS: u32 = {H}u;
-const LEN: u32 = {L}u;
-const TILE_Q: u32 = {tq}u;
+{len_decl}const TILE_Q: u32 = {tq}u;
 const TILE_KV: u32 = {tile}u;
 const TS: u32 = {TS}u;
 const KS: u32 = {ks}u;
@@ -155,7 +167,7 @@ var<workgroup> sP: array<f16, {subgroups * TS * P_STRIDE}>;
 @compute @workgroup_size({wg}, 1, 1)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wgid: vec3<u32>,
         @builtin(subgroup_id) sg: u32, @builtin(subgroup_invocation_id) lane: u32) {{
-    let b = wgid.z;
+{len_let}    let b = wgid.z;
     let h = wgid.y;
     let row0 = wgid.x * TILE_Q + sg * 16u;
     let qbase = ((b * LEN + row0) * HEADS + h) * HEAD_DIM;
@@ -212,8 +224,18 @@ def main():
     ap.add_argument("--tiles", default="32,64")
     ap.add_argument("--sync", default="barrier,none")
     ap.add_argument("--pads", default="8", help="halves of padding per K / V row (8,0: both)")
+    ap.add_argument("--len-modes", default="const", help="const (LEN a compile-time constant: the driver may "
+                    "unroll the key loop) and/or uniform (a run-time value, as attngen's kernels)")
+    ap.add_argument("--exps", default="f32", help="softmax's exp2 in f32 and/or f16 (pairs, vec2<f16>)")
+    ap.add_argument("--sg-for-d", default="", help="subgroups per head dim, e.g. 64:8,128:4 (overrides --subgroups)")
+    ap.add_argument("--preset", choices=["c"], help="c: issue 43's third-session questions (d128 L1024's slowness, "
+                    "d64's softmax cost): the family's configs, stages mm and softmax, length const / uniform, "
+                    "exp2 f32 / f16, barrier and none")
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
+    if args.preset == "c":
+        args.stages, args.tiles, args.sync, args.sg_for_d = "mm,softmax", "32", "barrier,none", "64:8,128:4"
+        args.len_modes, args.exps = "const,uniform", "f32,f16"
     ints = lambda s: [int(x) for x in s.split(",") if x]
     if args.null:
         os.environ["WGPU_BACKEND_TYPE"] = "Null"
@@ -233,7 +255,9 @@ def main():
     smem_limit = int(dev.limits["max-compute-workgroup-storage-size"])
     print(f"device {adapter.info.get('device', '?')} ({adapter.info.get('backend_type', '?')}); workgroup storage "
           f"{smem_limit} bytes{'; Null: compile only' if args.null else ''}", flush=True)
-    print(f"{'d':>4} {'L':>5} {'stage':8} {'sg':>3} {'tile':>4} {'sync':8} {'pad':>3} {'smem':>6} {'ms':>8} {'TFLOP/s':>8}  check")
+    print(f"{'d':>4} {'L':>5} {'stage':8} {'sg':>3} {'tile':>4} {'sync':8} {'pad':>3} {'len':7} {'exp':3} {'smem':>6} "
+          f"{'ms':>8} {'TFLOP/s':>8}  check")
+    sg_for_d = {int(a): int(b) for a, b in (x.split(":") for x in args.sg_for_d.split(",") if x)}
     for d in ints(args.dims):
         for L in ints(args.lengths):
             B = TOKENS // L
@@ -244,39 +268,42 @@ def main():
                 usage = wgpu.BufferUsage.STORAGE
                 bufs = [dev.create_buffer_with_data(data=x.tobytes(), usage=usage) for x in (q, k, v)]
                 bufs.append(dev.create_buffer(size=q.nbytes, usage=usage | wgpu.BufferUsage.COPY_SRC))
+                lens = dev.create_buffer_with_data(data=np.array([L, 0, 0, 0], np.uint32).tobytes(),
+                                                   usage=wgpu.BufferUsage.UNIFORM)
                 ref = attention_ref(q[0, :, 0], k[0, :, 0], v[0, :, 0], d)
             flops = 4.0 * B * HEADS * L * L * d
-            for stage in args.stages.split(","):
-                for sg in ints(args.subgroups):
-                    for tile in ints(args.tiles):
-                        for sync in args.sync.split(","):
-                            for pad in ints(args.pads):
-                                smem = smem_bytes(d, sg, tile, pad, stage, sync)
-                                head = f"{d:4d} {L:5d} {stage:8} {sg:3d} {tile:4d} {sync:8} {pad:3d} {smem:6d}"
-                                if smem > smem_limit and not args.null:
-                                    print(f"{head} {'':>8} {'':>8}  skip: over the {smem_limit} bytes of workgroup storage")
-                                    continue
-                                src = kernel_source(d, sg, tile, stage, sync, pad, L, HEADS)
-                                try:
-                                    module = dev.create_shader_module(code=src)
-                                    pipe = dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
-                                except Exception as e:
-                                    msg = str(e).strip().splitlines()[0]
-                                    if args.null and ("maxSubgroupSize" in msg or "workgroup storage" in msg):
-                                        print(f"{head}  compiled")
-                                    else:
-                                        print(f"{head}  ERROR {msg[:300]}")
-                                    continue
-                                if args.null:
-                                    print(f"{head}  compiled")
-                                    continue
-                                print(head + " " + run(dev, wgpu, pipe, bufs, (L // (sg * 16), HEADS, B), flops, args.repeat,
-                                                       ref if stage == "softmax" else None, q.shape), flush=True)
+            variants = [(stage, sg, tile, sync, pad, lm, ex)
+                        for stage in args.stages.split(",") for sg in ([sg_for_d[d]] if d in sg_for_d else ints(args.subgroups))
+                        for tile in ints(args.tiles) for sync in args.sync.split(",") for pad in ints(args.pads)
+                        for lm in args.len_modes.split(",") for ex in (args.exps.split(",") if stage == "softmax" else ["f32"])]
+            for stage, sg, tile, sync, pad, lm, ex in variants:
+                smem = smem_bytes(d, sg, tile, pad, stage, sync)
+                head = f"{d:4d} {L:5d} {stage:8} {sg:3d} {tile:4d} {sync:8} {pad:3d} {lm:7} {ex:3} {smem:6d}"
+                if smem > smem_limit and not args.null:
+                    print(f"{head} {'':>8} {'':>8}  skip: over the {smem_limit} bytes of workgroup storage")
+                    continue
+                src = kernel_source(d, sg, tile, stage, sync, pad, L, HEADS, lm, ex)
+                try:
+                    module = dev.create_shader_module(code=src)
+                    pipe = dev.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+                except Exception as e:
+                    msg = str(e).strip().splitlines()[0]
+                    if args.null and ("maxSubgroupSize" in msg or "workgroup storage" in msg):
+                        print(f"{head}  compiled")
+                    else:
+                        print(f"{head}  ERROR {msg[:300]}")
+                    continue
+                if args.null:
+                    print(f"{head}  compiled")
+                    continue
+                print(head + " " + run(dev, wgpu, pipe, bufs + ([lens] if lm == "uniform" else []), (L // (sg * 16), HEADS, B),
+                                       flops, args.repeat, ref if stage == "softmax" else None, q.shape), flush=True)
 
 
 def run(dev, wgpu, pipe, bufs, grid, flops, repeat, ref, shape):
     group = dev.create_bind_group(layout=pipe.get_bind_group_layout(0),
                                   entries=[{"binding": i, "resource": {"buffer": b}} for i, b in enumerate(bufs)])
+    # (the reference checks out: bufs[3])
     timed = "timestamp-query" in dev.features
 
     def submit(n):
