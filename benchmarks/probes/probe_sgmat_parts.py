@@ -708,8 +708,9 @@ def main():
     ap.add_argument("--variants", default=",".join(VARIANTS), help="device variants (f): " + ", ".join(VARIANTS))
     ap.add_argument("--forms", default="template,bool", help="subgroupMatrixLoad call forms (f): template, bool")
     ap.add_argument("--no-kernel", action="store_true", help="skip g (the attngen kernel)")
-    ap.add_argument("--fixes", default="aligned,named,aligned+named",
-                    help="g: candidate fixes (" + ", ".join(FIXES) + "; a+b for both) run on the first variant")
+    ap.add_argument("--fixes", default="",
+                    help="g: candidate fixes (" + ", ".join(FIXES) + "; a+b for both) run on the first variant; "
+                         "they rewrite the first version's source (both are in the template since: none by default)")
     args = ap.parse_args()
     args.variants = [v for v in args.variants.split(",") if v]
     args.fixes = [f for f in args.fixes.split(",") if f]
