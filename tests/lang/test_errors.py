@@ -456,7 +456,7 @@ def test_one_setting_per_line():
     ("kv_cache paged(16)", "unexpected '16' for 'kv_cache'"),
     ("head_dim qk=64", "'head_dim' needs v="),
     ("heads kv=8", "'heads' needs q="),
-    ("target wgsl { warps=4 }", "unknown option 'warps' for 'target' (expected workgroup, subgroups, f16, prefetch, decode)"),
+    ("target wgsl { warps=4 }", "unknown option 'warps' for 'target' (expected workgroup, subgroups, f16, prefetch, decode, matrix)"),
     ("target metal", "unknown target 'metal' (expected cuda, wgsl)"),
     ("target wgsl { subgroups=maybe }", "unknown subgroups mode 'maybe' (expected auto, on, off)"),
 ])

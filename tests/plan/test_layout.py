@@ -213,7 +213,8 @@ TARGET_ONLY = {
              "backward_launch",  # the backward's launches: cubin, functions, arguments, run_backward
              "expr_bits"},  # index-only mask expressions run on bits: the builder + mask custom (issue 42)
     "wgsl": {"blockmask", "manifest", "unroll",
-             "decode"},  # the decode kernel: which specs it serves, its shape, its template's values
+             "decode",  # the decode kernel: which specs it serves, its shape, its template's values
+             "matrix"},  # the subgroup-matrix family (issue 43): configs from the profile, its rules and tiles
 }
 
 

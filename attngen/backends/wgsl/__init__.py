@@ -36,6 +36,9 @@ class WgslBackend(Backend):
         # the kernel whose tiles the sweep would set (the decode kernel has none), so a spec that sets it is not tuned
         Option("decode", "choice", choices=("auto", "on", "off"), what="decode kernel", usage="auto|on|off",
                tiling=True, printed_at_auto=False),
+        # the kernel family on subgroup matrices (matrix.py); auto = off until measured on a GPU
+        Option("matrix", "choice", choices=("auto", "on", "off"), what="subgroup-matrix mode", usage="auto|on|off",
+               printed_at_auto=False),
     ), language="WGSL")
     default_profile = "webgpu-core"
     torch_devices = ("cpu",)  # host tensors, through numpy arrays
@@ -126,12 +129,22 @@ class WgslBackend(Backend):
         if spec.options(self.name).get("subgroups") == "on" and not profile.may_use_feature("subgroups"):
             problems.append(Problem("subgroups=on, but this profile has no subgroups feature", key="target.wgsl",
                                     hint="use subgroups=auto or off"))
-        return problems
+        from .matrix import problems as matrix_problems
+        return problems + matrix_problems(spec, profile, storage)
 
     def describe(self, plan):
         c = plan.config
         if c.decode is not None:
             return self._describe_decode(plan)
+        if c.matrix is not None:
+            return [
+                plan.summary(),
+                f"subgroup matrix {c.matrix.summary} (of the profile's configs): Q K^T and P V on subgroup "
+                f"matrices, the online softmax in scalar code over S in workgroup memory, two invocations per row",
+                f"workgroup memory: {plan.smem_bytes} bytes ({c.smem_summary})",
+                f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
+                f"features: {', '.join(plan.features) or 'none'}",
+            ]
         return [
             plan.summary(),
             f"register tiling: {c.sub_block} ({c.workgroup} invocations: {c.row_groups} row groups x "

@@ -66,6 +66,8 @@ class WgslConfig:
     # the decode kernel's shape where it serves the spec (decode.py; templates/wgsl/decode.wgsl.j2), else
     # None: the register-tiled kernel. Its tile_q is the decode rows, tile_kv its keys per step.
     decode: object = None
+    # the subgroup-matrix family's config (matrix.py, kernel_sgmat.wgsl.j2); None: the scalar family
+    matrix: object = None
 
     def items(self, rows: int, cols: int) -> int:
         """vec4 items of a rows x cols tile each invocation copies (all copy together)."""
@@ -155,6 +157,11 @@ class WgslConfig:
         """One line a person reads in `attngen check` and in source headers."""
         if self.decode is not None:
             return self.decode.summary() + (", f16 packed in u32 words" if self.f16_packed else "")
+        if self.matrix is not None:
+            m = self.matrix
+            return (f"tile q={self.tile_q} kv={self.tile_kv}, subgroup matrix {m.m}x{m.n}x{m.k} f16 -> f32: "
+                    f"workgroup {self.workgroup} ({self.workgroup // m.max_subgroup_size} subgroups of "
+                    f"{m.max_subgroup_size}, each {m.m} rows of Q), S and P through workgroup memory")
         how = {"subgroup": "row max and sum over subgroup shuffles",
                "workgroup": "row max and sum through workgroup memory",
                "none": "whole rows per invocation"}[self.reduction]
@@ -336,6 +343,9 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
     whole head dims first (Q resident) then chunks of tile d columns (the spec's d as given,
     else the widest that fits), rows padded first, then unpadded.
     """
+    from . import matrix
+    if matrix.mode(spec) == "on":  # the checker refused what the family does not take
+        return matrix.matrix_config(spec, profile, WgslConfig)
     row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v), dtype=spec.dtype,
                               schedule="split" if spec.schedule.is_split else "fused")
     max_inv = profile.limit("invocations_per_workgroup")

@@ -19,7 +19,10 @@ unavailable and kernels use the workgroup-memory reduction instead (the kernel's
 Kernels are compiled by the runtime's compiler whatever profile they are planned for, so the
 runtime plans with its dialect: wgpu-py's naga rejects `enable subgroups;`, Dawn's Tint
 (ATTNGEN_WGPU=wgpudawn) requires it; a named profile whose dialect differs is renamed
-NAME@wgpu / NAME@dawn so that its source is not mistaken for the other one.
+NAME@wgpu / NAME@dawn so that its source is not mistaken for the other one. On Dawn the
+runtime sets the toggles of DAWN_TOGGLES before its first adapter (shader-f16 on NVIDIA's Vulkan,
+the experimental subgroup-matrix feature), and the adapter's profile lists its subgroup-matrix
+configs (matrix.py); a profile's [match] may name the runtime (`runtime = "wgpudawn"`).
 
 Software adapters. Mesa's llvmpipe (lavapipe) silently ends all loops of a shader after 65535
 iterations in total, which rows with very many keys exceed; on that adapter every launch is
@@ -48,6 +51,7 @@ import numpy as np
 
 from ...errors import LaunchError
 from ...plan.profiles import Profile
+from .matrix import FEATURE as MATRIX_FEATURE
 
 # The WebGPU implementation the runtime drives, chosen by $ATTNGEN_WGPU: "wgpu" (wgpu-py: naga
 # compiles the WGSL; the default) or "wgpudawn" (Dawn, the WebGPU of Chrome: Tint compiles it,
@@ -83,7 +87,8 @@ DTYPE_BYTES = {"f16": 2, "f32": 4}
 TENSOR_DTYPES = {**NP_DTYPES, "uint8": np.uint8, "int8": np.int8}
 # WebGPU feature names in plans and manifests -> the runtime's names for them (wgpu-py 0.32 says
 # "subgroup", Dawn "subgroups").
-WGPU_FEATURE = {"shader-f16": "shader-f16", "subgroups": "subgroups" if DAWN else "subgroup"}
+WGPU_FEATURE = {"shader-f16": "shader-f16", "subgroups": "subgroups" if DAWN else "subgroup",
+                MATRIX_FEATURE: MATRIX_FEATURE}
 _SUBGROUP = WGPU_FEATURE["subgroups"]
 # Profile limits <- the device limits they are read from (several: the smallest).
 _LIMITS = {
@@ -207,19 +212,47 @@ def quiet_wayland() -> None:
     atexit.register(shutil.rmtree, path, True)
 
 
+# Dawn's toggles the runtime sets before its first adapter (wgpudawn only): `allow_unsafe_apis`
+# exposes the experimental `chromium-experimental-subgroup-matrix` feature, and
+# `vulkan_enable_f16_on_nvidia` shader-f16 on NVIDIA's Vulkan driver, which Dawn hides by default
+# (with it, the H100 offers f16 subgroup matrices: targets/dawn-vulkan-nvidia.toml). On other
+# adapters the f16 toggle changes nothing.
+DAWN_TOGGLES = ("allow_unsafe_apis", "vulkan_enable_f16_on_nvidia")
+
+
+def dawn_toggles() -> str | None:
+    """Set DAWN_TOGGLES on wgpudawn's instance; None, or why they could not be set (an instance
+    created before this process's first device: the adapter then keeps Dawn's defaults)."""
+    try:
+        from wgpudawn.backends.dawn import extras
+        extras.set_instance_extras(enable_toggles=list(DAWN_TOGGLES))
+    except Exception as e:  # an instance already made by the caller, or another wgpudawn
+        return f"Dawn's toggles {', '.join(DAWN_TOGGLES)} were not set ({type(e).__name__}: {e})"
+    return None
+
+
 class _DeviceState:
     def __init__(self):
         if wgpu is None:
             raise LaunchError(_missing_runtime())
         quiet_wayland()
+        problem = dawn_toggles() if DAWN else None
+        if problem:
+            import warnings
+            warnings.warn(problem, RuntimeWarning, stacklevel=3)
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         if adapter is None:
             raise LaunchError("no WebGPU adapter found (on a machine without a GPU, install a software "
                               "Vulkan driver such as Mesa's lavapipe)")
         self.adapter = adapter
         self.info = dict(adapter.info)
-        # timestamp-query: GPU time of the dispatches (launch.gpu_timer), where the adapter has it
+        # the subgroup-matrix configs of a Dawn adapter (matrix.py; [] elsewhere)
+        self.matrix_configs = self._matrix_configs(adapter)
+        # timestamp-query: GPU time of the dispatches (launch.gpu_timer), where the adapter has it;
+        # subgroup matrices where the adapter has configs for them
         wanted = [f for f in ("shader-f16", _SUBGROUP, "timestamp-query") if f in adapter.features]
+        if self.matrix_configs:
+            wanted.append(MATRIX_FEATURE)
         limits = {name: adapter.limits[name] for name in _RAISED_LIMITS if name in adapter.limits}
         self.device = adapter.request_device_sync(required_features=wanted, required_limits=limits)
         self.features = set(self.device.features)
@@ -232,6 +265,16 @@ class _DeviceState:
         self.loop_budget = LLVMPIPE_LOOP_BUDGET if "llvmpipe" in who else None
         if _SUBGROUP in self.features:
             self._probe_subgroups()
+
+    @staticmethod
+    def _matrix_configs(adapter) -> list:
+        """The adapter's subgroup-matrix configs as profile entries (matrix.from_adapter); [] where
+        the runtime is not Dawn or the adapter lacks the feature."""
+        if not DAWN or MATRIX_FEATURE not in adapter.features:
+            return []
+        from wgpudawn.backends.dawn import extras
+        from .matrix import from_adapter
+        return from_adapter(extras.get_adapter_properties(adapter).get("subgroup_matrix_configs") or [])
 
     def _probe_subgroups(self) -> None:
         """Check once that subgroups are what the kernels assume; else do not use them."""
@@ -299,7 +342,9 @@ def device():
     return device_state().device
 
 
-def _matches(profile: Profile, info: dict) -> bool:
+def _matches(profile: Profile, info: dict, runtime: str = RUNTIME) -> bool:
+    """Whether the adapter (its info, and `runtime`: the runtime's name) has every [match] value."""
+    info = {**info, "runtime": runtime}
     match = profile.section("match")
     if not match:
         return False
@@ -400,6 +445,9 @@ def adapter_profile(backend) -> Profile:
     if st.has_subgroups:
         guaranteed.append("subgroups")
     features = {"guaranteed": guaranteed, "optional": []}
+    if MATRIX_FEATURE in st.features and st.has_subgroups:
+        guaranteed.append(MATRIX_FEATURE)
+        features["subgroup_matrix_configs"] = st.matrix_configs  # the adapter's own, not the profile's
     rng = subgroup_range((st.subgroup_min, st.subgroup_max),
                          (base.features.get("subgroup_min_size"), base.features.get("subgroup_max_size")),
                          bool(matching), st.subgroup_seen)

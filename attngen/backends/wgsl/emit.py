@@ -211,12 +211,16 @@ def render_source(plan: KernelPlan) -> str:
         return unroll_loops(source) if plan.details.unroll_sub_block else source
     sizes = {b.name: b.rows * b.cols for b in c.buffers}
     layout = layout_lines(plan, "Workgroup memory")
-    layout.append(f"Register tiling: {c.sub_block}" + ("; its loops unrolled (the profile's dialect)."
-                                                       if plan.details.unroll_sub_block else "."))
+    if c.matrix is not None:
+        layout.append(f"Subgroup matrices: {c.matrix.summary} (of the profile's configs); acc in registers as "
+                      "result matrices, rescaled lazily (section config).")
+    else:
+        layout.append(f"Register tiling: {c.sub_block}" + ("; its loops unrolled (the profile's dialect)."
+                                                           if plan.details.unroll_sub_block else "."))
     if c.chunked:
         layout.append(f"Head dim: {c.chunk_summary}.")
     source = render(
-        "wgsl/kernel.wgsl.j2",
+        "wgsl/kernel_sgmat.wgsl.j2" if c.matrix is not None else "wgsl/kernel.wgsl.j2",
         header=comment_block(header_lines(plan, layout)),
         directives=list(plan.details.directives),
         c=c,
@@ -257,7 +261,7 @@ def render_source(plan: KernelPlan) -> str:
     # the loops over each invocation's rows, keys and column groups, unrolled where the profile's
     # dialect asks for it (unroll.py: a driver that keeps them as loops keeps acc, s and part in
     # memory, not registers; SwiftShader's compiler takes 20x longer on the unrolled form)
-    if plan.details.unroll_sub_block:
+    if plan.details.unroll_sub_block and c.matrix is None:
         source = unroll_loops(source)
     return source
 
@@ -390,6 +394,9 @@ def render_manifest(plan: KernelPlan) -> dict:
         "head_dim_chunks": {"tile_d": c.tile_d, "from_spec": c.tile_d_given, "v_blocks": c.v_blocks,
                             "note": c.chunk_summary},
         "features": list(plan.features),
+        **({"subgroup_matrix": {**vars(c.matrix), "note": "the subgroup-matrix config the kernel uses: the "
+                                "adapter must list it (Dawn: AdapterPropertiesSubgroupMatrixConfigs) and "
+                                "run subgroups of exactly this size"}} if c.matrix is not None else {}),
         **({"f16_storage": "packed" if plan.details.f16_packed else "native"} if plan.dtype == "f16" else {}),
         "bindings": _binding_manifest(plan),
         "entry_points": wgsl_layout.entry_points(plan),

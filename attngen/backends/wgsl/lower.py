@@ -279,6 +279,10 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
         features.append("subgroups")
         if profile.section("dialect").get("subgroups_directive", False):
             directives.append("subgroups")
+    if cfg.matrix is not None:  # the subgroup-matrix family (matrix.py)
+        from .matrix import DIRECTIVE, FEATURE
+        features.append(FEATURE)
+        directives.append(DIRECTIVE)
     return Lowered(
         threads=cfg.workgroup,
         grid=grids(spec, cfg.tile_q, cfg.v_blocks)["main"],
