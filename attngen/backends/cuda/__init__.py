@@ -66,6 +66,11 @@ class CudaBackend(Backend):
         return [Problem(f"mask_expr={given} chooses how an index-only mask expression runs; this spec's mask is "
                         f"{what}", key="target.cuda", hint="leave mask_expr out (auto)")]
 
+    def fp8_problems(self, spec, profile):
+        """FP8 prefill (fp8.py): profiles with FP8 wgmma, and what it does not build yet, refused by name."""
+        from .fp8 import fp8_problems
+        return fp8_problems(spec, profile)
+
     def torch_tags(self, torch, reads_host: bool) -> tuple:
         """cudagraph_unsafe where the call reads the host: torch.compile's CUDA graphs
         (mode="reduce-overhead") then run the operator outside the graph."""
