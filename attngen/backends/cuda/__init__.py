@@ -91,7 +91,8 @@ class CudaBackend(Backend):
             else f"arch: {plan.details.arch} or newer",
         ] + ([c.varlen_summary] if c.varlen is not None else []) + _family_lines(c) + (
             [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else []) + (
-            [_combine_line(plan)] if plan.spec.schedule.is_split else []) + self.expression_path(plan)
+            [_combine_line(plan)] if plan.spec.schedule.is_split else []) + self.expression_path(plan) + (
+            __import__(f"{__name__}.fp8", fromlist=["describe"]).describe(plan) if c.fp8 else [])
 
     def helper_sources(self, plan):
         """The backward pass's source (`attngen build --emit backward`; backward.py), for specs that
@@ -201,6 +202,9 @@ class CudaBackend(Backend):
         if reads_inputs(spec) and not inputs_read(spec.score):
             from .expr_blockmask import MaskInputsKernel
             return MaskInputsKernel(spec, compile_kernel(self, custom_spec(spec), profile))
+        if spec.is_fp8:  # FP8 prefill: the descales at the call (fp8_call.py)
+            from .fp8_call import Fp8Kernel
+            return compile_kernel(self, spec, profile, cls=Fp8Kernel)
         kernel = compile_kernel(self, spec, profile)
         if _bits_path(spec):
             from .expr_bits import MaskBitsKernel, bits_spec

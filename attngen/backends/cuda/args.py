@@ -189,6 +189,8 @@ def launches(plan, launch: Launch, mask_kind: str | None = None) -> list:
     first = sum(e.before for e in plan.entries)  # (FP8's preparation of V runs before the attention)
     for name, params, grid, threads, smem in entries[:first] + [main] + entries[first:]:
         g = evaluate_all(grid, **sizes)
+        if 0 in g:  # a grid of no blocks does nothing (FP8's _prepare_v without keys); CUDA refuses it
+            continue
         if g[1] > MAX_GRID_YZ or g[2] > MAX_GRID_YZ:
             raise LaunchError(f"{name}'s grid {g} exceeds {MAX_GRID_YZ} blocks along y or z")
         if g[0] > MAX_GRID_X:

@@ -190,6 +190,14 @@ def vt_map_doc() -> str:
             "bytes, out-of-bounds fill zeros")
 
 
+def describe(plan) -> list:
+    """`attngen check`'s lines of an FP8 plan."""
+    return [f"FP8: entry point {plan.entry}_prepare_v runs first (grid (ceil(Lk / {TILE_KV}), Hkv, B) x {PREPARE_THREADS} "
+            "threads): V^T into the vt workspace, key slots permuted within 32-key blocks, non-finite values zeroed "
+            "and their keys in vt_bad, the descales checked; the call passes q_descale, k_descale, v_descale "
+            f"(float32 (B, Hkv), 1 where not given); P in e4m3 as exp2(t - m + {P_OFFSET:g}); output {plan.out_dtype}"]
+
+
 def prepare_entry(spec: AttentionSpec, entry: str, p, strides, errors_param):
     """The entry point launched before the attention (lower.Entry with before=True): V^T, its bad
     keys, and the descales' check."""
@@ -203,7 +211,10 @@ def prepare_entry(spec: AttentionSpec, entry: str, p, strides, errors_param):
               p("vt_bad", "tensor", bad.dtype, bad.shape, "write", doc="workspace: the keys of v that held an inf "
                                                                       "or NaN, bit j % 32 of word j / 32"),
               *descale_params(p),
-              p("len_k", "scalar", "i32", doc="Lk"), errors_param]
+              p("len_k", "scalar", "i32", doc="Lk"),
+              p(errors_param.name, errors_param.kind, errors_param.dtype, errors_param.shape, errors_param.access,
+                errors_param.optional, doc="error flags: a bad descale's flat index + 1 in word 5 (q_descale), 6 "
+                                          "(k_descale) or 7 (v_descale) (null: not reported)")]
     doc = ("before the attention: writes V^T of every (sequence, KV head) into vt, key slots permuted within 32-key "
            "blocks, its non-finite values zeroed and their keys in vt_bad; checks every descale (finite, > 0); one "
            f"block per {TILE_KV} keys of a (sequence, KV head)")
