@@ -257,6 +257,12 @@ class CudaBackend(Backend):
                 options = {**options, inp.name: torch.from_numpy(options[inp.name]).cuda().to(torch.bfloat16)}
             else:
                 options = {**options, inp.name: cupy.asarray(options[inp.name])}
+        if spec.is_fp8:  # torch float8 tensors of the bytes, the descales on the GPU (fp8_call.py)
+            import torch
+            from ...runtime.fp8 import DESCALES, TORCH_FP8
+            fp8 = getattr(torch, TORCH_FP8[spec.dtype])
+            options = {**options, **{n: torch.from_numpy(options[n]).cuda() for n in DESCALES if n in options}}
+            return tuple(torch.from_numpy(a).cuda().view(fp8) for a in host), options
         if spec.dtype == "bf16":
             try:
                 import torch

@@ -50,6 +50,9 @@ class Fp8Kernel(CudaKernel):
             if name not in _NOT_BUILT:
                 raise LaunchError(f"{self._who}: unexpected argument {name}= (an FP8 kernel takes q, k, v, q_descale, "
                                   "k_descale, v_descale, mask, return_lse, out, check)")
+        if self.plan.out_dtype == "bf16" and type(q).__module__.split(".")[0] != "torch":
+            raise LaunchError(f"{self._who}: its output is bf16, which the cuda target makes with PyTorch; these inputs "
+                              "are not PyTorch tensors (build with `dtype e4m3 out=f16` for CuPy arrays)")
         if mask is not None and (mask.kind if isinstance(mask, BlockMask) else mask_kind(mask.dtype)) != "bool":
             raise LaunchError(f"{self._who}: an additive mask is not built for FP8 yet: pass a boolean mask "
                               "(True = attend)")
@@ -58,6 +61,10 @@ class Fp8Kernel(CudaKernel):
         return self._call(q, k, v, mask, out, return_lse, None, None, check,
                           {"kv_lens": None, "cu_seqlens_q": None, "cu_seqlens_k": None, "block_table": None},
                           None, None, descales)[0]
+
+    def torch_operator(self, name: str | None = None):
+        raise LaunchError(f"{self._who}: FP8 kernels have no PyTorch operator yet (its schema has no descales and "
+                          "its outputs follow q's dtype): call the kernel itself")
 
     def prepared(self, q, k, v, **options):
         """CudaKernel.prepared with the descales (1 where not given)."""
