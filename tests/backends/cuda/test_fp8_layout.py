@@ -142,3 +142,89 @@ def test_the_non_finite_bytes_are_found_and_zeroed(dtype, bits, step):
         bad = [not finite[x] for x in b]
         assert found == any(bad)
         assert [(cleaned >> (8 * i)) & 0xFF for i in range(4)] == [0 if bad[i] else int(b[i]) for i in range(4)]
+
+
+# -- the _prepare_v entry itself, compiled with g++ and run on the CPU (one std::thread per CUDA thread) --
+
+_SHIM = r'''
+#include <cstring>
+#include <thread>
+#include <barrier>
+#include <vector>
+struct dim3_ { unsigned x, y, z; };
+thread_local dim3_ threadIdx, blockIdx, gridDim;
+static std::barrier<>* g_bar;
+#define __device__
+#define __forceinline__ inline
+#define __global__
+#define __constant__
+#define __launch_bounds__(x)
+#define __align__(n) __attribute__((aligned(n)))
+#define __shared__ static  // (one block at a time: a function's statics are its shared memory)
+#define __syncthreads() g_bar->arrive_and_wait()
+struct uint4 { unsigned x, y, z, w; };
+inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+typedef unsigned short elem_t;
+'''
+_RUN = r'''
+extern "C" void run(const unsigned char* v, long long sb, long long sl, long long sh, unsigned char* vt,
+                    unsigned* vt_bad, const float* qd, const float* kd, const float* vd, int len_k, int* errors,
+                    int gx, int gy, int gz) {
+    for (int bz = 0; bz < gz; ++bz) for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {
+        std::barrier<> bar(kPrepareThreads);
+        g_bar = &bar;
+        std::vector<std::thread> threads;
+        for (int t = 0; t < kPrepareThreads; ++t) threads.emplace_back([&, t] {
+            threadIdx = {(unsigned)t, 0, 0};
+            blockIdx = {(unsigned)bx, (unsigned)by, (unsigned)bz};
+            gridDim = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
+            ENTRY(reinterpret_cast<const elem_t*>(v), sb, sl, sh, vt, vt_bad, qd, kd, vd, len_k, errors);
+        });
+        for (auto& th : threads) th.join();
+    }
+}
+'''
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="no g++ to compile the emulation")
+@pytest.mark.parametrize("dtype, lk, d", [("e4m3", 300, 64), ("e5m2", 128, 32), ("e4m3", 1, 128)])
+def test_the_prepare_v_kernel_on_the_cpu(dtype, lk, d, tmp_path):
+    """The generated _prepare_v entry (templates/cuda/fp8_prepare.j2) on strided FP8 bytes: V^T with
+    the key slots permuted, zeros past Lk and where v held an inf or NaN, those keys' bits, and a bad
+    descale reported at its flat index + 1."""
+    import ctypes
+
+    import attngen
+    from attngen.api import emit_plan
+    from backward_helpers import gxx_library
+    spec = attngen.parse(f"attention p {{\n head_dim {d}\n dtype {dtype}\n}}\n")[0]
+    plan = attngen.lower(spec, "cuda", "cuda-sm90")
+    source = emit_plan(plan).source
+    prepare = source[source.index("// ---- section: prepare V (FP8)"):]
+    lib = gxx_library(_SHIM + f"constexpr int kBlockKV = {TILE_KV}; constexpr int kHeadDimV = {d};\n" + prepare
+                      + _RUN.replace("ENTRY", f"{plan.entry}_prepare_v"), str(tmp_path))
+    b, h = 2, 3
+    rng = np.random.default_rng(lk)
+    base = rng.integers(0, 256, (b, lk, h + 1, d), dtype=np.uint8)  # a strided view: every other head skipped
+    v = base[:, :, 1:]
+    nonfinite = ~np.isfinite(decode_fp8(v, dtype))
+    slots = padded_keys(lk)
+    vt = np.full((b, h, d, slots), 0xAB, np.uint8)  # (not yet written: 0xAB)
+    bad = np.full((b, h, slots // 32), 0xDEADBEEF, np.uint32)
+    qd, kd, vd = (np.ones((b, h), np.float32) for _ in range(3))
+    kd[1, 2] = np.nan
+    errors = np.zeros(8, np.int32)
+    ptr = lambda a: ctypes.c_void_p(a.ctypes.data)  # noqa: E731
+    lib.run(ptr(base[:, :, 1:]), ctypes.c_longlong(lk * (h + 1) * d), ctypes.c_longlong((h + 1) * d),
+            ctypes.c_longlong(d), ptr(vt), ptr(bad), ptr(qd), ptr(kd), ptr(vd), ctypes.c_int(lk), ptr(errors),
+            slots // TILE_KV, h, b)
+    want = np.zeros((b, h, d, slots), np.uint8)
+    for bi, hi in itertools.product(range(b), range(h)):
+        want[bi, hi] = _prepare_v(np.where(nonfinite[bi, :, hi], 0, v[bi, :, hi]))
+    np.testing.assert_array_equal(vt, want)
+    keys = np.zeros((b, h, slots), bool)
+    keys[:, :, :lk] = nonfinite.any(axis=-1).transpose(0, 2, 1)
+    want_bits = np.packbits(keys.reshape(b, h, -1, 32), axis=-1, bitorder="little").view("<u4")[..., 0]
+    np.testing.assert_array_equal(bad, want_bits)
+    assert errors.tolist() == [0, 0, 0, 0, 0, 0, 1 * h + 2 + 1, 0]  # k_descale[1, 2]: flat index 5, + 1
