@@ -145,3 +145,27 @@ def test_it_compiles_for_sm_90a(case):
     assert spills.get("attngen_f_prepare_v") == 0
     if "d256" not in case:  # (d256: a few spilled bytes, and its products serialised: docs/cuda-variants.md)
         assert spills.get("attngen_f") == 0, log
+
+
+def test_fp8_hgmma_in_the_hot_loop():
+    """The attention entry's loop runs FP8 warpgroup products (SASS QGMMA.64x128x32.F32.E4M3.E4M3, both
+    products) and no mma.sync; _prepare_v has no tensor-core instruction."""
+    import os
+    import subprocess
+    import tempfile
+    from test_sass import NVDISASM, loops
+    if NVDISASM is None or not nvrtc.available():
+        pytest.skip("needs NVRTC and nvdisasm (pip install -e '.[test]')")
+    plan = attngen.lower(fp8("mask causal"), "cuda", "cuda-sm90")
+    cubin, _ = nvrtc_compile(emit_plan(plan).source, "sm_90a")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        sass = subprocess.run([NVDISASM, "-c", path], capture_output=True, text=True, timeout=300, check=True).stdout
+    found = loops(sass)
+    body = sass.split(".text.attngen_f:", 1)[1].split(".section", 1)[0]
+    assert "HMMA" not in body
+    hot = {line.split()[1] for loop in found["attngen_f"] for line in loop if "GMMA" in line}
+    assert hot == {"QGMMA.64x128x32.F32.E4M3.E4M3"}, hot
+    assert "GMMA" not in sass.split(".text.attngen_f_prepare_v:", 1)[1].split(".section", 1)[0]
