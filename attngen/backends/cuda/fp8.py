@@ -195,7 +195,8 @@ def describe(plan) -> list:
     return [f"FP8: entry point {plan.entry}_prepare_v runs first (grid (ceil(Lk / {TILE_KV}), Hkv, B) x {PREPARE_THREADS} "
             "threads): V^T into the vt workspace, key slots permuted within 32-key blocks, non-finite values zeroed "
             "and their keys in vt_bad, the descales checked; the call passes q_descale, k_descale, v_descale "
-            f"(float32 (B, Hkv), 1 where not given); P in e4m3 as exp2(t - m + {P_OFFSET:g}); output {plan.out_dtype}"]
+            f"(float32 (B, Hkv), 1 where not given); P in e4m3 as exp2(t - m + {P_OFFSET:g}); output {plan.out_dtype}; "
+            "padded batches only (kv_lens, cu_seqlens, block tables and appends are refused at the call)"]
 
 
 def prepare_entry(spec: AttentionSpec, entry: str, p, strides, errors_param):
