@@ -117,6 +117,9 @@ def _attend(spec, q, k, v, visible, bias, env=None):
             o = np.einsum("gij,jd->igd", w, v_clean)
             for j in poisoned:  # only the rows that see key j take its non-finite values
                 wj = w[:, :, j][..., None]
+                if spec.is_fp8:  # FP8: every column of such a row (docs/language.md, "FP8 prefill")
+                    o += np.transpose(np.where(wj != 0, np.nan, 0.0) * np.ones(v.shape[1]), (1, 0, 2))
+                    continue
                 o += np.transpose(np.where(wj != 0, wj * np.where(finite_v[j], 0.0, v[j]), 0.0), (1, 0, 2))
         out[r0:r1] = o
         with np.errstate(divide="ignore", invalid="ignore"):
