@@ -129,11 +129,12 @@ def test_causal_alignment_misspelt():
 @pytest.mark.parametrize("dtype, hint", [
     ("fp16", "f16"), ("half", "f16"), ("float16", "f16"), ("F16", "f16"), ("f61", "f16"),
     ("bfloat16", "bf16"), ("bf61", "bf16"), ("fp32", "f32"), ("float", "f32"), ("float32", "f32"),
+    ("fp8", "e4m3"), ("float8_e4m3fn", "e4m3"), ("fp8_e5m2", "e5m2"), ("e4m4", "e4m3"),
 ])
 def test_dtype_aliases_are_errors_with_the_right_name(dtype, hint):
     err = error_of(block(f"head_dim 64\ndtype {dtype}"))
     (d,) = err.diagnostics
-    assert d.message == f"unknown dtype '{dtype}' (expected f16, bf16, f32)"
+    assert d.message == f"unknown dtype '{dtype}' (expected f16, bf16, f32, e4m3, e5m2)"
     assert d.hint == f"did you mean '{hint}'?"
     assert (d.span.line, d.span.column) == (3, 7)
 

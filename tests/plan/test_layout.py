@@ -211,7 +211,9 @@ TARGET_ONLY = {
              "backward",  # the backward pass (issue 41): tiles, source, description, launches
              "backward_mma",  # the backward's mma.sync family (sm_80+): its rules, shared memory, check lines
              "backward_launch",  # the backward's launches: cubin, functions, arguments, run_backward
-             "expr_bits"},  # index-only mask expressions run on bits: the builder + mask custom (issue 42)
+             "expr_bits",  # index-only mask expressions run on bits: the builder + mask custom (issue 42)
+             "fp8",  # FP8 prefill (issue 44): what it builds and refuses, V^T's layout, its shared memory and plan
+             "fp8_call"},  # ... and its calls: FP8 inputs, the descales
     "wgsl": {"blockmask", "manifest", "unroll",
              "decode",  # the decode kernel: which specs it serves, its shape, its template's values
              "matrix"},  # the subgroup-matrix family (issue 43): configs from the profile, its rules and tiles

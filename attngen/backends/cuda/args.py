@@ -185,9 +185,12 @@ def launches(plan, launch: Launch, mask_kind: str | None = None) -> list:
     first = plan.details.varlen if plan.details.varlen is not None and alt else None
     main = (plan.entry, plan.params, plan.grid, plan.threads, plan.smem_bytes) if first is None else (
         first.entry, first.params, first.grid, first.threads, first.smem_bytes)
-    for name, params, grid, threads, smem in [main] + [
-            (e.entry, e.params, e.grid, e.threads, e.smem_bytes) for e in plan.entries]:
+    entries = [(e.entry, e.params, e.grid, e.threads, e.smem_bytes) for e in plan.entries]
+    first = sum(e.before for e in plan.entries)  # (FP8's preparation of V runs before the attention)
+    for name, params, grid, threads, smem in entries[:first] + [main] + entries[first:]:
         g = evaluate_all(grid, **sizes)
+        if 0 in g:  # a grid of no blocks does nothing (FP8's _prepare_v without keys); CUDA refuses it
+            continue
         if g[1] > MAX_GRID_YZ or g[2] > MAX_GRID_YZ:
             raise LaunchError(f"{name}'s grid {g} exceeds {MAX_GRID_YZ} blocks along y or z")
         if g[0] > MAX_GRID_X:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...lang.spec import DTYPE_BYTES, FP8_DTYPES
 from ...plan import masks
 from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
@@ -15,13 +16,16 @@ _TYPES = {
     "f16": ("cuda/types_f16.j2", "f16"),
     "bf16": ("cuda/types_bf16.j2", "bf16"),
     "f32": ("cuda/types_f32.j2", None),
+    "e4m3": ("cuda/types_fp8.j2", "e4m3"),  # FP8 prefill: elem_t holds two FP8 values (fp8.py)
+    "e5m2": ("cuda/types_fp8.j2", "e5m2"),
 }
 
 
 # Tensors stored in the spec's dtype (elem_t in the source); other tensors by their dtype.
 _STORAGE = ("q", "k", "v", "out", "k_new", "v_new")
 _C_TYPES = {"f32": "float", "i32": "int", "u32": "unsigned", "u8": "unsigned char", "i64": "long long",
-            "f16": "unsigned short", "bf16": "unsigned short", "bool": "unsigned char"}  # (f16 / bf16 / bool: inputs)
+            "f16": "unsigned short", "bf16": "unsigned short", "bool": "unsigned char",  # (f16 / bf16 / bool: inputs)
+            "e4m3": "unsigned char", "e5m2": "unsigned char"}  # (FP8's V^T workspace)
 
 
 _WS_NOTE = {
@@ -153,7 +157,7 @@ def cleans_values(c, mask) -> bool:
     tile, cleans_every_tile). P through memory redoes a warp's P V on its own (templates/cuda/
     stored_p.j2); every producer kernel is persistent (docs/language.md, "A key of weight 0 adds
     nothing"). (CudaTiles.clean_values False: nowhere, a probe's switch.)"""
-    return (c.clean_values and not c.stored_p
+    return (c.clean_values and not c.stored_p and not c.fp8  # (FP8: V^T comes cleaned, fp8.py)
             and (masks.hides_loaded_keys(mask) or family_name(c) in ("producer", "overlap")
                  or cleans_every_tile(c)))
 
@@ -177,8 +181,9 @@ def _namespace(name: str, c, doc: str, mask, spec, plan) -> dict:
     return {"name": name, "c": c, "doc": doc, "clean_v": clean_v, "clean_all": clean_all, "f": shape,
             "producer_regs": regs[0], "consumer_regs": regs[1],
             "offsets": {b.name: b.offset for b in c.buffers},
-            "strides": {b.name[1:].lower(): b.cols for b in c.buffers},
-            "math_template": f"cuda/math_{c.math}.j2", "pad": c.column_step,
+            # (in elements; FP8 buffers' elements hold two values)
+            "strides": {b.name[1:].lower(): b.cols // (2 if b.dtype in FP8_DTYPES else 1) for b in c.buffers},
+            "math_template": f"cuda/math_{c.math}{'_fp8' if c.fp8 else ''}.j2", "pad": c.column_step,
             "pad_doc": _PAD_DOC[c.math]}
 
 
@@ -222,7 +227,10 @@ def render_source(plan: KernelPlan) -> str:
         header=comment_block(header_lines(plan, layout)),
         c=c,
         entry=plan.entry,
-        elem_bytes=4 if plan.dtype == "f32" else 2,
+        elem_bytes=4 if plan.dtype == "f32" else 2,  # (FP8: elem_t is a pair of values)
+        dtype=plan.dtype,
+        out_dtype=plan.out_dtype,
+        **_fp8_context(plan),
         pad=main["pad"],
         pad_doc=main["pad_doc"],
         strides=strides,
@@ -247,6 +255,17 @@ def render_source(plan: KernelPlan) -> str:
     return source
 
 
+def _fp8_context(plan: KernelPlan) -> dict:
+    """What the FP8 templates print (fp8.py): P's offset, and the _prepare_v entry's declaration,
+    block and key slots."""
+    if not plan.config.fp8:
+        return {}
+    from .fp8 import KEY_SLOTS, P_OFFSET, PREPARE_THREADS
+    prepare = next(e for e in plan.entries if e.name == "prepare_v")
+    return {"p_offset": c_float(P_OFFSET), "prepare_threads": PREPARE_THREADS, "key_slots": KEY_SLOTS,
+            "prepare_decl": param_list(prepare.params, len(prepare.entry) + 1)}
+
+
 def render_manifest(plan: KernelPlan) -> dict:
     """What a launcher without Python needs (the common part, attngen.backends.render.manifest,
     plus the CUDA launch facts)."""
@@ -261,7 +280,7 @@ def render_manifest(plan: KernelPlan) -> dict:
         "shared_memory_note": "above 48 KiB a launcher must raise the kernel's "
                               "cudaFuncAttributeMaxDynamicSharedMemorySize first",
         "alignment": "q, k, v, out base pointers 16-byte aligned; strides multiples of "
-                     f"{16 // (4 if plan.dtype == 'f32' else 2)} elements",
+                     f"{16 // DTYPE_BYTES[plan.dtype]} elements" + (" (of q, k, v; out's: 8)" if plan.spec.is_fp8 else ""),
         "features": [],
     }
     extra["grid_symbols"] = {

@@ -38,6 +38,9 @@ _ERROR_KINDS = (
     ("block_table", "block_table row {b} names a page outside k and v, or (with k_new / v_new) a page that the "
                     "append writes and the row also reads elsewhere"),
 )
+# words 5-7: FP8's descales on the device, checked by the _prepare_v entry (fp8.py, DESCALE_WORDS):
+# the flat index + 1 of a bad one
+_DESCALE_WORDS = ((5, "q_descale"), (6, "k_descale"), (7, "v_descale"))
 _FLAGS: dict = {}  # device -> ErrorFlags
 _FLAGS_LOCK = threading.Lock()
 # What a value of word EXPR_WORD means: kernels of this process pass expr_site0 (register_sites), so
@@ -74,7 +77,10 @@ class ErrorFlags:
         if not self.found():
             return
         found = [text.format(b=int(w) - 1, b1=int(w)) for (_, text), w in zip(_ERROR_KINDS, self.words) if w > 0]
+        found += [f"{name}.ravel()[{int(self.words[at]) - 1}] (flat over (B, Hkv)) is 0, negative, inf or NaN: descales "
+                  "are finite and > 0" for at, name in _DESCALE_WORDS if self.words[at] > 0]
         site = int(self.words[EXPR_WORD])
+        what = "inputs" if self.words[5:8].any() else "integer inputs"
         self.words[:] = 0
         if site > 0:
             read = _EXPR_SITES[site] if site < len(_EXPR_SITES) else f"an expression read an input out of its bounds " \
@@ -82,8 +88,8 @@ class ErrorFlags:
             if not found:
                 raise LaunchError(f"GPU {self.device}: {when} found that {read}")
             found.append(read)
-        raise LaunchError(f"GPU {self.device}: {when} found bad integer inputs (checked on the device): "
-                          + "; ".join(found))
+        raise LaunchError(f"GPU {self.device}: {when} found bad {what} "
+                          "(checked on the device): " + "; ".join(found))
 
 
 _CLEAR = bytes(4 * ERROR_WORDS)

@@ -90,8 +90,16 @@ class WgslBackend(Backend):
 
     kv_dtypes = ("e4m3", "e5m2", "i8")  # decoded by hand from u32 words (templates/wgsl/quant.j2)
 
+    def fp8_problems(self, spec, profile):
+        return [Problem(f"dtype {spec.dtype}: FP8 prefill is not built on target wgsl: WGSL has no 8-bit float type "
+                        "and WebGPU no FP8 matrix instructions (issue 44)", key="dtype",
+                        hint="use dtype f16 here (an FP8 KV cache, decoded in the shader: kv_dtype e4m3); FP8 "
+                             "prefill runs on target cuda with profile cuda-sm90")]
+
     def check(self, spec, profile):
         problems = self.expression_problems(spec) + self.kv_dtype_problems(spec)
+        if spec.is_fp8:  # (nothing below applies: no FP8 kernel to configure)
+            return problems + self.fp8_problems(spec, profile)
         if spec.dtype not in profile.storage_dtypes:
             if spec.dtype == "bf16":
                 problems.append(Problem("dtype bf16 is not available: WGSL has no bf16 type", key="dtype",
