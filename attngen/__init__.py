@@ -32,6 +32,8 @@ _LAZY = {
     "block_mask": ("runtime.blockmask", "block_mask"),
     "quantize_kv": ("runtime.kvquant", "quantize_kv"),
     "dequantize_kv": ("runtime.kvquant", "dequantize_kv"),
+    "quantize_fp8": ("runtime.fp8", "quantize_fp8"),
+    "dequantize_fp8": ("runtime.fp8", "dequantize_fp8"),
 }
 
 
@@ -51,6 +53,7 @@ def __dir__():
 
 __all__ = [
     "AttentionSpec", "BlockMask", "CompileError", "LaunchError", "SpecError", "block_mask", "check", "compile",
-    "dequantize_kv", "emit", "format_spec", "load", "lower", "merge", "parse", "quantize_kv", "reference", "reference_backward", "targets",
+    "dequantize_fp8", "dequantize_kv", "emit", "format_spec", "load", "lower", "merge", "parse", "quantize_fp8",
+    "quantize_kv", "reference", "reference_backward", "targets",
     "__version__",
 ]

@@ -120,6 +120,9 @@ def _attend(spec, q, k, v, visible, bias, env=None):
             o = np.einsum("gij,jd->igd", w, v_clean)
             for j in poisoned:  # only the rows that see key j take its non-finite values
                 wj = w[:, :, j][..., None]
+                if spec.is_fp8:  # FP8: every column of such a row (docs/language.md, "FP8 prefill")
+                    o += np.transpose(np.where(wj != 0, np.nan, 0.0) * np.ones(v.shape[1]), (1, 0, 2))
+                    continue
                 o += np.transpose(np.where(wj != 0, wj * np.where(finite_v[j], 0.0, v[j]), 0.0), (1, 0, 2))
         out[r0:r1] = o
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -274,11 +277,26 @@ def _appended(spec: AttentionSpec, q, k, v, k_scale, v_scale, k_new, v_new, kv_l
                     cache[(int(table[b, j // cache.shape[1]]), j % cache.shape[1]) if table is not None else (b, j)] = \
                         new[b, r]
     return k, v, k_scale, v_scale, lens + k_new.shape[1]
+def _fp8_inputs(spec, q, k, v, descales: dict, mask, ints):
+    """The float64 values of FP8 q, k, v (docs/language.md, "FP8 prefill"): each byte's exact value
+    times its (sequence, KV head)'s descale, after the kernels' checks (bytes, shapes, descales)."""
+    from .runtime.fp8 import check_descales, dequantize_fp8, fp8_bytes
+    who = "attngen.reference"
+    if any(x is not None for x in ints):
+        raise LaunchError(f"{who}: FP8 kernels take padded batches (no kv_lens, cu_seqlens or block_table) yet "
+                          "(issue 44), and so does the reference")
+    q, k, v = (fp8_bytes(n, x, spec.dtype, who) for n, x in (("q", q), ("k", k), ("v", v)))
+    _check_inputs(spec, q, k, v, mask, *ints)  # shapes first: the descales' follow them
+    scales = check_descales({n: None if x is None else to_numpy(x) for n, x in descales.items()}, q.shape[0],
+                            k.shape[2], who)
+    group = q.shape[2] // k.shape[2]
+    return (dequantize_fp8(q, scales["q_descale"], spec.dtype, group), dequantize_fp8(k, scales["k_descale"], spec.dtype),
+            dequantize_fp8(v, scales["v_descale"], spec.dtype))
 
 
 def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None,
               cu_seqlens_k=None, block_table=None, return_lse: bool = False, k_scale=None, v_scale=None,
-              k_new=None, v_new=None, **inputs):
+              k_new=None, v_new=None, q_descale=None, k_descale=None, v_descale=None, **inputs):
     """float64 attention as the spec defines it (see the module docstring for the inputs).
 
     The spec's `input` tensors are passed by keyword (`slopes=...`), for its score and mask
@@ -295,6 +313,10 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
     (uint8 FP8 patterns or int8) and k_scale / v_scale their float32 scales: each value is the
     float64 of its decoded byte times the float64 of its scale, exactly.
 
+    With an FP8 dtype (docs/language.md, "FP8 prefill"), q, k and v are FP8 bytes (uint8 arrays, or
+    torch float8 tensors of the spec's format) and q_descale / k_descale / v_descale (B, Hkv) their
+    descales (None: 1): each value is its decoded byte times its descale, exactly.
+
     k_new / v_new (B, Lnew, Hkv, D), with kv_lens: the call appends them at keys kv_lens[b] .. (the
     kernels' fused append) and attends to kv_lens[b] + Lnew keys; a quantized cache gets them as
     the kernels quantize them (runtime/kvquant.py: quantize_rows). The arrays given are not changed.
@@ -305,17 +327,25 @@ def reference(spec: AttentionSpec, q, k, v, *, mask=None, kv_lens=None, cu_seqle
                               "sequence's cache, before the append)")
         k, v, k_scale, v_scale, kv_lens = _appended(spec, q, to_numpy(k), to_numpy(v), k_scale, v_scale, k_new,
                                                     v_new, kv_lens, block_table, cu_seqlens_q is not None)
-    q = round_to_dtype(q, spec.dtype)
     mask_np = None if mask is None else to_numpy(mask)
     ints = [None if x is None else to_numpy(x) for x in (kv_lens, cu_seqlens_q, cu_seqlens_k, block_table)]
+    descales = {"q_descale": q_descale, "k_descale": k_descale, "v_descale": v_descale}
+    if not spec.is_fp8 and any(x is not None for x in descales.values()):
+        raise LaunchError(f"attngen.reference: {next(n for n, x in descales.items() if x is not None)}= needs a spec "
+                          f"with an FP8 dtype (dtype e4m3 or e5m2); '{spec.name}' is {spec.dtype}")
     if spec.kv_dtype is not None:
+        q = round_to_dtype(q, spec.dtype)
         k, v, kv_scales = _stored_kv(spec, q, to_numpy(k), to_numpy(v), k_scale, v_scale, ints)
     else:
         for name, x in (("k_scale", k_scale), ("v_scale", v_scale)):
             if x is not None:
                 raise LaunchError(f"attngen.reference: {name}= needs a spec with kv_dtype; '{spec.name}' keeps K "
                                   "and V in its dtype")
-        k, v, kv_scales = round_to_dtype(k, spec.dtype), round_to_dtype(v, spec.dtype), None
+        if spec.is_fp8:
+            q, k, v = _fp8_inputs(spec, q, k, v, descales, mask_np, ints)
+        else:
+            q, k, v = (round_to_dtype(x, spec.dtype) for x in (q, k, v))
+        kv_scales = None
     _check_inputs(spec, q, k, v, mask_np, *ints)
     named = None  # the checked inputs of the expressions
     if has_expressions(spec) or inputs:
@@ -501,7 +531,9 @@ def relative_error(out, ref) -> float:
     return float(diff / denom) if denom > 0 else float(diff)
 
 
-TOLERANCE = {"f32": 1e-5, "f16": 2e-3, "bf16": 1e-2}
+# FP8: P is quantized to e4m3 for P V (3 mantissa bits): benchmarks/probes/emulate_fp8_p.py measures up
+# to 2.5e-2 on random inputs (docs/language.md, "FP8 prefill")
+TOLERANCE = {"f32": 1e-5, "f16": 2e-3, "bf16": 1e-2, "e4m3": 5e-2, "e5m2": 5e-2}
 F16_ACCUMULATOR_TOLERANCE = 1e-2
 
 

@@ -6,6 +6,7 @@ Sections: dense (the cases below), wgsl, models, host, decode_grid, decode_quant
 benchmarks/suite/decode_quant.py), varlen (packed prefill:
 benchmarks/suite/varlen.py), hf (transformers models: benchmarks/suite/hf.py), backward and training
 (benchmarks/suite/backward.py), expressions (score and mask expressions: benchmarks/suite/expressions.py),
+fp8 (FP8 prefill beside attngen's f16 kernel and cuDNN's FP8 SDPA: benchmarks/suite/fp8_prefill.py),
 and issue 3's masks, decode and head_dims (benchmarks/suite/variants.py); --only takes a comma-separated
 subset.
 
@@ -51,6 +52,7 @@ try:  # the CUDA sections' stack; without it only `--only wgsl` runs (a machine 
     import hf  # noqa: E402  (benchmarks/suite/hf.py: transformers models)
     import backward  # noqa: E402  (benchmarks/suite/backward.py: the backward pass, training)
     import expressions  # noqa: E402  (benchmarks/suite/expressions.py: score and mask expressions)
+    import fp8_prefill  # noqa: E402  (benchmarks/suite/fp8_prefill.py: FP8 prefill, suite fp8)
     import host  # noqa: E402  (benchmarks/suite/host.py)
     import varlen  # noqa: E402  (benchmarks/suite/varlen.py)
     import variants  # noqa: E402  (benchmarks/suite/variants.py)
@@ -394,7 +396,7 @@ PEERS = {"SDPA flash": "sdpa_flash", "SDPA cuDNN": "sdpa_cudnn", "SDPA mem-eff":
 
 
 def latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows=(), grid_rows=(), varlen_rows=(),
-           hf_rows=(), bw_rows=(), expr_rows=(), quant_rows=()) -> dict:
+           hf_rows=(), bw_rows=(), expr_rows=(), fp8_rows=(), quant_rows=()) -> dict:
     """benchmarks/results/latest.json: one row per case, attngen and the peers that ran it (issue
     11's form; a peer that cannot run a case is absent)."""
     out = []
@@ -434,6 +436,7 @@ def latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows=(), grid_rows=
         out += hf.latest_rows(list(hf_rows))
     out += list(bw_rows)
     out += list(expr_rows)
+    out += fp8_prefill.latest_rows(list(fp8_rows)) if fp8_rows else []
     result = {"gpu": meta["gpu"], "commit": meta["commit"], "date": meta["date"], "torch": meta["torch"]}
     if meta.get("wgsl"):  # the WGSL section's adapter and FMA ceiling (fma_ceiling_tflops), once per run
         result["wgsl"] = meta["wgsl"]
@@ -492,7 +495,7 @@ def main():
                     help="the WGSL section at small shapes (a software adapter such as lavapipe)")
     ap.add_argument("--only", default="",
                     help="comma-separated: dense,models,wgsl,masks,decode,head_dims,host,decode_grid,decode_quant,"
-                         "varlen,hf,backward,training,wgsl_backward,expressions")
+                         "varlen,hf,backward,training,wgsl_backward,expressions,fp8")
     args = ap.parse_args()
     only = set(filter(None, args.only.split(",")))
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -515,7 +518,7 @@ def main():
     rows, extra, var_rows = [], [], []
     if not only or "dense" in only:
         cuda_section(cases, rows)
-    model_rows, host_rows, grid_rows, varlen_rows, hf_rows, bw_rows, expr_rows = [], [], [], [], [], [], []
+    model_rows, host_rows, grid_rows, varlen_rows, hf_rows, bw_rows, expr_rows, fp8_rows = [], [], [], [], [], [], [], []
     quant_rows = []
     for name, fn, out in (("models", models_section, model_rows), ("host", lambda o: host.host_section(o), host_rows),
                           ("decode_grid", lambda o: decode_grid.run(o), grid_rows),
@@ -525,7 +528,8 @@ def main():
                           ("backward", lambda o: backward.backward_section(o, quick=args.quick), bw_rows),
                           ("training", lambda o: backward.training_section(o), bw_rows),
                           ("wgsl_backward", lambda o: backward.wgsl_backward_section(o, quick=args.quick), bw_rows),
-                          ("expressions", lambda o: expressions.section(o, quick=args.quick), expr_rows)):
+                          ("expressions", lambda o: expressions.section(o, quick=args.quick), expr_rows),
+                          ("fp8", lambda o: fp8_prefill.section(o), fp8_rows)):
         if not only or name in only:
             try:
                 fn(out)
@@ -554,7 +558,7 @@ def main():
                   indent=2)
     with open(os.path.join(args.out, "latest.json"), "w") as f:
         json.dump(latest(meta, rows, wgsl_rows, var_rows, model_rows, host_rows, grid_rows, varlen_rows, hf_rows,
-                         bw_rows, expr_rows, quant_rows), f, indent=1)
+                         bw_rows, expr_rows, fp8_rows, quant_rows), f, indent=1)
     if rows and not plot(rows, os.path.join(args.out, "dense.png")):
         print("no matplotlib here: no plot")
     md = (markdown(meta, rows, wgsl_rows) + models_markdown(model_rows)
@@ -565,6 +569,7 @@ def main():
           + (hf.markdown(hf_rows) if hf_rows else "")
           + (backward.markdown(bw_rows) if bw_rows else "")
           + (expressions.markdown(expr_rows) if expr_rows else "")
+          + (fp8_prefill.markdown(fp8_rows) if fp8_rows else "")
           + (variants.markdown(var_rows) if var_rows else ""))
     if grid_rows:
         decode_grid.plot(grid_rows, os.path.join(args.out, "decode.png"))

@@ -142,6 +142,12 @@ QUICK_PICKS = [
     "tests/equivalence/test_variants.py::test_paged[1-wgsl]",
     "tests/equivalence/test_variants.py::test_custom_mask[additive-wgsl]",
     "tests/equivalence/test_variants.py::test_append[paged-wgsl]",
+    # the decode kernel (issue 44): its plans and sources, and one run of each storage on the live adapter
+    "tests/equivalence/test_wgsl_decode.py::test_decode_on_is_refused_where_it_does_not_apply[*",
+    "tests/equivalence/test_wgsl_decode.py::test_the_shape_on_the_h100_profile[*",
+    "tests/equivalence/test_wgsl_decode.py::test_the_main_loop_touches_no_workgroup_memory[*",
+    "tests/equivalence/test_wgsl_decode.py::test_every_byte_decodes_as_the_reference_decodes_it[*",
+    "tests/equivalence/test_wgsl_decode.py::test_the_decode_kernel_matches_the_reference[f16-i8-masknone-*",
     # random score and mask expressions on the live adapter (a handful, the same every run)
     "tests/equivalence/test_expr_fuzz.py::*",
 ]
@@ -186,6 +192,10 @@ TINT_PASS_EXCEPT = [
     "tests/backends/wgsl/test_subgroup_sizes.py::*", "tests/backends/wgsl/test_unroll.py::*",
     "tests/cli/test_directories.py::*", "tests/cli/test_cli.py::test_build_cuda_and_wgsl_source",
     "tests/fuzz/test_property.py::*",
+    "tests/equivalence/test_wgsl_decode.py::test_decode_on_is_refused_where_it_does_not_apply[*",
+    "tests/equivalence/test_wgsl_decode.py::test_the_shape_on_the_h100_profile[*",
+    "tests/equivalence/test_wgsl_decode.py::test_the_main_loop_touches_no_workgroup_memory[*",
+    "tests/equivalence/test_wgsl_decode.py::test_subgroups_off_and_auto_choices",
     # `attngen run` of whisper_large_v3_cross: its kernel runs through Tint in
     # test_equivalence.py::test_examples[whisper_large_v3_cross-wgsl] (more shapes), the timing on
     # Dawn in test_gpu_timing.py; SwiftShader's timestamps read ~0 ms, so each timed call repeats

@@ -211,10 +211,10 @@ def _without(source: str, name: str) -> str:
     return source[:m.start()] + source[end:]
 
 
-def _c_type(p) -> str:
-    """The C++ type of an entry point's parameter, as the source declares it."""
+def _c_type(p, kv: bool) -> str:
+    """The C++ type of an entry point's parameter, as the source declares it (kv: a quantized cache's)."""
     from attngen.backends.cuda.emit import _c_decl
-    decl = _c_decl(p).replace("__restrict__", "")
+    decl = _c_decl(p, kv=kv).replace("__restrict__", "")
     return decl[: decl.rindex(p.name)].strip()
 
 
@@ -230,9 +230,10 @@ def library(plan, tmp_dir):
     source = source.replace("extern __shared__ __align__(16) unsigned char smem[];", "unsigned char* smem = g_smem;")
     source = re.sub(r'asm volatile\("prefetch[^\n]*', "(void)0;", source)
     entries = cuda_args.entry_points(plan)
-    fields = "".join(f"    {_c_type(p)} {p.name};\n" for p in plan.params)
+    kv = plan.spec.kv_dtype is not None
+    fields = "".join(f"    {_c_type(p, kv)} {p.name};\n" for p in plan.params)
     combine = [e for e in plan.entries if e.name == "combine"]
-    combine_fields = "".join(f"    {_c_type(p)} {p.name};\n" for p in combine[0].params) if combine else ""
+    combine_fields = "".join(f"    {_c_type(p, kv)} {p.name};\n" for p in combine[0].params) if combine else ""
     cases = []
     for i, (name, params, _, _, _) in enumerate(entries):
         who = "c" if combine and name == combine[0].entry else "a"
@@ -284,7 +285,7 @@ def run(plan, tmp_dir, q, k, v, *, k_scale=None, v_scale=None, kv_lens=None, blo
     store = q.dtype
     out = np.zeros(launch.out_shape_for(plan.d_v), store)
     lse = np.full(launch.lse_shape, np.nan, np.float32)
-    errors = np.zeros(8, np.int32)
+    errors = np.zeros(10, np.int32)
     values = {"q": ptr(q), "k": ptr(k), "v": ptr(v), "out": ptr(out), "lse": ptr(lse), "errors": ptr(errors),
               "k_new": ptr(k_new), "v_new": ptr(v_new)}
     for prefix, x in (("q", q), ("k", k), ("v", v), ("o", out), ("kn", k_new), ("vn", v_new)):

@@ -99,10 +99,18 @@ class Backend:
     def check(self, spec: AttentionSpec, profile: Profile) -> list[Problem]:
         """Problems of `spec` on this target that do not depend on tiles (dtypes, features)."""
         problems = self.expression_problems(spec) + self.kv_dtype_problems(spec)
-        if spec.dtype not in profile.storage_dtypes:
+        if spec.is_fp8:
+            problems += self.fp8_problems(spec, profile)
+        elif spec.dtype not in profile.storage_dtypes:
             problems.append(Problem(f"dtype {spec.dtype} is not available (has: {', '.join(profile.storage_dtypes)})",
                                     key="dtype"))
         return problems
+
+    def fp8_problems(self, spec: AttentionSpec, profile: Profile) -> list[Problem]:
+        """An FP8 dtype (FP8 prefill, issue 44) where this target builds none: refused with the reason
+        (cuda overrides it with what it builds)."""
+        return [Problem(f"dtype {spec.dtype}: FP8 prefill is not built on target {self.name}", key="dtype",
+                        hint="FP8 prefill runs on target cuda with profile cuda-sm90 (Hopper); use dtype f16 here")]
 
     kv_dtypes: tuple = ()  # the `kv_dtype`s (quantized K/V caches, issue 44) this target's kernels read
 

@@ -167,12 +167,14 @@ def manifest(plan: KernelPlan, extra: dict) -> dict:
         "grid": list(plan.grid),
     }
     if plan.entries:
-        # Every entry point in launch order; the later ones run after the main one on the same stream.
-        out["entry_points"] = [{"role": "main", "entry_point": plan.entry, "grid": list(plan.grid),
-                                "threads": plan.threads, "shared_memory_bytes": plan.smem_bytes}]
-        out["entry_points"] += [{"role": e.name, "entry_point": e.entry, "doc": e.doc, "grid": list(e.grid),
-                                 "threads": e.threads, "shared_memory_bytes": e.smem_bytes,
-                                 "parameters": manifest_params(e.params)} for e in plan.entries]
+        # Every entry point in launch order, all on the same stream (Entry.before: before the main one).
+        later = [{"role": e.name, "entry_point": e.entry, "doc": e.doc, "grid": list(e.grid),
+                  "threads": e.threads, "shared_memory_bytes": e.smem_bytes,
+                  "parameters": manifest_params(e.params)} for e in plan.entries]
+        main = [{"role": "main", "entry_point": plan.entry, "grid": list(plan.grid),
+                 "threads": plan.threads, "shared_memory_bytes": plan.smem_bytes}]
+        first = sum(e.before for e in plan.entries)  # (the entries before the main one come first)
+        out["entry_points"] = later[:first] + main + later[first:]
     out.update({
         "grid_symbols": {
             "B": "batch", "Lq": "query rows per sequence", "Lk": "keys per sequence",
@@ -180,6 +182,7 @@ def manifest(plan: KernelPlan, extra: dict) -> dict:
         },
         "tile": {"q": c.tile_q, "kv": c.tile_kv},
         "dtype": plan.dtype,
+        **({"out_dtype": plan.out_dtype} if plan.out_dtype != plan.dtype else {}),
         "accumulate": {"qk": plan.acc_qk, "pv": plan.acc_pv},
         "scale": plan.scale,
         "softcap": plan.softcap,

@@ -94,7 +94,11 @@ def draw_inputs(spec, backend, shape, seed):
         rng.standard_normal((b, lk, hkv, spec.head_dim_v), dtype=np.float32),
     )
     k, v, opts = runtime_inputs(spec, *host, rng)
-    host = (host[0], k, v)
+    q = host[0]
+    if spec.is_fp8:  # FP8 prefill (issue 44): q's bytes and descale too (k's and v's: runtime_inputs)
+        from ..runtime.fp8 import quantize_fp8
+        q, opts["q_descale"] = quantize_fp8(q, spec.dtype, heads_kv=hkv)
+    host = (q, k, v)
     args, opts = backend.device_inputs(spec, host, opts)
     return host, args, opts
 
@@ -116,6 +120,10 @@ def runtime_inputs(spec, q, k, v, rng):
     extents = {"b": b, "h": q.shape[2], "hkv": k.shape[2], "q": lq, "k": lk}
     for inp in spec.inputs:  # expression inputs (issue 42): random values of their dtype and shape
         opts[inp.name] = _random_input(inp, extents, rng)
+    if spec.is_fp8:  # FP8 prefill (issue 44): the bytes and their descales (attngen.quantize_fp8)
+        from ..runtime.fp8 import quantize_fp8
+        (k, k_descale), (v, v_descale) = quantize_fp8(k, spec.dtype), quantize_fp8(v, spec.dtype)
+        opts.update(k_descale=k_descale, v_descale=v_descale)
     if spec.kv_dtype is not None:  # issue 44: the stored bytes and their scales (attngen.quantize_kv)
         from ..runtime.kvquant import quantize_kv
         (k, k_scale), (v, v_scale) = quantize_kv(k, spec.kv_dtype), quantize_kv(v, spec.kv_dtype)
@@ -167,6 +175,9 @@ def made_up(spec, shape, seed: int) -> list[str]:
     entries = f"{b} batch entr{'y' if b == 1 else 'ies'}"
     lines = [f"q, k, v: standard normal (seed {seed}), stored as {spec.dtype}; {entries}, each one sequence of {lq} "
              f"queries and {lk} keys (no cu_seqlens" + ("" if spec.kv_cache.is_paged else ", no kv_lens") + ")"]
+    if spec.is_fp8:
+        lines.append(f"q, k, v: then quantized to {spec.dtype} by attngen.quantize_fp8, with q_descale, k_descale and "
+                     "v_descale per sequence and KV head (docs/language.md, \"FP8 prefill\")")
     if spec.kv_dtype is not None:
         lines.append(f"k, v: then quantized to kv_dtype {spec.kv_dtype} by attngen.quantize_kv, with k_scale and "
                      "v_scale (docs/language.md, \"Quantized KV caches\")")

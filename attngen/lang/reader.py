@@ -21,7 +21,8 @@ from .source import decode_source
 from .expr import (CALL_KEYWORDS, EXPR_TYPES, FUNCTIONS, INDEX_NAMES, INPUT_DTYPE_ALIASES, INPUT_DTYPES, VARS,
                    Input, inputs_read)
 from .expr_check import Checker
-from .spec import AttentionSpec, KVCache, Mask, Schedule, Tile, ACC_DTYPES, DTYPES, KV_DTYPES, format_spec, typed_key
+from .spec import (AttentionSpec, KVCache, Mask, Schedule, Tile, ACC_DTYPES, DEFAULT_FP8_OUT, DTYPES, FP8_DTYPES,
+                   KV_DTYPES, OUT_DTYPES, format_spec, typed_key)
 from .syntax import MAX_NAME_LENGTH, Binary, Block, Call, Index, Number, Pair, Setting, Unary, Word, parse_blocks
 
 MAX_INT = INT32_MAX  # (attngen.limits: the reasons of every limit)
@@ -34,7 +35,7 @@ MAX_F16_SCALE = 1.0  # with accumulate qk=f16 (see cross_checks)
 USAGE = {
     "head_dim": "head_dim N  or  head_dim qk=N v=M  (multiples of 8, 8..1024)",
     "heads": "heads q=N kv=M  (or heads q=N, heads N, heads any)",
-    "dtype": "dtype f16 | bf16 | f32",
+    "dtype": "dtype f16 | bf16 | f32  or  dtype e4m3 | e5m2 [out=bf16 | f16]  (FP8 prefill: docs/language.md)",
     "accumulate": "accumulate qk=f32|f16 pv=f32|f16  (or accumulate f32)",
     "mask": "mask none | causal | causal(bottom_right) | window(left=N) | window(left=N, right=M) | custom"
             "  or  mask EXPR  (a boolean, e.g. k <= q || k < prefix[b])",
@@ -54,6 +55,10 @@ DTYPE_ALIASES = {
     "fp16": "f16", "float16": "f16", "half": "f16", "bfloat16": "bf16", "fp32": "f32",
     "float32": "f32", "float": "f32", "single": "f32",
 }
+
+# (dtype only: `accumulate` takes no FP8)
+FP8_ALIASES = {"fp8": "e4m3", "fp8_e4m3": "e4m3", "float8_e4m3fn": "e4m3", "float8_e4m3": "e4m3",
+               "fp8_e5m2": "e5m2", "float8_e5m2": "e5m2"}
 
 KV_DTYPE_ALIASES = {"fp8": "e4m3", "fp8_e4m3": "e4m3", "float8_e4m3fn": "e4m3", "fp8_e5m2": "e5m2",
                     "float8_e5m2": "e5m2", "int8": "i8", "q8_0": "i8"}
@@ -273,11 +278,30 @@ class _Reader:
         self.fields.update(heads_q=q, heads_kv=kv)
 
     def key_dtype(self, s):
-        node = self.single(s)
-        if node is not None:
-            d = self.choice("dtype", node, DTYPES, DTYPE_ALIASES)
-            if d:
-                self.fields["dtype"] = d
+        vals = s.values
+        if not vals:
+            self.usage("dtype", _At(s.key_span), "missing value")
+            return
+        if len(vals) > 2 or (len(vals) == 2 and not isinstance(vals[1], Pair)):
+            self.usage("dtype", vals[1] if len(vals) == 2 else vals[2], "too many values")
+            return
+        d = self.choice("dtype", vals[0], DTYPES, {**DTYPE_ALIASES, **FP8_ALIASES})
+        out = None
+        if len(vals) == 2:
+            p = self.pairs("dtype", vals[1:], ("out",))
+            if p is None:
+                return
+            out = self.choice("dtype", p["out"].value, OUT_DTYPES, DTYPE_ALIASES, what="output dtype")
+            if out is False:
+                return
+            if d and d not in FP8_DTYPES:
+                self.error(f"out= chooses the output dtype of an FP8 kernel (dtype e4m3 or e5m2); dtype {d} "
+                           f"stores its output in {d}", p["out"].key_span, f"write: dtype {d}")
+                return
+        if d:
+            self.fields["dtype"] = d
+            if d in FP8_DTYPES:
+                self.fields["out_dtype"] = out or DEFAULT_FP8_OUT
 
     def key_accumulate(self, s):
         vals = s.values
@@ -587,6 +611,10 @@ class _Reader:
 
     def cross_checks(self):
         f = self.fields
+        if f.get("dtype") in FP8_DTYPES and f.get("kv_dtype") is not None:
+            self.error(f"kv_dtype quantizes the K and V of an f16 / bf16 / f32 kernel; dtype {f['dtype']} stores "
+                       "q, k and v in FP8 already (descaled at the call)", self.spans["kv_dtype"],
+                       "leave kv_dtype out")
         if f.get("kv_dtype") == "i8" and "head_dim_qk" in f and (f["head_dim_qk"] % 32 or f["head_dim_v"] % 32):
             self.error(f"kv_dtype i8 needs head dims that are multiples of 32 (one scale per block of 32 values "
                        f"along the head dim), not {f['head_dim_qk']}/{f['head_dim_v']}", self.spans["kv_dtype"],
@@ -601,6 +629,9 @@ class _Reader:
                 self.error(f"accumulate f16 needs dtype f16 (this kernel stores {f['dtype']}: its "
                            "products are not f16 and tensor cores accumulate bf16 only in f32)",
                            self.spans["accumulate"], "use accumulate qk=f32 pv=f32")
+            elif f.get("dtype") in FP8_DTYPES:
+                self.error(f"accumulate f16 needs dtype f16 (this kernel stores {f['dtype']}: FP8 products "
+                           "accumulate in f32)", self.spans["accumulate"], "use accumulate qk=f32 pv=f32")
         if f.get("acc_qk") == "f16" and f.get("scale") is not None and f["scale"] > MAX_F16_SCALE:
             # Q is multiplied by the scale as it is staged in f16 (so the f16 sums stay small):
             # a scale above 1 could push |q| past the f16 range (docs/language.md, Numerics).
@@ -691,6 +722,7 @@ _FIELD_TYPES = {
     "heads_kv": (int, _NONE), "acc_qk": (str,), "acc_pv": (str,), "mask": (Mask,), "softcap": (int, float, _NONE),
     "scale": (int, float, _NONE), "tile": (Tile,), "schedule": (Schedule,), "kv_cache": (KVCache,),
     "kv_dtype": (str, _NONE), "targets": (tuple,), "inputs": (tuple,), "score": EXPR_TYPES + (_NONE,),
+    "out_dtype": (str, _NONE),
 }
 _REALS = ("softcap", "scale")
 

@@ -19,10 +19,15 @@ from .expr import (expr_from_data, expr_to_data, format_expr, format_input, form
                    input_to_data)
 from .options import target_schemas
 
-DTYPES = ("f16", "bf16", "f32")
+DTYPES = ("f16", "bf16", "f32", "e4m3", "e5m2")
 ACC_DTYPES = ("f32", "f16")
+# FP8 prefill (issue 44): q, k and v stored in 8 bits, descaled at the call; the output (and lse)
+# in `out=` (docs/language.md, "FP8 prefill")
+FP8_DTYPES = ("e4m3", "e5m2")
+OUT_DTYPES = ("bf16", "f16")  # the output dtypes of an FP8 kernel
+DEFAULT_FP8_OUT = "bf16"  # FlashAttention-3's and cuDNN's: a wider range than f16
 
-DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "e4m3": 1, "e5m2": 1}
 # `kv_dtype`: K and V stored quantized, one byte per value (docs/language.md, "Quantized KV caches")
 KV_DTYPES = ("e4m3", "e5m2", "i8")
 
@@ -118,10 +123,24 @@ class AttentionSpec:
     inputs: tuple = ()  # attngen.lang.expr.Input, in the order declared
     score: object = None  # the score expression (attngen.lang.expr IR), or None: the scaled score s
     kv_dtype: str | None = None  # K and V stored quantized (KV_DTYPES), or None: in `dtype`
+    # The output's dtype (OUT_DTYPES) of an FP8 dtype; None for the others (the output in `dtype`)
+    out_dtype: str | None = None
     spans: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "targets", normalise_targets(self.targets))
+        if self.dtype in FP8_DTYPES and self.out_dtype is None:  # (the language's default, as the reader fills it)
+            object.__setattr__(self, "out_dtype", DEFAULT_FP8_OUT)
+
+    @property
+    def is_fp8(self) -> bool:
+        """q, k and v in an FP8 dtype (FP8 prefill)."""
+        return self.dtype in FP8_DTYPES
+
+    @property
+    def output_dtype(self) -> str:
+        """The dtype of the output: `out=` of an FP8 dtype, else `dtype`."""
+        return self.out_dtype or self.dtype
 
     def options(self, target: str) -> dict:
         """The options given for `target` (those left at auto are absent)."""
@@ -189,7 +208,7 @@ def format_spec(spec: AttentionSpec) -> str:
     rows = [
         ("head_dim", head_dim),
         ("heads", heads),
-        ("dtype", s.dtype),
+        ("dtype", f"{s.dtype} out={s.out_dtype}" if s.out_dtype is not None else s.dtype),
         ("accumulate", f"qk={s.acc_qk} pv={s.acc_pv}"),
         *(("input", format_input(i)) for i in s.inputs),
         ("mask", mask),
@@ -227,7 +246,7 @@ _FIELDS = {
 }
 _SPEC_FIELDS = {"name": str, "head_dim_qk": int, "head_dim_v": int, "dtype": str, "heads_q": (int, type(None)),
                 "heads_kv": (int, type(None)), "acc_qk": str, "acc_pv": str, "softcap": _NUM + (type(None),),
-                "scale": _NUM + (type(None),), "kv_dtype": (str, type(None))}
+                "scale": _NUM + (type(None),), "kv_dtype": (str, type(None)), "out_dtype": (str, type(None))}
 _PARTS = {"mask": Mask, "tile": Tile, "schedule": Schedule, "kv_cache": KVCache}
 
 

@@ -52,6 +52,9 @@ def problems(spec: AttentionSpec, expressions: bool | str = False, target: str =
     if spec.kv_cache.kind == "paged":
         out.append(Problem("a paged KV cache is an inference cache: its kernels have no backward", key="kv_cache",
                            hint="train with kv_cache contiguous (the default); serve with paged"))
+    if spec.is_fp8:
+        out.append(Problem(f"dtype {spec.dtype}: FP8 prefill kernels are inference kernels: they have no backward "
+                           "(issue 44)", key="dtype", hint="train with dtype f16 or bf16"))
     if spec.kv_dtype is not None:
         out.append(Problem(f"kv_dtype {spec.kv_dtype}: a quantized KV cache is an inference cache: its kernels have "
                            "no backward", key="kv_dtype", hint="train with K and V in the spec's dtype (no kv_dtype)"))

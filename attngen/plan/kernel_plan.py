@@ -57,8 +57,9 @@ class Param:
 
 @dataclass(frozen=True)
 class Entry:
-    """A further entry point of the same source, launched after the main one (in order):
-    the split_kv / two_pass combine, two_pass's second pass. Same fields as the main kernel's."""
+    """A further entry point of the same source, launched after the main one (in order), or
+    before it (`before`): the split_kv / two_pass combine, two_pass's second pass, FP8's
+    preparation of V. Same fields as the main kernel's."""
 
     name: str  # role: "combine", "pv", ...
     entry: str  # function / entry-point name
@@ -67,6 +68,7 @@ class Entry:
     grid: tuple  # three formulas (attngen.plan.formulas)
     threads: int
     smem_bytes: int = 0
+    before: bool = False  # launched before the main entry point (the entries before it in order)
 
 
 @dataclass(frozen=True)
@@ -170,7 +172,8 @@ class KernelPlan:
     # With f16 accumulators for Q K^T, Q is multiplied by the scale as it is staged, so the
     # f16 sums are sqrt(head_dim) times smaller; the score transform then leaves out the scale.
     prescale_q: bool = False
-    # Launched after the main kernel, in order (split_kv: the combine; two_pass: P V, combine).
+    # Launched after the main kernel, in order (split_kv: the combine; two_pass: P V, combine), those
+    # with `before` before it (FP8: the preparation of V).
     entries: tuple = ()
     workspaces: tuple = ()  # Workspace, allocated per call by the launcher
     details: object = None  # what only the target needs (the backend's own record)
@@ -185,6 +188,11 @@ class KernelPlan:
     @property
     def tile_q(self) -> int:
         return self.config.tile_q
+
+    @property
+    def out_dtype(self) -> str:
+        """The output's dtype: the spec's `out=` of an FP8 dtype, else its dtype."""
+        return self.spec.output_dtype
 
     @property
     def tile_kv(self) -> int:

@@ -118,10 +118,16 @@ def scale_shape(kv_dtype: str, stored_shape: tuple, batch: int) -> tuple:
 
 
 def check_scales(name: str, kernel: str, kv_dtype: str | None, stored, scale, batch: int, block_table=None,
-                 kv_lens=None) -> np.ndarray | None:
+                 kv_lens=None):
     """The checked float32 scales of `stored` (k or v, host or device), or a LaunchError naming
     the argument (`name`: k_scale or v_scale): missing, of another dtype or shape, inf, NaN,
-    negative, or 0 over values that are not all 0 (checked where `stored` is a numpy array)."""
+    negative, or 0 over values that are not all 0 (checked where `stored` is a numpy array).
+
+    What is checked when: shape and dtype on every call; the values (finite, >= 0) on every call
+    where the scales are a numpy array (a scan of the scales: 1/32 of i8's values, two numbers per
+    sequence for FP8), and the 0-over-values check where the cache is a numpy array too (a scan of
+    the cache). Scales resident on the device (a target's tensor of dtype f32, e.g. WGSL's
+    WgslTensor) are the caller's: shape and dtype only, nothing is read back (returned as they are)."""
     if kv_dtype is None:
         if scale is not None:
             raise LaunchError(f"{name}= needs a kernel built with `kv_dtype e4m3 | e5m2 | i8`; kernel '{kernel}' "
@@ -131,9 +137,14 @@ def check_scales(name: str, kernel: str, kv_dtype: str | None, stored, scale, ba
         raise LaunchError(f"kernel '{kernel}' stores K and V as {kv_dtype}: pass k_scale= and v_scale= (float32, "
                           f"{'(B, Hkv)' if kv_dtype in FP8 else '(..., head_dim / 32)'}; docs/language.md, "
                           "\"Quantized KV caches\")")
-    if not isinstance(scale, np.ndarray):
-        raise LaunchError(f"{name} must be a numpy float32 array, not {type(scale).__name__}")
-    check_scale_shape(name, kv_dtype, tuple(stored.shape), tuple(scale.shape), scale.dtype.name, batch)
+    on_device = not isinstance(scale, np.ndarray) and hasattr(scale, "shape") and hasattr(scale, "dtype")
+    if not isinstance(scale, np.ndarray) and not on_device:
+        raise LaunchError(f"{name} must be a numpy float32 array (or one on the device), not {type(scale).__name__}")
+    dtype = str(scale.dtype)
+    check_scale_shape(name, kv_dtype, tuple(stored.shape), tuple(scale.shape),
+                      "float32" if dtype in ("float32", "f32") else dtype, batch)
+    if on_device:  # the values stay where they are: nothing is read back per call
+        return scale
     for bad, why in ((np.isnan(scale), "NaN"), (np.isinf(scale), "inf"), (scale < 0, "a negative scale")):
         if bad.any():
             at = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -186,8 +197,9 @@ def quantize_rows(x, kv_dtype: str, scale=None):
 
     - FP8 (`scale`: float32, broadcast to x.shape[:-1]: the (sequence, KV head)'s static scale):
       y = f32(x) / scale (IEEE f32 division; scale 0: y = 0, NaN stays NaN), then the nearest FP8
-      byte (ties to even, finite values beyond the largest and infinities saturated, NaN with its
-      sign). Returns the uint8 bytes.
+      byte (ties to even, finite values beyond the largest and infinities saturated), NaN as 0x7f
+      whatever its sign (the GPUs' f16 -> f32 conversions do not keep a NaN's sign). Returns the
+      uint8 bytes.
     - i8: per block of 32 values, scale = max|x| / 127 (f32 division), byte = rint(x / scale) (f32
       division, ties to even) in -127 .. 127; a block of zeros gets scale 0 and bytes 0. Returns
       (int8 bytes, float32 scales (..., D / 32)); a block holding inf or NaN raises ValueError (the
@@ -204,7 +216,8 @@ def quantize_rows(x, kv_dtype: str, scale=None):
         s = np.broadcast_to(np.asarray(scale, dtype=np.float32), x.shape[:-1])[..., None]
         with np.errstate(invalid="ignore", divide="ignore"):
             y = np.where(s != 0, x / np.where(s != 0, s, np.float32(1)), np.where(np.isnan(x), x, np.float32(0)))
-        return encode_fp8(y.astype(np.float32).astype(np.float64), kv_dtype)
+        codes = encode_fp8(y.astype(np.float32).astype(np.float64), kv_dtype)
+        return np.where(np.isnan(y), np.uint8(_NAN_CODE), codes).astype(np.uint8)  # NaN: 0x7f, its sign dropped
     if kv_dtype != "i8":
         raise ValueError(f"unknown kv_dtype {kv_dtype!r} (expected e4m3, e5m2, i8)")
     if x.shape[-1] % I8_BLOCK:

@@ -182,9 +182,10 @@ def _check_tensor(plan: KernelPlan, name: str, shape, dtype: str, ndim: int, d: 
         if dtype != KV_STORED[kv_dtype]:
             raise LaunchError(f"{name} has dtype {dtype}, but kernel '{plan.spec.name}' stores K and V as "
                               f"kv_dtype {kv_dtype}: numpy {KV_STORED[kv_dtype]} (attngen.quantize_kv makes them)")
-    elif dtype != plan.dtype:
+    elif dtype != plan.dtype and not (plan.spec.is_fp8 and dtype == "uint8"):  # (FP8: its bytes as uint8)
         raise LaunchError(f"{name} has dtype {dtype}, but kernel '{plan.spec.name}' was built "
-                          f"for dtype {plan.dtype}")
+                          f"for dtype {plan.dtype}" + (" (torch.float8_e4m3fn / float8_e5m2 tensors, or uint8 arrays "
+                                                       "of the FP8 bytes)" if plan.spec.is_fp8 else ""))
 
 
 def _check_heads(plan: KernelPlan, hq: int, hkv: int):

@@ -302,7 +302,7 @@ SCHEDULES = ["split_kv(3)", "split_kv(auto)", "two_pass"]
 
 
 @pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("schedule", SCHEDULES + ["split_kv(3) decode"])  # decode: target wgsl { decode=on }
 @pytest.mark.parametrize("lq, hq, hkv, mask", [
     (1, 8, 2, "none"),                         # decode, GQA 4
     (1, 7, 1, "none"),                         # decode, GQA 7
@@ -311,7 +311,9 @@ SCHEDULES = ["split_kv(3)", "split_kv(auto)", "two_pass"]
 ])
 def test_schedules(schedule, lq, hq, hkv, mask, target):
     require(target)
-    spec = spec_of(f"head_dim 64\n dtype f16\n mask {mask}\n schedule {schedule}")
+    schedule, _, decode = schedule.partition(" ")
+    kernel = f"\n target wgsl {{ decode={'on' if decode else 'off'} }}" if schedule.startswith("split_kv") else ""
+    spec = spec_of(f"head_dim 64\n dtype f16\n mask {mask}\n schedule {schedule}{kernel}")
     rng = np.random.default_rng(9)
     q, k, v = _rand(rng, 2, lq, hq, 64), _rand(rng, 2, 301, hkv, 64), _rand(rng, 2, 301, hkv, 64)
     check(spec, target, q, k, v)

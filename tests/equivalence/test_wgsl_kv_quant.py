@@ -1,7 +1,7 @@
 """Quantized KV caches on wgsl (issue 44, `kv_dtype e4m3 | e5m2 | i8`): the kernels against the
 float64 reference fed the same stored bytes and scales (exact dequantization in the oracle),
-every kv_dtype x contiguous / paged x split_kv / two_pass, GQA groups 3 and 1, sequences of 1, 7,
-113 and 1023 keys; every byte decoded as the reference decodes it; the checker's and the call's
+every kv_dtype x contiguous / paged x split_kv (the register-tiled and the decode kernel) / two_pass,
+GQA groups 3 and 1, sequences of 1, 7, 113 and 1023 keys; every byte decoded as the reference decodes it; the checker's and the call's
 refusals. (Quantizer bit patterns: tests/runtime/test_kvquant.py.)"""
 
 from __future__ import annotations
@@ -22,8 +22,11 @@ PAGE = 16
 
 
 def _spec(kv_dtype, schedule, paged, dtype="f16"):
+    """`schedule` may end in " decode": the decode kernel (target wgsl { decode=on }), else decode=off."""
     cache = f"\n kv_cache paged(page={PAGE})" if paged else ""
-    return spec_of(f"head_dim {D}\n dtype {dtype}\n schedule {schedule}{cache}\n kv_dtype {kv_dtype}")
+    schedule, _, decode = schedule.partition(" ")
+    kernel = f"\n target wgsl {{ decode={'on' if decode else 'off'} }}" if schedule.startswith("split_kv") else ""
+    return spec_of(f"head_dim {D}\n dtype {dtype}\n schedule {schedule}{cache}\n kv_dtype {kv_dtype}{kernel}")
 
 
 def _paged(stored, scale, kv_dtype, lens, rng):
@@ -50,7 +53,7 @@ def _paged(stored, scale, kv_dtype, lens, rng):
 
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
-@pytest.mark.parametrize("schedule", ["split_kv(4)", "two_pass"])
+@pytest.mark.parametrize("schedule", ["split_kv(4)", "split_kv(4) decode", "two_pass"])
 def test_quantized_cache_matches_the_reference(kv_dtype, paged, schedule):
     require("wgsl")
     spec = _spec(kv_dtype, schedule, paged)

@@ -166,9 +166,12 @@ def spec_text_and_value(draw):
         lines.append(draw(st.sampled_from([f"head_dim qk={qk} v={v}", f"head_dim v={v} qk={qk}"])))
     fields.update(head_dim_qk=qk, head_dim_v=v)
 
-    dtype = draw(st.sampled_from(["f16", "bf16", "f32"]))
-    lines.append(f"dtype {dtype}")
+    dtype = draw(st.sampled_from(["f16", "bf16", "f32", "f16", "bf16", "f32", "e4m3", "e5m2"]))
+    out = draw(st.sampled_from([None, "bf16", "f16"])) if dtype in ("e4m3", "e5m2") else None  # FP8 prefill
+    lines.append(f"dtype {dtype}" + (f" out={out}" if out else ""))
     fields["dtype"] = dtype
+    if out:
+        fields["out_dtype"] = out
 
     heads = draw(st.sampled_from(["omit", "any", "n", "q", "qkv"]))
     if heads != "omit":
@@ -186,7 +189,7 @@ def spec_text_and_value(draw):
             lines.append(f"heads q={kv * group} kv={kv}")
             fields.update(heads_q=kv * group, heads_kv=kv)
 
-    accs = ["f32", "f16"] if dtype == "f16" else ["f32"]
+    accs = ["f32", "f16"] if dtype == "f16" else ["f32"]  # (FP8 too: f32 only)
     if draw(st.booleans()):
         a_qk, a_pv = draw(st.sampled_from(accs)), draw(st.sampled_from(accs))
         lines.append(f"accumulate qk={a_qk} pv={a_pv}" if a_qk != a_pv or draw(st.booleans())
@@ -334,6 +337,11 @@ def test_the_simplest_valid_specs_build_everywhere_they_should(case):
     for target, profile, result in plan_everywhere(plain):
         if target == "wgsl" and plain.dtype == "bf16":
             assert isinstance(result, SpecError) and "WGSL has no bf16" in str(result)
+        elif plain.is_fp8 and (target == "wgsl" or profile != "cuda-sm90"):  # FP8 prefill: cuda-sm90 only
+            assert isinstance(result, SpecError) and "FP8" in str(result)
+        elif plain.is_fp8 and (plain.head_dim_qk % 16 or plain.head_dim_v % 16 or max(plain.head_dim_qk,
+                                                                                      plain.head_dim_v) > 256):
+            assert isinstance(result, SpecError) and "multiples of 16 up to 256" in str(result)
         else:
             assert not isinstance(result, SpecError), f"{profile}: {result}"
 

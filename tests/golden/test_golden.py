@@ -53,6 +53,8 @@ CASES = [
     ("golden/variants.attn", "custom_split_f32", "cuda", "cuda-sm80"),   # custom mask, split_kv(auto), f32
     ("golden/variants.attn", "custom_split_f32", "wgsl", "wgpu-software"),
     ("golden/variants.attn", "f16_packed_append", "wgsl", "webgpu-core"),  # f16 in u32 words, append, split
+    ("golden/variants.attn", "decode_i8_paged", "wgsl", "wgpu-vulkan-nvidia"),  # the decode kernel, i8, unrolled
+    ("golden/variants.attn", "decode_f16_window", "wgsl", "webgpu-core"),  # the decode kernel, packed f16, teams of 4
 ]
 # Manifests are pinned too (without the generator digest, which changes with every edit of the
 # package): what a foreign runtime launches must not change by accident either.

@@ -129,11 +129,12 @@ def test_causal_alignment_misspelt():
 @pytest.mark.parametrize("dtype, hint", [
     ("fp16", "f16"), ("half", "f16"), ("float16", "f16"), ("F16", "f16"), ("f61", "f16"),
     ("bfloat16", "bf16"), ("bf61", "bf16"), ("fp32", "f32"), ("float", "f32"), ("float32", "f32"),
+    ("fp8", "e4m3"), ("float8_e4m3fn", "e4m3"), ("fp8_e5m2", "e5m2"), ("e4m4", "e4m3"),
 ])
 def test_dtype_aliases_are_errors_with_the_right_name(dtype, hint):
     err = error_of(block(f"head_dim 64\ndtype {dtype}"))
     (d,) = err.diagnostics
-    assert d.message == f"unknown dtype '{dtype}' (expected f16, bf16, f32)"
+    assert d.message == f"unknown dtype '{dtype}' (expected f16, bf16, f32, e4m3, e5m2)"
     assert d.hint == f"did you mean '{hint}'?"
     assert (d.span.line, d.span.column) == (3, 7)
 
@@ -456,7 +457,7 @@ def test_one_setting_per_line():
     ("kv_cache paged(16)", "unexpected '16' for 'kv_cache'"),
     ("head_dim qk=64", "'head_dim' needs v="),
     ("heads kv=8", "'heads' needs q="),
-    ("target wgsl { warps=4 }", "unknown option 'warps' for 'target' (expected workgroup, subgroups, f16, prefetch)"),
+    ("target wgsl { warps=4 }", "unknown option 'warps' for 'target' (expected workgroup, subgroups, f16, prefetch, decode, matrix)"),
     ("target metal", "unknown target 'metal' (expected cuda, wgsl)"),
     ("target wgsl { subgroups=maybe }", "unknown subgroups mode 'maybe' (expected auto, on, off)"),
 ])

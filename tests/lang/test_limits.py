@@ -217,9 +217,9 @@ def test_a_long_word_is_quoted_whole_up_to_the_longest_name():
     """Clipping starts past MAX_NAME_LENGTH characters: every word a kernel could use is shown whole."""
     word = "x" * 64
     (d,) = _error(f"attention a {{\n head_dim 64\n dtype {word}\n}}\n").diagnostics
-    assert d.message == f"unknown dtype '{word}' (expected f16, bf16, f32)"
+    assert d.message == f"unknown dtype '{word}' (expected f16, bf16, f32, e4m3, e5m2)"
     (d,) = _error(f"attention a {{\n head_dim 64\n dtype {word}x\n}}\n").diagnostics
-    assert d.message == f"unknown dtype '{'x' * 60}...' (expected f16, bf16, f32)"
+    assert d.message == f"unknown dtype '{'x' * 60}...' (expected f16, bf16, f32, e4m3, e5m2)"
 
 
 def test_did_you_mean_skips_words_too_long_to_be_close():

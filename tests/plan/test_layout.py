@@ -212,8 +212,12 @@ TARGET_ONLY = {
              "backward_mma",  # the backward's mma.sync family (sm_80+): its rules, shared memory, check lines
              "backward_launch",  # the backward's launches: cubin, functions, arguments, run_backward
              "expr_bits",  # index-only mask expressions run on bits: the builder + mask custom (issue 42)
-             "kvquant"},  # quantized K/V caches (issue 44): the byte tiles' layout and column orders
-    "wgsl": {"blockmask", "manifest", "unroll"},
+             "kvquant",  # quantized K/V caches (issue 44): the byte tiles' layout and column orders
+             "fp8",  # FP8 prefill (issue 44): what it builds and refuses, V^T's layout, its shared memory and plan
+             "fp8_call"},  # ... and its calls: FP8 inputs, the descales
+    "wgsl": {"blockmask", "manifest", "unroll",
+             "decode",  # the decode kernel: which specs it serves, its shape, its template's values
+             "matrix"},  # the subgroup-matrix family (issue 43): configs from the profile, its rules and tiles
 }
 
 

@@ -86,6 +86,11 @@ class CudaBackend(Backend):
         return [Problem(f"mask_expr={given} chooses how an index-only mask expression runs; this spec's mask is "
                         f"{what}", key="target.cuda", hint="leave mask_expr out (auto)")]
 
+    def fp8_problems(self, spec, profile):
+        """FP8 prefill (fp8.py): profiles with FP8 wgmma, and what it does not build yet, refused by name."""
+        from .fp8 import fp8_problems
+        return fp8_problems(spec, profile)
+
     def torch_tags(self, torch, reads_host: bool) -> tuple:
         """cudagraph_unsafe where the call reads the host: torch.compile's CUDA graphs
         (mode="reduce-overhead") then run the operator outside the graph."""
@@ -107,7 +112,8 @@ class CudaBackend(Backend):
         ] + ([c.varlen_summary] if c.varlen is not None else []) + _family_lines(c) + (
             [f"kernel family: mma.sync, not the Hopper wgmma family ({c.family_note})"] if c.family_note else []) + (
             [_kv_line(plan)] if plan.spec.kv_dtype is not None else []) + (
-            [_combine_line(plan)] if plan.spec.schedule.is_split else []) + self.expression_path(plan)
+            [_combine_line(plan)] if plan.spec.schedule.is_split else []) + self.expression_path(plan) + (
+            __import__(f"{__name__}.fp8", fromlist=["describe"]).describe(plan) if c.fp8 else [])
 
     def helper_sources(self, plan):
         """The backward pass's source (`attngen build --emit backward`; backward.py), for specs that
@@ -217,6 +223,9 @@ class CudaBackend(Backend):
         if reads_inputs(spec) and not inputs_read(spec.score):
             from .expr_blockmask import MaskInputsKernel
             return MaskInputsKernel(spec, compile_kernel(self, custom_spec(spec), profile))
+        if spec.is_fp8:  # FP8 prefill: the descales at the call (fp8_call.py)
+            from .fp8_call import Fp8Kernel
+            return compile_kernel(self, spec, profile, cls=Fp8Kernel)
         kernel = compile_kernel(self, spec, profile)
         if _bits_path(spec):
             from .expr_bits import MaskBitsKernel, bits_spec
@@ -269,6 +278,12 @@ class CudaBackend(Backend):
                 options = {**options, inp.name: torch.from_numpy(options[inp.name]).cuda().to(torch.bfloat16)}
             else:
                 options = {**options, inp.name: cupy.asarray(options[inp.name])}
+        if spec.is_fp8:  # torch float8 tensors of the bytes, the descales on the GPU (fp8_call.py)
+            import torch
+            from ...runtime.fp8 import DESCALES, TORCH_FP8
+            fp8 = getattr(torch, TORCH_FP8[spec.dtype])
+            options = {**options, **{n: torch.from_numpy(options[n]).cuda() for n in DESCALES if n in options}}
+            return tuple(torch.from_numpy(a).cuda().view(fp8) for a in host), options
         stored = (1, 2) if spec.kv_dtype is not None else ()  # a quantized cache's k and v: its bytes as they are
         options = {n: cupy.asarray(x) if n in ("k_scale", "v_scale") else x for n, x in options.items()}
         if spec.dtype == "bf16":

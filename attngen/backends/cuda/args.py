@@ -185,9 +185,12 @@ def launches(plan, launch: Launch, mask_kind: str | None = None) -> list:
     first = plan.details.varlen if plan.details.varlen is not None and alt else None
     main = (plan.entry, plan.params, plan.grid, plan.threads, plan.smem_bytes) if first is None else (
         first.entry, first.params, first.grid, first.threads, first.smem_bytes)
-    for name, params, grid, threads, smem in [main] + [
-            (e.entry, e.params, e.grid, e.threads, e.smem_bytes) for e in plan.entries]:
+    entries = [(e.entry, e.params, e.grid, e.threads, e.smem_bytes) for e in plan.entries]
+    first = sum(e.before for e in plan.entries)  # (FP8's preparation of V runs before the attention)
+    for name, params, grid, threads, smem in entries[:first] + [main] + entries[first:]:
         g = evaluate_all(grid, **sizes)
+        if 0 in g:  # a grid of no blocks does nothing (FP8's _prepare_v without keys); CUDA refuses it
+            continue
         if g[1] > MAX_GRID_YZ or g[2] > MAX_GRID_YZ:
             raise LaunchError(f"{name}'s grid {g} exceeds {MAX_GRID_YZ} blocks along y or z")
         if g[0] > MAX_GRID_X:
@@ -221,10 +224,10 @@ def kv_scales(plan, named: dict, given: dict, launch: Launch, device: int, as_te
     for name, stored, dim in (("k_scale", "k", plan.d_qk), ("v_scale", "v", plan.d_v)):
         x = given.get(name)
         if x is None or isinstance(x, np.ndarray):
-            checked = check_scales(name, spec.name, kv, named[stored], x, launch.batch)  # (x None: refused)
-            if writes:
+            if writes and x is not None:
                 raise LaunchError(f"{name} is a numpy array, but this call appends to kernel '{spec.name}''s i8 cache, "
                                   f"which writes {name} at the new rows: pass it as a CUDA array (CuPy or PyTorch)")
+            checked = check_scales(name, spec.name, kv, named[stored], x, launch.batch)  # (x None: refused)
             with _cupy().cuda.Device(device), stream:
                 x = _cupy().asarray(checked)
             keep.append(x)

@@ -108,6 +108,8 @@ class CudaConfig:
     tile_list: bool = False
     # A quantized cache (`kv_dtype`, issue 44): K and V staged as their stored bytes (kvquant.py).
     kv_dtype: str | None = None
+    # FP8 prefill (fp8.py): FP8 products, V^T written by the _prepare_v entry, the producer kernel
+    fp8: bool = False
 
     def __post_init__(self):
         # Every producer kernel runs the work-item code (templates/cuda/family_producer.j2 has no other producer
@@ -174,7 +176,8 @@ class CudaConfig:
                     f"S = Q K^T in tiles of {keys_a} keys (Q and K in 64-column chunks by the tensor copy engine) and "
                     f"stores P to the block's workspace slot, phase B reads it back for P V, {self.d_v_block} output "
                     "columns at a time; persistent: one block per multiprocessor takes the row tiles in turn")
-        math = {"wgmma": f"Hopper tensor cores (wgmma m64n{self.tile_kv}k16 and m64n{self.d_v_pad}k16, "
+        k = "32 (FP8: e4m3 / e5m2 operands, V^T from the _prepare_v entry)" if self.fp8 else "16"
+        math = {"wgmma": f"Hopper tensor cores (wgmma m64n{self.tile_kv}k{k[:2]} and m64n{self.d_v_pad}k{k}, "
                          + (f"2 warpgroups over the same 64 rows, each with half of Q K^T's head dim (S summed "
                             f"through shared memory) and {self.d_v_pad} output columns, sm_90a" if self.split_qk else
                             f"{self.warps // 4} warpgroup{'s' if self.warps > 4 else ''} of 64 rows, sm_90a")
@@ -421,7 +424,38 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     when the spec gives `tile d`) they stream through it in chunks.
     """
     t = tiles_for(profile)
+    if spec.is_fp8:
+        return _with_table(_fp8_config(spec, profile, t), spec, t)
     return _with_table(_cuda_config_of(spec, profile, t), spec, t)
+
+
+def _fp8_config(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> CudaConfig:
+    """FP8 prefill (fp8.py; its checker refused what it does not build): the producer kernel with
+    the tensor copy engine and persistent blocks, tile q 128 (or the spec's 64), tile kv fp8.TILE_KV,
+    fp8.STAGES stages (or the spec's), the output through the tensor store where it fits."""
+    from . import fp8
+    opts, limit = spec.options("cuda"), profile.limit("shared_memory_bytes")
+    tile_q = spec.tile.q or 2 * WARPGROUP_ROWS
+    stages = opts.get("stages") or fp8.STAGES
+    buffers, smem = fp8.fp8_layout(spec, t, tile_q, stages)
+    if smem > limit:
+        raise Problem(f"FP8 tile q={tile_q} kv={fp8.TILE_KV} with {stages} stages and head_dim qk={spec.head_dim_qk} "
+                      f"v={spec.head_dim_v} needs {smem} bytes of shared memory ({_describe(buffers)}), but "
+                      f"{profile.name} allows {limit}", key="target.cuda" if opts.get("stages") else "head_dim",
+                      hint="use fewer stages (target cuda { stages=2 })" if stages > 2 else None)
+    tma_store = False
+    if t.tma_store and spec.head_dim_v > t.tma_store_above_d_v:
+        o_buffers, o_smem = fp8.fp8_layout(spec, t, tile_q, stages, o_stage=True)
+        if o_smem <= limit:  # (never at the cost of a smaller tile, as f16's)
+            buffers, smem, tma_store = o_buffers, o_smem, True
+    warps = tile_q // ROWS_PER_WARP
+    d_qk_pad, d_v_pad = fp8.padded_fp8_qk(spec.head_dim_qk), fp8.padded_fp8_v(spec.head_dim_v)
+    return CudaConfig("wgmma", tile_q, fp8.TILE_KV, warps, stages, spec.head_dim_qk, spec.head_dim_v, d_qk_pad,
+                      d_v_pad, False, buffers, smem, _cuda_registers("wgmma", 1, fp8.TILE_KV, d_qk_pad, d_v_pad, False),
+                      producer_registers(t, True, spec.mask.kind, warps, True, True)[1], d_v_block=d_v_pad,
+                      resident_blocks=max(1, limit // smem), producer=True, persistent=True,
+                      item_per_block=opts.get("persistent") == "off", tma=True, tma_q=True, tma_store=tma_store,
+                      fp8=True)
 
 
 def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> CudaConfig:
@@ -550,25 +584,17 @@ def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> Cuda
 
 
 def _cuda_config(spec: AttentionSpec, profile: Profile, math: str, t: CudaTiles) -> CudaConfig:
-    if spec.kv_dtype is not None:  # whole head dims only: its tiles are decoded by row (kvquant.py)
-        if spec.tile.d is not None or max(spec.head_dim_qk, spec.head_dim_v) > t.max_block_columns:
-            why = (f"tile d={spec.tile.d}" if spec.tile.d is not None else
-                   f"head dims above {t.max_block_columns}, which stream through shared memory in chunks")
-            raise Problem(f"kv_dtype {spec.kv_dtype} with {why}: a quantized cache's tiles are read with the whole "
-                          "head dim in shared memory on target cuda", key="kv_dtype",
-                          hint="leave tile d out; head dims up to 256 with kv_dtype" if spec.tile.d is not None
-                          else f"keep K and V in the spec's dtype (no kv_dtype) for head dims above {t.max_block_columns}")
+    if spec.kv_dtype is not None:  # whole head dims only: its tiles are decoded by row
+        kvquant.refuse_chunks(spec, t.max_block_columns)
     elif spec.tile.d is not None:
         _cuda_check_chunk(spec, math, spec.tile.d, t)
         return _cuda_fit(spec, profile, math, spec.tile.d, t)
-    chunk = _cuda_default_chunk(spec, math, t)
+    chunk = None if spec.kv_dtype is not None else _cuda_default_chunk(spec, math, t)  # (kv: no chunks to take)
     if max(spec.head_dim_qk, spec.head_dim_v) > t.max_block_columns:
         return _cuda_fit(spec, profile, math, chunk, t)
     try:
         cfg = _cuda_fit(spec, profile, math, None, t)
     except Problem as whole:
-        if spec.kv_dtype is not None:
-            raise
         try:
             return _cuda_fit(spec, profile, math, chunk, t)
         except Problem:
@@ -756,7 +782,7 @@ configure = cuda_config  # the backend's configure() (attngen.backends.base.Back
 def rescale_slack_for(spec: AttentionSpec, t: CudaTiles) -> float:
     """kRescaleSlack of the spec's kernels: CudaTiles.rescale_slack, or 0 (rescale at every new max) with
     f16 accumulators, the two_pass schedule, or fewer than CudaTiles.rescale_slack_min_d_v output columns."""
-    if ("f16" in (spec.acc_qk, spec.acc_pv) or spec.schedule.is_two_pass
+    if ("f16" in (spec.acc_qk, spec.acc_pv) or spec.schedule.is_two_pass or spec.is_fp8  # (FP8: P <= 2^8 in e4m3)
             or spec.head_dim_v < t.rescale_slack_min_d_v):
         return 0.0
     return t.rescale_slack

@@ -89,7 +89,8 @@ def profile_for(backend, cc: int, smem_optin: int | None = None) -> Profile:
     arch = f"sm_{cc}a" if cc == 90 and base.features.get("wgmma") else f"sm_{cc}"
     return base.narrowed(
         limits={"shared_memory_bytes": min(smem, base.limit("shared_memory_bytes"))},
-        features={"wgmma": bool(base.features.get("wgmma")) and cc == 90},
+        features={"wgmma": bool(base.features.get("wgmma")) and cc == 90,
+                  "fp8_wgmma": bool(base.features.get("fp8_wgmma")) and cc == 90},
         sections={"device": {"arch": arch, "compute_capability": cc}},
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...lang.spec import KV_DTYPES
+from ...lang.spec import DTYPE_BYTES, FP8_DTYPES, KV_DTYPES
 from ...plan import masks
 from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import blocks_per_core, pack_gqa, split_rule
@@ -17,13 +17,16 @@ _TYPES = {
     "f16": ("cuda/types_f16.j2", "f16"),
     "bf16": ("cuda/types_bf16.j2", "bf16"),
     "f32": ("cuda/types_f32.j2", None),
+    "e4m3": ("cuda/types_fp8.j2", "e4m3"),  # FP8 prefill: elem_t holds two FP8 values (fp8.py)
+    "e5m2": ("cuda/types_fp8.j2", "e5m2"),
 }
 
 
 # Tensors stored in the spec's dtype (elem_t in the source); other tensors by their dtype.
 _STORAGE = ("q", "k", "v", "out", "k_new", "v_new")
 _C_TYPES = {"f32": "float", "i32": "int", "u32": "unsigned", "u8": "unsigned char", "i64": "long long",
-            "f16": "unsigned short", "bf16": "unsigned short", "bool": "unsigned char"}  # (f16 / bf16 / bool: inputs)
+            "f16": "unsigned short", "bf16": "unsigned short", "bool": "unsigned char",  # (f16 / bf16 / bool: inputs)
+            "e4m3": "unsigned char", "e5m2": "unsigned char"}  # (FP8's V^T workspace)
 
 
 _WS_NOTE = {
@@ -36,33 +39,35 @@ _WS_NOTE = {
 }
 
 
-def _c_decl(p, entry: bool = True) -> str:
+def _c_decl(p, entry: bool = True, kv: bool = False) -> str:
     """The C++ declaration of one kernel parameter (of an entry point, or of the device function
     it calls: a tensor map stays in the entry's parameter space and is passed on by reference)."""
     if p.kind == "scalar":
         return f"{_C_TYPES[p.dtype]} {p.name}"
     if p.kind == "tensor_map":
         return f"const __grid_constant__ TensorMap {p.name}" if entry else f"const TensorMap& {p.name}"
-    base = ("kv_t" if p.dtype in KV_DTYPES else "elem_t") if p.name in _STORAGE else _C_TYPES[p.dtype]
+    # (kv: a quantized cache's k and v hold its stored bytes, kv_t; FP8 prefill's are elem_t)
+    base = ("kv_t" if kv and p.dtype in KV_DTYPES else "elem_t") if p.name in _STORAGE else _C_TYPES[p.dtype]
     # k and v are written only by an append, at keys no block reads from the cache (docs/variants.md)
     const = "const " if p.access == "read" or p.name in ("k", "v") else ""
     return f"{const}{base}* __restrict__ {p.name}"
 
 
-def param_list(params, indent: int, entry: bool = True) -> str:
+def param_list(params, indent: int, entry: bool = True, kv: bool = False) -> str:
     """Declarations, one per line, aligned after the opening parenthesis."""
-    return (",\n" + " " * indent).join(_c_decl(p, entry) for p in params)
+    return (",\n" + " " * indent).join(_c_decl(p, entry, kv) for p in params)
 
 
 def _variant_context(plan: KernelPlan) -> dict:
     """What the templates need to know of docs/variants.md's variants (flags only)."""
     spec = plan.spec
     combine = [e for e in plan.entries if e.name == "combine"]
+    kv = spec.kv_dtype is not None  # (its k and v: kv_t, the stored bytes)
     return dict(
-        params_decl=param_list(plan.params, len("__device__ __forceinline__ void attention("), entry=False),
+        params_decl=param_list(plan.params, len("__device__ __forceinline__ void attention("), entry=False, kv=kv),
         tma=plan.config.tma,
-        entry_decl=param_list(plan.params, len(plan.entry) + 1),
-        pv_decl=param_list(plan.params, len(plan.entry) + len("_pv(")),
+        entry_decl=param_list(plan.params, len(plan.entry) + 1, kv=kv),
+        pv_decl=param_list(plan.params, len(plan.entry) + len("_pv("), kv=kv),
         param_names=", ".join(p.name for p in plan.params),
         custom=spec.mask.is_custom,
         # (the types' helpers: some namespace cleans; a family template gets each namespace's own, _namespace)
@@ -82,7 +87,7 @@ def _variant_context(plan: KernelPlan) -> dict:
         # fast_path, varlen). The other kinds use one general instantiation (half the NVRTC time).
         padded_fast_path=plan.config.fast_path,
         varlen=plan.details.varlen is not None,
-        varlen_decl=param_list(plan.params, len(plan.entry) + len("_varlen(")),
+        varlen_decl=param_list(plan.params, len(plan.entry) + len("_varlen("), kv=kv),
         general_doc="One instantiation serves every launch of this kind (padded, packed, kv_lens, appends).",
         combine_warps=COMBINE_WARPS,
         mask_stage_words=plan.config.mask_stage_words,
@@ -155,7 +160,8 @@ def cleans_values(c, mask) -> bool:
     tile, cleans_every_tile). P through memory redoes a warp's P V on its own (templates/cuda/
     stored_p.j2); every producer kernel is persistent (docs/language.md, "A key of weight 0 adds
     nothing"). (CudaTiles.clean_values False: nowhere, a probe's switch.)"""
-    return (c.clean_values and not c.stored_p and c.kv_dtype != "i8"  # (int8 has no inf or NaN)
+    return (c.clean_values and not c.stored_p and not c.fp8 and c.kv_dtype != "i8"  # (FP8: V^T comes cleaned,
+            # fp8.py; int8 has no inf or NaN)
             and (masks.hides_loaded_keys(mask) or family_name(c) in ("producer", "overlap")
                  or cleans_every_tile(c)))
 
@@ -179,8 +185,9 @@ def _namespace(name: str, c, doc: str, mask, spec, plan) -> dict:
     return {"name": name, "c": c, "doc": doc, "clean_v": clean_v, "clean_all": clean_all, "f": shape,
             "producer_regs": regs[0], "consumer_regs": regs[1],
             "offsets": {b.name: b.offset for b in c.buffers},
-            "strides": {b.name[1:].lower(): b.cols for b in c.buffers},
-            "math_template": f"cuda/math_{c.math}{'_kvq' if c.kv_dtype and c.math == 'mma' else ''}.j2",
+            # (in elements; FP8 buffers' elements hold two values; a quantized cache's bytes are kv_t)
+            "strides": {b.name[1:].lower(): b.cols // (2 if c.fp8 and b.dtype in FP8_DTYPES else 1) for b in c.buffers},
+            "math_template": f"cuda/math_{c.math}{'_fp8' if c.fp8 else '_kvq' if c.kv_dtype and c.math == 'mma' else ''}.j2",
             "pad": c.column_step,
             "pad_doc": _PAD_DOC[c.math]}
 
@@ -225,11 +232,13 @@ def render_source(plan: KernelPlan) -> str:
         header=comment_block(header_lines(plan, layout)),
         c=c,
         entry=plan.entry,
-        elem_bytes=4 if plan.dtype == "f32" else 2,
+        elem_bytes=4 if plan.dtype == "f32" else 2,  # (FP8: elem_t is a pair of values)
         kv_bytes=1 if plan.spec.kv_dtype else (4 if plan.dtype == "f32" else 2),  # of the K and V tiles
         dtype=plan.dtype,
+        out_dtype=plan.out_dtype,
         kv_perm=bool(plan.spec.kv_dtype) and c.math == "mma",  # acc's columns in kvquant.py's order
         **kvquant.template_context(plan, c),
+        **_fp8_context(plan),
         pad=main["pad"],
         pad_doc=main["pad_doc"],
         strides=strides,
@@ -254,6 +263,17 @@ def render_source(plan: KernelPlan) -> str:
     return source
 
 
+def _fp8_context(plan: KernelPlan) -> dict:
+    """What the FP8 templates print (fp8.py): P's offset, and the _prepare_v entry's declaration,
+    block and key slots."""
+    if not plan.config.fp8:
+        return {}
+    from .fp8 import KEY_SLOTS, P_OFFSET, PREPARE_THREADS
+    prepare = next(e for e in plan.entries if e.name == "prepare_v")
+    return {"p_offset": c_float(P_OFFSET), "prepare_threads": PREPARE_THREADS, "key_slots": KEY_SLOTS,
+            "prepare_decl": param_list(prepare.params, len(prepare.entry) + 1)}
+
+
 def render_manifest(plan: KernelPlan) -> dict:
     """What a launcher without Python needs (the common part, attngen.backends.render.manifest,
     plus the CUDA launch facts)."""
@@ -268,7 +288,7 @@ def render_manifest(plan: KernelPlan) -> dict:
         "shared_memory_note": "above 48 KiB a launcher must raise the kernel's "
                               "cudaFuncAttributeMaxDynamicSharedMemorySize first",
         "alignment": "q, k, v, out base pointers 16-byte aligned; strides multiples of "
-                     f"{16 // (4 if plan.dtype == 'f32' else 2)} elements",
+                     f"{16 // DTYPE_BYTES[plan.dtype]} elements" + (" (of q, k, v; out's: 8)" if plan.spec.is_fp8 else ""),
         "features": [],
     }
     extra["grid_symbols"] = {

@@ -133,6 +133,10 @@ class KernelShape:
     # producer warpgroup or the block's first warp, and iterated as the custom mask's list (holes
     # neither copied nor computed)
     tile_list: bool = False
+    # rows that see a key whose V held an inf or NaN output NaN (row_bad, mark_bad_rows, the
+    # epilogue): where the kernel cleans V, and FP8's kernel, whose V^T came cleaned with its bad
+    # keys (vt_bad: attngen/backends/cuda/fp8.py)
+    bad_rows: bool = False
 
 
 # Entries of a work item's list of live K/V tiles (tile_list): beyond them (a row tile seeing
@@ -223,4 +227,5 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
         tma_cleans=c.tma and clean_v,
         skip_holes=mask.kind == "expr" and name == "plain" and not c.chunked,
         tile_list=name in ("producer", "overlap") and c.tile_list,
+        bad_rows=clean_v or c.fp8,
     )

@@ -33,12 +33,11 @@ from .launch import (KEPT_FOR_GRAPHS, ZEROED, Packed, Recipe, capturing, error_f
                        register_sites, workspace_layout)
 from .tensor_maps import TensorMapEncoder, tma_layout_problem
 
-_TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32"}
+_TORCH_DTYPES = {"torch.float16": "f16", "torch.bfloat16": "bf16", "torch.float32": "f32",
+                 "torch.float8_e4m3fn": "e4m3", "torch.float8_e5m2": "e5m2"}
 _NP_DTYPES = {"float16": "f16", "float32": "f32", "bfloat16": "bf16"}
-# (a quantized cache's stored bytes: uint8 / int8, and PyTorch's FP8 dtypes, docs/language.md)
-_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
-# torch's FP8 dtypes taken as the bytes of the kv_dtype of the same format (the OCP formats: fn, e5m2)
-_TORCH_FP8 = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+# (FP8 bytes: torch's float8 tensors as e4m3 / e5m2, uint8 arrays; a quantized cache's int8)
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "e4m3": 1, "e5m2": 1, "uint8": 1, "int8": 1}
 _cupy = cupy_module
 
 
@@ -237,7 +236,7 @@ class CudaKernel(Kernel):
         self._sm_count: dict = {}
         self._recipes: dict = {}  # call signature -> Recipe (launch.py)
         # expression inputs (issue 42): their names, and where this kernel's reads out of bounds are reported
-        self._inputs = tuple(i.name for i in emitted.plan.spec.inputs)
+        self._inputs = tuple(i.name for i in emitted.plan.spec.inputs)  # (fp8_call.Fp8Kernel: the descales)
         self._site0 = register_sites(_site_messages(emitted.plan.spec)) if self._inputs else 0
 
     def _function(self, device_id: int, entry: str | None = None):
@@ -261,6 +260,17 @@ class CudaKernel(Kernel):
                     fn.ptr, cupy.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)
             fns[entry] = fn
         return fns[entry]
+
+    _input_prefix = "input_"  # the kernel parameter of an expression input (fp8_call.Fp8Kernel: a descale's own name)
+
+    def _device_inputs(self, inputs: dict, launch, dev: int) -> tuple:
+        """({parameter: address}, copies kept until the launch, whether the recipe may be kept) of the
+        call's expression inputs (args.device_inputs)."""
+        return cuda_args.device_inputs(self.plan.spec, inputs, launch, dev, f"kernel '{self.plan.spec.name}' (cuda)")
+
+    def _maps(self, named: dict, launch) -> dict:
+        """Tensor maps a kernel adds to, or puts in place of, those of q, k and v (none here)."""
+        return {}
 
     def torch_operator(self, name: str | None = None):
         """This kernel as a PyTorch operator (attngen.torch.operator; docs/torch.md)."""
@@ -348,7 +358,7 @@ class CudaKernel(Kernel):
             key = None
         recipe = self._recipes.get(key) if key is not None else None
         if recipe is not None:
-            ptrs = dict(zip(_ARRAYS + tuple("input_" + n for n in self._inputs), addrs))
+            ptrs = dict(zip(_ARRAYS + tuple(self._input_prefix + n for n in self._inputs), addrs))
             if mask is not None:
                 ptrs.update(_mask_ptrs(mask))
             if out is not None:
@@ -383,7 +393,7 @@ class CudaKernel(Kernel):
         named = {name: _as_tensor(name, x) for name, x in tensors.items()}
         kv_dtype = self.plan.spec.kv_dtype
         for name in ("k", "v"):  # torch's FP8 tensors are the bytes of the kv_dtype of their format
-            if kv_dtype is not None and _TORCH_FP8.get(named[name].dtype) == kv_dtype:
+            if kv_dtype in ("e4m3", "e5m2") and named[name].dtype == kv_dtype:
                 named[name].dtype = "uint8"
         devices = {t.device for t in named.values()}
         if len(devices) > 1:
@@ -410,8 +420,8 @@ class CudaKernel(Kernel):
         # is queued like every copy of the call (and for good when the call is captured); freed
         # here, its memory could become this call's out or workspace while the kernels read it
         keep.extend(g[1] for n, g in given.items() if g[1] is not None and g[1] is not ints[n])
-        expr_ptrs, copies, plain = ({}, [], True) if not (self._inputs or inputs) else cuda_args.device_inputs(
-            self.plan.spec, inputs, launch, dev, f"kernel '{self.plan.spec.name}' (cuda)")
+        expr_ptrs, copies, plain = ({}, [], True) if not (self._inputs or inputs) else self._device_inputs(
+            inputs, launch, dev)
         keep.extend(copies)
         cacheable = cacheable and plain
         q_layout = (named["q"].shape, named["q"].strides)  # the caller's q (named["q"] may be a copy below)
@@ -441,8 +451,8 @@ class CudaKernel(Kernel):
         out_shape = launch.out_shape_for(self.plan.d_v)
         if out is not None:
             to = _as_tensor("out", out)
-            if to.shape != out_shape or to.dtype != self.plan.dtype:
-                raise LaunchError(f"out must have shape {out_shape} and dtype {self.plan.dtype}, "
+            if to.shape != out_shape or to.dtype != self.plan.out_dtype:
+                raise LaunchError(f"out must have shape {out_shape} and dtype {self.plan.out_dtype}, "
                                   f"got {to.shape} {to.dtype}")
             if to.device != dev:
                 raise LaunchError(f"out is on GPU {to.device}, q on GPU {dev}")
@@ -457,7 +467,7 @@ class CudaKernel(Kernel):
                     raise LaunchError(f"out overlaps {name} in memory: the kernel reads {name} while it writes "
                                       "out, so the result would be wrong; pass a separate out=")
         else:
-            to = _Tensor(None, tq.kind, 0, out_shape, _row_major(out_shape), self.plan.dtype, dev)
+            to = _Tensor(None, tq.kind, 0, out_shape, _row_major(out_shape), self.plan.out_dtype, dev)
         bm = None
         if mask is not None and not isinstance(mask, BlockMask) and capturing(_stream_getter(tq.kind, dev)()):
             raise LaunchError("mask is not a BlockMask, and this call is being captured into a CUDA graph: building "
@@ -524,7 +534,7 @@ class CudaKernel(Kernel):
             values["s_stride"] = max(launch.len_k, 1)
         # the addresses a call of this signature passes (the rest of the pointer parameters stay null)
         slots = frozenset(list(named) + list(given) + list(kv_scales) + ["out"] + (["lse"] if return_lse else [])
-                          + ["input_" + n for n in self._inputs]
+                          + [self._input_prefix + n for n in self._inputs]
                           + (["mask_bits", "mask_add", "mask_counts", "mask_tiles"] if bm is not None else [])
                           + list(ws_sizes) + list(persistent))
         # the tensor copy engine's maps of K and V, and Q (CudaConfig.tma, tma_q): the main entry
@@ -537,6 +547,7 @@ class CudaKernel(Kernel):
                 shape = (t.shape[0], rows, t.shape[2], t.shape[3]) if len(t.shape) == 4 else None
                 if shape is not None and min(shape) > 0:  # (no keys / rows: nothing is read, the map stays zeros)
                     maps["tmap_" + name] = TensorMapEncoder(name, shape, t.strides, t.dtype, box)
+            maps.update(self._maps(named, launch))  # (FP8: tmap_v over V^T)
             if self.plan.config.tma_store and len(to.shape) == 4 and min(to.shape) > 0:
                 # the output's map (CudaConfig.tma_store): boxes of a warpgroup's 64 rows; re-encoded
                 # when a call's out lies elsewhere (Packed.launch)
@@ -555,7 +566,7 @@ class CudaKernel(Kernel):
         like_q = tuple(q_layout[0]) == tuple(out_shape) and tuple(q_layout[1]) == _row_major(out_shape)
         return Recipe(launches, layout, ws_bytes, device=dev, kind=kind, cacheable=cacheable, extents=extents,
                       out_extent=tuple(e - to.ptr for e in _extent(to)),
-                      alloc_out=_allocator(kind, dev, out_shape, self.plan.dtype, q_dtype, like_q),
+                      alloc_out=_allocator(kind, dev, out_shape, self.plan.out_dtype, q_dtype, like_q),
                       alloc_lse=_allocator(kind, dev, lse_shape, "f32", q_dtype) if return_lse else None,
                       alloc_ws=_allocator(kind, dev, (ws_bytes // 4,), "f32", q_dtype) if ws_bytes else None,
                       stream=_stream_getter(kind, dev), persistent=persistent,
@@ -612,7 +623,7 @@ class CudaKernel(Kernel):
         opt = {n: options.pop(n, d) for n, d in (("mask", None), ("out", None), ("return_lse", False),
                                                  ("max_seqlen_q", None), ("max_seqlen_k", None), ("check", False),
                                                  ("k_new", None), ("v_new", None))}
-        inputs = {n: options.pop(n) for n in self._inputs if n in options}  # expression inputs
+        inputs = {n: options.pop(n) for n in self._inputs if n in options}  # expression inputs (FP8: descales)
         if options:
             raise TypeError(f"prepared() got unexpected options: {', '.join(options)}")
         result, recipe, ptrs, held = self._call(q, k, v, opt["mask"], opt["out"], opt["return_lse"],
@@ -731,9 +742,11 @@ def build_cubin(plan, render) -> tuple[bytes, bool]:
     return cached(kernel_key(plan), ".cubin", lambda: nvrtc.compile_cubin(render(plan), plan.details.arch)[0])
 
 
-def compile_kernel(backend, spec, profile: Profile | str | None = None, device_id: int | None = None) -> CudaKernel:
+def compile_kernel(backend, spec, profile: Profile | str | None = None, device_id: int | None = None,
+                   cls=None) -> CudaKernel:
     """Plan and compile `spec` with `backend` (the CUDA backend) for a CUDA device (the current
-    one by default). A kernel found in the disk cache is neither rendered nor compiled."""
+    one by default), as a `cls` (CudaKernel by default). A kernel found in the disk cache is neither
+    rendered nor compiled."""
     cupy = _cupy()
     gpu_count(cupy)  # no driver or no GPU: a LaunchError that says so, not CuPy's CUDA error
     if device_id is None:
@@ -747,7 +760,7 @@ def compile_kernel(backend, spec, profile: Profile | str | None = None, device_i
                           f"GPU {device_id} allows {live.limit('shared_memory_bytes')}")
     emitted = Rendered(plan, backend.render, backend.manifest)
     cubin, _ = build_cubin(plan, lambda _plan: emitted.source)
-    return CudaKernel(emitted, cubin, device_id, backend)
+    return (cls or CudaKernel)(emitted, cubin, device_id, backend)
 
 
 def precompile(backend, spec, cc: int) -> tuple[bool, str]:

@@ -93,6 +93,20 @@ def layout_entries(spec, math: str, stages: int, tile_kv: int, d_qk_pad: int, d_
     return out
 
 
+def refuse_chunks(spec, max_columns: int) -> None:
+    """A Problem where `spec` would stream its head dims through shared memory in chunks (tile d, or
+    head dims above `max_columns`): a quantized cache's tiles are read with whole rows in it."""
+    if spec.tile.d is None and max(spec.head_dim_qk, spec.head_dim_v) <= max_columns:
+        return
+    from ...plan.kernel_plan import Problem
+    why = (f"tile d={spec.tile.d}" if spec.tile.d is not None else
+           f"head dims above {max_columns}, which stream through shared memory in chunks")
+    raise Problem(f"kv_dtype {spec.kv_dtype} with {why}: a quantized cache's tiles are read with the whole head dim "
+                  "in shared memory on target cuda", key="kv_dtype",
+                  hint="leave tile d out; head dims up to 256 with kv_dtype" if spec.tile.d is not None
+                  else f"keep K and V in the spec's dtype (no kv_dtype) for head dims above {max_columns}")
+
+
 def scale_copy_bytes(head_dim: int) -> int:
     """The cp.async size of an i8 scale row (head_dim / 32 floats): the largest of 16, 8, 4 bytes that
     divides it (the rows of a scale tensor start at multiples of it)."""

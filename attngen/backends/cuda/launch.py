@@ -26,7 +26,7 @@ from ...errors import LaunchError
 from .expr import ERROR_WORD as EXPR_WORD  # the word of expressions' reads out of an input's bounds
 from .tensor_maps import MAP_ALIGN, MAP_BYTES
 
-ERROR_WORDS = 8  # the kernels' `errors` parameter (lower.py): one int32 word per kind of input (4: expressions)
+ERROR_WORDS = 10  # the kernels' `errors` parameter (lower.py): one int32 word per kind of input (4: expressions)
 _ERROR_KINDS = (
     ("cu_seqlens_q", "cu_seqlens_q[{b}] .. [{b1}] is not a sequence inside q (entries must start at 0 or more, "
                      "not decrease, end within q's rows and, with cu_seqlens_k absent, within k's), or it is "
@@ -37,12 +37,18 @@ _ERROR_KINDS = (
                 "(its rows: k.shape[1], or block_table columns x page)"),
     ("block_table", "block_table row {b} names a page outside k and v, or (with k_new / v_new) a page that the "
                     "append writes and the row also reads elsewhere"),
-    ("expressions", ""),  # (word 4, EXPR_WORD: its own messages, _EXPR_SITES)
-    ("kv_scale", "k_scale or v_scale holds a value that is not finite and >= 0 for sequence {b} (a quantized "
-                 "cache's scales on the GPU are checked by the kernels; that call's output is not to be used)"),
-    ("kv_new", "k_new / v_new of sequence {b} hold inf or NaN, which an i8 cache cannot store (their blocks of 32 "
-               "were stored with scale NaN)"),
 )
+# words 8 and 9: a quantized cache's (kv_dtype, kvquant.py): a scale on the device that is not finite
+# and >= 0, and inf or NaN appended to an i8 cache; the sequence's index + 1 (lower.py's _bounds)
+_KV_WORDS = (
+    (8, "k_scale or v_scale holds a value that is not finite and >= 0 for sequence {b} (a quantized cache's "
+        "scales on the GPU are checked by the kernels; that call's output is not to be used)"),
+    (9, "k_new / v_new of sequence {b} hold inf or NaN, which an i8 cache cannot store (their blocks of 32 were "
+        "stored with scale NaN)"),
+)
+# words 5-7: FP8's descales on the device, checked by the _prepare_v entry (fp8.py, DESCALE_WORDS):
+# the flat index + 1 of a bad one
+_DESCALE_WORDS = ((5, "q_descale"), (6, "k_descale"), (7, "v_descale"))
 _FLAGS: dict = {}  # device -> ErrorFlags
 _FLAGS_LOCK = threading.Lock()
 # What a value of word EXPR_WORD means: kernels of this process pass expr_site0 (register_sites), so
@@ -78,10 +84,12 @@ class ErrorFlags:
         """Raise (and clear) what the kernels reported; nothing when the words are zero."""
         if not self.found():
             return
-        found = [text.format(b=int(w) - 1, b1=int(w)) for (_, text), w in zip(_ERROR_KINDS, self.words)
-                 if w > 0 and text]
+        found = [text.format(b=int(w) - 1, b1=int(w)) for (_, text), w in zip(_ERROR_KINDS, self.words) if w > 0]
+        found += [f"{name}.ravel()[{int(self.words[at]) - 1}] (flat over (B, Hkv)) is 0, negative, inf or NaN: descales "
+                  "are finite and > 0" for at, name in _DESCALE_WORDS if self.words[at] > 0]
+        found += [text.format(b=int(self.words[at]) - 1) for at, text in _KV_WORDS if self.words[at] > 0]
         site = int(self.words[EXPR_WORD])
-        what = "bad integer inputs" if not (self.words[5] or self.words[6]) else "bad inputs"  # (5, 6: kv_dtype's)
+        what = "inputs" if self.words[5:].any() else "integer inputs"
         self.words[:] = 0
         if site > 0:
             read = _EXPR_SITES[site] if site < len(_EXPR_SITES) else f"an expression read an input out of its bounds " \
@@ -89,8 +97,8 @@ class ErrorFlags:
             if not found:
                 raise LaunchError(f"GPU {self.device}: {when} found that {read}")
             found.append(read)
-        raise LaunchError(f"GPU {self.device}: {when} found {what} (checked on the device): "
-                          + "; ".join(found))
+        raise LaunchError(f"GPU {self.device}: {when} found bad {what} "
+                          "(checked on the device): " + "; ".join(found))
 
 
 _CLEAR = bytes(4 * ERROR_WORDS)

@@ -61,7 +61,8 @@ def fused_combine(spec: AttentionSpec, cfg) -> bool:
 
 
 def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: bool = False,
-                tma: bool = False, tma_q: bool = False, stored_p: bool = False, tma_store: bool = False) -> tuple:
+                tma: bool = False, tma_q: bool = False, stored_p: bool = False, tma_store: bool = False,
+                fp8: bool = False) -> tuple:
     """The main entry point's parameters; `counters`: the shape of the fused combine's
     tile_counters (None: no such parameter); `persistent`: the persistent blocks' batch size and
     work counter (CudaConfig.persistent); `tma`: the tensor maps of K and V (CudaConfig.tma);
@@ -81,7 +82,8 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
         _p("q", "tensor", d, ("B", "Lq", "Hq", "Dqk"), doc="queries (packed: (Tq, Hq, Dqk))"),
         _p("k", "tensor", kv, kv_shape + ("Dqk",), "readwrite", doc="keys" + where + kv_doc),
         _p("v", "tensor", kv, kv_shape + ("Dv",), "readwrite", doc="values" + where + kv_doc),
-        _p("out", "tensor", d, ("B", "Lq", "Hq", "Dv"), "write", doc="attention output (packed: (Tq, Hq, Dv))"),
+        _p("out", "tensor", spec.output_dtype, ("B", "Lq", "Hq", "Dv"), "write",
+           doc="attention output (packed: (Tq, Hq, Dv))"),
         _p("lse", "tensor", "f32", ("B", "Hq", "Lq"), "write", True,
            doc="log-sum-exp of each row's scores (natural log; -inf where a row sees no key), packed: "
                "(Hq, Tq); written only when requested (null: not written)"),
@@ -152,24 +154,30 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
                             "workspace (P through memory): block x's slot holds, for the row tile it works on, each "
                             "consumer thread's P fragments (16 bytes per 16 keys) and its rows' running max after "
                             "each tile of 256 keys; uninitialised"))
+    if fp8:  # the descales and V^T's bad keys (fp8.py; tmap_v is over the vt workspace)
+        from . import fp8 as fp8_plan
+        ps += fp8_plan.main_params(spec, _p)
     if tma:
         how = ("a CUtensorMap (128 bytes, passed by value) from cuTensorMapEncodeTiled over {t}: "
                "{dtype}, rank 4, dims (D{d}, {h}, {l}, B) innermost first, strides in bytes of its head, {r} and "
                "batch axes, box (64, 1, tile {b}, 1), element strides 1, no interleave, 128-byte swizzle, "
                "L2 promotion 128 bytes, out-of-bounds fill zeros; the main entry point only (the _varlen "
                "entry does not read it: pass any 128 bytes)")
-        dt = {"f16": "FLOAT16", "bf16": "BFLOAT16"}.get(d, d)
+        dt = {"f16": "FLOAT16", "bf16": "BFLOAT16", "e4m3": "UINT16 (two FP8 values an element: dims D / 2)",
+              "e5m2": "UINT16 (two FP8 values an element: dims D / 2)"}.get(d, d)
         kv = dict(dtype=dt, h="Hkv", l="Lk", r="key", b="kv")
         if tma_q:
             ps.append(_p("tmap_q", "tensor_map", d, ("Dqk", "Hq", "Lq", "B"),
                          doc=how.format(t="q", d="qk", **{**kv, "h": "Hq", "l": "Lq", "r": "row", "b": "q"})))
         ps += [
             _p("tmap_k", "tensor_map", d, ("Dqk", "Hkv", "Lk", "B"), doc=how.format(t="k", d="qk", **kv)),
-            _p("tmap_v", "tensor_map", d, ("Dv", "Hkv", "Lk", "B"), doc=how.format(t="v", d="v", **kv)),
+            _p("tmap_v", "tensor_map", d, ("Dv", "Hkv", "Lk", "B"), doc=fp8_plan.vt_map_doc() if fp8
+               else how.format(t="v", d="v", **kv)),
         ]
         if tma_store:
-            ps.append(_p("tmap_o", "tensor_map", d, ("Dv", "Hq", "Lq", "B"),
-                         doc=f"a CUtensorMap (128 bytes, passed by value) from cuTensorMapEncodeTiled over out: {dt}, "
+            ps.append(_p("tmap_o", "tensor_map", spec.output_dtype, ("Dv", "Hq", "Lq", "B"),
+                         doc=f"a CUtensorMap (128 bytes, passed by value) from cuTensorMapEncodeTiled over out: "
+                             f"{ {'f16': 'FLOAT16', 'bf16': 'BFLOAT16'}.get(spec.output_dtype, dt)}, "
                              "rank 4, dims (Dv, Hq, Lq, B) innermost first, strides in bytes of its head, row and batch "
                              "axes, box (64, 1, 64, 1) (a warpgroup's rows), element strides 1, no interleave, no "
                              "swizzle, L2 promotion 128 bytes; stores past the bounds are dropped; the main entry point "
@@ -203,12 +211,12 @@ def kv_scale_params(spec: AttentionSpec) -> list:
 def _bounds(kv_dtype: str | None = None) -> list:
     """What the kernels check integer inputs against (they may stay on the device: docs/variants.md,
     "Integer inputs on the device"), and where they report a bad one."""
-    kv = ("; a quantized cache's: 5 k_scale or v_scale not finite and >= 0, 6 an i8 append of inf or NaN"
+    kv = ("; a quantized cache's: 8 k_scale or v_scale not finite and >= 0, 9 an i8 append of inf or NaN"
           if kv_dtype else "")
     return [
         _p("rows_q", "scalar", _I32, doc="packed: rows of q (Tq), which cu_seqlens_q must stay within; else 0"),
         _p("rows_k", "scalar", _I32, doc="packed: rows of k / v (Tk); paged: pages in k / v (P); else 0"),
-        _p("errors", "tensor", _I32, ("8",), "write", True,
+        _p("errors", "tensor", _I32, ("10" if kv_dtype else "8",), "write", True,
            doc=f"error flags: word 0 cu_seqlens_q, 1 cu_seqlens_k, 2 kv_lens, 3 block_table{kv}; a kernel that "
                "finds a bad entry writes its sequence's index + 1 there (null: not reported)"),
     ]
@@ -296,6 +304,9 @@ def workspaces(spec: AttentionSpec, cfg) -> tuple:
     or P through memory's slots."""
     if cfg.stored_p:
         return (STORED_P,)
+    if cfg.fp8:  # V^T and its bad keys (fp8.py), besides the work counter
+        from .fp8 import workspaces as fp8_workspaces
+        return (WORK_COUNTER,) + fp8_workspaces(spec)
     if cfg.persistent:
         return (WORK_COUNTER,)
     out = list(split_workspaces(spec))
@@ -330,7 +341,10 @@ def grid(spec: AttentionSpec, cfg, column_blocks: bool | None = None) -> tuple:
 
 
 def entries(spec: AttentionSpec, entry: str, cfg) -> tuple:
-    """Entry points launched after the main one, in order."""
+    """Entry points launched after the main one, in order (FP8's preparation of V: before it)."""
+    if cfg.fp8:
+        from .fp8 import prepare_entry
+        return (prepare_entry(spec, entry, _p, _strides, _bounds()[2]),)
     if not spec.schedule.is_split:
         return ()
     out = []
@@ -368,7 +382,7 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
         threads=cfg.threads,
         grid=grid(spec, cfg),
         params=main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q, cfg.stored_p,
-                           cfg.tma_store),
+                           cfg.tma_store, cfg.fp8),
         smem_bytes=cfg.smem_bytes,
         entries=entries(spec, entry, cfg),
         workspaces=workspaces(spec, cfg),

@@ -22,7 +22,11 @@ from ...errors import LaunchError
 
 # CUtensorMap enums (cuda.h)
 _DTYPES = {"f16": 6, "bf16": 9, "f32": 7}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16, _BFLOAT16, _FLOAT32
-_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+# FP8 bytes (FP8 prefill; uint8: a CuPy array of them) are mapped as UINT16 pairs of values (the
+# kernels' elem_t): the map's columns are half the head dim, its boxes of 64 pairs 128 bytes
+_PAIRS = ("e4m3", "e5m2", "uint8")
+_UINT16 = 1  # CU_TENSOR_MAP_DATA_TYPE_UINT16
+_ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "e4m3": 1, "e5m2": 1, "uint8": 1}
 _NO_INTERLEAVE, _SWIZZLE_NONE, _SWIZZLE_128B, _L2_128B, _OOB_ZERO = 0, 0, 3, 2, 0
 MAP_BYTES, MAP_ALIGN = 128, 64
 BOX_COLS = 64  # one 128-byte swizzle block of 2-byte elements (of f32: 32, box_cols)
@@ -68,11 +72,12 @@ class TensorMapEncoder:
     def __init__(self, source: str, shape: tuple, strides: tuple, dtype: str, box_rows: int, swizzle: bool = True,
                  box_cols: int = BOX_COLS):
         b, length, h, d = shape
-        e = _ELEM_BYTES[dtype]
-        self.source = source  # the call's tensor whose address the map holds ("q", "k", "v" or "out")
+        e = _ELEM_BYTES[dtype]  # bytes of an element of `strides`
+        self.source = source  # the call's tensor whose address the map holds ("q", "k", "v", "out", FP8's "vt")
         self.swizzle = _SWIZZLE_128B if swizzle else _SWIZZLE_NONE  # (out's staging buffer: none)
-        self.dtype = _DTYPES[dtype]
-        self.dims = (ctypes.c_uint64 * 4)(d, h, length, b)
+        pairs = dtype in _PAIRS
+        self.dtype = _UINT16 if pairs else _DTYPES[dtype]
+        self.dims = (ctypes.c_uint64 * 4)(d // 2 if pairs else d, h, length, b)
         # strides of the head, key and batch axes in bytes; an axis of one element may have any
         # stride (torch's of a size-1 axis, say): the map gets the contiguous one, never stepped by
         out, prev = [], (e, d)

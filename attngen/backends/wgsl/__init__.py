@@ -31,6 +31,14 @@ class WgslBackend(Backend):
         Option("subgroups", "choice", choices=("auto", "on", "off"), what="subgroups mode", usage="auto|on|off"),
         Option("f16", "choice", choices=("auto", "native", "packed"), what="f16 storage", usage="auto|native|packed"),
         Option("prefetch", "choice", choices=("auto", "on", "off"), what="tile prefetch", usage="auto|on|off"),
+        # the decode kernel for split_kv (decode.py); auto: the profile's [dialect] decode_kernel. Not printed at
+        # auto, so the text (golden files, cache keys) of specs stored before it stays the same. Tiling: it picks
+        # the kernel whose tiles the sweep would set (the decode kernel has none), so a spec that sets it is not tuned
+        Option("decode", "choice", choices=("auto", "on", "off"), what="decode kernel", usage="auto|on|off",
+               tiling=True, printed_at_auto=False),
+        # the kernel family on subgroup matrices (matrix.py); auto = off until measured on a GPU
+        Option("matrix", "choice", choices=("auto", "on", "off"), what="subgroup-matrix mode", usage="auto|on|off",
+               printed_at_auto=False),
     ), language="WGSL")
     default_profile = "webgpu-core"
     torch_devices = ("cpu",)  # host tensors, through numpy arrays
@@ -82,8 +90,16 @@ class WgslBackend(Backend):
 
     kv_dtypes = ("e4m3", "e5m2", "i8")  # decoded by hand from u32 words (templates/wgsl/quant.j2)
 
+    def fp8_problems(self, spec, profile):
+        return [Problem(f"dtype {spec.dtype}: FP8 prefill is not built on target wgsl: WGSL has no 8-bit float type "
+                        "and WebGPU no FP8 matrix instructions (issue 44)", key="dtype",
+                        hint="use dtype f16 here (an FP8 KV cache, decoded in the shader: kv_dtype e4m3); FP8 "
+                             "prefill runs on target cuda with profile cuda-sm90")]
+
     def check(self, spec, profile):
         problems = self.expression_problems(spec) + self.kv_dtype_problems(spec)
+        if spec.is_fp8:  # (nothing below applies: no FP8 kernel to configure)
+            return problems + self.fp8_problems(spec, profile)
         if spec.dtype not in profile.storage_dtypes:
             if spec.dtype == "bf16":
                 problems.append(Problem("dtype bf16 is not available: WGSL has no bf16 type", key="dtype",
@@ -121,10 +137,22 @@ class WgslBackend(Backend):
         if spec.options(self.name).get("subgroups") == "on" and not profile.may_use_feature("subgroups"):
             problems.append(Problem("subgroups=on, but this profile has no subgroups feature", key="target.wgsl",
                                     hint="use subgroups=auto or off"))
-        return problems
+        from .matrix import problems as matrix_problems
+        return problems + matrix_problems(spec, profile, storage)
 
     def describe(self, plan):
         c = plan.config
+        if c.decode is not None:
+            return self._describe_decode(plan)
+        if c.matrix is not None:
+            return [
+                plan.summary(),
+                f"subgroup matrix {c.matrix.summary} (of the profile's configs): Q K^T and P V on subgroup "
+                f"matrices, the online softmax in scalar code over S in workgroup memory, two invocations per row",
+                f"workgroup memory: {plan.smem_bytes} bytes ({c.smem_summary})",
+                f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
+                f"features: {', '.join(plan.features) or 'none'}",
+            ]
         return [
             plan.summary(),
             f"register tiling: {c.sub_block} ({c.workgroup} invocations: {c.row_groups} row groups x "
@@ -138,6 +166,24 @@ class WgslBackend(Backend):
         ] + ([f"kv_dtype {plan.spec.kv_dtype}: K and V one byte per value in u32 words, decoded in the shader and "
               "multiplied by their f32 scales (binding kv_scale: k_scale, then v_scale)"] if plan.spec.kv_dtype else [])
 
+    def _describe_decode(self, plan):
+        """describe() of a plan with the decode kernel (decode.py)."""
+        c, d = plan.config, plan.config.decode
+        kv = plan.spec.kv_dtype
+        return [
+            plan.summary(),
+            f"decode kernel (target wgsl {{ decode={plan.spec.options(self.name).get('decode') or 'auto'} }}): per step "
+            f"each team of {d.team} loads {d.keys} key(s) x {d.chunks_k} + {d.chunks_v} 16-byte item(s) of K and V per "
+            f"invocation, no workgroup memory in the main loop; {d.registers} f32 of q and acc per invocation; the teams "
+            f"merged at the end (subgroups of {d.subgroup} relied on)",
+            f"workgroup memory: {plan.smem_bytes} bytes ({c.smem_summary}; the epilogue's)",
+            f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
+            f"features: {', '.join(plan.features) or 'none'}",
+            f"wgpu runtime checks: {plan.details.runtime_checks} ({RUNTIME_CHECKS[plan.details.runtime_checks]}; "
+            "the profile's dialect, wgpu-native only)",
+        ] + ([f"kv_dtype {kv}: K and V one byte per value, read 16 bytes at a time and decoded in the shader; their f32 "
+              "scales bound as they are (k_scale, v_scale)"] if kv else [])
+
     def tune_space(self, spec):
         """Rows per workgroup x keys per tile x invocations per row (workgroup = rows x that)."""
         return [{"tile_q": q, "tile_kv": kv, "options": {"workgroup": q * per_row}}
@@ -145,6 +191,10 @@ class WgslBackend(Backend):
 
     def plan_fields(self, plan):
         c = plan.config
+        if c.decode is not None:  # the decode kernel (decode.py): its rows, team, keys per step
+            d = c.decode
+            return {"kernel": "decode", "rows": d.rows, "workgroup": d.workgroup, "team": d.team, "keys": d.keys,
+                    "step": d.step, "f16": "packed" if c.f16_packed else "native"}
         return {"q": c.tile_q, "kv": c.tile_kv, "workgroup": c.workgroup, "per_row": c.threads_per_row,
                 "rows": c.rows, "reduce": c.reduction, "prefetch": "on" if c.prefetch else "off",
                 "f16": "packed" if c.f16_packed else "native", "d": c.tile_d or "whole", "v_blocks": c.v_blocks}
@@ -225,10 +275,12 @@ class WgslBackend(Backend):
     def device_inputs(self, spec, host, options):
         import numpy as np
         from .devices import WgslTensor
-        # resident on the device: a timed call uploads nothing but its uniforms (a quantized cache's
-        # bytes stay numpy arrays, uploaded by each call: a WgslTensor holds f16 or f32)
-        return tuple(a if a.dtype in (np.uint8, np.int8) else WgslTensor.from_numpy(a.astype(np.dtype(_NP[spec.dtype])))
-                     for a in host), options
+        # resident on the device: a timed call uploads nothing but its uniforms and integer inputs (a
+        # quantized cache's bytes and its f32 scales too: WgslTensor holds uint8 / int8)
+        args = tuple(WgslTensor.from_numpy(a if a.dtype in (np.uint8, np.int8) else a.astype(np.dtype(_NP[spec.dtype])))
+                     for a in host)
+        scales = {n: WgslTensor.from_numpy(options[n]) for n in ("k_scale", "v_scale") if options.get(n) is not None}
+        return args, {**options, **scales}
 
     def check_sizes(self, kernel, launch, inputs, mask=None):
         from .launch import check_sizes

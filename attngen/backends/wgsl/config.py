@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Problem, describe_buffers as _describe, place_buffers as _layout
 from ...plan.profiles import Profile
+from .decode import plan_decode
 from .tiles import DEFAULT, VEC, WgslTiles, tiles_for
 
 
@@ -62,6 +63,11 @@ class WgslConfig:
     # the table's accumulators per invocation (WgslTiles.max_accumulators), which the source's note
     # on V_BLOCKS prints (where a profile sets its own budget, budget[1] is what the plan used)
     table_accumulators: int = DEFAULT.max_accumulators
+    # the decode kernel's shape where it serves the spec (decode.py; templates/wgsl/decode.wgsl.j2), else
+    # None: the register-tiled kernel. Its tile_q is the decode rows, tile_kv its keys per step.
+    decode: object = None
+    # the subgroup-matrix family's config (matrix.py, kernel_sgmat.wgsl.j2); None: the scalar family
+    matrix: object = None
 
     def items(self, rows: int, cols: int) -> int:
         """vec4 items of a rows x cols tile each invocation copies (all copy together)."""
@@ -78,6 +84,8 @@ class WgslConfig:
 
     @property
     def workgroup(self) -> int:
+        if self.decode is not None:
+            return self.decode.workgroup
         return self.tile_q // self.rows * self.threads_per_row
 
     @property
@@ -123,6 +131,8 @@ class WgslConfig:
     @property
     def chunk_summary(self) -> str:
         """How the head dims are split, in words (attngen check, source headers)."""
+        if self.decode is not None:
+            return "whole head dims, streamed from global memory in 16-byte items (the decode kernel)"
         if not self.chunked:
             return "whole head dims in workgroup memory"
         why = "from the spec" if self.tile_d_given else "chosen: the whole head dim does not fit"
@@ -145,6 +155,13 @@ class WgslConfig:
 
     def summary(self) -> str:
         """One line a person reads in `attngen check` and in source headers."""
+        if self.decode is not None:
+            return self.decode.summary() + (", f16 packed in u32 words" if self.f16_packed else "")
+        if self.matrix is not None:
+            m = self.matrix
+            return (f"tile q={self.tile_q} kv={self.tile_kv}, subgroup matrix {m.m}x{m.n}x{m.k} f16 -> f32: "
+                    f"workgroup {self.workgroup} ({self.workgroup // m.max_subgroup_size} subgroups of "
+                    f"{m.max_subgroup_size}, each {m.m} rows of Q), S and P through workgroup memory")
         how = {"subgroup": "row max and sum over subgroup shuffles",
                "workgroup": "row max and sum through workgroup memory",
                "none": "whole rows per invocation"}[self.reduction]
@@ -326,6 +343,9 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
     whole head dims first (Q resident) then chunks of tile d columns (the spec's d as given,
     else the widest that fits), rows padded first, then unpadded.
     """
+    from . import matrix
+    if matrix.mode(spec) == "on":  # the checker refused what the family does not take
+        return matrix.matrix_config(spec, profile, WgslConfig)
     row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v), dtype=spec.dtype,
                               schedule="split" if spec.schedule.is_split else "fused")
     max_inv = profile.limit("invocations_per_workgroup")
@@ -341,6 +361,12 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
                       "head dim exactly)", hint=f"use d={good[-1]}" + (f" or d={good[0]}" if len(good) > 1
                                                                     else "") if good else None)
     t = tiles_for(profile)
+    packed = f16_storage(spec, profile) == "packed"
+    decode = plan_decode(spec, profile, t)
+    if decode is not None:  # the decode kernel (decode.py): none of the register tiling below
+        shape, buffers, smem = decode
+        return WgslConfig(shape.rows, shape.step, shape.team, 1, True, d_qk, d_v, buffers, smem, f16_packed=packed,
+                          pad=0, decode=shape)
     shapes = _sub_blocks(spec, profile, row, tile_q, wgsl_subgroup_choice(spec, profile), t)
     if given_d is not None and spec.options("wgsl").get("workgroup") is not None:
         tc = shapes[0][0] if shapes else 1
@@ -350,7 +376,6 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
                                                         "invocations per row")
     limit = profile.limit("workgroup_storage_bytes")
     max_scores, max_acc = register_budget(profile, t)
-    packed = f16_storage(spec, profile) == "packed"
     kv_steps = _kv_steps(given_kv, row["tile_kv"])
     tried, last, why = [], None, None
 

@@ -19,7 +19,10 @@ unavailable and kernels use the workgroup-memory reduction instead (the kernel's
 Kernels are compiled by the runtime's compiler whatever profile they are planned for, so the
 runtime plans with its dialect: wgpu-py's naga rejects `enable subgroups;`, Dawn's Tint
 (ATTNGEN_WGPU=wgpudawn) requires it; a named profile whose dialect differs is renamed
-NAME@wgpu / NAME@dawn so that its source is not mistaken for the other one.
+NAME@wgpu / NAME@dawn so that its source is not mistaken for the other one. On Dawn the
+runtime sets the toggles of DAWN_TOGGLES before its first adapter (shader-f16 on NVIDIA's Vulkan,
+the experimental subgroup-matrix feature), and the adapter's profile lists its subgroup-matrix
+configs (matrix.py); a profile's [match] may name the runtime (`runtime = "wgpudawn"`).
 
 Software adapters. Mesa's llvmpipe (lavapipe) silently ends all loops of a shader after 65535
 iterations in total, which rows with very many keys exceed; on that adapter every launch is
@@ -48,6 +51,7 @@ import numpy as np
 
 from ...errors import LaunchError
 from ...plan.profiles import Profile
+from .matrix import FEATURE as MATRIX_FEATURE
 
 # The WebGPU implementation the runtime drives, chosen by $ATTNGEN_WGPU: "wgpu" (wgpu-py: naga
 # compiles the WGSL; the default) or "wgpudawn" (Dawn, the WebGPU of Chrome: Tint compiles it,
@@ -78,9 +82,13 @@ def _missing_runtime() -> str:
 # numpy dtype <-> attngen storage dtype
 NP_DTYPES = {"f16": np.float16, "f32": np.float32}
 DTYPE_BYTES = {"f16": 2, "f32": 4}
+# What a WgslTensor may hold: the storage dtypes, and a quantized cache's stored bytes (`kv_dtype`,
+# issue 44: uint8 FP8 patterns, int8), named as numpy names them (the names resolve() checks k and v by)
+TENSOR_DTYPES = {**NP_DTYPES, "uint8": np.uint8, "int8": np.int8}
 # WebGPU feature names in plans and manifests -> the runtime's names for them (wgpu-py 0.32 says
 # "subgroup", Dawn "subgroups").
-WGPU_FEATURE = {"shader-f16": "shader-f16", "subgroups": "subgroups" if DAWN else "subgroup"}
+WGPU_FEATURE = {"shader-f16": "shader-f16", "subgroups": "subgroups" if DAWN else "subgroup",
+                MATRIX_FEATURE: MATRIX_FEATURE}
 _SUBGROUP = WGPU_FEATURE["subgroups"]
 # Profile limits <- the device limits they are read from (several: the smallest).
 _LIMITS = {
@@ -138,8 +146,10 @@ fn probe(@builtin(local_invocation_index) lid: u32, @builtin(subgroup_invocation
 class WgslTensor:
     """A tensor already in a wgpu buffer of this module's `device()`: contiguous, row-major.
 
-    dtype is "f16" or "f32"; the buffer needs STORAGE usage (and COPY_SRC to be read back
-    with `numpy()`), and at least prod(shape) elements (f16 buffers padded to 4 bytes).
+    dtype is "f16" or "f32", or "uint8" / "int8" for a quantized KV cache's stored bytes (`kv_dtype`:
+    the cache stays on the GPU across calls like an f16 one; its f32 scales are "f32" tensors); the
+    buffer needs STORAGE usage (and COPY_SRC to be read back with `numpy()`), and at least
+    prod(shape) elements (buffers padded to 4 bytes).
     """
 
     buffer: object  # wgpu.GPUBuffer
@@ -157,31 +167,32 @@ class WgslTensor:
             ok = False
         if not ok:
             raise LaunchError(f"WgslTensor's shape must be a tuple of non-negative integers, got {self.shape!r}")
-        if self.dtype not in NP_DTYPES:
-            raise LaunchError(f"WgslTensor's dtype must be one of {', '.join(NP_DTYPES)}, got {self.dtype!r}")
+        if self.dtype not in TENSOR_DTYPES:
+            raise LaunchError(f"WgslTensor's dtype must be one of {', '.join(TENSOR_DTYPES)}, got {self.dtype!r}")
         object.__setattr__(self, "shape", shape)
 
     @classmethod
     def from_numpy(cls, array, usage=None) -> "WgslTensor":
-        """Upload a float16 / float32 numpy array (any strides) to a new buffer on `device()`."""
+        """Upload a float16 / float32 numpy array, or a quantized cache's uint8 / int8 bytes (any
+        strides), to a new buffer on `device()`."""
         a = np.ascontiguousarray(array)
         dtype = dtype_name(a)
-        if dtype not in NP_DTYPES:
-            raise LaunchError(f"WgslTensor holds f16 or f32, not {a.dtype}")
+        if dtype not in TENSOR_DTYPES:
+            raise LaunchError(f"WgslTensor holds f16 or f32 (or a quantized cache's uint8 / int8 bytes), not {a.dtype}")
         raw = a.tobytes()
-        raw += b"\0" * (padded(len(raw)) - len(raw))  # f16: padded to 4 bytes
+        raw += b"\0" * (padded(len(raw)) - len(raw))  # f16 and bytes: padded to 4 bytes
         if usage is None:
             usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         return cls(device().create_buffer_with_data(data=raw, usage=usage), tuple(a.shape), dtype)
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * DTYPE_BYTES[self.dtype]
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(TENSOR_DTYPES[self.dtype]).itemsize
 
     def numpy(self) -> np.ndarray:
         data = device().queue.read_buffer(self.buffer, size=padded(self.nbytes)) if self.nbytes else b""
-        return np.frombuffer(data, dtype=NP_DTYPES[self.dtype], count=self.nbytes // DTYPE_BYTES[self.dtype]
-                             ).reshape(self.shape).copy()
+        np_dtype = np.dtype(TENSOR_DTYPES[self.dtype])
+        return np.frombuffer(data, dtype=np_dtype, count=self.nbytes // np_dtype.itemsize).reshape(self.shape).copy()
 
 
 # ---- the device ---------------------------------------------------------------------------------
@@ -201,19 +212,47 @@ def quiet_wayland() -> None:
     atexit.register(shutil.rmtree, path, True)
 
 
+# Dawn's toggles the runtime sets before its first adapter (wgpudawn only): `allow_unsafe_apis`
+# exposes the experimental `chromium-experimental-subgroup-matrix` feature, and
+# `vulkan_enable_f16_on_nvidia` shader-f16 on NVIDIA's Vulkan driver, which Dawn hides by default
+# (with it, the H100 offers f16 subgroup matrices: targets/dawn-vulkan-nvidia.toml). On other
+# adapters the f16 toggle changes nothing.
+DAWN_TOGGLES = ("allow_unsafe_apis", "vulkan_enable_f16_on_nvidia")
+
+
+def dawn_toggles() -> str | None:
+    """Set DAWN_TOGGLES on wgpudawn's instance; None, or why they could not be set (an instance
+    created before this process's first device: the adapter then keeps Dawn's defaults)."""
+    try:
+        from wgpudawn.backends.dawn import extras
+        extras.set_instance_extras(enable_toggles=list(DAWN_TOGGLES))
+    except Exception as e:  # an instance already made by the caller, or another wgpudawn
+        return f"Dawn's toggles {', '.join(DAWN_TOGGLES)} were not set ({type(e).__name__}: {e})"
+    return None
+
+
 class _DeviceState:
     def __init__(self):
         if wgpu is None:
             raise LaunchError(_missing_runtime())
         quiet_wayland()
+        problem = dawn_toggles() if DAWN else None
+        if problem:
+            import warnings
+            warnings.warn(problem, RuntimeWarning, stacklevel=3)
         adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
         if adapter is None:
             raise LaunchError("no WebGPU adapter found (on a machine without a GPU, install a software "
                               "Vulkan driver such as Mesa's lavapipe)")
         self.adapter = adapter
         self.info = dict(adapter.info)
-        # timestamp-query: GPU time of the dispatches (launch.gpu_timer), where the adapter has it
+        # the subgroup-matrix configs of a Dawn adapter (matrix.py; [] elsewhere)
+        self.matrix_configs = self._matrix_configs(adapter)
+        # timestamp-query: GPU time of the dispatches (launch.gpu_timer), where the adapter has it;
+        # subgroup matrices where the adapter has configs for them
         wanted = [f for f in ("shader-f16", _SUBGROUP, "timestamp-query") if f in adapter.features]
+        if self.matrix_configs:
+            wanted.append(MATRIX_FEATURE)
         limits = {name: adapter.limits[name] for name in _RAISED_LIMITS if name in adapter.limits}
         self.device = adapter.request_device_sync(required_features=wanted, required_limits=limits)
         self.features = set(self.device.features)
@@ -226,6 +265,16 @@ class _DeviceState:
         self.loop_budget = LLVMPIPE_LOOP_BUDGET if "llvmpipe" in who else None
         if _SUBGROUP in self.features:
             self._probe_subgroups()
+
+    @staticmethod
+    def _matrix_configs(adapter) -> list:
+        """The adapter's subgroup-matrix configs as profile entries (matrix.from_adapter); [] where
+        the runtime is not Dawn or the adapter lacks the feature."""
+        if not DAWN or MATRIX_FEATURE not in adapter.features:
+            return []
+        from wgpudawn.backends.dawn import extras
+        from .matrix import from_adapter
+        return from_adapter(extras.get_adapter_properties(adapter).get("subgroup_matrix_configs") or [])
 
     def _probe_subgroups(self) -> None:
         """Check once that subgroups are what the kernels assume; else do not use them."""
@@ -293,7 +342,9 @@ def device():
     return device_state().device
 
 
-def _matches(profile: Profile, info: dict) -> bool:
+def _matches(profile: Profile, info: dict, runtime: str = RUNTIME) -> bool:
+    """Whether the adapter (its info, and `runtime`: the runtime's name) has every [match] value."""
+    info = {**info, "runtime": runtime}
     match = profile.section("match")
     if not match:
         return False
@@ -394,6 +445,9 @@ def adapter_profile(backend) -> Profile:
     if st.has_subgroups:
         guaranteed.append("subgroups")
     features = {"guaranteed": guaranteed, "optional": []}
+    if MATRIX_FEATURE in st.features and st.has_subgroups:
+        guaranteed.append(MATRIX_FEATURE)
+        features["subgroup_matrix_configs"] = st.matrix_configs  # the adapter's own, not the profile's
     rng = subgroup_range((st.subgroup_min, st.subgroup_max),
                          (base.features.get("subgroup_min_size"), base.features.get("subgroup_max_size")),
                          bool(matching), st.subgroup_seen)
@@ -425,8 +479,9 @@ def sentinel_bytes(dtype: str, nbytes: int, table: dict = SENTINEL) -> bytes:
 def as_input(name: str, x):
     """A numpy array (contiguous) or a WgslTensor; anything else is a LaunchError."""
     if isinstance(x, WgslTensor):
-        if x.dtype not in NP_DTYPES:
-            raise LaunchError(f"{name} is a WgslTensor of dtype {x.dtype!r}; WGSL kernels take f16 or f32")
+        if x.dtype not in TENSOR_DTYPES:
+            raise LaunchError(f"{name} is a WgslTensor of dtype {x.dtype!r}; WGSL kernels take f16 or f32 (and a "
+                              "quantized cache's uint8 / int8 bytes)")
         shape = tuple(x.shape) if isinstance(x.shape, (tuple, list)) else None
         if shape is None or not all(isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n >= 0
                                     for n in shape):

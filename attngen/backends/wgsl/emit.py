@@ -203,16 +203,24 @@ def _binding_manifest(plan: KernelPlan) -> list[dict]:
 
 
 def render_source(plan: KernelPlan) -> str:
-    """The WGSL source of a plan (every entry point of its schedule in one module)."""
+    """The WGSL source of a plan (every entry point of its schedule in one module): the register-tiled
+    kernel, or the decode kernel where the plan chose it (decode.py)."""
     c = plan.config
+    if c.decode is not None:
+        source = render_decode(plan)
+        return unroll_loops(source) if plan.details.unroll_sub_block else source
     sizes = {b.name: b.rows * b.cols for b in c.buffers}
     layout = layout_lines(plan, "Workgroup memory")
-    layout.append(f"Register tiling: {c.sub_block}" + ("; its loops unrolled (the profile's dialect)."
-                                                       if plan.details.unroll_sub_block else "."))
+    if c.matrix is not None:
+        layout.append(f"Subgroup matrices: {c.matrix.summary} (of the profile's configs); acc in registers as "
+                      "result matrices, rescaled lazily (section config).")
+    else:
+        layout.append(f"Register tiling: {c.sub_block}" + ("; its loops unrolled (the profile's dialect)."
+                                                           if plan.details.unroll_sub_block else "."))
     if c.chunked:
         layout.append(f"Head dim: {c.chunk_summary}.")
     source = render(
-        "wgsl/kernel.wgsl.j2",
+        "wgsl/kernel_sgmat.wgsl.j2" if c.matrix is not None else "wgsl/kernel.wgsl.j2",
         header=comment_block(header_lines(plan, layout)),
         directives=list(plan.details.directives),
         c=c,
@@ -228,6 +236,7 @@ def render_source(plan: KernelPlan) -> str:
         f16_packed=plan.details.f16_packed,
         packed_inputs=[p.name for p in module_params(plan) if p.name in _PACKED and p.dtype in _SCALAR],
         kv_dtype=plan.spec.kv_dtype,
+        decode=False,  # sequence.j2's cache reads and append: the register-tiled kernel's (decode.py has its own)
         vector_inputs=[p.name for p in module_params(plan) if p.name in _VECTOR_READ],
         acc_qk=_SCALAR[plan.acc_qk],
         acc_pv=_SCALAR[plan.acc_pv],
@@ -252,9 +261,63 @@ def render_source(plan: KernelPlan) -> str:
     # the loops over each invocation's rows, keys and column groups, unrolled where the profile's
     # dialect asks for it (unroll.py: a driver that keeps them as loops keeps acc, s and part in
     # memory, not registers; SwiftShader's compiler takes 20x longer on the unrolled form)
-    if plan.details.unroll_sub_block:
+    if plan.details.unroll_sub_block and c.matrix is None:
         source = unroll_loops(source)
     return source
+
+
+def render_decode(plan) -> str:
+    """The decode kernel's source for `plan` (its config's decode shape)."""
+    from .decode import ITEM_DOC, NONFINITE, shuffle_masks
+    c, spec = plan.config, plan.spec
+    d = c.decode
+    layout = layout_lines(plan, "Workgroup memory (the epilogue's)")
+    layout.append(f"Decode kernel: {d.summary()}.")
+    bindings = []
+    for b in _bindings(plan):  # q and the cache as u32 words: 16-byte items of k, v and kv_new
+        if b["name"] in ("k", "v", "kv_new"):
+            b = {**b, "type": "array<vec4<u32>>", "doc": b["doc"] + ["(read and written as 16-byte items, vec4<u32>)"]}
+        elif b["name"] == "q":
+            b = {**b, "type": "array<u32>", "doc": b["doc"] + ["(read as u32 words)"]}
+        bindings.append(b)
+    stored = spec.kv_dtype or plan.dtype
+    nonfinite = NONFINITE.get(stored)
+    return render(
+        "wgsl/decode.wgsl.j2",
+        header=comment_block(header_lines(plan, layout)),
+        directives=list(plan.details.directives),
+        c=c,
+        d=d,
+        entry=plan.entry,
+        kv_dtype=spec.kv_dtype,
+        dtype=plan.dtype,
+        fp8=spec.kv_dtype in ("e4m3", "e5m2"),
+        append=spec.kv_dtype is None,
+        decode=True,  # sequence.j2: the layouts only, not the register-tiled kernel's cache reads
+        item_doc=ITEM_DOC[stored],
+        nonfinite=None if nonfinite is None else dict(zip(("field", "one", "top", "doc"), nonfinite)),
+        team_masks=shuffle_masks(1, d.team),
+        block_masks=shuffle_masks(d.team, d.subgroup),
+        f16_packed=plan.details.f16_packed,
+        elem="f32" if plan.details.f16_packed else plan.dtype,
+        types_doc=_TYPES_DOC["f16 packed" if plan.details.f16_packed else plan.dtype],
+        acc_qk="f32",
+        acc_pv="f32",
+        fields=_fields(plan),
+        bindings=bindings,
+        mask=plan.mask,
+        mask_doc=mask_doc(plan),
+        transform_doc=transform_doc(plan),
+        score_expr_source="",
+        expr_tiles=False,
+        paged=spec.kv_cache.is_paged,
+        page=spec.kv_cache.page,
+        schedule="split_kv",
+        max_splits=max_splits(spec),
+        combine_workgroup=COMBINE_WORKGROUP,
+        unwritten_bits=f"0x{WORKSPACE_FILL:08x}",
+        **constants(plan),
+    )
 
 
 def expression_sources(plan: KernelPlan) -> dict:
@@ -309,6 +372,11 @@ def mask_tile_sources(plan: KernelPlan) -> dict:
     return {"expr_tiles": True, "mask_expr_tile_source": tile_function(spec.mask.expr)}
 
 
+def _decode_manifest(plan: KernelPlan) -> dict:
+    from .decode import decode_manifest
+    return decode_manifest(plan)
+
+
 def render_manifest(plan: KernelPlan) -> dict:
     """What a launcher without Python (a browser) needs: the common part
     (attngen.backends.render.manifest) plus bindings, entry points and dispatches."""
@@ -326,6 +394,9 @@ def render_manifest(plan: KernelPlan) -> dict:
         "head_dim_chunks": {"tile_d": c.tile_d, "from_spec": c.tile_d_given, "v_blocks": c.v_blocks,
                             "note": c.chunk_summary},
         "features": list(plan.features),
+        **({"subgroup_matrix": {**vars(c.matrix), "note": "the subgroup-matrix config the kernel uses: the "
+                                "adapter must list it (Dawn: AdapterPropertiesSubgroupMatrixConfigs) and "
+                                "run subgroups of exactly this size"}} if c.matrix is not None else {}),
         **({"f16_storage": "packed" if plan.details.f16_packed else "native"} if plan.dtype == "f16" else {}),
         "bindings": _binding_manifest(plan),
         "entry_points": wgsl_layout.entry_points(plan),
@@ -335,8 +406,11 @@ def render_manifest(plan: KernelPlan) -> dict:
         "grid_extra_symbols": {"G": "Hq / Hkv, query heads per KV head", "S": "KV splits of this launch"},
         "formula_grammar": "integers, symbol names, a + b, a * b and ceil(a / b) (integer division rounded "
                            "up); nothing else (attngen/plan/formulas.py)",
-        "launch_symbols": {**LAUNCH_SYMBOLS, **(wgsl_layout.KV_SYMBOLS if plan.spec.kv_dtype else {})},
+        "launch_symbols": {**LAUNCH_SYMBOLS, **({n: v for n, v in wgsl_layout.KV_SYMBOLS.items()  # v_scale: the decode kernel's
+                                                 if n != "v_scale_words" or c.decode is not None}
+                                                if plan.spec.kv_dtype else {})},
         **({"block_mask": block_mask_manifest(plan)} if plan.spec.mask.is_custom else {}),
+        **({"decode": _decode_manifest(plan)} if c.decode is not None else {}),
         **({"inputs": wgsl_layout.inputs_manifest(plan)} if plan.spec.inputs else {}),
         **_mask_inputs_section(plan),
         "backward": backward_manifest(plan),

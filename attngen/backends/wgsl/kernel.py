@@ -61,10 +61,26 @@ def _check_device(plan, st: _DeviceState, adapter: Profile) -> None:
             raise LaunchError(f"kernel '{plan.spec.name}' uses subgroups, but on {who} {st.subgroup_problem}; "
                               "build it with target wgsl { subgroups=off } or for the adapter's profile")
         guaranteed = adapter.features.get("subgroup_min_size") or st.subgroup_min
-        if guaranteed and plan.config.threads_per_row > guaranteed:
+        decode = getattr(plan.config, "decode", None)
+        if decode is not None and guaranteed and decode.subgroup > guaranteed:
+            raise LaunchError(f"kernel '{plan.spec.name}' (the decode kernel) sums over subgroups of {decode.subgroup} "
+                              f"invocations, but {who} guarantees subgroups of only {guaranteed}")
+        if decode is None and guaranteed and plan.config.threads_per_row > guaranteed:
             raise LaunchError(f"kernel '{plan.spec.name}' reduces {plan.config.threads_per_row} invocations "
                               f"per row with subgroup shuffles, but {who} guarantees subgroups of only "
                               f"{guaranteed}")
+    if plan.config.matrix is not None:  # the subgroup-matrix family (matrix.py)
+        from .matrix import matrix_configs
+        mc = plan.config.matrix
+        if mc not in matrix_configs(adapter):
+            raise LaunchError(f"kernel '{plan.spec.name}' uses {mc.m}x{mc.n}x{mc.k} {mc.component} -> {mc.result} "
+                              f"subgroup matrices at subgroup size {mc.max_subgroup_size}, which {who} does not "
+                              "offer: build it for the adapter's profile, or with target wgsl { matrix=off }")
+        sizes = (adapter.features.get("subgroup_min_size"), adapter.features.get("subgroup_max_size"))
+        if sizes != (mc.max_subgroup_size, mc.max_subgroup_size):
+            raise LaunchError(f"kernel '{plan.spec.name}' places its rows by subgroups of exactly "
+                              f"{mc.max_subgroup_size} invocations, but {who} runs subgroups of {sizes[0]} to "
+                              f"{sizes[1]}: use target wgsl {{ matrix=off }}")
     if st.loop_budget is not None and plan.details.runtime_checks != "all":
         # llvmpipe ends all loops of a shader after LLVMPIPE_LOOP_BUDGET iterations; only with wgpu's
         # loop bounding does that cut end the main loop where the epilogue sees it (measured: long

@@ -192,14 +192,22 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
 
     usage_rw = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
     appending = L.len_new > 0
+    if appending and plan.spec.kv_dtype is not None and "kv_scale" not in {p.name for p in plan.params}:
+        raise LaunchError(f"kernel '{plan.spec.name}' runs the decode kernel (docs/wgsl-variants.md), whose append copies "
+                          "bits and does not quantize yet: append to its quantized cache with a kernel built with "
+                          "`target wgsl { decode=off }` (the register-tiled kernels quantize k_new / v_new)")
     if appending:  # every argument is checked before anything is written: never half an append
         for name, x in (("k", k), ("v", v)):
             if isinstance(x, np.ndarray) and not x.flags.writeable:
                 raise LaunchError(f"{name} is read-only, but k_new/v_new are appended to it in place")
         if plan.spec.kv_dtype == "i8":
             for name, x in zip(("k_scale", "v_scale"), given_scales):
-                if not x.flags.writeable:
+                if isinstance(x, np.ndarray) and not x.flags.writeable:
                     raise LaunchError(f"{name} is read-only, but an append to an i8 cache writes the new rows' scales")
+                if isinstance(x, WgslTensor) and not x.buffer.usage & wgpu.BufferUsage.COPY_DST:
+                    raise LaunchError(f"{name}'s buffer was not created with COPY_DST usage, but an append to an i8 "
+                                      "cache writes the new rows' scales back into it (WgslTensor.from_numpy makes "
+                                      "buffers that allow it)")
     if st.loop_budget is not None and plan.spec.schedule.is_split:
         # the combine loops over the splits for each output column, three times besides, and
         # over the columns (a loop's own passes count against the budget too)
@@ -235,12 +243,8 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
     else:
         bufs["kv_new"] = _upload(dev, np.zeros(1, np.uint32), 0)
     offsets = _upload_shared(dev, bufs, plan, L, bm, named, limit)
-    if plan.spec.kv_dtype is not None:  # k_scale then v_scale, one binding (lower.py: kv_scale)
-        both = np.concatenate([x.reshape(-1) for x in scales])
-        if both.nbytes > limit:
-            raise LaunchError(f"k_scale and v_scale are {both.nbytes} bytes together, above the {limit}-byte limit")
-        bufs["kv_scale"] = _upload(dev, both, usage_rw if appending and plan.spec.kv_dtype == "i8" else 0)
-        offsets = {**offsets, "scale_v": scales[0].size}
+    if plan.spec.kv_dtype is not None:
+        offsets = {**offsets, **_scale_buffers(kernel, bufs, scales, limit, writes=appending and plan.spec.kv_dtype == "i8")}
 
     out_bytes, lse_bytes, work = _check_outputs(kernel, L, limit)
     fills = {w.name: w.fill for w in plan.workspaces}
@@ -281,10 +285,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
                 new = np.frombuffer(raw, dtype=x.dtype, count=x.size).reshape(x.shape)
                 np.copyto(x, new)
         if plan.spec.kv_dtype == "i8":  # the new rows' scales, into the caller's k_scale and v_scale
-            raw = np.frombuffer(dev.queue.read_buffer(bufs["kv_scale"], size=padded(4 * (scales[0].size + scales[1].size))),
-                                dtype=np.float32)
-            for given, checked, at in ((given_scales[0], scales[0], 0), (given_scales[1], scales[1], scales[0].size)):
-                np.copyto(given, raw[at:at + checked.size].reshape(checked.shape))
+            _write_back_scales(kernel, bufs["kv_scale"], given_scales)
     if isinstance(out, WgslTensor):
         if guard:  # the checked result is in our buffer: move it into the caller's
             if out.buffer.usage & wgpu.BufferUsage.COPY_DST:
@@ -309,6 +310,64 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
         return result, WgslTensor(bufs["lse"], lse_shape, "f32")
     raw = dev.queue.read_buffer(bufs["lse"], size=padded(lse_bytes))
     return result, np.frombuffer(raw, dtype=np.float32, count=lse_bytes // 4).reshape(lse_shape).copy()
+
+
+def _scale_buffers(kernel, bufs: dict, scales: list, limit: int, writes: bool = False) -> dict:
+    """The buffers of a quantized cache's scales into `bufs` (each a numpy array or a resident f32
+    WgslTensor, checked: runtime/kvquant.check_scales); returns the Params offset they need. The
+    decode kernel binds k_scale and v_scale as they are (lower.py). The register-tiled kernels bind
+    one buffer, kv_scale: k_scale, then v_scale from word scale_v (webgpu-core's 8 storage buffers
+    leave no room for two); host scales are uploaded into it, resident ones copied on the GPU by
+    each call (a copy of the scales: FP8 two numbers per sequence and KV head, i8 1/8 of the cache's
+    bytes). `writes`: an i8 append writes its new rows' scales (_write_back_scales takes them back)."""
+    names = {p.name for p in kernel.plan.params}
+    sizes = [int(np.prod(x.shape)) for x in scales]
+    if "kv_scale" not in names:  # the decode kernel: one binding each, nothing copied (scale_v unread)
+        for name, x in zip(("k_scale", "v_scale"), scales):
+            bufs[name] = kernel.buffer(name, x, limit)
+        return {"scale_v": sizes[0]}
+    dev = kernel.state.device
+    nbytes = 4 * sum(sizes)
+    if nbytes > limit:
+        raise LaunchError(f"k_scale and v_scale are {nbytes} bytes together, above the {limit}-byte limit")
+    usage = wgpu.BufferUsage.COPY_SRC if writes else 0
+    if not any(isinstance(x, WgslTensor) for x in scales):
+        bufs["kv_scale"] = _upload(dev, np.concatenate([x.reshape(-1) for x in scales]), usage)
+        return {"scale_v": sizes[0]}
+    buf = dev.create_buffer(size=padded(nbytes), usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | usage)
+    enc = dev.create_command_encoder()
+    for at, x, name in zip((0, 4 * sizes[0]), scales, ("k_scale", "v_scale")):
+        if not isinstance(x, WgslTensor):
+            dev.queue.write_buffer(buf, at, np.ascontiguousarray(x, np.float32).tobytes())
+        elif x.nbytes:
+            kernel.buffer(name, x, limit)  # (its size and usage checked)
+            if not x.buffer.usage & wgpu.BufferUsage.COPY_SRC:
+                raise LaunchError(f"{name}'s buffer was not created with COPY_SRC usage (this kernel copies the "
+                                  "scales into one binding; WgslTensor.from_numpy makes buffers that allow it)")
+            enc.copy_buffer_to_buffer(x.buffer, 0, buf, at, x.nbytes)
+    dev.queue.submit([enc.finish()])
+    bufs["kv_scale"] = buf
+    return {"scale_v": sizes[0]}
+
+
+def _write_back_scales(kernel, buf, given: list) -> None:
+    """After an i8 append: the scales in `buf` (kv_scale: k_scale, then v_scale), which the append
+    wrote at its new rows, back into the caller's arrays (numpy: copied in place; resident
+    WgslTensors: a copy on the GPU)."""
+    dev = kernel.state.device
+    sizes = [int(np.prod(x.shape)) for x in given]
+    if all(isinstance(x, np.ndarray) for x in given):
+        raw = np.frombuffer(dev.queue.read_buffer(buf, size=padded(4 * sum(sizes))), dtype=np.float32)
+    enc = dev.create_command_encoder()
+    for x, at, n in zip(given, (0, sizes[0]), sizes):
+        if isinstance(x, WgslTensor):
+            if n:
+                enc.copy_buffer_to_buffer(buf, 4 * at, x.buffer, 0, 4 * n)
+        else:
+            if not all(isinstance(y, np.ndarray) for y in given):
+                raw = np.frombuffer(dev.queue.read_buffer(buf, size=padded(4 * sum(sizes))), dtype=np.float32)
+            np.copyto(x, raw[at:at + n].reshape(x.shape))
+    dev.queue.submit([enc.finish()])
 
 
 def _check_written(kernel, bufs: dict, sizes: dict, data: bytes, count: int, rows: int, len_k: int) -> None:

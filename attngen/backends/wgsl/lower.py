@@ -21,6 +21,13 @@ bindings it uses, so that none needs more than webgpu-core's 8 storage buffers:
     12       stats     two_pass                     (S, B, Hq, Lq, 2) f32 per-split row max, sum
     13       inputs    attention (specs with inputs)  u32 words: a flag, then each expression input
     14       kv_scale  attention, pv (kv_dtype)     f32: k_scale, then v_scale from word scale_v
+    15, 16   k_scale,  the decode kernel (kv_dtype) f32: k_scale and v_scale, one binding each (decode.py)
+             v_scale
+
+The decode kernel (decode.py) binds q, k, v, seq_meta, kv_new (without kv_dtype), o_part, lse_part
+and, with kv_dtype, k_scale and v_scale: a quantized cache's scales stay where they are (resident
+WgslTensors are bound, not copied into one buffer), and since appends to a quantized cache are
+refused it needs no kv_new there (8 storage buffers at most, webgpu-core's limit).
 
 k and v are read_write storage in every kernel: a call may append k_new / v_new to the cache
 (docs/variants.md), which the attention entry point writes in place. Optional bindings (lse,
@@ -114,6 +121,11 @@ _BINDINGS = {
                  "kv_dtype: the scales of the quantized K and V, f32: k_scale at word 0, then v_scale at word "
                  "params.scale_v; e4m3 / e5m2: (B, Hkv) each, one per sequence and KV head; i8: the cache's "
                  "shape with the head dim replaced by D / 32, one per block of 32 values of a row"),
+    "k_scale": (15, "f32", ("k_scale_words",), "read", False,
+                "kv_dtype, the decode kernel: k's scales, f32: e4m3 / e5m2: (B, Hkv), one per sequence and KV head; "
+                "i8: k's shape with the head dim replaced by Dqk / 32, one per block of 32 values of a row"),
+    "v_scale": (16, "f32", ("v_scale_words",), "read", False,
+                "kv_dtype, the decode kernel: v's scales, laid out as k_scale's (Dv / 32 for i8)"),
 }
 
 
@@ -179,8 +191,13 @@ def uniform_fields(spec: AttentionSpec) -> tuple:
     return tuple(f)
 
 
-def attention_bindings(spec: AttentionSpec) -> tuple:
-    """Names of the bindings of the main (attention) entry point, by binding number."""
+def attention_bindings(spec: AttentionSpec, decode: bool = False) -> tuple:
+    """Names of the bindings of the main (attention) entry point, by binding number (`decode`: of
+    the decode kernel, decode.py)."""
+    if decode:
+        plain = spec.kv_dtype is None
+        return ("params", "q", "k", "v", "seq_meta") + (("kv_new",) if plain else ()) + ("o_part", "lse_part") + (
+            () if plain else ("k_scale", "v_scale"))
     names = ["params", "q", "k", "v"]
     kind = spec.schedule.kind
     if kind == "fused":
@@ -199,8 +216,8 @@ def attention_bindings(spec: AttentionSpec) -> tuple:
     return tuple(names)
 
 
-def main_params(spec: AttentionSpec) -> tuple:
-    return _params(spec, attention_bindings(spec))
+def main_params(spec: AttentionSpec, decode: bool = False) -> tuple:
+    return _params(spec, attention_bindings(spec, decode))
 
 
 def grids(spec: AttentionSpec, tile_q: int, v_blocks: int) -> dict:
@@ -264,10 +281,14 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
         features.append("subgroups")
         if profile.section("dialect").get("subgroups_directive", False):
             directives.append("subgroups")
+    if cfg.matrix is not None:  # the subgroup-matrix family (matrix.py)
+        from .matrix import DIRECTIVE, FEATURE
+        features.append(FEATURE)
+        directives.append(DIRECTIVE)
     return Lowered(
         threads=cfg.workgroup,
         grid=grids(spec, cfg.tile_q, cfg.v_blocks)["main"],
-        params=main_params(spec),
+        params=main_params(spec, cfg.decode is not None),
         smem_bytes=cfg.smem_bytes,
         entries=entries(spec, entry, cfg.tile_q, cfg.v_blocks, cfg.workgroup),
         features=tuple(features),

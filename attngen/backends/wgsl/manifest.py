@@ -58,7 +58,8 @@ KV_PACKING = {
     "i8": "one byte per value, 4 per u32 word (byte 4w + i at bit 8i, little-endian): int8; "
           "value = scale of its block of 32 * int8(byte)",
 }
-KV_SYMBOLS = {"k_scale_words": "kv_dtype: f32 words of k_scale (B * Hkv for e4m3 / e5m2; k's elements / 32 for i8)"}
+KV_SYMBOLS = {"k_scale_words": "kv_dtype: f32 words of k_scale (B * Hkv for e4m3 / e5m2; k's elements / 32 for i8)",
+              "v_scale_words": "kv_dtype: f32 words of v_scale (B * Hkv for e4m3 / e5m2; v's elements / 32 for i8)"}
 
 
 # Where each workspace element is, and why a filled one is filled (the fill value: the plan's).

@@ -26,6 +26,12 @@ class WgslTiles:
     row_pad: int = 4  # elements added to rows that invocations read at different rows (bank spread)
     prefetch_max_items: int = 8  # auto: prefetch where each tile costs an invocation at most this many vec4
     prefetch_limit_items: int = 16  # prefetch=on: refused past this many vec4 registers
+    # the decode kernel (decode.py, templates/wgsl/decode.wgsl.j2)
+    decode_workgroup: int = 128  # invocations of a decode workgroup at most (fewer where workgroup memory is short)
+    decode_keys: int = 4  # keys each team loads per step: their 16-byte loads are in flight together
+    decode_rows: int = 8  # (query row, head in group) pairs per decode workgroup at most
+    decode_registers: int = 128  # f32 values of q and acc per decode invocation at most (rows are cut to fit)
+    decode_i8_unpack: bool = False  # i8 bytes to f32 by WGSL's unpack4xI8 and a conversion, not integer operations
 
 
 DEFAULT = WgslTiles()

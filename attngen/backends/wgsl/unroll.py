@@ -13,7 +13,8 @@ a loop
 
 whose bound is one of the sub-block's constants (ROWS, KEYS, COL_GROUPS, ACC_GROUPS, the
 4 lanes of a vec4, the head-dim chunk counts D_TILES_QK / D_TILES_V when small, and the
-prefetched tiles' register counts Q_ITEMS / K_ITEMS / V_ITEMS) becomes
+prefetched tiles' register counts Q_ITEMS / K_ITEMS / V_ITEMS; the decode kernel's CHUNKS_K /
+CHUNKS_V / GROUPS / Q_GROUPS, with its ROWS, KEYS and ACC_GROUPS) becomes
 one block per value of the counter, each declaring the counter as a `const`, so that every
 index into those arrays is a constant expression:
 
@@ -36,7 +37,10 @@ import re
 
 # Loop bounds that are unrolled: (constant name, largest value unrolled)
 UNROLL_BOUNDS = {"ROWS": 16, "KEYS": 16, "COL_GROUPS": 16, "ACC_GROUPS": 32, "4u": 4, "D_TILES_QK": 4,
-                 "D_TILES_V": 4, "Q_ITEMS": 16, "K_ITEMS": 16, "V_ITEMS": 16}
+                 "D_TILES_V": 4, "Q_ITEMS": 16, "K_ITEMS": 16, "V_ITEMS": 16,
+                 # the decode kernel's (templates/wgsl/decode.wgsl.j2): items per key row and invocation,
+                 # vec4 groups per item, and the q vec4 per row
+                 "CHUNKS_K": 16, "CHUNKS_V": 16, "GROUPS": 4, "Q_GROUPS": 32}
 UNROLL_MAX_LINES = 4000  # the unrolled form of one loop, in lines
 
 _CONST = re.compile(r"^const (\w+): u32 = (\d+)u;", re.M)

@@ -44,6 +44,10 @@ static std::barrier<>* g_bar;
 #define __syncthreads() g_bar->arrive_and_wait()
 inline float __int_as_float(unsigned x) { float f; memcpy(&f, &x, 4); return f; }
 inline float __shfl_xor_sync(unsigned, float v, int) { return v; }  // (preprocess: not run here)
+struct float4 { float x, y, z, w; };  // (preprocess's 16-byte accesses: not run here either)
+struct uint4 { unsigned x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+template <class T> inline T __ldg(const T* p) { return *p; }
 struct float2 { float x, y; };
 inline float2 make_float2(float a, float b) { return {a, b}; }
 '''

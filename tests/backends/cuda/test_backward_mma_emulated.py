@@ -50,6 +50,9 @@ static std::atomic<int> g_or;
 inline float __int_as_float(unsigned x) { float f; memcpy(&f, &x, 4); return f; }
 inline float __uint_as_float(unsigned x) { return __int_as_float(x); }
 inline float __shfl_xor_sync(unsigned, float v, int) { return v; }  // (preprocess: not run here)
+struct float4 { float x, y, z, w; };  // (preprocess's 16-byte accesses: not run here either)
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+template <class T> inline T __ldg(const T* p) { return *p; }
 inline bool __syncthreads_or(bool x) {
     __syncthreads();
     if (x) g_or = 1;

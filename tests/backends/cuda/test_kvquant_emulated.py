@@ -190,7 +190,7 @@ def test_every_byte_decodes_as_the_reference_decodes_it(kv_dtype, tmp_path):
 
 def test_bad_scales_on_the_device_are_reported(tmp_path):
     """A scale that is not finite and >= 0 reaches the kernels only from the device (the runtime
-    checks host scales whole): they report it in error word 5 (the call's LaunchError names it)."""
+    checks host scales whole): they report it in error word 8 (the call's LaunchError names it)."""
     for kv_dtype, bad in (("e4m3", np.nan), ("i8", -1.0)):
         spec = _spec(kv_dtype, "split_kv(2)", False)
         plan = lower(spec, "cuda", "cuda-sm80")
@@ -199,7 +199,7 @@ def test_bad_scales_on_the_device_are_reported(tmp_path):
         (k, ks), (v, vs) = [attngen.quantize_kv(rng.standard_normal((2, 9, 2, D)), kv_dtype) for _ in "kv"]
         ks[(1,) * ks.ndim] = bad
         _, _, errors = cuda_emulation.run(plan, str(tmp_path), q, k, v, k_scale=ks, v_scale=vs)
-        assert errors[5] == 2, errors  # sequence 1 (+ 1)
+        assert errors[8] == 2, errors  # sequence 1 (+ 1)
 
 
 def test_a_nan_byte_in_v_reaches_only_the_rows_that_see_it(tmp_path):

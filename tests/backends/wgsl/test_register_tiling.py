@@ -47,20 +47,23 @@ def test_gpu_profile_picks_4_rows_by_4_or_8_keys(dtype, head_dim, kv, cols):
 @pytest.mark.parametrize("dtype", ["f16", "f32"])
 def test_gpu_profile_split_schedules_keep_64_rows(dtype):
     """The q128 row is for fused kernels (`schedule = "fused"`): decode (split_kv, a few rows
-    per KV head) keeps 64 x 32 tiles and 128 invocations."""
-    c = plan(spec_of(f"head_dim 128\n heads q=32 kv=8\n dtype {dtype}\n schedule split_kv(auto)"), "wgsl",
-             "wgpu-vulkan-nvidia").config
-    assert (c.tile_q, c.tile_kv, c.workgroup) == (64, 32, 128)
+    per KV head) keeps 64 x 32 tiles and 128 invocations where it runs the register-tiled kernel
+    (decode=off); under auto this profile takes the decode kernel (its decode_kernel)."""
+    text = f"head_dim 128\n heads q=32 kv=8\n dtype {dtype}\n schedule split_kv(auto)"
+    c = plan(spec_of(text + "\n target wgsl { decode=off }"), "wgsl", "wgpu-vulkan-nvidia").config
+    assert (c.tile_q, c.tile_kv, c.workgroup) == (64, 32, 128) and c.decode is None
+    assert plan(spec_of(text), "wgsl", "wgpu-vulkan-nvidia").config.decode is not None
 
 
 @pytest.mark.parametrize("head_dim", [32, 64])
 def test_gpu_profile_f16_decode_up_to_d64_takes_one_row_per_invocation(head_dim):
     """wgpu-vulkan-nvidia's f16 split-schedule row up to d64 (`dtype`, `schedule`,
-    `rows_per_invocation` = 1): 32 x 16 tiles, 4 invocations per row, one row each, 128
-    invocations; the fused f16 kernels take the q128 row."""
+    `rows_per_invocation` = 1), where the register-tiled kernel runs (decode=off): 32 x 16 tiles,
+    4 invocations per row, one row each, 128 invocations; the fused f16 kernels take the q128 row."""
     fused = plan(spec_of(f"head_dim {head_dim}\n dtype f16"), "wgsl", "wgpu-vulkan-nvidia").config
     assert (fused.tile_q, fused.tile_kv, fused.workgroup) == (128, 64, 256)
-    c = plan(spec_of(f"head_dim {head_dim}\n dtype f16\n schedule split_kv(auto)"), "wgsl", "wgpu-vulkan-nvidia").config
+    c = plan(spec_of(f"head_dim {head_dim}\n dtype f16\n schedule split_kv(auto)\n target wgsl {{ decode=off }}"),
+             "wgsl", "wgpu-vulkan-nvidia").config  # (under auto: the decode kernel)
     assert (c.tile_q, c.tile_kv, c.workgroup) == (32, 16, 128)
     assert _shape(c)[:3] == (4, 1, 4) and c.reduction == "subgroup"
 

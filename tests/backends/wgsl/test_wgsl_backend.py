@@ -439,7 +439,7 @@ def test_device_check_takes_the_adapter_profiles_subgroup_range():
     st = SimpleNamespace(info={"device": "GPU"}, features=set(), subgroup_problem=None, subgroup_min=4,
                          device_limit=lambda key: 1 << 30, loop_budget=None)
     plan_ = SimpleNamespace(features=(), spec=SimpleNamespace(name="t"), smem_bytes=0, threads=256,
-                            config=SimpleNamespace(subgroups=True, threads_per_row=8),
+                            config=SimpleNamespace(subgroups=True, threads_per_row=8, matrix=None),
                             details=SimpleNamespace(runtime_checks="bounds"))
     nvidia = SimpleNamespace(features={"subgroup_min_size": 32})
     _check_device(plan_, st, nvidia)  # 8 invocations per row within NVIDIA's 32-wide subgroups
