@@ -269,7 +269,7 @@ def test_a_quantized_cache_has_no_backward():
 
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 @pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
-@pytest.mark.parametrize("schedule", ["split_kv(4)", "two_pass", "fused"])
+@pytest.mark.parametrize("schedule", ["split_kv(4)", "split_kv(4) decode", "two_pass", "fused"])
 def test_the_append_writes_the_bytes_quantize_rows_gives(kv_dtype, paged, schedule):
     """k_new / v_new appended to a quantized cache: every byte (and i8 scale) the call writes equals
     runtime/kvquant.py's append_kv (quantize_rows: the kernels' f32 arithmetic), the rows beside them
@@ -325,3 +325,29 @@ def test_many_appended_rows_are_byte_exact_on_any_adapter(kv_dtype):
     kernel_for(spec, "wgsl")(q, k, v, k_scale=ks, v_scale=vs, k_new=k_new, v_new=v_new, kv_lens=lens)
     for name, got, w in zip(("k", "v", "k_scale", "v_scale"), (k, v, ks, vs), want):
         assert np.array_equal(got, w), f"{name}: {np.count_nonzero(got != w)} differ"
+
+
+@pytest.mark.parametrize("kv_dtype", KV_DTYPES)
+@pytest.mark.parametrize("schedule", ["split_kv(4)", "split_kv(4) decode"])
+def test_an_append_to_resident_tensors_writes_them_in_place(kv_dtype, schedule):
+    """The cache and its scales as WgslTensors: the append writes the bytes (and i8 scales) append_kv
+    gives into them, on the GPU: the register-tiled kernel copies the i8 scales back into the
+    caller's tensors, the decode kernel binds them and writes them in place."""
+    require("wgsl")
+    from attngen.backends.wgsl import WgslTensor
+    from attngen.runtime.kvquant import append_kv
+    spec = _spec(kv_dtype, schedule, False)
+    rng = np.random.default_rng(5)
+    (k, ks), (v, vs) = [attngen.quantize_kv(rng.standard_normal((2, 40, 2, D)), kv_dtype) for _ in "kv"]
+    lens = np.array([5, 30], np.int32)
+    k_new = (rng.standard_normal((2, 4, 2, D)) * 3).astype(np.float16)
+    v_new = rng.standard_normal((2, 4, 2, D)).astype(np.float16)
+    q = rng.standard_normal((2, 1, 4, D)).astype(np.float16)
+    want = append_kv(kv_dtype, k, v, ks, vs, k_new, v_new, lens)
+    dev = [WgslTensor.from_numpy(x) for x in (k, v, ks, vs)]
+    out = kernel_for(spec, "wgsl")(q, dev[0], dev[1], k_scale=dev[2], v_scale=dev[3], k_new=k_new, v_new=v_new,
+                                   kv_lens=lens)
+    for name, got, w in zip(("k", "v", "k_scale", "v_scale"), dev, want):
+        assert np.array_equal(got.numpy(), w), name
+    ref = reference(spec, q, k, v, k_scale=ks, v_scale=vs, k_new=k_new, v_new=v_new, kv_lens=lens)
+    assert relative_error(out, ref) <= tolerance(spec)

@@ -439,7 +439,7 @@ fn attngen_decode_f16_window(@builtin(local_invocation_index) lid: u32, @builtin
                         vw[u][c] = kv_new[params.new_v / VALUES + row * ITEMS_V + lane + TEAM * c];
                     }
                 } else {
-                    let row = key_row(seq, j) * params.heads_kv + kv_head;
+                    let row = key_row(seq, j) * params.heads_kv + kv_head;  // the key's row of k and v, as (rows, Hkv)
                     for (var c = 0u; c < CHUNKS_K; c++) {
                         kw[u][c] = k[row * ITEMS_K + lane + TEAM * c];
                     }

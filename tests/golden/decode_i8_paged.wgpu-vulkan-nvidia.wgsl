@@ -118,6 +118,10 @@ struct Params {
     new_v: u32,         // element offset of v_new in kv_new: B * Lnew * Hkv * Dqk
     splits: u32,        // S, KV splits: key tiles are divided over S workgroups
     scale_v: u32,       // word offset of v_scale in kv_scale (k_scale's size)
+    meta_new: u32,      // the decode kernel: word offset of k_new, then v_new, in seq_meta
+    _pad21: u32,        // keeps the struct a multiple of 16 bytes
+    _pad22: u32,        // keeps the struct a multiple of 16 bytes
+    _pad23: u32,        // keeps the struct a multiple of 16 bytes
 }
 
 // params: sizes and word offsets of this launch (struct Params)
@@ -151,10 +155,10 @@ struct Params {
 // k_scale (k_scale_words) f32: kv_dtype, the decode kernel: k's scales, f32: e4m3 / e5m2: (B,
 // Hkv), one per sequence and KV head; i8: k's shape with the head dim replaced by Dqk / 32,
 // one per block of 32 values of a row
-@group(0) @binding(15) var<storage, read> k_scale: array<f32>;
+@group(0) @binding(15) var<storage, read_write> k_scale: array<f32>;
 // v_scale (v_scale_words) f32: kv_dtype, the decode kernel: v's scales, laid out as k_scale's
 // (Dv / 32 for i8)
-@group(0) @binding(16) var<storage, read> v_scale: array<f32>;
+@group(0) @binding(16) var<storage, read_write> v_scale: array<f32>;
 
 // Workgroup memory (2560 bytes), used by the epilogue only:
 var<workgroup> sM: array<f32, 64>;  // TEAMS x ROWS: each team's m_i, then its l_i
@@ -296,12 +300,172 @@ fn team_sum(x: f32) -> f32 {
     return r;
 }
 
+// ---- section: append ------------------------------------------------------------------------
+// The fused append into the quantized cache: the workgroup of the first row block and split of
+// each (sequence, KV head) writes the sequence's len_new rows of k_new / v_new into the cache,
+// quantized (kv_encode, with each block of 32 values' scale from kv_block_scale, written to k_scale / v_scale),
+// one 16-byte item (16 values) at a time; every workgroup reads those keys from k_new / v_new and
+// quantizes them the same way (new_item), so none waits for the append. k_new and v_new are in
+// seq_meta from word params.meta_new (the spec's dtype in u32 words: the decode kernel's
+// bindings are all of the profile's storage buffers).
+// ---- the append's quantizer (runtime/kvquant.py: quantize_rows, the same f32 arithmetic) ----
+// WGSL lets a division be 2.5 ulp off (SwiftShader's is), and the bytes an append writes must be
+// the host's: div_rn corrects the adapter's quotient to the IEEE one (the nearest f32, ties to
+// even) by exact integer comparisons with the midpoints between neighbouring f32 values.
+
+// 2 |a| / |b| against v(u) + v(u + 1), u the bits of a positive normal f32 and v its value: -1, 0, 1.
+// a = A 2^(ea - 150), b = B 2^(eb - 150), v(u) + v(u + 1) = (2 U + 1) 2^(eu - 150) (within a binade
+// and across one), so it compares A 2^k with (2 U + 1) B, k = ea - eu - eb + 151, as base-2^24 pairs.
+fn kv_mid_cmp(ua: u32, ub: u32, u: u32) -> i32 {
+    let a = (ua & 0x7fffffu) | 0x800000u;
+    let b = (ub & 0x7fffffu) | 0x800000u;
+    let x = 2u * ((u & 0x7fffffu) | 0x800000u) + 1u;
+    let k = i32(ua >> 23u) - i32(u >> 23u) - i32(ub >> 23u) + 151;
+    if (k < 0 || k > 30 || (u >> 23u) == 0u) {
+        return 0;  // (not a normal quotient near the adapter's: left as the adapter made it)
+    }
+    var l = vec2<u32>(a >> u32(24 - min(k, 24)), (a << u32(min(k, 24))) & 0xffffffu);
+    if (k > 24) {
+        l = vec2<u32>(a << u32(k - 24), 0u);
+    }
+    let x1 = x >> 12u;
+    let x0 = x & 0xfffu;
+    let mid = x1 * (b & 0xfffu) + x0 * (b >> 12u);
+    let lo = x0 * (b & 0xfffu) + ((mid & 0xfffu) << 12u);
+    let r = vec2<u32>(x1 * (b >> 12u) + (mid >> 12u) + (lo >> 24u), lo & 0xffffffu);
+    if (l.x != r.x) {
+        return select(-1, 1, l.x > r.x);
+    }
+    if (l.y != r.y) {
+        return select(-1, 1, l.y > r.y);
+    }
+    return 0;
+}
+
+// a / b rounded to the nearest f32, ties to even (IEEE), where a, b and the quotient are normal
+// (else the adapter's a / b).
+fn div_rn(a: f32, b: f32) -> f32 {
+    let q = a / b;
+    let ua = bitcast<u32>(a) & 0x7fffffffu;
+    let ub = bitcast<u32>(b) & 0x7fffffffu;
+    var u = bitcast<u32>(q) & 0x7fffffffu;
+    let normal = ((ua >> 23u) - 1u) < 254u && ((ub >> 23u) - 1u) < 254u && ((u >> 23u) - 1u) < 253u;
+    if (!normal) {
+        return q;
+    }
+    for (var i = 0; i < 4; i++) {  // past the midpoint above u: the next f32 (ties: the even one)
+        let c = kv_mid_cmp(ua, ub, u);
+        if (c > 0 || (c == 0 && (u & 1u) == 1u)) {
+            u += 1u;
+        } else {
+            break;
+        }
+    }
+    for (var i = 0; i < 4; i++) {  // below the midpoint under u: the f32 before
+        let c = kv_mid_cmp(ua, ub, u - 1u);
+        if (c < 0 || (c == 0 && (u & 1u) == 1u)) {
+            u -= 1u;
+        } else {
+            break;
+        }
+    }
+    return bitcast<f32>(((bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u) | u);
+}
+// A block of 32 appended values x: scale = max|x| / 127, byte = round(x / scale) (ties to even) in
+// -127 .. 127; a block of zeros: scale 0, bytes 0. (The runtime refuses inf and NaN in k_new / v_new
+// for an i8 cache before the dispatch.)
+fn kv_block_scale(amax: f32) -> f32 {
+    return div_rn(amax, 127.0);
+}
+
+fn kv_encode(x: f32, scale: f32) -> u32 {
+    if (!(scale > 0.0)) {
+        return 0u;
+    }
+    return u32(i32(clamp(round(div_rn(x, scale)), -127.0, 127.0))) & 0xffu;
+}
+
+// Elements n .. n + 3 (n a multiple of 4) of k_new, then v_new (from element params.new_v), as f32.
+fn new4(n: u32) -> vec4<f32> {
+    let w = params.meta_new + (n >> 1u);
+    return vec4<f32>(unpack2x16float(seq_meta[w]), unpack2x16float(seq_meta[w + 1u]));
+}
+
+// The 16 values of k_new / v_new from element n, quantized with `scale`: one item of the cache.
+fn new_item(n: u32, scale: f32) -> vec4<u32> {
+    var item = vec4<u32>();
+    // for g < 4u, unrolled: one block per g
+    {
+        const g = 0u;
+        let x = new4(n + 4u * g);
+        item[g] = kv_encode(x.x, scale) | (kv_encode(x.y, scale) << 8u) | (kv_encode(x.z, scale) << 16u) |
+                  (kv_encode(x.w, scale) << 24u);
+    }
+    {
+        const g = 1u;
+        let x = new4(n + 4u * g);
+        item[g] = kv_encode(x.x, scale) | (kv_encode(x.y, scale) << 8u) | (kv_encode(x.z, scale) << 16u) |
+                  (kv_encode(x.w, scale) << 24u);
+    }
+    {
+        const g = 2u;
+        let x = new4(n + 4u * g);
+        item[g] = kv_encode(x.x, scale) | (kv_encode(x.y, scale) << 8u) | (kv_encode(x.z, scale) << 16u) |
+                  (kv_encode(x.w, scale) << 24u);
+    }
+    {
+        const g = 3u;
+        let x = new4(n + 4u * g);
+        item[g] = kv_encode(x.x, scale) | (kv_encode(x.y, scale) << 8u) | (kv_encode(x.z, scale) << 16u) |
+                  (kv_encode(x.w, scale) << 24u);
+    }
+    return item;
+}
+
+// The scale of the block of 32 values of k_new / v_new from element n0 (a multiple of 32).
+fn new_scale(n0: u32) -> f32 {
+    var amax = 0.0;
+    for (var c = 0u; c < 32u; c += 4u) {
+        let x = abs(new4(n0 + c));
+        amax = max(amax, max(max(x.x, x.y), max(x.z, x.w)));
+    }
+    return kv_block_scale(amax);
+}
+
+fn append_items(lid: u32, seq: Seq, kv_head: u32) {
+    for (var e = lid; e < params.len_new * ITEMS_K; e += WORKGROUP_SIZE) {
+        let j = seq.cached + e / ITEMS_K;
+        let col = e % ITEMS_K * VALUES;
+        let n = new_row(seq, j, kv_head) * HEAD_DIM_QK + col;
+        let row = key_row(seq, j) * params.heads_kv + kv_head;
+        let s = new_scale(n - col % 32u);
+        if (col % 32u == 0u) {
+            k_scale[row * (HEAD_DIM_QK / 32u) + col / 32u] = s;
+        }
+        k[row * ITEMS_K + e % ITEMS_K] = new_item(n, s);
+    }
+    for (var e = lid; e < params.len_new * ITEMS_V; e += WORKGROUP_SIZE) {
+        let j = seq.cached + e / ITEMS_V;
+        let col = e % ITEMS_V * VALUES;
+        let n = params.new_v + new_row(seq, j, kv_head) * HEAD_DIM_V + col;
+        let row = key_row(seq, j) * params.heads_kv + kv_head;
+        let s = new_scale(n - col % 32u);
+        if (col % 32u == 0u) {
+            v_scale[row * (HEAD_DIM_V / 32u) + col / 32u] = s;
+        }
+        v[row * ITEMS_V + e % ITEMS_V] = new_item(n, s);
+    }
+}
+
 // ---- section: kernel ------------------------------------------------------------------------
 // FlashAttention-2's online softmax (Dao 2023) per team: each team keeps, per row, the running
 // max m_i of its keys' scores (log2 domain), the sum l_i of exp2(t - m_i) and the unnormalised
 // acc of its columns; alpha = exp2(m_old - m_new) rescales them when the max grows. The teams'
 // shares are merged in the epilogue; this split's output (normalised by its own sum) and lse go
 // to o_part / lse_part, which attngen_decode_i8_paged_combine merges by lse.
+// Two entry points: attngen_decode_i8_paged for calls that append nothing, attngen_decode_i8_paged_append (the same
+// kernel with the fused append, section append, whose main loop quantizes appended keys as it
+// reads them) for calls that do: the quantizer stays out of the loop the decode rows run.
 @compute @workgroup_size(128, 1, 1)
 fn attngen_decode_i8_paged(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let team = lid / TEAM;                        // keys team + TEAMS * u of each step
@@ -577,6 +741,2414 @@ fn attngen_decode_i8_paged(@builtin(local_invocation_index) lid: u32, @builtin(w
                     const c = 0u;
                     vw[u][c] = v[row * ITEMS_V + lane + TEAM * c];
                     v_sc[u][c] = v_scale[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                }
+            }
+        }
+
+        // -- S = Q K^T: this invocation's partial dot products, then the team's sum
+        var s = array<array<f32, ROWS>, KEYS>();
+        // for u < KEYS (4), unrolled: one block per u
+        {
+            const u = 0u;
+            var part = array<f32, ROWS>();
+            // for c < CHUNKS_K (1), unrolled: one block per c
+            {
+                const c = 0u;
+                var dot = array<f32, ROWS>();  // the item's share, before its scale
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 1u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 2u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 3u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                // for i < ROWS (4), unrolled: one block per i
+                {
+                    const i = 0u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 1u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 2u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 3u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+            }
+            // for i < ROWS (4), unrolled: one block per i
+            {
+                const i = 0u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 1u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 2u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 3u;
+                s[u][i] = team_sum(part[i]);
+            }
+        }
+        {
+            const u = 1u;
+            var part = array<f32, ROWS>();
+            // for c < CHUNKS_K (1), unrolled: one block per c
+            {
+                const c = 0u;
+                var dot = array<f32, ROWS>();  // the item's share, before its scale
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 1u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 2u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 3u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                // for i < ROWS (4), unrolled: one block per i
+                {
+                    const i = 0u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 1u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 2u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 3u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+            }
+            // for i < ROWS (4), unrolled: one block per i
+            {
+                const i = 0u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 1u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 2u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 3u;
+                s[u][i] = team_sum(part[i]);
+            }
+        }
+        {
+            const u = 2u;
+            var part = array<f32, ROWS>();
+            // for c < CHUNKS_K (1), unrolled: one block per c
+            {
+                const c = 0u;
+                var dot = array<f32, ROWS>();  // the item's share, before its scale
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 1u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 2u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 3u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                // for i < ROWS (4), unrolled: one block per i
+                {
+                    const i = 0u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 1u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 2u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 3u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+            }
+            // for i < ROWS (4), unrolled: one block per i
+            {
+                const i = 0u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 1u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 2u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 3u;
+                s[u][i] = team_sum(part[i]);
+            }
+        }
+        {
+            const u = 3u;
+            var part = array<f32, ROWS>();
+            // for c < CHUNKS_K (1), unrolled: one block per c
+            {
+                const c = 0u;
+                var dot = array<f32, ROWS>();  // the item's share, before its scale
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 1u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 2u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                {
+                    const g = 3u;
+                    let x = item_group(kw[u][c], g);
+                    // for i < ROWS (4), unrolled: one block per i
+                    {
+                        const i = 0u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 1u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 2u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                    {
+                        const i = 3u;
+                        let qg = qv[i][c * GROUPS + g];
+                        dot[i] = fma(qg.w, x.w, fma(qg.z, x.z, fma(qg.y, x.y, fma(qg.x, x.x, dot[i]))));
+                    }
+                }
+                // for i < ROWS (4), unrolled: one block per i
+                {
+                    const i = 0u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 1u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 2u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+                {
+                    const i = 3u;
+                    part[i] = fma(dot[i], k_sc[u][c], part[i]);
+                }
+            }
+            // for i < ROWS (4), unrolled: one block per i
+            {
+                const i = 0u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 1u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 2u;
+                s[u][i] = team_sum(part[i]);
+            }
+            {
+                const i = 3u;
+                s[u][i] = team_sum(part[i]);
+            }
+        }
+
+        // -- score transform and mask: a key the row does not see is MASKED; a NaN or +inf score of a
+        // -- key it sees makes the row's result NaN (row_bad)
+        // for u < KEYS (4), unrolled: one block per u
+        {
+            const u = 0u;
+            let j = i32(j0 + TEAMS * u);
+            // for i < ROWS (4), unrolled: one block per i
+            {
+                const i = 0u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 1u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 2u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 3u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+        }
+        {
+            const u = 1u;
+            let j = i32(j0 + TEAMS * u);
+            // for i < ROWS (4), unrolled: one block per i
+            {
+                const i = 0u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 1u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 2u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 3u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+        }
+        {
+            const u = 2u;
+            let j = i32(j0 + TEAMS * u);
+            // for i < ROWS (4), unrolled: one block per i
+            {
+                const i = 0u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 1u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 2u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 3u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+        }
+        {
+            const u = 3u;
+            let j = i32(j0 + TEAMS * u);
+            // for i < ROWS (4), unrolled: one block per i
+            {
+                const i = 0u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 1u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 2u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+            {
+                const i = 3u;
+                var t = score_transform(s[u][i]);
+                if (!visible(seq, i32(q_row[i]), j)) {
+                    t = MASKED;
+                } else if (poisons(t)) {
+                    row_bad[i] = true;
+                    t = MASKED;
+                } else if (bitcast<u32>(t) == NEG_INF_BITS) {
+                    t = MASKED;  // a score of -inf: p = 0 (tested on bits)
+                }
+                s[u][i] = t;
+            }
+        }
+
+        // -- online softmax: the team's m_i, l_i; acc rescaled by alpha only where a row's max grew
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
+            var m = m_i[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 3u;
+                m = max(m, s[u][i]);
+            }
+            if (m > m_i[i]) {  // (the team's invocations hold the same scores: no divergence within a team)
+                let alpha = select(exp2(m_i[i] - m), 0.0, m_i[i] <= MASKED);
+                l_i[i] *= alpha;
+                // for w < ACC_GROUPS (4), unrolled: one block per w
+                {
+                    const w = 0u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 1u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 2u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 3u;
+                    acc[i][w] *= alpha;
+                }
+                m_i[i] = m;
+            }
+            // a row that has seen no key keeps m = MASKED; subtracting 0 instead keeps exp2 finite,
+            // and the select gives p = 0
+            let m_use = select(m_i[i], 0.0, m_i[i] <= MASKED);
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 1u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 2u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 3u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+        }
+        {
+            const i = 1u;
+            var m = m_i[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 3u;
+                m = max(m, s[u][i]);
+            }
+            if (m > m_i[i]) {  // (the team's invocations hold the same scores: no divergence within a team)
+                let alpha = select(exp2(m_i[i] - m), 0.0, m_i[i] <= MASKED);
+                l_i[i] *= alpha;
+                // for w < ACC_GROUPS (4), unrolled: one block per w
+                {
+                    const w = 0u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 1u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 2u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 3u;
+                    acc[i][w] *= alpha;
+                }
+                m_i[i] = m;
+            }
+            // a row that has seen no key keeps m = MASKED; subtracting 0 instead keeps exp2 finite,
+            // and the select gives p = 0
+            let m_use = select(m_i[i], 0.0, m_i[i] <= MASKED);
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 1u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 2u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 3u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+        }
+        {
+            const i = 2u;
+            var m = m_i[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 3u;
+                m = max(m, s[u][i]);
+            }
+            if (m > m_i[i]) {  // (the team's invocations hold the same scores: no divergence within a team)
+                let alpha = select(exp2(m_i[i] - m), 0.0, m_i[i] <= MASKED);
+                l_i[i] *= alpha;
+                // for w < ACC_GROUPS (4), unrolled: one block per w
+                {
+                    const w = 0u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 1u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 2u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 3u;
+                    acc[i][w] *= alpha;
+                }
+                m_i[i] = m;
+            }
+            // a row that has seen no key keeps m = MASKED; subtracting 0 instead keeps exp2 finite,
+            // and the select gives p = 0
+            let m_use = select(m_i[i], 0.0, m_i[i] <= MASKED);
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 1u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 2u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 3u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+        }
+        {
+            const i = 3u;
+            var m = m_i[i];
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 1u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 2u;
+                m = max(m, s[u][i]);
+            }
+            {
+                const u = 3u;
+                m = max(m, s[u][i]);
+            }
+            if (m > m_i[i]) {  // (the team's invocations hold the same scores: no divergence within a team)
+                let alpha = select(exp2(m_i[i] - m), 0.0, m_i[i] <= MASKED);
+                l_i[i] *= alpha;
+                // for w < ACC_GROUPS (4), unrolled: one block per w
+                {
+                    const w = 0u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 1u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 2u;
+                    acc[i][w] *= alpha;
+                }
+                {
+                    const w = 3u;
+                    acc[i][w] *= alpha;
+                }
+                m_i[i] = m;
+            }
+            // a row that has seen no key keeps m = MASKED; subtracting 0 instead keeps exp2 finite,
+            // and the select gives p = 0
+            let m_use = select(m_i[i], 0.0, m_i[i] <= MASKED);
+            // for u < KEYS (4), unrolled: one block per u
+            {
+                const u = 0u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 1u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 2u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+            {
+                const u = 3u;
+                let p = select(exp2(s[u][i] - m_use), 0.0, s[u][i] <= MASKED);
+                s[u][i] = p;
+                l_i[i] += p;
+            }
+        }
+
+        // -- O += P V over this invocation's items of V
+        // for u < KEYS (4), unrolled: one block per u
+        {
+            const u = 0u;
+            {  // (i8 values are finite)
+                // for c < CHUNKS_V (1), unrolled: one block per c
+                {
+                    const c = 0u;
+                    // for g < GROUPS (4), unrolled: one block per g
+                    {
+                        const g = 0u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 1u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 2u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 3u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                }
+}
+        }
+        {
+            const u = 1u;
+            {  // (i8 values are finite)
+                // for c < CHUNKS_V (1), unrolled: one block per c
+                {
+                    const c = 0u;
+                    // for g < GROUPS (4), unrolled: one block per g
+                    {
+                        const g = 0u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 1u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 2u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 3u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                }
+}
+        }
+        {
+            const u = 2u;
+            {  // (i8 values are finite)
+                // for c < CHUNKS_V (1), unrolled: one block per c
+                {
+                    const c = 0u;
+                    // for g < GROUPS (4), unrolled: one block per g
+                    {
+                        const g = 0u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 1u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 2u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 3u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                }
+}
+        }
+        {
+            const u = 3u;
+            {  // (i8 values are finite)
+                // for c < CHUNKS_V (1), unrolled: one block per c
+                {
+                    const c = 0u;
+                    // for g < GROUPS (4), unrolled: one block per g
+                    {
+                        const g = 0u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 1u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 2u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                    {
+                        const g = 3u;
+                        let x = item_group(vw[u][c], g);
+                        // for i < ROWS (4), unrolled: one block per i
+                        {
+                            const i = 0u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 1u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 2u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                        {
+                            const i = 3u;
+                            acc[i][c * GROUPS + g] = fma(vec4<f32>(s[u][i] * v_sc[u][c]), x, acc[i][c * GROUPS + g]);
+                        }
+                    }
+                }
+}
+        }
+    }
+
+    // ---- section: epilogue: the teams merged, this split's rows stored ----
+    // A row that saw no key has l = 0: its share is 0 and its lse MASKED (the combine gives 0 and
+    // -inf where no split saw a key). A row that saw a NaN or +inf score gets NaN.
+    let completed = it > n_tiles;  // false only when the driver cut the main loop short
+    var nan_bits = NAN_BITS;
+    let nan = bitcast<f32>(nan_bits);  // a var's bits: never a const-expression
+    if (lane == 0u) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
+            sM[team * ROWS + i] = m_i[i];
+            sBad[team * ROWS + i] = select(0u, 1u, row_bad[i]);
+        }
+        {
+            const i = 1u;
+            sM[team * ROWS + i] = m_i[i];
+            sBad[team * ROWS + i] = select(0u, 1u, row_bad[i]);
+        }
+        {
+            const i = 2u;
+            sM[team * ROWS + i] = m_i[i];
+            sBad[team * ROWS + i] = select(0u, 1u, row_bad[i]);
+        }
+        {
+            const i = 3u;
+            sM[team * ROWS + i] = m_i[i];
+            sBad[team * ROWS + i] = select(0u, 1u, row_bad[i]);
+        }
+    }
+    workgroupBarrier();  // every team's m_i and row_bad in workgroup memory
+    var m_row: array<f32, ROWS>;     // the row's max over every team
+    var bad_row: array<bool, ROWS>;  // and whether any team saw a NaN or +inf score of it
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        var m = MASKED;
+        var bad = false;
+        for (var t = 0u; t < TEAMS; t++) {
+            m = max(m, sM[t * ROWS + i]);
+            bad = bad || sBad[t * ROWS + i] != 0u;
+        }
+        m_row[i] = m;
+        bad_row[i] = bad;
+        // this team's share rescaled to the row's max (0: the team saw no key of the row)
+        let f = select(exp2(m_i[i] - m), 0.0, m_i[i] <= MASKED);
+        l_i[i] *= f;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 1u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 2u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 3u;
+            acc[i][w] *= f;
+        }
+    }
+    {
+        const i = 1u;
+        var m = MASKED;
+        var bad = false;
+        for (var t = 0u; t < TEAMS; t++) {
+            m = max(m, sM[t * ROWS + i]);
+            bad = bad || sBad[t * ROWS + i] != 0u;
+        }
+        m_row[i] = m;
+        bad_row[i] = bad;
+        // this team's share rescaled to the row's max (0: the team saw no key of the row)
+        let f = select(exp2(m_i[i] - m), 0.0, m_i[i] <= MASKED);
+        l_i[i] *= f;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 1u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 2u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 3u;
+            acc[i][w] *= f;
+        }
+    }
+    {
+        const i = 2u;
+        var m = MASKED;
+        var bad = false;
+        for (var t = 0u; t < TEAMS; t++) {
+            m = max(m, sM[t * ROWS + i]);
+            bad = bad || sBad[t * ROWS + i] != 0u;
+        }
+        m_row[i] = m;
+        bad_row[i] = bad;
+        // this team's share rescaled to the row's max (0: the team saw no key of the row)
+        let f = select(exp2(m_i[i] - m), 0.0, m_i[i] <= MASKED);
+        l_i[i] *= f;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 1u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 2u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 3u;
+            acc[i][w] *= f;
+        }
+    }
+    {
+        const i = 3u;
+        var m = MASKED;
+        var bad = false;
+        for (var t = 0u; t < TEAMS; t++) {
+            m = max(m, sM[t * ROWS + i]);
+            bad = bad || sBad[t * ROWS + i] != 0u;
+        }
+        m_row[i] = m;
+        bad_row[i] = bad;
+        // this team's share rescaled to the row's max (0: the team saw no key of the row)
+        let f = select(exp2(m_i[i] - m), 0.0, m_i[i] <= MASKED);
+        l_i[i] *= f;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 1u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 2u;
+            acc[i][w] *= f;
+        }
+        {
+            const w = 3u;
+            acc[i][w] *= f;
+        }
+    }
+    workgroupBarrier();  // every invocation has read sM before it takes the sums
+    if (lane == 0u) {
+        // for i < ROWS (4), unrolled: one block per i
+        {
+            const i = 0u;
+            sM[team * ROWS + i] = l_i[i];
+        }
+        {
+            const i = 1u;
+            sM[team * ROWS + i] = l_i[i];
+        }
+        {
+            const i = 2u;
+            sM[team * ROWS + i] = l_i[i];
+        }
+        {
+            const i = 3u;
+            sM[team * ROWS + i] = l_i[i];
+        }
+    }
+    workgroupBarrier();
+    var l_row: array<f32, ROWS>;  // the row's sum
+    var inv_l: array<f32, ROWS>;
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        var l = 0.0;
+        for (var t = 0u; t < TEAMS; t++) {
+            l += sM[t * ROWS + i];
+        }
+        l_row[i] = l;
+        inv_l[i] = select(0.0, 1.0 / l, l > 0.0);
+    }
+    {
+        const i = 1u;
+        var l = 0.0;
+        for (var t = 0u; t < TEAMS; t++) {
+            l += sM[t * ROWS + i];
+        }
+        l_row[i] = l;
+        inv_l[i] = select(0.0, 1.0 / l, l > 0.0);
+    }
+    {
+        const i = 2u;
+        var l = 0.0;
+        for (var t = 0u; t < TEAMS; t++) {
+            l += sM[t * ROWS + i];
+        }
+        l_row[i] = l;
+        inv_l[i] = select(0.0, 1.0 / l, l > 0.0);
+    }
+    {
+        const i = 3u;
+        var l = 0.0;
+        for (var t = 0u; t < TEAMS; t++) {
+            l += sM[t * ROWS + i];
+        }
+        l_row[i] = l;
+        inv_l[i] = select(0.0, 1.0 / l, l > 0.0);
+    }
+    // acc over the teams of each block of SUBGROUP invocations (a butterfly of shuffles over the
+    // lanes that hold the same columns: TEAM apart)
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 1u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 2u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 3u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+    }
+    {
+        const i = 1u;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 1u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 2u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 3u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+    }
+    {
+        const i = 2u;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 1u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 2u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 3u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+    }
+    {
+        const i = 3u;
+        // for w < ACC_GROUPS (4), unrolled: one block per w
+        {
+            const w = 0u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 1u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 2u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+        {
+            const w = 3u;
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 16u);
+            acc[i][w] += subgroupShuffleXor(acc[i][w], 8u);
+        }
+    }
+    let block = lid / SUBGROUP;
+    let writes = lid % SUBGROUP < TEAM;  // the block's first team writes the block's sums
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        if (writes) {
+            // for c < CHUNKS_V (1), unrolled: one block per c
+            {
+                const c = 0u;
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 1u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 2u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 3u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+            }
+        }
+        workgroupBarrier();  // the blocks' sums of row i in sO
+        let row = q_row[i];
+        if (row < seq.len_q && completed) {
+            // This split's output normalised by its own sum (f32), and its lse; MASKED when it saw no key.
+            let part = split * params.batch + seq.batch;
+            let o_base = ((part * params.len_q + row) * params.heads_q + q_head[i]) * HEAD_DIM_V;
+            for (var col = lid; col < HEAD_DIM_V / 4u; col += WORKGROUP_SIZE) {
+                var o = vec4<f32>();
+                for (var b = 0u; b < BLOCKS; b++) {
+                    o += sO[b * (HEAD_DIM_V / 4u) + col];
+                }
+                o *= inv_l[i];
+                // for e < 4u, unrolled: one block per e
+                {
+                    const e = 0u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 1u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 2u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 3u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+            }
+            if (lid == 0u) {
+                let part_lse = select(MASKED, m_row[i] * LN2 + log(l_row[i]), l_row[i] > 0.0);
+                lse_part[(part * params.heads_q + q_head[i]) * params.len_q + row] = select(part_lse, nan, bad_row[i]);
+            }
+        }
+        workgroupBarrier();  // every invocation has read sO before the next row's sums
+    }
+    {
+        const i = 1u;
+        if (writes) {
+            // for c < CHUNKS_V (1), unrolled: one block per c
+            {
+                const c = 0u;
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 1u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 2u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 3u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+            }
+        }
+        workgroupBarrier();  // the blocks' sums of row i in sO
+        let row = q_row[i];
+        if (row < seq.len_q && completed) {
+            // This split's output normalised by its own sum (f32), and its lse; MASKED when it saw no key.
+            let part = split * params.batch + seq.batch;
+            let o_base = ((part * params.len_q + row) * params.heads_q + q_head[i]) * HEAD_DIM_V;
+            for (var col = lid; col < HEAD_DIM_V / 4u; col += WORKGROUP_SIZE) {
+                var o = vec4<f32>();
+                for (var b = 0u; b < BLOCKS; b++) {
+                    o += sO[b * (HEAD_DIM_V / 4u) + col];
+                }
+                o *= inv_l[i];
+                // for e < 4u, unrolled: one block per e
+                {
+                    const e = 0u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 1u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 2u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 3u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+            }
+            if (lid == 0u) {
+                let part_lse = select(MASKED, m_row[i] * LN2 + log(l_row[i]), l_row[i] > 0.0);
+                lse_part[(part * params.heads_q + q_head[i]) * params.len_q + row] = select(part_lse, nan, bad_row[i]);
+            }
+        }
+        workgroupBarrier();  // every invocation has read sO before the next row's sums
+    }
+    {
+        const i = 2u;
+        if (writes) {
+            // for c < CHUNKS_V (1), unrolled: one block per c
+            {
+                const c = 0u;
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 1u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 2u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 3u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+            }
+        }
+        workgroupBarrier();  // the blocks' sums of row i in sO
+        let row = q_row[i];
+        if (row < seq.len_q && completed) {
+            // This split's output normalised by its own sum (f32), and its lse; MASKED when it saw no key.
+            let part = split * params.batch + seq.batch;
+            let o_base = ((part * params.len_q + row) * params.heads_q + q_head[i]) * HEAD_DIM_V;
+            for (var col = lid; col < HEAD_DIM_V / 4u; col += WORKGROUP_SIZE) {
+                var o = vec4<f32>();
+                for (var b = 0u; b < BLOCKS; b++) {
+                    o += sO[b * (HEAD_DIM_V / 4u) + col];
+                }
+                o *= inv_l[i];
+                // for e < 4u, unrolled: one block per e
+                {
+                    const e = 0u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 1u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 2u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 3u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+            }
+            if (lid == 0u) {
+                let part_lse = select(MASKED, m_row[i] * LN2 + log(l_row[i]), l_row[i] > 0.0);
+                lse_part[(part * params.heads_q + q_head[i]) * params.len_q + row] = select(part_lse, nan, bad_row[i]);
+            }
+        }
+        workgroupBarrier();  // every invocation has read sO before the next row's sums
+    }
+    {
+        const i = 3u;
+        if (writes) {
+            // for c < CHUNKS_V (1), unrolled: one block per c
+            {
+                const c = 0u;
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 1u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 2u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+                {
+                    const g = 3u;
+                    sO[block * (HEAD_DIM_V / 4u) + (lane + TEAM * c) * GROUPS + g] = acc[i][c * GROUPS + g];
+                }
+            }
+        }
+        workgroupBarrier();  // the blocks' sums of row i in sO
+        let row = q_row[i];
+        if (row < seq.len_q && completed) {
+            // This split's output normalised by its own sum (f32), and its lse; MASKED when it saw no key.
+            let part = split * params.batch + seq.batch;
+            let o_base = ((part * params.len_q + row) * params.heads_q + q_head[i]) * HEAD_DIM_V;
+            for (var col = lid; col < HEAD_DIM_V / 4u; col += WORKGROUP_SIZE) {
+                var o = vec4<f32>();
+                for (var b = 0u; b < BLOCKS; b++) {
+                    o += sO[b * (HEAD_DIM_V / 4u) + col];
+                }
+                o *= inv_l[i];
+                // for e < 4u, unrolled: one block per e
+                {
+                    const e = 0u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 1u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 2u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+                {
+                    const e = 3u;
+                    o_part[o_base + 4u * col + e] = select(o[e], nan, bad_row[i]);
+                }
+            }
+            if (lid == 0u) {
+                let part_lse = select(MASKED, m_row[i] * LN2 + log(l_row[i]), l_row[i] > 0.0);
+                lse_part[(part * params.heads_q + q_head[i]) * params.len_q + row] = select(part_lse, nan, bad_row[i]);
+            }
+        }
+        workgroupBarrier();  // every invocation has read sO before the next row's sums
+    }
+}
+
+@compute @workgroup_size(128, 1, 1)
+fn attngen_decode_i8_paged_append(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let team = lid / TEAM;                        // keys team + TEAMS * u of each step
+    let lane = lid % TEAM;                        // items lane + TEAM * c of each key's rows
+    let seq = sequence(wg.z);                     // the workgroup's sequence: lengths and offsets
+    let kv_head = wg.y;
+    let split = wg.x % params.splits;             // which share of the row block's key steps
+    let pair0 = (wg.x / params.splits) * ROWS;    // first (query row, head in group) pair, row-major
+    let pairs = seq.len_q * params.group;
+    let row0 = pair0 / params.group;              // the workgroup's query rows: [row0, row_end)
+    let row_end = min((min(pair0 + ROWS, pairs) + params.group - 1u) / params.group, seq.len_q);
+    var q_row: array<u32, ROWS>;                  // the query row of each of the workgroup's rows
+    var q_head: array<u32, ROWS>;                 // and its query head
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        q_row[i] = (pair0 + i) / params.group;
+        q_head[i] = kv_head * params.group + (pair0 + i) % params.group;
+    }
+    {
+        const i = 1u;
+        q_row[i] = (pair0 + i) / params.group;
+        q_head[i] = kv_head * params.group + (pair0 + i) % params.group;
+    }
+    {
+        const i = 2u;
+        q_row[i] = (pair0 + i) / params.group;
+        q_head[i] = kv_head * params.group + (pair0 + i) % params.group;
+    }
+    {
+        const i = 3u;
+        q_row[i] = (pair0 + i) / params.group;
+        q_head[i] = kv_head * params.group + (pair0 + i) % params.group;
+    }
+
+    // ---- section: append ----
+    if (params.len_new > 0u && wg.x == 0u) {
+        append_items(lid, seq, kv_head);
+    }
+
+    // ---- section: prologue: q in registers ----
+    // Each invocation holds the rows' q for the columns of its items of K.
+    var qv: array<array<vec4<f32>, Q_GROUPS>, ROWS>;
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        if (q_row[i] < seq.len_q) {  // rows past the sequence's keep q = 0 (never stored)
+            let at = ((seq.q_row0 + q_row[i]) * params.heads_q + q_head[i]) * HEAD_DIM_QK;
+            // for c < CHUNKS_K (1), unrolled: one block per c
+            {
+                const c = 0u;
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 1u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 2u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 3u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+            }
+        }
+    }
+    {
+        const i = 1u;
+        if (q_row[i] < seq.len_q) {  // rows past the sequence's keep q = 0 (never stored)
+            let at = ((seq.q_row0 + q_row[i]) * params.heads_q + q_head[i]) * HEAD_DIM_QK;
+            // for c < CHUNKS_K (1), unrolled: one block per c
+            {
+                const c = 0u;
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 1u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 2u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 3u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+            }
+        }
+    }
+    {
+        const i = 2u;
+        if (q_row[i] < seq.len_q) {  // rows past the sequence's keep q = 0 (never stored)
+            let at = ((seq.q_row0 + q_row[i]) * params.heads_q + q_head[i]) * HEAD_DIM_QK;
+            // for c < CHUNKS_K (1), unrolled: one block per c
+            {
+                const c = 0u;
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 1u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 2u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 3u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+            }
+        }
+    }
+    {
+        const i = 3u;
+        if (q_row[i] < seq.len_q) {  // rows past the sequence's keep q = 0 (never stored)
+            let at = ((seq.q_row0 + q_row[i]) * params.heads_q + q_head[i]) * HEAD_DIM_QK;
+            // for c < CHUNKS_K (1), unrolled: one block per c
+            {
+                const c = 0u;
+                // for g < GROUPS (4), unrolled: one block per g
+                {
+                    const g = 0u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 1u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 2u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+                {
+                    const g = 3u;
+                    qv[i][c * GROUPS + g] = q4(at + (lane + TEAM * c) * VALUES + 4u * g);
+                }
+            }
+        }
+    }
+
+    // ---- section: loop bounds (mask) and KV split ----
+    // The keys any of the rows may see, in steps of STEP keys aligned to STEP; split s takes the
+    // steps [s * per_split, (s + 1) * per_split) of them (trailing splits may get none: their lse is
+    // MASKED and they weigh 0 in the combine).
+    let has_rows = row0 < row_end;
+    let range = key_range(seq, i32(row0), i32(row_end));
+    let tiles_begin = range.x / i32(STEP);
+    let tiles_all = select(0, (range.y + i32(STEP) - 1) / i32(STEP) - tiles_begin, has_rows && range.y > range.x);
+    let per_split = (tiles_all + i32(params.splits) - 1) / i32(params.splits);
+    let tile_first = tiles_begin + i32(split) * per_split;
+    let n_tiles = clamp(tiles_all - i32(split) * per_split, 0, per_split);
+
+    // Per row i of the workgroup, this team's:
+    var m_i: array<f32, ROWS>;          // running max of the row's scores (log2 domain); MASKED = none yet
+    var l_i: array<f32, ROWS>;          // running sum of exp2(t - m_i) over the team's keys
+    var row_bad: array<bool, ROWS>;     // the row saw a NaN or +inf score: its result is NaN
+    var acc: array<array<vec4<f32>, ACC_GROUPS>, ROWS>;  // unnormalised output, this invocation's columns
+    // for i < ROWS (4), unrolled: one block per i
+    {
+        const i = 0u;
+        m_i[i] = MASKED;
+    }
+    {
+        const i = 1u;
+        m_i[i] = MASKED;
+    }
+    {
+        const i = 2u;
+        m_i[i] = MASKED;
+    }
+    {
+        const i = 3u;
+        m_i[i] = MASKED;
+    }
+
+    // ---- section: main loop over key steps ----
+    // The loop ends with one extra, empty pass. A driver that silently cuts long-running loops
+    // short (Mesa's llvmpipe ends all loops of a shader after 65535 iterations in total) exits
+    // before that pass; the epilogue then stores nothing, which the runtime detects.
+    var it = 0;
+    for (; it <= n_tiles; it++) {
+        if (it == n_tiles) {
+            continue;  // the empty pass
+        }
+        let j0 = u32(tile_first + it) * STEP + team;  // this team's first key of the step; key u is j0 + TEAMS * u
+
+        // -- load this invocation's items of its keys (zeros past the sequence's keys, which are masked),
+        // -- every load issued before any is used (explicit initialisers: naga zero-fills a `var`
+        // -- without one only once, not on every pass of a loop)
+        var kw = array<array<vec4<u32>, CHUNKS_K>, KEYS>();
+        var vw = array<array<vec4<u32>, CHUNKS_V>, KEYS>();
+        var k_sc = array<array<f32, CHUNKS_K>, KEYS>();  // each item's scale (its block of 32 values)
+        var v_sc = array<array<f32, CHUNKS_V>, KEYS>();
+        // for u < KEYS (4), unrolled: one block per u
+        {
+            const u = 0u;
+            let j = j0 + TEAMS * u;
+            if (j < seq.len_k) {
+                if (j >= seq.cached) {  // an appended key: read from k_new / v_new (the append may not have landed)
+                    let row = new_row(seq, j, kv_head);
+                    // quantized as the append writes them
+                    // for c < CHUNKS_K (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        let col = (lane + TEAM * c) * VALUES;
+                        k_sc[u][c] = new_scale(row * HEAD_DIM_QK + col - col % 32u);
+                        kw[u][c] = new_item(row * HEAD_DIM_QK + col, k_sc[u][c]);
+                    }
+                    // for c < CHUNKS_V (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        let col = (lane + TEAM * c) * VALUES;
+                        v_sc[u][c] = new_scale(params.new_v + row * HEAD_DIM_V + col - col % 32u);
+                        vw[u][c] = new_item(params.new_v + row * HEAD_DIM_V + col, v_sc[u][c]);
+                    }
+                } else {
+                    let row = key_row(seq, j) * params.heads_kv + kv_head;  // the key's row of k and v, as (rows, Hkv)
+                    // for c < CHUNKS_K (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        kw[u][c] = k[row * ITEMS_K + lane + TEAM * c];
+                        k_sc[u][c] = k_scale[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                    }
+                    // for c < CHUNKS_V (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        vw[u][c] = v[row * ITEMS_V + lane + TEAM * c];
+                        v_sc[u][c] = v_scale[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                    }
+                }
+            }
+        }
+        {
+            const u = 1u;
+            let j = j0 + TEAMS * u;
+            if (j < seq.len_k) {
+                if (j >= seq.cached) {  // an appended key: read from k_new / v_new (the append may not have landed)
+                    let row = new_row(seq, j, kv_head);
+                    // quantized as the append writes them
+                    // for c < CHUNKS_K (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        let col = (lane + TEAM * c) * VALUES;
+                        k_sc[u][c] = new_scale(row * HEAD_DIM_QK + col - col % 32u);
+                        kw[u][c] = new_item(row * HEAD_DIM_QK + col, k_sc[u][c]);
+                    }
+                    // for c < CHUNKS_V (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        let col = (lane + TEAM * c) * VALUES;
+                        v_sc[u][c] = new_scale(params.new_v + row * HEAD_DIM_V + col - col % 32u);
+                        vw[u][c] = new_item(params.new_v + row * HEAD_DIM_V + col, v_sc[u][c]);
+                    }
+                } else {
+                    let row = key_row(seq, j) * params.heads_kv + kv_head;  // the key's row of k and v, as (rows, Hkv)
+                    // for c < CHUNKS_K (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        kw[u][c] = k[row * ITEMS_K + lane + TEAM * c];
+                        k_sc[u][c] = k_scale[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                    }
+                    // for c < CHUNKS_V (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        vw[u][c] = v[row * ITEMS_V + lane + TEAM * c];
+                        v_sc[u][c] = v_scale[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                    }
+                }
+            }
+        }
+        {
+            const u = 2u;
+            let j = j0 + TEAMS * u;
+            if (j < seq.len_k) {
+                if (j >= seq.cached) {  // an appended key: read from k_new / v_new (the append may not have landed)
+                    let row = new_row(seq, j, kv_head);
+                    // quantized as the append writes them
+                    // for c < CHUNKS_K (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        let col = (lane + TEAM * c) * VALUES;
+                        k_sc[u][c] = new_scale(row * HEAD_DIM_QK + col - col % 32u);
+                        kw[u][c] = new_item(row * HEAD_DIM_QK + col, k_sc[u][c]);
+                    }
+                    // for c < CHUNKS_V (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        let col = (lane + TEAM * c) * VALUES;
+                        v_sc[u][c] = new_scale(params.new_v + row * HEAD_DIM_V + col - col % 32u);
+                        vw[u][c] = new_item(params.new_v + row * HEAD_DIM_V + col, v_sc[u][c]);
+                    }
+                } else {
+                    let row = key_row(seq, j) * params.heads_kv + kv_head;  // the key's row of k and v, as (rows, Hkv)
+                    // for c < CHUNKS_K (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        kw[u][c] = k[row * ITEMS_K + lane + TEAM * c];
+                        k_sc[u][c] = k_scale[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                    }
+                    // for c < CHUNKS_V (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        vw[u][c] = v[row * ITEMS_V + lane + TEAM * c];
+                        v_sc[u][c] = v_scale[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                    }
+                }
+            }
+        }
+        {
+            const u = 3u;
+            let j = j0 + TEAMS * u;
+            if (j < seq.len_k) {
+                if (j >= seq.cached) {  // an appended key: read from k_new / v_new (the append may not have landed)
+                    let row = new_row(seq, j, kv_head);
+                    // quantized as the append writes them
+                    // for c < CHUNKS_K (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        let col = (lane + TEAM * c) * VALUES;
+                        k_sc[u][c] = new_scale(row * HEAD_DIM_QK + col - col % 32u);
+                        kw[u][c] = new_item(row * HEAD_DIM_QK + col, k_sc[u][c]);
+                    }
+                    // for c < CHUNKS_V (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        let col = (lane + TEAM * c) * VALUES;
+                        v_sc[u][c] = new_scale(params.new_v + row * HEAD_DIM_V + col - col % 32u);
+                        vw[u][c] = new_item(params.new_v + row * HEAD_DIM_V + col, v_sc[u][c]);
+                    }
+                } else {
+                    let row = key_row(seq, j) * params.heads_kv + kv_head;  // the key's row of k and v, as (rows, Hkv)
+                    // for c < CHUNKS_K (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        kw[u][c] = k[row * ITEMS_K + lane + TEAM * c];
+                        k_sc[u][c] = k_scale[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                    }
+                    // for c < CHUNKS_V (1), unrolled: one block per c
+                    {
+                        const c = 0u;
+                        vw[u][c] = v[row * ITEMS_V + lane + TEAM * c];
+                        v_sc[u][c] = v_scale[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                    }
                 }
             }
         }

@@ -27,7 +27,8 @@ do not exist.
 Which specs: `target wgsl { decode=on }`, or `decode=auto` (the default) where the profile's
 `[dialect] decode_kernel` is true, for split_kv(N) / split_kv(auto) with masks none, causal and
 window, soft-capping, f32 accumulators, f16 or f32 storage and any kv_dtype, contiguous, paged or
-packed sequences, k_new / v_new appends (the fused append copies 16-byte items), on profiles
+packed sequences, k_new / v_new appends (the fused append copies 16-byte items; into a quantized
+cache it quantizes them, reading k_new / v_new from seq_meta), on profiles
 that guarantee subgroups. decode_problems() says why a spec is not served (decode=on: the
 checker's message); decode=auto then keeps the register-tiled kernel.
 """
@@ -243,5 +244,6 @@ def decode_manifest(plan) -> dict:
                 "tile_kv is `step`, the keys of one step), teams of `team` invocations take a key each; it needs "
                 "subgroups of at least `subgroup` invocations that are consecutive runs of local_invocation_index. q "
                 "is read as u32 words, k, v and kv_new as 16-byte items (vec4<u32>): the same bytes as the other "
-                "kernels', whose rows are whole items",
+                "kernels', whose rows are whole items; with kv_dtype, k_new and v_new (an append) are in seq_meta "
+                "from word meta_new, quantized by the kernel",
     }

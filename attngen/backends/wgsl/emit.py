@@ -292,7 +292,7 @@ def render_decode(plan) -> str:
         kv_dtype=spec.kv_dtype,
         dtype=plan.dtype,
         fp8=spec.kv_dtype in ("e4m3", "e5m2"),
-        append=spec.kv_dtype is None,
+        append=True,  # (a quantized cache's: k_new / v_new in seq_meta, quantized by the kernel)
         decode=True,  # sequence.j2: the layouts only, not the register-tiled kernel's cache reads
         item_doc=ITEM_DOC[stored],
         nonfinite=None if nonfinite is None else dict(zip(("field", "one", "top", "doc"), nonfinite)),

@@ -36,6 +36,7 @@ from .devices import (
     device_state, naga_dialect, padded, wgpu,
 )
 from .launch import backward_call, call
+from .manifest import append_entry
 
 
 def _profile_key(p: Profile) -> str:
@@ -146,6 +147,11 @@ def compile_kernel(backend, spec: AttentionSpec, profile: Profile | str | None =
             pipeline.append((role, dev.create_compute_pipeline(
                 label=entry, layout=dev.create_pipeline_layout(bind_group_layouts=[bgl]),
                 compute={"module": module, "entry_point": entry}), bgl, params, grid))
+        if append_entry(plan):  # the decode kernel's twin for calls that append (launch.dispatch picks it)
+            role, _, bgl, params, grid = pipeline[0]
+            pipeline.append(("attention_append", dev.create_compute_pipeline(
+                label=append_entry(plan), layout=dev.create_pipeline_layout(bind_group_layouts=[bgl]),
+                compute={"module": module, "entry_point": append_entry(plan)}), bgl, params, grid))
         pipeline = tuple(pipeline)
         layout = pipeline[0][2]
     except wgpu.GPUError as e:

@@ -44,11 +44,16 @@ def _upload(dev, data: np.ndarray | bytes, usage):
     return dev.create_buffer_with_data(data=raw, usage=usage | wgpu.BufferUsage.STORAGE)
 
 
-def _upload_shared(dev, bufs: dict, plan, L, bm, named: dict, limit: int) -> dict:
+def _upload_shared(dev, bufs: dict, plan, L, bm, named: dict, limit: int, new_words=None) -> dict:
     """The buffers the forward and the backward both bind: the sequences' integer words
     (seq_meta), the BlockMask's words (mask) and the expression inputs' words (inputs), into
-    `bufs`; returns the words' offsets (params_words reads them)."""
+    `bufs`; returns the words' offsets (params_words reads them). `new_words`: k_new then v_new as
+    u32 words, after the integers (meta_new: the decode kernel's append to a quantized cache)."""
     words, offsets = meta_words(L)
+    if plan.spec.kv_dtype is not None:
+        offsets["meta_new"] = len(words)
+        if new_words is not None:
+            words = np.concatenate([words, new_words])
     if words.nbytes > limit:
         raise LaunchError(f"the integer inputs are {words.nbytes} bytes, above the {limit}-byte limit")
     bufs["seq_meta"] = _upload(dev, words, 0)
@@ -192,10 +197,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
 
     usage_rw = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
     appending = L.len_new > 0
-    if appending and plan.spec.kv_dtype is not None and "kv_scale" not in {p.name for p in plan.params}:
-        raise LaunchError(f"kernel '{plan.spec.name}' runs the decode kernel (docs/wgsl-variants.md), whose append copies "
-                          "bits and does not quantize yet: append to its quantized cache with a kernel built with "
-                          "`target wgsl { decode=off }` (the register-tiled kernels quantize k_new / v_new)")
+    decode_kv = plan.spec.kv_dtype is not None and "kv_scale" not in {p.name for p in plan.params}  # the decode kernel's
     if appending:  # every argument is checked before anything is written: never half an append
         for name, x in (("k", k), ("v", v)):
             if isinstance(x, np.ndarray) and not x.flags.writeable:
@@ -204,7 +206,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
             for name, x in zip(("k_scale", "v_scale"), given_scales):
                 if isinstance(x, np.ndarray) and not x.flags.writeable:
                     raise LaunchError(f"{name} is read-only, but an append to an i8 cache writes the new rows' scales")
-                if isinstance(x, WgslTensor) and not x.buffer.usage & wgpu.BufferUsage.COPY_DST:
+                if not decode_kv and isinstance(x, WgslTensor) and not x.buffer.usage & wgpu.BufferUsage.COPY_DST:
                     raise LaunchError(f"{name}'s buffer was not created with COPY_DST usage, but an append to an i8 "
                                       "cache writes the new rows' scales back into it (WgslTensor.from_numpy makes "
                                       "buffers that allow it)")
@@ -242,9 +244,14 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
         bufs["kv_new"] = _upload(dev, both, 0)
     else:
         bufs["kv_new"] = _upload(dev, np.zeros(1, np.uint32), 0)
-    offsets = _upload_shared(dev, bufs, plan, L, bm, named, limit)
+    new_words = None
+    if appending and decode_kv:  # the decode kernel reads them from seq_meta (lower.py: its bindings)
+        raw = both.tobytes()
+        new_words = np.frombuffer(raw + b"\0" * (-len(raw) % 4), dtype="<u4").astype(np.uint32)
+    offsets = _upload_shared(dev, bufs, plan, L, bm, named, limit, new_words)
+    writes_scales = appending and plan.spec.kv_dtype == "i8"
     if plan.spec.kv_dtype is not None:
-        offsets = {**offsets, **_scale_buffers(kernel, bufs, scales, limit, writes=appending and plan.spec.kv_dtype == "i8")}
+        offsets = {**offsets, **_scale_buffers(kernel, bufs, scales, limit, writes=writes_scales)}
 
     out_bytes, lse_bytes, work = _check_outputs(kernel, L, limit)
     fills = {w.name: w.fill for w in plan.workspaces}
@@ -268,7 +275,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
             bufs[name] = dev.create_buffer(size=padded(n), usage=wgpu.BufferUsage.STORAGE)
     prm = params_words(plan, L, write_lse=return_lse or guard, offsets=offsets, bm=bm)
     bufs["params"] = dev.create_buffer_with_data(data=prm.tobytes(), usage=wgpu.BufferUsage.UNIFORM)
-    dispatch(kernel, bufs, sizes)
+    dispatch(kernel, bufs, sizes, appending)
 
     count = out_bytes // DTYPE_BYTES[plan.dtype]
     data = None
@@ -284,8 +291,13 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
                 raw = dev.queue.read_buffer(bufs[name], size=padded(x.nbytes))
                 new = np.frombuffer(raw, dtype=x.dtype, count=x.size).reshape(x.shape)
                 np.copyto(x, new)
-        if plan.spec.kv_dtype == "i8":  # the new rows' scales, into the caller's k_scale and v_scale
+        if writes_scales and not decode_kv:  # the new rows' scales, into the caller's k_scale and v_scale
             _write_back_scales(kernel, bufs["kv_scale"], given_scales)
+        elif writes_scales:  # the decode kernel wrote them in place: host arrays read back
+            for name, x in zip(("k_scale", "v_scale"), given_scales):
+                if isinstance(x, np.ndarray) and x.size:
+                    raw = dev.queue.read_buffer(bufs[name], size=padded(4 * x.size))
+                    np.copyto(x, np.frombuffer(raw, dtype=np.float32, count=x.size).reshape(x.shape))
     if isinstance(out, WgslTensor):
         if guard:  # the checked result is in our buffer: move it into the caller's
             if out.buffer.usage & wgpu.BufferUsage.COPY_DST:
@@ -293,7 +305,7 @@ def call(kernel, q, k, v, *, mask=None, kv_lens=None, cu_seqlens_q=None, cu_seql
                 enc.copy_buffer_to_buffer(bufs["out"], 0, out.buffer, 0, padded(out_bytes))
                 dev.queue.submit([enc.finish()])
             else:  # no COPY_DST: run again straight into it (deterministic; an append rewrites the same rows)
-                dispatch(kernel, {**bufs, "out": out.buffer}, sizes)
+                dispatch(kernel, {**bufs, "out": out.buffer}, sizes, appending)
         result = out
     elif on_gpu:
         result = WgslTensor(bufs["out"], out_shape, plan.dtype)
@@ -324,7 +336,13 @@ def _scale_buffers(kernel, bufs: dict, scales: list, limit: int, writes: bool = 
     sizes = [int(np.prod(x.shape)) for x in scales]
     if "kv_scale" not in names:  # the decode kernel: one binding each, nothing copied (scale_v unread)
         for name, x in zip(("k_scale", "v_scale"), scales):
-            bufs[name] = kernel.buffer(name, x, limit)
+            if writes and not isinstance(x, WgslTensor):  # the append writes the new rows' scales: read back
+                data = np.ascontiguousarray(x, np.float32)
+                if data.nbytes > limit:
+                    raise LaunchError(f"{name} is {data.nbytes} bytes, above the {limit}-byte storage binding limit")
+                bufs[name] = _upload(kernel.state.device, data, wgpu.BufferUsage.COPY_SRC)
+            else:
+                bufs[name] = kernel.buffer(name, x, limit)
         return {"scale_v": sizes[0]}
     dev = kernel.state.device
     nbytes = 4 * sum(sizes)
@@ -447,19 +465,24 @@ def gpu_timer(kernel, repeat: int = 1):
         _TIMER.times, _TIMER.repeat = None, 1
 
 
-def dispatch(kernel, bufs: dict, sizes: dict) -> None:
-    """Every entry point in order, one compute pass each, in one submission."""
+def dispatch(kernel, bufs: dict, sizes: dict, appending: bool = False) -> None:
+    """Every entry point in order, one compute pass each, in one submission (`appending`: the
+    decode kernel's appending twin in place of its main entry point, where it has one)."""
     dev = kernel.state.device
+    twin = [p for p in kernel.pipelines if p[0] == "attention_append"]
+    pipelines = [p for p in kernel.pipelines if p[0] != "attention_append"]
+    if appending and twin:
+        pipelines[0] = twin[0]
     enc = dev.create_command_encoder()
     times = getattr(_TIMER, "times", None)
     repeat = getattr(_TIMER, "repeat", 1) if times is not None else 1  # gpu_timer(repeat=): timing only
     queries = dev.create_query_set(type=wgpu.QueryType.timestamp, count=2) if times is not None else None
     groups = [dev.create_bind_group(layout=bgl, entries=[
         {"binding": p.binding, "resource": {"buffer": bufs[p.name], "offset": 0, "size": bufs[p.name].size}}
-        for p in params]) for _, _, bgl, params, _ in kernel.pipelines]
-    last = repeat * len(kernel.pipelines) - 1
+        for p in params]) for _, _, bgl, params, _ in pipelines]
+    last = repeat * len(pipelines) - 1
     for i in range(last + 1):
-        _, pipeline, _, _, grid = kernel.pipelines[i % len(kernel.pipelines)]
+        _, pipeline, _, _, grid = pipelines[i % len(pipelines)]
         writes = None
         if queries is not None and i in (0, last):  # a pass between writes no timestamp
             writes = {"query_set": queries}
@@ -469,7 +492,7 @@ def dispatch(kernel, bufs: dict, sizes: dict) -> None:
                 writes["end_of_pass_write_index"] = 1
         cp = enc.begin_compute_pass(timestamp_writes=writes)
         cp.set_pipeline(pipeline)
-        cp.set_bind_group(0, groups[i % len(kernel.pipelines)])
+        cp.set_bind_group(0, groups[i % len(pipelines)])
         cp.dispatch_workgroups(*evaluate_all(grid, **sizes))
         cp.end()
     if queries is not None:

@@ -26,8 +26,9 @@ bindings it uses, so that none needs more than webgpu-core's 8 storage buffers:
 
 The decode kernel (decode.py) binds q, k, v, seq_meta, kv_new (without kv_dtype), o_part, lse_part
 and, with kv_dtype, k_scale and v_scale: a quantized cache's scales stay where they are (resident
-WgslTensors are bound, not copied into one buffer), and since appends to a quantized cache are
-refused it needs no kv_new there (8 storage buffers at most, webgpu-core's limit).
+WgslTensors are bound, not copied into one buffer); an append to a quantized cache there reads
+k_new / v_new from seq_meta (from word meta_new), not kv_new (8 storage buffers at most,
+webgpu-core's limit), and an i8 append writes its new rows' scales into k_scale / v_scale.
 
 k and v are read_write storage in every kernel: a call may append k_new / v_new to the cache
 (docs/variants.md), which the attention entry point writes in place. Optional bindings (lse,
@@ -141,9 +142,10 @@ def _params(spec: AttentionSpec, names) -> tuple:
     # read_write buffers that an entry point only reads are still declared read_write in the
     # module (one declaration per binding), so every layout uses the declared access.
     # a quantized cache (kv_dtype) is k and v of that dtype: bytes in u32 words (templates/wgsl/quant.j2)
-    # (i8: an append writes its new rows' scales, so kv_scale is read_write)
+    # (i8: an append writes its new rows' scales, so kv_scale (k_scale, v_scale) is read_write)
     return tuple(wgsl_param(n, spec.kv_dtype if n in ("k", "v") and spec.kv_dtype else spec.dtype,
-                            "readwrite" if n == "kv_scale" and spec.kv_dtype == "i8" else None) for n in names)
+                            "readwrite" if n in ("kv_scale", "k_scale", "v_scale") and spec.kv_dtype == "i8" else None)
+                 for n in names)
 
 
 def uniform_fields(spec: AttentionSpec) -> tuple:
@@ -186,6 +188,7 @@ def uniform_fields(spec: AttentionSpec) -> tuple:
     f += [(f"input_{i.name}", "u32", f"word offset of input {i.name} in inputs") for i in spec.inputs]
     if spec.kv_dtype is not None:
         f.append(("scale_v", "u32", "word offset of v_scale in kv_scale (k_scale's size)"))
+        f.append(("meta_new", "u32", "the decode kernel: word offset of k_new, then v_new, in seq_meta"))
     while len(f) % 4:
         f.append((f"_pad{len(f)}", "u32", "keeps the struct a multiple of 16 bytes"))
     return tuple(f)

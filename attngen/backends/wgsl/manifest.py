@@ -96,6 +96,14 @@ def _entry(name: str, role: str, doc: str, params, grid, workgroup: int) -> dict
     }
 
 
+def append_entry(plan: KernelPlan) -> str | None:
+    """The decode kernel's entry point for calls that append to a quantized cache (its main entry
+    point leaves the append out of the loop decode runs: decode.wgsl.j2), else None."""
+    if getattr(plan.config, "decode", None) is not None and plan.spec.kv_dtype is not None:
+        return plan.entry + "_append"
+    return None
+
+
 def entry_points(plan: KernelPlan) -> list[dict]:
     """Every entry point in dispatch order (one command encoder, in this order)."""
     kind = plan.spec.schedule.kind
@@ -105,6 +113,10 @@ def entry_points(plan: KernelPlan) -> list[dict]:
         "two_pass": "pass 1: the scores S of each split's key tiles into s_scratch, row max and sum into stats",
     }[kind]
     out = [_entry(plan.entry, "attention", main_doc, plan.params, plan.grid, plan.threads)]
+    if append_entry(plan):  # the decode kernel over a quantized cache: its appending twin
+        out[0]["append_entry_point"] = append_entry(plan)
+        out[0]["doc"] += (f"; a call that appends (Lnew > 0) dispatches {append_entry(plan)} in its place (the same "
+                          "bindings and dispatch, with the fused append)")
     for e in plan.entries:
         out.append(_entry(e.entry, e.name, e.doc, e.params, e.grid, e.threads))
     return out
