@@ -309,7 +309,7 @@ def test_the_append_writes_the_bytes_quantize_rows_gives(kv_dtype, paged, schedu
 @pytest.mark.parametrize("kv_dtype", KV_DTYPES)
 def test_many_appended_rows_are_byte_exact_on_any_adapter(kv_dtype):
     """64 rows x 2 heads of k_new / v_new over a wide range of magnitudes: every quotient the append
-    takes is the IEEE one (quant.j2's div_rn corrects an adapter's division, which WGSL lets be
+    takes is the IEEE one (quant_encode.j2's div_rn corrects an adapter's division, which WGSL lets be
     2.5 ulp off: SwiftShader's is), so every byte and i8 scale equals append_kv's."""
     require("wgsl")
     from attngen.runtime.kvquant import append_kv
