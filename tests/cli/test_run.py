@@ -104,7 +104,7 @@ def test_ctrl_c_says_interrupted_and_exits_130():
     import sys
     import time
     proc = subprocess.Popen([sys.executable, "-m", "attngen", "run", VIT, "--target", "wgsl", "--shape",
-                             "B=1,Lq=1024,Lk=1024", "--repeat", "4000"], stdout=subprocess.PIPE,
+                             "B=1,Lq=2048,Lk=2048", "--repeat", "1000"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))})
     try:

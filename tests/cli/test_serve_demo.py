@@ -99,7 +99,7 @@ def test_ctrl_c_exits_130(tmp_path):
     proc, _ = _serve(tmp_path)
     try:
         proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=90)  # (2 cores shared with the suite's other worker)
+        _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
