@@ -15,7 +15,7 @@ from ...plan.schedule import WORKSPACE_FILL, max_splits, pack_gqa
 from ...version import __version__
 from ..render import c_float, comment_block, constants, header_lines, layout_lines, manifest, mask_doc, render, transform_doc
 from . import manifest as wgsl_layout
-from .lower import COMBINE_WORKGROUP
+from .lower import COMBINE_WORKGROUP, append_params
 from .unroll import unroll_loops
 
 # Longest loops over an invocation's vec4 of head dims and over a tile's keys that are left to the
@@ -52,7 +52,8 @@ def _fields(plan: KernelPlan) -> list[dict]:
 def module_params(plan: KernelPlan) -> list:
     """Every binding of the module (the union over its entry points), by binding number."""
     seen = {}
-    for p in list(plan.params) + [q for e in plan.entries for q in e.params]:
+    twin = append_params(plan.spec, plan.params) if wgsl_layout.append_entry(plan) else ()  # (i8: k_scale_w)
+    for p in list(plan.params) + list(twin) + [q for e in plan.entries for q in e.params]:
         seen.setdefault(p.binding, p)
     return [seen[b] for b in sorted(seen)]
 

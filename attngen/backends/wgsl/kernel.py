@@ -36,6 +36,7 @@ from .devices import (
     device_state, naga_dialect, padded, wgpu,
 )
 from .launch import backward_call, call
+from .lower import append_params
 from .manifest import append_entry
 
 
@@ -149,6 +150,9 @@ def compile_kernel(backend, spec: AttentionSpec, profile: Profile | str | None =
                 compute={"module": module, "entry_point": entry}), bgl, params, grid))
         if append_entry(plan):  # the decode kernel's twin for calls that append (launch.dispatch picks it)
             role, _, bgl, params, grid = pipeline[0]
+            if params != append_params(plan.spec, params):  # i8: its scales bound read_write (k_scale_w)
+                params = append_params(plan.spec, params)
+                bgl = _layout(params, dev)
             pipeline.append(("attention_append", dev.create_compute_pipeline(
                 label=append_entry(plan), layout=dev.create_pipeline_layout(bind_group_layouts=[bgl]),
                 compute={"module": module, "entry_point": append_entry(plan)}), bgl, params, grid))

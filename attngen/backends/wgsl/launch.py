@@ -343,6 +343,7 @@ def _scale_buffers(kernel, bufs: dict, scales: list, limit: int, writes: bool = 
                 bufs[name] = _upload(kernel.state.device, data, wgpu.BufferUsage.COPY_SRC)
             else:
                 bufs[name] = kernel.buffer(name, x, limit)
+            bufs[name + "_w"] = bufs[name]  # the appending twin's read_write view (i8: lower.append_params)
         return {"scale_v": sizes[0]}
     dev = kernel.state.device
     nbytes = 4 * sum(sizes)

@@ -127,6 +127,15 @@ _BINDINGS = {
                 "i8: k's shape with the head dim replaced by Dqk / 32, one per block of 32 values of a row"),
     "v_scale": (16, "f32", ("v_scale_words",), "read", False,
                 "kv_dtype, the decode kernel: v's scales, laid out as k_scale's (Dv / 32 for i8)"),
+    # i8, the decode kernel's appending twin (<entry>_append): the same buffers as k_scale / v_scale,
+    # read_write, as it writes the new rows' scales; the main entry point keeps them read-only, which
+    # lets the driver read them through its read-only path (NVIDIA's Vulkan: 1.40x -> 1.14x f16 at
+    # Lk 32768 with the scales read_write in the main loop, same call)
+    "k_scale_w": (17, "f32", ("k_scale_words",), "readwrite", False,
+                  "kv_dtype i8, the decode kernel's appending twin only: k_scale, bound read_write (the "
+                  "append writes its new rows' scales)"),
+    "v_scale_w": (18, "f32", ("v_scale_words",), "readwrite", False,
+                  "kv_dtype i8, the decode kernel's appending twin only: v_scale, bound read_write"),
 }
 
 
@@ -142,10 +151,19 @@ def _params(spec: AttentionSpec, names) -> tuple:
     # read_write buffers that an entry point only reads are still declared read_write in the
     # module (one declaration per binding), so every layout uses the declared access.
     # a quantized cache (kv_dtype) is k and v of that dtype: bytes in u32 words (templates/wgsl/quant.j2)
-    # (i8: an append writes its new rows' scales, so kv_scale (k_scale, v_scale) is read_write)
+    # (i8: an append writes its new rows' scales, so kv_scale is read_write; the decode kernel's
+    # twin writes them through k_scale_w / v_scale_w, append_params)
     return tuple(wgsl_param(n, spec.kv_dtype if n in ("k", "v") and spec.kv_dtype else spec.dtype,
-                            "readwrite" if n in ("kv_scale", "k_scale", "v_scale") and spec.kv_dtype == "i8" else None)
+                            "readwrite" if n == "kv_scale" and spec.kv_dtype == "i8" else None)
                  for n in names)
+
+
+def append_params(spec: AttentionSpec, params: tuple) -> tuple:
+    """The bindings of the decode kernel's appending twin: the main entry point's, with an i8
+    cache's scales bound read_write (k_scale_w / v_scale_w: the same buffers)."""
+    if spec.kv_dtype != "i8":
+        return params
+    return tuple(wgsl_param(p.name + "_w", "f32") if p.name in ("k_scale", "v_scale") else p for p in params)
 
 
 def uniform_fields(spec: AttentionSpec) -> tuple:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ...plan.kernel_plan import KernelPlan
 from ...plan.schedule import max_splits, pack_gqa, split_rule_for
+from .lower import append_params
 
 BUFFER_LAYOUTS = {
     "seq_meta": {
@@ -115,8 +116,11 @@ def entry_points(plan: KernelPlan) -> list[dict]:
     out = [_entry(plan.entry, "attention", main_doc, plan.params, plan.grid, plan.threads)]
     if append_entry(plan):  # the decode kernel over a quantized cache: its appending twin
         out[0]["append_entry_point"] = append_entry(plan)
+        twin = append_params(plan.spec, plan.params)
+        out[0]["append_bindings"] = [p.binding for p in sorted(twin, key=lambda p: p.binding)]
         out[0]["doc"] += (f"; a call that appends (Lnew > 0) dispatches {append_entry(plan)} in its place (the same "
-                          "bindings and dispatch, with the fused append)")
+                          "dispatch, with the fused append; its bindings: append_bindings, where an i8 cache's "
+                          "k_scale_w / v_scale_w bind the k_scale / v_scale buffers read_write)")
     for e in plan.entries:
         out.append(_entry(e.entry, e.name, e.doc, e.params, e.grid, e.threads))
     return out
