@@ -42,8 +42,12 @@ HEAD_DIM_STEP = 16  # head dims in 16-byte steps: the tensor maps' row strides (
 # 24 serve it with every named mask but custom (which copies the mask's words). 24 leave the two consumer
 # warpgroups 240 registers (65536 / 384 threads = 168 each at launch: 24 x 128 + 240 x 256 = 168 x 384);
 # 32 or 40 leave them 232, and from d224 acc (128) + S (64) + P in flight (16) beside the loop's state
-# then do not fit: ptxas serialised the wgmma (C7512) and spilled.
+# then do not fit: ptxas serialised the wgmma (C7512) and spilled. Mask custom's producer spills at 24
+# (it copies each partial tile's mask words): 40 up to d192, where 232 serve the consumers; above, 24
+# (WIDE_CUSTOM_PRODUCER_REGS): a few spills in the producer's loop rather than serialised products.
 PRODUCER_REGS = {"none": 24, "causal": 24, "window": 24, "custom": 40}
+WIDE_D_V = 192  # above it (acc of more than 96 registers) the consumers need 240
+WIDE_CUSTOM_PRODUCER_REGS = 24
 
 
 def key_slot_permutation() -> tuple:
@@ -123,6 +127,8 @@ def fp8_problems(spec: AttentionSpec, profile: Profile) -> list:
 
 def producer_regs(spec: AttentionSpec) -> int:
     """The FP8 producer's registers after setmaxnreg (PRODUCER_REGS; a mask expression: custom's)."""
+    if spec.mask.is_custom and padded_fp8_v(spec.head_dim_v) > WIDE_D_V:
+        return WIDE_CUSTOM_PRODUCER_REGS
     return PRODUCER_REGS["custom" if spec.mask.kind == "expr" else spec.mask.kind]
 
 
