@@ -37,7 +37,7 @@ P_OFFSET = 8.0  # P = exp2(t - m + 8) <= 256 in e4m3 (normal from 2^-6): benchma
 MAX_HEAD_DIM = 256  # Q whole in shared memory and the N of P V (at most 256)
 HEAD_DIM_STEP = 16  # head dims in 16-byte steps: the tensor maps' row strides (H * D bytes) stay 16-byte multiples
 # The producer's registers after setmaxnreg, by mask (CudaConfig.producer_regs; ptxas: benchmarks/NOTES.md,
-# 2026-11-29). Not the f16 family's CudaTiles.tma_producer_regs with its cleaning_producer_regs minimum (32:
+# 2026-11-28, "FP8 setmaxnreg"). Not the f16 family's CudaTiles.tma_producer_regs with its cleaning_producer_regs minimum (32:
 # the f16 producer's redo of an item spilled at 24): V^T comes cleaned, so the FP8 producer has no redo and
 # 24 serve it with every named mask but custom (which copies the mask's words). 24 leave the two consumer
 # warpgroups 240 registers (65536 / 384 threads = 168 each at launch: 24 x 128 + 240 x 256 = 168 x 384);
