@@ -87,8 +87,9 @@ def test_the_plan():
     assert (c.fp8, c.math, c.producer, c.persistent, c.tma, c.tma_q, c.tile_q, c.tile_kv, c.stages) == (
         True, "wgmma", True, True, True, True, 128, 128, 2)
     assert c.rescale_slack == 0.0  # P <= 2^8 in e4m3: no lazy rescale on top (fp8.P_OFFSET)
-    # the producer has no cleaning redo (V^T comes cleaned): 24 registers, the consumers 240 (fp8.PRODUCER_REGS);
-    # mask custom's producer copies mask words: 40 up to d192, 24 above (where the consumers need 240)
+    # the producer has no cleaning redo (V^T comes cleaned): 24 registers, the consumers 240
+    # (CudaTiles.fp8_producer_regs); mask custom's producer copies mask words: 40 up to d192, 24 above
+    # (where the consumers need 240)
     assert c.setmaxnreg == (24, 240)
     assert attngen.lower(fp8("mask custom"), "cuda", "cuda-sm90").config.setmaxnreg == (40, 232)
     assert attngen.lower(fp8("mask custom", head_dim=256), "cuda", "cuda-sm90").config.setmaxnreg == (24, 240)
@@ -152,7 +153,7 @@ def test_it_compiles_for_sm_90a(case):
 
 
 # (head dim, mask): ptxas serialised the wgmma of d224 and d256 (C7512, "insufficient register resources")
-# and spilled 32 bytes while the consumers had 232 registers (fp8.PRODUCER_REGS); with 240 these compile
+# and spilled 32 bytes while the consumers had 232 registers (CudaTiles.fp8_producer_regs); with 240 these compile
 # without either. The masks' own state still spills a few bytes from d224 (docs/cuda-variants.md).
 WIDE = [(d, "none") for d in (64, 128, 192, 224, 256)] + [(d, m) for d in (224, 256)
                                                           for m in ("causal", "window(left=100)", "custom")]
@@ -163,7 +164,7 @@ WIDE = [(d, "none") for d in (64, 128, 192, 224, 256)] + [(d, m) for d in (224, 
 def test_products_are_not_serialised(head_dim, mask):
     """ptxas keeps the FP8 products asynchronous (no C7512) at every head dim, and mask none spills
     nothing: acc (head dim / 2 registers) + S (64) + P in flight (16) beside the loop's state fit the
-    consumers' 240 registers after setmaxnreg (the producer keeps 24: fp8.PRODUCER_REGS)."""
+    consumers' 240 registers after setmaxnreg (the producer keeps 24: CudaTiles.fp8_producer_regs)."""
     plan = attngen.lower(fp8(f"mask {mask}", head_dim=head_dim), "cuda", "cuda-sm90")
     assert plan.config.setmaxnreg == (24, 240)
     source = emit_plan(plan).source
