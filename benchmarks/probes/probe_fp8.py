@@ -12,7 +12,14 @@ and descales (attngen.quantize_fp8 per sequence and KV head), beside the f16 ker
 dequantized values rounded to f16, at L 1023 / 4096, d 64 / 128 / 256, full and causal, GQA 3.
 
     python3 benchmarks/probes/probe_fp8.py [--dims 64,128,256] [--lengths 4096,16384] [--masks none,causal]
-        [--accuracy] [--no-speed]
+        [--accuracy] [--no-speed] [--producer-regs 40,24]
+
+--producer-regs runs the speed table once per value of the producer's registers after setmaxnreg
+(attngen/backends/cuda/tiles.py, CudaTiles.fp8_producer_regs, overridden for every mask through the
+profile, common.with_tiles): 40 leaves the two consumer
+warpgroups 232 registers, with which ptxas serialised the d224 / d256 products (C7512: the kernel before
+branch fp8wide), 24 leaves them 240 (the plan's default since). Each value is its own plan, so its own
+cubin in the cache.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402,F401  (puts benchmarks/suite on the path)
+import common  # noqa: E402  (puts benchmarks/suite on the path)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -63,14 +70,23 @@ def main():
     ap.add_argument("--masks", default="none,causal")
     ap.add_argument("--accuracy", action="store_true", help="also the accuracy table (L 1023 and 4096)")
     ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--producer-regs", default="", help="comma-separated registers of the FP8 producer to compare")
     a = ap.parse_args()
     dims = tuple(int(x) for x in a.dims.split(","))
     masks = tuple(a.masks.split(","))
     print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}")
     if not a.no_speed:
-        rows = []
-        fp8_prefill.section(rows, dims, tuple(int(x) for x in a.lengths.split(",")), masks)
-        print(fp8_prefill.markdown(rows))
+        for regs in [int(x) for x in a.producer_regs.split(",") if x] or [None]:
+            profile = None
+            if regs is not None:
+                profile = common.with_tiles(None, fp8_producer_regs={kind: regs for kind in ("none", "causal", "window",
+                                                                                              "custom")},
+                                            fp8_wide_custom_producer_regs=regs)
+                print(f"-- FP8 producer {regs} registers after setmaxnreg (the consumers: 168 x 384 less those, "
+                      "over 256 threads, a multiple of 8)")
+            rows = []
+            fp8_prefill.section(rows, dims, tuple(int(x) for x in a.lengths.split(",")), masks, profile)
+            print(fp8_prefill.markdown(rows))
     if a.accuracy:
         accuracy(dims, (1023, 4096), masks)
 

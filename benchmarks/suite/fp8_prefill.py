@@ -97,8 +97,9 @@ def cudnn_fp8(q8, k8, v8, d: int, causal: bool):
     return lambda: graph.execute(pack, workspace, handle=handle)
 
 
-def measure(d: int, length: int, mask: str) -> dict:
-    """One case's row (module docstring)."""
+def measure(d: int, length: int, mask: str, profile=None) -> dict:
+    """One case's row (module docstring); `profile`: the FP8 kernel's (None: this GPU's, as attngen.compile
+    takes it; a probe's A/B passes one with tile-table overrides)."""
     b, h = TOKENS // length, WIDTH // d
     causal = mask == "causal"
     flops = 4.0 * b * h * length * length * d * (0.5 if causal else 1.0)
@@ -108,7 +109,7 @@ def measure(d: int, length: int, mask: str) -> dict:
     q8, k8, v8 = (t.to(torch.float8_e4m3fn) for t in x)
     ones = torch.ones((b, h), dtype=torch.float32, device="cuda")
     descales = {"q_descale": ones, "k_descale": ones, "v_descale": ones}
-    fp8 = attngen.compile(_spec("e4m3 out=bf16", d, mask), target="cuda")
+    fp8 = attngen.compile(_spec("e4m3 out=bf16", d, mask), target="cuda", profile=profile)
     f16 = attngen.compile(_spec("f16", d, mask), target="cuda")
     whole, prepare, main, out = parts(fp8, q8, k8, v8, descales)
     whole()
@@ -130,13 +131,13 @@ def measure(d: int, length: int, mask: str) -> dict:
     return row
 
 
-def section(rows, dims=(64, 128, 256), lengths=(4096, 16384), masks=("none", "causal")):
-    """run_gpu.py's `fp8` section: every case into `rows`, each printed as it comes."""
+def section(rows, dims=(64, 128, 256), lengths=(4096, 16384), masks=("none", "causal"), profile=None):
+    """run_gpu.py's `fp8` section: every case into `rows`, each printed as it comes (`profile`: measure's)."""
     for d in dims:
         for length in lengths:
             for mask in masks:
                 try:
-                    row = measure(d, length, mask)
+                    row = measure(d, length, mask, profile)
                 except Exception as e:  # noqa: BLE001 - report, keep the other cases
                     row = {"case": f"e4m3 d{d} L{length} {'causal' if mask == 'causal' else 'full'}",
                            "error": f"{type(e).__name__}: {str(e)[:300]}"}

@@ -448,14 +448,14 @@ def _fp8_config(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> CudaConf
         o_buffers, o_smem = fp8.fp8_layout(spec, t, tile_q, stages, o_stage=True)
         if o_smem <= limit:  # (never at the cost of a smaller tile, as f16's)
             buffers, smem, tma_store = o_buffers, o_smem, True
-    warps = tile_q // ROWS_PER_WARP
+    warps, given = tile_q // ROWS_PER_WARP, fp8.producer_regs(spec, t)
     d_qk_pad, d_v_pad = fp8.padded_fp8_qk(spec.head_dim_qk), fp8.padded_fp8_v(spec.head_dim_v)
     return CudaConfig("wgmma", tile_q, fp8.TILE_KV, warps, stages, spec.head_dim_qk, spec.head_dim_v, d_qk_pad,
                       d_v_pad, False, buffers, smem, _cuda_registers("wgmma", 1, fp8.TILE_KV, d_qk_pad, d_v_pad, False),
-                      producer_registers(t, True, spec.mask.kind, warps, True, True)[1], d_v_block=d_v_pad,
+                      producer_registers(t, True, spec.mask.kind, warps, True, True, given)[1], d_v_block=d_v_pad,
                       resident_blocks=max(1, limit // smem), producer=True, persistent=True,
                       item_per_block=opts.get("persistent") == "off", tma=True, tma_q=True, tma_store=tma_store,
-                      fp8=True)
+                      producer_regs=given, fp8=True)
 
 
 def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> CudaConfig:

@@ -36,6 +36,7 @@ STAGES = 2  # K and V^T tiles in flight (the producer's ring)
 P_OFFSET = 8.0  # P = exp2(t - m + 8) <= 256 in e4m3 (normal from 2^-6): benchmarks/probes/emulate_fp8_p.py
 MAX_HEAD_DIM = 256  # Q whole in shared memory and the N of P V (at most 256)
 HEAD_DIM_STEP = 16  # head dims in 16-byte steps: the tensor maps' row strides (H * D bytes) stay 16-byte multiples
+WIDE_D_V = 192  # above it (acc of more than 96 registers) the consumers need 240 registers (producer_regs)
 
 
 def key_slot_permutation() -> tuple:
@@ -111,6 +112,22 @@ def fp8_problems(spec: AttentionSpec, profile: Profile) -> list:
         out.append(Problem("expression inputs are not built for FP8 yet", key=f"input.{spec.inputs[0].name}",
                            hint="use dtype f16 or bf16"))
     return out
+
+
+def producer_regs(spec: AttentionSpec, t) -> int:
+    """The FP8 producer's registers after setmaxnreg (CudaConfig.producer_regs), from the tile table `t`
+    (CudaTiles.fp8_producer_regs). Not the f16 family's tma_producer_regs with its cleaning_producer_regs
+    minimum (32: the f16 producer's redo of an item spilled at 24): V^T comes cleaned, so the FP8
+    producer has no redo and 24 serve it with every named mask but custom (which copies the mask's
+    words). 24 leave the two consumer warpgroups 240 registers (65536 / 384 threads = 168 each at
+    launch: 24 x 128 + 240 x 256 = 168 x 384); 32 or 40 leave them 232, and from d224 acc (128) + S
+    (64) + P in flight (16) beside the loop's state do not fit: ptxas serialised the wgmma (C7512) and
+    spilled (benchmarks/NOTES.md, 2026-11-28, "FP8 setmaxnreg"). Mask custom's producer spills at 24:
+    its 40 up to d192, where 232 serve the consumers; above, fp8_wide_custom_producer_regs (a few spills
+    in the producer's loop rather than serialised products)."""
+    if spec.mask.is_custom and padded_fp8_v(spec.head_dim_v) > WIDE_D_V:
+        return t.fp8_wide_custom_producer_regs
+    return t.fp8_producer_regs["custom" if spec.mask.kind == "expr" else spec.mask.kind]
 
 
 def fp8_layout(spec: AttentionSpec, t, tile_q: int, stages: int, o_stage: bool = False) -> tuple:

@@ -90,6 +90,13 @@ class CudaTiles:
     tma_kv_only_producer_regs: dict = field(
         default_factory=lambda: {"none": 24, "causal": 40, "window": 40, "custom": 56}, hash=False)
     cleaning_producer_regs: int = 32  # persistent blocks' producer at least: its redo of an item spilled at 24
+    # FP8 prefill's producer, by mask (fp8.producer_regs): no redo (V^T comes cleaned), so 24, which leave the two
+    # consumer warpgroups 240: with 232 ptxas serialised the d224 / d256 products (C7512); custom's producer
+    # copies mask words and spills at 24: 40 up to d192 (232 serve those consumers), fp8_wide_custom_producer_regs
+    # above (benchmarks/NOTES.md, 2026-11-28, "FP8 setmaxnreg")
+    fp8_producer_regs: dict = field(default_factory=lambda: {"none": 24, "causal": 24, "window": 24, "custom": 40},
+                                    hash=False)
+    fp8_wide_custom_producer_regs: int = 24  # ... mask custom from d_v 208: spills in the producer, not serialised wgmma
     max_consumer_groups: int = 3  # consumer warpgroups a producer serves at most (q192: 160 registers each)
     mask_stage_words: int = 12  # a custom mask's words per row staged with K and V: 16-byte copies, no bank conflicts
     # which index-only mask expressions the overlapped loops (the producer family, wgmma with three
