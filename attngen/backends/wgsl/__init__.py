@@ -36,7 +36,8 @@ class WgslBackend(Backend):
         # the kernel whose tiles the sweep would set (the decode kernel has none), so a spec that sets it is not tuned
         Option("decode", "choice", choices=("auto", "on", "off"), what="decode kernel", usage="auto|on|off",
                tiling=True, printed_at_auto=False),
-        # the kernel family on subgroup matrices (matrix.py); auto = off until measured on a GPU
+        # the kernel family on subgroup matrices (matrix.py); auto: where the profile offers a usable config and
+        # the family serves the spec (matrix.auto_picks), else the scalar family
         Option("matrix", "choice", choices=("auto", "on", "off"), what="subgroup-matrix mode", usage="auto|on|off",
                printed_at_auto=False),
     ), language="WGSL")
@@ -147,7 +148,8 @@ class WgslBackend(Backend):
         if c.matrix is not None:
             return [
                 plan.summary(),
-                f"subgroup matrix {c.matrix.summary} (of the profile's configs): Q K^T and P V on subgroup "
+                f"subgroup matrix {c.matrix.summary} (of the profile's configs; target wgsl {{ matrix="
+                f"{plan.spec.options(self.name).get('matrix') or 'auto'} }}): Q K^T and P V on subgroup "
                 f"matrices, the online softmax in scalar code over S in workgroup memory, two invocations per row",
                 f"workgroup memory: {plan.smem_bytes} bytes ({c.smem_summary})",
                 f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
@@ -207,16 +209,18 @@ class WgslBackend(Backend):
 
     def helper_sources(self, plan):
         """The block-mask builder of a custom-mask kernel (manifest: block_mask) or of a mask expression
-        over inputs (for the same spec with `mask custom`, whose tiles are these: WGSL's tiles do not
-        depend on the mask) with that `mask custom` kernel's source (manifest: mask_inputs), and the backward module of every spec that has one (manifest:
+        over inputs (for the same spec with `mask custom`, on that kernel's tiles: the subgroup-matrix
+        family may plan it where the spec's own kernel is scalar) with that `mask custom` kernel's
+        source (manifest: mask_inputs), and the backward module of every spec that has one (manifest:
         backward; docs/backward.md)."""
         from ...plan.mask_inputs import reads_inputs
         from .emit import backward_plan, backward_source, block_mask_source, expr_block_mask_source
         from .manifest import companion_plan
         out = {"block-mask": block_mask_source(plan)} if plan.spec.mask.is_custom else {}
         if reads_inputs(plan.spec):
-            out["block-mask"] = expr_block_mask_source(plan.spec, plan.tile_q, plan.tile_kv)
             att = companion_plan(plan)
+            tiles = (plan.tile_q, plan.tile_kv) if att is None else (att.tile_q, att.tile_kv)
+            out["block-mask"] = expr_block_mask_source(plan.spec, *tiles)
             if att is not None:  # the attention kernel of the two-part call (manifest: mask_inputs)
                 out["mask-custom"] = self.render(att)
         if backward_plan(plan) is not None:

@@ -6,8 +6,13 @@ workgroup memory.
 A profile lists the shapes its adapter offers in `[features] subgroup_matrix_configs` (M, N, K,
 component and result types, subgroup sizes: Dawn's AdapterPropertiesSubgroupMatrixConfigs); the
 runtime's profile of a live Dawn adapter takes the adapter's own list (devices.adapter_profile).
-`target wgsl { matrix=auto|on|off }` asks for the family; `auto` is off until the family is
-measured on a GPU. The scalar family (kernel.wgsl.j2) stays the fallback for everything else.
+`target wgsl { matrix=auto|on|off }` asks for the family: `on` plans it or refuses the spec with
+the checker's reason (problems); `auto` (the default) plans it where the profile guarantees the
+features, offers a usable config at its only subgroup size, and the family serves the spec and fits
+the profile (auto_picks), else the scalar family (kernel.wgsl.j2), silently: measured on the H200
+through Dawn, 1.04-1.89x the scalar family on every row of the WGSL grid. At load, a kernel planned
+under `auto` for a profile the live adapter does not match is planned again without the family
+(kernel.py); under `on` it is a LaunchError.
 """
 
 from __future__ import annotations
@@ -96,15 +101,42 @@ def choose(profile: Profile) -> MatrixConfig | None:
     return max(usable, key=lambda c: ((c.m, c.n, c.k) == (16, 16, 16), c.m * c.n * c.k))
 
 
-def mode(spec: AttentionSpec) -> str:
-    """on or off: the spec's `target wgsl { matrix=... }`; auto is off until measured on a GPU."""
-    return "on" if spec.options("wgsl").get("matrix") == "on" else "off"
+def requested(spec: AttentionSpec) -> str:
+    """auto, on or off: the spec's `target wgsl { matrix=... }`."""
+    return spec.options("wgsl").get("matrix") or "auto"
+
+
+def uses_family(spec: AttentionSpec, profile: Profile) -> bool:
+    """Whether `spec` is planned on the subgroup-matrix family for `profile`: `on` (the checker
+    refused what the family does not take), or `auto` where auto_picks() says so."""
+    mode = requested(spec)
+    return mode == "on" or (mode == "auto" and auto_picks(spec, profile))
+
+
+def auto_picks(spec: AttentionSpec, profile: Profile) -> bool:
+    """`matrix=auto`'s choice: the family where the profile guarantees its features (optional ones
+    are used only on request, as for subgroups), offers a usable config whose subgroup size is the
+    profile's only one (the kernel counts subgroups as WORKGROUP / size), and the family serves the
+    spec (refusals() finds nothing) and fits the profile's limits (fit_problem()); else False, and
+    the scalar family runs the spec without a word."""
+    if not all(profile.has_feature(f) for f in (FEATURE, "shader-f16", "subgroups")):
+        return False
+    mc = choose(profile)
+    if mc is None or (profile.features.get("subgroup_min_size"), profile.features.get("subgroup_max_size")) != (
+            mc.max_subgroup_size, mc.max_subgroup_size):
+        return False
+    from .config import f16_storage
+    return not refusals(spec, profile, f16_storage(spec, profile)) and fit_problem(spec, profile, mc) is None
 
 
 def problems(spec: AttentionSpec, profile: Profile, storage: str | None) -> list[Problem]:
-    """Why `matrix=on` cannot plan `spec` on `profile` (storage: config.f16_storage's answer)."""
-    if mode(spec) != "on":
-        return []
+    """Why `matrix=on` cannot plan `spec` on `profile` (storage: config.f16_storage's answer);
+    nothing under auto and off (auto falls back to the scalar family)."""
+    return refusals(spec, profile, storage) if requested(spec) == "on" else []
+
+
+def refusals(spec: AttentionSpec, profile: Profile, storage: str | None) -> list[Problem]:
+    """Why the family cannot plan `spec` on `profile`, as the checker words them for `matrix=on`."""
     key, hint = "target.wgsl", "use matrix=off (or auto): the scalar family runs it"
     missing = [f for f in (FEATURE, "shader-f16", "subgroups") if not profile.may_use_feature(f)]
     if missing:
@@ -203,6 +235,25 @@ def matrix_offsets(spec: AttentionSpec, mc: MatrixConfig) -> list[tuple[str, str
             ("sP", "MAT_K keys", mc.k * pc)]
 
 
+def fit_problem(spec: AttentionSpec, profile: Profile, mc: MatrixConfig) -> str | None:
+    """Why the family's kernel with config `mc` does not fit `profile` (alignment, workgroup memory,
+    invocations), or None."""
+    buffers, smem = layout(spec, mc)
+    misaligned = alignment_problems(buffers, matrix_offsets(spec, mc))
+    if misaligned:
+        return (f"matrix=on: with config {mc.summary} the kernel's workgroup memory cannot be laid out "
+                f"16-byte aligned for the subgroup-matrix built-ins ({'; '.join(misaligned)})")
+    limit = profile.limit("workgroup_storage_bytes")
+    if smem > limit:
+        return (f"matrix=on: the subgroup-matrix kernel needs {smem} bytes of workgroup memory, "
+                f"profile {profile.name} allows {limit}")
+    workgroup = SUBGROUPS[spec.head_dim_qk] * mc.max_subgroup_size
+    if workgroup > profile.limit("invocations_per_workgroup"):
+        return (f"matrix=on: a workgroup of {workgroup} invocations exceeds profile {profile.name}'s "
+                f"{profile.limit('invocations_per_workgroup')}")
+    return None
+
+
 def matrix_config(spec: AttentionSpec, profile: Profile, config_type):
     """The WgslConfig (config_type) of the family: TILE_Q = SUBGROUPS x M rows, TILE_KV keys, a
     workgroup of SUBGROUPS subgroups. The scalar family's sub-block fields are set so that the
@@ -211,20 +262,11 @@ def matrix_config(spec: AttentionSpec, profile: Profile, config_type):
     mc = choose(profile)
     if mc is None:
         raise Problem(f"matrix=on: profile {profile.name} has no usable subgroup-matrix config", key="target.wgsl")
+    why = fit_problem(spec, profile, mc)
+    if why is not None:
+        raise Problem(why, key="target.wgsl")
     tile_q = SUBGROUPS[spec.head_dim_qk] * mc.m
     workgroup = SUBGROUPS[spec.head_dim_qk] * mc.max_subgroup_size
     buffers, smem = layout(spec, mc)
-    misaligned = alignment_problems(buffers, matrix_offsets(spec, mc))
-    if misaligned:
-        raise Problem(f"matrix=on: with config {mc.summary} the kernel's workgroup memory cannot be laid out "
-                      f"16-byte aligned for the subgroup-matrix built-ins ({'; '.join(misaligned)})",
-                      key="target.wgsl")
-    limit = profile.limit("workgroup_storage_bytes")
-    if smem > limit:
-        raise Problem(f"matrix=on: the subgroup-matrix kernel needs {smem} bytes of workgroup memory, "
-                      f"profile {profile.name} allows {limit}", key="target.wgsl")
-    if workgroup > profile.limit("invocations_per_workgroup"):
-        raise Problem(f"matrix=on: a workgroup of {workgroup} invocations exceeds profile {profile.name}'s "
-                      f"{profile.limit('invocations_per_workgroup')}", key="target.wgsl")
     return config_type(tile_q, TILE_KV, workgroup // tile_q, 1, True, spec.head_dim_qk, spec.head_dim_v,
                        buffers, smem, pad=0, matrix=mc)
