@@ -197,6 +197,9 @@ class WgslBackend(Backend):
             d = c.decode
             return {"kernel": "decode", "rows": d.rows, "workgroup": d.workgroup, "team": d.team, "keys": d.keys,
                     "step": d.step, "f16": "packed" if c.f16_packed else "native"}
+        if c.matrix is not None:  # the subgroup-matrix family (matrix.py): its tiles follow the config
+            return {"kernel": "subgroup-matrix", "q": c.tile_q, "kv": c.tile_kv, "workgroup": c.workgroup,
+                    "config": c.matrix.summary}
         return {"q": c.tile_q, "kv": c.tile_kv, "workgroup": c.workgroup, "per_row": c.threads_per_row,
                 "rows": c.rows, "reduce": c.reduction, "prefetch": "on" if c.prefetch else "off",
                 "f16": "packed" if c.f16_packed else "native", "d": c.tile_d or "whole", "v_blocks": c.v_blocks}
