@@ -264,13 +264,47 @@ class WgslBackend(Backend):
                          "step (the rows binding must hold them: a larger call is refused)")
         return lines
 
+    # The profile of the web demo's subgroup-matrix build where the chosen one has no configs: Chrome's
+    # WebGPU on NVIDIA (Dawn on Vulkan), where the family was measured.
+    demo_matrix_profile = "dawn-vulkan-nvidia"
+
     def demo_files(self, spec, profile):
-        """The kernel, its manifest, examples/web's page and runtime (docs/web.md)."""
+        """The kernel, its manifest, examples/web's page and runtime (docs/web.md "Two builds"):
+        kernel.wgsl on the scalar family for `profile`, and where the subgroup-matrix family serves
+        the spec, kernel-matrix.wgsl for adapters with its config (planned for `profile` where that
+        has configs, else demo_matrix_profile); builds.json lists them in the page's order of
+        preference, and says why there is no subgroup-matrix build where there is none."""
         import json
         from ...plan.lower import lower
         from ...resources import resource_path
-        plan = lower(spec, self, self.profile(profile))  # checked: SpecError with every problem
+        from . import matrix
+        prof = self.profile(profile)
+        mode = matrix.requested(spec)
+        scalar_spec = matrix.with_mode(spec, "off") if mode == "on" else spec
+        # the scalar build: the spec's own plan on a profile without configs (byte for byte what
+        # `attngen build` writes), the scalar family's where auto would take the family
+        scalar_prof = matrix.without_family(prof) if matrix.uses_family(scalar_spec, prof) else prof
+        plan = lower(scalar_spec, self, scalar_prof)  # checked: SpecError with every problem
         files = {"kernel.wgsl": self.render(plan), "kernel.wgsl.json": json.dumps(self.manifest(plan), indent=1) + "\n"}
+        builds = [{"kernel": "kernel.wgsl", "family": "scalar", "profile": plan.profile}]
+        not_built = []
+        mprof = prof if matrix.matrix_configs(prof) else self.profile(self.demo_matrix_profile)
+        why = "the spec says target wgsl { matrix=off }" if mode == "off" else matrix.why_not(spec, mprof)
+        if why is None or mode == "on":  # on: planned, or refused with the checker's reason (SpecError)
+            mplan = lower(spec, self, mprof)
+            files["kernel-matrix.wgsl"] = self.render(mplan)
+            files["kernel-matrix.wgsl.json"] = json.dumps(self.manifest(mplan), indent=1) + "\n"
+            builds.insert(0, {"kernel": "kernel-matrix.wgsl", "family": "subgroup-matrix", "profile": mplan.profile,
+                              "config": f"{mplan.config.matrix.summary} at subgroup size "
+                                        f"{mplan.config.matrix.max_subgroup_size}"})
+        else:
+            not_built.append({"family": "subgroup-matrix", "why": why})
+        files["builds.json"] = json.dumps({
+            "doc": "the builds of this kernel, in the page's order of preference: the page runs the first whose "
+                   "manifest the adapter serves (its features and limits, and for a subgroup-matrix build the "
+                   "manifest's subgroup_matrix config among the adapter's info.subgroupMatrixConfigs at its "
+                   "subgroup size: attngen.js pickKernel)",
+            "builds": builds, "not_built": not_built}, indent=1) + "\n"
         for name in ("index.html", "attngen.js"):
             files[name] = resource_path("web", name).read_text()
         return files

@@ -112,13 +112,11 @@ def _plan(spec: AttentionSpec, backend, prof: Profile, live: Profile):
     adapter lacks) is planned again on the scalar family: the profile without the family's feature
     and configs, under its own name (what `matrix=off` builds for it). `matrix=on` keeps the plan,
     and _check_device refuses it."""
-    from .matrix import FEATURE, requested
+    from .matrix import requested, without_family
     plan = lower(spec, backend, prof)
     if plan.config.matrix is None or requested(spec) != "auto" or _matrix_problem(plan, live) is None:
         return plan, prof
-    strip = lambda fs: [f for f in prof.features.get(fs, ()) if f != FEATURE]  # noqa: E731
-    scalar = prof.narrowed(features={"guaranteed": strip("guaranteed"), "optional": strip("optional"),
-                                     "subgroup_matrix_configs": []})
+    scalar = without_family(prof)
     return lower(spec, backend, scalar), scalar
 
 

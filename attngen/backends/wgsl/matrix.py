@@ -114,19 +114,52 @@ def uses_family(spec: AttentionSpec, profile: Profile) -> bool:
 
 
 def auto_picks(spec: AttentionSpec, profile: Profile) -> bool:
-    """`matrix=auto`'s choice: the family where the profile guarantees its features (optional ones
-    are used only on request, as for subgroups), offers a usable config whose subgroup size is the
-    profile's only one (the kernel counts subgroups as WORKGROUP / size), and the family serves the
-    spec (refusals() finds nothing) and fits the profile's limits (fit_problem()); else False, and
-    the scalar family runs the spec without a word."""
-    if not all(profile.has_feature(f) for f in (FEATURE, "shader-f16", "subgroups")):
-        return False
+    """`matrix=auto`'s choice: the family where why_not() finds nothing; else the scalar family
+    runs the spec without a word."""
+    return why_not(spec, profile) is None
+
+
+def why_not(spec: AttentionSpec, profile: Profile) -> str | None:
+    """Why `matrix=auto` keeps `spec` off the family on `profile`, in words (None: it takes it): the
+    profile must guarantee the family's features (optional ones are used only on request, as for
+    subgroups), offer a usable config whose subgroup size is the profile's only one (the kernel
+    counts subgroups as WORKGROUP / size), and the family must serve the spec (refusals()) and fit
+    the profile's limits (fit_problem())."""
+    lacking = [f for f in (FEATURE, "shader-f16", "subgroups") if not profile.has_feature(f)]
+    if lacking:
+        return f"profile {profile.name} does not guarantee {' and '.join(lacking)}"
     mc = choose(profile)
-    if mc is None or (profile.features.get("subgroup_min_size"), profile.features.get("subgroup_max_size")) != (
-            mc.max_subgroup_size, mc.max_subgroup_size):
-        return False
+    if mc is None:
+        return f"profile {profile.name} offers no f16 -> f32 subgroup-matrix config the family takes"
+    sizes = (profile.features.get("subgroup_min_size"), profile.features.get("subgroup_max_size"))
+    if sizes != (mc.max_subgroup_size, mc.max_subgroup_size):
+        return (f"profile {profile.name} runs subgroups of {sizes[0]} to {sizes[1]}, the config "
+                f"{mc.summary} exactly {mc.max_subgroup_size}")
     from .config import f16_storage
-    return not refusals(spec, profile, f16_storage(spec, profile)) and fit_problem(spec, profile, mc) is None
+    refused = refusals(spec, profile, f16_storage(spec, profile))
+    if refused:
+        return refused[0].message.replace("matrix=on: ", "", 1)
+    why = fit_problem(spec, profile, mc)
+    return None if why is None else why.replace("matrix=on: ", "", 1)
+
+
+def with_mode(spec: AttentionSpec, mode: str) -> AttentionSpec:
+    """`spec` with `target wgsl { matrix=mode }` (auto: the option left out, as when not given)."""
+    from dataclasses import replace
+    options = {k: v for k, v in spec.options("wgsl").items() if k != "matrix"}
+    if mode != "auto":
+        options["matrix"] = mode
+    others = tuple((t, o) for t, o in spec.targets if t != "wgsl")
+    return replace(spec, targets=others + ((("wgsl", tuple(sorted(options.items()))),) if options else ()))
+
+
+def without_family(profile: Profile) -> Profile:
+    """`profile` less the family's feature and configs, under its own name: what it plans for
+    `matrix=auto` is the scalar family's plan (the plan `matrix=off` gives, with the spec's text
+    unchanged)."""
+    strip = lambda key: [f for f in profile.features.get(key, ()) if f != FEATURE]  # noqa: E731
+    return profile.narrowed(features={"guaranteed": strip("guaranteed"), "optional": strip("optional"),
+                                      "subgroup_matrix_configs": []})
 
 
 def problems(spec: AttentionSpec, profile: Profile, storage: str | None) -> list[Problem]:
