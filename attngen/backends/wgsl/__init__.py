@@ -278,18 +278,21 @@ class WgslBackend(Backend):
         from ...plan.lower import lower
         from ...resources import resource_path
         from . import matrix
+        from .config import f16_storage
         prof = self.profile(profile)
         mode = matrix.requested(spec)
         scalar_spec = matrix.with_mode(spec, "off") if mode == "on" else spec
         # the scalar build: the spec's own plan on a profile without configs (byte for byte what
         # `attngen build` writes), the scalar family's where auto would take the family
-        scalar_prof = matrix.without_family(prof) if matrix.uses_family(scalar_spec, prof) else prof
+        on_family = matrix.uses_family(scalar_spec, prof, f16_storage(scalar_spec, prof))
+        scalar_prof = matrix.without_family(prof) if on_family else prof
         plan = lower(scalar_spec, self, scalar_prof)  # checked: SpecError with every problem
         files = {"kernel.wgsl": self.render(plan), "kernel.wgsl.json": json.dumps(self.manifest(plan), indent=1) + "\n"}
         builds = [{"kernel": "kernel.wgsl", "family": "scalar", "profile": plan.profile}]
         not_built = []
         mprof = prof if matrix.matrix_configs(prof) else self.profile(self.demo_matrix_profile)
-        why = "the spec says target wgsl { matrix=off }" if mode == "off" else matrix.why_not(spec, mprof)
+        why = ("the spec says target wgsl { matrix=off }" if mode == "off"
+               else matrix.why_not(spec, mprof, f16_storage(spec, mprof)))
         if why is None or mode == "on":  # on: planned, or refused with the checker's reason (SpecError)
             mplan = lower(spec, self, mprof)
             files["kernel-matrix.wgsl"] = self.render(mplan)

@@ -106,20 +106,21 @@ def requested(spec: AttentionSpec) -> str:
     return spec.options("wgsl").get("matrix") or "auto"
 
 
-def uses_family(spec: AttentionSpec, profile: Profile) -> bool:
-    """Whether `spec` is planned on the subgroup-matrix family for `profile`: `on` (the checker
-    refused what the family does not take), or `auto` where auto_picks() says so."""
+def uses_family(spec: AttentionSpec, profile: Profile, storage: str | None) -> bool:
+    """Whether `spec` is planned on the subgroup-matrix family for `profile` (storage:
+    config.f16_storage's answer): `on` (the checker refused what the family does not take), or
+    `auto` where auto_picks() says so."""
     mode = requested(spec)
-    return mode == "on" or (mode == "auto" and auto_picks(spec, profile))
+    return mode == "on" or (mode == "auto" and auto_picks(spec, profile, storage))
 
 
-def auto_picks(spec: AttentionSpec, profile: Profile) -> bool:
+def auto_picks(spec: AttentionSpec, profile: Profile, storage: str | None) -> bool:
     """`matrix=auto`'s choice: the family where why_not() finds nothing; else the scalar family
     runs the spec without a word."""
-    return why_not(spec, profile) is None
+    return why_not(spec, profile, storage) is None
 
 
-def why_not(spec: AttentionSpec, profile: Profile) -> str | None:
+def why_not(spec: AttentionSpec, profile: Profile, storage: str | None) -> str | None:
     """Why `matrix=auto` keeps `spec` off the family on `profile`, in words (None: it takes it): the
     profile must guarantee the family's features (optional ones are used only on request, as for
     subgroups), offer a usable config whose subgroup size is the profile's only one (the kernel
@@ -135,8 +136,7 @@ def why_not(spec: AttentionSpec, profile: Profile) -> str | None:
     if sizes != (mc.max_subgroup_size, mc.max_subgroup_size):
         return (f"profile {profile.name} runs subgroups of {sizes[0]} to {sizes[1]}, the config "
                 f"{mc.summary} exactly {mc.max_subgroup_size}")
-    from .config import f16_storage
-    refused = refusals(spec, profile, f16_storage(spec, profile))
+    refused = refusals(spec, profile, storage)
     if refused:
         return refused[0].message.replace("matrix=on: ", "", 1)
     why = fit_problem(spec, profile, mc)
