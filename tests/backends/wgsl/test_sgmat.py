@@ -331,6 +331,29 @@ def test_the_generated_sources_compile_under_tint_on_dawns_null_backend():
                                and f"({smem} bytes)" in got), (name, got[:2000])
 
 
+def test_the_examples_that_auto_plans_on_the_family_compile_under_tint():
+    """matrix=auto's kernels of the examples on dawn-vulkan-nvidia (Llama-3, Mistral's window,
+    packed documents' custom mask, Whisper's d64) and the `mask custom` companion of a mask over
+    inputs, as a browser's Tint takes them."""
+    from conftest import example_specs
+    from attngen.backends.wgsl.manifest import companion_plan
+    plans = {}
+    for _, spec in example_specs():
+        if spec.dtype == "bf16" or api.check(spec, "wgsl", get_profile("dawn-vulkan-nvidia", "wgsl")):
+            continue
+        plan = api.lower(spec, "wgsl", "dawn-vulkan-nvidia")
+        if plan.config.matrix is not None:
+            plans[spec.name] = plan
+    assert {"llama3_8b_prefill", "mistral_7b_prefill", "whisper_large_v3_cross"} <= set(plans)
+    (inputs,) = api.parse("attention t {\n head_dim 64\n dtype f16\n input doc[b, q] i32\n"
+                          " mask k <= q && doc[b, q] == doc[b, k]\n}")
+    plans["companion"] = companion_plan(api.lower(inputs, "wgsl", "dawn-vulkan-nvidia"))
+    result = tint_null({name: (api.emit_plan(p).source, p.entry) for name, p in plans.items()})
+    for name, got in result.items():
+        assert got == "ok" or (got.startswith("pipeline: The total use of workgroup storage ")
+                               and f"({plans[name].smem_bytes} bytes)" in got), (name, got[:2000])
+
+
 def test_the_manifest_lists_the_feature_and_the_config():
     em = api.emit(spec_of(), "wgsl", "dawn-vulkan-nvidia")
     m = em.manifest
