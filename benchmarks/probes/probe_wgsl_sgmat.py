@@ -3,7 +3,8 @@ scalar WGSL kernel (`matrix=off`, the profile's default plan) on the WGSL grid r
 (f16, d64 / d128 x L 1024 / 4096 x full / causal, B L = 16384 tokens, H 16): TFLOP/s of each
 (GPU time from timestamp queries, as `attngen tune` times: warm-up, median of 5), and the
 subgroup-matrix kernel's relative error against the scalar kernel's output, and the ratio of the
-two (issue 43's must: >= 2.5x on every row). Needs an adapter with
+two (issue 43's must: >= 2.5x on every row); `auto` is the spec without `matrix` (the default),
+which plans the family on such an adapter: its time is sgmat's. Needs an adapter with
 f16 subgroup matrices: Dawn on NVIDIA's Vulkan driver,
 
     ATTNGEN_WGPU=wgpudawn python3 benchmarks/probes/probe_wgsl_sgmat.py [--lengths 1024,4096]
@@ -24,6 +25,7 @@ from common import Row, add_arguments, cases, spec_text
 VARIANTS = [
     ("scalar", "target wgsl { matrix=off }"),
     ("sgmat", "target wgsl { matrix=on }"),
+    ("auto", ""),  # the spec without `matrix` (auto, the default): the family where the adapter has it
     ("scalar again", "target wgsl { matrix=off }"),  # the first timing of a row can read low (NOTES.md)
 ]
 

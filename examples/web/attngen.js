@@ -10,6 +10,10 @@
 //                                   await (await fetch("k.wgsl.json")).json());
 //   const { out, lse } = await kernel.run({ q, k, v, B, Lq, Lk, Hq, Hkv, lse: true });
 //
+// Several builds of one kernel (the subgroup-matrix family and the scalar one): pickKernel(adapter,
+// manifests) says which the adapter runs and why not the others; requestDevice(manifest, adapter)
+// makes its device, to pass to loadKernel.
+//
 // Inputs are contiguous (B, L, H, D) arrays: Float32Array for dtype f32, Uint16Array of f16 bits
 // for dtype f16 (native or packed storage alike: the bytes are the same). This runtime covers
 // the fused and split schedules over contiguous tensors, packed sequences (cu_seqlens) or a KV
@@ -47,23 +51,78 @@ export function evaluate(formula, sizes) {
 // ---- device --------------------------------------------------------------------------------
 const FEATURE = { "shader-f16": "shader-f16", "subgroups": "subgroups" };
 
-async function deviceFor(manifest) {
-  if (!navigator.gpu) throw new Error("this browser has no WebGPU (navigator.gpu)");
-  const adapter = await navigator.gpu.requestAdapter();
-  if (!adapter) throw new Error("no WebGPU adapter");
-  const wanted = manifest.features.map((f) => FEATURE[f] || f);
-  const missing = wanted.filter((f) => !adapter.features.has(f));
+// The device limits a kernel needs (its manifest's workgroup memory and invocations).
+function requiredLimits(manifest) {
+  return { maxComputeWorkgroupStorageSize: manifest.workgroup_storage_bytes,
+           maxComputeInvocationsPerWorkgroup: manifest.workgroup_size[0],
+           maxComputeWorkgroupSizeX: manifest.workgroup_size[0] };
+}
+
+const matrixText = (c) => `${c.M}x${c.N}x${c.K} ${c.componentType} -> ${c.resultComponentType}`;
+
+// Why `adapter` (a GPUAdapter) cannot run the kernel of `manifest`, as a sentence, or null where it
+// can: the manifest's features and limits, and for a subgroup-matrix kernel (the manifest has a
+// `subgroup_matrix` section) the same config (M, N, K, component and result types) among the
+// adapter's `info.subgroupMatrixConfigs` (Chrome's experimental API, with the feature
+// "chromium-experimental-subgroup-matrix") and subgroups of exactly the config's size
+// (`info.subgroupMinSize` = `info.subgroupMaxSize`). Whatever the adapter does not report counts
+// as missing, so a browser without these fields falls back to another build.
+export function adapterProblem(adapter, manifest) {
+  const missing = manifest.features.map((f) => FEATURE[f] || f).filter((f) => !adapter.features.has(f));
   if (missing.length) {
-    throw new Error(`the kernel needs ${missing.join(", ")}, which this adapter lacks` +
-                    (missing.includes("shader-f16") ? " (build it with target wgsl { f16=packed })" : ""));
+    return `the kernel needs ${missing.join(", ")}, which this adapter lacks` +
+           (missing.includes("shader-f16") && !manifest.subgroup_matrix ? " (build it with target wgsl { f16=packed })" : "");
   }
-  const limits = { maxComputeWorkgroupStorageSize: manifest.workgroup_storage_bytes,
-                   maxComputeInvocationsPerWorkgroup: manifest.workgroup_size[0],
-                   maxComputeWorkgroupSizeX: manifest.workgroup_size[0] };
-  for (const [key, value] of Object.entries(limits)) {
-    if (value > adapter.limits[key]) throw new Error(`the kernel needs ${key} = ${value}; the adapter has ${adapter.limits[key]}`);
+  for (const [key, value] of Object.entries(requiredLimits(manifest))) {
+    if (!(value <= adapter.limits[key])) return `the kernel needs ${key} = ${value}; the adapter has ${adapter.limits[key]}`;
   }
-  return adapter.requestDevice({ requiredFeatures: wanted, requiredLimits: limits });
+  const sm = manifest.subgroup_matrix;
+  if (sm) {
+    const info = adapter.info || {};
+    const configs = Array.from(info.subgroupMatrixConfigs || []);
+    const want = { M: sm.m, N: sm.n, K: sm.k, componentType: sm.component, resultComponentType: sm.result };
+    const same = (c) => Object.keys(want).every((key) => String(c[key]) === String(want[key]));
+    if (!configs.some(same)) {
+      return `the kernel uses ${matrixText(want)} subgroup matrices; the adapter lists ` +
+             (configs.length ? configs.map(matrixText).join(", ") : "no subgroup-matrix configs");
+    }
+    if (info.subgroupMinSize !== sm.min_subgroup_size || info.subgroupMaxSize !== sm.max_subgroup_size) {
+      return `the kernel needs subgroups of exactly ${sm.max_subgroup_size} invocations; the adapter reports ` +
+             (info.subgroupMinSize === undefined ? "no subgroup sizes" : `${info.subgroupMinSize} to ${info.subgroupMaxSize}`);
+    }
+  }
+  return null;
+}
+
+// Which of several builds of one kernel to run on `adapter`: `manifests` in order of preference
+// (e.g. the subgroup-matrix build, then the scalar one: `attngen serve-demo` lists them in
+// builds.json). Returns { index, reasons }: the first manifest the adapter can run (-1: none), and
+// for each manifest why it cannot (null where it can).
+export function pickKernel(adapter, manifests) {
+  const reasons = manifests.map((m) => adapterProblem(adapter, m));
+  return { index: reasons.indexOf(null), reasons };
+}
+
+// In words, why `manifest` runs on an adapter that adapterProblem() passed.
+export function kernelFamily(manifest) {
+  const sm = manifest.subgroup_matrix;
+  if (!sm) return "scalar";
+  const config = { M: sm.m, N: sm.n, K: sm.k, componentType: sm.component, resultComponentType: sm.result };
+  return `subgroup-matrix (${matrixText(config)} at subgroup size ${sm.max_subgroup_size})`;
+}
+
+// A device for the kernel of `manifest` on `adapter` (default: the browser's first), with the
+// features and limits the manifest names; an adapter that cannot run it is an error saying why.
+export async function requestDevice(manifest, adapter = null) {
+  if (!adapter) {
+    if (!navigator.gpu) throw new Error("this browser has no WebGPU (navigator.gpu)");
+    adapter = await navigator.gpu.requestAdapter();
+    if (!adapter) throw new Error("no WebGPU adapter");
+  }
+  const problem = adapterProblem(adapter, manifest);
+  if (problem) throw new Error(problem);
+  return adapter.requestDevice({ requiredFeatures: manifest.features.map((f) => FEATURE[f] || f),
+                                 requiredLimits: requiredLimits(manifest) });
 }
 
 // ---- the kernel ----------------------------------------------------------------------------
@@ -87,7 +146,7 @@ export async function loadKernel(wgsl, manifest, device, { blockMask = null } = 
     throw new Error("a mask custom kernel needs its block-mask builder: loadKernel(wgsl, manifest, device, " +
                     "{ blockMask }) with the output of attngen build --emit block-mask");
   }
-  device = device || await deviceFor(manifest);
+  device = device || await requestDevice(manifest);
   const lacking = manifest.features.map((f) => FEATURE[f] || f).filter((f) => !device.features.has(f));
   if (lacking.length) throw new Error(`the device was made without ${lacking.join(", ")}, which the kernel needs`);
   const module = device.createShaderModule({ code: wgsl });

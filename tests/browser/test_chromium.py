@@ -308,9 +308,29 @@ def test_the_demo_page_runs_a_kernel(tmp_path):
     log = got["results"]
     assert "llama3_8b_prefill: f16 (packed)" in log and "B=1 Lq=33 Lk=70 Hq=32 Hkv=8:" in log, log
     assert "error" not in log, log
+    # the family it runs and why: f16=packed has no subgroup-matrix build
+    assert "family: scalar, kernel.wgsl" in log and "no subgroup-matrix build: " in log and "f16=packed" in log, log
     # the page's own float64 check of 16 rows (the causal mask of the spec, JavaScript)
     diff = float(re.search(r"relative difference (\S+) \(within the f16 tolerance", log).group(1))
     assert diff < 2e-3, log
+
+
+def test_the_demo_page_picks_the_build_the_adapter_runs(tmp_path):
+    """Llama-3 as written: serve-demo writes the subgroup-matrix build (for Chrome on NVIDIA) and the
+    scalar one; SwiftShader has neither shader-f16 nor f16 subgroup matrices, so the page passes the
+    first over, saying why, and runs the scalar build (f16 packed) correctly."""
+    from attngen.cli import main
+    assert main(["serve-demo", os.path.join(ROOT, "examples", "llama3_8b.attn"), "--target", "wgsl",
+                 "--dir", str(tmp_path / "page"), "--no-serve"]) == 0
+    got = _open_in_chromium(str(tmp_path / "page"), os.path.join(ROOT, "examples", "web"),
+                            "index.html?Lq=33&Lk=70&report=/results", timeout=180)
+    assert got["done"].is_set(), "the page did not report back within 180 s"
+    log = got["results"]
+    assert "error" not in log, log
+    assert "family: scalar, kernel.wgsl" in log, log
+    passed = re.search(r"passed over kernel-matrix.wgsl \(subgroup-matrix\): (.*)", log)
+    assert passed and "the kernel needs shader-f16" in passed.group(1) and "which this adapter lacks" in passed.group(1), log
+    assert re.search(r"relative difference (\S+) \(within the f16 tolerance", log), log
 
 
 BROKEN_PAGE = """<!doctype html><script type="module">

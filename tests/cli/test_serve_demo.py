@@ -21,11 +21,85 @@ LLAMA = os.path.join(ROOT, "examples", "llama3_8b.attn")
 def test_the_folder(tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["serve-demo", LLAMA, "--target", "wgsl", "--dir", str(out), "--no-serve"]) == 0
-    assert sorted(os.listdir(out)) == ["attngen.js", "index.html", "kernel.wgsl", "kernel.wgsl.json"]
+    assert sorted(os.listdir(out)) == ["attngen.js", "builds.json", "index.html", "kernel-matrix.wgsl",
+                                       "kernel-matrix.wgsl.json", "kernel.wgsl", "kernel.wgsl.json"]
     manifest = json.loads((out / "kernel.wgsl.json").read_text())
     assert manifest["kernel"] == "llama3_8b_prefill" and manifest["profile"] == "webgpu-core"
     assert (out / "attngen.js").read_text() == open(os.path.join(ROOT, "examples", "web", "attngen.js")).read()
     assert f"to {out}" in capsys.readouterr().out
+
+
+FEATURE = "chromium-experimental-subgroup-matrix"
+
+
+def _builds(folder):
+    listed = json.loads((folder / "builds.json").read_text())
+    manifests = {b["kernel"]: json.loads((folder / (b["kernel"] + ".json")).read_text()) for b in listed["builds"]}
+    return listed, manifests
+
+
+def test_two_builds_the_subgroup_matrix_one_first(tmp_path):
+    """Both builds of the kernel, listed in the page's order: the subgroup-matrix family's (for
+    Chrome on NVIDIA: its features, the config the page looks for among the adapter's), then the
+    scalar family's for webgpu-core, byte for byte what `attngen build` writes."""
+    assert main(["serve-demo", LLAMA, "--target", "wgsl", "--dir", str(tmp_path), "--no-serve"]) == 0
+    listed, manifests = _builds(tmp_path)
+    assert [(b["kernel"], b["family"], b["profile"]) for b in listed["builds"]] == [
+        ("kernel-matrix.wgsl", "subgroup-matrix", "dawn-vulkan-nvidia"), ("kernel.wgsl", "scalar", "webgpu-core")]
+    assert listed["builds"][0]["config"] == "16x16x16 f16 -> f32 at subgroup size 32" and listed["not_built"] == []
+    mm, sm = manifests["kernel-matrix.wgsl"], manifests["kernel.wgsl"]
+    assert mm["features"] == ["shader-f16", "subgroups", FEATURE] and mm["f16_storage"] == "native"
+    assert {k: mm["subgroup_matrix"][k] for k in ("m", "n", "k", "component", "result", "max_subgroup_size")} == {
+        "m": 16, "n": 16, "k": 16, "component": "f16", "result": "f32", "max_subgroup_size": 32}
+    assert "enable chromium_experimental_subgroup_matrix;" in (tmp_path / "kernel-matrix.wgsl").read_text()
+    assert FEATURE not in sm["features"] and "subgroup_matrix" not in sm and sm["f16_storage"] == "packed"
+    built = tmp_path / "built.wgsl"
+    assert main(["build", LLAMA, "--target", "wgsl", "-o", str(built)]) == 0
+    assert (tmp_path / "kernel.wgsl").read_text() == built.read_text()
+
+
+def test_a_profile_with_subgroup_matrices_gives_both_builds_for_it(tmp_path):
+    assert main(["serve-demo", LLAMA, "--target", "wgsl", "--profile", "dawn-vulkan-nvidia", "--dir", str(tmp_path),
+                 "--no-serve"]) == 0
+    listed, manifests = _builds(tmp_path)
+    assert [b["profile"] for b in listed["builds"]] == ["dawn-vulkan-nvidia", "dawn-vulkan-nvidia"]
+    assert FEATURE in manifests["kernel-matrix.wgsl"]["features"]
+    assert FEATURE not in manifests["kernel.wgsl"]["features"] and "subgroup_matrix" not in manifests["kernel.wgsl"]
+
+
+@pytest.mark.parametrize("change, new, why", [
+    ("    dtype      f16\n", "    dtype      f32\n", "does not take storage f32"),
+    ("    mask       causal\n", "    mask       causal\n    target     wgsl { matrix=off }\n",
+     "the spec says target wgsl { matrix=off }"),
+    ("    mask       causal\n", "    mask       causal\n    target     wgsl { f16=packed }\n", "f16=packed"),
+    ("    mask       causal\n", "    mask       causal\n    schedule   split_kv(auto)\n", "schedule split_kv"),
+], ids=["f32", "matrix=off", "f16=packed", "split_kv"])
+def test_a_spec_the_family_does_not_serve_gets_the_scalar_build_and_the_reason(tmp_path, change, new, why):
+    text = open(LLAMA).read()
+    assert change in text
+    (tmp_path / "s.attn").write_text(text.replace(change, new, 1))
+    assert main(["serve-demo", str(tmp_path / "s.attn"), "--target", "wgsl", "--dir", str(tmp_path / "d"),
+                 "--no-serve"]) == 0
+    listed, _ = _builds(tmp_path / "d")
+    assert [b["kernel"] for b in listed["builds"]] == ["kernel.wgsl"]
+    assert not (tmp_path / "d" / "kernel-matrix.wgsl").exists()
+    (gone,) = listed["not_built"]
+    assert gone["family"] == "subgroup-matrix" and why in gone["why"], gone
+
+
+def test_matrix_on_gives_both_builds_and_refuses_what_the_family_does_not_serve(tmp_path, capsys):
+    text = open(LLAMA).read().replace("    mask       causal\n", "    mask       causal\n    target     wgsl { matrix=on }\n")
+    (tmp_path / "on.attn").write_text(text)
+    assert main(["serve-demo", str(tmp_path / "on.attn"), "--target", "wgsl", "--dir", str(tmp_path / "d"),
+                 "--no-serve"]) == 0
+    listed, manifests = _builds(tmp_path / "d")
+    assert [b["family"] for b in listed["builds"]] == ["subgroup-matrix", "scalar"]
+    assert "subgroup_matrix" not in manifests["kernel.wgsl"] and "matrix=off" in manifests["kernel.wgsl"]["spec"]
+    (tmp_path / "bad.attn").write_text(text.replace("dtype      f16", "dtype      f32"))
+    assert main(["serve-demo", str(tmp_path / "bad.attn"), "--target", "wgsl", "--dir", str(tmp_path / "e"),
+                 "--no-serve"]) == 1
+    assert "the subgroup-matrix family does not take storage f32" in capsys.readouterr().err
+    assert not (tmp_path / "e").exists()
 
 
 def test_a_target_without_a_web_runtime_is_a_usage_error(capsys):
@@ -60,8 +134,13 @@ def test_it_serves_the_folder(tmp_path):
     proc, url = _serve(tmp_path)
     try:
         page = urllib.request.urlopen(url + "index.html", timeout=30).read().decode()
-        assert 'import { loadKernel } from "./attngen.js";' in page
-        assert json.loads(urllib.request.urlopen(url + "kernel.wgsl.json", timeout=30).read())["target"] == "wgsl"
+        assert 'from "./attngen.js";' in page and "pickKernel(adapter, manifests)" in page
+        listed = json.loads(urllib.request.urlopen(url + "builds.json", timeout=30).read())
+        for build in listed["builds"]:  # both manifests, and their sources
+            manifest = json.loads(urllib.request.urlopen(url + build["kernel"] + ".json", timeout=30).read())
+            assert manifest["target"] == "wgsl" and ("subgroup_matrix" in manifest) == (build["family"] != "scalar")
+            assert "@compute" in urllib.request.urlopen(url + build["kernel"], timeout=30).read().decode()
+        assert [b["family"] for b in listed["builds"]] == ["subgroup-matrix", "scalar"]
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -150,3 +150,103 @@ def test_softcap_with_gqa_and_odd_lengths(mask):
     spec = sgmat_spec(64, mask, "softcap 20")
     q, k, v = random_qkv(spec, 2, 113, 1023, heads_q=6, heads_kv=2, seed=15, scale=3.0)
     check_against_reference(spec, "wgsl", q, k, v)
+
+
+# ---- matrix=auto (the default): the family wherever the adapter offers a config ---------------------
+# The specs below say nothing of `matrix`: on an adapter with f16 subgroup matrices auto plans the
+# family (matrix.auto_picks), and these check it there, including the sequence layouts and the
+# quantized caches the tests above do not run (paged caches, appends, kv_dtype).
+
+def auto_spec(d, mask, extra=""):
+    return spec_of(f"head_dim {d}\n dtype f16\n mask {mask}\n {extra}")
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_auto_plans_the_family_on_this_adapter(d):
+    require_matrices()
+    kernel = kernel_for(auto_spec(d, "causal"), "wgsl")
+    assert kernel.plan.config.matrix is not None and "subgroup_matrix" in kernel.manifest
+
+
+AUTO_SHAPES = [(1, 1), (7, 1023), (113, 113), (1023, 113)]
+
+
+@pytest.mark.parametrize("shape", AUTO_SHAPES, ids=[f"{a}x{b}" for a, b in AUTO_SHAPES])
+@pytest.mark.parametrize("mask", ["none", "causal", "window(left=37, right=5)", "custom"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_auto_matches_the_reference(d, mask, shape):
+    require_matrices()
+    lq, lk = shape
+    spec = auto_spec(d, mask)
+    assert kernel_for(spec, "wgsl").plan.config.matrix is not None
+    q, k, v = random_qkv(spec, 2, lq, lk, heads_q=6, heads_kv=2, seed=lq * 3 + lk)  # GQA groups of 3
+    check_against_reference(spec, "wgsl", q, k, v)
+
+
+@pytest.mark.parametrize("body", [
+    "head_dim 64\n dtype f32\n mask causal",                      # f32 storage
+    "head_dim 96\n dtype f16\n mask causal",                      # another head dim
+    "head_dim 128\n dtype f16\n schedule split_kv(auto)",         # a decode schedule
+    "head_dim 64\n dtype f16\n mask k % 3 != 1",                  # a mask expression
+])
+def test_auto_runs_what_the_family_refuses_on_the_scalar_family(body):
+    require_matrices()
+    spec = spec_of(body)
+    assert kernel_for(spec, "wgsl").plan.config.matrix is None
+    q, k, v = random_qkv(spec, 2, 113, 300, heads_q=6, heads_kv=2, seed=3)
+    check_against_reference(spec, "wgsl", q, k, v)
+
+
+@pytest.mark.parametrize("lq", [1, 5, 70])
+@pytest.mark.parametrize("d", [64, 128])
+def test_auto_over_a_paged_cache(d, lq):
+    """kv_cache paged: shuffled pages, kv_lens, a block table with junk past each sequence."""
+    require_matrices()
+    spec = auto_spec(d, "causal(bottom_right)", "kv_cache paged(page=16)")
+    assert kernel_for(spec, "wgsl").plan.config.matrix is not None
+    q, k, v = random_qkv(spec, 3, lq, 200, heads_q=6, heads_kv=2, seed=lq + d)
+    check_against_reference(spec, "wgsl", q, k, v)
+
+
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged"])
+def test_auto_with_an_append(paged):
+    """Rows appended to the cache in the call (chunked prefill): the output, and the cache holds them."""
+    require_matrices()
+    from test_variants import _append_reference, paged_cache
+    cache = "paged(page=16)" if paged else "contiguous"
+    spec = auto_spec(64, "causal(bottom_right)", f"kv_cache {cache}")
+    kernel = kernel_for(spec, "wgsl")
+    assert kernel.plan.config.matrix is not None
+    rng = np.random.default_rng(8)
+    lens, lnew = np.array([0, 13, 100], np.int32), 37
+    if paged:
+        k, v, table, _ = paged_cache(rng, lens + lnew, 16, 2, 64, 64)
+        table = np.minimum(table, len(k) - 1)
+    else:
+        k, v = (rng.standard_normal((3, 140, 2, 64)).astype(np.float32) for _ in range(2))
+        table = None
+    k, v = k.astype(np.float16), v.astype(np.float16)
+    k_new, v_new, q = (rng.standard_normal(s).astype(np.float16) for s in ((3, lnew, 2, 64),) * 2 + ((3, lnew, 6, 64),))
+    k_after, v_after = _append_reference(k, v, k_new, v_new, lens, table)
+    extra = {"block_table": table} if paged else {}
+    out, lse = kernel(q, k, v, kv_lens=lens, k_new=k_new, v_new=v_new, return_lse=True, **extra)
+    ref_kw = {"kv_lens": lens + lnew, **extra}
+    ref = reference(spec, q.astype(np.float32), k_after.astype(np.float32), v_after.astype(np.float32), **ref_kw)
+    assert relative_error(_np(out), ref) <= tolerance(spec)
+    assert np.array_equal(k, k_after) and np.array_equal(v, v_after)
+
+
+@pytest.mark.parametrize("kv_dtype", ["i8", "e4m3", "e5m2"])
+def test_auto_over_a_quantized_cache(kv_dtype):
+    """kv_dtype: K and V one byte per value, decoded into the f16 tiles the matrices read."""
+    require_matrices()
+    spec = auto_spec(128, "causal(bottom_right)", f"kv_dtype {kv_dtype}")
+    kernel = kernel_for(spec, "wgsl")
+    assert kernel.plan.config.matrix is not None
+    rng = np.random.default_rng(44)
+    q = rng.standard_normal((2, 113, 6, 128)).astype(np.float16)
+    (k, ks), (v, vs) = (attngen.quantize_kv(rng.standard_normal((2, 300, 2, 128)), kv_dtype) for _ in "kv")
+    out, lse = kernel(q, k, v, k_scale=ks, v_scale=vs, return_lse=True)
+    ref, ref_lse = reference(spec, q, k, v, k_scale=ks, v_scale=vs, return_lse=True)
+    assert relative_error(_np(out), ref) <= tolerance(spec)
+    assert np.abs(_np(lse) - ref_lse).max() <= 1e-3 * np.abs(ref_lse).max()

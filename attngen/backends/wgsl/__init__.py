@@ -36,7 +36,8 @@ class WgslBackend(Backend):
         # the kernel whose tiles the sweep would set (the decode kernel has none), so a spec that sets it is not tuned
         Option("decode", "choice", choices=("auto", "on", "off"), what="decode kernel", usage="auto|on|off",
                tiling=True, printed_at_auto=False),
-        # the kernel family on subgroup matrices (matrix.py); auto = off until measured on a GPU
+        # the kernel family on subgroup matrices (matrix.py); auto: where the profile offers a usable config and
+        # the family serves the spec (matrix.auto_picks), else the scalar family
         Option("matrix", "choice", choices=("auto", "on", "off"), what="subgroup-matrix mode", usage="auto|on|off",
                printed_at_auto=False),
     ), language="WGSL")
@@ -147,7 +148,8 @@ class WgslBackend(Backend):
         if c.matrix is not None:
             return [
                 plan.summary(),
-                f"subgroup matrix {c.matrix.summary} (of the profile's configs): Q K^T and P V on subgroup "
+                f"subgroup matrix {c.matrix.summary} (of the profile's configs; target wgsl {{ matrix="
+                f"{plan.spec.options(self.name).get('matrix') or 'auto'} }}): Q K^T and P V on subgroup "
                 f"matrices, the online softmax in scalar code over S in workgroup memory, two invocations per row",
                 f"workgroup memory: {plan.smem_bytes} bytes ({c.smem_summary})",
                 f"grid: ({', '.join(plan.grid)}) x {plan.threads} threads",
@@ -195,6 +197,9 @@ class WgslBackend(Backend):
             d = c.decode
             return {"kernel": "decode", "rows": d.rows, "workgroup": d.workgroup, "team": d.team, "keys": d.keys,
                     "step": d.step, "f16": "packed" if c.f16_packed else "native"}
+        if c.matrix is not None:  # the subgroup-matrix family (matrix.py): its tiles follow the config
+            return {"kernel": "subgroup-matrix", "q": c.tile_q, "kv": c.tile_kv, "workgroup": c.workgroup,
+                    "config": c.matrix.summary}
         return {"q": c.tile_q, "kv": c.tile_kv, "workgroup": c.workgroup, "per_row": c.threads_per_row,
                 "rows": c.rows, "reduce": c.reduction, "prefetch": "on" if c.prefetch else "off",
                 "f16": "packed" if c.f16_packed else "native", "d": c.tile_d or "whole", "v_blocks": c.v_blocks}
@@ -207,16 +212,18 @@ class WgslBackend(Backend):
 
     def helper_sources(self, plan):
         """The block-mask builder of a custom-mask kernel (manifest: block_mask) or of a mask expression
-        over inputs (for the same spec with `mask custom`, whose tiles are these: WGSL's tiles do not
-        depend on the mask) with that `mask custom` kernel's source (manifest: mask_inputs), and the backward module of every spec that has one (manifest:
+        over inputs (for the same spec with `mask custom`, on that kernel's tiles: the subgroup-matrix
+        family may plan it where the spec's own kernel is scalar) with that `mask custom` kernel's
+        source (manifest: mask_inputs), and the backward module of every spec that has one (manifest:
         backward; docs/backward.md)."""
         from ...plan.mask_inputs import reads_inputs
         from .emit import backward_plan, backward_source, block_mask_source, expr_block_mask_source
         from .manifest import companion_plan
         out = {"block-mask": block_mask_source(plan)} if plan.spec.mask.is_custom else {}
         if reads_inputs(plan.spec):
-            out["block-mask"] = expr_block_mask_source(plan.spec, plan.tile_q, plan.tile_kv)
             att = companion_plan(plan)
+            tiles = (plan.tile_q, plan.tile_kv) if att is None else (att.tile_q, att.tile_kv)
+            out["block-mask"] = expr_block_mask_source(plan.spec, *tiles)
             if att is not None:  # the attention kernel of the two-part call (manifest: mask_inputs)
                 out["mask-custom"] = self.render(att)
         if backward_plan(plan) is not None:
@@ -257,13 +264,50 @@ class WgslBackend(Backend):
                          "step (the rows binding must hold them: a larger call is refused)")
         return lines
 
+    # The profile of the web demo's subgroup-matrix build where the chosen one has no configs: Chrome's
+    # WebGPU on NVIDIA (Dawn on Vulkan), where the family was measured.
+    demo_matrix_profile = "dawn-vulkan-nvidia"
+
     def demo_files(self, spec, profile):
-        """The kernel, its manifest, examples/web's page and runtime (docs/web.md)."""
+        """The kernel, its manifest, examples/web's page and runtime (docs/web.md "Two builds"):
+        kernel.wgsl on the scalar family for `profile`, and where the subgroup-matrix family serves
+        the spec, kernel-matrix.wgsl for adapters with its config (planned for `profile` where that
+        has configs, else demo_matrix_profile); builds.json lists them in the page's order of
+        preference, and says why there is no subgroup-matrix build where there is none."""
         import json
         from ...plan.lower import lower
         from ...resources import resource_path
-        plan = lower(spec, self, self.profile(profile))  # checked: SpecError with every problem
+        from . import matrix
+        from .config import f16_storage
+        prof = self.profile(profile)
+        mode = matrix.requested(spec)
+        scalar_spec = matrix.with_mode(spec, "off") if mode == "on" else spec
+        # the scalar build: the spec's own plan on a profile without configs (byte for byte what
+        # `attngen build` writes), the scalar family's where auto would take the family
+        on_family = matrix.uses_family(scalar_spec, prof, f16_storage(scalar_spec, prof))
+        scalar_prof = matrix.without_family(prof) if on_family else prof
+        plan = lower(scalar_spec, self, scalar_prof)  # checked: SpecError with every problem
         files = {"kernel.wgsl": self.render(plan), "kernel.wgsl.json": json.dumps(self.manifest(plan), indent=1) + "\n"}
+        builds = [{"kernel": "kernel.wgsl", "family": "scalar", "profile": plan.profile}]
+        not_built = []
+        mprof = prof if matrix.matrix_configs(prof) else self.profile(self.demo_matrix_profile)
+        why = ("the spec says target wgsl { matrix=off }" if mode == "off"
+               else matrix.why_not(spec, mprof, f16_storage(spec, mprof)))
+        if why is None or mode == "on":  # on: planned, or refused with the checker's reason (SpecError)
+            mplan = lower(spec, self, mprof)
+            files["kernel-matrix.wgsl"] = self.render(mplan)
+            files["kernel-matrix.wgsl.json"] = json.dumps(self.manifest(mplan), indent=1) + "\n"
+            builds.insert(0, {"kernel": "kernel-matrix.wgsl", "family": "subgroup-matrix", "profile": mplan.profile,
+                              "config": f"{mplan.config.matrix.summary} at subgroup size "
+                                        f"{mplan.config.matrix.max_subgroup_size}"})
+        else:
+            not_built.append({"family": "subgroup-matrix", "why": why})
+        files["builds.json"] = json.dumps({
+            "doc": "the builds of this kernel, in the page's order of preference: the page runs the first whose "
+                   "manifest the adapter serves (its features and limits, and for a subgroup-matrix build the "
+                   "manifest's subgroup_matrix config among the adapter's info.subgroupMatrixConfigs at its "
+                   "subgroup size: attngen.js pickKernel)",
+            "builds": builds, "not_built": not_built}, indent=1) + "\n"
         for name in ("index.html", "attngen.js"):
             files[name] = resource_path("web", name).read_text()
         return files

@@ -344,7 +344,7 @@ def wgsl_config(spec: AttentionSpec, profile: Profile) -> WgslConfig:
     else the widest that fits), rows padded first, then unpadded.
     """
     from . import matrix
-    if matrix.mode(spec) == "on":  # the checker refused what the family does not take
+    if matrix.uses_family(spec, profile, f16_storage(spec, profile)):  # on, or auto's choice (matrix.auto_picks)
         return matrix.matrix_config(spec, profile, WgslConfig)
     row = profile.default_row(max(spec.head_dim_qk, spec.head_dim_v), dtype=spec.dtype,
                               schedule="split" if spec.schedule.is_split else "fused")

@@ -71,18 +71,9 @@ def _check_device(plan, st: _DeviceState, adapter: Profile) -> None:
             raise LaunchError(f"kernel '{plan.spec.name}' reduces {plan.config.threads_per_row} invocations "
                               f"per row with subgroup shuffles, but {who} guarantees subgroups of only "
                               f"{guaranteed}")
-    if plan.config.matrix is not None:  # the subgroup-matrix family (matrix.py)
-        from .matrix import matrix_configs
-        mc = plan.config.matrix
-        if mc not in matrix_configs(adapter):
-            raise LaunchError(f"kernel '{plan.spec.name}' uses {mc.m}x{mc.n}x{mc.k} {mc.component} -> {mc.result} "
-                              f"subgroup matrices at subgroup size {mc.max_subgroup_size}, which {who} does not "
-                              "offer: build it for the adapter's profile, or with target wgsl { matrix=off }")
-        sizes = (adapter.features.get("subgroup_min_size"), adapter.features.get("subgroup_max_size"))
-        if sizes != (mc.max_subgroup_size, mc.max_subgroup_size):
-            raise LaunchError(f"kernel '{plan.spec.name}' places its rows by subgroups of exactly "
-                              f"{mc.max_subgroup_size} invocations, but {who} runs subgroups of {sizes[0]} to "
-                              f"{sizes[1]}: use target wgsl {{ matrix=off }}")
+    why = _matrix_problem(plan, adapter, who)
+    if why is not None:
+        raise LaunchError(f"kernel '{plan.spec.name}' {why}")
     if st.loop_budget is not None and plan.details.runtime_checks != "all":
         # llvmpipe ends all loops of a shader after LLVMPIPE_LOOP_BUDGET iterations; only with wgpu's
         # loop bounding does that cut end the main loop where the epilogue sees it (measured: long
@@ -96,6 +87,39 @@ def _check_device(plan, st: _DeviceState, adapter: Profile) -> None:
         limit = st.device_limit(key)
         if value > limit:
             raise LaunchError(f"kernel '{plan.spec.name}' needs {value} {what}, but {who} allows {limit}")
+
+
+def _matrix_problem(plan, adapter: Profile, who: str = "this device") -> str | None:
+    """Why the live adapter (its profile `adapter`; `who` names it) cannot run `plan`'s
+    subgroup-matrix kernel, as the end of a sentence after the kernel's name; None where it can or
+    the plan is of the scalar family."""
+    from .matrix import matrix_configs
+    mc = plan.config.matrix
+    if mc is None:
+        return None
+    if mc not in matrix_configs(adapter):
+        return (f"uses {mc.m}x{mc.n}x{mc.k} {mc.component} -> {mc.result} subgroup matrices at subgroup size "
+                f"{mc.max_subgroup_size}, which {who} does not offer: build it for the adapter's profile, or "
+                "with target wgsl { matrix=auto } or { matrix=off }")
+    sizes = (adapter.features.get("subgroup_min_size"), adapter.features.get("subgroup_max_size"))
+    if sizes != (mc.max_subgroup_size, mc.max_subgroup_size):
+        return (f"places its rows by subgroups of exactly {mc.max_subgroup_size} invocations, but {who} runs "
+                f"subgroups of {sizes[0]} to {sizes[1]}: use target wgsl {{ matrix=auto }} or {{ matrix=off }}")
+    return None
+
+
+def _plan(spec: AttentionSpec, backend, prof: Profile, live: Profile):
+    """The plan of `spec` on `prof` for the live adapter (profile `live`). Under `matrix=auto`, a plan
+    on the subgroup-matrix family that the adapter cannot run (a named profile with configs the
+    adapter lacks) is planned again on the scalar family: the profile without the family's feature
+    and configs, under its own name (what `matrix=off` builds for it). `matrix=on` keeps the plan,
+    and _check_device refuses it."""
+    from .matrix import requested, without_family
+    plan = lower(spec, backend, prof)
+    if plan.config.matrix is None or requested(spec) != "auto" or _matrix_problem(plan, live) is None:
+        return plan, prof
+    scalar = without_family(prof)
+    return lower(spec, backend, scalar), scalar
 
 
 def _layout(params, dev):
@@ -122,7 +146,7 @@ def compile_kernel(backend, spec: AttentionSpec, profile: Profile | str | None =
     st = device_state()
     live = adapter_profile(backend)
     prof = live if profile is None else naga_dialect(backend.profile(profile))
-    plan = lower(spec, backend, prof)
+    plan, prof = _plan(spec, backend, prof, live)
     _check_device(plan, st, live)
     key = (plan.spec_text, _profile_key(prof), generator_version())
     with _PIPELINES_LOCK:

@@ -6,8 +6,13 @@ workgroup memory.
 A profile lists the shapes its adapter offers in `[features] subgroup_matrix_configs` (M, N, K,
 component and result types, subgroup sizes: Dawn's AdapterPropertiesSubgroupMatrixConfigs); the
 runtime's profile of a live Dawn adapter takes the adapter's own list (devices.adapter_profile).
-`target wgsl { matrix=auto|on|off }` asks for the family; `auto` is off until the family is
-measured on a GPU. The scalar family (kernel.wgsl.j2) stays the fallback for everything else.
+`target wgsl { matrix=auto|on|off }` asks for the family: `on` plans it or refuses the spec with
+the checker's reason (problems); `auto` (the default) plans it where the profile guarantees the
+features, offers a usable config at its only subgroup size, and the family serves the spec and fits
+the profile (auto_picks), else the scalar family (kernel.wgsl.j2), silently: measured on the H200
+through Dawn, 1.04-1.89x the scalar family on every row of the WGSL grid. At load, a kernel planned
+under `auto` for a profile the live adapter does not match is planned again without the family
+(kernel.py); under `on` it is a LaunchError.
 """
 
 from __future__ import annotations
@@ -96,15 +101,75 @@ def choose(profile: Profile) -> MatrixConfig | None:
     return max(usable, key=lambda c: ((c.m, c.n, c.k) == (16, 16, 16), c.m * c.n * c.k))
 
 
-def mode(spec: AttentionSpec) -> str:
-    """on or off: the spec's `target wgsl { matrix=... }`; auto is off until measured on a GPU."""
-    return "on" if spec.options("wgsl").get("matrix") == "on" else "off"
+def requested(spec: AttentionSpec) -> str:
+    """auto, on or off: the spec's `target wgsl { matrix=... }`."""
+    return spec.options("wgsl").get("matrix") or "auto"
+
+
+def uses_family(spec: AttentionSpec, profile: Profile, storage: str | None) -> bool:
+    """Whether `spec` is planned on the subgroup-matrix family for `profile` (storage:
+    config.f16_storage's answer): `on` (the checker refused what the family does not take), or
+    `auto` where auto_picks() says so."""
+    mode = requested(spec)
+    return mode == "on" or (mode == "auto" and auto_picks(spec, profile, storage))
+
+
+def auto_picks(spec: AttentionSpec, profile: Profile, storage: str | None) -> bool:
+    """`matrix=auto`'s choice: the family where why_not() finds nothing; else the scalar family
+    runs the spec without a word."""
+    return why_not(spec, profile, storage) is None
+
+
+def why_not(spec: AttentionSpec, profile: Profile, storage: str | None) -> str | None:
+    """Why `matrix=auto` keeps `spec` off the family on `profile`, in words (None: it takes it): the
+    profile must guarantee the family's features (optional ones are used only on request, as for
+    subgroups), offer a usable config whose subgroup size is the profile's only one (the kernel
+    counts subgroups as WORKGROUP / size), and the family must serve the spec (refusals()) and fit
+    the profile's limits (fit_problem())."""
+    lacking = [f for f in (FEATURE, "shader-f16", "subgroups") if not profile.has_feature(f)]
+    if lacking:
+        return f"profile {profile.name} does not guarantee {' and '.join(lacking)}"
+    mc = choose(profile)
+    if mc is None:
+        return f"profile {profile.name} offers no f16 -> f32 subgroup-matrix config the family takes"
+    sizes = (profile.features.get("subgroup_min_size"), profile.features.get("subgroup_max_size"))
+    if sizes != (mc.max_subgroup_size, mc.max_subgroup_size):
+        return (f"profile {profile.name} runs subgroups of {sizes[0]} to {sizes[1]}, the config "
+                f"{mc.summary} exactly {mc.max_subgroup_size}")
+    refused = refusals(spec, profile, storage)
+    if refused:
+        return refused[0].message.replace("matrix=on: ", "", 1)
+    why = fit_problem(spec, profile, mc)
+    return None if why is None else why.replace("matrix=on: ", "", 1)
+
+
+def with_mode(spec: AttentionSpec, mode: str) -> AttentionSpec:
+    """`spec` with `target wgsl { matrix=mode }` (auto: the option left out, as when not given)."""
+    from dataclasses import replace
+    options = {k: v for k, v in spec.options("wgsl").items() if k != "matrix"}
+    if mode != "auto":
+        options["matrix"] = mode
+    others = tuple((t, o) for t, o in spec.targets if t != "wgsl")
+    return replace(spec, targets=others + ((("wgsl", tuple(sorted(options.items()))),) if options else ()))
+
+
+def without_family(profile: Profile) -> Profile:
+    """`profile` less the family's feature and configs, under its own name: what it plans for
+    `matrix=auto` is the scalar family's plan (the plan `matrix=off` gives, with the spec's text
+    unchanged)."""
+    strip = lambda key: [f for f in profile.features.get(key, ()) if f != FEATURE]  # noqa: E731
+    return profile.narrowed(features={"guaranteed": strip("guaranteed"), "optional": strip("optional"),
+                                      "subgroup_matrix_configs": []})
 
 
 def problems(spec: AttentionSpec, profile: Profile, storage: str | None) -> list[Problem]:
-    """Why `matrix=on` cannot plan `spec` on `profile` (storage: config.f16_storage's answer)."""
-    if mode(spec) != "on":
-        return []
+    """Why `matrix=on` cannot plan `spec` on `profile` (storage: config.f16_storage's answer);
+    nothing under auto and off (auto falls back to the scalar family)."""
+    return refusals(spec, profile, storage) if requested(spec) == "on" else []
+
+
+def refusals(spec: AttentionSpec, profile: Profile, storage: str | None) -> list[Problem]:
+    """Why the family cannot plan `spec` on `profile`, as the checker words them for `matrix=on`."""
     key, hint = "target.wgsl", "use matrix=off (or auto): the scalar family runs it"
     missing = [f for f in (FEATURE, "shader-f16", "subgroups") if not profile.may_use_feature(f)]
     if missing:
@@ -203,6 +268,25 @@ def matrix_offsets(spec: AttentionSpec, mc: MatrixConfig) -> list[tuple[str, str
             ("sP", "MAT_K keys", mc.k * pc)]
 
 
+def fit_problem(spec: AttentionSpec, profile: Profile, mc: MatrixConfig) -> str | None:
+    """Why the family's kernel with config `mc` does not fit `profile` (alignment, workgroup memory,
+    invocations), or None."""
+    buffers, smem = layout(spec, mc)
+    misaligned = alignment_problems(buffers, matrix_offsets(spec, mc))
+    if misaligned:
+        return (f"matrix=on: with config {mc.summary} the kernel's workgroup memory cannot be laid out "
+                f"16-byte aligned for the subgroup-matrix built-ins ({'; '.join(misaligned)})")
+    limit = profile.limit("workgroup_storage_bytes")
+    if smem > limit:
+        return (f"matrix=on: the subgroup-matrix kernel needs {smem} bytes of workgroup memory, "
+                f"profile {profile.name} allows {limit}")
+    workgroup = SUBGROUPS[spec.head_dim_qk] * mc.max_subgroup_size
+    if workgroup > profile.limit("invocations_per_workgroup"):
+        return (f"matrix=on: a workgroup of {workgroup} invocations exceeds profile {profile.name}'s "
+                f"{profile.limit('invocations_per_workgroup')}")
+    return None
+
+
 def matrix_config(spec: AttentionSpec, profile: Profile, config_type):
     """The WgslConfig (config_type) of the family: TILE_Q = SUBGROUPS x M rows, TILE_KV keys, a
     workgroup of SUBGROUPS subgroups. The scalar family's sub-block fields are set so that the
@@ -211,20 +295,11 @@ def matrix_config(spec: AttentionSpec, profile: Profile, config_type):
     mc = choose(profile)
     if mc is None:
         raise Problem(f"matrix=on: profile {profile.name} has no usable subgroup-matrix config", key="target.wgsl")
+    why = fit_problem(spec, profile, mc)
+    if why is not None:
+        raise Problem(why, key="target.wgsl")
     tile_q = SUBGROUPS[spec.head_dim_qk] * mc.m
     workgroup = SUBGROUPS[spec.head_dim_qk] * mc.max_subgroup_size
     buffers, smem = layout(spec, mc)
-    misaligned = alignment_problems(buffers, matrix_offsets(spec, mc))
-    if misaligned:
-        raise Problem(f"matrix=on: with config {mc.summary} the kernel's workgroup memory cannot be laid out "
-                      f"16-byte aligned for the subgroup-matrix built-ins ({'; '.join(misaligned)})",
-                      key="target.wgsl")
-    limit = profile.limit("workgroup_storage_bytes")
-    if smem > limit:
-        raise Problem(f"matrix=on: the subgroup-matrix kernel needs {smem} bytes of workgroup memory, "
-                      f"profile {profile.name} allows {limit}", key="target.wgsl")
-    if workgroup > profile.limit("invocations_per_workgroup"):
-        raise Problem(f"matrix=on: a workgroup of {workgroup} invocations exceeds profile {profile.name}'s "
-                      f"{profile.limit('invocations_per_workgroup')}", key="target.wgsl")
     return config_type(tile_q, TILE_KV, workgroup // tile_q, 1, True, spec.head_dim_qk, spec.head_dim_v,
                        buffers, smem, pad=0, matrix=mc)

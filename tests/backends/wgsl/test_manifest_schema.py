@@ -30,9 +30,13 @@ def _specs():
 
 
 def _cases():
-    """(name, spec, profile) of every WGSL kernel among them, and the f16 ones again with packed f16."""
+    """(name, spec, profile) of every WGSL kernel among them, and the f16 ones again with packed f16;
+    on dawn-vulkan-nvidia, those of the subgroup-matrix family (matrix=auto's choice there)."""
     out = []
+    dawn = get_profile("dawn-vulkan-nvidia", "wgsl")
     for name, spec in _specs():
+        if spec.dtype != "bf16" and not attngen.check(spec, "wgsl", dawn) and attngen.lower(spec, "wgsl", dawn).config.matrix:
+            out.append((name, spec, "dawn-vulkan-nvidia"))
         for profile in ("webgpu-core", "wgpu-software"):
             if spec.dtype != "bf16" and not attngen.check(spec, "wgsl", get_profile(profile, "wgsl")):
                 out.append((name, spec, profile))
@@ -48,6 +52,7 @@ CASES = _cases()
 def test_the_schema_is_a_schema():
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     assert len(CASES) > 40
+    assert sum(p == "dawn-vulkan-nvidia" for _, _, p in CASES) >= 3  # subgroup-matrix kernels among them
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{n}-{p}" for n, _, p in CASES])

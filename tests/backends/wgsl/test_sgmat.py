@@ -98,10 +98,127 @@ def test_matrix_on_plans_the_family_and_check_says_so():
     assert src == api.emit_plan(api.lower(spec_of(), "wgsl", "dawn-vulkan-nvidia")).source  # deterministic
 
 
-@pytest.mark.parametrize("options", ["matrix=auto", "matrix=off", ""])
-def test_matrix_auto_and_off_plan_the_scalar_family(options):
-    plan = api.lower(spec_of(options=options), "wgsl", "dawn-vulkan-nvidia")
+def test_matrix_off_plans_the_scalar_family():
+    plan = api.lower(spec_of(options="matrix=off"), "wgsl", "dawn-vulkan-nvidia")
     assert plan.config.matrix is None and FEATURE not in plan.features
+
+
+@pytest.mark.parametrize("options", ["matrix=auto", ""])
+@pytest.mark.parametrize("d", [64, 128])
+def test_matrix_auto_plans_the_family_where_the_profile_offers_a_config(options, d):
+    """auto (the default): measured faster on every row of the WGSL grid, so it is the family's
+    plan where the profile has a usable config and the family serves the spec."""
+    auto = api.lower(spec_of(d=d, options=options), "wgsl", "dawn-vulkan-nvidia")
+    on = api.lower(spec_of(d=d), "wgsl", "dawn-vulkan-nvidia")
+    assert auto.config == on.config and auto.features == on.features == ("shader-f16", "subgroups", FEATURE)
+    assert not messages(spec_of(d=d, options=options))
+    from attngen import backends
+    assert any(line.startswith("subgroup matrix 16x16x16 f16 -> f32 (of the profile's configs; target wgsl { "
+                               "matrix=auto })") for line in backends.get("wgsl").describe(auto))
+    assert "subgroup_matrix" in api.emit_plan(auto).manifest
+
+
+REFUSED = [
+    ({"dtype": "f32"}, "storage f32"),
+    ({"d": 256}, "head_dim qk=256 v=256"),
+    ({"d": 96}, "head_dim qk=96"),
+    ({"mask": "k % 3 != 1"}, "mask expr"),
+    ({"extra": "schedule split_kv(4)"}, "schedule split_kv"),
+    ({"extra": "schedule two_pass"}, "schedule two_pass"),
+    ({"extra": "accumulate qk=f16 pv=f32"}, "accumulate f16"),
+    ({"extra": "tile q=32 kv=32"}, "tile sizes from the spec"),
+    ({"options": "matrix=on f16=packed"}, "f16=packed"),
+    ({"options": "matrix=on subgroups=off"}, "subgroups=off"),
+    ({"options": "matrix=on workgroup=128"}, "workgroup from the spec"),
+]
+
+
+@pytest.mark.parametrize("kwargs, why", REFUSED, ids=[w for _, w in REFUSED])
+def test_matrix_auto_keeps_what_the_family_refuses_on_the_scalar_family_silently(kwargs, why):
+    kw = {**kwargs, "options": kwargs.get("options", "matrix=on").replace("matrix=on", "matrix=auto")}
+    assert messages(spec_of(**kw)) == []
+    plan = api.lower(spec_of(**kw), "wgsl", "dawn-vulkan-nvidia")
+    assert plan.config.matrix is None and FEATURE not in plan.features
+    # matrix=on names why (test_matrix_on_names_what_the_family_does_not_take_yet)
+    assert any(why in m for m in messages(spec_of(**{**kwargs, "options": kwargs.get("options", "matrix=on")})))
+
+
+def _narrowed(**features):
+    return get_profile("dawn-vulkan-nvidia", "wgsl").narrowed(name="narrowed", features=features)
+
+
+@pytest.mark.parametrize("profile, why", [
+    (_narrowed(guaranteed=["shader-f16", "subgroups"], optional=[FEATURE]), "the feature only on request"),
+    (_narrowed(guaranteed=["subgroups", FEATURE], optional=["shader-f16"]), "shader-f16 only on request"),
+    (_narrowed(subgroup_min_size=16), "subgroups of 16 to 32"),
+    (_narrowed(subgroup_matrix_configs=[]), "no configs"),
+    (get_profile("dawn-vulkan-nvidia", "wgsl").narrowed(limits={"workgroup_storage_bytes": 32768}), "32 KiB"),
+])
+def test_matrix_auto_needs_guaranteed_features_one_subgroup_size_a_config_and_room(profile, why):
+    for d in (64, 128):
+        assert api.lower(spec_of(d=d, options=""), "wgsl", profile).config.matrix is None, why
+        assert not api.check(spec_of(d=d, options=""), "wgsl", profile)
+
+
+def test_matrix_auto_takes_the_family_per_head_dim_where_only_one_fits():
+    roomy = get_profile("dawn-vulkan-nvidia", "wgsl").narrowed(limits={"workgroup_storage_bytes": 36864})
+    assert api.lower(spec_of(d=128, options=""), "wgsl", roomy).config.matrix is not None  # 33808 bytes
+    assert api.lower(spec_of(d=64, options=""), "wgsl", roomy).config.matrix is None  # 42000 bytes
+
+
+def test_matrix_auto_on_profiles_without_configs_plans_what_matrix_off_plans():
+    """The profiles without subgroup matrices (the golden files' among them) are unchanged by auto."""
+    from conftest import example_specs
+    for name in ("webgpu-core", "wgpu-vulkan-nvidia", "wgpu-software", "wgpu-apple", "wgpu-intel", "wgpu-adreno"):
+        prof = get_profile(name, "wgsl")
+        for _, spec in example_specs():
+            if spec.dtype == "bf16" or api.check(spec, "wgsl", prof):
+                continue
+            off = api.parse(api.format_spec(spec).replace("target wgsl {", "target wgsl { matrix=off", 1))[0]
+            assert api.lower(spec, "wgsl", prof).config == api.lower(off, "wgsl", prof).config, (name, spec.name)
+
+
+def test_a_mask_over_inputs_builds_its_block_mask_on_the_companion_kernels_tiles():
+    """The `mask custom` companion of a mask over inputs may be planned on the family (auto) while
+    the spec's own kernel is scalar: the builder (`--emit block-mask`) takes the companion's tiles."""
+    from attngen import backends
+    from attngen.backends.wgsl.manifest import companion_plan
+    (spec,) = api.parse("attention t {\n head_dim 128\n dtype f16\n input doc[b, q] i32\n"
+                        " mask k <= q && doc[b, q] == doc[b, k]\n}")
+    plan = api.lower(spec, "wgsl", "dawn-vulkan-nvidia")
+    att = companion_plan(plan)
+    assert plan.config.matrix is None and att.config.matrix is not None
+    assert (att.tile_q, att.tile_kv) != (plan.tile_q, plan.tile_kv)
+    builder = backends.get("wgsl").helper_sources(plan)["block-mask"]
+    assert f"const TILE_Q: u32 = {att.tile_q}u;" in builder and f"const TILE_KV: u32 = {att.tile_kv}u;" in builder
+    m = api.emit_plan(plan).manifest["mask_inputs"]["attention"]["manifest"]
+    assert FEATURE in m["features"] and m["subgroup_matrix"]["m"] == 16
+
+
+# ---- at load: a plan for a named profile whose configs the live adapter lacks ------------------------
+
+def test_at_load_auto_falls_back_to_the_scalar_build_and_on_is_refused():
+    from attngen import backends
+    from attngen.backends.wgsl.kernel import _matrix_problem, _plan
+    backend = backends.get("wgsl")
+    dawn = get_profile("dawn-vulkan-nvidia", "wgsl")
+    live = dawn.narrowed(name="dawn-vulkan-nvidia@no-matrices", features={
+        "guaranteed": ["shader-f16", "subgroups"], "subgroup_matrix_configs": []})
+    plan, prof = _plan(spec_of(options=""), backend, dawn, live)
+    assert plan.config.matrix is None and FEATURE not in plan.features and plan.profile == "dawn-vulkan-nvidia"
+    off = api.lower(spec_of(options="matrix=off"), "wgsl", "dawn-vulkan-nvidia")
+    assert plan.config == off.config
+    assert api.emit_plan(plan).source.split("\n", 20)[-1] == api.emit_plan(off).source.split("\n", 20)[-1]
+    # where the adapter offers the config, auto keeps the family
+    assert _plan(spec_of(options=""), backend, dawn, dawn)[0].config.matrix is not None
+    # matrix=on keeps its plan, and the device check refuses it, naming the config and what to do
+    plan, _ = _plan(spec_of(), backend, dawn, live)
+    why = _matrix_problem(plan, live, "this device (H200)")
+    assert plan.config.matrix is not None and "16x16x16 f16 -> f32 subgroup matrices" in why
+    assert "this device (H200) does not offer" in why and "matrix=auto" in why
+    varying = dawn.narrowed(features={"subgroup_min_size": 16})
+    assert "subgroups of 16 to 32" in _matrix_problem(plan, varying)
+    assert _plan(spec_of(options=""), backend, dawn, varying)[0].config.matrix is None
 
 
 @pytest.mark.parametrize("profile", ["webgpu-core", "wgpu-vulkan-nvidia", "wgpu-software"])
@@ -212,6 +329,29 @@ def test_the_generated_sources_compile_under_tint_on_dawns_null_backend():
         smem = plans[name].smem_bytes
         assert got == "ok" or (got.startswith("pipeline: The total use of workgroup storage ")
                                and f"({smem} bytes)" in got), (name, got[:2000])
+
+
+def test_the_examples_that_auto_plans_on_the_family_compile_under_tint():
+    """matrix=auto's kernels of the examples on dawn-vulkan-nvidia (Llama-3, Mistral's window,
+    packed documents' custom mask, Whisper's d64) and the `mask custom` companion of a mask over
+    inputs, as a browser's Tint takes them."""
+    from conftest import example_specs
+    from attngen.backends.wgsl.manifest import companion_plan
+    plans = {}
+    for _, spec in example_specs():
+        if spec.dtype == "bf16" or api.check(spec, "wgsl", get_profile("dawn-vulkan-nvidia", "wgsl")):
+            continue
+        plan = api.lower(spec, "wgsl", "dawn-vulkan-nvidia")
+        if plan.config.matrix is not None:
+            plans[spec.name] = plan
+    assert {"llama3_8b_prefill", "mistral_7b_prefill", "whisper_large_v3_cross"} <= set(plans)
+    (inputs,) = api.parse("attention t {\n head_dim 64\n dtype f16\n input doc[b, q] i32\n"
+                          " mask k <= q && doc[b, q] == doc[b, k]\n}")
+    plans["companion"] = companion_plan(api.lower(inputs, "wgsl", "dawn-vulkan-nvidia"))
+    result = tint_null({name: (api.emit_plan(p).source, p.entry) for name, p in plans.items()})
+    for name, got in result.items():
+        assert got == "ok" or (got.startswith("pipeline: The total use of workgroup storage ")
+                               and f"({plans[name].smem_bytes} bytes)" in got), (name, got[:2000])
 
 
 def test_the_manifest_lists_the_feature_and_the_config():
