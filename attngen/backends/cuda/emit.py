@@ -268,9 +268,10 @@ def _fp8_context(plan: KernelPlan) -> dict:
     block and key slots."""
     if not plan.config.fp8:
         return {}
-    from .fp8 import KEY_SLOTS, P_OFFSET, PREPARE_THREADS
+    from .fp8 import KEY_SLOTS, P_OFFSET, PREPARE_THREADS, group_slots
     prepare = next(e for e in plan.entries if e.name == "prepare_v")
     return {"p_offset": c_float(P_OFFSET), "prepare_threads": PREPARE_THREADS, "key_slots": KEY_SLOTS,
+            "group_slots": group_slots(),
             "prepare_decl": param_list(prepare.params, len(prepare.entry) + 1)}
 
 

@@ -52,6 +52,17 @@ def key_slot_permutation() -> tuple:
 
 
 KEY_SLOTS = key_slot_permutation()
+GROUP = 16  # key slots per 16-byte store of the _prepare_v entry: slots 16 g .. 16 g + 15 of a V^T row
+
+
+def group_slots() -> tuple:
+    """KEY_SLOTS within a group of GROUP slots: ((k0, k1, k2, k3) per 4 slots), the keys (0..15 of
+    the group's own 16) that slots 4 T .. 4 T + 3 hold. _prepare_v writes a V^T row 16 slots per
+    store from 16 keys, which holds because each half of a 32-key block holds its own 16 keys in
+    the same order (KEY_SLOTS[16 + k] = 16 + KEY_SLOTS[k])."""
+    first, second = KEY_SLOTS[:GROUP], KEY_SLOTS[GROUP:]
+    assert sorted(first) == list(range(GROUP)) and second == tuple(GROUP + s for s in first), KEY_SLOTS
+    return tuple(first[i:i + 4] for i in range(0, GROUP, 4))
 
 
 def padded_keys(len_k: int) -> int:

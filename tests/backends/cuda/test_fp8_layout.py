@@ -90,7 +90,7 @@ def test_the_accumulator_in_its_order_is_the_a_fragment_of_the_slots():
 
 def _prepare_v(v: np.ndarray) -> np.ndarray:
     """templates/cuda/fp8_prepare.j2's V^T of one (sequence, KV head): v (Lk, D) -> (D, padded slots),
-    4 slots per 32-bit word as the kernel packs them, then unpacked in memory order."""
+    slot k of each 32-key block holding key KEY_SLOTS[k] of that block, zeros past Lk."""
     lk, d = v.shape
     slots = padded_keys(lk)
     rows = np.zeros((slots, d), v.dtype)
@@ -165,6 +165,14 @@ static std::barrier<>* g_bar;
 struct uint4 { unsigned x, y, z, w; };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
+// byte n of the result: byte (nibble n of s, low 3 bits) of the 8 bytes y:x (CUDA's __byte_perm)
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long both = (unsigned long long)y << 32 | x;
+    unsigned r = 0;
+    for (int n = 0; n < 4; ++n) r |= (unsigned)(both >> (8 * ((s >> (4 * n)) & 7)) & 0xff) << (8 * n);
+    return r;
+}
+template <class T> inline T __ldcs(const T* p) { return *p; }  // (a streaming load: the cache hint alone)
 typedef unsigned short elem_t;
 '''
 _RUN = r'''
@@ -188,7 +196,8 @@ extern "C" void run(const unsigned char* v, long long sb, long long sl, long lon
 
 
 @pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="no g++ to compile the emulation")
-@pytest.mark.parametrize("dtype, lk, d", [("e4m3", 300, 64), ("e5m2", 128, 32), ("e4m3", 1, 128)])
+@pytest.mark.parametrize("dtype, lk, d", [("e4m3", 300, 64), ("e5m2", 128, 32), ("e4m3", 1, 128), ("e5m2", 257, 48),
+                                          ("e4m3", 129, 256), ("e4m3", 113, 16)])
 def test_the_prepare_v_kernel_on_the_cpu(dtype, lk, d, tmp_path):
     """The generated _prepare_v entry (templates/cuda/fp8_prepare.j2) on strided FP8 bytes: V^T with
     the key slots permuted, zeros past Lk and where v held an inf or NaN, those keys' bits, and a bad
