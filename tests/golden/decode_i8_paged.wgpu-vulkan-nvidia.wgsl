@@ -155,10 +155,16 @@ struct Params {
 // k_scale (k_scale_words) f32: kv_dtype, the decode kernel: k's scales, f32: e4m3 / e5m2: (B,
 // Hkv), one per sequence and KV head; i8: k's shape with the head dim replaced by Dqk / 32,
 // one per block of 32 values of a row
-@group(0) @binding(15) var<storage, read_write> k_scale: array<f32>;
+@group(0) @binding(15) var<storage, read> k_scale: array<f32>;
 // v_scale (v_scale_words) f32: kv_dtype, the decode kernel: v's scales, laid out as k_scale's
 // (Dv / 32 for i8)
-@group(0) @binding(16) var<storage, read_write> v_scale: array<f32>;
+@group(0) @binding(16) var<storage, read> v_scale: array<f32>;
+// k_scale_w (k_scale_words) f32: kv_dtype i8, the decode kernel's appending twin only:
+// k_scale, bound read_write (the append writes its new rows' scales)
+@group(0) @binding(17) var<storage, read_write> k_scale_w: array<f32>;
+// v_scale_w (v_scale_words) f32: kv_dtype i8, the decode kernel's appending twin only:
+// v_scale, bound read_write
+@group(0) @binding(18) var<storage, read_write> v_scale_w: array<f32>;
 
 // Workgroup memory (2560 bytes), used by the epilogue only:
 var<workgroup> sM: array<f32, 64>;  // TEAMS x ROWS: each team's m_i, then its l_i
@@ -440,7 +446,7 @@ fn append_items(lid: u32, seq: Seq, kv_head: u32) {
         let row = key_row(seq, j) * params.heads_kv + kv_head;
         let s = new_scale(n - col % 32u);
         if (col % 32u == 0u) {
-            k_scale[row * (HEAD_DIM_QK / 32u) + col / 32u] = s;
+            k_scale_w[row * (HEAD_DIM_QK / 32u) + col / 32u] = s;
         }
         k[row * ITEMS_K + e % ITEMS_K] = new_item(n, s);
     }
@@ -451,7 +457,7 @@ fn append_items(lid: u32, seq: Seq, kv_head: u32) {
         let row = key_row(seq, j) * params.heads_kv + kv_head;
         let s = new_scale(n - col % 32u);
         if (col % 32u == 0u) {
-            v_scale[row * (HEAD_DIM_V / 32u) + col / 32u] = s;
+            v_scale_w[row * (HEAD_DIM_V / 32u) + col / 32u] = s;
         }
         v[row * ITEMS_V + e % ITEMS_V] = new_item(n, s);
     }
@@ -463,9 +469,8 @@ fn append_items(lid: u32, seq: Seq, kv_head: u32) {
 // acc of its columns; alpha = exp2(m_old - m_new) rescales them when the max grows. The teams'
 // shares are merged in the epilogue; this split's output (normalised by its own sum) and lse go
 // to o_part / lse_part, which attngen_decode_i8_paged_combine merges by lse.
-// Two entry points: attngen_decode_i8_paged for calls that append nothing, attngen_decode_i8_paged_append (the same
-// kernel with the fused append, section append, whose main loop quantizes appended keys as it
-// reads them) for calls that do: the quantizer stays out of the loop the decode rows run.
+// Two entry points: attngen_decode_i8_paged for calls that append nothing, attngen_decode_i8_paged_append (the fused append,
+// its loop quantizing appended keys as it reads them) for calls that do: no quantizer in decode's loop.
 @compute @workgroup_size(128, 1, 1)
 fn attngen_decode_i8_paged(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
     let team = lid / TEAM;                        // keys team + TEAMS * u of each step
@@ -3027,13 +3032,13 @@ fn attngen_decode_i8_paged_append(@builtin(local_invocation_index) lid: u32, @bu
                     {
                         const c = 0u;
                         kw[u][c] = k[row * ITEMS_K + lane + TEAM * c];
-                        k_sc[u][c] = k_scale[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                        k_sc[u][c] = k_scale_w[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
                     }
                     // for c < CHUNKS_V (1), unrolled: one block per c
                     {
                         const c = 0u;
                         vw[u][c] = v[row * ITEMS_V + lane + TEAM * c];
-                        v_sc[u][c] = v_scale[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                        v_sc[u][c] = v_scale_w[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
                     }
                 }
             }
@@ -3065,13 +3070,13 @@ fn attngen_decode_i8_paged_append(@builtin(local_invocation_index) lid: u32, @bu
                     {
                         const c = 0u;
                         kw[u][c] = k[row * ITEMS_K + lane + TEAM * c];
-                        k_sc[u][c] = k_scale[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                        k_sc[u][c] = k_scale_w[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
                     }
                     // for c < CHUNKS_V (1), unrolled: one block per c
                     {
                         const c = 0u;
                         vw[u][c] = v[row * ITEMS_V + lane + TEAM * c];
-                        v_sc[u][c] = v_scale[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                        v_sc[u][c] = v_scale_w[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
                     }
                 }
             }
@@ -3103,13 +3108,13 @@ fn attngen_decode_i8_paged_append(@builtin(local_invocation_index) lid: u32, @bu
                     {
                         const c = 0u;
                         kw[u][c] = k[row * ITEMS_K + lane + TEAM * c];
-                        k_sc[u][c] = k_scale[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                        k_sc[u][c] = k_scale_w[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
                     }
                     // for c < CHUNKS_V (1), unrolled: one block per c
                     {
                         const c = 0u;
                         vw[u][c] = v[row * ITEMS_V + lane + TEAM * c];
-                        v_sc[u][c] = v_scale[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                        v_sc[u][c] = v_scale_w[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
                     }
                 }
             }
@@ -3141,13 +3146,13 @@ fn attngen_decode_i8_paged_append(@builtin(local_invocation_index) lid: u32, @bu
                     {
                         const c = 0u;
                         kw[u][c] = k[row * ITEMS_K + lane + TEAM * c];
-                        k_sc[u][c] = k_scale[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                        k_sc[u][c] = k_scale_w[row * (HEAD_DIM_QK / 32u) + (lane + TEAM * c) * VALUES / 32u];
                     }
                     // for c < CHUNKS_V (1), unrolled: one block per c
                     {
                         const c = 0u;
                         vw[u][c] = v[row * ITEMS_V + lane + TEAM * c];
-                        v_sc[u][c] = v_scale[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
+                        v_sc[u][c] = v_scale_w[row * (HEAD_DIM_V / 32u) + (lane + TEAM * c) * VALUES / 32u];
                     }
                 }
             }
