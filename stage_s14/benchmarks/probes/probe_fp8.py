@@ -1,0 +1,95 @@
+"""FP8 prefill (issue 44) on the H100: attngen's FP8 kernel beside its f16 kernel and cuDNN's FP8 SDPA,
+and its accuracy beside the f16 kernel's on the same values.
+
+Speed: head dims 64 / 128 / 256 x L 4096 / 16384 x full / causal, B L = 16384, H D = 2048, e4m3 in
+and bf16 out, TFLOP/s = 4 B H L^2 D (causal half), medians of CUDA events after warm-up; the
+_prepare_v entry (V^T, the first launch of every call) timed apart and the attention alone beside
+the whole call; cuDNN's FP8 SDPA (nvidia-cudnn-frontend, descales 1, FP8 out) where `cudnn`
+imports. The rows are benchmarks/suite/fp8_prefill.py's (run_gpu.py's suite `fp8`).
+
+Accuracy (--accuracy): the relative L2 error against the float64 reference fed the same FP8 bytes
+and descales (attngen.quantize_fp8 per sequence and KV head), beside the f16 kernel's error on those
+dequantized values rounded to f16, at L 1023 / 4096, d 64 / 128 / 256, full and causal, GQA 3.
+
+    python3 benchmarks/probes/probe_fp8.py [--dims 64,128,256] [--lengths 4096,16384] [--masks none,causal]
+        [--accuracy] [--no-speed] [--producer-regs 40,24]
+
+--producer-regs runs the speed table once per value of the producer's registers after setmaxnreg
+(attngen/backends/cuda/tiles.py, CudaTiles.fp8_producer_regs, overridden for every mask through the
+profile, common.with_tiles): 40 leaves the two consumer
+warpgroups 232 registers, with which ptxas serialised the d224 / d256 products (C7512: the kernel before
+branch fp8wide), 24 leaves them 240 (the plan's default since). Each value is its own plan, so its own
+cubin in the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402  (puts benchmarks/suite on the path)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import attngen  # noqa: E402
+import fp8_prefill  # noqa: E402  (benchmarks/suite/fp8_prefill.py)
+
+
+def accuracy(dims, lengths, masks):
+    from attngen.reference import reference, relative_error
+    from attngen.runtime.fp8 import dequantize_fp8, quantize_fp8
+    print("accuracy: relative L2 error against the float64 reference on the same FP8 values (B 1, Hq 6 over Hkv 2)")
+    print(f"{'case':<26}{'FP8 kernel':>12}{'f16 kernel':>12}{'ratio':>8}")
+    rng = np.random.default_rng(44)
+    for d in dims:
+        for length in lengths:
+            for mask in masks:
+                x = [rng.standard_normal((1, length, h, d)) for h in (6, 2, 2)]
+                (q8, qd), (k8, kd), (v8, vd) = (quantize_fp8(t, "e4m3", heads_kv=2) for t in x)
+                spec = attngen.parse(f"attention fp8_acc {{\n head_dim {d}\n dtype e4m3\n mask {mask}\n}}\n")[0]
+                f16 = attngen.parse(f"attention fp8_acc_f16 {{\n head_dim {d}\n dtype f16\n mask {mask}\n}}\n")[0]
+                ref = reference(spec, q8, k8, v8, q_descale=qd, k_descale=kd, v_descale=vd)
+                dev = [torch.from_numpy(a).cuda().view(torch.float8_e4m3fn) for a in (q8, k8, v8)]
+                scales = {n: torch.from_numpy(s).cuda() for n, s in (("q_descale", qd), ("k_descale", kd),
+                                                                      ("v_descale", vd))}
+                out = attngen.compile(spec, target="cuda")(*dev, **scales)
+                e8 = relative_error(out.float().cpu().numpy(), ref)
+                vals = [dequantize_fp8(a, s, "e4m3", g) for a, s, g in ((q8, qd, 3), (k8, kd, 1), (v8, vd, 1))]
+                o16 = attngen.compile(f16, target="cuda")(*[torch.from_numpy(a.astype(np.float16)).cuda() for a in vals])
+                e16 = relative_error(o16.float().cpu().numpy(), ref)
+                print(f"{f'd{d} L{length} {mask}':<26}{e8:>12.2e}{e16:>12.2e}{e8 / e16:>7.0f}x", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dims", default="64,128,256")
+    ap.add_argument("--lengths", default="4096,16384")
+    ap.add_argument("--masks", default="none,causal")
+    ap.add_argument("--accuracy", action="store_true", help="also the accuracy table (L 1023 and 4096)")
+    ap.add_argument("--no-speed", action="store_true")
+    ap.add_argument("--producer-regs", default="", help="comma-separated registers of the FP8 producer to compare")
+    a = ap.parse_args()
+    dims = tuple(int(x) for x in a.dims.split(","))
+    masks = tuple(a.masks.split(","))
+    print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}")
+    if not a.no_speed:
+        for regs in [int(x) for x in a.producer_regs.split(",") if x] or [None]:
+            profile = None
+            if regs is not None:
+                profile = common.with_tiles(None, fp8_producer_regs={kind: regs for kind in ("none", "causal", "window",
+                                                                                              "custom")},
+                                            fp8_wide_custom_producer_regs=regs)
+                print(f"-- FP8 producer {regs} registers after setmaxnreg (the consumers: 168 x 384 less those, "
+                      "over 256 threads, a multiple of 8)")
+            rows = []
+            fp8_prefill.section(rows, dims, tuple(int(x) for x in a.lengths.split(",")), masks, profile)
+            print(fp8_prefill.markdown(rows))
+    if a.accuracy:
+        accuracy(dims, (1023, 4096), masks)
+
+
+if __name__ == "__main__":
+    main()
