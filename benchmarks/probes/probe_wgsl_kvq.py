@@ -22,9 +22,9 @@ reference fed the same stored values (relative error, "rel err"). Kernels are co
 Then (unless --no-host) the old kernel with host numpy caches, f16 and i8 contiguous, beside its
 resident time: whether the per-call upload of a host cache shows in the GPU time (it should not:
 the uploads are not in the timed passes). Then (unless --no-sweep, and only while the run is under
-60 s) the decode kernel's variants at the last length, contiguous f16 and i8: keys per team and step
-(tile table decode_keys), invocations per workgroup (decode_workgroup), split_kv(16), and for i8
-unpack4xI8 instead of the integer decode (decode_i8_unpack). Random
+--budget seconds) the decode kernel's variants at the last length, contiguous f16 and i8: keys per team
+and step (tile table decode_keys), invocations per workgroup (decode_workgroup), split_kv(16), and for i8
+unpack4xI8 instead of the integer decode (decode_i8_unpack); or --variants' list. Random
 stored bytes stand in for real caches (f16 in +-[0.5, 2), i8 any byte, FP8 without NaN or inf codes):
 the cost of a kernel does not depend on the values. It changes nothing in attngen.
 """
@@ -134,6 +134,9 @@ def main():
     ap.add_argument("--schedule", default="split_kv(auto)")
     ap.add_argument("--no-host", action="store_true", help="leave out the old kernel with host caches")
     ap.add_argument("--no-sweep", action="store_true", help="leave out the decode kernel's variants")
+    ap.add_argument("--variants", default="",
+                    help="the sweep's variants instead of the built-in list: 'KV: NAME=VALUE ...; ...', e.g. "
+                         "'i8: decode_i8_unpack=true decode_keys=8; f16: decode_workgroup=256' (tile-table overrides)")
     ap.add_argument("--budget", type=float, default=85.0, help="seconds after which no further row starts")
     args = ap.parse_args()
     print(wgsl.devices.device_state().description())
@@ -205,11 +208,17 @@ def main():
                 ({}, "split_kv(16)"), ({"decode_keys": 8}, "split_kv(16)")]
     print(f"decode kernel variants at Lk {lk}, contiguous (tile-table overrides of the live profile):")
     live = wgsl.adapter_profile()
+    given = [part.split(":", 1) for part in args.variants.split(";") if part.strip()]
     for kv, (k, v, scales) in kept.items():
         opts = {"kv_lens": np.full(B, lk, np.int32), **scales}
-        for overrides, schedule in variants + ([({"decode_i8_unpack": True}, args.schedule)] if kv == "i8" else []):
-            if time.perf_counter() - START > 60:
-                print("  (the rest left out: the run is past 60 s)")
+        mine = variants + ([({"decode_i8_unpack": True}, args.schedule)] if kv == "i8" else [])
+        if given:
+            value = (lambda x: x == "true" if x in ("true", "false") else int(x))  # bool fields take true / false
+            mine = [({n: value(x) for n, x in (w.split("=") for w in rest.split())}, args.schedule)
+                    for name, rest in given if name.strip() == kv]
+        for overrides, schedule in mine:
+            if time.perf_counter() - START > args.budget:
+                print(f"  (the rest left out: the run is past {args.budget:.0f} s)")
                 return
             kernel = attngen.compile(spec_for(kv, "contiguous", schedule, "decode"), target="wgsl",
                                      profile=live.with_overrides(**overrides) if overrides else None)
