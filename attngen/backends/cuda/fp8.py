@@ -38,7 +38,8 @@ P_OFFSET = 8.0  # P = exp2(t - m + 8) <= 256 in e4m3 (normal from 2^-6): benchma
 MAX_HEAD_DIM = 256  # Q whole in shared memory and the N of P V (at most 256)
 HEAD_DIM_STEP = 16  # head dims in 16-byte steps: the tensor maps' row strides (H * D bytes) stay 16-byte multiples
 TILE_Q = (64, 128, 192)  # one, two or three consumer warpgroups of 64 rows
-MAX_HEAD_DIM_Q192 = 128  # three consumer warpgroups (160 registers each) up to this head dim
+MAX_HEAD_DIM_Q192 = 64  # three consumer warpgroups (160 registers each) up to it: d128 q192 spilled and ptxas
+# serialised its products (C7512) from kv 128 (tests/backends/cuda/test_fp8_source.py, test_tiles_compile)
 WIDE_D_V = 192  # above it (acc of more than 96 registers) the consumers need 240 registers (producer_regs)
 
 
@@ -113,25 +114,30 @@ def fp8_problems(spec: AttentionSpec, profile: Profile) -> list:
     if spec.tile.d is not None:
         out.append(Problem(f"tile d={spec.tile.d}: {_WHY} whole head dims (no chunks)", key="tile",
                            hint="leave tile d out"))
-    kv = spec.tile.kv
-    if kv is not None and (kv % KEY_BLOCK or not MIN_TILE_KV <= kv <= MAX_TILE_KV):
-        out.append(Problem(f"tile kv={kv}: {_WHY} tile kv a multiple of {KEY_BLOCK} from {MIN_TILE_KV} to "
+    rows, kv = fp8_tiles(spec, tiles_for(profile))
+    whose = "" if spec.tile.kv else " (the tile table's, CudaTiles.fp8_tiles)"
+    if kv % KEY_BLOCK or not MIN_TILE_KV <= kv <= MAX_TILE_KV:
+        out.append(Problem(f"tile kv={kv}{whose}: {_WHY} tile kv a multiple of {KEY_BLOCK} from {MIN_TILE_KV} to "
                            f"{MAX_TILE_KV} (V^T's key slots are permuted in blocks of {KEY_BLOCK}, the k of a P V "
                            f"step; S is one m64nNk32 product, N at most {MAX_TILE_KV})", key="tile",
                            hint=f"e.g. tile kv={TILE_KV}, or leave it out"))
-    if spec.tile.q is not None and spec.tile.q not in TILE_Q:
-        out.append(Problem(f"tile q={spec.tile.q}: {_WHY} tile q 64, 128 or 192 (one, two or three consumer "
+    if spec.mask.is_custom and kv > TILE_KV:
+        out.append(Problem(f"tile kv={kv}{whose}: mask custom is built for FP8 tiles of up to {TILE_KV} keys (its words "
+                           "of a tile's keys are staged 8 a row)", key="tile", hint=f"use tile kv={TILE_KV} or less"))
+    whose = "" if spec.tile.q else " (the tile table's, CudaTiles.fp8_tiles)"
+    if rows not in TILE_Q:
+        out.append(Problem(f"tile q={rows}{whose}: {_WHY} tile q 64, 128 or 192 (one, two or three consumer "
                            "warpgroups)", key="tile", hint="use tile q=128 or leave it out"))
-    elif spec.tile.q == 3 * WARPGROUP_ROWS and max(spec.head_dim_qk, spec.head_dim_v) > MAX_HEAD_DIM_Q192:
-        out.append(Problem(f"tile q=192: {_WHY} three consumer warpgroups up to head dim {MAX_HEAD_DIM_Q192} (their "
-                           "160 registers each hold S, P and acc of 64 rows only so far)", key="tile",
+    elif rows == 3 * WARPGROUP_ROWS and max(spec.head_dim_qk, spec.head_dim_v) > MAX_HEAD_DIM_Q192:
+        out.append(Problem(f"tile q=192{whose}: {_WHY} three consumer warpgroups up to head dim {MAX_HEAD_DIM_Q192} "
+                           "(their 160 registers each hold S, P and acc of 64 rows only so far)", key="tile",
                            hint="use tile q=128 or leave it out"))
     opts = spec.options("cuda")
     for opt in ("producer", "tma"):
         if opts.get(opt) == "off":
             out.append(Problem(f"{opt}=off: {_WHY} the producer warpgroup with the tensor copy engine (its only FP8 "
                                "kernel)", key="target.cuda", hint=f"leave {opt} out"))
-    warps, rows = opts.get("warps"), fp8_tiles(spec, tiles_for(profile))[0]
+    warps = opts.get("warps")
     if warps is not None and warps != rows // 16:
         out.append(Problem(f"warps={warps}: an FP8 block has a consumer warp per 16 rows of tile q "
                            f"({rows // 16})", key="target.cuda", hint="leave warps out"))
