@@ -12,7 +12,7 @@ and descales (attngen.quantize_fp8 per sequence and KV head), beside the f16 ker
 dequantized values rounded to f16, at L 1023 / 4096, d 64 / 128 / 256, full and causal, GQA 3.
 
     python3 benchmarks/probes/probe_fp8.py [--dims 64,128,256] [--lengths 4096,16384] [--masks none,causal]
-        [--accuracy] [--no-speed] [--producer-regs 40,24]
+        [--accuracy] [--no-speed] [--producer-regs 40,24] [--tiles 128x128,128x192,192x128]
 
 --producer-regs runs the speed table once per value of the producer's registers after setmaxnreg
 (attngen/backends/cuda/tiles.py, CudaTiles.fp8_producer_regs, overridden for every mask through the
@@ -20,6 +20,12 @@ profile, common.with_tiles): 40 leaves the two consumer
 warpgroups 232 registers, with which ptxas serialised the d224 / d256 products (C7512: the kernel before
 branch fp8wide), 24 leaves them 240 (the plan's default since). Each value is its own plan, so its own
 cubin in the cache.
+
+--tiles runs the speed table once per FP8 tile (tile q x tile kv: CudaTiles.fp8_tiles overridden at
+every head dim, through the profile as --producer-regs; tile kv a multiple of 32 from 64 to 256, tile
+q 64, 128 or 192 up to d128, fp8.py's checker); with --producer-regs, once per pair. A candidate the
+planner refuses for a head dim (shared memory: d256 fits kv 128 at most) is that row's failure, not
+the run's. The plan column names the tile each row ran.
 """
 
 from __future__ import annotations
@@ -71,22 +77,28 @@ def main():
     ap.add_argument("--accuracy", action="store_true", help="also the accuracy table (L 1023 and 4096)")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--producer-regs", default="", help="comma-separated registers of the FP8 producer to compare")
+    ap.add_argument("--tiles", default="", help="comma-separated FP8 tiles QxKV to compare (e.g. 128x128,128x192)")
     a = ap.parse_args()
     dims = tuple(int(x) for x in a.dims.split(","))
     masks = tuple(a.masks.split(","))
     print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}")
     if not a.no_speed:
+        tiles = [tuple(int(n) for n in x.lower().split("x")) for x in a.tiles.split(",") if x] or [None]
         for regs in [int(x) for x in a.producer_regs.split(",") if x] or [None]:
-            profile = None
-            if regs is not None:
-                profile = common.with_tiles(None, fp8_producer_regs={kind: regs for kind in ("none", "causal", "window",
-                                                                                              "custom")},
-                                            fp8_wide_custom_producer_regs=regs)
-                print(f"-- FP8 producer {regs} registers after setmaxnreg (the consumers: 168 x 384 less those, "
-                      "over 256 threads, a multiple of 8)")
-            rows = []
-            fp8_prefill.section(rows, dims, tuple(int(x) for x in a.lengths.split(",")), masks, profile)
-            print(fp8_prefill.markdown(rows))
+            for tile in tiles:
+                overrides = {}
+                if regs is not None:
+                    overrides.update(fp8_producer_regs={kind: regs for kind in ("none", "causal", "window", "custom")},
+                                     fp8_wide_custom_producer_regs=regs)
+                    print(f"-- FP8 producer {regs} registers after setmaxnreg (the consumers: 168 x 384 less those, "
+                          "over 256 threads, a multiple of 8)")
+                if tile is not None:
+                    overrides["fp8_tiles"] = ((1 << 20, tile),)  # (every head dim)
+                    print(f"-- FP8 tile q={tile[0]} kv={tile[1]} (CudaTiles.fp8_tiles)")
+                profile = common.with_tiles(None, **overrides) if overrides else None
+                rows = []
+                fp8_prefill.section(rows, dims, tuple(int(x) for x in a.lengths.split(",")), masks, profile)
+                print(fp8_prefill.markdown(rows))
     if a.accuracy:
         accuracy(dims, (1023, 4096), masks)
 

@@ -91,6 +91,33 @@ def test_fp8_variants(variant):
     assert err <= tolerance(spec), err
 
 
+# FP8 tiles other than the default 128 x 128 (fp8.fp8_tiles; benchmarks/probes/probe_fp8.py --tiles): V^T's
+# column blocks of a 128-, 64- or 32-byte swizzle (kv 256, 192, 160 / 224), three consumer warpgroups (q 192),
+# a last tile wider than _prepare_v's 128-key blocks (its vt_bad words past the row read as none)
+TILES = [(64, "none", 128, 256), (64, "causal", 192, 128), (64, "none", 192, 160), (128, "none", 128, 192),
+         (128, "causal", 128, 160), (128, "window(left=100)", 128, 224), (128, "none", 64, 256)]
+
+
+@pytest.mark.parametrize("d, mask, tq, tkv", TILES, ids=[f"d{d}-{m.split('(')[0]}-q{q}kv{kv}" for d, m, q, kv in TILES])
+@pytest.mark.parametrize("case", [(7, 7, 2, 2), (113, 1023, 6, 2), (1023, 333, 6, 2)], ids=lambda c: "lq{}-lk{}".format(*c))
+def test_fp8_tiles(d, mask, tq, tkv, case):
+    torch = _sm90()
+    lq, lk, hq, hkv = case
+    spec = spec_of(f"head_dim {d}\ndtype e4m3\nmask {mask}\ntile q={tq} kv={tkv}", name=f"fp8_q{tq}kv{tkv}_d{d}")
+    (q, k, v), scales, host = _inputs(torch, spec, 2, lq, lk, hq, hkv, seed=11)
+    v8 = host["v"].copy()
+    v8[1, lk - 1, 1, 5] = 0x7F  # NaN at the last key: rows that see it (p != 0) are NaN, the others are not
+    host["v"] = v8
+    v = torch.from_numpy(v8).cuda().view(torch.float8_e4m3fn)
+    out, lse = kernel_for(spec, "cuda")(q, k, v, return_lse=True, check=True, **scales)
+    out, ref = out.float().cpu().numpy(), reference(spec, **host)
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
+    seen = np.isfinite(ref)
+    err = relative_error(out[seen], ref[seen])
+    print(f"\nFP8 d{d} {mask} tile q={tq} kv={tkv} {case}: {err:.2e}")
+    assert err <= tolerance(spec), err
+
+
 def test_fp8_custom_mask_and_rows_that_see_no_key():
     torch = _sm90()
     spec = spec_of("head_dim 64\ndtype e4m3\nmask custom", name="fp8_custom")

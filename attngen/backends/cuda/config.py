@@ -431,27 +431,27 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
 
 def _fp8_config(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> CudaConfig:
     """FP8 prefill (fp8.py; its checker refused what it does not build): the producer kernel with
-    the tensor copy engine and persistent blocks, tile q 128 (or the spec's 64), tile kv fp8.TILE_KV,
-    fp8.STAGES stages (or the spec's), the output through the tensor store where it fits."""
+    the tensor copy engine and persistent blocks, the spec's tile q and kv or the table's
+    (fp8.fp8_tiles), fp8.STAGES stages (or the spec's), the output through the tensor store where it fits."""
     from . import fp8
     opts, limit = spec.options("cuda"), profile.limit("shared_memory_bytes")
-    tile_q = spec.tile.q or 2 * WARPGROUP_ROWS
+    tile_q, tile_kv = fp8.fp8_tiles(spec, t)
     stages = opts.get("stages") or fp8.STAGES
-    buffers, smem = fp8.fp8_layout(spec, t, tile_q, stages)
+    buffers, smem = fp8.fp8_layout(spec, t, tile_q, tile_kv, stages)
     if smem > limit:
-        raise Problem(f"FP8 tile q={tile_q} kv={fp8.TILE_KV} with {stages} stages and head_dim qk={spec.head_dim_qk} "
+        raise Problem(f"FP8 tile q={tile_q} kv={tile_kv} with {stages} stages and head_dim qk={spec.head_dim_qk} "
                       f"v={spec.head_dim_v} needs {smem} bytes of shared memory ({_describe(buffers)}), but "
                       f"{profile.name} allows {limit}", key="target.cuda" if opts.get("stages") else "head_dim",
-                      hint="use fewer stages (target cuda { stages=2 })" if stages > 2 else None)
+                      hint="use fewer stages (target cuda { stages=2 })" if stages > 2 else "a smaller tile kv")
     tma_store = False
     if t.tma_store and spec.head_dim_v > t.tma_store_above_d_v:
-        o_buffers, o_smem = fp8.fp8_layout(spec, t, tile_q, stages, o_stage=True)
+        o_buffers, o_smem = fp8.fp8_layout(spec, t, tile_q, tile_kv, stages, o_stage=True)
         if o_smem <= limit:  # (never at the cost of a smaller tile, as f16's)
             buffers, smem, tma_store = o_buffers, o_smem, True
     warps, given = tile_q // ROWS_PER_WARP, fp8.producer_regs(spec, t)
     d_qk_pad, d_v_pad = fp8.padded_fp8_qk(spec.head_dim_qk), fp8.padded_fp8_v(spec.head_dim_v)
-    return CudaConfig("wgmma", tile_q, fp8.TILE_KV, warps, stages, spec.head_dim_qk, spec.head_dim_v, d_qk_pad,
-                      d_v_pad, False, buffers, smem, _cuda_registers("wgmma", 1, fp8.TILE_KV, d_qk_pad, d_v_pad, False),
+    return CudaConfig("wgmma", tile_q, tile_kv, warps, stages, spec.head_dim_qk, spec.head_dim_v, d_qk_pad,
+                      d_v_pad, False, buffers, smem, _cuda_registers("wgmma", 1, tile_kv, d_qk_pad, d_v_pad, False),
                       producer_registers(t, True, spec.mask.kind, warps, True, True, given)[1], d_v_block=d_v_pad,
                       resident_blocks=max(1, limit // smem), producer=True, persistent=True,
                       item_per_block=opts.get("persistent") == "off", tma=True, tma_q=True, tma_store=tma_store,

@@ -130,13 +130,14 @@ class Fp8Kernel(CudaKernel):
     def _maps(self, named: dict, launch) -> dict:
         """tmap_v over the vt workspace (fp8.py): (B, Dv, Hkv, key slots) as the map's (batch, rows, heads,
         columns), boxes of the V^T tile's head-dim rows."""
-        from .fp8 import padded_keys
+        from .fp8 import padded_keys, vt_swizzle
         slots, dv, hkv = padded_keys(launch.len_k), self.plan.d_v, launch.heads_kv
         shape = (launch.batch, dv, hkv, slots)
         if min(shape) == 0:
             return {"tmap_v": None}  # (no keys: nothing is read)
+        swizzle = vt_swizzle(self.plan.config.tile_kv)  # (boxes of one column block of a V^T tile)
         return {"tmap_v": TensorMapEncoder("vt", shape, (hkv * dv * slots, slots, dv * slots, 1), self.plan.dtype,
-                                           self.plan.config.d_v_pad)}
+                                           self.plan.config.d_v_pad, swizzle=swizzle, box_cols=swizzle // 2)}
 
 
 def _on_device(x) -> bool:

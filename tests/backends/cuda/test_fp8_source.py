@@ -57,8 +57,12 @@ def test_the_h100_profile_plans_it():
     ("", 72, "head_dim qk=72: FP8 prefill is built for head dims that are multiples of 16 up to 256"),
     ("", 320, "head_dim qk=320: FP8 prefill is built for head dims that are multiples of 16 up to 256"),
     ("tile d=64", 128, "tile d=64: FP8 prefill is built for whole head dims"),
-    ("tile q=128 kv=64", 128, "tile kv=64: FP8 prefill is built for tile kv 128"),
-    ("tile q=192", 64, "tile q=192: FP8 prefill is built for tile q 64 or 128"),
+    ("tile q=128 kv=48", 128, "tile kv=48: FP8 prefill is built for tile kv a multiple of 32 from 64 to 256"),
+    ("tile q=128 kv=288", 64, "tile kv=288: FP8 prefill is built for tile kv a multiple of 32 from 64 to 256"),
+    ("tile q=96", 64, "tile q=96: FP8 prefill is built for tile q 64, 128 or 192"),
+    ("tile q=192", 128, "tile q=192: FP8 prefill is built for three consumer warpgroups up to head dim 64"),
+    ("tile q=128 kv=256", 256, "FP8 tile q=128 kv=256 with 2 stages and head_dim qk=256 v=256 needs"),
+    ("mask custom\ntile q=128 kv=160", 64, "tile kv=160: mask custom is built for FP8 tiles of up to 128 keys"),
     ("target cuda { producer=off }", 128, "producer=off: FP8 prefill is built for the producer warpgroup"),
     ("target cuda { tma=off }", 128, "tma=off: FP8 prefill is built for the producer warpgroup with the tensor"),
     ("target cuda { warps=4 }", 128, "warps=4: an FP8 block has a consumer warp per 16 rows of tile q (8)"),
@@ -103,6 +107,25 @@ def test_the_plan():
     assert [e["role"] for e in manifest["entry_points"]] == ["prepare_v", "main"]
     assert manifest["dtype"] == "e4m3" and manifest["out_dtype"] == "bf16"
     assert "sV 2x128x128 e4m3" in c.smem_summary and "sO 128x128 bf16" in c.smem_summary
+
+
+def test_tiles_from_the_spec_and_the_table():
+    """tile q / kv of an FP8 kernel: the spec's, else CudaTiles.fp8_tiles (a probe overrides it through the
+    profile); V^T's column blocks take the widest swizzle of 128, 64, 32 bytes that divides tile kv."""
+    from attngen.backends.cuda.fp8 import vt_map_doc, vt_swizzle
+    from attngen.api import get_profile
+    assert [vt_swizzle(kv) for kv in (64, 96, 128, 160, 192, 224, 256)] == [64, 32, 128, 32, 64, 32, 128]
+    c = attngen.lower(fp8("tile q=128 kv=192"), "cuda", "cuda-sm90").config
+    assert (c.tile_q, c.tile_kv, c.warps) == (128, 192, 8) and "sV 2x192x128 e4m3" in c.smem_summary
+    profile = get_profile("cuda-sm90", "cuda").with_overrides(fp8_tiles=((128, (192, 160)), (256, (128, 128))))
+    plan = attngen.lower(fp8(head_dim=64), "cuda", profile)
+    assert (plan.config.tile_q, plan.config.tile_kv, plan.config.setmaxnreg) == (192, 160, (32, 160))
+    source = emit_plan(plan).source
+    assert "constexpr int kVtSwizzle = 32;" in source and "m64n160k32.f32.e4m3.e4m3" in source
+    assert "box (16, 1, Dv padded to 64, 1), 32-byte swizzle" in next(p.doc for p in plan.params if p.name == "tmap_v")
+    assert "box (64, 1, Dv padded to 64, 1), 128-byte swizzle" in vt_map_doc()
+    assert attngen.lower(fp8(head_dim=256), "cuda", profile).config.tile_kv == 128  # (the second row)
+    assert "tile q=192 (the tile table's, CudaTiles.fp8_tiles)" in refusal(fp8(), profile=profile)
 
 
 def test_out_f16_and_e5m2():
@@ -176,6 +199,28 @@ def test_products_are_not_serialised(head_dim, mask):
           f"spills {stores} / {loads} bytes")
     if mask == "none":
         assert (stores, loads) == (0, 0), log
+
+
+# (head dim, mask, tile q, tile kv): candidates beside the default 128 x 128 (benchmarks/probes/probe_fp8.py --tiles)
+# that ptxas keeps asynchronous (no C7512) without spills. Serialised and spilling (not listed): d128 kv 256 (S 128
+# + acc 64 + P 32 registers), d64 q192 kv 192, d128 q192 at any kv (fp8.MAX_HEAD_DIM_Q192), d256 kv 160; spilling
+# 12 / 16 bytes: d128 causal kv 224, d64 causal q192 kv 160
+TILES = [(64, m, 128, kv) for m in ("none", "causal") for kv in (160, 192, 224, 256)] + [
+    (64, "none", 192, 128), (64, "causal", 192, 128), (64, "none", 192, 160)] + [
+    (128, "none", 128, kv) for kv in (160, 192, 224)] + [(128, "causal", 128, kv) for kv in (160, 192)] + [
+    (128, "window(left=100)", 128, 192), (256, "none", 128, 96), (64, "none", 64, 256)]
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
+@pytest.mark.parametrize("head_dim, mask, tq, tkv", TILES, ids=[f"d{d}-{m.split('(')[0]}-q{q}kv{kv}" for d, m, q, kv in TILES])
+def test_tiles_compile(head_dim, mask, tq, tkv):
+    plan = attngen.lower(fp8(f"mask {mask}\ntile q={tq} kv={tkv}", head_dim=head_dim), "cuda", "cuda-sm90")
+    _, log = nvrtc_compile(emit_plan(plan).source, "sm_90a")
+    assert "C7512" not in log and "Potential Performance Loss" not in log and "warning" not in log.lower(), log
+    regs, stores, loads = nvrtc.resource_usage(log)["attngen_f"]
+    print(f"d{head_dim} {mask} q{tq} kv{tkv}: setmaxnreg {plan.config.setmaxnreg}, smem {plan.config.smem_bytes}, "
+          f"spills {stores} / {loads} bytes")
+    assert (stores, loads) == (0, 0), log
 
 
 def test_fp8_hgmma_in_the_hot_loop():
