@@ -108,8 +108,8 @@ class CudaConfig:
     tile_list: bool = False
     # A quantized cache (`kv_dtype`, issue 44): K and V staged as their stored bytes (kvquant.py).
     kv_dtype: str | None = None
-    # FP8 prefill (fp8.py): FP8 products, V^T written by the _prepare_v entry, the producer kernel
-    fp8: bool = False
+    fp8: bool = False  # FP8 prefill (fp8.py): FP8 products, V^T written by the _prepare_v entry, the producer kernel
+    qk_swizzle: int = 128  # ... Q and K in rows of the 128- or 64-byte swizzle (CudaTiles.fp8_swizzle64)
 
     def __post_init__(self):
         # Every producer kernel runs the work-item code (templates/cuda/family_producer.j2 has no other producer
@@ -430,9 +430,9 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
 
 
 def _fp8_config(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> CudaConfig:
-    """FP8 prefill (fp8.py; its checker refused what it does not build): the producer kernel with
-    the tensor copy engine and persistent blocks, tile q 128 (or the spec's 64), tile kv fp8.TILE_KV,
-    fp8.STAGES stages (or the spec's), the output through the tensor store where it fits."""
+    """FP8 prefill (fp8.py; its checker refused what it does not build): the producer kernel with the tensor copy
+    engine and persistent blocks, tile q 128 (or the spec's 64), tile kv fp8.TILE_KV, fp8.STAGES stages (or the
+    spec's), the output through the tensor store where it fits, Q and K in the 128- or 64-byte swizzle."""
     from . import fp8
     opts, limit = spec.options("cuda"), profile.limit("shared_memory_bytes")
     tile_q = spec.tile.q or 2 * WARPGROUP_ROWS
@@ -449,13 +449,13 @@ def _fp8_config(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> CudaConf
         if o_smem <= limit:  # (never at the cost of a smaller tile, as f16's)
             buffers, smem, tma_store = o_buffers, o_smem, True
     warps, given = tile_q // ROWS_PER_WARP, fp8.producer_regs(spec, t)
-    d_qk_pad, d_v_pad = fp8.padded_fp8_qk(spec.head_dim_qk), fp8.padded_fp8_v(spec.head_dim_v)
+    d_qk_pad, d_v_pad = fp8.padded_fp8_qk(spec.head_dim_qk, t.fp8_swizzle64), fp8.padded_fp8_v(spec.head_dim_v)
     return CudaConfig("wgmma", tile_q, fp8.TILE_KV, warps, stages, spec.head_dim_qk, spec.head_dim_v, d_qk_pad,
                       d_v_pad, False, buffers, smem, _cuda_registers("wgmma", 1, fp8.TILE_KV, d_qk_pad, d_v_pad, False),
                       producer_registers(t, True, spec.mask.kind, warps, True, True, given)[1], d_v_block=d_v_pad,
                       resident_blocks=max(1, limit // smem), producer=True, persistent=True,
                       item_per_block=opts.get("persistent") == "off", tma=True, tma_q=True, tma_store=tma_store,
-                      producer_regs=given, fp8=True)
+                      producer_regs=given, fp8=True, qk_swizzle=min(d_qk_pad, fp8.ROW_BYTES))
 
 
 def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> CudaConfig:

@@ -31,7 +31,8 @@ from .tiles import WARPGROUP_ROWS, WGMMA_ALIGN, WGMMA_COLUMNS
 
 KEY_BLOCK = 32  # the k of wgmma m64nNk32: keys are permuted within blocks of this many
 TILE_KV = 128  # keys per tile: a row of V^T per head-dim row is one 128-byte swizzle row
-ROW_BYTES = 128  # Q and K rows are padded to whole 128-byte swizzle rows (128 values)
+ROW_BYTES = 128  # Q and K rows are padded to whole 128-byte swizzle rows (128 values) ...
+NARROW_ROW_BYTES = 64  # ... or, head dims qk up to 64 with CudaTiles.fp8_swizzle64, one 64-byte swizzle row
 STAGES = 2  # K and V^T tiles in flight (the producer's ring)
 P_OFFSET = 8.0  # P = exp2(t - m + 8) <= 256 in e4m3 (normal from 2^-6): benchmarks/probes/emulate_fp8_p.py
 MAX_HEAD_DIM = 256  # Q whole in shared memory and the N of P V (at most 256)
@@ -145,11 +146,12 @@ def fp8_layout(spec: AttentionSpec, t, tile_q: int, stages: int, o_stage: bool =
     """(buffers, bytes) of an FP8 kernel's shared memory: Q, the ring of K and of V^T tiles, the
     output staged for the tensor store (o_stage), a custom mask's words, the mbarriers and work
     items (the producer family's sSync, without the cleaning's words: V^T comes cleaned)."""
-    d_qk = padded_fp8_qk(spec.head_dim_qk)
+    d_qk = padded_fp8_qk(spec.head_dim_qk, t.fp8_swizzle64)
     d_v = padded_fp8_v(spec.head_dim_v)
+    swz = f"{min(d_qk, ROW_BYTES)}-byte swizzle"
     entries = [
-        ("sQ", spec.dtype, 1, tile_q, d_qk, "the block's rows of Q (128-byte swizzle: 128 values a row)"),
-        ("sK", spec.dtype, stages, TILE_KV, d_qk, "K tiles, one per stage (128-byte swizzle)"),
+        ("sQ", spec.dtype, 1, tile_q, d_qk, f"the block's rows of Q ({swz}: {min(d_qk, ROW_BYTES)} values a row)"),
+        ("sK", spec.dtype, stages, TILE_KV, d_qk, f"K tiles, one per stage ({swz})"),
         ("sV", spec.dtype, stages, TILE_KV, d_v, f"V^T tiles, one per stage: {d_v} head-dim rows of {TILE_KV} key "
                                                  "slots (128-byte swizzle)"),
     ]
@@ -166,8 +168,12 @@ def fp8_layout(spec: AttentionSpec, t, tile_q: int, stages: int, o_stage: bool =
     return buffers, smem + WGMMA_ALIGN
 
 
-def padded_fp8_qk(head_dim: int) -> int:
-    """Q and K rows in values, padded to whole 128-byte swizzle rows (zero columns)."""
+def padded_fp8_qk(head_dim: int, swizzle64: bool = False) -> int:
+    """Q and K rows in values, padded to whole 128-byte swizzle rows (zero columns); with `swizzle64`
+    (CudaTiles.fp8_swizzle64) head dims up to 64 to one 64-byte row of the 64-byte swizzle instead
+    (CudaConfig.qk_swizzle 64: templates/cuda/math_wgmma_fp8.j2, issue_scores)."""
+    if swizzle64 and head_dim <= NARROW_ROW_BYTES:
+        return NARROW_ROW_BYTES
     return -(-head_dim // ROW_BYTES) * ROW_BYTES
 
 

@@ -97,6 +97,9 @@ class CudaTiles:
     fp8_producer_regs: dict = field(default_factory=lambda: {"none": 24, "causal": 24, "window": 24, "custom": 40},
                                     hash=False)
     fp8_wide_custom_producer_regs: int = 24  # ... mask custom from d_v 208: spills in the producer, not serialised wgmma
+    # FP8 head dims qk up to 64: Q and K tiles in 64-byte rows with the 64-byte swizzle (fp8.padded_fp8_qk), not
+    # 128-byte rows half zeros: half their shared memory and of the tensor copies' writes (issue 44, d64)
+    fp8_swizzle64: bool = False
     max_consumer_groups: int = 3  # consumer warpgroups a producer serves at most (q192: 160 registers each)
     mask_stage_words: int = 12  # a custom mask's words per row staged with K and V: 16-byte copies, no bank conflicts
     # which index-only mask expressions the overlapped loops (the producer family, wgmma with three
