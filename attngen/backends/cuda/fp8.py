@@ -32,7 +32,8 @@ from .tiles import WARPGROUP_ROWS, WGMMA_ALIGN, WGMMA_COLUMNS, tiles_for
 KEY_BLOCK = 32  # the k of wgmma m64nNk32: keys are permuted within blocks of this many
 TILE_KV = 128  # keys per block of _prepare_v and the workspaces' padding (V^T rows of whole 128-key rows)
 MIN_TILE_KV, MAX_TILE_KV = 64, 256  # the attention's tile kv: a multiple of KEY_BLOCK, at most the N of m64nNk32
-ROW_BYTES = 128  # Q and K rows are padded to whole 128-byte swizzle rows (128 values)
+ROW_BYTES = 128  # Q and K rows are padded to whole 128-byte swizzle rows (128 values) ...
+NARROW_ROW_BYTES = 64  # ... or, head dims qk up to 64 with CudaTiles.fp8_swizzle64, one 64-byte swizzle row
 STAGES = 2  # K and V^T tiles in flight (the producer's ring)
 P_OFFSET = 8.0  # P = exp2(t - m + 8) <= 256 in e4m3 (normal from 2^-6): benchmarks/probes/emulate_fp8_p.py
 MAX_HEAD_DIM = 256  # Q whole in shared memory and the N of P V (at most 256)
@@ -176,15 +177,43 @@ def producer_regs(spec: AttentionSpec, t) -> int:
     return t.fp8_producer_regs["custom" if spec.mask.kind == "expr" else spec.mask.kind]
 
 
+def fp8_config(spec: AttentionSpec, profile: Profile, t) -> dict:
+    """The choices of FP8 prefill's CudaConfig (config.cuda_config builds it; the checker above refused what it
+    does not build): the spec's tile q and kv or the table's (fp8_tiles), STAGES stages (or the spec's), the
+    shared memory, the output through the tensor store where it fits, Q and K in the 128-byte swizzle or
+    (CudaTiles.fp8_swizzle64, head dims qk up to 64) the 64-byte one (qk_swizzle)."""
+    from ...plan.kernel_plan import describe_buffers
+    opts, limit = spec.options("cuda"), profile.limit("shared_memory_bytes")
+    tile_q, tile_kv = fp8_tiles(spec, t)
+    stages = opts.get("stages") or STAGES
+    buffers, smem = fp8_layout(spec, t, tile_q, tile_kv, stages)
+    if smem > limit:
+        raise Problem(f"FP8 tile q={tile_q} kv={tile_kv} with {stages} stages and head_dim qk={spec.head_dim_qk} "
+                      f"v={spec.head_dim_v} needs {smem} bytes of shared memory ({describe_buffers(buffers)}), but "
+                      f"{profile.name} allows {limit}", key="target.cuda" if opts.get("stages") else "head_dim",
+                      hint="use fewer stages (target cuda { stages=2 })" if stages > 2 else "a smaller tile kv")
+    tma_store = False
+    if t.tma_store and spec.head_dim_v > t.tma_store_above_d_v:
+        o_buffers, o_smem = fp8_layout(spec, t, tile_q, tile_kv, stages, o_stage=True)
+        if o_smem <= limit:  # (never at the cost of a smaller tile, as f16's)
+            buffers, smem, tma_store = o_buffers, o_smem, True
+    d_qk_pad = padded_fp8_qk(spec.head_dim_qk, t.fp8_swizzle64)
+    return dict(tile_q=tile_q, tile_kv=tile_kv, stages=stages, d_qk_pad=d_qk_pad, d_v_pad=padded_fp8_v(spec.head_dim_v),
+                buffers=buffers, smem=smem, tma_store=tma_store, producer_regs=producer_regs(spec, t),
+                resident_blocks=max(1, limit // smem), item_per_block=opts.get("persistent") == "off",
+                qk_swizzle=min(d_qk_pad, ROW_BYTES))
+
+
 def fp8_layout(spec: AttentionSpec, t, tile_q: int, tile_kv: int, stages: int, o_stage: bool = False) -> tuple:
     """(buffers, bytes) of an FP8 kernel's shared memory: Q, the ring of K and of V^T tiles, the
     output staged for the tensor store (o_stage), a custom mask's words, the mbarriers and work
     items (the producer family's sSync, without the cleaning's words: V^T comes cleaned)."""
-    d_qk = padded_fp8_qk(spec.head_dim_qk)
+    d_qk = padded_fp8_qk(spec.head_dim_qk, t.fp8_swizzle64)
     d_v = padded_fp8_v(spec.head_dim_v)
+    swz = f"{min(d_qk, ROW_BYTES)}-byte swizzle"
     entries = [
-        ("sQ", spec.dtype, 1, tile_q, d_qk, "the block's rows of Q (128-byte swizzle: 128 values a row)"),
-        ("sK", spec.dtype, stages, tile_kv, d_qk, "K tiles, one per stage (128-byte swizzle)"),
+        ("sQ", spec.dtype, 1, tile_q, d_qk, f"the block's rows of Q ({swz}: {min(d_qk, ROW_BYTES)} values a row)"),
+        ("sK", spec.dtype, stages, tile_kv, d_qk, f"K tiles, one per stage ({swz})"),
         ("sV", spec.dtype, stages, tile_kv, d_v, f"V^T tiles, one per stage: {d_v} head-dim rows of {tile_kv} key "
                                                  f"slots ({vt_swizzle(tile_kv)}-byte swizzle)"),
     ]
@@ -201,8 +230,12 @@ def fp8_layout(spec: AttentionSpec, t, tile_q: int, tile_kv: int, stages: int, o
     return buffers, smem + WGMMA_ALIGN
 
 
-def padded_fp8_qk(head_dim: int) -> int:
-    """Q and K rows in values, padded to whole 128-byte swizzle rows (zero columns)."""
+def padded_fp8_qk(head_dim: int, swizzle64: bool = False) -> int:
+    """Q and K rows in values, padded to whole 128-byte swizzle rows (zero columns); with `swizzle64`
+    (CudaTiles.fp8_swizzle64) head dims up to 64 to one 64-byte row of the 64-byte swizzle instead
+    (CudaConfig.qk_swizzle 64: templates/cuda/math_wgmma_fp8.j2, issue_scores)."""
+    if swizzle64 and head_dim <= NARROW_ROW_BYTES:
+        return NARROW_ROW_BYTES
     return -(-head_dim // ROW_BYTES) * ROW_BYTES
 
 

@@ -75,7 +75,8 @@ class TensorMapEncoder:
         b, length, h, d = shape
         e = _ELEM_BYTES[dtype]  # bytes of an element of `strides`
         self.source = source  # the call's tensor whose address the map holds ("q", "k", "v", "out", FP8's "vt")
-        # (out's staging buffer: none; FP8's V^T: 128, 64 or 32 bytes by its tile kv, fp8.vt_swizzle)
+        # True: the 128-byte swizzle; or its bytes, 128, 64 or 32 (FP8's V^T by its tile kv, fp8.vt_swizzle; FP8's
+        # Q and K of head dims up to 64: 64, CudaConfig.qk_swizzle); False: none (out's staging buffer)
         self.swizzle = _SWIZZLES[swizzle] if swizzle is not True else _SWIZZLE_128B
         pairs = dtype in _PAIRS
         self.dtype = _UINT16 if pairs else _DTYPES[dtype]
