@@ -12,7 +12,7 @@ and descales (attngen.quantize_fp8 per sequence and KV head), beside the f16 ker
 dequantized values rounded to f16, at L 1023 / 4096, d 64 / 128 / 256, full and causal, GQA 3.
 
     python3 benchmarks/probes/probe_fp8.py [--dims 64,128,256] [--lengths 4096,16384] [--masks none,causal]
-        [--accuracy] [--no-speed] [--producer-regs 40,24]
+        [--accuracy] [--no-speed] [--producer-regs 40,24] [--tiles 128x128,128x192,192x128] [--swizzle64 off,on]
 
 --producer-regs runs the speed table once per value of the producer's registers after setmaxnreg
 (attngen/backends/cuda/tiles.py, CudaTiles.fp8_producer_regs, overridden for every mask through the
@@ -20,6 +20,18 @@ profile, common.with_tiles): 40 leaves the two consumer
 warpgroups 232 registers, with which ptxas serialised the d224 / d256 products (C7512: the kernel before
 branch fp8wide), 24 leaves them 240 (the plan's default since). Each value is its own plan, so its own
 cubin in the cache.
+
+--tiles runs the speed table once per FP8 tile (tile q x tile kv: CudaTiles.fp8_tiles overridden at
+every head dim, through the profile as --producer-regs; tile kv a multiple of 32 from 64 to 256, tile
+q 64, 128 or 192 up to d64, fp8.py's checker). A candidate the planner refuses for a head dim (shared
+memory: d256 fits kv 128 at most) is that row's failure, not the run's. The plan column names the tile
+each row ran.
+
+--swizzle64 off,on runs the speed table (and the accuracy table) once per value of CudaTiles.fp8_swizzle64:
+on, head dims qk up to 64 keep Q and K in 64-byte rows with the 64-byte swizzle (sQ and sK halve, the
+tensor copies write no zero half-rows), off in 128-byte rows half zeros. Only d64 differs: pass --dims 64.
+
+The three options combine as a product: one speed table per (swizzle64, producer registers, tile).
 """
 
 from __future__ import annotations
@@ -38,7 +50,7 @@ import attngen  # noqa: E402
 import fp8_prefill  # noqa: E402  (benchmarks/suite/fp8_prefill.py)
 
 
-def accuracy(dims, lengths, masks):
+def accuracy(dims, lengths, masks, profile=None):
     from attngen.reference import reference, relative_error
     from attngen.runtime.fp8 import dequantize_fp8, quantize_fp8
     print("accuracy: relative L2 error against the float64 reference on the same FP8 values (B 1, Hq 6 over Hkv 2)")
@@ -55,7 +67,7 @@ def accuracy(dims, lengths, masks):
                 dev = [torch.from_numpy(a).cuda().view(torch.float8_e4m3fn) for a in (q8, k8, v8)]
                 scales = {n: torch.from_numpy(s).cuda() for n, s in (("q_descale", qd), ("k_descale", kd),
                                                                       ("v_descale", vd))}
-                out = attngen.compile(spec, target="cuda")(*dev, **scales)
+                out = attngen.compile(spec, target="cuda", profile=profile)(*dev, **scales)
                 e8 = relative_error(out.float().cpu().numpy(), ref)
                 vals = [dequantize_fp8(a, s, "e4m3", g) for a, s, g in ((q8, qd, 3), (k8, kd, 1), (v8, vd, 1))]
                 o16 = attngen.compile(f16, target="cuda")(*[torch.from_numpy(a.astype(np.float16)).cuda() for a in vals])
@@ -71,24 +83,37 @@ def main():
     ap.add_argument("--accuracy", action="store_true", help="also the accuracy table (L 1023 and 4096)")
     ap.add_argument("--no-speed", action="store_true")
     ap.add_argument("--producer-regs", default="", help="comma-separated registers of the FP8 producer to compare")
+    ap.add_argument("--tiles", default="", help="comma-separated FP8 tiles QxKV to compare (e.g. 128x128,128x192)")
+    ap.add_argument("--swizzle64", default="", help="off,on: CudaTiles.fp8_swizzle64 values to compare (d <= 64)")
     a = ap.parse_args()
     dims = tuple(int(x) for x in a.dims.split(","))
     masks = tuple(a.masks.split(","))
     print(f"GPU: {torch.cuda.get_device_name()}; torch {torch.__version__}")
-    if not a.no_speed:
-        for regs in [int(x) for x in a.producer_regs.split(",") if x] or [None]:
-            profile = None
-            if regs is not None:
-                profile = common.with_tiles(None, fp8_producer_regs={kind: regs for kind in ("none", "causal", "window",
-                                                                                              "custom")},
-                                            fp8_wide_custom_producer_regs=regs)
-                print(f"-- FP8 producer {regs} registers after setmaxnreg (the consumers: 168 x 384 less those, "
-                      "over 256 threads, a multiple of 8)")
-            rows = []
-            fp8_prefill.section(rows, dims, tuple(int(x) for x in a.lengths.split(",")), masks, profile)
-            print(fp8_prefill.markdown(rows))
-    if a.accuracy:
-        accuracy(dims, (1023, 4096), masks)
+    swizzles = [{"on": True, "off": False}[x] for x in a.swizzle64.split(",") if x] or [None]
+    tiles = [tuple(int(n) for n in x.lower().split("x")) for x in a.tiles.split(",") if x] or [None]
+    for swz in swizzles:
+        base = {} if swz is None else {"fp8_swizzle64": swz}
+        if swz is not None:
+            print(f"-- fp8_swizzle64 {'on: Q and K of d <= 64 in 64-byte rows' if swz else 'off: 128-byte rows'}")
+        if not a.no_speed:
+            for regs in [int(x) for x in a.producer_regs.split(",") if x] or [None]:
+                for tile in tiles:
+                    overrides = dict(base)
+                    if regs is not None:
+                        overrides.update(fp8_producer_regs={kind: regs for kind in ("none", "causal", "window",
+                                                                                     "custom")},
+                                         fp8_wide_custom_producer_regs=regs)
+                        print(f"-- FP8 producer {regs} registers after setmaxnreg (the consumers: 168 x 384 less "
+                              "those, over 256 threads, a multiple of 8)")
+                    if tile is not None:
+                        overrides["fp8_tiles"] = ((1 << 20, tile),)  # (every head dim)
+                        print(f"-- FP8 tile q={tile[0]} kv={tile[1]} (CudaTiles.fp8_tiles)")
+                    profile = common.with_tiles(None, **overrides) if overrides else None
+                    rows = []
+                    fp8_prefill.section(rows, dims, tuple(int(x) for x in a.lengths.split(",")), masks, profile)
+                    print(fp8_prefill.markdown(rows))
+        if a.accuracy:
+            accuracy(dims, (1023, 4096), masks, common.with_tiles(None, **base) if base else None)
 
 
 if __name__ == "__main__":

@@ -91,6 +91,33 @@ def test_fp8_variants(variant):
     assert err <= tolerance(spec), err
 
 
+# FP8 tiles other than the default 128 x 128 (fp8.fp8_tiles; benchmarks/probes/probe_fp8.py --tiles): V^T's
+# column blocks of a 128-, 64- or 32-byte swizzle (kv 256, 192, 160 / 224), three consumer warpgroups (q 192),
+# a last tile wider than _prepare_v's 128-key blocks (its vt_bad words past the row read as none)
+TILES = [(64, "none", 128, 256), (64, "causal", 192, 128), (64, "none", 192, 160), (128, "none", 128, 192),
+         (128, "causal", 128, 160), (128, "window(left=100)", 128, 224), (128, "none", 64, 256)]
+
+
+@pytest.mark.parametrize("d, mask, tq, tkv", TILES, ids=[f"d{d}-{m.split('(')[0]}-q{q}kv{kv}" for d, m, q, kv in TILES])
+@pytest.mark.parametrize("case", [(7, 7, 2, 2), (113, 1023, 6, 2), (1023, 333, 6, 2)], ids=lambda c: "lq{}-lk{}".format(*c))
+def test_fp8_tiles(d, mask, tq, tkv, case):
+    torch = _sm90()
+    lq, lk, hq, hkv = case
+    spec = spec_of(f"head_dim {d}\ndtype e4m3\nmask {mask}\ntile q={tq} kv={tkv}", name=f"fp8_q{tq}kv{tkv}_d{d}")
+    (q, k, v), scales, host = _inputs(torch, spec, 2, lq, lk, hq, hkv, seed=11)
+    v8 = host["v"].copy()
+    v8[1, lk - 1, 1, 5] = 0x7F  # NaN at the last key: rows that see it (p != 0) are NaN, the others are not
+    host["v"] = v8
+    v = torch.from_numpy(v8).cuda().view(torch.float8_e4m3fn)
+    out, lse = kernel_for(spec, "cuda")(q, k, v, return_lse=True, check=True, **scales)
+    out, ref = out.float().cpu().numpy(), reference(spec, **host)
+    assert np.array_equal(np.isnan(out), np.isnan(ref))
+    seen = np.isfinite(ref)
+    err = relative_error(out[seen], ref[seen])
+    print(f"\nFP8 d{d} {mask} tile q={tq} kv={tkv} {case}: {err:.2e}")
+    assert err <= tolerance(spec), err
+
+
 def test_fp8_custom_mask_and_rows_that_see_no_key():
     torch = _sm90()
     spec = spec_of("head_dim 64\ndtype e4m3\nmask custom", name="fp8_custom")
@@ -167,3 +194,84 @@ def test_fp8_cupy_bytes_with_an_f16_output():
     assert out.dtype == cupy.float16
     ref = reference(spec, *[host[n][0] for n in "qkv"], **{f"{n}_descale": host[n][1] for n in "qkv"})
     assert relative_error(cupy.asnumpy(out), ref) <= tolerance(spec)
+
+
+# -- Q and K in the 64-byte swizzle (CudaTiles.fp8_swizzle64: head dims qk up to 64 in 64-byte rows) --------
+
+_SW64 = {}
+
+
+def _swizzle64_kernel(spec):
+    """The FP8 kernel of `spec` built with fp8_swizzle64 on (this GPU's profile with the override)."""
+    if spec not in _SW64:
+        from attngen import backends
+        from attngen.backends.cuda.devices import device_profile
+        profile = device_profile(backends.get("cuda")).with_overrides(fp8_swizzle64=True)
+        _SW64[spec] = attngen.compile(spec, target="cuda", profile=profile)
+        assert _SW64[spec].plan.config.qk_swizzle == 64
+    return _SW64[spec]
+
+
+@pytest.mark.parametrize("d", [64, 48, 32, 16])
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "lq{}-lk{}-h{}/{}".format(*c))
+def test_fp8_swizzle64_matches_the_reference(case, mask, d):
+    torch = _sm90()
+    lq, lk, hq, hkv = case
+    spec = spec_of(f"head_dim {d}\ndtype e4m3\nmask {mask}", name=f"fp8_sw64_d{d}")
+    (q, k, v), scales, host = _inputs(torch, spec, 2, lq, lk, hq, hkv)
+    out, lse = _swizzle64_kernel(spec)(q, k, v, return_lse=True, check=True, **scales)
+    ref, ref_lse = reference(spec, return_lse=True, **host)
+    err = relative_error(out.float().cpu().numpy(), ref)
+    print(f"\nFP8 64-byte swizzle d{d} {mask} {case}: {err:.2e}")
+    assert err <= tolerance(spec), err
+    got = lse.cpu().numpy()
+    assert np.array_equal(np.isneginf(got), np.isneginf(ref_lse))
+    fin = np.isfinite(ref_lse)
+    np.testing.assert_allclose(got[fin], ref_lse[fin], atol=2e-2, rtol=1e-3)
+
+
+@pytest.mark.parametrize("variant", ["e5m2 out=f16", "e4m3 softcap", "e4m3 tile q=64", "e4m3 persistent off",
+                                     "e4m3 v128", "e4m3 custom"])
+def test_fp8_swizzle64_variants(variant):
+    """d64 in the 64-byte swizzle beside the other choices of the kernel; strided q (every other head)."""
+    torch = _sm90()
+    dtype = variant.split()[0] + (" out=f16" if "out=f16" in variant else "")
+    extra = {"e4m3 softcap": "softcap 20\nmask causal", "e4m3 tile q=64": "tile q=64",
+             "e4m3 persistent off": "target cuda { persistent=off }", "e4m3 custom": "mask custom"}.get(variant, "")
+    dims = "head_dim qk=64 v=128" if variant == "e4m3 v128" else "head_dim 64"
+    spec = spec_of(f"{dims}\ndtype {dtype}\n{extra}", name="fp8_sw64_" + variant.replace(" ", "_").replace("=", ""))
+    (q, k, v), scales, host = _inputs(torch, spec, 3, 333, 517, 6, 2, seed=3)
+    wide = torch.zeros((3, 333, 12, 64), dtype=q.dtype, device="cuda")
+    wide.view(torch.uint8)[:, :, ::2] = q.view(torch.uint8)
+    mask = None
+    if "custom" in variant:
+        mask = np.random.default_rng(4).random((3, 1, 333, 517)) < 0.5
+    got = _swizzle64_kernel(spec)(wide[:, :, ::2], k, v, check=True, **scales,
+                                  **({"mask": torch.from_numpy(mask).cuda()} if mask is not None else {}))
+    ref = reference(spec, **host, **({"mask": mask} if mask is not None else {}))
+    err = relative_error(got.float().cpu().numpy(), ref)
+    print(f"\nFP8 64-byte swizzle {variant}: {err:.2e}")
+    assert err <= tolerance(spec), err
+
+
+TILES_SW64 = [tile for tile in TILES if tile[0] <= 64] + [(64, "causal", 128, 192), (48, "window(left=100)", 192, 160)]
+
+
+@pytest.mark.parametrize("d, mask, tq, tkv", TILES_SW64,
+                         ids=[f"d{d}-{m.split('(')[0]}-q{q}kv{kv}" for d, m, q, kv in TILES_SW64])
+@pytest.mark.parametrize("case", [(7, 7, 2, 2), (113, 1023, 6, 2), (1023, 333, 6, 2)], ids=lambda c: "lq{}-lk{}".format(*c))
+def test_fp8_swizzle64_tiles(d, mask, tq, tkv, case):
+    """fp8tile's tiles with Q and K in the 64-byte swizzle: K tiles of tile kv 64-byte rows, three consumer
+    warpgroups' Q, V^T's column blocks by tile kv beside them."""
+    torch = _sm90()
+    lq, lk, hq, hkv = case
+    spec = spec_of(f"head_dim {d}\ndtype e4m3\nmask {mask}\ntile q={tq} kv={tkv}", name=f"fp8_sw64_q{tq}kv{tkv}_d{d}")
+    (q, k, v), scales, host = _inputs(torch, spec, 2, lq, lk, hq, hkv, seed=13)
+    kernel = _swizzle64_kernel(spec)
+    assert (kernel.plan.config.tile_q, kernel.plan.config.tile_kv) == (tq, tkv)
+    out = kernel(q, k, v, check=True, **scales)
+    ref = reference(spec, **host)
+    err = relative_error(out.float().cpu().numpy(), ref)
+    print(f"\nFP8 64-byte swizzle d{d} {mask} tile q={tq} kv={tkv} {case}: {err:.2e}")
+    assert err <= tolerance(spec), err

@@ -108,8 +108,8 @@ class CudaConfig:
     tile_list: bool = False
     # A quantized cache (`kv_dtype`, issue 44): K and V staged as their stored bytes (kvquant.py).
     kv_dtype: str | None = None
-    # FP8 prefill (fp8.py): FP8 products, V^T written by the _prepare_v entry, the producer kernel
-    fp8: bool = False
+    fp8: bool = False  # FP8 prefill (fp8.py): FP8 products, V^T written by the _prepare_v entry, the producer kernel
+    qk_swizzle: int = 128  # ... Q and K in rows of the 128- or 64-byte swizzle (CudaTiles.fp8_swizzle64)
 
     def __post_init__(self):
         # Every producer kernel runs the work-item code (templates/cuda/family_producer.j2 has no other producer
@@ -424,38 +424,18 @@ def cuda_config(spec: AttentionSpec, profile: Profile) -> CudaConfig:
     when the spec gives `tile d`) they stream through it in chunks.
     """
     t = tiles_for(profile)
-    if spec.is_fp8:
-        return _with_table(_fp8_config(spec, profile, t), spec, t)
+    if spec.is_fp8:  # (the producer kernel with the tensor copy engine and persistent blocks: fp8.fp8_config)
+        from . import fp8
+        f, c = fp8.fp8_config(spec, profile, t), "wgmma"
+        warps, d_qk, d_v = f["tile_q"] // ROWS_PER_WARP, f["d_qk_pad"], f["d_v_pad"]
+        return _with_table(CudaConfig(
+            c, f["tile_q"], f["tile_kv"], warps, f["stages"], spec.head_dim_qk, spec.head_dim_v, d_qk, d_v, False,
+            f["buffers"], f["smem"], _cuda_registers(c, 1, f["tile_kv"], d_qk, d_v, False),
+            producer_registers(t, True, spec.mask.kind, warps, True, True, f["producer_regs"])[1], d_v_block=d_v,
+            resident_blocks=f["resident_blocks"], producer=True, persistent=True, item_per_block=f["item_per_block"],
+            tma=True, tma_q=True, tma_store=f["tma_store"], producer_regs=f["producer_regs"], fp8=True,
+            qk_swizzle=f["qk_swizzle"]), spec, t)
     return _with_table(_cuda_config_of(spec, profile, t), spec, t)
-
-
-def _fp8_config(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> CudaConfig:
-    """FP8 prefill (fp8.py; its checker refused what it does not build): the producer kernel with
-    the tensor copy engine and persistent blocks, tile q 128 (or the spec's 64), tile kv fp8.TILE_KV,
-    fp8.STAGES stages (or the spec's), the output through the tensor store where it fits."""
-    from . import fp8
-    opts, limit = spec.options("cuda"), profile.limit("shared_memory_bytes")
-    tile_q = spec.tile.q or 2 * WARPGROUP_ROWS
-    stages = opts.get("stages") or fp8.STAGES
-    buffers, smem = fp8.fp8_layout(spec, t, tile_q, stages)
-    if smem > limit:
-        raise Problem(f"FP8 tile q={tile_q} kv={fp8.TILE_KV} with {stages} stages and head_dim qk={spec.head_dim_qk} "
-                      f"v={spec.head_dim_v} needs {smem} bytes of shared memory ({_describe(buffers)}), but "
-                      f"{profile.name} allows {limit}", key="target.cuda" if opts.get("stages") else "head_dim",
-                      hint="use fewer stages (target cuda { stages=2 })" if stages > 2 else None)
-    tma_store = False
-    if t.tma_store and spec.head_dim_v > t.tma_store_above_d_v:
-        o_buffers, o_smem = fp8.fp8_layout(spec, t, tile_q, stages, o_stage=True)
-        if o_smem <= limit:  # (never at the cost of a smaller tile, as f16's)
-            buffers, smem, tma_store = o_buffers, o_smem, True
-    warps, given = tile_q // ROWS_PER_WARP, fp8.producer_regs(spec, t)
-    d_qk_pad, d_v_pad = fp8.padded_fp8_qk(spec.head_dim_qk), fp8.padded_fp8_v(spec.head_dim_v)
-    return CudaConfig("wgmma", tile_q, fp8.TILE_KV, warps, stages, spec.head_dim_qk, spec.head_dim_v, d_qk_pad,
-                      d_v_pad, False, buffers, smem, _cuda_registers("wgmma", 1, fp8.TILE_KV, d_qk_pad, d_v_pad, False),
-                      producer_registers(t, True, spec.mask.kind, warps, True, True, given)[1], d_v_block=d_v_pad,
-                      resident_blocks=max(1, limit // smem), producer=True, persistent=True,
-                      item_per_block=opts.get("persistent") == "off", tma=True, tma_q=True, tma_store=tma_store,
-                      producer_regs=given, fp8=True)
 
 
 def _cuda_config_of(spec: AttentionSpec, profile: Profile, t: CudaTiles) -> CudaConfig:

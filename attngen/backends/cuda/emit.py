@@ -268,10 +268,10 @@ def _fp8_context(plan: KernelPlan) -> dict:
     block and key slots."""
     if not plan.config.fp8:
         return {}
-    from .fp8 import KEY_SLOTS, P_OFFSET, PREPARE_THREADS, group_slots
+    from .fp8 import KEY_SLOTS, P_OFFSET, PREPARE_THREADS, TILE_KV, group_slots, vt_swizzle
     prepare = next(e for e in plan.entries if e.name == "prepare_v")
     return {"p_offset": c_float(P_OFFSET), "prepare_threads": PREPARE_THREADS, "key_slots": KEY_SLOTS,
-            "group_slots": group_slots(),
+            "group_slots": group_slots(), "vt_swizzle": vt_swizzle(plan.config.tile_kv), "prep_keys": TILE_KV,
             "prepare_decl": param_list(prepare.params, len(prepare.entry) + 1)}
 
 

@@ -27,16 +27,30 @@ from __future__ import annotations
 from ...lang.spec import AttentionSpec
 from ...plan.kernel_plan import Problem, place_buffers
 from ...plan.profiles import Profile
-from .tiles import WARPGROUP_ROWS, WGMMA_ALIGN, WGMMA_COLUMNS
+from .tiles import WARPGROUP_ROWS, WGMMA_ALIGN, WGMMA_COLUMNS, tiles_for
 
 KEY_BLOCK = 32  # the k of wgmma m64nNk32: keys are permuted within blocks of this many
-TILE_KV = 128  # keys per tile: a row of V^T per head-dim row is one 128-byte swizzle row
-ROW_BYTES = 128  # Q and K rows are padded to whole 128-byte swizzle rows (128 values)
+TILE_KV = 128  # keys per block of _prepare_v and the workspaces' padding (V^T rows of whole 128-key rows)
+MIN_TILE_KV, MAX_TILE_KV = 64, 256  # the attention's tile kv: a multiple of KEY_BLOCK, at most the N of m64nNk32
+ROW_BYTES = 128  # Q and K rows are padded to whole 128-byte swizzle rows (128 values) ...
+NARROW_ROW_BYTES = 64  # ... or, head dims qk up to 64 with CudaTiles.fp8_swizzle64, one 64-byte swizzle row
 STAGES = 2  # K and V^T tiles in flight (the producer's ring)
 P_OFFSET = 8.0  # P = exp2(t - m + 8) <= 256 in e4m3 (normal from 2^-6): benchmarks/probes/emulate_fp8_p.py
 MAX_HEAD_DIM = 256  # Q whole in shared memory and the N of P V (at most 256)
 HEAD_DIM_STEP = 16  # head dims in 16-byte steps: the tensor maps' row strides (H * D bytes) stay 16-byte multiples
+TILE_Q = (64, 128, 192)  # one, two or three consumer warpgroups of 64 rows
+MAX_HEAD_DIM_Q192 = 64  # three consumer warpgroups (160 registers each) up to it: d128 q192 spilled and ptxas
+# serialised its products (C7512) from kv 128 (tests/backends/cuda/test_fp8_source.py, test_tiles_compile)
 WIDE_D_V = 192  # above it (acc of more than 96 registers) the consumers need 240 registers (producer_regs)
+
+
+def vt_swizzle(tile_kv: int) -> int:
+    """Bytes of a V^T tile's row in shared memory, its swizzle (128, 64 or 32): a tile of tile_kv key
+    slots is ceil(tile_kv / swizzle) column blocks of that many slots (one tensor copy each), and the
+    wgmma descriptors of P V read them with the same swizzle. 128 where tile kv is a multiple of 128
+    (the widest, the f16 family's), else 64 or 32, the widest that divides it (FlashAttention-3's
+    FP8 V^T at 160 or 224 keys takes 32 the same way, CuTe's smem layout selector)."""
+    return next(b for b in (128, 64, 32) if tile_kv % b == 0)
 
 
 def key_slot_permutation() -> tuple:
@@ -66,7 +80,9 @@ def group_slots() -> tuple:
 
 
 def padded_keys(len_k: int) -> int:
-    """Key slots per row of V^T: Lk rounded up to whole tiles (the formula `TILE_KV * ceil(Lk / TILE_KV)`)."""
+    """Key slots per row of V^T: Lk rounded up to whole blocks of _prepare_v (the formula `TILE_KV *
+    ceil(Lk / TILE_KV)`); the attention's last tile reads zeros past them (its tensor map's
+    out-of-bounds fill) where its tile kv is not TILE_KV."""
     return -(-len_k // TILE_KV) * TILE_KV
 
 
@@ -99,21 +115,33 @@ def fp8_problems(spec: AttentionSpec, profile: Profile) -> list:
     if spec.tile.d is not None:
         out.append(Problem(f"tile d={spec.tile.d}: {_WHY} whole head dims (no chunks)", key="tile",
                            hint="leave tile d out"))
-    if spec.tile.kv is not None and spec.tile.kv != TILE_KV:
-        out.append(Problem(f"tile kv={spec.tile.kv}: {_WHY} tile kv {TILE_KV} (a row of V^T per head-dim row is one "
-                           "128-byte swizzle row of keys)", key="tile", hint=f"use tile kv={TILE_KV} or leave it out"))
-    if spec.tile.q is not None and spec.tile.q not in (WARPGROUP_ROWS, 2 * WARPGROUP_ROWS):
-        out.append(Problem(f"tile q={spec.tile.q}: {_WHY} tile q 64 or 128 (one or two consumer warpgroups)",
-                           key="tile", hint="use tile q=128 or leave it out"))
+    rows, kv = fp8_tiles(spec, tiles_for(profile))
+    whose = "" if spec.tile.kv else " (the tile table's, CudaTiles.fp8_tiles)"
+    if kv % KEY_BLOCK or not MIN_TILE_KV <= kv <= MAX_TILE_KV:
+        out.append(Problem(f"tile kv={kv}{whose}: {_WHY} tile kv a multiple of {KEY_BLOCK} from {MIN_TILE_KV} to "
+                           f"{MAX_TILE_KV} (V^T's key slots are permuted in blocks of {KEY_BLOCK}, the k of a P V "
+                           f"step; S is one m64nNk32 product, N at most {MAX_TILE_KV})", key="tile",
+                           hint=f"e.g. tile kv={TILE_KV}, or leave it out"))
+    if spec.mask.is_custom and kv > TILE_KV:
+        out.append(Problem(f"tile kv={kv}{whose}: mask custom is built for FP8 tiles of up to {TILE_KV} keys (its words "
+                           "of a tile's keys are staged 8 a row)", key="tile", hint=f"use tile kv={TILE_KV} or less"))
+    whose = "" if spec.tile.q else " (the tile table's, CudaTiles.fp8_tiles)"
+    if rows not in TILE_Q:
+        out.append(Problem(f"tile q={rows}{whose}: {_WHY} tile q 64, 128 or 192 (one, two or three consumer "
+                           "warpgroups)", key="tile", hint="use tile q=128 or leave it out"))
+    elif rows == 3 * WARPGROUP_ROWS and max(spec.head_dim_qk, spec.head_dim_v) > MAX_HEAD_DIM_Q192:
+        out.append(Problem(f"tile q=192{whose}: {_WHY} three consumer warpgroups up to head dim {MAX_HEAD_DIM_Q192} "
+                           "(their 160 registers each hold S, P and acc of 64 rows only so far)", key="tile",
+                           hint="use tile q=128 or leave it out"))
     opts = spec.options("cuda")
     for opt in ("producer", "tma"):
         if opts.get(opt) == "off":
             out.append(Problem(f"{opt}=off: {_WHY} the producer warpgroup with the tensor copy engine (its only FP8 "
                                "kernel)", key="target.cuda", hint=f"leave {opt} out"))
     warps = opts.get("warps")
-    if warps is not None and warps != (spec.tile.q or 2 * WARPGROUP_ROWS) // 16:
+    if warps is not None and warps != rows // 16:
         out.append(Problem(f"warps={warps}: an FP8 block has a consumer warp per 16 rows of tile q "
-                           f"({(spec.tile.q or 2 * WARPGROUP_ROWS) // 16})", key="target.cuda", hint="leave warps out"))
+                           f"({rows // 16})", key="target.cuda", hint="leave warps out"))
     if spec.mask.kind == "expr" or spec.score is not None:
         what = "mask" if spec.mask.kind == "expr" else "score"
         out.append(Problem(f"{what} expressions are not built for FP8 yet (issue 44; those the planner reads as a "
@@ -123,6 +151,14 @@ def fp8_problems(spec: AttentionSpec, profile: Profile) -> list:
         out.append(Problem("expression inputs are not built for FP8 yet", key=f"input.{spec.inputs[0].name}",
                            hint="use dtype f16 or bf16"))
     return out
+
+
+def fp8_tiles(spec: AttentionSpec, t) -> tuple:
+    """(tile q, tile kv) of an FP8 kernel: the spec's where it gives them, else the tile table's
+    (CudaTiles.fp8_tiles: the first row whose head-dim bound holds the larger head dim)."""
+    d = max(spec.head_dim_qk, spec.head_dim_v)
+    q, kv = next((tiles for bound, tiles in t.fp8_tiles if d <= bound), t.fp8_tiles[-1][1])
+    return spec.tile.q or q, spec.tile.kv or kv
 
 
 def producer_regs(spec: AttentionSpec, t) -> int:
@@ -141,17 +177,45 @@ def producer_regs(spec: AttentionSpec, t) -> int:
     return t.fp8_producer_regs["custom" if spec.mask.kind == "expr" else spec.mask.kind]
 
 
-def fp8_layout(spec: AttentionSpec, t, tile_q: int, stages: int, o_stage: bool = False) -> tuple:
+def fp8_config(spec: AttentionSpec, profile: Profile, t) -> dict:
+    """The choices of FP8 prefill's CudaConfig (config.cuda_config builds it; the checker above refused what it
+    does not build): the spec's tile q and kv or the table's (fp8_tiles), STAGES stages (or the spec's), the
+    shared memory, the output through the tensor store where it fits, Q and K in the 128-byte swizzle or
+    (CudaTiles.fp8_swizzle64, head dims qk up to 64) the 64-byte one (qk_swizzle)."""
+    from ...plan.kernel_plan import describe_buffers
+    opts, limit = spec.options("cuda"), profile.limit("shared_memory_bytes")
+    tile_q, tile_kv = fp8_tiles(spec, t)
+    stages = opts.get("stages") or STAGES
+    buffers, smem = fp8_layout(spec, t, tile_q, tile_kv, stages)
+    if smem > limit:
+        raise Problem(f"FP8 tile q={tile_q} kv={tile_kv} with {stages} stages and head_dim qk={spec.head_dim_qk} "
+                      f"v={spec.head_dim_v} needs {smem} bytes of shared memory ({describe_buffers(buffers)}), but "
+                      f"{profile.name} allows {limit}", key="target.cuda" if opts.get("stages") else "head_dim",
+                      hint="use fewer stages (target cuda { stages=2 })" if stages > 2 else "a smaller tile kv")
+    tma_store = False
+    if t.tma_store and spec.head_dim_v > t.tma_store_above_d_v:
+        o_buffers, o_smem = fp8_layout(spec, t, tile_q, tile_kv, stages, o_stage=True)
+        if o_smem <= limit:  # (never at the cost of a smaller tile, as f16's)
+            buffers, smem, tma_store = o_buffers, o_smem, True
+    d_qk_pad = padded_fp8_qk(spec.head_dim_qk, t.fp8_swizzle64)
+    return dict(tile_q=tile_q, tile_kv=tile_kv, stages=stages, d_qk_pad=d_qk_pad, d_v_pad=padded_fp8_v(spec.head_dim_v),
+                buffers=buffers, smem=smem, tma_store=tma_store, producer_regs=producer_regs(spec, t),
+                resident_blocks=max(1, limit // smem), item_per_block=opts.get("persistent") == "off",
+                qk_swizzle=min(d_qk_pad, ROW_BYTES))
+
+
+def fp8_layout(spec: AttentionSpec, t, tile_q: int, tile_kv: int, stages: int, o_stage: bool = False) -> tuple:
     """(buffers, bytes) of an FP8 kernel's shared memory: Q, the ring of K and of V^T tiles, the
     output staged for the tensor store (o_stage), a custom mask's words, the mbarriers and work
     items (the producer family's sSync, without the cleaning's words: V^T comes cleaned)."""
-    d_qk = padded_fp8_qk(spec.head_dim_qk)
+    d_qk = padded_fp8_qk(spec.head_dim_qk, t.fp8_swizzle64)
     d_v = padded_fp8_v(spec.head_dim_v)
+    swz = f"{min(d_qk, ROW_BYTES)}-byte swizzle"
     entries = [
-        ("sQ", spec.dtype, 1, tile_q, d_qk, "the block's rows of Q (128-byte swizzle: 128 values a row)"),
-        ("sK", spec.dtype, stages, TILE_KV, d_qk, "K tiles, one per stage (128-byte swizzle)"),
-        ("sV", spec.dtype, stages, TILE_KV, d_v, f"V^T tiles, one per stage: {d_v} head-dim rows of {TILE_KV} key "
-                                                 "slots (128-byte swizzle)"),
+        ("sQ", spec.dtype, 1, tile_q, d_qk, f"the block's rows of Q ({swz}: {min(d_qk, ROW_BYTES)} values a row)"),
+        ("sK", spec.dtype, stages, tile_kv, d_qk, f"K tiles, one per stage ({swz})"),
+        ("sV", spec.dtype, stages, tile_kv, d_v, f"V^T tiles, one per stage: {d_v} head-dim rows of {tile_kv} key "
+                                                 f"slots ({vt_swizzle(tile_kv)}-byte swizzle)"),
     ]
     if o_stage:
         entries.append(("sO", spec.output_dtype, 1, tile_q, d_v, "the output tile, staged for the tensor store"))
@@ -160,14 +224,18 @@ def fp8_layout(spec: AttentionSpec, t, tile_q: int, stages: int, o_stage: bool =
                         "a boolean mask's words of each stage's partial tile (8 per row: 256 keys, padded)"))
     # mbarriers (Q, full and empty per stage, Q free, the tensor copies' landing per stage), four
     # item slots of 4 words, and the bad-key words the family's layout keeps after them
-    words = 2 * (1 + 2 * stages) + 26 + stages * (TILE_KV // 32) + 1 + 2 * stages
+    words = 2 * (1 + 2 * stages) + 26 + stages * (tile_kv // 32) + 1 + 2 * stages
     entries.append(("sSync", "u32", 1, 1, words, "mbarriers of the copies and the work items"))
     buffers, smem = place_buffers(entries)
     return buffers, smem + WGMMA_ALIGN
 
 
-def padded_fp8_qk(head_dim: int) -> int:
-    """Q and K rows in values, padded to whole 128-byte swizzle rows (zero columns)."""
+def padded_fp8_qk(head_dim: int, swizzle64: bool = False) -> int:
+    """Q and K rows in values, padded to whole 128-byte swizzle rows (zero columns); with `swizzle64`
+    (CudaTiles.fp8_swizzle64) head dims up to 64 to one 64-byte row of the 64-byte swizzle instead
+    (CudaConfig.qk_swizzle 64: templates/cuda/math_wgmma_fp8.j2, issue_scores)."""
+    if swizzle64 and head_dim <= NARROW_ROW_BYTES:
+        return NARROW_ROW_BYTES
     return -(-head_dim // ROW_BYTES) * ROW_BYTES
 
 
@@ -210,12 +278,13 @@ def main_params(spec: AttentionSpec, p) -> list:
               "j of v held an inf or NaN (zeroed in vt)")]
 
 
-def vt_map_doc() -> str:
-    """The tensor map of V^T (the attention entry's tmap_v)."""
+def vt_map_doc(tile_kv: int = TILE_KV) -> str:
+    """The tensor map of V^T (the attention entry's tmap_v) of a kernel with `tile_kv` keys per tile."""
+    sw = vt_swizzle(tile_kv)
     return ("a CUtensorMap (128 bytes, passed by value) from cuTensorMapEncodeTiled over the vt workspace: UINT16 (two "
             f"FP8 values an element), rank 4, dims ({PAD_KEYS} / 2, Hkv, Dv, B) innermost first, strides in bytes "
-            f"of its head, row and batch axes, box (64, 1, Dv padded to 64, 1), 128-byte swizzle, L2 promotion 128 "
-            "bytes, out-of-bounds fill zeros")
+            f"of its head, row and batch axes, box ({sw // 2}, 1, Dv padded to 64, 1), {sw}-byte swizzle, L2 "
+            "promotion 128 bytes, out-of-bounds fill zeros (a tile's key slots past the workspace's)")
 
 
 def describe(plan) -> list:

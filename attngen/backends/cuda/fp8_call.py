@@ -129,14 +129,33 @@ class Fp8Kernel(CudaKernel):
 
     def _maps(self, named: dict, launch) -> dict:
         """tmap_v over the vt workspace (fp8.py): (B, Dv, Hkv, key slots) as the map's (batch, rows, heads,
-        columns), boxes of the V^T tile's head-dim rows."""
-        from .fp8 import padded_keys
+        columns), boxes of one column block of the V^T tile's head-dim rows (fp8.vt_swizzle); and with Q and K in
+        the 64-byte swizzle (CudaConfig.qk_swizzle), tmap_q and tmap_k in its place (qk_maps)."""
+        from .fp8 import padded_keys, vt_swizzle
         slots, dv, hkv = padded_keys(launch.len_k), self.plan.d_v, launch.heads_kv
         shape = (launch.batch, dv, hkv, slots)
+        maps = qk_maps(self.plan, named, launch)
         if min(shape) == 0:
-            return {"tmap_v": None}  # (no keys: nothing is read)
-        return {"tmap_v": TensorMapEncoder("vt", shape, (hkv * dv * slots, slots, dv * slots, 1), self.plan.dtype,
-                                           self.plan.config.d_v_pad)}
+            return {**maps, "tmap_v": None}  # (no keys: nothing is read)
+        swizzle = vt_swizzle(self.plan.config.tile_kv)  # (boxes of one column block of a V^T tile)
+        return {**maps, "tmap_v": TensorMapEncoder("vt", shape, (hkv * dv * slots, slots, dv * slots, 1),
+                                                   self.plan.dtype, self.plan.config.d_v_pad, swizzle=swizzle,
+                                                   box_cols=swizzle // 2)}
+
+
+def qk_maps(plan, named: dict, launch) -> dict:
+    """tmap_q and tmap_k of a kernel whose Q and K tiles are in the 64-byte swizzle (CudaConfig.qk_swizzle 64,
+    templates/cuda/copy.j2, tma_tile_sw64): boxes of 32 two-value elements (one 64-byte row) x tile rows, the
+    64-byte swizzle; {} for the 128-byte one (kernel.py's maps)."""
+    if plan.config.qk_swizzle != 64:
+        return {}
+    maps = {}
+    for name, rows, box in (("q", launch.len_q, plan.tile_q), ("k", launch.len_k, plan.tile_kv)):
+        t = named[name]
+        shape = (t.shape[0], rows, t.shape[2], t.shape[3]) if len(t.shape) == 4 else None
+        if shape is not None and min(shape) > 0:  # (else kernel.py's: none)
+            maps["tmap_" + name] = TensorMapEncoder(name, shape, t.strides, t.dtype, box, swizzle=64, box_cols=32)
+    return maps
 
 
 def _on_device(x) -> bool:
@@ -147,4 +166,4 @@ def _on_device(x) -> bool:
     return mod == "cupy" or hasattr(x, "__cuda_array_interface__")
 
 
-__all__ = ["Fp8Kernel"]
+__all__ = ["Fp8Kernel", "qk_maps"]

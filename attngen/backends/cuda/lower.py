@@ -62,7 +62,7 @@ def fused_combine(spec: AttentionSpec, cfg) -> bool:
 
 def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: bool = False,
                 tma: bool = False, tma_q: bool = False, stored_p: bool = False, tma_store: bool = False,
-                fp8: bool = False) -> tuple:
+                fp8: bool = False, fp8_tile_kv: int = 0) -> tuple:
     """The main entry point's parameters; `counters`: the shape of the fused combine's
     tile_counters (None: no such parameter); `persistent`: the persistent blocks' batch size and
     work counter (CudaConfig.persistent); `tma`: the tensor maps of K and V (CudaConfig.tma);
@@ -171,7 +171,7 @@ def main_params(spec: AttentionSpec, counters: tuple | None = None, persistent: 
                          doc=how.format(t="q", d="qk", **{**kv, "h": "Hq", "l": "Lq", "r": "row", "b": "q"})))
         ps += [
             _p("tmap_k", "tensor_map", d, ("Dqk", "Hkv", "Lk", "B"), doc=how.format(t="k", d="qk", **kv)),
-            _p("tmap_v", "tensor_map", d, ("Dv", "Hkv", "Lk", "B"), doc=fp8_plan.vt_map_doc() if fp8
+            _p("tmap_v", "tensor_map", d, ("Dv", "Hkv", "Lk", "B"), doc=fp8_plan.vt_map_doc(fp8_tile_kv) if fp8
                else how.format(t="v", d="v", **kv)),
         ]
         if tma_store:
@@ -382,7 +382,7 @@ def lower(spec: AttentionSpec, profile: Profile, cfg, entry: str) -> Lowered:
         threads=cfg.threads,
         grid=grid(spec, cfg),
         params=main_params(spec, counter_shape(spec, cfg), cfg.persistent, cfg.tma, cfg.tma_q, cfg.stored_p,
-                           cfg.tma_store, cfg.fp8),
+                           cfg.tma_store, cfg.fp8, cfg.tile_kv),
         smem_bytes=cfg.smem_bytes,
         entries=entries(spec, entry, cfg),
         workspaces=workspaces(spec, cfg),

@@ -29,6 +29,7 @@ _UINT16 = 1  # CU_TENSOR_MAP_DATA_TYPE_UINT16
 _ELEM_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "e4m3": 1, "e5m2": 1, "uint8": 1}
 _NO_INTERLEAVE, _SWIZZLE_NONE, _SWIZZLE_128B, _L2_128B, _OOB_ZERO = 0, 0, 3, 2, 0
 MAP_BYTES, MAP_ALIGN = 128, 64
+_SWIZZLES = {False: _SWIZZLE_NONE, 32: 1, 64: 2, 128: _SWIZZLE_128B}  # CU_TENSOR_MAP_SWIZZLE_*, by bytes
 BOX_COLS = 64  # one 128-byte swizzle block of 2-byte elements (of f32: 32, box_cols)
 _MAX_STRIDE = 2**40
 
@@ -69,12 +70,14 @@ class TensorMapEncoder:
     """The tensor map of one (B, L, H, D) tensor of one call signature; `encode(ptr)` writes the
     128 bytes for the tensor at `ptr` (kept while the address stays the same)."""
 
-    def __init__(self, source: str, shape: tuple, strides: tuple, dtype: str, box_rows: int, swizzle: bool = True,
+    def __init__(self, source: str, shape: tuple, strides: tuple, dtype: str, box_rows: int, swizzle: bool | int = True,
                  box_cols: int = BOX_COLS):
         b, length, h, d = shape
         e = _ELEM_BYTES[dtype]  # bytes of an element of `strides`
         self.source = source  # the call's tensor whose address the map holds ("q", "k", "v", "out", FP8's "vt")
-        self.swizzle = _SWIZZLE_128B if swizzle else _SWIZZLE_NONE  # (out's staging buffer: none)
+        # True: the 128-byte swizzle; or its bytes, 128, 64 or 32 (FP8's V^T by its tile kv, fp8.vt_swizzle; FP8's
+        # Q and K of head dims up to 64: 64, CudaConfig.qk_swizzle); False: none (out's staging buffer)
+        self.swizzle = _SWIZZLES[swizzle] if swizzle is not True else _SWIZZLE_128B
         pairs = dtype in _PAIRS
         self.dtype = _UINT16 if pairs else _DTYPES[dtype]
         self.dims = (ctypes.c_uint64 * 4)(d // 2 if pairs else d, h, length, b)

@@ -97,6 +97,14 @@ class CudaTiles:
     fp8_producer_regs: dict = field(default_factory=lambda: {"none": 24, "causal": 24, "window": 24, "custom": 40},
                                     hash=False)
     fp8_wide_custom_producer_regs: int = 24  # ... mask custom from d_v 208: spills in the producer, not serialised wgmma
+    # FP8 prefill's auto tiles (fp8.fp8_tiles): (head-dim bound, (tile q, tile kv)), the first row that holds the
+    # larger head dim; a spec's own `tile q=.. kv=..` wins. 128 x 128 at every head dim (the measured kernel, issue 44);
+    # the FP8 checker takes tile kv a multiple of 32 from 64 to 256 and tile q 64, 128 or 192 (to d64), which
+    # benchmarks/probes/probe_fp8.py --tiles compares through this entry
+    fp8_tiles: tuple = ((256, (128, 128)),)
+    # FP8 head dims qk up to 64: Q and K tiles in 64-byte rows with the 64-byte swizzle (fp8.padded_fp8_qk), not
+    # 128-byte rows half zeros: half their shared memory and of the tensor copies' writes (issue 44, d64)
+    fp8_swizzle64: bool = False
     max_consumer_groups: int = 3  # consumer warpgroups a producer serves at most (q192: 160 registers each)
     mask_stage_words: int = 12  # a custom mask's words per row staged with K and V: 16-byte copies, no bank conflicts
     # which index-only mask expressions the overlapped loops (the producer family, wgmma with three

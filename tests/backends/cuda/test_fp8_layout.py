@@ -237,3 +237,150 @@ def test_the_prepare_v_kernel_on_the_cpu(dtype, lk, d, tmp_path):
     want_bits = np.packbits(keys.reshape(b, h, -1, 32), axis=-1, bitorder="little").view("<u4")[..., 0]
     np.testing.assert_array_equal(bad, want_bits)
     assert errors.tolist() == [0, 0, 0, 0, 0, 0, 1 * h + 2 + 1, 0]  # k_descale[1, 2]: flat index 5, + 1
+
+
+# -- Q K^T through the shared-memory layouts: the tensor copy engine's swizzled writes, the generated
+# issue_scores' descriptors (compiled with g++), and wgmma's reading of them, per the PTX ISA ----------
+#
+# The model (PTX ISA, "Shared Memory Matrix Layout" and "Matrix Descriptor Format" of wgmma; the CUDA
+# programming guide's tensor map swizzles): a swizzle of W bytes (128, 64, 32) moves the 16-byte chunk
+# of an address by the address's bits [7, 7 + log2(W / 16)): address bits [4, ..) ^= bits [7, ..) (CuTe's
+# Swizzle<3, 4, 3>, <2, 4, 3>, <1, 4, 3>), on the absolute shared-memory address (tiles start on the
+# pattern's boundary, W * 8 bytes: base offset 0). The tensor copy engine writes a box of rows of W bytes
+# row after row from its destination, then swizzled; a K-major descriptor of mode 1 (128 B), 2 (64 B) or
+# 3 (32 B) reads row i of 8-row group g, byte c of the k32 step, at start + g * SBO + i * W + c, swizzled
+# the same way (the canonical layout Swizzle<b, 4, 3> o ((8, m), (T, 2k)) : ((W / 16 T, SBO), (1, T))).
+
+_SWIZZLE_BYTES = {1: 128, 2: 64, 3: 32}
+
+
+def _swizzled(addr: np.ndarray, width: int) -> np.ndarray:
+    mask = width // 16 - 1
+    return addr ^ (((addr >> 7) & mask) << 4)
+
+
+def _tma_write(smem: np.ndarray, dst: int, box: np.ndarray, width: int):
+    """One tensor copy of `box` (rows x width bytes) to byte `dst` of shared memory, swizzled."""
+    assert dst % (8 * width) == 0, "the tile starts on the swizzle pattern's boundary"
+    rows = box.shape[0]
+    addr = dst + np.arange(rows)[:, None] * width + np.arange(width)[None, :]
+    smem[_swizzled(addr, width)] = box
+
+
+def _wgmma_read(smem: np.ndarray, desc: int, rows: int) -> np.ndarray:
+    """The rows x 32 bytes a K-major k32 step of 8-bit values reads through descriptor `desc`."""
+    start, sbo, base, mode = (desc & 0x3FFF) << 4, ((desc >> 32) & 0x3FFF) << 4, (desc >> 49) & 7, desc >> 62
+    assert base == 0 and mode in _SWIZZLE_BYTES, (base, mode)
+    width = _SWIZZLE_BYTES[mode]
+    r = np.arange(rows)[:, None]
+    addr = start + (r // 8) * sbo + (r % 8) * width + np.arange(32)[None, :]
+    return smem[_swizzled(addr, width)]
+
+
+def _scores_library(source: str, tmp_path):
+    """WarpMath's init and issue_scores, the descriptor functions and the constants of a generated FP8
+    kernel, compiled with g++: run(warp, stage, descs) writes the (A, B) descriptors of each k32 step of
+    warp `warp`'s Q K^T against stage `stage`'s K tile, returns their count."""
+    import re
+
+    from backward_helpers import gxx_library
+    consts = "\n".join(m.group(0) for m in re.finditer(r"^constexpr (?:int|unsigned|bool) k\w+ = [^;]+;", source, re.M))
+    descs = "\n".join(m.group(0) for m in re.finditer(
+        r"^__device__ __forceinline__ unsigned long long smem_descriptor\w*\(.*?\n}\n", source, re.M | re.S))
+    methods = "\n".join(re.search(rf"^    __device__ __forceinline__ void {name}\(.*?\n    }}\n", source,
+                                  re.M | re.S).group(0) for name in ("init", "issue_scores"))
+    steps = re.search(r"^    static constexpr int kKSteps = [^;]+;", source, re.M).group(0)
+    assert "math.issue_scores(s, sK + stage * kBlockKV * kStrideK)" in source  # (the stage's tile, as run() gives it)
+    shim = r'''
+#include <cstring>
+typedef unsigned short elem_t;
+#define __device__
+#define __forceinline__ inline
+static unsigned char g_smem[1 << 18];
+inline unsigned smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - g_smem); }
+'''
+    run = r'''
+static unsigned long long g_desc[64][2];
+static int g_n;
+inline void wgmma_fence() {}
+inline void wgmma_commit() {}
+inline void wgmma_scores(float (&)[kNTilesKV][4], unsigned long long a, unsigned long long b, int) {
+    g_desc[g_n][0] = a; g_desc[g_n][1] = b; ++g_n;
+}
+struct WarpMath {
+STEPS
+    const elem_t* sQ;
+METHODS
+};
+extern "C" int run(int warp, int stage, unsigned long long* out) {
+    WarpMath math;
+    math.init(g_smem, warp, 0);
+    elem_t* sK = reinterpret_cast<elem_t*>(g_smem + kOffsetK);
+    float s[kFrags][kNTilesKV][4];
+    g_n = 0;
+    math.issue_scores(s, sK + stage * kBlockKV * kStrideK);
+    std::memcpy(out, g_desc, sizeof(unsigned long long) * 2 * g_n);
+    return g_n;
+}
+'''.replace("STEPS", steps).replace("METHODS", methods)
+    return gxx_library(shim + consts + "\n" + descs + run, str(tmp_path))
+
+
+def _scores_source(head_dim: int, swizzle64: bool, tile_q: int = 128, tile_kv: int = TILE_KV):
+    import attngen
+    from attngen import backends
+    from attngen.api import emit_plan
+    spec = attngen.parse(f"attention p {{\n head_dim {head_dim}\n dtype e4m3\n tile q={tile_q} kv={tile_kv}\n}}\n")[0]
+    plan = attngen.lower(spec, "cuda", backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_swizzle64=swizzle64))
+    return plan, emit_plan(plan).source
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="no g++ to compile the emulation")
+@pytest.mark.parametrize("head_dim, swizzle64, tile_q, tile_kv", [
+    (64, True, 128, 128), (48, True, 128, 128), (16, True, 64, 128), (32, True, 128, 128), (64, False, 128, 128),
+    (128, False, 128, 128), (256, False, 64, 128), (96, False, 128, 128),
+    (64, True, 192, 160), (64, True, 128, 256), (64, False, 192, 128), (128, False, 128, 192)])  # (fp8tile's tiles)
+def test_q_k_transposed_through_the_swizzled_tiles(head_dim, swizzle64, tile_q, tile_kv, tmp_path):
+    """Q and K written as the tensor copy engine writes them (one copy per W-byte block of each row: the
+    template's tma_tile / tma_tile_sw64), then read back through the generated issue_scores' descriptors
+    as wgmma reads them: every warpgroup's S = Q K^T over the head dim, in both modes (the 128-byte one
+    runs on the GPU already: it checks the model), at every stage of the ring."""
+    plan, source = _scores_source(head_dim, swizzle64, tile_q, tile_kv)
+    c = plan.config
+    width = c.qk_swizzle
+    assert width == (64 if swizzle64 else 128) and c.d_qk_pad % width == 0
+    lib = _scores_library(source, tmp_path)
+    offset = {b.name: b.offset for b in c.buffers}
+    rng = np.random.default_rng(head_dim)
+    q = np.zeros((tile_q, c.d_qk_pad), np.int64)
+    q[:, :head_dim] = rng.integers(-8, 8, (tile_q, head_dim))
+    smem = np.zeros(1 << 18, np.int64)
+    for blk in range(c.d_qk_pad // width):  # (the engine zero-fills columns past the head dim)
+        _tma_write(smem, offset["sQ"] + blk * tile_q * width, q[:, blk * width:(blk + 1) * width], width)
+    for stage in range(c.stages):
+        k = np.zeros((tile_kv, c.d_qk_pad), np.int64)
+        k[:, :head_dim] = rng.integers(-8, 8, (tile_kv, head_dim))
+        tile = offset["sK"] + stage * tile_kv * c.d_qk_pad
+        for blk in range(c.d_qk_pad // width):
+            _tma_write(smem, tile + blk * tile_kv * width, k[:, blk * width:(blk + 1) * width], width)
+        for warp in range(0, tile_q // 16, 4):  # (the first warp of each warpgroup: init's rows are per warpgroup)
+            out = np.zeros((64, 2), np.uint64)
+            n = lib.run(warp, stage, out.ctypes.data_as(__import__("ctypes").c_void_p))
+            assert n == -(-head_dim // 32)  # k32 steps over the head dim only, none over the padding
+            s = sum(_wgmma_read(smem, int(a), 64) @ _wgmma_read(smem, int(b), tile_kv).T for a, b in out[:n])
+            rows = slice(16 * warp, 16 * warp + 64)
+            np.testing.assert_array_equal(s, q[rows] @ k.T)
+
+
+def test_the_model_tells_the_swizzles_apart():
+    """The same tile read with the other swizzle's descriptor (or the 128-byte stride) is not Q: the
+    emulation would catch a wrong mode or stride."""
+    rng = np.random.default_rng(1)
+    q = rng.integers(-8, 8, (64, 64))
+    smem = np.zeros(1 << 16, np.int64)
+    _tma_write(smem, 0, q, 64)
+    desc = lambda mode, sbo, start=0: (start >> 4) | (1 << 16) | ((sbo >> 4) << 32) | (mode << 62)  # noqa: E731
+    for kk in range(2):
+        np.testing.assert_array_equal(_wgmma_read(smem, desc(2, 512, 32 * kk), 64), q[:, 32 * kk:32 * kk + 32])
+        assert not np.array_equal(_wgmma_read(smem, desc(1, 512, 32 * kk), 64), q[:, 32 * kk:32 * kk + 32])
+        assert not np.array_equal(_wgmma_read(smem, desc(2, 1024, 32 * kk), 64), q[:, 32 * kk:32 * kk + 32])

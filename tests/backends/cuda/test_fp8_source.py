@@ -57,8 +57,12 @@ def test_the_h100_profile_plans_it():
     ("", 72, "head_dim qk=72: FP8 prefill is built for head dims that are multiples of 16 up to 256"),
     ("", 320, "head_dim qk=320: FP8 prefill is built for head dims that are multiples of 16 up to 256"),
     ("tile d=64", 128, "tile d=64: FP8 prefill is built for whole head dims"),
-    ("tile q=128 kv=64", 128, "tile kv=64: FP8 prefill is built for tile kv 128"),
-    ("tile q=192", 64, "tile q=192: FP8 prefill is built for tile q 64 or 128"),
+    ("tile q=128 kv=48", 128, "tile kv=48: FP8 prefill is built for tile kv a multiple of 32 from 64 to 256"),
+    ("tile q=128 kv=288", 64, "tile kv=288: FP8 prefill is built for tile kv a multiple of 32 from 64 to 256"),
+    ("tile q=96", 64, "tile q=96: FP8 prefill is built for tile q 64, 128 or 192"),
+    ("tile q=192", 128, "tile q=192: FP8 prefill is built for three consumer warpgroups up to head dim 64"),
+    ("tile q=128 kv=256", 256, "FP8 tile q=128 kv=256 with 2 stages and head_dim qk=256 v=256 needs"),
+    ("mask custom\ntile q=128 kv=160", 64, "tile kv=160: mask custom is built for FP8 tiles of up to 128 keys"),
     ("target cuda { producer=off }", 128, "producer=off: FP8 prefill is built for the producer warpgroup"),
     ("target cuda { tma=off }", 128, "tma=off: FP8 prefill is built for the producer warpgroup with the tensor"),
     ("target cuda { warps=4 }", 128, "warps=4: an FP8 block has a consumer warp per 16 rows of tile q (8)"),
@@ -103,6 +107,25 @@ def test_the_plan():
     assert [e["role"] for e in manifest["entry_points"]] == ["prepare_v", "main"]
     assert manifest["dtype"] == "e4m3" and manifest["out_dtype"] == "bf16"
     assert "sV 2x128x128 e4m3" in c.smem_summary and "sO 128x128 bf16" in c.smem_summary
+
+
+def test_tiles_from_the_spec_and_the_table():
+    """tile q / kv of an FP8 kernel: the spec's, else CudaTiles.fp8_tiles (a probe overrides it through the
+    profile); V^T's column blocks take the widest swizzle of 128, 64, 32 bytes that divides tile kv."""
+    from attngen.backends.cuda.fp8 import vt_map_doc, vt_swizzle
+    from attngen.api import get_profile
+    assert [vt_swizzle(kv) for kv in (64, 96, 128, 160, 192, 224, 256)] == [64, 32, 128, 32, 64, 32, 128]
+    c = attngen.lower(fp8("tile q=128 kv=192"), "cuda", "cuda-sm90").config
+    assert (c.tile_q, c.tile_kv, c.warps) == (128, 192, 8) and "sV 2x192x128 e4m3" in c.smem_summary
+    profile = get_profile("cuda-sm90", "cuda").with_overrides(fp8_tiles=((128, (192, 160)), (256, (128, 128))))
+    plan = attngen.lower(fp8(head_dim=64), "cuda", profile)
+    assert (plan.config.tile_q, plan.config.tile_kv, plan.config.setmaxnreg) == (192, 160, (32, 160))
+    source = emit_plan(plan).source
+    assert "constexpr int kVtSwizzle = 32;" in source and "m64n160k32.f32.e4m3.e4m3" in source
+    assert "box (16, 1, Dv padded to 64, 1), 32-byte swizzle" in next(p.doc for p in plan.params if p.name == "tmap_v")
+    assert "box (64, 1, Dv padded to 64, 1), 128-byte swizzle" in vt_map_doc()
+    assert attngen.lower(fp8(head_dim=256), "cuda", profile).config.tile_kv == 128  # (the second row)
+    assert "tile q=192 (the tile table's, CudaTiles.fp8_tiles)" in refusal(fp8(), profile=profile)
 
 
 def test_out_f16_and_e5m2():
@@ -178,6 +201,47 @@ def test_products_are_not_serialised(head_dim, mask):
         assert (stores, loads) == (0, 0), log
 
 
+# (head dim, mask, tile q, tile kv): candidates beside the default 128 x 128 (benchmarks/probes/probe_fp8.py --tiles)
+# that ptxas keeps asynchronous (no C7512) without spills. Serialised and spilling (not listed): d128 kv 256 (S 128
+# + acc 64 + P 32 registers), d64 q192 kv 192, d128 q192 at any kv (fp8.MAX_HEAD_DIM_Q192), d256 kv 160; spilling
+# 12 / 16 bytes: d128 causal kv 224, d64 causal q192 kv 160
+TILES = [(64, m, 128, kv) for m in ("none", "causal") for kv in (160, 192, 224, 256)] + [
+    (64, "none", 192, 128), (64, "causal", 192, 128), (64, "none", 192, 160)] + [
+    (128, "none", 128, kv) for kv in (160, 192, 224)] + [(128, "causal", 128, kv) for kv in (160, 192)] + [
+    (128, "window(left=100)", 128, 192), (256, "none", 128, 96), (64, "none", 64, 256)]
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
+@pytest.mark.parametrize("head_dim, mask, tq, tkv", TILES, ids=[f"d{d}-{m.split('(')[0]}-q{q}kv{kv}" for d, m, q, kv in TILES])
+def test_tiles_compile(head_dim, mask, tq, tkv):
+    plan = attngen.lower(fp8(f"mask {mask}\ntile q={tq} kv={tkv}", head_dim=head_dim), "cuda", "cuda-sm90")
+    _, log = nvrtc_compile(emit_plan(plan).source, "sm_90a")
+    assert "C7512" not in log and "Potential Performance Loss" not in log and "warning" not in log.lower(), log
+    regs, stores, loads = nvrtc.resource_usage(log)["attngen_f"]
+    print(f"d{head_dim} {mask} q{tq} kv{tkv}: setmaxnreg {plan.config.setmaxnreg}, smem {plan.config.smem_bytes}, "
+          f"spills {stores} / {loads} bytes")
+    assert (stores, loads) == (0, 0), log
+
+
+# (and two more the GPU test runs: tests/equivalence/test_fp8_prefill.py, test_fp8_swizzle64_tiles)
+TILES_SW64 = [tile for tile in TILES if tile[0] <= 64] + [(64, "causal", 128, 192), (48, "window(left=100)", 192, 160)]
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
+@pytest.mark.parametrize("head_dim, mask, tq, tkv", TILES_SW64,
+                         ids=[f"d{d}-{m.split('(')[0]}-q{q}kv{kv}" for d, m, q, kv in TILES_SW64])
+def test_tiles_compile_with_swizzle64(head_dim, mask, tq, tkv):
+    """The d64 tile candidates with Q and K in the 64-byte swizzle (CudaTiles.fp8_swizzle64; probe_fp8.py
+    --tiles .. --swizzle64 off,on compares them): asynchronous products, no spills, as without it."""
+    plan = attngen.lower(fp8(f"mask {mask}\ntile q={tq} kv={tkv}", head_dim=head_dim), "cuda", swizzle64())
+    assert (plan.config.qk_swizzle, plan.config.tile_q, plan.config.tile_kv) == (64, tq, tkv)
+    _, log = nvrtc_compile(emit_plan(plan).source, "sm_90a")
+    assert "C7512" not in log and "Potential Performance Loss" not in log and "warning" not in log.lower(), log
+    regs, stores, loads = nvrtc.resource_usage(log)["attngen_f"]
+    print(f"d{head_dim} {mask} q{tq} kv{tkv} swizzle64: smem {plan.config.smem_bytes}, spills {stores} / {loads} bytes")
+    assert (stores, loads) == (0, 0), log
+
+
 def test_fp8_hgmma_in_the_hot_loop():
     """The attention entry's loop runs FP8 warpgroup products (SASS QGMMA.64x128x32.F32.E4M3.E4M3, both
     products) and no mma.sync; _prepare_v has no tensor-core instruction."""
@@ -200,3 +264,82 @@ def test_fp8_hgmma_in_the_hot_loop():
     hot = {line.split()[1] for loop in found["attngen_f"] for line in loop if "GMMA" in line}
     assert hot == {"QGMMA.64x128x32.F32.E4M3.E4M3"}, hot
     assert "GMMA" not in sass.split(".text.attngen_f_prepare_v:", 1)[1].split(".section", 1)[0]
+
+
+# -- Q and K in the 64-byte swizzle (CudaTiles.fp8_swizzle64; head dims qk up to 64) ---------------------
+
+def swizzle64(on: bool = True):
+    return backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_swizzle64=on)
+
+
+@pytest.mark.parametrize("head_dim, pad, swizzle", [(16, 64, 64), (32, 64, 64), (48, 64, 64), (64, 64, 64),
+                                                    (80, 128, 128), (128, 128, 128), (256, 256, 128)])
+def test_swizzle64_plans_64_byte_rows_up_to_d64(head_dim, pad, swizzle):
+    on = attngen.lower(fp8(head_dim=head_dim), "cuda", swizzle64()).config
+    off = attngen.lower(fp8(head_dim=head_dim), "cuda", swizzle64(False)).config
+    assert (on.d_qk_pad, on.qk_swizzle) == (pad, swizzle)
+    assert (off.d_qk_pad, off.qk_swizzle) == (-(-head_dim // 128) * 128, 128)
+    if swizzle == 64:  # sQ and sK halve: 128 x 64 bytes of Q and 2 x 128 x 64 of K less than 128-byte rows
+        assert off.smem_bytes - on.smem_bytes == 3 * 128 * 64
+        assert "sQ 128x64 e4m3 + sK 2x128x64 e4m3" in on.smem_summary
+    else:
+        assert on == off
+
+
+def test_swizzle64_source():
+    """The 64-byte mode's pieces (and none of them without it): Q and K's descriptors of 64-byte rows (the
+    one V^T's column blocks take: mode 2 and stride 512, test_fp8_layout.py's g++ model), one tensor copy of 64-byte rows for Q and each K tile, no zero padding in the 128-byte layout."""
+    on = emit_plan(attngen.lower(fp8(head_dim=64), "cuda", swizzle64())).source
+    off = emit_plan(attngen.lower(fp8(head_dim=64), "cuda", swizzle64(False))).source
+    assert "constexpr int kHeadDimQKPad = 32;" in on and "constexpr int kSwizzleQK = 64;" in on
+    assert "smem_descriptor_sw(sQ + kk * 16, kSwizzleQK), smem_descriptor_sw(sK + kk * 16, kSwizzleQK)" in on
+    assert "tma_tile_sw64<kBlockQ, kHeadDimQKPad>(sQ" in on and "tma_tile_sw64<kBlockKV, kHeadDimQKPad>(sK" in on
+    assert "zero_padding<kBlockQ" not in on and "zero_padding<kBlockQ" in off
+    assert "(warp / 4) * 64 * kHeadDimQKPad" in on
+    assert "smem_descriptor(sQ + at * kBlockQ + step, 16, 1024)" in off
+    for piece in ("sw64", "kSwizzleQK", "smem_descriptor_sw(sQ"):
+        assert piece not in off
+
+
+def test_swizzle64_tensor_maps():
+    """tmap_q and tmap_k of the 64-byte mode: boxes of 32 two-value elements (64 bytes) x tile rows, the
+    driver's CU_TENSOR_MAP_SWIZZLE_64B (2); none in place of kernel.py's in the 128-byte mode. (The maps
+    are only encoded on the GPU; their fields are checked here.)"""
+    from types import SimpleNamespace as NS
+    from attngen.backends.cuda.fp8_call import qk_maps
+    plan = attngen.lower(fp8(head_dim=48), "cuda", swizzle64())
+    named = {"q": NS(shape=(2, 300, 6, 48), strides=(300 * 6 * 48, 6 * 48, 48, 1), dtype="e4m3"),
+             "k": NS(shape=(2, 200, 2, 48), strides=(200 * 2 * 48, 2 * 48, 48, 1), dtype="e4m3")}
+    maps = qk_maps(plan, named, NS(len_q=300, len_k=200))
+    assert set(maps) == {"tmap_q", "tmap_k"}
+    for name, rows, box in (("q", 300, 128), ("k", 200, 128)):
+        m = maps["tmap_" + name]
+        assert (tuple(m.box), m.swizzle, m.dtype) == ((32, 1, box, 1), 2, 1)  # UINT16 pairs
+        assert tuple(m.dims) == (24, named[name].shape[2], rows, 2)
+    assert qk_maps(attngen.lower(fp8(head_dim=48), "cuda", swizzle64(False)), named, NS(len_q=300, len_k=200)) == {}
+
+
+SW64_CASES = {
+    "d64": "head_dim 64\ndtype e4m3",
+    "d64 causal gqa": "head_dim 64\nheads q=12 kv=4\ndtype e4m3\nmask causal",
+    "d32 window e5m2 f16": "head_dim 32\ndtype e5m2 out=f16\nmask window(left=100)",
+    "d48 custom": "head_dim 48\ndtype e4m3\nmask custom",
+    "d64 softcap q64": "head_dim 64\ndtype e4m3\nsoftcap 30\ntile q=64",
+    "d16 persistent off": "head_dim 16\ndtype e4m3\nmask causal\ntarget cuda { persistent=off }",
+    "d64 v128": "head_dim qk=64 v=128\ndtype e4m3",
+}
+
+
+@pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
+@pytest.mark.parametrize("case", SW64_CASES, ids=str)
+def test_swizzle64_compiles_for_sm_90a(case):
+    plan = attngen.lower(spec_of(SW64_CASES[case], name="f"), "cuda", swizzle64())
+    assert plan.config.qk_swizzle == 64
+    cubin, log = nvrtc_compile(emit_plan(plan).source, "sm_90a")
+    assert cubin[:4] == b"\x7fELF" and "warning" not in log.lower(), log
+    assert "C7512" not in log and "Potential Performance Loss" not in log, log
+    spills = {m.group(1): int(m.group(2)) for m in re.finditer(
+        r"Function properties for (\w+)\n[^\n]*?(\d+) bytes spill stores", log)}
+    assert spills.get("attngen_f_prepare_v") == 0, log
+    if "custom" not in case:
+        assert spills.get("attngen_f") == 0, log
