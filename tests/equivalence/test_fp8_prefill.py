@@ -91,11 +91,11 @@ def test_fp8_variants(variant):
     assert err <= tolerance(spec), err
 
 
-# FP8 tiles other than the default 128 x 128 (fp8.fp8_tiles; benchmarks/probes/probe_fp8.py --tiles): V^T's
-# column blocks of a 128-, 64- or 32-byte swizzle (kv 256, 192, 160 / 224), three consumer warpgroups (q 192),
-# a last tile wider than _prepare_v's 128-key blocks (its vt_bad words past the row read as none)
-TILES = [(64, "none", 128, 256), (64, "causal", 192, 128), (64, "none", 192, 160), (128, "none", 128, 192),
-         (128, "causal", 128, 160), (128, "window(left=100)", 128, 224), (128, "none", 64, 256)]
+# FP8 tiles (fp8.fp8_tiles; benchmarks/probes/probe_fp8.py --tiles): three consumer warpgroups (q 192, d64's
+# default) and d64's former 128 x 128. Tile kv other than 128 (V^T in column blocks) is refused by the checker:
+# its first GPU run faulted (tiles.py, fp8_other_tile_kv), so it runs no GPU test until fixed.
+TILES = [(64, "none", 192, 128), (64, "causal", 192, 128), (64, "window(left=100)", 192, 128), (64, "none", 128, 128),
+         (64, "causal", 128, 128), (128, "none", 64, 128)]
 
 
 @pytest.mark.parametrize("d, mask, tq, tkv", TILES, ids=[f"d{d}-{m.split('(')[0]}-q{q}kv{kv}" for d, m, q, kv in TILES])
@@ -255,7 +255,7 @@ def test_fp8_swizzle64_variants(variant):
     assert err <= tolerance(spec), err
 
 
-TILES_SW64 = [tile for tile in TILES if tile[0] <= 64] + [(64, "causal", 128, 192), (48, "window(left=100)", 192, 160)]
+TILES_SW64 = [tile for tile in TILES if tile[0] <= 64] + [(48, "window(left=100)", 192, 128)]
 
 
 @pytest.mark.parametrize("d, mask, tq, tkv", TILES_SW64,

@@ -331,7 +331,7 @@ def _scores_source(head_dim: int, swizzle64: bool, tile_q: int = 128, tile_kv: i
     from attngen import backends
     from attngen.api import emit_plan
     spec = attngen.parse(f"attention p {{\n head_dim {head_dim}\n dtype e4m3\n tile q={tile_q} kv={tile_kv}\n}}\n")[0]
-    plan = attngen.lower(spec, "cuda", backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_swizzle64=swizzle64))
+    plan = attngen.lower(spec, "cuda", backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_swizzle64=swizzle64, fp8_other_tile_kv=True))
     return plan, emit_plan(plan).source
 
 

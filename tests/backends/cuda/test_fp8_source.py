@@ -11,7 +11,7 @@ import pytest
 
 import attngen
 from attngen import SpecError, backends
-from attngen.api import emit_plan
+from attngen.api import emit_plan, get_profile
 from attngen.backends.cuda import nvrtc
 from attngen.backends.cuda.devices import profile_for
 from attngen.plan import backward
@@ -61,8 +61,8 @@ def test_the_h100_profile_plans_it():
     ("tile q=128 kv=288", 64, "tile kv=288: FP8 prefill is built for tile kv a multiple of 32 from 64 to 256"),
     ("tile q=96", 64, "tile q=96: FP8 prefill is built for tile q 64, 128 or 192"),
     ("tile q=192", 128, "tile q=192: FP8 prefill is built for three consumer warpgroups up to head dim 64"),
-    ("tile q=128 kv=256", 256, "FP8 tile q=128 kv=256 with 2 stages and head_dim qk=256 v=256 needs"),
-    ("mask custom\ntile q=128 kv=160", 64, "tile kv=160: mask custom is built for FP8 tiles of up to 128 keys"),
+    ("tile q=128 kv=256", 256, "tile kv=256: FP8 prefill runs tile kv=128 only for now"),
+    ("tile q=128 kv=192", 64, "tile kv=192: FP8 prefill runs tile kv=128 only for now"),
     ("target cuda { producer=off }", 128, "producer=off: FP8 prefill is built for the producer warpgroup"),
     ("target cuda { tma=off }", 128, "tma=off: FP8 prefill is built for the producer warpgroup with the tensor"),
     ("target cuda { warps=4 }", 128, "warps=4: an FP8 block has a consumer warp per 16 rows of tile q (8)"),
@@ -71,6 +71,18 @@ def test_the_h100_profile_plans_it():
 ])
 def test_what_is_not_built_is_refused_by_name(body, head_dim, words):
     msg = refusal(fp8(body, head_dim=head_dim))
+    assert msg.startswith("target cuda (profile cuda-sm90): ") and words in msg, msg
+
+
+@pytest.mark.parametrize("body, head_dim, words", [
+    ("tile q=128 kv=256", 256, "FP8 tile q=128 kv=256 with 2 stages and head_dim qk=256 v=256 needs"),
+    ("mask custom\ntile q=128 kv=160", 64, "tile kv=160: mask custom is built for FP8 tiles of up to 128 keys"),
+])
+def test_other_tile_kv_refusals_behind_the_switch(body, head_dim, words):
+    """With tile kv other than 128 allowed (CudaTiles.fp8_other_tile_kv, a probe's override), what those
+    tiles cannot do is still refused by name."""
+    wide = get_profile("cuda-sm90", "cuda").with_overrides(fp8_other_tile_kv=True)
+    msg = refusal(fp8(body, head_dim=head_dim), profile=wide)
     assert msg.startswith("target cuda (profile cuda-sm90): ") and words in msg, msg
 
 
@@ -113,11 +125,12 @@ def test_tiles_from_the_spec_and_the_table():
     """tile q / kv of an FP8 kernel: the spec's, else CudaTiles.fp8_tiles (a probe overrides it through the
     profile); V^T's column blocks take the widest swizzle of 128, 64, 32 bytes that divides tile kv."""
     from attngen.backends.cuda.fp8 import vt_map_doc, vt_swizzle
-    from attngen.api import get_profile
     assert [vt_swizzle(kv) for kv in (64, 96, 128, 160, 192, 224, 256)] == [64, 32, 128, 32, 64, 32, 128]
-    c = attngen.lower(fp8("tile q=128 kv=192"), "cuda", "cuda-sm90").config
+    wide = get_profile("cuda-sm90", "cuda").with_overrides(fp8_other_tile_kv=True)
+    assert "FP8 prefill runs tile kv=128 only for now" in refusal(fp8("tile q=128 kv=192"))
+    c = attngen.lower(fp8("tile q=128 kv=192"), "cuda", wide).config
     assert (c.tile_q, c.tile_kv, c.warps) == (128, 192, 8) and "sV 2x192x128 e4m3" in c.smem_summary
-    profile = get_profile("cuda-sm90", "cuda").with_overrides(fp8_tiles=((128, (192, 160)), (256, (128, 128))))
+    profile = wide.with_overrides(fp8_tiles=((128, (192, 160)), (256, (128, 128))))
     plan = attngen.lower(fp8(head_dim=64), "cuda", profile)
     assert (plan.config.tile_q, plan.config.tile_kv, plan.config.setmaxnreg) == (192, 160, (32, 160))
     source = emit_plan(plan).source
@@ -189,7 +202,8 @@ def test_products_are_not_serialised(head_dim, mask):
     nothing: acc (head dim / 2 registers) + S (64) + P in flight (16) beside the loop's state fit the
     consumers' 240 registers after setmaxnreg (the producer keeps 24: CudaTiles.fp8_producer_regs)."""
     plan = attngen.lower(fp8(f"mask {mask}", head_dim=head_dim), "cuda", "cuda-sm90")
-    assert plan.config.setmaxnreg == (24, 240)
+    # (d64's default tile q 192: three consumer warpgroups of 160 registers, the producer 32)
+    assert plan.config.setmaxnreg == ((32, 160) if plan.config.tile_q == 192 else (24, 240))
     source = emit_plan(plan).source
     assert "constexpr int kProducerRegs = %d, kConsumerRegs = %d;" % plan.config.setmaxnreg in source
     _, log = nvrtc_compile(source, "sm_90a")
@@ -205,6 +219,7 @@ def test_products_are_not_serialised(head_dim, mask):
 # that ptxas keeps asynchronous (no C7512) without spills. Serialised and spilling (not listed): d128 kv 256 (S 128
 # + acc 64 + P 32 registers), d64 q192 kv 192, d128 q192 at any kv (fp8.MAX_HEAD_DIM_Q192), d256 kv 160; spilling
 # 12 / 16 bytes: d128 causal kv 224, d64 causal q192 kv 160
+OTHER_KV = get_profile("cuda-sm90", "cuda").with_overrides(fp8_other_tile_kv=True)  # (refused by default: fp8.py)
 TILES = [(64, m, 128, kv) for m in ("none", "causal") for kv in (160, 192, 224, 256)] + [
     (64, "none", 192, 128), (64, "causal", 192, 128), (64, "none", 192, 160)] + [
     (128, "none", 128, kv) for kv in (160, 192, 224)] + [(128, "causal", 128, kv) for kv in (160, 192)] + [
@@ -214,7 +229,7 @@ TILES = [(64, m, 128, kv) for m in ("none", "causal") for kv in (160, 192, 224, 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
 @pytest.mark.parametrize("head_dim, mask, tq, tkv", TILES, ids=[f"d{d}-{m.split('(')[0]}-q{q}kv{kv}" for d, m, q, kv in TILES])
 def test_tiles_compile(head_dim, mask, tq, tkv):
-    plan = attngen.lower(fp8(f"mask {mask}\ntile q={tq} kv={tkv}", head_dim=head_dim), "cuda", "cuda-sm90")
+    plan = attngen.lower(fp8(f"mask {mask}\ntile q={tq} kv={tkv}", head_dim=head_dim), "cuda", OTHER_KV)
     _, log = nvrtc_compile(emit_plan(plan).source, "sm_90a")
     assert "C7512" not in log and "Potential Performance Loss" not in log and "warning" not in log.lower(), log
     regs, stores, loads = nvrtc.resource_usage(log)["attngen_f"]
@@ -268,8 +283,8 @@ def test_fp8_hgmma_in_the_hot_loop():
 
 # -- Q and K in the 64-byte swizzle (CudaTiles.fp8_swizzle64; head dims qk up to 64) ---------------------
 
-def swizzle64(on: bool = True):
-    return backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_swizzle64=on)
+def swizzle64(on: bool = True):  # (with tile kv other than 128 allowed: the ptxas checks of those tiles)
+    return backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_swizzle64=on, fp8_other_tile_kv=True)
 
 
 @pytest.mark.parametrize("head_dim, pad, swizzle", [(16, 64, 64), (32, 64, 64), (48, 64, 64), (64, 64, 64),
@@ -279,9 +294,9 @@ def test_swizzle64_plans_64_byte_rows_up_to_d64(head_dim, pad, swizzle):
     off = attngen.lower(fp8(head_dim=head_dim), "cuda", swizzle64(False)).config
     assert (on.d_qk_pad, on.qk_swizzle) == (pad, swizzle)
     assert (off.d_qk_pad, off.qk_swizzle) == (-(-head_dim // 128) * 128, 128)
-    if swizzle == 64:  # sQ and sK halve: 128 x 64 bytes of Q and 2 x 128 x 64 of K less than 128-byte rows
-        assert off.smem_bytes - on.smem_bytes == 3 * 128 * 64
-        assert "sQ 128x64 e4m3 + sK 2x128x64 e4m3" in on.smem_summary
+    if swizzle == 64:  # sQ and sK halve: tile q x 64 bytes of Q and 2 x 128 x 64 of K less than 128-byte rows
+        assert off.smem_bytes - on.smem_bytes == (on.tile_q + 2 * 128) * 64
+        assert f"sQ {on.tile_q}x64 e4m3 + sK 2x128x64 e4m3" in on.smem_summary
     else:
         assert on == off
 
@@ -312,7 +327,7 @@ def test_swizzle64_tensor_maps():
              "k": NS(shape=(2, 200, 2, 48), strides=(200 * 2 * 48, 2 * 48, 48, 1), dtype="e4m3")}
     maps = qk_maps(plan, named, NS(len_q=300, len_k=200))
     assert set(maps) == {"tmap_q", "tmap_k"}
-    for name, rows, box in (("q", 300, 128), ("k", 200, 128)):
+    for name, rows, box in (("q", 300, plan.config.tile_q), ("k", 200, plan.config.tile_kv)):
         m = maps["tmap_" + name]
         assert (tuple(m.box), m.swizzle, m.dtype) == ((32, 1, box, 1), 2, 1)  # UINT16 pairs
         assert tuple(m.dims) == (24, named[name].shape[2], rows, 2)
