@@ -127,7 +127,7 @@ QUICK_PICKS = [
     "tests/backends/cuda/test_spills.py::test_default_plan_does_not_spill[llama3_8b_prefill-cuda-sm90-nvrtc]",
     "tests/backends/cuda/test_sass.py::test_hgmma_in_the_hot_loop[llama3_8b_prefill]",
     "tests/backends/cuda/test_backward_source.py::test_backward_compiles[f16 d64 causal-cuda-sm80-sm_80]",
-    "tests/backends/cuda/test_kvquant_emulated.py::test_quantized_cache_matches_the_reference[split_kv(2)-paged-e4m3]",
+    "tests/backends/cuda/test_kvquant_emulated.py::test_quantized_cache_matches_the_reference[split_kv(2)-paged-e5m2]",
     "tests/backends/cuda/test_kvquant_emulated.py::test_the_fused_append_writes_the_bytes_quantize_rows_gives[split_kv(2)-contiguous-i8]",
     "tests/backends/wgsl/test_register_tiling.py::test_sub_block_matches_reference[4x4-subgroups]",
     "tests/backends/wgsl/test_head_dims_wgsl.py::test_matches_reference[d8-f32-tile-d8-causal]",
@@ -169,6 +169,13 @@ def in_quick_tier(nodeid: str) -> bool:
 # tests of the pass already send through Tint, where what the test adds is the runtime's own (the
 # command line, the environment), which the first pass checks.
 TINT_PASS_EXCEPT = [
+    # quantized caches on Dawn: the decode kernel's and the fused schedule's appends (every kv_dtype and
+    # layout) and the split_kv / fused reads keep running there; the two_pass schedule's and the
+    # register-tiled split_kv appends, the same quantizer (quant_encode.j2) in other loops, run on lavapipe
+    # only (a minute of the pass: the full command's 15 minutes)
+    "tests/equivalence/test_wgsl_kv_quant.py::test_the_append_writes_the_bytes_quantize_rows_gives[two_pass-*",
+    "tests/equivalence/test_wgsl_kv_quant.py::test_the_append_writes_the_bytes_quantize_rows_gives[split_kv(4)-*",
+    "tests/equivalence/test_wgsl_kv_quant.py::test_quantized_cache_matches_the_reference[two_pass-*",
     # the WGSL backward on Dawn: its module compiles through Tint in test_backward_emit.py, and these
     # keep running there: a structured mask with softcap and scale in f16, a custom mask, packed
     # sequences (the rest, 2 minutes of the pass, runs on lavapipe only)
