@@ -74,7 +74,7 @@ else
     item "pytest -n auto over tests/ (every layer; WGSL on lavapipe, CUDA compiled with NVRTC,"
     echo "      the browser tests in Chromium) (about 5 min; more where Mesa's shader cache is empty)"
     if [ "$dawn" = 1 ] && [ -f "$icd" ]; then
-        item "the WGSL tests that compile WGSL, a second time on Dawn (Tint), SwiftShader (about 4 min)"
+        item "the WGSL tests that compile WGSL, a second time on Dawn (Tint), SwiftShader (about 6 min)"
     elif [ "$dawn" = 1 ]; then
         item "(the Dawn pass needs $icd, which Debian's chromium ships: not here, left out)"
     else
