@@ -495,3 +495,29 @@ def pytest_sessionfinish(session):
         import json
         with open(path, "a") as f:
             f.write(json.dumps(_FUZZ_COUNTS) + "\n")
+
+
+def paged_caches(caches, kv_dtype, lens, rng, page=16):
+    """Contiguous quantized caches [(stored, scale)] scattered into shuffled pages with random bytes
+    in the pages no sequence uses (one table for all); i8 scales travel with their rows (the CUDA
+    kv-quant tests, on the GPU and emulated)."""
+    pages_per = [-(-int(n) // page) for n in lens]
+    n_pages = sum(pages_per) + 2
+    order = rng.permutation(n_pages)
+    table = np.zeros((len(lens), max(pages_per)), np.int32)
+    at = 0
+    for b, n in enumerate(pages_per):
+        table[b, :n] = order[at:at + n]
+        at += n
+    out = []
+    for stored, scale in caches:
+        sp = rng.integers(0, 256, (n_pages, page) + stored.shape[2:], dtype=np.uint8).view(stored.dtype)
+        ss = np.ones((n_pages, page) + scale.shape[2:], np.float32) if kv_dtype == "i8" else scale
+        for b, n in enumerate(pages_per):
+            for i in range(n):
+                rows = slice(i * page, min((i + 1) * page, stored.shape[1]))
+                sp[table[b, i], : rows.stop - rows.start] = stored[b, rows]
+                if kv_dtype == "i8":
+                    ss[table[b, i], : rows.stop - rows.start] = scale[b, rows]
+        out.append((sp, ss))
+    return out, table

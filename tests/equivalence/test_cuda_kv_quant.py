@@ -14,7 +14,7 @@ import attngen
 from attngen.reference import reference, relative_error, tolerance
 from attngen.runtime.kvquant import I8_BLOCK, append_kv, decode_fp8
 
-from conftest import kernel_for, require, spec_of
+from conftest import kernel_for, paged_caches, require, spec_of
 
 KV_DTYPES = ["e4m3", "e5m2", "i8"]
 LENS = np.array([1, 7, 113, 1023], np.int32)
@@ -33,30 +33,6 @@ def _spec(kv_dtype, schedule, paged, dtype="f16", d=D):
     return spec_of(f"head_dim {d}\n dtype {dtype}\n schedule {schedule}{cache}\n kv_dtype {kv_dtype}")
 
 
-def _paged(caches, kv_dtype, lens, rng):
-    """Contiguous quantized caches [(stored, scale)] scattered into shuffled pages with random bytes
-    in the pages no sequence uses (one table for all); i8 scales travel with their rows."""
-    pages_per = [-(-int(n) // PAGE) for n in lens]
-    n_pages = sum(pages_per) + 2
-    order = rng.permutation(n_pages)
-    table = np.zeros((len(lens), max(pages_per)), np.int32)
-    at = 0
-    for b, n in enumerate(pages_per):
-        table[b, :n] = order[at:at + n]
-        at += n
-    out = []
-    for stored, scale in caches:
-        sp = rng.integers(0, 256, (n_pages, PAGE) + stored.shape[2:], dtype=np.uint8).view(stored.dtype)
-        ss = np.ones((n_pages, PAGE) + scale.shape[2:], np.float32) if kv_dtype == "i8" else scale
-        for b, n in enumerate(pages_per):
-            for i in range(n):
-                rows = slice(i * PAGE, min((i + 1) * PAGE, stored.shape[1]))
-                sp[table[b, i], : rows.stop - rows.start] = stored[b, rows]
-                if kv_dtype == "i8":
-                    ss[table[b, i], : rows.stop - rows.start] = scale[b, rows]
-        out.append((sp, ss))
-    return out, table
-
 
 def _case(spec, hq, hkv, lens, lq=1, seed=44, room=0):
     rng = np.random.default_rng(seed)
@@ -67,7 +43,7 @@ def _case(spec, hq, hkv, lens, lq=1, seed=44, room=0):
               for s, d in ((2, spec.head_dim_qk), (1, spec.head_dim_v))]
     kw = {"kv_lens": np.asarray(lens, np.int32)}
     if spec.kv_cache.is_paged:
-        caches, kw["block_table"] = _paged(caches, kv, np.asarray(lens) + room, rng)
+        caches, kw["block_table"] = paged_caches(caches, kv, np.asarray(lens) + room, rng, PAGE)
     (k, ks), (v, vs) = caches
     return q, k, v, ks, vs, kw
 

@@ -19,7 +19,7 @@ from attngen.api import lower
 from attngen.reference import reference, relative_error, tolerance
 from attngen.runtime.kvquant import I8_BLOCK, append_kv, decode_fp8
 
-from conftest import spec_of
+from conftest import paged_caches, spec_of
 import cuda_emulation
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to compile the emulation")
@@ -54,30 +54,6 @@ def _values(words, dtype):
     return words.astype(np.float64)
 
 
-def _paged(caches, kv_dtype, lens, rng):
-    """Contiguous quantized caches [(stored, scale)] scattered into shuffled pages (one table for
-    all); i8 scales travel with their rows, FP8's stay (B, Hkv)."""
-    pages_per = [-(-int(n) // PAGE) for n in lens]
-    n_pages = sum(pages_per) + 2
-    order = rng.permutation(n_pages)
-    table = np.zeros((len(lens), max(pages_per)), np.int32)
-    at = 0
-    for b, n in enumerate(pages_per):
-        table[b, :n] = order[at:at + n]
-        at += n
-    out = []
-    for stored, scale in caches:
-        sp = rng.integers(0, 256, (n_pages, PAGE) + stored.shape[2:], dtype=np.uint8).view(stored.dtype)
-        ss = np.ones((n_pages, PAGE) + scale.shape[2:], np.float32) if kv_dtype == "i8" else scale
-        for b, n in enumerate(pages_per):
-            for i in range(n):
-                rows = slice(i * PAGE, min((i + 1) * PAGE, stored.shape[1]))
-                sp[table[b, i], : rows.stop - rows.start] = stored[b, rows]
-                if kv_dtype == "i8":
-                    ss[table[b, i], : rows.stop - rows.start] = scale[b, rows]
-        out.append((sp, ss))
-    return out, table
-
 
 def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0, kv_lens=True):
     """The emulated kernel's out and lse against the reference; with `append` rows, the cache's bytes
@@ -92,7 +68,7 @@ def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0, kv_lens=True):
     caches = [attngen.quantize_kv(rng.standard_normal((len(lens), room, hkv, dim)) * s, kv) for s, dim in ((2, d), (1, dv))]
     kw = {"kv_lens": lens} if kv_lens else {}
     if spec.kv_cache.is_paged:
-        caches, kw["block_table"] = _paged(caches, kv, lens + append, rng)
+        caches, kw["block_table"] = paged_caches(caches, kv, lens + append, rng, PAGE)
     (k, ks), (v, vs) = caches
     new = {}
     if append:
