@@ -16,6 +16,15 @@ import attngen
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+
+def sigint_default():
+    """A subprocess's preexec_fn for the Ctrl-C tests: SIGINT back to its default action, so that the
+    child's Python raises KeyboardInterrupt even where the tests were started in the background of a
+    shell without job control (which ignores SIGINT in what it starts, and children inherit that)."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 # The example block of the design's "The language" (README.md shows it too), verbatim.
 DESIGN_EXAMPLE = """\
 # Llama-3-8B prefill: grouped-query attention, causal, half precision

@@ -8,7 +8,7 @@ import pytest
 
 from attngen.cli import main
 
-from conftest import ROOT
+from conftest import ROOT, sigint_default
 
 VIT = os.path.join(ROOT, "examples", "vit_b16.attn")
 
@@ -105,7 +105,7 @@ def test_ctrl_c_says_interrupted_and_exits_130():
     import time
     proc = subprocess.Popen([sys.executable, "-m", "attngen", "run", VIT, "--target", "wgsl", "--shape",
                              "B=1,Lq=2048,Lk=2048", "--repeat", "1000"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))})
     try:
         lines = []

@@ -13,7 +13,7 @@ import pytest
 
 from attngen.cli import main
 
-from conftest import ROOT
+from conftest import ROOT, sigint_default
 
 LLAMA = os.path.join(ROOT, "examples", "llama3_8b.attn")
 
@@ -118,7 +118,7 @@ def _serve(tmp_path):
     """serve-demo on 127.0.0.1, any free port; (process, base URL). The caller stops it."""
     proc = subprocess.Popen([sys.executable, "-m", "attngen", "serve-demo", LLAMA, "--target", "wgsl", "--port", "0",
                              "--dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))})
+                            preexec_fn=sigint_default, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))})
     try:
         proc.stdout.readline()  # wrote ...
         line = proc.stdout.readline()
