@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # One device call: the whole test suite on both targets (CUDA through CuPy, WGSL through wgpu on
 # the GPU's Vulkan driver), then the benchmark. Logs and results go to $OUT (default ./gpu-out).
-#   ATTNGEN_COMMIT=<sha> bash benchmarks/gpu_session.sh [tests|bench|all|checks|repeat] [pytest args...]
+#   ATTNGEN_COMMIT=<sha> bash benchmarks/gpu_session.sh [tests|bench|all|checks|lowp|repeat] [pytest args...]
 # repeat: N=<runs> rounds of `pytest -n <cores> -rA --tb=long` over the given tests (default the CUDA
 # equivalence and backend tests), each round's log kept as $OUT/repeat-<i>.log, its summary printed:
 # for a failure seen once in a parallel run (benchmarks/NOTES.md, 2026-11-27, third session).
+# lowp: issue 44's FP8 / quantized-cache GPU tests that the full pass leaves long, under memcheck and
+# racecheck too, and the WGSL quantized-cache tests on NVIDIA's Vulkan (time-limited), a few minutes.
 # checks: the probes and sanitizer runs (probe_tma.py, the WGSL adapter's profile, compute-sanitizer
 # racecheck + memcheck on every example, on the bad-input / hidden-value cases and on the backward, the CUDA-graph
 # replay loop of stress_graph_replay.py), a few minutes.
@@ -42,6 +44,26 @@ if [ "$what" = checks ]; then
     step "$cs" --tool memcheck --error-exitcode 1 python3 benchmarks/tools/sanitize_backward.py
     step "$cs" --tool racecheck --error-exitcode 1 python3 benchmarks/tools/sanitize_backward.py
     step python3 benchmarks/tools/stress_graph_replay.py --rounds 100 --burn
+fi
+if [ "$what" = lowp ]; then
+    # Issue 44's kernels (FP8 prefill, quantized caches): the GPU tests the full pass leaves long, and
+    # compute-sanitizer on them (small shapes). WGSL on NVIDIA's Vulkan compiles slowly (~20 s a
+    # kernel): its quantized-cache tests run serially with a time limit; LOWP_WGSL_K picks a subset.
+    cs=${COMPUTE_SANITIZER:-/usr/local/cuda/bin/compute-sanitizer}
+    pt=(python3 -m pytest -q -p no:cacheprovider -rf)
+    step() { echo "=== $*"; timeout "${STEP_S:-240}" "$@" >"$out/check.log" 2>&1; r=$?; tail -n 6 "$out/check.log"; [ $r = 0 ] || rc=$r; }
+    step "${pt[@]}" tests/equivalence/test_fp8_prefill.py -k swizzle64
+    step "$cs" --tool memcheck --error-exitcode 1 "${pt[@]}" -x tests/equivalence/test_cuda_kv_quant.py \
+        -k "matches_the_reference or append"
+    step "$cs" --tool racecheck --error-exitcode 1 "${pt[@]}" -x tests/equivalence/test_cuda_kv_quant.py \
+        -k "matches_the_reference and (split_kv_auto or two_pass)"
+    step "$cs" --tool memcheck --error-exitcode 1 "${pt[@]}" -x tests/equivalence/test_fp8_prefill.py \
+        -k "test_fp8_matches_the_reference and lq113-lk1023"
+    step "$cs" --tool racecheck --error-exitcode 1 "${pt[@]}" -x tests/equivalence/test_fp8_prefill.py \
+        -k "test_fp8_matches_the_reference and lq113-lk1023 and (none or causal-)"
+    sel=(); [ -z "${LOWP_WGSL_K:-}" ] || sel=(-k "$LOWP_WGSL_K")
+    STEP_S=${LOWP_WGSL_S:-300} step "${pt[@]}" tests/equivalence/test_wgsl_kv_quant.py tests/equivalence/test_wgsl_decode.py \
+        "${sel[@]+"${sel[@]}"}"
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
     start=$(date +%s)
