@@ -105,7 +105,9 @@ class CudaTiles:
     fp8_tiles: tuple = ((64, (192, 128)), (256, (128, 128)))
     # tile kv other than 128 (V^T in column blocks of a 64- / 32-byte swizzle, or two 128-byte blocks): built and
     # compile-checked, but its first GPU run faulted (an illegal address at d128 kv 192 and d64 kv 256, H200,
-    # 2026-11-28): the checker refuses it unless this is on (a probe's profile override, to debug it)
+    # 2026-11-28): the checker refuses it unless this is on (a probe's profile override, to debug it). The cause
+    # found since by reading the code (_prepare_v wrote vt in blocks of tile kv, past its workspace) is fixed
+    # but not yet run on a GPU (benchmarks/NOTES.md, fourteenth session, "FP8 tiles")
     fp8_other_tile_kv: bool = False
     # FP8 head dims qk up to 64: Q and K tiles in 64-byte rows with the 64-byte swizzle (fp8.padded_fp8_qk), not
     # 128-byte rows half zeros: half their shared memory and of the tensor copies' writes (issue 44, d64)

@@ -195,39 +195,57 @@ extern "C" void run(const unsigned char* v, long long sb, long long sl, long lon
 '''
 
 
-@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="no g++ to compile the emulation")
-@pytest.mark.parametrize("dtype, lk, d", [("e4m3", 300, 64), ("e5m2", 128, 32), ("e4m3", 1, 128), ("e5m2", 257, 48),
-                                          ("e4m3", 129, 256), ("e4m3", 113, 16)])
-def test_the_prepare_v_kernel_on_the_cpu(dtype, lk, d, tmp_path):
-    """The generated _prepare_v entry (templates/cuda/fp8_prepare.j2) on strided FP8 bytes: V^T with
-    the key slots permuted, zeros past Lk and where v held an inf or NaN, those keys' bits, and a bad
-    descale reported at its flat index + 1."""
+def _constants(source: str, *names: str) -> str:
+    """The generated source's own `constexpr int` lines of `names` (section config), for the emulation."""
+    import re
+    lines = []
+    for name in names:
+        m = re.search(rf"^constexpr int {name} = \d+;", source, re.M)
+        assert m, name
+        lines.append(m.group(0))
+    return "\n".join(lines) + "\n"
+
+
+def _prepare_on_the_cpu(plan, dtype: str, lk: int, b: int, h: int, tmp_path, bad_descale: bool = True) -> None:
+    """Run the plan's generated _prepare_v entry (templates/cuda/fp8_prepare.j2) on the CPU on strided FP8
+    bytes, launched as a runtime launches it: its grid and the vt / vt_bad workspaces' shapes from the plan's
+    own formulas (fp8.prepare_entry, fp8.workspaces), the constants from the source's section config, and a
+    guard as large as each workspace after it. Checks V^T with the key slots permuted, zeros past Lk and
+    where v held an inf or NaN, those keys' bits, nothing written past the workspaces, the tensor map's key
+    slots (fp8.padded_keys) those of the workspace, and a bad descale reported at its flat index + 1."""
     import ctypes
 
-    import attngen
     from attngen.api import emit_plan
+    from attngen.plan.formulas import evaluate_all
     from backward_helpers import gxx_library
-    spec = attngen.parse(f"attention p {{\n head_dim {d}\n dtype {dtype}\n}}\n")[0]
-    plan = attngen.lower(spec, "cuda", "cuda-sm90")
+    d = plan.d_v
     source = emit_plan(plan).source
     prepare = source[source.index("// ---- section: prepare V (FP8)"):]
-    lib = gxx_library(_SHIM + f"constexpr int kBlockKV = {TILE_KV}; constexpr int kHeadDimV = {d};\n" + prepare
+    lib = gxx_library(_SHIM + _constants(source, "kBlockKV", "kHeadDimV", "kPrepKeys") + prepare
                       + _RUN.replace("ENTRY", f"{plan.entry}_prepare_v"), str(tmp_path))
-    b, h = 2, 3
+    sizes = dict(B=b, Lq=lk, Lk=lk, Hq=h, Hkv=h, Dqk=plan.d_qk, Dv=d)
+    entry = next(e for e in plan.entries if e.name == "prepare_v")
+    grid = evaluate_all(entry.grid, **sizes)
+    shapes = {w.name: evaluate_all(w.shape, **sizes) for w in plan.workspaces if w.name in ("vt", "vt_bad")}
+    slots = padded_keys(lk)  # (the key slots of fp8_call's tensor map over vt)
+    assert shapes == {"vt": (b, h, d, slots), "vt_bad": (b, h, slots // 32)}, shapes
     rng = np.random.default_rng(lk)
     base = rng.integers(0, 256, (b, lk, h + 1, d), dtype=np.uint8)  # a strided view: every other head skipped
     v = base[:, :, 1:]
     nonfinite = ~np.isfinite(decode_fp8(v, dtype))
-    slots = padded_keys(lk)
-    vt = np.full((b, h, d, slots), 0xAB, np.uint8)  # (not yet written: 0xAB)
-    bad = np.full((b, h, slots // 32), 0xDEADBEEF, np.uint32)
+    vt_mem = np.full(2 * b * h * d * slots, 0xAB, np.uint8)  # (not yet written: 0xAB; the second half a guard)
+    bad_mem = np.full(2 * b * h * (slots // 32), 0xDEADBEEF, np.uint32)
     qd, kd, vd = (np.ones((b, h), np.float32) for _ in range(3))
-    kd[1, 2] = np.nan
+    if bad_descale:
+        kd[1, 2] = np.nan
     errors = np.zeros(8, np.int32)
     ptr = lambda a: ctypes.c_void_p(a.ctypes.data)  # noqa: E731
     lib.run(ptr(base[:, :, 1:]), ctypes.c_longlong(lk * (h + 1) * d), ctypes.c_longlong((h + 1) * d),
-            ctypes.c_longlong(d), ptr(vt), ptr(bad), ptr(qd), ptr(kd), ptr(vd), ctypes.c_int(lk), ptr(errors),
-            slots // TILE_KV, h, b)
+            ctypes.c_longlong(d), ptr(vt_mem), ptr(bad_mem), ptr(qd), ptr(kd), ptr(vd), ctypes.c_int(lk), ptr(errors),
+            *grid)
+    vt, bad = vt_mem[:vt_mem.size // 2].reshape(b, h, d, slots), bad_mem[:bad_mem.size // 2].reshape(b, h, -1)
+    assert (vt_mem[vt_mem.size // 2:] == 0xAB).all(), "vt written past the workspace"
+    assert (bad_mem[bad_mem.size // 2:] == 0xDEADBEEF).all(), "vt_bad written past the workspace"
     want = np.zeros((b, h, d, slots), np.uint8)
     for bi, hi in itertools.product(range(b), range(h)):
         want[bi, hi] = _prepare_v(np.where(nonfinite[bi, :, hi], 0, v[bi, :, hi]))
@@ -236,7 +254,35 @@ def test_the_prepare_v_kernel_on_the_cpu(dtype, lk, d, tmp_path):
     keys[:, :, :lk] = nonfinite.any(axis=-1).transpose(0, 2, 1)
     want_bits = np.packbits(keys.reshape(b, h, -1, 32), axis=-1, bitorder="little").view("<u4")[..., 0]
     np.testing.assert_array_equal(bad, want_bits)
-    assert errors.tolist() == [0, 0, 0, 0, 0, 0, 1 * h + 2 + 1, 0]  # k_descale[1, 2]: flat index 5, + 1
+    assert errors.tolist() == [0, 0, 0, 0, 0, 0, 1 * h + 2 + 1 if bad_descale else 0, 0]  # k_descale[1, 2]: 5, + 1
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="no g++ to compile the emulation")
+@pytest.mark.parametrize("dtype, lk, d", [("e4m3", 300, 64), ("e5m2", 128, 32), ("e4m3", 1, 128), ("e5m2", 257, 48),
+                                          ("e4m3", 129, 256), ("e4m3", 113, 16)])
+def test_the_prepare_v_kernel_on_the_cpu(dtype, lk, d, tmp_path):
+    """The generated _prepare_v entry of the default tiles (tile kv 128) on the CPU (_prepare_on_the_cpu)."""
+    import attngen
+    spec = attngen.parse(f"attention p {{\n head_dim {d}\n dtype {dtype}\n}}\n")[0]
+    _prepare_on_the_cpu(attngen.lower(spec, "cuda", "cuda-sm90"), dtype, lk, 2, 3, tmp_path)
+
+
+@pytest.mark.skipif(__import__("shutil").which("g++") is None, reason="no g++ to compile the emulation")
+@pytest.mark.parametrize("tile_kv, d, lk", [(192, 128, 384), (192, 128, 200), (256, 64, 256), (256, 64, 600),
+                                            (64, 64, 256), (96, 32, 300), (160, 48, 160), (224, 64, 129)])
+def test_the_prepare_v_kernel_of_other_tiles_kv_on_the_cpu(tile_kv, d, lk, tmp_path):
+    """Tile kv other than 128 (behind CudaTiles.fp8_other_tile_kv): _prepare_v's blocks stay TILE_KV keys (its
+    grid, vt's key slots and vt_bad's words are counted in them), not the attention's tile kv. Its blocks of
+    kBlockKV keys (until the fifteenth session) wrote vt and vt_bad with rows of ceil(Lk / 128) * kBlockKV
+    slots: past both workspaces at every tile kv above 128 (the GPU's illegal address at d128 kv192 and d64
+    kv256), only part of the keys below it. Lk a multiple of the tile and not."""
+    import attngen
+    from attngen import backends
+    spec = attngen.parse(f"attention p {{\n head_dim {d}\n dtype e4m3\n tile q=128 kv={tile_kv}\n}}\n")[0]
+    profile = backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_other_tile_kv=True)
+    plan = attngen.lower(spec, "cuda", profile)
+    assert plan.tile_kv == tile_kv
+    _prepare_on_the_cpu(plan, "e4m3", lk, 2, 3, tmp_path)
 
 
 # -- Q K^T through the shared-memory layouts: the tensor copy engine's swizzled writes, the generated
