@@ -38,9 +38,10 @@ def _ms(fn) -> float:
     return do_bench(fn, warmup=10, rep=60, return_mode="median")
 
 
-def kernel(kv: str, layout: str, schedule: str = "split_kv(auto)", extra: str = ""):
+def kernel(kv: str, layout: str, schedule: str = "split_kv(auto)", extra: str = "", profile=None):
     """The case's kernel (kv "f16": the cache in f16); `extra`: spec lines for the quantized
-    caches' kernels only (an A / B of their tiles, e.g. "target cuda { stages=3 }")."""
+    caches' kernels only (an A / B of their tiles, e.g. "target cuda { stages=3 }"); `profile`: theirs
+    (a probe's CudaTiles overrides), likewise."""
     import attngen
     lines = [f"head_dim {D}", f"heads q={HQ} kv={HKV}", "dtype f16", f"schedule {schedule}"]
     if extra and kv != "f16":
@@ -51,7 +52,8 @@ def kernel(kv: str, layout: str, schedule: str = "split_kv(auto)", extra: str = 
         lines.append(f"kv_dtype {kv}")
     tag = "" if not extra or kv == "f16" else "_x" + __import__("hashlib").sha1(extra.encode()).hexdigest()[:8]
     name = f"decode_quant_{kv}_{layout}_{schedule.replace('(', '_').replace(')', '')}{tag}"
-    return attngen.compile(attngen.parse(f"attention {name} {{\n " + "\n ".join(lines) + "\n}\n")[0], target="cuda")
+    return attngen.compile(attngen.parse(f"attention {name} {{\n " + "\n ".join(lines) + "\n}\n")[0], target="cuda",
+                           profile=None if kv == "f16" else profile)
 
 
 def cache(kv: str, shape, g):
@@ -125,10 +127,10 @@ def check(kern, q, k, v, opts) -> float:
 
 
 def run(rows: list, lengths=LENGTHS, kvs=KV, layouts=LAYOUTS, schedule: str = "split_kv(auto)", verbose=True,
-        extra: str = ""):
+        extra: str = "", profile=None):
     import torch
     for layout in layouts:
-        kernels = {kv: kernel(kv, layout, schedule, extra) for kv in ("f16",) + tuple(kvs)}
+        kernels = {kv: kernel(kv, layout, schedule, extra, profile) for kv in ("f16",) + tuple(kvs)}
         for lk in lengths:
             case = {kv: inputs(kv, layout, lk, seed=lk) for kv in kernels}
             launches = {kv: kernels[kv].prepared(*c[:3], **c[3]) for kv, c in case.items()}

@@ -116,13 +116,17 @@ def producer_registers(t: CudaTiles, tma: bool, mask_kind: str, consumer_warps: 
 
 
 def swizzles_kv(spec: AttentionSpec, math: str, chunk: int | None, t: CudaTiles) -> bool:
-    """Whether an mma.sync kernel keeps K and V in unpadded 128-byte rows (CudaTiles.swizzle_kv)."""
+    """Whether an mma.sync kernel keeps K and V in unpadded 128-byte rows (CudaTiles.swizzle_kv; a
+    quantized cache's byte tiles: CudaTiles.swizzle_kv_quant, kvquant.py's chunk_key)."""
     # (a paged tile is copied page by page: pages of a multiple of 8 keys keep the pattern)
+    whole_rows = not spec.kv_cache.is_paged or spec.kv_cache.page % 8 == 0
+    if spec.kv_dtype is not None:  # byte rows of whole 128-byte lines: head dims that are multiples of 128
+        return (t.swizzle_kv_quant and math == "mma" and chunk is None and whole_rows
+                and spec.head_dim_qk % 128 == 0 and spec.head_dim_v % 128 == 0)
     # The split (decode) schedules, where it was measured, with head dims 64, 128 and 256 (ptxas:
     # benchmarks/NOTES.md, "config.py's measurements", swizzle_kv).
-    return (t.swizzle_kv and math == "mma" and chunk is None and spec.schedule.is_split and spec.kv_dtype is None
-            and spec.head_dim_qk in (64, 128, 256) and spec.head_dim_v in (64, 128, 256)
-            and (not spec.kv_cache.is_paged or spec.kv_cache.page % 8 == 0))
+    return (t.swizzle_kv and math == "mma" and chunk is None and spec.schedule.is_split
+            and spec.head_dim_qk in (64, 128, 256) and spec.head_dim_v in (64, 128, 256) and whole_rows)
 
 
 def takes_producer(spec: AttentionSpec, tile_q: int, tile_kv: int, stages: int, t: CudaTiles) -> bool:

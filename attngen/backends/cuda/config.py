@@ -300,7 +300,7 @@ def _cuda_layout(t, spec, math, tile_q, tile_kv, stages, chunk, producer=False, 
             ("sV", elem, stages, tile_kv, d_v_pad + kv_skew, "V tiles, one per pipeline stage" + kv_note),
         ]
         if spec.kv_dtype is not None:  # a quantized cache: its bytes as stored (kvquant.py)
-            entries[1:] = kvquant.layout_entries(spec, math, stages, tile_kv, d_qk_pad, d_v_pad, t.row_skew_bytes)
+            entries[1:] = kvquant.layout_entries(spec, math, stages, tile_kv, d_qk_pad, d_v_pad, t.row_skew_bytes, swz)
     else:
         entries = [
             ("sQ", elem, stages, tile_q, chunk + skew, "a chunk of the block's rows of Q, one per stage"),

@@ -21,7 +21,11 @@ an order of their own, which the tensor cores cannot tell from the natural one:
   key rows (keys 2t, 2t + 1, 2t + 8, 2t + 9 of the k16 step) and pairs them byte by byte into its B
   fragments. The epilogue writes acc to the columns it stands for.
 
-Rows of the byte tiles are padded so that those loads hit 32 different banks (`row_bytes`).
+Rows of the byte tiles are padded so that those loads hit 32 different banks (`row_bytes`); where
+both head dims are multiples of 128 (choices.swizzles_kv), the rows are whole 128-byte lines instead,
+unpadded, with 16-byte chunk c of row r stored at chunk c ^ chunk_key(r) (`chunk_key`): one pattern
+that keeps both products' loads on different banks (tests/backends/cuda/test_kvquant_banks.py models
+every phase of them), at a third less shared memory than the padded rows at d128.
 Scales: FP8's per (sequence, KV head) multiply the f32 scores (k_scale) and the normalised output
 (v_scale) once; i8's per 32 values are staged with their rows (sKs, sVs) and multiply each 32-column
 block's partial scores per key (K) and each value as it is decoded (V, in f32, one rounding to the
@@ -70,6 +74,15 @@ def _padded(n: int, residue: int) -> int:
     return n + (residue - n) % 128
 
 
+def chunk_key(row: int) -> int:
+    """The XOR of the 16-byte chunks of byte-tile row `row` in 128-byte rows (templates/cuda/copy.j2,
+    kv_chunk_key, computes the same): bits 1 and 2 of the chunk index, from bits 0-2 of the row. Q K^T's
+    16-byte loads (a phase: rows 2i, 2i + 1) need rows 2i and 2i + 1 in opposite halves of the line (bit 2
+    flips with bit 0 of the row), its 8-byte loads (rows 4i .. 4i + 3) and P V's (rows 2t, keys apart by 2)
+    the four rows' chunk pairs apart (bits 1-2 one-to-one on bits 0-1 and on bits 1-2 of the row)."""
+    return (((row ^ (row >> 2)) & 1) << 2) | (row & 2)
+
+
 def row_bytes(kv_dtype: str, d_qk_pad: int, d_v_pad: int) -> tuple[int, int]:
     """Bytes per row of the K and V byte tiles in shared memory (mma.sync: see the module docstring;
     CUDA cores read whole rows in order, so their rows are padded by 16 bytes like every tile)."""
@@ -77,16 +90,21 @@ def row_bytes(kv_dtype: str, d_qk_pad: int, d_v_pad: int) -> tuple[int, int]:
     return _padded(d_qk_pad, _K_RESIDUE[first]), _padded(d_v_pad, _V_RESIDUE)
 
 
-def layout_entries(spec, math: str, stages: int, tile_kv: int, d_qk_pad: int, d_v_pad: int, skew: int) -> list:
-    """Shared-memory buffers of the K and V byte tiles (and i8's scales), per pipeline stage."""
+def layout_entries(spec, math: str, stages: int, tile_kv: int, d_qk_pad: int, d_v_pad: int, skew: int,
+                   swizzled: bool = False) -> list:
+    """Shared-memory buffers of the K and V byte tiles (and i8's scales), per pipeline stage;
+    `swizzled`: rows of whole 128-byte lines with permuted chunks (chunk_key)."""
     kv = spec.kv_dtype
-    if math == "mma":
+    note = "; 128-byte rows, chunks permuted" if swizzled else ""
+    if swizzled:
+        k_row, v_row = d_qk_pad, d_v_pad
+    elif math == "mma":
         k_row, v_row = row_bytes(kv, d_qk_pad, d_v_pad)
     else:  # CUDA cores: 4 bytes a read, whole rows in order (16 bytes of skew, as the f32 tiles)
         k_row, v_row = d_qk_pad + skew, d_v_pad + skew
     what = WHAT[kv]
-    out = [("sK", kv, stages, tile_kv, k_row, f"K tiles as stored ({what}), one per pipeline stage"),
-           ("sV", kv, stages, tile_kv, v_row, f"V tiles as stored ({what}), one per pipeline stage")]
+    out = [("sK", kv, stages, tile_kv, k_row, f"K tiles as stored ({what}), one per pipeline stage{note}"),
+           ("sV", kv, stages, tile_kv, v_row, f"V tiles as stored ({what}), one per pipeline stage{note}")]
     if kv == "i8":
         out += [("sKs", "f32", stages, tile_kv, spec.head_dim_qk // I8_BLOCK, "K's scales, one per 32 values"),
                 ("sVs", "f32", stages, tile_kv, spec.head_dim_v // I8_BLOCK, "V's scales, one per 32 values")]

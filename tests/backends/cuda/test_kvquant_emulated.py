@@ -110,6 +110,7 @@ def test_quantized_cache_matches_the_reference(kv_dtype, paged, schedule, tmp_pa
 
 @pytest.mark.parametrize("body", [
     "head_dim 128\n dtype f16\n schedule split_kv(2)\n kv_dtype e4m3",   # two 64-column groups, 16-tile V group
+    "head_dim 256\n dtype f16\n schedule two_pass\n kv_dtype e5m2",      # 128-byte rows: four K groups, two V groups
     "head_dim 96\n dtype bf16\n schedule split_kv(2)\n kv_dtype i8",     # i8's 32-column groups; V 64 + 32
     "head_dim qk=80 v=48\n dtype f16\n schedule two_pass\n kv_dtype e5m2",  # groups 64 + 16; V 32 + 16
     "head_dim 64\n dtype f32\n schedule split_kv(2)\n kv_cache paged(page=16)\n kv_dtype e4m3",  # CUDA cores
@@ -137,6 +138,15 @@ def test_q_read_from_shared_memory_per_tile(tmp_path):
 
 def test_a_long_sequence(tmp_path):
     _check(_spec("e4m3", "split_kv(2)", True), tmp_path, 4, 1, [1023])
+
+
+def test_128_byte_rows_paged_with_an_append(tmp_path):
+    """Head dims multiples of 128: the byte tiles in 128-byte rows with permuted chunks (kvquant.chunk_key,
+    tests/backends/cuda/test_kvquant_banks.py), written by the page copies, the gather and the append's
+    quantizer, read by both products (i8: 32-column groups, 8-byte loads)."""
+    spec = _spec("i8", "split_kv(2)", True, dtype="bf16", d=128)
+    assert lower(spec, "cuda", "cuda-sm80").config.swizzle_kv
+    _check(spec, tmp_path, 6, 2, [0, 5, 30], append=3)
 
 
 APPEND_COVER = [c for c in COVER if c[0] != "fused"]  # (each kv_dtype with each layout and each schedule)
