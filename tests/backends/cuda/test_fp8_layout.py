@@ -206,7 +206,7 @@ def test_the_prepare_v_kernel_on_the_cpu(dtype, lk, d, tmp_path):
 
     import attngen
     from attngen.api import emit_plan
-    from backward_helpers import gxx_library
+    from cuda_emulation import gxx_library
     spec = attngen.parse(f"attention p {{\n head_dim {d}\n dtype {dtype}\n}}\n")[0]
     plan = attngen.lower(spec, "cuda", "cuda-sm90")
     source = emit_plan(plan).source
@@ -283,7 +283,7 @@ def _scores_library(source: str, tmp_path):
     warp `warp`'s Q K^T against stage `stage`'s K tile, returns their count."""
     import re
 
-    from backward_helpers import gxx_library
+    from cuda_emulation import gxx_library
     consts = "\n".join(m.group(0) for m in re.finditer(r"^constexpr (?:int|unsigned|bool) k\w+ = [^;]+;", source, re.M))
     descs = "\n".join(m.group(0) for m in re.finditer(
         r"^__device__ __forceinline__ unsigned long long smem_descriptor\w*\(.*?\n}\n", source, re.M | re.S))
