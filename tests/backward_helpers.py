@@ -2,19 +2,13 @@
 attngen.reference_backward within twice the forward's tolerance for the dtype (check_backward and
 the checks built on it: packed sequences, kv_lens with hidden keys holding inf / NaN, a NaN key,
 custom masks, the two families against each other), the kernel of a backward family (skipping
-where this GPU's plan takes another), and the CPU emulations' common part (g++ builds of a
-generated source, the backward's Args filled with host addresses).
+where this GPU's plan takes another). The CPU emulations' part (g++ builds of a generated
+source, the backward's Args filled with host addresses) is in tests/cuda_emulation.py.
 
 The GPU checks need CuPy (tests/equivalence/test_backward_*.py call them after require("cuda") or
-family_kernel(), which skip without a GPU); the emulation helpers need g++
-(tests/backends/cuda/test_backward_*emulated.py)."""
+family_kernel(), which skip without a GPU)."""
 
 from __future__ import annotations
-
-import ctypes
-import hashlib
-import os
-import subprocess
 
 import numpy as np
 import pytest
@@ -207,61 +201,3 @@ def check_families_agree(fast, slow, q, k, v, fast_kernel=None, slow_kernel=None
     again, _ = check_backward(slow, q, k, v, kernel=slow_kernel)
     for a, b_ in zip(got, again):
         assert np.linalg.norm(a - b_) <= 2e-3 * np.linalg.norm(b_)
-
-
-# ---- the CPU emulations (g++; tests/backends/cuda/test_backward_emulated.py, ..._mma_emulated.py) ----
-
-def gxx_library(source, tmp_dir):
-    """`source` built with g++ (C++20, -O1) as a shared library in `tmp_dir`, named by its digest
-    (built once per source), loaded."""
-    name = hashlib.sha256(source.encode()).hexdigest()[:16]
-    path = os.path.join(tmp_dir, name + ".so")
-    if not os.path.exists(path):
-        with open(path[:-3] + ".cpp", "w") as f:
-            f.write(source)
-        subprocess.run(["g++", "-std=c++20", "-O1", "-w", "-shared", "-fPIC", "-o", path, path[:-3] + ".cpp",
-                        "-lpthread"], check=True)
-    return ctypes.CDLL(path)
-
-
-def delta_rows(dout, out, packed):
-    """D_i = rowsum(dout * out) (the preprocess step's) in float32, laid out (B, H, L), or (H, total)
-    for packed sequences."""
-    delta = np.einsum("...hd,...hd->...h", dout.astype(np.float64), out.astype(np.float64)).astype(np.float32)
-    return np.ascontiguousarray(np.moveaxis(delta, -1, 0 if packed else 1))
-
-
-def emulated_args(arrays, lse, delta, *, packed, kv_lens=None, cu=None, cuk=None, dq_name="dq"):
-    """The backward's Args (attngen.backends.cuda.backward_launch._Args) with host addresses:
-    `arrays` are q, k, v, out, dout, dq (named `dq_name` in Args), dk, dv (numpy, strides in
-    elements of each). Returns (args, ptr, (b, lq, lk, hq, hkv)): ptr(x) gives x's address and
-    keeps x alive with the args."""
-    from attngen.backends.cuda import backward_launch
-    a, keep = backward_launch._Args(), []
-
-    def ptr(x):
-        keep.append(x)
-        return x.ctypes.data
-    a._keep = keep
-    q, k, v, out, dout, dq, dk, dv = arrays
-    for name, x in zip(("q", "k", "v", "out", "dout", "lse", "delta", dq_name, "dk", "dv"),
-                       (q, k, v, out, dout, lse, delta, dq, dk, dv)):
-        setattr(a, name, ptr(x))
-    for prefix, x in zip(("q", "k", "v", "o", "do", "dq", "dk", "dv"), arrays):
-        s = tuple(st // x.itemsize for st in x.strides)
-        for axis, st in zip("blh", (0, s[0], s[1]) if packed else s[:3]):
-            setattr(a, f"{prefix}_s{axis}", st)
-    s = tuple(st // 4 for st in lse.strides)
-    a.lse_sb, a.lse_sh, a.lse_sl = (0, *s) if packed else s
-    s = tuple(st // 4 for st in delta.strides)
-    a.delta_sb, a.delta_sh = (0, s[0]) if packed else s[:2]
-    hq, hkv = q.shape[-2], k.shape[-2]
-    if packed:
-        a.cu_seqlens_q, a.cu_seqlens_k = ptr(np.asarray(cu, np.int32)), ptr(np.asarray(cuk, np.int32))
-        b, lq, lk = len(cu) - 1, int(np.diff(cu).max()), int(np.diff(cuk).max())
-    else:
-        b, lq, lk = q.shape[0], q.shape[1], k.shape[1]
-    if kv_lens is not None:
-        a.kv_lens = ptr(np.asarray(kv_lens, np.int32))
-    a.len_q, a.len_k, a.group, a.rows_k = lq, lk, hq // hkv, 0 if packed else k.shape[1]
-    return a, ptr, (b, lq, lk, hq, hkv)

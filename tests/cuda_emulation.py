@@ -1,30 +1,43 @@
-"""The CUDA forward kernels of the mma.sync and CUDA-core families run on the CPU (no GPU): the
-generated source compiled as C++ with g++ behind a shim, one std::thread per CUDA thread, a
-std::barrier for __syncthreads and one per warp for its collectives, the PTX primitives replaced
-by emulations written from the PTX ISA's definitions (mma.sync.m16n8k16's fragments, cp.async as a
-plain copy, the f16 arithmetic through _Float16). Each launch of the call's recipe runs its grid
-block by block. Slow (an OS thread per CUDA thread): small shapes only.
+"""Generated CUDA kernels run on the CPU (no GPU): the source compiled as C++ with g++ behind one
+shim (SHIM): one std::thread per CUDA thread, the block's std::barrier for __syncthreads and one per
+warp for its collectives (shuffles, ballots, ldmatrix, mma), the PTX primitives replaced by
+emulations written from the PTX ISA's definitions (mma.sync.m16n8k16's fragments, ldmatrix .x4 and
+.x4.trans, cp.async as a plain copy that zero-fills, red.global.add as an atomic add, the f16
+arithmetic through _Float16). A launch runs its grid block by block. Slow (an OS thread per CUDA
+thread, meeting the others at every collective): small shapes only.
 
-Used by tests/backends/cuda/test_kvquant_emulated.py (quantized caches, issue 44), which checks the
-fragment orders, conversions, scales and appends of templates/cuda/math_mma_kvq.j2 and
-kvquant*.j2 wherever the suite runs; tests/equivalence/test_cuda_kv_quant.py runs them on a GPU.
+The source's own definitions of what the shim replaces are cut out of it (strip). Each family adds
+the names its source gives the primitives:
+- the forward kernels of the mma.sync and CUDA-core families (FORWARD; forward_library, run_forward):
+  tests/backends/cuda/test_kvquant_emulated.py (quantized caches, issue 44) checks the fragment
+  orders, conversions, scales and appends of templates/cuda/math_mma_kvq.j2 and kvquant*.j2;
+  tests/equivalence/test_cuda_kv_quant.py runs them on a GPU;
+- the sm_80 tensor-core backward's dK/dV step (BACKWARD; backward_library, emulated_args):
+  tests/backends/cuda/test_backward_mma_emulated.py; tests/equivalence/test_backward_mma.py runs it
+  on a GPU;
+- the f32 backward's dK/dV and dQ steps (CUDA cores: shim("f32") and run_blocks alone, emulated_args):
+  tests/backends/cuda/test_backward_emulated.py.
+gxx_library (g++, each source built once per process) also builds tests/backends/cuda/test_fp8_layout.py's
+pieces (their own small shims).
 """
 
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import os
 import re
+import subprocess
 
 import numpy as np
 
-from attngen.api import emit_plan, lower
+from attngen.api import emit_plan
 from attngen.backends.cuda import args as cuda_args
-from attngen.plan.formulas import evaluate_all
 from attngen.runtime.launch import resolve
 
-from backward_helpers import gxx_library
-
-SHIM = r'''
+# the shim's C++ headers: half of a build's time is their parsing, so gxx_library precompiles them once
+STD_HEADERS = '''
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -32,6 +45,14 @@ SHIM = r'''
 #include <mutex>
 #include <thread>
 #include <vector>
+'''
+SHIM = STD_HEADERS + r'''// ---- CUDA's qualifiers, built-in variables and vector types
+#define __device__
+#define __host__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__
 struct dim3_ { unsigned x, y, z; };
 thread_local dim3_ threadIdx, blockIdx;
 static dim3_ gridDim, blockDim;
@@ -45,12 +66,7 @@ inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 template <class A, class B> inline auto min(A a, B b) { return a < b ? a : b; }
 template <class A, class B> inline auto max(A a, B b) { return a < b ? b : a; }
-#define __device__
-#define __host__
-#define __global__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __restrict__
+// ---- one block at a time (run_blocks): its barrier, one barrier per warp, its shared memory
 static std::barrier<>* g_bar;
 static std::barrier<>* g_warp_bar[32];
 static unsigned char* g_smem;
@@ -68,6 +84,7 @@ inline bool __syncthreads_or(bool x) {
     return r;
 }
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warp_bar[threadIdx.x / 32]->arrive_and_wait(); }
+// ---- warp shuffles and votes: each lane posts its value, the warp meets, each reads its source lane's
 static unsigned long long g_lane_val[32][32];
 template <class T> inline T __shfl_xor_sync(unsigned, T v, int m) {
     const int w = threadIdx.x / 32, l = threadIdx.x % 32;
@@ -91,14 +108,17 @@ inline unsigned __ballot_sync(unsigned, bool p) {
     return r;
 }
 inline bool __any_sync(unsigned m, bool p) { return __ballot_sync(m, p) != 0; }
+// ---- atomics, fences, loads, bit casts
 inline unsigned atomicInc(unsigned* p, unsigned limit) {
     std::lock_guard<std::mutex> lock(g_atomic);
     const unsigned old = *p;
     *p = old >= limit ? 0 : old + 1;
     return old;
 }
+inline float atomicAdd(float* p, float x) { return std::atomic_ref<float>(*p).fetch_add(x); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 template <class T> inline T __ldcg(const T* p) { return *p; }
+template <class T> inline T __ldg(const T* p) { return *p; }
 inline float __int_as_float(unsigned x) { float f; memcpy(&f, &x, 4); return f; }
 inline float __uint_as_float(unsigned x) { return __int_as_float(x); }
 inline unsigned __float_as_uint(float f) { unsigned x; memcpy(&x, &f, 4); return x; }
@@ -109,7 +129,8 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
     for (int k = 0; k < 4; ++k) r |= (unsigned)((b >> (8 * ((s >> (4 * k)) & 7u))) & 0xffu) << (8 * k);
     return r;
 }
-// f16 through _Float16 (IEEE binary16, subnormals included), bf16 by rounding f32's bits
+// ---- 16-bit floats: f16 through _Float16 (IEEE binary16, subnormals included), bf16 by rounding
+// f32's bits to nearest even (NaN stays NaN)
 inline float h2f(unsigned short x) { _Float16 h; memcpy(&h, &x, 2); return (float)h; }
 inline unsigned short f2h(float f) { _Float16 h = (_Float16)f; unsigned short x; memcpy(&x, &h, 2); return x; }
 inline float b2f(unsigned short x) { unsigned u = (unsigned)x << 16; float f; memcpy(&f, &u, 4); return f; }
@@ -119,30 +140,43 @@ inline unsigned short f2b(float f) {
     if (std::isnan(f)) return 0x7fc0;
     return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
-inline float half_to_float(unsigned short x) { return h2f(x); }
-inline unsigned hmul2(unsigned a, unsigned b) {
-    return f2h(h2f(a & 0xffff) * h2f(b & 0xffff)) | ((unsigned)f2h(h2f(a >> 16) * h2f(b >> 16)) << 16);
+// ---- shared memory: a shared-state-space address is the byte offset into the block's g_smem
+inline unsigned __cvta_generic_to_shared(const void* p) { return (unsigned)((const unsigned char*)p - g_smem); }
+// cp.async (cp-size bytes, src-size = valid ? cp-size : 0): the bytes past src-size are zero-filled; a
+// plain copy (the group commits and waits are no-ops: every copy is done when it returns)
+inline void cp_async_copy(void* dst, const void* src, int bytes, bool valid) {
+    if (valid) memcpy(dst, src, bytes); else memset(dst, 0, bytes);
 }
-inline unsigned hsub2(unsigned a, unsigned b) {
-    return f2h(h2f(a & 0xffff) - h2f(b & 0xffff)) | ((unsigned)f2h(h2f(a >> 16) - h2f(b >> 16)) << 16);
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l receives, of 8 x 8 matrix m (its rows at
+// the addresses of lanes 8 m .. 8 m + 7), row l / 4, columns 2 (l % 4), +1; with .trans, column l / 4
+// of rows 2 (l % 4), +1. The lower column / row in the low half.
+static const unsigned short* g_rows[32][32];
+inline void ldmatrix_m8n8_x4(unsigned (&r)[4], const unsigned short* p, bool trans) {
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32;
+    g_rows[w][l] = p;
+    __syncwarp();
+    for (int m = 0; m < 4; ++m) {
+        unsigned lo, hi;
+        if (!trans) {
+            lo = g_rows[w][8 * m + l / 4][2 * (l % 4)];
+            hi = g_rows[w][8 * m + l / 4][2 * (l % 4) + 1];
+        } else {
+            lo = g_rows[w][8 * m + 2 * (l % 4)][l / 4];
+            hi = g_rows[w][8 * m + 2 * (l % 4) + 1][l / 4];
+        }
+        r[m] = lo | (hi << 16);
+    }
+    __syncwarp();
 }
-ELEM_CONVERSIONS
-inline unsigned smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - g_smem); }
-inline unsigned __cvta_generic_to_shared(const void* p) { return smem_addr(p); }
-inline void cp_async_16_at(unsigned dst, const void* src, bool valid) {
-    if (valid) memcpy(g_smem + dst, src, 16); else memset(g_smem + dst, 0, 16);
-}
-template <int kBytes> inline void cp_async_bytes(void* dst, const void* src, bool valid) {
-    if (valid) memcpy(dst, src, kBytes); else memset(dst, 0, kBytes);
-}
-inline void cp_async_commit() {}
-template <int N> inline void cp_async_wait() {}
-// mma.m16n8k16.row.col: lane 4 g + t holds A (rows g, g + 8; columns 2t, 2t + 1, +8) as a0 (g, 2t),
-// a1 (g + 8, 2t), a2 (g, 2t + 8), a3 (g + 8, 2t + 8); B (rows 2t, 2t + 1, +8; column g) as b0, b1;
-// C rows g (c0, c1) and g + 8 (c2, c3), columns 2t, 2t + 1. The lower column / row in the low half.
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}: lane 4 g + t holds A (rows g, g + 8; columns 2t,
+// 2t + 1, +8) as a0 (g, 2t), a1 (g + 8, 2t), a2 (g, 2t + 8), a3 (g + 8, 2t + 8); B (rows 2t, 2t + 1,
+// +8; column g) as b0, b1; C rows g (c0, c1) and g + 8 (c2, c3), columns 2t, 2t + 1. The lower
+// column / row in the low half. The warp posts its fragments, each lane sums its 4 elements of D.
 static unsigned g_frag[32][32][6];
-inline float half_of(unsigned r, int k) { return ELEM_HALF((unsigned short)(k % 2 ? r >> 16 : r & 0xffffu)); }
-inline void mma_f32acc(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+inline float mma_operand(unsigned r, int k) {  // element k % 2 of a register: the lower one in the low half
+    return ELEM16_TO_FLOAT((unsigned short)(k % 2 ? r >> 16 : r & 0xffffu));
+}
+inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     const int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, t = l % 4;
     for (int i = 0; i < 4; ++i) g_frag[w][l][i] = a[i];
     g_frag[w][l][4] = b0;
@@ -152,30 +186,29 @@ inline void mma_f32acc(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsig
         const int row = g + (e >= 2 ? 8 : 0), col = 2 * t + (e & 1);
         float sum = 0.0f;
         for (int k = 0; k < 16; ++k) {
-            const float x = half_of(g_frag[w][4 * (row % 8) + (k % 8) / 2][(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k);
-            const float y = half_of(g_frag[w][4 * col + (k % 8) / 2][4 + (k >= 8 ? 1 : 0)], k);
+            // A (row, k): lane 4 (row % 8) + (k % 8) / 2, a0 .. a3 by row >= 8 and k >= 8
+            const int la = 4 * (row % 8) + (k % 8) / 2, ra = (row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0);
+            // B (k, col): lane 4 col + (k % 8) / 2, b0 / b1 by k >= 8
+            const int lb = 4 * col + (k % 8) / 2, rb = 4 + (k >= 8 ? 1 : 0);
+            const float x = mma_operand(g_frag[w][la][ra], k), y = mma_operand(g_frag[w][lb][rb], k);
             sum += x * y;
         }
         d[e] += sum;
     }
     __syncwarp();
 }
-'''
-F16 = r'''
-inline float to_float(unsigned short x) { return h2f(x); }
-inline unsigned pack2(float lo, float hi) { return f2h(lo) | ((unsigned)f2h(hi) << 16); }
-'''
-BF16 = r'''
-inline float to_float(unsigned short x) { return b2f(x); }
-inline unsigned pack2(float lo, float hi) { return f2b(lo) | ((unsigned)f2b(hi) << 16); }
-'''
-F32 = ""  # (f32 specs: CUDA cores, the source's own conversions)
-RUN = r'''
-extern "C" void run(int entry, const Args* a, int gx, int gy, int gz, int threads, int smem_bytes) {
+// ---- the helpers both families' sources define (cut out of them: STRIPPED)
+inline unsigned smem_addr(const void* p) { return __cvta_generic_to_shared(p); }
+inline void cp_async_commit() {}
+template <int N> inline void cp_async_wait() {}
+ELEM16_HELPERS
+// ---- a launch: the grid's blocks one after another, each a thread per CUDA thread running body()
+template <class Body> void run_blocks(int gx, int gy, int gz, int threads, int smem_bytes, const Body& body) {
     gridDim = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
     blockDim = {(unsigned)threads, 1, 1};
     for (int bz = 0; bz < gz; ++bz) for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {
-        std::vector<unsigned char> smem(smem_bytes + 16, 0xff);  // all ones: a read before a write shows
+        // all ones: NaN in f16, bf16 and f32, so that a read before a write shows
+        std::vector<unsigned char> smem(smem_bytes + 16, 0xff);
         g_smem = smem.data();
         std::barrier<> bar(threads);
         g_bar = &bar;
@@ -184,31 +217,109 @@ extern "C" void run(int entry, const Args* a, int gx, int gy, int gz, int thread
         for (int t = 0; t < threads; ++t) pool.emplace_back([&, t] {
             threadIdx = {(unsigned)t, 0, 0};
             blockIdx = {(unsigned)bx, (unsigned)by, (unsigned)bz};
-            switch (entry) {
-ENTRY_CASES
-            }
+            body();
         });
         for (auto& th : pool) th.join();
         for (int w = 0; w < threads / 32; ++w) delete g_warp_bar[w];
     }
 }
 '''
-# the source's definitions the shim replaces (PTX, or CUDA's own functions); f16 and bf16 sources
-# also their storage conversions (F16, BF16)
-EMULATED = ("hmul2", "hsub2", "half_to_float", "smem_addr", "cp_async_16_at", "cp_async_bytes", "cp_async_commit",
-            "cp_async_wait", "mma_f32acc")
+# the 16-bit storage dtypes' conversions (both families' to_float and pack2); f32 forward sources keep
+# their own
+ELEM16_HELPERS = {
+    "f16": r'''inline float to_float(unsigned short x) { return h2f(x); }
+inline unsigned pack2(float lo, float hi) { return f2h(lo) | ((unsigned)f2h(hi) << 16); }''',
+    "bf16": r'''inline float to_float(unsigned short x) { return b2f(x); }
+inline unsigned pack2(float lo, float hi) { return f2b(lo) | ((unsigned)f2b(hi) << 16); }''',
+}
+STRIPPED = ("smem_addr", "cp_async_commit", "cp_async_wait")
+ELEM16_STRIPPED = ("to_float", "pack2")
+
+
+def shim(dtype: str) -> str:
+    """SHIM for sources of `dtype`: mma's operands and to_float / pack2 in f16 or bf16 (f32: no mma,
+    and the source's own conversions)."""
+    return (SHIM.replace("ELEM16_TO_FLOAT", "b2f" if dtype == "bf16" else "h2f")
+            .replace("ELEM16_HELPERS", ELEM16_HELPERS.get(dtype, "")))
+
+
+def strip(source: str, names, *, required: bool = False) -> str:
+    """`source` without the definitions of the functions `names` (each one's template line too, and
+    every copy: each namespace of a forward source has its own); `required`: each has one."""
+    for name in names:
+        found = False
+        while True:
+            m = re.search(rf"(template <[^>]*>\n)?__device__ __forceinline__ [\w ]+ {name}(<[^>]*>)?\(", source)
+            if m is None:
+                break
+            line_end = source.index("\n", m.end())
+            end = line_end + 1 if source[line_end - 1] == "}" else source.index("\n}\n", m.start()) + 3
+            source, found = source[:m.start()] + source[end:], True
+        assert found or not required, f"the source defines no {name}"
+    return source
+
+
+_LIBRARIES: dict = {}
+_PCH: list = []
+GXX = ["g++", "-std=c++20", "-O1", "-w", "-fPIC"]
+
+
+def _std_headers(tmp_dir) -> list:
+    """g++'s flags to include STD_HEADERS precompiled (built once per process in `tmp_dir`, with GXX's
+    flags: where g++ finds the .gch unusable it reads the header itself)."""
+    if not _PCH:
+        header = os.path.join(tmp_dir, "emulation_std.h")
+        with open(header, "w") as f:
+            f.write(STD_HEADERS)
+        subprocess.run([*GXX, "-x", "c++-header", "-o", header + ".gch", header], check=True)
+        _PCH.append(header)
+    return ["-include", _PCH[0]]
+
+
+def gxx_library(source: str, tmp_dir) -> ctypes.CDLL:
+    """`source` built with g++ (GXX: C++20, -O1; STD_HEADERS precompiled and included first) as a
+    shared library in `tmp_dir`, named by its digest, loaded: built once per source and process (the
+    tests of a session that emulate the same generated source share it)."""
+    name = hashlib.sha256(source.encode()).hexdigest()[:16]
+    if name not in _LIBRARIES:
+        path = os.path.join(tmp_dir, name + ".so")
+        if not os.path.exists(path):
+            with open(path[:-3] + ".cpp", "w") as f:
+                f.write(source)
+            subprocess.run([*GXX, *_std_headers(tmp_dir), "-shared", "-o", path, path[:-3] + ".cpp", "-lpthread"],
+                           check=True)
+        _LIBRARIES[name] = ctypes.CDLL(path)
+    return _LIBRARIES[name]
+
+
+# ---- the forward kernels (attngen.api.emit_plan's source; every entry point of the plan's recipe)
+
+FORWARD = r'''
+// ---- the forward kernels' names (cut out of the source: FORWARD_STRIPPED)
+inline float half_to_float(unsigned short x) { return h2f(x); }
+inline unsigned hmul2(unsigned a, unsigned b) {
+    return f2h(h2f(a & 0xffff) * h2f(b & 0xffff)) | ((unsigned)f2h(h2f(a >> 16) * h2f(b >> 16)) << 16);
+}
+inline unsigned hsub2(unsigned a, unsigned b) {
+    return f2h(h2f(a & 0xffff) - h2f(b & 0xffff)) | ((unsigned)f2h(h2f(a >> 16) - h2f(b >> 16)) << 16);
+}
+inline void cp_async_16_at(unsigned dst, const void* src, bool valid) { cp_async_copy(g_smem + dst, src, 16, valid); }
+template <int kBytes> inline void cp_async_bytes(void* dst, const void* src, bool valid) {
+    cp_async_copy(dst, src, kBytes, valid);
+}
+inline void mma_f32acc(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { mma_m16n8k16(d, a, b0, b1); }
+'''
+FORWARD_RUN = r'''
+extern "C" void run(int entry, const Args* a, int gx, int gy, int gz, int threads, int smem_bytes) {
+    run_blocks(gx, gy, gz, threads, smem_bytes, [&] {
+        switch (entry) {
+ENTRY_CASES
+        }
+    });
+}
+'''
+FORWARD_STRIPPED = ("hmul2", "hsub2", "half_to_float", "cp_async_16_at", "cp_async_bytes", "mma_f32acc")
 _C_FIELD = {"i64": ctypes.c_longlong, "i32": ctypes.c_int}
-
-
-def _without(source: str, name: str) -> str:
-    """`source` without the definition of function `name` (and its template line); unchanged when
-    the source has none."""
-    m = re.search(rf"(template <[^>]*>\n)?__device__ __forceinline__ [\w ]+ {name}(<[^>]*>)?\(", source)
-    if m is None:
-        return source
-    line_end = source.index("\n", m.end())
-    end = line_end + 1 if source[line_end - 1] == "}" else source.index("\n}\n", m.start()) + 3
-    return source[:m.start()] + source[end:]
 
 
 def _c_type(p, kv: bool) -> str:
@@ -218,15 +329,11 @@ def _c_type(p, kv: bool) -> str:
     return decl[: decl.rindex(p.name)].strip()
 
 
-def library(plan, tmp_dir):
+def forward_library(plan, tmp_dir):
     """The plan's source with the shim, built once per source; (library, entry names in order)."""
-    source = emit_plan(plan).source
-    for name in EMULATED + (("to_float", "pack2", "from_float") if plan.dtype != "f32" else ()):
-        while True:  # (each namespace of the source has its own copy of the parts)
-            stripped = _without(source, name)
-            if stripped == source:
-                break
-            source = stripped
+    sixteen = plan.dtype != "f32"
+    source = strip(emit_plan(plan).source,
+                   STRIPPED + FORWARD_STRIPPED + ((*ELEM16_STRIPPED, "from_float") if sixteen else ()))
     source = source.replace("extern __shared__ __align__(16) unsigned char smem[];", "unsigned char* smem = g_smem;")
     source = re.sub(r'asm volatile\("prefetch[^\n]*', "(void)0;", source)
     entries = cuda_args.entry_points(plan)
@@ -239,15 +346,11 @@ def library(plan, tmp_dir):
         who = "c" if combine and name == combine[0].entry else "a"
         args = ", ".join(f"{who}->{p.name}" for p in params)
         cases.append(f"            case {i}: {name}({args}); break;")
-    run = RUN.replace("ENTRY_CASES", "\n".join(cases))
+    run = FORWARD_RUN.replace("ENTRY_CASES", "\n".join(cases))
     if combine:
         run = run.replace("const Args* a,", "const Args* a, const CombineArgs* c,")
-    conv = {"f16": F16, "bf16": BF16, "f32": F32}[plan.dtype]
-    shim = SHIM.replace("ELEM_CONVERSIONS", conv).replace("ELEM_HALF", "b2f" if plan.dtype == "bf16" else "h2f")
     structs = f"struct Args {{\n{fields}}};\n" + (f"struct CombineArgs {{\n{combine_fields}}};\n" if combine else "")
-    head, _, _ = source.partition("// ---- section: entry points")
-    tail = source[len(head):]
-    lib = gxx_library(shim + head + tail + structs + run, tmp_dir)
+    lib = gxx_library(shim(plan.dtype) + FORWARD + source + structs + run, tmp_dir)
     return lib, [e[0] for e in entries]
 
 
@@ -263,12 +366,12 @@ def _strides(x) -> tuple:
     return tuple(s // x.itemsize for s in x.strides)
 
 
-def run(plan, tmp_dir, q, k, v, *, k_scale=None, v_scale=None, kv_lens=None, block_table=None, k_new=None,
-        v_new=None, cores=4):
+def run_forward(plan, tmp_dir, q, k, v, *, k_scale=None, v_scale=None, kv_lens=None, block_table=None, k_new=None,
+                v_new=None, cores=4):
     """(out, lse, errors) of the call as the CUDA runtime would launch it, on host arrays (q, out
     and k_new / v_new as 16-bit words for f16 / bf16 specs, float32 for f32); k, v and the i8 scales
     are written in place by an append."""
-    lib, names = library(plan, tmp_dir)
+    lib, names = forward_library(plan, tmp_dir)
     shapes = {"q": q.shape, "k": k.shape, "v": v.shape}
     dtypes = {"q": plan.dtype, "k": k.dtype.name, "v": v.dtype.name}
     if k_new is not None:
@@ -325,4 +428,78 @@ def run(plan, tmp_dir, q, k, v, *, k_scale=None, v_scale=None, kv_lens=None, blo
     return out, lse, errors
 
 
-__all__ = ["library", "run", "evaluate_all"]
+# ---- the sm_80 tensor-core backward's dK/dV step (templates/cuda/backward_mma.cu.j2)
+
+BACKWARD = r'''
+// ---- the backward's names (cut out of the source: BACKWARD_STRIPPED)
+inline float exp2_approx(float x) { return exp2f(x); }
+inline void cp_async_16(unsigned dst, const void* src, bool valid) { cp_async_copy(g_smem + dst, src, 16, valid); }
+inline void red_add(float* p, float x) { atomicAdd(p, x); }  // red.global.add.f32
+inline void ldmatrix_x4(unsigned (&r)[4], const unsigned short* p) { ldmatrix_m8n8_x4(r, p, false); }
+inline void ldmatrix_x4_trans(unsigned (&r)[4], const unsigned short* p) { ldmatrix_m8n8_x4(r, p, true); }
+inline void mma(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { mma_m16n8k16(d, a, b0, b1); }
+'''
+BACKWARD_RUN = r'''
+extern "C" void run_dkdv(const Args* a, int gx, int gy, int gz) {
+    run_blocks(gx, gy, gz, kThreads, kSmemBytes, [&] { dkdv(*a, g_smem); });
+}
+'''
+# (to_elem: the dq step's conversion, not run here)
+BACKWARD_STRIPPED = ("to_elem", "exp2_approx", "cp_async_16", "red_add", "ldmatrix_x4", "ldmatrix_x4_trans", "mma")
+
+
+def backward_library(plan, tmp_dir):
+    """The plan's backward source (its parts before the entry points) with the shim, built once per
+    source: run_dkdv(Args*, grid x, y, z) runs the dK/dV step."""
+    from attngen.backends.cuda import backward as bw
+    source = strip(bw.render_backward(plan), STRIPPED + ELEM16_STRIPPED + BACKWARD_STRIPPED, required=True)
+    source = source.replace("typedef unsigned short elem_t;", "typedef unsigned short elem_t;  // (emulated)")
+    return gxx_library(shim(plan.dtype) + BACKWARD + source[: source.index("// The entry points")] + BACKWARD_RUN,
+                       tmp_dir)
+
+
+def delta_rows(dout, out, packed):
+    """D_i = rowsum(dout * out) (the preprocess step's) in float32, laid out (B, H, L), or (H, total)
+    for packed sequences."""
+    delta = np.einsum("...hd,...hd->...h", dout.astype(np.float64), out.astype(np.float64)).astype(np.float32)
+    return np.ascontiguousarray(np.moveaxis(delta, -1, 0 if packed else 1))
+
+
+def emulated_args(arrays, lse, delta, *, packed, kv_lens=None, cu=None, cuk=None, dq_name="dq"):
+    """The backward's Args (attngen.backends.cuda.backward_launch._Args) with host addresses:
+    `arrays` are q, k, v, out, dout, dq (named `dq_name` in Args), dk, dv (numpy, strides in
+    elements of each). Returns (args, ptr, (b, lq, lk, hq, hkv)): ptr(x) gives x's address and
+    keeps x alive with the args."""
+    from attngen.backends.cuda import backward_launch
+    a, keep = backward_launch._Args(), []
+
+    def ptr(x):
+        keep.append(x)
+        return x.ctypes.data
+    a._keep = keep
+    q, k, v, out, dout, dq, dk, dv = arrays
+    for name, x in zip(("q", "k", "v", "out", "dout", "lse", "delta", dq_name, "dk", "dv"),
+                       (q, k, v, out, dout, lse, delta, dq, dk, dv)):
+        setattr(a, name, ptr(x))
+    for prefix, x in zip(("q", "k", "v", "o", "do", "dq", "dk", "dv"), arrays):
+        s = tuple(st // x.itemsize for st in x.strides)
+        for axis, st in zip("blh", (0, s[0], s[1]) if packed else s[:3]):
+            setattr(a, f"{prefix}_s{axis}", st)
+    s = tuple(st // 4 for st in lse.strides)
+    a.lse_sb, a.lse_sh, a.lse_sl = (0, *s) if packed else s
+    s = tuple(st // 4 for st in delta.strides)
+    a.delta_sb, a.delta_sh = (0, s[0]) if packed else s[:2]
+    hq, hkv = q.shape[-2], k.shape[-2]
+    if packed:
+        a.cu_seqlens_q, a.cu_seqlens_k = ptr(np.asarray(cu, np.int32)), ptr(np.asarray(cuk, np.int32))
+        b, lq, lk = len(cu) - 1, int(np.diff(cu).max()), int(np.diff(cuk).max())
+    else:
+        b, lq, lk = q.shape[0], q.shape[1], k.shape[1]
+    if kv_lens is not None:
+        a.kv_lens = ptr(np.asarray(kv_lens, np.int32))
+    a.len_q, a.len_k, a.group, a.rows_k = lq, lk, hq // hkv, 0 if packed else k.shape[1]
+    return a, ptr, (b, lq, lk, hq, hkv)
+
+
+__all__ = ["SHIM", "shim", "strip", "gxx_library", "forward_library", "run_forward", "backward_library",
+           "delta_rows", "emulated_args"]

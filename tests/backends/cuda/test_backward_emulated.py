@@ -1,9 +1,11 @@
 """The CUDA backward's dK/dV and dQ steps run on the CPU against attngen.reference_backward (no
 GPU needed): the generated f32 source (templates/cuda/backward.cu.j2) is compiled as C++ with g++
-behind a small shim (one std::thread per CUDA thread, a std::barrier for __syncthreads), so the
-index arithmetic, the masks' loop bounds, GQA, kv_lens, packed sequences, the custom masks'
-lists and score and mask expressions (issue 42: their tile skipping and d score / d s) are checked wherever the suite runs. D_i (the preprocess step, a warp reduction) is computed
-here in numpy; tests/equivalence/test_backward_cuda.py runs all three steps on a GPU."""
+behind tests/cuda_emulation.py's shim (one std::thread per CUDA thread, a std::barrier for
+__syncthreads; run_blocks), so the index arithmetic, the masks' loop bounds, GQA, kv_lens, packed
+sequences, the custom masks' lists and score and mask expressions (issue 42: their tile skipping
+and d score / d s) are checked wherever the suite runs. D_i (the preprocess step, a warp
+reduction) is computed here in numpy; tests/equivalence/test_backward_cuda.py runs all three steps
+on a GPU."""
 
 from __future__ import annotations
 
@@ -21,51 +23,16 @@ from attngen.reference import reference, reference_backward, relative_error
 from attngen.runtime.blockmask import build_arrays
 
 from conftest import spec_of
-from backward_helpers import delta_rows, emulated_args, gxx_library
+from cuda_emulation import delta_rows, emulated_args, gxx_library, shim
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to compile the emulation")
 
-SHIM = r'''
-#include <cmath>
-#include <cstring>
-#include <thread>
-#include <barrier>
-#include <vector>
-#include <algorithm>
-using std::min; using std::max;
-struct dim3_ { unsigned x, y, z; };
-thread_local dim3_ threadIdx, blockIdx, gridDim;
-static std::barrier<>* g_bar;
-#define __host__
-#define __device__
-#define __forceinline__ inline
-#define __global__
-#define __launch_bounds__(x)
-#define __syncthreads() g_bar->arrive_and_wait()
-inline float __int_as_float(unsigned x) { float f; memcpy(&f, &x, 4); return f; }
-inline float __shfl_xor_sync(unsigned, float v, int) { return v; }  // (preprocess: not run here)
-struct float4 { float x, y, z, w; };  // (preprocess's 16-byte accesses: not run here either)
-struct uint4 { unsigned x, y, z, w; };
-inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-template <class T> inline T __ldg(const T* p) { return *p; }
-struct float2 { float x, y; };
-inline float2 make_float2(float a, float b) { return {a, b}; }
-'''
 RUN = r'''
 extern "C" void run_step(int step, const Args* a, int gx, int gy, int gz, int smem_bytes) {
-    for (int bz = 0; bz < gz; ++bz) for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {
-        std::vector<float> smem(smem_bytes / 4, std::nanf(""));  // NaN: a read before a write shows
-        std::barrier<> bar(kThreads);
-        g_bar = &bar;
-        std::vector<std::thread> threads;
-        for (int t = 0; t < kThreads; ++t) threads.emplace_back([&, t] {
-            threadIdx = {(unsigned)t, 0, 0};
-            blockIdx = {(unsigned)bx, (unsigned)by, (unsigned)bz};
-            gridDim = {(unsigned)gx, (unsigned)gy, (unsigned)gz};
-            if (step == 1) dkdv(*a, smem.data()); else dq(*a, smem.data());
-        });
-        for (auto& th : threads) th.join();
-    }
+    run_blocks(gx, gy, gz, kThreads, smem_bytes, [&] {
+        float* const sm = reinterpret_cast<float*>(g_smem);
+        if (step == 1) dkdv(*a, sm); else dq(*a, sm);
+    });
 }
 '''
 
@@ -75,13 +42,13 @@ def _library(plan, tmp_dir):
     run = RUN
     if plan.spec.inputs:  # the expressions' inputs: the steps' last parameter (an ExprInputs)
         run = (RUN.replace("const Args* a,", "const Args* a, const ExprInputs* in,")
-               .replace("smem.data());", "smem.data(), *in);"))
+               .replace("sm);", "sm, *in);"))
     if any(i.grad for i in plan.spec.inputs):  # `grad` inputs: the dK/dV step's ExprGrads after them
         run = (run.replace("const ExprInputs* in,", "const ExprInputs* in, const ExprGrads* g,")
-               .replace("dkdv(*a, smem.data(), *in);", "dkdv(*a, smem.data(), *in, *g);"))
+               .replace("dkdv(*a, sm, *in);", "dkdv(*a, sm, *in, *g);"))
     if bw.partials(plan):  # step 3: <entry>_bwd_grads, the partial sums added up
         run = run.replace("else dq(", "else if (step == 3) grad_partials_sum(*a, *in, *g); else dq(")
-    return gxx_library(SHIM + source[: source.index("// The entry points")] + run, tmp_dir)
+    return gxx_library(shim("f32") + source[: source.index("// The entry points")] + run, tmp_dir)
 
 
 def _emulate(spec, q, k, v, dout, out, lse, *, kv_lens=None, cu=None, cuk=None, mask=None, inputs=None,

@@ -217,7 +217,7 @@ def _prepare_on_the_cpu(plan, dtype: str, lk: int, b: int, h: int, tmp_path, bad
 
     from attngen.api import emit_plan
     from attngen.plan.formulas import evaluate_all
-    from backward_helpers import gxx_library
+    from cuda_emulation import gxx_library
     d = plan.d_v
     source = emit_plan(plan).source
     prepare = source[source.index("// ---- section: prepare V (FP8)"):]
@@ -329,7 +329,7 @@ def _scores_library(source: str, tmp_path):
     warp `warp`'s Q K^T against stage `stage`'s K tile, returns their count."""
     import re
 
-    from backward_helpers import gxx_library
+    from cuda_emulation import gxx_library
     consts = "\n".join(m.group(0) for m in re.finditer(r"^constexpr (?:int|unsigned|bool) k\w+ = [^;]+;", source, re.M))
     descs = "\n".join(m.group(0) for m in re.finditer(
         r"^__device__ __forceinline__ unsigned long long smem_descriptor\w*\(.*?\n}\n", source, re.M | re.S))

@@ -1,9 +1,9 @@
 """Quantized KV caches on target cuda (issue 44, `kv_dtype e4m3 | e5m2 | i8`) run on the CPU (no
 GPU): the generated sources of the mma.sync family (f16 / bf16) and of CUDA cores (f32) compiled
-with g++ behind tests/cuda_emulation.py's shim, against the float64 reference fed the same stored
-bytes and scales. So the fragment orders (kvquant.py's column groups, acc_col), the decoders
-(e4m3 by its sm_80 bit pattern path: g++ has no __CUDA_ARCH__), the scales, paged gathers, the
-split schedules' combines and the fused append's bytes are checked wherever the suite runs;
+with g++ behind tests/cuda_emulation.py's shim (run_forward), against the float64 reference fed the
+same stored bytes and scales. So the fragment orders (kvquant.py's column groups, acc_col), the
+decoders (e4m3 by its sm_80 bit pattern path: g++ has no __CUDA_ARCH__), the scales, paged gathers,
+the split schedules' combines and the fused append's bytes are checked wherever the suite runs;
 tests/equivalence/test_cuda_kv_quant.py runs the same kernels on a GPU (and the sm_89+ e4m3
 conversions). Slow (an OS thread per CUDA thread): few small cases."""
 
@@ -20,7 +20,7 @@ from attngen.reference import reference, relative_error, tolerance
 from attngen.runtime.kvquant import I8_BLOCK, append_kv, decode_fp8
 
 from conftest import paged_caches, spec_of
-import cuda_emulation
+from cuda_emulation import run_forward
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ to compile the emulation")
 
@@ -76,7 +76,7 @@ def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0, kv_lens=True):
         new = {"k_new": kn_w, "v_new": vn_w}
         before = [x.copy() for x in (k, v, ks, vs)]
         want = append_kv(kv, *before, kn, vn, lens, kw.get("block_table"))
-    out, lse, errors = cuda_emulation.run(plan, str(tmp_path), q_words, k, v, k_scale=ks, v_scale=vs, **kw, **new)
+    out, lse, errors = run_forward(plan, str(tmp_path), q_words, k, v, k_scale=ks, v_scale=vs, **kw, **new)
     assert not errors.any(), errors
     if append:
         for name, got, w in zip(("k", "v", "k_scale", "v_scale"), (k, v, ks, vs), want):
@@ -92,7 +92,7 @@ def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0, kv_lens=True):
 
 
 # (schedule, paged, kv_dtype): every schedule with every kv_dtype, and every pair of schedule and layout and of
-# kv_dtype and layout, in 9 emulated runs (a few seconds of g++ each; the suite's 15 minutes); every triple
+# kv_dtype and layout, in 9 emulated runs (about a second of g++ each, one build per source per process; the suite's 15 minutes); every triple
 # runs on the GPU (tests/equivalence/test_cuda_kv_quant.py)
 COVER = [(s, paged, kv) for i, s in enumerate(["split_kv(2)", "two_pass", "fused"])
          for j, kv in enumerate(["e4m3", "e5m2", "i8"]) for paged in [(i + j) % 2 == 1]]
@@ -174,11 +174,11 @@ def test_every_byte_decodes_as_the_reference_decodes_it(kv_dtype, tmp_path):
     k = np.zeros_like(v)
     scale = np.ones((1, 1, 1, 256 // I8_BLOCK) if kv_dtype == "i8" else (1, 1), np.float32)
     q = np.ones((1, 1, 1, 256), np.float32)
-    out, _, errors = cuda_emulation.run(plan, str(tmp_path), q, k, v, k_scale=scale, v_scale=scale.copy())
+    out, _, errors = run_forward(plan, str(tmp_path), q, k, v, k_scale=scale, v_scale=scale.copy())
     assert np.array_equal(out.reshape(-1), np.where(finite, want, 0).astype(np.float32))
     if kv_dtype != "i8":
         v[..., 3] = np.flatnonzero(~finite)[0]
-        out, _, _ = cuda_emulation.run(plan, str(tmp_path), q, k, v, k_scale=scale, v_scale=scale.copy())
+        out, _, _ = run_forward(plan, str(tmp_path), q, k, v, k_scale=scale, v_scale=scale.copy())
         assert np.isnan(out).all()
 
 
@@ -192,7 +192,7 @@ def test_bad_scales_on_the_device_are_reported(tmp_path):
         q, _ = _words(rng.standard_normal((2, 1, 4, D)), "f16")
         (k, ks), (v, vs) = [attngen.quantize_kv(rng.standard_normal((2, 9, 2, D)), kv_dtype) for _ in "kv"]
         ks[(1,) * ks.ndim] = bad
-        _, _, errors = cuda_emulation.run(plan, str(tmp_path), q, k, v, k_scale=ks, v_scale=vs)
+        _, _, errors = run_forward(plan, str(tmp_path), q, k, v, k_scale=ks, v_scale=vs)
         assert errors[8] == 2, errors  # sequence 1 (+ 1)
 
 
@@ -208,7 +208,7 @@ def test_a_nan_byte_in_v_reaches_only_the_rows_that_see_it(tmp_path):
     (k, ks), (v, vs) = [attngen.quantize_kv(rng.standard_normal((2, 72, 2, D)), "e4m3") for _ in "kv"]
     v[0, 68, 1, 5] = 0x7F
     v[1, 50, 0, 0] = 0xFF  # past sequence 1's 40 keys
-    out, _, errors = cuda_emulation.run(plan, str(tmp_path), q_words, k, v, k_scale=ks, v_scale=vs, kv_lens=lens)
+    out, _, errors = run_forward(plan, str(tmp_path), q_words, k, v, k_scale=ks, v_scale=vs, kv_lens=lens)
     ref = reference(spec, q, k, v, k_scale=ks, v_scale=vs, kv_lens=lens)
     got = _values(out, "f16")
     assert np.array_equal(np.isnan(got).any(axis=-1), np.isnan(ref).any(axis=-1))
