@@ -53,14 +53,19 @@ if [ "$what" = lowp ]; then
     pt=(python3 -m pytest -q -p no:cacheprovider -rf)
     step() { echo "=== $*"; timeout "${STEP_S:-240}" "$@" >"$out/check.log" 2>&1; r=$?; tail -n 6 "$out/check.log"; [ $r = 0 ] || rc=$r; }
     step "${pt[@]}" tests/equivalence/test_fp8_prefill.py -k swizzle64
+    # (-k: a test id holds the schedule as written, split_kv(auto), and -k reads parentheses as its
+    # own: `auto` selects it; head_dims: f32 on CUDA cores, i8 with 8-byte scale copies (d192), d256 paged)
     step "$cs" --tool memcheck --error-exitcode 1 "${pt[@]}" -x tests/equivalence/test_cuda_kv_quant.py \
-        -k "matches_the_reference or append"
+        -k "matches_the_reference or append or head_dims"
     step "$cs" --tool racecheck --error-exitcode 1 "${pt[@]}" -x tests/equivalence/test_cuda_kv_quant.py \
-        -k "matches_the_reference and (split_kv_auto or two_pass)"
+        -k "(matches_the_reference and (auto or two_pass)) or (append and i8 and auto)"
     step "$cs" --tool memcheck --error-exitcode 1 "${pt[@]}" -x tests/equivalence/test_fp8_prefill.py \
         -k "test_fp8_matches_the_reference and lq113-lk1023"
     step "$cs" --tool racecheck --error-exitcode 1 "${pt[@]}" -x tests/equivalence/test_fp8_prefill.py \
         -k "test_fp8_matches_the_reference and lq113-lk1023 and (none or causal-)"
+    # the 64-byte swizzle's kernels (Q and K boxes of 64-byte rows) under memcheck too, q 192 and 128
+    step "$cs" --tool memcheck --error-exitcode 1 "${pt[@]}" -x tests/equivalence/test_fp8_prefill.py \
+        -k "(swizzle64_matches_the_reference or swizzle64_tiles) and lq113-lk1023 and (none or causal-)"
     sel=(); [ -z "${LOWP_WGSL_K:-}" ] || sel=(-k "$LOWP_WGSL_K")
     STEP_S=${LOWP_WGSL_S:-300} step "${pt[@]}" tests/equivalence/test_wgsl_kv_quant.py tests/equivalence/test_wgsl_decode.py \
         "${sel[@]+"${sel[@]}"}"
