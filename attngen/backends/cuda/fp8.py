@@ -124,7 +124,8 @@ def fp8_problems(spec: AttentionSpec, profile: Profile) -> list:
                            hint=f"e.g. tile kv={TILE_KV}, or leave it out"))
     elif kv != TILE_KV and not tiles_for(profile).fp8_other_tile_kv:
         out.append(Problem(f"tile kv={kv}{whose}: FP8 prefill runs tile kv={TILE_KV} only for now (other widths, V^T in "
-                           "column blocks, faulted on the GPU in their first run and are not fixed yet)", key="tile",
+                           "column blocks, faulted on the GPU in their first run; the fix of its cause has not run on a "
+                           "GPU yet)", key="tile",
                            hint=f"leave tile kv out (or tile kv={TILE_KV})"))
     if spec.mask.is_custom and kv > TILE_KV:
         out.append(Problem(f"tile kv={kv}{whose}: mask custom is built for FP8 tiles of up to {TILE_KV} keys (its words "
