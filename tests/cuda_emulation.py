@@ -4,7 +4,11 @@ warp for its collectives (shuffles, ballots, ldmatrix, mma), the PTX primitives 
 emulations written from the PTX ISA's definitions (mma.sync.m16n8k16's fragments, ldmatrix .x4 and
 .x4.trans, cp.async as a plain copy that zero-fills, red.global.add as an atomic add, the f16
 arithmetic through _Float16). A launch runs its grid block by block. Slow (an OS thread per CUDA
-thread, meeting the others at every collective): small shapes only.
+thread, meeting the others at every collective): small shapes only. run_forward(defer_copies=True)
+lands each cp.async only at the cp.async.wait_group that lets it (EMU_DEFER_COPIES): a stage read
+before its wait reads stale bytes, and a copy never waited for is an error (what racecheck would
+say of the waits on a GPU; test_kvquant_emulated.py's test_copies_land_at_their_wait; from branch
+review44, whose AddressSanitizer build of the same is not merged).
 
 The source's own definitions of what the shim replaces are cut out of it (strip). Each family adds
 the names its source gives the primitives:
@@ -142,11 +146,47 @@ inline unsigned short f2b(float f) {
 }
 // ---- shared memory: a shared-state-space address is the byte offset into the block's g_smem
 inline unsigned __cvta_generic_to_shared(const void* p) { return (unsigned)((const unsigned char*)p - g_smem); }
-// cp.async (cp-size bytes, src-size = valid ? cp-size : 0): the bytes past src-size are zero-filled; a
-// plain copy (the group commits and waits are no-ops: every copy is done when it returns)
+// cp.async (cp-size bytes, src-size = valid ? cp-size : 0): the bytes past src-size are zero-filled.
+#ifdef EMU_DEFER_COPIES
+// Deferred (defer_copies): a copy lands as late as the PTX ISA lets it, when a cp.async.wait_group
+// leaves fewer of the thread's committed groups in flight than its group's place, never before; a
+// read of a stage before its wait sees the stage's old bytes (all ones at first: NaN), and copies
+// still in flight when the thread ends are counted (emu_left_in_flight: an error of the caller's).
+struct PendingCopy { void* dst; const void* src; int bytes; bool valid; };
+thread_local std::vector<PendingCopy> g_pending;
+thread_local std::vector<size_t> g_group_ends;  // g_pending's length at each commit
+static std::atomic<int> g_left_in_flight{0};
+inline void cp_async_copy(void* dst, const void* src, int bytes, bool valid) {
+    g_pending.push_back({dst, src, bytes, valid});
+}
+inline void copies_commit() { g_group_ends.push_back(g_pending.size()); }
+inline void copies_wait(int pending) {
+    if ((int)g_group_ends.size() <= pending) return;
+    const size_t groups = g_group_ends.size() - pending, upto = g_group_ends[groups - 1];
+    for (size_t i = 0; i < upto; ++i) {
+        const PendingCopy& c = g_pending[i];
+        if (c.valid) memcpy(c.dst, c.src, c.bytes); else memset(c.dst, 0, c.bytes);
+    }
+    g_pending.erase(g_pending.begin(), g_pending.begin() + upto);
+    g_group_ends.erase(g_group_ends.begin(), g_group_ends.begin() + groups);
+    for (auto& end : g_group_ends) end -= upto;
+}
+inline void copies_exit() {
+    g_left_in_flight += (int)g_pending.size();
+    g_pending.clear();
+    g_group_ends.clear();
+}
+#else
+// a plain copy (the group commits and waits are no-ops: every copy is done when it returns)
 inline void cp_async_copy(void* dst, const void* src, int bytes, bool valid) {
     if (valid) memcpy(dst, src, bytes); else memset(dst, 0, bytes);
 }
+inline void copies_commit() {}
+inline void copies_wait(int) {}
+inline void copies_exit() {}
+static std::atomic<int> g_left_in_flight{0};
+#endif
+extern "C" int emu_left_in_flight() { return g_left_in_flight.exchange(0); }
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l receives, of 8 x 8 matrix m (its rows at
 // the addresses of lanes 8 m .. 8 m + 7), row l / 4, columns 2 (l % 4), +1; with .trans, column l / 4
 // of rows 2 (l % 4), +1. The lower column / row in the low half.
@@ -199,8 +239,8 @@ inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsigned b0, uns
 }
 // ---- the helpers both families' sources define (cut out of them: STRIPPED)
 inline unsigned smem_addr(const void* p) { return __cvta_generic_to_shared(p); }
-inline void cp_async_commit() {}
-template <int N> inline void cp_async_wait() {}
+inline void cp_async_commit() { copies_commit(); }
+template <int N> inline void cp_async_wait() { copies_wait(N); }
 ELEM16_HELPERS
 // ---- a launch: the grid's blocks one after another, each a thread per CUDA thread running body()
 template <class Body> void run_blocks(int gx, int gy, int gz, int threads, int smem_bytes, const Body& body) {
@@ -218,6 +258,7 @@ template <class Body> void run_blocks(int gx, int gy, int gz, int threads, int s
             threadIdx = {(unsigned)t, 0, 0};
             blockIdx = {(unsigned)bx, (unsigned)by, (unsigned)bz};
             body();
+            copies_exit();
         });
         for (auto& th : pool) th.join();
         for (int w = 0; w < threads / 32; ++w) delete g_warp_bar[w];
@@ -329,8 +370,10 @@ def _c_type(p, kv: bool) -> str:
     return decl[: decl.rindex(p.name)].strip()
 
 
-def forward_library(plan, tmp_dir):
-    """The plan's source with the shim, built once per source; (library, entry names in order)."""
+def forward_library(plan, tmp_dir, defer_copies: bool = False):
+    """The plan's source with the shim, built once per source; (library, entry names in order).
+    defer_copies: each cp.async lands at the wait_group that lets it, not when issued (the shim's
+    EMU_DEFER_COPIES), so that a stage read before its wait reads stale bytes."""
     sixteen = plan.dtype != "f32"
     source = strip(emit_plan(plan).source,
                    STRIPPED + FORWARD_STRIPPED + ((*ELEM16_STRIPPED, "from_float") if sixteen else ()))
@@ -350,7 +393,8 @@ def forward_library(plan, tmp_dir):
     if combine:
         run = run.replace("const Args* a,", "const Args* a, const CombineArgs* c,")
     structs = f"struct Args {{\n{fields}}};\n" + (f"struct CombineArgs {{\n{combine_fields}}};\n" if combine else "")
-    lib = gxx_library(shim(plan.dtype) + FORWARD + source + structs + run, tmp_dir)
+    lib = gxx_library(("#define EMU_DEFER_COPIES\n" if defer_copies else "") + shim(plan.dtype) + FORWARD + source
+                      + structs + run, tmp_dir)
     return lib, [e[0] for e in entries]
 
 
@@ -367,11 +411,11 @@ def _strides(x) -> tuple:
 
 
 def run_forward(plan, tmp_dir, q, k, v, *, k_scale=None, v_scale=None, kv_lens=None, block_table=None, k_new=None,
-                v_new=None, cores=4):
+                v_new=None, cores=4, defer_copies=False):
     """(out, lse, errors) of the call as the CUDA runtime would launch it, on host arrays (q, out
     and k_new / v_new as 16-bit words for f16 / bf16 specs, float32 for f32); k, v and the i8 scales
     are written in place by an append."""
-    lib, names = forward_library(plan, tmp_dir)
+    lib, names = forward_library(plan, tmp_dir, defer_copies)
     shapes = {"q": q.shape, "k": k.shape, "v": v.shape}
     dtypes = {"q": plan.dtype, "k": k.dtype.name, "v": v.dtype.name}
     if k_new is not None:
@@ -425,6 +469,8 @@ def run_forward(plan, tmp_dir, q, k, v, *, k_scale=None, v_scale=None, kv_lens=N
             c = _struct(combine[0].params)(**{p.name: values.get(p.name) or 0 for p in combine[0].params})
             extra = (ctypes.byref(c),)
         lib.run(names.index(name), ctypes.byref(a), *extra, *[int(g) for g in grid], threads, smem)
+        left = lib.emu_left_in_flight()
+        assert left == 0, f"{name}: {left} cp.async copies were never waited for"
     return out, lse, errors
 
 

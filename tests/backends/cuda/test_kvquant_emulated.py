@@ -55,10 +55,11 @@ def _values(words, dtype):
 
 
 
-def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0, kv_lens=True):
+def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0, kv_lens=True, defer_copies=False):
     """The emulated kernel's out and lse against the reference; with `append` rows, the cache's bytes
     against runtime/kvquant.py's append_kv; kv_lens False: a call without it (every key of the
-    cache: the fused schedule's main entry point)."""
+    cache: the fused schedule's main entry point); defer_copies: cp.async lands at its wait, not
+    before (cuda_emulation.run_forward)."""
     plan = lower(spec, "cuda", "cuda-sm80")
     kv, dt, d, dv = spec.kv_dtype, spec.dtype, spec.head_dim_qk, spec.head_dim_v
     rng = np.random.default_rng(seed)
@@ -76,7 +77,8 @@ def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0, kv_lens=True):
         new = {"k_new": kn_w, "v_new": vn_w}
         before = [x.copy() for x in (k, v, ks, vs)]
         want = append_kv(kv, *before, kn, vn, lens, kw.get("block_table"))
-    out, lse, errors = run_forward(plan, str(tmp_path), q_words, k, v, k_scale=ks, v_scale=vs, **kw, **new)
+    out, lse, errors = run_forward(plan, str(tmp_path), q_words, k, v, k_scale=ks, v_scale=vs,
+                                   defer_copies=defer_copies, **kw, **new)
     assert not errors.any(), errors
     if append:
         for name, got, w in zip(("k", "v", "k_scale", "v_scale"), (k, v, ks, vs), want):
@@ -147,6 +149,18 @@ def test_128_byte_rows_paged_with_an_append(tmp_path):
     spec = _spec("i8", "split_kv(2)", True, dtype="bf16", d=128)
     assert lower(spec, "cuda", "cuda-sm80").config.swizzle_kv
     _check(spec, tmp_path, 6, 2, [0, 5, 30], append=3)
+
+
+@pytest.mark.parametrize("body, append", [
+    ("head_dim 64\n dtype f16\n schedule split_kv(2)\n kv_cache paged(page=16)\n kv_dtype i8", 3),
+    ("head_dim 128\n dtype f16\n schedule two_pass\n kv_dtype e4m3", 0),
+    ("head_dim 64\n dtype f16\n schedule fused\n kv_dtype e5m2", 0),
+], ids=["split_kv-paged-i8-append", "two_pass-e4m3-d128", "fused-e5m2"])
+def test_copies_land_at_their_wait(body, append, tmp_path):
+    """cp.async landing only at the cp.async.wait_group that lets it (never when issued): a stage read
+    before its copies were waited for reads the last tile's bytes (or NaN), and a copy never waited
+    for is an error; the ring of stages, the scales' copies, a paged gather and the append's rows."""
+    _check(spec_of(body), tmp_path, 6, 2, [0 if append else 1, 5, 70], append=append, defer_copies=True)
 
 
 APPEND_COVER = [c for c in COVER if c[0] != "fused"]  # (each kv_dtype with each layout and each schedule)
