@@ -7,8 +7,8 @@ arithmetic through _Float16). A launch runs its grid block by block. Slow (an OS
 thread, meeting the others at every collective): small shapes only. run_forward(defer_copies=True)
 lands each cp.async only at the cp.async.wait_group that lets it (EMU_DEFER_COPIES): a stage read
 before its wait reads stale bytes, and a copy never waited for is an error (what racecheck would
-say of the waits on a GPU; test_kvquant_emulated.py's test_copies_land_at_their_wait; from branch
-review44, whose AddressSanitizer build of the same is not merged).
+say of the waits on a GPU; test_kvquant_emulated.py's test_copies_land_at_their_wait). SANITIZE
+(ATTNGEN_EMU_SANITIZE=1, a tool: below) builds them with AddressSanitizer too. Both from branch review44.
 
 The source's own definitions of what the shim replaces are cut out of it (strip). Each family adds
 the names its source gives the primitives:
@@ -50,7 +50,10 @@ STD_HEADERS = '''
 #include <thread>
 #include <vector>
 '''
-SHIM = STD_HEADERS + r'''// ---- CUDA's qualifiers, built-in variables and vector types
+SHIM = STD_HEADERS + r'''#ifndef EMU_SMEM_SLACK
+#define EMU_SMEM_SLACK 16  // bytes of shared memory past the launch's (0 under SANITIZE: an access there is reported)
+#endif
+// ---- CUDA's qualifiers, built-in variables and vector types
 #define __device__
 #define __host__
 #define __global__
@@ -248,7 +251,7 @@ template <class Body> void run_blocks(int gx, int gy, int gz, int threads, int s
     blockDim = {(unsigned)threads, 1, 1};
     for (int bz = 0; bz < gz; ++bz) for (int by = 0; by < gy; ++by) for (int bx = 0; bx < gx; ++bx) {
         // all ones: NaN in f16, bf16 and f32, so that a read before a write shows
-        std::vector<unsigned char> smem(smem_bytes + 16, 0xff);
+        std::vector<unsigned char> smem(smem_bytes + EMU_SMEM_SLACK, 0xff);
         g_smem = smem.data();
         std::barrier<> bar(threads);
         g_bar = &bar;
@@ -302,7 +305,16 @@ def strip(source: str, names, *, required: bool = False) -> str:
 
 _LIBRARIES: dict = {}
 _PCH: list = []
+# ATTNGEN_EMU_SANITIZE=1, a tool (no test sets it; the GPU's compute-sanitizer is the check), run as
+#   ATTNGEN_EMU_SANITIZE=1 LD_PRELOAD=$(g++ -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+#     .venv/bin/python -m pytest -n 0 tests/backends/cuda/test_kvquant_emulated.py
+# builds every emulated kernel with AddressSanitizer, its shared memory exactly the launch's bytes, and
+# the forward's copies deferred (run_forward's defer_copies): a read or write past any host buffer
+# (caches, scales, block table, workspaces, out) or past the block's shared memory is reported.
+SANITIZE = os.environ.get("ATTNGEN_EMU_SANITIZE") == "1"
 GXX = ["g++", "-std=c++20", "-O1", "-w", "-fPIC"]
+if SANITIZE:
+    GXX += ["-fsanitize=address", "-fno-omit-frame-pointer"]
 
 
 def _std_headers(tmp_dir) -> list:
@@ -321,6 +333,8 @@ def gxx_library(source: str, tmp_dir) -> ctypes.CDLL:
     """`source` built with g++ (GXX: C++20, -O1; STD_HEADERS precompiled and included first) as a
     shared library in `tmp_dir`, named by its digest, loaded: built once per source and process (the
     tests of a session that emulate the same generated source share it)."""
+    if SANITIZE:
+        source = "#define EMU_SMEM_SLACK 0\n" + source
     name = hashlib.sha256(source.encode()).hexdigest()[:16]
     if name not in _LIBRARIES:
         path = os.path.join(tmp_dir, name + ".so")
@@ -393,8 +407,8 @@ def forward_library(plan, tmp_dir, defer_copies: bool = False):
     if combine:
         run = run.replace("const Args* a,", "const Args* a, const CombineArgs* c,")
     structs = f"struct Args {{\n{fields}}};\n" + (f"struct CombineArgs {{\n{combine_fields}}};\n" if combine else "")
-    lib = gxx_library(("#define EMU_DEFER_COPIES\n" if defer_copies else "") + shim(plan.dtype) + FORWARD + source
-                      + structs + run, tmp_dir)
+    defer = "#define EMU_DEFER_COPIES\n" if defer_copies or SANITIZE else ""
+    lib = gxx_library(defer + shim(plan.dtype) + FORWARD + source + structs + run, tmp_dir)
     return lib, [e[0] for e in entries]
 
 
