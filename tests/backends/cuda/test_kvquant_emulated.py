@@ -154,8 +154,8 @@ def test_128_byte_rows_paged_with_an_append(tmp_path):
 @pytest.mark.parametrize("body, append", [
     ("head_dim 64\n dtype f16\n schedule split_kv(2)\n kv_cache paged(page=16)\n kv_dtype i8", 3),
     ("head_dim 128\n dtype f16\n schedule two_pass\n kv_dtype e4m3", 0),
-    ("head_dim 64\n dtype f16\n schedule fused\n kv_dtype e5m2", 0),
-], ids=["split_kv-paged-i8-append", "two_pass-e4m3-d128", "fused-e5m2"])
+    ("head_dim 128\n dtype f16\n schedule fused\n kv_dtype e5m2", 0),
+], ids=["split_kv-paged-i8-append", "two_pass-e4m3-d128", "fused-e5m2-d128"])
 def test_copies_land_at_their_wait(body, append, tmp_path):
     """cp.async landing only at the cp.async.wait_group that lets it (never when issued): a stage read
     before its copies were waited for reads the last tile's bytes (or NaN), and a copy never waited
