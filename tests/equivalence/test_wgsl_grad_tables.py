@@ -3,7 +3,8 @@ sums per dK/dV workgroup, summed in a fixed order by the grads entry point): a r
 a clamped distance (63 entries, so the clamp is reached), ALiBi with learnable slopes, a T5-style
 bucketed table with `log` (log-spaced over 8..120 rather than T5's 8..128: T5's own puts distances
 16 and 32 exactly on a bucket boundary, where WGSL's `log`, allowed an error of a few ULP, falls on
-either side by the adapter: CI's lavapipe put them one bucket lower), a bias without b, and a bias read at hkv with GQA 3; against the float64
+either side by the adapter: CI's lavapipe put them one bucket lower), a bias without b, and a bias
+read at hkv with GQA 3; against the float64
 reference_backward within twice the forward's tolerance on the live adapter (lavapipe in CI), odd
 lengths, Lq != Lk both ways, kv_lens, causal masks with rows that see no key; the same bits on a
 second run."""

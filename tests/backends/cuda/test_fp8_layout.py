@@ -221,7 +221,7 @@ def _prepare_on_the_cpu(plan, dtype: str, lk: int, b: int, h: int, tmp_path, bad
     d = plan.d_v
     source = emit_plan(plan).source
     prepare = source[source.index("// ---- section: prepare V (FP8)"):]
-    lib = gxx_library(_SHIM + _constants(source, "kBlockKV", "kHeadDimV", "kPrepKeys") + prepare
+    lib = gxx_library(_SHIM + _constants(source, "kHeadDimV", "kPrepKeys") + prepare
                       + _RUN.replace("ENTRY", f"{plan.entry}_prepare_v"), str(tmp_path))
     sizes = dict(B=b, Lq=lk, Lk=lk, Hq=h, Hkv=h, Dqk=plan.d_qk, Dv=d)
     entry = next(e for e in plan.entries if e.name == "prepare_v")

@@ -94,8 +94,8 @@ def _check(spec, tmp_path, hq, hkv, lens, lq=1, seed=0, append=0, kv_lens=True, 
 
 
 # (schedule, paged, kv_dtype): every schedule with every kv_dtype, and every pair of schedule and layout and of
-# kv_dtype and layout, in 9 emulated runs (about a second of g++ each, one build per source per process; the suite's 15 minutes); every triple
-# runs on the GPU (tests/equivalence/test_cuda_kv_quant.py)
+# kv_dtype and layout, in 9 emulated runs (about a second of g++ each, one build per source per process;
+# the suite's 15 minutes); every triple runs on the GPU (tests/equivalence/test_cuda_kv_quant.py)
 COVER = [(s, paged, kv) for i, s in enumerate(["split_kv(2)", "two_pass", "fused"])
          for j, kv in enumerate(["e4m3", "e5m2", "i8"]) for paged in [(i + j) % 2 == 1]]
 
