@@ -127,10 +127,7 @@ def tile_overrides(tile) -> dict:
     if tile is None:
         return {}
     print(f"-- FP8 tile q={tile[0]} kv={tile[1]} (CudaTiles.fp8_tiles)")
-    out = {"fp8_tiles": ((1 << 20, tile),)}  # (every head dim)
-    if tile[1] != 128:  # refused by the checker unless asked for (it faulted: fp8.py, fp8_problems)
-        out["fp8_other_tile_kv"] = True
-    return out
+    return {"fp8_tiles": ((1 << 20, tile),)}  # (every head dim)
 
 
 if __name__ == "__main__":

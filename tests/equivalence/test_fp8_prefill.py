@@ -91,11 +91,14 @@ def test_fp8_variants(variant):
     assert err <= tolerance(spec), err
 
 
-# FP8 tiles (fp8.fp8_tiles; benchmarks/probes/probe_fp8.py --tiles): three consumer warpgroups (q 192, d64's
-# default) and d64's former 128 x 128. Tile kv other than 128 (V^T in column blocks) is refused by the checker:
-# its first GPU run faulted (tiles.py, fp8_other_tile_kv), so it runs no GPU test until fixed.
+# FP8 tiles (fp8.fp8_tiles; benchmarks/probes/probe_fp8.py --tiles): beside the table's (d64 128 x 256, d128
+# 128 x 192, above 128 x 128), three consumer warpgroups (q 192), the 128 x 128 of before, and tile kv in V^T
+# column blocks of a 64- or 32-byte swizzle (kv 192, 160) with every named mask
 TILES = [(64, "none", 192, 128), (64, "causal", 192, 128), (64, "window(left=100)", 192, 128), (64, "none", 128, 128),
-         (64, "causal", 128, 128), (128, "none", 64, 128)]
+         (64, "causal", 128, 128), (128, "none", 64, 128), (128, "none", 128, 128), (128, "causal", 128, 128),
+         (64, "causal(bottom_right)", 128, 256), (64, "window(left=64, right=32)", 128, 256),
+         (128, "causal(bottom_right)", 128, 192), (128, "window(left=64, right=32)", 128, 192),
+         (64, "none", 128, 160), (128, "causal", 128, 160), (64, "window(left=100)", 128, 96)]
 
 
 @pytest.mark.parametrize("d, mask, tq, tkv", TILES, ids=[f"d{d}-{m.split('(')[0]}-q{q}kv{kv}" for d, m, q, kv in TILES])

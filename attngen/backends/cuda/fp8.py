@@ -122,11 +122,6 @@ def fp8_problems(spec: AttentionSpec, profile: Profile) -> list:
                            f"{MAX_TILE_KV} (V^T's key slots are permuted in blocks of {KEY_BLOCK}, the k of a P V "
                            f"step; S is one m64nNk32 product, N at most {MAX_TILE_KV})", key="tile",
                            hint=f"e.g. tile kv={TILE_KV}, or leave it out"))
-    elif kv != TILE_KV and not tiles_for(profile).fp8_other_tile_kv:
-        out.append(Problem(f"tile kv={kv}{whose}: FP8 prefill runs tile kv={TILE_KV} only for now (other widths, V^T in "
-                           "column blocks, faulted on the GPU in their first run; the fix of its cause has not run on a "
-                           "GPU yet)", key="tile",
-                           hint=f"leave tile kv out (or tile kv={TILE_KV})"))
     if spec.mask.is_custom and kv > TILE_KV:
         out.append(Problem(f"tile kv={kv}{whose}: mask custom is built for FP8 tiles of up to {TILE_KV} keys (its words "
                            "of a tile's keys are staged 8 a row)", key="tile", hint=f"use tile kv={TILE_KV} or less"))
@@ -160,9 +155,12 @@ def fp8_problems(spec: AttentionSpec, profile: Profile) -> list:
 
 def fp8_tiles(spec: AttentionSpec, t) -> tuple:
     """(tile q, tile kv) of an FP8 kernel: the spec's where it gives them, else the tile table's
-    (CudaTiles.fp8_tiles: the first row whose head-dim bound holds the larger head dim)."""
+    (CudaTiles.fp8_tiles: the first row whose head-dim bound holds the larger head dim; mask custom at most
+    TILE_KV keys, the widest tile its staged words serve)."""
     d = max(spec.head_dim_qk, spec.head_dim_v)
     q, kv = next((tiles for bound, tiles in t.fp8_tiles if d <= bound), t.fp8_tiles[-1][1])
+    if spec.mask.is_custom:
+        kv = min(kv, TILE_KV)
     return spec.tile.q or q, spec.tile.kv or kv
 
 

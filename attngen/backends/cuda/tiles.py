@@ -102,17 +102,12 @@ class CudaTiles:
                                     hash=False)
     fp8_wide_custom_producer_regs: int = 24  # ... mask custom from d_v 208: spills in the producer, not serialised wgmma
     # FP8 prefill's auto tiles (fp8.fp8_tiles): (head-dim bound, (tile q, tile kv)), the first row that holds the
-    # larger head dim; a spec's own `tile q=.. kv=..` wins. d64: 192 x 128 (three consumer warpgroups; H200, same
-    # call: L16384 452 -> 567 TFLOP/s full, 480 -> 533 causal, benchmarks/NOTES.md 2026-11-28 fourteenth session),
-    # above: 128 x 128. The checker takes tile q 64, 128 or 192 (to d64), which benchmarks/probes/probe_fp8.py
-    # --tiles compares through this entry
-    fp8_tiles: tuple = ((64, (192, 128)), (256, (128, 128)))
-    # tile kv other than 128 (V^T in column blocks of a 64- / 32-byte swizzle, or two 128-byte blocks): built and
-    # compile-checked, but its first GPU run faulted (an illegal address at d128 kv 192 and d64 kv 256, H200,
-    # 2026-11-28): the checker refuses it unless this is on (a probe's profile override, to debug it). The cause
-    # found since by reading the code (_prepare_v wrote vt in blocks of tile kv, past its workspace) is fixed
-    # but not yet run on a GPU (benchmarks/NOTES.md, fourteenth session, "FP8 tiles")
-    fp8_other_tile_kv: bool = False
+    # larger head dim; a spec's own `tile q=.. kv=..` wins, and mask custom keeps tile kv 128 (its staged words).
+    # d64: 128 x 256, d128: 128 x 192, above: 128 x 128 (H200, one call with cuDNN's FP8: benchmarks/NOTES.md,
+    # 2026-11-28 sixteenth session, "FP8 tiles"). The checker takes tile q 64, 128 or 192 (to d64) and tile kv a
+    # multiple of 32 from 64 to 256 (V^T in column blocks of a 128-, 64- or 32-byte swizzle), which
+    # benchmarks/probes/probe_fp8.py --tiles compares through this entry
+    fp8_tiles: tuple = ((64, (128, 256)), (128, (128, 192)), (256, (128, 128)))
     # FP8 head dims qk up to 64: Q and K tiles in 64-byte rows with the 64-byte swizzle (fp8.padded_fp8_qk), not
     # 128-byte rows half zeros: half their shared memory and of the tensor copies' writes (issue 44, d64)
     fp8_swizzle64: bool = False

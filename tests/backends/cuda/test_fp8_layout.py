@@ -271,7 +271,7 @@ def test_the_prepare_v_kernel_on_the_cpu(dtype, lk, d, tmp_path):
 @pytest.mark.parametrize("tile_kv, d, lk", [(192, 128, 384), (192, 128, 200), (256, 64, 256), (256, 64, 600),
                                             (64, 64, 256), (96, 32, 300), (160, 48, 160), (224, 64, 129)])
 def test_the_prepare_v_kernel_of_other_tiles_kv_on_the_cpu(tile_kv, d, lk, tmp_path):
-    """Tile kv other than 128 (behind CudaTiles.fp8_other_tile_kv): _prepare_v's blocks stay TILE_KV keys (its
+    """Tile kv other than 128: _prepare_v's blocks stay TILE_KV keys (its
     grid, vt's key slots and vt_bad's words are counted in them), not the attention's tile kv. Its blocks of
     kBlockKV keys (until the fifteenth session) wrote vt and vt_bad with rows of ceil(Lk / 128) * kBlockKV
     slots: past both workspaces at every tile kv above 128 (the GPU's illegal address at d128 kv192 and d64
@@ -279,7 +279,7 @@ def test_the_prepare_v_kernel_of_other_tiles_kv_on_the_cpu(tile_kv, d, lk, tmp_p
     import attngen
     from attngen import backends
     spec = attngen.parse(f"attention p {{\n head_dim {d}\n dtype e4m3\n tile q=128 kv={tile_kv}\n}}\n")[0]
-    profile = backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_other_tile_kv=True)
+    profile = backends.get("cuda").profile("cuda-sm90")
     plan = attngen.lower(spec, "cuda", profile)
     assert plan.tile_kv == tile_kv
     _prepare_on_the_cpu(plan, "e4m3", lk, 2, 3, tmp_path)
@@ -377,7 +377,7 @@ def _scores_source(head_dim: int, swizzle64: bool, tile_q: int = 128, tile_kv: i
     from attngen import backends
     from attngen.api import emit_plan
     spec = attngen.parse(f"attention p {{\n head_dim {head_dim}\n dtype e4m3\n tile q={tile_q} kv={tile_kv}\n}}\n")[0]
-    plan = attngen.lower(spec, "cuda", backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_swizzle64=swizzle64, fp8_other_tile_kv=True))
+    plan = attngen.lower(spec, "cuda", backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_swizzle64=swizzle64))
     return plan, emit_plan(plan).source
 
 

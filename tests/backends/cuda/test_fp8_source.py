@@ -61,8 +61,6 @@ def test_the_h100_profile_plans_it():
     ("tile q=128 kv=288", 64, "tile kv=288: FP8 prefill is built for tile kv a multiple of 32 from 64 to 256"),
     ("tile q=96", 64, "tile q=96: FP8 prefill is built for tile q 64, 128 or 192"),
     ("tile q=192", 128, "tile q=192: FP8 prefill is built for three consumer warpgroups up to head dim 64"),
-    ("tile q=128 kv=256", 256, "tile kv=256: FP8 prefill runs tile kv=128 only for now"),
-    ("tile q=128 kv=192", 64, "tile kv=192: FP8 prefill runs tile kv=128 only for now"),
     ("target cuda { producer=off }", 128, "producer=off: FP8 prefill is built for the producer warpgroup"),
     ("target cuda { tma=off }", 128, "tma=off: FP8 prefill is built for the producer warpgroup with the tensor"),
     ("target cuda { warps=4 }", 128, "warps=4: an FP8 block has a consumer warp per 16 rows of tile q (8)"),
@@ -78,11 +76,9 @@ def test_what_is_not_built_is_refused_by_name(body, head_dim, words):
     ("tile q=128 kv=256", 256, "FP8 tile q=128 kv=256 with 2 stages and head_dim qk=256 v=256 needs"),
     ("mask custom\ntile q=128 kv=160", 64, "tile kv=160: mask custom is built for FP8 tiles of up to 128 keys"),
 ])
-def test_other_tile_kv_refusals_behind_the_switch(body, head_dim, words):
-    """With tile kv other than 128 allowed (CudaTiles.fp8_other_tile_kv, a probe's override), what those
-    tiles cannot do is still refused by name."""
-    wide = get_profile("cuda-sm90", "cuda").with_overrides(fp8_other_tile_kv=True)
-    msg = refusal(fp8(body, head_dim=head_dim), profile=wide)
+def test_other_tile_kv_refusals(body, head_dim, words):
+    """What tiles of other widths than 128 keys cannot do is refused by name."""
+    msg = refusal(fp8(body, head_dim=head_dim))
     assert msg.startswith("target cuda (profile cuda-sm90): ") and words in msg, msg
 
 
@@ -126,10 +122,14 @@ def test_tiles_from_the_spec_and_the_table():
     profile); V^T's column blocks take the widest swizzle of 128, 64, 32 bytes that divides tile kv."""
     from attngen.backends.cuda.fp8 import vt_map_doc, vt_swizzle
     assert [vt_swizzle(kv) for kv in (64, 96, 128, 160, 192, 224, 256)] == [64, 32, 128, 32, 64, 32, 128]
-    wide = get_profile("cuda-sm90", "cuda").with_overrides(fp8_other_tile_kv=True)
-    assert "FP8 prefill runs tile kv=128 only for now" in refusal(fp8("tile q=128 kv=192"))
-    c = attngen.lower(fp8("tile q=128 kv=192"), "cuda", wide).config
-    assert (c.tile_q, c.tile_kv, c.warps) == (128, 192, 8) and "sV 2x192x128 e4m3" in c.smem_summary
+    wide = get_profile("cuda-sm90", "cuda")
+    c = attngen.lower(fp8("tile q=128 kv=160"), "cuda", wide).config
+    assert (c.tile_q, c.tile_kv, c.warps) == (128, 160, 8) and "sV 2x160x128 e4m3" in c.smem_summary
+    # the table's rows: d64 128 x 256, d128 128 x 192, above 128 x 128; mask custom keeps 128 keys (its words)
+    table = {d: attngen.lower(fp8(head_dim=d), "cuda", wide).config for d in (64, 128, 256)}
+    assert [(c.tile_q, c.tile_kv) for c in table.values()] == [(128, 256), (128, 192), (128, 128)]
+    assert attngen.lower(fp8("mask custom", head_dim=64), "cuda", wide).config.tile_kv == 128
+    assert "tile kv=256: mask custom is built for FP8 tiles of up to 128 keys" in refusal(fp8("mask custom\ntile kv=256"))
     profile = wide.with_overrides(fp8_tiles=((128, (192, 160)), (256, (128, 128))))
     plan = attngen.lower(fp8(head_dim=64), "cuda", profile)
     assert (plan.config.tile_q, plan.config.tile_kv, plan.config.setmaxnreg) == (192, 160, (32, 160))
@@ -219,7 +219,7 @@ def test_products_are_not_serialised(head_dim, mask):
 # that ptxas keeps asynchronous (no C7512) without spills. Serialised and spilling (not listed): d128 kv 256 (S 128
 # + acc 64 + P 32 registers), d64 q192 kv 192, d128 q192 at any kv (fp8.MAX_HEAD_DIM_Q192), d256 kv 160; spilling
 # 12 / 16 bytes: d128 causal kv 224, d64 causal q192 kv 160
-OTHER_KV = get_profile("cuda-sm90", "cuda").with_overrides(fp8_other_tile_kv=True)  # (refused by default: fp8.py)
+OTHER_KV = get_profile("cuda-sm90", "cuda")
 TILES = [(64, m, 128, kv) for m in ("none", "causal") for kv in (160, 192, 224, 256)] + [
     (64, "none", 192, 128), (64, "causal", 192, 128), (64, "none", 192, 160)] + [
     (128, "none", 128, kv) for kv in (160, 192, 224)] + [(128, "causal", 128, kv) for kv in (160, 192)] + [
@@ -283,8 +283,8 @@ def test_fp8_hgmma_in_the_hot_loop():
 
 # -- Q and K in the 64-byte swizzle (CudaTiles.fp8_swizzle64; head dims qk up to 64) ---------------------
 
-def swizzle64(on: bool = True):  # (with tile kv other than 128 allowed: the ptxas checks of those tiles)
-    return backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_swizzle64=on, fp8_other_tile_kv=True)
+def swizzle64(on: bool = True):
+    return backends.get("cuda").profile("cuda-sm90").with_overrides(fp8_swizzle64=on)
 
 
 @pytest.mark.parametrize("head_dim, pad, swizzle", [(16, 64, 64), (32, 64, 64), (48, 64, 64), (64, 64, 64),
