@@ -127,7 +127,7 @@ def tile_overrides(tile) -> dict:
     if tile is None:
         return {}
     print(f"-- FP8 tile q={tile[0]} kv={tile[1]} (CudaTiles.fp8_tiles)")
-    return {"fp8_tiles": ((1 << 20, tile),)}  # (every head dim)
+    return {"fp8_tiles": ((1 << 20, tile),), "fp8_masked_tiles": ()}  # (every head dim and mask)
 
 
 if __name__ == "__main__":

@@ -155,10 +155,11 @@ def fp8_problems(spec: AttentionSpec, profile: Profile) -> list:
 
 def fp8_tiles(spec: AttentionSpec, t) -> tuple:
     """(tile q, tile kv) of an FP8 kernel: the spec's where it gives them, else the tile table's
-    (CudaTiles.fp8_tiles: the first row whose head-dim bound holds the larger head dim; mask custom at most
-    TILE_KV keys, the widest tile its staged words serve)."""
+    (CudaTiles.fp8_tiles: the first row whose head-dim bound holds the larger head dim, CudaTiles.fp8_masked_tiles'
+    rows first for a mask; mask custom at most TILE_KV keys, the widest tile its staged words serve)."""
     d = max(spec.head_dim_qk, spec.head_dim_v)
-    q, kv = next((tiles for bound, tiles in t.fp8_tiles if d <= bound), t.fp8_tiles[-1][1])
+    rows = (t.fp8_masked_tiles if spec.mask.kind != "none" else ()) + t.fp8_tiles
+    q, kv = next((tiles for bound, tiles in rows if d <= bound), t.fp8_tiles[-1][1])
     if spec.mask.is_custom:
         kv = min(kv, TILE_KV)
     return spec.tile.q or q, spec.tile.kv or kv

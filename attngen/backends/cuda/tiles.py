@@ -102,12 +102,15 @@ class CudaTiles:
                                     hash=False)
     fp8_wide_custom_producer_regs: int = 24  # ... mask custom from d_v 208: spills in the producer, not serialised wgmma
     # FP8 prefill's auto tiles (fp8.fp8_tiles): (head-dim bound, (tile q, tile kv)), the first row that holds the
-    # larger head dim; a spec's own `tile q=.. kv=..` wins, and mask custom keeps tile kv 128 (its staged words).
-    # d64: 128 x 256, d128: 128 x 192, above: 128 x 128 (H200, one call with cuDNN's FP8: benchmarks/NOTES.md,
-    # 2026-11-28 sixteenth session, "FP8 tiles"). The checker takes tile q 64, 128 or 192 (to d64) and tile kv a
-    # multiple of 32 from 64 to 256 (V^T in column blocks of a 128-, 64- or 32-byte swizzle), which
-    # benchmarks/probes/probe_fp8.py --tiles compares through this entry
+    # larger head dim, fp8_masked_tiles' rows first for a mask other than none; a spec's own `tile q=.. kv=..`
+    # wins, and mask custom keeps tile kv 128 (its staged words). H200, one call beside cuDNN's FP8 (TFLOP/s
+    # L4k full / causal, L16k full / causal; benchmarks/NOTES.md, 2026-11-28 sixteenth session, "FP8 tiles"):
+    # d128 128 x 192 729 / 599 / 806 / 711 -> 781 / 631 / 859 / 795; d64 128 x 256 against 192 x 128: full
+    # 470 -> 522, 566 -> 585, causal 417 -> 389, 530 -> 495 (so masked d64 keeps 192 x 128). The checker takes
+    # tile q 64, 128 or 192 (to d64) and tile kv a multiple of 32 from 64 to 256 (V^T in column blocks of a
+    # 128-, 64- or 32-byte swizzle); benchmarks/probes/probe_fp8.py --tiles compares them through this entry
     fp8_tiles: tuple = ((64, (128, 256)), (128, (128, 192)), (256, (128, 128)))
+    fp8_masked_tiles: tuple = ((64, (192, 128)),)
     # FP8 head dims qk up to 64: Q and K tiles in 64-byte rows with the 64-byte swizzle (fp8.padded_fp8_qk), not
     # 128-byte rows half zeros: half their shared memory and of the tensor copies' writes (issue 44, d64)
     fp8_swizzle64: bool = False

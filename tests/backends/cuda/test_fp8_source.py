@@ -97,7 +97,7 @@ def test_the_plan():
     plan = attngen.lower(fp8("heads q=12 kv=4\nmask causal"), "cuda", "cuda-sm90")
     c = plan.config
     assert (c.fp8, c.math, c.producer, c.persistent, c.tma, c.tma_q, c.tile_q, c.tile_kv, c.stages) == (
-        True, "wgmma", True, True, True, True, 128, 128, 2)
+        True, "wgmma", True, True, True, True, 128, 192, 2)
     assert c.rescale_slack == 0.0  # P <= 2^8 in e4m3: no lazy rescale on top (fp8.P_OFFSET)
     # the producer has no cleaning redo (V^T comes cleaned): 24 registers, the consumers 240
     # (CudaTiles.fp8_producer_regs); mask custom's producer copies mask words: 40 up to d192, 24 above
@@ -114,7 +114,7 @@ def test_the_plan():
     manifest = emit_plan(plan).manifest
     assert [e["role"] for e in manifest["entry_points"]] == ["prepare_v", "main"]
     assert manifest["dtype"] == "e4m3" and manifest["out_dtype"] == "bf16"
-    assert "sV 2x128x128 e4m3" in c.smem_summary and "sO 128x128 bf16" in c.smem_summary
+    assert "sV 2x192x128 e4m3" in c.smem_summary and "sO 128x128 bf16" in c.smem_summary
 
 
 def test_tiles_from_the_spec_and_the_table():
@@ -125,10 +125,14 @@ def test_tiles_from_the_spec_and_the_table():
     wide = get_profile("cuda-sm90", "cuda")
     c = attngen.lower(fp8("tile q=128 kv=160"), "cuda", wide).config
     assert (c.tile_q, c.tile_kv, c.warps) == (128, 160, 8) and "sV 2x160x128 e4m3" in c.smem_summary
-    # the table's rows: d64 128 x 256, d128 128 x 192, above 128 x 128; mask custom keeps 128 keys (its words)
-    table = {d: attngen.lower(fp8(head_dim=d), "cuda", wide).config for d in (64, 128, 256)}
-    assert [(c.tile_q, c.tile_kv) for c in table.values()] == [(128, 256), (128, 192), (128, 128)]
-    assert attngen.lower(fp8("mask custom", head_dim=64), "cuda", wide).config.tile_kv == 128
+    # the table's rows: d64 128 x 256 (masked: 192 x 128), d128 128 x 192, above 128 x 128; mask custom keeps
+    # 128 keys (its words)
+    table = {(d, m): attngen.lower(fp8(f"mask {m}", head_dim=d), "cuda", wide).config
+             for d in (64, 128, 256) for m in ("none", "causal", "custom")}
+    assert {k: (c.tile_q, c.tile_kv) for k, c in table.items()} == {
+        (64, "none"): (128, 256), (64, "causal"): (192, 128), (64, "custom"): (192, 128),
+        (128, "none"): (128, 192), (128, "causal"): (128, 192), (128, "custom"): (128, 128),
+        (256, "none"): (128, 128), (256, "causal"): (128, 128), (256, "custom"): (128, 128)}
     assert "tile kv=256: mask custom is built for FP8 tiles of up to 128 keys" in refusal(fp8("mask custom\ntile kv=256"))
     profile = wide.with_overrides(fp8_tiles=((128, (192, 160)), (256, (128, 128))))
     plan = attngen.lower(fp8(head_dim=64), "cuda", profile)
@@ -145,7 +149,8 @@ def test_out_f16_and_e5m2():
     plan = attngen.lower(fp8(dtype="e5m2 out=f16"), "cuda", "cuda-sm90")
     assert plan.out_dtype == "f16" and next(p for p in plan.params if p.name == "out").dtype == "f16"
     source = emit_plan(plan).source
-    assert "m64n128k32.f32.e5m2.e5m2" in source and "m64n128k32.f32.e4m3.e5m2" in source  # (P is e4m3)
+    # Q K^T over the table's 192 keys, P V over 128 columns (P is e4m3)
+    assert "m64n192k32.f32.e5m2.e5m2" in source and "m64n128k32.f32.e4m3.e5m2" in source
     assert "cvt.rn.f16x2.f32" in source
 
 
@@ -258,8 +263,9 @@ def test_tiles_compile_with_swizzle64(head_dim, mask, tq, tkv):
 
 
 def test_fp8_hgmma_in_the_hot_loop():
-    """The attention entry's loop runs FP8 warpgroup products (SASS QGMMA.64x128x32.F32.E4M3.E4M3, both
-    products) and no mma.sync; _prepare_v has no tensor-core instruction."""
+    """The attention entry's loop runs FP8 warpgroup products (SASS QGMMA.64x192x32.F32.E4M3.E4M3 for Q K^T
+    over d128's 192-key tile, QGMMA.64x128x32 for P V) and no mma.sync; _prepare_v has no tensor-core
+    instruction."""
     import os
     import subprocess
     import tempfile
@@ -277,7 +283,7 @@ def test_fp8_hgmma_in_the_hot_loop():
     body = sass.split(".text.attngen_f:", 1)[1].split(".section", 1)[0]
     assert "HMMA" not in body
     hot = {line.split()[1] for loop in found["attngen_f"] for line in loop if "GMMA" in line}
-    assert hot == {"QGMMA.64x128x32.F32.E4M3.E4M3"}, hot
+    assert hot == {"QGMMA.64x192x32.F32.E4M3.E4M3", "QGMMA.64x128x32.F32.E4M3.E4M3"}, hot
     assert "GMMA" not in sass.split(".text.attngen_f_prepare_v:", 1)[1].split(".section", 1)[0]
 
 
@@ -294,9 +300,9 @@ def test_swizzle64_plans_64_byte_rows_up_to_d64(head_dim, pad, swizzle):
     off = attngen.lower(fp8(head_dim=head_dim), "cuda", swizzle64(False)).config
     assert (on.d_qk_pad, on.qk_swizzle) == (pad, swizzle)
     assert (off.d_qk_pad, off.qk_swizzle) == (-(-head_dim // 128) * 128, 128)
-    if swizzle == 64:  # sQ and sK halve: tile q x 64 bytes of Q and 2 x 128 x 64 of K less than 128-byte rows
-        assert off.smem_bytes - on.smem_bytes == (on.tile_q + 2 * 128) * 64
-        assert f"sQ {on.tile_q}x64 e4m3 + sK 2x128x64 e4m3" in on.smem_summary
+    if swizzle == 64:  # sQ and sK halve: tile q x 64 bytes of Q and 2 x tile kv x 64 of K less than 128-byte rows
+        assert off.smem_bytes - on.smem_bytes == (on.tile_q + 2 * on.tile_kv) * 64
+        assert f"sQ {on.tile_q}x64 e4m3 + sK 2x{on.tile_kv}x64 e4m3" in on.smem_summary
     else:
         assert on == off
 
