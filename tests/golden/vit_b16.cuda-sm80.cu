@@ -137,13 +137,18 @@ __device__ __forceinline__ void load_tile(elem_t* dst, const elem_t* src, long l
         constexpr int kRowStep = kCopyThreads / kChunks;
         const int r0 = tid / kChunks, col = (tid % kChunks) * kVec;
         const elem_t* s = src + r0 * row_stride + col;
+        // rows a multiple of 8 apart share their permutation (kv_at's keys repeat every 8 rows): row r
+        // is row r0's place plus a constant, not a key recomputed per copy
+        const int first = r0 * kStride + col;
         const long long step = kRowStep * row_stride;
         #pragma unroll
         for (int i = 0; i < (kRows + kRowStep - 1) / kRowStep; ++i, s += step) {
             const int r = r0 + i * kRowStep;
             if (kRows % kRowStep == 0 || r < kRows) {
                 const bool valid = r < valid_rows;
-                cp_async_16(dst + r * kStride + col, valid ? s : src, valid);
+                const int at = kRowStep % 8 == 0 ? first + i * kRowStep * kStride
+                                                 : r * kStride + col;
+                cp_async_16(dst + at, valid ? s : src, valid);
             }
         }
     } else {
