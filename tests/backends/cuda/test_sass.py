@@ -89,3 +89,31 @@ def test_hgmma_in_the_hot_loop(case):
         body = sass.split(f".text.{name}:", 1)[1]
         assert "HMMA" not in body.split(".section", 1)[0], f"{name}: mma.sync (HMMA) in the Hopper family"
         assert any(any("HGMMA" in line for line in loop) for loop in found[name]), f"{name}: no HGMMA in a loop"
+
+
+def _sass(plan) -> str:
+    cubin, _ = nvrtc_compile(emit_plan(plan).source, plan.details.arch)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        return subprocess.run([NVDISASM, "-c", path], capture_output=True, text=True, timeout=300, check=True).stdout
+
+
+def test_the_quantized_decode_loop_copies_from_one_place_and_converts_upper_halves():
+    """The e4m3 decode's main loop (issue 44; benchmarks/NOTES.md, sixteenth session: the kernel is
+    instruction-bound): a thread's copies of a K or V tile land at one register plus constant offsets
+    (load_tile: rows 16 apart share their chunk permutation), and a word's upper byte pair is
+    converted from the register's upper half (kv_pair_hi: F2FP ... R.H1), with no 16-bit shift."""
+    spec = attngen.parse("attention d {\n head_dim 128\n heads q=32 kv=8\n dtype f16\n kv_dtype e4m3\n"
+                         " schedule split_kv(auto)\n}\n")[0]
+    sass = _sass(attngen.lower(spec, "cuda", "cuda-sm90"))
+    main = max(loops(sass)["attngen_d"], key=len)
+    # a whole tile's 8 copies a thread (K and V): the first at [R], the others at [R + 0x800 i] (16 rows of
+    # 128 bytes apart); the guarded copies of a partial last tile compute each place, as before
+    offsets = [m.group(1) for line in main for m in [re.search(r"LDGSTS\S* \[R\d+\+(0x[0-9a-f]+)\]", line)] if m]
+    assert sorted(set(offsets), key=lambda x: int(x, 16)) == [hex(0x800 * i) for i in range(1, 8)], offsets
+    assert len(offsets) >= 14, offsets
+    assert sum("UNPACK_B" in line and ".H1" in line for line in main) >= 32
+    # (x >> 16 before each upper pair's conversion was 64 shifts in this loop; a bit test of a mask word remains)
+    assert len([line for line in main if re.search(r"SHF\.R\.U32\.HI R\d+, RZ, 0x10,", line)]) <= 2
