@@ -18,7 +18,7 @@ import torch
 from torch.nn.attention import SDPBackend
 
 import attngen
-from common import randn, sdpa
+from common import profiled_once, randn, sdpa
 
 HQ, HKV, D = 32, 8, 128
 
@@ -65,17 +65,10 @@ def main():
         runs.append((f"paged{page}_in_order", paged.prepared(q, ks, vs, kv_lens=lens, block_table=order)))
         runs.append(("contiguous_lens", kernel("decode_default", "").prepared(q, k, v, kv_lens=lens)))
     runs += [("sdpa_flash", peer(SDPBackend.FLASH_ATTENTION)), ("sdpa_cudnn", peer(SDPBackend.CUDNN_ATTENTION))]
-    for name, fn in runs:
+    for _, fn in runs:  # (warm-up, outside the profiled range)
         for _ in range(5):
             fn()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for name, fn in runs:
-        torch.cuda.nvtx.range_push(name)
-        fn()
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_pop()
-    torch.cuda.profiler.stop()
+    profiled_once(runs)
     print("profiled:", ", ".join(n for n, _ in runs))
 
 

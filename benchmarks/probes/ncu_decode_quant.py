@@ -9,22 +9,19 @@ session). Run under Nsight Compute on the GPU machine:
 
 The cases of benchmarks/suite/decode_quant.py (B8, 32 query heads over 8 KV heads, d128): each kernel's
 launches (kernel.prepared) warmed up outside the profiled range, then run once inside it
-(torch.cuda.profiler.start / stop), the f16 cache first.
+(common.profiled_once), the f16 cache first.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "suite"))
+from common import profiled_once  # (puts benchmarks/suite on sys.path)
 
 import decode_quant  # noqa: E402
 
 
 def main():
-    import torch
     ap = argparse.ArgumentParser()
     ap.add_argument("--kv", default="e4m3,i8")
     ap.add_argument("--layout", default="contiguous")
@@ -36,17 +33,10 @@ def main():
         q, k, v, opts = decode_quant.inputs(kv, args.layout, args.lk, seed=args.lk)
         runs.append((kv, kern.prepared(q, k, v, **opts)))
         print(f"{kv}: {kern.plan.summary()}")
-    for _, fn in runs:
+    for _, fn in runs:  # (warm-up, outside the profiled range)
         for _ in range(5):
             fn()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    for name, fn in runs:
-        torch.cuda.nvtx.range_push(name)
-        fn()
-        torch.cuda.synchronize()
-        torch.cuda.nvtx.range_pop()
-    torch.cuda.profiler.stop()
+    profiled_once(runs)
     print("profiled:", ", ".join(n for n, _ in runs))
 
 
