@@ -110,11 +110,14 @@ def sdpa(q, k, v, backend, **kwargs):
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
-def profiled_once(runs) -> None:
+def profiled_once(runs, warmup: int = 0) -> None:
     """Each (name, fn) of `runs` once inside Nsight Compute's profiled range
     (torch.cuda.profiler.start / stop; ncu --profile-from-start off), its name printed before it:
-    the ncu probes' last step (ncu_prefill.py, ncu_backward.py), after their warm-up."""
+    the ncu probes' last step, after `warmup` calls of each outside the range (or their own)."""
     import torch
+    for _, fn in runs:
+        for _ in range(warmup):
+            fn()
     torch.cuda.synchronize()
     for name, fn in runs:
         print(f"-- {name}", flush=True)

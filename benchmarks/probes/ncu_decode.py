@@ -65,10 +65,7 @@ def main():
         runs.append((f"paged{page}_in_order", paged.prepared(q, ks, vs, kv_lens=lens, block_table=order)))
         runs.append(("contiguous_lens", kernel("decode_default", "").prepared(q, k, v, kv_lens=lens)))
     runs += [("sdpa_flash", peer(SDPBackend.FLASH_ATTENTION)), ("sdpa_cudnn", peer(SDPBackend.CUDNN_ATTENTION))]
-    for _, fn in runs:  # (warm-up, outside the profiled range)
-        for _ in range(5):
-            fn()
-    profiled_once(runs)
+    profiled_once(runs, warmup=5)
     print("profiled:", ", ".join(n for n, _ in runs))
 
 

@@ -33,10 +33,7 @@ def main():
         q, k, v, opts = decode_quant.inputs(kv, args.layout, args.lk, seed=args.lk)
         runs.append((kv, kern.prepared(q, k, v, **opts)))
         print(f"{kv}: {kern.plan.summary()}")
-    for _, fn in runs:  # (warm-up, outside the profiled range)
-        for _ in range(5):
-            fn()
-    profiled_once(runs)
+    profiled_once(runs, warmup=5)
     print("profiled:", ", ".join(n for n, _ in runs))
 
 

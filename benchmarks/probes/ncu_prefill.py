@@ -47,10 +47,7 @@ def main():
 
     runs = [("attngen", ours), ("sdpa cudnn", peer(SDPBackend.CUDNN_ATTENTION)),
             ("sdpa flash", peer(SDPBackend.FLASH_ATTENTION))]
-    for _, fn in runs:
-        for _ in range(5):
-            fn()
-    profiled_once(runs)
+    profiled_once(runs, warmup=5)
 
 
 if __name__ == "__main__":
