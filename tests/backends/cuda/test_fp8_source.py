@@ -122,19 +122,19 @@ def test_tiles_from_the_spec_and_the_table():
     profile); V^T's column blocks take the widest swizzle of 128, 64, 32 bytes that divides tile kv."""
     from attngen.backends.cuda.fp8 import vt_map_doc, vt_swizzle
     assert [vt_swizzle(kv) for kv in (64, 96, 128, 160, 192, 224, 256)] == [64, 32, 128, 32, 64, 32, 128]
-    wide = get_profile("cuda-sm90", "cuda")
-    c = attngen.lower(fp8("tile q=128 kv=160"), "cuda", wide).config
+    sm90 = get_profile("cuda-sm90", "cuda")
+    c = attngen.lower(fp8("tile q=128 kv=160"), "cuda", sm90).config
     assert (c.tile_q, c.tile_kv, c.warps) == (128, 160, 8) and "sV 2x160x128 e4m3" in c.smem_summary
     # the table's rows: d64 128 x 256 (masked: 192 x 128), d128 128 x 192, above 128 x 128; mask custom keeps
     # 128 keys (its words)
-    table = {(d, m): attngen.lower(fp8(f"mask {m}", head_dim=d), "cuda", wide).config
+    table = {(d, m): attngen.lower(fp8(f"mask {m}", head_dim=d), "cuda", sm90).config
              for d in (64, 128, 256) for m in ("none", "causal", "custom")}
     assert {k: (c.tile_q, c.tile_kv) for k, c in table.items()} == {
         (64, "none"): (128, 256), (64, "causal"): (192, 128), (64, "custom"): (192, 128),
         (128, "none"): (128, 192), (128, "causal"): (128, 192), (128, "custom"): (128, 128),
         (256, "none"): (128, 128), (256, "causal"): (128, 128), (256, "custom"): (128, 128)}
     assert "tile kv=256: mask custom is built for FP8 tiles of up to 128 keys" in refusal(fp8("mask custom\ntile kv=256"))
-    profile = wide.with_overrides(fp8_tiles=((128, (192, 160)), (256, (128, 128))))
+    profile = sm90.with_overrides(fp8_tiles=((128, (192, 160)), (256, (128, 128))))
     plan = attngen.lower(fp8(head_dim=64), "cuda", profile)
     assert (plan.config.tile_q, plan.config.tile_kv, plan.config.setmaxnreg) == (192, 160, (32, 160))
     source = emit_plan(plan).source
@@ -220,11 +220,10 @@ def test_products_are_not_serialised(head_dim, mask):
         assert (stores, loads) == (0, 0), log
 
 
-# (head dim, mask, tile q, tile kv): candidates beside the default 128 x 128 (benchmarks/probes/probe_fp8.py --tiles)
+# (head dim, mask, tile q, tile kv): tiles beside the table's (benchmarks/probes/probe_fp8.py --tiles)
 # that ptxas keeps asynchronous (no C7512) without spills. Serialised and spilling (not listed): d128 kv 256 (S 128
 # + acc 64 + P 32 registers), d64 q192 kv 192, d128 q192 at any kv (fp8.MAX_HEAD_DIM_Q192), d256 kv 160; spilling
 # 12 / 16 bytes: d128 causal kv 224, d64 causal q192 kv 160
-OTHER_KV = get_profile("cuda-sm90", "cuda")
 TILES = [(64, m, 128, kv) for m in ("none", "causal") for kv in (160, 192, 224, 256)] + [
     (64, "none", 192, 128), (64, "causal", 192, 128), (64, "none", 192, 160)] + [
     (128, "none", 128, kv) for kv in (160, 192, 224)] + [(128, "causal", 128, kv) for kv in (160, 192)] + [
@@ -234,7 +233,7 @@ TILES = [(64, m, 128, kv) for m in ("none", "causal") for kv in (160, 192, 224, 
 @pytest.mark.skipif(not nvrtc.available(), reason="NVRTC not installed (pip install -e '.[test]')")
 @pytest.mark.parametrize("head_dim, mask, tq, tkv", TILES, ids=[f"d{d}-{m.split('(')[0]}-q{q}kv{kv}" for d, m, q, kv in TILES])
 def test_tiles_compile(head_dim, mask, tq, tkv):
-    plan = attngen.lower(fp8(f"mask {mask}\ntile q={tq} kv={tkv}", head_dim=head_dim), "cuda", OTHER_KV)
+    plan = attngen.lower(fp8(f"mask {mask}\ntile q={tq} kv={tkv}", head_dim=head_dim), "cuda", "cuda-sm90")
     _, log = nvrtc_compile(emit_plan(plan).source, "sm_90a")
     assert "C7512" not in log and "Potential Performance Loss" not in log and "warning" not in log.lower(), log
     regs, stores, loads = nvrtc.resource_usage(log)["attngen_f"]
