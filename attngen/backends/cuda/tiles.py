@@ -51,7 +51,7 @@ class CudaTiles:
     swizzle_kv: bool = True  # d64/128/256 K/V in 128-byte rows with permuted chunks: cp.async fills them faster
     # quantized caches (kv_dtype) with head dims multiples of 128: their byte tiles in 128-byte rows with permuted
     # chunks instead of rows padded by 64 (K) / 16 (V) bytes (kvquant.py): a third less shared memory at d128
-    # (not yet measured on a GPU: the switch is its A / B)
+    # (measured on the H200: paged e4m3 decode 1.60x -> 1.67x the f16 cache, contiguous the same)
     swizzle_kv_quant: bool = True
     split_tile_q: int = 16  # rows per block of split_kv / two_pass: one warp; the splits give the parallelism
     split_tile_kv: int = 32  # keys per tile of the split schedules (64 spilled registers)
