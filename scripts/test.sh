@@ -68,13 +68,15 @@ else
 fi
 if [ "$quick" = 1 ]; then
     item "pytest -n auto --quick: lang, plan, backends/cuda (a few NVRTC compiles), backends/wgsl"
-    echo "      (a few lavapipe runs), runtime, cli, golden, equivalence (lavapipe), docs (about 1 min)"
+    echo "      (a few lavapipe runs), runtime, cli, golden, equivalence (lavapipe), docs (about 2 min)"
+    item "Tint (Dawn's null backend) on every WGSL module that pass compiled (seconds)"
     echo "      (no Dawn pass: the full command has it)"
 else
     item "pytest -n auto over tests/ (every layer; WGSL on lavapipe, CUDA compiled with NVRTC,"
-    echo "      the browser tests in Chromium) (about 5 min; more where Mesa's shader cache is empty)"
+    echo "      the browser tests in Chromium) (about 9-13 min; more where Mesa's shader cache is empty)"
+    item "Tint (Dawn's null backend) on every WGSL module that pass compiled (seconds)"
     if [ "$dawn" = 1 ] && [ -f "$icd" ]; then
-        item "the WGSL tests that compile WGSL, a second time on Dawn (Tint), SwiftShader (about 6 min)"
+        item "a sample of the WGSL tests a second time on Dawn (Tint), SwiftShader (about 3-5 min)"
     elif [ "$dawn" = 1 ]; then
         item "(the Dawn pass needs $icd, which Debian's chromium ships: not here, left out)"
     else
@@ -131,19 +133,35 @@ fi
 # slower here: 9:36 against 8:24 for the first pass, 2026-11-28.)
 export ATTNGEN_REQUIRE_BROWSER=${ATTNGEN_REQUIRE_BROWSER:-1}
 status=0
+# The first pass records every WGSL module the runtime compiles (ATTNGEN_WGSL_RECORD), and Tint,
+# Dawn's WGSL compiler (Chrome's), compiles each of them on Dawn's null backend afterwards
+# (scripts/tint_check.py: seconds, no adapter needed): every kernel that ran on naga also passes Tint.
+rec=$(mktemp -d -t attngen-wgsl-XXXXXX)
+tint_check() {
+    if [ $# -eq 0 ] || compgen -G "$rec/*.wgsl" >/dev/null; then  # (a -k selection may run no WGSL)
+        begin "Tint on the first pass's WGSL modules (Dawn, null backend)"
+        .venv/bin/python scripts/tint_check.py "$rec" || status=$?
+        done_step "Tint, the recorded modules"
+    fi
+    rm -rf "$rec"
+}
 if [ "$quick" = 1 ]; then
     begin "pytest -n auto --quick $*"
-    .venv/bin/python -m pytest -n auto --quick "$@" || status=$?
+    ATTNGEN_WGSL_RECORD=$rec .venv/bin/python -m pytest -n auto --quick "$@" || status=$?
     done_step "pytest, the quick tier"
+    tint_check "$@"
     exit $status
 fi
 begin "pytest -n auto $*"
-.venv/bin/python -m pytest -n auto "$@" || status=$?
+ATTNGEN_WGSL_RECORD=$rec .venv/bin/python -m pytest -n auto "$@" || status=$?
 done_step "pytest"
+tint_check "$@"
 # The WGSL tests a second time on Dawn, the WebGPU of Chrome (Tint compiles the WGSL instead of
 # naga), through wgpudawn on Chromium's SwiftShader Vulkan driver (Dawn does not take Debian 12's
-# lavapipe). --tint-pass leaves out the tests whose outcome does not depend on the WGSL compiler
-# (TINT_PASS_EXCEPT in tests/conftest.py). ATTNGEN_TINT=0 leaves this pass out.
+# lavapipe), for Tint's generated code and its results. --tint-pass leaves out the tests whose
+# outcome does not depend on the WGSL compiler (TINT_PASS_EXCEPT in tests/conftest.py) and, of each
+# family of kernels, all but a sample (TINT_PASS_SAMPLED / TINT_PASS_SAMPLE): every module of the
+# first pass has been through Tint above. ATTNGEN_TINT=0 leaves this pass out.
 if [ "$dawn" = 1 ] && [ -f "$icd" ]; then
     begin "the WGSL tests on Dawn (Tint), SwiftShader"
     ATTNGEN_WGPU=wgpudawn VK_ICD_FILENAMES=$icd .venv/bin/python -m pytest -n auto tests/backends/wgsl tests/equivalence \

@@ -173,8 +173,13 @@ def in_quick_tier(nodeid: str) -> bool:
 
 # ---- the second pass, on Dawn (scripts/test.sh: ATTNGEN_WGPU=wgpudawn ... -k wgsl --tint-pass) ----
 # The pass is there for Tint: the WGSL the runtime compiles goes through Dawn's compiler instead of
-# naga. Left out of it are the tests whose outcome does not depend on the WGSL compiler: those that
-# only plan and emit (no device: the same bytes as in the first pass), and runs whose kernels other
+# naga, and runs on SwiftShader. Tint's compile of every module the first pass ran is checked
+# without it (scripts/test.sh records them, scripts/tint_check.py compiles each on Dawn's null
+# backend, in seconds), so this pass is for Tint's code and its results: the runtime on Dawn, the
+# numerics (inf, NaN, creeping maxima, softcap), hidden keys, every byte of the quantized formats,
+# and a sample of each family of kernels (TINT_PASS_SAMPLED / TINT_PASS_SAMPLE).
+# Left out of it are the tests whose outcome does not depend on the WGSL compiler: those that only
+# plan and emit (no device: the same bytes as in the first pass), and runs whose kernels other
 # tests of the pass already send through Tint, where what the test adds is the runtime's own (the
 # command line, the environment), which the first pass checks.
 TINT_PASS_EXCEPT = [
@@ -218,9 +223,8 @@ TINT_PASS_EXCEPT = [
     "tests/equivalence/test_wgsl_kv_quant.py::test_bad_calls_are_launch_errors_naming_the_argument[*",
     "tests/equivalence/test_wgsl_kv_quant.py::test_attngen_run_quantizes_the_cache_it_makes_up[*",
     "tests/equivalence/test_wgsl_decode.py::test_resident_caches_give_the_host_caches_results[*",
-    # `attngen run` of whisper_large_v3_cross: its kernel runs through Tint in
-    # test_equivalence.py::test_examples[whisper_large_v3_cross-wgsl] (more shapes), the timing on
-    # Dawn in test_gpu_timing.py; SwiftShader's timestamps read ~0 ms, so each timed call repeats
+    # `attngen run` of whisper_large_v3_cross: its module goes through Tint in scripts/tint_check.py
+    # (the first pass runs it), the timing on Dawn in test_gpu_timing.py; SwiftShader's timestamps read ~0 ms, so each timed call repeats
     # the kernel 64 times: 60-85 s of the pass
     "tests/cli/test_cli.py::test_run_wgsl_against_the_reference",
     # the XDG_RUNTIME_DIR values: the runtime's environment, set before any device exists; one run
@@ -240,6 +244,95 @@ TINT_PASS_EXCEPT = [
 ]
 
 
+# Families of kernels of which the Dawn pass runs a sample (TINT_PASS_SAMPLE): the others of the
+# family run on lavapipe, and their modules go through Tint in scripts/tint_check.py. (The pass took
+# 9 minutes of the full command's 15 with every family whole, 2026-11-28.)
+TINT_PASS_SAMPLED = [
+    "tests/equivalence/test_equivalence.py::test_examples[*-wgsl]",
+    "tests/equivalence/test_equivalence.py::test_variants[*-wgsl]",
+    "tests/equivalence/test_wgsl_kv_quant.py::test_quantized_cache_matches_the_reference[*",
+    "tests/equivalence/test_wgsl_kv_quant.py::test_the_append_writes_the_bytes_quantize_rows_gives[*",
+    "tests/equivalence/test_wgsl_kv_quant.py::test_an_append_to_resident_tensors_writes_them_in_place[*",
+    "tests/equivalence/test_wgsl_decode.py::test_the_decode_kernel_matches_the_reference[*",
+    "tests/backends/wgsl/test_head_dims_wgsl.py::test_matches_reference[*",
+    "tests/backends/wgsl/test_register_tiling.py::test_sub_block_matches_reference[*",
+    "tests/backends/wgsl/test_register_tiling.py::test_small_budget_plans_match_the_reference[*",
+    "tests/backends/wgsl/test_wgsl_backend.py::test_matches_reference[*",
+    "tests/backends/wgsl/test_wgsl_backend.py::test_prefetch_matches_the_plain_copies[*",
+    "tests/backends/wgsl/test_wgsl_variants.py::test_split_schedules_over_packed_sequences[*",
+    "tests/backends/wgsl/test_wgsl_variants.py::test_custom_mask_split_schedules_over_packed_sequences[*",
+    "tests/equivalence/test_variants.py::test_schedules[*",
+    "tests/equivalence/test_variants.py::test_kv_lens[*",
+    "tests/equivalence/test_variants.py::test_packed_documents[*",
+    "tests/equivalence/test_wgsl_expr.py::test_mask_expressions[*",
+    "tests/equivalence/test_wgsl_expr_tiles.py::test_forward_with_skipped_and_full_tiles_matches_the_reference[*",
+    "tests/equivalence/test_wgsl_expr_backward.py::test_matches_reference[*",
+    "tests/equivalence/test_wgsl_expr_backward.py::test_inputs_match_reference[*",
+    "tests/equivalence/test_wgsl_inputs.py::test_the_issues_examples[*",
+    # Dawn keeps its runtime checks whatever the profile asks (devices.create_module): both of
+    # the test's runs would be the same module
+    "tests/backends/wgsl/test_wgsl_backend.py::test_runtime_checks_do_not_change_results[*",
+]
+TINT_PASS_SAMPLE = [
+    # the examples: a prefill with GQA, soft-capping, an encoder without a mask, a two-pass decode
+    "tests/equivalence/test_equivalence.py::test_examples[llama3_8b_prefill-wgsl]",
+    "tests/equivalence/test_equivalence.py::test_examples[gemma2_9b_global-wgsl]",
+    "tests/equivalence/test_equivalence.py::test_examples[vit_b16-wgsl]",
+    "tests/equivalence/test_equivalence.py::test_examples[llama3_8b_decode_two_pass-wgsl]",
+    # f16 accumulators, unequal head dims with softcap, bottom-right causal in f32, a window
+    "tests/equivalence/test_equivalence.py::test_variants[f16 acc f16-wgsl]",
+    "tests/equivalence/test_equivalence.py::test_variants[f16 192/128 softcap-wgsl]",
+    "tests/equivalence/test_equivalence.py::test_variants[f32 d128 causal bottom-right-wgsl]",
+    "tests/equivalence/test_equivalence.py::test_variants[f16 d72 window-wgsl]",
+    # quantized caches: each format once, both kernels (split_kv, the decode kernel), both layouts
+    "tests/equivalence/test_wgsl_kv_quant.py::test_quantized_cache_matches_the_reference[split_kv(4) decode-contiguous-e4m3]",
+    "tests/equivalence/test_wgsl_kv_quant.py::test_quantized_cache_matches_the_reference[split_kv(4)-paged-i8]",
+    "tests/equivalence/test_wgsl_kv_quant.py::test_quantized_cache_matches_the_reference[split_kv(4)-contiguous-e5m2]",
+    "tests/equivalence/test_wgsl_kv_quant.py::test_the_append_writes_the_bytes_quantize_rows_gives[fused-paged-i8]",
+    "tests/equivalence/test_wgsl_kv_quant.py::test_the_append_writes_the_bytes_quantize_rows_gives[split_kv(4) decode-contiguous-e4m3]",
+    "tests/equivalence/test_wgsl_kv_quant.py::test_an_append_to_resident_tensors_writes_them_in_place[split_kv(4) decode-i8]",
+    "tests/equivalence/test_wgsl_decode.py::test_the_decode_kernel_matches_the_reference[f16packed-*",
+    "tests/equivalence/test_wgsl_decode.py::test_the_decode_kernel_matches_the_reference[f16-i8-masknone-*",
+    "tests/equivalence/test_wgsl_decode.py::test_the_decode_kernel_matches_the_reference[f16-e4m3-*",
+    "tests/equivalence/test_wgsl_decode.py::test_the_decode_kernel_matches_the_reference[f32-e5m2-*",
+    "tests/backends/wgsl/test_head_dims_wgsl.py::test_matches_reference[d160-f16-causal]",
+    "tests/backends/wgsl/test_head_dims_wgsl.py::test_matches_reference[192-128-f32-tile-d64]",
+    "tests/backends/wgsl/test_register_tiling.py::test_sub_block_matches_reference[whole-rows-1]",
+    "tests/backends/wgsl/test_register_tiling.py::test_sub_block_matches_reference[4x2-subgroups]",
+    "tests/backends/wgsl/test_register_tiling.py::test_sub_block_matches_reference[8x2-webgpu-core]",
+    "tests/backends/wgsl/test_register_tiling.py::test_sub_block_matches_reference[2-per-row]",
+    "tests/backends/wgsl/test_wgsl_backend.py::test_matches_reference[f32-d64-causal-subgroups-on]",
+    "tests/backends/wgsl/test_wgsl_backend.py::test_matches_reference[f32-d96-bottom-right-softcap-scale]",
+    "tests/backends/wgsl/test_wgsl_backend.py::test_matches_reference[f16-d128-none-gqa7-webgpu-core]",
+    "tests/backends/wgsl/test_wgsl_backend.py::test_matches_reference[f32-d8-window-left0]",
+    "tests/backends/wgsl/test_wgsl_backend.py::test_matches_reference[f16-d64-huge-window]",
+    "tests/backends/wgsl/test_wgsl_backend.py::test_prefetch_matches_the_plain_copies[head_dim 64*",
+    "tests/backends/wgsl/test_wgsl_variants.py::test_split_schedules_over_packed_sequences[whole-split_kv(2)]",
+    "tests/backends/wgsl/test_wgsl_variants.py::test_split_schedules_over_packed_sequences[v-blocks-two_pass]",
+    "tests/backends/wgsl/test_wgsl_variants.py::test_custom_mask_split_schedules_over_packed_sequences[tile-d-two_pass]",
+    "tests/equivalence/test_variants.py::test_schedules[*split_kv(auto)*",
+    "tests/equivalence/test_variants.py::test_schedules[*two_pass*",
+    "tests/equivalence/test_variants.py::test_kv_lens[window(left=20)-wgsl]",
+    "tests/equivalence/test_variants.py::test_packed_documents[causal-wgsl]",
+    "tests/equivalence/test_variants.py::test_packed_documents[window(left=9, right=3)-wgsl]",
+    "tests/equivalence/test_wgsl_expr.py::test_mask_expressions[2d neighbourhood-f16]",
+    "tests/equivalence/test_wgsl_expr.py::test_mask_expressions[negative floor-f32]",
+    "tests/equivalence/test_wgsl_expr.py::test_mask_expressions[heads-f16]",
+    "tests/equivalence/test_wgsl_expr_tiles.py::test_forward_with_skipped_and_full_tiles_matches_the_reference[*-]",
+    "tests/equivalence/test_wgsl_expr_backward.py::test_matches_reference[tanh-cap-113]",
+    "tests/equivalence/test_wgsl_expr_backward.py::test_matches_reference[alibi-cap-f16]",
+    "tests/equivalence/test_wgsl_expr_backward.py::test_matches_reference[2d-neighbourhood]",
+    "tests/equivalence/test_wgsl_expr_backward.py::test_inputs_match_reference[documents-and-alibi]",
+    "tests/equivalence/test_wgsl_expr_backward.py::test_inputs_match_reference[table-f16-113x37-g3]",
+    "tests/equivalence/test_wgsl_inputs.py::test_the_issues_examples[*-f16]",
+]
+
+
+def in_tint_pass(nodeid: str) -> bool:
+    return not _matches(nodeid, TINT_PASS_EXCEPT) and (
+        not _matches(nodeid, TINT_PASS_SAMPLED) or _matches(nodeid, TINT_PASS_SAMPLE))
+
+
 def _matches(nodeid: str, patterns) -> bool:
     return any(_pattern(p).fullmatch(nodeid) for p in patterns)
 
@@ -248,7 +341,7 @@ def pytest_collection_modifyitems(config, items):
     if config.getoption("--quick"):
         keep = [item for item in items if in_quick_tier(item.nodeid)]
     elif config.getoption("--tint-pass"):
-        keep = [item for item in items if not _matches(item.nodeid, TINT_PASS_EXCEPT)]
+        keep = [item for item in items if in_tint_pass(item.nodeid)]
     else:
         return
     kept = set(map(id, keep))

@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import LaunchError
 from ...runtime.blockmask import BlockMask, mask_kind, mask_shape4
-from .devices import WgslTensor, wgpu
+from .devices import WgslTensor, create_module, wgpu
 from .emit import BLOCK_MASK_WORKGROUP, block_mask_source
 
 UNSET = 0xFFFFFFFF
@@ -37,7 +37,7 @@ def _pipelines(kernel):
     if hit is not None:
         return hit
     dev = kernel.state.device
-    module = dev.create_shader_module(label="attngen_block_mask", code=block_mask_source(plan))
+    module = create_module(dev, "attngen_block_mask", block_mask_source(plan))
     layout = dev.create_bind_group_layout(entries=[
         {"binding": 0, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": wgpu.BufferBindingType.uniform}},
         {"binding": 1, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": wgpu.BufferBindingType.storage}},

@@ -363,6 +363,24 @@ def _matches(profile: Profile, info: dict, runtime: str = RUNTIME) -> bool:
 _CHECK_BITS = {"bounds": 0x1, "none": 0x0}  # BoundsChecks; ForceLoopBounding (0x2) is off in both
 
 
+def record_source(code: str) -> None:
+    """With ATTNGEN_WGSL_RECORD=DIR, a copy of every WGSL module the runtime compiles, as
+    DIR/<sha256 of the text>.wgsl (each text once, whichever process compiles it): the sources a
+    run used, to vendor them or to send them through another WGSL compiler (scripts/tint_check.py
+    compiles them with Dawn's Tint; the test command does so after its first pass)."""
+    folder = os.environ.get("ATTNGEN_WGSL_RECORD")
+    if not folder:
+        return
+    import hashlib
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, hashlib.sha256(code.encode()).hexdigest()[:24] + ".wgsl")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(code)
+        os.replace(tmp, path)
+
+
 def create_module(dev, label: str, code: str, runtime_checks: str = "all"):
     """The shader module of `code`, keeping the runtime checks the plan asks for (its profile's
     `[dialect] runtime_checks`). wgpu-native takes the choice through
@@ -370,7 +388,14 @@ def create_module(dev, label: str, code: str, runtime_checks: str = "all"):
     wgpu-py's own cffi handles, with the same error handling as create_shader_module. Dawn
     (wgpudawn, browsers) offers no such choice and keeps its checks. Where wgpu-py lacks the
     handles (another version), the module keeps every check, with a warning: the results are
-    the same, only slower."""
+    the same, only slower. Every kernel module of the runtime is made here: once the compiler has
+    taken it, it is recorded (record_source)."""
+    module = _create_module(dev, label, code, runtime_checks)
+    record_source(code)
+    return module
+
+
+def _create_module(dev, label: str, code: str, runtime_checks: str):
     if runtime_checks == "all" or DAWN:
         return dev.create_shader_module(label=label, code=code)
     try:
@@ -379,7 +404,7 @@ def create_module(dev, label: str, code: str, runtime_checks: str = "all"):
         import warnings
         warnings.warn(f"this wgpu-py ({getattr(wgpu, '__version__', '?')}) does not expose "
                       "wgpuDeviceCreateShaderModuleTrusted: the kernel keeps wgpu's runtime checks "
-                      f"(asked: {runtime_checks})", RuntimeWarning, stacklevel=2)
+                      f"(asked: {runtime_checks})", RuntimeWarning, stacklevel=3)
         return dev.create_shader_module(label=label, code=code)
 
 

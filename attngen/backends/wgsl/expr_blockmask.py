@@ -27,7 +27,7 @@ from ...runtime.blockmask import BlockMask
 from ...runtime.inputs import check_call_inputs
 from ...runtime.launch import resolve
 from .blockmask import UNSET, check_size
-from .devices import dtype_name, wgpu
+from .devices import create_module, dtype_name, wgpu
 from .emit import BLOCK_MASK_WORKGROUP, expr_block_mask_source
 
 _PIPELINES: dict = {}
@@ -57,7 +57,7 @@ def _pipelines(kernel, tile_q: int, tile_kv: int):
         return hit
     dev = kernel.state.device
     source = expr_block_mask_source(kernel.spec, tile_q, tile_kv)
-    module = dev.create_shader_module(label="attngen_expr_block_mask", code=source)
+    module = create_module(dev, "attngen_expr_block_mask", source)
     kinds = (wgpu.BufferBindingType.uniform, wgpu.BufferBindingType.storage) * 2
     layout = dev.create_bind_group_layout(entries=[
         {"binding": n, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": t}} for n, t in enumerate(kinds)])
