@@ -363,6 +363,7 @@ template <int kBytes> inline void cp_async_bytes(void* dst, const void* src, boo
     cp_async_copy(dst, src, kBytes, valid);
 }
 inline void mma_f32acc(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) { mma_m16n8k16(d, a, b0, b1); }
+inline float exp2_approx(float x) { const float y = exp2f(x); return y < 1.17549435e-38f ? 0.f : y; }  // (.ftz)
 '''
 FORWARD_RUN = r'''
 extern "C" void run(int entry, const Args* a, int gx, int gy, int gz, int threads, int smem_bytes) {
@@ -373,7 +374,7 @@ ENTRY_CASES
     });
 }
 '''
-FORWARD_STRIPPED = ("hmul2", "hsub2", "half_to_float", "cp_async_16_at", "cp_async_bytes", "mma_f32acc")
+FORWARD_STRIPPED = ("hmul2", "hsub2", "half_to_float", "cp_async_16_at", "cp_async_bytes", "mma_f32acc", "exp2_approx")
 _C_FIELD = {"i64": ctypes.c_longlong, "i32": ctypes.c_int}
 
 

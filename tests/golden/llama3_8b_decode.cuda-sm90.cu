@@ -431,6 +431,14 @@ struct WarpMath {
     }
 };
 
+// 2^x in one MUFU.EX2 (ex2.approx.ftz: results below 2^-126 are 0, which a probability that small
+// is anyway next to the row's largest one, 1); exp2f adds a denormal-range fix-up around it.
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // ---- section: mask ------------------------------------------------------------------------
 // mask causal(bottom_right): query i sees key j iff j <= i + (Lk - Lq).
 // key_range: the keys [begin, end) that any row in [r0, r1) may see. The main loop visits only
@@ -816,9 +824,8 @@ __device__ __forceinline__ void clean_values_warp(elem_t* rows, unsigned (&bad)[
 
 // ---- section: score transform --------------------------------------------------------------
 // Raw dot product -> score in the log2 domain, t = log2(e) * scale * s.
-__device__ __forceinline__ float score_transform(float s) {
-    return s * kScaleLog2;
-}
+// The softmax applies it itself, p = exp2(fmaf(s, kScaleLog2, -m_i)), with the row max taken on
+// the raw products (the scale is positive): one FFMA per score (section online softmax).
 
 // ---- section: kernel ------------------------------------------------------------------------
 // One block computes kBlockQ rows of the output of one (batch, query head), FlashAttention-2
@@ -1055,7 +1062,9 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         float s[kFrags][kNTilesKV][4];
         math.scores(s, sK + (stage * kBlockKV + key_warp * kWarpKV) * kStrideK);
 
-        // -- score transform and mask
+        // -- mask: keys a row does not see get -inf in partial tiles; full tiles keep their raw
+        // products (the scale is applied in the softmax's exp2 argument: section score transform)
+        if (partial) {
         #pragma unroll
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
@@ -1063,11 +1072,12 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const int i = qi[mf][e / 2], j = j0 + n * 8 + 2 * t + e % 2;
-                    float x = score_transform(s[mf][n][e]);
-                    if (partial && !mask.visible(i, j)) x = neg_inf();
+                    float x = s[mf][n][e];
+                    if (!mask.visible(i, j)) x = neg_inf();
                     s[mf][n][e] = x;
                 }
             }
+        }
         }
 
         // -- online softmax: m_i, l_i, alpha
@@ -1075,13 +1085,15 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
         for (int mf = 0; mf < kFrags; ++mf) {
             #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float m_new = m_i[mf][h];
+                // the raw products' max, then in the log2 domain (kScaleLog2 > 0 keeps the order)
+                float m_raw = neg_inf();
                 #pragma unroll
                 for (int n = 0; n < kNTilesKV; ++n) {
-                    m_new = fmaxf(m_new, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
+                    m_raw = fmaxf(m_raw, fmaxf(s[mf][n][2 * h], s[mf][n][2 * h + 1]));
                 }
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 1));  // the 4 lanes of a row
-                m_new = fmaxf(m_new, __shfl_xor_sync(0xffffffffu, m_new, 2));
+                m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 1));  // the 4 lanes of a row
+                m_raw = fmaxf(m_raw, __shfl_xor_sync(0xffffffffu, m_raw, 2));
+                const float m_new = fmaxf(m_i[mf][h], m_raw * kScaleLog2);
                 // The max kept unless this tile's passes it by more than kRescaleSlack (then
                 // p <= 2^kRescaleSlack, alpha = 1 and acc is left alone); a row that has seen no
                 // key yet takes the tile's (-inf - -inf is NaN: the comparison keeps -inf).
@@ -1089,13 +1101,14 @@ __device__ __forceinline__ void attention(const elem_t* __restrict__ q,
                 const float m_keep = grows ? m_new : m_i[mf][h];
                 // A row that has seen no key yet keeps m = -inf; subtracting 0 instead avoids inf - inf.
                 const float m_use = m_keep == neg_inf() ? 0.f : m_keep;
-                const float alpha = grows ? exp2f(m_i[mf][h] - m_use) : 1.f;
+                const float alpha = grows ? exp2_approx(m_i[mf][h] - m_use) : 1.f;
                 m_i[mf][h] = m_keep;
                 float row_sum = 0.f;
                 #pragma unroll
                 for (int n = 0; n < kNTilesKV; ++n) {
-                    s[mf][n][2 * h] = exp2f(s[mf][n][2 * h] - m_use);
-                    s[mf][n][2 * h + 1] = exp2f(s[mf][n][2 * h + 1] - m_use);
+                    // t - m_i with t = kScaleLog2 * s: one FFMA (section score transform)
+                    s[mf][n][2 * h] = exp2_approx(fmaf(s[mf][n][2 * h], kScaleLog2, -m_use));
+                    s[mf][n][2 * h + 1] = exp2_approx(fmaf(s[mf][n][2 * h + 1], kScaleLog2, -m_use));
                     row_sum += s[mf][n][2 * h] + s[mf][n][2 * h + 1];
                 }
                 l_i[mf][h] = l_i[mf][h] * alpha + row_sum;

@@ -91,13 +91,15 @@ class KernelShape:
     # transform and mask): the Hopper family's causal and window masks, and custom masks whose
     # producer stages the words of a boolean mask
     bit_mask: bool
-    # the Hopper family's scores without softcap, whose masks only hide keys: the scale goes into
-    # the softmax's exp2 argument (one FFMA per score, fmaf(s, kScaleLog2, -m)), the row max is
-    # taken on the raw products (the scale is positive), and full tiles skip the mask loop
+    # the Hopper family's scores and the split schedules' mma.sync ones, without softcap, whose masks
+    # only hide keys (not an additive custom mask): the scale goes into the softmax's exp2 argument
+    # (one FFMA per score, fmaf(s, kScaleLog2, -m)), the row max is taken on the raw products (the
+    # scale is positive), and full tiles skip the mask loop
     fold_scale: bool
     # ... of a structured mask: Mask::row_bits (mask.j2)
     row_bits: bool
-    # the softmax's exp2
+    # the softmax's exp2: exp2_approx (one MUFU.EX2, results below 2^-126 flushed to 0) in the Hopper
+    # family and the split schedules' mma.sync loops, else exp2f (with its denormal-range fix-up)
     exp2: str
     # the producer stages a boolean custom mask's words of partial tiles (buffer sMask)
     mask_words: bool
@@ -184,6 +186,11 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
     hidden_keys = masks.hides_loaded_keys(mask)
     kw = c.key_warps > 1
     wgmma = c.math == "wgmma"
+    # the split schedules' mma.sync loops (decode): their softmax, like the Hopper family's, is one FFMA
+    # and one MUFU.EX2 a score (fold_scale, exp2): a quantized cache's decode is bound by its instructions
+    # (benchmarks/NOTES.md, seventeenth session); not with f16 accumulators (Q prescaled); with head dims in
+    # chunks (MLA) the exp2 only: the folded scale spilled DeepSeek-V3's d576 decode in its loop (NVRTC 13.5)
+    split_mma = c.math == "mma" and spec.schedule.is_split and not prescale_q
     whole_pages = bool(paged and page < c.tile_kv and c.tile_kv % page == 0 and not wgmma)
     rw = "row_warp" if kw else ("(warp % 4)" if c.split_qk else "warp")
     col_blocks = bool(c.chunked or c.v_blocks > 1 or c.split_qk)
@@ -208,10 +215,11 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
         out_col="col0 + wg * kHeadDimVPad + " if c.split_qk else ("col0 + " if col_blocks else ""),
         optimistic=clean_v and c.overlap and not c.producer,
         bit_mask=bit_mask,
-        fold_scale=wgmma and not softcap and spec.score is None and not two_pass
-        and (bit_mask or mask.kind in ("none", "expr")),
+        fold_scale=not softcap and spec.score is None and not two_pass and (
+            (wgmma and (bit_mask or mask.kind in ("none", "expr")))
+            or (split_mma and mask.kind != "custom" and not c.chunked)),
         row_bits=bit_mask and not custom,
-        exp2="exp2_approx" if wgmma else "exp2f",
+        exp2="exp2_approx" if wgmma or split_mma else "exp2f",
         mask_words=custom and c.producer,
         clean_before_scores=clean_v and not c.chunked and not kw and not clean_all,
         reverse_tiles=wgmma and mask.kind == "causal",

@@ -117,3 +117,19 @@ def test_the_quantized_decode_loop_copies_from_one_place_and_converts_upper_halv
     assert sum("UNPACK_B" in line and ".H1" in line for line in main) >= 32
     # (x >> 16 before each upper pair's conversion was 64 shifts in this loop; a bit test of a mask word remains)
     assert len([line for line in main if re.search(r"SHF\.R\.U32\.HI R\d+, RZ, 0x10,", line)]) <= 2
+
+
+@pytest.mark.parametrize("kv", ["e4m3", "i8", None], ids=["e4m3", "i8", "f16"])
+def test_the_decode_loops_softmax_is_one_ffma_and_one_mufu_a_score(kv):
+    """The split schedules' mma.sync loops (the decode kernels, f16 and quantized caches; issue 44,
+    benchmarks/NOTES.md, seventeenth session): the scale folded into the exp2 argument (fold_scale)
+    and exp2 as one MUFU.EX2 (exp2_approx), as in the Hopper family: exp2f's denormal-range fix-up
+    (a compare with -126, a halving and a squaring around each MUFU) is not in the loop, and full
+    tiles skip the mask's selects."""
+    spec = attngen.parse("attention d {\n head_dim 128\n heads q=32 kv=8\n dtype f16\n schedule split_kv(auto)\n"
+                         + (f" kv_dtype {kv}\n" if kv else "") + "}\n")[0]
+    plan = attngen.lower(spec, "cuda", "cuda-sm90")
+    assert plan.config.math == "mma"
+    main = max(loops(_sass(plan))["attngen_d"], key=len)
+    assert sum("MUFU.EX2" in line for line in main) >= 16, main
+    assert not [line for line in main if re.search(r"FSETP\.GEU\.AND .*-126", line)], "exp2f's fix-up in the loop"
