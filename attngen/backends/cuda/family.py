@@ -187,9 +187,10 @@ def kernel_shape(c, spec, mask, *, clean_v: bool, clean_all: bool, fused_combine
     kw = c.key_warps > 1
     wgmma = c.math == "wgmma"
     # the split schedules' mma.sync loops (decode): their softmax, like the Hopper family's, is one FFMA
-    # and one MUFU.EX2 a score (fold_scale, exp2): a quantized cache's decode is bound by its instructions
-    # (benchmarks/NOTES.md, seventeenth session); not with f16 accumulators (Q prescaled); with head dims in
-    # chunks (MLA) the exp2 only: the folded scale spilled DeepSeek-V3's d576 decode in its loop (NVRTC 13.5)
+    # and one MUFU.EX2 a score (fold_scale, exp2): exp2f's fix-up, the scale's FMUL and the mask's selects
+    # were ~10% of the e4m3 decode's instructions (benchmarks/NOTES.md, seventeenth session; the i8 decode
+    # gained 3-5%); not with f16 accumulators (Q prescaled); with head dims in chunks (MLA) the exp2 only:
+    # the folded scale spilled DeepSeek-V3's d576 decode in its loop (NVRTC 13.5)
     split_mma = c.math == "mma" and spec.schedule.is_split and not prescale_q
     whole_pages = bool(paged and page < c.tile_kv and c.tile_kv % page == 0 and not wgmma)
     rw = "row_warp" if kw else ("(warp % 4)" if c.split_qk else "warp")
