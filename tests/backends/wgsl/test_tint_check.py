@@ -63,3 +63,18 @@ def test_tint_check_compiles_recorded_modules_and_names_one_it_rejects(tmp_path)
 def test_tint_check_fails_where_nothing_was_recorded(tmp_path):
     run = _tint_check(tmp_path)
     assert run.returncode == 1 and "no *.wgsl" in run.stderr
+
+
+def test_every_pattern_of_the_dawn_pass_names_a_test():
+    """TINT_PASS_SAMPLED / TINT_PASS_SAMPLE / TINT_PASS_EXCEPT (tests/conftest.py) name tests by id: a
+    test renamed or a parameter changed would leave a pattern matching nothing, and the Dawn pass
+    would drop its sample without a word. Every pattern matches a test of the pass's collection."""
+    import conftest
+    run = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                          "tests/backends/wgsl", "tests/equivalence", "tests/cli", "tests/fuzz", "-k", "wgsl"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    ids = [line for line in run.stdout.splitlines() if "::" in line]
+    assert len(ids) > 500, run.stdout[-2000:] + run.stderr[-2000:]
+    unmatched = [p for p in conftest.TINT_PASS_SAMPLED + conftest.TINT_PASS_SAMPLE + conftest.TINT_PASS_EXCEPT
+                 if not any(conftest._matches(i, [p]) for i in ids)]
+    assert not unmatched, unmatched
