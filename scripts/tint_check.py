@@ -13,7 +13,8 @@ minutes; the Dawn pass of the test command still runs a set of the kernels on Sw
 
 Prints one line per module that fails (the file, the entry point, Dawn's message) and a summary;
 exits 1 when a module fails or when no module was found (a first pass that recorded nothing is a
-broken setup, not a pass), 2 when Dawn for Python (wgpudawn) or its null backend is missing.
+broken setup, not a pass), 2 on a usage error or when Dawn for Python (wgpudawn) or its null backend is
+missing; -h / --help prints this text.
 """
 
 from __future__ import annotations
@@ -89,8 +90,11 @@ def check_source(wgpu, device, code: str, beyond: list | None = None) -> list[tu
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
     if not argv or any(a.startswith("-") for a in argv):
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        print("usage: " + __doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
     files = sorted(f for d in argv for f in glob.glob(os.path.join(d, "**", "*.wgsl"), recursive=True))
     if not files:
