@@ -9,7 +9,7 @@ compiler) also goes through Tint's parser, resolver and uniformity analysis, and
 validation of each compute entry point's pipeline (layout "auto"). The null backend makes no
 machine code, so this takes seconds where running the kernels on a software adapter takes
 minutes; the Dawn pass of the test command still runs a set of the kernels on SwiftShader
-(tests/conftest.py, TINT_PASS_RUNS) for Tint's code generation and its results.
+(tests/conftest.py, TINT_PASS_SAMPLE) for Tint's code generation and its results.
 
 Prints one line per module that fails (the file, the entry point, Dawn's message) and a summary;
 exits 1 when a module fails or when no module was found (a first pass that recorded nothing is a
