@@ -132,6 +132,10 @@ fi
 # dominate and are independent. Pass -n 0 to run in one process. (--dist worksteal measured
 # slower here: 9:36 against 8:24 for the first pass, 2026-11-28.)
 export ATTNGEN_REQUIRE_BROWSER=${ATTNGEN_REQUIRE_BROWSER:-1}
+# One BLAS / OpenMP thread per test process: the workers already fill the cores, and numpy's OpenBLAS
+# and torch's OpenMP threads otherwise spin between calls for the CPU time the other worker needs
+# (perf: about 25 s of the first pass's CPU time on 2 cores, 2026-11-29). No check depends on the count.
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 status=0
 # The first pass records every WGSL module the runtime compiles (ATTNGEN_WGSL_RECORD), and Tint,
 # Dawn's WGSL compiler (Chrome's), compiles each of them on Dawn's null backend afterwards

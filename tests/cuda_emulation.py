@@ -21,8 +21,8 @@ the names its source gives the primitives:
   on a GPU;
 - the f32 backward's dK/dV and dQ steps (CUDA cores: shim("f32") and run_blocks alone, emulated_args):
   tests/backends/cuda/test_backward_emulated.py.
-gxx_library (g++, each source built once per process) also builds tests/backends/cuda/test_fp8_layout.py's
-pieces (their own small shims).
+gxx_library (g++, each source built once per run, in the suite's cache directory) also builds
+tests/backends/cuda/test_fp8_layout.py's pieces (their own small shims).
 """
 
 from __future__ import annotations
@@ -317,32 +317,66 @@ if SANITIZE:
     GXX += ["-fsanitize=address", "-fno-omit-frame-pointer"]
 
 
+def _build_dir(tmp_dir) -> str:
+    """Where g++'s outputs go: the suite's cache directory (ATTNGEN_CACHE_DIR, which tests/conftest.py
+    makes for the run and the pytest-xdist workers share), so that each source is built once per run
+    and not once per worker; `tmp_dir` where there is none (the module used on its own)."""
+    cache = os.environ.get("ATTNGEN_CACHE_DIR")
+    if not cache:
+        return str(tmp_dir)
+    folder = os.path.join(cache, "tests-gxx")
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def _build_once(path: str, build) -> None:
+    """build(out) writes `path` unless it exists; under a lock, so that two processes sharing the
+    folder never build the same file, and through a temporary name (a file that exists is whole)."""
+    import fcntl
+    if os.path.exists(path):
+        return
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(path):
+            build(path + ".tmp")
+            os.replace(path + ".tmp", path)
+
+
 def _std_headers(tmp_dir) -> list:
-    """g++'s flags to include STD_HEADERS precompiled (built once per process in `tmp_dir`, with GXX's
-    flags: where g++ finds the .gch unusable it reads the header itself)."""
+    """g++'s flags to include STD_HEADERS precompiled (built once per run, or once per process where
+    the suite's cache directory is not set, with GXX's flags: where g++ finds the .gch unusable it
+    reads the header itself)."""
     if not _PCH:
-        header = os.path.join(tmp_dir, "emulation_std.h")
-        with open(header, "w") as f:
-            f.write(STD_HEADERS)
-        subprocess.run([*GXX, "-x", "c++-header", "-o", header + ".gch", header], check=True)
+        header = os.path.join(_build_dir(tmp_dir), "emulation_std_" + hashlib.sha256(
+            (STD_HEADERS + " ".join(GXX)).encode()).hexdigest()[:16] + ".h")
+
+        def build(out):
+            with open(header, "w") as f:
+                f.write(STD_HEADERS)
+            subprocess.run([*GXX, "-x", "c++-header", "-o", out, header], check=True)
+        _build_once(header + ".gch", build)
         _PCH.append(header)
     return ["-include", _PCH[0]]
 
 
 def gxx_library(source: str, tmp_dir) -> ctypes.CDLL:
     """`source` built with g++ (GXX: C++20, -O1; STD_HEADERS precompiled and included first) as a
-    shared library in `tmp_dir`, named by its digest, loaded: built once per source and process (the
-    tests of a session that emulate the same generated source share it)."""
+    shared library named by the digest of the source and GXX's flags, loaded: built once per run in
+    the suite's cache directory, which the pytest-xdist workers share (once per process in `tmp_dir`
+    without it), and loaded once per process (the tests that emulate the same generated source share
+    it)."""
     if SANITIZE:
         source = "#define EMU_SMEM_SLACK 0\n" + source
-    name = hashlib.sha256(source.encode()).hexdigest()[:16]
+    name = hashlib.sha256((" ".join(GXX) + "\n" + source).encode()).hexdigest()[:16]
     if name not in _LIBRARIES:
-        path = os.path.join(tmp_dir, name + ".so")
-        if not os.path.exists(path):
+        path = os.path.join(_build_dir(tmp_dir), name + ".so")
+
+        def build(out):
             with open(path[:-3] + ".cpp", "w") as f:
                 f.write(source)
-            subprocess.run([*GXX, *_std_headers(tmp_dir), "-shared", "-o", path, path[:-3] + ".cpp", "-lpthread"],
+            subprocess.run([*GXX, *_std_headers(tmp_dir), "-shared", "-o", out, path[:-3] + ".cpp", "-lpthread"],
                            check=True)
+        _build_once(path, build)
         _LIBRARIES[name] = ctypes.CDLL(path)
     return _LIBRARIES[name]
 
