@@ -48,6 +48,8 @@ CASES = [
     ("d256 custom 100x150", "head_dim 256\n heads q=2 kv=2\n dtype f16\n mask custom", {"mask": True, "shape": (100, 150)}),
     # (softcap's one-pass recompute; 4 steps per head, two heads per block: the dQ box kept across steps)
     ("d256 softcap 200x130", "head_dim 256\n heads q=2 kv=1\n dtype f16\n softcap 20", {"shape": (200, 130)}),
+    # (Q and dO by the tensor copy engine: rows past a packed sequence's end zeroed in shared memory)
+    ("d256 packed", "head_dim 256\n heads q=2 kv=1\n dtype f16\n mask causal", {"cu": [0, 70, 70, 200]}),
     ("mma d128 causal gqa3", "head_dim 128\n heads q=3 kv=1\n dtype f16\n mask causal",
      {"profile": "cuda-sm80", "shape": (150, 200)}),
     ("mma d64 window softcap", "head_dim 64\n heads q=2 kv=2\n dtype bf16\n mask window(left=20, right=3)\n softcap 10.0",

@@ -179,11 +179,11 @@ def wgmma_smem_bytes(d_qk: int, d_v: int, m: int = WGMMA_ROWS, custom: bool = Fa
 
 def wide_smem_bytes(d_qk: int, d_v: int) -> int:
     """The wide kernel's: K_j, V_j; Q_i, dO_i (then dQ's staging), lse, D and a custom mask's bits in
-    two stages; dS, P^T and dS^T; a flag per key; 1024 bytes of alignment (the template's
-    kSmemBytes)."""
+    two stages; dS, P^T and dS^T; a flag per key; an mbarrier per stage (the tensor copy engine's
+    Q_i and dO_i); 1024 bytes of alignment (the template's kSmemBytes)."""
     k, m = WIDE_KEYS, WGMMA_ROWS
     return (2 * k * (d_qk + d_v) + 2 * 2 * m * (d_qk + d_v) + 3 * 2 * m * k + 2 * 2 * m * 4 + 2 * m * (k // 32) * 4 + k
-            + 1024)
+            + 2 * 8 + 1024)
 
 
 def fast_smem_bytes(plan: KernelPlan) -> int:

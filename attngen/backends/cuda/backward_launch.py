@@ -17,7 +17,7 @@ from ...errors import LaunchError
 from ...plan.kernel_plan import KernelPlan
 from . import backward_mma, expr_grads
 from .backward import (ARG_FIELDS, PRE_ROWS, THREADS, WGMMA_ROWS, backward_config, backward_problems, block_keys,
-                       entry_names, family, fast_smem_bytes, partials, render_backward, split_additive)
+                       entry_names, family, fast_smem_bytes, partials, render_backward, split_additive, wide)
 
 
 def _ctype(c: str):
@@ -96,6 +96,11 @@ def _key_block_lists(bm, cupy, keys: int):
     return counts, lists, (nh * nkb if nb > 1 else 0), (nkb if nh > 1 else 0), steps
 
 
+def _map_view(t, packed: bool) -> tuple:
+    """(shape, strides) of `t` as a tensor map's (B, L, H, D) view (packed sequences: one batch)."""
+    return ((1, *t.shape), (0, *t.strides)) if packed else (tuple(t.shape), tuple(t.strides))
+
+
 def _strides3(t, packed: bool) -> tuple:
     return (0, t.strides[0], t.strides[1]) if packed else tuple(t.strides[:3])
 
@@ -142,7 +147,7 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
     from .devices import cupy_module
     from .kernel import _allocator, _as_tensor, _contiguous, _launch_stream, _row_major, _stream_getter
     from .launch import error_flags, pending, raise_pending
-    from .tensor_maps import TensorMapEncoder
+    from .tensor_maps import TensorMapEncoder, tma_layout_problem
     plan = kernel.plan
     found = backward_problems(plan)
     if found:
@@ -172,10 +177,14 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         if t.device != dev:
             raise LaunchError(f"{name} is on GPU {t.device}, q on GPU {dev}")
         named[name] = t
+    wide_maps = family(plan) == "wgmma" and wide(plan)  # Q and dO read through tensor maps (tensor_maps.py)
     for name in list(named):  # the kernels read rows with a contiguous last dimension
         t = named[name]
         if t.shape[-1] > 1 and t.strides[-1] != 1:
             named[name] = _contiguous(name, t)
+        elif wide_maps and name in ("q", "dout") and (t.ptr % 16 or tma_layout_problem(
+                _map_view(t, packed)[0], _map_view(t, packed)[1], plan.dtype) is not None):
+            named[name] = _contiguous(name, t)  # the maps' strides: multiples of 16 bytes, an aligned address
     bm = None
     if mask is not None:
         bm = mask if isinstance(mask, BlockMask) else cuda_args.build_block_mask(mask, plan.tile_q, plan.tile_kv, dev)
@@ -292,8 +301,14 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                                       (0, *_row_major(named["q"].shape)) if packed else _row_major(named["q"].shape),
                                       "f32", WGMMA_ROWS, box_cols=32)
             keep.append(dq_map)
+            maps = [dq_map.encode(a.dq_accum)]
+            if wide_maps:  # the wide kernel's Q_i and dO_i: boxes of 64 columns x WGMMA_ROWS rows
+                for name in ("q", "dout"):
+                    enc = TensorMapEncoder(name, *_map_view(named[name], packed), plan.dtype, WGMMA_ROWS)
+                    keep.append(enc)
+                    maps.append(enc.encode(named[name].ptr))
             extra = ein + ((ctypes.addressof(g),) if input_grads else ())
-            params_dkdv = (ctypes.c_void_p * (2 + len(extra)))(ctypes.addressof(a), dq_map.encode(a.dq_accum), *extra)
+            params_dkdv = (ctypes.c_void_p * (1 + len(maps) + len(extra)))(ctypes.addressof(a), *maps, *extra)
         additive = split_additive(plan) and bm is not None and bm.kind == "additive"
         for step, grid, smem in grids:
             if min(grid) <= 0:
