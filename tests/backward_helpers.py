@@ -134,6 +134,36 @@ def check_packed(spec, lq, lk, rng, hq=6, hkv=2, kernel=None):
                    ref_kw={"cu_seqlens_q": cuq, "cu_seqlens_k": cuk}, kernel=kernel)
 
 
+
+def check_packed_next_sequence_nan(spec, kernel, lq=(70, 130), lk=(90, 100), hq=3, hkv=1):
+    """The fast family reads Q and dO through tensor maps, whose boxes of a step's rows read on past a
+    packed sequence's end into the next sequence's rows; those rows are zeroed before any product.
+    With the second sequence's q and dout holding NaN, the first sequence's gradients are finite and
+    equal to those of the same call with the second sequence's rows finite (dq up to the order of
+    its f32 reductions). f16 inputs."""
+    import cupy
+    rng = np.random.default_rng(12)
+    d_qk, d_v = spec.head_dim_qk, spec.head_dim_v
+    cuq, cuk = (np.concatenate([[0], np.cumsum(x)]).astype(np.int32) for x in (lq, lk))
+    call = {"cu_seqlens_q": cupy.asarray(cuq), "cu_seqlens_k": cupy.asarray(cuk)}
+    q = cupy.asarray(rng.standard_normal((cuq[-1], hq, d_qk))).astype(cupy.float16)
+    k = cupy.asarray(rng.standard_normal((cuk[-1], hkv, d_qk))).astype(cupy.float16)
+    v = cupy.asarray(rng.standard_normal((cuk[-1], hkv, d_v))).astype(cupy.float16)
+    out, lse = kernel(q, k, v, return_lse=True, **call)
+    dout = cupy.asarray(rng.standard_normal(out.shape)).astype(cupy.float16)
+    clean = [cupy.asnumpy(g).astype(np.float64) for g in kernel.backward(q, k, v, out, lse, dout, **call)]
+    q[lq[0]:] = np.nan
+    dout[lq[0]:] = np.nan
+    out2, lse2 = kernel(q, k, v, return_lse=True, **call)
+    got = [cupy.asnumpy(g).astype(np.float64) for g in kernel.backward(q, k, v, out2, lse2, dout, **call)]
+    rows, keys = slice(0, lq[0]), slice(0, lk[0])
+    for name, g, c, part in zip(("dq", "dk", "dv"), got, clean, (rows, keys, keys)):
+        assert np.isfinite(g[part]).all(), f"{name}: the next sequence's NaN reached the first's"
+        if name == "dq":
+            assert np.abs(g[part] - c[part]).max() <= 1e-3 * np.abs(c[part]).max()
+        else:
+            assert np.array_equal(g[part], c[part]), name
+
 def check_kv_lens_hidden_keys(spec, q, k, v, lens, kernel=None):
     """Keys past kv_lens (`lens`, one per batch entry) hold inf in k and NaN in v: check_backward,
     and those keys get dk = dv = 0 exactly; the rows of an entry with no key get dq = 0 exactly.

@@ -17,7 +17,8 @@ from attngen.backends.cuda import backward as cuda_backward
 
 from conftest import spec_of
 from backward_helpers import check_backward, check_case, check_custom_mask_across_key_blocks, \
-    check_families_agree, check_kv_lens_hidden_keys, check_nan_keys, check_packed, device_mask, family_kernel, qkv
+    check_families_agree, check_kv_lens_hidden_keys, check_nan_keys, check_packed, check_packed_next_sequence_nan, \
+    device_mask, family_kernel, qkv
 
 
 def _hopper(spec):
@@ -102,6 +103,14 @@ def test_packed_sequences(mask):
     spec = spec_of(f"head_dim 128\n dtype bf16\n mask {mask}")
     _hopper(spec)
     check_packed(spec, [1, 70, 300, 0, 130], [1, 200, 300, 3, 0], np.random.default_rng(5))
+
+
+@pytest.mark.parametrize("body", ["head_dim 64\n dtype f16", "head_dim 128\n dtype f16\n mask causal",
+                                  "head_dim 128\n dtype f16\n mask window(left=50, right=2)"])
+def test_packed_rows_of_the_next_sequence_holding_nan_reach_no_gradient(body):
+    """(head dim 64: steps of 128 rows)"""
+    spec = spec_of(body)
+    check_packed_next_sequence_nan(spec, _hopper(spec))
 
 
 @pytest.mark.parametrize("kind", ["boolean per head", "additive"])

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import spec_of
 from backward_helpers import check_case, check_custom_mask_across_key_blocks, check_families_agree, \
-    check_kv_lens_hidden_keys, check_nan_keys, check_packed, family_kernel, qkv
+    check_kv_lens_hidden_keys, check_nan_keys, check_packed, check_packed_next_sequence_nan, family_kernel, qkv
 
 
 def _wide(spec):
@@ -85,34 +85,8 @@ def test_agrees_with_the_deterministic_family():
     check_families_agree(fast, slow, *qkv(fast, np.random.default_rng(11), 1, 200, 200, 3, 1))
 
 
+
 @pytest.mark.parametrize("mask", ["none", "causal"])
 def test_packed_rows_of_the_next_sequence_holding_nan_reach_no_gradient(mask):
-    """Q and dO reach the kernel through tensor maps, whose boxes of 64 rows read on past a packed
-    sequence's end into the next sequence's rows; those rows are zeroed before any product. Here the
-    second sequence's q and dout hold NaN: the first sequence's gradients are finite and equal to
-    those of the same call with the second sequence's rows finite (dq up to the order of its f32
-    reductions)."""
     spec = spec_of(f"head_dim 256\n dtype f16\n mask {mask}")
-    kernel = _wide(spec)  # (skips without a Hopper GPU)
-    import cupy
-    rng = np.random.default_rng(12)
-    lq, lk, hq, hkv = [70, 130], [90, 100], 3, 1
-    cuq, cuk = (np.concatenate([[0], np.cumsum(x)]).astype(np.int32) for x in (lq, lk))
-    call = {"cu_seqlens_q": cupy.asarray(cuq), "cu_seqlens_k": cupy.asarray(cuk)}
-    q = cupy.asarray(rng.standard_normal((cuq[-1], hq, 256))).astype(cupy.float16)
-    k = cupy.asarray(rng.standard_normal((cuk[-1], hkv, 256))).astype(cupy.float16)
-    v = cupy.asarray(rng.standard_normal((cuk[-1], hkv, 256))).astype(cupy.float16)
-    out, lse = kernel(q, k, v, return_lse=True, **call)
-    dout = cupy.asarray(rng.standard_normal(out.shape)).astype(cupy.float16)
-    clean = [cupy.asnumpy(g).astype(np.float64) for g in kernel.backward(q, k, v, out, lse, dout, **call)]
-    q[lq[0]:] = np.nan
-    dout[lq[0]:] = np.nan
-    out2, lse2 = kernel(q, k, v, return_lse=True, **call)
-    got = [cupy.asnumpy(g).astype(np.float64) for g in kernel.backward(q, k, v, out2, lse2, dout, **call)]
-    rows, keys = slice(0, lq[0]), slice(0, lk[0])
-    for name, g, c, part in zip(("dq", "dk", "dv"), got, clean, (rows, keys, keys)):
-        assert np.isfinite(g[part]).all(), f"{name}: the next sequence's NaN reached the first's"
-        if name == "dq":
-            assert np.abs(g[part] - c[part]).max() <= 1e-3 * np.abs(c[part]).max()
-        else:
-            assert np.array_equal(g[part], c[part]), name
+    check_packed_next_sequence_nan(spec, _wide(spec))

@@ -170,11 +170,12 @@ def wgmma_rows(plan: KernelPlan) -> int:
 
 def wgmma_smem_bytes(d_qk: int, d_v: int, m: int = WGMMA_ROWS, custom: bool = False) -> int:
     """K_j, V_j; Q_i, dO_i, dS, lse, D and a custom mask's bits in two stages of m rows; each
-    warpgroup's dQ staging (64 x 64 floats); a flag per key; with a custom mask two words per
-    thread (lane_words); 1024 bytes of alignment (the template's kSmemBytes)."""
+    warpgroup's dQ staging (64 x 64 floats); a flag per key; an mbarrier per stage (the tensor copy
+    engine's Q_i and dO_i); with a custom mask two words per thread (lane_words); 1024 bytes of
+    alignment (the template's kSmemBytes)."""
     k = WGMMA_KEYS
     return (2 * k * (d_qk + d_v) + 2 * 2 * m * (d_qk + d_v) + 2 * 2 * m * k + 2 * 2 * m * 4 + 2 * m * (k // 32) * 4
-            + 2 * 64 * 64 * 4 + k + (2 * THREADS * 4 if custom else 0) + 1024)
+            + 2 * 64 * 64 * 4 + k + 2 * 8 + (2 * THREADS * 4 if custom else 0) + 1024)
 
 
 def wide_smem_bytes(d_qk: int, d_v: int) -> int:

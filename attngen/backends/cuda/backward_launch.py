@@ -17,7 +17,8 @@ from ...errors import LaunchError
 from ...plan.kernel_plan import KernelPlan
 from . import backward_mma, expr_grads
 from .backward import (ARG_FIELDS, PRE_ROWS, THREADS, WGMMA_ROWS, backward_config, backward_problems, block_keys,
-                       entry_names, family, fast_smem_bytes, partials, render_backward, split_additive, wide)
+                       entry_names, family, fast_smem_bytes, partials, render_backward, split_additive, wgmma_rows,
+                       wide)
 
 
 def _ctype(c: str):
@@ -177,12 +178,12 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
         if t.device != dev:
             raise LaunchError(f"{name} is on GPU {t.device}, q on GPU {dev}")
         named[name] = t
-    wide_maps = family(plan) == "wgmma" and wide(plan)  # Q and dO read through tensor maps (tensor_maps.py)
+    q_maps = family(plan) == "wgmma"  # the fast family reads Q and dO through tensor maps (tensor_maps.py)
     for name in list(named):  # the kernels read rows with a contiguous last dimension
         t = named[name]
         if t.shape[-1] > 1 and t.strides[-1] != 1:
             named[name] = _contiguous(name, t)
-        elif wide_maps and name in ("q", "dout") and (t.ptr % 16 or tma_layout_problem(
+        elif q_maps and name in ("q", "dout") and (t.ptr % 16 or tma_layout_problem(
                 _map_view(t, packed)[0], _map_view(t, packed)[1], plan.dtype) is not None):
             named[name] = _contiguous(name, t)  # the maps' strides: multiples of 16 bytes, an aligned address
     bm = None
@@ -302,11 +303,11 @@ def run_backward(kernel, q, k, v, out, lse, dout, *, mask=None, kv_lens=None, cu
                                       "f32", WGMMA_ROWS, box_cols=32)
             keep.append(dq_map)
             maps = [dq_map.encode(a.dq_accum)]
-            if wide_maps:  # the wide kernel's Q_i and dO_i: boxes of 64 columns x WGMMA_ROWS rows
-                for name in ("q", "dout"):
-                    enc = TensorMapEncoder(name, *_map_view(named[name], packed), plan.dtype, WGMMA_ROWS)
-                    keep.append(enc)
-                    maps.append(enc.encode(named[name].ptr))
+            for name in ("q", "dout"):  # Q_i and dO_i: boxes of 64 columns x a step's rows
+                enc = TensorMapEncoder(name, *_map_view(named[name], packed), plan.dtype,
+                                       WGMMA_ROWS if wide(plan) else wgmma_rows(plan))
+                keep.append(enc)
+                maps.append(enc.encode(named[name].ptr))
             extra = ein + ((ctypes.addressof(g),) if input_grads else ())
             params_dkdv = (ctypes.c_void_p * (1 + len(maps) + len(extra)))(ctypes.addressof(a), *maps, *extra)
         additive = split_additive(plan) and bm is not None and bm.kind == "additive"
