@@ -269,8 +269,8 @@ def _steps(plan: KernelPlan) -> list[str]:
             f"{THREADS} threads",
             f"{dkdv}: dK_j, dV_j and the dQ_i contributions; grid (ceil(Lk / {WIDE_KEYS}), Hkv, B) x {THREADS} "
             f"threads (2 warpgroups, each S^T and dP^T of half of a step's rows, P^T and dS^T through shared memory, "
-            f"and half of the head-dim columns of dK, dV and dQ), steps of {WGMMA_ROWS} query rows, "
-            f"{fast_smem_bytes(plan)} bytes of shared memory (backward_wgmma_wide.cu.j2)",
+            f"and half of the head-dim columns of dK, dV and dQ), steps of {WGMMA_ROWS} query rows (Q_i and dO_i by "
+            f"the tensor copy engine), {fast_smem_bytes(plan)} bytes of shared memory (backward_wgmma_wide.cu.j2)",
             f"{dq}: dQ's accumulator to {plan.dtype}; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {THREADS} threads",
         ]
     if family(plan) == "wgmma":
@@ -280,8 +280,8 @@ def _steps(plan: KernelPlan) -> list[str]:
             f"{pre}: D_i = rowsum(dO_i * O_i), dQ's f32 accumulator zeroed; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x "
             f"{THREADS} threads",
             f"{dkdv}: dK_j, dV_j and the dQ_i contributions; grid (ceil(Lk / {WGMMA_KEYS}), Hkv, B) x {THREADS} "
-            f"threads (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {wgmma_rows(plan)} query rows, "
-            f"{fast_smem_bytes(plan)} bytes of shared memory"
+            f"threads (2 warpgroups of {WGMMA_KEYS // 2} keys), steps of {wgmma_rows(plan)} query rows (Q_i and dO_i "
+            f"by the tensor copy engine), {fast_smem_bytes(plan)} bytes of shared memory"
             + (f" ({dkdv}_add in its place for an additive mask)" if plan.spec.mask.is_custom and split_additive(plan)
                else ""),
             f"{dq}: dQ's accumulator to {plan.dtype}; grid (ceil(Lq / {PRE_ROWS}), Hq, B) x {THREADS} threads",

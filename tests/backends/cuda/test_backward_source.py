@@ -122,7 +122,7 @@ def test_head_dim_64_steps_of_128_rows():
         source = backward.render_backward(plan)
         assert f"constexpr int kBlockM = {rows};" in source
         smem = backward.wgmma_smem_bytes(plan.d_qk, plan.d_v, rows, plan.spec.mask.is_custom)
-        assert smem == backward.fast_smem_bytes(plan) and f"steps of {rows} query rows, {smem} bytes" in "\n".join(get("cuda").describe_backward(plan))
+        assert smem == backward.fast_smem_bytes(plan) and f"steps of {rows} query rows (Q_i and dO_i by the tensor copy engine), {smem} bytes" in "\n".join(get("cuda").describe_backward(plan))
         assert ("kDqSplitRows" in source) == (rows == 128)
     assert backward.wgmma_smem_bytes(64, 64, 128) <= 227 * 1024  # (sm_90's largest dynamic shared memory)
 
