@@ -136,6 +136,12 @@ export ATTNGEN_REQUIRE_BROWSER=${ATTNGEN_REQUIRE_BROWSER:-1}
 # and torch's OpenMP threads otherwise spin between calls for the CPU time the other worker needs
 # (perf: about 25 s of the first pass's CPU time on 2 cores, 2026-11-29). No check depends on the count.
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1} OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Bytecode is written (into __pycache__, which git ignores): pytest's rewritten test modules and
+# attngen's own modules are then compiled once, not again in each of the ~70 Python processes the
+# command starts (the xdist workers of both passes, the CLI and ring-attention subprocesses, a
+# `pytest --collect-only`). A PYTHONDONTWRITEBYTECODE in the caller's environment (this project's
+# machines set it) made every one of them compile them anew. No check depends on it.
+unset PYTHONDONTWRITEBYTECODE
 status=0
 # The first pass records every WGSL module the runtime compiles (ATTNGEN_WGSL_RECORD), and Tint,
 # Dawn's WGSL compiler (Chrome's), compiles each of them on Dawn's null backend afterwards
